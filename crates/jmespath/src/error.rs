@@ -1,0 +1,38 @@
+//! Error types: parse errors (compile time) and runtime errors (evaluation).
+
+use thiserror::Error;
+
+/// A syntax error in an expression, with the byte offset where it was found.
+#[derive(Debug, Clone, Error, PartialEq)]
+#[error("{message} (at position {position} in `{expression}`)")]
+pub struct ParseError {
+    pub expression: String,
+    pub position: usize,
+    pub message: String,
+}
+
+/// An error while evaluating a compiled expression.
+#[derive(Debug, Clone, Error, PartialEq)]
+pub enum RuntimeError {
+    /// Kyverno's fork of go-jmespath reports a missing map key in a plain field path.
+    #[error("Unknown key \"{0}\" in path")]
+    NotFound(String),
+    /// A function was given an argument of the wrong type.
+    #[error("JMESPath function '{function}': argument #{position} is not of type {expected}")]
+    ArgType { function: String, position: usize, expected: String },
+    /// Any other function failure, already formatted as Kyverno prints it.
+    #[error("JMESPath function '{function}': {message}")]
+    Function { function: String, message: String },
+    /// Generic evaluation failure.
+    #[error("{0}")]
+    Other(String),
+}
+
+impl RuntimeError {
+    pub fn func(function: &str, message: impl Into<String>) -> Self {
+        RuntimeError::Function { function: function.to_string(), message: message.into() }
+    }
+    pub fn arg(function: &str, position: usize, expected: &str) -> Self {
+        RuntimeError::ArgType { function: function.to_string(), position, expected: expected.to_string() }
+    }
+}

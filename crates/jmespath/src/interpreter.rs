@@ -1,0 +1,256 @@
+//! Evaluates an [`Ast`] against a `serde_json::Value`, borrowing from the input wherever possible.
+//!
+//! Kyverno's fork of go-jmespath differs from the spec in one way that matters: a missing key in
+//! a plain field path is an error (`Unknown key "k" in path`). The error propagates through
+//! sub-expressions and index expressions, and is swallowed (read as `null`) by comparators,
+//! function arguments, `||`, `&&`, `!`, pipes, projections and multiselects.
+
+use crate::ast::{Ast, Comparator};
+use crate::error::RuntimeError;
+use crate::functions::Arg;
+use crate::value::{is_truthy, num, values_equal};
+use crate::Env;
+use serde_json::{Map, Value};
+use std::borrow::Cow;
+
+pub(crate) type Cv<'a> = Cow<'a, Value>;
+
+static NULL: Value = Value::Null;
+
+pub(crate) fn eval<'a>(ast: &Ast, data: &'a Value, env: &dyn Env) -> Result<Cv<'a>, RuntimeError> {
+    match ast {
+        Ast::Identity => Ok(Cow::Borrowed(data)),
+        Ast::Field(name) => match data {
+            Value::Object(m) => match m.get(name) {
+                Some(v) => Ok(Cow::Borrowed(v)),
+                None => Err(RuntimeError::NotFound(name.clone())),
+            },
+            _ => Ok(Cow::Borrowed(&NULL)),
+        },
+        Ast::Index(i) => match data {
+            Value::Array(a) => {
+                let len = a.len() as i64;
+                let idx = if *i < 0 { len + *i } else { *i };
+                if idx < 0 || idx >= len {
+                    Ok(Cow::Borrowed(&NULL))
+                } else {
+                    Ok(a.get(idx as usize).map(Cow::Borrowed).unwrap_or(Cow::Borrowed(&NULL)))
+                }
+            }
+            _ => Ok(Cow::Borrowed(&NULL)),
+        },
+        Ast::Slice { start, stop, step } => match data {
+            Value::Array(a) => Ok(Cow::Owned(Value::Array(slice(a, *start, *stop, *step)))),
+            _ => Ok(Cow::Borrowed(&NULL)),
+        },
+        Ast::Subexpr(lhs, rhs) => {
+            let l = eval(lhs, data, env)?;
+            chain(l, |v| eval(rhs, v, env))
+        }
+        Ast::Projection(lhs, rhs) => {
+            let l = eval(lhs, data, env)?;
+            let arr = match l.as_ref() {
+                Value::Array(a) => a,
+                _ => return Ok(Cow::Borrowed(&NULL)),
+            };
+            let mut out = Vec::with_capacity(arr.len());
+            for el in arr {
+                let r = eval(rhs, el, env).unwrap_or(Cow::Borrowed(&NULL));
+                if !r.is_null() {
+                    out.push(r.into_owned());
+                }
+            }
+            Ok(Cow::Owned(Value::Array(out)))
+        }
+        Ast::ValueProjection(lhs, rhs) => {
+            let l = eval(lhs, data, env)?;
+            let obj = match l.as_ref() {
+                Value::Object(m) => m,
+                _ => return Ok(Cow::Borrowed(&NULL)),
+            };
+            let mut out = Vec::with_capacity(obj.len());
+            for el in obj.values() {
+                let r = eval(rhs, el, env).unwrap_or(Cow::Borrowed(&NULL));
+                if !r.is_null() {
+                    out.push(r.into_owned());
+                }
+            }
+            Ok(Cow::Owned(Value::Array(out)))
+        }
+        Ast::FilterProjection { lhs, rhs, cond } => {
+            let l = eval(lhs, data, env)?;
+            let arr = match l.as_ref() {
+                Value::Array(a) => a,
+                _ => return Ok(Cow::Borrowed(&NULL)),
+            };
+            let mut out = Vec::new();
+            for el in arr {
+                let c = eval(cond, el, env).unwrap_or(Cow::Borrowed(&NULL));
+                if is_truthy(&c) {
+                    let r = eval(rhs, el, env).unwrap_or(Cow::Borrowed(&NULL));
+                    if !r.is_null() {
+                        out.push(r.into_owned());
+                    }
+                }
+            }
+            Ok(Cow::Owned(Value::Array(out)))
+        }
+        Ast::Flatten(inner) => {
+            let l = eval(inner, data, env)?;
+            let arr = match l.as_ref() {
+                Value::Array(a) => a,
+                _ => return Ok(Cow::Borrowed(&NULL)),
+            };
+            let mut out = Vec::with_capacity(arr.len());
+            for el in arr {
+                match el {
+                    Value::Array(inner) => out.extend(inner.iter().cloned()),
+                    other => out.push(other.clone()),
+                }
+            }
+            Ok(Cow::Owned(Value::Array(out)))
+        }
+        Ast::Literal(v) => Ok(Cow::Owned(v.clone())),
+        Ast::MultiList(items) => {
+            if data.is_null() {
+                return Ok(Cow::Borrowed(&NULL));
+            }
+            let mut out = Vec::with_capacity(items.len());
+            for it in items {
+                out.push(eval(it, data, env).map(Cow::into_owned).unwrap_or(Value::Null));
+            }
+            Ok(Cow::Owned(Value::Array(out)))
+        }
+        Ast::MultiHash(items) => {
+            if data.is_null() {
+                return Ok(Cow::Borrowed(&NULL));
+            }
+            let mut out = Map::new();
+            for (k, it) in items {
+                out.insert(k.clone(), eval(it, data, env).map(Cow::into_owned).unwrap_or(Value::Null));
+            }
+            Ok(Cow::Owned(Value::Object(out)))
+        }
+        Ast::Call(f, args) => {
+            let mut vals: Vec<Arg<'_, 'a>> = Vec::with_capacity(args.len());
+            for a in args {
+                match a {
+                    Ast::Expref(inner) => vals.push(Arg::Expref(inner)),
+                    other => vals.push(Arg::Value(eval(other, data, env).unwrap_or(Cow::Borrowed(&NULL)))),
+                }
+            }
+            f.call(&vals, env).map(Cow::Owned)
+        }
+        Ast::Expref(_) => Ok(Cow::Borrowed(&NULL)),
+        Ast::Not(inner) => {
+            let v = eval(inner, data, env).unwrap_or(Cow::Borrowed(&NULL));
+            Ok(Cow::Owned(Value::Bool(!is_truthy(&v))))
+        }
+        Ast::And(a, b) => {
+            let l = eval(a, data, env).unwrap_or(Cow::Borrowed(&NULL));
+            if !is_truthy(&l) {
+                return Ok(l);
+            }
+            Ok(eval(b, data, env).unwrap_or(Cow::Borrowed(&NULL)))
+        }
+        Ast::Or(a, b) => {
+            let l = eval(a, data, env).unwrap_or(Cow::Borrowed(&NULL));
+            if is_truthy(&l) {
+                return Ok(l);
+            }
+            Ok(eval(b, data, env).unwrap_or(Cow::Borrowed(&NULL)))
+        }
+        Ast::Compare(op, a, b) => {
+            let l = eval(a, data, env).unwrap_or(Cow::Borrowed(&NULL));
+            let r = eval(b, data, env).unwrap_or(Cow::Borrowed(&NULL));
+            Ok(Cow::Owned(compare(*op, &l, &r)))
+        }
+        Ast::Pipe(a, b) => {
+            let l = eval(a, data, env).unwrap_or(Cow::Borrowed(&NULL));
+            chain(l, |v| eval(b, v, env))
+        }
+    }
+}
+
+/// Evaluates `f` on a value that may be borrowed from the input or owned by this call.
+fn chain<'a>(
+    l: Cv<'a>,
+    f: impl for<'b> FnOnce(&'b Value) -> Result<Cv<'b>, RuntimeError>,
+) -> Result<Cv<'a>, RuntimeError> {
+    match l {
+        Cow::Borrowed(v) => f(v),
+        Cow::Owned(v) => f(&v).map(|r| Cow::Owned(r.into_owned())),
+    }
+}
+
+fn compare(op: Comparator, l: &Value, r: &Value) -> Value {
+    match op {
+        Comparator::Eq => Value::Bool(values_equal(l, r)),
+        Comparator::Ne => Value::Bool(!values_equal(l, r)),
+        _ => {
+            let (Some(a), Some(b)) = (l.as_f64(), r.as_f64()) else {
+                return Value::Null;
+            };
+            Value::Bool(match op {
+                Comparator::Lt => a < b,
+                Comparator::Lte => a <= b,
+                Comparator::Gt => a > b,
+                _ => a >= b,
+            })
+        }
+    }
+}
+
+fn slice(a: &[Value], start: Option<i64>, stop: Option<i64>, step: Option<i64>) -> Vec<Value> {
+    let len = a.len() as i64;
+    let step = step.unwrap_or(1);
+    let cap = |v: i64, neg_default: i64| -> i64 {
+        if v < 0 {
+            (v + len).max(neg_default)
+        } else {
+            v.min(len)
+        }
+    };
+    let (start, stop) = if step > 0 {
+        (start.map(|s| cap(s, 0)).unwrap_or(0), stop.map(|s| cap(s, 0)).unwrap_or(len))
+    } else {
+        let capn = |v: i64| -> i64 {
+            if v < 0 {
+                (v + len).max(-1)
+            } else {
+                v.min(len - 1)
+            }
+        };
+        (start.map(capn).unwrap_or(len - 1), stop.map(capn).unwrap_or(-1))
+    };
+    let mut out = Vec::new();
+    let mut i = start;
+    if step > 0 {
+        while i < stop {
+            if let Some(v) = a.get(i as usize) {
+                out.push(v.clone());
+            }
+            i += step;
+        }
+    } else {
+        while i > stop {
+            if i >= 0 {
+                if let Some(v) = a.get(i as usize) {
+                    out.push(v.clone());
+                }
+            }
+            i += step;
+        }
+    }
+    out
+}
+
+/// Evaluates an expression reference (`&expr`) on one element, as `sort_by` and friends do.
+pub(crate) fn eval_expref(ast: &Ast, data: &Value, env: &dyn Env) -> Result<Value, RuntimeError> {
+    eval(ast, data, env).map(Cow::into_owned)
+}
+
+#[allow(dead_code)]
+pub(crate) fn number(f: f64) -> Value {
+    num(f)
+}

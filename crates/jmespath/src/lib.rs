@@ -1,0 +1,74 @@
+//! JMESPath in Kyverno's dialect: the 2015 grammar, go-jmespath's "missing key is an error"
+//! behaviour, the builtin functions (with Kyverno's `sum`) and Kyverno's custom functions.
+//!
+//! Compile once with [`Expression::compile`], evaluate many times with [`Expression::search`]
+//! on a borrowed `serde_json::Value`. Knows nothing about Kubernetes beyond quantities.
+
+mod ast;
+pub mod duration;
+mod error;
+pub mod functions;
+mod interpreter;
+mod lexer;
+mod parser;
+pub mod quantity;
+mod random;
+pub mod semver;
+pub mod value;
+pub mod wildcard;
+pub mod yaml;
+
+pub use ast::Ast;
+pub use error::{ParseError, RuntimeError};
+pub use functions::{Function, all as all_functions};
+pub use functions::normalize_image;
+
+use serde_json::Value;
+use std::borrow::Cow;
+
+/// What evaluation needs from the outside world. The default answers nothing, which keeps
+/// evaluation pure: `time_now` then reports that no clock is available.
+pub trait Env: Sync {
+    fn now(&self) -> Option<chrono::DateTime<chrono::FixedOffset>> {
+        None
+    }
+    fn resolve_host(&self, _host: &str) -> Option<Vec<std::net::IpAddr>> {
+        None
+    }
+}
+
+/// An environment with no clock and no DNS.
+pub struct NoEnv;
+impl Env for NoEnv {}
+
+/// A compiled expression.
+#[derive(Debug, Clone)]
+pub struct Expression {
+    source: String,
+    ast: Ast,
+}
+
+impl Expression {
+    pub fn compile(src: &str) -> Result<Expression, ParseError> {
+        Ok(Expression { source: src.to_string(), ast: parser::parse(src)? })
+    }
+
+    pub fn source(&self) -> &str {
+        &self.source
+    }
+
+    pub fn ast(&self) -> &Ast {
+        &self.ast
+    }
+
+    /// Evaluates against `data`; the result may borrow from it.
+    pub fn search<'a>(&self, data: &'a Value, env: &dyn Env) -> Result<Cow<'a, Value>, RuntimeError> {
+        interpreter::eval(&self.ast, data, env)
+    }
+}
+
+/// Compiles and evaluates in one step (for the playground and tests).
+pub fn search(expr: &str, data: &Value) -> Result<Value, String> {
+    let e = Expression::compile(expr).map_err(|e| e.to_string())?;
+    e.search(data, &NoEnv).map(Cow::into_owned).map_err(|e| e.to_string())
+}

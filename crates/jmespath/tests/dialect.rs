@@ -1,0 +1,108 @@
+//! Kyverno's JMESPath dialect, pinned on the vectors from the semantics spec §3.3.
+
+use serde_json::{Value, json};
+use verno_jmespath::search;
+
+fn data() -> Value {
+    json!({"request": {"object": {"metadata": {"name": "web", "labels": {"app": "nginx", "app.kubernetes.io/name": "x"}},
+      "spec": {"replicas": 3, "containers": [{"name": "a", "image": "nginx:1"}, {"name": "b", "image": "redis"}]}}}})
+}
+
+fn ok(expr: &str) -> Value {
+    match search(expr, &data()) {
+        Ok(v) => v,
+        Err(e) => Value::String(format!("ERROR: {e}")),
+    }
+}
+
+#[test]
+fn missing_key_in_plain_path_is_an_error() {
+    assert_eq!(ok("request.object.metadata.labels.missing"), json!("ERROR: Unknown key \"missing\" in path"));
+    assert_eq!(ok("request.object.metadata.missing.deeper"), json!("ERROR: Unknown key \"missing\" in path"));
+}
+
+#[test]
+fn missing_key_is_null_inside_or_functions_comparisons_and_multiselect() {
+    assert_eq!(ok("request.object.metadata.labels.missing || 'none'"), json!("none"));
+    assert_eq!(ok("to_string(request.object.metadata.labels.missing)"), json!("null"));
+    assert_eq!(ok("request.object.metadata.labels.missing == null"), json!(true));
+    assert_eq!(ok("[request.object.metadata.labels.missing]"), json!([null]));
+    assert_eq!(ok("request.object.spec.[initContainers, containers][][].name"), json!(["a", "b"]));
+}
+
+#[test]
+fn field_on_non_object_is_null() {
+    assert_eq!(ok("request.object.metadata.name.foo"), Value::Null);
+}
+
+#[test]
+fn quoted_identifiers_and_projections() {
+    assert_eq!(ok("request.object.metadata.labels.\"app.kubernetes.io/name\""), json!("x"));
+    assert_eq!(ok("request.object.spec.containers[*].name"), json!(["a", "b"]));
+    assert_eq!(ok("request.object.spec.containers[?image=='redis'].name | [0]"), json!("b"));
+    assert_eq!(ok("length(request.object.spec.containers)"), json!(2));
+    assert_eq!(ok("request.object.spec.containers[-1].name"), json!("b"));
+    assert_eq!(ok("request.object.spec.containers[::-1].name"), json!(["b", "a"]));
+    assert_eq!(ok("keys(request.object.metadata.labels)"), json!(["app", "app.kubernetes.io/name"]));
+}
+
+#[test]
+fn arithmetic_keeps_operand_kinds() {
+    assert_eq!(ok("add(`1`, `2`)"), json!(3));
+    assert_eq!(ok("add('1h','30s')"), json!("1h0m30s"));
+    assert_eq!(ok("add('1h','30m')"), json!("ERROR: JMESPath function 'add': Types mismatch"));
+    assert_eq!(ok("subtract('2Gi','1Gi')"), json!("1Gi"));
+    assert_eq!(ok("multiply('1Gi', `2`)"), json!("2Gi"));
+    assert_eq!(ok("divide('10Gi','1Gi')"), json!(10));
+    assert_eq!(ok("modulo(`7`, `3`)"), json!(1));
+    assert_eq!(ok("sum(['1Gi','1Gi'])"), json!("2Gi"));
+    assert_eq!(ok("sum(`[]`)"), json!("ERROR: JMESPath function 'sum': at least one element in the array is required"));
+    assert_eq!(ok("divide(`1`, `0`)"), json!("ERROR: JMESPath function 'divide': Zero divisor passed"));
+    assert_eq!(ok("round(`1.256`, `2`)"), json!(1.26));
+}
+
+#[test]
+fn arithmetic_operators_are_not_in_the_dialect() {
+    assert!(search("1 + 2", &data()).is_err());
+    assert!(search("let $x = 1 in $x", &data()).is_err());
+}
+
+#[test]
+fn unknown_function_is_a_compile_error() {
+    let e = search("nope(@)", &data()).err().unwrap_or_default();
+    assert!(e.contains("unknown function: nope()"), "{e}");
+}
+
+#[test]
+fn kyverno_string_functions() {
+    assert_eq!(ok("split('a,b', ',')"), json!(["a", "b"]));
+    assert_eq!(ok("to_upper('ab')"), json!("AB"));
+    assert_eq!(ok("regex_match('^nginx', 'nginx:1')"), json!(true));
+    assert_eq!(ok("regex_replace_all('([a-z]+)-(\\d+)', 'web-01', '$2')"), json!("01"));
+    assert_eq!(ok("pattern_match('ngi*', 'nginx')"), json!(true));
+    assert_eq!(ok("truncate('abcdef', `3`)"), json!("abc"));
+    assert_eq!(ok("base64_decode(base64_encode('hi'))"), json!("hi"));
+    assert_eq!(ok("semver_compare('1.26.3', '>1.25.0')"), json!(true));
+    assert_eq!(ok("image_normalize('nginx')"), json!("docker.io/library/nginx:latest"));
+    assert_eq!(ok("items(`{\"a\":1}`, 'k', 'v')"), json!([{"k": "a", "v": 1}]));
+    assert_eq!(ok("lookup(`{\"a\":1}`, 'b')"), Value::Null);
+    assert_eq!(ok("sha256('a')"), json!("ca978112ca1bbdcafac231b39a23dc4da786eff8147c4e72b9807785afee48bb"));
+    assert_eq!(ok("parse_yaml('a: 0644')"), json!({"a": 420}));
+    assert_eq!(ok("time_diff('2024-01-01T00:00:00Z', '2024-01-01T01:00:30Z')"), json!("1h0m30s"));
+    assert_eq!(ok("time_add('2024-01-01T00:00:00Z', '90m')"), json!("2024-01-01T01:30:00Z"));
+    assert_eq!(ok("time_to_cron('2024-01-02T03:04:00Z')"), json!("4 3 2 1 2"));
+    assert_eq!(ok("to_boolean('TruE')"), json!(true));
+}
+
+#[test]
+fn argument_types_are_checked_with_kyverno_messages() {
+    assert_eq!(ok("to_upper(`1`)"), json!("ERROR: JMESPath function 'to_upper': argument #1 is not of type string"));
+}
+
+#[test]
+fn random_matches_its_pattern() {
+    let v = ok("random('[a-z]{5}')");
+    let s = v.as_str().unwrap_or_default();
+    assert_eq!(s.len(), 5);
+    assert!(s.chars().all(|c| c.is_ascii_lowercase()));
+}

@@ -1,0 +1,1 @@
+fn main() { std::process::exit(verno_cli::main()) }
