@@ -1,0 +1,427 @@
+//! Conditions (`preconditions`, `deny`, exception `conditions`): operators with Kyverno's exact
+//! coercions (spec §4), and any/all evaluation with messages.
+
+use crate::context::Context;
+use crate::error::{CompileError, EvalError};
+use crate::pattern;
+use crate::template::TValue;
+use serde_json::Value;
+use std::cmp::Ordering;
+use verno_api::{Condition, Conditions};
+use verno_jmespath::{duration, quantity::Quantity, semver, value::go_sprint, wildcard};
+
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum Operator {
+    Equals,
+    NotEquals,
+    In,
+    NotIn,
+    AnyIn,
+    AllIn,
+    AnyNotIn,
+    AllNotIn,
+    GreaterThan,
+    GreaterThanOrEquals,
+    LessThan,
+    LessThanOrEquals,
+    DurationGreaterThan,
+    DurationGreaterThanOrEquals,
+    DurationLessThan,
+    DurationLessThanOrEquals,
+}
+
+impl Operator {
+    pub fn parse(s: &str) -> Option<Operator> {
+        Some(match s.to_ascii_lowercase().as_str() {
+            "equals" | "equal" => Operator::Equals,
+            "notequals" | "notequal" => Operator::NotEquals,
+            "in" => Operator::In,
+            "notin" => Operator::NotIn,
+            "anyin" => Operator::AnyIn,
+            "allin" => Operator::AllIn,
+            "anynotin" => Operator::AnyNotIn,
+            "allnotin" => Operator::AllNotIn,
+            "greaterthan" => Operator::GreaterThan,
+            "greaterthanorequals" => Operator::GreaterThanOrEquals,
+            "lessthan" => Operator::LessThan,
+            "lessthanorequals" => Operator::LessThanOrEquals,
+            "durationgreaterthan" => Operator::DurationGreaterThan,
+            "durationgreaterthanorequals" => Operator::DurationGreaterThanOrEquals,
+            "durationlessthan" => Operator::DurationLessThan,
+            "durationlessthanorequals" => Operator::DurationLessThanOrEquals,
+            _ => return None,
+        })
+    }
+}
+
+#[derive(Debug, Clone)]
+pub struct CompiledCondition {
+    key: TValue,
+    op: Operator,
+    value: TValue,
+    message: Option<TValue>,
+}
+
+/// `{any, all}`; the legacy list is `all`.
+#[derive(Debug, Clone, Default)]
+pub struct CompiledConditions {
+    any: Option<Vec<CompiledCondition>>,
+    all: Option<Vec<CompiledCondition>>,
+}
+
+impl CompiledConditions {
+    pub fn compile(c: &Conditions, path: &str) -> Result<CompiledConditions, CompileError> {
+        let list = |v: &[Condition], p: &str| -> Result<Vec<CompiledCondition>, CompileError> {
+            v.iter().enumerate().map(|(i, c)| compile_one(c, &format!("{p}[{i}]"))).collect()
+        };
+        Ok(match c {
+            Conditions::List(v) => CompiledConditions { any: None, all: Some(list(v, path)?) },
+            Conditions::AnyAll { any, all } => CompiledConditions {
+                any: any.as_ref().map(|v| list(v, &format!("{path}.any"))).transpose()?,
+                all: all.as_ref().map(|v| list(v, &format!("{path}.all"))).transpose()?,
+            },
+        })
+    }
+
+    /// Evaluates; returns (result, messages). On false the messages are those of the failing
+    /// conditions; on true those of the conditions that held.
+    pub fn evaluate(&self, ctx: &Context) -> Result<(bool, String), EvalError> {
+        let mut false_msgs: Vec<String> = Vec::new();
+        let mut true_msgs: Vec<String> = Vec::new();
+        let mut any_ok = true;
+        if let Some(any) = &self.any {
+            if !any.is_empty() {
+                any_ok = false;
+                for c in any {
+                    let (v, m) = c.evaluate(ctx)?;
+                    if v {
+                        any_ok = true;
+                        if let Some(m) = m {
+                            true_msgs.push(m);
+                        }
+                        break;
+                    } else if let Some(m) = m {
+                        false_msgs.push(m);
+                    }
+                }
+            }
+        }
+        let mut all_ok = true;
+        if let Some(all) = &self.all {
+            for c in all {
+                let (v, m) = c.evaluate(ctx)?;
+                if !v {
+                    all_ok = false;
+                    if let Some(m) = m {
+                        false_msgs.push(m);
+                    }
+                    break;
+                } else if let Some(m) = m {
+                    true_msgs.push(m);
+                }
+            }
+        }
+        let ok = any_ok && all_ok;
+        let msgs = if ok { true_msgs } else { false_msgs };
+        Ok((ok, msgs.join("; ")))
+    }
+}
+
+fn compile_one(c: &Condition, path: &str) -> Result<CompiledCondition, CompileError> {
+    let op = Operator::parse(&c.operator).ok_or_else(|| CompileError::new(format!("{path}.operator"), format!("unknown operator {:?}", c.operator)))?;
+    let key = TValue::compile(&c.key).map_err(|e| CompileError::new(format!("{path}.key"), e))?;
+    let value = TValue::compile(&c.value).map_err(|e| CompileError::new(format!("{path}.value"), e))?;
+    let message = c
+        .message
+        .as_ref()
+        .filter(|m| !m.is_empty())
+        .map(|m| TValue::compile(&Value::String(m.clone())))
+        .transpose()
+        .map_err(|e| CompileError::new(format!("{path}.message"), e))?;
+    Ok(CompiledCondition { key, op, value, message })
+}
+
+impl CompiledCondition {
+    fn evaluate(&self, ctx: &Context) -> Result<(bool, Option<String>), EvalError> {
+        let key = self
+            .key
+            .render(ctx, "")
+            .map_err(|e| EvalError::Substitution(format!("failed to substitute variables in condition key: {e}")))?;
+        let value = self
+            .value
+            .render(ctx, "")
+            .map_err(|e| EvalError::Substitution(format!("failed to substitute variables in condition value: {e}")))?;
+        let r = evaluate(self.op, &key, &value);
+        let msg = match &self.message {
+            Some(m) => Some(match m.render(ctx, "") {
+                Ok(v) => match v.as_ref() {
+                    Value::String(s) => s.clone(),
+                    other => other.to_string(),
+                },
+                Err(_) => String::new(),
+            }),
+            None => None,
+        };
+        Ok((r, msg.filter(|m| !m.is_empty())))
+    }
+}
+
+/// Applies an operator to substituted key and value.
+pub fn evaluate(op: Operator, key: &Value, value: &Value) -> bool {
+    match op {
+        Operator::Equals => equals(key, value),
+        Operator::NotEquals => !equals(key, value),
+        Operator::AnyIn => set_op(key, value, SetOp::AnyIn),
+        Operator::AllIn => set_op(key, value, SetOp::AllIn),
+        Operator::AnyNotIn => set_op(key, value, SetOp::AnyNotIn),
+        Operator::AllNotIn => set_op(key, value, SetOp::AllNotIn),
+        Operator::In => legacy_in(key, value).unwrap_or(false),
+        Operator::NotIn => legacy_in(key, value).map(|b| !b).unwrap_or(false),
+        Operator::GreaterThan => numeric(key, value) == Some(Ordering::Greater),
+        Operator::GreaterThanOrEquals => matches!(numeric(key, value), Some(Ordering::Greater | Ordering::Equal)),
+        Operator::LessThan => numeric(key, value) == Some(Ordering::Less),
+        Operator::LessThanOrEquals => matches!(numeric(key, value), Some(Ordering::Less | Ordering::Equal)),
+        Operator::DurationGreaterThan => duration_cmp(key, value) == Some(Ordering::Greater),
+        Operator::DurationGreaterThanOrEquals => matches!(duration_cmp(key, value), Some(Ordering::Greater | Ordering::Equal)),
+        Operator::DurationLessThan => duration_cmp(key, value) == Some(Ordering::Less),
+        Operator::DurationLessThanOrEquals => matches!(duration_cmp(key, value), Some(Ordering::Less | Ordering::Equal)),
+    }
+}
+
+/// A Go duration string other than `"0"`, in nanoseconds.
+fn as_duration(v: &Value) -> Option<i64> {
+    match v {
+        Value::String(s) if s != "0" => duration::parse(s),
+        _ => None,
+    }
+}
+
+/// When either side is a duration string and the other a duration or a number (seconds).
+fn duration_pair(key: &Value, value: &Value) -> Option<(f64, f64)> {
+    let kd = as_duration(key);
+    let vd = as_duration(value);
+    if kd.is_none() && vd.is_none() {
+        return None;
+    }
+    let secs = |d: Option<i64>, v: &Value| -> Option<f64> {
+        match d {
+            Some(ns) => Some(ns as f64 / 1e9),
+            None => v.as_f64(),
+        }
+    };
+    Some((secs(kd, key)?, secs(vd, value)?))
+}
+
+fn duration_cmp(key: &Value, value: &Value) -> Option<Ordering> {
+    let k = match key {
+        Value::String(s) => duration::parse(s)? as f64 / 1e9,
+        Value::Number(n) => n.as_f64()?,
+        _ => return None,
+    };
+    let v = match value {
+        Value::String(s) => duration::parse(s)? as f64 / 1e9,
+        Value::Number(n) => n.as_f64()?,
+        _ => return None,
+    };
+    k.partial_cmp(&v)
+}
+
+fn equals(key: &Value, value: &Value) -> bool {
+    match key {
+        Value::Bool(b) => value.as_bool() == Some(*b),
+        Value::Number(n) => {
+            let Some(k) = n.as_f64() else { return false };
+            match value {
+                Value::Number(v) => v.as_f64() == Some(k),
+                Value::String(s) => {
+                    if let Some((a, b)) = duration_pair(key, value) {
+                        return a == b;
+                    }
+                    if n.is_i64() || n.is_u64() {
+                        s.parse::<i64>().map(|x| x as f64 == k).unwrap_or(false)
+                    } else {
+                        s.parse::<f64>().map(|x| x == k).unwrap_or(false)
+                    }
+                }
+                _ => false,
+            }
+        }
+        Value::Object(_) | Value::Array(_) => verno_jmespath::value::values_equal(key, value),
+        Value::String(k) => {
+            if let Some((a, b)) = duration_pair(key, value) {
+                return a == b;
+            }
+            if let Some(kq) = Quantity::parse(k) {
+                if let Value::String(vs) = value {
+                    return Quantity::parse(vs).is_some_and(|vq| vq == kq);
+                }
+            }
+            match value {
+                Value::String(v) => wildcard::matches(v, k),
+                _ => false,
+            }
+        }
+        Value::Null => value.is_null(),
+    }
+}
+
+#[derive(Clone, Copy, PartialEq)]
+enum SetOp {
+    AnyIn,
+    AllIn,
+    AnyNotIn,
+    AllNotIn,
+}
+
+fn key_elements(key: &Value) -> Option<Vec<(String, Value)>> {
+    match key {
+        Value::Array(a) => Some(a.iter().map(|v| (go_sprint(v), v.clone())).collect()),
+        Value::Object(_) => None,
+        Value::Null => Some(vec![(String::new(), Value::Null)]),
+        other => Some(vec![(go_sprint(other), other.clone())]),
+    }
+}
+
+fn set_op(key: &Value, value: &Value, op: SetOp) -> bool {
+    let Some(keys) = key_elements(key) else { return false };
+    let key_is_array = key.is_array();
+    // A range value: `a-b` / `a!-b`.
+    if let Value::String(s) = value {
+        if let Some((neg, lo, hi)) = pattern::parse_range(s) {
+            let in_range = |v: &Value| {
+                let r = pattern::validate_string_pattern(v, &format!("{lo}-{hi}"));
+                if neg { !r } else { r }
+            };
+            let inside: Vec<bool> = keys.iter().map(|(_, v)| in_range(v)).collect();
+            return match op {
+                SetOp::AnyIn => inside.iter().any(|b| *b),
+                SetOp::AllIn => inside.iter().all(|b| *b),
+                SetOp::AnyNotIn => inside.iter().any(|b| !*b),
+                SetOp::AllNotIn => inside.iter().all(|b| !*b),
+            };
+        }
+    }
+    let (values, exact): (Vec<String>, bool) = match value {
+        Value::Array(a) => (a.iter().map(go_sprint).collect(), false),
+        Value::String(s) => match serde_json::from_str::<Value>(s) {
+            Ok(Value::Array(a)) => (a.iter().map(go_sprint).collect(), true),
+            _ => (vec![s.clone()], false),
+        },
+        Value::Number(_) | Value::Bool(_) if key_is_array => (vec![go_sprint(value)], false),
+        _ => return false,
+    };
+    let matches = |k: &str, v: &str| if exact { k == v } else { wildcard::matches(v, k) || wildcard::matches(k, v) };
+    let found: Vec<bool> = keys.iter().map(|(k, _)| values.iter().any(|v| matches(k, v))).collect();
+    match op {
+        SetOp::AnyIn => found.iter().any(|b| *b),
+        SetOp::AllIn => found.iter().all(|b| *b),
+        SetOp::AnyNotIn => found.iter().any(|b| !*b),
+        SetOp::AllNotIn => found.iter().all(|b| !*b),
+    }
+}
+
+/// The deprecated `In`: `None` when the types do not fit (then both In and NotIn are false).
+fn legacy_in(key: &Value, value: &Value) -> Option<bool> {
+    match key {
+        Value::Array(ka) => {
+            let set: Vec<String> = match value {
+                Value::Array(a) => a.iter().map(go_sprint).collect(),
+                Value::String(s) => match serde_json::from_str::<Value>(s) {
+                    Ok(Value::Array(a)) => a.iter().map(go_sprint).collect(),
+                    _ => vec![s.clone()],
+                },
+                _ => return None,
+            };
+            let mut all = true;
+            for k in ka {
+                let ks = k.as_str()?;
+                if !set.iter().any(|v| v == ks) {
+                    all = false;
+                }
+            }
+            Some(all)
+        }
+        Value::Object(_) => None,
+        scalar => {
+            let k = go_sprint(scalar);
+            match value {
+                Value::Array(a) => Some(a.iter().map(go_sprint).any(|v| wildcard::matches(&v, &k) || wildcard::matches(&k, &v))),
+                Value::String(s) => match serde_json::from_str::<Value>(s) {
+                    Ok(Value::Array(a)) => Some(a.iter().map(go_sprint).any(|v| v == k)),
+                    _ => Some(wildcard::matches(s, &k)),
+                },
+                _ => None,
+            }
+        }
+    }
+}
+
+fn numeric(key: &Value, value: &Value) -> Option<Ordering> {
+    if let Some((a, b)) = duration_pair(key, value) {
+        return a.partial_cmp(&b);
+    }
+    match key {
+        Value::Number(n) => {
+            let k = n.as_f64()?;
+            let v = match value {
+                Value::Number(v) => v.as_f64()?,
+                Value::String(s) => s.parse::<f64>().ok()?,
+                _ => return None,
+            };
+            k.partial_cmp(&v)
+        }
+        Value::String(ks) => {
+            if let Value::String(vs) = value {
+                if let (Some(a), Some(b)) = (Quantity::parse(ks), Quantity::parse(vs)) {
+                    return Some(a.cmp(&b));
+                }
+            }
+            if let Ok(k) = ks.parse::<f64>() {
+                let v = match value {
+                    Value::Number(v) => v.as_f64()?,
+                    Value::String(s) => s.parse::<f64>().ok()?,
+                    _ => return None,
+                };
+                return k.partial_cmp(&v);
+            }
+            if let (Some(a), Value::String(vs)) = (semver::Version::parse(ks), value) {
+                let b = semver::Version::parse(vs)?;
+                return Some(a.cmp(&b));
+            }
+            None
+        }
+        _ => None,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn t(k: Value, op: &str, v: Value) -> bool {
+        evaluate(Operator::parse(op).unwrap_or(Operator::Equals), &k, &v)
+    }
+
+    #[test]
+    fn condition_vectors_from_the_spec() {
+        assert!(t(json!(""), "Equals", json!("")));
+        assert!(t(json!("nginx:1.2"), "Equals", json!("nginx:*")));
+        assert!(!t(json!("nginx:*"), "Equals", json!("nginx:1.2")));
+        assert!(!t(json!("5"), "Equals", json!(5)));
+        assert!(t(json!(5), "Equals", json!("5")));
+        assert!(t(json!("1Gi"), "Equals", json!("1024Mi")));
+        assert!(t(json!("90s"), "Equals", json!("1m30s")));
+        assert!(t(json!(["a", "b"]), "AnyIn", json!(["b*"])));
+        assert!(!t(json!(["a", "b"]), "AllIn", json!(["a"])));
+        assert!(t(json!(["a", "b"]), "AllNotIn", json!(["c"])));
+        assert!(t(json!("x"), "AnyIn", json!("x")));
+        assert!(t(json!(5), "AnyIn", json!("1-10")));
+        assert!(t(json!("1.26.3"), "GreaterThan", json!("1.25.0")));
+        assert!(t(json!("2Gi"), "GreaterThanOrEquals", json!("1Gi")));
+        assert!(t(json!(5), "LessThan", json!("1h")));
+        assert!(!t(json!("foo"), "GreaterThan", json!(1)));
+        assert!(t(json!("CREATE"), "equals", json!("CREATE")));
+        assert!(t(json!(["a"]), "NotEquals", json!("a")));
+    }
+}

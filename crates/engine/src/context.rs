@@ -1,0 +1,116 @@
+//! The JSON document variables are evaluated against: `request.*`, `serviceAccountName`,
+//! `images`, `element`, context entries and caller-supplied values. Scopes (foreach elements,
+//! rule context entries) are set and restored explicitly.
+
+use serde_json::{Map, Value};
+use verno_jmespath::{Env, Expression, RuntimeError};
+
+pub struct Context<'e> {
+    root: Value,
+    delete: bool,
+    env: &'e dyn Env,
+}
+
+/// Saved top-level entries, restored by [`Context::restore`].
+#[must_use]
+pub struct Saved(Vec<(String, Option<Value>)>);
+
+impl<'e> Context<'e> {
+    pub fn new(root: Map<String, Value>, delete: bool, env: &'e dyn Env) -> Self {
+        Context { root: Value::Object(root), delete, env }
+    }
+
+    pub fn is_delete(&self) -> bool {
+        self.delete
+    }
+
+    pub fn env(&self) -> &'e dyn Env {
+        self.env
+    }
+
+    pub fn root(&self) -> &Value {
+        &self.root
+    }
+
+    pub fn has_key(&self, k: &str) -> bool {
+        self.root.get(k).is_some()
+    }
+
+    pub fn query(&self, e: &Expression) -> Result<Value, RuntimeError> {
+        e.search(&self.root, self.env).map(std::borrow::Cow::into_owned)
+    }
+
+    /// Sets a top-level key, returning a handle that restores the previous value.
+    pub fn set(&mut self, key: &str, v: Value) -> Saved {
+        let old = self.root.as_object_mut().and_then(|m| m.insert(key.to_string(), v));
+        Saved(vec![(key.to_string(), old)])
+    }
+
+    /// Sets a dotted path (`request.operation`, `a.b.c`), creating objects on the way.
+    /// Returns what must be restored (the whole top-level entry it touched).
+    pub fn set_path(&mut self, path: &str, v: Value) -> Saved {
+        let segs = split_dotted(path);
+        let Some(first) = segs.first().cloned() else { return Saved(Vec::new()) };
+        let old = self.root.get(&first).cloned();
+        if let Some(m) = self.root.as_object_mut() {
+            let slot = m.entry(first.clone()).or_insert(Value::Null);
+            set_in(slot, segs.get(1..).unwrap_or_default(), v);
+        }
+        Saved(vec![(first, old)])
+    }
+
+    pub fn restore(&mut self, saved: Saved) {
+        if let Some(m) = self.root.as_object_mut() {
+            for (k, old) in saved.0.into_iter().rev() {
+                match old {
+                    Some(v) => {
+                        m.insert(k, v);
+                    }
+                    None => {
+                        m.remove(&k);
+                    }
+                }
+            }
+        }
+    }
+
+    pub fn merge_saved(a: Saved, b: Saved) -> Saved {
+        let mut v = a.0;
+        v.extend(b.0);
+        Saved(v)
+    }
+
+    pub fn empty_saved() -> Saved {
+        Saved(Vec::new())
+    }
+}
+
+fn set_in(cur: &mut Value, rest: &[String], v: Value) {
+    let Some((head, tail)) = rest.split_first() else {
+        *cur = v;
+        return;
+    };
+    if !cur.is_object() {
+        *cur = Value::Object(Map::new());
+    }
+    if let Some(obj) = cur.as_object_mut() {
+        let next = obj.entry(head.clone()).or_insert(Value::Null);
+        set_in(next, tail, v);
+    }
+}
+
+/// Splits `a.b."c.d"` style keys (Kyverno allows quoted segments).
+pub fn split_dotted(path: &str) -> Vec<String> {
+    let mut out = Vec::new();
+    let mut cur = String::new();
+    let mut quoted = false;
+    for c in path.chars() {
+        match c {
+            '"' => quoted = !quoted,
+            '.' if !quoted => out.push(std::mem::take(&mut cur)),
+            _ => cur.push(c),
+        }
+    }
+    out.push(cur);
+    out
+}

@@ -1,0 +1,628 @@
+//! The per-request pipeline: for each rule of a policy, match/exclude → context → preconditions
+//! → exceptions → handler (spec §1.9). Evaluation is pure: data from outside arrives through the
+//! [`Data`] port and the request.
+
+use crate::context::{Context, Saved};
+use crate::matching::{MatchInput, RequestUser};
+use crate::outcome::{NotApplied, PolicyResponse, RuleResponse, RuleType, Status};
+use crate::policy::{Check, CompiledContextEntry, CompiledException, CompiledPolicy, CompiledRule, CompiledValidation, ContextSource, JmesField, RuleBody};
+use crate::{images, pattern};
+use serde_json::{Map, Value, json};
+use std::borrow::Cow;
+use std::collections::BTreeMap;
+use verno_jmespath::{Env, Expression};
+
+/// What a context loader found.
+pub enum Loaded {
+    Value(Value),
+    /// The source is not available here (no cluster, no mock): the entry is not loaded.
+    Unavailable,
+    Error(String),
+}
+
+/// The engine's port to data it cannot compute itself: CLI values, ConfigMaps, API calls,
+/// global context entries. The CLI answers from files; the server will answer from the cluster.
+pub trait Data: Sync {
+    /// Values injected for a rule (the CLI's `policies[].rules[].values`).
+    fn rule_values(&self, _policy: &str, _rule: &str) -> Vec<(String, Value)> {
+        Vec::new()
+    }
+    /// Per-element values for foreach (`foreachValues`).
+    fn foreach_values(&self, _policy: &str, _rule: &str) -> BTreeMap<String, Vec<Value>> {
+        BTreeMap::new()
+    }
+    fn config_map(&self, _namespace: &str, _name: &str) -> Loaded {
+        Loaded::Unavailable
+    }
+    fn api_call(&self, _method: &str, _url_path: &str, _data: Option<&Value>) -> Loaded {
+        Loaded::Unavailable
+    }
+    fn global_reference(&self, _name: &str) -> Loaded {
+        Loaded::Unavailable
+    }
+}
+
+/// A `Data` that knows nothing.
+pub struct NoData;
+impl Data for NoData {}
+
+/// One admission-style request: the resource and who asks for what.
+#[derive(Debug, Clone)]
+pub struct Request<'a> {
+    /// `CREATE`, `UPDATE`, `DELETE` or `CONNECT`.
+    pub operation: &'a str,
+    /// The new object (`Value::Null` on DELETE).
+    pub object: &'a Value,
+    /// The old object (UPDATE and DELETE).
+    pub old_object: Option<&'a Value>,
+    pub user: Option<&'a RequestUser>,
+    /// `request.userInfo` as JSON (username, groups, ...).
+    pub user_info: Option<&'a Value>,
+    pub namespace_labels: Option<&'a BTreeMap<String, String>>,
+    pub subresource: &'a str,
+    /// Extra variables (dotted keys allowed), applied after the request context.
+    pub variables: &'a [(String, Value)],
+}
+
+impl<'a> Request<'a> {
+    /// The object policies match and validate: the old object on DELETE.
+    pub fn subject(&self) -> &'a Value {
+        if self.object.is_null() { self.old_object.unwrap_or(self.object) } else { self.object }
+    }
+    fn is_delete(&self) -> bool {
+        self.operation.eq_ignore_ascii_case("DELETE")
+    }
+}
+
+fn str_at<'v>(v: &'v Value, p: &str) -> &'v str {
+    v.pointer(p).and_then(Value::as_str).unwrap_or("")
+}
+
+/// Builds the variable context for a request (shared by all policies of one evaluation).
+pub fn build_context<'e>(req: &Request, env: &'e dyn Env) -> Context<'e> {
+    let subject = req.subject();
+    let api_version = str_at(subject, "/apiVersion");
+    let (group, version) = match api_version.split_once('/') {
+        Some((g, v)) => (g, v),
+        None => ("", api_version),
+    };
+    let username = req.user_info.and_then(|u| u.get("username")).and_then(Value::as_str).unwrap_or("");
+    let (sa_ns, sa_name) = match username.strip_prefix("system:serviceaccount:").and_then(|r| r.split_once(':')) {
+        Some((ns, n)) => (ns.to_string(), n.to_string()),
+        None => (String::new(), String::new()),
+    };
+    let mut request = json!({
+        "operation": req.operation,
+        "object": req.object,
+        "oldObject": req.old_object.cloned().unwrap_or(Value::Null),
+        "namespace": str_at(subject, "/metadata/namespace"),
+        "name": str_at(subject, "/metadata/name"),
+        "kind": {"group": group, "version": version, "kind": str_at(subject, "/kind")},
+        "userInfo": req.user_info.cloned().unwrap_or_else(|| json!({})),
+        "roles": req.user.map(|u| u.roles.clone()).unwrap_or_default(),
+        "clusterRoles": req.user.map(|u| u.cluster_roles.clone()).unwrap_or_default(),
+    });
+    if !req.subresource.is_empty() {
+        if let Some(m) = request.as_object_mut() {
+            m.insert("subResource".into(), Value::String(req.subresource.into()));
+        }
+    }
+    let mut root = Map::new();
+    root.insert("request".into(), request);
+    root.insert("serviceAccountName".into(), Value::String(sa_name));
+    root.insert("serviceAccountNamespace".into(), Value::String(sa_ns));
+    root.insert("images".into(), images::extract(subject));
+    let mut ctx = Context::new(root, req.is_delete(), env);
+    for (k, v) in req.variables {
+        // Values are permanent for this request: nothing to restore.
+        let _kept: Saved = ctx.set_path(k, v.clone());
+    }
+    ctx
+}
+
+/// Evaluates one policy against one request.
+pub fn evaluate_policy(
+    policy: &CompiledPolicy,
+    exceptions: &[CompiledException],
+    req: &Request,
+    ctx: &mut Context,
+    data: &dyn Data,
+) -> PolicyResponse {
+    let mut resp = PolicyResponse { policy: policy.key(), ..Default::default() };
+    let subject = req.subject();
+    let api_version = str_at(subject, "/apiVersion");
+    let (group, version) = match api_version.split_once('/') {
+        Some((g, v)) => (g, v),
+        None => ("", api_version),
+    };
+    let name = {
+        let n = str_at(subject, "/metadata/name");
+        if n.is_empty() { str_at(subject, "/metadata/generateName") } else { n }
+    };
+    let namespace = str_at(subject, "/metadata/namespace");
+    let input = MatchInput {
+        group,
+        version,
+        kind: str_at(subject, "/kind"),
+        subresource: req.subresource,
+        name,
+        namespace,
+        labels: subject.pointer("/metadata/labels").and_then(Value::as_object),
+        annotations: subject.pointer("/metadata/annotations").and_then(Value::as_object),
+        operation: req.operation,
+        namespace_labels: req.namespace_labels,
+        user: req.user,
+    };
+    if policy.kind == "Policy" {
+        let pns = policy.namespace.as_deref().unwrap_or("default");
+        if namespace.is_empty() || namespace != pns {
+            resp.not_applied.push(NotApplied { rule: String::new(), reason: format!("namespaced policy {pns}/{} does not apply to namespace {namespace:?}", policy.name) });
+            return resp;
+        }
+    }
+    for rule in &policy.rules {
+        if let Err(reason) = rule.matcher.matches(&input) {
+            resp.not_applied.push(NotApplied { rule: rule.name.clone(), reason });
+            continue;
+        }
+        if rule.exclude.as_ref().is_some_and(|e| e.excludes(&input)) {
+            resp.not_applied.push(NotApplied { rule: rule.name.clone(), reason: "excluded".into() });
+            continue;
+        }
+        let r = evaluate_rule(policy, rule, exceptions, req, &input, ctx, data);
+        if let Some(r) = r {
+            let counts = matches!(r.status, Status::Pass | Status::Fail);
+            resp.rules.push(r);
+            if policy.apply_one && counts {
+                break;
+            }
+        } else {
+            resp.not_applied.push(NotApplied { rule: rule.name.clone(), reason: "the rule produced no result".into() });
+        }
+    }
+    resp
+}
+
+fn rule_type(rule: &CompiledRule) -> RuleType {
+    match &rule.body {
+        RuleBody::Validate(_) => RuleType::Validation,
+        RuleBody::Unsupported { rule_type, .. } => *rule_type,
+    }
+}
+
+fn evaluate_rule(
+    policy: &CompiledPolicy,
+    rule: &CompiledRule,
+    exceptions: &[CompiledException],
+    req: &Request,
+    input: &MatchInput,
+    ctx: &mut Context,
+    data: &dyn Data,
+) -> Option<RuleResponse> {
+    let rt = rule_type(rule);
+    let origin = rule.autogen_of.as_deref().unwrap_or(&rule.name);
+    let mut saved = Context::empty_saved();
+    for (k, v) in data.rule_values(&policy.name, origin) {
+        saved = Context::merge_saved(saved, ctx.set_path(&k, v));
+    }
+    let provided: Vec<String> = data.rule_values(&policy.name, origin).into_iter().map(|(k, _)| k).collect();
+    let result = (|| {
+        if let Err(e) = load_context(&rule.context, ctx, data, &provided, policy, &mut saved) {
+            return Some(RuleResponse::new(&rule.name, rt, Status::Error, format!("failed to load context: {e}")));
+        }
+        if let Some(pre) = &rule.preconditions {
+            match pre.evaluate(ctx) {
+                Err(e) => return Some(RuleResponse::new(&rule.name, rt, Status::Error, format!("failed to evaluate preconditions: {e}"))),
+                Ok((false, msg)) => {
+                    let m = if msg.is_empty() { "preconditions not met".to_string() } else { format!("preconditions not met; {msg}") };
+                    return Some(RuleResponse::new(&rule.name, rt, Status::Skip, m));
+                }
+                Ok((true, _)) => {}
+            }
+        }
+        let hits: Vec<String> = exceptions
+            .iter()
+            .filter(|e| exception_applies(e, policy, &rule.name, input, ctx))
+            .map(|e| e.key.clone())
+            .collect();
+        if !hits.is_empty() {
+            let mut r = RuleResponse::new(&rule.name, rt, Status::Skip, format!("rule is skipped due to policy exceptions{}", hits.join(", ")));
+            r.exceptions = hits;
+            return Some(r);
+        }
+        match &rule.body {
+            RuleBody::Unsupported { what, .. } => Some(RuleResponse::new(&rule.name, rt, Status::Error, *what)),
+            RuleBody::Validate(v) => {
+                let foreach_values = data.foreach_values(&policy.name, origin);
+                let mut vc = ValidateCtx { rule: &rule.name, v, foreach_values: &foreach_values, data, policy, provided: &provided };
+                vc.validate(&v.check, req.subject(), ctx, 0, req.is_delete(), exceptions_pss(exceptions, policy, &rule.name, input, ctx))
+            }
+        }
+    })();
+    ctx.restore(saved);
+    result
+}
+
+fn exception_applies(e: &CompiledException, policy: &CompiledPolicy, rule: &str, input: &MatchInput, ctx: &Context) -> bool {
+    let key = policy.key();
+    let names = e.refs.iter().any(|(p, rules)| (*p == key || *p == policy.name) && rules.iter().any(|r| verno_jmespath::wildcard::matches(r, rule)));
+    if !names {
+        return false;
+    }
+    if e.matcher.matches(input).is_err() {
+        return false;
+    }
+    match &e.conditions {
+        Some(c) => matches!(c.evaluate(ctx), Ok((true, _))),
+        None => true,
+    }
+}
+
+fn exceptions_pss(_e: &[CompiledException], _p: &CompiledPolicy, _r: &str, _i: &MatchInput, _c: &Context) -> Vec<verno_api::PodSecurityStandard> {
+    Vec::new()
+}
+
+fn render_jmes(f: &JmesField, ctx: &Context) -> Result<Expression, String> {
+    match f {
+        JmesField::Static(e) => Ok(e.clone()),
+        JmesField::Templated(t) => {
+            let s = t.render(ctx, "").map_err(|e| e.to_string())?;
+            let s = s.as_str().unwrap_or_default().to_string();
+            Expression::compile(&s).map_err(|e| format!("invalid JMESPath {s:?}: {e}"))
+        }
+    }
+}
+
+fn load_context(
+    entries: &[CompiledContextEntry],
+    ctx: &mut Context,
+    data: &dyn Data,
+    provided: &[String],
+    policy: &CompiledPolicy,
+    saved: &mut Saved,
+) -> Result<(), String> {
+    for entry in entries {
+        if provided.iter().any(|p| p == &entry.name || p.starts_with(&format!("{}.", entry.name))) {
+            continue;
+        }
+        let value: Option<Value> = match &entry.source {
+            ContextSource::Variable { value, jmes_path, default } => {
+                let base: Result<Option<Value>, String> = match value {
+                    Some(v) => {
+                        let rendered = v.render(ctx, "").map_err(|e| e.to_string());
+                        match (rendered, jmes_path) {
+                            (Ok(r), Some(jp)) => {
+                                let e = render_jmes(jp, ctx)?;
+                                e.search(r.as_ref(), ctx.env()).map(|x| Some(x.into_owned())).map_err(|e| e.to_string())
+                            }
+                            (Ok(r), None) => Ok(Some(r.into_owned())),
+                            (Err(e), _) => Err(e),
+                        }
+                    }
+                    None => match jmes_path {
+                        Some(jp) => {
+                            let e = render_jmes(jp, ctx)?;
+                            let e2 = if ctx.is_delete() && e.source().contains("request.object") {
+                                Expression::compile(&e.source().replace("request.object", "request.oldObject")).unwrap_or(e)
+                            } else {
+                                e
+                            };
+                            ctx.query(&e2).map(Some).map_err(|e| e.to_string())
+                        }
+                        None => Ok(None),
+                    },
+                };
+                let v = match base {
+                    Ok(Some(v)) if !v.is_null() => Some(v),
+                    other => match default {
+                        Some(d) => Some(d.render(ctx, "").map_err(|e| e.to_string())?.into_owned()),
+                        None => {
+                            if let Err(e) = other {
+                                return Err(e);
+                            }
+                            return Err(format!("failed to add context entry for variable {} since it evaluated to nil", entry.name));
+                        }
+                    },
+                };
+                v
+            }
+            ContextSource::ConfigMap { name, namespace } => {
+                let n = name.render(ctx, "").map_err(|e| e.to_string())?;
+                let ns = match namespace {
+                    Some(ns) => ns.render(ctx, "").map_err(|e| e.to_string())?.as_str().unwrap_or("").to_string(),
+                    None => policy.namespace.clone().filter(|_| policy.kind == "Policy").unwrap_or_else(|| "default".into()),
+                };
+                let ns = if ns.is_empty() { "default".to_string() } else { ns };
+                match data.config_map(&ns, n.as_str().unwrap_or("")) {
+                    Loaded::Value(v) => Some(v),
+                    Loaded::Unavailable => None,
+                    Loaded::Error(e) => return Err(format!("failed to get configmap {ns}/{}: {e}", n.as_str().unwrap_or(""))),
+                }
+            }
+            ContextSource::ApiCall { url_path, method, data: body, service, jmes_path, default } => {
+                if *service {
+                    None
+                } else {
+                    let url = match url_path {
+                        Some(u) => u.render(ctx, "").map_err(|e| e.to_string())?.as_str().unwrap_or("").to_string(),
+                        None => String::new(),
+                    };
+                    let body = match body {
+                        Some(b) => Some(b.render(ctx, "").map_err(|e| e.to_string())?.into_owned()),
+                        None => None,
+                    };
+                    match data.api_call(method, &url, body.as_ref()) {
+                        Loaded::Value(v) => {
+                            let out = match jmes_path {
+                                Some(jp) => {
+                                    let e = render_jmes(jp, ctx)?;
+                                    e.search(&v, ctx.env()).map(Cow::into_owned).map_err(|e| e.to_string())
+                                }
+                                None => Ok(v),
+                            };
+                            match (out, default) {
+                                (Ok(v), _) => Some(v),
+                                (Err(_), Some(d)) => Some(d.render(ctx, "").map_err(|e| e.to_string())?.into_owned()),
+                                (Err(e), None) => return Err(e),
+                            }
+                        }
+                        Loaded::Unavailable => None,
+                        Loaded::Error(e) => match default {
+                            Some(d) => Some(d.render(ctx, "").map_err(|e| e.to_string())?.into_owned()),
+                            None => return Err(e),
+                        },
+                    }
+                }
+            }
+            ContextSource::GlobalReference { name, jmes_path } => match data.global_reference(name) {
+                Loaded::Value(v) => match jmes_path {
+                    Some(jp) => {
+                        let e = render_jmes(jp, ctx)?;
+                        Some(e.search(&v, ctx.env()).map(Cow::into_owned).map_err(|e| e.to_string())?)
+                    }
+                    None => Some(v),
+                },
+                Loaded::Unavailable => None,
+                Loaded::Error(e) => return Err(e),
+            },
+            ContextSource::ImageRegistry => None,
+        };
+        if let Some(v) = value {
+            let s = ctx.set_path(&entry.name, v);
+            let old = std::mem::replace(saved, Context::empty_saved());
+            *saved = Context::merge_saved(old, s);
+        }
+    }
+    Ok(())
+}
+
+struct ValidateCtx<'a> {
+    rule: &'a str,
+    v: &'a CompiledValidation,
+    foreach_values: &'a BTreeMap<String, Vec<Value>>,
+    data: &'a dyn Data,
+    policy: &'a CompiledPolicy,
+    provided: &'a [String],
+}
+
+impl ValidateCtx<'_> {
+    fn resp(&self, status: Status, msg: impl Into<String>) -> RuleResponse {
+        RuleResponse::new(self.rule, RuleType::Validation, status, msg)
+    }
+
+    fn message(&self, ctx: &Context) -> Result<Option<String>, String> {
+        match &self.v.message {
+            None => Ok(None),
+            Some(t) => match t.render(ctx, "") {
+                Ok(Value::String(s)) => Ok(Some(s)),
+                Ok(Value::Null) => Ok(Some(String::new())),
+                Ok(other) => Ok(Some(other.to_string())),
+                Err(e) => Err(e.to_string()),
+            },
+        }
+    }
+
+    fn error_message(&self, ctx: &Context, err: &str, path: &str) -> String {
+        let msg = match self.message(ctx) {
+            Ok(Some(m)) if !m.is_empty() => m,
+            Ok(_) => {
+                return if path.is_empty() {
+                    format!("validation error: rule {} execution error: {err}", self.rule)
+                } else {
+                    format!("validation error: rule {} failed at path {path}", self.rule)
+                };
+            }
+            Err(_) => return format!("validation error: variables substitution error in rule {} execution error: {err}", self.rule),
+        };
+        let msg = if msg.ends_with('.') { msg } else { format!("{msg}.") };
+        if path.is_empty() {
+            format!("validation error: {msg} rule {} execution error: {err}", self.rule)
+        } else {
+            format!("validation error: {msg} rule {} failed at path {path}", self.rule)
+        }
+    }
+
+    /// Runs one check on `target`; `None` means the rule yields no result (DELETE pattern, empty foreach).
+    fn validate(&mut self, check: &Check, target: &Value, ctx: &mut Context, nesting: usize, delete: bool, pss_extra: Vec<verno_api::PodSecurityStandard>) -> Option<RuleResponse> {
+        match check {
+            Check::Nothing => None,
+            Check::Unsupported(what) => Some(self.resp(Status::Error, *what)),
+            Check::BadAnyPattern(e) => Some(self.resp(Status::Error, format!("failed to deserialize anyPattern, expected type array: {e}"))),
+            Check::Deny(conds) => match conds.evaluate(ctx) {
+                Err(e) => Some(self.resp(Status::Error, format!("failed to check deny conditions: {e}"))),
+                Ok((false, _)) => Some(self.resp(Status::Pass, format!("validation rule '{}' passed.", self.rule))),
+                Ok((true, cond_msg)) => {
+                    let base = match self.message(ctx) {
+                        Ok(m) => m.unwrap_or_default(),
+                        Err(_) => self.v.message.as_ref().map(|t| t.source().to_string()).unwrap_or_default(),
+                    };
+                    let msg = if base.is_empty() && cond_msg.is_empty() {
+                        format!("validation error: rule {} failed", self.rule)
+                    } else if cond_msg.is_empty() {
+                        base
+                    } else if base.is_empty() {
+                        cond_msg
+                    } else {
+                        format!("{base}; {cond_msg}")
+                    };
+                    Some(self.resp(Status::Fail, msg))
+                }
+            },
+            Check::Pattern(p) => {
+                if delete {
+                    return None;
+                }
+                let p = match p.render(ctx, "/validate/pattern") {
+                    Ok(p) => p,
+                    Err(e) => return Some(self.resp(Status::Error, format!("variable substitution failed: {e}"))),
+                };
+                match pattern::match_pattern(target, &p) {
+                    Ok(()) => Some(self.resp(Status::Pass, format!("validation rule '{}' passed.", self.rule))),
+                    Err(pe) if pe.skip => Some(self.resp(Status::Skip, pe.message)),
+                    Err(pe) if pe.path.is_empty() => Some(self.resp(Status::Error, self.error_message(ctx, &pe.message, ""))),
+                    Err(pe) => Some(self.resp(Status::Fail, self.error_message(ctx, &pe.message, &pe.path))),
+                }
+            }
+            Check::AnyPattern(ps) => {
+                if delete {
+                    return None;
+                }
+                let mut errs: Vec<String> = Vec::new();
+                let mut all_skip = true;
+                for (i, p) in ps.iter().enumerate() {
+                    let p = match p.render(ctx, &format!("/validate/anyPattern/{i}")) {
+                        Ok(p) => p,
+                        Err(e) => return Some(self.resp(Status::Error, format!("variable substitution failed: {e}"))),
+                    };
+                    match pattern::match_pattern(target, &p) {
+                        Ok(()) => return Some(self.resp(Status::Pass, format!("validation rule '{}' anyPattern[{i}] passed.", self.rule))),
+                        Err(pe) if pe.skip => errs.push(format!("rule {}[{i}] skipped: {}", self.rule, pe.message)),
+                        Err(pe) => {
+                            all_skip = false;
+                            if pe.path.is_empty() {
+                                errs.push(format!("rule {}[{i}] failed: {}", self.rule, pe.message));
+                            } else {
+                                errs.push(format!("rule {}[{i}] failed at path {}", self.rule, pe.path));
+                            }
+                        }
+                    }
+                }
+                if errs.is_empty() {
+                    return None;
+                }
+                let joined = errs.join(" ");
+                if all_skip {
+                    return Some(self.resp(Status::Skip, joined));
+                }
+                let msg = match self.message(ctx) {
+                    Ok(Some(m)) if !m.is_empty() => {
+                        if m.ends_with('.') { format!("validation error: {m} {joined}") } else { format!("validation error: {m}. {joined}") }
+                    }
+                    _ => format!("validation error: {joined}"),
+                };
+                Some(self.resp(Status::Fail, msg))
+            }
+            Check::PodSecurity(pss) => {
+                if delete {
+                    return None;
+                }
+                let v = pss.violations(target, &pss_extra);
+                let lvl = format!("{}:{}", pss.level_name(), pss.version);
+                if v.is_empty() {
+                    Some(self.resp(Status::Pass, format!("Validation rule '{}' passed.", self.rule)))
+                } else {
+                    let checks: Vec<String> = v.iter().map(|(c, d)| format!("({c}: {d})")).collect();
+                    Some(self.resp(Status::Fail, format!("Validation rule '{}' failed. It violates PodSecurity \"{lvl}\": {}", self.rule, checks.join(", "))))
+                }
+            }
+            Check::Foreach(fs) => {
+                let mut applied = 0usize;
+                for f in fs {
+                    let list = match ctx.query(f.list.pick(delete)) {
+                        Ok(v) => v,
+                        Err(_) => continue,
+                    };
+                    let elements: Vec<Value> = match list {
+                        Value::Array(a) => a,
+                        Value::Null => Vec::new(),
+                        other => vec![other],
+                    };
+                    let (resp, count) = self.foreach_elements(f, &elements, ctx, nesting, delete);
+                    if let Some(r) = resp {
+                        if r.status != Status::Pass {
+                            return Some(r);
+                        }
+                    }
+                    applied += count;
+                }
+                if applied == 0 {
+                    return None;
+                }
+                Some(self.resp(Status::Pass, "rule passed"))
+            }
+        }
+    }
+
+    fn foreach_elements(&mut self, f: &crate::policy::CompiledForeach, elements: &[Value], ctx: &mut Context, nesting: usize, delete: bool) -> (Option<RuleResponse>, usize) {
+        let mut applied = 0;
+        let n = elements.len();
+        for (index, element) in elements.iter().enumerate() {
+            if element.is_null() {
+                continue;
+            }
+            let mut saved = ctx.set("element", element.clone());
+            saved = Context::merge_saved(saved, ctx.set("elementIndex", Value::from(index as i64)));
+            saved = Context::merge_saved(saved, ctx.set(&format!("element{nesting}"), element.clone()));
+            saved = Context::merge_saved(saved, ctx.set(&format!("elementIndex{nesting}"), Value::from(index as i64)));
+            for (k, vals) in self.foreach_values {
+                if let Some(v) = vals.get(index) {
+                    saved = Context::merge_saved(saved, ctx.set_path(k, v.clone()));
+                }
+            }
+            let is_map = element.is_object();
+            let scoped = match f.element_scope {
+                Some(true) if !is_map => {
+                    ctx.restore(saved);
+                    return (
+                        Some(self.resp(Status::Error, format!("failed to process foreach: cannot use elementScope=true foreach rules for elements that are not maps, expected type=map got type={}", verno_jmespath::value::type_name(element)))),
+                        applied,
+                    );
+                }
+                Some(s) => s,
+                None => is_map,
+            };
+            let r = self.foreach_one(f, element, scoped, ctx, nesting, delete, &mut saved);
+            ctx.restore(saved);
+            match r {
+                None => continue,
+                Some(r) if r.status == Status::Skip => continue,
+                Some(r) if r.status == Status::Pass => applied += 1,
+                Some(r) if r.status == Status::Error => {
+                    if index + 1 < n {
+                        continue;
+                    }
+                    return (Some(self.resp(Status::Error, format!("validation failure: {}", r.message))), applied);
+                }
+                Some(r) => return (Some(self.resp(Status::Fail, format!("validation failure: {}", r.message))), applied),
+            }
+        }
+        (Some(self.resp(Status::Pass, "")), applied)
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn foreach_one(&mut self, f: &crate::policy::CompiledForeach, element: &Value, scoped: bool, ctx: &mut Context, nesting: usize, delete: bool, saved: &mut Saved) -> Option<RuleResponse> {
+        if let Err(e) = load_context(&f.context, ctx, self.data, self.provided, self.policy, saved) {
+            return Some(self.resp(Status::Error, format!("failed to load context: {e}")));
+        }
+        if let Some(pre) = &f.preconditions {
+            match pre.evaluate(ctx) {
+                Err(e) => return Some(self.resp(Status::Skip, format!("failed to evaluate preconditions: {e}"))),
+                Ok((false, _)) => return Some(self.resp(Status::Skip, "preconditions not met")),
+                Ok((true, _)) => {}
+            }
+        }
+        let request_object = ctx.root().pointer("/request/object").cloned().unwrap_or(Value::Null);
+        let target: &Value = if scoped { element } else { &request_object };
+        self.validate(&f.check, target, ctx, nesting + 1, delete, Vec::new())
+    }
+}

@@ -1,0 +1,407 @@
+//! `match` / `exclude`: kind selectors, names, namespaces, annotations, label and namespace
+//! selectors (with wildcards), operations and user info (spec §1.3). Compiled once per rule.
+
+use crate::error::CompileError;
+use std::collections::BTreeMap;
+use std::sync::LazyLock;
+use verno_api::{LabelSelector, MatchResources, ResourceDescription, ResourceFilter, Subject};
+use verno_jmespath::wildcard;
+
+/// What matching needs to know about the resource and the request.
+#[derive(Debug, Clone, Default)]
+pub struct MatchInput<'a> {
+    pub group: &'a str,
+    pub version: &'a str,
+    pub kind: &'a str,
+    pub subresource: &'a str,
+    pub name: &'a str,
+    pub namespace: &'a str,
+    pub labels: Option<&'a serde_json::Map<String, serde_json::Value>>,
+    pub annotations: Option<&'a serde_json::Map<String, serde_json::Value>>,
+    pub operation: &'a str,
+    pub namespace_labels: Option<&'a BTreeMap<String, String>>,
+    pub user: Option<&'a RequestUser>,
+}
+
+/// The requesting user, with the roles resolved for it.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct RequestUser {
+    pub username: String,
+    pub groups: Vec<String>,
+    pub roles: Vec<String>,
+    pub cluster_roles: Vec<String>,
+}
+
+impl RequestUser {
+    fn is_empty(&self) -> bool {
+        self.username.is_empty() && self.groups.is_empty() && self.roles.is_empty() && self.cluster_roles.is_empty()
+    }
+}
+
+#[derive(Debug, Clone)]
+pub struct KindSelector {
+    group: String,
+    version: String,
+    kind: String,
+    sub: String,
+    /// `*/*`: every kind including subresources.
+    all: bool,
+}
+
+static VERSION: LazyLock<Option<regex::Regex>> = LazyLock::new(|| regex::Regex::new(r"^(v\d+((alpha|beta)\d+)?|\*)$").ok());
+
+fn is_version(s: &str) -> bool {
+    VERSION.as_ref().is_some_and(|r| r.is_match(s))
+}
+
+impl KindSelector {
+    pub fn parse(s: &str) -> KindSelector {
+        let parts: Vec<&str> = s.split('/').collect();
+        let split_last = |last: &str| -> (String, String) {
+            match last.split_once('.') {
+                Some((k, sub)) => (k.to_string(), sub.to_string()),
+                None => (last.to_string(), String::new()),
+            }
+        };
+        let mk = |g: &str, v: &str, k: String, sub: String| KindSelector { group: g.into(), version: v.into(), kind: k, sub, all: false };
+        match parts.as_slice() {
+            [k] => {
+                let (k, sub) = split_last(k);
+                mk("*", "*", k, sub)
+            }
+            ["*", "*"] => KindSelector { group: "*".into(), version: "*".into(), kind: "*".into(), sub: "*".into(), all: true },
+            ["*", sub] if sub.chars().next().is_some_and(|c| c.is_lowercase()) => mk("*", "*", "*".into(), (*sub).to_string()),
+            [v, k] if is_version(v) => {
+                let (k, sub) = split_last(k);
+                mk("*", v, k, sub)
+            }
+            [k, sub] => mk("*", "*", (*k).to_string(), (*sub).to_string()),
+            [v, k, sub] if is_version(v) => mk("*", v, (*k).to_string(), (*sub).to_string()),
+            [g, v, k] => {
+                let (k, sub) = split_last(k);
+                mk(g, v, k, sub)
+            }
+            [g, v, k, sub] => mk(g, v, (*k).to_string(), (*sub).to_string()),
+            _ => mk("*", "*", s.to_string(), String::new()),
+        }
+    }
+
+    pub fn matches(&self, group: &str, version: &str, kind: &str, sub: &str) -> bool {
+        if self.all {
+            return true;
+        }
+        if !wildcard::matches(&self.group, group) || !wildcard::matches(&self.version, version) || !wildcard::matches(&self.kind, kind) {
+            return false;
+        }
+        if self.sub.is_empty() {
+            // The main resource; `Pod` also covers ephemeral containers.
+            return sub.is_empty() || (kind == "Pod" && sub == "ephemeralcontainers");
+        }
+        wildcard::matches(&self.sub.to_lowercase(), &sub.to_lowercase())
+    }
+
+    pub fn kind(&self) -> &str {
+        &self.kind
+    }
+}
+
+#[derive(Debug, Clone, Default)]
+struct Description {
+    kinds: Vec<KindSelector>,
+    names: Vec<String>,
+    namespaces: Vec<String>,
+    annotations: BTreeMap<String, String>,
+    selector: Option<LabelSelector>,
+    namespace_selector: Option<LabelSelector>,
+    operations: Vec<String>,
+}
+
+#[derive(Debug, Clone, Default)]
+struct Filter {
+    desc: Description,
+    subjects: Vec<Subject>,
+    roles: Vec<String>,
+    cluster_roles: Vec<String>,
+}
+
+#[derive(Debug, Clone)]
+enum Mode {
+    Any(Vec<Filter>),
+    All(Vec<Filter>),
+}
+
+/// A compiled `match` or `exclude` block.
+#[derive(Debug, Clone)]
+pub struct Matcher {
+    mode: Mode,
+}
+
+fn compile_desc(d: &ResourceDescription, path: &str) -> Result<Description, CompileError> {
+    if d.name.is_some() && !d.names.is_empty() {
+        return Err(CompileError::new(path, "both name and names can not be specified together"));
+    }
+    let mut names = d.names.clone();
+    if let Some(n) = &d.name {
+        names.push(n.clone());
+    }
+    Ok(Description {
+        kinds: d.kinds.iter().map(|k| KindSelector::parse(k)).collect(),
+        names,
+        namespaces: d.namespaces.clone(),
+        annotations: d.annotations.clone(),
+        selector: d.selector.clone(),
+        namespace_selector: d.namespace_selector.clone(),
+        operations: d.operations.clone(),
+    })
+}
+
+fn compile_filter(f: &ResourceFilter, path: &str) -> Result<Filter, CompileError> {
+    Ok(Filter {
+        desc: compile_desc(&f.resources, &format!("{path}.resources"))?,
+        subjects: f.subjects.clone(),
+        roles: f.roles.clone(),
+        cluster_roles: f.cluster_roles.clone(),
+    })
+}
+
+impl Matcher {
+    pub fn compile(m: &MatchResources, path: &str) -> Result<Matcher, CompileError> {
+        if m.any.is_some() && m.all.is_some() {
+            return Err(CompileError::new(path, "can't specify any and all together"));
+        }
+        let list = |v: &[ResourceFilter], p: &str| -> Result<Vec<Filter>, CompileError> {
+            v.iter().enumerate().map(|(i, f)| compile_filter(f, &format!("{p}[{i}]"))).collect()
+        };
+        let mode = if let Some(any) = &m.any {
+            Mode::Any(list(any, &format!("{path}.any"))?)
+        } else if let Some(all) = &m.all {
+            Mode::All(list(all, &format!("{path}.all"))?)
+        } else {
+            let f = Filter {
+                desc: match &m.resources {
+                    Some(r) => compile_desc(r, &format!("{path}.resources"))?,
+                    None => Description::default(),
+                },
+                subjects: m.subjects.clone(),
+                roles: m.roles.clone(),
+                cluster_roles: m.cluster_roles.clone(),
+            };
+            Mode::Any(vec![f])
+        };
+        Ok(Matcher { mode })
+    }
+
+    /// All kind selectors named anywhere in this block.
+    pub fn kinds(&self) -> Vec<&KindSelector> {
+        let fs = match &self.mode {
+            Mode::Any(v) | Mode::All(v) => v,
+        };
+        fs.iter().flat_map(|f| f.desc.kinds.iter()).collect()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        match &self.mode {
+            Mode::Any(v) | Mode::All(v) => v.iter().all(|f| f.is_empty()),
+        }
+    }
+
+    /// For `match`: does the resource match? `Err` carries the reason it does not.
+    pub fn matches(&self, input: &MatchInput) -> Result<(), String> {
+        match &self.mode {
+            Mode::Any(fs) => {
+                let mut reasons = Vec::new();
+                for f in fs {
+                    match f.matches(input, false) {
+                        Ok(()) => return Ok(()),
+                        Err(r) => reasons.push(r),
+                    }
+                }
+                Err(reasons.join("; "))
+            }
+            Mode::All(fs) => {
+                for f in fs {
+                    f.matches(input, false)?;
+                }
+                if fs.is_empty() { Err("no resource filters".into()) } else { Ok(()) }
+            }
+        }
+    }
+
+    /// For `exclude`: is the resource excluded?
+    pub fn excludes(&self, input: &MatchInput) -> bool {
+        match &self.mode {
+            Mode::Any(fs) => fs.iter().any(|f| !f.is_empty() && f.matches(input, true).is_ok()),
+            Mode::All(fs) => !fs.is_empty() && fs.iter().all(|f| f.matches(input, true).is_ok()),
+        }
+    }
+}
+
+impl Filter {
+    fn is_empty(&self) -> bool {
+        let d = &self.desc;
+        d.kinds.is_empty()
+            && d.names.is_empty()
+            && d.namespaces.is_empty()
+            && d.annotations.is_empty()
+            && d.selector.is_none()
+            && d.namespace_selector.is_none()
+            && d.operations.is_empty()
+            && self.subjects.is_empty()
+            && self.roles.is_empty()
+            && self.cluster_roles.is_empty()
+    }
+
+    fn matches(&self, input: &MatchInput, exclude: bool) -> Result<(), String> {
+        if self.is_empty() {
+            return Err("empty resource filter".into());
+        }
+        self.desc.matches(input)?;
+        let has_user = !self.subjects.is_empty() || !self.roles.is_empty() || !self.cluster_roles.is_empty();
+        if has_user {
+            match input.user.filter(|u| !u.is_empty()) {
+                None => {
+                    if exclude {
+                        return Err("no user information".into());
+                    }
+                }
+                Some(u) => user_matches(self, u)?,
+            }
+        }
+        Ok(())
+    }
+}
+
+fn user_matches(f: &Filter, u: &RequestUser) -> Result<(), String> {
+    let mut ok = false;
+    if f.roles.iter().any(|r| u.roles.contains(r)) {
+        ok = true;
+    }
+    if f.cluster_roles.iter().any(|r| u.cluster_roles.contains(r)) {
+        ok = true;
+    }
+    for s in &f.subjects {
+        let hit = match s.kind.as_str() {
+            "User" => wildcard::matches(&s.name, &u.username),
+            "Group" => u.groups.iter().any(|g| wildcard::matches(&s.name, g)),
+            "ServiceAccount" => {
+                let sa = format!("system:serviceaccount:{}:{}", s.namespace.as_deref().unwrap_or(""), s.name);
+                wildcard::matches(&sa, &u.username)
+            }
+            _ => false,
+        };
+        if hit {
+            ok = true;
+        }
+    }
+    if ok { Ok(()) } else { Err("user info does not match".into()) }
+}
+
+impl Description {
+    fn matches(&self, i: &MatchInput) -> Result<(), String> {
+        if !self.kinds.is_empty() && !self.kinds.iter().any(|k| k.matches(i.group, i.version, i.kind, i.subresource)) {
+            return Err(format!("kind {} does not match", i.kind));
+        }
+        if !self.names.is_empty() && !self.names.iter().any(|n| wildcard::matches(n, i.name)) {
+            return Err(format!("name {} does not match", i.name));
+        }
+        if !self.namespaces.is_empty() {
+            let ns = if i.kind == "Namespace" { i.name } else { i.namespace };
+            if !self.namespaces.iter().any(|n| wildcard::matches(n, ns)) {
+                return Err(format!("namespace {ns} does not match"));
+            }
+        }
+        if !self.annotations.is_empty() {
+            let ann = i.annotations;
+            let ok = self.annotations.iter().all(|(k, v)| {
+                ann.is_some_and(|a| a.iter().any(|(rk, rv)| wildcard::matches(k, rk) && rv.as_str().is_some_and(|rv| wildcard::matches(v, rv))))
+            });
+            if !ok {
+                return Err("annotations do not match".into());
+            }
+        }
+        if let Some(sel) = &self.selector {
+            let labels: BTreeMap<String, String> = i
+                .labels
+                .map(|m| m.iter().filter_map(|(k, v)| v.as_str().map(|s| (k.clone(), s.to_string()))).collect())
+                .unwrap_or_default();
+            if !selector_matches(sel, &labels, true) {
+                return Err("selector does not match".into());
+            }
+        }
+        if let Some(sel) = &self.namespace_selector {
+            if i.kind == "Namespace" {
+                return Err("namespaceSelector does not apply to Namespaces".into());
+            }
+            let empty = BTreeMap::new();
+            let labels = i.namespace_labels.unwrap_or(&empty);
+            if !selector_matches(sel, labels, false) {
+                return Err("namespaceSelector does not match".into());
+            }
+        }
+        if !self.operations.is_empty() && !self.operations.iter().any(|o| o.eq_ignore_ascii_case(i.operation)) {
+            return Err(format!("operation {} does not match", i.operation));
+        }
+        Ok(())
+    }
+}
+
+/// Label selector matching; `wildcards` enables Kyverno's wildcard keys/values in matchLabels.
+pub fn selector_matches(sel: &LabelSelector, labels: &BTreeMap<String, String>, wildcards: bool) -> bool {
+    if let Some(ml) = &sel.match_labels {
+        for (k, v) in ml {
+            let ok = if wildcards && (wildcard::has_wildcard(k) || wildcard::has_wildcard(v)) {
+                labels.iter().any(|(lk, lv)| wildcard::matches(k, lk) && wildcard::matches(v, lv))
+            } else {
+                labels.get(k) == Some(v)
+            };
+            if !ok {
+                return false;
+            }
+        }
+    }
+    if let Some(exprs) = &sel.match_expressions {
+        for e in exprs {
+            let present = labels.get(&e.key);
+            let ok = match e.operator.as_str() {
+                "In" => present.is_some_and(|v| e.values.contains(v)),
+                "NotIn" => present.is_none_or(|v| !e.values.contains(v)),
+                "Exists" => present.is_some(),
+                "DoesNotExist" => present.is_none(),
+                _ => false,
+            };
+            if !ok {
+                return false;
+            }
+        }
+    }
+    true
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn kind_selector_grammar() {
+        let m = |s: &str, g: &str, v: &str, k: &str, sub: &str| KindSelector::parse(s).matches(g, v, k, sub);
+        assert!(m("Pod", "", "v1", "Pod", ""));
+        assert!(!m("Pod", "", "v1", "Pod", "status"));
+        assert!(m("Pod", "", "v1", "Pod", "ephemeralcontainers"));
+        assert!(m("apps/v1/Deployment", "apps", "v1", "Deployment", ""));
+        assert!(!m("apps/v1/Deployment", "extensions", "v1", "Deployment", ""));
+        assert!(m("v1/Pod", "", "v1", "Pod", ""));
+        assert!(m("Pod/exec", "", "v1", "Pod", "exec"));
+        assert!(m("Pod.exec", "", "v1", "Pod", "exec"));
+        assert!(m("*/*", "", "v1", "Pod", "status"));
+        assert!(m("*", "", "v1", "Pod", ""));
+        assert!(m("networking.k8s.io/v1/NetworkPolicy", "networking.k8s.io", "v1", "NetworkPolicy", ""));
+    }
+
+    #[test]
+    fn selectors_with_wildcards() {
+        let sel = LabelSelector { match_labels: Some([("app".to_string(), "web*".to_string())].into()), match_expressions: None };
+        let labels: BTreeMap<String, String> = [("app".to_string(), "web-1".to_string())].into();
+        assert!(selector_matches(&sel, &labels, true));
+        assert!(!selector_matches(&sel, &BTreeMap::new(), true));
+    }
+}

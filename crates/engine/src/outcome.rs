@@ -1,0 +1,73 @@
+//! Outcomes are data: every rule that applies yields a status and a message.
+
+use serde::Serialize;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Status {
+    Pass,
+    Fail,
+    Warn,
+    Error,
+    Skip,
+}
+
+impl Status {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Status::Pass => "pass",
+            Status::Fail => "fail",
+            Status::Warn => "warn",
+            Status::Error => "error",
+            Status::Skip => "skip",
+        }
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub enum RuleType {
+    Validation,
+    Mutation,
+    Generation,
+    ImageVerify,
+}
+
+/// The result of one rule on one resource.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct RuleResponse {
+    pub name: String,
+    pub rule_type: RuleType,
+    pub status: Status,
+    pub message: String,
+    /// Names of the PolicyExceptions that made this rule skip.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub exceptions: Vec<String>,
+}
+
+impl RuleResponse {
+    pub fn new(name: &str, rule_type: RuleType, status: Status, message: impl Into<String>) -> Self {
+        RuleResponse { name: name.to_string(), rule_type, status, message: message.into(), exceptions: Vec::new() }
+    }
+}
+
+/// A rule that did not apply, and why (for `--explain` and debugging).
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct NotApplied {
+    pub rule: String,
+    pub reason: String,
+}
+
+/// Everything one policy said about one resource.
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct PolicyResponse {
+    /// `name` for ClusterPolicy, `namespace/name` for Policy.
+    pub policy: String,
+    pub rules: Vec<RuleResponse>,
+    pub not_applied: Vec<NotApplied>,
+}
+
+impl PolicyResponse {
+    pub fn rule(&self, name: &str) -> Option<&RuleResponse> {
+        self.rules.iter().find(|r| r.name == name)
+    }
+}

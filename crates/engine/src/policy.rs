@@ -1,0 +1,385 @@
+//! Compiling `kyverno.io` policies and exceptions into immutable, shareable structures.
+//! Everything that can be parsed ahead of time is: templates, JMESPath, conditions, matchers,
+//! autogen rules. Errors name the field path.
+
+use crate::autogen;
+use crate::condition::CompiledConditions;
+use crate::error::CompileError;
+use crate::matching::Matcher;
+use crate::template::{TValue, Template};
+use serde_json::Value;
+use verno_api::{ClusterPolicy, ContextEntry, FailureActionOverride, ForEachValidation, PolicyException, Rule, Validation};
+use verno_jmespath::Expression;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Action {
+    Audit,
+    Enforce,
+}
+
+impl Action {
+    fn parse(s: &str) -> Option<Action> {
+        match s {
+            "Audit" | "audit" => Some(Action::Audit),
+            "Enforce" | "enforce" => Some(Action::Enforce),
+            _ => None,
+        }
+    }
+}
+
+#[derive(Debug, Clone)]
+pub struct CompiledPolicy {
+    pub name: String,
+    pub namespace: Option<String>,
+    pub kind: String,
+    pub action: Action,
+    pub overrides: Vec<FailureActionOverride>,
+    pub background: bool,
+    pub apply_one: bool,
+    pub scored: bool,
+    pub emit_warning: bool,
+    pub failure_policy_ignore: bool,
+    pub rules: Vec<CompiledRule>,
+    pub source: ClusterPolicy,
+}
+
+impl CompiledPolicy {
+    /// `name`, or `namespace/name` for a namespaced Policy.
+    pub fn key(&self) -> String {
+        match &self.namespace {
+            Some(ns) if self.kind == "Policy" => format!("{ns}/{}", self.name),
+            _ => self.name.clone(),
+        }
+    }
+
+    pub fn annotation(&self, k: &str) -> Option<&str> {
+        self.source.metadata.annotations.get(k).map(String::as_str)
+    }
+}
+
+#[derive(Debug, Clone)]
+pub struct CompiledRule {
+    pub name: String,
+    /// Set on rules derived by autogen.
+    pub autogen_of: Option<String>,
+    pub matcher: Matcher,
+    pub exclude: Option<Matcher>,
+    pub context: Vec<CompiledContextEntry>,
+    pub preconditions: Option<CompiledConditions>,
+    pub body: RuleBody,
+}
+
+#[derive(Debug, Clone)]
+pub enum RuleBody {
+    Validate(Box<CompiledValidation>),
+    /// Rule types this build does not evaluate yet; they yield an `error` result saying so.
+    Unsupported { rule_type: crate::outcome::RuleType, what: &'static str },
+}
+
+#[derive(Debug, Clone)]
+pub struct CompiledValidation {
+    pub message: Option<Template>,
+    pub failure_action: Option<Action>,
+    pub overrides: Vec<FailureActionOverride>,
+    pub allow_existing_violations: bool,
+    pub check: Check,
+}
+
+#[derive(Debug, Clone)]
+pub enum Check {
+    Pattern(TValue),
+    AnyPattern(Vec<TValue>),
+    /// `anyPattern` that is not a list: an error at evaluation, as Kyverno reports it.
+    BadAnyPattern(String),
+    Deny(CompiledConditions),
+    Foreach(Vec<CompiledForeach>),
+    PodSecurity(crate::pss::PodSecurityCheck),
+    Unsupported(&'static str),
+    Nothing,
+}
+
+#[derive(Debug, Clone)]
+pub struct CompiledForeach {
+    pub list: Query,
+    pub element_scope: Option<bool>,
+    pub context: Vec<CompiledContextEntry>,
+    pub preconditions: Option<CompiledConditions>,
+    pub check: Check,
+}
+
+/// A JMESPath with its DELETE variant (`request.object` read as `request.oldObject`).
+#[derive(Debug, Clone)]
+pub struct Query {
+    pub expr: Expression,
+    pub delete: Option<Expression>,
+    /// The list expression after `{{ }}` removal, as written.
+    pub source: String,
+}
+
+impl Query {
+    pub fn compile(src: &str, path: &str) -> Result<Query, CompileError> {
+        let s = src.trim();
+        let s = s.strip_prefix("{{").and_then(|x| x.strip_suffix("}}")).map(str::trim).unwrap_or(s);
+        let expr = Expression::compile(s).map_err(|e| CompileError::new(path, format!("invalid JMESPath: {e}")))?;
+        let delete = if s.contains("request.object") { Expression::compile(&s.replace("request.object", "request.oldObject")).ok() } else { None };
+        Ok(Query { expr, delete, source: s.to_string() })
+    }
+
+    pub fn pick(&self, delete: bool) -> &Expression {
+        if delete { self.delete.as_ref().unwrap_or(&self.expr) } else { &self.expr }
+    }
+}
+
+#[derive(Debug, Clone)]
+pub struct CompiledContextEntry {
+    pub name: String,
+    pub source: ContextSource,
+}
+
+#[derive(Debug, Clone)]
+pub enum ContextSource {
+    Variable { value: Option<TValue>, jmes_path: Option<JmesField>, default: Option<TValue> },
+    ConfigMap { name: TValue, namespace: Option<TValue> },
+    ApiCall { url_path: Option<TValue>, method: String, data: Option<TValue>, service: bool, jmes_path: Option<JmesField>, default: Option<TValue> },
+    GlobalReference { name: String, jmes_path: Option<JmesField> },
+    ImageRegistry,
+}
+
+/// A `jmesPath` field: compiled once unless it holds `{{ }}` variables itself.
+#[derive(Debug, Clone)]
+pub enum JmesField {
+    Static(Expression),
+    Templated(Template),
+}
+
+impl JmesField {
+    fn compile(s: &str, path: &str) -> Result<JmesField, CompileError> {
+        if crate::template::has_vars(s) {
+            return Template::compile(s).map(JmesField::Templated).map_err(|e| CompileError::new(path, e));
+        }
+        Expression::compile(s).map(JmesField::Static).map_err(|e| CompileError::new(path, format!("invalid JMESPath: {e}")))
+    }
+}
+
+fn tv(v: &Value, path: &str) -> Result<TValue, CompileError> {
+    TValue::compile(v).map_err(|e| CompileError::new(path, e))
+}
+
+fn compile_context(entries: &[ContextEntry], path: &str) -> Result<Vec<CompiledContextEntry>, CompileError> {
+    let mut out = Vec::new();
+    for (i, e) in entries.iter().enumerate() {
+        let p = format!("{path}[{i}]");
+        let source = if let Some(v) = &e.variable {
+            ContextSource::Variable {
+                value: v.value.as_ref().map(|x| tv(x, &format!("{p}.variable.value"))).transpose()?,
+                jmes_path: v.jmes_path.as_deref().map(|s| JmesField::compile(s, &format!("{p}.variable.jmesPath"))).transpose()?,
+                default: v.default.as_ref().map(|x| tv(x, &format!("{p}.variable.default"))).transpose()?,
+            }
+        } else if let Some(c) = &e.config_map {
+            ContextSource::ConfigMap {
+                name: tv(&Value::String(c.name.clone()), &format!("{p}.configMap.name"))?,
+                namespace: c.namespace.as_ref().map(|n| tv(&Value::String(n.clone()), &format!("{p}.configMap.namespace"))).transpose()?,
+            }
+        } else if let Some(a) = &e.api_call {
+            ContextSource::ApiCall {
+                url_path: a.url_path.as_ref().map(|u| tv(&Value::String(u.clone()), &format!("{p}.apiCall.urlPath"))).transpose()?,
+                method: a.method.clone().unwrap_or_else(|| "GET".into()),
+                data: a.data.as_ref().map(|d| tv(d, &format!("{p}.apiCall.data"))).transpose()?,
+                service: a.service.is_some(),
+                jmes_path: a.jmes_path.as_deref().map(|s| JmesField::compile(s, &format!("{p}.apiCall.jmesPath"))).transpose()?,
+                default: a.default.as_ref().map(|x| tv(x, &format!("{p}.apiCall.default"))).transpose()?,
+            }
+        } else if let Some(g) = &e.global_reference {
+            ContextSource::GlobalReference {
+                name: g.name.clone(),
+                jmes_path: g.jmes_path.as_deref().map(|s| JmesField::compile(s, &format!("{p}.globalReference.jmesPath"))).transpose()?,
+            }
+        } else if e.image_registry.is_some() {
+            ContextSource::ImageRegistry
+        } else {
+            return Err(CompileError::new(p, "a context entry needs one of variable, configMap, apiCall, imageRegistry or globalReference"));
+        };
+        out.push(CompiledContextEntry { name: e.name.clone(), source });
+    }
+    Ok(out)
+}
+
+fn compile_check_parts(
+    pattern: Option<&Value>,
+    any_pattern: Option<&Value>,
+    deny: Option<&verno_api::Deny>,
+    foreach: Option<&Vec<ForEachValidation>>,
+    path: &str,
+) -> Result<Option<Check>, CompileError> {
+    // Kyverno's order: deny, then pattern / anyPattern, then foreach.
+    if let Some(d) = deny {
+        let c = match &d.conditions {
+            Some(c) => CompiledConditions::compile(c, &format!("{path}.deny.conditions"))?,
+            None => CompiledConditions::default(),
+        };
+        return Ok(Some(Check::Deny(c)));
+    }
+    if let Some(p) = pattern {
+        return Ok(Some(Check::Pattern(tv(p, &format!("{path}.pattern"))?)));
+    }
+    if let Some(ap) = any_pattern {
+        return Ok(Some(match ap {
+            Value::Array(a) => Check::AnyPattern(
+                a.iter().enumerate().map(|(i, x)| tv(x, &format!("{path}.anyPattern[{i}]"))).collect::<Result<_, _>>()?,
+            ),
+            other => Check::BadAnyPattern(format!("json: cannot unmarshal {} into Go value of type []interface {{}}", verno_jmespath::value::type_name(other))),
+        }));
+    }
+    if let Some(fs) = foreach {
+        return Ok(Some(Check::Foreach(compile_foreach(fs, &format!("{path}.foreach"))?)));
+    }
+    Ok(None)
+}
+
+fn compile_foreach(fs: &[ForEachValidation], path: &str) -> Result<Vec<CompiledForeach>, CompileError> {
+    let mut out = Vec::new();
+    for (i, f) in fs.iter().enumerate() {
+        let p = format!("{path}[{i}]");
+        let check = compile_check_parts(f.pattern.as_ref(), f.any_pattern.as_ref(), f.deny.as_ref(), f.foreach.as_ref(), &p)?
+            .unwrap_or(Check::Nothing);
+        out.push(CompiledForeach {
+            list: Query::compile(&f.list, &format!("{p}.list"))?,
+            element_scope: f.element_scope,
+            context: compile_context(&f.context, &format!("{p}.context"))?,
+            preconditions: f.preconditions.as_ref().map(|c| CompiledConditions::compile(c, &format!("{p}.preconditions"))).transpose()?,
+            check,
+        });
+    }
+    Ok(out)
+}
+
+fn compile_validation(v: &Validation, path: &str) -> Result<CompiledValidation, CompileError> {
+    let check = if let Some(ps) = &v.pod_security {
+        Check::PodSecurity(crate::pss::PodSecurityCheck::compile(ps, &format!("{path}.podSecurity"))?)
+    } else if v.cel.is_some() {
+        Check::Unsupported("validate.cel rules are not supported by this build of verno yet")
+    } else if v.manifests.is_some() {
+        Check::Unsupported("validate.manifests (signed manifests) is not supported by this build of verno yet")
+    } else {
+        compile_check_parts(v.pattern.as_ref(), v.any_pattern.as_ref(), v.deny.as_ref(), v.foreach.as_ref(), path)?
+            .unwrap_or(Check::Nothing)
+    };
+    let failure_action = match &v.failure_action {
+        Some(a) => Some(Action::parse(a).ok_or_else(|| CompileError::new(format!("{path}.failureAction"), format!("unknown action {a:?}, expected Audit or Enforce")))?),
+        None => None,
+    };
+    Ok(CompiledValidation {
+        message: v.message.as_deref().map(|m| Template::compile(m).map_err(|e| CompileError::new(format!("{path}.message"), e))).transpose()?,
+        failure_action,
+        overrides: v.failure_action_overrides.clone(),
+        allow_existing_violations: v.allow_existing_violations.unwrap_or(true),
+        check,
+    })
+}
+
+fn compile_rule(r: &Rule, path: &str, autogen_of: Option<String>) -> Result<CompiledRule, CompileError> {
+    let kinds = [r.validate.is_some(), r.mutate.is_some(), r.generate.is_some(), r.verify_images.is_some()];
+    let n = kinds.iter().filter(|b| **b).count();
+    if n == 0 {
+        return Err(CompileError::new(path, format!("No operation defined in the rule '{}'.(supported operations: mutate,validate,generate,verifyImages)", r.name)));
+    }
+    if n > 1 {
+        return Err(CompileError::new(path, format!("Multiple operations defined in the rule '{}', only one operation (mutate,validate,generate,verifyImages) is allowed per rule", r.name)));
+    }
+    let body = if let Some(v) = &r.validate {
+        RuleBody::Validate(Box::new(compile_validation(v, &format!("{path}.validate"))?))
+    } else if r.mutate.is_some() {
+        RuleBody::Unsupported { rule_type: crate::outcome::RuleType::Mutation, what: "mutate rules are not supported by this build of verno yet" }
+    } else if r.generate.is_some() {
+        RuleBody::Unsupported { rule_type: crate::outcome::RuleType::Generation, what: "generate rules are not supported by this build of verno yet" }
+    } else {
+        RuleBody::Unsupported { rule_type: crate::outcome::RuleType::ImageVerify, what: "verifyImages rules are not supported by this build of verno yet" }
+    };
+    let matcher = Matcher::compile(&r.match_, &format!("{path}.match"))?;
+    if matcher.is_empty() {
+        return Err(CompileError::new(format!("{path}.match"), "match cannot be empty"));
+    }
+    Ok(CompiledRule {
+        name: r.name.clone(),
+        autogen_of,
+        matcher,
+        exclude: r.exclude.as_ref().map(|e| Matcher::compile(e, &format!("{path}.exclude"))).transpose()?,
+        context: compile_context(&r.context, &format!("{path}.context"))?,
+        preconditions: r.preconditions.as_ref().map(|c| CompiledConditions::compile(c, &format!("{path}.preconditions"))).transpose()?,
+        body,
+    })
+}
+
+/// Compiles a ClusterPolicy or Policy, adding its autogen rules.
+pub fn compile_policy(p: &ClusterPolicy) -> Result<CompiledPolicy, CompileError> {
+    let spec = &p.spec;
+    if p.metadata.name.is_empty() {
+        return Err(CompileError::new("metadata.name", "a policy needs a name"));
+    }
+    if spec.rules.is_empty() {
+        return Err(CompileError::new("spec.rules", "a policy needs at least one rule"));
+    }
+    let action = match &spec.validation_failure_action {
+        Some(a) => Action::parse(a).ok_or_else(|| CompileError::new("spec.validationFailureAction", format!("unknown action {a:?}, expected Audit or Enforce")))?,
+        None => Action::Audit,
+    };
+    let mut rules = Vec::new();
+    let mut seen = std::collections::BTreeSet::new();
+    for (i, r) in spec.rules.iter().enumerate() {
+        if r.name.starts_with("autogen-") {
+            continue;
+        }
+        if !seen.insert(r.name.clone()) {
+            return Err(CompileError::new(format!("spec.rules[{i}].name"), format!("duplicate rule name {:?}", r.name)));
+        }
+        rules.push(compile_rule(r, &format!("spec.rules[{i}]"), None)?);
+    }
+    for r in autogen::rules(p) {
+        let origin = r.name.trim_start_matches("autogen-cronjob-").trim_start_matches("autogen-").to_string();
+        let path = format!("status.autogen.rules[{}]", r.name);
+        rules.push(compile_rule(&r, &path, Some(origin))?);
+    }
+    let failure_policy = spec
+        .webhook_configuration
+        .as_ref()
+        .and_then(|w| w.failure_policy.clone())
+        .or_else(|| spec.failure_policy.clone())
+        .unwrap_or_else(|| "Fail".into());
+    Ok(CompiledPolicy {
+        name: p.metadata.name.clone(),
+        namespace: p.metadata.namespace.clone(),
+        kind: p.kind.clone(),
+        action,
+        overrides: spec.validation_failure_action_overrides.clone(),
+        background: spec.background.unwrap_or(true),
+        apply_one: spec.apply_rules.as_deref() == Some("One"),
+        scored: p.metadata.annotations.get("policies.kyverno.io/scored").map(String::as_str) != Some("false"),
+        emit_warning: spec.emit_warning.unwrap_or(false),
+        failure_policy_ignore: failure_policy == "Ignore",
+        rules,
+        source: p.clone(),
+    })
+}
+
+/// A compiled PolicyException.
+#[derive(Debug, Clone)]
+pub struct CompiledException {
+    /// `namespace/name` (or `name`).
+    pub key: String,
+    pub matcher: Matcher,
+    pub conditions: Option<CompiledConditions>,
+    pub refs: Vec<(String, Vec<String>)>,
+}
+
+pub fn compile_exception(e: &PolicyException) -> Result<CompiledException, CompileError> {
+    let key = match &e.metadata.namespace {
+        Some(ns) if !ns.is_empty() => format!("{ns}/{}", e.metadata.name),
+        _ => e.metadata.name.clone(),
+    };
+    Ok(CompiledException {
+        key,
+        matcher: Matcher::compile(&e.spec.match_, "spec.match")?,
+        conditions: e.spec.conditions.as_ref().map(|c| CompiledConditions::compile(c, "spec.conditions")).transpose()?,
+        refs: e.spec.exceptions.iter().map(|r| (r.policy_name.clone(), r.rule_names.clone())).collect(),
+    })
+}

@@ -1,0 +1,276 @@
+//! `{{ }}` variables, parsed at compile time.
+//!
+//! A string leaf or key of a rule may hold variables. When the whole string is exactly one
+//! variable the result keeps its JSON type; otherwise values are spliced in (strings raw, other
+//! values JSON-encoded). Nested variables (`{{ a.{{b}} }}`) are resolved innermost first by
+//! re-scanning, `{{- x }}` substitutes without re-scan, and `\{{` escapes.
+
+use crate::context::Context;
+use crate::error::EvalError;
+use serde_json::{Map, Value};
+use std::borrow::Cow;
+use std::sync::LazyLock;
+use verno_jmespath::Expression;
+
+static VAR: LazyLock<regex::Regex> = LazyLock::new(|| {
+    regex::Regex::new(r"(^|[^\\])(\{\{(?:\{[^{}]*\}|[^{}])*\}\})").unwrap_or_else(|_| unreachable_regex())
+});
+
+#[allow(clippy::panic)]
+fn unreachable_regex() -> regex::Regex {
+    // The pattern above is a constant; failing to compile it is a programming error caught by tests.
+    panic!("invalid built-in variable regex")
+}
+
+/// One variable occurrence: the text to replace and its compiled expression.
+#[derive(Debug, Clone)]
+struct Var {
+    /// The `{{ ... }}` text as it appears.
+    raw: String,
+    /// The JMESPath inside, trimmed (`@` stays `@`).
+    query: String,
+    shallow: bool,
+    expr: Option<Expression>,
+    /// The same query with `request.object` rewritten to `request.oldObject`, for DELETE.
+    delete_expr: Option<Expression>,
+}
+
+/// A compiled string that may contain variables.
+#[derive(Debug, Clone)]
+pub struct Template {
+    source: String,
+    vars: Vec<Var>,
+    /// Variables nest: resolved by re-scanning at run time.
+    nested: bool,
+}
+
+pub fn has_vars(s: &str) -> bool {
+    s.contains("{{")
+}
+
+impl Template {
+    /// Parses `s`; JMESPath errors are reported as `incorrect query`.
+    pub fn compile(s: &str) -> Result<Template, String> {
+        let mut vars = Vec::new();
+        let mut nested = false;
+        for cap in VAR.captures_iter(s) {
+            let Some(m) = cap.get(2) else { continue };
+            let raw = m.as_str().to_string();
+            let inner = &raw[2..raw.len() - 2];
+            if inner.contains("{{") {
+                nested = true;
+                continue;
+            }
+            let (shallow, q) = match inner.strip_prefix('-') {
+                Some(r) => (true, r.trim()),
+                None => (false, inner.trim()),
+            };
+            let query = q.to_string();
+            let (expr, delete_expr) = if query == "@" {
+                (None, None)
+            } else {
+                let e = Expression::compile(&query).map_err(|e| format!("incorrect query {query}: {e}"))?;
+                let d = if query.contains("request.object") {
+                    Expression::compile(&query.replace("request.object", "request.oldObject")).ok()
+                } else {
+                    None
+                };
+                (Some(e), d)
+            };
+            vars.push(Var { raw, query, shallow, expr, delete_expr });
+        }
+        if s.contains("{{") && vars.is_empty() {
+            // Only nested or malformed: decided at run time.
+            nested = true;
+        }
+        Ok(Template { source: s.to_string(), vars, nested })
+    }
+
+    pub fn source(&self) -> &str {
+        &self.source
+    }
+
+    /// Renders to a JSON value. `at` is the JSON pointer of this string for `{{@}}`.
+    pub fn render(&self, ctx: &Context, at: &str) -> Result<Value, EvalError> {
+        if self.vars.is_empty() && !self.nested {
+            return Ok(Value::String(unescape(&self.source)));
+        }
+        if !self.nested {
+            if let [v] = self.vars.as_slice() {
+                if v.raw == self.source {
+                    let out = resolve(v, ctx, at)?;
+                    return Ok(match out {
+                        Value::String(s) if !v.shallow => Value::String(unescape(&s)),
+                        other => other,
+                    });
+                }
+            }
+            let mut s = self.source.clone();
+            let mut shallow_hit = false;
+            for v in &self.vars {
+                let val = resolve(v, ctx, at)?;
+                let text = splice_text(&val);
+                if v.shallow {
+                    shallow_hit = true;
+                    s = s.replace(&v.raw, &text.replace("{{", "\\{{"));
+                } else {
+                    s = s.replace(&v.raw, &text);
+                }
+            }
+            if !shallow_hit && VAR.is_match(&s) {
+                return render_dynamic(&s, ctx, at, 0);
+            }
+            return Ok(Value::String(unescape(&s)));
+        }
+        render_dynamic(&self.source, ctx, at, 0)
+    }
+}
+
+fn splice_text(v: &Value) -> String {
+    match v {
+        Value::String(s) => s.clone(),
+        other => serde_json::to_string(other).unwrap_or_default(),
+    }
+}
+
+fn unescape(s: &str) -> String {
+    if s.contains("\\{{") { s.replace("\\{{", "{{") } else { s.to_string() }
+}
+
+const MAX_ROUNDS: usize = 32;
+
+/// Kyverno's re-scanning loop for nested variables, compiling as it goes.
+fn render_dynamic(s: &str, ctx: &Context, at: &str, depth: usize) -> Result<Value, EvalError> {
+    let mut value = s.to_string();
+    for _ in 0..MAX_ROUNDS {
+        let caps: Vec<String> = VAR.captures_iter(&value).filter_map(|c| c.get(2).map(|m| m.as_str().to_string())).collect();
+        if caps.is_empty() {
+            return Ok(Value::String(unescape(&value)));
+        }
+        let original = value.clone();
+        for raw in caps {
+            let inner = &raw[2..raw.len() - 2];
+            if inner.contains("{{") {
+                continue;
+            }
+            let t = Template::compile(&raw).map_err(EvalError::Substitution)?;
+            let Some(v) = t.vars.first() else { continue };
+            let out = resolve(v, ctx, at)?;
+            if original == raw {
+                return Ok(out);
+            }
+            value = value.replace(&raw, &splice_text(&out));
+        }
+        if value == original {
+            break;
+        }
+    }
+    let _ = depth;
+    Ok(Value::String(unescape(&value)))
+}
+
+fn resolve(v: &Var, ctx: &Context, at: &str) -> Result<Value, EvalError> {
+    if v.query == "@" {
+        let path = at_path(at, ctx);
+        let e = Expression::compile(&path).map_err(|e| EvalError::Substitution(format!("incorrect query {path}: {e}")))?;
+        return ctx.query(&e).map_err(|e| EvalError::Substitution(format!("failed to resolve {} at path {at}: {e}", v.query)));
+    }
+    let expr = if ctx.is_delete() { v.delete_expr.as_ref().or(v.expr.as_ref()) } else { v.expr.as_ref() };
+    let Some(expr) = expr else { return Ok(Value::Null) };
+    ctx.query(expr).map_err(|e| EvalError::Substitution(format!("failed to resolve {} at path {at}: JMESPath query failed: {e}", v.query)))
+}
+
+/// `{{@}}`: the JMESPath of the current pattern position in the resource.
+fn at_path(pointer: &str, ctx: &Context) -> String {
+    let segs: Vec<&str> = pointer.split('/').filter(|s| !s.is_empty()).collect();
+    let after_foreach = match segs.iter().rposition(|s| *s == "foreach") {
+        Some(i) => segs.get(i + 1..).unwrap_or_default().to_vec(),
+        None => segs,
+    };
+    let rest: Vec<String> = after_foreach
+        .into_iter()
+        .skip(2)
+        .map(|s| {
+            let s = crate::pattern::strip_anchor(s);
+            if s.parse::<usize>().is_ok() { format!("[{s}]") } else { format!(".\"{s}\"") }
+        })
+        .collect();
+    let base = if ctx.has_key("target") { "target" } else { "request.object" };
+    format!("{base}{}", rest.join("")).replace(".[", "[")
+}
+
+/// A JSON tree whose string leaves and keys may hold templates, compiled once.
+#[derive(Debug, Clone)]
+pub enum TValue {
+    Static(Value),
+    Str(Template),
+    Array(Vec<TValue>),
+    Object(Vec<(TKey, TValue)>),
+}
+
+#[derive(Debug, Clone)]
+pub enum TKey {
+    Static(String),
+    Template(Template),
+}
+
+impl TValue {
+    pub fn compile(v: &Value) -> Result<TValue, String> {
+        if !contains_vars(v) {
+            return Ok(TValue::Static(v.clone()));
+        }
+        Ok(match v {
+            Value::String(s) => TValue::Str(Template::compile(s)?),
+            Value::Array(a) => TValue::Array(a.iter().map(TValue::compile).collect::<Result<_, _>>()?),
+            Value::Object(m) => TValue::Object(
+                m.iter()
+                    .map(|(k, x)| {
+                        let key = if has_vars(k) { TKey::Template(Template::compile(k)?) } else { TKey::Static(k.clone()) };
+                        Ok((key, TValue::compile(x)?))
+                    })
+                    .collect::<Result<_, String>>()?,
+            ),
+            other => TValue::Static(other.clone()),
+        })
+    }
+
+    pub fn is_static(&self) -> bool {
+        matches!(self, TValue::Static(_))
+    }
+
+    /// Renders with variables substituted; borrows when there is nothing to substitute.
+    pub fn render<'a>(&'a self, ctx: &Context, at: &str) -> Result<Cow<'a, Value>, EvalError> {
+        match self {
+            TValue::Static(v) => Ok(Cow::Borrowed(v)),
+            TValue::Str(t) => t.render(ctx, at).map(Cow::Owned),
+            TValue::Array(a) => {
+                let mut out = Vec::with_capacity(a.len());
+                for (i, x) in a.iter().enumerate() {
+                    out.push(x.render(ctx, &format!("{at}/{i}"))?.into_owned());
+                }
+                Ok(Cow::Owned(Value::Array(out)))
+            }
+            TValue::Object(m) => {
+                let mut out = Map::new();
+                for (k, x) in m {
+                    let key = match k {
+                        TKey::Static(s) => s.clone(),
+                        TKey::Template(t) => splice_text(&t.render(ctx, at)?),
+                    };
+                    let child = format!("{at}/{key}");
+                    out.insert(key, x.render(ctx, &child)?.into_owned());
+                }
+                Ok(Cow::Owned(Value::Object(out)))
+            }
+        }
+    }
+}
+
+pub fn contains_vars(v: &Value) -> bool {
+    match v {
+        Value::String(s) => has_vars(s),
+        Value::Array(a) => a.iter().any(contains_vars),
+        Value::Object(m) => m.iter().any(|(k, x)| has_vars(k) || contains_vars(x)),
+        _ => false,
+    }
+}
