@@ -1,1 +1,49 @@
-//! placeholder
+//! Verno's command line: `test`, `apply` and `jp`, compatible with the Kyverno CLI.
+//! File loading and output live here; evaluation is the engine's.
+
+pub mod apply_cmd;
+pub mod data;
+pub mod jp_cmd;
+pub mod load;
+pub mod run;
+pub mod table;
+pub mod test_cmd;
+
+use clap::{Parser, Subcommand};
+
+#[derive(Debug, Parser)]
+#[command(name = "verno", version, about = "A Kyverno-compatible Kubernetes policy engine")]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Run kyverno-test.yaml suites.
+    Test(test_cmd::TestArgs),
+    /// Apply policies to resources.
+    Apply(apply_cmd::ApplyArgs),
+    /// JMESPath playground with Kyverno's functions.
+    Jp {
+        #[command(subcommand)]
+        cmd: jp_cmd::JpCommand,
+    },
+}
+
+/// Parses arguments and runs; returns the process exit code.
+pub fn main() -> i32 {
+    let cli = match Cli::try_parse() {
+        Ok(c) => c,
+        Err(e) => {
+            let code = if e.use_stderr() { 2 } else { 0 };
+            let _ = e.print();
+            return code;
+        }
+    };
+    match &cli.command {
+        Command::Test(a) => test_cmd::run(a),
+        Command::Apply(a) => apply_cmd::run(a),
+        Command::Jp { cmd } => jp_cmd::run(cmd),
+    }
+}

@@ -1,0 +1,219 @@
+//! `verno apply`: evaluate policies on manifests, print failures and Kyverno's summary line.
+
+use crate::data::CliData;
+use crate::load;
+use crate::run::Runner;
+use crate::test_cmd::{load_exceptions, load_policies, parse_user_info, parse_values};
+use anyhow::{Result, anyhow, bail};
+use serde_json::{Value, json};
+use std::path::PathBuf;
+use verno_engine::{Action, Status};
+
+#[derive(Debug, Clone, clap::Args)]
+pub struct ApplyArgs {
+    /// Policy files or directories.
+    #[arg(required = true)]
+    pub policies: Vec<PathBuf>,
+    /// Resource files or directories.
+    #[arg(short = 'r', long = "resource", alias = "resources", required = true)]
+    pub resources: Vec<PathBuf>,
+    /// A Values file (`kind: Values`).
+    #[arg(short = 'f', long = "values-file")]
+    pub values_file: Option<PathBuf>,
+    /// Variables as `key=value` (comma-separated pairs allowed); override the values file.
+    #[arg(short = 's', long = "set", value_delimiter = ',')]
+    pub set: Vec<String>,
+    /// A UserInfo file (roles, clusterRoles, userInfo).
+    #[arg(short = 'u', long = "userinfo")]
+    pub userinfo: Option<PathBuf>,
+    /// PolicyException files or directories.
+    #[arg(short = 'e', long = "exceptions", alias = "exception")]
+    pub exceptions: Vec<PathBuf>,
+    /// Report failures of Audit rules as warnings.
+    #[arg(long)]
+    pub audit_warn: bool,
+    /// Exit with this code when there are warnings (and no failures).
+    #[arg(long)]
+    pub warn_exit_code: Option<i32>,
+    /// Print a ClusterPolicyReport of the results.
+    #[arg(short = 'p', long = "policy-report")]
+    pub policy_report: bool,
+    /// Machine output: json or yaml.
+    #[arg(short = 'o', long = "output")]
+    pub output: Option<String>,
+    /// Print every rule result, not only failures.
+    #[arg(long)]
+    pub detailed_results: bool,
+}
+
+pub fn run(args: &ApplyArgs) -> i32 {
+    match run_inner(args) {
+        Ok(c) => c,
+        Err(e) => {
+            eprintln!("Error: {e:#}");
+            2
+        }
+    }
+}
+
+fn parse_set(s: &str) -> Result<(String, Value)> {
+    let (k, v) = s.split_once('=').ok_or_else(|| anyhow!("invalid --set {s:?}: expected key=value"))?;
+    Ok((k.trim().to_string(), Value::String(v.trim().to_string())))
+}
+
+fn run_inner(args: &ApplyArgs) -> Result<i32> {
+    let mut pdocs = Vec::new();
+    for p in &args.policies {
+        pdocs.extend(load::read_docs(p)?);
+    }
+    let policies = load_policies(pdocs);
+    if !policies.invalid.is_empty() {
+        let names: Vec<&String> = policies.invalid.keys().collect();
+        bail!("invalid policies: {names:?} (see the errors above)");
+    }
+    for (n, why) in &policies.unsupported {
+        eprintln!("Warning: skipping policy {n}: {why}");
+    }
+    let mut resources: Vec<Value> = Vec::new();
+    for p in &args.resources {
+        for d in load::read_docs(p)? {
+            if !load::is_kyverno_policy(&d.value) {
+                resources.push(d.value);
+            }
+        }
+    }
+    let mut edocs = Vec::new();
+    for p in &args.exceptions {
+        edocs.extend(load::read_docs(p)?);
+    }
+    let exceptions = load_exceptions(&edocs)?;
+    let mut data = CliData::default();
+    if let Some(vf) = &args.values_file {
+        if let Some(d) = load::read_docs(vf)?.first() {
+            data.values = parse_values(&d.value, vf)?;
+        }
+    }
+    let user = match &args.userinfo {
+        Some(u) => load::read_docs(u)?.first().map(|d| parse_user_info(&d.value, u)).transpose()?,
+        None => None,
+    };
+    let mut globals: Vec<(String, Value)> = data.values.global_values.iter().map(|(k, v)| (k.clone(), v.clone())).collect();
+    for s in &args.set {
+        globals.push(parse_set(s)?);
+    }
+    let runner = Runner {
+        policies: &policies.compiled,
+        exceptions: &exceptions,
+        data: &data,
+        user: user.as_ref().map(|u| &u.0),
+        user_info: user.as_ref().map(|u| &u.1),
+        globals: &globals,
+    };
+    let rule_count: usize = policies.compiled.iter().map(|p| p.rules.iter().filter(|r| r.autogen_of.is_none()).count()).sum();
+    let machine = args.output.is_some() || args.policy_report;
+    if !machine {
+        if exceptions.is_empty() {
+            println!("\nApplying {rule_count} policy rule(s) to {} resource(s)...", resources.len());
+        } else {
+            println!("\nApplying {rule_count} policy rule(s) to {} resource(s) with {} exception(s)...", resources.len(), exceptions.len());
+        }
+    }
+    let (mut pass, mut fail, mut warn, mut error, mut skip) = (0, 0, 0, 0, 0);
+    let mut results: Vec<Value> = Vec::new();
+    let total = resources.len();
+    for (n, r) in resources.iter().enumerate() {
+        if total >= 200 && n % 100 == 0 {
+            eprintln!("Processed {n}/{total} resources");
+        }
+        let op = runner.operation_for(None, r);
+        let responses = runner.run(r, &op);
+        let ns = r.pointer("/metadata/namespace").and_then(Value::as_str).unwrap_or("default");
+        let key = format!("{ns}/{}/{}", load::kind(r), r.pointer("/metadata/name").and_then(Value::as_str).unwrap_or(""));
+        for (p, resp) in policies.compiled.iter().zip(&responses) {
+            let mut failures = Vec::new();
+            let mut as_warning = false;
+            for rr in &resp.rules {
+                let rule = p.rules.iter().find(|x| x.name == rr.name);
+                let action = rule
+                    .and_then(|x| match &x.body {
+                        verno_engine::policy::RuleBody::Validate(v) => v.failure_action,
+                        _ => None,
+                    })
+                    .unwrap_or(p.action);
+                let status = match rr.status {
+                    Status::Fail if !p.scored || (args.audit_warn && action == Action::Audit) => {
+                        as_warning = true;
+                        Status::Warn
+                    }
+                    s => s,
+                };
+                match status {
+                    Status::Pass => pass += 1,
+                    Status::Fail => fail += 1,
+                    Status::Warn => warn += 1,
+                    Status::Error => error += 1,
+                    Status::Skip => skip += 1,
+                }
+                if matches!(rr.status, Status::Fail | Status::Error) {
+                    failures.push(rr.clone());
+                }
+                results.push(json!({
+                    "policy": resp.policy, "rule": rr.name, "resource": key, "result": status.as_str(), "message": rr.message,
+                    "scored": p.scored,
+                }));
+            }
+            if !machine {
+                if !failures.is_empty() {
+                    println!("\npolicy {} -> resource {key} {}", resp.policy, if as_warning { "failed as audit warning:" } else { "failed:" });
+                    for (i, f) in failures.iter().enumerate() {
+                        println!("{} - {} {}", i + 1, f.name, f.message);
+                    }
+                }
+                if args.detailed_results {
+                    for rr in &resp.rules {
+                        println!("  {} / {} / {key}: {} {}", resp.policy, rr.name, rr.status.as_str(), rr.message);
+                    }
+                }
+            }
+        }
+    }
+    let summary = json!({"pass": pass, "fail": fail, "warn": warn, "error": error, "skip": skip});
+    if args.policy_report {
+        let report = json!({
+            "apiVersion": "wgpolicyk8s.io/v1alpha2",
+            "kind": "ClusterPolicyReport",
+            "metadata": {"name": "merged"},
+            "results": results.iter().map(|r| json!({
+                "policy": r["policy"], "rule": r["rule"], "result": r["result"], "message": r["message"], "scored": r["scored"],
+                "source": "kyverno", "resources": [{"name": r["resource"]}],
+            })).collect::<Vec<_>>(),
+            "summary": summary,
+        });
+        if args.output.as_deref() == Some("json") {
+            println!("{}", serde_json::to_string_pretty(&report).unwrap_or_default());
+        } else {
+            print!("{}", serde_saphyr::to_string(&report).unwrap_or_default());
+        }
+    } else if let Some(fmt) = &args.output {
+        let doc = json!({"results": results, "summary": summary});
+        match fmt.as_str() {
+            "json" => println!("{}", serde_json::to_string_pretty(&doc).unwrap_or_default()),
+            "yaml" => print!("{}", serde_saphyr::to_string(&doc).unwrap_or_default()),
+            other => bail!("unknown output format {other:?}: expected json or yaml"),
+        }
+    } else {
+        println!("\npass: {pass}, fail: {fail}, warn: {warn}, error: {error}, skip: {skip} ");
+    }
+    if fail > 0 || error > 0 {
+        if !machine && fail > 0 {
+            eprintln!("Error: exit as there are policy violations");
+        }
+        return Ok(1);
+    }
+    if warn > 0 {
+        if let Some(c) = args.warn_exit_code {
+            return Ok(c);
+        }
+    }
+    Ok(0)
+}

@@ -1,0 +1,82 @@
+//! Evaluating loaded policies on loaded resources, shared by `verno test` and `verno apply`.
+//! All evaluation happens in the engine; this only prepares requests.
+
+use crate::data::CliData;
+use serde_json::Value;
+use verno_engine::{CompiledException, CompiledPolicy, PolicyResponse, Request, RequestUser, build_context, evaluate_policy};
+
+/// The clock and DNS the CLI offers to JMESPath functions.
+pub struct CliEnv;
+
+impl verno_jmespath::Env for CliEnv {
+    fn now(&self) -> Option<chrono::DateTime<chrono::FixedOffset>> {
+        Some(chrono::Local::now().fixed_offset())
+    }
+    fn resolve_host(&self, host: &str) -> Option<Vec<std::net::IpAddr>> {
+        use std::net::ToSocketAddrs;
+        (host, 80).to_socket_addrs().ok().map(|it| it.map(|a| a.ip()).collect())
+    }
+}
+
+pub struct Runner<'a> {
+    pub policies: &'a [CompiledPolicy],
+    pub exceptions: &'a [CompiledException],
+    pub data: &'a CliData,
+    pub user: Option<&'a RequestUser>,
+    pub user_info: Option<&'a Value>,
+    /// `--set` and global values, applied to every request.
+    pub globals: &'a [(String, Value)],
+}
+
+fn resource_name(r: &Value) -> &str {
+    r.pointer("/metadata/name").and_then(Value::as_str).unwrap_or("")
+}
+
+impl Runner<'_> {
+    /// Runs every policy on one resource with one operation.
+    pub fn run(&self, resource: &Value, operation: &str) -> Vec<PolicyResponse> {
+        let op = operation.to_uppercase();
+        let (object, old): (&Value, Option<&Value>) = match op.as_str() {
+            "DELETE" => (&Value::Null, Some(resource)),
+            "UPDATE" => (resource, Some(resource)),
+            _ => (resource, None),
+        };
+        let ns = resource.pointer("/metadata/namespace").and_then(Value::as_str).unwrap_or("");
+        let ns_labels = self.data.namespace_labels(ns);
+        let mut out = Vec::with_capacity(self.policies.len());
+        for p in self.policies {
+            let mut vars: Vec<(String, Value)> = self.globals.iter().filter(|(k, _)| k != "request.operation").cloned().collect();
+            vars.extend(self.data.resource_values(&p.name, resource_name(resource)).into_iter().filter(|(k, _)| k != "request.operation"));
+            let req = Request {
+                operation: &op,
+                object,
+                old_object: old,
+                user: self.user,
+                user_info: self.user_info,
+                namespace_labels: ns_labels.as_ref(),
+                subresource: "",
+                variables: &vars,
+            };
+            let env = CliEnv;
+            let mut ctx = build_context(&req, &env);
+            out.push(evaluate_policy(p, self.exceptions, &req, &mut ctx, self.data));
+        }
+        out
+    }
+
+    /// The operation for a resource: `request.operation` from per-resource values, then globals.
+    pub fn operation_for(&self, policy: Option<&str>, resource: &Value) -> String {
+        if let Some(p) = policy {
+            if let Some((_, v)) = self.data.resource_values(p, resource_name(resource)).into_iter().find(|(k, _)| k == "request.operation") {
+                if let Some(s) = v.as_str() {
+                    return s.to_string();
+                }
+            }
+        }
+        self.globals
+            .iter()
+            .find(|(k, _)| k == "request.operation")
+            .and_then(|(_, v)| v.as_str().map(str::to_string))
+            .unwrap_or_else(|| "CREATE".into())
+    }
+}

@@ -1,0 +1,555 @@
+//! `verno test`: run `kyverno-test.yaml` suites and compare with their expected results,
+//! printing Kyverno's table (or JSON/YAML/JUnit/Markdown).
+
+use crate::data::CliData;
+use crate::load::{self, Doc};
+use crate::run::Runner;
+use anyhow::{Context as _, Result, anyhow, bail};
+use serde::Serialize;
+use serde_json::Value;
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use verno_api::{ClusterPolicy, PolicyException, Test, TestResult, UserInfoFile, Values, strict};
+use verno_engine::{CompiledException, CompiledPolicy, PolicyResponse, RequestUser, Status, compile_exception, compile_policy};
+use verno_jmespath::wildcard;
+
+#[derive(Debug, Clone, clap::Args)]
+pub struct TestArgs {
+    /// Directories (searched recursively) or test files.
+    #[arg(required = true)]
+    pub dirs: Vec<PathBuf>,
+    /// Test file name to look for.
+    #[arg(short = 'f', long = "file-name", default_value = "kyverno-test.yaml")]
+    pub file_name: String,
+    /// Run only matching results: `policy=<p>,rule=<r>,resource=<n>` (wildcards allowed).
+    #[arg(short = 't', long = "test-case-selector")]
+    pub selector: Option<String>,
+    /// Output format: json, yaml, markdown or junit (default: Kyverno's table).
+    #[arg(short = 'o', long = "output-format")]
+    pub output: Option<String>,
+    /// Add a MESSAGE column with the engine's message.
+    #[arg(long)]
+    pub detailed_results: bool,
+    /// Show only failing rows.
+    #[arg(long)]
+    pub fail_only: bool,
+    /// Accepted for compatibility; Verno's table has no colors.
+    #[arg(long)]
+    pub remove_color: bool,
+    /// Fail when no test file is found.
+    #[arg(long)]
+    pub require_tests: bool,
+}
+
+/// One checked row: a result entry × resource.
+#[derive(Debug, Clone, Serialize)]
+pub struct Row {
+    pub policy: String,
+    pub rule: String,
+    pub resource: String,
+    pub kind: String,
+    pub namespace: String,
+    pub expected: String,
+    pub actual: String,
+    pub pass: bool,
+    pub reason: String,
+    #[serde(skip)]
+    pub display: String,
+    #[serde(skip)]
+    pub table_reason: String,
+    #[serde(skip)]
+    pub message: String,
+}
+
+fn find_tests(dir: &Path, name: &str, out: &mut Vec<PathBuf>) -> Result<()> {
+    let meta = std::fs::metadata(dir).with_context(|| format!("cannot read {}", dir.display()))?;
+    if meta.is_file() {
+        out.push(dir.to_path_buf());
+        return Ok(());
+    }
+    let mut entries: Vec<PathBuf> = std::fs::read_dir(dir)?.filter_map(|e| e.ok().map(|e| e.path())).collect();
+    entries.sort();
+    for p in entries {
+        if p.is_dir() {
+            find_tests(&p, name, out)?;
+        } else if p.file_name().and_then(|f| f.to_str()) == Some(name) {
+            out.push(p);
+        }
+    }
+    Ok(())
+}
+
+struct Selector {
+    policy: Option<String>,
+    rule: Option<String>,
+    resource: Option<String>,
+}
+
+impl Selector {
+    fn parse(s: &str) -> Result<Selector> {
+        let mut sel = Selector { policy: None, rule: None, resource: None };
+        for part in s.split(',').map(str::trim).filter(|p| !p.is_empty()) {
+            let (k, v) = part.split_once('=').ok_or_else(|| anyhow!("invalid test case selector {part:?}: expected key=value"))?;
+            match k.trim() {
+                "policy" => sel.policy = Some(v.trim().to_string()),
+                "rule" => sel.rule = Some(v.trim().to_string()),
+                "resource" => sel.resource = Some(v.trim().to_string()),
+                other => bail!("invalid test case selector key {other:?}: expected policy, rule or resource"),
+            }
+        }
+        Ok(sel)
+    }
+    fn keep(&self, policy: &str, rule: &str, resource: &str) -> bool {
+        self.policy.as_ref().is_none_or(|p| wildcard::matches(p, policy))
+            && self.rule.as_ref().is_none_or(|p| wildcard::matches(p, rule))
+            && self.resource.as_ref().is_none_or(|p| wildcard::matches(p, resource))
+    }
+}
+
+pub fn run(args: &TestArgs) -> i32 {
+    match run_inner(args) {
+        Ok(code) => code,
+        Err(e) => {
+            eprintln!("Error: {e:#}");
+            2
+        }
+    }
+}
+
+fn run_inner(args: &TestArgs) -> Result<i32> {
+    let selector = args.selector.as_deref().map(Selector::parse).transpose()?;
+    let machine = args.output.is_some();
+    let mut files = Vec::new();
+    for d in &args.dirs {
+        find_tests(d, &args.file_name, &mut files)?;
+    }
+    if files.is_empty() && args.require_tests {
+        bail!("no test yamls available");
+    }
+    let mut rows: Vec<Row> = Vec::new();
+    let mut load_errors = 0;
+    let log = |s: String| {
+        if machine {
+            eprintln!("{s}");
+        } else {
+            println!("{s}");
+        }
+    };
+    for f in &files {
+        let text = match std::fs::read_to_string(f) {
+            Ok(t) => t,
+            Err(e) => {
+                eprintln!("Error: cannot read {}: {e}", f.display());
+                load_errors += 1;
+                continue;
+            }
+        };
+        let docs = match load::parse_docs(&text, f) {
+            Ok(d) => d,
+            Err(e) => {
+                eprintln!("Error: {e:#}");
+                load_errors += 1;
+                continue;
+            }
+        };
+        for doc in docs {
+            match run_test(&doc, f, selector.as_ref(), &log) {
+                Ok(mut r) => rows.append(&mut r),
+                Err(e) => {
+                    eprintln!("Error: {}: {e:#}", f.display());
+                    load_errors += 1;
+                }
+            }
+        }
+    }
+    let failed = rows.iter().filter(|r| !r.pass).count();
+    match args.output.as_deref() {
+        Some("json") => println!("{}", json_output(&rows)),
+        Some("yaml") => print!("{}", serde_saphyr::to_string(&serde_json::json!({"results": rows, "summary": summary(&rows)})).unwrap_or_default()),
+        Some("junit") => print!("{}", junit(&rows)),
+        Some("markdown") => print!("{}", markdown(&rows, args.detailed_results)),
+        Some(other) => bail!("unknown output format {other:?}: expected json, yaml, markdown or junit"),
+        None => {
+            let shown: Vec<&Row> = rows.iter().filter(|r| !args.fail_only || !r.pass).collect();
+            if !shown.is_empty() {
+                let mut headers = vec!["ID", "POLICY", "RULE", "RESOURCE", "RESULT", "REASON"];
+                if args.detailed_results {
+                    headers.push("MESSAGE");
+                }
+                let cells: Vec<Vec<String>> = shown
+                    .iter()
+                    .enumerate()
+                    .map(|(i, r)| {
+                        let mut c = vec![(i + 1).to_string(), r.policy.clone(), r.rule.clone(), r.display.clone(), if r.pass { "Pass".into() } else { "Fail".into() }, r.table_reason.clone()];
+                        if args.detailed_results {
+                            c.push(r.message.clone());
+                        }
+                        c
+                    })
+                    .collect();
+                println!();
+                print!("{}", crate::table::render(&headers, &cells));
+            }
+            println!();
+            if args.fail_only {
+                println!("Test Summary: {failed} out of {} tests failed", rows.len());
+            } else {
+                println!("Test Summary: {} tests passed and {failed} tests failed", rows.len() - failed);
+            }
+            println!();
+        }
+    }
+    if load_errors > 0 {
+        return Ok(2);
+    }
+    if failed > 0 {
+        if !machine {
+            eprintln!("Error: {failed} tests failed");
+        }
+        return Ok(1);
+    }
+    Ok(0)
+}
+
+fn summary(rows: &[Row]) -> Value {
+    let fail = rows.iter().filter(|r| !r.pass).count();
+    let skip = rows.iter().filter(|r| r.pass && r.actual == "skip").count();
+    serde_json::json!({"pass": rows.len() - fail - skip, "fail": fail, "skip": skip})
+}
+
+fn json_output(rows: &[Row]) -> String {
+    serde_json::to_string_pretty(&serde_json::json!({"results": rows, "summary": summary(rows)})).unwrap_or_default()
+}
+
+fn xml_escape(s: &str) -> String {
+    s.replace('&', "&amp;").replace('<', "&lt;").replace('>', "&gt;").replace('"', "&quot;")
+}
+
+fn junit(rows: &[Row]) -> String {
+    let failed = rows.iter().filter(|r| !r.pass).count();
+    let mut s = format!("<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n<testsuites tests=\"{}\" failures=\"{failed}\">\n  <testsuite name=\"verno test\" tests=\"{}\" failures=\"{failed}\">\n", rows.len(), rows.len());
+    for r in rows {
+        let name = xml_escape(&format!("{}/{}/{}", r.policy, r.rule, r.resource));
+        if r.pass {
+            s.push_str(&format!("    <testcase classname=\"{}\" name=\"{name}\"></testcase>\n", xml_escape(&r.policy)));
+        } else {
+            s.push_str(&format!(
+                "    <testcase classname=\"{}\" name=\"{name}\">\n      <failure message=\"{}\">{}</failure>\n    </testcase>\n",
+                xml_escape(&r.policy),
+                xml_escape(&r.table_reason),
+                xml_escape(&r.reason)
+            ));
+        }
+    }
+    s.push_str("  </testsuite>\n</testsuites>\n");
+    s
+}
+
+fn markdown(rows: &[Row], detailed: bool) -> String {
+    let mut s = String::from(if detailed { "| ID | POLICY | RULE | RESOURCE | RESULT | REASON | MESSAGE |\n|---|---|---|---|---|---|---|\n" } else { "| ID | POLICY | RULE | RESOURCE | RESULT | REASON |\n|---|---|---|---|---|---|\n" });
+    for (i, r) in rows.iter().enumerate() {
+        let res = if r.pass { "Pass" } else { "Fail" };
+        if detailed {
+            s.push_str(&format!("| {} | {} | {} | {} | {res} | {} | {} |\n", i + 1, r.policy, r.rule, r.display, r.table_reason, r.message.replace('|', "\\|")));
+        } else {
+            s.push_str(&format!("| {} | {} | {} | {} | {res} | {} |\n", i + 1, r.policy, r.rule, r.display, r.table_reason));
+        }
+    }
+    s
+}
+
+fn rel(base: &Path, p: &str) -> PathBuf {
+    base.join(p)
+}
+
+/// Parses a test document strictly, as Kyverno does.
+pub fn parse_test(v: &Value, file: &Path) -> Result<Test> {
+    let obj = v.as_object().ok_or_else(|| anyhow!("{}: a test document must be a mapping", file.display()))?;
+    if obj.keys().any(|k| k.eq_ignore_ascii_case("name")) {
+        bail!("{}: the test uses the deprecated schema (top-level `name`); use `apiVersion: cli.kyverno.io/v1alpha1`, `kind: Test` and `metadata.name`", file.display());
+    }
+    let norm = strict::normalize(v, &verno_api::cli::TEST, "").map_err(|e| anyhow!("{}: {e}", file.display()))?;
+    let t: Test = serde_json::from_value(norm).map_err(|e| anyhow!("{}: invalid test: {e}", file.display()))?;
+    if t.api_version.is_empty() || t.kind.is_empty() {
+        bail!("{}: apiVersion and kind are required (apiVersion: cli.kyverno.io/v1alpha1, kind: Test)", file.display());
+    }
+    Ok(t)
+}
+
+pub fn parse_values(v: &Value, file: &Path) -> Result<Values> {
+    let norm = strict::normalize(v, &verno_api::cli::VALUES_SPEC, "").map_err(|e| anyhow!("{}: {e}", file.display()))?;
+    serde_json::from_value(norm).map_err(|e| anyhow!("{}: invalid values: {e}", file.display()))
+}
+
+pub fn parse_user_info(v: &Value, file: &Path) -> Result<(RequestUser, Value)> {
+    let norm = strict::normalize(v, &verno_api::cli::USER_INFO, "").map_err(|e| anyhow!("{}: {e}", file.display()))?;
+    let u: UserInfoFile = serde_json::from_value(norm).map_err(|e| anyhow!("{}: invalid user info: {e}", file.display()))?;
+    let username = u.user_info.get("username").and_then(Value::as_str).unwrap_or("").to_string();
+    let groups = u.user_info.get("groups").and_then(Value::as_array).map(|a| a.iter().filter_map(Value::as_str).map(str::to_string).collect()).unwrap_or_default();
+    let info = if u.user_info.is_null() { serde_json::json!({}) } else { u.user_info.clone() };
+    Ok((RequestUser { username, groups, roles: u.roles, cluster_roles: u.cluster_roles }, info))
+}
+
+/// Policies from files: compiled ones, and the names of those that could not be used (with why).
+pub struct LoadedPolicies {
+    pub compiled: Vec<CompiledPolicy>,
+    pub invalid: HashMap<String, String>,
+    pub unsupported: HashMap<String, String>,
+    pub other_docs: Vec<Doc>,
+}
+
+pub fn load_policies(docs: Vec<Doc>) -> LoadedPolicies {
+    let mut out = LoadedPolicies { compiled: Vec::new(), invalid: HashMap::new(), unsupported: HashMap::new(), other_docs: Vec::new() };
+    for d in docs {
+        if load::is_kyverno_policy(&d.value) {
+            let name = d.value.pointer("/metadata/name").and_then(Value::as_str).unwrap_or("").to_string();
+            let ns = d.value.pointer("/metadata/namespace").and_then(Value::as_str).unwrap_or("default");
+            let key = if load::kind(&d.value) == "Policy" { format!("{ns}/{name}") } else { name.clone() };
+            let mut value = d.value.clone();
+            if load::kind(&value) == "Policy" && value.pointer("/metadata/namespace").is_none() {
+                if let Some(m) = value.get_mut("metadata").and_then(Value::as_object_mut) {
+                    m.insert("namespace".into(), Value::String("default".into()));
+                }
+            }
+            match serde_json::from_value::<ClusterPolicy>(value) {
+                Ok(p) => match compile_policy(&p) {
+                    Ok(c) => out.compiled.push(c),
+                    Err(e) => {
+                        eprintln!("Error: {}: policy {key}: {e}", d.file.display());
+                        out.invalid.insert(key, e.to_string());
+                    }
+                },
+                Err(e) => {
+                    eprintln!("Error: {}: policy {key}: {e}", d.file.display());
+                    out.invalid.insert(key, e.to_string());
+                }
+            }
+        } else if load::is_unsupported_policy(&d.value) {
+            let name = d.value.pointer("/metadata/name").and_then(Value::as_str).unwrap_or("").to_string();
+            out.unsupported.insert(name, format!("{} policies are not supported by this build of verno yet", load::kind(&d.value)));
+        } else {
+            out.other_docs.push(d);
+        }
+    }
+    out
+}
+
+pub fn load_exceptions(docs: &[Doc]) -> Result<Vec<CompiledException>> {
+    let mut out = Vec::new();
+    for d in docs.iter().filter(|d| load::is_kyverno_exception(&d.value)) {
+        let e: PolicyException = serde_json::from_value(d.value.clone()).map_err(|e| anyhow!("{}: invalid PolicyException: {e}", d.file.display()))?;
+        out.push(compile_exception(&e).map_err(|e| anyhow!("{}: PolicyException: {e}", d.file.display()))?);
+    }
+    Ok(out)
+}
+
+fn resource_display(r: &Value) -> String {
+    let ns = r.pointer("/metadata/namespace").and_then(Value::as_str).unwrap_or("");
+    format!(
+        "{}/{}/{}/{}",
+        load::api_version(r),
+        load::kind(r),
+        ns,
+        r.pointer("/metadata/name").and_then(Value::as_str).unwrap_or("")
+    )
+}
+
+fn report_result(status: Status, scored: bool) -> &'static str {
+    match status {
+        Status::Fail if !scored => "warn",
+        s => s.as_str(),
+    }
+}
+
+fn run_test(doc: &Doc, file: &Path, selector: Option<&Selector>, log: &dyn Fn(String)) -> Result<Vec<Row>> {
+    let test = parse_test(&doc.value, file)?;
+    let base = file.parent().unwrap_or(Path::new("."));
+    log(format!("Loading test {} ( {} ) ...", test.name(), file.display()));
+    log("  Loading values/variables ...".into());
+    let mut data = CliData::default();
+    if let Some(v) = &test.variables {
+        let p = rel(base, v);
+        let docs = load::read_docs(&p)?;
+        if let Some(d) = docs.first() {
+            data.values = parse_values(&d.value, &p)?;
+        }
+    } else if let Some(v) = &test.values {
+        data.values = parse_values(v, file)?;
+    }
+    let mut user: Option<(RequestUser, Value)> = None;
+    if let Some(u) = &test.userinfo {
+        let p = rel(base, u);
+        let docs = load::read_docs(&p)?;
+        if let Some(d) = docs.first() {
+            user = Some(parse_user_info(&d.value, &p)?);
+        }
+    }
+    log("  Loading policies ...".into());
+    let mut pdocs = Vec::new();
+    for p in &test.policies {
+        pdocs.extend(load::read_docs(&rel(base, p))?);
+    }
+    let policies = load_policies(pdocs);
+    log("  Loading resources ...".into());
+    let mut resources: Vec<Value> = Vec::new();
+    for p in &test.resources {
+        for d in load::read_docs(&rel(base, p))? {
+            resources.push(d.value);
+        }
+    }
+    let mut edocs = Vec::new();
+    for p in &test.exceptions {
+        edocs.extend(load::read_docs(&rel(base, p))?);
+    }
+    if !test.exceptions.is_empty() {
+        log("  Loading exceptions ...".into());
+    }
+    let exceptions = load_exceptions(&edocs)?;
+    if !test.cluster_resources.is_empty() {
+        let mut cluster = Vec::new();
+        for p in &test.cluster_resources {
+            for d in load::read_docs(&rel(base, p))? {
+                cluster.push(d.value);
+            }
+        }
+        data.cluster = Some(cluster);
+    }
+    data.api_mocks = test.api_call_responses.clone();
+    data.global_entries = test.global_context_entries.clone();
+    let globals: Vec<(String, Value)> = data.values.global_values.iter().map(|(k, v)| (k.clone(), v.clone())).collect();
+    log(format!("  Applying {} {} to {} {} ...", policies.compiled.len(), if policies.compiled.len() == 1 { "policy" } else { "policies" }, resources.len(), if resources.len() == 1 { "resource" } else { "resources" }));
+    let runner = Runner {
+        policies: &policies.compiled,
+        exceptions: &exceptions,
+        data: &data,
+        user: user.as_ref().map(|u| &u.0),
+        user_info: user.as_ref().map(|u| &u.1),
+        globals: &globals,
+    };
+    log("  Checking results ...".into());
+    let mut cache: HashMap<(usize, String), Vec<PolicyResponse>> = HashMap::new();
+    let mut rows = Vec::new();
+    for entry in &test.results {
+        let mut names: Vec<String> = entry.resources.clone();
+        for spec in &entry.resource_specs {
+            let n = spec.get("name").and_then(Value::as_str).unwrap_or("");
+            let ns = spec.get("namespace").and_then(Value::as_str).unwrap_or("");
+            names.push(if ns.is_empty() { n.to_string() } else { format!("{ns}/{n}") });
+        }
+        if !entry.resource.is_empty() && names.is_empty() {
+            names.push(entry.resource.clone());
+        }
+        if names.is_empty() {
+            names.push(String::new());
+        }
+        for name in names {
+            if let Some(sel) = selector {
+                if !sel.keep(&entry.policy, &entry.rule, &name) {
+                    continue;
+                }
+            }
+            rows.push(check_row(entry, &name, &resources, &policies, &runner, &mut cache));
+        }
+    }
+    Ok(rows)
+}
+
+fn check_row(
+    entry: &TestResult,
+    name: &str,
+    resources: &[Value],
+    policies: &LoadedPolicies,
+    runner: &Runner,
+    cache: &mut HashMap<(usize, String), Vec<PolicyResponse>>,
+) -> Row {
+    let expected = if entry.result.is_empty() { entry.status.clone() } else { entry.result.clone() };
+    let mut row = Row {
+        policy: entry.policy.clone(),
+        rule: entry.rule.clone(),
+        resource: name.to_string(),
+        kind: entry.kind.clone(),
+        namespace: String::new(),
+        expected: expected.clone(),
+        actual: String::new(),
+        pass: false,
+        reason: String::new(),
+        display: name.to_string(),
+        table_reason: String::new(),
+        message: String::new(),
+    };
+    let fail = |mut row: Row, table: &str, reason: String| {
+        row.pass = false;
+        row.table_reason = table.to_string();
+        row.reason = reason;
+        row
+    };
+    if let Some(e) = policies.invalid.get(&entry.policy) {
+        return fail(row, "Invalid Policy", format!("policy {} is invalid: {e}", entry.policy));
+    }
+    if let Some(e) = policies.unsupported.get(&entry.policy) {
+        return fail(row, "Invalid Policy", e.clone());
+    }
+    let Some(policy_idx) = policies.compiled.iter().position(|p| p.key() == entry.policy || p.name == entry.policy) else {
+        return fail(row, "Not found", format!("policy {} not found in the test's policies", entry.policy));
+    };
+    let policy = &policies.compiled[policy_idx];
+    let (want_ns, want_name) = match name.split_once('/') {
+        Some((ns, n)) => (Some(ns), n),
+        None => (None, name),
+    };
+    let candidates: Vec<usize> = resources
+        .iter()
+        .enumerate()
+        .filter(|(_, r)| {
+            r.pointer("/metadata/name").and_then(Value::as_str) == Some(want_name)
+                && want_ns.is_none_or(|ns| r.pointer("/metadata/namespace").and_then(Value::as_str).unwrap_or("") == ns)
+        })
+        .map(|(i, _)| i)
+        .collect();
+    if candidates.is_empty() {
+        return fail(row, "Not found", format!("resource {name} not found in the test's resources"));
+    }
+    let rule_names = [entry.rule.clone(), format!("autogen-{}", entry.rule), format!("autogen-cronjob-{}", entry.rule)];
+    let mut found: Option<(usize, verno_engine::RuleResponse)> = None;
+    for &i in &candidates {
+        let Some(r) = resources.get(i) else { continue };
+        let op = entry.operation.clone().unwrap_or_else(|| runner.operation_for(Some(&policy.name), r));
+        let responses = cache.entry((i, op.clone())).or_insert_with(|| runner.run(r, &op));
+        if let Some(pr) = responses.get(policy_idx) {
+            if let Some(rr) = pr.rules.iter().find(|rr| rule_names.contains(&rr.name)) {
+                found = Some((i, rr.clone()));
+                break;
+            }
+        }
+    }
+    let first = candidates.first().and_then(|i| resources.get(*i));
+    if let Some(r) = first {
+        row.namespace = r.pointer("/metadata/namespace").and_then(Value::as_str).unwrap_or("").to_string();
+        row.display = resource_display(r);
+    }
+    match found {
+        None => {
+            row.actual = "skip".into();
+            row.pass = true;
+            row.table_reason = "Excluded".into();
+            row
+        }
+        Some((i, rr)) => {
+            if let Some(r) = resources.get(i) {
+                row.namespace = r.pointer("/metadata/namespace").and_then(Value::as_str).unwrap_or("").to_string();
+                row.display = resource_display(r);
+            }
+            let actual = report_result(rr.status, policy.scored);
+            row.actual = actual.to_string();
+            row.message = rr.message.clone();
+            if actual == expected {
+                row.pass = true;
+                row.table_reason = "Ok".into();
+            } else {
+                row.table_reason = format!("Want {expected}, got {actual}");
+                row.reason = format!("want {expected}, got {actual}: {}", rr.message);
+            }
+            row
+        }
+    }
+}
