@@ -99,6 +99,10 @@ impl Data for CliData {
                 return Loaded::Value(body);
             }
         }
+        if url_path.starts_with("http://") || url_path.starts_with("https://") {
+            // External services are only answered from `apiCallResponses`.
+            return Loaded::Unavailable;
+        }
         let Some(cluster) = &self.cluster else { return Loaded::Unavailable };
         // /api/v1[/namespaces/NS]/PLURAL[/NAME] or /apis/GROUP/VERSION[/namespaces/NS]/PLURAL[/NAME]
         let path = url_path.split('?').next().unwrap_or("");

@@ -409,7 +409,14 @@ fn run_test(doc: &Doc, file: &Path, selector: Option<&Selector>, log: &dyn Fn(St
         let mut cluster = Vec::new();
         for p in &test.cluster_resources {
             for d in load::read_docs(&rel(base, p))? {
-                cluster.push(d.value);
+                if load::kind(&d.value) == "ClusterResource" && load::api_version(&d.value).starts_with("cli.kyverno.io/") {
+                    // `kind: ClusterResource` wraps the objects in `spec.resources`.
+                    if let Some(items) = d.value.pointer("/spec/resources").and_then(Value::as_array) {
+                        cluster.extend(items.iter().cloned());
+                    }
+                } else {
+                    cluster.push(d.value);
+                }
             }
         }
         data.cluster = Some(cluster);
@@ -502,7 +509,11 @@ fn check_row(
         .enumerate()
         .filter(|(_, r)| {
             r.pointer("/metadata/name").and_then(Value::as_str) == Some(want_name)
-                && want_ns.is_none_or(|ns| r.pointer("/metadata/namespace").and_then(Value::as_str).unwrap_or("") == ns)
+                && want_ns.is_none_or(|ns| {
+                    // Kyverno's CLI puts resources without a namespace in `default`.
+                    let rns = r.pointer("/metadata/namespace").and_then(Value::as_str).unwrap_or("");
+                    rns == ns || (rns.is_empty() && ns == "default")
+                })
         })
         .map(|(i, _)| i)
         .collect();

@@ -34,6 +34,7 @@ pub trait Data: Sync {
     fn config_map(&self, _namespace: &str, _name: &str) -> Loaded {
         Loaded::Unavailable
     }
+    /// An API call: a Kubernetes API path (`/api/...`, `/apis/...`) or an external service URL.
     fn api_call(&self, _method: &str, _url_path: &str, _data: Option<&Value>) -> Loaded {
         Loaded::Unavailable
     }
@@ -339,11 +340,9 @@ fn load_context(
                     Loaded::Error(e) => return Err(format!("failed to get configmap {ns}/{}: {e}", n.as_str().unwrap_or(""))),
                 }
             }
-            ContextSource::ApiCall { url_path, method, data: body, service, jmes_path, default } => {
-                if *service {
-                    None
-                } else {
-                    let url = match url_path {
+            ContextSource::ApiCall { url_path, method, data: body, service_url, jmes_path, default } => {
+                {
+                    let url = match url_path.as_ref().or(service_url.as_ref()) {
                         Some(u) => u.render(ctx, "").map_err(|e| e.to_string())?.as_str().unwrap_or("").to_string(),
                         None => String::new(),
                     };

@@ -140,7 +140,7 @@ pub struct CompiledContextEntry {
 pub enum ContextSource {
     Variable { value: Option<TValue>, jmes_path: Option<JmesField>, default: Option<TValue> },
     ConfigMap { name: TValue, namespace: Option<TValue> },
-    ApiCall { url_path: Option<TValue>, method: String, data: Option<TValue>, service: bool, jmes_path: Option<JmesField>, default: Option<TValue> },
+    ApiCall { url_path: Option<TValue>, method: String, data: Option<TValue>, service_url: Option<TValue>, jmes_path: Option<JmesField>, default: Option<TValue> },
     GlobalReference { name: String, jmes_path: Option<JmesField> },
     ImageRegistry,
 }
@@ -185,7 +185,12 @@ fn compile_context(entries: &[ContextEntry], path: &str) -> Result<Vec<CompiledC
                 url_path: a.url_path.as_ref().map(|u| tv(&Value::String(u.clone()), &format!("{p}.apiCall.urlPath"))).transpose()?,
                 method: a.method.clone().unwrap_or_else(|| "GET".into()),
                 data: a.data.as_ref().map(|d| tv(d, &format!("{p}.apiCall.data"))).transpose()?,
-                service: a.service.is_some(),
+                service_url: a
+                    .service
+                    .as_ref()
+                    .and_then(|s| s.get("url"))
+                    .map(|u| tv(u, &format!("{p}.apiCall.service.url")))
+                    .transpose()?,
                 jmes_path: a.jmes_path.as_deref().map(|s| JmesField::compile(s, &format!("{p}.apiCall.jmesPath"))).transpose()?,
                 default: a.default.as_ref().map(|x| tv(x, &format!("{p}.apiCall.default"))).transpose()?,
             }

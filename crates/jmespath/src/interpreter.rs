@@ -48,7 +48,7 @@ pub(crate) fn eval<'a>(ast: &Ast, data: &'a Value, env: &dyn Env) -> Result<Cv<'
             chain(l, |v| eval(rhs, v, env))
         }
         Ast::Projection(lhs, rhs) => {
-            let l = eval(lhs, data, env)?;
+            let l = eval(lhs, data, env).unwrap_or(Cow::Borrowed(&NULL));
             let arr = match l.as_ref() {
                 Value::Array(a) => a,
                 _ => return Ok(Cow::Borrowed(&NULL)),
@@ -63,7 +63,7 @@ pub(crate) fn eval<'a>(ast: &Ast, data: &'a Value, env: &dyn Env) -> Result<Cv<'
             Ok(Cow::Owned(Value::Array(out)))
         }
         Ast::ValueProjection(lhs, rhs) => {
-            let l = eval(lhs, data, env)?;
+            let l = eval(lhs, data, env).unwrap_or(Cow::Borrowed(&NULL));
             let obj = match l.as_ref() {
                 Value::Object(m) => m,
                 _ => return Ok(Cow::Borrowed(&NULL)),
@@ -78,7 +78,7 @@ pub(crate) fn eval<'a>(ast: &Ast, data: &'a Value, env: &dyn Env) -> Result<Cv<'
             Ok(Cow::Owned(Value::Array(out)))
         }
         Ast::FilterProjection { lhs, rhs, cond } => {
-            let l = eval(lhs, data, env)?;
+            let l = eval(lhs, data, env).unwrap_or(Cow::Borrowed(&NULL));
             let arr = match l.as_ref() {
                 Value::Array(a) => a,
                 _ => return Ok(Cow::Borrowed(&NULL)),
@@ -96,7 +96,7 @@ pub(crate) fn eval<'a>(ast: &Ast, data: &'a Value, env: &dyn Env) -> Result<Cv<'
             Ok(Cow::Owned(Value::Array(out)))
         }
         Ast::Flatten(inner) => {
-            let l = eval(inner, data, env)?;
+            let l = eval(inner, data, env).unwrap_or(Cow::Borrowed(&NULL));
             let arr = match l.as_ref() {
                 Value::Array(a) => a,
                 _ => return Ok(Cow::Borrowed(&NULL)),

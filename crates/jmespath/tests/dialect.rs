@@ -106,3 +106,11 @@ fn random_matches_its_pattern() {
     assert_eq!(s.len(), 5);
     assert!(s.chars().all(|c| c.is_ascii_lowercase()));
 }
+
+#[test]
+fn missing_key_before_a_flatten_is_null_not_an_error() {
+    // Regression: `element.resourceNames[]` on an element without the key must not error.
+    assert_eq!(ok("request.object.spec.missing[]"), Value::Null);
+    assert_eq!(ok("request.object.spec.missing[*].name"), Value::Null);
+    assert_eq!(ok("request.object.spec.missing[] || `[]`"), json!([]));
+}
