@@ -1,0 +1,131 @@
+//! End-to-end tests of the `verno` binary on the project's own fixtures (`testdata/`).
+
+use serde_json::Value;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+fn testdata() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../../testdata")
+}
+
+fn verno(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_verno")).args(args).output().unwrap_or_else(|e| Output {
+        status: std::process::ExitStatus::default(),
+        stdout: Vec::new(),
+        stderr: e.to_string().into_bytes(),
+    })
+}
+
+fn write(dir: &Path, name: &str, text: &str) {
+    let _ = std::fs::write(dir.join(name), text);
+}
+
+#[test]
+fn test_command_passes_the_projects_own_suites() {
+    let out = verno(&["test", testdata().to_str().unwrap_or(".")]);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(out.status.code(), Some(0), "{stdout}\n{}", String::from_utf8_lossy(&out.stderr));
+    assert!(stdout.contains("Test Summary: 10 tests passed and 0 tests failed"), "{stdout}");
+    assert!(stdout.contains("│ ID │ POLICY"), "{stdout}");
+}
+
+#[test]
+fn json_output_follows_the_conformance_contract() {
+    let dir = testdata().join("validate/require-labels");
+    let out = verno(&["test", dir.to_str().unwrap_or("."), "-o", "json"]);
+    assert_eq!(out.status.code(), Some(0));
+    let v: Value = serde_json::from_slice(&out.stdout).unwrap_or_default();
+    let rows = v["results"].as_array().cloned().unwrap_or_default();
+    assert_eq!(rows.len(), 4);
+    assert_eq!(rows[1]["resource"], "shop/unlabelled");
+    assert_eq!(rows[1]["expected"], "fail");
+    assert_eq!(rows[1]["actual"], "fail");
+    assert_eq!(rows[1]["namespace"], "shop");
+    assert_eq!(rows[3]["actual"], "fail", "autogen rule applies to the Deployment");
+    assert_eq!(v["summary"], serde_json::json!({"pass": 3, "fail": 0, "skip": 1}));
+}
+
+#[test]
+fn a_wrong_expectation_fails_with_exit_1_and_says_why() {
+    let tmp = tempfile::tempdir().unwrap_or_else(|_| tempfile::TempDir::new_in(".").unwrap_or_else(|e| panic!("{e}")));
+    let src = testdata().join("validate/require-labels");
+    for f in ["policy.yaml", "resources.yaml"] {
+        let _ = std::fs::copy(src.join(f), tmp.path().join(f));
+    }
+    write(tmp.path(), "kyverno-test.yaml", "apiVersion: cli.kyverno.io/v1alpha1\nkind: Test\nmetadata: {name: t}\npolicies: [policy.yaml]\nresources: [resources.yaml]\nresults:\n- {policy: team-label, rule: check-team, kind: Pod, resources: [labelled], result: fail}\n");
+    let out = verno(&["test", tmp.path().to_str().unwrap_or("."), "-o", "json"]);
+    assert_eq!(out.status.code(), Some(1));
+    let v: Value = serde_json::from_slice(&out.stdout).unwrap_or_default();
+    assert_eq!(v["results"][0]["pass"], false);
+    assert_eq!(v["results"][0]["actual"], "pass");
+    assert!(v["results"][0]["reason"].as_str().unwrap_or("").contains("want fail, got pass"));
+}
+
+#[test]
+fn unknown_test_fields_are_rejected_with_their_path() {
+    let tmp = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
+    write(tmp.path(), "kyverno-test.yaml", "apiVersion: cli.kyverno.io/v1alpha1\nkind: Test\nmetadata: {name: t}\npolicies: []\nresults:\n- {policy: p, rule: r, resources: [x], result: pass, reslt: fail}\n");
+    let out = verno(&["test", tmp.path().to_str().unwrap_or(".")]);
+    assert_eq!(out.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("unknown field \"reslt\" at results[0]"), "{err}");
+}
+
+#[test]
+fn field_names_match_regardless_of_case_and_old_schema_is_rejected() {
+    let tmp = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
+    write(tmp.path(), "kyverno-test.yaml", "apiVersion: cli.kyverno.io/v1alpha1\nkind: Test\nmetadata: {name: t}\nPolicies: []\nResults: []\n");
+    assert_eq!(verno(&["test", tmp.path().to_str().unwrap_or(".")]).status.code(), Some(0));
+    write(tmp.path(), "kyverno-test.yaml", "name: old\npolicies: []\nresults: []\n");
+    let out = verno(&["test", tmp.path().to_str().unwrap_or(".")]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("deprecated schema"));
+}
+
+#[test]
+fn apply_prints_failures_and_kyverno_summary() {
+    let dir = testdata().join("validate/require-labels");
+    let out = verno(&["apply", dir.join("policy.yaml").to_str().unwrap_or(""), "--resource", dir.join("resources.yaml").to_str().unwrap_or("")]);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(out.status.code(), Some(1), "{stdout}");
+    assert!(stdout.contains("Applying 1 policy rule(s) to 4 resource(s)..."), "{stdout}");
+    assert!(stdout.contains("policy team-label -> resource shop/Pod/unlabelled failed:"), "{stdout}");
+    assert!(stdout.contains("1 - check-team validation error: Every pod needs a team label. rule check-team failed at path /metadata/labels/"), "{stdout}");
+    assert!(stdout.contains("1 - autogen-check-team validation error: Every pod needs a team label. rule autogen-check-team failed at path /spec/template/metadata/labels/team/"), "{stdout}");
+    assert!(stdout.contains("pass: 1, fail: 2, warn: 0, error: 0, skip: 0 "), "{stdout}");
+}
+
+#[test]
+fn apply_audit_warn_turns_audit_failures_into_warnings() {
+    let dir = testdata().join("validate/foreach-images");
+    let p = dir.join("policy.yaml");
+    let r = dir.join("resources.yaml");
+    let out = verno(&["apply", p.to_str().unwrap_or(""), "-r", r.to_str().unwrap_or(""), "--audit-warn", "--warn-exit-code", "3"]);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(stdout.contains("pass: 1, fail: 0, warn: 2, error: 0, skip: 0 "), "{stdout}");
+    assert_eq!(out.status.code(), Some(3));
+}
+
+#[test]
+fn a_broken_policy_is_an_error_naming_the_field() {
+    let tmp = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
+    write(tmp.path(), "p.yaml", "apiVersion: kyverno.io/v1\nkind: ClusterPolicy\nmetadata: {name: bad}\nspec:\n  rules:\n  - name: r\n    match: {any: [{resources: {kinds: [Pod]}}]}\n    validate:\n      deny:\n        conditions:\n          any:\n          - key: \"{{ nope(request.object) }}\"\n            operator: Equals\n            value: x\n");
+    write(tmp.path(), "r.yaml", "apiVersion: v1\nkind: Pod\nmetadata: {name: a}\n");
+    let out = verno(&["apply", tmp.path().join("p.yaml").to_str().unwrap_or(""), "-r", tmp.path().join("r.yaml").to_str().unwrap_or("")]);
+    assert_eq!(out.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("spec.rules[0].validate.deny.conditions.any[0].key"), "{err}");
+    assert!(err.contains("unknown function: nope()"), "{err}");
+}
+
+#[test]
+fn jp_query_and_function_listing() {
+    let tmp = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
+    write(tmp.path(), "in.yaml", "a: {b: [1, 2]}\n");
+    let out = verno(&["jp", "query", "-i", tmp.path().join("in.yaml").to_str().unwrap_or(""), "sum(a.b)"]);
+    assert_eq!(String::from_utf8_lossy(&out.stdout), "# sum(a.b)\n3\n");
+    let out = verno(&["jp", "function"]);
+    let s = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(s.matches("Name: ").count(), 50, "{s}");
+    assert!(s.contains("Name: semver_compare"));
+}
