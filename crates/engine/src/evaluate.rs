@@ -75,8 +75,20 @@ impl<'a> Request<'a> {
     }
 }
 
+/// A string at a `/`-separated path (no JSON-pointer escapes, no allocation).
 fn str_at<'v>(v: &'v Value, p: &str) -> &'v str {
-    v.pointer(p).and_then(Value::as_str).unwrap_or("")
+    let mut cur = v;
+    for seg in p.split('/').filter(|s| !s.is_empty()) {
+        match cur.get(seg) {
+            Some(x) => cur = x,
+            None => return "",
+        }
+    }
+    cur.as_str().unwrap_or("")
+}
+
+fn obj_at<'v>(v: &'v Value, a: &str, b: &str) -> Option<&'v Map<String, Value>> {
+    v.get(a)?.get(b)?.as_object()
 }
 
 /// Builds the variable context for a request (shared by all policies of one evaluation).
@@ -148,8 +160,8 @@ pub fn evaluate_policy(
         subresource: req.subresource,
         name,
         namespace,
-        labels: subject.pointer("/metadata/labels").and_then(Value::as_object),
-        annotations: subject.pointer("/metadata/annotations").and_then(Value::as_object),
+        labels: obj_at(subject, "metadata", "labels"),
+        annotations: obj_at(subject, "metadata", "annotations"),
         operation: req.operation,
         namespace_labels: req.namespace_labels,
         user: req.user,
@@ -235,7 +247,7 @@ fn evaluate_rule(
             RuleBody::Unsupported { what, .. } => Some(RuleResponse::new(&rule.name, rt, Status::Error, *what)),
             RuleBody::Validate(v) => {
                 let foreach_values = data.foreach_values(&policy.name, origin);
-                let mut vc = ValidateCtx { rule: &rule.name, v, foreach_values: &foreach_values, data, policy, provided: &provided };
+                let mut vc = ValidateCtx { rule: &rule.name, v, foreach_values: &foreach_values, data, policy, provided: &provided, subject: req.subject() };
                 vc.validate(&v.check, req.subject(), ctx, 0, req.is_delete(), exceptions_pss(exceptions, policy, &rule.name, input, ctx))
             }
         }
@@ -402,6 +414,8 @@ struct ValidateCtx<'a> {
     data: &'a dyn Data,
     policy: &'a CompiledPolicy,
     provided: &'a [String],
+    /// The resource under validation (`request.object`, or the old object on DELETE).
+    subject: &'a Value,
 }
 
 impl ValidateCtx<'_> {
@@ -620,8 +634,7 @@ impl ValidateCtx<'_> {
                 Ok((true, _)) => {}
             }
         }
-        let request_object = ctx.root().pointer("/request/object").cloned().unwrap_or(Value::Null);
-        let target: &Value = if scoped { element } else { &request_object };
+        let target: &Value = if scoped { element } else { self.subject };
         self.validate(&f.check, target, ctx, nesting + 1, delete, Vec::new())
     }
 }

@@ -74,7 +74,9 @@ static NULL: Value = Value::Null;
 /// Matches `resource` against `pattern` from the root.
 pub fn match_pattern(resource: &Value, pattern: &Value) -> Result<(), PatternError> {
     let mut ac = AnchorMap::default();
-    match element(resource, pattern, "/", &mut ac) {
+    let mut path = String::with_capacity(64);
+    path.push('/');
+    match element(resource, pattern, &mut path, &mut ac) {
         Ok(()) => Ok(()),
         Err((path, m)) => {
             if m.is_skip() {
@@ -103,12 +105,23 @@ fn go_type(v: &Value) -> &'static str {
     }
 }
 
-fn element(resource: &Value, pattern: &Value, path: &str, ac: &mut AnchorMap) -> Res {
+/// Runs `f` with `seg` appended to the path buffer (`seg/`), restoring it afterwards.
+/// Paths are only turned into owned strings when something fails.
+fn with_seg<T>(path: &mut String, seg: &str, f: impl FnOnce(&mut String) -> T) -> T {
+    let len = path.len();
+    path.push_str(seg);
+    path.push('/');
+    let r = f(path);
+    path.truncate(len);
+    r
+}
+
+fn element(resource: &Value, pattern: &Value, path: &mut String, ac: &mut AnchorMap) -> Res {
     match pattern {
         Value::Object(pm) => {
             let Value::Object(rm) = resource else {
                 return Err((
-                    path.to_string(),
+                    path.clone(),
                     Mismatch::Fail(format!(
                         "pattern and resource have different structures. Path: {path}. Expected {}, found {}",
                         go_type(pattern),
@@ -122,7 +135,7 @@ fn element(resource: &Value, pattern: &Value, path: &str, ac: &mut AnchorMap) ->
         Value::Array(pa) => {
             let Value::Array(ra) = resource else {
                 return Err((
-                    path.to_string(),
+                    path.clone(),
                     Mismatch::Fail(format!(
                         "validation rule failed at path {path}, resource does not satisfy the expected overlay pattern"
                     )),
@@ -134,13 +147,13 @@ fn element(resource: &Value, pattern: &Value, path: &str, ac: &mut AnchorMap) ->
             if let Value::Array(ra) = resource {
                 for r in ra {
                     if !validate_scalar(r, pattern) {
-                        return Err((path.to_string(), scalar_mismatch(resource, pattern, path)));
+                        return Err((path.clone(), scalar_mismatch(resource, pattern, path)));
                     }
                 }
                 return Ok(());
             }
             if !validate_scalar(resource, pattern) {
-                return Err((path.to_string(), scalar_mismatch(resource, pattern, path)));
+                return Err((path.clone(), scalar_mismatch(resource, pattern, path)));
             }
             Ok(())
         }
@@ -160,17 +173,20 @@ fn go_value(v: &Value) -> String {
     }
 }
 
-fn validate_array(ra: &[Value], pa: &[Value], path: &str, ac: &mut AnchorMap) -> Res {
+fn index_seg(i: usize) -> String {
+    i.to_string()
+}
+
+fn validate_array(ra: &[Value], pa: &[Value], path: &mut String, ac: &mut AnchorMap) -> Res {
     let Some(first) = pa.first() else {
-        return Err((path.to_string(), Mismatch::Fail("pattern Array empty".into())));
+        return Err((path.clone(), Mismatch::Fail("pattern Array empty".into())));
     };
     match first {
         Value::Object(_) => {
             let mut applied = 0;
             let mut skips: Vec<String> = Vec::new();
             for (i, r) in ra.iter().enumerate() {
-                let p = format!("{path}{i}/");
-                match element(r, first, &p, ac) {
+                match with_seg(path, &index_seg(i), |p| element(r, first, p, ac)) {
                     Ok(()) => applied += 1,
                     Err((_, m)) if m.is_skip() => skips.push(m.message()),
                     Err(e) => return Err(e),
@@ -184,14 +200,14 @@ fn validate_array(ra: &[Value], pa: &[Value], path: &str, ac: &mut AnchorMap) ->
                     .or_else(|| msg.strip_prefix("global anchor mismatch: "))
                     .unwrap_or(&msg)
                     .to_string();
-                return Err((path.to_string(), if is_global { Mismatch::Global(inner) } else { Mismatch::Conditional(inner) }));
+                return Err((path.clone(), if is_global { Mismatch::Global(inner) } else { Mismatch::Conditional(inner) }));
             }
             Ok(())
         }
         Value::Array(_) => {
             if ra.len() < pa.len() {
                 return Err((
-                    path.to_string(),
+                    path.clone(),
                     Mismatch::Fail(format!(
                         "validate Array failed, array length mismatch, resource Array len is {} and pattern Array len is {}",
                         ra.len(),
@@ -201,13 +217,13 @@ fn validate_array(ra: &[Value], pa: &[Value], path: &str, ac: &mut AnchorMap) ->
             }
             for (i, p) in pa.iter().enumerate() {
                 let r = ra.get(i).unwrap_or(&NULL);
-                element(r, p, &format!("{path}{i}/"), ac)?;
+                with_seg(path, &index_seg(i), |pp| element(r, p, pp, ac))?;
             }
             Ok(())
         }
         scalar => {
             for (i, r) in ra.iter().enumerate() {
-                element(r, scalar, &format!("{path}{i}/"), ac)?;
+                with_seg(path, &index_seg(i), |pp| element(r, scalar, pp, ac))?;
             }
             Ok(())
         }
@@ -215,7 +231,7 @@ fn validate_array(ra: &[Value], pa: &[Value], path: &str, ac: &mut AnchorMap) ->
 }
 
 /// Expands wildcard keys under `metadata.labels` / `metadata.annotations` to the resource's keys.
-fn expand_metadata<'p>(pm: &'p serde_json::Map<String, Value>, rm: &serde_json::Map<String, Value>) -> Option<serde_json::Map<String, Value>> {
+fn expand_metadata(pm: &serde_json::Map<String, Value>, rm: &serde_json::Map<String, Value>) -> Option<serde_json::Map<String, Value>> {
     let (meta_key, pmeta) = pm.iter().find(|(k, _)| strip_anchor(k) == "metadata")?;
     let pmeta = pmeta.as_object()?;
     let rmeta = rm.get("metadata")?.as_object()?;
@@ -260,12 +276,12 @@ pub fn strip_anchor(k: &str) -> &str {
     anchor::parse(k).map(|(_, key)| key).unwrap_or(k)
 }
 
-/// (`"=("` style prefix re-assembled as in Kyverno: the anchor text before the key, and the key).
+/// The anchor text before the key (`=(`), and the bare key.
 fn split_anchor(k: &str) -> (String, &str) {
     match anchor::parse(k) {
         Some((_, key)) => {
             let prefix_len = k.trim().find('(').map(|i| i + 1).unwrap_or(0);
-            (k.trim()[..prefix_len].to_string(), key)
+            (k.trim().get(..prefix_len).unwrap_or("").to_string(), key)
         }
         None => (String::new(), k),
     }
@@ -279,24 +295,27 @@ fn has_nested_anchors(v: &Value) -> bool {
     }
 }
 
-fn validate_map(rm: &serde_json::Map<String, Value>, pm_in: &serde_json::Map<String, Value>, path: &str, ac: &mut AnchorMap) -> Res {
-    let expanded = expand_metadata(pm_in, rm);
+fn validate_map(rm: &serde_json::Map<String, Value>, pm_in: &serde_json::Map<String, Value>, path: &mut String, ac: &mut AnchorMap) -> Res {
+    let expanded = if pm_in.contains_key("metadata") || pm_in.keys().any(|k| k.ends_with("(metadata)")) { expand_metadata(pm_in, rm) } else { None };
     let pm = expanded.as_ref().unwrap_or(pm_in);
+    // Fast path: no anchors at this level and none below: keys in sorted order (serde_json's
+    // maps are already sorted).
+    let any_anchor_here = pm.keys().any(|k| k.ends_with(')'));
+    if !any_anchor_here && !pm.values().any(has_nested_anchors) {
+        for (k, v) in pm {
+            handle(k, v, rm, path, ac)?;
+        }
+        return Ok(());
+    }
     // Phase 1: condition, existence, equality and negation anchors, sorted by key.
-    let mut anchors: Vec<(&String, &Value)> = Vec::new();
     let mut rest: Vec<(&String, &Value)> = Vec::new();
     for (k, v) in pm {
         match anchor::parse(k) {
-            Some((Anchor::Condition | Anchor::Existence | Anchor::Equality | Anchor::Negation, _)) => anchors.push((k, v)),
+            Some((Anchor::Condition | Anchor::Existence | Anchor::Equality | Anchor::Negation, _)) => handle(k, v, rm, path, ac)?,
             _ => rest.push((k, v)),
         }
     }
-    anchors.sort_by(|a, b| a.0.cmp(b.0));
-    for (k, v) in anchors {
-        handle(k, v, rm, path, ac)?;
-    }
     // Phase 2: global anchors and keys with nested anchors first (reverse-sorted), then the rest sorted.
-    rest.sort_by(|a, b| a.0.cmp(b.0));
     let mut front: Vec<(&String, &Value)> = Vec::new();
     let mut back: Vec<(&String, &Value)> = Vec::new();
     for (k, v) in rest {
@@ -313,42 +332,31 @@ fn validate_map(rm: &serde_json::Map<String, Value>, pm_in: &serde_json::Map<Str
     Ok(())
 }
 
-fn handle(k: &str, pattern: &Value, rm: &serde_json::Map<String, Value>, path: &str, ac: &mut AnchorMap) -> Res {
+fn handle(k: &str, pattern: &Value, rm: &serde_json::Map<String, Value>, path: &mut String, ac: &mut AnchorMap) -> Res {
     match anchor::parse(k) {
-        Some((Anchor::Condition, key)) => {
-            let cur = format!("{path}{key}/");
-            match rm.get(key) {
-                Some(v) => element(v, pattern, &cur, ac).map_err(|(p, m)| (p, Mismatch::Conditional(m.message()))),
-                None => Err((cur, Mismatch::Conditional("conditional anchor key doesn't exist in the resource".into()))),
-            }
-        }
-        Some((Anchor::Global, key)) => {
-            let cur = format!("{path}{key}/");
-            match rm.get(key) {
-                Some(v) => element(v, pattern, &cur, ac).map_err(|(p, m)| (p, Mismatch::Global(m.message()))),
-                None => Ok(()),
-            }
-        }
-        Some((Anchor::Equality, key)) => {
-            let cur = format!("{path}{key}/");
-            match rm.get(key) {
-                Some(v) => element(v, pattern, &cur, ac),
-                None => Ok(()),
-            }
-        }
-        Some((Anchor::Negation, key)) => {
-            let cur = format!("{path}{key}/");
+        Some((Anchor::Condition, key)) => with_seg(path, key, |cur| match rm.get(key) {
+            Some(v) => element(v, pattern, cur, ac).map_err(|(p, m)| (p, Mismatch::Conditional(m.message()))),
+            None => Err((cur.clone(), Mismatch::Conditional("conditional anchor key doesn't exist in the resource".into()))),
+        }),
+        Some((Anchor::Global, key)) => with_seg(path, key, |cur| match rm.get(key) {
+            Some(v) => element(v, pattern, cur, ac).map_err(|(p, m)| (p, Mismatch::Global(m.message()))),
+            None => Ok(()),
+        }),
+        Some((Anchor::Equality, key)) => with_seg(path, key, |cur| match rm.get(key) {
+            Some(v) => element(v, pattern, cur, ac),
+            None => Ok(()),
+        }),
+        Some((Anchor::Negation, key)) => with_seg(path, key, |cur| {
             if rm.contains_key(key) {
                 return Err((cur.clone(), Mismatch::Negation(format!("{cur} is not allowed"))));
             }
             Ok(())
-        }
-        Some((Anchor::Existence, key)) => {
-            let cur = format!("{path}{key}/");
+        }),
+        Some((Anchor::Existence, key)) => with_seg(path, key, |cur| {
             let Some(v) = rm.get(key) else { return Ok(()) };
             let Value::Array(ra) = v else {
                 return Err((
-                    cur,
+                    cur.clone(),
                     Mismatch::Fail(format!(
                         "invalid resource type {}: Existence ^ () anchor can be used only on list/array type resource",
                         go_type(v)
@@ -356,32 +364,31 @@ fn handle(k: &str, pattern: &Value, rm: &serde_json::Map<String, Value>, path: &
                 ));
             };
             let Value::Array(pa) = pattern else {
-                return Err((cur, Mismatch::Fail("invalid pattern type: Pattern has to be of list to compare against resource".into())));
+                return Err((cur.clone(), Mismatch::Fail("invalid pattern type: Pattern has to be of list to compare against resource".into())));
             };
             for p in pa {
                 if !p.is_object() {
                     return Err((
-                        cur,
+                        cur.clone(),
                         Mismatch::Fail("invalid pattern type: Pattern has to be of type map to compare against items in resource".into()),
                     ));
                 }
-                let found = ra.iter().enumerate().any(|(i, r)| element(r, p, &format!("{cur}{i}/"), ac).is_ok());
+                let found = ra.iter().enumerate().any(|(i, r)| with_seg(cur, &index_seg(i), |pp| element(r, p, pp, ac)).is_ok());
                 if !found {
                     return Err((cur.clone(), Mismatch::Fail(format!("existence anchor validation failed at path {cur}"))));
                 }
             }
             Ok(())
-        }
+        }),
         Some((Anchor::AddIfNotPresent, _)) | None => {
-            let cur = format!("{path}{k}/");
             let rv = rm.get(k).unwrap_or(&NULL);
             if pattern.as_str() == Some("*") {
                 if rv.is_null() {
-                    return Err((path.to_string(), Mismatch::Fail(format!("{path}/{k} not found"))));
+                    return Err((path.clone(), Mismatch::Fail(format!("{path}/{k} not found"))));
                 }
                 return Ok(());
             }
-            element(rv, pattern, &cur, ac)
+            with_seg(path, k, |cur| element(rv, pattern, cur, ac))
         }
     }
 }
