@@ -101,14 +101,7 @@ fn run_inner(args: &ApplyArgs) -> Result<i32> {
     for s in &args.set {
         globals.push(parse_set(s)?);
     }
-    let runner = Runner {
-        policies: &policies.compiled,
-        exceptions: &exceptions,
-        data: &data,
-        user: user.as_ref().map(|u| &u.0),
-        user_info: user.as_ref().map(|u| &u.1),
-        globals: &globals,
-    };
+    let runner = Runner::new(&policies.compiled, &exceptions, &data, user.as_ref(), &globals);
     let rule_count: usize = policies.compiled.iter().map(|p| p.rules.iter().filter(|r| r.autogen_of.is_none()).count()).sum();
     let machine = args.output.is_some() || args.policy_report;
     if !machine {

@@ -32,7 +32,17 @@ fn resource_name(r: &Value) -> &str {
     r.pointer("/metadata/name").and_then(Value::as_str).unwrap_or("")
 }
 
-impl Runner<'_> {
+impl<'a> Runner<'a> {
+    pub fn new(
+        policies: &'a [CompiledPolicy],
+        exceptions: &'a [CompiledException],
+        data: &'a CliData,
+        user: Option<&'a (RequestUser, Value)>,
+        globals: &'a [(String, Value)],
+    ) -> Self {
+        Runner { policies, exceptions, data, user: user.map(|u| &u.0), user_info: user.map(|u| &u.1), globals }
+    }
+
     /// Runs every policy on one resource with one operation.
     pub fn run(&self, resource: &Value, operation: &str) -> Vec<PolicyResponse> {
         let op = operation.to_uppercase();

@@ -425,14 +425,7 @@ fn run_test(doc: &Doc, file: &Path, selector: Option<&Selector>, log: &dyn Fn(St
     data.global_entries = test.global_context_entries.clone();
     let globals: Vec<(String, Value)> = data.values.global_values.iter().map(|(k, v)| (k.clone(), v.clone())).collect();
     log(format!("  Applying {} {} to {} {} ...", policies.compiled.len(), if policies.compiled.len() == 1 { "policy" } else { "policies" }, resources.len(), if resources.len() == 1 { "resource" } else { "resources" }));
-    let runner = Runner {
-        policies: &policies.compiled,
-        exceptions: &exceptions,
-        data: &data,
-        user: user.as_ref().map(|u| &u.0),
-        user_info: user.as_ref().map(|u| &u.1),
-        globals: &globals,
-    };
+    let runner = Runner::new(&policies.compiled, &exceptions, &data, user.as_ref(), &globals);
     log("  Checking results ...".into());
     let mut cache: HashMap<(usize, String), Vec<PolicyResponse>> = HashMap::new();
     let mut rows = Vec::new();
