@@ -248,7 +248,7 @@ fn evaluate_rule(
             RuleBody::Validate(v) => {
                 let foreach_values = data.foreach_values(&policy.name, origin);
                 let mut vc = ValidateCtx { rule: &rule.name, v, foreach_values: &foreach_values, data, policy, provided: &provided, subject: req.subject() };
-                vc.validate(&v.check, req.subject(), ctx, 0, req.is_delete(), exceptions_pss(exceptions, policy, &rule.name, input, ctx))
+                vc.validate(&v.check, req.subject(), ctx, 0, req.is_delete())
             }
         }
     })();
@@ -269,10 +269,6 @@ fn exception_applies(e: &CompiledException, policy: &CompiledPolicy, rule: &str,
         Some(c) => matches!(c.evaluate(ctx), Ok((true, _))),
         None => true,
     }
-}
-
-fn exceptions_pss(_e: &[CompiledException], _p: &CompiledPolicy, _r: &str, _i: &MatchInput, _c: &Context) -> Vec<verno_api::PodSecurityStandard> {
-    Vec::new()
 }
 
 fn render_jmes(f: &JmesField, ctx: &Context) -> Result<Expression, String> {
@@ -456,7 +452,7 @@ impl ValidateCtx<'_> {
     }
 
     /// Runs one check on `target`; `None` means the rule yields no result (DELETE pattern, empty foreach).
-    fn validate(&mut self, check: &Check, target: &Value, ctx: &mut Context, nesting: usize, delete: bool, pss_extra: Vec<verno_api::PodSecurityStandard>) -> Option<RuleResponse> {
+    fn validate(&mut self, check: &Check, target: &Value, ctx: &mut Context, nesting: usize, delete: bool) -> Option<RuleResponse> {
         match check {
             Check::Nothing => None,
             Check::Unsupported(what) => Some(self.resp(Status::Error, *what)),
@@ -539,7 +535,7 @@ impl ValidateCtx<'_> {
                 if delete {
                     return None;
                 }
-                let v = pss.violations(target, &pss_extra);
+                let v = pss.violations(target);
                 let lvl = format!("{}:{}", pss.level_name(), pss.version);
                 if v.is_empty() {
                     Some(self.resp(Status::Pass, format!("Validation rule '{}' passed.", self.rule)))
@@ -635,6 +631,6 @@ impl ValidateCtx<'_> {
             }
         }
         let target: &Value = if scoped { element } else { self.subject };
-        self.validate(&f.check, target, ctx, nesting + 1, delete, Vec::new())
+        self.validate(&f.check, target, ctx, nesting + 1, delete)
     }
 }

@@ -99,10 +99,6 @@ impl KindSelector {
         }
         wildcard::matches(&self.sub.to_lowercase(), &sub.to_lowercase())
     }
-
-    pub fn kind(&self) -> &str {
-        &self.kind
-    }
 }
 
 #[derive(Debug, Clone, Default)]
@@ -189,14 +185,6 @@ impl Matcher {
             Mode::Any(vec![f])
         };
         Ok(Matcher { mode })
-    }
-
-    /// All kind selectors named anywhere in this block.
-    pub fn kinds(&self) -> Vec<&KindSelector> {
-        let fs = match &self.mode {
-            Mode::Any(v) | Mode::All(v) => v,
-        };
-        fs.iter().flat_map(|f| f.desc.kinds.iter()).collect()
     }
 
     pub fn is_empty(&self) -> bool {

@@ -42,7 +42,7 @@ impl PodSecurityCheck {
     }
 
     /// The violated controls, as `(control name, detail)`, after exclusions.
-    pub fn violations(&self, resource: &Value, extra_excludes: &[PodSecurityStandard]) -> Vec<(String, String)> {
+    pub fn violations(&self, resource: &Value) -> Vec<(String, String)> {
         let Some((meta, spec)) = pod_parts(resource) else { return Vec::new() };
         let mut out = Vec::new();
         if self.level >= Level::Baseline {
@@ -51,12 +51,12 @@ impl PodSecurityCheck {
         if self.level >= Level::Restricted {
             restricted(spec, &mut out);
         }
-        out.retain(|v| !self.excluded(v, spec, extra_excludes));
+        out.retain(|v| !self.excluded(v));
         out.into_iter().map(|v| (v.control.to_string(), v.detail)).collect()
     }
 
-    fn excluded(&self, v: &Violation, _spec: &Value, extra: &[PodSecurityStandard]) -> bool {
-        self.exclude.iter().chain(extra).any(|e| {
+    fn excluded(&self, v: &Violation) -> bool {
+        self.exclude.iter().any(|e| {
             if !e.control_name.eq_ignore_ascii_case(v.control) {
                 return false;
             }

@@ -118,11 +118,11 @@ impl Template {
                 }
             }
             if !shallow_hit && VAR.is_match(&s) {
-                return render_dynamic(&s, ctx, at, 0);
+                return render_dynamic(&s, ctx, at);
             }
             return Ok(Value::String(unescape(&s)));
         }
-        render_dynamic(&self.source, ctx, at, 0)
+        render_dynamic(&self.source, ctx, at)
     }
 }
 
@@ -140,7 +140,7 @@ fn unescape(s: &str) -> String {
 const MAX_ROUNDS: usize = 32;
 
 /// Kyverno's re-scanning loop for nested variables, compiling as it goes.
-fn render_dynamic(s: &str, ctx: &Context, at: &str, depth: usize) -> Result<Value, EvalError> {
+fn render_dynamic(s: &str, ctx: &Context, at: &str) -> Result<Value, EvalError> {
     let mut value = s.to_string();
     for _ in 0..MAX_ROUNDS {
         let caps: Vec<String> = VAR.captures_iter(&value).filter_map(|c| c.get(2).map(|m| m.as_str().to_string())).collect();
@@ -165,7 +165,6 @@ fn render_dynamic(s: &str, ctx: &Context, at: &str, depth: usize) -> Result<Valu
             break;
         }
     }
-    let _ = depth;
     Ok(Value::String(unescape(&value)))
 }
 

@@ -8,7 +8,7 @@
 use crate::ast::{Ast, Comparator};
 use crate::error::RuntimeError;
 use crate::functions::Arg;
-use crate::value::{is_truthy, num, values_equal};
+use crate::value::{is_truthy, values_equal};
 use crate::Env;
 use serde_json::{Map, Value};
 use std::borrow::Cow;
@@ -248,9 +248,4 @@ fn slice(a: &[Value], start: Option<i64>, stop: Option<i64>, step: Option<i64>) 
 /// Evaluates an expression reference (`&expr`) on one element, as `sort_by` and friends do.
 pub(crate) fn eval_expref(ast: &Ast, data: &Value, env: &dyn Env) -> Result<Value, RuntimeError> {
     eval(ast, data, env).map(Cow::into_owned)
-}
-
-#[allow(dead_code)]
-pub(crate) fn number(f: f64) -> Value {
-    num(f)
 }

@@ -3,7 +3,7 @@
 use super::{A, ANY, Arg, ArgType, Call, E, Function, N, O, S, num_arg, str_arg, val};
 use crate::error::RuntimeError;
 use crate::interpreter::eval_expref;
-use crate::value::{go_format_g, num, to_json, type_name, values_equal};
+use crate::value::{num, to_json, type_name, values_equal};
 use serde_json::{Map, Value};
 use std::cmp::Ordering;
 
@@ -177,9 +177,4 @@ fn to_number(_: &Call<'_>, a: &[Arg<'_, '_>]) -> Result<Value, RuntimeError> {
         Value::String(s) => s.trim().parse::<f64>().map(num).unwrap_or(Value::Null),
         _ => Value::Null,
     })
-}
-
-#[allow(dead_code)]
-fn fmt_number(f: f64) -> String {
-    go_format_g(f)
 }

@@ -1,6 +1,6 @@
 //! Kyverno's encoding, parsing, data-shaping and image functions.
 
-use super::{ANY, Arg, ArgType, Call, Function, S, str_arg, val};
+use super::{Arg, ArgType, Call, Function, S, str_arg, val};
 use crate::error::RuntimeError;
 use crate::semver;
 use base64::Engine as _;
@@ -63,9 +63,6 @@ pub(crate) static FUNCTIONS: &[Function] = &[
     f!("sha1", [S], "string", "generate unique hash value for the given string", |c, a| Ok(Value::String(hex(&sha1::Sha1::digest(str_arg(c, a, 0)?.as_bytes()))))),
     f!("md5", [S], "string", "generate unique hash value for the given string", |c, a| Ok(Value::String(hex(&md5::Md5::digest(str_arg(c, a, 0)?.as_bytes()))))),
 ];
-
-#[allow(dead_code)]
-const _ANY: &[ArgType] = ANY;
 
 fn hex(b: &[u8]) -> String {
     b.iter().map(|x| format!("{x:02x}")).collect()

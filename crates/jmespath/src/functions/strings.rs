@@ -53,7 +53,8 @@ pub(crate) static FUNCTIONS: &[Function] = &[
         let re = compile(c, str_arg(c, a, 0)?)?;
         let src = stringify_num(val(a, 1));
         let rep = stringify_num(val(a, 2));
-        Ok(Value::String(re.replace_all(&src, go_template(&rep).as_str()).into_owned()))
+        // Go's `$1W` names group `1W`, and Rust's expansion agrees, so the template passes through.
+        Ok(Value::String(re.replace_all(&src, rep.as_str()).into_owned()))
     }),
     f!("regex_replace_all_literal", [S, STR_OR_NUM, STR_OR_NUM], "string", "converts all parameters to string", |c, a| {
         let re = compile(c, str_arg(c, a, 0)?)?;
@@ -121,9 +122,4 @@ pub(crate) fn stringify_num(v: &Value) -> String {
         },
         other => other.to_string(),
     }
-}
-
-/// Go's `$1W` means group named `1W`; Rust agrees, so the template passes through unchanged.
-fn go_template(rep: &str) -> String {
-    rep.to_string()
 }
