@@ -7,7 +7,7 @@ use crate::test_cmd::{load_exceptions, load_policies, parse_user_info, parse_val
 use anyhow::{Result, anyhow, bail};
 use serde_json::{Value, json};
 use std::path::PathBuf;
-use verno_engine::{Action, Status};
+use verno_engine::Status;
 
 #[derive(Debug, Clone, clap::Args)]
 pub struct ApplyArgs {
@@ -126,20 +126,10 @@ fn run_inner(args: &ApplyArgs) -> Result<i32> {
             let mut failures = Vec::new();
             let mut as_warning = false;
             for rr in &resp.rules {
-                let rule = p.rules.iter().find(|x| x.name == rr.name);
-                let action = rule
-                    .and_then(|x| match &x.body {
-                        verno_engine::policy::RuleBody::Validate(v) => v.failure_action,
-                        _ => None,
-                    })
-                    .unwrap_or(p.action);
-                let status = match rr.status {
-                    Status::Fail if !p.scored || (args.audit_warn && action == Action::Audit) => {
-                        as_warning = true;
-                        Status::Warn
-                    }
-                    s => s,
-                };
+                let status = p.report_result(rr, args.audit_warn);
+                if rr.status == Status::Fail && status == Status::Warn {
+                    as_warning = true;
+                }
                 match status {
                     Status::Pass => pass += 1,
                     Status::Fail => fail += 1,

@@ -10,7 +10,7 @@ use serde_json::Value;
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use verno_api::{ClusterPolicy, PolicyException, Test, TestResult, UserInfoFile, Values, strict};
-use verno_engine::{CompiledException, CompiledPolicy, PolicyResponse, RequestUser, Status, compile_exception, compile_policy};
+use verno_engine::{CompiledException, CompiledPolicy, PolicyResponse, RequestUser, compile_exception, compile_policy};
 use verno_jmespath::wildcard;
 
 #[derive(Debug, Clone, clap::Args)]
@@ -354,13 +354,6 @@ fn resource_display(r: &Value) -> String {
     )
 }
 
-fn report_result(status: Status, scored: bool) -> &'static str {
-    match status {
-        Status::Fail if !scored => "warn",
-        s => s.as_str(),
-    }
-}
-
 fn run_test(doc: &Doc, file: &Path, selector: Option<&Selector>, log: &dyn Fn(String)) -> Result<Vec<Row>> {
     let test = parse_test(&doc.value, file)?;
     let base = file.parent().unwrap_or(Path::new("."));
@@ -543,7 +536,7 @@ fn check_row(
                 row.namespace = r.pointer("/metadata/namespace").and_then(Value::as_str).unwrap_or("").to_string();
                 row.display = resource_display(r);
             }
-            let actual = report_result(rr.status, policy.scored);
+            let actual = policy.report_result(&rr, false).as_str();
             row.actual = actual.to_string();
             row.message = rr.message.clone();
             if actual == expected {

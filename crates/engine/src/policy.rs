@@ -55,6 +55,28 @@ impl CompiledPolicy {
     pub fn annotation(&self, k: &str) -> Option<&str> {
         self.source.metadata.annotations.get(k).map(String::as_str)
     }
+
+    /// A rule's effective failure action: its own `failureAction`, else the policy's.
+    pub fn rule_action(&self, rule: &str) -> Action {
+        self.rules
+            .iter()
+            .find(|r| r.name == rule)
+            .and_then(|r| match &r.body {
+                RuleBody::Validate(v) => v.failure_action,
+                RuleBody::Unsupported { .. } => None,
+            })
+            .unwrap_or(self.action)
+    }
+
+    /// The result a report (and the CLI) shows for a rule response: an unscored policy reports
+    /// failures as warnings, and so do Audit rules when `audit_warn` is set.
+    pub fn report_result(&self, r: &crate::outcome::RuleResponse, audit_warn: bool) -> crate::outcome::Status {
+        use crate::outcome::Status;
+        match r.status {
+            Status::Fail if !self.scored || (audit_warn && self.rule_action(&r.name) == Action::Audit) => Status::Warn,
+            s => s,
+        }
+    }
 }
 
 #[derive(Debug, Clone)]
