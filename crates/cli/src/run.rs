@@ -3,6 +3,7 @@
 
 use crate::data::CliData;
 use serde_json::Value;
+use verno_engine::context::Saved;
 use verno_engine::{CompiledException, CompiledPolicy, PolicyResponse, Request, RequestUser, build_context, evaluate_policy};
 
 /// The clock and DNS the CLI offers to JMESPath functions.
@@ -53,23 +54,30 @@ impl<'a> Runner<'a> {
         };
         let ns = resource.pointer("/metadata/namespace").and_then(Value::as_str).unwrap_or("");
         let ns_labels = self.data.namespace_labels(ns);
+        let globals: Vec<(String, Value)> = self.globals.iter().filter(|(k, _)| k != "request.operation").cloned().collect();
+        let req = Request {
+            operation: &op,
+            object,
+            old_object: old,
+            user: self.user,
+            user_info: self.user_info,
+            namespace_labels: ns_labels.as_ref(),
+            subresource: "",
+            variables: &globals,
+        };
+        let env = CliEnv;
+        // One context per request; each policy's resource values are set and then restored.
+        let mut ctx = build_context(&req, &env);
         let mut out = Vec::with_capacity(self.policies.len());
         for p in self.policies {
-            let mut vars: Vec<(String, Value)> = self.globals.iter().filter(|(k, _)| k != "request.operation").cloned().collect();
-            vars.extend(self.data.resource_values(&p.name, resource_name(resource)).into_iter().filter(|(k, _)| k != "request.operation"));
-            let req = Request {
-                operation: &op,
-                object,
-                old_object: old,
-                user: self.user,
-                user_info: self.user_info,
-                namespace_labels: ns_labels.as_ref(),
-                subresource: "",
-                variables: &vars,
-            };
-            let env = CliEnv;
-            let mut ctx = build_context(&req, &env);
+            let mut saved = Saved::default();
+            for (k, v) in self.data.resource_values(&p.name, resource_name(resource)) {
+                if k != "request.operation" {
+                    saved.absorb(ctx.set_path(&k, v));
+                }
+            }
             out.push(evaluate_policy(p, self.exceptions, &req, &mut ctx, self.data));
+            ctx.restore(saved);
         }
         out
     }

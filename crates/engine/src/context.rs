@@ -13,7 +13,15 @@ pub struct Context<'e> {
 
 /// Saved top-level entries, restored by [`Context::restore`].
 #[must_use]
+#[derive(Default)]
 pub struct Saved(Vec<(String, Option<Value>)>);
+
+impl Saved {
+    /// Adds what `other` must restore; restoring undoes both, latest first.
+    pub fn absorb(&mut self, other: Saved) {
+        self.0.extend(other.0);
+    }
+}
 
 impl<'e> Context<'e> {
     pub fn new(root: Map<String, Value>, delete: bool, env: &'e dyn Env) -> Self {
@@ -72,16 +80,6 @@ impl<'e> Context<'e> {
                 }
             }
         }
-    }
-
-    pub fn merge_saved(a: Saved, b: Saved) -> Saved {
-        let mut v = a.0;
-        v.extend(b.0);
-        Saved(v)
-    }
-
-    pub fn empty_saved() -> Saved {
-        Saved(Vec::new())
     }
 }
 

@@ -214,11 +214,12 @@ fn evaluate_rule(
 ) -> Option<RuleResponse> {
     let rt = rule_type(rule);
     let origin = rule.autogen_of.as_deref().unwrap_or(&rule.name);
-    let mut saved = Context::empty_saved();
+    let mut saved = Saved::default();
+    let mut provided: Vec<String> = Vec::new();
     for (k, v) in data.rule_values(&policy.name, origin) {
-        saved = Context::merge_saved(saved, ctx.set_path(&k, v));
+        saved.absorb(ctx.set_path(&k, v));
+        provided.push(k);
     }
-    let provided: Vec<String> = data.rule_values(&policy.name, origin).into_iter().map(|(k, _)| k).collect();
     let result = (|| {
         if let Err(e) = load_context(&rule.context, ctx, data, &provided, policy, &mut saved) {
             return Some(RuleResponse::new(&rule.name, rt, Status::Error, format!("failed to load context: {e}")));
@@ -271,13 +272,18 @@ fn exception_applies(e: &CompiledException, policy: &CompiledPolicy, rule: &str,
     }
 }
 
-fn render_jmes(f: &JmesField, ctx: &Context) -> Result<Expression, String> {
+/// The expression of a `jmesPath` field; `delete` picks the `request.oldObject` reading.
+/// Only a field holding `{{ }}` variables is compiled here; the others were compiled with the policy.
+fn render_jmes<'f>(f: &'f JmesField, ctx: &Context, delete: bool) -> Result<Cow<'f, Expression>, String> {
     match f {
-        JmesField::Static(e) => Ok(e.clone()),
+        JmesField::Static { expr, delete: del } => Ok(Cow::Borrowed(if delete { del.as_ref().unwrap_or(expr) } else { expr })),
         JmesField::Templated(t) => {
             let s = t.render(ctx, "").map_err(|e| e.to_string())?;
-            let s = s.as_str().unwrap_or_default().to_string();
-            Expression::compile(&s).map_err(|e| format!("invalid JMESPath {s:?}: {e}"))
+            let mut s = s.as_str().unwrap_or_default().to_string();
+            if delete {
+                s = s.replace("request.object", "request.oldObject");
+            }
+            Expression::compile(&s).map(Cow::Owned).map_err(|e| format!("invalid JMESPath {s:?}: {e}"))
         }
     }
 }
@@ -301,7 +307,7 @@ fn load_context(
                         let rendered = v.render(ctx, "").map_err(|e| e.to_string());
                         match (rendered, jmes_path) {
                             (Ok(r), Some(jp)) => {
-                                let e = render_jmes(jp, ctx)?;
+                                let e = render_jmes(jp, ctx, false)?;
                                 e.search(r.as_ref(), ctx.env()).map(|x| Some(x.into_owned())).map_err(|e| e.to_string())
                             }
                             (Ok(r), None) => Ok(Some(r.into_owned())),
@@ -310,13 +316,8 @@ fn load_context(
                     }
                     None => match jmes_path {
                         Some(jp) => {
-                            let e = render_jmes(jp, ctx)?;
-                            let e2 = if ctx.is_delete() && e.source().contains("request.object") {
-                                Expression::compile(&e.source().replace("request.object", "request.oldObject")).unwrap_or(e)
-                            } else {
-                                e
-                            };
-                            ctx.query(&e2).map(Some).map_err(|e| e.to_string())
+                            let e = render_jmes(jp, ctx, ctx.is_delete())?;
+                            ctx.query(&e).map(Some).map_err(|e| e.to_string())
                         }
                         None => Ok(None),
                     },
@@ -362,7 +363,7 @@ fn load_context(
                         Loaded::Value(v) => {
                             let out = match jmes_path {
                                 Some(jp) => {
-                                    let e = render_jmes(jp, ctx)?;
+                                    let e = render_jmes(jp, ctx, false)?;
                                     e.search(&v, ctx.env()).map(Cow::into_owned).map_err(|e| e.to_string())
                                 }
                                 None => Ok(v),
@@ -384,7 +385,7 @@ fn load_context(
             ContextSource::GlobalReference { name, jmes_path } => match data.global_reference(name) {
                 Loaded::Value(v) => match jmes_path {
                     Some(jp) => {
-                        let e = render_jmes(jp, ctx)?;
+                        let e = render_jmes(jp, ctx, false)?;
                         Some(e.search(&v, ctx.env()).map(Cow::into_owned).map_err(|e| e.to_string())?)
                     }
                     None => Some(v),
@@ -395,9 +396,7 @@ fn load_context(
             ContextSource::ImageRegistry => None,
         };
         if let Some(v) = value {
-            let s = ctx.set_path(&entry.name, v);
-            let old = std::mem::replace(saved, Context::empty_saved());
-            *saved = Context::merge_saved(old, s);
+            saved.absorb(ctx.set_path(&entry.name, v));
         }
     }
     Ok(())
@@ -580,12 +579,12 @@ impl ValidateCtx<'_> {
                 continue;
             }
             let mut saved = ctx.set("element", element.clone());
-            saved = Context::merge_saved(saved, ctx.set("elementIndex", Value::from(index as i64)));
-            saved = Context::merge_saved(saved, ctx.set(&format!("element{nesting}"), element.clone()));
-            saved = Context::merge_saved(saved, ctx.set(&format!("elementIndex{nesting}"), Value::from(index as i64)));
+            saved.absorb(ctx.set("elementIndex", Value::from(index as i64)));
+            saved.absorb(ctx.set(&format!("element{nesting}"), element.clone()));
+            saved.absorb(ctx.set(&format!("elementIndex{nesting}"), Value::from(index as i64)));
             for (k, vals) in self.foreach_values {
                 if let Some(v) = vals.get(index) {
-                    saved = Context::merge_saved(saved, ctx.set_path(k, v.clone()));
+                    saved.absorb(ctx.set_path(k, v.clone()));
                 }
             }
             let is_map = element.is_object();

@@ -134,8 +134,6 @@ pub struct CompiledForeach {
 pub struct Query {
     pub expr: Expression,
     pub delete: Option<Expression>,
-    /// The list expression after `{{ }}` removal, as written.
-    pub source: String,
 }
 
 impl Query {
@@ -144,7 +142,7 @@ impl Query {
         let s = s.strip_prefix("{{").and_then(|x| x.strip_suffix("}}")).map(str::trim).unwrap_or(s);
         let expr = Expression::compile(s).map_err(|e| CompileError::new(path, format!("invalid JMESPath: {e}")))?;
         let delete = if s.contains("request.object") { Expression::compile(&s.replace("request.object", "request.oldObject")).ok() } else { None };
-        Ok(Query { expr, delete, source: s.to_string() })
+        Ok(Query { expr, delete })
     }
 
     pub fn pick(&self, delete: bool) -> &Expression {
@@ -170,7 +168,8 @@ pub enum ContextSource {
 /// A `jmesPath` field: compiled once unless it holds `{{ }}` variables itself.
 #[derive(Debug, Clone)]
 pub enum JmesField {
-    Static(Expression),
+    /// Compiled once, with its DELETE reading (`request.object` as `request.oldObject`).
+    Static { expr: Expression, delete: Option<Expression> },
     Templated(Template),
 }
 
@@ -179,7 +178,8 @@ impl JmesField {
         if crate::template::has_vars(s) {
             return Template::compile(s).map(JmesField::Templated).map_err(|e| CompileError::new(path, e));
         }
-        Expression::compile(s).map(JmesField::Static).map_err(|e| CompileError::new(path, format!("invalid JMESPath: {e}")))
+        let q = Query::compile(s, path)?;
+        Ok(JmesField::Static { expr: q.expr, delete: q.delete })
     }
 }
 
