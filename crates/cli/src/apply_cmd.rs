@@ -1,9 +1,8 @@
 //! `verno apply`: evaluate policies on manifests, print failures and Kyverno's summary line.
 
 use crate::data::CliData;
-use crate::load;
+use crate::load::{self, load_exceptions, load_policies, parse_user_info, parse_values};
 use crate::run::Runner;
-use crate::test_cmd::{load_exceptions, load_policies, parse_user_info, parse_values};
 use anyhow::{Result, anyhow, bail};
 use serde_json::{Value, json};
 use std::path::PathBuf;

@@ -1,9 +1,13 @@
 //! Reading manifests: files or directories of YAML/JSON (multi-document, `kind: List`
-//! flattened), with errors that name the file and line.
+//! flattened), with errors that name the file and line; and turning them into compiled
+//! policies, exceptions, values and user info for `test` and `apply`.
 
 use anyhow::{Context as _, Result, anyhow};
 use serde_json::Value;
+use std::collections::HashMap;
 use std::path::{Path, PathBuf};
+use verno_api::{ClusterPolicy, PolicyException, UserInfoFile, Values, strict};
+use verno_engine::{CompiledException, CompiledPolicy, RequestUser, compile_exception, compile_policy};
 
 /// One document and where it came from.
 #[derive(Debug, Clone)]
@@ -89,4 +93,71 @@ pub fn is_unsupported_policy(v: &Value) -> bool {
     av.starts_with("policies.kyverno.io/")
         || (av.starts_with("admissionregistration.k8s.io/")
             && matches!(kind(v), "ValidatingAdmissionPolicy" | "ValidatingAdmissionPolicyBinding" | "MutatingAdmissionPolicy" | "MutatingAdmissionPolicyBinding"))
+}
+
+pub fn parse_values(v: &Value, file: &Path) -> Result<Values> {
+    let norm = strict::normalize(v, &verno_api::cli::VALUES_SPEC, "").map_err(|e| anyhow!("{}: {e}", file.display()))?;
+    serde_json::from_value(norm).map_err(|e| anyhow!("{}: invalid values: {e}", file.display()))
+}
+
+pub fn parse_user_info(v: &Value, file: &Path) -> Result<(RequestUser, Value)> {
+    let norm = strict::normalize(v, &verno_api::cli::USER_INFO, "").map_err(|e| anyhow!("{}: {e}", file.display()))?;
+    let u: UserInfoFile = serde_json::from_value(norm).map_err(|e| anyhow!("{}: invalid user info: {e}", file.display()))?;
+    let username = u.user_info.get("username").and_then(Value::as_str).unwrap_or("").to_string();
+    let groups = u.user_info.get("groups").and_then(Value::as_array).map(|a| a.iter().filter_map(Value::as_str).map(str::to_string).collect()).unwrap_or_default();
+    let info = if u.user_info.is_null() { serde_json::json!({}) } else { u.user_info.clone() };
+    Ok((RequestUser { username, groups, roles: u.roles, cluster_roles: u.cluster_roles }, info))
+}
+
+/// Policies from files: compiled ones, and the names of those that could not be used (with why).
+pub struct LoadedPolicies {
+    pub compiled: Vec<CompiledPolicy>,
+    pub invalid: HashMap<String, String>,
+    pub unsupported: HashMap<String, String>,
+    pub other_docs: Vec<Doc>,
+}
+
+pub fn load_policies(docs: Vec<Doc>) -> LoadedPolicies {
+    let mut out = LoadedPolicies { compiled: Vec::new(), invalid: HashMap::new(), unsupported: HashMap::new(), other_docs: Vec::new() };
+    for d in docs {
+        if is_kyverno_policy(&d.value) {
+            let name = d.value.pointer("/metadata/name").and_then(Value::as_str).unwrap_or("").to_string();
+            let ns = d.value.pointer("/metadata/namespace").and_then(Value::as_str).unwrap_or("default");
+            let key = if kind(&d.value) == "Policy" { format!("{ns}/{name}") } else { name.clone() };
+            let mut value = d.value.clone();
+            if kind(&value) == "Policy" && value.pointer("/metadata/namespace").is_none() {
+                if let Some(m) = value.get_mut("metadata").and_then(Value::as_object_mut) {
+                    m.insert("namespace".into(), Value::String("default".into()));
+                }
+            }
+            match serde_json::from_value::<ClusterPolicy>(value) {
+                Ok(p) => match compile_policy(&p) {
+                    Ok(c) => out.compiled.push(c),
+                    Err(e) => {
+                        eprintln!("Error: {}: policy {key}: {e}", d.file.display());
+                        out.invalid.insert(key, e.to_string());
+                    }
+                },
+                Err(e) => {
+                    eprintln!("Error: {}: policy {key}: {e}", d.file.display());
+                    out.invalid.insert(key, e.to_string());
+                }
+            }
+        } else if is_unsupported_policy(&d.value) {
+            let name = d.value.pointer("/metadata/name").and_then(Value::as_str).unwrap_or("").to_string();
+            out.unsupported.insert(name, format!("{} policies are not supported by this build of verno yet", kind(&d.value)));
+        } else {
+            out.other_docs.push(d);
+        }
+    }
+    out
+}
+
+pub fn load_exceptions(docs: &[Doc]) -> Result<Vec<CompiledException>> {
+    let mut out = Vec::new();
+    for d in docs.iter().filter(|d| is_kyverno_exception(&d.value)) {
+        let e: PolicyException = serde_json::from_value(d.value.clone()).map_err(|e| anyhow!("{}: invalid PolicyException: {e}", d.file.display()))?;
+        out.push(compile_exception(&e).map_err(|e| anyhow!("{}: PolicyException: {e}", d.file.display()))?);
+    }
+    Ok(out)
 }

@@ -237,11 +237,7 @@ fn equals(key: &Value, value: &Value) -> bool {
                     if let Some((a, b)) = duration_pair(key, value) {
                         return a == b;
                     }
-                    if n.is_i64() || n.is_u64() {
-                        s.parse::<i64>().map(|x| x as f64 == k).unwrap_or(false)
-                    } else {
-                        s.parse::<f64>().map(|x| x == k).unwrap_or(false)
-                    }
+                    pattern::number_equals_string(n, s)
                 }
                 _ => false,
             }

@@ -87,6 +87,11 @@ fn str_at<'v>(v: &'v Value, p: &str) -> &'v str {
     cur.as_str().unwrap_or("")
 }
 
+/// `apps/v1` → (`apps`, `v1`); `v1` → (``, `v1`).
+fn group_version(api_version: &str) -> (&str, &str) {
+    api_version.split_once('/').unwrap_or(("", api_version))
+}
+
 fn obj_at<'v>(v: &'v Value, a: &str, b: &str) -> Option<&'v Map<String, Value>> {
     v.get(a)?.get(b)?.as_object()
 }
@@ -94,11 +99,7 @@ fn obj_at<'v>(v: &'v Value, a: &str, b: &str) -> Option<&'v Map<String, Value>> 
 /// Builds the variable context for a request (shared by all policies of one evaluation).
 pub fn build_context<'e>(req: &Request, env: &'e dyn Env) -> Context<'e> {
     let subject = req.subject();
-    let api_version = str_at(subject, "/apiVersion");
-    let (group, version) = match api_version.split_once('/') {
-        Some((g, v)) => (g, v),
-        None => ("", api_version),
-    };
+    let (group, version) = group_version(str_at(subject, "/apiVersion"));
     let username = req.user_info.and_then(|u| u.get("username")).and_then(Value::as_str).unwrap_or("");
     let (sa_ns, sa_name) = match username.strip_prefix("system:serviceaccount:").and_then(|r| r.split_once(':')) {
         Some((ns, n)) => (ns.to_string(), n.to_string()),
@@ -143,11 +144,7 @@ pub fn evaluate_policy(
 ) -> PolicyResponse {
     let mut resp = PolicyResponse { policy: policy.key(), ..Default::default() };
     let subject = req.subject();
-    let api_version = str_at(subject, "/apiVersion");
-    let (group, version) = match api_version.split_once('/') {
-        Some((g, v)) => (g, v),
-        None => ("", api_version),
-    };
+    let (group, version) = group_version(str_at(subject, "/apiVersion"));
     let name = {
         let n = str_at(subject, "/metadata/name");
         if n.is_empty() { str_at(subject, "/metadata/generateName") } else { n }

@@ -406,6 +406,17 @@ enum Op {
     LessEqual,
 }
 
+/// A number against a string, as Kyverno compares them: an integer only equals a base-10
+/// integer string, a float a float string.
+pub fn number_equals_string(n: &serde_json::Number, s: &str) -> bool {
+    let Some(f) = n.as_f64() else { return false };
+    if n.is_i64() || n.is_u64() {
+        s.parse::<i64>().ok().map(|x| x as f64) == Some(f)
+    } else {
+        s.parse::<f64>().ok() == Some(f)
+    }
+}
+
 /// `pattern.Validate`: one resource value against one scalar (or map) pattern.
 pub fn validate_scalar(value: &Value, pattern: &Value) -> bool {
     match pattern {
@@ -414,13 +425,7 @@ pub fn validate_scalar(value: &Value, pattern: &Value) -> bool {
             let Some(p) = n.as_f64() else { return false };
             match value {
                 Value::Number(v) => v.as_f64() == Some(p),
-                Value::String(s) => {
-                    if n.is_i64() || n.is_u64() {
-                        s.parse::<i64>().ok().map(|x| x as f64) == Some(p)
-                    } else {
-                        s.parse::<f64>().ok() == Some(p)
-                    }
-                }
+                Value::String(s) => number_equals_string(n, s),
                 _ => false,
             }
         }
