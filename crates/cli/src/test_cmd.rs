@@ -415,10 +415,9 @@ fn check_row(
     if let Some(e) = policies.unsupported.get(&entry.policy) {
         return fail(row, "Invalid Policy", e.clone());
     }
-    let Some(policy_idx) = policies.compiled.iter().position(|p| p.key() == entry.policy || p.name == entry.policy) else {
+    let Some((policy_idx, policy)) = policies.compiled.iter().enumerate().find(|(_, p)| p.key() == entry.policy || p.name == entry.policy) else {
         return fail(row, "Not found", format!("policy {} not found in the test's policies", entry.policy));
     };
-    let policy = &policies.compiled[policy_idx];
     let (want_ns, want_name) = match name.split_once('/') {
         Some((ns, n)) => (Some(ns), n),
         None => (None, name),
