@@ -92,9 +92,9 @@ pub struct Rule {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub validate: Option<Validation>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub mutate: Option<Value>,
+    pub mutate: Option<Mutation>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub generate: Option<Value>,
+    pub generate: Option<Generation>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub verify_images: Option<Value>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -341,4 +341,135 @@ pub struct PodSecurityStandard {
     pub restricted_field: Option<String>,
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub values: Vec<String>,
+}
+
+/// `mutate`: a strategic merge patch, RFC 6902 patches (a string), foreach, and targets.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Mutation {
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub targets: Vec<TargetResourceSpec>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub patch_strategic_merge: Option<Value>,
+    #[serde(default, rename = "patchesJson6902", skip_serializing_if = "Option::is_none")]
+    pub patches_json6902: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub foreach: Option<Vec<ForEachMutation>>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mutate_existing_on_policy_update: Option<bool>,
+}
+
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ForEachMutation {
+    #[serde(default)]
+    pub list: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub order: Option<String>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub context: Vec<ContextEntry>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub preconditions: Option<Conditions>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub patch_strategic_merge: Option<Value>,
+    #[serde(default, rename = "patchesJson6902", skip_serializing_if = "Option::is_none")]
+    pub patches_json6902: Option<String>,
+    /// Nested foreach (free-form JSON in Kyverno's API).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub foreach: Option<Vec<ForEachMutation>>,
+}
+
+/// A mutate-existing target.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct TargetResourceSpec {
+    #[serde(default)]
+    pub api_version: String,
+    #[serde(default)]
+    pub kind: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub namespace: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub name: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub uid: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub selector: Option<LabelSelector>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub context: Vec<ContextEntry>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub preconditions: Option<Conditions>,
+}
+
+/// `generate`: the downstream identity and one of data, clone, cloneList or foreach.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Generation {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub api_version: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub kind: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub name: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub namespace: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub uid: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub synchronize: Option<bool>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub orphan_downstream_on_policy_delete: Option<bool>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub data: Option<Value>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub clone: Option<CloneFrom>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub clone_list: Option<CloneList>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub foreach: Option<Vec<ForEachGeneration>>,
+}
+
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct CloneFrom {
+    #[serde(default)]
+    pub namespace: String,
+    #[serde(default)]
+    pub name: String,
+}
+
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct CloneList {
+    #[serde(default)]
+    pub namespace: String,
+    #[serde(default)]
+    pub kinds: Vec<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub selector: Option<LabelSelector>,
+}
+
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ForEachGeneration {
+    #[serde(default)]
+    pub list: String,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub context: Vec<ContextEntry>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub preconditions: Option<Conditions>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub api_version: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub kind: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub name: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub namespace: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub data: Option<Value>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub clone: Option<CloneFrom>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub clone_list: Option<CloneList>,
 }

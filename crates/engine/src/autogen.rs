@@ -33,10 +33,9 @@ fn eligible_description(d: &ResourceDescription) -> bool {
 }
 
 fn uses_json6902(rule: &Rule) -> bool {
-    rule.mutate.as_ref().is_some_and(|m| {
-        m.get("patchesJson6902").is_some()
-            || m.get("foreach").and_then(Value::as_array).is_some_and(|f| f.iter().any(|x| x.get("patchesJson6902").is_some()))
-    })
+    rule.mutate
+        .as_ref()
+        .is_some_and(|m| m.patches_json6902.is_some() || m.foreach.as_ref().is_some_and(|f| f.iter().any(|x| x.patches_json6902.is_some())))
 }
 
 /// The controllers autogen applies to for this policy, or `None` when it does not apply.

@@ -41,6 +41,40 @@ pub trait Data: Sync {
     fn global_reference(&self, _name: &str) -> Loaded {
         Loaded::Unavailable
     }
+    /// One object from the cluster (clone sources).
+    fn resource(&self, _api_version: &str, _kind: &str, _namespace: &str, _name: &str) -> Option<Value> {
+        None
+    }
+    /// Objects of a kind (`apiVersion` may be empty: any version) in a namespace (empty: all).
+    fn list(&self, _api_version: &str, _kind: &str, _namespace: &str) -> Vec<Value> {
+        Vec::new()
+    }
+    /// Candidates for mutate-existing targets; the cluster by default.
+    fn targets(&self, api_version: &str, kind: &str, namespace: &str) -> Vec<Value> {
+        self.list(api_version, kind, namespace)
+    }
+}
+
+/// Which rules to run: Kyverno mutates (all policies, in sequence) before it validates, and
+/// generates last.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Phase {
+    Mutate,
+    Validate,
+    Generate,
+    All,
+}
+
+impl Phase {
+    fn runs(self, body: &RuleBody) -> bool {
+        match (self, body) {
+            (Phase::All, _) => true,
+            (Phase::Mutate, RuleBody::Mutate(_)) => true,
+            (Phase::Generate, RuleBody::Generate(_)) => true,
+            (Phase::Validate, RuleBody::Validate(_) | RuleBody::Unsupported { .. }) => true,
+            _ => false,
+        }
+    }
 }
 
 /// A `Data` that knows nothing.
@@ -70,7 +104,7 @@ impl<'a> Request<'a> {
     pub fn subject(&self) -> &'a Value {
         if self.object.is_null() { self.old_object.unwrap_or(self.object) } else { self.object }
     }
-    fn is_delete(&self) -> bool {
+    pub fn is_delete(&self) -> bool {
         self.operation.eq_ignore_ascii_case("DELETE")
     }
 }
@@ -134,9 +168,17 @@ pub fn build_context<'e>(req: &Request, env: &'e dyn Env) -> Context<'e> {
     ctx
 }
 
-/// Evaluates one policy against one request.
-pub fn evaluate_policy(
+/// Evaluates every rule of one policy against one request.
+pub fn evaluate_policy(policy: &CompiledPolicy, exceptions: &[CompiledException], req: &Request, ctx: &mut Context, data: &dyn Data) -> PolicyResponse {
+    evaluate_phase(policy, Phase::All, exceptions, req, ctx, data)
+}
+
+/// Evaluates the rules of one phase. Mutate rules patch `request.object` in `ctx` as they go,
+/// so later rules (and the caller's later policies) see the patched resource; the response's
+/// `patched` holds it.
+pub fn evaluate_phase(
     policy: &CompiledPolicy,
+    phase: Phase,
     exceptions: &[CompiledException],
     req: &Request,
     ctx: &mut Context,
@@ -170,7 +212,14 @@ pub fn evaluate_policy(
             return resp;
         }
     }
+    let mut current: Option<Value> = None;
     for rule in &policy.rules {
+        if !phase.runs(&rule.body) {
+            continue;
+        }
+        if matches!(rule.body, RuleBody::Mutate(_)) && req.is_delete() {
+            continue;
+        }
         if let Err(reason) = rule.matcher.matches(&input) {
             resp.not_applied.push(NotApplied { rule: rule.name.clone(), reason });
             continue;
@@ -179,7 +228,14 @@ pub fn evaluate_policy(
             resp.not_applied.push(NotApplied { rule: rule.name.clone(), reason: "excluded".into() });
             continue;
         }
-        let r = evaluate_rule(policy, rule, exceptions, req, &input, ctx, data);
+        let mut patched: Option<Value> = None;
+        let r = evaluate_rule(policy, rule, exceptions, req, &input, ctx, data, current.as_ref().unwrap_or(req.object), &mut patched);
+        if let Some(v) = patched {
+            // Permanent for this request: later rules and policies see the patched object.
+            let _kept: Saved = ctx.set_path("request.object", v.clone());
+            let _kept: Saved = ctx.set("images", images::extract(&v));
+            current = Some(v);
+        }
         if let Some(r) = r {
             let counts = matches!(r.status, Status::Pass | Status::Fail);
             resp.rules.push(r);
@@ -190,16 +246,20 @@ pub fn evaluate_policy(
             resp.not_applied.push(NotApplied { rule: rule.name.clone(), reason: "the rule produced no result".into() });
         }
     }
+    resp.patched = current;
     resp
 }
 
 fn rule_type(rule: &CompiledRule) -> RuleType {
     match &rule.body {
         RuleBody::Validate(_) => RuleType::Validation,
+        RuleBody::Mutate(_) => RuleType::Mutation,
+        RuleBody::Generate(_) => RuleType::Generation,
         RuleBody::Unsupported { rule_type, .. } => *rule_type,
     }
 }
 
+#[allow(clippy::too_many_arguments)]
 fn evaluate_rule(
     policy: &CompiledPolicy,
     rule: &CompiledRule,
@@ -208,6 +268,8 @@ fn evaluate_rule(
     input: &MatchInput,
     ctx: &mut Context,
     data: &dyn Data,
+    object: &Value,
+    patched: &mut Option<Value>,
 ) -> Option<RuleResponse> {
     let rt = rule_type(rule);
     let origin = rule.autogen_of.as_deref().unwrap_or(&rule.name);
@@ -243,6 +305,16 @@ fn evaluate_rule(
         }
         match &rule.body {
             RuleBody::Unsupported { what, .. } => Some(RuleResponse::new(&rule.name, rt, Status::Error, *what)),
+            RuleBody::Mutate(m) => {
+                let mu = crate::mutate::Mutator { rule: &rule.name, data, policy, provided: &provided };
+                if !m.targets.is_empty() {
+                    return Some(mu.run_targets(m, ctx));
+                }
+                let (r, v) = mu.run(&m.patches, &m.foreach, object, ctx);
+                *patched = v;
+                Some(r)
+            }
+            RuleBody::Generate(g) => Some(crate::generate::generate(g, policy, &rule.name, object, ctx, data, &provided)),
             RuleBody::Validate(v) => {
                 let foreach_values = data.foreach_values(&policy.name, origin);
                 let mut vc = ValidateCtx { rule: &rule.name, v, foreach_values: &foreach_values, data, policy, provided: &provided, subject: req.subject() };
@@ -285,7 +357,7 @@ fn render_jmes<'f>(f: &'f JmesField, ctx: &Context, delete: bool) -> Result<Cow<
     }
 }
 
-fn load_context(
+pub(crate) fn load_context(
     entries: &[CompiledContextEntry],
     ctx: &mut Context,
     data: &dyn Data,

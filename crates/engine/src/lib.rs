@@ -12,17 +12,32 @@ pub mod condition;
 pub mod context;
 pub mod error;
 pub mod evaluate;
+pub mod generate;
 pub mod images;
+pub mod jsonpatch;
 pub mod matching;
+pub mod mutate;
 pub mod outcome;
 pub mod pattern;
 pub mod policy;
 pub mod pss;
+pub mod smp;
 pub mod template;
 
 pub use context::Context;
 pub use error::{CompileError, EvalError};
-pub use evaluate::{Data, Loaded, NoData, Request, build_context, evaluate_policy};
+pub use evaluate::{Data, Loaded, NoData, Phase, Request, build_context, evaluate_phase, evaluate_policy};
 pub use matching::RequestUser;
 pub use outcome::{NotApplied, PolicyResponse, RuleResponse, RuleType, Status};
 pub use policy::{Action, CompiledException, CompiledPolicy, compile_exception, compile_policy};
+
+/// JSON equality where numbers compare by value (`1` equals `1.0`), as Go's decoded maps do.
+pub fn equal(a: &serde_json::Value, b: &serde_json::Value) -> bool {
+    use serde_json::Value;
+    match (a, b) {
+        (Value::Number(x), Value::Number(y)) => x == y || x.as_f64() == y.as_f64(),
+        (Value::Array(x), Value::Array(y)) => x.len() == y.len() && x.iter().zip(y).all(|(p, q)| equal(p, q)),
+        (Value::Object(x), Value::Object(y)) => x.len() == y.len() && x.iter().all(|(k, v)| y.get(k).is_some_and(|w| equal(v, w))),
+        _ => a == b,
+    }
+}

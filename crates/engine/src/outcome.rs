@@ -42,11 +42,32 @@ pub struct RuleResponse {
     /// Names of the PolicyExceptions that made this rule skip.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub exceptions: Vec<String>,
+    /// Objects a generate rule produced (with Kyverno's labels).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub generated: Vec<serde_json::Value>,
+    /// Mutate-existing targets after patching.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub patched_targets: Vec<serde_json::Value>,
+    /// Generate rules: keep downstream objects in sync (acted on by the cluster controller).
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub synchronize: bool,
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub orphan_downstream: bool,
 }
 
 impl RuleResponse {
     pub fn new(name: &str, rule_type: RuleType, status: Status, message: impl Into<String>) -> Self {
-        RuleResponse { name: name.to_string(), rule_type, status, message: message.into(), exceptions: Vec::new() }
+        RuleResponse {
+            name: name.to_string(),
+            rule_type,
+            status,
+            message: message.into(),
+            exceptions: Vec::new(),
+            generated: Vec::new(),
+            patched_targets: Vec::new(),
+            synchronize: false,
+            orphan_downstream: false,
+        }
     }
 }
 
@@ -64,10 +85,22 @@ pub struct PolicyResponse {
     pub policy: String,
     pub rules: Vec<RuleResponse>,
     pub not_applied: Vec<NotApplied>,
+    /// The resource after this policy's mutate rules (and every earlier policy's), when changed.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub patched: Option<serde_json::Value>,
 }
 
 impl PolicyResponse {
     pub fn rule(&self, name: &str) -> Option<&RuleResponse> {
         self.rules.iter().find(|r| r.name == name)
+    }
+
+    /// Appends another phase's results for the same policy.
+    pub fn merge(&mut self, other: PolicyResponse) {
+        self.rules.extend(other.rules);
+        self.not_applied.extend(other.not_applied);
+        if other.patched.is_some() {
+            self.patched = other.patched;
+        }
     }
 }

@@ -63,7 +63,7 @@ impl CompiledPolicy {
             .find(|r| r.name == rule)
             .and_then(|r| match &r.body {
                 RuleBody::Validate(v) => v.failure_action,
-                RuleBody::Unsupported { .. } => None,
+                _ => None,
             })
             .unwrap_or(self.action)
     }
@@ -94,6 +94,8 @@ pub struct CompiledRule {
 #[derive(Debug, Clone)]
 pub enum RuleBody {
     Validate(Box<CompiledValidation>),
+    Mutate(Box<CompiledMutation>),
+    Generate(Box<CompiledGeneration>),
     /// Rule types this build does not evaluate yet; they yield an `error` result saying so.
     Unsupported { rule_type: crate::outcome::RuleType, what: &'static str },
 }
@@ -315,10 +317,10 @@ fn compile_rule(r: &Rule, path: &str, autogen_of: Option<String>) -> Result<Comp
     }
     let body = if let Some(v) = &r.validate {
         RuleBody::Validate(Box::new(compile_validation(v, &format!("{path}.validate"))?))
-    } else if r.mutate.is_some() {
-        RuleBody::Unsupported { rule_type: crate::outcome::RuleType::Mutation, what: "mutate rules are not supported by this build of verno yet" }
-    } else if r.generate.is_some() {
-        RuleBody::Unsupported { rule_type: crate::outcome::RuleType::Generation, what: "generate rules are not supported by this build of verno yet" }
+    } else if let Some(m) = &r.mutate {
+        RuleBody::Mutate(Box::new(compile_mutation(m, &format!("{path}.mutate"))?))
+    } else if let Some(g) = &r.generate {
+        RuleBody::Generate(Box::new(compile_generation(g, &format!("{path}.generate"))?))
     } else {
         RuleBody::Unsupported { rule_type: crate::outcome::RuleType::ImageVerify, what: "verifyImages rules are not supported by this build of verno yet" }
     };
@@ -335,6 +337,210 @@ fn compile_rule(r: &Rule, path: &str, autogen_of: Option<String>) -> Result<Comp
         preconditions: r.preconditions.as_ref().map(|c| CompiledConditions::compile(c, &format!("{path}.preconditions"))).transpose()?,
         body,
     })
+}
+
+/// A compiled `mutate` rule.
+#[derive(Debug, Clone)]
+pub struct CompiledMutation {
+    pub patches: Patches,
+    pub foreach: Vec<CompiledMutateForeach>,
+    pub targets: Vec<CompiledTarget>,
+}
+
+/// A strategic merge patch and/or RFC 6902 patches, with their variables.
+#[derive(Debug, Clone, Default)]
+pub struct Patches {
+    pub strategic_merge: Option<TValue>,
+    /// The `patchesJson6902` string, a template until rendered.
+    pub json6902: Option<TValue>,
+}
+
+impl Patches {
+    fn compile(smp: Option<&Value>, json6902: Option<&String>, path: &str) -> Result<Patches, CompileError> {
+        let json6902 = match json6902 {
+            Some(s) => {
+                let p = format!("{path}.patchesJson6902");
+                if !crate::template::has_vars(s) {
+                    // Check a static document now, so a broken policy fails at load.
+                    let doc = verno_jmespath::yaml::parse(s).map_err(|e| CompileError::new(&p, format!("invalid YAML: {e}")))?;
+                    crate::jsonpatch::parse_ops(&doc).map_err(|e| CompileError::new(&p, e))?;
+                }
+                Some(tv(&Value::String(s.clone()), &p)?)
+            }
+            None => None,
+        };
+        Ok(Patches { strategic_merge: smp.map(|v| tv(v, &format!("{path}.patchStrategicMerge"))).transpose()?, json6902 })
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.strategic_merge.is_none() && self.json6902.is_none()
+    }
+}
+
+#[derive(Debug, Clone)]
+pub struct CompiledMutateForeach {
+    pub list: Query,
+    pub list_source: String,
+    /// Descending iteration (the default for strategic merge patches).
+    pub reverse: bool,
+    pub context: Vec<CompiledContextEntry>,
+    pub preconditions: Option<CompiledConditions>,
+    pub patches: Patches,
+    pub nested: Vec<CompiledMutateForeach>,
+}
+
+/// A mutate-existing target: which objects to fetch and patch.
+#[derive(Debug, Clone)]
+pub struct CompiledTarget {
+    pub api_version: String,
+    pub kind: String,
+    pub namespace: Option<TValue>,
+    pub name: Option<TValue>,
+    pub selector: Option<verno_api::LabelSelector>,
+    pub context: Vec<CompiledContextEntry>,
+    pub preconditions: Option<CompiledConditions>,
+}
+
+fn compile_mutate_foreach(fs: &[verno_api::ForEachMutation], path: &str) -> Result<Vec<CompiledMutateForeach>, CompileError> {
+    let mut out = Vec::new();
+    for (i, f) in fs.iter().enumerate() {
+        let p = format!("{path}[{i}]");
+        let reverse = match f.order.as_deref() {
+            Some("Descending") => true,
+            Some("Ascending") => false,
+            Some(o) => return Err(CompileError::new(format!("{p}.order"), format!("unknown order {o:?}, expected Ascending or Descending"))),
+            None => f.patch_strategic_merge.is_some(),
+        };
+        let patches = Patches::compile(f.patch_strategic_merge.as_ref(), f.patches_json6902.as_ref(), &p)?;
+        let nested = compile_mutate_foreach(f.foreach.as_deref().unwrap_or_default(), &format!("{p}.foreach"))?;
+        if patches.is_empty() && nested.is_empty() {
+            return Err(CompileError::new(&p, "a mutate foreach needs patchStrategicMerge, patchesJson6902 or a nested foreach"));
+        }
+        out.push(CompiledMutateForeach {
+            list: Query::compile(&f.list, &format!("{p}.list"))?,
+            list_source: f.list.clone(),
+            reverse,
+            context: compile_context(&f.context, &format!("{p}.context"))?,
+            preconditions: f.preconditions.as_ref().map(|c| CompiledConditions::compile(c, &format!("{p}.preconditions"))).transpose()?,
+            patches,
+            nested,
+        });
+    }
+    Ok(out)
+}
+
+fn compile_mutation(m: &verno_api::Mutation, path: &str) -> Result<CompiledMutation, CompileError> {
+    let patches = Patches::compile(m.patch_strategic_merge.as_ref(), m.patches_json6902.as_ref(), path)?;
+    let foreach = compile_mutate_foreach(m.foreach.as_deref().unwrap_or_default(), &format!("{path}.foreach"))?;
+    if patches.is_empty() && foreach.is_empty() {
+        return Err(CompileError::new(path, "a mutate rule needs patchStrategicMerge, patchesJson6902 or foreach"));
+    }
+    let mut targets = Vec::new();
+    for (i, t) in m.targets.iter().enumerate() {
+        let p = format!("{path}.targets[{i}]");
+        let s = |x: &Option<String>, f: &str| x.as_ref().map(|v| tv(&Value::String(v.clone()), &format!("{p}.{f}"))).transpose();
+        targets.push(CompiledTarget {
+            api_version: t.api_version.clone(),
+            kind: t.kind.clone(),
+            namespace: s(&t.namespace, "namespace")?,
+            name: s(&t.name, "name")?,
+            selector: t.selector.clone(),
+            context: compile_context(&t.context, &format!("{p}.context"))?,
+            preconditions: t.preconditions.as_ref().map(|c| CompiledConditions::compile(c, &format!("{p}.preconditions"))).transpose()?,
+        });
+    }
+    Ok(CompiledMutation { patches, foreach, targets })
+}
+
+/// A compiled `generate` rule. The object is built at evaluation; the cluster controller acts
+/// on `synchronize` and `orphan_downstream`.
+#[derive(Debug, Clone)]
+pub struct CompiledGeneration {
+    pub target: GenerateTarget,
+    pub synchronize: bool,
+    pub orphan_downstream: bool,
+    pub foreach: Vec<CompiledGenerateForeach>,
+}
+
+#[derive(Debug, Clone)]
+pub struct GenerateTarget {
+    pub api_version: Option<TValue>,
+    pub kind: Option<TValue>,
+    pub name: Option<TValue>,
+    pub namespace: Option<TValue>,
+    pub source: GenerateSource,
+}
+
+#[derive(Debug, Clone)]
+pub enum GenerateSource {
+    Data(TValue),
+    Clone { namespace: TValue, name: TValue },
+    CloneList { namespace: TValue, kinds: Vec<String>, selector: Option<verno_api::LabelSelector> },
+    /// Only foreach entries (the rule itself generates nothing directly).
+    None,
+}
+
+#[derive(Debug, Clone)]
+pub struct CompiledGenerateForeach {
+    pub list: Query,
+    pub list_source: String,
+    pub context: Vec<CompiledContextEntry>,
+    pub preconditions: Option<CompiledConditions>,
+    pub target: GenerateTarget,
+}
+
+#[allow(clippy::too_many_arguments)]
+fn compile_generate_target(
+    api_version: &Option<String>,
+    kind: &Option<String>,
+    name: &Option<String>,
+    namespace: &Option<String>,
+    data: Option<&Value>,
+    clone: Option<&verno_api::CloneFrom>,
+    clone_list: Option<&verno_api::CloneList>,
+    path: &str,
+) -> Result<GenerateTarget, CompileError> {
+    let s = |x: &Option<String>, f: &str| x.as_ref().map(|v| tv(&Value::String(v.clone()), &format!("{path}.{f}"))).transpose();
+    let n = [data.is_some(), clone.is_some(), clone_list.is_some()].iter().filter(|b| **b).count();
+    if n > 1 {
+        return Err(CompileError::new(path, "only one of data, clone and cloneList may be set"));
+    }
+    let source = if let Some(d) = data {
+        GenerateSource::Data(tv(d, &format!("{path}.data"))?)
+    } else if let Some(c) = clone {
+        GenerateSource::Clone {
+            namespace: tv(&Value::String(c.namespace.clone()), &format!("{path}.clone.namespace"))?,
+            name: tv(&Value::String(c.name.clone()), &format!("{path}.clone.name"))?,
+        }
+    } else if let Some(c) = clone_list {
+        GenerateSource::CloneList {
+            namespace: tv(&Value::String(c.namespace.clone()), &format!("{path}.cloneList.namespace"))?,
+            kinds: c.kinds.clone(),
+            selector: c.selector.clone(),
+        }
+    } else {
+        GenerateSource::None
+    };
+    Ok(GenerateTarget { api_version: s(api_version, "apiVersion")?, kind: s(kind, "kind")?, name: s(name, "name")?, namespace: s(namespace, "namespace")?, source })
+}
+
+fn compile_generation(g: &verno_api::Generation, path: &str) -> Result<CompiledGeneration, CompileError> {
+    let target = compile_generate_target(&g.api_version, &g.kind, &g.name, &g.namespace, g.data.as_ref(), g.clone.as_ref(), g.clone_list.as_ref(), path)?;
+    let mut foreach = Vec::new();
+    for (i, f) in g.foreach.iter().flatten().enumerate() {
+        let p = format!("{path}.foreach[{i}]");
+        foreach.push(CompiledGenerateForeach {
+            list: Query::compile(&f.list, &format!("{p}.list"))?,
+            list_source: f.list.clone(),
+            context: compile_context(&f.context, &format!("{p}.context"))?,
+            preconditions: f.preconditions.as_ref().map(|c| CompiledConditions::compile(c, &format!("{p}.preconditions"))).transpose()?,
+            target: compile_generate_target(&f.api_version, &f.kind, &f.name, &f.namespace, f.data.as_ref(), f.clone.as_ref(), f.clone_list.as_ref(), &p)?,
+        });
+    }
+    if matches!(target.source, GenerateSource::None) && foreach.is_empty() {
+        return Err(CompileError::new(path, "a generate rule needs one of data, clone, cloneList or foreach"));
+    }
+    Ok(CompiledGeneration { target, synchronize: g.synchronize.unwrap_or(false), orphan_downstream: g.orphan_downstream_on_policy_delete.unwrap_or(false), foreach })
 }
 
 /// Compiles a ClusterPolicy or Policy, adding its autogen rules.

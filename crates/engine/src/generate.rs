@@ -1,0 +1,212 @@
+//! Generate rules (spec §1.7): build the downstream objects from `data`, a `clone` source or a
+//! `cloneList`, with Kyverno's labels. Creating them in a cluster (and keeping them in sync) is
+//! the controller's job; here they are data in the rule response.
+
+use crate::context::Context;
+use crate::evaluate::{Data, load_context};
+use crate::outcome::{RuleResponse, RuleType, Status};
+use crate::policy::{CompiledGeneration, CompiledPolicy, GenerateSource, GenerateTarget};
+use crate::template::TValue;
+use serde_json::{Map, Value};
+
+fn render_str(t: &Option<TValue>, ctx: &Context, field: &str) -> Result<String, String> {
+    match t {
+        None => Ok(String::new()),
+        Some(t) => match t.render(ctx, "") {
+            Ok(v) => Ok(match v.as_ref() {
+                Value::String(s) => s.clone(),
+                Value::Null => String::new(),
+                other => other.to_string(),
+            }),
+            Err(e) => Err(format!("failed to substitute variables in {field}: {e}")),
+        },
+    }
+}
+
+/// Metadata the cluster owns: never copied into a clone.
+const SERVER_FIELDS: [&str; 7] = ["resourceVersion", "uid", "creationTimestamp", "managedFields", "selfLink", "generation", "ownerReferences"];
+
+fn labels_mut(obj: &mut Value) -> Option<&mut Map<String, Value>> {
+    let meta = obj.as_object_mut()?.entry("metadata").or_insert_with(|| Value::Object(Map::new()));
+    let labels = meta.as_object_mut()?.entry("labels").or_insert_with(|| Value::Object(Map::new()));
+    if !labels.is_object() {
+        *labels = Value::Object(Map::new());
+    }
+    labels.as_object_mut()
+}
+
+fn set_meta(obj: &mut Value, key: &str, v: &str) {
+    if let Some(m) = obj.as_object_mut() {
+        let meta = m.entry("metadata").or_insert_with(|| Value::Object(Map::new()));
+        if let Some(mm) = meta.as_object_mut() {
+            if v.is_empty() {
+                mm.remove(key);
+            } else {
+                mm.insert(key.into(), Value::String(v.into()));
+            }
+        }
+    }
+}
+
+struct Gen<'a> {
+    policy: &'a CompiledPolicy,
+    rule: &'a str,
+    trigger: &'a Value,
+    data: &'a dyn Data,
+}
+
+impl Gen<'_> {
+    fn label(&self, obj: &mut Value, clone_source: Option<&Value>) {
+        let t = |p: &str| self.trigger.pointer(p).and_then(Value::as_str).unwrap_or("").to_string();
+        let (group, version) = {
+            let av = t("/apiVersion");
+            match av.split_once('/') {
+                Some((g, v)) => (g.to_string(), v.to_string()),
+                None => (String::new(), av),
+            }
+        };
+        let Some(l) = labels_mut(obj) else { return };
+        let mut put = |k: &str, v: String| {
+            l.insert(k.into(), Value::String(v));
+        };
+        put("app.kubernetes.io/managed-by", "kyverno".into());
+        put("generate.kyverno.io/policy-name", self.policy.name.clone());
+        put("generate.kyverno.io/policy-namespace", if self.policy.kind == "Policy" { self.policy.namespace.clone().unwrap_or_default() } else { String::new() });
+        put("generate.kyverno.io/rule-name", self.rule.to_string());
+        put("generate.kyverno.io/trigger-group", group);
+        put("generate.kyverno.io/trigger-version", version);
+        put("generate.kyverno.io/trigger-kind", t("/kind"));
+        put("generate.kyverno.io/trigger-namespace", t("/metadata/namespace"));
+        put("generate.kyverno.io/trigger-name", t("/metadata/name"));
+        put("generate.kyverno.io/trigger-uid", t("/metadata/uid"));
+        if let Some(src) = clone_source {
+            put("generate.kyverno.io/clone-source", String::new());
+            let s = |p: &str| src.pointer(p).and_then(Value::as_str).unwrap_or("").to_string();
+            put("generate.kyverno.io/source-kind", s("/kind"));
+            put("generate.kyverno.io/source-namespace", s("/metadata/namespace"));
+            put("generate.kyverno.io/source-name", s("/metadata/name"));
+        }
+    }
+
+    fn cloned(&self, src: &Value, name: &str, namespace: &str) -> Value {
+        let mut obj = src.clone();
+        if let Some(meta) = obj.get_mut("metadata").and_then(Value::as_object_mut) {
+            for f in SERVER_FIELDS {
+                meta.remove(f);
+            }
+        }
+        if let Some(o) = obj.as_object_mut() {
+            o.remove("status");
+        }
+        set_meta(&mut obj, "name", name);
+        set_meta(&mut obj, "namespace", namespace);
+        self.label(&mut obj, Some(src));
+        obj
+    }
+
+    /// The objects one target produces.
+    fn build(&self, t: &GenerateTarget, ctx: &Context) -> Result<Vec<Value>, String> {
+        let api_version = render_str(&t.api_version, ctx, "apiVersion")?;
+        let kind = render_str(&t.kind, ctx, "kind")?;
+        let name = render_str(&t.name, ctx, "name")?;
+        let namespace = render_str(&t.namespace, ctx, "namespace")?;
+        match &t.source {
+            GenerateSource::None => Ok(Vec::new()),
+            GenerateSource::Data(d) => {
+                let d = d.render(ctx, "/generate/data").map_err(|e| format!("failed to substitute variables in data: {e}"))?;
+                let mut obj = match d.into_owned() {
+                    Value::Object(m) => Value::Object(m),
+                    Value::Null => Value::Object(Map::new()),
+                    other => return Err(format!("generate data must be a map, got {}", verno_jmespath::value::type_name(&other))),
+                };
+                if let Some(o) = obj.as_object_mut() {
+                    o.insert("apiVersion".into(), Value::String(api_version));
+                    o.insert("kind".into(), Value::String(kind));
+                }
+                set_meta(&mut obj, "name", &name);
+                set_meta(&mut obj, "namespace", &namespace);
+                self.label(&mut obj, None);
+                Ok(vec![obj])
+            }
+            GenerateSource::Clone { namespace: sns, name: sname } => {
+                let sns = render_str(&Some(sns.clone()), ctx, "clone.namespace")?;
+                let sname = render_str(&Some(sname.clone()), ctx, "clone.name")?;
+                let Some(src) = self.data.resource(&api_version, &kind, &sns, &sname) else {
+                    return Err(format!("source resource {api_version}/{kind} {sns}/{sname} not found"));
+                };
+                Ok(vec![self.cloned(&src, &name, &namespace)])
+            }
+            GenerateSource::CloneList { namespace: sns, kinds, selector } => {
+                let sns = render_str(&Some(sns.clone()), ctx, "cloneList.namespace")?;
+                let mut out = Vec::new();
+                for k in kinds {
+                    let (av, kd) = match k.rsplit_once('/') {
+                        Some((av, kd)) => (av, kd),
+                        None => ("", k.as_str()),
+                    };
+                    for src in self.data.list(av, kd, &sns) {
+                        if let Some(sel) = selector {
+                            let labels: std::collections::BTreeMap<String, String> = src
+                                .pointer("/metadata/labels")
+                                .and_then(Value::as_object)
+                                .map(|m| m.iter().map(|(k, v)| (k.clone(), v.as_str().unwrap_or_default().to_string())).collect())
+                                .unwrap_or_default();
+                            if !crate::matching::selector_matches(sel, &labels, false) {
+                                continue;
+                            }
+                        }
+                        let sname = src.pointer("/metadata/name").and_then(Value::as_str).unwrap_or("").to_string();
+                        out.push(self.cloned(&src, &sname, &namespace));
+                    }
+                }
+                Ok(out)
+            }
+        }
+    }
+}
+
+/// Runs a generate rule for `trigger`.
+pub(crate) fn generate(g: &CompiledGeneration, policy: &CompiledPolicy, rule: &str, trigger: &Value, ctx: &mut Context, data: &dyn Data, provided: &[String]) -> RuleResponse {
+    let builder = Gen { policy, rule, trigger, data };
+    let resp = |status: Status, msg: String| RuleResponse::new(rule, RuleType::Generation, status, msg);
+    let mut objects = match builder.build(&g.target, ctx) {
+        Ok(o) => o,
+        Err(e) => return resp(Status::Error, e),
+    };
+    for (i, f) in g.foreach.iter().enumerate() {
+        let list = match ctx.query(f.list.pick(ctx.is_delete())) {
+            Ok(Value::Array(a)) => a,
+            Ok(Value::Null) => Vec::new(),
+            Ok(other) => vec![other],
+            Err(e) => return resp(Status::Error, format!("failed to evaluate list {}: {e}", f.list_source)),
+        };
+        for (index, element) in list.iter().enumerate() {
+            if element.is_null() {
+                continue;
+            }
+            let mut saved = ctx.set("element", element.clone());
+            saved.absorb(ctx.set("elementIndex", Value::from(index as i64)));
+            let step = (|| {
+                load_context(&f.context, ctx, data, provided, policy, &mut saved).map_err(|e| format!("failed to load generate.foreach[{i}].context: {e}"))?;
+                if let Some(pre) = &f.preconditions {
+                    match pre.evaluate(ctx) {
+                        Err(e) => return Err(format!("failed to evaluate generate.foreach[{i}].preconditions: {e}")),
+                        Ok((false, _)) => return Ok(Vec::new()),
+                        Ok((true, _)) => {}
+                    }
+                }
+                builder.build(&f.target, ctx)
+            })();
+            ctx.restore(saved);
+            match step {
+                Ok(o) => objects.extend(o),
+                Err(e) => return resp(Status::Error, e),
+            }
+        }
+    }
+    let mut r = resp(Status::Pass, String::new());
+    r.generated = objects;
+    r.synchronize = g.synchronize;
+    r.orphan_downstream = g.orphan_downstream;
+    r
+}

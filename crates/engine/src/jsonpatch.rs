@@ -1,0 +1,341 @@
+//! RFC 6902 JSON Patch: applying `patchesJson6902` with Kyverno's options (negative indices,
+//! removing a missing path is allowed, `add` creates missing parents), and computing the patch
+//! between two documents (what the mutating webhook returns).
+//! Small enough that writing it beats adapting a crate to Kyverno's option set.
+
+use serde_json::{Map, Value};
+
+#[derive(Debug, Clone, PartialEq)]
+pub enum Op {
+    Add { path: String, value: Value },
+    Remove { path: String },
+    Replace { path: String, value: Value },
+    Move { from: String, path: String },
+    Copy { from: String, path: String },
+    Test { path: String, value: Value },
+}
+
+/// Parses a list of operations; errors name the operation's index.
+pub fn parse_ops(v: &Value) -> Result<Vec<Op>, String> {
+    let Some(items) = v.as_array() else {
+        return Err(format!("a JSON patch must be a list of operations, got {}", verno_jmespath::value::type_name(v)));
+    };
+    let mut out = Vec::with_capacity(items.len());
+    for (i, it) in items.iter().enumerate() {
+        let s = |k: &str| -> Result<String, String> {
+            match it.get(k) {
+                Some(Value::String(s)) => Ok(s.clone()),
+                Some(_) => Err(format!("operation {i}: {k:?} must be a string")),
+                None => Err(format!("operation {i}: missing {k:?}")),
+            }
+        };
+        let path = s("path")?;
+        if !path.is_empty() && !path.starts_with('/') {
+            return Err(format!("operation {i}: path {path:?} must start with \"/\""));
+        }
+        let value = || it.get("value").cloned().ok_or_else(|| format!("operation {i}: missing \"value\""));
+        let op = match s("op")?.as_str() {
+            "add" => Op::Add { path, value: value()? },
+            "remove" => Op::Remove { path },
+            "replace" => Op::Replace { path, value: value()? },
+            "move" => Op::Move { from: s("from")?, path },
+            "copy" => Op::Copy { from: s("from")?, path },
+            "test" => Op::Test { path, value: value()? },
+            other => return Err(format!("operation {i}: unknown op {other:?}")),
+        };
+        out.push(op);
+    }
+    Ok(out)
+}
+
+fn tokens(path: &str) -> Vec<String> {
+    if path.is_empty() {
+        return Vec::new();
+    }
+    path.split('/').skip(1).map(|t| t.replace("~1", "/").replace("~0", "~")).collect()
+}
+
+/// Index into a list of `len` for reading/replacing (negative counts from the end).
+fn index(tok: &str, len: usize, path: &str) -> Result<usize, String> {
+    let i: i64 = tok.parse().map_err(|_| format!("invalid list index {tok:?} in {path}"))?;
+    let n = len as i64;
+    let j = if i < 0 { i + n } else { i };
+    if j < 0 || j >= n {
+        return Err(format!("index {tok} out of range in {path}"));
+    }
+    Ok(j as usize)
+}
+
+/// The container holding the last token of `toks` (all tokens but the last are walked).
+fn parent<'a>(doc: &'a mut Value, toks: &[String], path: &str, create: bool) -> Result<Option<&'a mut Value>, String> {
+    let mut cur = doc;
+    let walk = toks.len().saturating_sub(1);
+    for (n, t) in toks.iter().take(walk).enumerate() {
+        let next_is_index = toks.get(n + 1).is_some_and(|x| x == "-" || x.parse::<i64>().is_ok());
+        cur = match cur {
+            Value::Object(m) => {
+                if !m.contains_key(t) {
+                    if !create {
+                        return Ok(None);
+                    }
+                    m.insert(t.clone(), if next_is_index { Value::Array(Vec::new()) } else { Value::Object(Map::new()) });
+                }
+                match m.get_mut(t) {
+                    Some(v) => v,
+                    None => return Ok(None),
+                }
+            }
+            Value::Array(a) => {
+                let i = match index(t, a.len(), path) {
+                    Ok(i) => i,
+                    Err(e) => return if create { Err(e) } else { Ok(None) },
+                };
+                match a.get_mut(i) {
+                    Some(v) => v,
+                    None => return Ok(None),
+                }
+            }
+            Value::Null if create => {
+                *cur = if next_is_index { Value::Array(Vec::new()) } else { Value::Object(Map::new()) };
+                match cur {
+                    Value::Object(m) => m.entry(t.clone()).or_insert(Value::Null),
+                    _ => return Err(format!("cannot create {path}")),
+                }
+            }
+            _ => return Err(format!("path {path} goes through a scalar")),
+        };
+    }
+    Ok(Some(cur))
+}
+
+fn get<'a>(doc: &'a Value, path: &str) -> Option<&'a Value> {
+    let mut cur = doc;
+    for t in tokens(path) {
+        cur = match cur {
+            Value::Object(m) => m.get(&t)?,
+            Value::Array(a) => a.get(index(&t, a.len(), path).ok()?)?,
+            _ => return None,
+        };
+    }
+    Some(cur)
+}
+
+fn add(doc: &mut Value, path: &str, value: Value) -> Result<(), String> {
+    let toks = tokens(path);
+    let Some(last) = toks.last() else {
+        *doc = value;
+        return Ok(());
+    };
+    let Some(p) = parent(doc, &toks, path, true)? else { return Err(format!("missing parent for {path}")) };
+    match p {
+        Value::Object(m) => {
+            m.insert(last.clone(), value);
+            Ok(())
+        }
+        Value::Array(a) => {
+            if last == "-" {
+                a.push(value);
+                return Ok(());
+            }
+            let i: i64 = last.parse().map_err(|_| format!("invalid list index {last:?} in {path}"))?;
+            let n = a.len() as i64;
+            let j = if i < 0 { i + n } else { i };
+            if j < 0 || j > n {
+                return Err(format!("index {last} out of range in {path}"));
+            }
+            a.insert(j as usize, value);
+            Ok(())
+        }
+        Value::Null => {
+            let mut m = Map::new();
+            m.insert(last.clone(), value);
+            *p = Value::Object(m);
+            Ok(())
+        }
+        _ => Err(format!("cannot add {path}: the parent is a scalar")),
+    }
+}
+
+/// Removes `path`; a missing path is not an error (Kyverno's AllowMissingPathOnRemove).
+fn remove(doc: &mut Value, path: &str) -> Result<Option<Value>, String> {
+    let toks = tokens(path);
+    let Some(last) = toks.last() else {
+        return Ok(Some(std::mem::take(doc)));
+    };
+    let Some(p) = parent(doc, &toks, path, false)? else { return Ok(None) };
+    match p {
+        Value::Object(m) => Ok(m.remove(last)),
+        Value::Array(a) => match index(last, a.len(), path) {
+            Ok(i) => Ok(Some(a.remove(i))),
+            Err(_) => Ok(None),
+        },
+        _ => Ok(None),
+    }
+}
+
+fn replace(doc: &mut Value, path: &str, value: Value) -> Result<(), String> {
+    let toks = tokens(path);
+    let Some(last) = toks.last() else {
+        *doc = value;
+        return Ok(());
+    };
+    let Some(p) = parent(doc, &toks, path, false)? else { return Err(format!("replace operation does not apply: doc is missing path: {path}")) };
+    match p {
+        Value::Object(m) => {
+            if !m.contains_key(last) {
+                return Err(format!("replace operation does not apply: doc is missing key: {path}"));
+            }
+            m.insert(last.clone(), value);
+            Ok(())
+        }
+        Value::Array(a) => {
+            let i = index(last, a.len(), path)?;
+            if let Some(slot) = a.get_mut(i) {
+                *slot = value;
+            }
+            Ok(())
+        }
+        _ => Err(format!("replace operation does not apply: {path} is inside a scalar")),
+    }
+}
+
+/// Applies operations in order with Kyverno's options.
+pub fn apply(doc: &mut Value, ops: &[Op]) -> Result<(), String> {
+    for op in ops {
+        match op {
+            Op::Add { path, value } => add(doc, path, value.clone())?,
+            Op::Remove { path } => {
+                remove(doc, path)?;
+            }
+            Op::Replace { path, value } => replace(doc, path, value.clone())?,
+            Op::Move { from, path } => {
+                let v = remove(doc, from)?.ok_or_else(|| format!("move operation does not apply: doc is missing from path: {from}"))?;
+                add(doc, path, v)?;
+            }
+            Op::Copy { from, path } => {
+                let v = get(doc, from).cloned().ok_or_else(|| format!("copy operation does not apply: doc is missing from path: {from}"))?;
+                add(doc, path, v)?;
+            }
+            Op::Test { path, value } => {
+                let ok = get(doc, path).is_some_and(|v| crate::equal(v, value));
+                if !ok {
+                    return Err(format!("testing value {path} failed: test failed"));
+                }
+            }
+        }
+    }
+    Ok(())
+}
+
+fn escape(k: &str) -> String {
+    k.replace('~', "~0").replace('/', "~1")
+}
+
+/// The RFC 6902 patch turning `a` into `b`, as JSON operations.
+pub fn diff(a: &Value, b: &Value) -> Vec<Value> {
+    let mut out = Vec::new();
+    diff_at(a, b, "", &mut out);
+    out
+}
+
+fn op(kind: &str, path: &str, value: Option<&Value>) -> Value {
+    let mut m = Map::new();
+    m.insert("op".into(), Value::String(kind.into()));
+    m.insert("path".into(), Value::String(path.into()));
+    if let Some(v) = value {
+        m.insert("value".into(), v.clone());
+    }
+    Value::Object(m)
+}
+
+fn diff_at(a: &Value, b: &Value, path: &str, out: &mut Vec<Value>) {
+    if crate::equal(a, b) {
+        return;
+    }
+    match (a, b) {
+        (Value::Object(x), Value::Object(y)) => {
+            for (k, va) in x {
+                let p = format!("{path}/{}", escape(k));
+                match y.get(k) {
+                    Some(vb) => diff_at(va, vb, &p, out),
+                    None => out.push(op("remove", &p, None)),
+                }
+            }
+            for (k, vb) in y {
+                if !x.contains_key(k) {
+                    out.push(op("add", &format!("{path}/{}", escape(k)), Some(vb)));
+                }
+            }
+        }
+        (Value::Array(x), Value::Array(y)) => {
+            let common = x.len().min(y.len());
+            for i in 0..common {
+                if let (Some(va), Some(vb)) = (x.get(i), y.get(i)) {
+                    diff_at(va, vb, &format!("{path}/{i}"), out);
+                }
+            }
+            for (i, vb) in y.iter().enumerate().skip(common) {
+                out.push(op("add", &format!("{path}/{i}"), Some(vb)));
+            }
+            for i in (common..x.len()).rev() {
+                out.push(op("remove", &format!("{path}/{i}"), None));
+            }
+        }
+        _ => out.push(op("replace", path, Some(b))),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn run(doc: Value, ops: Value) -> Result<Value, String> {
+        let ops = parse_ops(&ops)?;
+        let mut d = doc;
+        apply(&mut d, &ops)?;
+        Ok(d)
+    }
+
+    #[test]
+    fn add_creates_missing_parents_and_appends() {
+        let out = run(json!({}), json!([{"op": "add", "path": "/metadata/labels/a", "value": "1"}])).unwrap_or_default();
+        assert_eq!(out, json!({"metadata": {"labels": {"a": "1"}}}));
+        let out = run(json!({"l": [1, 2]}), json!([{"op": "add", "path": "/l/-", "value": 3}, {"op": "add", "path": "/l/0", "value": 0}])).unwrap_or_default();
+        assert_eq!(out, json!({"l": [0, 1, 2, 3]}));
+        let out = run(json!({}), json!([{"op": "add", "path": "/spec/tolerations/-", "value": {"key": "a"}}])).unwrap_or_default();
+        assert_eq!(out, json!({"spec": {"tolerations": [{"key": "a"}]}}));
+    }
+
+    #[test]
+    fn negative_indices_and_missing_remove() {
+        let out = run(json!({"l": [1, 2, 3]}), json!([{"op": "replace", "path": "/l/-1", "value": 9}, {"op": "remove", "path": "/nope/x"}])).unwrap_or_default();
+        assert_eq!(out, json!({"l": [1, 2, 9]}));
+    }
+
+    #[test]
+    fn move_copy_test() {
+        let out = run(json!({"a": 1}), json!([{"op": "copy", "from": "/a", "path": "/b"}, {"op": "move", "from": "/a", "path": "/c"}, {"op": "test", "path": "/b", "value": 1}])).unwrap_or_default();
+        assert_eq!(out, json!({"b": 1, "c": 1}));
+        assert!(run(json!({"a": 1}), json!([{"op": "test", "path": "/a", "value": 2}])).is_err());
+    }
+
+    #[test]
+    fn bad_documents_say_which_operation() {
+        assert_eq!(parse_ops(&json!([{"op": "add", "path": "x", "value": 1}])).err().unwrap_or_default(), "operation 0: path \"x\" must start with \"/\"");
+        assert_eq!(parse_ops(&json!([{"op": "jump", "path": "/x"}])).err().unwrap_or_default(), "operation 0: unknown op \"jump\"");
+        assert!(run(json!({}), json!([{"op": "replace", "path": "/a", "value": 1}])).is_err());
+    }
+
+    #[test]
+    fn diff_round_trips() {
+        let a = json!({"metadata": {"labels": {"a": "1", "b/c": "2"}}, "spec": {"containers": [{"name": "x"}, {"name": "y"}]}});
+        let b = json!({"metadata": {"labels": {"a": "2"}}, "spec": {"containers": [{"name": "z"}]}, "status": {}});
+        let ops = diff(&a, &b);
+        let mut d = a.clone();
+        let parsed = parse_ops(&Value::Array(ops)).unwrap_or_default();
+        assert!(apply(&mut d, &parsed).is_ok());
+        assert_eq!(d, b);
+        assert!(diff(&a, &a).is_empty());
+    }
+}

@@ -1,0 +1,410 @@
+//! Mutate rules: Kyverno's anchor pre-processing of strategic merge patches (spec §2.6),
+//! `patchesJson6902`, and `foreach` (spec §3.5). The patching itself lives in [`crate::smp`]
+//! and [`crate::jsonpatch`].
+
+use crate::anchor::{self, Anchor};
+use crate::context::Context;
+use crate::evaluate::{Data, load_context};
+use crate::outcome::{RuleResponse, RuleType, Status};
+use crate::pattern;
+use crate::policy::{CompiledMutateForeach, CompiledPolicy, Patches};
+use serde_json::{Map, Value};
+
+/// Why a patch with anchors does not apply.
+#[derive(Debug, Clone, PartialEq)]
+pub enum PreError {
+    /// A `(key)` condition failed: the patch (or a list element) is skipped.
+    Condition(String),
+    /// A `<(key)` global condition failed: the whole rule is skipped.
+    Global(String),
+}
+
+impl PreError {
+    pub fn message(&self) -> &str {
+        match self {
+            PreError::Condition(m) | PreError::Global(m) => m,
+        }
+    }
+}
+
+fn has_anchor(v: &Value, pred: &dyn Fn(Anchor) -> bool) -> bool {
+    match v {
+        Value::Object(m) => m.iter().any(|(k, x)| anchor::parse(k).is_some_and(|(a, _)| pred(a)) || has_anchor(x, pred)),
+        Value::Array(a) => a.iter().any(|x| has_anchor(x, pred)),
+        _ => false,
+    }
+}
+
+fn check(resource: Option<&Map<String, Value>>, key: &str, pattern_value: &Value) -> Result<(), String> {
+    let Some(rv) = resource.and_then(|r| r.get(key)) else {
+        return Err(format!("could not found \"{key}\" key in the resource"));
+    };
+    pattern::match_pattern(rv, pattern_value).map_err(|e| if e.path.is_empty() { e.message } else { format!("{} at path {}", e.message, e.path) })
+}
+
+/// Removes anchors without a resource to check them against: conditions go, `+(k)` becomes `k`.
+fn strip(v: &Value) -> Value {
+    match v {
+        Value::Object(m) => {
+            let mut out = Map::new();
+            for (k, x) in m {
+                match anchor::parse(k) {
+                    Some((Anchor::AddIfNotPresent, key)) => {
+                        out.insert(key.to_string(), strip(x));
+                    }
+                    Some(_) => {}
+                    None => {
+                        out.insert(k.clone(), strip(x));
+                    }
+                }
+            }
+            Value::Object(out)
+        }
+        Value::Array(a) => Value::Array(a.iter().map(strip).collect()),
+        other => other.clone(),
+    }
+}
+
+fn is_empty_container(v: &Value) -> bool {
+    match v {
+        Value::Object(m) => m.is_empty(),
+        Value::Array(a) => a.is_empty(),
+        _ => false,
+    }
+}
+
+/// Resolves the anchors of a strategic merge patch against the resource, giving the plain patch
+/// to apply. Containers that only held anchors disappear, so they cannot clear fields.
+pub fn preprocess(pattern: &Value, resource: Option<&Value>) -> Result<Value, PreError> {
+    match pattern {
+        Value::Object(p) => preprocess_map(p, resource),
+        Value::Array(l) => preprocess_list(l, resource),
+        other => Ok(other.clone()),
+    }
+}
+
+fn preprocess_map(p: &Map<String, Value>, resource: Option<&Value>) -> Result<Value, PreError> {
+    let r = resource.and_then(Value::as_object);
+    for (k, pv) in p {
+        if let Some((Anchor::Global, key)) = anchor::parse(k) {
+            check(r, key, pv).map_err(PreError::Global)?;
+        }
+    }
+    for (k, pv) in p {
+        match anchor::parse(k) {
+            Some((Anchor::Condition | Anchor::Existence, key)) => check(r, key, pv).map_err(PreError::Condition)?,
+            Some((Anchor::Equality, key)) => {
+                if r.is_some_and(|o| o.contains_key(key)) {
+                    check(r, key, pv).map_err(PreError::Condition)?;
+                }
+            }
+            Some((Anchor::Negation, key)) => {
+                if r.is_some_and(|o| o.contains_key(key)) {
+                    return Err(PreError::Condition(format!("negation anchor matched in resource: {key}")));
+                }
+            }
+            _ => {}
+        }
+    }
+    let mut out = Map::new();
+    for (k, pv) in p {
+        match anchor::parse(k) {
+            Some((Anchor::AddIfNotPresent, key)) => {
+                if !r.is_some_and(|o| o.contains_key(key)) {
+                    out.insert(key.to_string(), strip(pv));
+                }
+            }
+            Some(_) => {}
+            None => {
+                let v = preprocess(pv, r.and_then(|o| o.get(k)))?;
+                if is_empty_container(&v) && !is_empty_container(pv) {
+                    continue;
+                }
+                out.insert(k.clone(), v);
+            }
+        }
+    }
+    Ok(Value::Object(out))
+}
+
+fn preprocess_list(l: &[Value], resource: Option<&Value>) -> Result<Value, PreError> {
+    if !l.first().is_some_and(Value::is_object) {
+        return Ok(Value::Array(l.to_vec()));
+    }
+    let elements: &[Value] = resource.and_then(Value::as_array).map(Vec::as_slice).unwrap_or_default();
+    let mut out = Vec::new();
+    let mut added = Vec::new();
+    for e in l {
+        if !has_anchor(e, &|_| true) {
+            out.push(e.clone());
+            continue;
+        }
+        let global = has_anchor(e, &|a| a == Anchor::Global);
+        let mut passed = false;
+        let mut last_global = None;
+        for re in elements {
+            match preprocess(e, Some(re)) {
+                Ok(v) => {
+                    if global {
+                        passed = true;
+                        continue;
+                    }
+                    // Elements are correlated by name: the resource element's name is copied in.
+                    let Some(name) = re.get("name").filter(|n| !n.is_null()) else { continue };
+                    if let Value::Object(mut m) = v {
+                        if m.is_empty() {
+                            continue;
+                        }
+                        m.insert("name".into(), name.clone());
+                        added.push(Value::Object(m));
+                    }
+                }
+                Err(PreError::Condition(_)) => continue,
+                Err(PreError::Global(m)) => last_global = Some(m),
+            }
+        }
+        if !passed {
+            if let Some(m) = last_global {
+                return Err(PreError::Global(m));
+            }
+        }
+    }
+    out.extend(added);
+    Ok(Value::Array(out))
+}
+
+/// What applying a rule's (or a foreach element's) patches did.
+pub enum Patched {
+    Changed(Value),
+    /// Nothing changed, with the reason.
+    Unchanged(String),
+    Error(String),
+}
+
+/// Renders and applies one set of patches to `resource`.
+pub fn apply_patches(patches: &Patches, resource: &Value, ctx: &Context) -> Patched {
+    let kind = resource.get("kind").and_then(Value::as_str).unwrap_or("");
+    let mut cur = resource.clone();
+    if let Some(t) = &patches.strategic_merge {
+        let rendered = match t.render(ctx, "/mutate/patchStrategicMerge") {
+            Ok(v) => v,
+            Err(e) => return Patched::Error(format!("variable substitution failed: {e}")),
+        };
+        let patch = match preprocess(&rendered, Some(&cur)) {
+            Ok(p) => p,
+            Err(e) => return Patched::Unchanged(format!("no patches applied: {}", e.message())),
+        };
+        cur = match crate::smp::apply(&cur, &patch, kind) {
+            Ok(v) => v,
+            Err(e) => return Patched::Error(format!("failed to apply patchStrategicMerge: {e}")),
+        };
+    }
+    if let Some(t) = &patches.json6902 {
+        let rendered = match t.render(ctx, "/mutate/patchesJson6902") {
+            Ok(v) => v,
+            Err(e) => return Patched::Error(format!("variable substitution failed: {e}")),
+        };
+        let text = rendered.as_str().unwrap_or_default();
+        let doc = match verno_jmespath::yaml::parse(text) {
+            Ok(d) => d,
+            Err(e) => return Patched::Error(format!("failed to parse patchesJson6902: {e}")),
+        };
+        let ops = match crate::jsonpatch::parse_ops(&doc) {
+            Ok(o) => o,
+            Err(e) => return Patched::Error(format!("invalid patchesJson6902: {e}")),
+        };
+        if let Err(e) = crate::jsonpatch::apply(&mut cur, &ops) {
+            return Patched::Error(format!("failed to apply patchesJson6902: {e}"));
+        }
+    }
+    if crate::equal(&cur, resource) { Patched::Unchanged("no patches applied".into()) } else { Patched::Changed(cur) }
+}
+
+pub(crate) struct Mutator<'a> {
+    pub rule: &'a str,
+    pub data: &'a dyn Data,
+    pub policy: &'a CompiledPolicy,
+    pub provided: &'a [String],
+}
+
+impl Mutator<'_> {
+    fn resp(&self, status: Status, msg: impl Into<String>) -> RuleResponse {
+        RuleResponse::new(self.rule, RuleType::Mutation, status, msg)
+    }
+
+    /// The rule's response and, when it changed the resource, the patched resource.
+    pub fn run(&self, patches: &Patches, foreach: &[CompiledMutateForeach], resource: &Value, ctx: &mut Context) -> (RuleResponse, Option<Value>) {
+        if !foreach.is_empty() {
+            return match self.foreach(foreach, resource, ctx, 0) {
+                Err(r) => (r, None),
+                Ok(None) => (self.resp(Status::Skip, "no patches applied"), None),
+                Ok(Some(v)) => (self.resp(Status::Pass, "resource patched"), Some(v)),
+            };
+        }
+        match apply_patches(patches, resource, ctx) {
+            Patched::Changed(v) => (self.resp(Status::Pass, "resource patched"), Some(v)),
+            Patched::Unchanged(m) => (self.resp(Status::Skip, m), None),
+            Patched::Error(e) => (self.resp(Status::Error, e), None),
+        }
+    }
+
+    /// Mutate existing: patches each target (available as `target`) instead of the trigger.
+    pub fn run_targets(&self, m: &crate::policy::CompiledMutation, ctx: &mut Context) -> RuleResponse {
+        let mut patched = Vec::new();
+        for t in &m.targets {
+            let render = |v: &Option<crate::template::TValue>, ctx: &Context| -> Result<String, String> {
+                match v {
+                    Some(t) => t.render(ctx, "").map(|x| x.as_str().unwrap_or_default().to_string()).map_err(|e| e.to_string()),
+                    None => Ok(String::new()),
+                }
+            };
+            let ns = match render(&t.namespace, ctx) {
+                Ok(n) => n,
+                Err(e) => return self.resp(Status::Error, format!("failed to substitute variables in target namespace: {e}")),
+            };
+            let name = match render(&t.name, ctx) {
+                Ok(n) => n,
+                Err(e) => return self.resp(Status::Error, format!("failed to substitute variables in target name: {e}")),
+            };
+            for candidate in self.data.targets(&t.api_version, &t.kind, &ns) {
+                let cname = candidate.pointer("/metadata/name").and_then(Value::as_str).unwrap_or("");
+                if !name.is_empty() && !verno_jmespath::wildcard::matches(&name, cname) {
+                    continue;
+                }
+                if let Some(sel) = &t.selector {
+                    let labels: std::collections::BTreeMap<String, String> = candidate
+                        .pointer("/metadata/labels")
+                        .and_then(Value::as_object)
+                        .map(|m| m.iter().map(|(k, v)| (k.clone(), v.as_str().unwrap_or_default().to_string())).collect())
+                        .unwrap_or_default();
+                    if !crate::matching::selector_matches(sel, &labels, false) {
+                        continue;
+                    }
+                }
+                let mut saved = ctx.set("target", candidate.clone());
+                let outcome = (|| {
+                    if let Err(e) = load_context(&t.context, ctx, self.data, self.provided, self.policy, &mut saved) {
+                        return Err(self.resp(Status::Error, format!("failed to load target context: {e}")));
+                    }
+                    if let Some(pre) = &t.preconditions {
+                        match pre.evaluate(ctx) {
+                            Err(e) => return Err(self.resp(Status::Error, format!("failed to evaluate target preconditions: {e}"))),
+                            Ok((false, _)) => return Ok(None),
+                            Ok((true, _)) => {}
+                        }
+                    }
+                    let (r, v) = self.run(&m.patches, &m.foreach, &candidate, ctx);
+                    if r.status == Status::Error {
+                        return Err(r);
+                    }
+                    Ok(v)
+                })();
+                ctx.restore(saved);
+                match outcome {
+                    Err(r) => return r,
+                    Ok(Some(v)) => patched.push(v),
+                    Ok(None) => {}
+                }
+            }
+        }
+        if patched.is_empty() {
+            return self.resp(Status::Skip, "no patches applied");
+        }
+        let mut r = self.resp(Status::Pass, "resource patched");
+        r.patched_targets = patched;
+        r
+    }
+
+    /// Runs foreach entries in order; `Ok(None)` when nothing changed.
+    fn foreach(&self, fs: &[CompiledMutateForeach], resource: &Value, ctx: &mut Context, nesting: usize) -> Result<Option<Value>, RuleResponse> {
+        let mut cur: Option<Value> = None;
+        for f in fs {
+            let list = ctx
+                .query(f.list.pick(ctx.is_delete()))
+                .map_err(|e| self.resp(Status::Error, format!("failed to evaluate list {}: {e}", f.list_source)))?;
+            let elements: Vec<Value> = match list {
+                Value::Array(a) => a,
+                Value::Null => Vec::new(),
+                other => vec![other],
+            };
+            let n = elements.len();
+            let order: Vec<usize> = if f.reverse { (0..n).rev().collect() } else { (0..n).collect() };
+            for index in order {
+                let Some(element) = elements.get(index).filter(|e| !e.is_null()) else { continue };
+                let mut saved = ctx.set("element", element.clone());
+                saved.absorb(ctx.set("elementIndex", Value::from(index as i64)));
+                saved.absorb(ctx.set(&format!("element{nesting}"), element.clone()));
+                saved.absorb(ctx.set(&format!("elementIndex{nesting}"), Value::from(index as i64)));
+                let base = cur.as_ref().unwrap_or(resource);
+                let step = (|| {
+                    if let Err(e) = load_context(&f.context, ctx, self.data, self.provided, self.policy, &mut saved) {
+                        return Err(self.resp(Status::Error, format!("failed to load to mutate.foreach[{index}].context: {e}")));
+                    }
+                    if let Some(pre) = &f.preconditions {
+                        match pre.evaluate(ctx) {
+                            Err(e) => return Err(self.resp(Status::Error, format!("failed to evaluate mutate.foreach[{index}].preconditions: {e}"))),
+                            Ok((false, _)) => return Ok(None),
+                            Ok((true, _)) => {}
+                        }
+                    }
+                    if !f.nested.is_empty() {
+                        return self.foreach(&f.nested, base, ctx, nesting + 1);
+                    }
+                    match apply_patches(&f.patches, base, ctx) {
+                        Patched::Changed(v) => Ok(Some(v)),
+                        Patched::Unchanged(_) => Ok(None),
+                        Patched::Error(e) => Err(self.resp(Status::Error, e)),
+                    }
+                })();
+                ctx.restore(saved);
+                if let Some(v) = step? {
+                    cur = Some(v);
+                }
+            }
+        }
+        Ok(cur.filter(|v| !crate::equal(v, resource)))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn add_if_not_present_only_adds_missing_keys() {
+        let r = json!({"metadata": {"labels": {"a": "1"}}});
+        let p = json!({"metadata": {"labels": {"+(a)": "x", "+(b)": "y"}}});
+        assert_eq!(preprocess(&p, Some(&r)), Ok(json!({"metadata": {"labels": {"b": "y"}}})));
+        // Everything present: the emptied maps disappear.
+        let p = json!({"metadata": {"labels": {"+(a)": "x"}}});
+        assert_eq!(preprocess(&p, Some(&r)), Ok(json!({})));
+    }
+
+    #[test]
+    fn conditions_gate_the_patch() {
+        let r = json!({"metadata": {"annotations": {"inject": "true"}}});
+        let p = json!({"metadata": {"annotations": {"(inject)": "true"}}, "spec": {"x": 1}});
+        assert_eq!(preprocess(&p, Some(&r)), Ok(json!({"spec": {"x": 1}})));
+        let p = json!({"metadata": {"annotations": {"(inject)": "false"}}, "spec": {"x": 1}});
+        assert!(matches!(preprocess(&p, Some(&r)), Err(PreError::Condition(_))));
+        let p = json!({"metadata": {"labels": {"(inject)": "*"}}});
+        assert!(matches!(preprocess(&p, Some(&r)), Err(PreError::Condition(_))));
+    }
+
+    #[test]
+    fn list_conditions_copy_names_from_matching_elements() {
+        let r = json!({"spec": {"containers": [{"name": "a", "image": "nginx:latest"}, {"name": "b", "image": "redis:1"}]}});
+        let p = json!({"spec": {"containers": [{"(image)": "*:latest", "imagePullPolicy": "Always"}]}});
+        assert_eq!(preprocess(&p, Some(&r)), Ok(json!({"spec": {"containers": [{"name": "a", "imagePullPolicy": "Always"}]}})));
+    }
+
+    #[test]
+    fn global_anchors_skip_the_rule_or_vanish() {
+        let r = json!({"spec": {"volumes": [{"name": "v", "emptyDir": {}}]}});
+        let p = json!({"metadata": {"annotations": {"x": "y"}}, "spec": {"volumes": [{"<(emptyDir)": {}}]}});
+        assert_eq!(preprocess(&p, Some(&r)), Ok(json!({"metadata": {"annotations": {"x": "y"}}})));
+        let r = json!({"spec": {"volumes": [{"name": "v", "hostPath": {}}]}});
+        assert!(matches!(preprocess(&p, Some(&r)), Err(PreError::Global(_))));
+    }
+}
