@@ -13,6 +13,19 @@ pub struct CliData {
     pub cluster: Option<Vec<Value>>,
     pub api_mocks: Vec<Value>,
     pub global_entries: Vec<Value>,
+    /// `targetResources`: the objects mutate-existing rules may patch.
+    pub targets: Vec<Value>,
+    /// `cloneSourceResource` files: objects generate rules may clone.
+    pub clone_sources: Vec<Value>,
+}
+
+fn str_at<'v>(v: &'v Value, p: &str) -> &'v str {
+    v.pointer(p).and_then(Value::as_str).unwrap_or("")
+}
+
+/// Kind, apiVersion (when given) and namespace (when given) select an object.
+fn selects(o: &Value, api_version: &str, kind: &str, namespace: &str) -> bool {
+    str_at(o, "/kind") == kind && (api_version.is_empty() || str_at(o, "/apiVersion") == api_version) && (namespace.is_empty() || str_at(o, "/metadata/namespace") == namespace)
 }
 
 impl CliData {
@@ -135,6 +148,22 @@ impl Data for CliData {
             },
             None => Loaded::Value(json!({"apiVersion": api_version, "kind": "List", "items": items, "metadata": {}})),
         }
+    }
+
+    fn resource(&self, api_version: &str, kind: &str, namespace: &str, name: &str) -> Option<Value> {
+        self.clone_sources
+            .iter()
+            .chain(self.cluster.iter().flatten())
+            .find(|o| selects(o, api_version, kind, "") && str_at(o, "/metadata/namespace") == namespace && str_at(o, "/metadata/name") == name)
+            .cloned()
+    }
+
+    fn list(&self, api_version: &str, kind: &str, namespace: &str) -> Vec<Value> {
+        self.clone_sources.iter().chain(self.cluster.iter().flatten()).filter(|o| selects(o, api_version, kind, namespace)).cloned().collect()
+    }
+
+    fn targets(&self, api_version: &str, kind: &str, namespace: &str) -> Vec<Value> {
+        self.targets.iter().chain(self.cluster.iter().flatten()).filter(|o| selects(o, api_version, kind, namespace)).cloned().collect()
     }
 
     fn global_reference(&self, name: &str) -> Loaded {

@@ -2,6 +2,7 @@
 //! File loading and output live here; evaluation is the engine's.
 
 pub mod apply_cmd;
+pub mod compare;
 pub mod data;
 pub mod jp_cmd;
 pub mod load;

@@ -4,7 +4,7 @@
 use crate::data::CliData;
 use serde_json::Value;
 use verno_engine::context::Saved;
-use verno_engine::{CompiledException, CompiledPolicy, PolicyResponse, Request, RequestUser, build_context, evaluate_policy};
+use verno_engine::{CompiledException, CompiledPolicy, Phase, PolicyResponse, Request, RequestUser, build_context, evaluate_phase};
 
 /// The clock and DNS the CLI offers to JMESPath functions.
 pub struct CliEnv;
@@ -67,17 +67,37 @@ impl<'a> Runner<'a> {
         };
         let env = CliEnv;
         // One context per request; each policy's resource values are set and then restored.
+        // As Kyverno's CLI does: every policy mutates in turn (each sees the previous result),
+        // then every policy validates the mutated resource, then generate rules run.
         let mut ctx = build_context(&req, &env);
-        let mut out = Vec::with_capacity(self.policies.len());
-        for p in self.policies {
-            let mut saved = Saved::default();
-            for (k, v) in self.data.resource_values(&p.name, resource_name(resource)) {
-                if k != "request.operation" {
-                    saved.absorb(ctx.set_path(&k, v));
+        let mut out: Vec<PolicyResponse> = Vec::with_capacity(self.policies.len());
+        let mut current: Option<Value> = None;
+        for phase in [Phase::Mutate, Phase::Validate, Phase::Generate] {
+            for (i, p) in self.policies.iter().enumerate() {
+                let mut saved = Saved::default();
+                for (k, v) in self.data.resource_values(&p.name, resource_name(resource)) {
+                    if k != "request.operation" {
+                        saved.absorb(ctx.set_path(&k, v));
+                    }
+                }
+                let phase_req = Request { object: current.as_ref().unwrap_or(object), ..req.clone() };
+                let mut r = evaluate_phase(p, phase, self.exceptions, &phase_req, &mut ctx, self.data);
+                ctx.restore(saved);
+                if let Some(v) = &current {
+                    // Restoring values must not undo the mutation.
+                    let _kept: Saved = ctx.set_path("request.object", v.clone());
+                }
+                if phase == Phase::Mutate {
+                    if let Some(v) = r.patched.take() {
+                        current = Some(v);
+                    }
+                    r.patched = current.clone();
+                }
+                match out.get_mut(i) {
+                    Some(prev) => prev.merge(r),
+                    None => out.push(r),
                 }
             }
-            out.push(evaluate_policy(p, self.exceptions, &req, &mut ctx, self.data));
-            ctx.restore(saved);
         }
         out
     }

@@ -3,6 +3,7 @@
 
 use crate::data::CliData;
 use crate::load::{self, Doc, LoadedPolicies, load_exceptions, load_policies, parse_user_info, parse_values};
+use crate::compare;
 use crate::run::Runner;
 use anyhow::{Context as _, Result, anyhow, bail};
 use serde::Serialize;
@@ -59,6 +60,9 @@ pub struct Row {
     pub table_reason: String,
     #[serde(skip)]
     pub message: String,
+    /// Where the row's response came from: resource index, operation, policy index.
+    #[serde(skip)]
+    pub source: Option<(usize, String, usize)>,
 }
 
 fn find_tests(dir: &Path, name: &str, out: &mut Vec<PathBuf>) -> Result<()> {
@@ -347,6 +351,18 @@ fn run_test(doc: &Doc, file: &Path, selector: Option<&Selector>, log: &dyn Fn(St
         }
         data.cluster = Some(cluster);
     }
+    for p in &test.target_resources {
+        for d in load::read_docs(&rel(base, p))? {
+            data.targets.push(d.value);
+        }
+    }
+    for r in &test.results {
+        if let Some(c) = &r.clone_source_resource {
+            for d in load::read_docs(&rel(base, c))? {
+                data.clone_sources.push(d.value);
+            }
+        }
+    }
     data.api_mocks = test.api_call_responses.clone();
     data.global_entries = test.global_context_entries.clone();
     let globals: Vec<(String, Value)> = data.values.global_values.iter().map(|(k, v)| (k.clone(), v.clone())).collect();
@@ -374,7 +390,15 @@ fn run_test(doc: &Doc, file: &Path, selector: Option<&Selector>, log: &dyn Fn(St
                     continue;
                 }
             }
-            rows.push(check_row(entry, &name, &resources, &policies, &runner, &mut cache));
+            let mut row = check_row(entry, &name, &resources, &policies, &runner, &mut cache);
+            if row.pass {
+                if let Err(why) = compare::check_resources(entry, base, &row, &resources, &policies, &cache) {
+                    row.pass = false;
+                    row.table_reason = "Resource diff".into();
+                    row.reason = why;
+                }
+            }
+            rows.push(row);
         }
     }
     Ok(rows)
@@ -402,6 +426,7 @@ fn check_row(
         display: name.to_string(),
         table_reason: String::new(),
         message: String::new(),
+        source: None,
     };
     let fail = |mut row: Row, table: &str, reason: String| {
         row.pass = false;
@@ -440,6 +465,7 @@ fn check_row(
     }
     let rule_names = [entry.rule.clone(), format!("autogen-{}", entry.rule), format!("autogen-cronjob-{}", entry.rule)];
     let mut found: Option<(usize, verno_engine::RuleResponse)> = None;
+    let mut found_op = String::new();
     for &i in &candidates {
         let Some(r) = resources.get(i) else { continue };
         let op = entry.operation.clone().unwrap_or_else(|| runner.operation_for(Some(&policy.name), r));
@@ -447,6 +473,7 @@ fn check_row(
         if let Some(pr) = responses.get(policy_idx) {
             if let Some(rr) = pr.rules.iter().find(|rr| rule_names.contains(&rr.name)) {
                 found = Some((i, rr.clone()));
+                found_op = op.clone();
                 break;
             }
         }
@@ -464,6 +491,7 @@ fn check_row(
             row
         }
         Some((i, rr)) => {
+            row.source = Some((i, found_op, policy_idx));
             if let Some(r) = resources.get(i) {
                 row.namespace = r.pointer("/metadata/namespace").and_then(Value::as_str).unwrap_or("").to_string();
                 row.display = resource_display(r);
