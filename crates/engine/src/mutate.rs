@@ -35,11 +35,46 @@ fn has_anchor(v: &Value, pred: &dyn Fn(Anchor) -> bool) -> bool {
     }
 }
 
+/// The pattern without `+(key)` entries (they add, they do not check).
+fn without_additions(v: &Value) -> Value {
+    match v {
+        Value::Object(m) => Value::Object(
+            m.iter().filter(|(k, _)| !matches!(anchor::parse(k), Some((Anchor::AddIfNotPresent, _)))).map(|(k, x)| (k.clone(), without_additions(x))).collect(),
+        ),
+        Value::Array(a) => Value::Array(a.iter().map(without_additions).collect()),
+        other => other.clone(),
+    }
+}
+
+/// What a condition's map value still adds once checked: its `+(key)` entries for keys the
+/// resource lacks (conditions and plain scalars are only checks).
+fn condition_residue(pattern: &Value, resource: Option<&Value>) -> Option<Value> {
+    let p = pattern.as_object()?;
+    let r = resource.and_then(Value::as_object);
+    let mut out = Map::new();
+    for (k, v) in p {
+        match anchor::parse(k) {
+            Some((Anchor::AddIfNotPresent, key)) => {
+                if !r.is_some_and(|o| o.contains_key(key)) {
+                    out.insert(key.to_string(), strip(v));
+                }
+            }
+            Some(_) => {}
+            None => {
+                if let Some(x) = condition_residue(v, r.and_then(|o| o.get(k))) {
+                    out.insert(k.clone(), x);
+                }
+            }
+        }
+    }
+    if out.is_empty() { None } else { Some(Value::Object(out)) }
+}
+
 fn check(resource: Option<&Map<String, Value>>, key: &str, pattern_value: &Value) -> Result<(), String> {
     let Some(rv) = resource.and_then(|r| r.get(key)) else {
         return Err(format!("could not found \"{key}\" key in the resource"));
     };
-    pattern::match_pattern(rv, pattern_value).map_err(|e| if e.path.is_empty() { e.message } else { format!("{} at path {}", e.message, e.path) })
+    pattern::match_pattern(rv, &without_additions(pattern_value)).map_err(|e| if e.path.is_empty() { e.message } else { format!("{} at path {}", e.message, e.path) })
 }
 
 /// Removes anchors without a resource to check them against: conditions go, `+(k)` becomes `k`.
@@ -112,6 +147,11 @@ fn preprocess_map(p: &Map<String, Value>, resource: Option<&Value>) -> Result<Va
             Some((Anchor::AddIfNotPresent, key)) => {
                 if !r.is_some_and(|o| o.contains_key(key)) {
                     out.insert(key.to_string(), strip(pv));
+                }
+            }
+            Some((Anchor::Condition | Anchor::Equality | Anchor::Existence, key)) => {
+                if let Some(x) = condition_residue(pv, r.and_then(|o| o.get(key))) {
+                    out.insert(key.to_string(), x);
                 }
             }
             Some(_) => {}
@@ -397,6 +437,13 @@ mod tests {
         let r = json!({"spec": {"containers": [{"name": "a", "image": "nginx:latest"}, {"name": "b", "image": "redis:1"}]}});
         let p = json!({"spec": {"containers": [{"(image)": "*:latest", "imagePullPolicy": "Always"}]}});
         assert_eq!(preprocess(&p, Some(&r)), Ok(json!({"spec": {"containers": [{"name": "a", "imagePullPolicy": "Always"}]}})));
+    }
+
+    #[test]
+    fn a_condition_map_can_still_add_missing_keys() {
+        let r = json!({"volumes": [{"name": "v", "emptyDir": {}}, {"name": "h", "hostPath": {"path": "/"}}]});
+        let p = json!({"volumes": [{"(emptyDir)": {"+(sizeLimit)": "20Mi"}, "name": "v"}]});
+        assert_eq!(preprocess(&p, Some(&r)), Ok(json!({"volumes": [{"name": "v", "emptyDir": {"sizeLimit": "20Mi"}}]})));
     }
 
     #[test]

@@ -537,8 +537,10 @@ fn compile_generation(g: &verno_api::Generation, path: &str) -> Result<CompiledG
             target: compile_generate_target(&f.api_version, &f.kind, &f.name, &f.namespace, f.data.as_ref(), f.clone.as_ref(), f.clone_list.as_ref(), &p)?,
         });
     }
+    let mut target = target;
     if matches!(target.source, GenerateSource::None) && foreach.is_empty() {
-        return Err(CompileError::new(path, "a generate rule needs one of data, clone, cloneList or foreach"));
+        // Only the identity: Kyverno generates the bare object.
+        target.source = GenerateSource::Data(tv(&Value::Object(serde_json::Map::new()), &format!("{path}.data"))?);
     }
     Ok(CompiledGeneration { target, synchronize: g.synchronize.unwrap_or(false), orphan_downstream: g.orphan_downstream_on_policy_delete.unwrap_or(false), foreach })
 }
