@@ -47,6 +47,13 @@ fn ident(v: &Value) -> (String, String) {
     (load::kind(v).to_string(), v.pointer("/metadata/name").and_then(Value::as_str).unwrap_or("").to_string())
 }
 
+/// Same kind and name, and the same namespace when both say one (`default` when unset).
+fn same(a: &Value, b: &Value) -> bool {
+    let ns = |v: &Value| v.pointer("/metadata/namespace").and_then(Value::as_str).unwrap_or("").to_string();
+    let (x, y) = (ns(a), ns(b));
+    ident(a) == ident(b) && (x.is_empty() || y.is_empty() || x == y)
+}
+
 /// The first path where two JSON values differ.
 fn first_diff(a: &Value, b: &Value, path: &str) -> Option<String> {
     if verno_engine::equal(a, b) {
@@ -120,14 +127,21 @@ pub fn check_resources(
         let expected = read(base, f)?;
         match rr.filter(|r| !r.patched_targets.is_empty()) {
             Some(r) => {
+                // The file may also hold the (unchanged) trigger.
+                let trigger = pr.patched.as_ref().or_else(|| resources.get(*i));
                 for e in &expected {
-                    let a = r.patched_targets.iter().find(|t| ident(t) == ident(e)).ok_or_else(|| format!("no patched target {}/{} (from {f})", ident(e).0, ident(e).1))?;
+                    let a = r
+                        .patched_targets
+                        .iter()
+                        .chain(trigger)
+                        .find(|t| same(t, e))
+                        .ok_or_else(|| format!("no patched target {}/{} (from {f})", ident(e).0, ident(e).1))?;
                     compare_one(a, e, f)?;
                 }
             }
             None => {
                 let actual = pr.patched.as_ref().or_else(|| resources.get(*i)).ok_or("resource missing")?;
-                let e = expected.iter().find(|e| ident(e) == ident(actual)).or(if expected.len() == 1 { expected.first() } else { None });
+                let e = expected.iter().find(|e| same(e, actual)).or(if expected.len() == 1 { expected.first() } else { None });
                 let e = e.ok_or_else(|| format!("{f} holds no {} named {}", ident(actual).0, ident(actual).1))?;
                 compare_one(actual, e, f)?;
             }
@@ -138,7 +152,7 @@ pub fn check_resources(
         for e in read(base, f)? {
             let a = generated
                 .iter()
-                .find(|g| ident(g) == ident(&e))
+                .find(|g| same(g, &e))
                 .ok_or_else(|| format!("no generated {} named {} (expected by {f})", ident(&e).0, ident(&e).1))?;
             compare_one(a, &e, f)?;
         }

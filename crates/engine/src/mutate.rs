@@ -207,6 +207,9 @@ fn preprocess_list(l: &[Value], resource: Option<&Value>) -> Result<Value, PreEr
             if let Some(m) = last_global {
                 return Err(PreError::Global(m));
             }
+            if global && elements.is_empty() {
+                return Err(PreError::Global("global anchor: the resource has no list to check".into()));
+            }
         }
     }
     out.extend(added);

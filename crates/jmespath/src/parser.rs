@@ -294,9 +294,16 @@ impl<'s> Parser<'s> {
             self.expect(Tok::Colon)?;
             let v = self.expression(0)?;
             items.push((key, v));
-            match self.advance() {
-                Tok::Comma => {}
-                Tok::RBrace => break,
+            // Like go-jmespath (Kyverno's), a missing comma before the next key is tolerated.
+            match self.peek() {
+                Tok::Comma => {
+                    self.advance();
+                }
+                Tok::RBrace => {
+                    self.advance();
+                    break;
+                }
+                Tok::Ident(_) | Tok::QuotedIdent(_) => {}
                 other => return Err(self.error(&format!("expected ',' or '}}', found {other:?}"))),
             }
         }
@@ -331,5 +338,15 @@ impl<'s> Parser<'s> {
             }
             other => Err(self.error(&format!("unexpected token {other:?} after projection"))),
         }
+    }
+}
+
+#[cfg(test)]
+mod lenient_tests {
+    #[test]
+    fn multiselect_hash_tolerates_a_missing_comma_like_go_jmespath() {
+        let e = crate::Expression::compile("{a: `1`\n b: `2`}");
+        assert!(e.is_ok());
+        assert!(crate::Expression::compile("{a: `1` ]").is_err());
     }
 }
