@@ -37,7 +37,9 @@ pub struct ApplyArgs {
     /// Print a ClusterPolicyReport of the results.
     #[arg(short = 'p', long = "policy-report")]
     pub policy_report: bool,
-    /// Machine output: json or yaml.
+    /// `json` or `yaml`: machine-readable results. Anything else is a path: mutated and
+    /// generated resources are written there (a directory when it exists or ends in `/`, one
+    /// file per resource; otherwise one multi-document YAML file).
     #[arg(short = 'o', long = "output")]
     pub output: Option<String>,
     /// Print every rule result, not only failures.
@@ -102,7 +104,11 @@ fn run_inner(args: &ApplyArgs) -> Result<i32> {
     }
     let runner = Runner::new(&policies.compiled, &exceptions, &data, user.as_ref(), &globals);
     let rule_count: usize = policies.compiled.iter().map(|p| p.rules.iter().filter(|r| r.autogen_of.is_none()).count()).sum();
-    let machine = args.output.is_some() || args.policy_report;
+    let out_path = args.output.as_deref().filter(|o| *o != "json" && *o != "yaml").map(PathBuf::from);
+    let format = args.output.as_deref().filter(|o| *o == "json" || *o == "yaml");
+    let machine = format.is_some() || args.policy_report;
+    let mut produced: Vec<(String, Value)> = Vec::new();
+    let (mut mutated_any, mut generated_any) = (false, false);
     if !machine {
         if exceptions.is_empty() {
             println!("\nApplying {rule_count} policy rule(s) to {} resource(s)...", resources.len());
@@ -144,6 +150,31 @@ fn run_inner(args: &ApplyArgs) -> Result<i32> {
                     "scored": p.scored,
                 }));
             }
+            let mutated = resp.rules.iter().any(|rr| rr.rule_type == verno_engine::RuleType::Mutation && rr.status == Status::Pass);
+            let mut outputs: Vec<Value> = Vec::new();
+            if mutated {
+                mutated_any = true;
+                if let Some(v) = &resp.patched {
+                    outputs.push(v.clone());
+                }
+                for rr in &resp.rules {
+                    outputs.extend(rr.patched_targets.iter().cloned());
+                }
+            }
+            for rr in &resp.rules {
+                if !rr.generated.is_empty() {
+                    generated_any = true;
+                    outputs.extend(rr.generated.iter().cloned());
+                }
+            }
+            for o in outputs {
+                if !machine && out_path.is_none() {
+                    println!("\npolicy {} applied to {key}:", resp.policy);
+                    print!("{}", serde_saphyr::to_string(&o).unwrap_or_default());
+                    println!("---");
+                }
+                produced.push((resp.policy.clone(), o));
+            }
             if !machine {
                 if !failures.is_empty() {
                     println!("\npolicy {} -> resource {key} {}", resp.policy, if as_warning { "failed as audit warning:" } else { "failed:" });
@@ -176,15 +207,24 @@ fn run_inner(args: &ApplyArgs) -> Result<i32> {
         } else {
             print!("{}", serde_saphyr::to_string(&report).unwrap_or_default());
         }
-    } else if let Some(fmt) = &args.output {
+    } else if let Some(fmt) = format {
         let doc = json!({"results": results, "summary": summary});
-        match fmt.as_str() {
+        match fmt {
             "json" => println!("{}", serde_json::to_string_pretty(&doc).unwrap_or_default()),
             "yaml" => print!("{}", serde_saphyr::to_string(&doc).unwrap_or_default()),
             other => bail!("unknown output format {other:?}: expected json or yaml"),
         }
     } else {
+        if mutated_any {
+            println!("\n\nMutation:\nMutation has been applied successfully.");
+        }
+        if generated_any {
+            println!("\n\nGenerate:\nGeneration completed successfully.");
+        }
         println!("\npass: {pass}, fail: {fail}, warn: {warn}, error: {error}, skip: {skip} ");
+    }
+    if let Some(path) = &out_path {
+        write_outputs(path, &produced)?;
     }
     if fail > 0 || error > 0 {
         if !machine && fail > 0 {
@@ -198,4 +238,26 @@ fn run_inner(args: &ApplyArgs) -> Result<i32> {
         }
     }
     Ok(0)
+}
+
+/// Writes mutated and generated resources: one file per resource into a directory, or all of
+/// them into one multi-document YAML file.
+fn write_outputs(path: &std::path::Path, produced: &[(String, Value)]) -> Result<()> {
+    use anyhow::Context as _;
+    let is_dir = path.is_dir() || path.to_string_lossy().ends_with('/');
+    if is_dir {
+        std::fs::create_dir_all(path).with_context(|| format!("creating {}", path.display()))?;
+        for (_, o) in produced {
+            let kind = load::kind(o).to_lowercase();
+            let name = o.pointer("/metadata/name").and_then(Value::as_str).unwrap_or("unnamed");
+            let ns = o.pointer("/metadata/namespace").and_then(Value::as_str).unwrap_or("");
+            let file = if ns.is_empty() { format!("{kind}-{name}.yaml") } else { format!("{ns}-{kind}-{name}.yaml") };
+            let p = path.join(file);
+            std::fs::write(&p, serde_saphyr::to_string(o).unwrap_or_default()).with_context(|| format!("writing {}", p.display()))?;
+        }
+    } else {
+        let docs: Vec<String> = produced.iter().map(|(_, o)| serde_saphyr::to_string(o).unwrap_or_default()).collect();
+        std::fs::write(path, docs.join("---\n")).with_context(|| format!("writing {}", path.display()))?;
+    }
+    Ok(())
 }

@@ -475,11 +475,14 @@ fn check_row(
                     && want_ns.is_none_or(|ns| t.pointer("/metadata/namespace").and_then(Value::as_str).unwrap_or("default") == ns)
             });
             if name.is_empty() || names_target {
+                if let Some(t) = rr.patched_targets.iter().find(|t| t.pointer("/metadata/name").and_then(Value::as_str) == Some(want_name)) {
+                    row.namespace = t.pointer("/metadata/namespace").and_then(Value::as_str).unwrap_or("").to_string();
+                    row.display = resource_display(t);
+                }
                 let actual = policy.report_result(rr, false).as_str();
                 row.actual = actual.to_string();
                 row.message = rr.message.clone();
                 row.source = Some((i, op, policy_idx));
-                row.display = name.to_string();
                 if actual == expected {
                     row.pass = true;
                     row.table_reason = "Ok".into();

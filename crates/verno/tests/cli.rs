@@ -25,7 +25,7 @@ fn test_command_passes_the_projects_own_suites() {
     let out = verno(&["test", testdata().to_str().unwrap_or(".")]);
     let stdout = String::from_utf8_lossy(&out.stdout);
     assert_eq!(out.status.code(), Some(0), "{stdout}\n{}", String::from_utf8_lossy(&out.stderr));
-    assert!(stdout.contains("Test Summary: 10 tests passed and 0 tests failed"), "{stdout}");
+    assert!(stdout.contains("Test Summary: 22 tests passed and 0 tests failed"), "{stdout}");
     assert!(stdout.contains("│ ID │ POLICY"), "{stdout}");
 }
 
@@ -128,4 +128,60 @@ fn jp_query_and_function_listing() {
     let s = String::from_utf8_lossy(&out.stdout);
     assert_eq!(s.matches("Name: ").count(), 50, "{s}");
     assert!(s.contains("Name: semver_compare"));
+}
+
+/// Copies a fixture directory so a test can break one of its files.
+fn copy_dir(from: &Path, to: &Path) {
+    for e in std::fs::read_dir(from).into_iter().flatten().flatten() {
+        let _ = std::fs::copy(e.path(), to.join(e.file_name()));
+    }
+}
+
+#[test]
+fn a_patched_resource_that_differs_fails_the_row_and_says_where() {
+    let tmp = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
+    copy_dir(&testdata().join("mutate/inject-sidecar"), tmp.path());
+    let text = std::fs::read_to_string(tmp.path().join("patched-web.yaml")).unwrap_or_default();
+    write(tmp.path(), "patched-web.yaml", &text.replace("logging: enabled", "logging: disabled"));
+    let out = verno(&["test", tmp.path().to_str().unwrap_or("."), "-o", "json"]);
+    assert_eq!(out.status.code(), Some(1));
+    let v: Value = serde_json::from_slice(&out.stdout).unwrap_or_default();
+    let row = &v["results"][0];
+    assert_eq!(row["actual"], "fail");
+    assert_eq!(row["pass"], false);
+    let reason = row["reason"].as_str().unwrap_or("");
+    assert!(reason.contains("/metadata/labels/logging"), "{reason}");
+}
+
+#[test]
+fn apply_prints_the_mutated_resource_and_writes_it_to_a_directory() {
+    let dir = testdata().join("mutate/inject-sidecar");
+    let out = verno(&["apply", dir.join("policy.yaml").to_str().unwrap_or("."), "-r", dir.join("resources.yaml").to_str().unwrap_or(".")]);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(out.status.code(), Some(0), "{stdout}");
+    assert!(stdout.contains("policy inject-logging applied to shop/Pod/web:"), "{stdout}");
+    assert!(stdout.contains("log-shipper"), "{stdout}");
+    assert!(stdout.contains("Mutation has been applied successfully."), "{stdout}");
+    assert!(stdout.contains("pass: 2, fail: 0, warn: 0, error: 0, skip: 1"), "{stdout}");
+    let tmp = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
+    let target = format!("{}/", tmp.path().join("out").display());
+    let out = verno(&["apply", dir.join("policy.yaml").to_str().unwrap_or("."), "-r", dir.join("resources.yaml").to_str().unwrap_or("."), "-o", &target]);
+    assert_eq!(out.status.code(), Some(0));
+    let written = std::fs::read_to_string(tmp.path().join("out/shop-pod-web.yaml")).unwrap_or_default();
+    assert!(written.contains("fluent/fluent-bit:3.0"), "{written}");
+}
+
+#[test]
+fn a_broken_json6902_patch_is_a_load_error_naming_the_field() {
+    let tmp = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
+    write(
+        tmp.path(),
+        "policy.yaml",
+        "apiVersion: kyverno.io/v1\nkind: ClusterPolicy\nmetadata:\n  name: bad\nspec:\n  rules:\n  - name: r\n    match:\n      any:\n      - resources:\n          kinds: [Pod]\n    mutate:\n      patchesJson6902: |-\n        - op: add\n          path: metadata/labels/x\n          value: y\n",
+    );
+    write(tmp.path(), "pod.yaml", "apiVersion: v1\nkind: Pod\nmetadata:\n  name: p\nspec:\n  containers: []\n");
+    let out = verno(&["apply", tmp.path().join("policy.yaml").to_str().unwrap_or("."), "-r", tmp.path().join("pod.yaml").to_str().unwrap_or(".")]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_ne!(out.status.code(), Some(0));
+    assert!(stderr.contains("spec.rules[0].mutate.patchesJson6902") && stderr.contains("must start with"), "{stderr}");
 }
