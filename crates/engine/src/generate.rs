@@ -210,3 +210,52 @@ pub(crate) fn generate(g: &CompiledGeneration, policy: &CompiledPolicy, rule: &s
     r.orphan_downstream = g.orphan_downstream;
     r
 }
+
+#[cfg(test)]
+mod tests {
+    use crate::{NoData, Request, Status, build_context, compile_policy, evaluate_policy};
+    use serde_json::{Value, json};
+
+    fn run(policy: Value, trigger: &Value) -> Vec<crate::RuleResponse> {
+        let p = serde_json::from_value(policy).map_err(|e| e.to_string()).and_then(|p| compile_policy(&p).map_err(|e| e.to_string()));
+        let Ok(p) = p else { return Vec::new() };
+        let req = Request { operation: "CREATE", object: trigger, old_object: None, user: None, user_info: None, namespace_labels: None, subresource: "", variables: &[] };
+        let env = verno_jmespath::NoEnv;
+        let mut ctx = build_context(&req, &env);
+        evaluate_policy(&p, &[], &req, &mut ctx, &NoData).rules
+    }
+
+    fn policy(generate: Value) -> Value {
+        json!({"apiVersion": "kyverno.io/v1", "kind": "ClusterPolicy", "metadata": {"name": "gen"},
+            "spec": {"rules": [{"name": "r", "match": {"any": [{"resources": {"kinds": ["Namespace"]}}]}, "generate": generate}]}})
+    }
+
+    #[test]
+    fn foreach_generates_one_object_per_element_with_kyverno_labels() {
+        let ns = json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "team-a", "annotations": {"tiers": "gold,silver"}}});
+        let rules = run(
+            policy(json!({"synchronize": true, "foreach": [{
+                "list": "request.object.metadata.annotations.tiers | split(@, ',')",
+                "apiVersion": "v1", "kind": "ConfigMap", "name": "tier-{{element}}", "namespace": "{{request.object.metadata.name}}",
+                "data": {"data": {"index": "{{elementIndex}}"}}}]})),
+            &ns,
+        );
+        let r = &rules[0];
+        assert_eq!(r.status, Status::Pass);
+        assert!(r.synchronize);
+        let names: Vec<&str> = r.generated.iter().filter_map(|g| g.pointer("/metadata/name").and_then(Value::as_str)).collect();
+        assert_eq!(names, ["tier-gold", "tier-silver"]);
+        assert_eq!(r.generated[1].pointer("/data/index"), Some(&json!(1)));
+        assert_eq!(r.generated[0].pointer("/metadata/namespace"), Some(&json!("team-a")));
+        assert_eq!(r.generated[0].pointer("/metadata/labels/app.kubernetes.io~1managed-by"), Some(&json!("kyverno")));
+        assert_eq!(r.generated[0].pointer("/metadata/labels/generate.kyverno.io~1trigger-name"), Some(&json!("team-a")));
+    }
+
+    #[test]
+    fn a_missing_clone_source_is_an_error_naming_it() {
+        let ns = json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "team-a"}});
+        let rules = run(policy(json!({"apiVersion": "v1", "kind": "Secret", "name": "regcred", "namespace": "team-a", "clone": {"namespace": "platform", "name": "regcred"}})), &ns);
+        assert_eq!(rules[0].status, Status::Error);
+        assert_eq!(rules[0].message, "source resource v1/Secret platform/regcred not found");
+    }
+}

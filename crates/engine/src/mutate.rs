@@ -458,3 +458,55 @@ mod tests {
         assert!(matches!(preprocess(&p, Some(&r)), Err(PreError::Global(_))));
     }
 }
+
+#[cfg(test)]
+mod rule_tests {
+    use crate::{NoData, Request, Status, build_context, compile_policy, evaluate_policy};
+    use serde_json::{Value, json};
+
+    fn run(mutate: Value, pod: &Value) -> (Vec<crate::RuleResponse>, Option<Value>) {
+        let policy = json!({"apiVersion": "kyverno.io/v1", "kind": "ClusterPolicy", "metadata": {"name": "m"},
+            "spec": {"rules": [{"name": "r", "match": {"any": [{"resources": {"kinds": ["Pod"]}}]}, "mutate": mutate}]}});
+        let Ok(p) = serde_json::from_value(policy).map_err(|e| e.to_string()).and_then(|p| compile_policy(&p).map_err(|e| e.to_string())) else {
+            return (Vec::new(), None);
+        };
+        let req = Request { operation: "CREATE", object: pod, old_object: None, user: None, user_info: None, namespace_labels: None, subresource: "", variables: &[] };
+        let env = verno_jmespath::NoEnv;
+        let mut ctx = build_context(&req, &env);
+        let r = evaluate_policy(&p, &[], &req, &mut ctx, &NoData);
+        (r.rules, r.patched)
+    }
+
+    fn pod() -> Value {
+        json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p"}, "spec": {"containers": [{"name": "a", "image": "x:1"}, {"name": "b", "image": "y:1"}]}})
+    }
+
+    #[test]
+    fn strategic_merge_foreach_walks_backwards_so_order_is_kept() {
+        let (rules, patched) = run(
+            json!({"foreach": [{"list": "request.object.spec.containers", "patchStrategicMerge": {"spec": {"containers": [{"name": "{{element.name}}", "image": "mirror/{{element.image}}"}]}}}]}),
+            &pod(),
+        );
+        assert_eq!(rules[0].status, Status::Pass);
+        let names: Vec<&str> = patched.as_ref().and_then(|p| p.pointer("/spec/containers")).and_then(Value::as_array).map(|a| a.iter().filter_map(|c| c["name"].as_str()).collect()).unwrap_or_default();
+        assert_eq!(names, ["a", "b"]);
+        assert_eq!(patched.as_ref().and_then(|p| p.pointer("/spec/containers/1/image")), Some(&json!("mirror/y:1")));
+    }
+
+    #[test]
+    fn unchanged_is_skip_and_a_bad_path_is_an_error_saying_which() {
+        let (rules, patched) = run(json!({"patchStrategicMerge": {"spec": {"containers": [{"name": "a", "image": "x:1"}]}}}), &pod());
+        assert_eq!((rules[0].status, rules[0].message.as_str()), (Status::Skip, "no patches applied"));
+        assert!(patched.is_none());
+        let (rules, _) = run(json!({"patchesJson6902": "- op: replace\n  path: /spec/nodeName\n  value: n1\n"}), &pod());
+        assert_eq!(rules[0].status, Status::Error);
+        assert!(rules[0].message.contains("/spec/nodeName"), "{}", rules[0].message);
+    }
+
+    #[test]
+    fn a_missing_foreach_list_is_an_error() {
+        let (rules, _) = run(json!({"foreach": [{"list": "request.object.spec.initContainers", "patchesJson6902": "[]"}]}), &pod());
+        assert_eq!(rules[0].status, Status::Error);
+        assert!(rules[0].message.starts_with("failed to evaluate list request.object.spec.initContainers"), "{}", rules[0].message);
+    }
+}
