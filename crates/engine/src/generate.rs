@@ -146,12 +146,7 @@ impl Gen<'_> {
                     };
                     for src in self.data.list(av, kd, &sns) {
                         if let Some(sel) = selector {
-                            let labels: std::collections::BTreeMap<String, String> = src
-                                .pointer("/metadata/labels")
-                                .and_then(Value::as_object)
-                                .map(|m| m.iter().map(|(k, v)| (k.clone(), v.as_str().unwrap_or_default().to_string())).collect())
-                                .unwrap_or_default();
-                            if !crate::matching::selector_matches(sel, &labels, false) {
+                            if !crate::matching::selector_matches(sel, &crate::matching::labels_of(&src), false) {
                                 continue;
                             }
                         }

@@ -333,6 +333,14 @@ impl Description {
     }
 }
 
+/// An object's `metadata.labels` as strings (for selectors).
+pub fn labels_of(obj: &serde_json::Value) -> BTreeMap<String, String> {
+    obj.pointer("/metadata/labels")
+        .and_then(serde_json::Value::as_object)
+        .map(|m| m.iter().map(|(k, v)| (k.clone(), v.as_str().unwrap_or_default().to_string())).collect())
+        .unwrap_or_default()
+}
+
 /// Label selector matching; `wildcards` enables Kyverno's wildcard keys/values in matchLabels.
 pub fn selector_matches(sel: &LabelSelector, labels: &BTreeMap<String, String>, wildcards: bool) -> bool {
     if let Some(ml) = &sel.match_labels {

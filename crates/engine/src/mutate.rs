@@ -315,12 +315,7 @@ impl Mutator<'_> {
                     continue;
                 }
                 if let Some(sel) = &t.selector {
-                    let labels: std::collections::BTreeMap<String, String> = candidate
-                        .pointer("/metadata/labels")
-                        .and_then(Value::as_object)
-                        .map(|m| m.iter().map(|(k, v)| (k.clone(), v.as_str().unwrap_or_default().to_string())).collect())
-                        .unwrap_or_default();
-                    if !crate::matching::selector_matches(sel, &labels, false) {
+                    if !crate::matching::selector_matches(sel, &crate::matching::labels_of(&candidate), false) {
                         continue;
                     }
                 }
