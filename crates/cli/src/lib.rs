@@ -7,6 +7,7 @@ pub mod data;
 pub mod jp_cmd;
 pub mod load;
 pub mod run;
+pub mod serve_cmd;
 pub mod table;
 pub mod test_cmd;
 
@@ -25,6 +26,8 @@ enum Command {
     Test(test_cmd::TestArgs),
     /// Apply policies to resources.
     Apply(apply_cmd::ApplyArgs),
+    /// Run the admission webhook server (HTTPS) on policies from files.
+    Serve(serve_cmd::ServeArgs),
     /// JMESPath playground with Kyverno's functions.
     Jp {
         #[command(subcommand)]
@@ -45,6 +48,7 @@ pub fn main() -> i32 {
     match &cli.command {
         Command::Test(a) => test_cmd::run(a),
         Command::Apply(a) => apply_cmd::run(a),
+        Command::Serve(a) => serve_cmd::run(a),
         Command::Jp { cmd } => jp_cmd::run(cmd),
     }
 }

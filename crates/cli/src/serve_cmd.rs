@@ -1,0 +1,130 @@
+//! `verno serve`: the admission webhook server on policies read from files.
+//! The server is `verno_server`; this only turns flags and files into its configuration.
+
+use crate::load::{self, load_exceptions, load_policies};
+use serde_json::Value;
+use std::collections::BTreeMap;
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+use verno_server::admission::PolicySet;
+use verno_server::{Config, Loader, TlsSource};
+
+#[derive(Debug, Clone, clap::Args)]
+pub struct ServeArgs {
+    /// ClusterPolicy / Policy / PolicyException files or directories (an empty directory is
+    /// valid: everything is allowed). Watched: changes are compiled and swapped in.
+    #[arg(long = "policies", num_args = 1.., required = true)]
+    pub policies: Vec<PathBuf>,
+    /// HTTPS address for the webhook endpoints and health probes.
+    #[arg(long, default_value = "0.0.0.0:9443")]
+    pub addr: SocketAddr,
+    /// Plain-HTTP address for `/metrics` (`off` disables it).
+    #[arg(long = "metrics-addr", default_value = "0.0.0.0:8000")]
+    pub metrics_addr: String,
+    /// Serving certificate (PEM); reloaded when the file changes.
+    #[arg(long = "tls-cert", requires = "tls_key")]
+    pub tls_cert: Option<PathBuf>,
+    /// Serving key (PEM).
+    #[arg(long = "tls-key", requires = "tls_cert")]
+    pub tls_key: Option<PathBuf>,
+    /// Without --tls-cert: where the self-made CA and serving pair are kept across restarts.
+    #[arg(long = "tls-dir", default_value = "verno-tls")]
+    pub tls_dir: PathBuf,
+    /// Names (and IPs) for the self-made serving certificate.
+    #[arg(long = "dns-name", default_values_t = ["localhost".to_string(), "127.0.0.1".to_string()])]
+    pub dns_names: Vec<String>,
+    /// Namespace labels for namespaceSelector: Namespace objects, or a map name → labels.
+    #[arg(long = "namespace-labels")]
+    pub namespace_labels: Option<PathBuf>,
+    /// Largest request body in bytes (413 above).
+    #[arg(long = "max-body-bytes", default_value_t = 3 * 1024 * 1024)]
+    pub max_body_bytes: usize,
+    /// Evaluation deadline per request, in milliseconds (keep it below the webhook timeout).
+    #[arg(long = "deadline-ms", default_value_t = 8000)]
+    pub deadline_ms: u64,
+    /// Evaluations running at once (default: twice the CPUs).
+    #[arg(long = "max-concurrency")]
+    pub max_concurrency: Option<usize>,
+    /// Log format: text or json.
+    #[arg(long = "log-format", default_value = "text")]
+    pub log_format: String,
+}
+
+fn namespace_labels(path: &Path) -> Result<BTreeMap<String, BTreeMap<String, String>>, String> {
+    let docs = load::read_docs(path).map_err(|e| format!("{e:#}"))?;
+    let mut out = BTreeMap::new();
+    let strings = |v: Option<&Value>| -> BTreeMap<String, String> {
+        v.and_then(Value::as_object).map(|m| m.iter().filter_map(|(k, v)| v.as_str().map(|s| (k.clone(), s.to_string()))).collect()).unwrap_or_default()
+    };
+    for d in docs {
+        if load::kind(&d.value) == "Namespace" {
+            let name = d.value.pointer("/metadata/name").and_then(Value::as_str).unwrap_or("").to_string();
+            out.insert(name, strings(d.value.pointer("/metadata/labels")));
+        } else if let Some(m) = d.value.as_object() {
+            for (ns, labels) in m {
+                out.insert(ns.clone(), strings(Some(labels)));
+            }
+        }
+    }
+    Ok(out)
+}
+
+/// Reads and compiles every policy and exception under `paths`.
+pub fn load_set(paths: &[PathBuf], ns_labels: Option<&Path>) -> Result<PolicySet, String> {
+    let mut docs = Vec::new();
+    for p in paths {
+        if p.is_dir() && std::fs::read_dir(p).map(|mut d| d.next().is_none()).unwrap_or(false) {
+            continue;
+        }
+        docs.extend(load::read_docs(p).map_err(|e| format!("{e:#}"))?);
+    }
+    let exceptions = load_exceptions(&docs).map_err(|e| format!("{e:#}"))?;
+    let loaded = load_policies(docs);
+    if let Some((name, why)) = loaded.invalid.iter().next() {
+        return Err(format!("policy {name} is invalid: {why}"));
+    }
+    for (name, why) in &loaded.unsupported {
+        tracing::warn!(policy = %name, "{why}");
+    }
+    let namespace_labels = match ns_labels {
+        Some(p) => namespace_labels(p)?,
+        None => BTreeMap::new(),
+    };
+    Ok(PolicySet { policies: loaded.compiled, exceptions, namespace_labels })
+}
+
+pub fn run(args: &ServeArgs) -> i32 {
+    let metrics_addr = if args.metrics_addr == "off" {
+        None
+    } else {
+        match args.metrics_addr.parse::<SocketAddr>() {
+            Ok(a) => Some(a),
+            Err(e) => {
+                eprintln!("Error: --metrics-addr {:?}: {e}", args.metrics_addr);
+                return 2;
+            }
+        }
+    };
+    let tls = match (&args.tls_cert, &args.tls_key) {
+        (Some(cert), Some(key)) => TlsSource::Files { cert: cert.clone(), key: key.clone() },
+        _ => TlsSource::Dir { dir: args.tls_dir.clone(), dns_names: args.dns_names.clone() },
+    };
+    let mut watch = args.policies.clone();
+    watch.extend(args.namespace_labels.iter().cloned());
+    let cfg = Config {
+        addr: args.addr,
+        metrics_addr,
+        tls,
+        body_limit: args.max_body_bytes,
+        deadline: Duration::from_millis(args.deadline_ms),
+        max_concurrency: args.max_concurrency.unwrap_or_else(|| std::thread::available_parallelism().map(|n| n.get() * 2).unwrap_or(4)),
+        watch,
+        poll_interval: Duration::from_secs(2),
+    };
+    let paths = args.policies.clone();
+    let ns = args.namespace_labels.clone();
+    let loader: Loader = Arc::new(move || load_set(&paths, ns.as_deref()));
+    verno_server::run(cfg, loader, args.log_format == "json")
+}

@@ -1,0 +1,259 @@
+//! AdmissionReview in, AdmissionReview out (spec §6.1–§6.3). Synchronous and free of HTTP: the
+//! server calls it off the async executor, tests call it directly. Evaluation is the engine's.
+
+use base64::Engine as _;
+use serde_json::{Map, Value, json};
+use std::collections::BTreeMap;
+use verno_engine::{Action, CompiledException, CompiledPolicy, Phase, PolicyResponse, Request, RequestUser, RuleType, Status, build_context, evaluate_phase, jsonpatch};
+
+/// The policies in force: swapped as a whole on reload.
+#[derive(Default)]
+pub struct PolicySet {
+    pub policies: Vec<CompiledPolicy>,
+    pub exceptions: Vec<CompiledException>,
+    /// Namespace labels known without a cluster (`--namespace-labels`).
+    pub namespace_labels: BTreeMap<String, BTreeMap<String, String>>,
+}
+
+/// Which policies a path serves: `/validate` all, `/validate/fail` those with failurePolicy
+/// Fail, `/validate/ignore` those with Ignore.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Filter {
+    All,
+    Fail,
+    Ignore,
+}
+
+impl Filter {
+    fn keeps(self, p: &CompiledPolicy) -> bool {
+        match self {
+            Filter::All => true,
+            Filter::Fail => !p.failure_policy_ignore,
+            Filter::Ignore => p.failure_policy_ignore,
+        }
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Hook {
+    Validate,
+    Mutate,
+}
+
+/// One rule result, for metrics.
+#[derive(Debug, Clone)]
+pub struct RuleResult {
+    pub policy: String,
+    pub namespaced: bool,
+    pub enforce: bool,
+    pub background: bool,
+    pub rule: String,
+    pub rule_type: RuleType,
+    pub status: Status,
+}
+
+/// What a review produced.
+#[derive(Debug)]
+pub struct Outcome {
+    pub review: Value,
+    pub allowed: bool,
+    pub kind: String,
+    pub namespace: String,
+    pub operation: String,
+    pub results: Vec<RuleResult>,
+    /// Per policy: key, namespaced, seconds spent evaluating it.
+    pub policy_seconds: Vec<(String, bool, f64)>,
+}
+
+/// The JSON the webhook answers with, for a request that could not be evaluated at all.
+pub fn error_review(api_version: &str, uid: &str, allowed: bool, message: &str) -> Value {
+    let mut response = json!({"uid": uid, "allowed": allowed});
+    if !allowed {
+        response["status"] = json!({"metadata": {}, "status": "Failure", "message": message});
+    } else if !message.is_empty() {
+        response["warnings"] = json!([message]);
+    }
+    json!({"apiVersion": api_version, "kind": "AdmissionReview", "response": response})
+}
+
+fn s<'v>(v: &'v Value, p: &str) -> &'v str {
+    v.pointer(p).and_then(Value::as_str).unwrap_or("")
+}
+
+/// Checks the envelope; the error says what is wrong.
+pub fn parse(body: &[u8]) -> Result<Value, String> {
+    let v: Value = serde_json::from_slice(body).map_err(|e| format!("invalid AdmissionReview JSON: {e}"))?;
+    if !v.is_object() {
+        return Err("invalid AdmissionReview: expected a JSON object".into());
+    }
+    let Some(req) = v.get("request").filter(|r| r.is_object()) else {
+        return Err("invalid AdmissionReview: request is missing".into());
+    };
+    if s(req, "/uid").is_empty() {
+        return Err("invalid AdmissionReview: request.uid is missing".into());
+    }
+    Ok(v)
+}
+
+/// Formats a string as a yaml.v3 scalar (the denial message is yaml.v3 output in Kyverno).
+pub fn yaml_scalar(text: &str) -> String {
+    let special_start = text.starts_with(['-', '?', ':', ',', '[', ']', '{', '}', '#', '&', '*', '!', '|', '>', '\'', '"', '%', '@', '`']);
+    let looks_typed = matches!(text.to_ascii_lowercase().as_str(), "true" | "false" | "yes" | "no" | "on" | "off" | "null" | "~" | "y" | "n")
+        || text.parse::<f64>().is_ok();
+    if text.contains(['\n', '\t', '\r']) || text.chars().any(char::is_control) || looks_typed || text.is_empty() {
+        return serde_json::to_string(text).unwrap_or_default();
+    }
+    let plain_ok = !special_start && !text.contains(": ") && !text.contains(" #") && !text.ends_with([' ', ':']) && !text.starts_with(' ');
+    if plain_ok { text.to_string() } else { format!("'{}'", text.replace('\'', "''")) }
+}
+
+/// Kyverno's denial message: the blocked resource, then policy → rule → message as YAML.
+pub fn blocked_message(kind: &str, namespace: &str, name: &str, failures: &BTreeMap<String, BTreeMap<String, String>>) -> String {
+    let mut out = format!("\n\nresource {kind}/{namespace}/{name} was blocked due to the following policies \n\n");
+    for (policy, rules) in failures {
+        out.push_str(&format!("{}:\n", yaml_scalar(policy)));
+        for (rule, msg) in rules {
+            out.push_str(&format!("  {}: {}\n", yaml_scalar(rule), yaml_scalar(msg)));
+        }
+    }
+    out
+}
+
+/// Reviews one AdmissionReview with the policies of `set` that `filter` keeps.
+pub fn review(set: &PolicySet, hook: Hook, filter: Filter, review: &Value) -> Outcome {
+    let api_version = review.get("apiVersion").and_then(Value::as_str).unwrap_or("admission.k8s.io/v1");
+    let req = review.get("request").cloned().unwrap_or(Value::Null);
+    let uid = s(&req, "/uid");
+    let operation = s(&req, "/operation").to_string();
+    let object = req.get("object").cloned().unwrap_or(Value::Null);
+    let old = req.get("oldObject").filter(|o| !o.is_null()).cloned();
+    let subject = if object.is_null() { old.clone().unwrap_or(Value::Null) } else { object.clone() };
+    let kind = {
+        let k = s(&req, "/kind/kind");
+        if k.is_empty() { s(&subject, "/kind").to_string() } else { k.to_string() }
+    };
+    let namespace = {
+        let n = s(&req, "/namespace");
+        if n.is_empty() { s(&subject, "/metadata/namespace").to_string() } else { n.to_string() }
+    };
+    let name = {
+        let n = s(&req, "/name");
+        if n.is_empty() { s(&subject, "/metadata/name").to_string() } else { n.to_string() }
+    };
+    let user_info = req.get("userInfo").cloned().unwrap_or_else(|| json!({}));
+    let user = RequestUser {
+        username: s(&user_info, "/username").to_string(),
+        groups: user_info.get("groups").and_then(Value::as_array).map(|a| a.iter().filter_map(Value::as_str).map(str::to_string).collect()).unwrap_or_default(),
+        roles: Vec::new(),
+        cluster_roles: Vec::new(),
+    };
+    let ns_labels = set.namespace_labels.get(&namespace);
+    let request = Request {
+        operation: &operation,
+        object: &object,
+        old_object: old.as_ref(),
+        user: Some(&user),
+        user_info: Some(&user_info),
+        namespace_labels: ns_labels,
+        subresource: s(&req, "/subResource"),
+        variables: &[],
+    };
+    let env = ServerEnv;
+    let mut ctx = build_context(&request, &env);
+    let mut results = Vec::new();
+    let mut policy_seconds: Vec<(String, bool, f64)> = Vec::new();
+    let mut record = |p: &CompiledPolicy, r: &PolicyResponse, started: std::time::Instant| {
+        policy_seconds.push((p.key(), p.kind == "Policy", started.elapsed().as_secs_f64()));
+        for rr in &r.rules {
+            results.push(RuleResult {
+                policy: p.name.clone(),
+                namespaced: p.kind == "Policy",
+                enforce: p.rule_action(&rr.name) == Action::Enforce,
+                background: p.background,
+                rule: rr.name.clone(),
+                rule_type: rr.rule_type,
+                status: rr.status,
+            });
+        }
+    };
+    let mut response = Map::new();
+    response.insert("uid".into(), Value::String(uid.to_string()));
+    let mut allowed = true;
+    let mut warnings: Vec<String> = Vec::new();
+    match hook {
+        Hook::Mutate => {
+            let mut current: Option<Value> = None;
+            let mut failed: Vec<String> = Vec::new();
+            for p in set.policies.iter().filter(|p| filter.keeps(p)) {
+                let started = std::time::Instant::now();
+                let phase_req = Request { object: current.as_ref().unwrap_or(&object), ..request.clone() };
+                let r = evaluate_phase(p, Phase::Mutate, &set.exceptions, &phase_req, &mut ctx, &verno_engine::NoData);
+                record(p, &r, started);
+                let bad: Vec<&str> = r.rules.iter().filter(|x| matches!(x.status, Status::Fail | Status::Error)).map(|x| x.name.as_str()).collect();
+                if !bad.is_empty() && !p.failure_policy_ignore {
+                    failed.push(format!("failed to apply policy {} rules {}", p.key(), bad.join(", ")));
+                }
+                if p.emit_warning {
+                    warnings.extend(r.rules.iter().filter(|x| x.status != Status::Skip).map(|x| format!("policy {}.{}: {}", p.key(), x.name, x.message)));
+                }
+                if let Some(v) = r.patched {
+                    current = Some(v);
+                }
+            }
+            if !failed.is_empty() {
+                allowed = false;
+                response.insert("status".into(), json!({"metadata": {}, "status": "Failure", "message": failed.join("; ")}));
+            } else if let Some(patched) = current {
+                let ops = jsonpatch::diff(&object, &patched);
+                if !ops.is_empty() {
+                    let bytes = serde_json::to_vec(&ops).unwrap_or_default();
+                    response.insert("patch".into(), Value::String(base64::engine::general_purpose::STANDARD.encode(bytes)));
+                    response.insert("patchType".into(), Value::String("JSONPatch".into()));
+                }
+            }
+        }
+        Hook::Validate => {
+            let mut failures: BTreeMap<String, BTreeMap<String, String>> = BTreeMap::new();
+            for p in set.policies.iter().filter(|p| filter.keeps(p)) {
+                let started = std::time::Instant::now();
+                let r = evaluate_phase(p, Phase::Validate, &set.exceptions, &request, &mut ctx, &verno_engine::NoData);
+                record(p, &r, started);
+                for rr in &r.rules {
+                    let enforced_fail = rr.status == Status::Fail && p.rule_action(&rr.name) == Action::Enforce;
+                    let blocking_error = rr.status == Status::Error && !p.failure_policy_ignore;
+                    if enforced_fail || blocking_error {
+                        failures.entry(p.key()).or_default().insert(rr.name.clone(), rr.message.clone());
+                    } else if p.emit_warning && rr.status != Status::Skip && rr.status != Status::Pass {
+                        warnings.push(format!("policy {}.{}: {}", p.key(), rr.name, rr.message));
+                    }
+                }
+            }
+            if !failures.is_empty() {
+                allowed = false;
+                response.insert("status".into(), json!({"metadata": {}, "status": "Failure", "message": blocked_message(&kind, &namespace, &name, &failures)}));
+            }
+        }
+    }
+    response.insert("allowed".into(), Value::Bool(allowed));
+    if !warnings.is_empty() {
+        response.insert("warnings".into(), json!(warnings));
+    }
+    Outcome {
+        review: json!({"apiVersion": api_version, "kind": "AdmissionReview", "response": Value::Object(response)}),
+        allowed,
+        kind,
+        namespace,
+        operation,
+        results,
+        policy_seconds,
+    }
+}
+
+/// The clock for `time_now*`; no DNS lookups from the admission path.
+struct ServerEnv;
+
+impl verno_jmespath::Env for ServerEnv {
+    fn now(&self) -> Option<chrono::DateTime<chrono::FixedOffset>> {
+        Some(chrono::Utc::now().fixed_offset())
+    }
+}

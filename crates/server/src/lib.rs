@@ -1,0 +1,317 @@
+//! `verno serve`: Kyverno's admission webhook endpoints over HTTPS (axum + rustls).
+//!
+//! Policies come from a [`Loader`] (the CLI reads files); the compiled set is swapped as a
+//! whole when the files change or on SIGHUP, and a broken set never replaces a working one.
+//! Evaluation runs on the blocking pool, bounded by a semaphore, under a deadline; a panic or a
+//! timeout becomes an answer governed by the webhook's failure policy, never a dead server.
+
+pub mod admission;
+pub mod metrics;
+pub mod tls;
+
+use admission::{Filter, Hook, PolicySet};
+use axum::Router;
+use axum::body::Bytes;
+use axum::extract::{DefaultBodyLimit, State};
+use axum::http::{HeaderMap, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::{Arc, RwLock};
+use std::time::{Duration, Instant, SystemTime};
+use tokio::sync::Semaphore;
+
+pub use tls::TlsSource;
+
+/// Loads and compiles the policy set; the error says which file and field is wrong.
+pub type Loader = Arc<dyn Fn() -> Result<PolicySet, String> + Send + Sync>;
+
+#[derive(Debug, Clone)]
+pub struct Config {
+    pub addr: SocketAddr,
+    /// Plain-HTTP `/metrics`; `None` disables it.
+    pub metrics_addr: Option<SocketAddr>,
+    pub tls: TlsSource,
+    /// Largest accepted body (413 above).
+    pub body_limit: usize,
+    /// Per-request evaluation deadline (shorter than the API server's webhook timeout).
+    pub deadline: Duration,
+    /// Evaluations running at once.
+    pub max_concurrency: usize,
+    /// Files whose changes trigger a reload (policies); polled.
+    pub watch: Vec<PathBuf>,
+    pub poll_interval: Duration,
+}
+
+struct AppState {
+    set: RwLock<Arc<PolicySet>>,
+    metrics: metrics::Metrics,
+    permits: Semaphore,
+    deadline: Duration,
+}
+
+impl AppState {
+    fn current(&self) -> Arc<PolicySet> {
+        match self.set.read() {
+            Ok(g) => g.clone(),
+            Err(p) => p.into_inner().clone(),
+        }
+    }
+
+    fn swap(&self, new: PolicySet) {
+        let new = Arc::new(new);
+        match self.set.write() {
+            Ok(mut g) => *g = new,
+            Err(p) => *p.into_inner() = new,
+        }
+    }
+}
+
+fn json_response(status: StatusCode, body: &serde_json::Value) -> Response {
+    (status, [(header::CONTENT_TYPE, "application/json; charset=utf-8")], serde_json::to_vec(body).unwrap_or_default()).into_response()
+}
+
+fn text(status: StatusCode, msg: &str) -> Response {
+    (status, [(header::CONTENT_TYPE, "text/plain; charset=utf-8")], msg.to_string()).into_response()
+}
+
+async fn handle(state: Arc<AppState>, hook: Hook, filter: Filter, webhook: &'static str, headers: HeaderMap, body: Bytes) -> Response {
+    let started = Instant::now();
+    let ct = headers.get(header::CONTENT_TYPE).and_then(|v| v.to_str().ok()).unwrap_or("");
+    if ct.split(';').next().map(str::trim) != Some("application/json") {
+        return text(StatusCode::UNSUPPORTED_MEDIA_TYPE, &format!("invalid Content-Type {ct:?}, expected application/json"));
+    }
+    let review = match admission::parse(&body) {
+        Ok(r) => r,
+        Err(e) => return text(StatusCode::BAD_REQUEST, &e),
+    };
+    let uid = review.pointer("/request/uid").and_then(|v| v.as_str()).unwrap_or("").to_string();
+    let api_version = review.get("apiVersion").and_then(|v| v.as_str()).unwrap_or("admission.k8s.io/v1").to_string();
+    let dry_run = review.pointer("/request/dryRun").and_then(|v| v.as_bool()).unwrap_or(false);
+    let set = state.current();
+    let Ok(permit) = state.permits.acquire().await else {
+        return text(StatusCode::SERVICE_UNAVAILABLE, "server is shutting down");
+    };
+    let job = tokio::task::spawn_blocking(move || admission::review(&set, hook, filter, &review));
+    let outcome = tokio::time::timeout(state.deadline, job).await;
+    drop(permit);
+    // On failure the webhook's failure policy decides: `/…/ignore` allows, the others deny.
+    let allow_on_error = filter == Filter::Ignore;
+    match outcome {
+        Ok(Ok(o)) => {
+            state.metrics.observe(webhook, &o, started.elapsed().as_secs_f64(), dry_run, &o.policy_seconds);
+            tracing::debug!(uid = %uid, kind = %o.kind, namespace = %o.namespace, allowed = o.allowed, "reviewed");
+            json_response(StatusCode::OK, &o.review)
+        }
+        Ok(Err(join)) => {
+            tracing::error!(uid = %uid, error = %join, "evaluation panicked");
+            json_response(StatusCode::OK, &admission::error_review(&api_version, &uid, allow_on_error, "verno: internal error while evaluating policies"))
+        }
+        Err(_) => {
+            tracing::warn!(uid = %uid, "evaluation deadline exceeded");
+            let msg = format!("verno: policy evaluation exceeded the {} ms deadline", state.deadline.as_millis());
+            json_response(StatusCode::OK, &admission::error_review(&api_version, &uid, allow_on_error, &msg))
+        }
+    }
+}
+
+fn router(state: Arc<AppState>, body_limit: usize) -> Router {
+    let route = |hook: Hook, filter: Filter, webhook: &'static str| {
+        let st = state.clone();
+        post(move |headers: HeaderMap, body: Bytes| handle(st, hook, filter, webhook, headers, body))
+    };
+    Router::new()
+        .route("/validate", route(Hook::Validate, Filter::All, "validate"))
+        .route("/validate/fail", route(Hook::Validate, Filter::Fail, "validate-fail"))
+        .route("/validate/ignore", route(Hook::Validate, Filter::Ignore, "validate-ignore"))
+        .route("/mutate", route(Hook::Mutate, Filter::All, "mutate"))
+        .route("/mutate/fail", route(Hook::Mutate, Filter::Fail, "mutate-fail"))
+        .route("/mutate/ignore", route(Hook::Mutate, Filter::Ignore, "mutate-ignore"))
+        .route("/health/liveness", get(|| async { "ok" }))
+        .route("/health/readiness", get(|| async { "ok" }))
+        .layer(DefaultBodyLimit::max(body_limit))
+        .with_state(())
+}
+
+async fn metrics_handler(State(state): State<Arc<AppState>>) -> Response {
+    (StatusCode::OK, [(header::CONTENT_TYPE, "text/plain; version=0.0.4; charset=utf-8")], state.metrics.encode()).into_response()
+}
+
+/// A started server: where it listens, and how to stop it.
+pub struct Running {
+    pub addr: SocketAddr,
+    pub metrics_addr: Option<SocketAddr>,
+    /// The CA bundle to put in a webhook's `caBundle` (self-made certificates only).
+    pub ca_path: Option<PathBuf>,
+    handle: axum_server::Handle<SocketAddr>,
+    task: tokio::task::JoinHandle<std::io::Result<()>>,
+    state: Arc<AppState>,
+    loader: Loader,
+}
+
+impl Running {
+    /// Recompiles the policies now; a broken set is reported and the previous one stays.
+    pub fn reload(&self) -> Result<(), String> {
+        reload(&self.state, &self.loader)
+    }
+
+    /// Stops accepting, lets in-flight requests finish (up to `grace`), then returns.
+    pub async fn shutdown(self, grace: Duration) {
+        self.handle.graceful_shutdown(Some(grace));
+        let _ = self.task.await;
+    }
+}
+
+fn reload(state: &AppState, loader: &Loader) -> Result<(), String> {
+    match loader() {
+        Ok(set) => {
+            tracing::info!(policies = set.policies.len(), "policies loaded");
+            state.swap(set);
+            Ok(())
+        }
+        Err(e) => {
+            tracing::error!(error = %e, "policy reload failed; the previous policies stay in force");
+            Err(e)
+        }
+    }
+}
+
+/// A fingerprint of the watched files (names, sizes, modification times).
+fn fingerprint(paths: &[PathBuf]) -> Vec<(PathBuf, u64, Option<SystemTime>)> {
+    let mut out = Vec::new();
+    let mut stack: Vec<PathBuf> = paths.to_vec();
+    while let Some(p) = stack.pop() {
+        if p.is_dir() {
+            for e in std::fs::read_dir(&p).into_iter().flatten().flatten() {
+                stack.push(e.path());
+            }
+        } else if let Ok(m) = std::fs::metadata(&p) {
+            out.push((p, m.len(), m.modified().ok()));
+        }
+    }
+    out.sort();
+    out
+}
+
+/// Loads the policies, binds the ports and starts serving.
+pub async fn start(cfg: Config, loader: Loader) -> Result<Running, String> {
+    let initial = loader()?;
+    tracing::info!(policies = initial.policies.len(), "policies loaded");
+    let ca_path = match &cfg.tls {
+        TlsSource::Dir { dir, dns_names } => Some(tls::ensure_dir(dir, dns_names)?),
+        TlsSource::Files { .. } => None,
+    };
+    let (cert, key) = cfg.tls.files();
+    let rustls_cfg = axum_server::tls_rustls::RustlsConfig::from_config(tls::server_config(&cert, &key)?);
+    let state = Arc::new(AppState {
+        set: RwLock::new(Arc::new(initial)),
+        metrics: metrics::Metrics::default(),
+        permits: Semaphore::new(cfg.max_concurrency.max(1)),
+        deadline: cfg.deadline,
+    });
+    let app = router(state.clone(), cfg.body_limit);
+    let handle: axum_server::Handle<SocketAddr> = axum_server::Handle::new();
+    let acceptor = axum_server::tls_rustls::RustlsAcceptor::new(rustls_cfg.clone()).acceptor(axum_server::accept::NoDelayAcceptor::new());
+    let server = axum_server::bind(cfg.addr).acceptor(acceptor).handle(handle.clone());
+    let task = tokio::spawn(async move { server.serve(app.into_make_service()).await });
+    let addr = handle.listening().await.ok_or_else(|| format!("could not listen on {}", cfg.addr))?;
+    let metrics_addr = match cfg.metrics_addr {
+        Some(a) => {
+            let listener = tokio::net::TcpListener::bind(a).await.map_err(|e| format!("metrics address {a}: {e}"))?;
+            let bound = listener.local_addr().map_err(|e| e.to_string())?;
+            let app = Router::new().route("/metrics", get(metrics_handler)).with_state(state.clone());
+            tokio::spawn(async move { axum::serve(listener, app).await });
+            Some(bound)
+        }
+        None => None,
+    };
+    // Watch policy and certificate files.
+    {
+        let state = state.clone();
+        let loader = loader.clone();
+        let watch = cfg.watch.clone();
+        let certs = vec![cert.clone(), key.clone()];
+        let interval = cfg.poll_interval;
+        tokio::spawn(async move {
+            let mut policies_seen = fingerprint(&watch);
+            let mut certs_seen = fingerprint(&certs);
+            loop {
+                tokio::time::sleep(interval).await;
+                let now = fingerprint(&watch);
+                if now != policies_seen {
+                    policies_seen = now;
+                    let _ = reload(&state, &loader);
+                }
+                let now = fingerprint(&certs);
+                if now != certs_seen {
+                    certs_seen = now;
+                    match tls::server_config(&certs[0], &certs[1]) {
+                        Ok(c) => {
+                            rustls_cfg.reload_from_config(c);
+                            tracing::info!("serving certificate reloaded");
+                        }
+                        Err(e) => tracing::error!(error = %e, "certificate reload failed; keeping the previous one"),
+                    }
+                }
+            }
+        });
+    }
+    Ok(Running { addr, metrics_addr, ca_path, handle, task, state, loader })
+}
+
+/// Runs until SIGTERM or Ctrl-C, reloading policies on SIGHUP; drains in-flight requests.
+pub async fn serve(cfg: Config, loader: Loader) -> Result<(), String> {
+    let running = start(cfg, loader).await?;
+    tracing::info!(addr = %running.addr, metrics = ?running.metrics_addr, "verno admission server listening");
+    if let Some(ca) = &running.ca_path {
+        eprintln!("CA bundle for the webhook caBundle: {}", ca.display());
+    }
+    wait_for_signals(&running).await;
+    tracing::info!("shutting down: draining in-flight requests");
+    running.shutdown(Duration::from_secs(10)).await;
+    Ok(())
+}
+
+#[cfg(unix)]
+async fn wait_for_signals(running: &Running) {
+    use tokio::signal::unix::{SignalKind, signal};
+    let (Ok(mut term), Ok(mut hup)) = (signal(SignalKind::terminate()), signal(SignalKind::hangup())) else {
+        let _ = tokio::signal::ctrl_c().await;
+        return;
+    };
+    loop {
+        tokio::select! {
+            _ = term.recv() => return,
+            _ = tokio::signal::ctrl_c() => return,
+            _ = hup.recv() => { let _ = running.reload(); }
+        }
+    }
+}
+
+#[cfg(not(unix))]
+async fn wait_for_signals(_running: &Running) {
+    let _ = tokio::signal::ctrl_c().await;
+}
+
+/// Sets up logging (`RUST_LOG`, default info; JSON when asked) and runs the server on a
+/// multi-threaded runtime. Returns the process exit code.
+pub fn run(cfg: Config, loader: Loader, json_logs: bool) -> i32 {
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    let builder = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr);
+    let _ = if json_logs { builder.json().try_init() } else { builder.try_init() };
+    let rt = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("Error: cannot start the runtime: {e}");
+            return 2;
+        }
+    };
+    match rt.block_on(serve(cfg, loader)) {
+        Ok(()) => 0,
+        Err(e) => {
+            eprintln!("Error: {e}");
+            2
+        }
+    }
+}
