@@ -1,0 +1,227 @@
+//! The real server over TLS with a real HTTP client: deny with Kyverno's message, allow,
+//! mutate patch, bad requests, reload, metrics.
+
+use base64::Engine as _;
+use rustls_pki_types::CertificateDer;
+use rustls_pki_types::pem::PemObject;
+use serde_json::{Value, json};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+use verno_server::admission::PolicySet;
+use verno_server::{Config, Loader, Running, TlsSource};
+
+const REQUIRE_TEAM: &str = r#"
+apiVersion: kyverno.io/v1
+kind: ClusterPolicy
+metadata:
+  name: require-team
+spec:
+  validationFailureAction: Enforce
+  rules:
+  - name: check-team
+    match:
+      any:
+      - resources:
+          kinds: [Pod]
+    validate:
+      message: "label 'team' is required"
+      pattern:
+        metadata:
+          labels:
+            team: "?*"
+"#;
+
+const ADD_TIER: &str = r#"
+apiVersion: kyverno.io/v1
+kind: ClusterPolicy
+metadata:
+  name: add-tier
+spec:
+  rules:
+  - name: default-tier
+    match:
+      any:
+      - resources:
+          kinds: [Pod]
+    mutate:
+      patchStrategicMerge:
+        metadata:
+          labels:
+            +(tier): standard
+"#;
+
+/// Compiles every `.yaml` in `dir` (our own tiny loader; the CLI has the full one).
+fn loader(dir: PathBuf) -> Loader {
+    Arc::new(move || {
+        let mut set = PolicySet::default();
+        let mut files: Vec<PathBuf> = std::fs::read_dir(&dir).map_err(|e| e.to_string())?.flatten().map(|e| e.path()).collect();
+        files.sort();
+        for f in files {
+            let text = std::fs::read_to_string(&f).map_err(|e| e.to_string())?;
+            let doc = verno_jmespath::yaml::parse(&text).map_err(|e| format!("{}: {e}", f.display()))?;
+            let p = serde_json::from_value(doc).map_err(|e| format!("{}: {e}", f.display()))?;
+            set.policies.push(verno_engine::compile_policy(&p).map_err(|e| format!("{}: {e}", f.display()))?);
+        }
+        Ok(set)
+    })
+}
+
+struct Harness {
+    running: Option<Running>,
+    client: reqwest::Client,
+    _tmp: tempfile::TempDir,
+    policies: PathBuf,
+}
+
+impl Harness {
+    async fn start(policies: &[(&str, &str)]) -> Result<Harness, String> {
+        let tmp = tempfile::tempdir().map_err(|e| e.to_string())?;
+        let pdir = tmp.path().join("policies");
+        std::fs::create_dir_all(&pdir).map_err(|e| e.to_string())?;
+        for (name, text) in policies {
+            std::fs::write(pdir.join(name), text).map_err(|e| e.to_string())?;
+        }
+        let cfg = Config {
+            addr: "127.0.0.1:0".parse().map_err(|e| format!("{e}"))?,
+            metrics_addr: Some("127.0.0.1:0".parse().map_err(|e| format!("{e}"))?),
+            tls: TlsSource::Dir { dir: tmp.path().join("tls"), dns_names: vec!["localhost".into(), "127.0.0.1".into()] },
+            body_limit: 64 * 1024,
+            deadline: Duration::from_secs(5),
+            max_concurrency: 4,
+            watch: vec![pdir.clone()],
+            poll_interval: Duration::from_millis(100),
+        };
+        let running = verno_server::start(cfg, loader(pdir.clone())).await?;
+        let ca = running.ca_path.clone().ok_or("no CA")?;
+        let client = client(&ca)?;
+        Ok(Harness { running: Some(running), client, _tmp: tmp, policies: pdir })
+    }
+
+    fn url(&self, path: &str) -> String {
+        let port = self.running.as_ref().map(|r| r.addr.port()).unwrap_or(0);
+        format!("https://localhost:{port}{path}")
+    }
+
+    async fn post(&self, path: &str, body: &Value) -> Result<(u16, Value), String> {
+        let r = self.client.post(self.url(path)).header("Content-Type", "application/json").body(body.to_string()).send().await.map_err(|e| e.to_string())?;
+        let code = r.status().as_u16();
+        let text = r.text().await.map_err(|e| e.to_string())?;
+        Ok((code, serde_json::from_str(&text).unwrap_or(Value::String(text))))
+    }
+}
+
+fn client(ca: &Path) -> Result<reqwest::Client, String> {
+    let mut roots = rustls::RootCertStore::empty();
+    for c in CertificateDer::pem_file_iter(ca).map_err(|e| e.to_string())? {
+        roots.add(c.map_err(|e| e.to_string())?).map_err(|e| e.to_string())?;
+    }
+    let tls = rustls::ClientConfig::builder_with_provider(Arc::new(rustls::crypto::ring::default_provider()))
+        .with_safe_default_protocol_versions()
+        .map_err(|e| e.to_string())?
+        .with_root_certificates(roots)
+        .with_no_client_auth();
+    reqwest::Client::builder().use_preconfigured_tls(tls).build().map_err(|e| e.to_string())
+}
+
+fn review(labels: Value) -> Value {
+    json!({"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "request": {
+        "uid": "0d7b7e3c-1", "kind": {"group": "", "version": "v1", "kind": "Pod"}, "operation": "CREATE",
+        "namespace": "shop", "name": "web", "userInfo": {"username": "alice"},
+        "object": {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "web", "namespace": "shop", "labels": labels},
+            "spec": {"containers": [{"name": "web", "image": "nginx:1.27"}]}}}})
+}
+
+#[tokio::test]
+async fn the_webhook_denies_allows_and_patches_over_tls() -> Result<(), String> {
+    let h = Harness::start(&[("require-team.yaml", REQUIRE_TEAM), ("add-tier.yaml", ADD_TIER)]).await?;
+
+    let (code, denied) = h.post("/validate", &review(json!({"app": "web"}))).await?;
+    assert_eq!(code, 200);
+    assert_eq!(denied["response"]["uid"], "0d7b7e3c-1");
+    assert_eq!(denied["response"]["allowed"], false);
+    assert_eq!(denied["response"]["status"]["status"], "Failure");
+    assert_eq!(
+        denied["response"]["status"]["message"],
+        "\n\nresource Pod/shop/web was blocked due to the following policies \n\nrequire-team:\n  check-team: 'validation error: label ''team'' is required. rule check-team failed at path /metadata/labels/team/'\n"
+    );
+
+    let (_, allowed) = h.post("/validate", &review(json!({"team": "payments"}))).await?;
+    assert_eq!(allowed["response"], json!({"uid": "0d7b7e3c-1", "allowed": true}));
+
+    let (_, mutated) = h.post("/mutate", &review(json!({"team": "payments"}))).await?;
+    assert_eq!(mutated["response"]["patchType"], "JSONPatch");
+    let patch = base64::engine::general_purpose::STANDARD.decode(mutated["response"]["patch"].as_str().unwrap_or("")).map_err(|e| e.to_string())?;
+    let ops: Value = serde_json::from_slice(&patch).map_err(|e| e.to_string())?;
+    assert_eq!(ops, json!([{"op": "add", "path": "/metadata/labels/tier", "value": "standard"}]));
+
+    // Nothing to change: no patch fields at all.
+    let (_, same) = h.post("/mutate", &review(json!({"team": "payments", "tier": "gold"}))).await?;
+    assert_eq!(same["response"], json!({"uid": "0d7b7e3c-1", "allowed": true}));
+
+    // The metrics saw the requests.
+    let maddr = h.running.as_ref().and_then(|r| r.metrics_addr).ok_or("no metrics")?;
+    let metrics = h.client.get(format!("http://{maddr}/metrics")).send().await.map_err(|e| e.to_string())?.text().await.map_err(|e| e.to_string())?;
+    assert!(metrics.contains(r#"kyverno_admission_requests_total{resource_kind="Pod",resource_namespace="shop",resource_request_operation="create",request_allowed="false",request_webhook="validate"} 1"#), "{metrics}");
+    assert!(metrics.contains(r#"policy_name="require-team""#) && metrics.contains(r#"rule_result="fail""#), "{metrics}");
+    assert!(metrics.contains("kyverno_admission_review_duration_seconds_bucket"), "{metrics}");
+    assert!(metrics.contains("kyverno_policy_execution_duration_seconds_count"), "{metrics}");
+
+    if let Some(r) = h.running {
+        r.shutdown(Duration::from_secs(1)).await;
+    }
+    Ok(())
+}
+
+#[tokio::test]
+async fn bad_requests_get_clear_http_errors() -> Result<(), String> {
+    let h = Harness::start(&[("require-team.yaml", REQUIRE_TEAM)]).await?;
+    let r = h.client.post(h.url("/validate")).header("Content-Type", "text/plain").body("{}").send().await.map_err(|e| e.to_string())?;
+    assert_eq!(r.status().as_u16(), 415);
+    let r = h.client.post(h.url("/validate")).header("Content-Type", "application/json").body(r#"{"request": {"uid": "#).send().await.map_err(|e| e.to_string())?;
+    assert_eq!(r.status().as_u16(), 400);
+    let text = r.text().await.map_err(|e| e.to_string())?;
+    assert!(text.starts_with("invalid AdmissionReview JSON: EOF while parsing"), "{text}");
+    let (code, body) = h.post("/validate", &json!({"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview"})).await?;
+    assert_eq!((code, body), (400, Value::String("invalid AdmissionReview: request is missing".into())));
+    let big = "x".repeat(100 * 1024);
+    let r = h.client.post(h.url("/validate")).header("Content-Type", "application/json").body(big).send().await.map_err(|e| e.to_string())?;
+    assert_eq!(r.status().as_u16(), 413);
+    let live = h.client.get(h.url("/health/liveness")).send().await.map_err(|e| e.to_string())?;
+    assert_eq!(live.status().as_u16(), 200);
+    if let Some(r) = h.running {
+        r.shutdown(Duration::from_secs(1)).await;
+    }
+    Ok(())
+}
+
+#[tokio::test]
+async fn policy_changes_are_picked_up_and_a_broken_file_keeps_the_old_set() -> Result<(), String> {
+    let h = Harness::start(&[]).await?;
+    // No policies: everything is allowed.
+    let (_, r) = h.post("/validate", &review(json!({}))).await?;
+    assert_eq!(r["response"]["allowed"], true);
+
+    std::fs::write(h.policies.join("require-team.yaml"), REQUIRE_TEAM).map_err(|e| e.to_string())?;
+    let mut denied = false;
+    for _ in 0..50 {
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        let (_, r) = h.post("/validate", &review(json!({}))).await?;
+        if r["response"]["allowed"] == false {
+            denied = true;
+            break;
+        }
+    }
+    assert!(denied, "the new policy was not loaded");
+
+    // A broken file: reported, and the previous set stays in force.
+    std::fs::write(h.policies.join("zz-broken.yaml"), "apiVersion: kyverno.io/v1\nkind: ClusterPolicy\nmetadata:\n  name: broken\nspec:\n  rules: []\n").map_err(|e| e.to_string())?;
+    let err = h.running.as_ref().map(|r| r.reload()).unwrap_or(Ok(()));
+    assert!(err.is_err_and(|e| e.contains("zz-broken.yaml") && e.contains("spec.rules")));
+    let (_, r) = h.post("/validate", &review(json!({}))).await?;
+    assert_eq!(r["response"]["allowed"], false);
+    if let Some(r) = h.running {
+        r.shutdown(Duration::from_secs(1)).await;
+    }
+    Ok(())
+}
