@@ -92,7 +92,7 @@ pub fn load_set(paths: &[PathBuf], ns_labels: Option<&Path>) -> Result<PolicySet
         Some(p) => namespace_labels(p)?,
         None => BTreeMap::new(),
     };
-    Ok(PolicySet { policies: loaded.compiled, exceptions, namespace_labels })
+    Ok(PolicySet::new(loaded.compiled, exceptions, namespace_labels))
 }
 
 pub fn run(args: &ServeArgs) -> i32 {

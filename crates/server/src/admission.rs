@@ -4,6 +4,7 @@
 use base64::Engine as _;
 use serde_json::{Map, Value, json};
 use std::collections::BTreeMap;
+use std::sync::Arc;
 use verno_engine::{Action, CompiledException, CompiledPolicy, Phase, PolicyResponse, Request, RequestUser, RuleType, Status, build_context, evaluate_phase, jsonpatch};
 
 /// The policies in force: swapped as a whole on reload.
@@ -13,6 +14,42 @@ pub struct PolicySet {
     pub exceptions: Vec<CompiledException>,
     /// Namespace labels known without a cluster (`--namespace-labels`).
     pub namespace_labels: BTreeMap<String, BTreeMap<String, String>>,
+    /// Shared names for metrics, made once per set.
+    meta: std::sync::OnceLock<Vec<Arc<PolicyMeta>>>,
+}
+
+/// What metrics say about a policy, shared instead of copied per request.
+#[derive(Debug)]
+pub struct PolicyMeta {
+    pub name: Arc<str>,
+    pub namespace: Arc<str>,
+    pub namespaced: bool,
+    pub background: bool,
+    /// Rule name and whether its effective action is Enforce.
+    pub rules: Vec<(Arc<str>, bool)>,
+}
+
+impl PolicySet {
+    pub fn new(policies: Vec<CompiledPolicy>, exceptions: Vec<CompiledException>, namespace_labels: BTreeMap<String, BTreeMap<String, String>>) -> Self {
+        PolicySet { policies, exceptions, namespace_labels, meta: std::sync::OnceLock::new() }
+    }
+
+    fn meta(&self) -> &[Arc<PolicyMeta>] {
+        self.meta.get_or_init(|| {
+            self.policies
+                .iter()
+                .map(|p| {
+                    Arc::new(PolicyMeta {
+                        name: Arc::from(p.name.as_str()),
+                        namespace: Arc::from(if p.kind == "Policy" { p.namespace.as_deref().unwrap_or("") } else { "" }),
+                        namespaced: p.kind == "Policy",
+                        background: p.background,
+                        rules: p.rules.iter().map(|r| (Arc::from(r.name.as_str()), p.rule_action(&r.name) == Action::Enforce)).collect(),
+                    })
+                })
+                .collect()
+        })
+    }
 }
 
 /// Which policies a path serves: `/validate` all, `/validate/fail` those with failurePolicy
@@ -43,11 +80,9 @@ pub enum Hook {
 /// One rule result, for metrics.
 #[derive(Debug, Clone)]
 pub struct RuleResult {
-    pub policy: String,
-    pub namespaced: bool,
+    pub policy: Arc<PolicyMeta>,
+    pub rule: Arc<str>,
     pub enforce: bool,
-    pub background: bool,
-    pub rule: String,
     pub rule_type: RuleType,
     pub status: Status,
 }
@@ -61,8 +96,8 @@ pub struct Outcome {
     pub namespace: String,
     pub operation: String,
     pub results: Vec<RuleResult>,
-    /// Per policy: key, namespaced, seconds spent evaluating it.
-    pub policy_seconds: Vec<(String, bool, f64)>,
+    /// Per policy: seconds spent evaluating it.
+    pub policy_seconds: Vec<(Arc<PolicyMeta>, f64)>,
 }
 
 /// The JSON the webhook answers with, for a request that could not be evaluated at all.
@@ -161,19 +196,14 @@ pub fn review(set: &PolicySet, hook: Hook, filter: Filter, review: &Value) -> Ou
     let env = ServerEnv;
     let mut ctx = build_context(&request, &env);
     let mut results = Vec::new();
-    let mut policy_seconds: Vec<(String, bool, f64)> = Vec::new();
-    let mut record = |p: &CompiledPolicy, r: &PolicyResponse, started: std::time::Instant| {
-        policy_seconds.push((p.key(), p.kind == "Policy", started.elapsed().as_secs_f64()));
+    let mut policy_seconds: Vec<(Arc<PolicyMeta>, f64)> = Vec::new();
+    let metas = set.meta();
+    let mut record = |i: usize, r: &PolicyResponse, started: std::time::Instant| {
+        let Some(m) = metas.get(i) else { return };
+        policy_seconds.push((m.clone(), started.elapsed().as_secs_f64()));
         for rr in &r.rules {
-            results.push(RuleResult {
-                policy: p.name.clone(),
-                namespaced: p.kind == "Policy",
-                enforce: p.rule_action(&rr.name) == Action::Enforce,
-                background: p.background,
-                rule: rr.name.clone(),
-                rule_type: rr.rule_type,
-                status: rr.status,
-            });
+            let (rule, enforce) = m.rules.iter().find(|(n, _)| **n == *rr.name).cloned().unwrap_or_else(|| (Arc::from(rr.name.as_str()), false));
+            results.push(RuleResult { policy: m.clone(), rule, enforce, rule_type: rr.rule_type, status: rr.status });
         }
     };
     let mut response = Map::new();
@@ -184,11 +214,11 @@ pub fn review(set: &PolicySet, hook: Hook, filter: Filter, review: &Value) -> Ou
         Hook::Mutate => {
             let mut current: Option<Value> = None;
             let mut failed: Vec<String> = Vec::new();
-            for p in set.policies.iter().filter(|p| filter.keeps(p)) {
+            for (i, p) in set.policies.iter().enumerate().filter(|(_, p)| filter.keeps(p)) {
                 let started = std::time::Instant::now();
                 let phase_req = Request { object: current.as_ref().unwrap_or(&object), ..request.clone() };
                 let r = evaluate_phase(p, Phase::Mutate, &set.exceptions, &phase_req, &mut ctx, &verno_engine::NoData);
-                record(p, &r, started);
+                record(i, &r, started);
                 let bad: Vec<&str> = r.rules.iter().filter(|x| matches!(x.status, Status::Fail | Status::Error)).map(|x| x.name.as_str()).collect();
                 if !bad.is_empty() && !p.failure_policy_ignore {
                     failed.push(format!("failed to apply policy {} rules {}", p.key(), bad.join(", ")));
@@ -214,10 +244,10 @@ pub fn review(set: &PolicySet, hook: Hook, filter: Filter, review: &Value) -> Ou
         }
         Hook::Validate => {
             let mut failures: BTreeMap<String, BTreeMap<String, String>> = BTreeMap::new();
-            for p in set.policies.iter().filter(|p| filter.keeps(p)) {
+            for (i, p) in set.policies.iter().enumerate().filter(|(_, p)| filter.keeps(p)) {
                 let started = std::time::Instant::now();
                 let r = evaluate_phase(p, Phase::Validate, &set.exceptions, &request, &mut ctx, &verno_engine::NoData);
-                record(p, &r, started);
+                record(i, &r, started);
                 for rr in &r.rules {
                     let enforced_fail = rr.status == Status::Fail && p.rule_action(&rr.name) == Action::Enforce;
                     let blocking_error = rr.status == Status::Error && !p.failure_policy_ignore;
