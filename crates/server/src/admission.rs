@@ -265,7 +265,8 @@ pub fn review(set: &PolicySet, hook: Hook, filter: Filter, review: &Value) -> Ou
         }
     }
     response.insert("allowed".into(), Value::Bool(allowed));
-    if !warnings.is_empty() {
+    // As Kyverno: warnings accompany allowed requests only.
+    if allowed && !warnings.is_empty() {
         response.insert("warnings".into(), json!(warnings));
     }
     Outcome {
