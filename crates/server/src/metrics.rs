@@ -21,19 +21,37 @@ struct AdmissionLabels {
     request_webhook: String,
 }
 
-/// One `kyverno_policy_results_total` series. Names are shared `Arc<str>`s, so counting a
-/// rule result allocates nothing; labels are spelled out only when Prometheus scrapes.
+/// A shared name compared by identity: hashing a pointer instead of the text keeps counting a
+/// rule result cheap. Equal texts behind different pointers (after a policy reload) are merged
+/// when the series are spelled out at scrape time.
+#[derive(Clone, Debug)]
+struct Name(Arc<str>);
+
+impl PartialEq for Name {
+    fn eq(&self, o: &Name) -> bool {
+        Arc::ptr_eq(&self.0, &o.0)
+    }
+}
+impl Eq for Name {}
+impl std::hash::Hash for Name {
+    fn hash<H: std::hash::Hasher>(&self, h: &mut H) {
+        (Arc::as_ptr(&self.0) as *const u8 as usize).hash(h);
+    }
+}
+
+/// One `kyverno_policy_results_total` series. Labels are spelled out only when Prometheus
+/// scrapes.
 #[derive(Clone, Debug, Hash, PartialEq, Eq)]
 struct ResultKey {
     enforce: bool,
     namespaced: bool,
     background: bool,
-    policy_namespace: Arc<str>,
-    policy_name: Arc<str>,
-    resource_kind: Arc<str>,
-    resource_namespace: Arc<str>,
-    operation: Arc<str>,
-    rule_name: Arc<str>,
+    policy_namespace: Name,
+    policy_name: Name,
+    resource_kind: Name,
+    resource_namespace: Name,
+    operation: Name,
+    rule_name: Name,
     rule_result: &'static str,
     rule_type: &'static str,
     dry_run: bool,
@@ -44,28 +62,51 @@ struct Results(Mutex<HashMap<ResultKey, u64>>);
 
 impl Collector for Results {
     fn encode(&self, mut encoder: DescriptorEncoder) -> Result<(), std::fmt::Error> {
-        let snapshot: Vec<(ResultKey, u64)> = match self.0.lock() {
-            Ok(m) => m.iter().map(|(k, v)| (k.clone(), *v)).collect(),
-            Err(p) => p.into_inner().iter().map(|(k, v)| (k.clone(), *v)).collect(),
-        };
+        let b = |x: bool| if x { "true" } else { "false" };
+        // Spell out and merge series by their label text.
+        let mut series: std::collections::BTreeMap<[String; 13], u64> = std::collections::BTreeMap::new();
+        {
+            let map = match self.0.lock() {
+                Ok(m) => m,
+                Err(p) => p.into_inner(),
+            };
+            for (k, v) in map.iter() {
+                let labels = [
+                    if k.enforce { "enforce" } else { "audit" }.to_string(),
+                    if k.namespaced { "namespaced" } else { "cluster" }.to_string(),
+                    b(k.background).to_string(),
+                    k.policy_namespace.0.to_string(),
+                    k.policy_name.0.to_string(),
+                    k.resource_kind.0.to_string(),
+                    k.resource_namespace.0.to_string(),
+                    k.operation.0.to_string(),
+                    k.rule_name.0.to_string(),
+                    k.rule_result.to_string(),
+                    k.rule_type.to_string(),
+                    "admission_request".to_string(),
+                    b(k.dry_run).to_string(),
+                ];
+                *series.entry(labels).or_insert(0) += v;
+            }
+        }
+        const NAMES: [&str; 13] = [
+            "policy_validation_mode",
+            "policy_type",
+            "policy_background_mode",
+            "policy_namespace",
+            "policy_name",
+            "resource_kind",
+            "resource_namespace",
+            "resource_request_operation",
+            "rule_name",
+            "rule_result",
+            "rule_type",
+            "rule_execution_cause",
+            "dry_run",
+        ];
         let mut family = encoder.encode_descriptor("kyverno_policy_results", "Rule results of policies applied to admission requests", None, MetricType::Counter)?;
-        for (k, v) in &snapshot {
-            let b = |x: bool| if x { "true" } else { "false" };
-            let labels: [(&str, &str); 13] = [
-                ("policy_validation_mode", if k.enforce { "enforce" } else { "audit" }),
-                ("policy_type", if k.namespaced { "namespaced" } else { "cluster" }),
-                ("policy_background_mode", b(k.background)),
-                ("policy_namespace", &k.policy_namespace),
-                ("policy_name", &k.policy_name),
-                ("resource_kind", &k.resource_kind),
-                ("resource_namespace", &k.resource_namespace),
-                ("resource_request_operation", &k.operation),
-                ("rule_name", &k.rule_name),
-                ("rule_result", k.rule_result),
-                ("rule_type", k.rule_type),
-                ("rule_execution_cause", "admission_request"),
-                ("dry_run", b(k.dry_run)),
-            ];
+        for (values, v) in &series {
+            let labels: Vec<(&str, &str)> = NAMES.iter().copied().zip(values.iter().map(String::as_str)).collect();
             ConstCounter::new(*v).encode(family.encode_family(&labels)?)?;
         }
         Ok(())
@@ -76,9 +117,9 @@ impl Collector for Results {
 #[derive(Clone, Debug, Hash, PartialEq, Eq)]
 struct TimeKey {
     namespaced: bool,
-    policy_name: Arc<str>,
-    resource_kind: Arc<str>,
-    operation: Arc<str>,
+    policy_name: Name,
+    resource_kind: Name,
+    operation: Name,
 }
 
 #[derive(Debug, Default)]
@@ -94,9 +135,9 @@ impl Collector for Times {
         for (k, h) in &snapshot {
             let labels: [(&str, &str); 5] = [
                 ("policy_type", if k.namespaced { "namespaced" } else { "cluster" }),
-                ("policy_name", &k.policy_name),
-                ("resource_kind", &k.resource_kind),
-                ("resource_request_operation", &k.operation),
+                ("policy_name", &k.policy_name.0),
+                ("resource_kind", &k.resource_kind.0),
+                ("resource_request_operation", &k.operation.0),
                 ("rule_execution_cause", "admission_request"),
             ];
             h.encode(family.encode_family(&labels)?)?;
@@ -112,6 +153,8 @@ fn duration_histogram() -> Histogram {
 
 pub struct Metrics {
     registry: Registry,
+    /// Resource kinds, namespaces and operations seen, shared so keys compare by pointer.
+    names: Mutex<HashMap<String, Arc<str>>>,
     requests: Family<AdmissionLabels, Counter>,
     review_duration: Family<AdmissionLabels, Histogram>,
     results: Arc<Results>,
@@ -129,7 +172,7 @@ impl Default for Metrics {
         registry.register("kyverno_admission_review_duration_seconds", "Time to review an admission request", review_duration.clone());
         registry.register_collector(Box::new(results.clone()));
         registry.register_collector(Box::new(policy_duration.clone()));
-        Metrics { registry, requests, review_duration, results, policy_duration }
+        Metrics { registry, names: Mutex::new(HashMap::new()), requests, review_duration, results, policy_duration }
     }
 }
 
@@ -159,10 +202,8 @@ impl Metrics {
         };
         self.requests.get_or_create(&labels).inc();
         self.review_duration.get_or_create(&labels).observe(seconds);
-        let kind: Arc<str> = Arc::from(o.kind.as_str());
-        let operation: Arc<str> = Arc::from(op.as_str());
+        let (kind, operation, ns) = (self.intern(&o.kind), self.intern(&op), self.intern(&o.namespace));
         if !o.results.is_empty() {
-            let ns: Arc<str> = Arc::from(o.namespace.as_str());
             let mut map = match self.results.0.lock() {
                 Ok(m) => m,
                 Err(p) => p.into_inner(),
@@ -172,12 +213,12 @@ impl Metrics {
                     enforce: r.enforce,
                     namespaced: r.policy.namespaced,
                     background: r.policy.background,
-                    policy_namespace: r.policy.namespace.clone(),
-                    policy_name: r.policy.name.clone(),
-                    resource_kind: kind.clone(),
-                    resource_namespace: ns.clone(),
-                    operation: operation.clone(),
-                    rule_name: r.rule.clone(),
+                    policy_namespace: Name(r.policy.namespace.clone()),
+                    policy_name: Name(r.policy.name.clone()),
+                    resource_kind: Name(kind.clone()),
+                    resource_namespace: Name(ns.clone()),
+                    operation: Name(operation.clone()),
+                    rule_name: Name(r.rule.clone()),
                     rule_result: status(r.status),
                     rule_type: rule_type(r.rule_type),
                     dry_run,
@@ -191,10 +232,24 @@ impl Metrics {
                 Err(p) => p.into_inner(),
             };
             for (m, secs) in policy_seconds {
-                let key = TimeKey { namespaced: m.namespaced, policy_name: m.name.clone(), resource_kind: kind.clone(), operation: operation.clone() };
+                let key = TimeKey { namespaced: m.namespaced, policy_name: Name(self.intern(&m.name)), resource_kind: Name(kind.clone()), operation: Name(operation.clone()) };
                 map.entry(key).or_insert_with(duration_histogram).observe(*secs);
             }
         }
+    }
+
+    /// The one shared copy of a name, so series keys compare by pointer.
+    fn intern(&self, s: &str) -> Arc<str> {
+        let mut names = match self.names.lock() {
+            Ok(m) => m,
+            Err(p) => p.into_inner(),
+        };
+        if let Some(a) = names.get(s) {
+            return a.clone();
+        }
+        let a: Arc<str> = Arc::from(s);
+        names.insert(s.to_string(), a.clone());
+        a
     }
 
     /// The Prometheus text exposition.

@@ -1,0 +1,66 @@
+//! The admission path without HTTP: parse + review + metrics for the busybox AdmissionReview,
+//! with the 17 PSS policies and with none (`../shared/bench`).
+//!
+//! Run: `cargo bench -p verno-server --bench review`
+
+use std::path::{Path, PathBuf};
+use verno_server::admission::{Filter, Hook, PolicySet, parse, review};
+use verno_server::metrics::Metrics;
+
+fn shared() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../../../shared/bench")
+}
+
+fn pss17() -> PolicySet {
+    let mut policies = Vec::new();
+    let mut files: Vec<PathBuf> = std::fs::read_dir(shared().join("policies/pss-17")).into_iter().flatten().flatten().map(|e| e.path()).collect();
+    files.sort();
+    for f in files {
+        let text = std::fs::read_to_string(&f).unwrap_or_default();
+        for doc in verno_jmespath::yaml::parse_all(&text).unwrap_or_default() {
+            if let Some(c) = serde_json::from_value(doc).ok().and_then(|p| verno_engine::compile_policy(&p).ok()) {
+                policies.push(c);
+            }
+        }
+    }
+    PolicySet::new(policies, Vec::new(), Default::default())
+}
+
+fn body() -> Vec<u8> {
+    std::fs::read(shared().join("requests/pod-busybox-create.json")).unwrap_or_default()
+}
+
+fn main() {
+    divan::main();
+}
+
+#[divan::bench(args = ["pss17", "empty"])]
+fn parse_review_metrics(bencher: divan::Bencher, set: &str) {
+    let set = if set == "pss17" { pss17() } else { PolicySet::default() };
+    let body = body();
+    let metrics = Metrics::default();
+    bencher.bench(|| {
+        let Ok(r) = parse(divan::black_box(&body)) else { return false };
+        let o = review(&set, Hook::Validate, Filter::All, &r);
+        metrics.observe("validate", &o, 0.001, false, &o.policy_seconds);
+        serde_json::to_vec(&o.review).map(|v| v.len()).unwrap_or(0) > 0
+    });
+}
+
+#[divan::bench(args = ["pss17", "empty"])]
+fn review_only(bencher: divan::Bencher, set: &str) {
+    let set = if set == "pss17" { pss17() } else { PolicySet::default() };
+    let Ok(r) = parse(&body()) else { return };
+    bencher.bench(|| review(&set, Hook::Validate, Filter::All, divan::black_box(&r)).allowed);
+}
+
+#[divan::bench(args = ["pss17", "empty"])]
+fn parse_review_serialize(bencher: divan::Bencher, set: &str) {
+    let set = if set == "pss17" { pss17() } else { PolicySet::default() };
+    let body = body();
+    bencher.bench(|| {
+        let Ok(r) = parse(divan::black_box(&body)) else { return false };
+        let o = review(&set, Hook::Validate, Filter::All, &r);
+        serde_json::to_vec(&o.review).map(|v| v.len()).unwrap_or(0) > 0
+    });
+}
