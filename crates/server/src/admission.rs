@@ -182,7 +182,15 @@ pub fn review(set: &PolicySet, hook: Hook, filter: Filter, review: &Value) -> Ou
         roles: Vec::new(),
         cluster_roles: Vec::new(),
     };
-    let ns_labels = set.namespace_labels.get(&namespace);
+    // A Namespace request carries its own labels; other namespaces come from --namespace-labels.
+    let own_labels: Option<BTreeMap<String, String>> = (kind == "Namespace").then(|| {
+        subject
+            .pointer("/metadata/labels")
+            .and_then(Value::as_object)
+            .map(|m| m.iter().filter_map(|(k, v)| v.as_str().map(|s| (k.clone(), s.to_string()))).collect())
+            .unwrap_or_default()
+    });
+    let ns_labels = own_labels.as_ref().or_else(|| set.namespace_labels.get(&namespace));
     let request = Request {
         operation: &operation,
         object: &object,
@@ -286,5 +294,27 @@ struct ServerEnv;
 impl verno_jmespath::Env for ServerEnv {
     fn now(&self) -> Option<chrono::DateTime<chrono::FixedOffset>> {
         Some(chrono::Utc::now().fixed_offset())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn yaml_scalars_are_quoted_as_yaml_v3_does() {
+        assert_eq!(yaml_scalar("require-labels"), "require-labels");
+        assert_eq!(yaml_scalar("validation error: x"), "'validation error: x'");
+        assert_eq!(yaml_scalar("label 'app': required"), "'label ''app'': required'");
+        assert_eq!(yaml_scalar("true"), "\"true\"");
+        assert_eq!(yaml_scalar("a\nb"), "\"a\\nb\"");
+        assert_eq!(yaml_scalar("-leading"), "'-leading'");
+    }
+
+    #[test]
+    fn envelope_errors_say_what_is_missing() {
+        assert_eq!(parse(b"[]").err().unwrap_or_default(), "invalid AdmissionReview: expected a JSON object");
+        assert_eq!(parse(br#"{"request": {}}"#).err().unwrap_or_default(), "invalid AdmissionReview: request.uid is missing");
+        assert!(parse(br#"{"request": {"uid": "1"}}"#).is_ok());
     }
 }
