@@ -225,3 +225,37 @@ async fn policy_changes_are_picked_up_and_a_broken_file_keeps_the_old_set() -> R
     }
     Ok(())
 }
+
+#[tokio::test]
+async fn a_replaced_certificate_is_served_to_new_connections() -> Result<(), String> {
+    let h = Harness::start(&[("require-team.yaml", REQUIRE_TEAM)]).await?;
+    let (code, _) = h.post("/validate", &review(json!({"team": "a"}))).await?;
+    assert_eq!(code, 200);
+    // A second CA and serving pair, copied over the files being served.
+    let other = tempfile::tempdir().map_err(|e| e.to_string())?;
+    let new_ca = verno_server::tls::ensure_dir(other.path(), &["localhost".to_string()])?;
+    let served = h._tmp.path().join("tls");
+    for f in ["tls.crt", "tls.key"] {
+        std::fs::copy(other.path().join(f), served.join(f)).map_err(|e| e.to_string())?;
+    }
+    let port = h.running.as_ref().map(|r| r.addr.port()).unwrap_or(0);
+    let mut switched = false;
+    for _ in 0..50 {
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        // A fresh client trusting only the new CA: it succeeds once the new pair is served.
+        let fresh = client(&new_ca)?;
+        if fresh.get(format!("https://localhost:{port}/health/readiness")).send().await.is_ok() {
+            switched = true;
+            break;
+        }
+    }
+    assert!(switched, "the new certificate was not served");
+    // New connections trusting only the old CA now fail.
+    let old_ca = h._tmp.path().join("tls/ca.crt");
+    let old = client(&old_ca)?;
+    assert!(old.get(format!("https://localhost:{port}/health/readiness")).send().await.is_err());
+    if let Some(r) = h.running {
+        r.shutdown(Duration::from_secs(1)).await;
+    }
+    Ok(())
+}
