@@ -118,6 +118,31 @@ enum Shift {
     JobTemplate,
 }
 
+/// `object.spec…` / `object.metadata…` (not `request.object`) moved under the pod template.
+fn shift_cel(v: &Value, shift: Shift) -> Option<Value> {
+    static TEMPLATE: std::sync::OnceLock<Option<regex::Regex>> = std::sync::OnceLock::new();
+    static JOB: std::sync::OnceLock<Option<regex::Regex>> = std::sync::OnceLock::new();
+    let text = serde_json::to_string(v).ok()?;
+    let out = match shift {
+        Shift::Template => {
+            let re = TEMPLATE.get_or_init(|| regex::Regex::new(r"(^|[^.\w])(object|oldObject)\.(spec|metadata)\b").ok()).as_ref()?;
+            re.replace_all(&text, |c: &regex::Captures| {
+                let field = c.get(3).map(|m| m.as_str()).unwrap_or("");
+                format!("{}{}.spec.template.{field}", c.get(1).map(|m| m.as_str()).unwrap_or(""), c.get(2).map(|m| m.as_str()).unwrap_or(""))
+            })
+            .into_owned()
+        }
+        Shift::JobTemplate => {
+            let re = JOB.get_or_init(|| regex::Regex::new(r"(^|[^.\w])(object|oldObject)\.spec\.template\b").ok()).as_ref()?;
+            re.replace_all(&text, |c: &regex::Captures| {
+                format!("{}{}.spec.jobTemplate.spec.template", c.get(1).map(|m| m.as_str()).unwrap_or(""), c.get(2).map(|m| m.as_str()).unwrap_or(""))
+            })
+            .into_owned()
+        }
+    };
+    serde_json::from_str(&out).ok()
+}
+
 fn derive(rule: &Rule, name: &str, kinds: &[String], shift: Shift) -> Option<Rule> {
     let mut v = serde_json::to_value(rule).ok()?;
     // Rewrite variable paths over the whole rule text.
@@ -134,6 +159,13 @@ fn derive(rule: &Rule, name: &str, kinds: &[String], shift: Shift) -> Option<Rul
     };
     v = serde_json::from_str(&text).ok()?;
     let obj = v.as_object_mut()?;
+    // CEL reads `object` / `oldObject` directly: shift those paths inside CEL parts only.
+    if let Some(cel) = obj.get_mut("validate").and_then(|x| x.get_mut("cel")) {
+        *cel = shift_cel(cel, shift)?;
+    }
+    if let Some(pre) = obj.get_mut("celPreconditions") {
+        *pre = shift_cel(pre, shift)?;
+    }
     obj.insert("name".into(), Value::String(truncate(name.to_string())));
     if let Some(m) = obj.get_mut("match") {
         rewrite_kinds(m, kinds, false);

@@ -283,6 +283,16 @@ fn evaluate_rule(
         if let Err(e) = load_context(&rule.context, ctx, data, &provided, policy, &mut saved) {
             return Some(RuleResponse::new(&rule.name, rt, Status::Error, format!("failed to load context: {e}")));
         }
+        if !rule.cel_preconditions.is_empty() {
+            let vars = cel_vars(ctx);
+            for (name, e) in &rule.cel_preconditions {
+                match e.eval_bool(&vars) {
+                    Ok(true) => {}
+                    Ok(false) => return Some(RuleResponse::new(&rule.name, rt, Status::Skip, format!("cel preconditions not met: {name}"))),
+                    Err(err) => return Some(RuleResponse::new(&rule.name, rt, Status::Error, format!("failed to evaluate cel preconditions: {name}: {err}"))),
+                }
+            }
+        }
         if let Some(pre) = &rule.preconditions {
             match pre.evaluate(ctx) {
                 Err(e) => return Some(RuleResponse::new(&rule.name, rt, Status::Error, format!("failed to evaluate preconditions: {e}"))),
@@ -471,6 +481,19 @@ pub(crate) fn load_context(
     Ok(())
 }
 
+/// The variables Kubernetes CEL expressions read: `object`, `oldObject`, `request`, and
+/// (unavailable offline, so null) `namespaceObject` and `params`.
+fn cel_vars(ctx: &Context) -> verno_cel::Vars {
+    let req = ctx.root().get("request").cloned().unwrap_or(Value::Null);
+    let mut vars = verno_cel::Vars::default();
+    vars.set("object", req.get("object").unwrap_or(&Value::Null));
+    vars.set("oldObject", req.get("oldObject").unwrap_or(&Value::Null));
+    vars.set("request", &req);
+    vars.set("namespaceObject", &Value::Null);
+    vars.set("params", &Value::Null);
+    vars
+}
+
 struct ValidateCtx<'a> {
     rule: &'a str,
     v: &'a CompiledValidation,
@@ -598,6 +621,33 @@ impl ValidateCtx<'_> {
                     _ => format!("validation error: {joined}"),
                 };
                 Some(self.resp(Status::Fail, msg))
+            }
+            Check::Cel(c) => {
+                let mut vars = cel_vars(ctx);
+                for (name, e) in &c.variables {
+                    match e.eval(&vars) {
+                        Ok(v) => vars.set_variable(name, &v),
+                        Err(err) => return Some(self.resp(Status::Error, format!("failed to evaluate variable {name}: {err}"))),
+                    }
+                }
+                for x in &c.expressions {
+                    match x.expr.eval_bool(&vars) {
+                        Ok(true) => {}
+                        Ok(false) => {
+                            let msg = match (&x.message_expression, &x.message) {
+                                (Some(me), _) => match me.eval(&vars) {
+                                    Ok(Value::String(s)) if !s.is_empty() => s,
+                                    _ => x.message.clone().unwrap_or_else(|| format!("failed expression: {}", x.expr.source())),
+                                },
+                                (None, Some(m)) => m.clone(),
+                                (None, None) => format!("failed expression: {}", x.expr.source()),
+                            };
+                            return Some(self.resp(Status::Fail, msg));
+                        }
+                        Err(err) => return Some(self.resp(Status::Error, format!("expression {:?} failed: {err}", x.expr.source()))),
+                    }
+                }
+                Some(self.resp(Status::Pass, ""))
             }
             Check::PodSecurity(pss) => {
                 if delete {

@@ -88,6 +88,7 @@ pub struct CompiledRule {
     pub exclude: Option<Matcher>,
     pub context: Vec<CompiledContextEntry>,
     pub preconditions: Option<CompiledConditions>,
+    pub cel_preconditions: Vec<(String, verno_cel::Expr)>,
     pub body: RuleBody,
 }
 
@@ -118,8 +119,60 @@ pub enum Check {
     Deny(CompiledConditions),
     Foreach(Vec<CompiledForeach>),
     PodSecurity(crate::pss::PodSecurityCheck),
+    Cel(Box<CompiledCel>),
     Unsupported(&'static str),
     Nothing,
+}
+
+/// `validate.cel`: Kubernetes-style variables and expressions, compiled once.
+#[derive(Debug, Clone)]
+pub struct CompiledCel {
+    pub variables: Vec<(String, verno_cel::Expr)>,
+    pub expressions: Vec<CelValidation>,
+    /// `paramKind` / `paramRef` are set: params come from the caller (none yet offline).
+    pub uses_params: bool,
+}
+
+#[derive(Debug, Clone)]
+pub struct CelValidation {
+    pub expr: verno_cel::Expr,
+    pub message: Option<String>,
+    pub message_expression: Option<verno_cel::Expr>,
+}
+
+fn cel_expr(v: Option<&Value>, path: &str) -> Result<verno_cel::Expr, CompileError> {
+    let src = v.and_then(Value::as_str).ok_or_else(|| CompileError::new(path, "an expression (string) is required"))?;
+    verno_cel::Expr::compile(src).map_err(|e| CompileError::new(path, e))
+}
+
+fn compile_cel(c: &Value, path: &str) -> Result<Check, CompileError> {
+    let mut variables = Vec::new();
+    for (i, v) in c.get("variables").and_then(Value::as_array).into_iter().flatten().enumerate() {
+        let p = format!("{path}.variables[{i}]");
+        let name = v.get("name").and_then(Value::as_str).ok_or_else(|| CompileError::new(format!("{p}.name"), "a variable needs a name"))?;
+        variables.push((name.to_string(), cel_expr(v.get("expression"), &format!("{p}.expression"))?));
+    }
+    let mut expressions = Vec::new();
+    for (i, e) in c.get("expressions").and_then(Value::as_array).into_iter().flatten().enumerate() {
+        let p = format!("{path}.expressions[{i}]");
+        expressions.push(CelValidation {
+            expr: cel_expr(e.get("expression"), &format!("{p}.expression"))?,
+            message: e.get("message").and_then(Value::as_str).map(str::to_string),
+            message_expression: e.get("messageExpression").map(|m| cel_expr(Some(m), &format!("{p}.messageExpression"))).transpose()?,
+        });
+    }
+    Ok(Check::Cel(Box::new(CompiledCel { variables, expressions, uses_params: c.get("paramKind").is_some() || c.get("paramRef").is_some() })))
+}
+
+/// Rule-level `celPreconditions` (match conditions): all must hold.
+pub fn compile_cel_preconditions(list: &[Value], path: &str) -> Result<Vec<(String, verno_cel::Expr)>, CompileError> {
+    list.iter()
+        .enumerate()
+        .map(|(i, c)| {
+            let p = format!("{path}[{i}]");
+            Ok((c.get("name").and_then(Value::as_str).unwrap_or_default().to_string(), cel_expr(c.get("expression"), &format!("{p}.expression"))?))
+        })
+        .collect()
 }
 
 #[derive(Debug, Clone)]
@@ -285,8 +338,8 @@ fn compile_foreach(fs: &[ForEachValidation], path: &str) -> Result<Vec<CompiledF
 fn compile_validation(v: &Validation, path: &str) -> Result<CompiledValidation, CompileError> {
     let check = if let Some(ps) = &v.pod_security {
         Check::PodSecurity(crate::pss::PodSecurityCheck::compile(ps, &format!("{path}.podSecurity"))?)
-    } else if v.cel.is_some() {
-        Check::Unsupported("validate.cel rules are not supported by this build of verno yet")
+    } else if let Some(c) = &v.cel {
+        compile_cel(c, &format!("{path}.cel"))?
     } else if v.manifests.is_some() {
         Check::Unsupported("validate.manifests (signed manifests) is not supported by this build of verno yet")
     } else {
@@ -335,6 +388,7 @@ fn compile_rule(r: &Rule, path: &str, autogen_of: Option<String>) -> Result<Comp
         exclude: r.exclude.as_ref().map(|e| Matcher::compile(e, &format!("{path}.exclude"))).transpose()?,
         context: compile_context(&r.context, &format!("{path}.context"))?,
         preconditions: r.preconditions.as_ref().map(|c| CompiledConditions::compile(c, &format!("{path}.preconditions"))).transpose()?,
+        cel_preconditions: compile_cel_preconditions(&r.cel_preconditions, &format!("{path}.celPreconditions"))?,
         body,
     })
 }

@@ -1,0 +1,204 @@
+//! CEL expressions for Verno, on the `cel` crate (0.15, with optional syntax `?.`/`orValue`).
+//!
+//! Kubernetes' conventions are applied here: JSON numbers become signed `int` when they are
+//! integral (so `replicas + 1` works), the strings, lists, math and encoders extensions are on,
+//! and results convert back to JSON. Programs compile once; evaluation is pure.
+
+use cel::objects::{Key, Map};
+use cel::{Context, Env, Program, Value};
+use std::collections::HashMap;
+use std::sync::{Arc, OnceLock};
+
+/// The shared environment: standard library, optional syntax and the extensions.
+fn env() -> Option<&'static Arc<Env>> {
+    static ENV: OnceLock<Option<Arc<Env>>> = OnceLock::new();
+    ENV.get_or_init(|| {
+        let mut env = Env::stdlib().with_optional_support(true);
+        env.add_extension(cel::extensions::strings).ok()?;
+        env.add_extension(cel::extensions::lists).ok()?;
+        env.add_extension(cel::extensions::math).ok()?;
+        env.add_extension(cel::extensions::encoders).ok()?;
+        Some(Arc::new(env))
+    })
+    .as_ref()
+}
+
+/// A compiled CEL expression with its source (for messages).
+#[derive(Clone)]
+pub struct Expr {
+    program: Arc<Program>,
+    source: String,
+}
+
+impl std::fmt::Debug for Expr {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "Expr({:?})", self.source)
+    }
+}
+
+impl Expr {
+    pub fn compile(source: &str) -> Result<Expr, String> {
+        let env = env().ok_or("the CEL environment could not be built")?;
+        let program = env.compile(source).map_err(|e| format!("compilation failed: {e}"))?;
+        Ok(Expr { program: Arc::new(program), source: source.to_string() })
+    }
+
+    pub fn source(&self) -> &str {
+        &self.source
+    }
+
+    /// Evaluates with the given variables (JSON values), returning JSON.
+    pub fn eval(&self, vars: &Vars) -> Result<serde_json::Value, String> {
+        let v = self.eval_cel(vars)?;
+        to_json(&v)
+    }
+
+    fn eval_cel(&self, vars: &Vars) -> Result<Value, String> {
+        let env = env().ok_or("the CEL environment could not be built")?;
+        let mut ctx = Context::with_env(env.clone());
+        for (k, v) in &vars.0 {
+            ctx.add_variable_from_value(k.clone(), v.clone());
+        }
+        self.program.execute(&ctx).map_err(|e| e.to_string())
+    }
+
+    /// Evaluates to a boolean; any other result is an error naming its type.
+    pub fn eval_bool(&self, vars: &Vars) -> Result<bool, String> {
+        match self.eval_cel(vars)? {
+            Value::Bool(b) => Ok(b),
+            other => Err(format!("expression must return a boolean, got {}", type_name(&other))),
+        }
+    }
+}
+
+/// Variables for an evaluation, converted once.
+#[derive(Default, Clone)]
+pub struct Vars(Vec<(String, Value)>);
+
+impl Vars {
+    pub fn set(&mut self, name: &str, v: &serde_json::Value) {
+        self.set_cel(name, from_json(v));
+    }
+
+    fn set_cel(&mut self, name: &str, v: Value) {
+        match self.0.iter_mut().find(|(k, _)| k == name) {
+            Some(slot) => slot.1 = v,
+            None => self.0.push((name.to_string(), v)),
+        }
+    }
+
+    /// Sets `variables.<name>` (Kubernetes' composition variables).
+    pub fn set_variable(&mut self, name: &str, v: &serde_json::Value) {
+        let value = from_json(v);
+        let mut map: HashMap<Key, Value> = match self.0.iter().find(|(k, _)| k == "variables") {
+            Some((_, Value::Map(m))) => m.map.as_ref().clone(),
+            _ => HashMap::new(),
+        };
+        map.insert(Key::String(Arc::new(name.to_string())), value);
+        self.set_cel("variables", Value::Map(Map { map: Arc::new(map) }));
+    }
+}
+
+fn type_name(v: &Value) -> &'static str {
+    match v {
+        Value::List(_) => "list",
+        Value::Map(_) => "map",
+        Value::Function(..) => "function",
+        Value::Int(_) => "int",
+        Value::UInt(_) => "uint",
+        Value::Float(_) => "double",
+        Value::String(_) => "string",
+        Value::Bytes(_) => "bytes",
+        Value::Bool(_) => "bool",
+        Value::Duration(_) => "duration",
+        Value::Timestamp(_) => "timestamp",
+        Value::Null => "null",
+        _ => "object",
+    }
+}
+
+/// JSON → CEL with Kubernetes' number rule: integral numbers are `int`.
+pub fn from_json(v: &serde_json::Value) -> Value {
+    match v {
+        serde_json::Value::Null => Value::Null,
+        serde_json::Value::Bool(b) => Value::Bool(*b),
+        serde_json::Value::Number(n) => match n.as_i64() {
+            Some(i) => Value::Int(i),
+            None => match n.as_u64() {
+                Some(u) => Value::UInt(u),
+                None => Value::Float(n.as_f64().unwrap_or(0.0)),
+            },
+        },
+        serde_json::Value::String(s) => Value::String(Arc::new(s.clone())),
+        serde_json::Value::Array(a) => Value::List(Arc::new(a.iter().map(from_json).collect())),
+        serde_json::Value::Object(m) => {
+            let map: HashMap<Key, Value> = m.iter().map(|(k, v)| (Key::String(Arc::new(k.clone())), from_json(v))).collect();
+            Value::Map(Map { map: Arc::new(map) })
+        }
+    }
+}
+
+/// CEL → JSON (durations as Go-style strings, timestamps as RFC 3339, bytes as base64 is not
+/// needed by any caller yet and is an error).
+pub fn to_json(v: &Value) -> Result<serde_json::Value, String> {
+    Ok(match v {
+        Value::Null => serde_json::Value::Null,
+        Value::Bool(b) => serde_json::Value::Bool(*b),
+        Value::Int(i) => serde_json::Value::from(*i),
+        Value::UInt(u) => serde_json::Value::from(*u),
+        Value::Float(f) => serde_json::Number::from_f64(*f).map(serde_json::Value::Number).unwrap_or(serde_json::Value::Null),
+        Value::String(s) => serde_json::Value::String(s.to_string()),
+        Value::List(l) => serde_json::Value::Array(l.iter().map(to_json).collect::<Result<_, _>>()?),
+        Value::Map(m) => {
+            let mut out = serde_json::Map::new();
+            for (k, x) in m.map.iter() {
+                let key = match k {
+                    Key::String(s) => s.to_string(),
+                    Key::Int(i) => i.to_string(),
+                    Key::Uint(u) => u.to_string(),
+                    Key::Bool(b) => b.to_string(),
+                };
+                out.insert(key, to_json(x)?);
+            }
+            serde_json::Value::Object(out)
+        }
+        Value::Duration(d) => serde_json::Value::String(format!("{}s", d.num_milliseconds() as f64 / 1000.0)),
+        Value::Timestamp(t) => serde_json::Value::String(t.to_rfc3339()),
+        other => return Err(format!("a CEL {} has no JSON form", type_name(other))),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn vars(object: serde_json::Value) -> Vars {
+        let mut v = Vars::default();
+        v.set("object", &object);
+        v
+    }
+
+    #[test]
+    fn kubernetes_style_expressions() {
+        let pod = json!({"spec": {"replicas": 2, "containers": [{"name": "a", "image": "nginx:latest"}, {"name": "b", "image": "redis:7"}]}});
+        let v = vars(pod);
+        let t = |s: &str| Expr::compile(s).and_then(|e| e.eval_bool(&v));
+        assert_eq!(t("object.spec.replicas + 1 == 3"), Ok(true));
+        assert_eq!(t("object.spec.containers.all(c, c.image.contains(':'))"), Ok(true));
+        assert_eq!(t("object.spec.containers.exists(c, c.image.endsWith(':latest'))"), Ok(true));
+        assert_eq!(t("has(object.spec.hostNetwork)"), Ok(false));
+        assert_eq!(t("object.spec.?hostNetwork.orValue(false) == false"), Ok(true));
+        assert_eq!(t("'a,b'.split(',').size() == 2"), Ok(true));
+        assert_eq!(t("object.spec.containers.map(c, c.name).filter(n, n.startsWith('a')) == ['a']"), Ok(true));
+        assert!(t("object.spec.replicas").is_err());
+        assert!(Expr::compile("object.spec.(").is_err());
+    }
+
+    #[test]
+    fn composition_variables() {
+        let mut v = vars(json!({"metadata": {"name": "x"}}));
+        v.set_variable("name", &json!("x"));
+        assert_eq!(Expr::compile("variables.name == object.metadata.name").and_then(|e| e.eval_bool(&v)), Ok(true));
+    }
+}
