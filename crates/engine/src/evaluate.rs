@@ -624,10 +624,11 @@ impl ValidateCtx<'_> {
             }
             Check::Cel(c) => {
                 let mut vars = cel_vars(ctx);
+                // Variables are lazy in Kubernetes: one that fails only matters where it is used,
+                // so it is left unset and the expressions reading it fail.
                 for (name, e) in &c.variables {
-                    match e.eval(&vars) {
-                        Ok(v) => vars.set_variable(name, &v),
-                        Err(err) => return Some(self.resp(Status::Error, format!("failed to evaluate variable {name}: {err}"))),
+                    if let Ok(v) = e.eval(&vars) {
+                        vars.set_variable(name, &v);
                     }
                 }
                 for x in &c.expressions {
@@ -644,7 +645,9 @@ impl ValidateCtx<'_> {
                             };
                             return Some(self.resp(Status::Fail, msg));
                         }
-                        Err(err) => return Some(self.resp(Status::Error, format!("expression {:?} failed: {err}", x.expr.source()))),
+                        // As with ValidatingAdmissionPolicy, an expression that cannot be
+                        // evaluated fails the validation.
+                        Err(err) => return Some(self.resp(Status::Fail, format!("expression '{}' resulted in error: {err}", x.expr.source()))),
                     }
                 }
                 Some(self.resp(Status::Pass, ""))
