@@ -60,16 +60,7 @@ impl CliData {
     }
 }
 
-fn plural(kind: &str) -> String {
-    let k = kind.to_lowercase();
-    if k.ends_with('s') || k.ends_with("sh") || k.ends_with("ch") || k.ends_with('x') {
-        format!("{k}es")
-    } else if k.ends_with('y') && !k.ends_with("ey") {
-        format!("{}ies", &k[..k.len() - 1])
-    } else {
-        format!("{k}s")
-    }
-}
+use verno_engine::matching::plural;
 
 impl Data for CliData {
     fn rule_values(&self, policy: &str, rule: &str) -> Vec<(String, Value)> {
@@ -148,6 +139,18 @@ impl Data for CliData {
             },
             None => Loaded::Value(json!({"apiVersion": api_version, "kind": "List", "items": items, "metadata": {}})),
         }
+    }
+
+    fn namespace_object(&self, name: &str) -> Option<Value> {
+        let by_name = |o: &&Value| crate::load::kind(o) == "Namespace" && o.pointer("/metadata/name").and_then(Value::as_str) == Some(name);
+        if let Some(n) = self.values.namespaces.iter().find(by_name) {
+            return Some(n.clone());
+        }
+        if let Some(n) = self.cluster.iter().flatten().find(by_name) {
+            return Some(n.clone());
+        }
+        // A namespace known only by its labels (`namespaceSelector` values).
+        self.namespace_labels(name).map(|labels| json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name, "labels": labels}}))
     }
 
     fn resource(&self, api_version: &str, kind: &str, namespace: &str, name: &str) -> Option<Value> {

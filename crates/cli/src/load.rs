@@ -83,6 +83,11 @@ pub fn is_kyverno_policy(v: &Value) -> bool {
     matches!(kind(v), "ClusterPolicy" | "Policy") && api_version(v).starts_with("kyverno.io/")
 }
 
+/// `policies.kyverno.io` ValidatingPolicy / NamespacedValidatingPolicy.
+pub fn is_validating_policy(v: &Value) -> bool {
+    matches!(kind(v), "ValidatingPolicy" | "NamespacedValidatingPolicy") && api_version(v).starts_with("policies.kyverno.io/")
+}
+
 pub fn is_kyverno_exception(v: &Value) -> bool {
     kind(v) == "PolicyException" && api_version(v).starts_with("kyverno.io/")
 }
@@ -141,6 +146,15 @@ pub fn load_policies(docs: Vec<Doc>) -> LoadedPolicies {
                 Err(e) => {
                     eprintln!("Error: {}: policy {key}: {e}", d.file.display());
                     out.invalid.insert(key, e.to_string());
+                }
+            }
+        } else if is_validating_policy(&d.value) {
+            let name = d.value.pointer("/metadata/name").and_then(Value::as_str).unwrap_or("").to_string();
+            match verno_engine::vpol::compile_validating_policy(&d.value) {
+                Ok(c) => out.compiled.push(c),
+                Err(e) => {
+                    eprintln!("Error: {}: policy {name}: {e}", d.file.display());
+                    out.invalid.insert(name, e.to_string());
                 }
             }
         } else if is_unsupported_policy(&d.value) {

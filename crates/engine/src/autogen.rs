@@ -113,13 +113,13 @@ pub fn rules(policy: &ClusterPolicy) -> Vec<Rule> {
 }
 
 #[derive(Clone, Copy)]
-enum Shift {
+pub(crate) enum Shift {
     Template,
     JobTemplate,
 }
 
 /// `object.spec…` / `object.metadata…` (not `request.object`) moved under the pod template.
-fn shift_cel(v: &Value, shift: Shift) -> Option<Value> {
+pub(crate) fn shift_cel(v: &Value, shift: Shift) -> Option<Value> {
     static TEMPLATE: std::sync::OnceLock<Option<regex::Regex>> = std::sync::OnceLock::new();
     static JOB: std::sync::OnceLock<Option<regex::Regex>> = std::sync::OnceLock::new();
     let text = serde_json::to_string(v).ok()?;

@@ -41,6 +41,10 @@ pub trait Data: Sync {
     fn global_reference(&self, _name: &str) -> Loaded {
         Loaded::Unavailable
     }
+    /// The Namespace object CEL policies see as `namespaceObject`.
+    fn namespace_object(&self, _name: &str) -> Option<Value> {
+        None
+    }
     /// One object from the cluster (clone sources).
     fn resource(&self, _api_version: &str, _kind: &str, _namespace: &str, _name: &str) -> Option<Value> {
         None
@@ -205,7 +209,7 @@ pub fn evaluate_phase(
         namespace_labels: req.namespace_labels,
         user: req.user,
     };
-    if policy.kind == "Policy" {
+    if policy.kind == "Policy" || policy.kind.starts_with("Namespaced") {
         let pns = policy.namespace.as_deref().unwrap_or("default");
         if namespace.is_empty() || namespace != pns {
             resp.not_applied.push(NotApplied { rule: String::new(), reason: format!("namespaced policy {pns}/{} does not apply to namespace {namespace:?}", policy.name) });
@@ -284,7 +288,7 @@ fn evaluate_rule(
             return Some(RuleResponse::new(&rule.name, rt, Status::Error, format!("failed to load context: {e}")));
         }
         if !rule.cel_preconditions.is_empty() {
-            let vars = cel_vars(ctx);
+            let vars = cel_vars(ctx, data);
             for (name, e) in &rule.cel_preconditions {
                 match e.eval_bool(&vars) {
                     Ok(true) => {}
@@ -483,13 +487,15 @@ pub(crate) fn load_context(
 
 /// The variables Kubernetes CEL expressions read: `object`, `oldObject`, `request`, and
 /// (unavailable offline, so null) `namespaceObject` and `params`.
-fn cel_vars(ctx: &Context) -> verno_cel::Vars {
+fn cel_vars(ctx: &Context, data: &dyn Data) -> verno_cel::Vars {
     let req = ctx.root().get("request").cloned().unwrap_or(Value::Null);
     let mut vars = verno_cel::Vars::default();
     vars.set("object", req.get("object").unwrap_or(&Value::Null));
     vars.set("oldObject", req.get("oldObject").unwrap_or(&Value::Null));
+    let ns = req.get("namespace").and_then(Value::as_str).unwrap_or("");
+    let ns_obj = if ns.is_empty() { None } else { data.namespace_object(ns) };
     vars.set("request", &req);
-    vars.set("namespaceObject", &Value::Null);
+    vars.set("namespaceObject", ns_obj.as_ref().unwrap_or(&Value::Null));
     vars.set("params", &Value::Null);
     vars
 }
@@ -623,7 +629,7 @@ impl ValidateCtx<'_> {
                 Some(self.resp(Status::Fail, msg))
             }
             Check::Cel(c) => {
-                let mut vars = cel_vars(ctx);
+                let mut vars = cel_vars(ctx, self.data);
                 // Variables are lazy in Kubernetes: one that fails only matters where it is used,
                 // so it is left unset and the expressions reading it fail.
                 for (name, e) in &c.variables {

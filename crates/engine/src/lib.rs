@@ -23,6 +23,7 @@ pub mod policy;
 pub mod pss;
 pub mod smp;
 pub mod template;
+pub mod vpol;
 
 pub use context::Context;
 pub use error::{CompileError, EvalError};

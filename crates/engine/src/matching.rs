@@ -124,6 +124,53 @@ struct Filter {
 enum Mode {
     Any(Vec<Filter>),
     All(Vec<Filter>),
+    /// Kubernetes `MatchResources` (CEL policy kinds): resource rules and selectors.
+    Constraints(Box<Constraints>),
+}
+
+/// One Kubernetes `resourceRules` / `excludeResourceRules` entry.
+#[derive(Debug, Clone, Default)]
+pub struct ResourceRule {
+    pub api_groups: Vec<String>,
+    pub api_versions: Vec<String>,
+    /// Plural resource names, optionally `resource/subresource`, or `*`.
+    pub resources: Vec<String>,
+    pub operations: Vec<String>,
+    pub resource_names: Vec<String>,
+}
+
+impl ResourceRule {
+    fn matches(&self, i: &MatchInput) -> bool {
+        let any = |list: &[String], v: &str| list.iter().any(|x| x == "*" || x == v);
+        let plural = plural(i.kind);
+        let res = if i.subresource.is_empty() { plural.clone() } else { format!("{plural}/{}", i.subresource) };
+        any(&self.api_groups, i.group)
+            && any(&self.api_versions, i.version)
+            && self.resources.iter().any(|r| r == "*" || *r == res || (r.ends_with("/*") && !i.subresource.is_empty() && r.trim_end_matches("/*") == plural) || r == "*/*")
+            && (self.operations.is_empty() || any(&self.operations, i.operation))
+            && (self.resource_names.is_empty() || self.resource_names.iter().any(|n| n == i.name))
+    }
+}
+
+/// Kubernetes `matchConstraints`.
+#[derive(Debug, Clone, Default)]
+pub struct Constraints {
+    pub rules: Vec<ResourceRule>,
+    pub exclude: Vec<ResourceRule>,
+    pub namespace_selector: Option<LabelSelector>,
+    pub object_selector: Option<LabelSelector>,
+}
+
+/// The plural resource name Kubernetes uses for a kind (`NetworkPolicy` → `networkpolicies`).
+pub fn plural(kind: &str) -> String {
+    let k = kind.to_lowercase();
+    if k.ends_with('s') || k.ends_with("sh") || k.ends_with("ch") || k.ends_with('x') {
+        format!("{k}es")
+    } else if k.ends_with('y') && !k.ends_with("ey") {
+        format!("{}ies", &k[..k.len() - 1])
+    } else {
+        format!("{k}s")
+    }
 }
 
 /// A compiled `match` or `exclude` block.
@@ -161,6 +208,11 @@ fn compile_filter(f: &ResourceFilter, path: &str) -> Result<Filter, CompileError
 }
 
 impl Matcher {
+    /// A matcher for Kubernetes `MatchResources`.
+    pub fn constraints(c: Constraints) -> Matcher {
+        Matcher { mode: Mode::Constraints(Box::new(c)) }
+    }
+
     pub fn compile(m: &MatchResources, path: &str) -> Result<Matcher, CompileError> {
         if m.any.is_some() && m.all.is_some() {
             return Err(CompileError::new(path, "can't specify any and all together"));
@@ -190,6 +242,7 @@ impl Matcher {
     pub fn is_empty(&self) -> bool {
         match &self.mode {
             Mode::Any(v) | Mode::All(v) => v.iter().all(|f| f.is_empty()),
+            Mode::Constraints(c) => c.rules.is_empty(),
         }
     }
 
@@ -212,6 +265,30 @@ impl Matcher {
                 }
                 if fs.is_empty() { Err("no resource filters".into()) } else { Ok(()) }
             }
+            Mode::Constraints(c) => {
+                if !c.rules.iter().any(|r| r.matches(input)) {
+                    return Err("no resourceRules entry matches".into());
+                }
+                if c.exclude.iter().any(|r| r.matches(input)) {
+                    return Err("excluded by excludeResourceRules".into());
+                }
+                if let Some(sel) = &c.object_selector {
+                    let labels: BTreeMap<String, String> =
+                        input.labels.map(|m| m.iter().map(|(k, v)| (k.clone(), v.as_str().unwrap_or_default().to_string())).collect()).unwrap_or_default();
+                    if !selector_matches(sel, &labels, false) {
+                        return Err("objectSelector does not match".into());
+                    }
+                }
+                if let Some(sel) = &c.namespace_selector {
+                    if !input.namespace.is_empty() {
+                        let empty = BTreeMap::new();
+                        if !selector_matches(sel, input.namespace_labels.unwrap_or(&empty), false) {
+                            return Err("namespaceSelector does not match".into());
+                        }
+                    }
+                }
+                Ok(())
+            }
         }
     }
 
@@ -220,6 +297,7 @@ impl Matcher {
         match &self.mode {
             Mode::Any(fs) => fs.iter().any(|f| !f.is_empty() && f.matches(input, true).is_ok()),
             Mode::All(fs) => !fs.is_empty() && fs.iter().all(|f| f.matches(input, true).is_ok()),
+            Mode::Constraints(_) => false,
         }
     }
 }

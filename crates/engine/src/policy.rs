@@ -145,7 +145,7 @@ fn cel_expr(v: Option<&Value>, path: &str) -> Result<verno_cel::Expr, CompileErr
     verno_cel::Expr::compile(src).map_err(|e| CompileError::new(path, e))
 }
 
-fn compile_cel(c: &Value, path: &str) -> Result<Check, CompileError> {
+pub(crate) fn compile_cel(c: &Value, path: &str) -> Result<Check, CompileError> {
     let mut variables = Vec::new();
     for (i, v) in c.get("variables").and_then(Value::as_array).into_iter().flatten().enumerate() {
         let p = format!("{path}.variables[{i}]");

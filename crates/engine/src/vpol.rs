@@ -1,0 +1,158 @@
+//! `policies.kyverno.io` ValidatingPolicy / NamespacedValidatingPolicy, compiled into the same
+//! [`CompiledPolicy`] as ClusterPolicies: one CEL rule (named `""`, as the CLI reports it) whose
+//! match is the policy's Kubernetes `matchConstraints`, with `matchConditions` as CEL
+//! preconditions, plus autogen rules for Pod controllers.
+
+use crate::autogen::{Shift, shift_cel};
+use crate::error::CompileError;
+use crate::matching::{Constraints, Matcher, ResourceRule};
+use crate::policy::{Action, CompiledPolicy, CompiledRule, CompiledValidation, RuleBody, compile_cel, compile_cel_preconditions};
+use serde_json::{Value, json};
+use verno_api::LabelSelector;
+
+fn strings(v: Option<&Value>) -> Vec<String> {
+    v.and_then(Value::as_array).map(|a| a.iter().filter_map(Value::as_str).map(str::to_string).collect()).unwrap_or_default()
+}
+
+fn rules(v: Option<&Value>) -> Vec<ResourceRule> {
+    v.and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+        .map(|r| ResourceRule {
+            api_groups: strings(r.get("apiGroups")),
+            api_versions: strings(r.get("apiVersions")),
+            resources: strings(r.get("resources")),
+            operations: strings(r.get("operations")),
+            resource_names: strings(r.get("resourceNames")),
+        })
+        .collect()
+}
+
+fn selector(v: Option<&Value>, path: &str) -> Result<Option<LabelSelector>, CompileError> {
+    match v {
+        None | Some(Value::Null) => Ok(None),
+        Some(s) => serde_json::from_value(s.clone()).map(Some).map_err(|e| CompileError::new(path, format!("invalid label selector: {e}"))),
+    }
+}
+
+fn constraints(mc: &Value) -> Result<Constraints, CompileError> {
+    Ok(Constraints {
+        rules: rules(mc.get("resourceRules")),
+        exclude: rules(mc.get("excludeResourceRules")),
+        namespace_selector: selector(mc.get("namespaceSelector"), "spec.matchConstraints.namespaceSelector")?,
+        object_selector: selector(mc.get("objectSelector"), "spec.matchConstraints.objectSelector")?,
+    })
+}
+
+/// The controllers autogen covers, or none when the policy does not match bare Pods or turns
+/// autogen off (`autogen.podControllers.controllers: []`).
+fn controllers(spec: &Value, c: &Constraints) -> Vec<&'static str> {
+    let pods = c.rules.iter().any(|r| r.resources.iter().any(|x| x == "pods") && (r.api_groups.iter().any(|g| g.is_empty() || g == "*")));
+    if !pods {
+        return Vec::new();
+    }
+    match spec.pointer("/autogen/podControllers/controllers").and_then(Value::as_array) {
+        Some(list) => {
+            let names: Vec<String> = list.iter().filter_map(Value::as_str).map(str::to_lowercase).collect();
+            ["deployments", "replicasets", "statefulsets", "daemonsets", "jobs", "cronjobs"].into_iter().filter(|c| names.iter().any(|n| n == c)).collect()
+        }
+        None => vec!["deployments", "replicasets", "statefulsets", "daemonsets", "jobs", "cronjobs"],
+    }
+}
+
+fn controller_rules(ctrls: &[&str], cron: bool, base: &Constraints) -> Constraints {
+    let ops: Vec<String> = base.rules.iter().flat_map(|r| r.operations.clone()).collect::<std::collections::BTreeSet<_>>().into_iter().collect();
+    let mk = |group: &str, version: &str, res: Vec<String>| ResourceRule {
+        api_groups: vec![group.into()],
+        api_versions: vec![version.into()],
+        resources: res,
+        operations: ops.clone(),
+        resource_names: Vec::new(),
+    };
+    let mut rules = Vec::new();
+    if cron {
+        rules.push(mk("batch", "v1", vec!["cronjobs".into()]));
+    } else {
+        let apps: Vec<String> = ctrls.iter().filter(|c| **c != "jobs" && **c != "cronjobs").map(|c| c.to_string()).collect();
+        if !apps.is_empty() {
+            rules.push(mk("apps", "v1", apps));
+        }
+        if ctrls.contains(&"jobs") {
+            rules.push(mk("batch", "v1", vec!["jobs".into()]));
+        }
+    }
+    Constraints { rules, exclude: Vec::new(), namespace_selector: base.namespace_selector.clone(), object_selector: base.object_selector.clone() }
+}
+
+fn rule(name: &str, matcher: Matcher, cel: &Value, conditions: &[Value], action: Action) -> Result<CompiledRule, CompileError> {
+    Ok(CompiledRule {
+        name: name.to_string(),
+        autogen_of: if name.is_empty() { None } else { Some(String::new()) },
+        matcher,
+        exclude: None,
+        context: Vec::new(),
+        preconditions: None,
+        cel_preconditions: compile_cel_preconditions(conditions, "spec.matchConditions")?,
+        body: RuleBody::Validate(Box::new(CompiledValidation {
+            message: None,
+            failure_action: Some(action),
+            overrides: Vec::new(),
+            allow_existing_violations: true,
+            check: compile_cel(cel, "spec")?,
+        })),
+    })
+}
+
+/// Compiles a ValidatingPolicy or NamespacedValidatingPolicy document.
+pub fn compile_validating_policy(doc: &Value) -> Result<CompiledPolicy, CompileError> {
+    let name = doc.pointer("/metadata/name").and_then(Value::as_str).unwrap_or_default();
+    if name.is_empty() {
+        return Err(CompileError::new("metadata.name", "a policy needs a name"));
+    }
+    let kind = doc.get("kind").and_then(Value::as_str).unwrap_or("ValidatingPolicy");
+    let spec = doc.get("spec").cloned().unwrap_or(Value::Null);
+    let actions = strings(spec.get("validationActions"));
+    let action = if actions.iter().any(|a| a == "Deny") { Action::Enforce } else { Action::Audit };
+    let mc = spec.get("matchConstraints").cloned().unwrap_or(Value::Null);
+    let base = constraints(&mc)?;
+    if base.rules.is_empty() {
+        return Err(CompileError::new("spec.matchConstraints.resourceRules", "at least one resource rule is required"));
+    }
+    // The CEL part has the same shape as ClusterPolicy `validate.cel`.
+    let cel = json!({"variables": spec.get("variables").cloned().unwrap_or(json!([])), "expressions": spec.get("validations").cloned().unwrap_or(json!([]))});
+    let conditions: Vec<Value> = spec.get("matchConditions").and_then(Value::as_array).cloned().unwrap_or_default();
+    let mut rules_out = vec![rule("", Matcher::constraints(base.clone()), &cel, &conditions, action)?];
+    let ctrls = controllers(&spec, &base);
+    let shift = |v: &Value, s: Shift| shift_cel(v, s).ok_or_else(|| CompileError::new("spec", "autogen could not rewrite the expressions"));
+    if ctrls.iter().any(|c| *c != "cronjobs") {
+        let cel_t = shift(&cel, Shift::Template)?;
+        let cond_t = shift(&Value::Array(conditions.clone()), Shift::Template)?;
+        rules_out.push(rule("autogen-", Matcher::constraints(controller_rules(&ctrls, false, &base)), &cel_t, cond_t.as_array().map(Vec::as_slice).unwrap_or_default(), action)?);
+    }
+    if ctrls.contains(&"cronjobs") {
+        let cel_c = shift(&shift(&cel, Shift::Template)?, Shift::JobTemplate)?;
+        let cond_c = shift(&shift(&Value::Array(conditions.clone()), Shift::Template)?, Shift::JobTemplate)?;
+        rules_out.push(rule("autogen-cronjob-", Matcher::constraints(controller_rules(&ctrls, true, &base)), &cel_c, cond_c.as_array().map(Vec::as_slice).unwrap_or_default(), action)?);
+    }
+    let source: verno_api::ClusterPolicy = serde_json::from_value(json!({
+        "apiVersion": doc.get("apiVersion").cloned().unwrap_or(Value::Null),
+        "kind": kind,
+        "metadata": doc.get("metadata").cloned().unwrap_or(json!({})),
+        "spec": {"rules": []},
+    }))
+    .map_err(|e| CompileError::new("metadata", e.to_string()))?;
+    Ok(CompiledPolicy {
+        name: name.to_string(),
+        namespace: doc.pointer("/metadata/namespace").and_then(Value::as_str).map(str::to_string),
+        kind: kind.to_string(),
+        action,
+        overrides: Vec::new(),
+        background: spec.pointer("/evaluation/background/enabled").and_then(Value::as_bool).unwrap_or(true),
+        apply_one: false,
+        scored: true,
+        emit_warning: actions.iter().any(|a| a == "Warn"),
+        failure_policy_ignore: spec.get("failurePolicy").and_then(Value::as_str) == Some("Ignore"),
+        rules: rules_out,
+        source,
+    })
+}
