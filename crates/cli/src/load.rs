@@ -124,7 +124,24 @@ pub struct LoadedPolicies {
 
 pub fn load_policies(docs: Vec<Doc>) -> LoadedPolicies {
     let mut out = LoadedPolicies { compiled: Vec::new(), invalid: HashMap::new(), unsupported: HashMap::new(), other_docs: Vec::new() };
+    let is_binding = |v: &Value| kind(v) == "ValidatingAdmissionPolicyBinding" && api_version(v).starts_with("admissionregistration.k8s.io/");
+    let bindings: Vec<Value> = docs.iter().filter(|d| is_binding(&d.value)).map(|d| d.value.clone()).collect();
     for d in docs {
+        if is_binding(&d.value) {
+            continue;
+        }
+        if kind(&d.value) == "ValidatingAdmissionPolicy" && api_version(&d.value).starts_with("admissionregistration.k8s.io/") {
+            let name = d.value.pointer("/metadata/name").and_then(Value::as_str).unwrap_or("").to_string();
+            let binding = bindings.iter().find(|b| b.pointer("/spec/policyName").and_then(Value::as_str) == Some(name.as_str()));
+            match verno_engine::vpol::compile_admission_policy(&d.value, binding) {
+                Ok(c) => out.compiled.push(c),
+                Err(e) => {
+                    eprintln!("Error: {}: policy {name}: {e}", d.file.display());
+                    out.invalid.insert(name, e.to_string());
+                }
+            }
+            continue;
+        }
         if is_kyverno_policy(&d.value) {
             let name = d.value.pointer("/metadata/name").and_then(Value::as_str).unwrap_or("").to_string();
             let ns = d.value.pointer("/metadata/namespace").and_then(Value::as_str).unwrap_or("default");

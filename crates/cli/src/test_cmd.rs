@@ -356,6 +356,12 @@ fn run_test(doc: &Doc, file: &Path, selector: Option<&Selector>, log: &dyn Fn(St
             data.targets.push(d.value);
         }
     }
+    // `paramResources` (policy params) are looked up like clone sources.
+    for p in &test.param_resources {
+        for d in load::read_docs(&rel(base, p))? {
+            data.clone_sources.push(d.value);
+        }
+    }
     for r in &test.results {
         if let Some(c) = &r.clone_source_resource {
             for d in load::read_docs(&rel(base, c))? {

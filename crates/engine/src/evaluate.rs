@@ -630,6 +630,12 @@ impl ValidateCtx<'_> {
             }
             Check::Cel(c) => {
                 let mut vars = cel_vars(ctx, self.data);
+                if let Some(p) = &c.params {
+                    match self.data.resource(&p.api_version, &p.kind, &p.namespace, &p.name) {
+                        Some(v) => vars.set("params", &v),
+                        None => return Some(self.resp(Status::Error, format!("params {}/{} {}/{} not found", p.api_version, p.kind, p.namespace, p.name))),
+                    }
+                }
                 // Variables are lazy in Kubernetes: one that fails only matters where it is used,
                 // so it is left unset and the expressions reading it fail.
                 for (name, e) in &c.variables {

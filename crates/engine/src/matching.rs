@@ -124,8 +124,9 @@ struct Filter {
 enum Mode {
     Any(Vec<Filter>),
     All(Vec<Filter>),
-    /// Kubernetes `MatchResources` (CEL policy kinds): resource rules and selectors.
-    Constraints(Box<Constraints>),
+    /// Kubernetes `MatchResources` (CEL policy kinds): each must match (a policy's
+    /// `matchConstraints` and a binding's `matchResources`).
+    Constraints(Vec<Constraints>),
 }
 
 /// One Kubernetes `resourceRules` / `excludeResourceRules` entry.
@@ -159,6 +160,33 @@ pub struct Constraints {
     pub exclude: Vec<ResourceRule>,
     pub namespace_selector: Option<LabelSelector>,
     pub object_selector: Option<LabelSelector>,
+}
+
+impl Constraints {
+    fn matches(&self, input: &MatchInput) -> Result<(), String> {
+        if !self.rules.is_empty() && !self.rules.iter().any(|r| r.matches(input)) {
+            return Err("no resourceRules entry matches".into());
+        }
+        if self.exclude.iter().any(|r| r.matches(input)) {
+            return Err("excluded by excludeResourceRules".into());
+        }
+        if let Some(sel) = &self.object_selector {
+            let labels: BTreeMap<String, String> =
+                input.labels.map(|m| m.iter().map(|(k, v)| (k.clone(), v.as_str().unwrap_or_default().to_string())).collect()).unwrap_or_default();
+            if !selector_matches(sel, &labels, false) {
+                return Err("objectSelector does not match".into());
+            }
+        }
+        if let Some(sel) = &self.namespace_selector {
+            if !input.namespace.is_empty() {
+                let empty = BTreeMap::new();
+                if !selector_matches(sel, input.namespace_labels.unwrap_or(&empty), false) {
+                    return Err("namespaceSelector does not match".into());
+                }
+            }
+        }
+        Ok(())
+    }
 }
 
 /// The plural resource name Kubernetes uses for a kind (`NetworkPolicy` → `networkpolicies`).
@@ -210,7 +238,12 @@ fn compile_filter(f: &ResourceFilter, path: &str) -> Result<Filter, CompileError
 impl Matcher {
     /// A matcher for Kubernetes `MatchResources`.
     pub fn constraints(c: Constraints) -> Matcher {
-        Matcher { mode: Mode::Constraints(Box::new(c)) }
+        Matcher { mode: Mode::Constraints(vec![c]) }
+    }
+
+    /// Several `MatchResources` that must all match.
+    pub fn all_constraints(c: Vec<Constraints>) -> Matcher {
+        Matcher { mode: Mode::Constraints(c) }
     }
 
     pub fn compile(m: &MatchResources, path: &str) -> Result<Matcher, CompileError> {
@@ -242,7 +275,7 @@ impl Matcher {
     pub fn is_empty(&self) -> bool {
         match &self.mode {
             Mode::Any(v) | Mode::All(v) => v.iter().all(|f| f.is_empty()),
-            Mode::Constraints(c) => c.rules.is_empty(),
+            Mode::Constraints(c) => c.first().is_none_or(|x| x.rules.is_empty()),
         }
     }
 
@@ -265,27 +298,9 @@ impl Matcher {
                 }
                 if fs.is_empty() { Err("no resource filters".into()) } else { Ok(()) }
             }
-            Mode::Constraints(c) => {
-                if !c.rules.iter().any(|r| r.matches(input)) {
-                    return Err("no resourceRules entry matches".into());
-                }
-                if c.exclude.iter().any(|r| r.matches(input)) {
-                    return Err("excluded by excludeResourceRules".into());
-                }
-                if let Some(sel) = &c.object_selector {
-                    let labels: BTreeMap<String, String> =
-                        input.labels.map(|m| m.iter().map(|(k, v)| (k.clone(), v.as_str().unwrap_or_default().to_string())).collect()).unwrap_or_default();
-                    if !selector_matches(sel, &labels, false) {
-                        return Err("objectSelector does not match".into());
-                    }
-                }
-                if let Some(sel) = &c.namespace_selector {
-                    if !input.namespace.is_empty() {
-                        let empty = BTreeMap::new();
-                        if !selector_matches(sel, input.namespace_labels.unwrap_or(&empty), false) {
-                            return Err("namespaceSelector does not match".into());
-                        }
-                    }
+            Mode::Constraints(cs) => {
+                for c in cs {
+                    c.matches(input)?;
                 }
                 Ok(())
             }

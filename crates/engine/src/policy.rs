@@ -129,8 +129,19 @@ pub enum Check {
 pub struct CompiledCel {
     pub variables: Vec<(String, verno_cel::Expr)>,
     pub expressions: Vec<CelValidation>,
-    /// `paramKind` / `paramRef` are set: params come from the caller (none yet offline).
+    /// `paramKind` / `paramRef` are set.
     pub uses_params: bool,
+    /// Where `params` comes from (a ValidatingAdmissionPolicy's paramKind + its binding's paramRef).
+    pub params: Option<ParamRef>,
+}
+
+/// The object a policy reads as `params`.
+#[derive(Debug, Clone, Default)]
+pub struct ParamRef {
+    pub api_version: String,
+    pub kind: String,
+    pub namespace: String,
+    pub name: String,
 }
 
 #[derive(Debug, Clone)]
@@ -161,7 +172,7 @@ pub(crate) fn compile_cel(c: &Value, path: &str) -> Result<Check, CompileError> 
             message_expression: e.get("messageExpression").map(|m| cel_expr(Some(m), &format!("{p}.messageExpression"))).transpose()?,
         });
     }
-    Ok(Check::Cel(Box::new(CompiledCel { variables, expressions, uses_params: c.get("paramKind").is_some() || c.get("paramRef").is_some() })))
+    Ok(Check::Cel(Box::new(CompiledCel { variables, expressions, uses_params: c.get("paramKind").is_some() || c.get("paramRef").is_some(), params: None })))
 }
 
 /// Rule-level `celPreconditions` (match conditions): all must hold.

@@ -156,3 +156,53 @@ pub fn compile_validating_policy(doc: &Value) -> Result<CompiledPolicy, CompileE
         source,
     })
 }
+
+/// Compiles a Kubernetes ValidatingAdmissionPolicy with its binding (the first one naming it):
+/// the binding's `validationActions`, `matchResources` (narrowing the policy's match) and
+/// `paramRef` apply. Without a binding the policy denies, as Kyverno's CLI assumes.
+pub fn compile_admission_policy(doc: &Value, binding: Option<&Value>) -> Result<CompiledPolicy, CompileError> {
+    let name = doc.pointer("/metadata/name").and_then(Value::as_str).unwrap_or_default();
+    if name.is_empty() {
+        return Err(CompileError::new("metadata.name", "a policy needs a name"));
+    }
+    let spec = doc.get("spec").cloned().unwrap_or(Value::Null);
+    let bspec = binding.and_then(|b| b.get("spec")).cloned().unwrap_or(Value::Null);
+    let actions = strings(bspec.get("validationActions"));
+    let action = if actions.is_empty() || actions.iter().any(|a| a == "Deny") { Action::Enforce } else { Action::Audit };
+    let mut matchers = vec![constraints(&spec.get("matchConstraints").cloned().unwrap_or(Value::Null))?];
+    if let Some(mr) = bspec.get("matchResources").filter(|m| m.is_object()) {
+        matchers.push(constraints(mr)?);
+    }
+    let cel = json!({"variables": spec.get("variables").cloned().unwrap_or(json!([])), "expressions": spec.get("validations").cloned().unwrap_or(json!([]))});
+    let conditions: Vec<Value> = spec.get("matchConditions").and_then(Value::as_array).cloned().unwrap_or_default();
+    let mut r = rule("", Matcher::all_constraints(matchers), &cel, &conditions, action)?;
+    if let (Some(pk), Some(pr)) = (spec.get("paramKind"), bspec.get("paramRef")) {
+        let s = |v: &Value, k: &str| v.get(k).and_then(Value::as_str).unwrap_or_default().to_string();
+        if let RuleBody::Validate(v) = &mut r.body {
+            if let crate::policy::Check::Cel(c) = &mut v.check {
+                c.params = Some(crate::policy::ParamRef { api_version: s(pk, "apiVersion"), kind: s(pk, "kind"), namespace: s(pr, "namespace"), name: s(pr, "name") });
+            }
+        }
+    }
+    let source: verno_api::ClusterPolicy = serde_json::from_value(json!({
+        "apiVersion": doc.get("apiVersion").cloned().unwrap_or(Value::Null),
+        "kind": "ValidatingAdmissionPolicy",
+        "metadata": doc.get("metadata").cloned().unwrap_or(json!({})),
+        "spec": {"rules": []},
+    }))
+    .map_err(|e| CompileError::new("metadata", e.to_string()))?;
+    Ok(CompiledPolicy {
+        name: name.to_string(),
+        namespace: None,
+        kind: "ValidatingAdmissionPolicy".into(),
+        action,
+        overrides: Vec::new(),
+        background: true,
+        apply_one: false,
+        scored: true,
+        emit_warning: actions.iter().any(|a| a == "Warn"),
+        failure_policy_ignore: spec.get("failurePolicy").and_then(Value::as_str) == Some("Ignore"),
+        rules: vec![r],
+        source,
+    })
+}
