@@ -18,9 +18,28 @@ fn env() -> Option<&'static Arc<Env>> {
         env.add_extension(cel::extensions::lists).ok()?;
         env.add_extension(cel::extensions::math).ok()?;
         env.add_extension(cel::extensions::encoders).ok()?;
+        or_value_compat(&mut env).ok()?;
         Some(Arc::new(env))
     })
     .as_ref()
+}
+
+/// Kyverno's `orValue` compatibility: on a value that is not an optional (a field read without
+/// `?.`), `x.orValue(default)` is `x` itself. A macro, as in Kyverno: calls whose target is
+/// built as an optional (`?.`, `[?…]`, `optional.*`, `.or(…)`, a conditional) keep the standard
+/// optional `orValue`.
+fn or_value_compat(env: &mut Env) -> Result<(), cel::DeclarationError> {
+    use cel::common::ast::Expr as Ast;
+    env.add_macro(cel::parser::Macro::receiver("orValue", 1, |_helper, target, _args| {
+        let optional = match target.as_ref().map(|t| &t.expr) {
+            Some(Ast::Call(c)) => {
+                matches!(c.func_name.as_str(), "_?._" | "_[?_]" | "_?_:_" | "or" | "of" | "none" | "ofNonZeroValue" | "optional.of" | "optional.none" | "optional.ofNonZeroValue")
+            }
+            Some(Ast::Comprehension(_)) | Some(Ast::Ident(_)) | None => true,
+            Some(_) => false,
+        };
+        if optional { Ok(None) } else { Ok(target.take()) }
+    }))
 }
 
 /// A compiled CEL expression with its source (for messages).
@@ -190,6 +209,10 @@ mod tests {
         assert_eq!(t("has(object.spec.hostNetwork)"), Ok(false));
         assert_eq!(t("object.spec.?hostNetwork.orValue(false) == false"), Ok(true));
         assert_eq!(t("'a,b'.split(',').size() == 2"), Ok(true));
+        // Kyverno's orValue on a value read without `?.`
+        assert_eq!(t("object.spec.containers.orValue([]).size() == 2"), Ok(true));
+        assert_eq!(t("object.spec.?containers.orValue([]).size() == 2"), Ok(true));
+        assert_eq!(t("object.spec.?nothing.orValue([]).size() == 0"), Ok(true));
         assert_eq!(t("object.spec.containers.map(c, c.name).filter(n, n.startsWith('a')) == ['a']"), Ok(true));
         assert!(t("object.spec.replicas").is_err());
         assert!(Expr::compile("object.spec.(").is_err());
