@@ -30,15 +30,26 @@ fn env() -> Option<&'static Arc<Env>> {
 /// optional `orValue`.
 fn or_value_compat(env: &mut Env) -> Result<(), cel::DeclarationError> {
     use cel::common::ast::Expr as Ast;
+    /// Does this expression produce an optional? Optional selection propagates through later
+    /// field selections and indexing (`a.?b.c` is optional).
+    fn optional(e: &Ast) -> bool {
+        match e {
+            Ast::Call(c) => match c.func_name.as_str() {
+                "_?._" | "_[?_]" | "_?_:_" | "or" | "of" | "none" | "ofNonZeroValue" | "optional.of" | "optional.none" | "optional.ofNonZeroValue" => true,
+                "_[_]" => c.args.first().is_some_and(|a| optional(&a.expr)),
+                _ => false,
+            },
+            Ast::Select(s) => optional(&s.operand.expr),
+            Ast::Comprehension(_) => true,
+            _ => false,
+        }
+    }
     env.add_macro(cel::parser::Macro::receiver("orValue", 1, |_helper, target, _args| {
-        let optional = match target.as_ref().map(|t| &t.expr) {
-            Some(Ast::Call(c)) => {
-                matches!(c.func_name.as_str(), "_?._" | "_[?_]" | "_?_:_" | "or" | "of" | "none" | "ofNonZeroValue" | "optional.of" | "optional.none" | "optional.ofNonZeroValue")
-            }
-            Some(Ast::Comprehension(_)) | Some(Ast::Ident(_)) | None => true,
-            Some(_) => false,
+        let keep = match target.as_ref().map(|t| &t.expr) {
+            None | Some(Ast::Ident(_)) => true,
+            Some(e) => optional(e),
         };
-        if optional { Ok(None) } else { Ok(target.take()) }
+        if keep { Ok(None) } else { Ok(target.take()) }
     }))
 }
 
@@ -213,6 +224,8 @@ mod tests {
         assert_eq!(t("object.spec.containers.orValue([]).size() == 2"), Ok(true));
         assert_eq!(t("object.spec.?containers.orValue([]).size() == 2"), Ok(true));
         assert_eq!(t("object.spec.?nothing.orValue([]).size() == 0"), Ok(true));
+        assert_eq!(t("object.spec.?nothing.deeper.orValue(7) == 7"), Ok(true));
+        assert_eq!(t("object.spec.containers[0].?securityContext.allowPrivilegeEscalation.orValue(true)"), Ok(true));
         assert_eq!(t("object.spec.containers.map(c, c.name).filter(n, n.startsWith('a')) == ['a']"), Ok(true));
         assert!(t("object.spec.replicas").is_err());
         assert!(Expr::compile("object.spec.(").is_err());
