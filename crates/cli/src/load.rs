@@ -186,6 +186,9 @@ pub fn load_policies(docs: Vec<Doc>) -> LoadedPolicies {
 
 pub fn load_exceptions(docs: &[Doc]) -> Result<Vec<CompiledException>> {
     let mut out = Vec::new();
+    for d in docs.iter().filter(|d| kind(&d.value) == "PolicyException" && api_version(&d.value).starts_with("policies.kyverno.io/")) {
+        out.push(verno_engine::compile_cel_exception(&d.value).map_err(|e| anyhow!("{}: PolicyException: {e}", d.file.display()))?);
+    }
     for d in docs.iter().filter(|d| is_kyverno_exception(&d.value)) {
         let e: PolicyException = serde_json::from_value(d.value.clone()).map_err(|e| anyhow!("{}: invalid PolicyException: {e}", d.file.display()))?;
         out.push(compile_exception(&e).map_err(|e| anyhow!("{}: PolicyException: {e}", d.file.display()))?);

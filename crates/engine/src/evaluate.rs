@@ -309,7 +309,7 @@ fn evaluate_rule(
         }
         let hits: Vec<String> = exceptions
             .iter()
-            .filter(|e| exception_applies(e, policy, &rule.name, input, ctx))
+            .filter(|e| exception_applies(e, policy, &rule.name, input, ctx, data))
             .map(|e| e.key.clone())
             .collect();
         if !hits.is_empty() {
@@ -340,14 +340,20 @@ fn evaluate_rule(
     result
 }
 
-fn exception_applies(e: &CompiledException, policy: &CompiledPolicy, rule: &str, input: &MatchInput, ctx: &Context) -> bool {
+fn exception_applies(e: &CompiledException, policy: &CompiledPolicy, rule: &str, input: &MatchInput, ctx: &Context, data: &dyn Data) -> bool {
     let key = policy.key();
     let names = e.refs.iter().any(|(p, rules)| (*p == key || *p == policy.name) && rules.iter().any(|r| verno_jmespath::wildcard::matches(r, rule)));
     if !names {
         return false;
     }
-    if e.matcher.matches(input).is_err() {
+    if e.matcher.as_ref().is_some_and(|m| m.matches(input).is_err()) {
         return false;
+    }
+    if !e.cel_conditions.is_empty() {
+        let vars = cel_vars(ctx, data);
+        if !e.cel_conditions.iter().all(|(_, c)| matches!(c.eval_bool(&vars), Ok(true))) {
+            return false;
+        }
     }
     match &e.conditions {
         Some(c) => matches!(c.evaluate(ctx), Ok((true, _))),

@@ -30,7 +30,7 @@ pub use error::{CompileError, EvalError};
 pub use evaluate::{Data, Loaded, NoData, Phase, Request, build_context, evaluate_phase, evaluate_policy};
 pub use matching::RequestUser;
 pub use outcome::{NotApplied, PolicyResponse, RuleResponse, RuleType, Status};
-pub use policy::{Action, CompiledException, CompiledPolicy, compile_exception, compile_policy};
+pub use policy::{Action, CompiledException, CompiledPolicy, compile_cel_exception, compile_exception, compile_policy};
 
 /// JSON equality where numbers compare by value (`1` equals `1.0`), as Go's decoded maps do.
 pub fn equal(a: &serde_json::Value, b: &serde_json::Value) -> bool {

@@ -666,8 +666,11 @@ pub fn compile_policy(p: &ClusterPolicy) -> Result<CompiledPolicy, CompileError>
 pub struct CompiledException {
     /// `namespace/name` (or `name`).
     pub key: String,
-    pub matcher: Matcher,
+    /// `None` for CEL exceptions (`policies.kyverno.io`), which match by `matchConditions`.
+    pub matcher: Option<Matcher>,
     pub conditions: Option<CompiledConditions>,
+    /// CEL `matchConditions`: all must hold.
+    pub cel_conditions: Vec<(String, verno_cel::Expr)>,
     pub refs: Vec<(String, Vec<String>)>,
 }
 
@@ -678,8 +681,29 @@ pub fn compile_exception(e: &PolicyException) -> Result<CompiledException, Compi
     };
     Ok(CompiledException {
         key,
-        matcher: Matcher::compile(&e.spec.match_, "spec.match")?,
+        matcher: Some(Matcher::compile(&e.spec.match_, "spec.match")?),
         conditions: e.spec.conditions.as_ref().map(|c| CompiledConditions::compile(c, "spec.conditions")).transpose()?,
+        cel_conditions: Vec::new(),
         refs: e.spec.exceptions.iter().map(|r| (r.policy_name.clone(), r.rule_names.clone())).collect(),
     })
+}
+
+/// Compiles a `policies.kyverno.io` PolicyException: `policyRefs` (every rule of the named
+/// policies) and CEL `matchConditions`.
+pub fn compile_cel_exception(doc: &Value) -> Result<CompiledException, CompileError> {
+    let name = doc.pointer("/metadata/name").and_then(Value::as_str).unwrap_or_default();
+    let key = match doc.pointer("/metadata/namespace").and_then(Value::as_str) {
+        Some(ns) if !ns.is_empty() => format!("{ns}/{name}"),
+        _ => name.to_string(),
+    };
+    let refs = doc
+        .pointer("/spec/policyRefs")
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+        .filter_map(|r| r.get("name").and_then(Value::as_str))
+        .map(|n| (n.to_string(), vec!["*".to_string()]))
+        .collect();
+    let conds: Vec<Value> = doc.pointer("/spec/matchConditions").and_then(Value::as_array).cloned().unwrap_or_default();
+    Ok(CompiledException { key, matcher: None, conditions: None, cel_conditions: compile_cel_preconditions(&conds, "spec.matchConditions")?, refs })
 }
