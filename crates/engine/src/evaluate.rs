@@ -212,7 +212,7 @@ pub fn evaluate_phase(
     if policy.kind == "Policy" || policy.kind.starts_with("Namespaced") {
         let pns = policy.namespace.as_deref().unwrap_or("default");
         if namespace.is_empty() || namespace != pns {
-            resp.not_applied.push(NotApplied { rule: String::new(), reason: format!("namespaced policy {pns}/{} does not apply to namespace {namespace:?}", policy.name) });
+            resp.not_applied.push(NotApplied { rule: String::new(), reason: format!("namespaced policy {pns}/{} does not apply to namespace {namespace:?}", policy.name).into() });
             return resp;
         }
     }

@@ -2,10 +2,14 @@
 //! selectors (with wildcards), operations and user info (spec §1.3). Compiled once per rule.
 
 use crate::error::CompileError;
+use std::borrow::Cow;
 use std::collections::BTreeMap;
 use std::sync::LazyLock;
 use verno_api::{LabelSelector, MatchResources, ResourceDescription, ResourceFilter, Subject};
 use verno_jmespath::wildcard;
+
+/// Why a resource does not match (static text on the hot path: no allocation).
+pub type Reason = Cow<'static, str>;
 
 /// What matching needs to know about the resource and the request.
 #[derive(Debug, Clone, Default)]
@@ -163,7 +167,7 @@ pub struct Constraints {
 }
 
 impl Constraints {
-    fn matches(&self, input: &MatchInput) -> Result<(), String> {
+    fn matches(&self, input: &MatchInput) -> Result<(), Reason> {
         if !self.rules.is_empty() && !self.rules.iter().any(|r| r.matches(input)) {
             return Err("no resourceRules entry matches".into());
         }
@@ -280,17 +284,20 @@ impl Matcher {
     }
 
     /// For `match`: does the resource match? `Err` carries the reason it does not.
-    pub fn matches(&self, input: &MatchInput) -> Result<(), String> {
+    pub fn matches(&self, input: &MatchInput) -> Result<(), Reason> {
         match &self.mode {
             Mode::Any(fs) => {
-                let mut reasons = Vec::new();
+                let mut reasons: Vec<Reason> = Vec::new();
                 for f in fs {
                     match f.matches(input, false) {
                         Ok(()) => return Ok(()),
                         Err(r) => reasons.push(r),
                     }
                 }
-                Err(reasons.join("; "))
+                if reasons.len() == 1 {
+                    return Err(reasons.swap_remove(0));
+                }
+                Err(reasons.join("; ").into())
             }
             Mode::All(fs) => {
                 for f in fs {
@@ -332,7 +339,7 @@ impl Filter {
             && self.cluster_roles.is_empty()
     }
 
-    fn matches(&self, input: &MatchInput, exclude: bool) -> Result<(), String> {
+    fn matches(&self, input: &MatchInput, exclude: bool) -> Result<(), Reason> {
         if self.is_empty() {
             return Err("empty resource filter".into());
         }
@@ -352,7 +359,7 @@ impl Filter {
     }
 }
 
-fn user_matches(f: &Filter, u: &RequestUser) -> Result<(), String> {
+fn user_matches(f: &Filter, u: &RequestUser) -> Result<(), Reason> {
     let mut ok = false;
     if f.roles.iter().any(|r| u.roles.contains(r)) {
         ok = true;
@@ -378,17 +385,17 @@ fn user_matches(f: &Filter, u: &RequestUser) -> Result<(), String> {
 }
 
 impl Description {
-    fn matches(&self, i: &MatchInput) -> Result<(), String> {
+    fn matches(&self, i: &MatchInput) -> Result<(), Reason> {
         if !self.kinds.is_empty() && !self.kinds.iter().any(|k| k.matches(i.group, i.version, i.kind, i.subresource)) {
-            return Err(format!("kind {} does not match", i.kind));
+            return Err("kind does not match".into());
         }
         if !self.names.is_empty() && !self.names.iter().any(|n| wildcard::matches(n, i.name)) {
-            return Err(format!("name {} does not match", i.name));
+            return Err("name does not match".into());
         }
         if !self.namespaces.is_empty() {
             let ns = if i.kind == "Namespace" { i.name } else { i.namespace };
             if !self.namespaces.iter().any(|n| wildcard::matches(n, ns)) {
-                return Err(format!("namespace {ns} does not match"));
+                return Err(format!("namespace {ns} does not match").into());
             }
         }
         if !self.annotations.is_empty() {
@@ -420,7 +427,7 @@ impl Description {
             }
         }
         if !self.operations.is_empty() && !self.operations.iter().any(|o| o.eq_ignore_ascii_case(i.operation)) {
-            return Err(format!("operation {} does not match", i.operation));
+            return Err(format!("operation {} does not match", i.operation).into());
         }
         Ok(())
     }

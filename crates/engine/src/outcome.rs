@@ -75,7 +75,7 @@ impl RuleResponse {
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct NotApplied {
     pub rule: String,
-    pub reason: String,
+    pub reason: std::borrow::Cow<'static, str>,
 }
 
 /// Everything one policy said about one resource.
