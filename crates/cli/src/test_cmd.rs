@@ -327,6 +327,15 @@ fn run_test(doc: &Doc, file: &Path, selector: Option<&Selector>, log: &dyn Fn(St
             resources.push(d.value);
         }
     }
+    // `jsonPayloads`: plain JSON documents for ValidatingPolicies in JSON mode; rows name them
+    // by file.
+    let mut aliases: Vec<Option<String>> = vec![None; resources.len()];
+    for p in &test.json_payloads {
+        for d in load::read_docs(&rel(base, p))? {
+            resources.push(d.value);
+            aliases.push(Some(p.trim_start_matches("./").to_string()));
+        }
+    }
     let mut edocs = Vec::new();
     for p in &test.exceptions {
         edocs.extend(load::read_docs(&rel(base, p))?);
@@ -396,7 +405,7 @@ fn run_test(doc: &Doc, file: &Path, selector: Option<&Selector>, log: &dyn Fn(St
                     continue;
                 }
             }
-            let mut row = check_row(entry, &name, &resources, &policies, &runner, &mut cache);
+            let mut row = check_row(entry, &name, &resources, &aliases, &policies, &runner, &mut cache);
             if row.source.is_some() || row.pass {
                 // A produced resource that differs from the file makes the result `fail`, as
                 // with Kyverno: a test may expect exactly that.
@@ -413,10 +422,12 @@ fn run_test(doc: &Doc, file: &Path, selector: Option<&Selector>, log: &dyn Fn(St
     Ok(rows)
 }
 
+#[allow(clippy::too_many_arguments)]
 fn check_row(
     entry: &TestResult,
     name: &str,
     resources: &[Value],
+    aliases: &[Option<String>],
     policies: &LoadedPolicies,
     runner: &Runner,
     cache: &mut HashMap<(usize, String), Vec<PolicyResponse>>,
@@ -459,8 +470,9 @@ fn check_row(
     let candidates: Vec<usize> = resources
         .iter()
         .enumerate()
-        .filter(|(_, r)| {
-            r.pointer("/metadata/name").and_then(Value::as_str) == Some(want_name)
+        .filter(|(i, r)| {
+            aliases.get(*i).and_then(|a| a.as_deref()) == Some(name)
+                || r.pointer("/metadata/name").and_then(Value::as_str) == Some(want_name)
                 && want_ns.is_none_or(|ns| {
                     // Kyverno's CLI puts resources without a namespace in `default`.
                     let rns = r.pointer("/metadata/namespace").and_then(Value::as_str).unwrap_or("");

@@ -115,13 +115,16 @@ pub fn compile_validating_policy(doc: &Value) -> Result<CompiledPolicy, CompileE
     let action = if actions.iter().any(|a| a == "Deny") { Action::Enforce } else { Action::Audit };
     let mc = spec.get("matchConstraints").cloned().unwrap_or(Value::Null);
     let base = constraints(&mc)?;
-    if base.rules.is_empty() {
+    // JSON mode evaluates arbitrary JSON payloads: there are no Kubernetes resources to match.
+    let json_mode = spec.pointer("/evaluation/mode").and_then(Value::as_str) == Some("JSON");
+    if base.rules.is_empty() && !json_mode {
         return Err(CompileError::new("spec.matchConstraints.resourceRules", "at least one resource rule is required"));
     }
     // The CEL part has the same shape as ClusterPolicy `validate.cel`.
     let cel = json!({"variables": spec.get("variables").cloned().unwrap_or(json!([])), "expressions": spec.get("validations").cloned().unwrap_or(json!([]))});
     let conditions: Vec<Value> = spec.get("matchConditions").and_then(Value::as_array).cloned().unwrap_or_default();
-    let mut rules_out = vec![rule("", Matcher::constraints(base.clone()), &cel, &conditions, action)?];
+    let matcher = if json_mode { Matcher::all_constraints(Vec::new()) } else { Matcher::constraints(base.clone()) };
+    let mut rules_out = vec![rule("", matcher, &cel, &conditions, action)?];
     let ctrls = controllers(&spec, &base);
     let shift = |v: &Value, s: Shift| shift_cel(v, s).ok_or_else(|| CompileError::new("spec", "autogen could not rewrite the expressions"));
     if ctrls.iter().any(|c| *c != "cronjobs") {
