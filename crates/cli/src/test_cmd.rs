@@ -493,22 +493,9 @@ fn check_row(
                     && want_ns.is_none_or(|ns| t.pointer("/metadata/namespace").and_then(Value::as_str).unwrap_or("default") == ns)
             });
             if name.is_empty() || names_target {
-                if let Some(t) = rr.patched_targets.iter().find(|t| t.pointer("/metadata/name").and_then(Value::as_str) == Some(want_name)) {
-                    row.namespace = t.pointer("/metadata/namespace").and_then(Value::as_str).unwrap_or("").to_string();
-                    row.display = resource_display(t);
-                }
-                let actual = policy.report_result(rr, false).as_str();
-                row.actual = actual.to_string();
-                row.message = rr.message.clone();
-                row.source = Some((i, op, policy_idx));
-                if actual == expected {
-                    row.pass = true;
-                    row.table_reason = "Ok".into();
-                } else {
-                    row.table_reason = format!("Want {expected}, got {actual}");
-                    row.reason = format!("want {expected}, got {actual}: {}", rr.message);
-                }
-                return row;
+                let shown = rr.patched_targets.iter().find(|t| t.pointer("/metadata/name").and_then(Value::as_str) == Some(want_name));
+                let rr = rr.clone();
+                return judge(row, policy, &rr, &expected, (i, op, policy_idx), shown);
             }
         }
         return fail(row, "Not found", format!("resource {name} not found in the test's resources"));
@@ -539,23 +526,26 @@ fn check_row(
             row.table_reason = "Excluded".into();
             row
         }
-        Some((i, rr)) => {
-            row.source = Some((i, found_op, policy_idx));
-            if let Some(r) = resources.get(i) {
-                row.namespace = r.pointer("/metadata/namespace").and_then(Value::as_str).unwrap_or("").to_string();
-                row.display = resource_display(r);
-            }
-            let actual = policy.report_result(&rr, false).as_str();
-            row.actual = actual.to_string();
-            row.message = rr.message.clone();
-            if actual == expected {
-                row.pass = true;
-                row.table_reason = "Ok".into();
-            } else {
-                row.table_reason = format!("Want {expected}, got {actual}");
-                row.reason = format!("want {expected}, got {actual}: {}", rr.message);
-            }
-            row
-        }
+        Some((i, rr)) => judge(row, policy, &rr, &expected, (i, found_op, policy_idx), resources.get(i)),
     }
+}
+
+/// Fills a row from the rule response that answers it; `shown` is the resource the row displays.
+fn judge(mut row: Row, policy: &verno_engine::CompiledPolicy, rr: &verno_engine::RuleResponse, expected: &str, source: (usize, String, usize), shown: Option<&Value>) -> Row {
+    if let Some(r) = shown {
+        row.namespace = r.pointer("/metadata/namespace").and_then(Value::as_str).unwrap_or("").to_string();
+        row.display = resource_display(r);
+    }
+    row.source = Some(source);
+    let actual = policy.report_result(rr, false).as_str();
+    row.actual = actual.to_string();
+    row.message = rr.message.clone();
+    if actual == expected {
+        row.pass = true;
+        row.table_reason = "Ok".into();
+    } else {
+        row.table_reason = format!("Want {expected}, got {actual}");
+        row.reason = format!("want {expected}, got {actual}: {}", rr.message);
+    }
+    row
 }
