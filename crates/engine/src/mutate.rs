@@ -7,7 +7,7 @@ use crate::context::Context;
 use crate::evaluate::{Data, load_context};
 use crate::outcome::{RuleResponse, RuleType, Status};
 use crate::pattern;
-use crate::policy::{CompiledMutateForeach, CompiledPolicy, Patches};
+use crate::policy::{CompiledMutateForeach, CompiledPolicy, Json6902, Patches};
 use serde_json::{Map, Value};
 
 /// Why a patch with anchors does not apply.
@@ -242,21 +242,27 @@ pub fn apply_patches(patches: &Patches, resource: &Value, ctx: &Context) -> Patc
             Err(e) => return Patched::Error(format!("failed to apply patchStrategicMerge: {e}")),
         };
     }
-    if let Some(t) = &patches.json6902 {
-        let rendered = match t.render(ctx, "/mutate/patchesJson6902") {
-            Ok(v) => v,
-            Err(e) => return Patched::Error(format!("variable substitution failed: {e}")),
+    if let Some(j) = &patches.json6902 {
+        let rendered_ops;
+        let ops: &[crate::jsonpatch::Op] = match j {
+            Json6902::Static(ops) => ops,
+            Json6902::Templated(t) => {
+                let rendered = match t.render(ctx, "/mutate/patchesJson6902") {
+                    Ok(v) => v,
+                    Err(e) => return Patched::Error(format!("variable substitution failed: {e}")),
+                };
+                let doc = match verno_jmespath::yaml::parse(rendered.as_str().unwrap_or_default()) {
+                    Ok(d) => d,
+                    Err(e) => return Patched::Error(format!("failed to parse patchesJson6902: {e}")),
+                };
+                rendered_ops = match crate::jsonpatch::parse_ops(&doc) {
+                    Ok(o) => o,
+                    Err(e) => return Patched::Error(format!("invalid patchesJson6902: {e}")),
+                };
+                &rendered_ops
+            }
         };
-        let text = rendered.as_str().unwrap_or_default();
-        let doc = match verno_jmespath::yaml::parse(text) {
-            Ok(d) => d,
-            Err(e) => return Patched::Error(format!("failed to parse patchesJson6902: {e}")),
-        };
-        let ops = match crate::jsonpatch::parse_ops(&doc) {
-            Ok(o) => o,
-            Err(e) => return Patched::Error(format!("invalid patchesJson6902: {e}")),
-        };
-        if let Err(e) = crate::jsonpatch::apply(&mut cur, &ops) {
+        if let Err(e) = crate::jsonpatch::apply(&mut cur, ops) {
             return Patched::Error(format!("failed to apply patchesJson6902: {e}"));
         }
     }

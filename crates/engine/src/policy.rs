@@ -416,8 +416,15 @@ pub struct CompiledMutation {
 #[derive(Debug, Clone, Default)]
 pub struct Patches {
     pub strategic_merge: Option<TValue>,
-    /// The `patchesJson6902` string, a template until rendered.
-    pub json6902: Option<TValue>,
+    pub json6902: Option<Json6902>,
+}
+
+/// `patchesJson6902`: parsed at compile time unless it holds variables.
+#[derive(Debug, Clone)]
+pub enum Json6902 {
+    Static(Vec<crate::jsonpatch::Op>),
+    /// The string, a template until rendered and parsed.
+    Templated(TValue),
 }
 
 impl Patches {
@@ -425,12 +432,13 @@ impl Patches {
         let json6902 = match json6902 {
             Some(s) => {
                 let p = format!("{path}.patchesJson6902");
-                if !crate::template::has_vars(s) {
-                    // Check a static document now, so a broken policy fails at load.
+                if crate::template::has_vars(s) {
+                    Some(Json6902::Templated(tv(&Value::String(s.clone()), &p)?))
+                } else {
+                    // Parsed once, so a broken policy fails at load.
                     let doc = verno_jmespath::yaml::parse(s).map_err(|e| CompileError::new(&p, format!("invalid YAML: {e}")))?;
-                    crate::jsonpatch::parse_ops(&doc).map_err(|e| CompileError::new(&p, e))?;
+                    Some(Json6902::Static(crate::jsonpatch::parse_ops(&doc).map_err(|e| CompileError::new(&p, e))?))
                 }
-                Some(tv(&Value::String(s.clone()), &p)?)
             }
             None => None,
         };
