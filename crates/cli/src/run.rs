@@ -4,7 +4,7 @@
 use crate::data::CliData;
 use serde_json::Value;
 use verno_engine::context::Saved;
-use verno_engine::{CompiledException, CompiledPolicy, Phase, PolicyResponse, Request, RequestUser, build_context, evaluate_phase};
+use verno_engine::{CompiledException, CompiledPolicy, Phase, PolicyResponse, Request, RequestUser, Sequence, build_context};
 
 /// The clock and DNS the CLI offers to JMESPath functions.
 pub struct CliEnv;
@@ -71,7 +71,7 @@ impl<'a> Runner<'a> {
         // then every policy validates the mutated resource, then generate rules run.
         let mut ctx = build_context(&req, &env);
         let mut out: Vec<PolicyResponse> = Vec::with_capacity(self.policies.len());
-        let mut current: Option<Value> = None;
+        let mut seq = Sequence::new(req.clone());
         for phase in [Phase::Mutate, Phase::Validate, Phase::Generate] {
             for (i, p) in self.policies.iter().enumerate() {
                 let mut saved = Saved::default();
@@ -80,19 +80,8 @@ impl<'a> Runner<'a> {
                         saved.absorb(ctx.set_path(&k, v));
                     }
                 }
-                let phase_req = Request { object: current.as_ref().unwrap_or(object), ..req.clone() };
-                let mut r = evaluate_phase(p, phase, self.exceptions, &phase_req, &mut ctx, self.data);
-                ctx.restore(saved);
-                if let Some(v) = &current {
-                    // Restoring values must not undo the mutation.
-                    let _kept: Saved = ctx.set_path("request.object", v.clone());
-                }
-                if phase == Phase::Mutate {
-                    if let Some(v) = r.patched.take() {
-                        current = Some(v);
-                    }
-                    r.patched = current.clone();
-                }
+                let r = seq.evaluate(p, phase, self.exceptions, &mut ctx, self.data);
+                seq.restore(&mut ctx, saved);
                 match out.get_mut(i) {
                     Some(prev) => prev.merge(r),
                     None => out.push(r),

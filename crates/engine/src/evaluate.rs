@@ -172,6 +172,47 @@ pub fn build_context<'e>(req: &Request, env: &'e dyn Env) -> Context<'e> {
     ctx
 }
 
+/// One request evaluated policy after policy, as Kyverno does: each policy sees the object as
+/// the earlier policies patched it. Callers run the phases in Kyverno's order (every policy's
+/// Mutate, then Validate, then Generate) through [`Sequence::evaluate`].
+pub struct Sequence<'r> {
+    req: Request<'r>,
+    patched: Option<Value>,
+}
+
+impl<'r> Sequence<'r> {
+    pub fn new(req: Request<'r>) -> Self {
+        Sequence { req, patched: None }
+    }
+
+    /// Runs one phase of one policy on the object as patched so far. A Mutate response's
+    /// `patched` is the object after this policy and every earlier one (when any changed it).
+    pub fn evaluate(&mut self, policy: &CompiledPolicy, phase: Phase, exceptions: &[CompiledException], ctx: &mut Context, data: &dyn Data) -> PolicyResponse {
+        let req = Request { object: self.patched.as_ref().unwrap_or(self.req.object), ..self.req.clone() };
+        let mut r = evaluate_phase(policy, phase, exceptions, &req, ctx, data);
+        if phase == Phase::Mutate || phase == Phase::All {
+            if let Some(v) = r.patched.take() {
+                self.patched = Some(v);
+            }
+            r.patched = self.patched.clone();
+        }
+        r
+    }
+
+    /// Restores caller-set values without undoing the mutations made so far.
+    pub fn restore(&self, ctx: &mut Context, saved: Saved) {
+        ctx.restore(saved);
+        if let Some(v) = &self.patched {
+            let _kept: Saved = ctx.set_path("request.object", v.clone());
+        }
+    }
+
+    /// The object after every mutation so far, if any changed it.
+    pub fn patched(&self) -> Option<&Value> {
+        self.patched.as_ref()
+    }
+}
+
 /// Evaluates every rule of one policy against one request.
 pub fn evaluate_policy(policy: &CompiledPolicy, exceptions: &[CompiledException], req: &Request, ctx: &mut Context, data: &dyn Data) -> PolicyResponse {
     evaluate_phase(policy, Phase::All, exceptions, req, ctx, data)

@@ -27,7 +27,7 @@ pub mod vpol;
 
 pub use context::Context;
 pub use error::{CompileError, EvalError};
-pub use evaluate::{Data, Loaded, NoData, Phase, Request, build_context, evaluate_phase, evaluate_policy};
+pub use evaluate::{Data, Loaded, NoData, Phase, Request, Sequence, build_context, evaluate_phase, evaluate_policy};
 pub use matching::RequestUser;
 pub use outcome::{NotApplied, PolicyResponse, RuleResponse, RuleType, Status};
 pub use policy::{Action, CompiledException, CompiledPolicy, compile_cel_exception, compile_exception, compile_policy};

@@ -68,6 +68,19 @@ impl CompiledPolicy {
             .unwrap_or(self.action)
     }
 
+    /// Whether a rule response blocks an admission request: a mutation that failed or errored
+    /// (unless failurePolicy is Ignore), a failure of an Enforce rule, or an error under
+    /// failurePolicy Fail.
+    pub fn blocks(&self, r: &crate::outcome::RuleResponse) -> bool {
+        use crate::outcome::{RuleType, Status};
+        match (r.rule_type, r.status) {
+            (RuleType::Mutation, Status::Fail | Status::Error) => !self.failure_policy_ignore,
+            (_, Status::Fail) => self.rule_action(&r.name) == Action::Enforce,
+            (_, Status::Error) => !self.failure_policy_ignore,
+            _ => false,
+        }
+    }
+
     /// The result a report (and the CLI) shows for a rule response: an unscored policy reports
     /// failures as warnings, and so do Audit rules when `audit_warn` is set.
     pub fn report_result(&self, r: &crate::outcome::RuleResponse, audit_warn: bool) -> crate::outcome::Status {

@@ -5,7 +5,7 @@ use base64::Engine as _;
 use serde_json::{Map, Value, json};
 use std::collections::BTreeMap;
 use std::sync::Arc;
-use verno_engine::{Action, CompiledException, CompiledPolicy, Phase, PolicyResponse, Request, RequestUser, RuleType, Status, build_context, evaluate_phase, jsonpatch};
+use verno_engine::{Action, CompiledException, CompiledPolicy, Phase, PolicyResponse, Request, RequestUser, RuleType, Sequence, Status, build_context, evaluate_phase, jsonpatch};
 
 /// The policies in force: swapped as a whole on reload.
 #[derive(Default)]
@@ -220,29 +220,25 @@ pub fn review(set: &PolicySet, hook: Hook, filter: Filter, review: &Value) -> Ou
     let mut warnings: Vec<String> = Vec::new();
     match hook {
         Hook::Mutate => {
-            let mut current: Option<Value> = None;
+            let mut seq = Sequence::new(request.clone());
             let mut failed: Vec<String> = Vec::new();
             for (i, p) in set.policies.iter().enumerate().filter(|(_, p)| filter.keeps(p)) {
                 let started = std::time::Instant::now();
-                let phase_req = Request { object: current.as_ref().unwrap_or(&object), ..request.clone() };
-                let r = evaluate_phase(p, Phase::Mutate, &set.exceptions, &phase_req, &mut ctx, &verno_engine::NoData);
+                let r = seq.evaluate(p, Phase::Mutate, &set.exceptions, &mut ctx, &verno_engine::NoData);
                 record(i, &r, started);
-                let bad: Vec<&str> = r.rules.iter().filter(|x| matches!(x.status, Status::Fail | Status::Error)).map(|x| x.name.as_str()).collect();
-                if !bad.is_empty() && !p.failure_policy_ignore {
+                let bad: Vec<&str> = r.rules.iter().filter(|x| p.blocks(x)).map(|x| x.name.as_str()).collect();
+                if !bad.is_empty() {
                     failed.push(format!("failed to apply policy {} rules {}", p.key(), bad.join(", ")));
                 }
                 if p.emit_warning {
                     warnings.extend(r.rules.iter().filter(|x| x.status != Status::Skip).map(|x| format!("policy {}.{}: {}", p.key(), x.name, x.message)));
                 }
-                if let Some(v) = r.patched {
-                    current = Some(v);
-                }
             }
             if !failed.is_empty() {
                 allowed = false;
                 response.insert("status".into(), json!({"metadata": {}, "status": "Failure", "message": failed.join("; ")}));
-            } else if let Some(patched) = current {
-                let ops = jsonpatch::diff(&object, &patched);
+            } else if let Some(patched) = seq.patched() {
+                let ops = jsonpatch::diff(&object, patched);
                 if !ops.is_empty() {
                     let bytes = serde_json::to_vec(&ops).unwrap_or_default();
                     response.insert("patch".into(), Value::String(base64::engine::general_purpose::STANDARD.encode(bytes)));
@@ -257,9 +253,7 @@ pub fn review(set: &PolicySet, hook: Hook, filter: Filter, review: &Value) -> Ou
                 let r = evaluate_phase(p, Phase::Validate, &set.exceptions, &request, &mut ctx, &verno_engine::NoData);
                 record(i, &r, started);
                 for rr in &r.rules {
-                    let enforced_fail = rr.status == Status::Fail && p.rule_action(&rr.name) == Action::Enforce;
-                    let blocking_error = rr.status == Status::Error && !p.failure_policy_ignore;
-                    if enforced_fail || blocking_error {
+                    if p.blocks(rr) {
                         failures.entry(p.key()).or_default().insert(rr.name.clone(), rr.message.clone());
                     } else if p.emit_warning && rr.status != Status::Skip && rr.status != Status::Pass {
                         warnings.push(format!("policy {}.{}: {}", p.key(), rr.name, rr.message));
