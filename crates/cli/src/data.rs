@@ -48,12 +48,7 @@ impl CliData {
         }
         for n in &self.values.namespaces {
             if n.pointer("/metadata/name").and_then(Value::as_str) == Some(ns) {
-                let labels = n
-                    .pointer("/metadata/labels")
-                    .and_then(Value::as_object)
-                    .map(|m| m.iter().filter_map(|(k, v)| v.as_str().map(|s| (k.clone(), s.to_string()))).collect())
-                    .unwrap_or_default();
-                return Some(labels);
+                return Some(verno_engine::matching::labels_of(n));
             }
         }
         None

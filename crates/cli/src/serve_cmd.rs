@@ -8,6 +8,7 @@ use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
+use verno_engine::matching::string_map;
 use verno_server::admission::PolicySet;
 use verno_server::{Config, Loader, TlsSource};
 
@@ -55,9 +56,7 @@ pub struct ServeArgs {
 fn namespace_labels(path: &Path) -> Result<BTreeMap<String, BTreeMap<String, String>>, String> {
     let docs = load::read_docs(path).map_err(|e| format!("{e:#}"))?;
     let mut out = BTreeMap::new();
-    let strings = |v: Option<&Value>| -> BTreeMap<String, String> {
-        v.and_then(Value::as_object).map(|m| m.iter().filter_map(|(k, v)| v.as_str().map(|s| (k.clone(), s.to_string()))).collect()).unwrap_or_default()
-    };
+    let strings = |v: Option<&Value>| string_map(v.and_then(Value::as_object));
     for d in docs {
         if load::kind(&d.value) == "Namespace" {
             let name = d.value.pointer("/metadata/name").and_then(Value::as_str).unwrap_or("").to_string();

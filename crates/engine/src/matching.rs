@@ -175,9 +175,7 @@ impl Constraints {
             return Err("excluded by excludeResourceRules".into());
         }
         if let Some(sel) = &self.object_selector {
-            let labels: BTreeMap<String, String> =
-                input.labels.map(|m| m.iter().map(|(k, v)| (k.clone(), v.as_str().unwrap_or_default().to_string())).collect()).unwrap_or_default();
-            if !selector_matches(sel, &labels, false) {
+            if !selector_matches(sel, &string_map(input.labels), false) {
                 return Err("objectSelector does not match".into());
             }
         }
@@ -408,10 +406,7 @@ impl Description {
             }
         }
         if let Some(sel) = &self.selector {
-            let labels: BTreeMap<String, String> = i
-                .labels
-                .map(|m| m.iter().filter_map(|(k, v)| v.as_str().map(|s| (k.clone(), s.to_string()))).collect())
-                .unwrap_or_default();
+            let labels = string_map(i.labels);
             if !selector_matches(sel, &labels, true) {
                 return Err("selector does not match".into());
             }
@@ -435,10 +430,12 @@ impl Description {
 
 /// An object's `metadata.labels` as strings (for selectors).
 pub fn labels_of(obj: &serde_json::Value) -> BTreeMap<String, String> {
-    obj.pointer("/metadata/labels")
-        .and_then(serde_json::Value::as_object)
-        .map(|m| m.iter().map(|(k, v)| (k.clone(), v.as_str().unwrap_or_default().to_string())).collect())
-        .unwrap_or_default()
+    string_map(obj.pointer("/metadata/labels").and_then(serde_json::Value::as_object))
+}
+
+/// The string entries of a JSON map (labels as selectors see them).
+pub fn string_map(m: Option<&serde_json::Map<String, serde_json::Value>>) -> BTreeMap<String, String> {
+    m.map(|m| m.iter().filter_map(|(k, v)| v.as_str().map(|s| (k.clone(), s.to_string()))).collect()).unwrap_or_default()
 }
 
 /// Label selector matching; `wildcards` enables Kyverno's wildcard keys/values in matchLabels.

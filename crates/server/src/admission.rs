@@ -157,48 +157,44 @@ pub fn blocked_message(kind: &str, namespace: &str, name: &str, failures: &BTree
 /// Reviews one AdmissionReview with the policies of `set` that `filter` keeps.
 pub fn review(set: &PolicySet, hook: Hook, filter: Filter, review: &Value) -> Outcome {
     let api_version = review.get("apiVersion").and_then(Value::as_str).unwrap_or("admission.k8s.io/v1");
-    let req = review.get("request").cloned().unwrap_or(Value::Null);
-    let uid = s(&req, "/uid");
-    let operation = s(&req, "/operation").to_string();
-    let object = req.get("object").cloned().unwrap_or(Value::Null);
-    let old = req.get("oldObject").filter(|o| !o.is_null()).cloned();
-    let subject = if object.is_null() { old.clone().unwrap_or(Value::Null) } else { object.clone() };
+    let null = Value::Null;
+    let req = review.get("request").unwrap_or(&null);
+    let uid = s(req, "/uid");
+    let operation = s(req, "/operation").to_string();
+    let object = req.get("object").unwrap_or(&null);
+    let old = req.get("oldObject").filter(|o| !o.is_null());
+    let subject = if object.is_null() { old.unwrap_or(&null) } else { object };
     let kind = {
-        let k = s(&req, "/kind/kind");
-        if k.is_empty() { s(&subject, "/kind").to_string() } else { k.to_string() }
+        let k = s(req, "/kind/kind");
+        if k.is_empty() { s(subject, "/kind").to_string() } else { k.to_string() }
     };
     let namespace = {
-        let n = s(&req, "/namespace");
-        if n.is_empty() { s(&subject, "/metadata/namespace").to_string() } else { n.to_string() }
+        let n = s(req, "/namespace");
+        if n.is_empty() { s(subject, "/metadata/namespace").to_string() } else { n.to_string() }
     };
     let name = {
-        let n = s(&req, "/name");
-        if n.is_empty() { s(&subject, "/metadata/name").to_string() } else { n.to_string() }
+        let n = s(req, "/name");
+        if n.is_empty() { s(subject, "/metadata/name").to_string() } else { n.to_string() }
     };
-    let user_info = req.get("userInfo").cloned().unwrap_or_else(|| json!({}));
+    let empty_user = json!({});
+    let user_info = req.get("userInfo").unwrap_or(&empty_user);
     let user = RequestUser {
-        username: s(&user_info, "/username").to_string(),
+        username: s(user_info, "/username").to_string(),
         groups: user_info.get("groups").and_then(Value::as_array).map(|a| a.iter().filter_map(Value::as_str).map(str::to_string).collect()).unwrap_or_default(),
         roles: Vec::new(),
         cluster_roles: Vec::new(),
     };
     // A Namespace request carries its own labels; other namespaces come from --namespace-labels.
-    let own_labels: Option<BTreeMap<String, String>> = (kind == "Namespace").then(|| {
-        subject
-            .pointer("/metadata/labels")
-            .and_then(Value::as_object)
-            .map(|m| m.iter().filter_map(|(k, v)| v.as_str().map(|s| (k.clone(), s.to_string()))).collect())
-            .unwrap_or_default()
-    });
+    let own_labels = (kind == "Namespace").then(|| verno_engine::matching::labels_of(subject));
     let ns_labels = own_labels.as_ref().or_else(|| set.namespace_labels.get(&namespace));
     let request = Request {
         operation: &operation,
-        object: &object,
-        old_object: old.as_ref(),
+        object,
+        old_object: old,
         user: Some(&user),
-        user_info: Some(&user_info),
+        user_info: Some(user_info),
         namespace_labels: ns_labels,
-        subresource: s(&req, "/subResource"),
+        subresource: s(req, "/subResource"),
         variables: &[],
     };
     let env = ServerEnv;
@@ -238,7 +234,7 @@ pub fn review(set: &PolicySet, hook: Hook, filter: Filter, review: &Value) -> Ou
                 allowed = false;
                 response.insert("status".into(), json!({"metadata": {}, "status": "Failure", "message": failed.join("; ")}));
             } else if let Some(patched) = seq.patched() {
-                let ops = jsonpatch::diff(&object, patched);
+                let ops = jsonpatch::diff(object, patched);
                 if !ops.is_empty() {
                     let bytes = serde_json::to_vec(&ops).unwrap_or_default();
                     response.insert("patch".into(), Value::String(base64::engine::general_purpose::STANDARD.encode(bytes)));
