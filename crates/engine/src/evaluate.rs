@@ -535,13 +535,14 @@ pub(crate) fn load_context(
 /// The variables Kubernetes CEL expressions read: `object`, `oldObject`, `request`, and
 /// (unavailable offline, so null) `namespaceObject` and `params`.
 fn cel_vars(ctx: &Context, data: &dyn Data) -> verno_cel::Vars {
-    let req = ctx.root().get("request").cloned().unwrap_or(Value::Null);
+    let null = Value::Null;
+    let req = ctx.root().get("request").unwrap_or(&null);
     let mut vars = verno_cel::Vars::default();
     vars.set("object", req.get("object").unwrap_or(&Value::Null));
     vars.set("oldObject", req.get("oldObject").unwrap_or(&Value::Null));
     let ns = req.get("namespace").and_then(Value::as_str).unwrap_or("");
     let ns_obj = if ns.is_empty() { None } else { data.namespace_object(ns) };
-    vars.set("request", &req);
+    vars.set("request", req);
     vars.set("namespaceObject", ns_obj.as_ref().unwrap_or(&Value::Null));
     vars.set("params", &Value::Null);
     vars
