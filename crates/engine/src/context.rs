@@ -67,6 +67,16 @@ impl<'e> Context<'e> {
         Saved(vec![(first, old)])
     }
 
+    /// Sets a foreach element: `element`, `elementIndex` and their `element<N>` /
+    /// `elementIndex<N>` forms for the nesting level.
+    pub fn set_element(&mut self, element: &Value, index: usize, nesting: usize) -> Saved {
+        let mut saved = self.set("element", element.clone());
+        saved.absorb(self.set("elementIndex", Value::from(index as i64)));
+        saved.absorb(self.set(&format!("element{nesting}"), element.clone()));
+        saved.absorb(self.set(&format!("elementIndex{nesting}"), Value::from(index as i64)));
+        saved
+    }
+
     pub fn restore(&mut self, saved: Saved) {
         if let Some(m) = self.root.as_object_mut() {
             for (k, old) in saved.0.into_iter().rev() {

@@ -760,10 +760,7 @@ impl ValidateCtx<'_> {
             if element.is_null() {
                 continue;
             }
-            let mut saved = ctx.set("element", element.clone());
-            saved.absorb(ctx.set("elementIndex", Value::from(index as i64)));
-            saved.absorb(ctx.set(&format!("element{nesting}"), element.clone()));
-            saved.absorb(ctx.set(&format!("elementIndex{nesting}"), Value::from(index as i64)));
+            let mut saved = ctx.set_element(element, index, nesting);
             for (k, vals) in self.foreach_values {
                 if let Some(v) = vals.get(index) {
                     saved.absorb(ctx.set_path(k, v.clone()));

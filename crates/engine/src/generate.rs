@@ -179,8 +179,7 @@ pub(crate) fn generate(g: &CompiledGeneration, policy: &CompiledPolicy, rule: &s
             if element.is_null() {
                 continue;
             }
-            let mut saved = ctx.set("element", element.clone());
-            saved.absorb(ctx.set("elementIndex", Value::from(index as i64)));
+            let mut saved = ctx.set_element(element, index, 0);
             let step = (|| {
                 load_context(&f.context, ctx, data, provided, policy, &mut saved).map_err(|e| format!("failed to load generate.foreach[{i}].context: {e}"))?;
                 if let Some(pre) = &f.preconditions {

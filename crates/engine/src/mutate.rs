@@ -375,10 +375,7 @@ impl Mutator<'_> {
             let order: Vec<usize> = if f.reverse { (0..n).rev().collect() } else { (0..n).collect() };
             for index in order {
                 let Some(element) = elements.get(index).filter(|e| !e.is_null()) else { continue };
-                let mut saved = ctx.set("element", element.clone());
-                saved.absorb(ctx.set("elementIndex", Value::from(index as i64)));
-                saved.absorb(ctx.set(&format!("element{nesting}"), element.clone()));
-                saved.absorb(ctx.set(&format!("elementIndex{nesting}"), Value::from(index as i64)));
+                let mut saved = ctx.set_element(element, index, nesting);
                 let base = cur.as_ref().unwrap_or(resource);
                 let step = (|| {
                     if let Err(e) = load_context(&f.context, ctx, self.data, self.provided, self.policy, &mut saved) {
