@@ -4,8 +4,11 @@
 //! integral (so `replicas + 1` works), the strings, lists, math and encoders extensions are on,
 //! and results convert back to JSON. Programs compile once; evaluation is pure.
 
+mod kube;
+mod rewrite;
+
 use cel::objects::{Key, Map};
-use cel::{Context, Env, Program, Value};
+use cel::{Context, Env, IdedExpr, Value};
 use std::collections::HashMap;
 use std::sync::{Arc, OnceLock};
 
@@ -19,6 +22,7 @@ fn env() -> Option<&'static Arc<Env>> {
         env.add_extension(cel::extensions::math).ok()?;
         env.add_extension(cel::extensions::encoders).ok()?;
         or_value_compat(&mut env).ok()?;
+        kube::register(&mut env).ok()?;
         Some(Arc::new(env))
     })
     .as_ref()
@@ -56,7 +60,7 @@ fn or_value_compat(env: &mut Env) -> Result<(), cel::DeclarationError> {
 /// A compiled CEL expression with its source (for messages).
 #[derive(Clone)]
 pub struct Expr {
-    program: Arc<Program>,
+    ast: Arc<IdedExpr>,
     source: String,
 }
 
@@ -69,8 +73,9 @@ impl std::fmt::Debug for Expr {
 impl Expr {
     pub fn compile(source: &str) -> Result<Expr, String> {
         let env = env().ok_or("the CEL environment could not be built")?;
-        let program = env.compile(source).map_err(|e| format!("compilation failed: {e}"))?;
-        Ok(Expr { program: Arc::new(program), source: source.to_string() })
+        let mut ast = env.parser().parse(source).map_err(|e| format!("compilation failed: {e}"))?;
+        rewrite::structs_to_maps(&mut ast);
+        Ok(Expr { ast: Arc::new(ast), source: source.to_string() })
     }
 
     pub fn source(&self) -> &str {
@@ -89,7 +94,7 @@ impl Expr {
         for (k, v) in &vars.0 {
             ctx.add_variable_from_value(k.clone(), v.clone());
         }
-        self.program.execute(&ctx).map_err(|e| e.to_string())
+        Value::resolve(&self.ast, &ctx).map_err(|e| e.to_string())
     }
 
     /// Evaluates to a boolean; any other result is an error naming its type.
@@ -236,5 +241,43 @@ mod tests {
         let mut v = vars(json!({"metadata": {"name": "x"}}));
         v.set_variable("name", &json!("x"));
         assert_eq!(Expr::compile("variables.name == object.metadata.name").and_then(|e| e.eval_bool(&v)), Ok(true));
+    }
+
+    #[test]
+    fn mutation_struct_literals_are_maps() {
+        let v = vars(json!({"spec": {"containers": [{"name": "a", "image": "nginx"}]}}));
+        let e = |s: &str| Expr::compile(s).and_then(|e| e.eval(&v));
+        assert_eq!(
+            e("Object{spec: Object.spec{containers: object.spec.containers.map(c, Object.spec.containers{name: c.name, image: 'r.io/' + c.image})}}"),
+            Ok(json!({"spec": {"containers": [{"name": "a", "image": "r.io/nginx"}]}}))
+        );
+        assert_eq!(
+            e("[JSONPatch{op: 'add', path: '/metadata/labels/' + jsonpatch.escapeKey('a/b~c'), value: 'x'}].filter(p, p.op == 'add')"),
+            Ok(json!([{"op": "add", "path": "/metadata/labels/a~1b~0c", "value": "x"}]))
+        );
+        // Other struct types are still unknown.
+        assert!(e("acme.Thing{a: 1}").is_err());
+    }
+
+    #[test]
+    fn kubernetes_list_sets_and_regex_functions() {
+        let v = vars(json!({"l": [3, 1, 2], "s": ["a", "b"]}));
+        let t = |s: &str| Expr::compile(s).and_then(|e| e.eval(&v));
+        assert_eq!(t("object.s.indexOf('b')"), Ok(json!(1)));
+        assert_eq!(t("object.s.indexOf('z')"), Ok(json!(-1)));
+        assert_eq!(t("[1, 2, 1].lastIndexOf(1)"), Ok(json!(2)));
+        assert_eq!(t("'abc'.indexOf('c')"), Ok(json!(2)));
+        assert_eq!(t("object.l.sum()"), Ok(json!(6)));
+        assert_eq!(t("object.l.min()"), Ok(json!(1)));
+        assert_eq!(t("object.l.max()"), Ok(json!(3)));
+        assert_eq!(t("object.l.isSorted()"), Ok(json!(false)));
+        assert_eq!(t("sets.contains(['a', 'b', 'c'], object.s)"), Ok(json!(true)));
+        assert_eq!(t("sets.equivalent(['b', 'a'], object.s)"), Ok(json!(true)));
+        assert_eq!(t("sets.intersects(['z'], object.s)"), Ok(json!(false)));
+        assert_eq!(t("'abc 123 def 456'.find('[0-9]+')"), Ok(json!("123")));
+        assert_eq!(t("'abc 123 def 456'.findAll('[0-9]+')"), Ok(json!(["123", "456"])));
+        assert_eq!(t("'a1b2c3'.findAll('[0-9]', 2)"), Ok(json!(["1", "2"])));
+        assert!(t("[].min()").is_err());
+        assert_eq!(t(r#"regex.replace('docker.io/nginx', '^docker\\.io/(.*)', r'my.io/\1')"#), Ok(json!("my.io/nginx")));
     }
 }

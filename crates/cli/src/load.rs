@@ -83,9 +83,9 @@ pub fn is_kyverno_policy(v: &Value) -> bool {
     matches!(kind(v), "ClusterPolicy" | "Policy") && api_version(v).starts_with("kyverno.io/")
 }
 
-/// `policies.kyverno.io` ValidatingPolicy / NamespacedValidatingPolicy.
-pub fn is_validating_policy(v: &Value) -> bool {
-    matches!(kind(v), "ValidatingPolicy" | "NamespacedValidatingPolicy") && api_version(v).starts_with("policies.kyverno.io/")
+/// `policies.kyverno.io` policies Verno compiles: Validating and Mutating (and Namespaced).
+pub fn is_cel_policy(v: &Value) -> bool {
+    matches!(kind(v), "ValidatingPolicy" | "NamespacedValidatingPolicy" | "MutatingPolicy" | "NamespacedMutatingPolicy") && api_version(v).starts_with("policies.kyverno.io/")
 }
 
 pub fn is_kyverno_exception(v: &Value) -> bool {
@@ -124,16 +124,23 @@ pub struct LoadedPolicies {
 
 pub fn load_policies(docs: Vec<Doc>) -> LoadedPolicies {
     let mut out = LoadedPolicies { compiled: Vec::new(), invalid: HashMap::new(), unsupported: HashMap::new(), other_docs: Vec::new() };
-    let is_binding = |v: &Value| kind(v) == "ValidatingAdmissionPolicyBinding" && api_version(v).starts_with("admissionregistration.k8s.io/");
+    let k8s = |v: &Value| api_version(v).starts_with("admissionregistration.k8s.io/");
+    let is_binding = |v: &Value| matches!(kind(v), "ValidatingAdmissionPolicyBinding" | "MutatingAdmissionPolicyBinding") && k8s(v);
     let bindings: Vec<Value> = docs.iter().filter(|d| is_binding(&d.value)).map(|d| d.value.clone()).collect();
     for d in docs {
         if is_binding(&d.value) {
             continue;
         }
-        if kind(&d.value) == "ValidatingAdmissionPolicy" && api_version(&d.value).starts_with("admissionregistration.k8s.io/") {
+        if matches!(kind(&d.value), "ValidatingAdmissionPolicy" | "MutatingAdmissionPolicy") && k8s(&d.value) {
             let name = d.value.pointer("/metadata/name").and_then(Value::as_str).unwrap_or("").to_string();
-            let binding = bindings.iter().find(|b| b.pointer("/spec/policyName").and_then(Value::as_str) == Some(name.as_str()));
-            match verno_engine::vpol::compile_admission_policy(&d.value, binding) {
+            let binding_kind = format!("{}Binding", kind(&d.value));
+            let binding = bindings.iter().find(|b| kind(b) == binding_kind && b.pointer("/spec/policyName").and_then(Value::as_str) == Some(name.as_str()));
+            let compiled = if kind(&d.value) == "MutatingAdmissionPolicy" {
+                verno_engine::mpol::compile_mutating_admission_policy(&d.value, binding)
+            } else {
+                verno_engine::vpol::compile_admission_policy(&d.value, binding)
+            };
+            match compiled {
                 Ok(c) => out.compiled.push(c),
                 Err(e) => {
                     eprintln!("Error: {}: policy {name}: {e}", d.file.display());
@@ -165,9 +172,14 @@ pub fn load_policies(docs: Vec<Doc>) -> LoadedPolicies {
                     out.invalid.insert(key, e.to_string());
                 }
             }
-        } else if is_validating_policy(&d.value) {
+        } else if is_cel_policy(&d.value) {
             let name = d.value.pointer("/metadata/name").and_then(Value::as_str).unwrap_or("").to_string();
-            match verno_engine::vpol::compile_validating_policy(&d.value) {
+            let compiled = if kind(&d.value).ends_with("MutatingPolicy") {
+                verno_engine::mpol::compile_mutating_policy(&d.value)
+            } else {
+                verno_engine::vpol::compile_validating_policy(&d.value)
+            };
+            match compiled {
                 Ok(c) => out.compiled.push(c),
                 Err(e) => {
                     eprintln!("Error: {}: policy {name}: {e}", d.file.display());

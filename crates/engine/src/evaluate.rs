@@ -329,7 +329,11 @@ fn evaluate_rule(
             return Some(RuleResponse::new(&rule.name, rt, Status::Error, format!("failed to load context: {e}")));
         }
         if !rule.cel_preconditions.is_empty() {
-            let vars = cel_vars(ctx, data);
+            // Match conditions may read params and the policy's variables.
+            let vars = match rule_cel_vars(rule, ctx, data) {
+                Ok(v) => v,
+                Err(e) => return Some(RuleResponse::new(&rule.name, rt, Status::Error, e)),
+            };
             for (name, e) in &rule.cel_preconditions {
                 match e.eval_bool(&vars) {
                     Ok(true) => {}
@@ -360,6 +364,25 @@ fn evaluate_rule(
         }
         match &rule.body {
             RuleBody::Unsupported { what, .. } => Some(RuleResponse::new(&rule.name, rt, Status::Error, *what)),
+            RuleBody::Mutate(m) if m.cel.is_some() => {
+                let c = m.cel.as_deref()?;
+                let mut vars = cel_vars(ctx, data);
+                if let Some(p) = &c.params {
+                    match p.resolve(data) {
+                        Ok(v) => vars.set("params", &v),
+                        Err(e) => return Some(RuleResponse::new(&rule.name, rt, Status::Error, e)),
+                    }
+                }
+                // A CEL mutation that applies passes, whether or not it changed anything.
+                Some(match crate::mpol::run(c, object, &mut vars) {
+                    Ok(Some(v)) => {
+                        *patched = Some(v);
+                        RuleResponse::new(&rule.name, rt, Status::Pass, "resource patched")
+                    }
+                    Ok(None) => RuleResponse::new(&rule.name, rt, Status::Pass, "resource unchanged"),
+                    Err(e) => RuleResponse::new(&rule.name, rt, Status::Error, e),
+                })
+            }
             RuleBody::Mutate(m) => {
                 let mu = crate::mutate::Mutator { rule: &rule.name, data, policy, provided: &provided };
                 if !m.targets.is_empty() {
@@ -548,6 +571,36 @@ fn cel_vars(ctx: &Context, data: &dyn Data) -> verno_cel::Vars {
     vars
 }
 
+/// [`cel_vars`] plus `params` and the policy's variables. Variables are lazy in Kubernetes: one
+/// that fails only matters where it is used, so it is left unset and expressions reading it fail.
+fn cel_env(ctx: &Context, data: &dyn Data, params: Option<&crate::policy::ParamRef>, variables: &[(String, verno_cel::Expr)]) -> Result<verno_cel::Vars, String> {
+    let mut vars = cel_vars(ctx, data);
+    if let Some(p) = params {
+        vars.set("params", &p.resolve(data)?);
+    }
+    for (name, e) in variables {
+        if let Ok(v) = e.eval(&vars) {
+            vars.set_variable(name, &v);
+        }
+    }
+    Ok(vars)
+}
+
+/// The CEL variables a rule's match conditions see.
+fn rule_cel_vars(rule: &CompiledRule, ctx: &Context, data: &dyn Data) -> Result<verno_cel::Vars, String> {
+    match &rule.body {
+        RuleBody::Validate(v) => match &v.check {
+            Check::Cel(c) => cel_env(ctx, data, c.params.as_ref(), &c.variables),
+            _ => Ok(cel_vars(ctx, data)),
+        },
+        RuleBody::Mutate(m) => match m.cel.as_deref() {
+            Some(c) => cel_env(ctx, data, c.params.as_ref(), &c.variables),
+            None => Ok(cel_vars(ctx, data)),
+        },
+        _ => Ok(cel_vars(ctx, data)),
+    }
+}
+
 struct ValidateCtx<'a> {
     rule: &'a str,
     v: &'a CompiledValidation,
@@ -677,20 +730,10 @@ impl ValidateCtx<'_> {
                 Some(self.resp(Status::Fail, msg))
             }
             Check::Cel(c) => {
-                let mut vars = cel_vars(ctx, self.data);
-                if let Some(p) = &c.params {
-                    match self.data.resource(&p.api_version, &p.kind, &p.namespace, &p.name) {
-                        Some(v) => vars.set("params", &v),
-                        None => return Some(self.resp(Status::Error, format!("params {}/{} {}/{} not found", p.api_version, p.kind, p.namespace, p.name))),
-                    }
-                }
-                // Variables are lazy in Kubernetes: one that fails only matters where it is used,
-                // so it is left unset and the expressions reading it fail.
-                for (name, e) in &c.variables {
-                    if let Ok(v) = e.eval(&vars) {
-                        vars.set_variable(name, &v);
-                    }
-                }
+                let vars = match cel_env(ctx, self.data, c.params.as_ref(), &c.variables) {
+                    Ok(v) => v,
+                    Err(e) => return Some(self.resp(Status::Error, e)),
+                };
                 for x in &c.expressions {
                     match x.expr.eval_bool(&vars) {
                         Ok(true) => {}

@@ -16,6 +16,7 @@ pub mod generate;
 pub mod images;
 pub mod jsonpatch;
 pub mod matching;
+pub mod mpol;
 pub mod mutate;
 pub mod outcome;
 pub mod pattern;

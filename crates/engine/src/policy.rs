@@ -155,6 +155,39 @@ pub struct ParamRef {
     pub kind: String,
     pub namespace: String,
     pub name: String,
+    /// A binding's `paramRef.selector`: every matching object, read as `params.items`, as
+    /// Kyverno's CLI presents them.
+    pub selector: Option<verno_api::LabelSelector>,
+}
+
+impl ParamRef {
+    /// From an admission policy's `paramKind` and its binding's `paramRef`.
+    pub fn from_binding(param_kind: &Value, param_ref: &Value) -> ParamRef {
+        let s = |v: &Value, k: &str| v.get(k).and_then(Value::as_str).unwrap_or_default().to_string();
+        ParamRef {
+            api_version: s(param_kind, "apiVersion"),
+            kind: s(param_kind, "kind"),
+            namespace: s(param_ref, "namespace"),
+            name: s(param_ref, "name"),
+            selector: param_ref.get("selector").and_then(|v| serde_json::from_value(v.clone()).ok()),
+        }
+    }
+
+    /// The `params` value, or why there is none.
+    pub fn resolve(&self, data: &dyn crate::evaluate::Data) -> Result<Value, String> {
+        if self.name.is_empty() {
+            if let Some(sel) = &self.selector {
+                let items: Vec<Value> = data
+                    .list(&self.api_version, &self.kind, &self.namespace)
+                    .into_iter()
+                    .filter(|o| crate::matching::selector_matches(sel, &crate::matching::labels_of(o), false))
+                    .collect();
+                return Ok(serde_json::json!({ "items": items }));
+            }
+        }
+        data.resource(&self.api_version, &self.kind, &self.namespace, &self.name)
+            .ok_or_else(|| format!("params {}/{} {}/{} not found", self.api_version, self.kind, self.namespace, self.name))
+    }
 }
 
 #[derive(Debug, Clone)]
@@ -423,6 +456,8 @@ pub struct CompiledMutation {
     pub patches: Patches,
     pub foreach: Vec<CompiledMutateForeach>,
     pub targets: Vec<CompiledTarget>,
+    /// A MutatingPolicy's / MutatingAdmissionPolicy's CEL mutations.
+    pub cel: Option<Box<crate::mpol::CompiledCelMutation>>,
 }
 
 /// A strategic merge patch and/or RFC 6902 patches, with their variables.
@@ -535,7 +570,7 @@ fn compile_mutation(m: &verno_api::Mutation, path: &str) -> Result<CompiledMutat
             preconditions: t.preconditions.as_ref().map(|c| CompiledConditions::compile(c, &format!("{p}.preconditions"))).transpose()?,
         });
     }
-    Ok(CompiledMutation { patches, foreach, targets })
+    Ok(CompiledMutation { patches, foreach, targets, cel: None })
 }
 
 /// A compiled `generate` rule. The object is built at evaluation; the cluster controller acts

@@ -10,7 +10,7 @@ use crate::policy::{Action, CompiledPolicy, CompiledRule, CompiledValidation, Ru
 use serde_json::{Value, json};
 use verno_api::LabelSelector;
 
-fn strings(v: Option<&Value>) -> Vec<String> {
+pub(crate) fn strings(v: Option<&Value>) -> Vec<String> {
     v.and_then(Value::as_array).map(|a| a.iter().filter_map(Value::as_str).map(str::to_string).collect()).unwrap_or_default()
 }
 
@@ -35,7 +35,7 @@ fn selector(v: Option<&Value>, path: &str) -> Result<Option<LabelSelector>, Comp
     }
 }
 
-fn constraints(mc: &Value) -> Result<Constraints, CompileError> {
+pub(crate) fn constraints(mc: &Value) -> Result<Constraints, CompileError> {
     Ok(Constraints {
         rules: rules(mc.get("resourceRules")),
         exclude: rules(mc.get("excludeResourceRules")),
@@ -180,10 +180,9 @@ pub fn compile_admission_policy(doc: &Value, binding: Option<&Value>) -> Result<
     let conditions: Vec<Value> = spec.get("matchConditions").and_then(Value::as_array).cloned().unwrap_or_default();
     let mut r = rule("", Matcher::all_constraints(matchers), &cel, &conditions, action)?;
     if let (Some(pk), Some(pr)) = (spec.get("paramKind"), bspec.get("paramRef")) {
-        let s = |v: &Value, k: &str| v.get(k).and_then(Value::as_str).unwrap_or_default().to_string();
         if let RuleBody::Validate(v) = &mut r.body {
             if let crate::policy::Check::Cel(c) = &mut v.check {
-                c.params = Some(crate::policy::ParamRef { api_version: s(pk, "apiVersion"), kind: s(pk, "kind"), namespace: s(pr, "namespace"), name: s(pr, "name") });
+                c.params = Some(crate::policy::ParamRef::from_binding(pk, pr));
             }
         }
     }

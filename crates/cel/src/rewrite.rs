@@ -1,0 +1,65 @@
+//! Struct literals of Kubernetes' mutation types, rewritten to map literals at compile time.
+//!
+//! MutatingAdmissionPolicy and Kyverno's MutatingPolicy build their results with typed struct
+//! literals: `Object{spec: Object.spec{replicas: 2}}` (an apply configuration) and
+//! `JSONPatch{op: "add", path: "/x", value: 1}`. Kubernetes type-checks these against the
+//! resource's schema; offline we have no schema, so each such literal becomes the map it
+//! serialises to (`{"spec": {"replicas": 2}}`), which the engine then merges or applies. Field
+//! selection on the result (`p.op`) works the same on a map.
+
+use cel::common::ast::{EntryExpr, Expr, IdedExpr, LiteralValue, MapEntryExpr, MapExpr};
+use cel::common::types::CelString;
+
+/// Is `name` one of the struct types we build as maps?
+fn is_mutation_type(name: &str) -> bool {
+    let name = name.strip_prefix('.').unwrap_or(name);
+    name == "Object" || name.starts_with("Object.") || name == "JSONPatch"
+}
+
+/// Rewrites every `Object…{…}` and `JSONPatch{…}` literal below `e` into a map literal.
+pub fn structs_to_maps(e: &mut IdedExpr) {
+    match &mut e.expr {
+        Expr::Call(c) => {
+            if let Some(t) = c.target.as_deref_mut() {
+                structs_to_maps(t);
+            }
+            c.args.iter_mut().for_each(structs_to_maps);
+        }
+        Expr::Comprehension(c) => {
+            for x in [&mut c.iter_range, &mut c.accu_init, &mut c.loop_cond, &mut c.loop_step, &mut c.result] {
+                structs_to_maps(x);
+            }
+        }
+        Expr::List(l) => l.elements.iter_mut().for_each(structs_to_maps),
+        Expr::Map(m) => {
+            for entry in &mut m.entries {
+                if let EntryExpr::MapEntry(me) = &mut entry.expr {
+                    structs_to_maps(&mut me.key);
+                    structs_to_maps(&mut me.value);
+                }
+            }
+        }
+        Expr::Select(s) => structs_to_maps(&mut s.operand),
+        Expr::Struct(s) => {
+            for entry in &mut s.entries {
+                if let EntryExpr::StructField(f) = &mut entry.expr {
+                    structs_to_maps(&mut f.value);
+                }
+            }
+            if is_mutation_type(&s.type_name) {
+                let entries = std::mem::take(&mut s.entries)
+                    .into_iter()
+                    .map(|mut entry| {
+                        if let EntryExpr::StructField(f) = entry.expr {
+                            let key = IdedExpr { id: entry.id, expr: Expr::Literal(LiteralValue::String(CelString::from(f.field))) };
+                            entry.expr = EntryExpr::MapEntry(MapEntryExpr { key, value: f.value, optional: f.optional });
+                        }
+                        entry
+                    })
+                    .collect();
+                e.expr = Expr::Map(MapExpr { entries });
+            }
+        }
+        _ => {}
+    }
+}

@@ -1,0 +1,295 @@
+//! CEL mutations: `policies.kyverno.io` MutatingPolicy and Kubernetes MutatingAdmissionPolicy.
+//!
+//! Both hold a list of `mutations`, each an `ApplyConfiguration` (a CEL expression building a
+//! partial object, merged into the resource the way server-side apply merges) or a `JSONPatch`
+//! (a CEL expression building RFC 6902 operations). They run in order, each seeing the object
+//! the previous one produced as `object`. They compile into the same [`CompiledPolicy`] as
+//! ClusterPolicies: one mutate rule named `""` (as Kyverno's CLI reports it) whose match is the
+//! Kubernetes `matchConstraints`, with `matchConditions` as CEL preconditions.
+
+use crate::error::CompileError;
+use crate::matching::Matcher;
+use crate::policy::{Action, CompiledMutation, CompiledPolicy, CompiledRule, ParamRef, Patches, RuleBody, compile_cel_preconditions};
+use crate::smp::{Field, ListKind, Ty};
+use crate::vpol::constraints;
+use serde_json::{Map, Value, json};
+
+/// One mutation of a CEL policy.
+#[derive(Debug, Clone)]
+pub enum CelPatch {
+    ApplyConfiguration(verno_cel::Expr),
+    JsonPatch(verno_cel::Expr),
+}
+
+/// The CEL part of a mutate rule: variables, then mutations in order.
+#[derive(Debug, Clone)]
+pub struct CompiledCelMutation {
+    pub variables: Vec<(String, verno_cel::Expr)>,
+    pub mutations: Vec<CelPatch>,
+    pub params: Option<ParamRef>,
+}
+
+fn expr(v: Option<&Value>, path: &str) -> Result<verno_cel::Expr, CompileError> {
+    let src = v.and_then(Value::as_str).ok_or_else(|| CompileError::new(path, "an expression (string) is required"))?;
+    verno_cel::Expr::compile(src).map_err(|e| CompileError::new(path, e))
+}
+
+fn compile_mutations(spec: &Value) -> Result<CompiledCelMutation, CompileError> {
+    let mut variables = Vec::new();
+    for (i, v) in spec.get("variables").and_then(Value::as_array).into_iter().flatten().enumerate() {
+        let p = format!("spec.variables[{i}]");
+        let name = v.get("name").and_then(Value::as_str).ok_or_else(|| CompileError::new(format!("{p}.name"), "a variable needs a name"))?;
+        variables.push((name.to_string(), expr(v.get("expression"), &format!("{p}.expression"))?));
+    }
+    let mut mutations = Vec::new();
+    for (i, m) in spec.get("mutations").and_then(Value::as_array).into_iter().flatten().enumerate() {
+        let p = format!("spec.mutations[{i}]");
+        let patch = match m.get("patchType").and_then(Value::as_str) {
+            Some("ApplyConfiguration") => CelPatch::ApplyConfiguration(expr(m.pointer("/applyConfiguration/expression"), &format!("{p}.applyConfiguration.expression"))?),
+            Some("JSONPatch") => CelPatch::JsonPatch(expr(m.pointer("/jsonPatch/expression"), &format!("{p}.jsonPatch.expression"))?),
+            Some(other) => return Err(CompileError::new(format!("{p}.patchType"), format!("unknown patch type {other:?}: expected ApplyConfiguration or JSONPatch"))),
+            None => return Err(CompileError::new(format!("{p}.patchType"), "a mutation needs a patchType (ApplyConfiguration or JSONPatch)")),
+        };
+        mutations.push(patch);
+    }
+    if mutations.is_empty() {
+        return Err(CompileError::new("spec.mutations", "at least one mutation is required"));
+    }
+    Ok(CompiledCelMutation { variables, mutations, params: None })
+}
+
+fn rule(matcher: Matcher, conditions: &[Value], cel: CompiledCelMutation) -> Result<CompiledRule, CompileError> {
+    Ok(CompiledRule {
+        name: String::new(),
+        autogen_of: None,
+        matcher,
+        exclude: None,
+        context: Vec::new(),
+        preconditions: None,
+        cel_preconditions: compile_cel_preconditions(conditions, "spec.matchConditions")?,
+        body: RuleBody::Mutate(Box::new(CompiledMutation { patches: Patches::default(), foreach: Vec::new(), targets: Vec::new(), cel: Some(Box::new(cel)) })),
+    })
+}
+
+fn policy(doc: &Value, kind: &str, rules: Vec<CompiledRule>, failure_ignore: bool) -> Result<CompiledPolicy, CompileError> {
+    let name = doc.pointer("/metadata/name").and_then(Value::as_str).unwrap_or_default();
+    let source: verno_api::ClusterPolicy = serde_json::from_value(json!({
+        "apiVersion": doc.get("apiVersion").cloned().unwrap_or(Value::Null),
+        "kind": kind,
+        "metadata": doc.get("metadata").cloned().unwrap_or(json!({})),
+        "spec": {"rules": []},
+    }))
+    .map_err(|e| CompileError::new("metadata", e.to_string()))?;
+    Ok(CompiledPolicy {
+        name: name.to_string(),
+        namespace: doc.pointer("/metadata/namespace").and_then(Value::as_str).map(str::to_string),
+        kind: kind.to_string(),
+        action: Action::Audit,
+        overrides: Vec::new(),
+        background: true,
+        apply_one: false,
+        scored: true,
+        emit_warning: false,
+        failure_policy_ignore: failure_ignore,
+        rules,
+        source,
+    })
+}
+
+fn named(doc: &Value) -> Result<(), CompileError> {
+    match doc.pointer("/metadata/name").and_then(Value::as_str) {
+        Some(n) if !n.is_empty() => Ok(()),
+        _ => Err(CompileError::new("metadata.name", "a policy needs a name")),
+    }
+}
+
+/// Compiles a MutatingPolicy or NamespacedMutatingPolicy document.
+pub fn compile_mutating_policy(doc: &Value) -> Result<CompiledPolicy, CompileError> {
+    named(doc)?;
+    let kind = doc.get("kind").and_then(Value::as_str).unwrap_or("MutatingPolicy");
+    let spec = doc.get("spec").cloned().unwrap_or(Value::Null);
+    let base = constraints(spec.get("matchConstraints").unwrap_or(&Value::Null))?;
+    if base.rules.is_empty() {
+        return Err(CompileError::new("spec.matchConstraints.resourceRules", "at least one resource rule is required"));
+    }
+    let conditions: Vec<Value> = spec.get("matchConditions").and_then(Value::as_array).cloned().unwrap_or_default();
+    let r = rule(Matcher::constraints(base), &conditions, compile_mutations(&spec)?)?;
+    policy(doc, kind, vec![r], spec.get("failurePolicy").and_then(Value::as_str) == Some("Ignore"))
+}
+
+/// Compiles a Kubernetes MutatingAdmissionPolicy with its binding (`matchResources` narrows the
+/// match, `paramRef` names the params object).
+pub fn compile_mutating_admission_policy(doc: &Value, binding: Option<&Value>) -> Result<CompiledPolicy, CompileError> {
+    named(doc)?;
+    let spec = doc.get("spec").cloned().unwrap_or(Value::Null);
+    let bspec = binding.and_then(|b| b.get("spec")).cloned().unwrap_or(Value::Null);
+    let mut matchers = vec![constraints(spec.get("matchConstraints").unwrap_or(&Value::Null))?];
+    if let Some(mr) = bspec.get("matchResources").filter(|m| m.is_object()) {
+        matchers.push(constraints(mr)?);
+    }
+    let conditions: Vec<Value> = spec.get("matchConditions").and_then(Value::as_array).cloned().unwrap_or_default();
+    let mut cel = compile_mutations(&spec)?;
+    if let (Some(pk), Some(pr)) = (spec.get("paramKind"), bspec.get("paramRef")) {
+        cel.params = Some(ParamRef::from_binding(pk, pr));
+    }
+    let r = rule(Matcher::all_constraints(matchers), &conditions, cel)?;
+    policy(doc, "MutatingAdmissionPolicy", vec![r], spec.get("failurePolicy").and_then(Value::as_str) == Some("Ignore"))
+}
+
+/// Runs the mutations on `object` with `vars` (object, request, params, ... already set).
+/// `Ok(None)` when nothing changed.
+pub fn run(m: &CompiledCelMutation, object: &Value, vars: &mut verno_cel::Vars) -> Result<Option<Value>, String> {
+    let kind = object.get("kind").and_then(Value::as_str).unwrap_or("").to_string();
+    let mut cur = object.clone();
+    for (i, p) in m.mutations.iter().enumerate() {
+        vars.set("object", &cur);
+        // Variables see the object as it is before this mutation; lazy as in Kubernetes: one
+        // that fails only matters where it is read.
+        for (name, e) in &m.variables {
+            if let Ok(v) = e.eval(vars) {
+                vars.set_variable(name, &v);
+            }
+        }
+        match p {
+            CelPatch::ApplyConfiguration(e) => {
+                let patch = e.eval(vars).map_err(|err| format!("mutation {i}: applyConfiguration expression '{}' failed: {err}", e.source().trim()))?;
+                if !patch.is_object() {
+                    return Err(format!("mutation {i}: applyConfiguration must return an Object, got {}", verno_jmespath::value::type_name(&patch)));
+                }
+                cur = apply_configuration(&cur, &patch, &kind);
+            }
+            CelPatch::JsonPatch(e) => {
+                let ops = e.eval(vars).map_err(|err| format!("mutation {i}: jsonPatch expression '{}' failed: {err}", e.source().trim()))?;
+                let ops = crate::jsonpatch::parse_ops(&ops).map_err(|err| format!("mutation {i}: invalid JSONPatch: {err}"))?;
+                crate::jsonpatch::apply(&mut cur, &ops).map_err(|err| format!("mutation {i}: JSONPatch could not be applied: {err}"))?;
+            }
+        }
+    }
+    Ok(if crate::equal(&cur, object) { None } else { Some(cur) })
+}
+
+/// Merges an apply configuration into `obj` the way server-side apply merges (structured merge):
+/// maps merge field by field (`null` removes), lists of known Kubernetes types with a key merge
+/// element by element, `finalizers` is a set, every other list and scalar is replaced. Merged
+/// lists keep the object's order; new elements go before the next element the two share, or at
+/// the end. The list keys are the table in [`crate::smp::field`].
+pub fn apply_configuration(obj: &Value, patch: &Value, kind: &str) -> Value {
+    merge(Some(obj), patch, Field { ty: crate::smp::root(kind), list: ListKind::Atomic })
+}
+
+fn merge(dst: Option<&Value>, patch: &Value, f: Field) -> Value {
+    match patch {
+        Value::Object(pm) => {
+            let mut out: Map<String, Value> = dst.and_then(Value::as_object).cloned().unwrap_or_default();
+            for (k, pv) in pm {
+                if pv.is_null() {
+                    out.remove(k);
+                    continue;
+                }
+                let merged = merge(out.get(k), pv, crate::smp::field(f.ty, k));
+                out.insert(k.clone(), merged);
+            }
+            Value::Object(out)
+        }
+        Value::Array(items) => match (f.list, dst.and_then(Value::as_array)) {
+            (ListKind::Merge(key), Some(existing)) => Value::Array(merge_keyed(existing, items, key, f.ty)),
+            (ListKind::Set, Some(existing)) => {
+                let mut out = existing.clone();
+                for x in items {
+                    if !out.contains(x) {
+                        out.push(x.clone());
+                    }
+                }
+                Value::Array(out)
+            }
+            _ => patch.clone(),
+        },
+        other => other.clone(),
+    }
+}
+
+fn merge_keyed(existing: &[Value], items: &[Value], key: &str, ty: Ty) -> Vec<Value> {
+    let key_of = |v: &Value| v.get(key).filter(|k| !k.is_null()).cloned();
+    let elem = Field { ty, list: ListKind::Atomic };
+    let mut used = vec![false; items.len()];
+    let find = |k: &Value| items.iter().position(|x| key_of(x).as_ref() == Some(k));
+    let mut out = Vec::with_capacity(existing.len() + items.len());
+    for e in existing {
+        match key_of(e).and_then(|k| find(&k)) {
+            Some(pi) => {
+                // New elements written before this shared one go first.
+                for (j, x) in items.iter().enumerate().take(pi) {
+                    let new = key_of(x).is_none_or(|k| !existing.iter().any(|y| key_of(y).as_ref() == Some(&k)));
+                    if new && !used[j] {
+                        used[j] = true;
+                        out.push(merge(None, x, elem));
+                    }
+                }
+                if let Some(u) = used.get_mut(pi) {
+                    *u = true;
+                }
+                out.push(merge(Some(e), &items[pi], elem));
+            }
+            None => out.push(e.clone()),
+        }
+    }
+    for (j, x) in items.iter().enumerate() {
+        if !used[j] {
+            out.push(merge(None, x, elem));
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn apply_configuration_merges_like_server_side_apply() {
+        let pod = json!({"kind": "Pod", "metadata": {"name": "p", "labels": {"a": "1"}}, "spec": {
+            "containers": [{"name": "app", "image": "nginx", "args": ["x"]}, {"name": "side", "image": "envoy"}],
+            "tolerations": [{"key": "k"}]}});
+        let patch = json!({"metadata": {"labels": {"b": "2"}}, "spec": {
+            "containers": [{"name": "new", "image": "busybox"}, {"name": "side", "image": "envoy:2", "args": ["y"]}],
+            "tolerations": [{"key": "other"}]}});
+        let out = apply_configuration(&pod, &patch, "Pod");
+        assert_eq!(out["metadata"]["labels"], json!({"a": "1", "b": "2"}));
+        // Keyed list: the object's order, new elements before the next shared one, fields merged.
+        assert_eq!(
+            out["spec"]["containers"],
+            json!([{"name": "app", "image": "nginx", "args": ["x"]}, {"name": "new", "image": "busybox"}, {"name": "side", "image": "envoy:2", "args": ["y"]}])
+        );
+        // Atomic list: replaced.
+        assert_eq!(out["spec"]["tolerations"], json!([{"key": "other"}]));
+        // null removes.
+        let out = apply_configuration(&pod, &json!({"metadata": {"labels": null}}), "Pod");
+        assert!(out["metadata"].get("labels").is_none());
+    }
+
+    #[test]
+    fn mutations_run_in_order_and_report_errors_with_the_expression() {
+        let doc = json!({"apiVersion": "policies.kyverno.io/v1", "kind": "MutatingPolicy", "metadata": {"name": "m"}, "spec": {
+            "matchConstraints": {"resourceRules": [{"apiGroups": [""], "apiVersions": ["v1"], "operations": ["CREATE"], "resources": ["pods"]}]},
+            "mutations": [
+                {"patchType": "ApplyConfiguration", "applyConfiguration": {"expression": "Object{metadata: Object.metadata{labels: Object.metadata.labels{team: 'a'}}}"}},
+                {"patchType": "JSONPatch", "jsonPatch": {"expression": "[JSONPatch{op: 'add', path: '/metadata/labels/copy', value: object.metadata.labels.team}]"}}
+            ]}});
+        let p = compile_mutating_policy(&doc).expect("compiles");
+        let RuleBody::Mutate(m) = &p.rules[0].body else { panic!("a mutate rule") };
+        let cel = m.cel.as_deref().expect("cel mutation");
+        let pod = json!({"kind": "Pod", "metadata": {"name": "p"}});
+        let out = run(cel, &pod, &mut verno_cel::Vars::default()).expect("runs").expect("changed");
+        assert_eq!(out["metadata"]["labels"], json!({"team": "a", "copy": "a"}));
+        let mut replace = doc.clone();
+        replace["spec"]["mutations"][1]["jsonPatch"]["expression"] = json!("[JSONPatch{op: 'replace', path: '/spec/missing', value: 1}]");
+        let p = compile_mutating_policy(&replace).expect("compiles");
+        let RuleBody::Mutate(m) = &p.rules[0].body else { panic!("a mutate rule") };
+        let err = run(m.cel.as_deref().expect("cel"), &pod, &mut verno_cel::Vars::default()).err().expect("an error");
+        assert!(err.starts_with("mutation 1: JSONPatch could not be applied"), "{err}");
+        let mut broken = doc.clone();
+        broken["spec"]["mutations"][1]["jsonPatch"]["expression"] = json!("[JSONPatch{");
+        let err = compile_mutating_policy(&broken).err().expect("compile error");
+        assert!(err.to_string().contains("spec.mutations[1].jsonPatch.expression"), "{err}");
+    }
+}
