@@ -4,8 +4,12 @@
 //! integral (so `replicas + 1` works), the strings, lists, math and encoders extensions are on,
 //! and results convert back to JSON. Programs compile once; evaluation is pure.
 
+mod host;
+mod image;
 mod kube;
 mod rewrite;
+
+pub use host::Host;
 
 use cel::objects::{Key, Map};
 use cel::{Context, Env, IdedExpr, Value};
@@ -23,6 +27,8 @@ fn env() -> Option<&'static Arc<Env>> {
         env.add_extension(cel::extensions::encoders).ok()?;
         or_value_compat(&mut env).ok()?;
         kube::register(&mut env).ok()?;
+        host::register(&mut env).ok()?;
+        image::register(&mut env).ok()?;
         Some(Arc::new(env))
     })
     .as_ref()
@@ -62,6 +68,8 @@ fn or_value_compat(env: &mut Env) -> Result<(), cel::DeclarationError> {
 pub struct Expr {
     ast: Arc<IdedExpr>,
     source: String,
+    /// Calls a Kyverno library that needs the host.
+    uses_host: bool,
 }
 
 impl std::fmt::Debug for Expr {
@@ -75,7 +83,8 @@ impl Expr {
         let env = env().ok_or("the CEL environment could not be built")?;
         let mut ast = env.parser().parse(source).map_err(|e| format!("compilation failed: {e}"))?;
         rewrite::structs_to_maps(&mut ast);
-        Ok(Expr { ast: Arc::new(ast), source: source.to_string() })
+        let uses_host = rewrite::mentions(&ast, host::HOST_VAR);
+        Ok(Expr { ast: Arc::new(ast), source: source.to_string(), uses_host })
     }
 
     pub fn source(&self) -> &str {
@@ -93,6 +102,10 @@ impl Expr {
         let mut ctx = Context::with_env(env.clone());
         for (k, v) in &vars.0 {
             ctx.add_variable_from_value(k.clone(), v.clone());
+        }
+        if self.uses_host && !vars.0.iter().any(|(k, _)| k == host::HOST_VAR) {
+            // No host: the library functions then say they are not available here.
+            ctx.add_variable_from_value(host::HOST_VAR, Value::Null);
         }
         Value::resolve(&self.ast, &ctx).map_err(|e| e.to_string())
     }
@@ -120,6 +133,12 @@ impl Vars {
             Some(slot) => slot.1 = v,
             None => self.0.push((name.to_string(), v)),
         }
+    }
+
+    /// Makes `host` answer the Kyverno libraries (`resource.*`, `http.*`, `globalContext.Get`,
+    /// `image.GetMetadata`, `time.now()`).
+    pub fn set_host(&mut self, host: Arc<dyn Host>) {
+        self.set_cel(host::HOST_VAR, Value::Opaque(Arc::new(host::HostValue(host))));
     }
 
     /// Sets `variables.<name>` (Kubernetes' composition variables).
@@ -279,5 +298,52 @@ mod tests {
         assert_eq!(t("'a1b2c3'.findAll('[0-9]', 2)"), Ok(json!(["1", "2"])));
         assert!(t("[].min()").is_err());
         assert_eq!(t(r#"regex.replace('docker.io/nginx', '^docker\\.io/(.*)', r'my.io/\1')"#), Ok(json!("my.io/nginx")));
+    }
+
+    struct TestHost;
+    impl Host for TestHost {
+        fn resource_get(&self, api_version: &str, resource: &str, namespace: &str, name: &str) -> Result<serde_json::Value, String> {
+            match (api_version, resource, namespace, name) {
+                ("v1", "configmaps", "default", "cfg") => Ok(json!({"data": {"env": "prod"}})),
+                _ => Err(format!("{resource} {namespace}/{name} not found")),
+            }
+        }
+        fn resource_list(&self, _: &str, _: &str, _: &str) -> Result<Vec<serde_json::Value>, String> {
+            Ok(vec![json!({"metadata": {"name": "a", "labels": {"t": "x"}}}), json!({"metadata": {"name": "b"}})])
+        }
+        fn now(&self) -> Option<i64> {
+            Some(1_700_000_000)
+        }
+    }
+
+    #[test]
+    fn kyverno_libraries_ask_the_host() {
+        let mut v = vars(json!({}));
+        let t = |s: &str, v: &Vars| Expr::compile(s).and_then(|e| e.eval(v));
+        // Without a host the functions say they are not available.
+        let err = t("resource.Get('v1', 'configmaps', 'default', 'cfg')", &v);
+        assert!(err.as_ref().is_err_and(|e| e.contains("not available")), "{err:?}");
+        v.set_host(Arc::new(TestHost));
+        assert_eq!(t("resource.Get('v1', 'configmaps', 'default', 'cfg').data.env", &v), Ok(json!("prod")));
+        assert_eq!(t("resource.get('v1', 'configmaps', 'default', 'cfg').data.env", &v), Ok(json!("prod")));
+        assert!(t("resource.Get('v1', 'configmaps', 'default', 'nope')", &v).is_err_and(|e| e.contains("not found")));
+        assert_eq!(t("resource.List('v1', 'configmaps', '').items.size()", &v), Ok(json!(2)));
+        assert_eq!(t("resource.List('v1', 'configmaps', '', {'t': 'x'}).items.map(i, i.metadata.name)", &v), Ok(json!(["a"])));
+        assert_eq!(t("time.now() > timestamp('2023-01-01T00:00:00Z')", &v), Ok(json!(true)));
+        assert!(t("http.Get('https://x')", &v).is_err());
+    }
+
+    #[test]
+    fn image_references_parse_like_go_containerregistry() {
+        let v = vars(json!({}));
+        let t = |s: &str| Expr::compile(s).and_then(|e| e.eval(&v));
+        assert_eq!(t("image('nginx').registry()"), Ok(json!("index.docker.io")));
+        assert_eq!(t("image('nginx').repository()"), Ok(json!("library/nginx")));
+        assert_eq!(t("image('nginx').tag()"), Ok(json!("latest")));
+        assert_eq!(t("image('corp.reg.com/team/app:1.2').registry()"), Ok(json!("corp.reg.com")));
+        assert_eq!(t("image('localhost:5000/app@sha256:abc').containsDigest()"), Ok(json!(true)));
+        assert_eq!(t("image('ghcr.io/org/app@sha256:abc').identifier()"), Ok(json!("sha256:abc")));
+        assert_eq!(t("isImage('UPPER/case')"), Ok(json!(false)));
+        assert!(t("image('')").is_err());
     }
 }

@@ -63,3 +63,23 @@ pub fn structs_to_maps(e: &mut IdedExpr) {
         _ => {}
     }
 }
+
+/// Does `e` read the identifier `name` anywhere?
+pub fn mentions(e: &IdedExpr, name: &str) -> bool {
+    match &e.expr {
+        Expr::Ident(n) => n == name,
+        Expr::Call(c) => c.target.as_deref().is_some_and(|t| mentions(t, name)) || c.args.iter().any(|a| mentions(a, name)),
+        Expr::Comprehension(c) => [&c.iter_range, &c.accu_init, &c.loop_cond, &c.loop_step, &c.result].into_iter().any(|x| mentions(x, name)),
+        Expr::List(l) => l.elements.iter().any(|x| mentions(x, name)),
+        Expr::Map(m) => m.entries.iter().any(|en| match &en.expr {
+            EntryExpr::MapEntry(me) => mentions(&me.key, name) || mentions(&me.value, name),
+            EntryExpr::StructField(f) => mentions(&f.value, name),
+        }),
+        Expr::Struct(s) => s.entries.iter().any(|en| match &en.expr {
+            EntryExpr::MapEntry(me) => mentions(&me.key, name) || mentions(&me.value, name),
+            EntryExpr::StructField(f) => mentions(&f.value, name),
+        }),
+        Expr::Select(s) => mentions(&s.operand, name),
+        _ => false,
+    }
+}

@@ -3,6 +3,7 @@
 
 use serde_json::{Value, json};
 use std::collections::BTreeMap;
+use std::sync::Arc;
 use verno_api::Values;
 use verno_engine::{Data, Loaded};
 
@@ -17,6 +18,101 @@ pub struct CliData {
     pub targets: Vec<Value>,
     /// `cloneSourceResource` files: objects generate rules may clone.
     pub clone_sources: Vec<Value>,
+    /// Image metadata from the test's context file (`spec.images`).
+    pub images: Vec<Value>,
+    /// The Kyverno CEL libraries' view of all of the above, built once by [`CliData::build_cel_host`].
+    pub cel_host: Option<Arc<dyn verno_cel::Host>>,
+}
+
+/// A snapshot of the test's data for the Kyverno CEL libraries.
+struct CliHost {
+    objects: Vec<Value>,
+    api_mocks: Vec<Value>,
+    global_entries: Vec<Value>,
+    images: Vec<Value>,
+    now: Option<i64>,
+}
+
+impl CliHost {
+    /// Objects of a resource (plural, any case) and apiVersion (empty: any).
+    fn of<'a>(&'a self, api_version: &'a str, resource: &'a str) -> impl Iterator<Item = &'a Value> + 'a {
+        let resource = resource.to_lowercase();
+        self.objects.iter().filter(move |o| {
+            let kind = str_at(o, "/kind");
+            (verno_engine::matching::plural(kind) == resource || kind.to_lowercase() == resource) && (api_version.is_empty() || str_at(o, "/apiVersion") == api_version)
+        })
+    }
+}
+
+impl verno_cel::Host for CliHost {
+    fn resource_get(&self, api_version: &str, resource: &str, namespace: &str, name: &str) -> Result<Value, String> {
+        self.of(api_version, resource)
+            .find(|o| str_at(o, "/metadata/name") == name && str_at(o, "/metadata/namespace") == namespace)
+            .cloned()
+            .ok_or_else(|| format!("{resource} \"{name}\" not found"))
+    }
+
+    fn resource_list(&self, api_version: &str, resource: &str, namespace: &str) -> Result<Vec<Value>, String> {
+        Ok(self.of(api_version, resource).filter(|o| namespace.is_empty() || str_at(o, "/metadata/namespace") == namespace).cloned().collect())
+    }
+
+    fn http(&self, method: &str, url: &str, _body: Option<&Value>) -> Result<Value, String> {
+        self.api_mocks
+            .iter()
+            .find(|m| {
+                let u = m.get("urlPath").or_else(|| m.get("url")).and_then(Value::as_str).unwrap_or("");
+                u == url && m.get("method").and_then(Value::as_str).unwrap_or("GET").eq_ignore_ascii_case(method)
+            })
+            .map(|m| m.get("response").cloned().unwrap_or(Value::Null))
+            .ok_or_else(|| format!("no apiCallResponses entry for {method} {url}"))
+    }
+
+    fn global_context(&self, name: &str, projection: &str) -> Result<Value, String> {
+        let entry = self.global_entries.iter().find(|g| g.get("name").and_then(Value::as_str) == Some(name)).ok_or_else(|| format!("global context entry {name:?} not found"))?;
+        let value = project(entry)?;
+        if projection.is_empty() {
+            return Ok(value);
+        }
+        value.get(projection).cloned().ok_or_else(|| format!("global context entry {name:?} has no projection {projection:?}"))
+    }
+
+    fn image_metadata(&self, reference: &str) -> Result<Value, String> {
+        let norm = norm_image(reference);
+        self.images
+            .iter()
+            .find(|i| {
+                let r = str_at(i, "/image");
+                r == reference || norm_image(r) == norm
+            })
+            .cloned()
+            .ok_or_else(|| format!("no metadata for image {reference:?} in the test's context"))
+    }
+
+    fn now(&self) -> Option<i64> {
+        self.now
+    }
+}
+
+/// An image reference in full (`nginx` is `docker.io/nginx:latest`), to match references that
+/// spell the same image differently.
+fn norm_image(r: &str) -> String {
+    verno_engine::images::image_info(r, "").and_then(|i| i.get("reference").and_then(Value::as_str).map(str::to_string)).unwrap_or_else(|| r.to_string())
+}
+
+/// A global context entry's value: its data (or resources), with its projections applied when
+/// it has any (`{projection name: JMESPath result}`), as Kyverno exposes them.
+fn project(entry: &Value) -> Result<Value, String> {
+    let data = entry.get("data").or_else(|| entry.get("resources")).cloned().unwrap_or(Value::Null);
+    let Some(projections) = entry.get("projections").and_then(Value::as_array).filter(|p| !p.is_empty()) else {
+        return Ok(data);
+    };
+    let mut out = serde_json::Map::new();
+    for p in projections {
+        let name = p.get("name").and_then(Value::as_str).unwrap_or("");
+        let path = p.get("jmesPath").or_else(|| p.get("path")).and_then(Value::as_str).unwrap_or("@");
+        out.insert(name.to_string(), verno_jmespath::search(path, &data).map_err(|e| format!("projection {name}: {e}"))?);
+    }
+    Ok(Value::Object(out))
 }
 
 fn str_at<'v>(v: &'v Value, p: &str) -> &'v str {
@@ -29,6 +125,13 @@ fn selects(o: &Value, api_version: &str, kind: &str, namespace: &str) -> bool {
 }
 
 impl CliData {
+    /// Snapshots the data for the Kyverno CEL libraries; call once everything is loaded.
+    pub fn build_cel_host(&mut self) {
+        let objects: Vec<Value> = self.clone_sources.iter().chain(self.cluster.iter().flatten()).cloned().collect();
+        let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).ok().and_then(|d| i64::try_from(d.as_secs()).ok());
+        self.cel_host = Some(Arc::new(CliHost { objects, api_mocks: self.api_mocks.clone(), global_entries: self.global_entries.clone(), images: self.images.clone(), now }));
+    }
+
     fn policy_values(&self, policy: &str) -> Option<&verno_api::cli::PolicyValues> {
         self.values.policies.iter().find(|p| p.name == policy)
     }
@@ -165,16 +268,16 @@ impl Data for CliData {
     }
 
     fn global_reference(&self, name: &str) -> Loaded {
-        for g in &self.global_entries {
-            if g.get("name").and_then(Value::as_str) == Some(name) {
-                if let Some(d) = g.get("data") {
-                    return Loaded::Value(d.clone());
-                }
-                if let Some(r) = g.get("resources") {
-                    return Loaded::Value(r.clone());
-                }
-            }
+        match self.global_entries.iter().find(|g| g.get("name").and_then(Value::as_str) == Some(name)) {
+            Some(g) if g.get("data").is_some() || g.get("resources").is_some() => match project(g) {
+                Ok(v) => Loaded::Value(v),
+                Err(e) => Loaded::Error(e),
+            },
+            _ => Loaded::Unavailable,
         }
-        Loaded::Unavailable
+    }
+
+    fn cel_host(&self) -> Option<Arc<dyn verno_cel::Host>> {
+        self.cel_host.clone()
     }
 }

@@ -378,8 +378,23 @@ fn run_test(doc: &Doc, file: &Path, selector: Option<&Selector>, log: &dyn Fn(St
             }
         }
     }
+    // The `context` file (`kind: Context`): more cluster objects and image metadata.
+    if let Some(c) = &test.context {
+        for d in load::read_docs(&rel(base, c))? {
+            if load::kind(&d.value) != "Context" {
+                continue;
+            }
+            if let Some(items) = d.value.pointer("/spec/resources").and_then(Value::as_array) {
+                data.cluster.get_or_insert_with(Vec::new).extend(items.iter().cloned());
+            }
+            if let Some(images) = d.value.pointer("/spec/images").and_then(Value::as_array) {
+                data.images.extend(images.iter().cloned());
+            }
+        }
+    }
     data.api_mocks = test.api_call_responses.clone();
     data.global_entries = test.global_context_entries.clone();
+    data.build_cel_host();
     let globals: Vec<(String, Value)> = data.values.global_values.iter().map(|(k, v)| (k.clone(), v.clone())).collect();
     log(format!("  Applying {} {} to {} {} ...", policies.compiled.len(), if policies.compiled.len() == 1 { "policy" } else { "policies" }, resources.len(), if resources.len() == 1 { "resource" } else { "resources" }));
     let runner = Runner::new(&policies.compiled, &exceptions, &data, user.as_ref(), &globals);

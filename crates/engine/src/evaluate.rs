@@ -53,6 +53,11 @@ pub trait Data: Sync {
     fn list(&self, _api_version: &str, _kind: &str, _namespace: &str) -> Vec<Value> {
         Vec::new()
     }
+    /// What answers the Kyverno CEL libraries (`resource.*`, `http.*`, `globalContext.Get`,
+    /// `image.GetMetadata`, `time.now()`); none: they report that they are not available.
+    fn cel_host(&self) -> Option<std::sync::Arc<dyn verno_cel::Host>> {
+        None
+    }
     /// Candidates for mutate-existing targets; the cluster by default.
     fn targets(&self, api_version: &str, kind: &str, namespace: &str) -> Vec<Value> {
         self.list(api_version, kind, namespace)
@@ -568,6 +573,9 @@ fn cel_vars(ctx: &Context, data: &dyn Data) -> verno_cel::Vars {
     vars.set("request", req);
     vars.set("namespaceObject", ns_obj.as_ref().unwrap_or(&Value::Null));
     vars.set("params", &Value::Null);
+    if let Some(h) = data.cel_host() {
+        vars.set_host(h);
+    }
     vars
 }
 

@@ -1,0 +1,197 @@
+//! Kyverno's CEL libraries that read the world — `resource.Get/List/Post`, `http.Get/Post`,
+//! `globalContext.Get`, `image.GetMetadata`, `time.now()` — answered by a [`Host`] the caller
+//! provides (the CLI answers from its test files; no host means "not available here").
+//!
+//! The `cel` crate's functions are plain `fn` pointers with no access to the evaluation, so the
+//! host travels as a hidden variable: a parse-time macro rewrites `resource.Get(a, b, c, d)` into
+//! `@resource_get(@host, a, b, c, d)` (names no CEL source can spell), and [`crate::Vars`] binds
+//! `@host` to an opaque value holding the host. Both PascalCase and camelCase member names are
+//! accepted, as Kyverno accepts them.
+
+use cel::common::ast::{CallExpr, Expr as Ast, IdedExpr};
+use cel::common::types::DYN_TYPE as DYN;
+use cel::common::value::{CowVal, Val};
+use cel::objects::Opaque;
+use cel::parser::Macro;
+use cel::{DeclarationError, Env, ExecutionError, Value};
+use serde_json::Value as Json;
+use std::sync::Arc;
+
+/// Where the Kyverno libraries get their data. Every method has a default saying the data is
+/// not available, so a host implements only what it has.
+pub trait Host: Send + Sync {
+    /// `resource.Get(apiVersion, resource, namespace, name)`; `resource` is the plural.
+    fn resource_get(&self, api_version: &str, resource: &str, namespace: &str, name: &str) -> Result<Json, String> {
+        let _ = (api_version, resource, namespace, name);
+        Err("resource.Get is not available here (no cluster)".into())
+    }
+    /// `resource.List(apiVersion, resource, namespace)`: the objects (the caller wraps `items`).
+    fn resource_list(&self, api_version: &str, resource: &str, namespace: &str) -> Result<Vec<Json>, String> {
+        let _ = (api_version, resource, namespace);
+        Err("resource.List is not available here (no cluster)".into())
+    }
+    /// `http.Get(url)` / `http.Post(url, body)`.
+    fn http(&self, method: &str, url: &str, body: Option<&Json>) -> Result<Json, String> {
+        let _ = (method, body);
+        Err(format!("http call to {url} is not available here"))
+    }
+    /// `globalContext.Get(name, projection)`.
+    fn global_context(&self, name: &str, projection: &str) -> Result<Json, String> {
+        let _ = projection;
+        Err(format!("global context entry {name:?} is not available here"))
+    }
+    /// `image.GetMetadata(reference)`: the image's metadata (`config`, `manifest`, ...).
+    fn image_metadata(&self, reference: &str) -> Result<Json, String> {
+        Err(format!("metadata for image {reference:?} is not available here"))
+    }
+    /// `time.now()`, seconds since the Unix epoch; `None` when there is no clock.
+    fn now(&self) -> Option<i64> {
+        None
+    }
+}
+
+/// The host, as the opaque value bound to `@host`.
+#[derive(Clone)]
+pub struct HostValue(pub Arc<dyn Host>);
+
+impl std::fmt::Debug for HostValue {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("host")
+    }
+}
+
+impl PartialEq for HostValue {
+    fn eq(&self, other: &Self) -> bool {
+        Arc::ptr_eq(&self.0, &other.0)
+    }
+}
+
+impl Eq for HostValue {}
+
+impl Opaque for HostValue {
+    fn runtime_type_name(&self) -> &str {
+        "verno.host"
+    }
+}
+
+pub const HOST_VAR: &str = "@host";
+
+type Args<'b, 'v> = Vec<CowVal<'b, 'v>>;
+type Ret<'b, 'v> = Result<CowVal<'b, 'v>, ExecutionError>;
+
+/// The host and the other arguments as JSON.
+fn split(args: &[CowVal<'_, '_>], f: &str) -> Result<(Arc<dyn Host>, Vec<Json>), ExecutionError> {
+    let mut vals = args.iter().map(|a| Value::try_from(&**a));
+    let host = match vals.next() {
+        Some(Ok(Value::Opaque(o))) => o.downcast_ref::<HostValue>().map(|h| h.0.clone()),
+        _ => None,
+    }
+    .ok_or_else(|| ExecutionError::function_error(f, "not available here"))?;
+    let rest = vals
+        .map(|v| v.and_then(|v| crate::to_json(&v).map_err(|e| ExecutionError::function_error(f, e))))
+        .collect::<Result<Vec<_>, _>>()?;
+    Ok((host, rest))
+}
+
+fn s<'a>(v: &'a [Json], i: usize) -> &'a str {
+    v.get(i).and_then(Json::as_str).unwrap_or("")
+}
+
+fn ret<'b, 'v>(v: &Json) -> Ret<'b, 'v> {
+    let b: Box<dyn Val> = crate::from_json(v).try_into()?;
+    Ok(CowVal::Owned(b))
+}
+
+fn fail(f: &str) -> impl Fn(String) -> ExecutionError + '_ {
+    move |e| ExecutionError::function_error(f, e)
+}
+
+fn resource_get<'b, 'v>(args: Args<'b, 'v>) -> Ret<'b, 'v> {
+    let (h, a) = split(&args, "resource.Get")?;
+    ret(&h.resource_get(s(&a, 0), s(&a, 1), s(&a, 2), s(&a, 3)).map_err(fail("resource.Get"))?)
+}
+
+fn resource_list<'b, 'v>(args: Args<'b, 'v>) -> Ret<'b, 'v> {
+    let (h, a) = split(&args, "resource.List")?;
+    let mut items = h.resource_list(s(&a, 0), s(&a, 1), s(&a, 2)).map_err(fail("resource.List"))?;
+    // An optional fourth argument: labels every item must carry.
+    if let Some(Json::Object(want)) = a.get(3) {
+        items.retain(|o| want.iter().all(|(k, v)| o.pointer("/metadata/labels").and_then(|l| l.get(k)) == Some(v)));
+    }
+    ret(&serde_json::json!({ "items": items }))
+}
+
+fn http_get<'b, 'v>(args: Args<'b, 'v>) -> Ret<'b, 'v> {
+    let (h, a) = split(&args, "http.Get")?;
+    ret(&h.http("GET", s(&a, 0), None).map_err(fail("http.Get"))?)
+}
+
+fn http_post<'b, 'v>(args: Args<'b, 'v>) -> Ret<'b, 'v> {
+    let (h, a) = split(&args, "http.Post")?;
+    ret(&h.http("POST", s(&a, 0), a.get(1)).map_err(fail("http.Post"))?)
+}
+
+fn global_context<'b, 'v>(args: Args<'b, 'v>) -> Ret<'b, 'v> {
+    let (h, a) = split(&args, "globalContext.Get")?;
+    ret(&h.global_context(s(&a, 0), s(&a, 1)).map_err(fail("globalContext.Get"))?)
+}
+
+fn image_metadata<'b, 'v>(args: Args<'b, 'v>) -> Ret<'b, 'v> {
+    let (h, a) = split(&args, "image.GetMetadata")?;
+    ret(&h.image_metadata(s(&a, 0)).map_err(fail("image.GetMetadata"))?)
+}
+
+fn time_now<'b, 'v>(args: Args<'b, 'v>) -> Ret<'b, 'v> {
+    let (h, _) = split(&args, "time.now")?;
+    let secs = h.now().ok_or_else(|| ExecutionError::function_error("time.now", "no clock here"))?;
+    let ts = chrono::DateTime::from_timestamp(secs, 0).ok_or_else(|| ExecutionError::function_error("time.now", "clock out of range"))?;
+    let b: Box<dyn Val> = Value::Timestamp(ts.fixed_offset()).try_into()?;
+    Ok(CowVal::Owned(b))
+}
+
+/// (library, member names, argument counts, function).
+const CALLS: &[(&str, &[&str], &[usize], &str)] = &[
+    ("resource", &["Get", "get"], &[4], "@resource_get"),
+    ("resource", &["List", "list"], &[3, 4], "@resource_list"),
+    ("http", &["Get", "get"], &[1, 2], "@http_get"),
+    ("http", &["Post", "post"], &[2, 3], "@http_post"),
+    ("globalContext", &["Get", "get"], &[1, 2], "@global_context"),
+    ("image", &["GetMetadata", "getMetadata"], &[1], "@image_metadata"),
+    ("time", &["now", "Now"], &[0], "@time_now"),
+];
+
+pub fn register(env: &mut Env) -> Result<(), DeclarationError> {
+    let fns: [(&str, cel::common::functions::Function); 7] = [
+        ("@resource_get", resource_get),
+        ("@resource_list", resource_list),
+        ("@http_get", http_get),
+        ("@http_post", http_post),
+        ("@global_context", global_context),
+        ("@image_metadata", image_metadata),
+        ("@time_now", time_now),
+    ];
+    for (name, f) in fns {
+        for n in 1..=5 {
+            env.add_overload(name, &format!("{name}_{n}"), (0..n).map(|_| DYN).collect(), f)?;
+        }
+    }
+    let mut members: Vec<&str> = CALLS.iter().flat_map(|c| c.1.iter().copied()).collect();
+    members.sort_unstable();
+    members.dedup();
+    for m in members {
+        env.add_macro(Macro::receiver_var_arg(m, move |helper, target, args| {
+            let lib = match target.as_ref().map(|t| &t.expr) {
+                Some(Ast::Ident(name)) => name.clone(),
+                _ => return Ok(None),
+            };
+            let Some(call) = CALLS.iter().find(|c| c.0 == lib && c.1.contains(&m) && c.2.contains(&args.len())) else {
+                return Ok(None);
+            };
+            let host = helper.next_expr(Ast::Ident(HOST_VAR.to_string()));
+            let mut all: Vec<IdedExpr> = vec![host];
+            all.append(args);
+            Ok(Some(helper.next_expr(Ast::Call(CallExpr { func_name: call.3.to_string(), target: None, args: all }))))
+        }))?;
+    }
+    Ok(())
+}
