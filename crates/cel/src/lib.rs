@@ -11,6 +11,9 @@ mod rewrite;
 
 pub use host::Host;
 
+use cel::common::types::{CelBool, CelDouble, CelInt, CelList, CelMap, CelMapKey, CelNull, CelString, CelUInt};
+use cel::common::value::{CowVal, Val};
+use cel::context::VariableResolver;
 use cel::objects::{Key, Map};
 use cel::{Context, Env, IdedExpr, Value};
 use std::collections::HashMap;
@@ -83,6 +86,7 @@ impl Expr {
         let env = env().ok_or("the CEL environment could not be built")?;
         let mut ast = env.parser().parse(source).map_err(|e| format!("compilation failed: {e}"))?;
         rewrite::structs_to_maps(&mut ast);
+        rewrite::variables_to_idents(&mut ast);
         let uses_host = rewrite::mentions(&ast, host::HOST_VAR);
         Ok(Expr { ast: Arc::new(ast), source: source.to_string(), uses_host })
     }
@@ -100,14 +104,27 @@ impl Expr {
     fn eval_cel(&self, vars: &Vars) -> Result<Value, String> {
         let env = env().ok_or("the CEL environment could not be built")?;
         let mut ctx = Context::with_env(env.clone());
-        for (k, v) in &vars.0 {
-            ctx.add_variable_from_value(k.clone(), v.clone());
-        }
-        if self.uses_host && !vars.0.iter().any(|(k, _)| k == host::HOST_VAR) {
+        // Variables are served by reference: nothing is copied per evaluation.
+        ctx.set_variable_resolver(vars);
+        if self.uses_host && !vars.vals.iter().any(|(k, _)| k == host::HOST_VAR) {
             // No host: the library functions then say they are not available here.
             ctx.add_variable_from_value(host::HOST_VAR, Value::Null);
         }
-        Value::resolve(&self.ast, &ctx).map_err(|e| e.to_string())
+        Value::resolve(&self.ast, &ctx).map_err(|e| {
+            let msg = e.to_string();
+            match msg.strip_prefix("Undeclared reference to '@var:").and_then(|r| r.strip_suffix('\'')) {
+                Some(name) => format!("composited variable \"{name}\" is not available: it failed to evaluate or is not defined"),
+                None => msg,
+            }
+        })
+    }
+
+    /// Evaluates and binds the result as `variables.<name>`, without a round trip through JSON.
+    pub fn eval_into_variable(&self, name: &str, vars: &mut Vars) -> Result<(), String> {
+        let v = self.eval_cel(vars)?;
+        let v = Box::<dyn Val>::try_from(v).map_err(|e| e.to_string())?;
+        vars.set_variable_val(name, Arc::from(v));
+        Ok(())
     }
 
     /// Evaluates to a boolean; any other result is an error naming its type.
@@ -119,37 +136,79 @@ impl Expr {
     }
 }
 
-/// Variables for an evaluation, converted once.
+/// Variables for an evaluation, converted to CEL once and shared (cloning is cheap).
 #[derive(Default, Clone)]
-pub struct Vars(Vec<(String, Value)>);
+pub struct Vars {
+    vals: Vec<(String, Arc<dyn Val>)>,
+    /// Composition variables, and the `variables` map built from them when an expression
+    /// reads the map itself (`variables.<name>` reads the variable directly).
+    variables: Vec<(String, Arc<dyn Val>)>,
+    variables_map: std::sync::OnceLock<Arc<dyn Val>>,
+}
+
+impl VariableResolver for Vars {
+    fn resolve<'b>(&'b self, name: &str) -> Option<CowVal<'b, 'b>> {
+        if let Some(var) = name.strip_prefix("@var:") {
+            return self.variables.iter().find(|(k, _)| k == var).map(|(_, v)| CowVal::Borrowed(&**v));
+        }
+        if name == "variables" {
+            let map = self.variables_map.get_or_init(|| {
+                let map: HashMap<CelMapKey<'static>, Box<dyn Val>> = self.variables.iter().map(|(k, v)| (CelMapKey::from(k.clone()), v.clone_as_boxed())).collect();
+                Arc::new(CelMap::from(map))
+            });
+            return Some(CowVal::Borrowed(&**map));
+        }
+        self.vals.iter().find(|(k, _)| k == name).map(|(_, v)| CowVal::Borrowed(&**v))
+    }
+}
 
 impl Vars {
     pub fn set(&mut self, name: &str, v: &serde_json::Value) {
-        self.set_cel(name, from_json(v));
+        self.set_val(name, Arc::from(json_val(v)));
     }
 
-    fn set_cel(&mut self, name: &str, v: Value) {
-        match self.0.iter_mut().find(|(k, _)| k == name) {
+    fn set_val(&mut self, name: &str, v: Arc<dyn Val>) {
+        match self.vals.iter_mut().find(|(k, _)| k == name) {
             Some(slot) => slot.1 = v,
-            None => self.0.push((name.to_string(), v)),
+            None => self.vals.push((name.to_string(), v)),
         }
     }
 
     /// Makes `host` answer the Kyverno libraries (`resource.*`, `http.*`, `globalContext.Get`,
     /// `image.GetMetadata`, `time.now()`).
     pub fn set_host(&mut self, host: Arc<dyn Host>) {
-        self.set_cel(host::HOST_VAR, Value::Opaque(Arc::new(host::HostValue(host))));
+        if let Ok(v) = Box::<dyn Val>::try_from(Value::Opaque(Arc::new(host::HostValue(host)))) {
+            self.set_val(host::HOST_VAR, Arc::from(v));
+        }
     }
 
     /// Sets `variables.<name>` (Kubernetes' composition variables).
     pub fn set_variable(&mut self, name: &str, v: &serde_json::Value) {
-        let value = from_json(v);
-        let mut map: HashMap<Key, Value> = match self.0.iter().find(|(k, _)| k == "variables") {
-            Some((_, Value::Map(m))) => m.map.as_ref().clone(),
-            _ => HashMap::new(),
-        };
-        map.insert(Key::String(Arc::new(name.to_string())), value);
-        self.set_cel("variables", Value::Map(Map { map: Arc::new(map) }));
+        self.set_variable_val(name, Arc::from(json_val(v)));
+    }
+
+    fn set_variable_val(&mut self, name: &str, v: Arc<dyn Val>) {
+        match self.variables.iter_mut().find(|(k, _)| k == name) {
+            Some(slot) => slot.1 = v,
+            None => self.variables.push((name.to_string(), v)),
+        }
+        self.variables_map = std::sync::OnceLock::new();
+    }
+}
+
+/// JSON straight to a CEL value, with Kubernetes' number rule: integral numbers are `int`.
+fn json_val(v: &serde_json::Value) -> Box<dyn Val> {
+    match v {
+        serde_json::Value::Null => Box::new(CelNull),
+        serde_json::Value::Bool(b) => Box::new(CelBool::from(*b)),
+        serde_json::Value::Number(n) => match (n.as_i64(), n.as_u64()) {
+            (Some(i), _) => Box::new(CelInt::from(i)),
+            (None, Some(u)) => Box::new(CelUInt::from(u)),
+            _ => Box::new(CelDouble::from(n.as_f64().unwrap_or(0.0))),
+        },
+        serde_json::Value::String(s) => Box::new(CelString::from(s.clone())),
+        serde_json::Value::Array(a) => Box::new(CelList::from(a.iter().map(json_val).collect::<Vec<_>>())),
+        serde_json::Value::Object(m) => Box::new(CelMap::from(m.iter().map(|(k, v)| (CelMapKey::from(k.clone()), json_val(v))).collect::<HashMap<_, _>>())),
     }
 }
 

@@ -83,3 +83,50 @@ pub fn mentions(e: &IdedExpr, name: &str) -> bool {
         _ => false,
     }
 }
+
+/// The identifier `variables.<name>` reads become: the evaluation serves each composition
+/// variable directly, without building the `variables` map (still there for other uses).
+pub fn variable_ident(name: &str) -> String {
+    format!("@var:{name}")
+}
+
+/// Rewrites `variables.<name>` (not inside `has()`) into [`variable_ident`].
+pub fn variables_to_idents(e: &mut IdedExpr) {
+    if let Expr::Select(s) = &e.expr {
+        if !s.test && matches!(&s.operand.expr, Expr::Ident(n) if n == "variables") {
+            e.expr = Expr::Ident(variable_ident(&s.field));
+            return;
+        }
+    }
+    match &mut e.expr {
+        Expr::Call(c) => {
+            if let Some(t) = c.target.as_deref_mut() {
+                variables_to_idents(t);
+            }
+            c.args.iter_mut().for_each(variables_to_idents);
+        }
+        Expr::Comprehension(c) => {
+            for x in [&mut c.iter_range, &mut c.accu_init, &mut c.loop_cond, &mut c.loop_step, &mut c.result] {
+                variables_to_idents(x);
+            }
+        }
+        Expr::List(l) => l.elements.iter_mut().for_each(variables_to_idents),
+        Expr::Map(m) => {
+            for entry in &mut m.entries {
+                if let EntryExpr::MapEntry(me) = &mut entry.expr {
+                    variables_to_idents(&mut me.key);
+                    variables_to_idents(&mut me.value);
+                }
+            }
+        }
+        Expr::Struct(st) => {
+            for entry in &mut st.entries {
+                if let EntryExpr::StructField(f) = &mut entry.expr {
+                    variables_to_idents(&mut f.value);
+                }
+            }
+        }
+        Expr::Select(s) => variables_to_idents(&mut s.operand),
+        _ => {}
+    }
+}

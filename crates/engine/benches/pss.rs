@@ -31,6 +31,13 @@ fn policies() -> Vec<CompiledPolicy> {
     out
 }
 
+/// Our CEL versions of the same 17 checks (`bench/cel-pss17.yaml`), one ValidatingPolicy each.
+fn cel_policies() -> Vec<CompiledPolicy> {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../bench/cel-pss17.yaml");
+    let text = std::fs::read_to_string(path).unwrap_or_default();
+    verno_jmespath::yaml::parse_all(&text).unwrap_or_default().iter().filter_map(|d| verno_engine::vpol::compile_validating_policy(d).ok()).collect()
+}
+
 fn request(name: &str) -> Value {
     let Some(dir) = shared() else { return Value::Null };
     let text = std::fs::read_to_string(dir.join("requests").join(name)).unwrap_or_default();
@@ -68,6 +75,17 @@ fn pss17(bencher: divan::Bencher, file: &str) {
     let review = request(file);
     if ps.len() != 17 {
         eprintln!("skipping: expected the 17 PSS policies in ../shared/bench, found {}", ps.len());
+    }
+    bencher.bench(|| run(divan::black_box(&ps), divan::black_box(&review)));
+}
+
+/// The same Pods through the CEL set, for the ratio CEL / patterns measured in one run.
+#[divan::bench(args = ["pod-busybox-create.json", "pod-hardened-create.json", "deployment-hardened-create.json"])]
+fn cel_pss17(bencher: divan::Bencher, file: &str) {
+    let ps = cel_policies();
+    let review = request(file);
+    if ps.len() != 17 {
+        eprintln!("skipping: expected 17 CEL policies in bench/cel-pss17.yaml, found {}", ps.len());
     }
     bencher.bench(|| run(divan::black_box(&ps), divan::black_box(&review)));
 }

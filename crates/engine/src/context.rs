@@ -9,6 +9,9 @@ pub struct Context<'e> {
     root: Value,
     delete: bool,
     env: &'e dyn Env,
+    /// The request's CEL variables, converted once and reused by every CEL rule until
+    /// `request` changes.
+    cel: std::cell::RefCell<Option<verno_cel::Vars>>,
 }
 
 /// Saved top-level entries, restored by [`Context::restore`].
@@ -25,7 +28,7 @@ impl Saved {
 
 impl<'e> Context<'e> {
     pub fn new(root: Map<String, Value>, delete: bool, env: &'e dyn Env) -> Self {
-        Context { root: Value::Object(root), delete, env }
+        Context { root: Value::Object(root), delete, env, cel: std::cell::RefCell::new(None) }
     }
 
     pub fn is_delete(&self) -> bool {
@@ -50,6 +53,7 @@ impl<'e> Context<'e> {
 
     /// Sets a top-level key, returning a handle that restores the previous value.
     pub fn set(&mut self, key: &str, v: Value) -> Saved {
+        self.touch(key);
         let old = self.root.as_object_mut().and_then(|m| m.insert(key.to_string(), v));
         Saved(vec![(key.to_string(), old)])
     }
@@ -59,6 +63,7 @@ impl<'e> Context<'e> {
     pub fn set_path(&mut self, path: &str, v: Value) -> Saved {
         let segs = split_dotted(path);
         let Some(first) = segs.first().cloned() else { return Saved(Vec::new()) };
+        self.touch(&first);
         let old = self.root.get(&first).cloned();
         if let Some(m) = self.root.as_object_mut() {
             let slot = m.entry(first.clone()).or_insert(Value::Null);
@@ -77,7 +82,26 @@ impl<'e> Context<'e> {
         saved
     }
 
+    /// The cached CEL variables, or those `build` makes (then cached).
+    pub fn cel_vars(&self, build: impl FnOnce(&Value) -> verno_cel::Vars) -> verno_cel::Vars {
+        if let Some(v) = self.cel.borrow().as_ref() {
+            return v.clone();
+        }
+        let v = build(&self.root);
+        *self.cel.borrow_mut() = Some(v.clone());
+        v
+    }
+
+    fn touch(&mut self, key: &str) {
+        if key == "request" {
+            *self.cel.get_mut() = None;
+        }
+    }
+
     pub fn restore(&mut self, saved: Saved) {
+        if saved.0.iter().any(|(k, _)| k == "request") {
+            *self.cel.get_mut() = None;
+        }
         if let Some(m) = self.root.as_object_mut() {
             for (k, old) in saved.0.into_iter().rev() {
                 match old {

@@ -563,8 +563,12 @@ pub(crate) fn load_context(
 /// The variables Kubernetes CEL expressions read: `object`, `oldObject`, `request`, and
 /// (unavailable offline, so null) `namespaceObject` and `params`.
 fn cel_vars(ctx: &Context, data: &dyn Data) -> verno_cel::Vars {
+    ctx.cel_vars(|root| build_cel_vars(root, data))
+}
+
+fn build_cel_vars(root: &Value, data: &dyn Data) -> verno_cel::Vars {
     let null = Value::Null;
-    let req = ctx.root().get("request").unwrap_or(&null);
+    let req = root.get("request").unwrap_or(&null);
     let mut vars = verno_cel::Vars::default();
     vars.set("object", req.get("object").unwrap_or(&Value::Null));
     vars.set("oldObject", req.get("oldObject").unwrap_or(&Value::Null));
@@ -587,9 +591,7 @@ fn cel_env(ctx: &Context, data: &dyn Data, params: Option<&crate::policy::ParamR
         vars.set("params", &p.resolve(data)?);
     }
     for (name, e) in variables {
-        if let Ok(v) = e.eval(&vars) {
-            vars.set_variable(name, &v);
-        }
+        let _ = e.eval_into_variable(name, &mut vars);
     }
     Ok(vars)
 }

@@ -146,9 +146,7 @@ pub fn run(m: &CompiledCelMutation, object: &Value, vars: &mut verno_cel::Vars) 
         // Variables see the object as it is before this mutation; lazy as in Kubernetes: one
         // that fails only matters where it is read.
         for (name, e) in &m.variables {
-            if let Ok(v) = e.eval(vars) {
-                vars.set_variable(name, &v);
-            }
+            let _ = e.eval_into_variable(name, vars);
         }
         match p {
             CelPatch::ApplyConfiguration(e) => {

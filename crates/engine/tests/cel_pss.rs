@@ -1,0 +1,86 @@
+//! The CEL Pod Security set (`bench/cel-pss17.yaml`, our own) gives the verdicts the pattern
+//! set gives: checked on the project's example requests, and, when the shared bench corpus is
+//! next to the repository, against Kyverno's 17 pattern policies on its three requests.
+
+use serde_json::Value;
+use std::path::{Path, PathBuf};
+use verno_engine::{CompiledPolicy, NoData, Request, Status, build_context, compile_policy, evaluate_policy};
+
+fn root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
+}
+
+fn docs(path: &Path) -> Vec<Value> {
+    let text = std::fs::read_to_string(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    verno_jmespath::yaml::parse_all(&text).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
+}
+
+fn cel_set() -> Vec<CompiledPolicy> {
+    docs(&root().join("bench/cel-pss17.yaml")).iter().filter(|d| d.is_object()).map(|d| verno_engine::vpol::compile_validating_policy(d).unwrap_or_else(|e| panic!("{e}"))).collect()
+}
+
+/// The names of the policies that fail the request's object.
+fn failing(policies: &[CompiledPolicy], review: &Value) -> Vec<String> {
+    let r = &review["request"];
+    let req = Request {
+        operation: r["operation"].as_str().unwrap_or("CREATE"),
+        object: &r["object"],
+        old_object: None,
+        user: None,
+        user_info: r.get("userInfo"),
+        namespace_labels: None,
+        subresource: "",
+        variables: &[],
+    };
+    let env = verno_jmespath::NoEnv;
+    let mut ctx = build_context(&req, &env);
+    let mut out: Vec<String> = policies
+        .iter()
+        .filter(|p| evaluate_policy(p, &[], &req, &mut ctx, &NoData).rules.iter().any(|r| r.status == Status::Fail || r.status == Status::Error))
+        .map(|p| p.name.clone())
+        .collect();
+    out.sort();
+    out
+}
+
+fn review(object: Value) -> Value {
+    serde_json::json!({"request": {"operation": "CREATE", "object": object}})
+}
+
+#[test]
+fn the_cel_set_judges_pods_like_the_pod_security_standards() {
+    let set = cel_set();
+    assert_eq!(set.len(), 17);
+    let bare = review(serde_json::json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "b"}, "spec": {"containers": [{"name": "c", "image": "busybox"}]}}));
+    assert_eq!(failing(&set, &bare), ["disallow-capabilities-strict", "disallow-privilege-escalation", "require-run-as-nonroot", "restrict-seccomp-strict"]);
+    let hardened: Value = serde_json::from_str(&std::fs::read_to_string(root().join("examples/hardened-pod.json")).unwrap_or_default()).unwrap_or_default();
+    assert_eq!(failing(&set, &hardened), Vec::<String>::new());
+    let privileged: Value = serde_json::from_str(&std::fs::read_to_string(root().join("examples/privileged-pod.json")).unwrap_or_default()).unwrap_or_default();
+    assert!(failing(&set, &privileged).contains(&"disallow-privileged-containers".to_string()));
+}
+
+#[test]
+fn the_cel_set_agrees_with_the_pattern_set_when_the_bench_corpus_is_present() {
+    let shared = root().join("../shared/bench");
+    if !shared.is_dir() {
+        eprintln!("skipped: ../shared/bench is not here");
+        return;
+    }
+    let mut patterns = Vec::new();
+    let mut files: Vec<PathBuf> = std::fs::read_dir(shared.join("policies/pss-17")).map(|r| r.filter_map(|e| e.ok().map(|e| e.path())).collect()).unwrap_or_default();
+    files.sort();
+    for f in files {
+        for d in docs(&f) {
+            if let Ok(p) = serde_json::from_value(d) {
+                patterns.push(compile_policy(&p).unwrap_or_else(|e| panic!("{}: {e}", f.display())));
+            }
+        }
+    }
+    assert_eq!(patterns.len(), 17);
+    let set = cel_set();
+    for name in ["pod-busybox-create.json", "pod-hardened-create.json", "deployment-hardened-create.json"] {
+        let text = std::fs::read_to_string(shared.join("requests").join(name)).unwrap_or_default();
+        let review: Value = serde_json::from_str(&text).unwrap_or_default();
+        assert_eq!(failing(&set, &review), failing(&patterns, &review), "{name}");
+    }
+}
