@@ -66,6 +66,12 @@ fn or_value_compat(env: &mut Env) -> Result<(), cel::DeclarationError> {
     }))
 }
 
+/// The cost budget, checked when an expression compiles: how deeply comprehensions may nest.
+/// Every loop runs over a list from the request (itself bounded by the request size limit), so
+/// this bounds the work per expression polynomially; Kubernetes instead estimates a cost from
+/// schema sizes, which we do not have offline.
+pub const MAX_LOOP_DEPTH: usize = 4;
+
 /// A compiled CEL expression with its source (for messages).
 #[derive(Clone)]
 pub struct Expr {
@@ -87,6 +93,10 @@ impl Expr {
         let mut ast = env.parser().parse(source).map_err(|e| format!("compilation failed: {e}"))?;
         rewrite::structs_to_maps(&mut ast);
         rewrite::variables_to_idents(&mut ast);
+        let depth = rewrite::loop_depth(&ast);
+        if depth > MAX_LOOP_DEPTH {
+            return Err(format!("the expression nests {depth} loops (all/exists/map/filter); the cost budget allows {MAX_LOOP_DEPTH}"));
+        }
         let uses_host = rewrite::mentions(&ast, host::HOST_VAR);
         Ok(Expr { ast: Arc::new(ast), source: source.to_string(), uses_host })
     }
@@ -312,6 +322,10 @@ mod tests {
         assert_eq!(t("object.spec.containers.map(c, c.name).filter(n, n.startsWith('a')) == ['a']"), Ok(true));
         assert!(t("object.spec.replicas").is_err());
         assert!(Expr::compile("object.spec.(").is_err());
+        // The cost budget: four nested loops compile, five do not.
+        assert!(Expr::compile("[1].all(a, [1].all(b, [1].all(c, [1].all(d, true))))").is_ok());
+        let deep = Expr::compile("[1].all(a, [1].all(b, [1].all(c, [1].all(d, [1].exists(e, true)))))");
+        assert!(deep.as_ref().is_err_and(|e| e.contains("nests 5 loops")), "{deep:?}");
     }
 
     #[test]

@@ -130,3 +130,29 @@ pub fn variables_to_idents(e: &mut IdedExpr) {
         _ => {}
     }
 }
+
+/// How deeply comprehensions (`all`, `exists`, `map`, `filter`, ...) nest in `e`.
+pub fn loop_depth(e: &IdedExpr) -> usize {
+    let max = |xs: &mut dyn Iterator<Item = &IdedExpr>| xs.map(loop_depth).max().unwrap_or(0);
+    match &e.expr {
+        Expr::Call(c) => max(&mut c.target.as_deref().into_iter().chain(c.args.iter())),
+        Expr::Comprehension(c) => {
+            let body = max(&mut [&c.loop_cond, &c.loop_step, &c.result].into_iter());
+            let outside = max(&mut [&c.iter_range, &c.accu_init].into_iter());
+            // `cel.bind`-style comprehensions over an empty range do not loop.
+            let loops = !matches!(&c.iter_range.expr, Expr::List(l) if l.elements.is_empty());
+            outside.max(body + usize::from(loops))
+        }
+        Expr::List(l) => max(&mut l.elements.iter()),
+        Expr::Map(m) => max(&mut m.entries.iter().flat_map(|en| match &en.expr {
+            EntryExpr::MapEntry(me) => vec![&me.key, &me.value],
+            EntryExpr::StructField(f) => vec![&f.value],
+        })),
+        Expr::Struct(st) => max(&mut st.entries.iter().flat_map(|en| match &en.expr {
+            EntryExpr::MapEntry(me) => vec![&me.key, &me.value],
+            EntryExpr::StructField(f) => vec![&f.value],
+        })),
+        Expr::Select(s) => loop_depth(&s.operand),
+        _ => 0,
+    }
+}
