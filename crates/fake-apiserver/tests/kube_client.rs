@@ -1,0 +1,126 @@
+//! The real `kube::Client` against the fake: CRUD, conflicts, selectors, and kube's watcher
+//! through live events, bookmarks and a 410 relist.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+use fake_apiserver::{FakeApiServer, default_resources};
+use futures_util::StreamExt;
+use k8s_openapi::api::core::v1::ConfigMap;
+use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
+use kube::runtime::watcher;
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+async fn client(fake: &FakeApiServer) -> kube::Client {
+    let config = kube::Config::new(fake.url().parse().unwrap());
+    kube::Client::try_from(config).unwrap()
+}
+
+fn cm(name: &str, labels: &[(&str, &str)]) -> ConfigMap {
+    let mut c = ConfigMap::default();
+    c.metadata.name = Some(name.into());
+    c.metadata.labels = Some(labels.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect::<BTreeMap<_, _>>());
+    c.data = Some([("k".to_string(), "v".to_string())].into());
+    c
+}
+
+#[tokio::test]
+async fn crud_conflicts_and_selectors_behave_like_an_api_server() {
+    let fake = FakeApiServer::start(default_resources()).await.unwrap();
+    let api: Api<ConfigMap> = Api::namespaced(client(&fake).await, "team");
+    let created = api.create(&PostParams::default(), &cm("a", &[("tier", "web")])).await.unwrap();
+    assert_eq!(created.metadata.namespace.as_deref(), Some("team"));
+    assert!(created.metadata.uid.is_some());
+    assert_eq!(created.metadata.generation, Some(1));
+    api.create(&PostParams::default(), &cm("b", &[("tier", "db")])).await.unwrap();
+    // AlreadyExists.
+    let err = api.create(&PostParams::default(), &cm("a", &[])).await.unwrap_err();
+    assert!(matches!(err, kube::Error::Api(ref s) if s.code == 409 && s.reason == "AlreadyExists"), "{err:?}");
+    // Selectors.
+    let web = api.list(&ListParams::default().labels("tier=web")).await.unwrap();
+    assert_eq!(web.items.iter().map(|c| c.metadata.name.clone().unwrap_or_default()).collect::<Vec<_>>(), ["a"]);
+    let not_web = api.list(&ListParams::default().labels("tier notin (web)")).await.unwrap();
+    assert_eq!(not_web.items.len(), 1);
+    let by_name = api.list(&ListParams::default().fields("metadata.name=b")).await.unwrap();
+    assert_eq!(by_name.items.len(), 1);
+    assert!(web.metadata.resource_version.is_some());
+    // A merge patch changes data and bumps generation; a stale replace conflicts.
+    let patched = api.patch("a", &PatchParams::default(), &Patch::Merge(serde_json::json!({"data": {"k": "w"}}))).await.unwrap();
+    assert_eq!(patched.metadata.generation, Some(2));
+    let err = api.replace("a", &PostParams::default(), &created).await.unwrap_err();
+    assert!(matches!(err, kube::Error::Api(ref s) if s.code == 409 && s.reason == "Conflict"), "{err:?}");
+    // A no-op patch is not a write of the store: the version does not move.
+    let rv = fake.resource_version();
+    api.patch("a", &PatchParams::default(), &Patch::Merge(serde_json::json!({"data": {"k": "w"}}))).await.unwrap();
+    assert_eq!(fake.resource_version(), rv);
+    // Apply needs a field manager, and creates.
+    let applied = api.patch("c", &PatchParams::apply("verno"), &Patch::Apply(cm("c", &[]))).await.unwrap();
+    assert_eq!(applied.metadata.name.as_deref(), Some("c"));
+    api.delete("a", &DeleteParams::default()).await.unwrap();
+    let err = api.get("a").await.unwrap_err();
+    assert!(matches!(err, kube::Error::Api(ref s) if s.code == 404), "{err:?}");
+    // The request log sees every write.
+    assert_eq!(fake.writes().iter().filter(|w| w.method == "DELETE").count(), 1);
+    // Fault injection: the injected failure reaches the client (a 409, which kube does not retry).
+    fake.fail_next(1, 409);
+    assert!(api.get("b").await.is_err());
+    assert!(api.get("b").await.is_ok());
+}
+
+#[tokio::test]
+async fn kube_watcher_sees_changes_and_relists_after_410() {
+    let fake = FakeApiServer::start(default_resources()).await.unwrap();
+    let client = client(&fake).await;
+    let api: Api<ConfigMap> = Api::namespaced(client.clone(), "team");
+    api.create(&PostParams::default(), &cm("first", &[])).await.unwrap();
+    let mut events = watcher(api.clone(), watcher::Config::default().timeout(2)).boxed();
+    macro_rules! next {
+        () => {
+            tokio::time::timeout(Duration::from_secs(10), events.next()).await.expect("an event in time").expect("the stream goes on")
+        };
+    }
+    // The initial list.
+    let mut inits = Vec::new();
+    loop {
+        match next!().unwrap() {
+            watcher::Event::Init => {}
+            watcher::Event::InitApply(c) => inits.push(c.metadata.name.unwrap_or_default()),
+            watcher::Event::InitDone => break,
+            other => panic!("unexpected {other:?}"),
+        }
+    }
+    assert_eq!(inits, ["first"]);
+    // A live change.
+    api.create(&PostParams::default(), &cm("second", &[])).await.unwrap();
+    loop {
+        if let watcher::Event::Apply(c) = next!().unwrap() {
+            assert_eq!(c.metadata.name.as_deref(), Some("second"));
+            break;
+        }
+    }
+    // Forget the history: the watch resumes from a version that is too old, gets an
+    // in-stream 410 and kube relists.
+    api.create(&PostParams::default(), &cm("third", &[])).await.unwrap();
+    loop {
+        if let watcher::Event::Apply(c) = next!().unwrap() {
+            assert_eq!(c.metadata.name.as_deref(), Some("third"));
+            break;
+        }
+    }
+    // A write elsewhere moves the version past what the watcher has seen; compacting then
+    // makes its next watch (after its 2 s timeout) too old.
+    let other: Api<ConfigMap> = Api::namespaced(client.clone(), "elsewhere");
+    other.create(&PostParams::default(), &cm("x", &[])).await.unwrap();
+    fake.compact();
+    let mut relisted = Vec::new();
+    loop {
+        // The 410 may surface as an error item before the relist.
+        let Ok(e) = next!() else { continue };
+        match e {
+            watcher::Event::InitApply(c) => relisted.push(c.metadata.name.unwrap_or_default()),
+            watcher::Event::InitDone => break,
+            _ => {}
+        }
+    }
+    relisted.sort();
+    assert_eq!(relisted, ["first", "second", "third"]);
+}
