@@ -98,8 +98,7 @@ fn s<'a>(v: &'a [Json], i: usize) -> &'a str {
 }
 
 fn ret<'b, 'v>(v: &Json) -> Ret<'b, 'v> {
-    let b: Box<dyn Val> = crate::from_json(v).try_into()?;
-    Ok(CowVal::Owned(b))
+    Ok(CowVal::Owned(crate::json_val(v)))
 }
 
 fn fail(f: &str) -> impl Fn(String) -> ExecutionError + '_ {

@@ -40,17 +40,7 @@ fn string<'a>(v: &'a Value, f: &str) -> Result<&'a str, ExecutionError> {
 fn two<'a>(v: &'a [Value], f: &str) -> Result<(&'a Value, &'a Value), ExecutionError> {
     match v {
         [a, b] => Ok((a, b)),
-        _ => Err(ExecutionError::invalid_argument_count(2, v.len()).with_function(f)),
-    }
-}
-
-trait WithFunction {
-    fn with_function(self, f: &str) -> ExecutionError;
-}
-
-impl WithFunction for ExecutionError {
-    fn with_function(self, f: &str) -> ExecutionError {
-        ExecutionError::function_error(f, self)
+        _ => Err(ExecutionError::function_error(f, format!("expected 2 arguments, got {}", v.len()))),
     }
 }
 

@@ -14,7 +14,7 @@ pub use host::Host;
 use cel::common::types::{CelBool, CelDouble, CelInt, CelList, CelMap, CelMapKey, CelNull, CelString, CelUInt};
 use cel::common::value::{CowVal, Val};
 use cel::context::VariableResolver;
-use cel::objects::{Key, Map};
+use cel::objects::Key;
 use cel::{Context, Env, IdedExpr, Value};
 use std::collections::HashMap;
 use std::sync::{Arc, OnceLock};
@@ -207,7 +207,7 @@ impl Vars {
 }
 
 /// JSON straight to a CEL value, with Kubernetes' number rule: integral numbers are `int`.
-fn json_val(v: &serde_json::Value) -> Box<dyn Val> {
+pub(crate) fn json_val(v: &serde_json::Value) -> Box<dyn Val> {
     match v {
         serde_json::Value::Null => Box::new(CelNull),
         serde_json::Value::Bool(b) => Box::new(CelBool::from(*b)),
@@ -237,27 +237,6 @@ fn type_name(v: &Value) -> &'static str {
         Value::Timestamp(_) => "timestamp",
         Value::Null => "null",
         _ => "object",
-    }
-}
-
-/// JSON → CEL with Kubernetes' number rule: integral numbers are `int`.
-pub fn from_json(v: &serde_json::Value) -> Value {
-    match v {
-        serde_json::Value::Null => Value::Null,
-        serde_json::Value::Bool(b) => Value::Bool(*b),
-        serde_json::Value::Number(n) => match n.as_i64() {
-            Some(i) => Value::Int(i),
-            None => match n.as_u64() {
-                Some(u) => Value::UInt(u),
-                None => Value::Float(n.as_f64().unwrap_or(0.0)),
-            },
-        },
-        serde_json::Value::String(s) => Value::String(Arc::new(s.clone())),
-        serde_json::Value::Array(a) => Value::List(Arc::new(a.iter().map(from_json).collect())),
-        serde_json::Value::Object(m) => {
-            let map: HashMap<Key, Value> = m.iter().map(|(k, v)| (Key::String(Arc::new(k.clone())), from_json(v))).collect();
-            Value::Map(Map { map: Arc::new(map) })
-        }
     }
 }
 

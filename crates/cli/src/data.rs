@@ -57,12 +57,7 @@ impl verno_cel::Host for CliHost {
     }
 
     fn http(&self, method: &str, url: &str, _body: Option<&Value>) -> Result<Value, String> {
-        self.api_mocks
-            .iter()
-            .find(|m| {
-                let u = m.get("urlPath").or_else(|| m.get("url")).and_then(Value::as_str).unwrap_or("");
-                u == url && m.get("method").and_then(Value::as_str).unwrap_or("GET").eq_ignore_ascii_case(method)
-            })
+        find_mock(&self.api_mocks, method, url)
             .map(|m| m.get("response").cloned().unwrap_or(Value::Null))
             .ok_or_else(|| format!("no apiCallResponses entry for {method} {url}"))
     }
@@ -91,6 +86,14 @@ impl verno_cel::Host for CliHost {
     fn now(&self) -> Option<i64> {
         self.now
     }
+}
+
+/// The `apiCallResponses` entry for a call (`urlPath` or `url`, method `GET` by default).
+fn find_mock<'a>(mocks: &'a [Value], method: &str, url: &str) -> Option<&'a Value> {
+    mocks.iter().find(|m| {
+        let u = m.get("urlPath").or_else(|| m.get("url")).and_then(Value::as_str).unwrap_or("");
+        u == url && m.get("method").and_then(Value::as_str).unwrap_or("GET").eq_ignore_ascii_case(method)
+    })
 }
 
 /// An image reference in full (`nginx` is `docker.io/nginx:latest`), to match references that
@@ -189,17 +192,13 @@ impl Data for CliData {
     }
 
     fn api_call(&self, method: &str, url_path: &str, _data: Option<&Value>) -> Loaded {
-        for m in &self.api_mocks {
-            let url = m.get("urlPath").or_else(|| m.get("url")).and_then(Value::as_str).unwrap_or("");
-            let mm = m.get("method").and_then(Value::as_str).unwrap_or("GET");
-            if url == url_path && mm.eq_ignore_ascii_case(method) {
-                let body = m.pointer("/response/body").cloned().unwrap_or(Value::Null);
-                let body = match body {
-                    Value::String(s) => serde_json::from_str(&s).unwrap_or(Value::String(s)),
-                    other => other,
-                };
-                return Loaded::Value(body);
-            }
+        if let Some(m) = find_mock(&self.api_mocks, method, url_path) {
+            let body = m.pointer("/response/body").cloned().unwrap_or(Value::Null);
+            let body = match body {
+                Value::String(s) => serde_json::from_str(&s).unwrap_or(Value::String(s)),
+                other => other,
+            };
+            return Loaded::Value(body);
         }
         if url_path.starts_with("http://") || url_path.starts_with("https://") {
             // External services are only answered from `apiCallResponses`.

@@ -371,13 +371,11 @@ fn evaluate_rule(
             RuleBody::Unsupported { what, .. } => Some(RuleResponse::new(&rule.name, rt, Status::Error, *what)),
             RuleBody::Mutate(m) if m.cel.is_some() => {
                 let c = m.cel.as_deref()?;
-                let mut vars = cel_vars(ctx, data);
-                if let Some(p) = &c.params {
-                    match p.resolve(data) {
-                        Ok(v) => vars.set("params", &v),
-                        Err(e) => return Some(RuleResponse::new(&rule.name, rt, Status::Error, e)),
-                    }
-                }
+                // The variables are evaluated by `mpol::run`, against each mutation's object.
+                let mut vars = match cel_env(ctx, data, c.params.as_ref(), &[]) {
+                    Ok(v) => v,
+                    Err(e) => return Some(RuleResponse::new(&rule.name, rt, Status::Error, e)),
+                };
                 // A CEL mutation that applies passes, whether or not it changed anything.
                 Some(match crate::mpol::run(c, object, &mut vars) {
                     Ok(Some(v)) => {

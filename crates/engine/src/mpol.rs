@@ -9,10 +9,12 @@
 
 use crate::error::CompileError;
 use crate::matching::Matcher;
-use crate::policy::{Action, CompiledMutation, CompiledPolicy, CompiledRule, ParamRef, Patches, RuleBody, compile_cel_preconditions};
+use crate::policy::{Action, CompiledMutation, CompiledPolicy, CompiledRule, ParamRef, Patches, RuleBody, cel_expr, compile_cel_preconditions, compile_cel_variables};
 use crate::smp::{Field, ListKind, Ty};
-use crate::vpol::constraints;
-use serde_json::{Map, Value, json};
+use crate::vpol::{cel_policy, constraints, policy_name};
+use serde_json::{Map, Value};
+#[cfg(test)]
+use serde_json::json;
 
 /// One mutation of a CEL policy.
 #[derive(Debug, Clone)]
@@ -29,24 +31,14 @@ pub struct CompiledCelMutation {
     pub params: Option<ParamRef>,
 }
 
-fn expr(v: Option<&Value>, path: &str) -> Result<verno_cel::Expr, CompileError> {
-    let src = v.and_then(Value::as_str).ok_or_else(|| CompileError::new(path, "an expression (string) is required"))?;
-    verno_cel::Expr::compile(src).map_err(|e| CompileError::new(path, e))
-}
-
 fn compile_mutations(spec: &Value) -> Result<CompiledCelMutation, CompileError> {
-    let mut variables = Vec::new();
-    for (i, v) in spec.get("variables").and_then(Value::as_array).into_iter().flatten().enumerate() {
-        let p = format!("spec.variables[{i}]");
-        let name = v.get("name").and_then(Value::as_str).ok_or_else(|| CompileError::new(format!("{p}.name"), "a variable needs a name"))?;
-        variables.push((name.to_string(), expr(v.get("expression"), &format!("{p}.expression"))?));
-    }
+    let variables = compile_cel_variables(spec.get("variables"), "spec")?;
     let mut mutations = Vec::new();
     for (i, m) in spec.get("mutations").and_then(Value::as_array).into_iter().flatten().enumerate() {
         let p = format!("spec.mutations[{i}]");
         let patch = match m.get("patchType").and_then(Value::as_str) {
-            Some("ApplyConfiguration") => CelPatch::ApplyConfiguration(expr(m.pointer("/applyConfiguration/expression"), &format!("{p}.applyConfiguration.expression"))?),
-            Some("JSONPatch") => CelPatch::JsonPatch(expr(m.pointer("/jsonPatch/expression"), &format!("{p}.jsonPatch.expression"))?),
+            Some("ApplyConfiguration") => CelPatch::ApplyConfiguration(cel_expr(m.pointer("/applyConfiguration/expression"), &format!("{p}.applyConfiguration.expression"))?),
+            Some("JSONPatch") => CelPatch::JsonPatch(cel_expr(m.pointer("/jsonPatch/expression"), &format!("{p}.jsonPatch.expression"))?),
             Some(other) => return Err(CompileError::new(format!("{p}.patchType"), format!("unknown patch type {other:?}: expected ApplyConfiguration or JSONPatch"))),
             None => return Err(CompileError::new(format!("{p}.patchType"), "a mutation needs a patchType (ApplyConfiguration or JSONPatch)")),
         };
@@ -71,41 +63,9 @@ fn rule(matcher: Matcher, conditions: &[Value], cel: CompiledCelMutation) -> Res
     })
 }
 
-fn policy(doc: &Value, kind: &str, rules: Vec<CompiledRule>, failure_ignore: bool) -> Result<CompiledPolicy, CompileError> {
-    let name = doc.pointer("/metadata/name").and_then(Value::as_str).unwrap_or_default();
-    let source: verno_api::ClusterPolicy = serde_json::from_value(json!({
-        "apiVersion": doc.get("apiVersion").cloned().unwrap_or(Value::Null),
-        "kind": kind,
-        "metadata": doc.get("metadata").cloned().unwrap_or(json!({})),
-        "spec": {"rules": []},
-    }))
-    .map_err(|e| CompileError::new("metadata", e.to_string()))?;
-    Ok(CompiledPolicy {
-        name: name.to_string(),
-        namespace: doc.pointer("/metadata/namespace").and_then(Value::as_str).map(str::to_string),
-        kind: kind.to_string(),
-        action: Action::Audit,
-        overrides: Vec::new(),
-        background: true,
-        apply_one: false,
-        scored: true,
-        emit_warning: false,
-        failure_policy_ignore: failure_ignore,
-        rules,
-        source,
-    })
-}
-
-fn named(doc: &Value) -> Result<(), CompileError> {
-    match doc.pointer("/metadata/name").and_then(Value::as_str) {
-        Some(n) if !n.is_empty() => Ok(()),
-        _ => Err(CompileError::new("metadata.name", "a policy needs a name")),
-    }
-}
-
 /// Compiles a MutatingPolicy or NamespacedMutatingPolicy document.
 pub fn compile_mutating_policy(doc: &Value) -> Result<CompiledPolicy, CompileError> {
-    named(doc)?;
+    policy_name(doc)?;
     let kind = doc.get("kind").and_then(Value::as_str).unwrap_or("MutatingPolicy");
     let spec = doc.get("spec").cloned().unwrap_or(Value::Null);
     let base = constraints(spec.get("matchConstraints").unwrap_or(&Value::Null))?;
@@ -114,13 +74,13 @@ pub fn compile_mutating_policy(doc: &Value) -> Result<CompiledPolicy, CompileErr
     }
     let conditions: Vec<Value> = spec.get("matchConditions").and_then(Value::as_array).cloned().unwrap_or_default();
     let r = rule(Matcher::constraints(base), &conditions, compile_mutations(&spec)?)?;
-    policy(doc, kind, vec![r], spec.get("failurePolicy").and_then(Value::as_str) == Some("Ignore"))
+    cel_policy(doc, kind, Action::Audit, false, true, vec![r])
 }
 
 /// Compiles a Kubernetes MutatingAdmissionPolicy with its binding (`matchResources` narrows the
 /// match, `paramRef` names the params object).
 pub fn compile_mutating_admission_policy(doc: &Value, binding: Option<&Value>) -> Result<CompiledPolicy, CompileError> {
-    named(doc)?;
+    policy_name(doc)?;
     let spec = doc.get("spec").cloned().unwrap_or(Value::Null);
     let bspec = binding.and_then(|b| b.get("spec")).cloned().unwrap_or(Value::Null);
     let mut matchers = vec![constraints(spec.get("matchConstraints").unwrap_or(&Value::Null))?];
@@ -133,7 +93,7 @@ pub fn compile_mutating_admission_policy(doc: &Value, binding: Option<&Value>) -
         cel.params = Some(ParamRef::from_binding(pk, pr));
     }
     let r = rule(Matcher::all_constraints(matchers), &conditions, cel)?;
-    policy(doc, "MutatingAdmissionPolicy", vec![r], spec.get("failurePolicy").and_then(Value::as_str) == Some("Ignore"))
+    cel_policy(doc, "MutatingAdmissionPolicy", Action::Audit, false, true, vec![r])
 }
 
 /// Runs the mutations on `object` with `vars` (object, request, params, ... already set).

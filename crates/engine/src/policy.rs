@@ -197,18 +197,24 @@ pub struct CelValidation {
     pub message_expression: Option<verno_cel::Expr>,
 }
 
-fn cel_expr(v: Option<&Value>, path: &str) -> Result<verno_cel::Expr, CompileError> {
+pub(crate) fn cel_expr(v: Option<&Value>, path: &str) -> Result<verno_cel::Expr, CompileError> {
     let src = v.and_then(Value::as_str).ok_or_else(|| CompileError::new(path, "an expression (string) is required"))?;
     verno_cel::Expr::compile(src).map_err(|e| CompileError::new(path, e))
 }
 
-pub(crate) fn compile_cel(c: &Value, path: &str) -> Result<Check, CompileError> {
+/// Kubernetes composition `variables` (name + expression), compiled in order.
+pub(crate) fn compile_cel_variables(list: Option<&Value>, path: &str) -> Result<Vec<(String, verno_cel::Expr)>, CompileError> {
     let mut variables = Vec::new();
-    for (i, v) in c.get("variables").and_then(Value::as_array).into_iter().flatten().enumerate() {
+    for (i, v) in list.and_then(Value::as_array).into_iter().flatten().enumerate() {
         let p = format!("{path}.variables[{i}]");
         let name = v.get("name").and_then(Value::as_str).ok_or_else(|| CompileError::new(format!("{p}.name"), "a variable needs a name"))?;
         variables.push((name.to_string(), cel_expr(v.get("expression"), &format!("{p}.expression"))?));
     }
+    Ok(variables)
+}
+
+pub(crate) fn compile_cel(c: &Value, path: &str) -> Result<Check, CompileError> {
+    let variables = compile_cel_variables(c.get("variables"), path)?;
     let mut expressions = Vec::new();
     for (i, e) in c.get("expressions").and_then(Value::as_array).into_iter().flatten().enumerate() {
         let p = format!("{path}.expressions[{i}]");

@@ -103,12 +103,44 @@ fn rule(name: &str, matcher: Matcher, cel: &Value, conditions: &[Value], action:
     })
 }
 
+/// The policy's name; every kind needs one.
+pub(crate) fn policy_name(doc: &Value) -> Result<&str, CompileError> {
+    match doc.pointer("/metadata/name").and_then(Value::as_str) {
+        Some(n) if !n.is_empty() => Ok(n),
+        _ => Err(CompileError::new("metadata.name", "a policy needs a name")),
+    }
+}
+
+/// A CEL-kind policy (ValidatingPolicy, MutatingPolicy, the admission policies) as a
+/// [`CompiledPolicy`]: what differs per kind is passed in, the rest is the same for all.
+pub(crate) fn cel_policy(doc: &Value, kind: &str, action: Action, emit_warning: bool, background: bool, rules: Vec<CompiledRule>) -> Result<CompiledPolicy, CompileError> {
+    let name = policy_name(doc)?;
+    let source: verno_api::ClusterPolicy = serde_json::from_value(json!({
+        "apiVersion": doc.get("apiVersion").cloned().unwrap_or(Value::Null),
+        "kind": kind,
+        "metadata": doc.get("metadata").cloned().unwrap_or(json!({})),
+        "spec": {"rules": []},
+    }))
+    .map_err(|e| CompileError::new("metadata", e.to_string()))?;
+    Ok(CompiledPolicy {
+        name: name.to_string(),
+        namespace: doc.pointer("/metadata/namespace").and_then(Value::as_str).map(str::to_string),
+        kind: kind.to_string(),
+        action,
+        overrides: Vec::new(),
+        background,
+        apply_one: false,
+        scored: true,
+        emit_warning,
+        failure_policy_ignore: doc.pointer("/spec/failurePolicy").and_then(Value::as_str) == Some("Ignore"),
+        rules,
+        source,
+    })
+}
+
 /// Compiles a ValidatingPolicy or NamespacedValidatingPolicy document.
 pub fn compile_validating_policy(doc: &Value) -> Result<CompiledPolicy, CompileError> {
-    let name = doc.pointer("/metadata/name").and_then(Value::as_str).unwrap_or_default();
-    if name.is_empty() {
-        return Err(CompileError::new("metadata.name", "a policy needs a name"));
-    }
+    policy_name(doc)?;
     let kind = doc.get("kind").and_then(Value::as_str).unwrap_or("ValidatingPolicy");
     let spec = doc.get("spec").cloned().unwrap_or(Value::Null);
     let actions = strings(spec.get("validationActions"));
@@ -137,37 +169,15 @@ pub fn compile_validating_policy(doc: &Value) -> Result<CompiledPolicy, CompileE
         let cond_c = shift(&shift(&Value::Array(conditions.clone()), Shift::Template)?, Shift::JobTemplate)?;
         rules_out.push(rule("autogen-cronjob-", Matcher::constraints(controller_rules(&ctrls, true, &base)), &cel_c, cond_c.as_array().map(Vec::as_slice).unwrap_or_default(), action)?);
     }
-    let source: verno_api::ClusterPolicy = serde_json::from_value(json!({
-        "apiVersion": doc.get("apiVersion").cloned().unwrap_or(Value::Null),
-        "kind": kind,
-        "metadata": doc.get("metadata").cloned().unwrap_or(json!({})),
-        "spec": {"rules": []},
-    }))
-    .map_err(|e| CompileError::new("metadata", e.to_string()))?;
-    Ok(CompiledPolicy {
-        name: name.to_string(),
-        namespace: doc.pointer("/metadata/namespace").and_then(Value::as_str).map(str::to_string),
-        kind: kind.to_string(),
-        action,
-        overrides: Vec::new(),
-        background: spec.pointer("/evaluation/background/enabled").and_then(Value::as_bool).unwrap_or(true),
-        apply_one: false,
-        scored: true,
-        emit_warning: actions.iter().any(|a| a == "Warn"),
-        failure_policy_ignore: spec.get("failurePolicy").and_then(Value::as_str) == Some("Ignore"),
-        rules: rules_out,
-        source,
-    })
+    let background = spec.pointer("/evaluation/background/enabled").and_then(Value::as_bool).unwrap_or(true);
+    cel_policy(doc, kind, action, actions.iter().any(|a| a == "Warn"), background, rules_out)
 }
 
 /// Compiles a Kubernetes ValidatingAdmissionPolicy with its binding (the first one naming it):
 /// the binding's `validationActions`, `matchResources` (narrowing the policy's match) and
 /// `paramRef` apply. Without a binding the policy denies, as Kyverno's CLI assumes.
 pub fn compile_admission_policy(doc: &Value, binding: Option<&Value>) -> Result<CompiledPolicy, CompileError> {
-    let name = doc.pointer("/metadata/name").and_then(Value::as_str).unwrap_or_default();
-    if name.is_empty() {
-        return Err(CompileError::new("metadata.name", "a policy needs a name"));
-    }
+    policy_name(doc)?;
     let spec = doc.get("spec").cloned().unwrap_or(Value::Null);
     let bspec = binding.and_then(|b| b.get("spec")).cloned().unwrap_or(Value::Null);
     let actions = strings(bspec.get("validationActions"));
@@ -186,25 +196,5 @@ pub fn compile_admission_policy(doc: &Value, binding: Option<&Value>) -> Result<
             }
         }
     }
-    let source: verno_api::ClusterPolicy = serde_json::from_value(json!({
-        "apiVersion": doc.get("apiVersion").cloned().unwrap_or(Value::Null),
-        "kind": "ValidatingAdmissionPolicy",
-        "metadata": doc.get("metadata").cloned().unwrap_or(json!({})),
-        "spec": {"rules": []},
-    }))
-    .map_err(|e| CompileError::new("metadata", e.to_string()))?;
-    Ok(CompiledPolicy {
-        name: name.to_string(),
-        namespace: None,
-        kind: "ValidatingAdmissionPolicy".into(),
-        action,
-        overrides: Vec::new(),
-        background: true,
-        apply_one: false,
-        scored: true,
-        emit_warning: actions.iter().any(|a| a == "Warn"),
-        failure_policy_ignore: spec.get("failurePolicy").and_then(Value::as_str) == Some("Ignore"),
-        rules: vec![r],
-        source,
-    })
+    cel_policy(doc, "ValidatingAdmissionPolicy", action, actions.iter().any(|a| a == "Warn"), true, vec![r])
 }
