@@ -2,21 +2,31 @@
 //!
 //! What it models (see `../shared/research/in-cluster-design.md` §4):
 //! - one global resourceVersion, bumped by every write, like the etcd revision;
-//! - get / list / create / replace / patch (merge, JSON, strategic as merge, apply as merge
-//!   with `fieldManager` required) / delete, with `Status` errors (404, 409 AlreadyExists and
-//!   Conflict on a stale resourceVersion, 400, 415);
+//! - get / list / create / replace / patch / delete, with `Status` errors (404, 409
+//!   AlreadyExists and Conflict on a stale resourceVersion, 400, 415, 422 for webhook
+//!   configuration entries missing required fields);
+//! - patches: merge, JSON, strategic (merge keys of the built-in lists), and server-side apply
+//!   with field ownership per manager, removal of fields a manager stops applying, and 409
+//!   conflicts for non-forced applies (`ssa`);
 //! - `uid`, `creationTimestamp`, `generation` (bumped when anything outside metadata and status
-//!   changes), the `/status` subresource (the main endpoint keeps the stored status);
+//!   changes), `managedFields`, the `/status` subresource (the main endpoint keeps status);
+//! - finalizers (`deletionTimestamp`, deletion when the last one goes) and background
+//!   ownerReference garbage collection;
 //! - watch: replay of the event ring newer than the requested resourceVersion, then live
 //!   events; an in-stream 410 `Expired` when the version is older than the ring; bookmarks;
 //!   `sendInitialEvents` with the `k8s.io/initial-events-end` bookmark; `timeoutSeconds`;
-//! - label selectors (`=`, `==`, `!=`, `in`, `notin`, exists, `!`) and `metadata.name` /
-//!   `metadata.namespace` field selectors on list and watch;
-//! - fault injection (fail the next requests, API down, compact the ring) and a request log.
+//! - label selectors and `metadata.name` / `metadata.namespace` field selectors; metadata-only
+//!   responses (`as=PartialObjectMetadata[List]`); discovery (`/api`, `/apis`, group versions);
+//! - admission emulation (`admission`): webhooks called over HTTPS with their `caBundle`;
+//! - fault injection (fail the next requests, delay, API down, compact the ring) and a request
+//!   log.
 //!
-//! Not modelled yet: server-side apply field ownership and conflicts, ownerReference garbage
-//! collection, finalizers, paging, metadata-only responses, discovery beyond `/version`, and
-//! admission emulation.
+//! Not modelled: paging (`limit` is ignored and everything is returned), objects entering or
+//! leaving a watch's selector (no synthetic ADDED/DELETED), deletecollection, DELETE
+//! preconditions and propagation policies (GC is always background), schemas and defaulting,
+//! RBAC, and per-GVR resourceVersions of aggregated APIs.
+
+#![allow(clippy::result_large_err)]
 
 use axum::Router;
 use axum::body::{Body, Bytes};
@@ -29,6 +39,12 @@ use std::net::SocketAddr;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 use tokio::sync::{broadcast, mpsc};
+
+pub mod admission;
+mod select;
+pub mod ssa;
+
+use select::{Filter, query};
 
 /// A resource the fake serves.
 #[derive(Debug, Clone)]
@@ -90,7 +106,7 @@ impl LoggedRequest {
     }
 }
 
-struct Store {
+pub(crate) struct Store {
     rv: u64,
     uid: u64,
     /// (group/plural, namespace, name) → object.
@@ -102,9 +118,19 @@ struct Store {
     log: Vec<LoggedRequest>,
     fail_next: Vec<(u16, usize)>,
     down: bool,
+    /// Added to every request (a slow API server).
+    delay: Duration,
+    /// Field ownership per object (server-side apply).
+    owners: BTreeMap<ObjKey, ssa::Owners>,
+    /// The managers among the owners that wrote by apply.
+    appliers: BTreeMap<ObjKey, std::collections::BTreeSet<String>>,
+    /// Services webhooks may name: (namespace, name) → the ready endpoint, if any.
+    services: BTreeMap<(String, String), Option<SocketAddr>>,
+    /// Every webhook call made by admission emulation.
+    admission_log: Vec<admission::Call>,
 }
 
-struct Inner {
+pub(crate) struct Inner {
     resources: Vec<Resource>,
     store: Mutex<Store>,
     events: broadcast::Sender<Event>,
@@ -118,7 +144,7 @@ pub struct FakeApiServer {
     addr: SocketAddr,
 }
 
-fn lock(m: &Mutex<Store>) -> MutexGuard<'_, Store> {
+pub(crate) fn lock(m: &Mutex<Store>) -> MutexGuard<'_, Store> {
     m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
 }
 
@@ -138,6 +164,11 @@ impl FakeApiServer {
                 log: Vec::new(),
                 fail_next: Vec::new(),
                 down: false,
+                delay: Duration::ZERO,
+                owners: BTreeMap::new(),
+                appliers: BTreeMap::new(),
+                services: BTreeMap::new(),
+                admission_log: Vec::new(),
             }),
             events,
             bookmark_interval: Duration::from_millis(500),
@@ -188,13 +219,45 @@ impl FakeApiServer {
         s.oldest = s.rv;
     }
 
+    /// Every request waits this long first (a slow API server).
+    pub fn set_delay(&self, delay: Duration) {
+        lock(&self.inner.store).delay = delay;
+    }
+
+    /// Declares a Service webhooks can name, with its ready endpoint (`None`: the Service
+    /// exists but has no ready endpoints). Services never declared are "not found".
+    pub fn set_service(&self, namespace: &str, name: &str, endpoint: Option<SocketAddr>) {
+        lock(&self.inner.store).services.insert((namespace.to_string(), name.to_string()), endpoint);
+    }
+
+    /// Removes a Service.
+    pub fn remove_service(&self, namespace: &str, name: &str) {
+        lock(&self.inner.store).services.remove(&(namespace.to_string(), name.to_string()));
+    }
+
+    /// The webhook calls admission emulation has made so far.
+    pub fn admission_calls(&self) -> Vec<admission::Call> {
+        lock(&self.inner.store).admission_log.clone()
+    }
+
     /// An object as stored, if any.
     pub fn get(&self, group: &str, plural: &str, namespace: &str, name: &str) -> Option<Value> {
         lock(&self.inner.store).objects.get(&(format!("{group}/{plural}"), namespace.to_string(), name.to_string())).cloned()
     }
 }
 
-fn status(code: StatusCode, reason: &str, message: impl Into<String>) -> Response {
+/// A JSON response with `Warning` headers.
+pub(crate) fn ok_json_headers(code: StatusCode, v: &Value, warnings: &[String]) -> Response {
+    let mut r = ok_json(code, v);
+    for w in warnings {
+        if let Ok(v) = axum::http::HeaderValue::from_str(&format!("299 - {w:?}")) {
+            r.headers_mut().append(header::WARNING, v);
+        }
+    }
+    r
+}
+
+pub(crate) fn status(code: StatusCode, reason: &str, message: impl Into<String>) -> Response {
     let body = json!({"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure", "message": message.into(), "reason": reason, "code": code.as_u16()});
     (code, [(header::CONTENT_TYPE, "application/json")], body.to_string()).into_response()
 }
@@ -235,129 +298,6 @@ fn route<'a>(resources: &'a [Resource], path: &str) -> Option<Target<'a>> {
     Some(Target { resource, namespace, name, status: sub == Some("status") })
 }
 
-fn query(req: &Request) -> HashMap<String, String> {
-    let mut out = HashMap::new();
-    for pair in req.uri().query().unwrap_or("").split('&').filter(|p| !p.is_empty()) {
-        let (k, v) = pair.split_once('=').unwrap_or((pair, ""));
-        out.insert(decode(k), decode(v));
-    }
-    out
-}
-
-fn decode(s: &str) -> String {
-    let bytes = s.as_bytes();
-    let mut out = Vec::with_capacity(bytes.len());
-    let mut i = 0;
-    while let Some(&b) = bytes.get(i) {
-        match b {
-            b'%' => match bytes.get(i + 1..i + 3).and_then(|h| std::str::from_utf8(h).ok()).and_then(|h| u8::from_str_radix(h, 16).ok()) {
-                Some(x) => {
-                    out.push(x);
-                    i += 3;
-                    continue;
-                }
-                None => out.push(b),
-            },
-            b'+' => out.push(b' '),
-            _ => out.push(b),
-        }
-        i += 1;
-    }
-    String::from_utf8_lossy(&out).into_owned()
-}
-
-/// A label selector requirement.
-enum Req {
-    Eq(String, String),
-    Ne(String, String),
-    In(String, Vec<String>),
-    NotIn(String, Vec<String>),
-    Exists(String),
-    NotExists(String),
-}
-
-fn parse_selector(s: &str) -> Result<Vec<Req>, String> {
-    // Split on commas outside parentheses.
-    let mut parts = Vec::new();
-    let (mut depth, mut cur) = (0, String::new());
-    for c in s.chars() {
-        match c {
-            '(' => depth += 1,
-            ')' => depth -= 1,
-            ',' if depth == 0 => {
-                parts.push(std::mem::take(&mut cur));
-                continue;
-            }
-            _ => {}
-        }
-        cur.push(c);
-    }
-    parts.push(cur);
-    let set = |v: &str| v.trim().trim_start_matches('(').trim_end_matches(')').split(',').map(|x| x.trim().to_string()).collect::<Vec<_>>();
-    let mut out = Vec::new();
-    for p in parts.iter().map(|p| p.trim()).filter(|p| !p.is_empty()) {
-        out.push(if let Some((k, v)) = p.split_once("!=") {
-            Req::Ne(k.trim().into(), v.trim().into())
-        } else if let Some((k, v)) = p.split_once("==").or_else(|| p.split_once('=')) {
-            Req::Eq(k.trim().into(), v.trim().into())
-        } else if let Some((k, v)) = p.split_once(" notin ") {
-            Req::NotIn(k.trim().into(), set(v))
-        } else if let Some((k, v)) = p.split_once(" in ") {
-            Req::In(k.trim().into(), set(v))
-        } else if let Some(k) = p.strip_prefix('!') {
-            Req::NotExists(k.trim().into())
-        } else if p.chars().all(|c| c.is_ascii_alphanumeric() || "-_./".contains(c)) {
-            Req::Exists(p.into())
-        } else {
-            return Err(format!("unable to parse requirement: {p:?}"));
-        });
-    }
-    Ok(out)
-}
-
-struct Filter {
-    labels: Vec<Req>,
-    fields: Vec<(String, String, bool)>,
-}
-
-impl Filter {
-    fn parse(q: &HashMap<String, String>) -> Result<Filter, String> {
-        let labels = q.get("labelSelector").map(|s| parse_selector(s)).transpose()?.unwrap_or_default();
-        let mut fields = Vec::new();
-        for p in q.get("fieldSelector").map(String::as_str).unwrap_or("").split(',').filter(|p| !p.is_empty()) {
-            let (k, v, eq) = match p.split_once("!=") {
-                Some((k, v)) => (k, v, false),
-                None => match p.split_once("==").or_else(|| p.split_once('=')) {
-                    Some((k, v)) => (k, v, true),
-                    None => return Err(format!("invalid field selector {p:?}")),
-                },
-            };
-            if !matches!(k, "metadata.name" | "metadata.namespace") {
-                return Err(format!("field label not supported: {k}"));
-            }
-            fields.push((k.to_string(), v.to_string(), eq));
-        }
-        Ok(Filter { labels, fields })
-    }
-
-    fn matches(&self, o: &Value) -> bool {
-        let label = |k: &str| o.pointer("/metadata/labels").and_then(|l| l.get(k)).and_then(Value::as_str);
-        let labels_ok = self.labels.iter().all(|r| match r {
-            Req::Eq(k, v) => label(k) == Some(v.as_str()),
-            Req::Ne(k, v) => label(k) != Some(v.as_str()),
-            Req::In(k, vs) => label(k).is_some_and(|x| vs.iter().any(|v| v == x)),
-            Req::NotIn(k, vs) => label(k).is_none_or(|x| !vs.iter().any(|v| v == x)),
-            Req::Exists(k) => label(k).is_some(),
-            Req::NotExists(k) => label(k).is_none(),
-        });
-        labels_ok
-            && self.fields.iter().all(|(k, v, eq)| {
-                let actual = o.pointer(&format!("/{}", k.replace('.', "/"))).and_then(Value::as_str).unwrap_or("");
-                (actual == v) == *eq
-            })
-    }
-}
-
 fn key(r: &Resource) -> String {
     format!("{}/{}", r.group, r.plural)
 }
@@ -374,7 +314,7 @@ fn spec_part(o: &Value) -> Value {
 async fn handle(State(inner): State<Arc<Inner>>, req: Request) -> Response {
     let method = req.method().clone();
     let path = req.uri().path().to_string();
-    {
+    let delay = {
         let mut s = lock(&inner.store);
         s.log.push(LoggedRequest { method: method.to_string(), path: path.clone() });
         if s.down {
@@ -389,46 +329,100 @@ async fn handle(State(inner): State<Arc<Inner>>, req: Request) -> Response {
             let code = StatusCode::from_u16(code).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
             return status(code, "InternalError", "injected failure");
         }
+        s.delay
+    };
+    if !delay.is_zero() {
+        tokio::time::sleep(delay).await;
     }
-    if path == "/version" {
-        return ok_json(StatusCode::OK, &json!({"major": "1", "minor": "34", "gitVersion": "v1.34.0-verno-fake", "platform": "linux/amd64"}));
+    if let Some(r) = discovery(&inner.resources, &path) {
+        return r;
     }
     let q = query(&req);
     let Some(t) = route(&inner.resources, &path) else {
         return status(StatusCode::NOT_FOUND, "NotFound", format!("the server could not find the requested resource ({path})"));
     };
     let headers = req.headers().clone();
+    let meta_only = headers.get(header::ACCEPT).and_then(|v| v.to_str().ok()).is_some_and(|a| a.contains("as=PartialObjectMetadata"));
     let body = match axum::body::to_bytes(req.into_body(), 16 << 20).await {
         Ok(b) => b,
         Err(e) => return status(StatusCode::BAD_REQUEST, "BadRequest", e.to_string()),
     };
     match (&method, &t.name) {
-        (&Method::GET, None) if q.get("watch").is_some_and(|w| w == "true" || w == "1") => watch(inner.clone(), &t, &q),
-        (&Method::GET, None) => list(&inner, &t, &q),
+        (&Method::GET, None) if q.get("watch").is_some_and(|w| w == "true" || w == "1") => watch(inner.clone(), &t, &q, meta_only),
+        (&Method::GET, None) => list(&inner, &t, &q, meta_only),
         (&Method::GET, Some(name)) => match lock(&inner.store).objects.get(&(key(t.resource), t.namespace.clone(), name.clone())) {
+            Some(o) if meta_only => ok_json(StatusCode::OK, &partial(o)),
             Some(o) => ok_json(StatusCode::OK, o),
             None => status(StatusCode::NOT_FOUND, "NotFound", format!("{} \"{name}\" not found", t.resource.plural)),
         },
-        (&Method::POST, None) => create(&inner, &t, &body),
-        (&Method::PUT, Some(name)) => replace(&inner, &t, name, &body),
-        (&Method::PATCH, Some(name)) => patch(&inner, &t, name, &headers, &q, &body),
-        (&Method::DELETE, Some(name)) => delete(&inner, &t, name),
+        (&Method::POST, None) | (&Method::PUT, Some(_)) | (&Method::PATCH, Some(_)) | (&Method::DELETE, Some(_)) => write(&inner, &t, &method, &headers, &q, &body).await,
         _ => status(StatusCode::METHOD_NOT_ALLOWED, "MethodNotAllowed", format!("{method} is not supported on {path}")),
     }
 }
 
-fn list(inner: &Inner, t: &Target, q: &HashMap<String, String>) -> Response {
+/// `/api`, `/apis`, `/api/v1` and `/apis/<group>/<version>`.
+fn discovery(resources: &[Resource], path: &str) -> Option<Response> {
+    let segs: Vec<&str> = path.trim_matches('/').split('/').collect();
+    let list = |group: &str, version: &str| {
+        let items: Vec<Value> = resources
+            .iter()
+            .filter(|r| r.group == group && r.version == version)
+            .flat_map(|r| {
+                let verbs = json!(["create", "delete", "get", "list", "patch", "update", "watch"]);
+                let main = json!({"name": r.plural, "singularName": r.kind.to_lowercase(), "namespaced": r.namespaced, "kind": r.kind, "verbs": verbs});
+                let st = json!({"name": format!("{}/status", r.plural), "singularName": "", "namespaced": r.namespaced, "kind": r.kind, "verbs": ["get", "patch", "update"]});
+                [main, st]
+            })
+            .collect();
+        let gv = if group.is_empty() { version.to_string() } else { format!("{group}/{version}") };
+        ok_json(StatusCode::OK, &json!({"kind": "APIResourceList", "apiVersion": "v1", "groupVersion": gv, "resources": items}))
+    };
+    match segs.as_slice() {
+        ["version"] => Some(ok_json(StatusCode::OK, &json!({"major": "1", "minor": "34", "gitVersion": "v1.34.0-verno-fake", "platform": "linux/amd64"}))),
+        ["api"] => Some(ok_json(StatusCode::OK, &json!({"kind": "APIVersions", "versions": ["v1"], "serverAddressByClientCIDRs": []}))),
+        ["api", v] => Some(list("", v)),
+        ["apis"] => {
+            let mut groups: BTreeMap<&str, Vec<&str>> = BTreeMap::new();
+            for r in resources.iter().filter(|r| !r.group.is_empty()) {
+                let vs = groups.entry(r.group).or_default();
+                if !vs.contains(&r.version) {
+                    vs.push(r.version);
+                }
+            }
+            let groups: Vec<Value> = groups
+                .iter()
+                .map(|(g, vs)| {
+                    let versions: Vec<Value> = vs.iter().map(|v| json!({"groupVersion": format!("{g}/{v}"), "version": v})).collect();
+                    json!({"name": g, "versions": versions, "preferredVersion": versions.first().cloned().unwrap_or(Value::Null)})
+                })
+                .collect();
+            Some(ok_json(StatusCode::OK, &json!({"kind": "APIGroupList", "apiVersion": "v1", "groups": groups})))
+        }
+        ["apis", g, v] => Some(list(g, v)),
+        _ => None,
+    }
+}
+
+/// The metadata-only form (`Accept: …;as=PartialObjectMetadata`).
+fn partial(o: &Value) -> Value {
+    json!({"apiVersion": "meta.k8s.io/v1", "kind": "PartialObjectMetadata", "metadata": o.get("metadata").cloned().unwrap_or(json!({}))})
+}
+
+fn list(inner: &Inner, t: &Target, q: &HashMap<String, String>, meta_only: bool) -> Response {
     let filter = match Filter::parse(q) {
         Ok(f) => f,
         Err(e) => return status(StatusCode::BAD_REQUEST, "BadRequest", e),
     };
     let s = lock(&inner.store);
     let k = key(t.resource);
-    let items: Vec<Value> = s.objects.iter().filter(|((r, ns, _), o)| *r == k && (t.namespace.is_empty() || *ns == t.namespace) && filter.matches(o)).map(|(_, o)| o.clone()).collect();
-    ok_json(
-        StatusCode::OK,
-        &json!({"apiVersion": t.resource.api_version(), "kind": format!("{}List", t.resource.kind), "metadata": {"resourceVersion": s.rv.to_string()}, "items": items}),
-    )
+    let items: Vec<Value> = s
+        .objects
+        .iter()
+        .filter(|((r, ns, _), o)| *r == k && (t.namespace.is_empty() || *ns == t.namespace) && filter.matches(o))
+        .map(|(_, o)| if meta_only { partial(o) } else { o.clone() })
+        .collect();
+    let (api_version, kind) = if meta_only { ("meta.k8s.io/v1".to_string(), "PartialObjectMetadataList".to_string()) } else { (t.resource.api_version(), format!("{}List", t.resource.kind)) };
+    ok_json(StatusCode::OK, &json!({"apiVersion": api_version, "kind": kind, "metadata": {"resourceVersion": s.rv.to_string()}, "items": items}))
 }
 
 fn parse_body(body: &Bytes) -> Result<Value, Response> {
@@ -453,26 +447,149 @@ fn record(inner: &Inner, s: &mut Store, t: &Resource, kind: &'static str, mut ob
     object
 }
 
-fn create(inner: &Inner, t: &Target, body: &Bytes) -> Response {
-    let mut o = match parse_body(body) {
-        Ok(o) => o,
+type ObjKey = (String, String, String);
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Operation {
+    Create,
+    Update,
+    Delete,
+}
+
+impl Operation {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Operation::Create => "CREATE",
+            Operation::Update => "UPDATE",
+            Operation::Delete => "DELETE",
+        }
+    }
+}
+
+/// A write worked out against the store but not yet admitted or stored.
+pub(crate) struct Change {
+    pub(crate) k: ObjKey,
+    pub(crate) resource: Resource,
+    pub(crate) status: bool,
+    pub(crate) op: Operation,
+    pub(crate) old: Option<Value>,
+    /// The object to store (`None` for a delete).
+    pub(crate) new: Option<Value>,
+    /// Field ownership after the write, when an apply decided it.
+    owners: Option<ssa::Owners>,
+    /// The manager of this write.
+    manager: String,
+    apply: bool,
+}
+
+fn not_found(t: &Resource, name: &str) -> Response {
+    status(StatusCode::NOT_FOUND, "NotFound", format!("{} \"{name}\" not found", t.plural))
+}
+
+/// The requesting user (`Impersonate-User` / `Impersonate-Group`, else an administrator).
+pub(crate) fn user(headers: &HeaderMap) -> (String, Vec<String>) {
+    let name = headers.get("impersonate-user").and_then(|v| v.to_str().ok()).unwrap_or("kubernetes-admin").to_string();
+    let mut groups: Vec<String> = headers.get_all("impersonate-group").iter().filter_map(|v| v.to_str().ok()).map(str::to_string).collect();
+    if groups.is_empty() {
+        groups = vec!["system:masters".into(), "system:authenticated".into()];
+    }
+    (name, groups)
+}
+
+async fn write(inner: &Arc<Inner>, t: &Target<'_>, method: &Method, headers: &HeaderMap, q: &HashMap<String, String>, body: &Bytes) -> Response {
+    let prepared = {
+        let mut s = lock(&inner.store);
+        match *method {
+            Method::POST => prepare_create(&mut s, t, body, q),
+            Method::PUT => prepare_replace(&s, t, body, q),
+            Method::PATCH => prepare_patch(&mut s, t, headers, q, body),
+            _ => prepare_delete(&s, t),
+        }
+    };
+    let mut change = match prepared {
+        Ok(c) => c,
         Err(r) => return r,
     };
+    let mut warnings = Vec::new();
+    if !change.status {
+        match admission::admit(inner, &change, &user(headers)).await {
+            Ok((mutated, w)) => {
+                if mutated.is_some() {
+                    change.new = mutated;
+                }
+                warnings = w;
+            }
+            Err(r) => return r,
+        }
+    }
+    if q.get("dryRun").is_some_and(|v| v == "All") {
+        return ok_json(StatusCode::OK, change.new.as_ref().or(change.old.as_ref()).unwrap_or(&Value::Null));
+    }
     let mut s = lock(&inner.store);
+    // Optimistic concurrency across the admission round trip.
+    let rv = |o: Option<&Value>| o.and_then(|o| o.pointer("/metadata/resourceVersion")).cloned();
+    if rv(s.objects.get(&change.k)) != rv(change.old.as_ref()) {
+        let name = &change.k.2;
+        return status(
+            StatusCode::CONFLICT,
+            "Conflict",
+            format!("Operation cannot be fulfilled on {} \"{name}\": the object has been modified; please apply your changes to the latest version and try again", change.resource.plural),
+        );
+    }
+    let mut response = commit(inner, &mut s, change);
+    for w in warnings {
+        if let Ok(v) = axum::http::HeaderValue::from_str(&format!("299 - {w:?}")) {
+            response.headers_mut().append(header::WARNING, v);
+        }
+    }
+    response
+}
+
+fn invalid(kind: &str, name: &str, causes: &[String]) -> Response {
+    status(StatusCode::UNPROCESSABLE_ENTITY, "Invalid", format!("{kind}.admissionregistration.k8s.io \"{name}\" is invalid: {}", causes.join(", ")))
+}
+
+/// The checks the API server makes that our tests rely on: a webhook configuration entry
+/// needs its name, clientConfig, sideEffects and admissionReviewVersions (so an apply of only
+/// `rules` onto a deleted configuration fails instead of re-creating it).
+fn validate(t: &Resource, o: &Value) -> Result<(), Response> {
+    if !matches!(t.kind, "ValidatingWebhookConfiguration" | "MutatingWebhookConfiguration") {
+        return Ok(());
+    }
+    let name = o.pointer("/metadata/name").and_then(Value::as_str).unwrap_or("");
+    let mut causes = Vec::new();
+    for (i, w) in o.get("webhooks").and_then(Value::as_array).into_iter().flatten().enumerate() {
+        for f in ["name", "clientConfig", "sideEffects", "admissionReviewVersions"] {
+            if w.get(f).is_none_or(Value::is_null) {
+                causes.push(format!("webhooks[{i}].{f}: Required value"));
+            }
+        }
+    }
+    if causes.is_empty() { Ok(()) } else { Err(invalid(t.kind, name, &causes)) }
+}
+
+fn prepare_create(s: &mut Store, t: &Target, body: &Bytes, q: &HashMap<String, String>) -> Result<Change, Response> {
+    let o = parse_body(body)?;
+    let manager = q.get("fieldManager").cloned().unwrap_or_else(|| "unknown".into());
+    new_object(s, t, o, manager, None)
+}
+
+/// A new object with its identity fields; `owners` when an apply creates it.
+fn new_object(s: &mut Store, t: &Target, mut o: Value, manager: String, owners: Option<ssa::Owners>) -> Result<Change, Response> {
     let Some(meta) = o.get_mut("metadata").and_then(Value::as_object_mut) else {
-        return status(StatusCode::UNPROCESSABLE_ENTITY, "Invalid", "metadata is required");
+        return Err(status(StatusCode::UNPROCESSABLE_ENTITY, "Invalid", "metadata is required"));
     };
     let name = match meta.get("name").and_then(Value::as_str) {
         Some(n) if !n.is_empty() => n.to_string(),
         _ => match meta.get("generateName").and_then(Value::as_str) {
             Some(g) => format!("{g}{:05x}", s.uid + 1),
-            None => return status(StatusCode::UNPROCESSABLE_ENTITY, "Invalid", "metadata.name: Required value"),
+            None => return Err(status(StatusCode::UNPROCESSABLE_ENTITY, "Invalid", "metadata.name: Required value")),
         },
     };
     let namespace = if t.resource.namespaced { t.namespace.clone() } else { String::new() };
     let k = (key(t.resource), namespace.clone(), name.clone());
     if s.objects.contains_key(&k) {
-        return status(StatusCode::CONFLICT, "AlreadyExists", format!("{} \"{name}\" already exists", t.resource.plural));
+        return Err(status(StatusCode::CONFLICT, "AlreadyExists", format!("{} \"{name}\" already exists", t.resource.plural)));
     }
     s.uid += 1;
     meta.insert("name".into(), Value::String(name));
@@ -482,18 +599,261 @@ fn create(inner: &Inner, t: &Target, body: &Bytes) -> Response {
     meta.insert("uid".into(), Value::String(format!("00000000-0000-0000-0000-{:012x}", s.uid)));
     meta.insert("creationTimestamp".into(), Value::String(chrono::Utc::now().format("%Y-%m-%dT%H:%M:%SZ").to_string()));
     meta.insert("generation".into(), Value::from(1));
+    meta.remove("resourceVersion");
+    meta.remove("managedFields");
     if let Some(m) = o.as_object_mut() {
         m.insert("apiVersion".into(), Value::String(t.resource.api_version()));
         m.insert("kind".into(), Value::String(t.resource.kind.to_string()));
     }
-    let stored = record(inner, &mut s, t.resource, "ADDED", o);
-    s.objects.insert(k, stored.clone());
-    ok_json(StatusCode::CREATED, &stored)
+    validate(t.resource, &o)?;
+    let apply = owners.is_some();
+    Ok(Change { k, resource: t.resource.clone(), status: false, op: Operation::Create, old: None, new: Some(o), owners, manager, apply })
+}
+
+fn conflict_on(t: &Resource, name: &str) -> Response {
+    status(
+        StatusCode::CONFLICT,
+        "Conflict",
+        format!("Operation cannot be fulfilled on {} \"{name}\": the object has been modified; please apply your changes to the latest version and try again", t.plural),
+    )
+}
+
+fn prepare_replace(s: &Store, t: &Target, body: &Bytes, q: &HashMap<String, String>) -> Result<Change, Response> {
+    let new = parse_body(body)?;
+    let name = t.name.clone().unwrap_or_default();
+    let k = (key(t.resource), t.namespace.clone(), name.clone());
+    let old = s.objects.get(&k).cloned().ok_or_else(|| not_found(t.resource, &name))?;
+    let want = new.pointer("/metadata/resourceVersion").and_then(Value::as_str).unwrap_or("");
+    let have = old.pointer("/metadata/resourceVersion").and_then(Value::as_str).unwrap_or("");
+    if !want.is_empty() && want != have {
+        return Err(conflict_on(t.resource, &name));
+    }
+    validate(t.resource, &new)?;
+    let manager = q.get("fieldManager").cloned().unwrap_or_else(|| "unknown".into());
+    Ok(Change { k, resource: t.resource.clone(), status: t.status, op: Operation::Update, old: Some(old), new: Some(new), owners: None, manager, apply: false })
+}
+
+fn prepare_patch(s: &mut Store, t: &Target, headers: &HeaderMap, q: &HashMap<String, String>, body: &Bytes) -> Result<Change, Response> {
+    let ct = headers.get(header::CONTENT_TYPE).and_then(|v| v.to_str().ok()).unwrap_or("").split(';').next().unwrap_or("").trim().to_string();
+    let name = t.name.clone().unwrap_or_default();
+    let k = (key(t.resource), t.namespace.clone(), name.clone());
+    let existing = s.objects.get(&k).cloned();
+    let manager = q.get("fieldManager").cloned().unwrap_or_default();
+    let new = match ct.as_str() {
+        "application/apply-patch+yaml" => {
+            if manager.is_empty() {
+                return Err(status(StatusCode::BAD_REQUEST, "BadRequest", "PatchOptions.meta.k8s.io \"\" is invalid: fieldManager: Required value: is required for apply patch"));
+            }
+            // kube sends apply bodies as JSON (a subset of YAML).
+            let applied = parse_body(body)?;
+            let force = q.get("force").is_some_and(|v| v == "true");
+            let owner_key = if t.status { format!("{manager}/status") } else { manager.clone() };
+            let mut owners = s.owners.get(&k).cloned().unwrap_or_default();
+            let base = existing.clone().unwrap_or_else(|| json!({}));
+            let merged = ssa::apply(&base, &applied, &mut owners, &owner_key, force).map_err(|conflicts| {
+                let list: Vec<String> = conflicts.iter().map(|(m, p)| format!("conflict with {m:?}: {}", ssa::display(p))).collect();
+                let n = conflicts.len();
+                let noun = if n == 1 { "conflict" } else { "conflicts" };
+                status(StatusCode::CONFLICT, "Conflict", format!("Apply failed with {n} {noun}: {}", list.join(", ")))
+            })?;
+            if existing.is_none() {
+                if t.status {
+                    return Err(not_found(t.resource, &name));
+                }
+                return new_object(s, t, merged, owner_key, Some(owners));
+            }
+            return Ok(Change { k, resource: t.resource.clone(), status: t.status, op: Operation::Update, old: existing, new: Some(merged), owners: Some(owners), manager: owner_key, apply: true });
+        }
+        "application/merge-patch+json" | "application/strategic-merge-patch+json" => {
+            if ct == "application/strategic-merge-patch+json" && t.resource.group.ends_with("kyverno.io") {
+                return Err(status(StatusCode::UNSUPPORTED_MEDIA_TYPE, "UnsupportedMediaType", "strategic merge patch is not supported for custom resources"));
+            }
+            let p = parse_body(body)?;
+            let old = existing.as_ref().ok_or_else(|| not_found(t.resource, &name))?;
+            let mut doc = old.clone();
+            if ct == "application/strategic-merge-patch+json" {
+                strategic(&mut doc, &p, "");
+            } else {
+                json_patch::merge(&mut doc, &p);
+            }
+            doc
+        }
+        "application/json-patch+json" => {
+            let old = existing.as_ref().ok_or_else(|| not_found(t.resource, &name))?;
+            let p: json_patch::Patch = serde_json::from_slice(body).map_err(|e| status(StatusCode::BAD_REQUEST, "BadRequest", format!("invalid JSON patch: {e}")))?;
+            let mut doc = old.clone();
+            json_patch::patch(&mut doc, &p).map_err(|e| status(StatusCode::UNPROCESSABLE_ENTITY, "Invalid", format!("the JSON patch could not be applied: {e}")))?;
+            doc
+        }
+        other => {
+            return Err(status(
+                StatusCode::UNSUPPORTED_MEDIA_TYPE,
+                "UnsupportedMediaType",
+                format!("the body of the request was in an unknown format - accepted media types include: application/json-patch+json, application/merge-patch+json, application/apply-patch+yaml (got {other:?})"),
+            ));
+        }
+    };
+    validate(t.resource, &new)?;
+    let manager = if manager.is_empty() { "unknown".to_string() } else { manager };
+    Ok(Change { k, resource: t.resource.clone(), status: t.status, op: Operation::Update, old: existing, new: Some(new), owners: None, manager, apply: false })
+}
+
+/// Strategic merge patch for the built-in list keys (`ssa::list_key`); `null` deletes.
+fn strategic(doc: &mut Value, patch: &Value, name: &str) {
+    match (doc, patch) {
+        (Value::Object(d), Value::Object(p)) => {
+            for (k, pv) in p {
+                if pv.is_null() {
+                    d.remove(k);
+                } else if let Some(dv) = d.get_mut(k) {
+                    strategic(dv, pv, k);
+                } else {
+                    d.insert(k.clone(), pv.clone());
+                }
+            }
+        }
+        (Value::Array(d), Value::Array(p)) if ssa::list_key(name).is_some() => {
+            let key = ssa::list_key(name).unwrap_or("name");
+            for pe in p {
+                let kv = pe.get(key);
+                match d.iter_mut().find(|de| kv.is_some() && de.get(key) == kv) {
+                    Some(de) => strategic(de, pe, ""),
+                    None => d.push(pe.clone()),
+                }
+            }
+        }
+        (d, p) => *d = p.clone(),
+    }
+}
+
+fn prepare_delete(s: &Store, t: &Target) -> Result<Change, Response> {
+    let name = t.name.clone().unwrap_or_default();
+    let k = (key(t.resource), t.namespace.clone(), name.clone());
+    let old = s.objects.get(&k).cloned().ok_or_else(|| not_found(t.resource, &name))?;
+    Ok(Change { k, resource: t.resource.clone(), status: false, op: Operation::Delete, old: Some(old), new: None, owners: None, manager: String::new(), apply: false })
+}
+
+fn finalizers(o: &Value) -> bool {
+    o.pointer("/metadata/finalizers").and_then(Value::as_array).is_some_and(|f| !f.is_empty())
+}
+
+fn set_managed_fields(o: &mut Value, owners: &ssa::Owners, appliers: &std::collections::BTreeSet<String>, api_version: &str) {
+    if let Some(m) = o.get_mut("metadata").and_then(Value::as_object_mut) {
+        if owners.is_empty() {
+            m.remove("managedFields");
+        } else {
+            m.insert("managedFields".into(), ssa::managed_fields(owners, appliers, api_version));
+        }
+    }
+}
+
+fn commit(inner: &Inner, s: &mut Store, c: Change) -> Response {
+    let api_version = c.resource.api_version();
+    match (c.op, c.old, c.new) {
+        (Operation::Create, _, Some(mut o)) => {
+            let owners = c.owners.unwrap_or_else(|| {
+                let mut owners = ssa::Owners::new();
+                ssa::record_update(&json!({}), &o, &mut owners, &c.manager);
+                owners
+            });
+            let appliers: std::collections::BTreeSet<String> = if c.apply { [c.manager.clone()].into() } else { Default::default() };
+            set_managed_fields(&mut o, &owners, &appliers, &api_version);
+            s.owners.insert(c.k.clone(), owners);
+            s.appliers.insert(c.k.clone(), appliers);
+            let stored = record(inner, s, &c.resource, "ADDED", o);
+            s.objects.insert(c.k, stored.clone());
+            collect_garbage(inner, s);
+            ok_json(StatusCode::CREATED, &stored)
+        }
+        (Operation::Update, Some(old), Some(new)) => {
+            let t = Target { resource: &c.resource, namespace: c.k.1.clone(), name: Some(c.k.2.clone()), status: c.status };
+            let mut owners = s.owners.get(&c.k).cloned().unwrap_or_default();
+            let mut appliers = s.appliers.get(&c.k).cloned().unwrap_or_default();
+            match c.owners {
+                Some(o) => {
+                    owners = o;
+                    appliers.insert(c.manager.clone());
+                }
+                None => ssa::record_update(&old, &new, &mut owners, &c.manager),
+            }
+            appliers.retain(|m| owners.contains_key(m));
+            let (response, stored) = update(inner, s, &t, c.k.clone(), &old, new, &owners, &appliers);
+            s.owners.insert(c.k.clone(), owners);
+            s.appliers.insert(c.k.clone(), appliers);
+            // The last finalizer gone from an object being deleted: it goes now.
+            if let Some(o) = stored.filter(|o| o.pointer("/metadata/deletionTimestamp").is_some() && !finalizers(o)) {
+                remove_object(inner, s, &c.resource, &c.k, o);
+                collect_garbage(inner, s);
+            }
+            response
+        }
+        (Operation::Delete, Some(old), _) => {
+            if finalizers(&old) {
+                if old.pointer("/metadata/deletionTimestamp").is_some() {
+                    return ok_json(StatusCode::OK, &old);
+                }
+                let mut marked = old.clone();
+                if let Some(m) = marked.get_mut("metadata").and_then(Value::as_object_mut) {
+                    m.insert("deletionTimestamp".into(), Value::String(chrono::Utc::now().format("%Y-%m-%dT%H:%M:%SZ").to_string()));
+                }
+                let stored = record(inner, s, &c.resource, "MODIFIED", marked);
+                s.objects.insert(c.k, stored.clone());
+                return ok_json(StatusCode::OK, &stored);
+            }
+            let gone = remove_object(inner, s, &c.resource, &c.k, old);
+            collect_garbage(inner, s);
+            ok_json(StatusCode::OK, &gone)
+        }
+        _ => status(StatusCode::INTERNAL_SERVER_ERROR, "InternalError", "inconsistent write"),
+    }
+}
+
+fn remove_object(inner: &Inner, s: &mut Store, r: &Resource, k: &ObjKey, o: Value) -> Value {
+    s.objects.remove(k);
+    s.owners.remove(k);
+    s.appliers.remove(k);
+    record(inner, s, r, "DELETED", o)
+}
+
+/// Background garbage collection: an object whose ownerReferences all name absent UIDs is
+/// deleted (its finalizers honoured), and so on down the chain.
+fn collect_garbage(inner: &Inner, s: &mut Store) {
+    loop {
+        let uids: std::collections::HashSet<String> = s.objects.values().filter_map(|o| o.pointer("/metadata/uid").and_then(Value::as_str)).map(str::to_string).collect();
+        let orphans: Vec<ObjKey> = s
+            .objects
+            .iter()
+            .filter(|(_, o)| {
+                let refs = o.pointer("/metadata/ownerReferences").and_then(Value::as_array);
+                refs.is_some_and(|r| !r.is_empty() && r.iter().all(|r| r.get("uid").and_then(Value::as_str).is_none_or(|u| !uids.contains(u))))
+                    && o.pointer("/metadata/deletionTimestamp").is_none()
+            })
+            .map(|(k, _)| k.clone())
+            .collect();
+        if orphans.is_empty() {
+            return;
+        }
+        for k in orphans {
+            let Some(r) = inner.resources.iter().find(|r| key(r) == k.0).cloned() else { continue };
+            let Some(o) = s.objects.get(&k).cloned() else { continue };
+            if finalizers(&o) {
+                let mut marked = o;
+                if let Some(m) = marked.get_mut("metadata").and_then(Value::as_object_mut) {
+                    m.insert("deletionTimestamp".into(), Value::String(chrono::Utc::now().format("%Y-%m-%dT%H:%M:%SZ").to_string()));
+                }
+                let stored = record(inner, s, &r, "MODIFIED", marked);
+                s.objects.insert(k, stored);
+            } else {
+                remove_object(inner, s, &r, &k, o);
+            }
+        }
+    }
 }
 
 /// Stores `new` over `old` (same key): keeps identity fields, applies the status rule, moves
 /// `generation` when the spec changed, and records MODIFIED unless nothing changed.
-fn update(inner: &Inner, s: &mut Store, t: &Target, k: (String, String, String), old: &Value, mut new: Value) -> Response {
+#[allow(clippy::too_many_arguments)]
+fn update(inner: &Inner, s: &mut Store, t: &Target, k: ObjKey, old: &Value, mut new: Value, owners: &ssa::Owners, appliers: &std::collections::BTreeSet<String>) -> (Response, Option<Value>) {
     let old_meta = old.get("metadata").cloned().unwrap_or(json!({}));
     if t.status {
         // /status changes only status.
@@ -518,7 +878,7 @@ fn update(inner: &Inner, s: &mut Store, t: &Target, k: (String, String, String),
         m.insert("kind".into(), Value::String(t.resource.kind.to_string()));
         let meta = m.entry("metadata").or_insert_with(|| json!({}));
         if let Some(meta) = meta.as_object_mut() {
-            for f in ["name", "namespace", "uid", "creationTimestamp"] {
+            for f in ["name", "namespace", "uid", "creationTimestamp", "deletionTimestamp"] {
                 match old_meta.get(f) {
                     Some(v) => meta.insert(f.into(), v.clone()),
                     None => meta.remove(f),
@@ -528,101 +888,22 @@ fn update(inner: &Inner, s: &mut Store, t: &Target, k: (String, String, String),
             meta.insert("resourceVersion".into(), old_meta.get("resourceVersion").cloned().unwrap_or(Value::Null));
         }
     }
+    set_managed_fields(&mut new, owners, appliers, &t.resource.api_version());
     if &new == old {
         // A no-op write bumps nothing and emits no event.
-        return ok_json(StatusCode::OK, old);
+        return (ok_json(StatusCode::OK, old), None);
     }
     let stored = record(inner, s, t.resource, "MODIFIED", new);
     s.objects.insert(k, stored.clone());
-    ok_json(StatusCode::OK, &stored)
-}
-
-fn replace(inner: &Inner, t: &Target, name: &str, body: &Bytes) -> Response {
-    let new = match parse_body(body) {
-        Ok(o) => o,
-        Err(r) => return r,
-    };
-    let mut s = lock(&inner.store);
-    let k = (key(t.resource), t.namespace.clone(), name.to_string());
-    let Some(old) = s.objects.get(&k).cloned() else {
-        return status(StatusCode::NOT_FOUND, "NotFound", format!("{} \"{name}\" not found", t.resource.plural));
-    };
-    let want = new.pointer("/metadata/resourceVersion").and_then(Value::as_str).unwrap_or("");
-    let have = old.pointer("/metadata/resourceVersion").and_then(Value::as_str).unwrap_or("");
-    if !want.is_empty() && want != have {
-        return status(
-            StatusCode::CONFLICT,
-            "Conflict",
-            format!("Operation cannot be fulfilled on {} \"{name}\": the object has been modified; please apply your changes to the latest version and try again", t.resource.plural),
-        );
-    }
-    update(inner, &mut s, t, k, &old, new)
-}
-
-fn patch(inner: &Inner, t: &Target, name: &str, headers: &HeaderMap, q: &HashMap<String, String>, body: &Bytes) -> Response {
-    let ct = headers.get(header::CONTENT_TYPE).and_then(|v| v.to_str().ok()).unwrap_or("").split(';').next().unwrap_or("").trim().to_string();
-    let mut s = lock(&inner.store);
-    let k = (key(t.resource), t.namespace.clone(), name.to_string());
-    let existing = s.objects.get(&k).cloned();
-    let new = match ct.as_str() {
-        "application/merge-patch+json" | "application/strategic-merge-patch+json" | "application/apply-patch+yaml" => {
-            if ct == "application/apply-patch+yaml" && q.get("fieldManager").is_none_or(String::is_empty) {
-                return status(StatusCode::BAD_REQUEST, "BadRequest", "PatchOptions.meta.k8s.io \"\" is invalid: fieldManager: Required value: is required for apply patch");
-            }
-            if ct == "application/strategic-merge-patch+json" && !t.resource.group.is_empty() && t.resource.group.ends_with("kyverno.io") {
-                return status(StatusCode::UNSUPPORTED_MEDIA_TYPE, "UnsupportedMediaType", "strategic merge patch is not supported for custom resources");
-            }
-            // kube sends apply bodies as JSON (a subset of YAML).
-            let p = match parse_body(body) {
-                Ok(p) => p,
-                Err(r) => return r,
-            };
-            match (&existing, ct.as_str()) {
-                (None, "application/apply-patch+yaml") => {
-                    drop(s);
-                    return create(inner, t, body);
-                }
-                (None, _) => return status(StatusCode::NOT_FOUND, "NotFound", format!("{} \"{name}\" not found", t.resource.plural)),
-                (Some(old), _) => {
-                    let mut doc = old.clone();
-                    json_patch::merge(&mut doc, &p);
-                    doc
-                }
-            }
-        }
-        "application/json-patch+json" => {
-            let Some(old) = &existing else {
-                return status(StatusCode::NOT_FOUND, "NotFound", format!("{} \"{name}\" not found", t.resource.plural));
-            };
-            let p: json_patch::Patch = match serde_json::from_slice(body) {
-                Ok(p) => p,
-                Err(e) => return status(StatusCode::BAD_REQUEST, "BadRequest", format!("invalid JSON patch: {e}")),
-            };
-            let mut doc = old.clone();
-            if let Err(e) = json_patch::patch(&mut doc, &p) {
-                return status(StatusCode::UNPROCESSABLE_ENTITY, "Invalid", format!("the JSON patch could not be applied: {e}"));
-            }
-            doc
-        }
-        other => return status(StatusCode::UNSUPPORTED_MEDIA_TYPE, "UnsupportedMediaType", format!("the body of the request was in an unknown format - accepted media types include: application/json-patch+json, application/merge-patch+json, application/apply-patch+yaml (got {other:?})")),
-    };
-    let Some(old) = existing else {
-        return status(StatusCode::NOT_FOUND, "NotFound", format!("{} \"{name}\" not found", t.resource.plural));
-    };
-    update(inner, &mut s, t, k, &old, new)
-}
-
-fn delete(inner: &Inner, t: &Target, name: &str) -> Response {
-    let mut s = lock(&inner.store);
-    let k = (key(t.resource), t.namespace.clone(), name.to_string());
-    let Some(old) = s.objects.remove(&k) else {
-        return status(StatusCode::NOT_FOUND, "NotFound", format!("{} \"{name}\" not found", t.resource.plural));
-    };
-    let gone = record(inner, &mut s, t.resource, "DELETED", old);
-    ok_json(StatusCode::OK, &gone)
+    (ok_json(StatusCode::OK, &stored), Some(stored))
 }
 
 fn frame(kind: &str, object: &Value) -> Bytes {
+    frame_as(kind, object, false)
+}
+
+fn frame_as(kind: &str, object: &Value, meta_only: bool) -> Bytes {
+    let object = if meta_only { partial(object) } else { object.clone() };
     let mut line = json!({"type": kind, "object": object}).to_string();
     line.push('\n');
     Bytes::from(line)
@@ -637,7 +918,7 @@ fn bookmark(t: &Resource, rv: u64, initial_end: bool) -> Bytes {
     frame("BOOKMARK", &json!({"apiVersion": t.api_version(), "kind": t.kind, "metadata": meta}))
 }
 
-fn watch(inner: Arc<Inner>, t: &Target, q: &HashMap<String, String>) -> Response {
+fn watch(inner: Arc<Inner>, t: &Target, q: &HashMap<String, String>, meta_only: bool) -> Response {
     let filter = match Filter::parse(q) {
         Ok(f) => f,
         Err(e) => return status(StatusCode::BAD_REQUEST, "BadRequest", e),
@@ -656,7 +937,7 @@ fn watch(inner: Arc<Inner>, t: &Target, q: &HashMap<String, String>) -> Response
     let (replay, last, expired): (Vec<Bytes>, u64, bool) = {
         let s = lock(&inner.store);
         if initial || from == 0 {
-            let items = s.objects.iter().filter(|((r, ns, _), o)| *r == key(&resource) && (t.namespace.is_empty() || *ns == t.namespace) && filter.matches(o)).map(|(_, o)| frame("ADDED", o));
+            let items = s.objects.iter().filter(|((r, ns, _), o)| *r == key(&resource) && (t.namespace.is_empty() || *ns == t.namespace) && filter.matches(o)).map(|(_, o)| frame_as("ADDED", o, meta_only));
             let mut v: Vec<Bytes> = items.collect();
             if initial {
                 v.push(bookmark(&resource, s.rv, true));
@@ -665,7 +946,7 @@ fn watch(inner: Arc<Inner>, t: &Target, q: &HashMap<String, String>) -> Response
         } else if from < s.oldest {
             (Vec::new(), s.rv, true)
         } else {
-            let v = s.ring.iter().filter(|e| e.rv > from && in_scope(e) && filter.matches(&e.object)).map(|e| frame(e.kind, &e.object)).collect();
+            let v = s.ring.iter().filter(|e| e.rv > from && in_scope(e) && filter.matches(&e.object)).map(|e| frame_as(e.kind, &e.object, meta_only)).collect();
             (v, s.rv, false)
         }
     };
@@ -694,7 +975,7 @@ fn watch(inner: Arc<Inner>, t: &Target, q: &HashMap<String, String>) -> Response
                     Ok(e) => {
                         if e.rv <= last || !in_scope(&e) { continue; }
                         rv = e.rv;
-                        if filter.matches(&e.object) && tx.send(frame(e.kind, &e.object)).await.is_err() { return; }
+                        if filter.matches(&e.object) && tx.send(frame_as(e.kind, &e.object, meta_only)).await.is_err() { return; }
                     }
                     Err(broadcast::error::RecvError::Lagged(_)) => {
                         let gone = json!({"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure", "message": "watch fell behind", "reason": "Expired", "code": 410});

@@ -124,3 +124,93 @@ async fn kube_watcher_sees_changes_and_relists_after_410() {
     relisted.sort();
     assert_eq!(relisted, ["first", "second", "third"]);
 }
+
+#[tokio::test]
+async fn server_side_apply_owns_fields_and_reports_conflicts() {
+    use k8s_openapi::api::admissionregistration::v1::ValidatingWebhookConfiguration;
+    let fake = FakeApiServer::start(default_resources()).await.unwrap();
+    let api: Api<ValidatingWebhookConfiguration> = Api::all(client(&fake).await);
+    let chart = serde_json::json!({
+        "apiVersion": "admissionregistration.k8s.io/v1", "kind": "ValidatingWebhookConfiguration",
+        "metadata": {"name": "cfg"},
+        "webhooks": [{"name": "w.example.io", "clientConfig": {"url": "https://example.invalid/"}, "sideEffects": "None",
+            "admissionReviewVersions": ["v1"], "failurePolicy": "Fail"}]});
+    api.patch("cfg", &PatchParams::apply("helm"), &Patch::Apply(&chart)).await.unwrap();
+    // Another manager adds rules to the same entry; the chart's fields stay.
+    let rules = serde_json::json!({"apiVersion": "admissionregistration.k8s.io/v1", "kind": "ValidatingWebhookConfiguration", "metadata": {"name": "cfg"},
+        "webhooks": [{"name": "w.example.io", "rules": [{"operations": ["CREATE"], "apiGroups": [""], "apiVersions": ["v1"], "resources": ["pods"]}]}]});
+    let live = api.patch("cfg", &PatchParams::apply("verno").force(), &Patch::Apply(&rules)).await.unwrap();
+    let w = &live.webhooks.unwrap()[0];
+    assert_eq!(w.failure_policy.as_deref(), Some("Fail"));
+    assert_eq!(w.rules.as_ref().map(Vec::len), Some(1));
+    // Changing a field the chart owns without force is a 409 Conflict naming the owner.
+    let grab = serde_json::json!({"apiVersion": "admissionregistration.k8s.io/v1", "kind": "ValidatingWebhookConfiguration", "metadata": {"name": "cfg"},
+        "webhooks": [{"name": "w.example.io", "failurePolicy": "Ignore"}]});
+    let err = api.patch("cfg", &PatchParams::apply("verno"), &Patch::Apply(&grab)).await.unwrap_err();
+    assert!(matches!(err, kube::Error::Api(ref s) if s.code == 409 && s.message.contains("conflict with \"helm\"")), "{err:?}");
+    // Re-applying the same thing is not a write of the store.
+    let rv = fake.resource_version();
+    api.patch("cfg", &PatchParams::apply("verno").force(), &Patch::Apply(&rules)).await.unwrap();
+    assert_eq!(fake.resource_version(), rv);
+    // Dropping rules from the applied set removes them.
+    let none = serde_json::json!({"apiVersion": "admissionregistration.k8s.io/v1", "kind": "ValidatingWebhookConfiguration", "metadata": {"name": "cfg"},
+        "webhooks": [{"name": "w.example.io"}]});
+    let live = api.patch("cfg", &PatchParams::apply("verno").force(), &Patch::Apply(&none)).await.unwrap();
+    assert!(live.webhooks.unwrap()[0].rules.is_none());
+    // Once the object is gone, an apply that lacks the required fields cannot re-create it.
+    api.delete("cfg", &DeleteParams::default()).await.unwrap();
+    let err = api.patch("cfg", &PatchParams::apply("verno").force(), &Patch::Apply(&rules)).await.unwrap_err();
+    assert!(matches!(err, kube::Error::Api(ref s) if s.code == 422), "{err:?}");
+    assert!(api.get_opt("cfg").await.unwrap().is_none());
+}
+
+#[tokio::test]
+async fn owner_references_are_garbage_collected_and_finalizers_hold_deletion() {
+    use k8s_openapi::api::rbac::v1::ClusterRole;
+    let fake = FakeApiServer::start(default_resources()).await.unwrap();
+    let c = client(&fake).await;
+    let roles: Api<ClusterRole> = Api::all(c.clone());
+    let mut role = ClusterRole::default();
+    role.metadata.name = Some("owner".into());
+    let role = roles.create(&PostParams::default(), &role).await.unwrap();
+    let cms: Api<ConfigMap> = Api::namespaced(c.clone(), "team");
+    let mut dep = cm("dependent", &[]);
+    dep.metadata.owner_references = Some(vec![k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference {
+        api_version: "rbac.authorization.k8s.io/v1".into(),
+        kind: "ClusterRole".into(),
+        name: "owner".into(),
+        uid: role.metadata.uid.clone().unwrap(),
+        ..Default::default()
+    }]);
+    cms.create(&PostParams::default(), &dep).await.unwrap();
+    let mut held = cm("held", &[]);
+    held.metadata.finalizers = Some(vec!["example.io/hold".into()]);
+    cms.create(&PostParams::default(), &held).await.unwrap();
+    roles.delete("owner", &DeleteParams::default()).await.unwrap();
+    assert!(cms.get_opt("dependent").await.unwrap().is_none(), "the dependent is collected");
+    // A finalizer keeps the object, marked for deletion, until it is removed.
+    cms.delete("held", &DeleteParams::default()).await.unwrap();
+    let marked = cms.get("held").await.unwrap();
+    assert!(marked.metadata.deletion_timestamp.is_some());
+    cms.patch("held", &PatchParams::default(), &Patch::Merge(serde_json::json!({"metadata": {"finalizers": null}}))).await.unwrap();
+    assert!(cms.get_opt("held").await.unwrap().is_none());
+}
+
+#[tokio::test]
+async fn metadata_only_lists_and_discovery() {
+    use k8s_openapi::api::core::v1::Namespace;
+    let fake = FakeApiServer::start(default_resources()).await.unwrap();
+    let c = client(&fake).await;
+    let ns: Api<Namespace> = Api::all(c.clone());
+    let mut n = Namespace::default();
+    n.metadata.name = Some("shop".into());
+    n.metadata.labels = Some([("env".to_string(), "prod".to_string())].into());
+    ns.create(&PostParams::default(), &n).await.unwrap();
+    let metas = ns.list_metadata(&ListParams::default()).await.unwrap();
+    assert_eq!(metas.items.len(), 1);
+    assert_eq!(metas.items[0].metadata.labels.as_ref().and_then(|l| l.get("env")).map(String::as_str), Some("prod"));
+    let groups = c.list_api_groups().await.unwrap();
+    assert!(groups.groups.iter().any(|g| g.name == "kyverno.io"));
+    let core = c.list_core_api_resources("v1").await.unwrap();
+    assert!(core.resources.iter().any(|r| r.name == "namespaces" && !r.namespaced));
+}
