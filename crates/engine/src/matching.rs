@@ -203,6 +203,23 @@ pub fn plural(kind: &str) -> String {
     }
 }
 
+/// One kind or resource a matcher can match, for webhook registration.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct WebhookScope {
+    /// API group (`*`: any).
+    pub group: String,
+    /// API version (`*`: any).
+    pub version: String,
+    /// The kind as written in the policy (`*`: any), when the policy names kinds.
+    pub kind: Option<String>,
+    /// The plural resource, when the policy names resources (CEL kinds).
+    pub resource: Option<String>,
+    /// Subresource (`*`: any; empty: none).
+    pub subresource: String,
+    /// Operations (empty: the default set).
+    pub operations: Vec<String>,
+}
+
 /// A compiled `match` or `exclude` block.
 #[derive(Debug, Clone)]
 pub struct Matcher {
@@ -272,6 +289,43 @@ impl Matcher {
             Mode::Any(vec![f])
         };
         Ok(Matcher { mode })
+    }
+
+    /// What a webhook must send for this matcher to see a request: one entry per kind (or
+    /// resource rule), with the operations named (empty: any). Used to build the webhook
+    /// configuration's `rules`; it over-approximates (names, selectors and subjects are left
+    /// to the engine).
+    pub fn webhook_scope(&self) -> Vec<WebhookScope> {
+        let mut out = Vec::new();
+        match &self.mode {
+            Mode::Any(fs) | Mode::All(fs) => {
+                for f in fs {
+                    if f.desc.kinds.is_empty() {
+                        continue;
+                    }
+                    for k in &f.desc.kinds {
+                        let (group, version, kind, sub) = if k.all { ("*", "*", "*", "*") } else { (k.group.as_str(), k.version.as_str(), k.kind.as_str(), k.sub.as_str()) };
+                        out.push(WebhookScope { group: group.into(), version: version.into(), kind: Some(kind.into()), resource: None, subresource: sub.into(), operations: f.desc.operations.clone() });
+                    }
+                }
+            }
+            Mode::Constraints(cs) => {
+                // Every constraint must match; the first (the policy's own) bounds the scope.
+                if let Some(c) = cs.first() {
+                    for r in &c.rules {
+                        for res in &r.resources {
+                            let (res, sub) = res.split_once('/').unwrap_or((res, ""));
+                            for g in if r.api_groups.is_empty() { vec!["*".to_string()] } else { r.api_groups.clone() } {
+                                for v in if r.api_versions.is_empty() { vec!["*".to_string()] } else { r.api_versions.clone() } {
+                                    out.push(WebhookScope { group: g.clone(), version: v, kind: None, resource: Some(res.to_string()), subresource: sub.to_string(), operations: r.operations.clone() });
+                                }
+                            }
+                        }
+                    }
+                }
+            }
+        }
+        out
     }
 
     pub fn is_empty(&self) -> bool {

@@ -14,9 +14,15 @@ pub struct PolicySet {
     pub exceptions: Vec<CompiledException>,
     /// Namespace labels known without a cluster (`--namespace-labels`).
     pub namespace_labels: BTreeMap<String, BTreeMap<String, String>>,
+    /// Namespace labels kept current from the cluster (in-cluster mode), consulted after
+    /// `namespace_labels`; shared so that a label change does not rebuild the set.
+    pub live_namespaces: Option<Arc<NamespaceLabels>>,
     /// Shared names for metrics, made once per set.
     meta: std::sync::OnceLock<Vec<Arc<PolicyMeta>>>,
 }
+
+/// Namespace name → labels, updated from a watch.
+pub type NamespaceLabels = std::sync::RwLock<std::collections::HashMap<String, BTreeMap<String, String>>>;
 
 /// What metrics say about a policy, shared instead of copied per request.
 #[derive(Debug)]
@@ -31,7 +37,7 @@ pub struct PolicyMeta {
 
 impl PolicySet {
     pub fn new(policies: Vec<CompiledPolicy>, exceptions: Vec<CompiledException>, namespace_labels: BTreeMap<String, BTreeMap<String, String>>) -> Self {
-        PolicySet { policies, exceptions, namespace_labels, meta: std::sync::OnceLock::new() }
+        PolicySet { policies, exceptions, namespace_labels, live_namespaces: None, meta: std::sync::OnceLock::new() }
     }
 
     fn meta(&self) -> &[Arc<PolicyMeta>] {
@@ -62,12 +68,25 @@ pub enum Filter {
 }
 
 impl Filter {
-    fn keeps(self, p: &CompiledPolicy) -> bool {
+    fn keeps(self, hook: Hook, p: &CompiledPolicy) -> bool {
         match self {
             Filter::All => true,
-            Filter::Fail => !p.failure_policy_ignore,
-            Filter::Ignore => p.failure_policy_ignore,
+            Filter::Fail => fail_closed(hook, p),
+            Filter::Ignore => !fail_closed(hook, p),
         }
+    }
+}
+
+/// Whether a policy belongs on the fail-closed webhook for `hook`: its failurePolicy is Fail
+/// and, for validation, at least one rule can block (Enforce). An Audit-only policy never
+/// justifies refusing a request when Verno is unreachable, so it always goes fail-open.
+pub fn fail_closed(hook: Hook, p: &CompiledPolicy) -> bool {
+    if p.failure_policy_ignore {
+        return false;
+    }
+    match hook {
+        Hook::Mutate => true,
+        Hook::Validate => p.action == Action::Enforce || !p.overrides.is_empty() || p.rules.iter().any(|r| p.rule_action(&r.name) == Action::Enforce),
     }
 }
 
@@ -186,7 +205,11 @@ pub fn review(set: &PolicySet, hook: Hook, filter: Filter, review: &Value) -> Ou
     };
     // A Namespace request carries its own labels; other namespaces come from --namespace-labels.
     let own_labels = (kind == "Namespace").then(|| verno_engine::matching::labels_of(subject));
-    let ns_labels = own_labels.as_ref().or_else(|| set.namespace_labels.get(&namespace));
+    let live_labels = match (&own_labels, set.namespace_labels.contains_key(&namespace), &set.live_namespaces) {
+        (None, false, Some(live)) => live.read().ok().and_then(|m| m.get(&namespace).cloned()),
+        _ => None,
+    };
+    let ns_labels = own_labels.as_ref().or_else(|| set.namespace_labels.get(&namespace)).or(live_labels.as_ref());
     let request = Request {
         operation: &operation,
         object,
@@ -218,7 +241,7 @@ pub fn review(set: &PolicySet, hook: Hook, filter: Filter, review: &Value) -> Ou
         Hook::Mutate => {
             let mut seq = Sequence::new(request.clone());
             let mut failed: Vec<String> = Vec::new();
-            for (i, p) in set.policies.iter().enumerate().filter(|(_, p)| filter.keeps(p)) {
+            for (i, p) in set.policies.iter().enumerate().filter(|(_, p)| filter.keeps(hook, p)) {
                 let started = std::time::Instant::now();
                 let r = seq.evaluate(p, Phase::Mutate, &set.exceptions, &mut ctx, &verno_engine::NoData);
                 record(i, &r, started);
@@ -244,7 +267,7 @@ pub fn review(set: &PolicySet, hook: Hook, filter: Filter, review: &Value) -> Ou
         }
         Hook::Validate => {
             let mut failures: BTreeMap<String, BTreeMap<String, String>> = BTreeMap::new();
-            for (i, p) in set.policies.iter().enumerate().filter(|(_, p)| filter.keeps(p)) {
+            for (i, p) in set.policies.iter().enumerate().filter(|(_, p)| filter.keeps(hook, p)) {
                 let started = std::time::Instant::now();
                 let r = evaluate_phase(p, Phase::Validate, &set.exceptions, &request, &mut ctx, &verno_engine::NoData);
                 record(i, &r, started);

@@ -46,6 +46,9 @@ pub struct Config {
 
 struct AppState {
     set: RwLock<Arc<PolicySet>>,
+    /// `/health/readiness` answers 503 while parts are missing (in-cluster: policies synced
+    /// and a serving certificate loaded): a bit per missing [`ReadyPart`].
+    missing: std::sync::atomic::AtomicU8,
     metrics: metrics::Metrics,
     permits: Semaphore,
     deadline: Duration,
@@ -129,13 +132,36 @@ fn router(state: Arc<AppState>, body_limit: usize) -> Router {
         .route("/mutate/fail", route(Hook::Mutate, Filter::Fail, "mutate-fail"))
         .route("/mutate/ignore", route(Hook::Mutate, Filter::Ignore, "mutate-ignore"))
         .route("/health/liveness", get(|| async { "ok" }))
-        .route("/health/readiness", get(|| async { "ok" }))
+        .route("/health/readiness", get(move || readiness(state.clone())))
         .layer(DefaultBodyLimit::max(body_limit))
         .with_state(())
 }
 
+async fn readiness(state: Arc<AppState>) -> Response {
+    match state.missing.load(std::sync::atomic::Ordering::Relaxed) {
+        0 => text(StatusCode::OK, "ok"),
+        m => {
+            let mut what = Vec::new();
+            if m & ReadyPart::Policies as u8 != 0 {
+                what.push("policies not synced");
+            }
+            if m & ReadyPart::Certificate as u8 != 0 {
+                what.push("no serving certificate");
+            }
+            text(StatusCode::SERVICE_UNAVAILABLE, &format!("not ready: {}", what.join(", ")))
+        }
+    }
+}
+
 async fn metrics_handler(State(state): State<Arc<AppState>>) -> Response {
     (StatusCode::OK, [(header::CONTENT_TYPE, "text/plain; version=0.0.4; charset=utf-8")], state.metrics.encode()).into_response()
+}
+
+/// What readiness waits for in-cluster.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ReadyPart {
+    Policies = 1,
+    Certificate = 2,
 }
 
 /// A started server: where it listens, and how to stop it.
@@ -148,9 +174,39 @@ pub struct Running {
     task: tokio::task::JoinHandle<std::io::Result<()>>,
     state: Arc<AppState>,
     loader: Loader,
+    rustls: axum_server::tls_rustls::RustlsConfig,
 }
 
 impl Running {
+    /// Puts a compiled set in force (in-cluster mode: built from the policy watch).
+    pub fn install(&self, set: PolicySet) {
+        tracing::info!(policies = set.policies.len(), "policy set swapped");
+        self.state.swap(set);
+    }
+
+    /// The set in force.
+    pub fn current(&self) -> Arc<PolicySet> {
+        self.state.current()
+    }
+
+    /// Replaces the serving certificate (PEM); new handshakes use it, open connections keep
+    /// theirs. A bad pair is refused and the previous one stays.
+    pub fn set_certificate(&self, cert_pem: &[u8], key_pem: &[u8]) -> Result<(), String> {
+        let cfg = tls::server_config_pem(cert_pem, key_pem)?;
+        self.rustls.reload_from_config(cfg);
+        Ok(())
+    }
+
+    /// Marks one part of readiness done (or not) for `/health/readiness`.
+    pub fn set_ready_part(&self, part: ReadyPart, done: bool) {
+        let bit = part as u8;
+        if done {
+            self.state.missing.fetch_and(!bit, std::sync::atomic::Ordering::Relaxed);
+        } else {
+            self.state.missing.fetch_or(bit, std::sync::atomic::Ordering::Relaxed);
+        }
+    }
+
     /// Recompiles the policies now; a broken set is reported and the previous one stays.
     pub fn reload(&self) -> Result<(), String> {
         reload(&self.state, &self.loader)
@@ -200,12 +256,20 @@ pub async fn start(cfg: Config, loader: Loader) -> Result<Running, String> {
     tracing::info!(policies = initial.policies.len(), "policies loaded");
     let ca_path = match &cfg.tls {
         TlsSource::Dir { dir, dns_names } => Some(tls::ensure_dir(dir, dns_names)?),
-        TlsSource::Files { .. } => None,
+        TlsSource::Files { .. } | TlsSource::Pem { .. } => None,
     };
     let (cert, key) = cfg.tls.files();
-    let rustls_cfg = axum_server::tls_rustls::RustlsConfig::from_config(tls::server_config(&cert, &key)?);
+    let server_cfg = match &cfg.tls {
+        TlsSource::Pem { cert, key } => tls::server_config_pem(cert, key)?,
+        _ => tls::server_config(&cert, &key)?,
+    };
+    let rustls_cfg = axum_server::tls_rustls::RustlsConfig::from_config(server_cfg);
+    // In-memory certificates mean in-cluster mode: not ready until the controller has synced
+    // the policies and loaded the certificate from its Secret.
+    let missing = if matches!(cfg.tls, TlsSource::Pem { .. }) { ReadyPart::Policies as u8 | ReadyPart::Certificate as u8 } else { 0 };
     let state = Arc::new(AppState {
         set: RwLock::new(Arc::new(initial)),
+        missing: std::sync::atomic::AtomicU8::new(missing),
         metrics: metrics::Metrics::default(),
         permits: Semaphore::new(cfg.max_concurrency.max(1)),
         deadline: cfg.deadline,
@@ -227,11 +291,13 @@ pub async fn start(cfg: Config, loader: Loader) -> Result<Running, String> {
         None => None,
     };
     // Watch policy and certificate files.
+    let file_certs = !matches!(cfg.tls, TlsSource::Pem { .. });
     {
         let state = state.clone();
         let loader = loader.clone();
         let watch = cfg.watch.clone();
-        let certs = vec![cert.clone(), key.clone()];
+        let certs = if file_certs { vec![cert.clone(), key.clone()] } else { Vec::new() };
+        let rustls_cfg = rustls_cfg.clone();
         let interval = cfg.poll_interval;
         tokio::spawn(async move {
             let mut policies_seen = fingerprint(&watch);
@@ -244,9 +310,10 @@ pub async fn start(cfg: Config, loader: Loader) -> Result<Running, String> {
                     let _ = reload(&state, &loader);
                 }
                 let now = fingerprint(&certs);
-                if now != certs_seen {
+                if now != certs_seen && certs.len() == 2 {
                     certs_seen = now;
-                    match tls::server_config(&certs[0], &certs[1]) {
+                    let (Some(c), Some(k)) = (certs.first(), certs.get(1)) else { continue };
+                    match tls::server_config(c, k) {
                         Ok(c) => {
                             rustls_cfg.reload_from_config(c);
                             tracing::info!("serving certificate reloaded");
@@ -257,7 +324,7 @@ pub async fn start(cfg: Config, loader: Loader) -> Result<Running, String> {
             }
         });
     }
-    Ok(Running { addr, metrics_addr, ca_path, handle, task, state, loader })
+    Ok(Running { addr, metrics_addr, ca_path, handle, task, state, loader, rustls: rustls_cfg })
 }
 
 /// Runs until SIGTERM or Ctrl-C, reloading policies on SIGHUP; drains in-flight requests.

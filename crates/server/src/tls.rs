@@ -13,6 +13,8 @@ pub enum TlsSource {
     Files { cert: PathBuf, key: PathBuf },
     /// Generated on first start into `dir` (`ca.crt`, `ca.key`, `tls.crt`, `tls.key`).
     Dir { dir: PathBuf, dns_names: Vec<String> },
+    /// In memory (in-cluster: from the TLS Secret); replaced with `Running::set_certificate`.
+    Pem { cert: Vec<u8>, key: Vec<u8> },
 }
 
 impl TlsSource {
@@ -21,6 +23,7 @@ impl TlsSource {
         match self {
             TlsSource::Files { cert, key } => (cert.clone(), key.clone()),
             TlsSource::Dir { dir, .. } => (dir.join("tls.crt"), dir.join("tls.key")),
+            TlsSource::Pem { .. } => (PathBuf::new(), PathBuf::new()),
         }
     }
 }
@@ -66,6 +69,20 @@ pub fn server_config(cert: &Path, key: &Path) -> Result<Arc<rustls::ServerConfig
         return Err(format!("{} holds no certificate", cert.display()));
     }
     let key = PrivateKeyDer::from_pem_file(key).map_err(|e| format!("reading {}: {e}", key.display()))?;
+    build(certs, key)
+}
+
+/// The same from PEM bytes (a TLS Secret's `tls.crt` and `tls.key`).
+pub fn server_config_pem(cert: &[u8], key: &[u8]) -> Result<Arc<rustls::ServerConfig>, String> {
+    let certs: Vec<CertificateDer<'static>> = CertificateDer::pem_slice_iter(cert).collect::<Result<_, _>>().map_err(|e| format!("tls.crt: {e}"))?;
+    if certs.is_empty() {
+        return Err("tls.crt holds no certificate".into());
+    }
+    let key = PrivateKeyDer::from_pem_slice(key).map_err(|e| format!("tls.key: {e}"))?;
+    build(certs, key)
+}
+
+fn build(certs: Vec<CertificateDer<'static>>, key: PrivateKeyDer<'static>) -> Result<Arc<rustls::ServerConfig>, String> {
     let mut cfg = rustls::ServerConfig::builder_with_provider(Arc::new(rustls::crypto::ring::default_provider()))
         .with_safe_default_protocol_versions()
         .map_err(|e| format!("TLS setup: {e}"))?

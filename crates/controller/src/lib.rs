@@ -1,0 +1,373 @@
+//! Verno in a cluster: `verno serve --kube`.
+//!
+//! Every replica watches ClusterPolicy / Policy / PolicyException objects and Namespace labels,
+//! compiles on generation changes and swaps the compiled set into the admission server; every
+//! replica reads the serving certificate from its Secret and hot-swaps it. One replica, the
+//! Lease holder, writes: the certificate Secrets, the webhook configurations' rules and
+//! caBundle, policy status, and Events. Followers never write.
+//!
+//! The engine and admission server are unchanged: this crate only feeds them from the API.
+
+pub mod certs;
+pub mod leader;
+pub mod manifests;
+pub mod policies;
+pub mod webhooks;
+
+use futures_util::StreamExt;
+use k8s_openapi::api::admissionregistration::v1::{MutatingWebhookConfiguration, ValidatingWebhookConfiguration};
+use k8s_openapi::api::apps::v1::Deployment;
+use k8s_openapi::api::core::v1::{Namespace, Secret};
+use k8s_openapi::api::rbac::v1::ClusterRole;
+use kube::api::{Api, DynamicObject, Patch, PatchParams};
+use kube::runtime::events::{Event as KubeEvent, EventType, Recorder, Reporter};
+use kube::runtime::reflector;
+use kube::core::PartialObjectMeta;
+use kube::runtime::{WatchStreamExt, watcher};
+use serde_json::json;
+use std::sync::Arc;
+use std::time::Duration;
+use tokio::sync::watch;
+use tokio::task::JoinHandle;
+use verno_server::Running;
+use verno_server::admission::NamespaceLabels;
+
+/// How the controller runs.
+#[derive(Debug, Clone)]
+pub struct Options {
+    /// Verno's namespace (Secrets, Lease, Deployment).
+    pub namespace: String,
+    /// The Service in front of the webhook server (certificate names).
+    pub service: String,
+    /// This replica's name (the pod name).
+    pub identity: String,
+    /// The Deployment running Verno: when it is deleted or scaled to zero the leader empties
+    /// the webhook rules.
+    pub deployment: Option<String>,
+    /// The ClusterRole the webhook configurations name as owner (the chart's).
+    pub owner_cluster_role: Option<String>,
+    pub lease_name: String,
+    pub lease_duration: Duration,
+    pub lease_retry: Duration,
+    /// Quiet time gathered before acting on a burst of changes.
+    pub debounce: Duration,
+    /// The leader re-checks everything this often even without events.
+    pub resync: Duration,
+    pub ca_validity: Duration,
+    pub pair_validity: Duration,
+}
+
+impl Options {
+    pub fn new(namespace: &str, identity: &str) -> Options {
+        Options {
+            namespace: namespace.to_string(),
+            service: "verno-svc".into(),
+            identity: identity.to_string(),
+            deployment: None,
+            owner_cluster_role: None,
+            lease_name: "verno-controller".into(),
+            lease_duration: Duration::from_secs(15),
+            lease_retry: Duration::from_secs(2),
+            debounce: Duration::from_millis(500),
+            resync: Duration::from_secs(300),
+            ca_validity: Duration::from_secs(365 * 86400),
+            pair_validity: Duration::from_secs(60 * 86400),
+        }
+    }
+
+    fn certs(&self) -> certs::CertConfig {
+        certs::CertConfig { namespace: self.namespace.clone(), service: self.service.clone(), ca_validity: self.ca_validity, pair_validity: self.pair_validity }
+    }
+}
+
+/// A running controller.
+pub struct Controller {
+    stop: watch::Sender<bool>,
+    tasks: Vec<JoinHandle<()>>,
+    /// Whether this replica holds the lease.
+    pub leader: watch::Receiver<bool>,
+    /// Bumped after every compiled set is installed.
+    pub installed: watch::Receiver<u64>,
+}
+
+impl Controller {
+    /// Stops every task; a leader releases its lease first.
+    pub async fn stop(self) {
+        let _ = self.stop.send(true);
+        for t in self.tasks {
+            let _ = tokio::time::timeout(Duration::from_secs(5), t).await;
+        }
+    }
+}
+
+/// A counter any watcher bumps to wake the leader loop.
+#[derive(Clone)]
+struct Kick(Arc<watch::Sender<u64>>);
+
+impl Kick {
+    fn bump(&self) {
+        self.0.send_modify(|n| *n = n.wrapping_add(1));
+    }
+}
+
+/// Watches one kind (optionally one name) and bumps `kick` on every event; `on` sees objects.
+fn spawn_watch<K>(api: Api<K>, name: Option<&str>, kick: Kick, mut stop: watch::Receiver<bool>, mut on: impl FnMut(&K) + Send + 'static) -> JoinHandle<()>
+where
+    K: kube::Resource + Clone + serde::de::DeserializeOwned + std::fmt::Debug + Send + 'static,
+{
+    let mut cfg = watcher::Config::default();
+    if let Some(n) = name {
+        cfg = cfg.fields(&format!("metadata.name={n}"));
+    }
+    tokio::spawn(async move {
+        let mut s = watcher(api, cfg).default_backoff().boxed();
+        loop {
+            tokio::select! {
+                ev = s.next() => match ev {
+                    Some(Ok(watcher::Event::Apply(o) | watcher::Event::InitApply(o) | watcher::Event::Delete(o))) => { on(&o); kick.bump(); }
+                    Some(Ok(_)) => kick.bump(),
+                    Some(Err(e)) => tracing::debug!(error = %e, "watch error (retrying)"),
+                    None => return,
+                },
+                _ = stop.wait_for(|s| *s) => return,
+            }
+        }
+    })
+}
+
+/// Starts the controller tasks feeding `server`.
+pub async fn start(client: kube::Client, server: Arc<Running>, opts: Options) -> Controller {
+    let (stop_tx, stop_rx) = watch::channel(false);
+    let (leader_tx, leader_rx) = watch::channel(false);
+    let (installed_tx, installed_rx) = watch::channel(0u64);
+    let (kick_tx, kick_rx) = watch::channel(0u64);
+    let kick = Kick(Arc::new(kick_tx));
+    let mut tasks = Vec::new();
+
+    // Leadership.
+    tasks.push(tokio::spawn(leader::run(
+        client.clone(),
+        leader::LeaseConfig { namespace: opts.namespace.clone(), name: opts.lease_name.clone(), identity: opts.identity.clone(), duration: opts.lease_duration, retry: opts.lease_retry },
+        leader_tx,
+        stop_rx.clone(),
+    )));
+
+    // Namespace labels (metadata only).
+    let namespaces: Arc<NamespaceLabels> = Arc::default();
+    {
+        let ns_api: Api<PartialObjectMeta<Namespace>> = Api::all(client.clone());
+        let labels = namespaces.clone();
+        let mut stop = stop_rx.clone();
+        tasks.push(tokio::spawn(async move {
+            let mut s = watcher(ns_api, watcher::Config::default()).default_backoff().boxed();
+            loop {
+                tokio::select! {
+                    ev = s.next() => match ev {
+                        Some(Ok(watcher::Event::Apply(m) | watcher::Event::InitApply(m))) => {
+                            if let (Some(name), Ok(mut map)) = (m.metadata.name.clone(), labels.write()) {
+                                map.insert(name, m.metadata.labels.clone().unwrap_or_default());
+                            }
+                        }
+                        Some(Ok(watcher::Event::Delete(m))) => {
+                            if let (Some(name), Ok(mut map)) = (m.metadata.name.as_ref(), labels.write()) {
+                                map.remove(name);
+                            }
+                        }
+                        Some(Ok(_)) => {}
+                        Some(Err(e)) => tracing::debug!(error = %e, "namespace watch error (retrying)"),
+                        None => return,
+                    },
+                    _ = stop.wait_for(|s| *s) => return,
+                }
+            }
+        }));
+    }
+
+    // Policies → compiled set (every replica) and desired statuses (for the leader).
+    let (status_tx, status_rx) = watch::channel::<Arc<Vec<policies::PolicyStatus>>>(Arc::new(Vec::new()));
+    let (synced_tx, synced_rx) = watch::channel(false);
+    {
+        let ar_c = policies::cluster_policy_resource();
+        let ar_p = policies::policy_resource();
+        let ar_e = policies::exception_resource();
+        let cp_writer = reflector::store::Writer::<DynamicObject>::new(ar_c.clone());
+        let cp_store = cp_writer.as_reader();
+        let p_writer = reflector::store::Writer::<DynamicObject>::new(ar_p.clone());
+        let p_store = p_writer.as_reader();
+        let e_writer = reflector::store::Writer::<DynamicObject>::new(ar_e.clone());
+        let e_store = e_writer.as_reader();
+        let cp = watcher(Api::<DynamicObject>::all_with(client.clone(), &ar_c), watcher::Config::default()).default_backoff().reflect(cp_writer).map(|_| ());
+        let p = watcher(Api::<DynamicObject>::all_with(client.clone(), &ar_p), watcher::Config::default()).default_backoff().reflect(p_writer).map(|_| ());
+        let e = watcher(Api::<DynamicObject>::all_with(client.clone(), &ar_e), watcher::Config::default()).default_backoff().reflect(e_writer).map(|_| ());
+        let mut events = futures_util::stream::select_all([cp.boxed(), p.boxed(), e.boxed()]);
+        let server = server.clone();
+        let kick = kick.clone();
+        let debounce = opts.debounce;
+        let mut stop = stop_rx.clone();
+        let namespaces = namespaces.clone();
+        tasks.push(tokio::spawn(async move {
+            let mut compiler = policies::Compiler::default();
+            let mut generation = 0u64;
+            // Never publish from an unsynced cache: an empty set would drop every rule.
+            tokio::select! {
+                r = async { futures_util::future::join3(cp_store.wait_until_ready(), p_store.wait_until_ready(), e_store.wait_until_ready()).await } => { let _ = r; }
+                _ = async { while events.next().await.is_some() {} } => {}
+                _ = stop.wait_for(|s| *s) => return,
+            }
+            loop {
+                let ps: Vec<(&str, Arc<DynamicObject>)> = cp_store.state().into_iter().map(|o| ("ClusterPolicy", o)).chain(p_store.state().into_iter().map(|o| ("Policy", o))).collect();
+                let (set, statuses) = compiler.build(&ps, &e_store.state(), namespaces.clone());
+                server.install(set);
+                server.set_ready_part(verno_server::ReadyPart::Policies, true);
+                generation += 1;
+                let _ = installed_tx.send(generation);
+                let _ = status_tx.send(Arc::new(statuses));
+                let _ = synced_tx.send(true);
+                kick.bump();
+                // Wait for a change, then for the burst to settle.
+                tokio::select! {
+                    ev = events.next() => if ev.is_none() { return },
+                    _ = stop.wait_for(|s| *s) => return,
+                }
+                loop {
+                    tokio::select! {
+                        ev = events.next() => if ev.is_none() { return },
+                        _ = tokio::time::sleep(debounce) => break,
+                        _ = stop.wait_for(|s| *s) => return,
+                    }
+                }
+            }
+        }));
+    }
+
+    // Certificates: every replica serves what the pair Secret holds; the CA Secret is the
+    // caBundle.
+    let certs_cfg = opts.certs();
+    let (ca_tx, ca_rx) = watch::channel::<Option<String>>(None);
+    {
+        let secrets: Api<Secret> = Api::namespaced(client.clone(), &opts.namespace);
+        let server = server.clone();
+        let pair_name = certs_cfg.pair_secret();
+        let mut last: Option<certs::Pem> = None;
+        tasks.push(spawn_watch(secrets.clone(), Some(&pair_name), kick.clone(), stop_rx.clone(), move |s: &Secret| {
+            let Some(pem) = certs::pem_of(s) else { return };
+            if last.as_ref() == Some(&pem) || s.metadata.deletion_timestamp.is_some() {
+                return;
+            }
+            match server.set_certificate(&pem.cert, &pem.key) {
+                Ok(()) => {
+                    tracing::info!("serving certificate loaded from its Secret");
+                    server.set_ready_part(verno_server::ReadyPart::Certificate, true);
+                    last = Some(pem);
+                }
+                Err(e) => tracing::error!(error = %e, "the serving certificate Secret is unusable; keeping the previous one"),
+            }
+        }));
+        tasks.push(spawn_watch(secrets, Some(&certs_cfg.ca_secret()), kick.clone(), stop_rx.clone(), move |s: &Secret| {
+            if let Some(pem) = certs::pem_of(s) {
+                let text = String::from_utf8_lossy(&pem.cert).into_owned();
+                ca_tx.send_if_modified(|cur| {
+                    let changed = cur.as_deref() != Some(text.as_str());
+                    *cur = Some(text.clone());
+                    changed
+                });
+            }
+        }));
+    }
+
+    // Objects whose changes the leader must look at.
+    let (down_tx, down_rx) = watch::channel(false);
+    tasks.push(spawn_watch(Api::<ValidatingWebhookConfiguration>::all(client.clone()), Some(webhooks::VALIDATING_CONFIG), kick.clone(), stop_rx.clone(), |_| {}));
+    tasks.push(spawn_watch(Api::<MutatingWebhookConfiguration>::all(client.clone()), Some(webhooks::MUTATING_CONFIG), kick.clone(), stop_rx.clone(), |_| {}));
+    if let Some(role) = &opts.owner_cluster_role {
+        tasks.push(spawn_watch(Api::<ClusterRole>::all(client.clone()), Some(role), kick.clone(), stop_rx.clone(), |_| {}));
+    }
+    if let Some(dep) = &opts.deployment {
+        tasks.push(spawn_watch(Api::<Deployment>::namespaced(client.clone(), &opts.namespace), Some(dep), kick.clone(), stop_rx.clone(), move |d: &Deployment| {
+            let going = d.metadata.deletion_timestamp.is_some() || d.spec.replicas == Some(0);
+            down_tx.send_if_modified(|cur| std::mem::replace(cur, going) != going);
+        }));
+    }
+
+    // The leader loop.
+    {
+        let client = client.clone();
+        let server = server.clone();
+        let mut leader = leader_rx.clone();
+        let mut kicks = kick_rx;
+        let mut stop = stop_rx.clone();
+        let opts = opts.clone();
+        tasks.push(tokio::spawn(async move {
+            let reporter = Reporter { controller: "verno".into(), instance: Some(opts.identity.clone()) };
+            let recorder = Recorder::new(client.clone(), reporter);
+            let mut reported: std::collections::HashMap<String, String> = std::collections::HashMap::new();
+            loop {
+                if *leader.borrow() && *synced_rx.borrow() {
+                    if let Err(e) = certs::ensure(&client, &certs_cfg).await {
+                        tracing::warn!(error = %e, "certificate check failed");
+                    }
+                    let inputs = webhooks::Inputs { ca_bundle: ca_rx.borrow().clone(), owner_cluster_role: opts.owner_cluster_role.clone(), going_down: *down_rx.borrow() };
+                    // Without a CA yet, wait: rules pointing at a server nobody trusts would fail.
+                    if inputs.ca_bundle.is_some() {
+                        if let Err(e) = webhooks::reconcile(&client, &server.current(), &inputs).await {
+                            tracing::warn!(error = %e, "webhook configuration update failed");
+                        }
+                    }
+                    let statuses = status_rx.borrow().clone();
+                    write_statuses(&client, &recorder, &statuses, &mut reported).await;
+                }
+                // Sleep until something changes (or the resync period passes).
+                let resync = tokio::time::sleep(opts.resync);
+                tokio::select! {
+                    _ = kicks.changed() => {}
+                    _ = leader.changed() => {}
+                    _ = resync => {}
+                    _ = stop.wait_for(|s| *s) => return,
+                }
+                tokio::select! {
+                    _ = tokio::time::sleep(opts.debounce.min(Duration::from_millis(200))) => {}
+                    _ = stop.wait_for(|s| *s) => return,
+                }
+                kicks.mark_unchanged();
+            }
+        }));
+    }
+
+    Controller { stop: stop_tx, tasks, leader: leader_rx, installed: installed_rx }
+}
+
+async fn write_statuses(client: &kube::Client, recorder: &Recorder, statuses: &[policies::PolicyStatus], reported: &mut std::collections::HashMap<String, String>) {
+    for st in statuses {
+        let Some(status) = st.to_write() else { continue };
+        let ar = if st.kind == "ClusterPolicy" { policies::cluster_policy_resource() } else { policies::policy_resource() };
+        let api: Api<DynamicObject> = match &st.namespace {
+            Some(ns) => Api::namespaced_with(client.clone(), ns, &ar),
+            None => Api::all_with(client.clone(), &ar),
+        };
+        let body = json!({"apiVersion": "kyverno.io/v1", "kind": st.kind, "metadata": {"name": st.name}, "status": status});
+        match api.patch_status(&st.name, &PatchParams::apply(webhooks::MANAGER).force(), &Patch::Apply(&body)).await {
+            Ok(_) => tracing::debug!(policy = %st.name, "status written"),
+            Err(e) => tracing::warn!(policy = %st.name, error = %e, "status write failed"),
+        }
+        // One Warning event per distinct compile error.
+        let key = format!("{}/{}/{}", st.kind, st.namespace.as_deref().unwrap_or(""), st.name);
+        if let Some(err) = &st.error {
+            if reported.get(&key) != Some(err) {
+                reported.insert(key, err.clone());
+                let reference = k8s_openapi::api::core::v1::ObjectReference {
+                    api_version: Some("kyverno.io/v1".into()),
+                    kind: Some(st.kind.clone()),
+                    name: Some(st.name.clone()),
+                    namespace: st.namespace.clone(),
+                    ..Default::default()
+                };
+                let ev = KubeEvent { type_: EventType::Warning, reason: "PolicyError".into(), note: Some(format!("policy is invalid: {err}")), action: "Compile".into(), secondary: None };
+                if let Err(e) = recorder.publish(&ev, &reference).await {
+                    tracing::debug!(error = %e, "event not written");
+                }
+            }
+        } else {
+            reported.remove(&key);
+        }
+    }
+}

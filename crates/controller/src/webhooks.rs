@@ -1,0 +1,249 @@
+//! The webhook configurations' `rules`, `caBundle` and owner, kept in step with the policy set
+//! (design §1, layers L1 and L5).
+//!
+//! The installer (chart or `verno manifests`) owns the configuration objects and every field
+//! of their entries but these three. Verno writes them by server-side apply under the field
+//! manager `verno`, only when the object exists and is not being deleted, only when the owner
+//! ClusterRole exists, and only when something differs from the live object, so a steady
+//! state makes no writes. The applied body names no field the API server requires, so an apply
+//! that races an uninstall fails validation instead of re-creating a deleted configuration.
+
+use k8s_openapi::api::admissionregistration::v1::{MutatingWebhookConfiguration, ValidatingWebhookConfiguration};
+use k8s_openapi::api::rbac::v1::ClusterRole;
+use kube::api::{Api, Patch, PatchParams};
+use serde_json::{Value, json};
+use std::collections::{BTreeMap, BTreeSet};
+use verno_engine::CompiledPolicy;
+use verno_engine::policy::RuleBody;
+use verno_server::admission::{Hook, PolicySet, fail_closed};
+
+/// Field manager for everything Verno applies.
+pub const MANAGER: &str = "verno";
+/// The configuration objects the installer renders.
+pub const VALIDATING_CONFIG: &str = "verno-resource-validating-webhook-cfg";
+pub const MUTATING_CONFIG: &str = "verno-resource-mutating-webhook-cfg";
+/// Their entries (Kyverno's `-fail` / `-ignore` pairs).
+pub const VALIDATE_FAIL: &str = "validate.verno.svc-fail";
+pub const VALIDATE_IGNORE: &str = "validate.verno.svc-ignore";
+pub const MUTATE_FAIL: &str = "mutate.verno.svc-fail";
+pub const MUTATE_IGNORE: &str = "mutate.verno.svc-ignore";
+/// Set by `verno break-glass`: the configuration's failure policies were forced to Ignore.
+pub const BREAK_GLASS_ANNOTATION: &str = "verno.io/break-glass";
+
+/// Built-in kinds: group, version, plural. Kinds not listed keep the policy's group and version
+/// (`*` when not given) and the usual plural.
+const KINDS: &[(&str, &str, &str, &str)] = &[
+    ("Pod", "", "v1", "pods"),
+    ("Service", "", "v1", "services"),
+    ("ConfigMap", "", "v1", "configmaps"),
+    ("Secret", "", "v1", "secrets"),
+    ("Namespace", "", "v1", "namespaces"),
+    ("Node", "", "v1", "nodes"),
+    ("ServiceAccount", "", "v1", "serviceaccounts"),
+    ("PersistentVolume", "", "v1", "persistentvolumes"),
+    ("PersistentVolumeClaim", "", "v1", "persistentvolumeclaims"),
+    ("ReplicationController", "", "v1", "replicationcontrollers"),
+    ("Endpoints", "", "v1", "endpoints"),
+    ("LimitRange", "", "v1", "limitranges"),
+    ("ResourceQuota", "", "v1", "resourcequotas"),
+    ("Deployment", "apps", "v1", "deployments"),
+    ("StatefulSet", "apps", "v1", "statefulsets"),
+    ("DaemonSet", "apps", "v1", "daemonsets"),
+    ("ReplicaSet", "apps", "v1", "replicasets"),
+    ("Job", "batch", "v1", "jobs"),
+    ("CronJob", "batch", "v1", "cronjobs"),
+    ("Ingress", "networking.k8s.io", "v1", "ingresses"),
+    ("IngressClass", "networking.k8s.io", "v1", "ingressclasses"),
+    ("NetworkPolicy", "networking.k8s.io", "v1", "networkpolicies"),
+    ("Role", "rbac.authorization.k8s.io", "v1", "roles"),
+    ("ClusterRole", "rbac.authorization.k8s.io", "v1", "clusterroles"),
+    ("RoleBinding", "rbac.authorization.k8s.io", "v1", "rolebindings"),
+    ("ClusterRoleBinding", "rbac.authorization.k8s.io", "v1", "clusterrolebindings"),
+    ("PodDisruptionBudget", "policy", "v1", "poddisruptionbudgets"),
+    ("HorizontalPodAutoscaler", "autoscaling", "v2", "horizontalpodautoscalers"),
+    ("StorageClass", "storage.k8s.io", "v1", "storageclasses"),
+    ("PriorityClass", "scheduling.k8s.io", "v1", "priorityclasses"),
+    ("CustomResourceDefinition", "apiextensions.k8s.io", "v1", "customresourcedefinitions"),
+];
+
+/// Operations in the API server's canonical order (a stable order avoids update churn,
+/// kyverno/kyverno#10237).
+const OPERATIONS: [&str; 4] = ["CREATE", "UPDATE", "DELETE", "CONNECT"];
+
+/// (group, version, resource) for one scope entry.
+fn resources(s: &verno_engine::matching::WebhookScope) -> Vec<(String, String, String)> {
+    let with_sub = |plural: &str| match s.subresource.as_str() {
+        "" => plural.to_string(),
+        sub => format!("{plural}/{sub}"),
+    };
+    if let Some(r) = &s.resource {
+        return vec![(s.group.clone(), s.version.clone(), with_sub(r))];
+    }
+    let kind = s.kind.as_deref().unwrap_or("*");
+    if kind == "*" || kind.contains('*') || kind.contains('?') {
+        return vec![(s.group.clone(), s.version.clone(), with_sub("*"))];
+    }
+    match KINDS.iter().find(|(k, ..)| *k == kind) {
+        Some((_, g, v, plural)) => {
+            let g = if s.group == "*" { (*g).to_string() } else { s.group.clone() };
+            let v = if s.version == "*" { (*v).to_string() } else { s.version.clone() };
+            vec![(g, v, with_sub(plural))]
+        }
+        None => vec![(s.group.clone(), s.version.clone(), with_sub(&verno_engine::matching::plural(kind)))],
+    }
+}
+
+/// Which entry a rule of a policy needs, if any.
+fn entry_for(p: &CompiledPolicy, body: &RuleBody) -> Option<&'static str> {
+    let hook = match body {
+        RuleBody::Validate(_) => Hook::Validate,
+        RuleBody::Mutate(_) => Hook::Mutate,
+        // Generate rules run in the background controller, not at admission.
+        RuleBody::Generate(_) => return None,
+        // Unsupported rule types answer with an error result: route them with validation.
+        RuleBody::Unsupported { .. } => Hook::Validate,
+    };
+    Some(match (hook, fail_closed(hook, p)) {
+        (Hook::Validate, true) => VALIDATE_FAIL,
+        (Hook::Validate, false) => VALIDATE_IGNORE,
+        (Hook::Mutate, true) => MUTATE_FAIL,
+        (Hook::Mutate, false) => MUTATE_IGNORE,
+    })
+}
+
+/// The `rules` each entry needs for `set`, canonical: grouped by (group, version, operations),
+/// every list sorted and deduplicated. Entries that need nothing are absent.
+pub fn desired_rules(set: &PolicySet) -> BTreeMap<&'static str, Vec<Value>> {
+    // entry → (group, version, operations) → resources
+    let mut acc: BTreeMap<&'static str, BTreeMap<(String, String, Vec<&'static str>), BTreeSet<String>>> = BTreeMap::new();
+    for p in &set.policies {
+        for r in &p.rules {
+            let Some(entry) = entry_for(p, &r.body) else { continue };
+            for scope in r.matcher.webhook_scope() {
+                let ops: Vec<&'static str> = if scope.operations.is_empty() {
+                    vec!["CREATE", "UPDATE"]
+                } else {
+                    OPERATIONS.iter().copied().filter(|o| scope.operations.iter().any(|x| x == o || x == "*")).collect()
+                };
+                for (g, v, res) in resources(&scope) {
+                    acc.entry(entry).or_default().entry((g, v, ops.clone())).or_default().insert(res);
+                }
+            }
+        }
+    }
+    acc.into_iter()
+        .map(|(entry, groups)| {
+            let rules = groups
+                .into_iter()
+                .map(|((g, v, ops), res)| json!({"apiGroups": [g], "apiVersions": [v], "operations": ops, "resources": res.into_iter().collect::<Vec<_>>(), "scope": "*"}))
+                .collect();
+            (entry, rules)
+        })
+        .collect()
+}
+
+/// What the reconciler needs besides the policy set.
+#[derive(Debug, Clone, Default)]
+pub struct Inputs {
+    /// PEM of every trusted CA (base64-encoded into `caBundle`); `None` leaves it alone.
+    pub ca_bundle: Option<String>,
+    /// The ClusterRole whose ownerReference the configurations carry (the chart's).
+    pub owner_cluster_role: Option<String>,
+    /// The Deployment is deleted or scaled to zero: every entry's rules are emptied.
+    pub going_down: bool,
+}
+
+/// One configuration's owned fields as Verno wants them.
+fn apply_body(kind: &str, name: &str, live_entries: &[String], rules: &BTreeMap<&'static str, Vec<Value>>, inputs: &Inputs, owner: Option<&Value>, managed: &[&str]) -> Value {
+    let mut webhooks = Vec::new();
+    for entry in live_entries.iter().filter(|e| managed.contains(&e.as_str())) {
+        let mut w = serde_json::Map::new();
+        w.insert("name".into(), Value::String(entry.clone()));
+        if !inputs.going_down {
+            if let Some(r) = rules.get(entry.as_str()).filter(|r| !r.is_empty()) {
+                w.insert("rules".into(), Value::Array(r.clone()));
+            }
+        }
+        if let Some(ca) = &inputs.ca_bundle {
+            use base64::Engine as _;
+            w.insert("clientConfig".into(), json!({"caBundle": base64::engine::general_purpose::STANDARD.encode(ca)}));
+        }
+        webhooks.push(Value::Object(w));
+    }
+    let mut meta = json!({"name": name});
+    if let Some(o) = owner {
+        meta["ownerReferences"] = json!([o]);
+    }
+    json!({"apiVersion": "admissionregistration.k8s.io/v1", "kind": kind, "metadata": meta, "webhooks": webhooks})
+}
+
+/// Whether the live object already carries everything in `body` (rules equal, caBundle equal,
+/// owner present).
+fn satisfied(live: &Value, body: &Value) -> bool {
+    let live_entries = live.get("webhooks").and_then(Value::as_array).cloned().unwrap_or_default();
+    for want in body.get("webhooks").and_then(Value::as_array).into_iter().flatten() {
+        let name = want.get("name");
+        let Some(have) = live_entries.iter().find(|w| w.get("name") == name) else { return false };
+        if want.get("rules") != have.get("rules").filter(|r| r.as_array().is_some_and(|a| !a.is_empty())) {
+            return false;
+        }
+        if let Some(ca) = want.pointer("/clientConfig/caBundle") {
+            if have.pointer("/clientConfig/caBundle") != Some(ca) {
+                return false;
+            }
+        }
+    }
+    match body.pointer("/metadata/ownerReferences/0/uid") {
+        Some(uid) => live.pointer("/metadata/ownerReferences").and_then(Value::as_array).is_some_and(|refs| refs.iter().any(|r| r.get("uid") == Some(uid))),
+        None => true,
+    }
+}
+
+/// Brings both configurations in line with `set`. Returns how many objects were written.
+pub async fn reconcile(client: &kube::Client, set: &PolicySet, inputs: &Inputs) -> Result<usize, kube::Error> {
+    let rules = desired_rules(set);
+    let owner = match &inputs.owner_cluster_role {
+        Some(name) => {
+            let roles: Api<ClusterRole> = Api::all(client.clone());
+            match roles.get_opt(name).await? {
+                Some(r) if r.metadata.deletion_timestamp.is_none() => r.metadata.uid.map(|uid| json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole", "name": name, "uid": uid})),
+                // The owner is gone or going: an uninstall is under way. Writing now could only
+                // leave an orphan behind, so nothing is written.
+                _ => {
+                    tracing::info!(cluster_role = %name, "owner ClusterRole absent or terminating; webhook configurations left alone");
+                    return Ok(0);
+                }
+            }
+        }
+        None => None,
+    };
+    let mut writes = 0;
+    let vwc: Api<ValidatingWebhookConfiguration> = Api::all(client.clone());
+    let mwc: Api<MutatingWebhookConfiguration> = Api::all(client.clone());
+    let live_v = vwc.get_opt(VALIDATING_CONFIG).await?.map(|o| serde_json::to_value(o).unwrap_or(Value::Null));
+    let live_m = mwc.get_opt(MUTATING_CONFIG).await?.map(|o| serde_json::to_value(o).unwrap_or(Value::Null));
+    for (kind, name, live, managed) in [
+        ("ValidatingWebhookConfiguration", VALIDATING_CONFIG, live_v, [VALIDATE_FAIL, VALIDATE_IGNORE]),
+        ("MutatingWebhookConfiguration", MUTATING_CONFIG, live_m, [MUTATE_FAIL, MUTATE_IGNORE]),
+    ] {
+        // Never create: the installer owns the object; absent or terminating means uninstall.
+        let Some(live) = live.filter(|l| l.pointer("/metadata/deletionTimestamp").is_none()) else { continue };
+        let entries: Vec<String> = live.get("webhooks").and_then(Value::as_array).into_iter().flatten().filter_map(|w| w.get("name").and_then(Value::as_str)).map(str::to_string).collect();
+        let body = apply_body(kind, name, &entries, &rules, inputs, owner.as_ref(), &managed);
+        if satisfied(&live, &body) {
+            continue;
+        }
+        let pp = PatchParams::apply(MANAGER).force();
+        let result = if kind == "ValidatingWebhookConfiguration" { vwc.patch(name, &pp, &Patch::Apply(&body)).await.map(|_| ()) } else { mwc.patch(name, &pp, &Patch::Apply(&body)).await.map(|_| ()) };
+        match result {
+            Ok(()) => {
+                writes += 1;
+                tracing::info!(config = %name, "webhook configuration updated");
+            }
+            // Deleted between our read and the apply: the apply cannot re-create it.
+            Err(kube::Error::Api(e)) if e.code == 422 || e.code == 404 => tracing::info!(config = %name, "webhook configuration went away during the update"),
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(writes)
+}
