@@ -308,11 +308,10 @@ pub async fn start(client: kube::Client, server: Arc<Running>, opts: Options) ->
                     }
                     let inputs = webhooks::Inputs { ca_bundle: ca_rx.borrow().clone(), owner_cluster_role: opts.owner_cluster_role.clone(), going_down: *down_rx.borrow() };
                     // Without a CA yet, wait: rules pointing at a server nobody trusts would fail.
-                    if inputs.ca_bundle.is_some() {
-                        if let Err(e) = webhooks::reconcile(&client, &server.current(), &inputs).await {
+                    if inputs.ca_bundle.is_some()
+                        && let Err(e) = webhooks::reconcile(&client, &server.current(), &inputs).await {
                             tracing::warn!(error = %e, "webhook configuration update failed");
                         }
-                    }
                     let statuses = status_rx.borrow().clone();
                     write_statuses(&client, &recorder, &statuses, &mut reported).await;
                 }

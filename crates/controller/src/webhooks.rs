@@ -115,7 +115,8 @@ fn entry_for(p: &CompiledPolicy, body: &RuleBody) -> Option<&'static str> {
 /// every list sorted and deduplicated. Entries that need nothing are absent.
 pub fn desired_rules(set: &PolicySet) -> BTreeMap<&'static str, Vec<Value>> {
     // entry → (group, version, operations) → resources
-    let mut acc: BTreeMap<&'static str, BTreeMap<(String, String, Vec<&'static str>), BTreeSet<String>>> = BTreeMap::new();
+    type Groups = BTreeMap<(String, String, Vec<&'static str>), BTreeSet<String>>;
+    let mut acc: BTreeMap<&'static str, Groups> = BTreeMap::new();
     for p in &set.policies {
         for r in &p.rules {
             let Some(entry) = entry_for(p, &r.body) else { continue };
@@ -159,11 +160,10 @@ fn apply_body(kind: &str, name: &str, live_entries: &[String], rules: &BTreeMap<
     for entry in live_entries.iter().filter(|e| managed.contains(&e.as_str())) {
         let mut w = serde_json::Map::new();
         w.insert("name".into(), Value::String(entry.clone()));
-        if !inputs.going_down {
-            if let Some(r) = rules.get(entry.as_str()).filter(|r| !r.is_empty()) {
+        if !inputs.going_down
+            && let Some(r) = rules.get(entry.as_str()).filter(|r| !r.is_empty()) {
                 w.insert("rules".into(), Value::Array(r.clone()));
             }
-        }
         if let Some(ca) = &inputs.ca_bundle {
             use base64::Engine as _;
             w.insert("clientConfig".into(), json!({"caBundle": base64::engine::general_purpose::STANDARD.encode(ca)}));
@@ -187,11 +187,10 @@ fn satisfied(live: &Value, body: &Value) -> bool {
         if want.get("rules") != have.get("rules").filter(|r| r.as_array().is_some_and(|a| !a.is_empty())) {
             return false;
         }
-        if let Some(ca) = want.pointer("/clientConfig/caBundle") {
-            if have.pointer("/clientConfig/caBundle") != Some(ca) {
+        if let Some(ca) = want.pointer("/clientConfig/caBundle")
+            && have.pointer("/clientConfig/caBundle") != Some(ca) {
                 return false;
             }
-        }
     }
     match body.pointer("/metadata/ownerReferences/0/uid") {
         Some(uid) => live.pointer("/metadata/ownerReferences").and_then(Value::as_array).is_some_and(|refs| refs.iter().any(|r| r.get("uid") == Some(uid))),

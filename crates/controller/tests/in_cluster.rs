@@ -1,0 +1,294 @@
+//! Verno in a (fake) cluster: the real admission server and controller against the fake API
+//! server, with admission emulation calling Verno over HTTPS with the caBundle Verno wrote.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+use fake_apiserver::{FakeApiServer, default_resources};
+use k8s_openapi::api::admissionregistration::v1::{MutatingWebhookConfiguration, ValidatingWebhookConfiguration};
+use k8s_openapi::api::core::v1::{ConfigMap, Pod};
+use kube::api::{Api, DeleteParams, DynamicObject, Patch, PatchParams, PostParams};
+use serde_json::{Value, json};
+use std::sync::Arc;
+use std::time::Duration;
+use verno_controller::{Controller, Options, manifests, policies, webhooks};
+use verno_server::admission::PolicySet;
+use verno_server::{Config, Running, TlsSource};
+
+const NS: &str = "verno";
+
+fn init_logs() {
+    let _ = tracing_subscriber::fmt().with_env_filter(std::env::var("RUST_LOG").unwrap_or_else(|_| "warn".into())).with_test_writer().try_init();
+}
+
+async fn client(fake: &FakeApiServer, user: Option<&str>) -> kube::Client {
+    let mut config = kube::Config::new(fake.url().parse().unwrap());
+    config.auth_info.impersonate = user.map(str::to_string);
+    kube::Client::try_from(config).unwrap()
+}
+
+/// Applies every object of the plain install, as `kubectl apply --server-side` would.
+async fn install(c: &kube::Client, values: &manifests::Values) {
+    for doc in manifests::render(values) {
+        let kind = doc["kind"].as_str().unwrap().to_string();
+        let api_version = doc["apiVersion"].as_str().unwrap();
+        let (group, version) = api_version.rsplit_once('/').unwrap_or(("", api_version));
+        let plural = verno_engine::matching::plural(&kind);
+        let ar = kube::discovery::ApiResource { group: group.into(), version: version.into(), api_version: api_version.into(), kind: kind.clone(), plural };
+        let name = doc["metadata"]["name"].as_str().unwrap().to_string();
+        let api: Api<DynamicObject> = match doc["metadata"]["namespace"].as_str() {
+            Some(ns) => Api::namespaced_with(c.clone(), ns, &ar),
+            None => Api::all_with(c.clone(), &ar),
+        };
+        api.patch(&name, &PatchParams::apply("kubectl").force(), &Patch::Apply(&doc)).await.unwrap_or_else(|e| panic!("{kind} {name}: {e}"));
+    }
+}
+
+struct Replica {
+    server: Arc<Running>,
+    controller: Controller,
+}
+
+async fn start_replica(fake: &FakeApiServer, identity: &str) -> Replica {
+    // A placeholder certificate until the controller loads the real one from its Secret.
+    let ca = verno_controller::certs::new_ca(Duration::from_secs(3600)).unwrap();
+    let placeholder = verno_controller::certs::new_pair(&ca, &["placeholder".into()], Duration::from_secs(3600)).unwrap();
+    let cfg = Config {
+        addr: "127.0.0.1:0".parse().unwrap(),
+        metrics_addr: None,
+        tls: TlsSource::Pem { cert: placeholder.cert, key: placeholder.key },
+        body_limit: 3 << 20,
+        deadline: Duration::from_secs(5),
+        max_concurrency: 4,
+        watch: Vec::new(),
+        poll_interval: Duration::from_secs(3600),
+    };
+    let server = Arc::new(verno_server::start(cfg, Arc::new(|| Ok(PolicySet::default()))).await.unwrap());
+    let mut opts = Options::new(NS, identity);
+    opts.service = manifests::SERVICE.into();
+    opts.deployment = Some(manifests::DEPLOYMENT.into());
+    opts.owner_cluster_role = Some(manifests::CLUSTER_ROLE.into());
+    opts.lease_duration = Duration::from_secs(2);
+    opts.lease_retry = Duration::from_millis(300);
+    opts.debounce = Duration::from_millis(100);
+    opts.resync = Duration::from_secs(2);
+    let c = client(fake, Some(&format!("system:serviceaccount:{NS}:{}", manifests::SERVICE_ACCOUNT))).await;
+    let controller = verno_controller::start(c, server.clone(), opts).await;
+    Replica { server, controller }
+}
+
+/// Polls `f` until it returns `Some`, for up to 20 s.
+async fn eventually<T, F, Fut>(what: &str, mut f: F) -> T
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Option<T>>,
+{
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
+    loop {
+        if let Some(v) = f().await {
+            return v;
+        }
+        if tokio::time::Instant::now() > deadline {
+            panic!("timed out waiting for {what}");
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+const REQUIRE_TEAM: &str = r#"{
+  "apiVersion": "kyverno.io/v1", "kind": "ClusterPolicy", "metadata": {"name": "require-team"},
+  "spec": {"validationFailureAction": "Enforce", "background": false, "rules": [{
+    "name": "check-team",
+    "match": {"any": [{"resources": {"kinds": ["Pod"]}}]},
+    "validate": {"message": "label 'team' is required", "pattern": {"metadata": {"labels": {"team": "?*"}}}}}]}}"#;
+
+fn policy_api(c: &kube::Client) -> Api<DynamicObject> {
+    Api::all_with(c.clone(), &policies::cluster_policy_resource())
+}
+
+async fn apply_policy(c: &kube::Client, text: &str) {
+    let v: Value = serde_json::from_str(text).unwrap();
+    let name = v["metadata"]["name"].as_str().unwrap().to_string();
+    policy_api(c).patch(&name, &PatchParams::apply("kubectl").force(), &Patch::Apply(&v)).await.unwrap();
+}
+
+fn pod(name: &str, labels: Value) -> Pod {
+    serde_json::from_value(json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name, "labels": labels}, "spec": {"containers": [{"name": "c", "image": "nginx:1.27"}]}})).unwrap()
+}
+
+async fn vwc(c: &kube::Client) -> Option<Value> {
+    let api: Api<ValidatingWebhookConfiguration> = Api::all(c.clone());
+    api.get_opt(webhooks::VALIDATING_CONFIG).await.unwrap().map(|o| serde_json::to_value(o).unwrap())
+}
+
+fn entry_rules(cfg: &Value, entry: &str) -> Option<Value> {
+    cfg["webhooks"].as_array()?.iter().find(|w| w["name"] == entry)?.get("rules").cloned()
+}
+
+async fn setup() -> (FakeApiServer, kube::Client, Replica) {
+    init_logs();
+    let fake = FakeApiServer::start(default_resources()).await.unwrap();
+    let admin = client(&fake, None).await;
+    install(&admin, &manifests::Values::default()).await;
+    let replica = start_replica(&fake, "verno-0").await;
+    fake.set_service(NS, manifests::SERVICE, Some(replica.server.addr));
+    // The leader made the certificates and wrote the caBundle; the replica serves the pair.
+    eventually("the caBundle", || async { vwc(&admin).await.filter(|v| v["webhooks"][0]["clientConfig"]["caBundle"].is_string()) }).await;
+    (fake, admin, replica)
+}
+
+#[tokio::test]
+async fn a_policy_becomes_webhook_rules_and_violating_pods_are_denied_with_kyvernos_message() {
+    let (fake, admin, replica) = setup().await;
+    // A fresh install matches nothing.
+    assert!(entry_rules(&vwc(&admin).await.unwrap(), webhooks::VALIDATE_FAIL).is_none());
+    apply_policy(&admin, REQUIRE_TEAM).await;
+    let rules = eventually("rules for pods", || async { entry_rules(&vwc(&admin).await?, webhooks::VALIDATE_FAIL) }).await;
+    assert_eq!(rules, json!([{"apiGroups": [""], "apiVersions": ["v1"], "operations": ["CREATE", "UPDATE"], "resources": ["pods", "replicationcontrollers"], "scope": "*"},
+        {"apiGroups": ["apps"], "apiVersions": ["v1"], "operations": ["CREATE", "UPDATE"], "resources": ["daemonsets", "deployments", "replicasets", "statefulsets"], "scope": "*"},
+        {"apiGroups": ["batch"], "apiVersions": ["v1"], "operations": ["CREATE", "UPDATE"], "resources": ["cronjobs", "jobs"], "scope": "*"}]));
+    // Status: ready, with rule counts and the autogen rules.
+    let p = eventually("policy status", || async { policy_api(&admin).get("require-team").await.ok().filter(|p| p.data["status"]["ready"] == true) }).await;
+    assert_eq!(p.data["status"]["conditions"][0]["reason"], "Succeeded");
+    assert_eq!(p.data["status"]["rulecount"]["validate"], 1);
+    assert!(p.data["status"]["autogen"]["rules"].as_array().is_some_and(|r| r.len() == 2));
+
+    // Through admission emulation: the API server calls Verno with the caBundle Verno wrote.
+    let pods: Api<Pod> = Api::namespaced(admin.clone(), "shop");
+    let err = pods.create(&PostParams::default(), &pod("web", json!({"app": "web"}))).await.unwrap_err();
+    let kube::Error::Api(status) = err else { panic!("{err:?}") };
+    assert_eq!(
+        status.message,
+        "admission webhook \"validate.verno.svc-fail\" denied the request: \n\nresource Pod/shop/web was blocked due to the following policies \n\nrequire-team:\n  check-team: 'validation error: label ''team'' is required. rule check-team failed at path /metadata/labels/team/'\n"
+    );
+    assert_eq!(status.code, 400);
+    pods.create(&PostParams::default(), &pod("ok", json!({"team": "a"}))).await.unwrap();
+    // kube-system is never sent to Verno.
+    let sys: Api<Pod> = Api::namespaced(admin.clone(), "kube-system");
+    sys.create(&PostParams::default(), &pod("sys", json!({}))).await.unwrap();
+    assert!(fake.admission_calls().iter().all(|c| !c.object.starts_with("kube-system/")));
+
+    // Steady state: nothing is written but the lease.
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let before = fake.writes().iter().filter(|w| !w.path.contains("/leases/")).count();
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let after: Vec<_> = fake.writes().into_iter().filter(|w| !w.path.contains("/leases/")).collect();
+    assert_eq!(after.len(), before, "writes at steady state: {:?}", &after[before..]);
+
+    // Delete the policy: the rules go and Pods are admitted again.
+    policy_api(&admin).delete("require-team", &DeleteParams::default()).await.unwrap();
+    eventually("rules removed", || async { vwc(&admin).await.filter(|v| entry_rules(v, webhooks::VALIDATE_FAIL).is_none()) }).await;
+    pods.create(&PostParams::default(), &pod("web", json!({"app": "web"}))).await.unwrap();
+    replica.controller.stop().await;
+}
+
+#[tokio::test]
+async fn an_invalid_policy_reports_the_error_and_path_and_the_previous_version_stays_in_force() {
+    let (_fake, admin, replica) = setup().await;
+    apply_policy(&admin, REQUIRE_TEAM).await;
+    eventually("rules", || async { entry_rules(&vwc(&admin).await?, webhooks::VALIDATE_FAIL) }).await;
+    // Break it: an unknown failure action.
+    let mut broken: Value = serde_json::from_str(REQUIRE_TEAM).unwrap();
+    broken["spec"]["validationFailureAction"] = json!("Block");
+    policy_api(&admin).patch("require-team", &PatchParams::apply("kubectl").force(), &Patch::Apply(&broken)).await.unwrap();
+    let p = eventually("failed status", || async { policy_api(&admin).get("require-team").await.ok().filter(|p| p.data["status"]["ready"] == false) }).await;
+    let cond = &p.data["status"]["conditions"][0];
+    assert_eq!(cond["status"], "False");
+    assert_eq!(cond["observedGeneration"], 2);
+    let msg = cond["message"].as_str().unwrap();
+    assert!(msg.contains("spec.validationFailureAction: unknown action \"Block\""), "{msg}");
+    assert!(msg.contains("previous version stays in force"), "{msg}");
+    // The previous version still denies.
+    let pods: Api<Pod> = Api::namespaced(admin.clone(), "shop");
+    let err = pods.create(&PostParams::default(), &pod("web", json!({}))).await.unwrap_err();
+    assert!(matches!(err, kube::Error::Api(ref s) if s.message.contains("rule check-team failed")), "{err:?}");
+    // A Warning event says so.
+    let events: Api<DynamicObject> = Api::all_with(admin.clone(), &kube::discovery::ApiResource {
+        group: "events.k8s.io".into(), version: "v1".into(), api_version: "events.k8s.io/v1".into(), kind: "Event".into(), plural: "events".into() });
+    eventually("a PolicyError event", || async {
+        events.list(&Default::default()).await.ok()?.items.into_iter().find(|e| e.data["reason"] == "PolicyError" && e.data["type"] == "Warning")
+    }).await;
+    replica.controller.stop().await;
+}
+
+#[tokio::test]
+async fn with_verno_dead_only_what_an_enforce_policy_matches_is_refused() {
+    let (fake, admin, replica) = setup().await;
+    apply_policy(&admin, REQUIRE_TEAM).await;
+    eventually("rules", || async { entry_rules(&vwc(&admin).await?, webhooks::VALIDATE_FAIL) }).await;
+    // Kill Verno: the controller stops and the Service loses its endpoints.
+    replica.controller.stop().await;
+    fake.set_service(NS, manifests::SERVICE, None);
+    // kube-system, Verno's namespace and objects no policy matches are untouched.
+    Api::<Pod>::namespaced(admin.clone(), "kube-system").create(&PostParams::default(), &pod("dns", json!({}))).await.unwrap();
+    Api::<Pod>::namespaced(admin.clone(), NS).create(&PostParams::default(), &pod("verno-1", json!({}))).await.unwrap();
+    let mut cm = ConfigMap::default();
+    cm.metadata.name = Some("settings".into());
+    Api::<ConfigMap>::namespaced(admin.clone(), "shop").create(&PostParams::default(), &cm).await.unwrap();
+    // Pods elsewhere hit the fail-closed entry.
+    let err = Api::<Pod>::namespaced(admin.clone(), "shop").create(&PostParams::default(), &pod("web", json!({"team": "a"}))).await.unwrap_err();
+    assert!(matches!(err, kube::Error::Api(ref s) if s.code == 500 && s.message.contains("failed calling webhook \"validate.verno.svc-fail\"") && s.message.contains("no endpoints available for service \"verno-svc\"")), "{err:?}");
+    // An opted-out namespace is not sent either.
+    let ns: Api<k8s_openapi::api::core::v1::Namespace> = Api::all(admin.clone());
+    ns.create(&PostParams::default(), &serde_json::from_value(json!({"metadata": {"name": "batch", "labels": {manifests::OPT_OUT_LABEL: "true"}}})).unwrap()).await.unwrap();
+    Api::<Pod>::namespaced(admin.clone(), "batch").create(&PostParams::default(), &pod("job", json!({}))).await.unwrap();
+}
+
+#[tokio::test]
+async fn audit_only_policies_are_fail_open() {
+    let (fake, admin, replica) = setup().await;
+    apply_policy(&admin, &REQUIRE_TEAM.replace("Enforce", "Audit")).await;
+    let rules = eventually("rules", || async { entry_rules(&vwc(&admin).await?, webhooks::VALIDATE_IGNORE) }).await;
+    assert!(rules.as_array().is_some_and(|r| !r.is_empty()));
+    assert!(entry_rules(&vwc(&admin).await.unwrap(), webhooks::VALIDATE_FAIL).is_none());
+    replica.controller.stop().await;
+    fake.set_service(NS, manifests::SERVICE, None);
+    Api::<Pod>::namespaced(admin.clone(), "shop").create(&PostParams::default(), &pod("web", json!({}))).await.unwrap();
+}
+
+#[tokio::test]
+async fn uninstall_in_helms_order_leaves_nothing_behind_and_the_owner_collects_configurations() {
+    let (fake, admin, replica) = setup().await;
+    apply_policy(&admin, REQUIRE_TEAM).await;
+    let cfg = eventually("rules", || async { vwc(&admin).await.filter(|v| entry_rules(v, webhooks::VALIDATE_FAIL).is_some()) }).await;
+    // The backstop owner is the chart's ClusterRole.
+    assert_eq!(cfg["metadata"]["ownerReferences"][0]["name"], manifests::CLUSTER_ROLE);
+    // Helm's UninstallOrder: webhook configurations first, while the leader keeps running.
+    let v: Api<ValidatingWebhookConfiguration> = Api::all(admin.clone());
+    let m: Api<MutatingWebhookConfiguration> = Api::all(admin.clone());
+    v.delete(webhooks::VALIDATING_CONFIG, &DeleteParams::default()).await.unwrap();
+    m.delete(webhooks::MUTATING_CONFIG, &DeleteParams::default()).await.unwrap();
+    // A policy change makes the leader reconcile: it must not re-create anything.
+    apply_policy(&admin, &REQUIRE_TEAM.replace("require-team", "require-team-2")).await;
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    assert!(vwc(&admin).await.is_none(), "re-created after uninstall");
+    assert!(m.get_opt(webhooks::MUTATING_CONFIG).await.unwrap().is_none());
+    replica.controller.stop().await;
+    let _ = fake;
+}
+
+#[tokio::test]
+async fn deleting_the_owning_cluster_role_garbage_collects_the_configurations() {
+    let (_fake, admin, replica) = setup().await;
+    apply_policy(&admin, REQUIRE_TEAM).await;
+    eventually("owner", || async { vwc(&admin).await.filter(|v| v["metadata"]["ownerReferences"].is_array()) }).await;
+    let roles: Api<k8s_openapi::api::rbac::v1::ClusterRole> = Api::all(admin.clone());
+    roles.delete(manifests::CLUSTER_ROLE, &DeleteParams::default()).await.unwrap();
+    assert!(vwc(&admin).await.is_none());
+    let m: Api<MutatingWebhookConfiguration> = Api::all(admin.clone());
+    assert!(m.get_opt(webhooks::MUTATING_CONFIG).await.unwrap().is_none());
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    assert!(vwc(&admin).await.is_none(), "resurrected");
+    replica.controller.stop().await;
+}
+
+#[tokio::test]
+async fn scaling_to_zero_empties_the_rules() {
+    let (_fake, admin, replica) = setup().await;
+    apply_policy(&admin, REQUIRE_TEAM).await;
+    eventually("rules", || async { entry_rules(&vwc(&admin).await?, webhooks::VALIDATE_FAIL) }).await;
+    let deps: Api<k8s_openapi::api::apps::v1::Deployment> = Api::namespaced(admin.clone(), NS);
+    deps.patch(manifests::DEPLOYMENT, &PatchParams::default(), &Patch::Merge(json!({"spec": {"replicas": 0}}))).await.unwrap();
+    eventually("rules emptied", || async { vwc(&admin).await.filter(|v| entry_rules(v, webhooks::VALIDATE_FAIL).is_none()) }).await;
+    // The entries themselves stay (the installer owns them).
+    assert_eq!(vwc(&admin).await.unwrap()["webhooks"].as_array().map(Vec::len), Some(2));
+    replica.controller.stop().await;
+}
