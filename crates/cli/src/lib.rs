@@ -1,9 +1,11 @@
-//! Verno's command line: `test`, `apply` and `jp`, compatible with the Kyverno CLI.
+//! Verno's command line: `test`, `apply` and `jp`, compatible with the Kyverno CLI; `serve`,
+//! `manifests`, `break-glass` and `doctor` for the admission controller.
 //! File loading and output live here; evaluation is the engine's.
 
 pub mod apply_cmd;
 pub mod compare;
 pub mod data;
+pub mod cluster_cmd;
 pub mod jp_cmd;
 pub mod load;
 pub mod run;
@@ -26,8 +28,16 @@ enum Command {
     Test(test_cmd::TestArgs),
     /// Apply policies to resources.
     Apply(apply_cmd::ApplyArgs),
-    /// Run the admission webhook server (HTTPS) on policies from files.
+    /// Run the admission webhook server (HTTPS) on policies from files, or in a cluster
+    /// with --kube.
     Serve(serve_cmd::ServeArgs),
+    /// Print the plain-YAML install (webhook configurations first).
+    Manifests(cluster_cmd::ManifestsArgs),
+    /// Set every Verno webhook to failurePolicy Ignore (or --restore): the way out of a
+    /// cluster that refuses writes because Verno is unreachable.
+    BreakGlass(cluster_cmd::BreakGlassArgs),
+    /// Show Verno's webhook entries, ready endpoints and leader.
+    Doctor(cluster_cmd::DoctorArgs),
     /// JMESPath playground with Kyverno's functions.
     Jp {
         #[command(subcommand)]
@@ -49,6 +59,9 @@ pub fn main() -> i32 {
         Command::Test(a) => test_cmd::run(a),
         Command::Apply(a) => apply_cmd::run(a),
         Command::Serve(a) => serve_cmd::run(a),
+        Command::Manifests(a) => cluster_cmd::manifests(a),
+        Command::BreakGlass(a) => cluster_cmd::break_glass(a),
+        Command::Doctor(a) => cluster_cmd::doctor(a),
         Command::Jp { cmd } => jp_cmd::run(cmd),
     }
 }

@@ -16,8 +16,27 @@ use verno_server::{Config, Loader, TlsSource};
 pub struct ServeArgs {
     /// ClusterPolicy / Policy / PolicyException files or directories (an empty directory is
     /// valid: everything is allowed). Watched: changes are compiled and swapped in.
-    #[arg(long = "policies", num_args = 1.., required = true)]
+    #[arg(long = "policies", num_args = 1.., required_unless_present = "kube")]
     pub policies: Vec<PathBuf>,
+    /// Run in a cluster: policies, exceptions and namespace labels come from the API server,
+    /// the certificate from its Secrets; the Lease holder manages webhook rules and status.
+    #[arg(long, conflicts_with_all = ["policies", "tls_cert", "namespace_labels"])]
+    pub kube: bool,
+    /// In-cluster: Verno's namespace.
+    #[arg(long, env = "POD_NAMESPACE", default_value = "verno")]
+    pub namespace: String,
+    /// In-cluster: this replica's name.
+    #[arg(long, env = "POD_NAME", default_value = "verno-0")]
+    pub identity: String,
+    /// In-cluster: the webhook Service (names the certificate Secrets).
+    #[arg(long, default_value = "verno-svc")]
+    pub service: String,
+    /// In-cluster: Verno's Deployment; deleted or scaled to zero, the webhook rules are emptied.
+    #[arg(long)]
+    pub deployment: Option<String>,
+    /// In-cluster: the ClusterRole the webhook configurations name as owner.
+    #[arg(long = "owner-cluster-role")]
+    pub owner_cluster_role: Option<String>,
     /// HTTPS address for the webhook endpoints and health probes.
     #[arg(long, default_value = "0.0.0.0:9443")]
     pub addr: SocketAddr,
@@ -122,6 +141,27 @@ pub fn run(args: &ServeArgs) -> i32 {
         watch,
         poll_interval: Duration::from_secs(2),
     };
+    if args.kube {
+        verno_server::init_logging(args.log_format == "json");
+        let mut opts = verno_controller::Options::new(&args.namespace, &args.identity);
+        opts.service = args.service.clone();
+        opts.deployment = args.deployment.clone();
+        opts.owner_cluster_role = args.owner_cluster_role.clone();
+        let rt = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
+            Ok(rt) => rt,
+            Err(e) => {
+                eprintln!("Error: cannot start the runtime: {e}");
+                return 2;
+            }
+        };
+        return match rt.block_on(verno_controller::run_in_cluster(cfg, opts)) {
+            Ok(()) => 0,
+            Err(e) => {
+                eprintln!("Error: {e}");
+                2
+            }
+        };
+    }
     let paths = args.policies.clone();
     let ns = args.namespace_labels.clone();
     let loader: Loader = Arc::new(move || load_set(&paths, ns.as_deref()));

@@ -11,6 +11,7 @@
 pub mod certs;
 pub mod leader;
 pub mod manifests;
+pub mod ops;
 pub mod policies;
 pub mod webhooks;
 
@@ -91,6 +92,13 @@ pub struct Controller {
 }
 
 impl Controller {
+    /// Kills every task at once, as a crashed pod would: nothing is released.
+    pub fn abort(self) {
+        for t in &self.tasks {
+            t.abort();
+        }
+    }
+
     /// Stops every task; a leader releases its lease first.
     pub async fn stop(self) {
         let _ = self.stop.send(true);
@@ -369,4 +377,26 @@ async fn write_statuses(client: &kube::Client, recorder: &Recorder, statuses: &[
             reported.remove(&key);
         }
     }
+}
+
+/// `verno serve --kube`: the admission server fed by the cluster, until SIGTERM. The server
+/// starts on a throwaway certificate and reports not-ready until the controller has loaded the
+/// real one from its Secret and synced the policies.
+pub async fn run_in_cluster(mut cfg: verno_server::Config, opts: Options) -> Result<(), String> {
+    let client = kube::Client::try_default().await.map_err(|e| format!("cannot reach the Kubernetes API (in-cluster config or kubeconfig): {e}"))?;
+    let ca = certs::new_ca(Duration::from_secs(3600))?;
+    let placeholder = certs::new_pair(&ca, &["verno-starting".to_string()], Duration::from_secs(3600))?;
+    cfg.tls = verno_server::TlsSource::Pem { cert: placeholder.cert, key: placeholder.key };
+    cfg.watch.clear();
+    let server = Arc::new(verno_server::start(cfg, Arc::new(|| Ok(verno_server::admission::PolicySet::default()))).await?);
+    tracing::info!(addr = %server.addr, identity = %opts.identity, namespace = %opts.namespace, "verno admission server listening (in-cluster)");
+    let controller = start(client, server.clone(), opts).await;
+    verno_server::shutdown_signal().await;
+    tracing::info!("shutting down: releasing the lease, draining in-flight requests");
+    controller.stop().await;
+    match Arc::try_unwrap(server) {
+        Ok(s) => s.shutdown(Duration::from_secs(10)).await,
+        Err(_) => tracing::warn!("server still referenced at shutdown; exiting without a drain"),
+    }
+    Ok(())
 }

@@ -292,3 +292,129 @@ async fn scaling_to_zero_empties_the_rules() {
     assert_eq!(vwc(&admin).await.unwrap()["webhooks"].as_array().map(Vec::len), Some(2));
     replica.controller.stop().await;
 }
+
+#[tokio::test]
+async fn break_glass_with_a_live_leader_stays_ignore_and_restore_puts_fail_back() {
+    let (fake, admin, replica) = setup().await;
+    apply_policy(&admin, REQUIRE_TEAM).await;
+    eventually("rules", || async { entry_rules(&vwc(&admin).await?, webhooks::VALIDATE_FAIL) }).await;
+    let report = verno_controller::ops::break_glass(&admin, verno_controller::ops::Mode::Ignore, false).await.unwrap();
+    assert!(report.iter().any(|l| l.contains("verno-resource-validating-webhook-cfg")), "{report:?}");
+    // The leader keeps reconciling (a policy change, a resync) and leaves failurePolicy alone.
+    apply_policy(&admin, &REQUIRE_TEAM.replace("require-team", "require-team-2")).await;
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let cfg = vwc(&admin).await.unwrap();
+    assert!(cfg["webhooks"].as_array().unwrap().iter().all(|w| w["failurePolicy"] == "Ignore"), "{cfg}");
+    assert!(entry_rules(&cfg, webhooks::VALIDATE_FAIL).is_some(), "rules still managed");
+    // With Verno dead, Pods are admitted.
+    replica.controller.stop().await;
+    fake.set_service(NS, manifests::SERVICE, None);
+    Api::<Pod>::namespaced(admin.clone(), "shop").create(&PostParams::default(), &pod("web", json!({}))).await.unwrap();
+    let doctor = verno_controller::ops::doctor(&admin, NS, "verno-controller").await.unwrap();
+    assert!(doctor.contains("break-glass since"), "{doctor}");
+    verno_controller::ops::break_glass(&admin, verno_controller::ops::Mode::Restore, false).await.unwrap();
+    let cfg = vwc(&admin).await.unwrap();
+    assert_eq!(cfg["webhooks"][0]["failurePolicy"], "Fail");
+    assert_eq!(cfg["webhooks"][1]["failurePolicy"], "Ignore");
+    assert!(cfg["metadata"]["annotations"].get(webhooks::BREAK_GLASS_ANNOTATION).is_none());
+}
+
+fn leaders(rs: &[&Replica]) -> usize {
+    rs.iter().filter(|r| *r.controller.leader.borrow()).count()
+}
+
+#[tokio::test]
+async fn two_replicas_one_leader_no_churn_and_failover_when_the_leader_dies() {
+    let (fake, admin, a) = setup().await;
+    let b = start_replica(&fake, "verno-1").await;
+    apply_policy(&admin, REQUIRE_TEAM).await;
+    eventually("rules", || async { entry_rules(&vwc(&admin).await?, webhooks::VALIDATE_FAIL) }).await;
+    // Both replicas serve admission with the same set.
+    eventually("b has the policy", || async { (b.server.current().policies.len() == 1).then_some(()) }).await;
+    assert_eq!(leaders(&[&a, &b]), 1);
+    assert!(*a.controller.leader.borrow(), "the first replica took the lease");
+    // Steady state: no writes but lease renewals, and the lease does not change hands.
+    let leases: Api<k8s_openapi::api::coordination::v1::Lease> = Api::namespaced(admin.clone(), NS);
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let transitions = leases.get("verno-controller").await.unwrap().spec.unwrap().lease_transitions;
+    let before = fake.writes().iter().filter(|w| !w.path.contains("/leases/")).count();
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let after: Vec<_> = fake.writes().into_iter().filter(|w| !w.path.contains("/leases/")).collect();
+    assert_eq!(after.len(), before, "writes at steady state: {:?}", &after[before..]);
+    let lease = leases.get("verno-controller").await.unwrap().spec.unwrap();
+    assert_eq!(lease.lease_transitions, transitions);
+    assert_eq!(lease.holder_identity.as_deref(), Some("verno-0"));
+    assert_eq!(leaders(&[&a, &b]), 1);
+
+    // The leader crashes without releasing: after the lease expires the other takes over and
+    // keeps the webhook rules in step.
+    a.controller.abort();
+    fake.set_service(NS, manifests::SERVICE, Some(b.server.addr));
+    eventually("failover", || async { b.controller.leader.borrow().then_some(()) }).await;
+    apply_policy(&admin, &REQUIRE_TEAM.replace("require-team", "require-configmap-team").replace("\"Pod\"", "\"ConfigMap\"")).await;
+    eventually("rules from the new leader", || async {
+        entry_rules(&vwc(&admin).await?, webhooks::VALIDATE_FAIL).filter(|r| r.to_string().contains("configmaps"))
+    })
+    .await;
+    assert_eq!(leases.get("verno-controller").await.unwrap().spec.unwrap().holder_identity.as_deref(), Some("verno-1"));
+    b.controller.stop().await;
+    // A stopping leader releases its lease at once.
+    let released = leases.get("verno-controller").await.unwrap().spec.unwrap();
+    assert!(released.holder_identity.is_none());
+}
+
+#[tokio::test]
+async fn certificate_rotation_with_requests_in_flight_fails_no_request() {
+    init_logs();
+    let fake = FakeApiServer::start(default_resources()).await.unwrap();
+    let admin = client(&fake, None).await;
+    install(&admin, &manifests::Values::default()).await;
+    // A serving certificate that lasts 3 s is renewed after 2 s.
+    let ca = verno_controller::certs::new_ca(Duration::from_secs(3600)).unwrap();
+    let placeholder = verno_controller::certs::new_pair(&ca, &["placeholder".into()], Duration::from_secs(3600)).unwrap();
+    let cfg = Config {
+        addr: "127.0.0.1:0".parse().unwrap(),
+        metrics_addr: None,
+        tls: TlsSource::Pem { cert: placeholder.cert, key: placeholder.key },
+        body_limit: 3 << 20,
+        deadline: Duration::from_secs(5),
+        max_concurrency: 4,
+        watch: Vec::new(),
+        poll_interval: Duration::from_secs(3600),
+    };
+    let server = Arc::new(verno_server::start(cfg, Arc::new(|| Ok(PolicySet::default()))).await.unwrap());
+    let mut opts = Options::new(NS, "verno-0");
+    opts.service = manifests::SERVICE.into();
+    opts.owner_cluster_role = Some(manifests::CLUSTER_ROLE.into());
+    opts.lease_duration = Duration::from_secs(2);
+    opts.lease_retry = Duration::from_millis(300);
+    opts.debounce = Duration::from_millis(100);
+    opts.resync = Duration::from_millis(500);
+    opts.pair_validity = Duration::from_secs(3);
+    let controller = verno_controller::start(client(&fake, Some("system:serviceaccount:verno:verno-admission-controller")).await, server.clone(), opts).await;
+    fake.set_service(NS, manifests::SERVICE, Some(server.addr));
+    apply_policy(&admin, REQUIRE_TEAM).await;
+    eventually("rules", || async { entry_rules(&vwc(&admin).await?, webhooks::VALIDATE_FAIL) }).await;
+    let secrets: Api<k8s_openapi::api::core::v1::Secret> = Api::namespaced(admin.clone(), NS);
+    let pair = format!("{}.{NS}.svc.verno-tls-pair", manifests::SERVICE);
+    let first = secrets.get(&pair).await.unwrap().metadata.resource_version;
+    // Requests through admission, concurrently, across at least two renewals.
+    let pods: Api<Pod> = Api::namespaced(admin.clone(), "shop");
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(7);
+    let mut n = 0;
+    while tokio::time::Instant::now() < deadline {
+        let batch: Vec<_> = (0..4).map(|i| {
+            let pods = pods.clone();
+            let name = format!("p-{n}-{i}");
+            async move { pods.create(&PostParams::default(), &pod(&name, json!({"team": "a"}))).await }
+        }).collect();
+        for r in futures_util::future::join_all(batch).await {
+            r.expect("no request fails during rotation");
+        }
+        n += 1;
+    }
+    let last = secrets.get(&pair).await.unwrap().metadata.resource_version;
+    assert_ne!(first, last, "the serving certificate was renewed");
+    assert!(fake.admission_calls().iter().filter(|c| c.outcome == "allowed").count() >= n * 4);
+    controller.stop().await;
+}

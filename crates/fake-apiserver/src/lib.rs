@@ -77,6 +77,7 @@ pub fn default_resources() -> Vec<Resource> {
         r("rbac.authorization.k8s.io", "v1", "Role", "roles", true),
         r("rbac.authorization.k8s.io", "v1", "RoleBinding", "rolebindings", true),
         r("policy", "v1", "PodDisruptionBudget", "poddisruptionbudgets", true),
+        r("discovery.k8s.io", "v1", "EndpointSlice", "endpointslices", true),
         r("events.k8s.io", "v1", "Event", "events", true),
         r("coordination.k8s.io", "v1", "Lease", "leases", true),
         r("admissionregistration.k8s.io", "v1", "ValidatingWebhookConfiguration", "validatingwebhookconfigurations", false),

@@ -361,12 +361,33 @@ async fn wait_for_signals(_running: &Running) {
     let _ = tokio::signal::ctrl_c().await;
 }
 
-/// Sets up logging (`RUST_LOG`, default info; JSON when asked) and runs the server on a
-/// multi-threaded runtime. Returns the process exit code.
-pub fn run(cfg: Config, loader: Loader, json_logs: bool) -> i32 {
+/// Resolves on SIGTERM or Ctrl-C.
+pub async fn shutdown_signal() {
+    #[cfg(unix)]
+    {
+        use tokio::signal::unix::{SignalKind, signal};
+        if let Ok(mut term) = signal(SignalKind::terminate()) {
+            tokio::select! {
+                _ = term.recv() => {}
+                _ = tokio::signal::ctrl_c() => {}
+            }
+            return;
+        }
+    }
+    let _ = tokio::signal::ctrl_c().await;
+}
+
+/// Logging to stderr: `RUST_LOG` (default info), JSON when asked.
+pub fn init_logging(json_logs: bool) {
     let filter = tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
     let builder = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr);
     let _ = if json_logs { builder.json().try_init() } else { builder.try_init() };
+}
+
+/// Sets up logging (`RUST_LOG`, default info; JSON when asked) and runs the server on a
+/// multi-threaded runtime. Returns the process exit code.
+pub fn run(cfg: Config, loader: Loader, json_logs: bool) -> i32 {
+    init_logging(json_logs);
     let rt = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
         Ok(rt) => rt,
         Err(e) => {

@@ -1,0 +1,102 @@
+//! `verno manifests`, `verno break-glass`, `verno doctor`: flags in, the controller crate's
+//! functions out.
+
+use std::path::PathBuf;
+use verno_controller::{manifests, ops};
+
+#[derive(Debug, Clone, clap::Args)]
+pub struct ManifestsArgs {
+    /// The namespace to install into.
+    #[arg(long, short = 'n', default_value = "verno")]
+    pub namespace: String,
+    /// Chart values, e.g. `admissionController.replicas=3` (repeatable).
+    #[arg(long = "set")]
+    pub set: Vec<String>,
+    /// Write to this file instead of stdout.
+    #[arg(long, short = 'o')]
+    pub output: Option<PathBuf>,
+}
+
+#[derive(Debug, Clone, clap::Args)]
+pub struct BreakGlassArgs {
+    /// Put back the failure policies saved when break-glass was applied.
+    #[arg(long)]
+    pub restore: bool,
+    /// Say what would change without changing it.
+    #[arg(long = "dry-run")]
+    pub dry_run: bool,
+}
+
+#[derive(Debug, Clone, clap::Args)]
+pub struct DoctorArgs {
+    /// Verno's namespace (where its Lease is).
+    #[arg(long, short = 'n', default_value = "verno")]
+    pub namespace: String,
+}
+
+pub fn manifests(a: &ManifestsArgs) -> i32 {
+    let mut values = manifests::Values { namespace: a.namespace.clone(), ..Default::default() };
+    for kv in &a.set {
+        if let Err(e) = values.set(kv) {
+            eprintln!("Error: {e}");
+            return 2;
+        }
+    }
+    let yaml = match manifests::to_yaml(&manifests::render(&values)) {
+        Ok(y) => y,
+        Err(e) => {
+            eprintln!("Error: rendering the manifests: {e}");
+            return 2;
+        }
+    };
+    match &a.output {
+        Some(p) => match std::fs::write(p, yaml) {
+            Ok(()) => 0,
+            Err(e) => {
+                eprintln!("Error: writing {}: {e}", p.display());
+                2
+            }
+        },
+        None => {
+            print!("{yaml}");
+            0
+        }
+    }
+}
+
+fn with_client<T>(f: impl AsyncFnOnce(kube::Client) -> Result<T, String>) -> Result<T, String> {
+    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().map_err(|e| format!("cannot start the runtime: {e}"))?;
+    rt.block_on(async {
+        let client = kube::Client::try_default().await.map_err(|e| format!("cannot reach the Kubernetes API (kubeconfig or in-cluster config): {e}"))?;
+        f(client).await
+    })
+}
+
+pub fn break_glass(a: &BreakGlassArgs) -> i32 {
+    let mode = if a.restore { ops::Mode::Restore } else { ops::Mode::Ignore };
+    match with_client(async |c| ops::break_glass(&c, mode, a.dry_run).await.map_err(|e| e.to_string())) {
+        Ok(lines) => {
+            for l in lines {
+                println!("{}{l}", if a.dry_run { "(dry run) " } else { "" });
+            }
+            0
+        }
+        Err(e) => {
+            eprintln!("Error: {e}");
+            1
+        }
+    }
+}
+
+pub fn doctor(a: &DoctorArgs) -> i32 {
+    match with_client(async |c| ops::doctor(&c, &a.namespace, "verno-controller").await.map_err(|e| e.to_string())) {
+        Ok(report) => {
+            print!("{report}");
+            0
+        }
+        Err(e) => {
+            eprintln!("Error: {e}");
+            1
+        }
+    }
+}
