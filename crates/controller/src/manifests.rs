@@ -170,6 +170,7 @@ pub fn render(v: &Values) -> Vec<Value> {
                         "containers": [{
                             "name": "verno",
                             "image": format!("{}:{}", v.image_repository, v.image_tag),
+                            "imagePullPolicy": "IfNotPresent",
                             "args": ["serve", "--kube", "--service", SERVICE, "--deployment", DEPLOYMENT, "--owner-cluster-role", CLUSTER_ROLE],
                             "env": [
                                 {"name": "POD_NAME", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}},
