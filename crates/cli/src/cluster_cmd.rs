@@ -15,6 +15,11 @@ pub struct ManifestsArgs {
     /// Write to this file instead of stdout.
     #[arg(long, short = 'o')]
     pub output: Option<PathBuf>,
+    /// Print only the CustomResourceDefinitions (ClusterPolicy, Policy, PolicyException,
+    /// PolicyReport, ClusterPolicyReport). They are kept apart so that deleting the install
+    /// never deletes the CRDs, and with them every policy.
+    #[arg(long)]
+    pub crds: bool,
 }
 
 #[derive(Debug, Clone, clap::Args)]
@@ -42,7 +47,8 @@ pub fn manifests(a: &ManifestsArgs) -> i32 {
             return 2;
         }
     }
-    let yaml = match manifests::to_yaml(&manifests::render(&values)) {
+    let docs = if a.crds { verno_controller::crds::all() } else { manifests::render(&values) };
+    let yaml = match manifests::to_yaml(&docs) {
         Ok(y) => y,
         Err(e) => {
             eprintln!("Error: rendering the manifests: {e}");

@@ -9,6 +9,7 @@
 //! The engine and admission server are unchanged: this crate only feeds them from the API.
 
 pub mod certs;
+pub mod crds;
 pub mod leader;
 pub mod manifests;
 pub mod ops;

@@ -120,3 +120,16 @@ fn verno_manifests_and_helm_template_render_the_same_install() {
     let ours = normalize(manifests::render(&v));
     same(&ours, &helm_set, "values set");
 }
+
+#[test]
+fn the_charts_crds_are_the_ones_verno_generates() {
+    let text = std::fs::read_to_string(root().join("charts/verno/crds/crds.yaml")).unwrap();
+    let chart: Vec<Value> = serde_saphyr::from_multiple(&text).unwrap();
+    let chart: Vec<Value> = chart.into_iter().filter(|d| !d.is_null()).collect();
+    assert_eq!(chart, verno_controller::crds::all(), "charts/verno/crds/crds.yaml is stale: regenerate it with `verno manifests --crds -o charts/verno/crds/crds.yaml`");
+    let names: Vec<&str> = chart.iter().filter_map(|c| c.pointer("/metadata/name").and_then(Value::as_str)).collect();
+    assert_eq!(names, ["clusterpolicies.kyverno.io", "policies.kyverno.io", "policyexceptions.kyverno.io", "clusterpolicyreports.wgpolicyk8s.io", "policyreports.wgpolicyk8s.io"]);
+    // Helm installs crds/ but never deletes them: an uninstall keeps every policy.
+    let rendered = run(&["template", "verno", "charts/verno", "--namespace", "verno", "--include-crds"]);
+    assert!(rendered.contains("name: clusterpolicies.kyverno.io"));
+}

@@ -27,7 +27,7 @@ async fn client(fake: &FakeApiServer, user: Option<&str>) -> kube::Client {
 
 /// Applies every object of the plain install, as `kubectl apply --server-side` would.
 async fn install(c: &kube::Client, values: &manifests::Values) {
-    for doc in manifests::render(values) {
+    for doc in verno_controller::crds::all().into_iter().chain(manifests::render(values)) {
         let kind = doc["kind"].as_str().unwrap().to_string();
         let api_version = doc["apiVersion"].as_str().unwrap();
         let (group, version) = api_version.rsplit_once('/').unwrap_or(("", api_version));

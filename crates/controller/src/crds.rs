@@ -1,0 +1,159 @@
+//! CustomResourceDefinitions for the kinds Verno reads and writes: `kyverno.io` ClusterPolicy,
+//! Policy (v1) and PolicyException (v2), and the `wgpolicyk8s.io` PolicyReport and
+//! ClusterPolicyReport (v1alpha2) used by reports.
+//!
+//! Names, versions, short names and printer columns are Kyverno's, so `kubectl get cpol` reads
+//! the same and a cluster that already has Kyverno's CRDs keeps its policies (Verno watches the
+//! same group, version and plural, whoever installed the CRD). The schemas are structural and
+//! type the top-level fields the engine reads; below those, rule bodies are
+//! `x-kubernetes-preserve-unknown-fields` so that every Kyverno policy is stored as written and
+//! validated by Verno's compiler, whose errors land in `status` with the field path.
+
+use serde_json::{Value, json};
+
+fn free() -> Value {
+    json!({"type": "object", "x-kubernetes-preserve-unknown-fields": true})
+}
+
+fn policy_spec_schema() -> Value {
+    json!({
+        "type": "object",
+        "properties": {
+            "admission": {"type": "boolean"},
+            "background": {"type": "boolean"},
+            "applyRules": {"type": "string", "enum": ["All", "One"]},
+            "emitWarning": {"type": "boolean"},
+            "failurePolicy": {"type": "string", "enum": ["Ignore", "Fail"]},
+            "validationFailureAction": {"type": "string", "enum": ["audit", "enforce", "Audit", "Enforce"]},
+            "validationFailureActionOverrides": {"type": "array", "items": free()},
+            "webhookTimeoutSeconds": {"type": "integer", "format": "int32"},
+            "webhookConfiguration": free(),
+            "useServerSideApply": {"type": "boolean"},
+            "generateExisting": {"type": "boolean"},
+            "mutateExistingOnPolicyUpdate": {"type": "boolean"},
+            "schemaValidation": {"type": "boolean"},
+            "rules": {"type": "array", "items": {
+                "type": "object",
+                "required": ["name"],
+                "properties": {"name": {"type": "string", "maxLength": 63}},
+                "x-kubernetes-preserve-unknown-fields": true,
+            }},
+        },
+        "x-kubernetes-preserve-unknown-fields": true,
+    })
+}
+
+fn policy_status_schema() -> Value {
+    json!({
+        "type": "object",
+        "properties": {
+            "ready": {"type": "boolean"},
+            "conditions": {"type": "array", "items": {
+                "type": "object",
+                "required": ["type", "status"],
+                "properties": {
+                    "type": {"type": "string"},
+                    "status": {"type": "string", "enum": ["True", "False", "Unknown"]},
+                    "reason": {"type": "string"},
+                    "message": {"type": "string"},
+                    "lastTransitionTime": {"type": "string", "format": "date-time"},
+                    "observedGeneration": {"type": "integer", "format": "int64"},
+                },
+            }},
+            "rulecount": {"type": "object", "properties": {
+                "validate": {"type": "integer"}, "mutate": {"type": "integer"}, "generate": {"type": "integer"}, "verifyimages": {"type": "integer"},
+            }},
+            "autogen": free(),
+        },
+        "x-kubernetes-preserve-unknown-fields": true,
+    })
+}
+
+fn policy_columns() -> Value {
+    let ready = ".status.conditions[?(@.type == \"Ready\")]";
+    json!([
+        {"name": "ADMISSION", "type": "boolean", "jsonPath": ".spec.admission"},
+        {"name": "BACKGROUND", "type": "boolean", "jsonPath": ".spec.background"},
+        {"name": "READY", "type": "string", "jsonPath": format!("{ready}.status")},
+        {"name": "AGE", "type": "date", "jsonPath": ".metadata.creationTimestamp"},
+        {"name": "FAILURE POLICY", "type": "string", "jsonPath": ".spec.failurePolicy", "priority": 1},
+        {"name": "VALIDATE", "type": "integer", "jsonPath": ".status.rulecount.validate", "priority": 1},
+        {"name": "MUTATE", "type": "integer", "jsonPath": ".status.rulecount.mutate", "priority": 1},
+        {"name": "GENERATE", "type": "integer", "jsonPath": ".status.rulecount.generate", "priority": 1},
+        {"name": "VERIFY IMAGES", "type": "integer", "jsonPath": ".status.rulecount.verifyimages", "priority": 1},
+        {"name": "MESSAGE", "type": "string", "jsonPath": format!("{ready}.message"), "priority": 1},
+    ])
+}
+
+#[allow(clippy::too_many_arguments)]
+fn crd(group: &str, kind: &str, plural: &str, singular: &str, short: &[&str], scope: &str, version: &str, spec: Value, status: Option<Value>, columns: Value, categories: &[&str]) -> Value {
+    let mut props = json!({"apiVersion": {"type": "string"}, "kind": {"type": "string"}, "metadata": {"type": "object"}, "spec": spec});
+    if let Some(st) = &status {
+        props["status"] = st.clone();
+    }
+    let mut v = json!({
+        "name": version, "served": true, "storage": true,
+        "schema": {"openAPIV3Schema": {"type": "object", "properties": props}},
+        "additionalPrinterColumns": columns,
+    });
+    if status.is_some() {
+        v["subresources"] = json!({"status": {}});
+    }
+    json!({
+        "apiVersion": "apiextensions.k8s.io/v1",
+        "kind": "CustomResourceDefinition",
+        "metadata": {"name": format!("{plural}.{group}"), "labels": {"app.kubernetes.io/part-of": "verno"}},
+        "spec": {
+            "group": group,
+            "names": {"kind": kind, "listKind": format!("{kind}List"), "plural": plural, "singular": singular, "shortNames": short, "categories": categories},
+            "scope": scope,
+            "versions": [v],
+        },
+    })
+}
+
+fn report_schema() -> Value {
+    json!({"type": "object", "x-kubernetes-preserve-unknown-fields": true})
+}
+
+fn report_columns() -> Value {
+    json!([
+        {"name": "Kind", "type": "string", "jsonPath": ".scope.kind", "priority": 1},
+        {"name": "Name", "type": "string", "jsonPath": ".scope.name", "priority": 1},
+        {"name": "Pass", "type": "integer", "jsonPath": ".summary.pass"},
+        {"name": "Fail", "type": "integer", "jsonPath": ".summary.fail"},
+        {"name": "Warn", "type": "integer", "jsonPath": ".summary.warn"},
+        {"name": "Error", "type": "integer", "jsonPath": ".summary.error"},
+        {"name": "Skip", "type": "integer", "jsonPath": ".summary.skip"},
+        {"name": "Age", "type": "date", "jsonPath": ".metadata.creationTimestamp"},
+    ])
+}
+
+/// Every CRD, in a stable order.
+pub fn all() -> Vec<Value> {
+    let report = |kind: &str, plural: &str, singular: &str, short: &str, scope: &str| {
+        let mut c = crd("wgpolicyk8s.io", kind, plural, singular, &[short], scope, "v1alpha2", report_schema(), None, report_columns(), &[]);
+        // Reports keep their results and summary at the top level, beside metadata.
+        c["spec"]["versions"][0]["schema"]["openAPIV3Schema"] = json!({"type": "object", "x-kubernetes-preserve-unknown-fields": true});
+        c
+    };
+    vec![
+        crd("kyverno.io", "ClusterPolicy", "clusterpolicies", "clusterpolicy", &["cpol"], "Cluster", "v1", policy_spec_schema(), Some(policy_status_schema()), policy_columns(), &["kyverno"]),
+        crd("kyverno.io", "Policy", "policies", "policy", &["pol"], "Namespaced", "v1", policy_spec_schema(), Some(policy_status_schema()), policy_columns(), &["kyverno"]),
+        crd(
+            "kyverno.io",
+            "PolicyException",
+            "policyexceptions",
+            "policyexception",
+            &["polex"],
+            "Namespaced",
+            "v2",
+            json!({"type": "object", "required": ["exceptions", "match"], "properties": {"exceptions": {"type": "array", "items": free()}, "match": free(), "conditions": free(), "background": {"type": "boolean"}, "podSecurity": {"type": "array", "items": free()}}, "x-kubernetes-preserve-unknown-fields": true}),
+            None,
+            json!([{"name": "AGE", "type": "date", "jsonPath": ".metadata.creationTimestamp"}]),
+            &["kyverno"],
+        ),
+        report("ClusterPolicyReport", "clusterpolicyreports", "clusterpolicyreport", "cpolr", "Cluster"),
+        report("PolicyReport", "policyreports", "policyreport", "polr", "Namespaced"),
+    ]
+}
