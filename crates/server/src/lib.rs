@@ -63,6 +63,7 @@ impl AppState {
     }
 
     fn swap(&self, new: PolicySet) {
+        self.metrics.policies_swapped(&self.current(), &new);
         let new = Arc::new(new);
         match self.set.write() {
             Ok(mut g) => *g = new,
@@ -267,10 +268,12 @@ pub async fn start(cfg: Config, loader: Loader) -> Result<Running, String> {
     // In-memory certificates mean in-cluster mode: not ready until the controller has synced
     // the policies and loaded the certificate from its Secret.
     let missing = if matches!(cfg.tls, TlsSource::Pem { .. }) { ReadyPart::Policies as u8 | ReadyPart::Certificate as u8 } else { 0 };
+    let metrics = metrics::Metrics::default();
+    metrics.policies_swapped(&PolicySet::default(), &initial);
     let state = Arc::new(AppState {
         set: RwLock::new(Arc::new(initial)),
         missing: std::sync::atomic::AtomicU8::new(missing),
-        metrics: metrics::Metrics::default(),
+        metrics,
         permits: Semaphore::new(cfg.max_concurrency.max(1)),
         deadline: cfg.deadline,
     });

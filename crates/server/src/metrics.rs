@@ -151,8 +151,54 @@ fn duration_histogram() -> Histogram {
     Histogram::new(exponential_buckets(0.00005, 2.0, 16))
 }
 
+/// `kyverno_policy_rule_info_total` (one series per rule in force) and
+/// `kyverno_policy_changes_total` (policies created, updated, deleted), kept on set swaps.
+#[derive(Debug, Default)]
+struct PolicyInfo {
+    rules: Mutex<Vec<[String; 8]>>,
+    changes: Mutex<HashMap<[String; 6], u64>>,
+}
+
+impl Collector for PolicyInfo {
+    fn encode(&self, mut encoder: DescriptorEncoder) -> Result<(), std::fmt::Error> {
+        const RULE: [&str; 8] = ["policy_validation_mode", "policy_type", "policy_background_mode", "policy_namespace", "policy_name", "rule_name", "rule_type", "status_ready"];
+        const CHANGE: [&str; 6] = ["policy_validation_mode", "policy_type", "policy_background_mode", "policy_namespace", "policy_name", "policy_change_type"];
+        let rules = match self.rules.lock() {
+            Ok(m) => m.clone(),
+            Err(p) => p.into_inner().clone(),
+        };
+        let mut family = encoder.encode_descriptor("kyverno_policy_rule_info_total", "One series per rule of the policies in force", None, MetricType::Gauge)?;
+        for values in &rules {
+            let labels: Vec<(&str, &str)> = RULE.iter().copied().zip(values.iter().map(String::as_str)).collect();
+            prometheus_client::metrics::gauge::ConstGauge::new(1i64).encode(family.encode_family(&labels)?)?;
+        }
+        let changes: Vec<([String; 6], u64)> = match self.changes.lock() {
+            Ok(m) => m.iter().map(|(k, v)| (k.clone(), *v)).collect(),
+            Err(p) => p.into_inner().iter().map(|(k, v)| (k.clone(), *v)).collect(),
+        };
+        let mut family = encoder.encode_descriptor("kyverno_policy_changes", "Policies created, updated and deleted", None, MetricType::Counter)?;
+        for (values, v) in &changes {
+            let labels: Vec<(&str, &str)> = CHANGE.iter().copied().zip(values.iter().map(String::as_str)).collect();
+            ConstCounter::new(*v).encode(family.encode_family(&labels)?)?;
+        }
+        Ok(())
+    }
+}
+
+fn policy_labels(p: &verno_engine::CompiledPolicy) -> [String; 5] {
+    let namespaced = p.kind == "Policy";
+    [
+        if p.action == verno_engine::Action::Enforce { "enforce" } else { "audit" }.to_string(),
+        if namespaced { "namespaced" } else { "cluster" }.to_string(),
+        p.background.to_string(),
+        if namespaced { p.namespace.clone().unwrap_or_default() } else { "-".to_string() },
+        p.name.clone(),
+    ]
+}
+
 pub struct Metrics {
     registry: Registry,
+    policy_info: Arc<PolicyInfo>,
     /// Resource kinds, namespaces and operations seen, shared so keys compare by pointer.
     names: Mutex<HashMap<String, Arc<str>>>,
     requests: Family<AdmissionLabels, Counter>,
@@ -172,7 +218,9 @@ impl Default for Metrics {
         registry.register("kyverno_admission_review_duration_seconds", "Time to review an admission request", review_duration.clone());
         registry.register_collector(Box::new(results.clone()));
         registry.register_collector(Box::new(policy_duration.clone()));
-        Metrics { registry, names: Mutex::new(HashMap::new()), requests, review_duration, results, policy_duration }
+        let policy_info = Arc::new(PolicyInfo::default());
+        registry.register_collector(Box::new(policy_info.clone()));
+        Metrics { registry, policy_info, names: Mutex::new(HashMap::new()), requests, review_duration, results, policy_duration }
     }
 }
 
@@ -190,6 +238,52 @@ fn status(s: Status) -> &'static str {
 }
 
 impl Metrics {
+    /// Records a swap of the policy set: the rules now in force, and which policies were
+    /// created, updated (their source changed) or deleted.
+    pub fn policies_swapped(&self, old: &crate::admission::PolicySet, new: &crate::admission::PolicySet) {
+        let mut rules = Vec::new();
+        for p in &new.policies {
+            let [mode, ty, bg, ns, name] = policy_labels(p);
+            for r in &p.rules {
+                let rt = match &r.body {
+                    verno_engine::policy::RuleBody::Validate(_) => "validate",
+                    verno_engine::policy::RuleBody::Mutate(_) => "mutate",
+                    verno_engine::policy::RuleBody::Generate(_) => "generate",
+                    verno_engine::policy::RuleBody::Unsupported { .. } => "imageVerify",
+                };
+                rules.push([mode.clone(), ty.clone(), bg.clone(), ns.clone(), name.clone(), r.name.clone(), rt.to_string(), "true".to_string()]);
+            }
+        }
+        match self.policy_info.rules.lock() {
+            Ok(mut m) => *m = rules,
+            Err(p) => *p.into_inner() = rules,
+        }
+        let key = |p: &verno_engine::CompiledPolicy| p.key();
+        let source = |p: &verno_engine::CompiledPolicy| serde_json::to_value(&p.source.spec).ok();
+        let olds: HashMap<String, &verno_engine::CompiledPolicy> = old.policies.iter().map(|p| (key(p), p)).collect();
+        let news: HashMap<String, &verno_engine::CompiledPolicy> = new.policies.iter().map(|p| (key(p), p)).collect();
+        let mut changes = match self.policy_info.changes.lock() {
+            Ok(m) => m,
+            Err(p) => p.into_inner(),
+        };
+        let mut count = |p: &verno_engine::CompiledPolicy, what: &str| {
+            let [a, b, c, d, e] = policy_labels(p);
+            *changes.entry([a, b, c, d, e, what.to_string()]).or_insert(0) += 1;
+        };
+        for (k, p) in &news {
+            match olds.get(k) {
+                None => count(p, "created"),
+                Some(o) if source(o) != source(p) => count(p, "updated"),
+                Some(_) => {}
+            }
+        }
+        for (k, p) in &olds {
+            if !news.contains_key(k) {
+                count(p, "deleted");
+            }
+        }
+    }
+
     /// Records one reviewed request and its rule results.
     pub fn observe(&self, webhook: &str, o: &Outcome, seconds: f64, dry_run: bool, policy_seconds: &[(Arc<PolicyMeta>, f64)]) {
         let op = o.operation.to_lowercase();

@@ -166,6 +166,9 @@ async fn the_webhook_denies_allows_and_patches_over_tls() -> Result<(), String> 
     assert!(metrics.contains(r#"policy_name="require-team""#) && metrics.contains(r#"rule_result="fail""#), "{metrics}");
     assert!(metrics.contains("kyverno_admission_review_duration_seconds_bucket"), "{metrics}");
     assert!(metrics.contains("kyverno_policy_execution_duration_seconds_count"), "{metrics}");
+    // One info series per rule in force, and the policies created at start.
+    assert!(metrics.contains(r#"kyverno_policy_rule_info_total{policy_validation_mode="enforce",policy_type="cluster",policy_background_mode="true",policy_namespace="-",policy_name="require-team",rule_name="check-team",rule_type="validate",status_ready="true"} 1"#), "{metrics}");
+    assert!(metrics.contains(r#"kyverno_policy_changes_total{policy_validation_mode="audit",policy_type="cluster",policy_background_mode="true",policy_namespace="-",policy_name="add-tier",policy_change_type="created"} 1"#), "{metrics}");
 
     if let Some(r) = h.running {
         r.shutdown(Duration::from_secs(1)).await;
