@@ -100,6 +100,27 @@ pub fn new_ca(validity: Duration) -> Result<Pem, String> {
     Ok(Pem { cert: cert.pem().into_bytes(), key: key.serialize_pem().into_bytes() })
 }
 
+/// The PEM certificate blocks of a bundle, each ending in a newline.
+fn pem_certificates(bundle: &[u8]) -> Vec<String> {
+    let text = String::from_utf8_lossy(bundle);
+    let mut out = Vec::new();
+    let mut cur = String::new();
+    for line in text.lines() {
+        cur.push_str(line);
+        cur.push('\n');
+        if line.starts_with("-----END ") {
+            out.push(std::mem::take(&mut cur));
+        }
+    }
+    out
+}
+
+/// A new CA certificate for the key in `ca` (same subject), valid for `validity`.
+fn reissue_ca(ca: &Pem, validity: Duration) -> Result<String, String> {
+    let key = KeyPair::from_pem(std::str::from_utf8(&ca.key).map_err(|e| format!("CA key: {e}"))?).map_err(err)?;
+    Ok(ca_params(validity)?.self_signed(&key).map_err(err)?.pem())
+}
+
 /// A serving pair for `dns_names` signed by the CA key in `ca`.
 pub fn new_pair(ca: &Pem, dns_names: &[String], validity: Duration) -> Result<Pem, String> {
     let ca_key = KeyPair::from_pem(std::str::from_utf8(&ca.key).map_err(|e| format!("CA key: {e}"))?).map_err(err)?;
@@ -149,7 +170,30 @@ pub async fn ensure(client: &kube::Client, cfg: &CertConfig) -> Result<usize, St
             }
         }
     };
-    let ca_pem = pem_of(&ca).ok_or_else(|| format!("Secret {ca_name} has no tls.crt / tls.key"))?;
+    let mut ca_pem = pem_of(&ca).ok_or_else(|| format!("Secret {ca_name} has no tls.crt / tls.key"))?;
+    // CA renewal: a new certificate for the same key and subject, appended to the bundle. Leaves
+    // signed under the old certificate verify against the new one and the other way round, so
+    // there is no moment where the API server's caBundle and the serving pair disagree; the
+    // bundle keeps the previous certificate for clients that cached it.
+    if managed(&ca) && needs_renewal(&ca, cfg.ca_validity) {
+        let cert = reissue_ca(&ca_pem, cfg.ca_validity)?;
+        let mut bundle: Vec<String> = pem_certificates(&ca_pem.cert);
+        bundle.push(cert);
+        // The newest two: the current one and its predecessor.
+        let keep = bundle.split_off(bundle.len().saturating_sub(2));
+        let next_pem = Pem { cert: keep.concat().into_bytes(), key: ca_pem.key.clone() };
+        let mut next = tls_secret(&ca_name, &cfg.namespace, &next_pem, cfg.ca_validity);
+        next.metadata.resource_version = ca.metadata.resource_version.clone();
+        match api.replace(&ca_name, &PostParams::default(), &next).await {
+            Ok(_) => {
+                writes += 1;
+                tracing::info!(secret = %ca_name, "CA renewed (same key, appended to the bundle)");
+                ca_pem = next_pem;
+            }
+            Err(kube::Error::Api(e)) if e.code == 409 => {}
+            Err(e) => return Err(e.to_string()),
+        }
+    }
     let pair_name = cfg.pair_secret();
     let pair = api.get_opt(&pair_name).await.map_err(|e| e.to_string())?;
     match pair {

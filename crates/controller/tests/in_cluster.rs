@@ -391,6 +391,8 @@ async fn certificate_rotation_with_requests_in_flight_fails_no_request() {
     opts.debounce = Duration::from_millis(100);
     opts.resync = Duration::from_millis(500);
     opts.pair_validity = Duration::from_secs(3);
+    // The CA too: re-issued (same key, appended to the bundle) while requests run.
+    opts.ca_validity = Duration::from_secs(4);
     let controller = verno_controller::start(client(&fake, Some("system:serviceaccount:verno:verno-admission-controller")).await, server.clone(), opts).await;
     fake.set_service(NS, manifests::SERVICE, Some(server.addr));
     apply_policy(&admin, REQUIRE_TEAM).await;
@@ -415,6 +417,17 @@ async fn certificate_rotation_with_requests_in_flight_fails_no_request() {
     }
     let last = secrets.get(&pair).await.unwrap().metadata.resource_version;
     assert_ne!(first, last, "the serving certificate was renewed");
+    // The CA was re-issued, the bundle keeps the previous certificate, and the webhook
+    // configuration trusts the same bundle.
+    use base64::Engine as _;
+    let ca_name = format!("{}.{NS}.svc.verno-tls-ca", manifests::SERVICE);
+    eventually("the caBundle to follow the CA Secret", || async {
+        let ca = secrets.get(&ca_name).await.ok()?;
+        let bundle = String::from_utf8(ca.data?.get("tls.crt")?.0.clone()).ok()?;
+        let in_vwc = vwc(&admin).await?["webhooks"][0]["clientConfig"]["caBundle"].as_str().map(|b| base64::engine::general_purpose::STANDARD.decode(b).unwrap_or_default())?;
+        (bundle.matches("BEGIN CERTIFICATE").count() == 2 && in_vwc == bundle.as_bytes()).then_some(())
+    })
+    .await;
     assert!(fake.admission_calls().iter().filter(|c| c.outcome == "allowed").count() >= n * 4);
     controller.stop().await;
 }
