@@ -149,6 +149,27 @@ fn managed(s: &Secret) -> bool {
     s.metadata.labels.as_ref().and_then(|l| l.get(MANAGED_BY_LABEL)).is_some_and(|v| v == "verno")
 }
 
+/// Creates a managed TLS Secret (`resource_version` `None`) or replaces it under that
+/// resourceVersion. `Ok(None)` when another writer got there first (409): re-read next pass.
+async fn write_secret(api: &Api<Secret>, name: &str, pem: &Pem, validity: Duration, resource_version: Option<String>, what: &str) -> Result<Option<Secret>, String> {
+    let mut secret = tls_secret(name, api.namespace().unwrap_or_default(), pem, validity);
+    let result = match resource_version {
+        None => api.create(&PostParams::default(), &secret).await,
+        Some(rv) => {
+            secret.metadata.resource_version = Some(rv);
+            api.replace(name, &PostParams::default(), &secret).await
+        }
+    };
+    match result {
+        Ok(s) => {
+            tracing::info!(secret = %name, "{what}");
+            Ok(Some(s))
+        }
+        Err(kube::Error::Api(e)) if e.code == 409 => Ok(None),
+        Err(e) => Err(e.to_string()),
+    }
+}
+
 /// Makes sure both Secrets exist and the serving pair is fresh (leader only). Returns how many
 /// Secrets were written.
 pub async fn ensure(client: &kube::Client, cfg: &CertConfig) -> Result<usize, String> {
@@ -157,18 +178,13 @@ pub async fn ensure(client: &kube::Client, cfg: &CertConfig) -> Result<usize, St
     let ca_name = cfg.ca_secret();
     let ca = match api.get_opt(&ca_name).await.map_err(|e| e.to_string())? {
         Some(s) => s,
-        None => {
-            let pem = new_ca(cfg.ca_validity)?;
-            match api.create(&PostParams::default(), &tls_secret(&ca_name, &cfg.namespace, &pem, cfg.ca_validity)).await {
-                Ok(s) => {
-                    writes += 1;
-                    tracing::info!(secret = %ca_name, "CA created");
-                    s
-                }
-                Err(kube::Error::Api(e)) if e.code == 409 => api.get(&ca_name).await.map_err(|e| e.to_string())?,
-                Err(e) => return Err(e.to_string()),
+        None => match write_secret(&api, &ca_name, &new_ca(cfg.ca_validity)?, cfg.ca_validity, None, "CA created").await? {
+            Some(s) => {
+                writes += 1;
+                s
             }
-        }
+            None => api.get(&ca_name).await.map_err(|e| e.to_string())?,
+        },
     };
     let mut ca_pem = pem_of(&ca).ok_or_else(|| format!("Secret {ca_name} has no tls.crt / tls.key"))?;
     // CA renewal: a new certificate for the same key and subject, appended to the bundle. Leaves
@@ -176,53 +192,25 @@ pub async fn ensure(client: &kube::Client, cfg: &CertConfig) -> Result<usize, St
     // there is no moment where the API server's caBundle and the serving pair disagree; the
     // bundle keeps the previous certificate for clients that cached it.
     if managed(&ca) && needs_renewal(&ca, cfg.ca_validity) {
-        let cert = reissue_ca(&ca_pem, cfg.ca_validity)?;
         let mut bundle: Vec<String> = pem_certificates(&ca_pem.cert);
-        bundle.push(cert);
+        bundle.push(reissue_ca(&ca_pem, cfg.ca_validity)?);
         // The newest two: the current one and its predecessor.
         let keep = bundle.split_off(bundle.len().saturating_sub(2));
-        let next_pem = Pem { cert: keep.concat().into_bytes(), key: ca_pem.key.clone() };
-        let mut next = tls_secret(&ca_name, &cfg.namespace, &next_pem, cfg.ca_validity);
-        next.metadata.resource_version = ca.metadata.resource_version.clone();
-        match api.replace(&ca_name, &PostParams::default(), &next).await {
-            Ok(_) => {
-                writes += 1;
-                tracing::info!(secret = %ca_name, "CA renewed (same key, appended to the bundle)");
-                ca_pem = next_pem;
-            }
-            Err(kube::Error::Api(e)) if e.code == 409 => {}
-            Err(e) => return Err(e.to_string()),
+        let next = Pem { cert: keep.concat().into_bytes(), key: ca_pem.key.clone() };
+        if write_secret(&api, &ca_name, &next, cfg.ca_validity, ca.metadata.resource_version.clone(), "CA renewed (same key, appended to the bundle)").await?.is_some() {
+            writes += 1;
+            ca_pem = next;
         }
     }
     let pair_name = cfg.pair_secret();
-    let pair = api.get_opt(&pair_name).await.map_err(|e| e.to_string())?;
-    match pair {
-        None => {
-            let pem = new_pair(&ca_pem, &cfg.dns_names(), cfg.pair_validity)?;
-            match api.create(&PostParams::default(), &tls_secret(&pair_name, &cfg.namespace, &pem, cfg.pair_validity)).await {
-                Ok(_) => {
-                    writes += 1;
-                    tracing::info!(secret = %pair_name, "serving certificate created");
-                }
-                Err(kube::Error::Api(e)) if e.code == 409 => {}
-                Err(e) => return Err(e.to_string()),
-            }
-        }
-        Some(s) if managed(&s) && managed(&ca) && needs_renewal(&s, cfg.pair_validity) => {
-            let pem = new_pair(&ca_pem, &cfg.dns_names(), cfg.pair_validity)?;
-            let mut next = tls_secret(&pair_name, &cfg.namespace, &pem, cfg.pair_validity);
-            next.metadata.resource_version = s.metadata.resource_version.clone();
-            match api.replace(&pair_name, &PostParams::default(), &next).await {
-                Ok(_) => {
-                    writes += 1;
-                    tracing::info!(secret = %pair_name, "serving certificate renewed");
-                }
-                // Another writer got there first; the next pass re-reads.
-                Err(kube::Error::Api(e)) if e.code == 409 => {}
-                Err(e) => return Err(e.to_string()),
-            }
-        }
-        Some(_) => {}
+    let (rv, what) = match api.get_opt(&pair_name).await.map_err(|e| e.to_string())? {
+        None => (None, "serving certificate created"),
+        Some(s) if managed(&s) && managed(&ca) && needs_renewal(&s, cfg.pair_validity) => (s.metadata.resource_version, "serving certificate renewed"),
+        Some(_) => return Ok(writes),
+    };
+    let pem = new_pair(&ca_pem, &cfg.dns_names(), cfg.pair_validity)?;
+    if write_secret(&api, &pair_name, &pem, cfg.pair_validity, rv, what).await?.is_some() {
+        writes += 1;
     }
     Ok(writes)
 }

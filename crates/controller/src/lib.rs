@@ -380,16 +380,22 @@ async fn write_statuses(client: &kube::Client, recorder: &Recorder, statuses: &[
     }
 }
 
-/// `verno serve --kube`: the admission server fed by the cluster, until SIGTERM. The server
-/// starts on a throwaway certificate and reports not-ready until the controller has loaded the
-/// real one from its Secret and synced the policies.
-pub async fn run_in_cluster(mut cfg: verno_server::Config, opts: Options) -> Result<(), String> {
-    let client = kube::Client::try_default().await.map_err(|e| format!("cannot reach the Kubernetes API (in-cluster config or kubeconfig): {e}"))?;
+/// The admission server for in-cluster mode: an empty policy set, no watched files, and a
+/// throwaway certificate until the controller loads the real one (readiness says so).
+pub async fn start_server(mut cfg: verno_server::Config) -> Result<Arc<Running>, String> {
     let ca = certs::new_ca(Duration::from_secs(3600))?;
     let placeholder = certs::new_pair(&ca, &["verno-starting".to_string()], Duration::from_secs(3600))?;
     cfg.tls = verno_server::TlsSource::Pem { cert: placeholder.cert, key: placeholder.key };
     cfg.watch.clear();
-    let server = Arc::new(verno_server::start(cfg, Arc::new(|| Ok(verno_server::admission::PolicySet::default()))).await?);
+    Ok(Arc::new(verno_server::start(cfg, Arc::new(|| Ok(verno_server::admission::PolicySet::default()))).await?))
+}
+
+/// `verno serve --kube`: the admission server fed by the cluster, until SIGTERM. The server
+/// starts on a throwaway certificate and reports not-ready until the controller has loaded the
+/// real one from its Secret and synced the policies.
+pub async fn run_in_cluster(cfg: verno_server::Config, opts: Options) -> Result<(), String> {
+    let client = kube::Client::try_default().await.map_err(|e| format!("cannot reach the Kubernetes API (in-cluster config or kubeconfig): {e}"))?;
+    let server = start_server(cfg).await?;
     tracing::info!(addr = %server.addr, identity = %opts.identity, namespace = %opts.namespace, "verno admission server listening (in-cluster)");
     let controller = start(client, server.clone(), opts).await;
     verno_server::shutdown_signal().await;

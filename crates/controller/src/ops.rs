@@ -3,8 +3,7 @@
 //! Webhook configurations are never sent to admission webhooks by the API server, so these
 //! always work, even when Verno is down and its entries are fail-closed.
 
-use crate::webhooks::{BREAK_GLASS_ANNOTATION, MUTATING_CONFIG, VALIDATING_CONFIG};
-use k8s_openapi::api::admissionregistration::v1::{MutatingWebhookConfiguration, ValidatingWebhookConfiguration};
+use crate::webhooks::{BREAK_GLASS_ANNOTATION, CONFIGS, as_json, config_api};
 use k8s_openapi::api::coordination::v1::Lease;
 use kube::api::{Api, ListParams, Patch, PatchParams};
 use serde_json::{Value, json};
@@ -21,25 +20,18 @@ pub enum Mode {
     Restore,
 }
 
+/// Verno's configurations: those labelled part-of=verno, and the well-known names in case the
+/// labels were stripped.
 async fn configs(client: &kube::Client) -> Result<Vec<(&'static str, Value)>, kube::Error> {
-    let v: Api<ValidatingWebhookConfiguration> = Api::all(client.clone());
-    let m: Api<MutatingWebhookConfiguration> = Api::all(client.clone());
     let lp = ListParams::default().labels(PART_OF_SELECTOR);
     let mut out = Vec::new();
-    for o in v.list(&lp).await?.items {
-        out.push(("ValidatingWebhookConfiguration", serde_json::to_value(o).unwrap_or(Value::Null)));
-    }
-    for o in m.list(&lp).await?.items {
-        out.push(("MutatingWebhookConfiguration", serde_json::to_value(o).unwrap_or(Value::Null)));
-    }
-    // Also the well-known names, in case labels were stripped.
-    for (kind, name) in [("ValidatingWebhookConfiguration", VALIDATING_CONFIG), ("MutatingWebhookConfiguration", MUTATING_CONFIG)] {
-        if out.iter().any(|(k, o)| *k == kind && o.pointer("/metadata/name").and_then(Value::as_str) == Some(name)) {
-            continue;
-        }
-        let found = if kind == "ValidatingWebhookConfiguration" { v.get_opt(name).await?.map(|o| serde_json::to_value(o).unwrap_or(Value::Null)) } else { m.get_opt(name).await?.map(|o| serde_json::to_value(o).unwrap_or(Value::Null)) };
-        if let Some(o) = found {
-            out.push((kind, o));
+    for (kind, name, _) in CONFIGS {
+        let api = config_api(client, kind);
+        let listed: Vec<Value> = api.list(&lp).await?.items.into_iter().map(as_json).collect();
+        let named = listed.iter().any(|o| o.pointer("/metadata/name").and_then(Value::as_str) == Some(name));
+        out.extend(listed.into_iter().map(|o| (kind, o)));
+        if !named && let Some(o) = api.get_opt(name).await? {
+            out.push((kind, as_json(o)));
         }
     }
     Ok(out)
@@ -92,11 +84,7 @@ pub async fn break_glass(client: &kube::Client, mode: Mode, dry_run: bool) -> Re
         }
         let patch: json_patch::Patch = serde_json::from_value(Value::Array(ops)).map_err(kube::Error::SerdeError)?;
         let pp = PatchParams { field_manager: Some("verno-break-glass".into()), ..Default::default() };
-        if kind == "ValidatingWebhookConfiguration" {
-            Api::<ValidatingWebhookConfiguration>::all(client.clone()).patch(&name, &pp, &Patch::<()>::Json(patch)).await?;
-        } else {
-            Api::<MutatingWebhookConfiguration>::all(client.clone()).patch(&name, &pp, &Patch::<()>::Json(patch)).await?;
-        }
+        config_api(client, kind).patch(&name, &pp, &Patch::<()>::Json(patch)).await?;
     }
     if report.is_empty() {
         report.push("no Verno webhook configurations found".into());

@@ -41,6 +41,9 @@ struct Entry {
     result: Result<Arc<CompiledPolicy>, CompileError>,
     /// The last version that compiled, kept in force while a newer one is broken.
     last_good: Option<Arc<CompiledPolicy>>,
+    /// The status this version should show and its error text, worked out once per compile.
+    status: Value,
+    error: Option<String>,
 }
 
 /// What a policy's status should say.
@@ -49,7 +52,6 @@ pub struct PolicyStatus {
     pub kind: String,
     pub namespace: Option<String>,
     pub name: String,
-    pub generation: i64,
     /// `None` when ready; else the error with its field path.
     pub error: Option<String>,
     pub status: Value,
@@ -105,14 +107,22 @@ impl Compiler {
                 if let Err(e) = &result {
                     tracing::warn!(policy = %key, path = %e.path, error = %e.message, "policy does not compile; its previous version stays in force");
                 }
-                self.cache.insert(key.clone(), Entry { uid, generation, result, last_good });
+                let (status, error) = desired_status(generation, &result, last_good.is_some());
+                self.cache.insert(key.clone(), Entry { uid, generation, result, last_good, status, error });
             }
             let Some(entry) = self.cache.get(&key) else { continue };
             let in_force = entry.result.as_ref().ok().or(entry.last_good.as_ref());
             if let Some(p) = in_force {
                 compiled.push((**p).clone());
             }
-            statuses.push(status_for(kind, o, entry));
+            statuses.push(PolicyStatus {
+                kind: kind.to_string(),
+                namespace: o.metadata.namespace.clone().filter(|_| *kind != "ClusterPolicy"),
+                name: o.metadata.name.clone().unwrap_or_default(),
+                error: entry.error.clone(),
+                status: entry.status.clone(),
+                live: o.data.get("status").cloned(),
+            });
         }
         self.cache.retain(|k, _| seen.contains(k));
         let mut excs: Vec<CompiledException> = Vec::new();
@@ -133,17 +143,17 @@ impl Compiler {
     }
 }
 
-fn status_for(kind: &str, o: &DynamicObject, e: &Entry) -> PolicyStatus {
-    let generation = o.metadata.generation.unwrap_or(0);
-    let (ready, reason, message, error) = match &e.result {
+/// The status a compile result should show, and the error text when it failed.
+fn desired_status(generation: i64, result: &Result<Arc<CompiledPolicy>, CompileError>, kept_previous: bool) -> (Value, Option<String>) {
+    let (ready, reason, message, error) = match result {
         Ok(_) => (true, "Succeeded", "Ready".to_string(), None),
         Err(err) => {
             let text = if err.path.is_empty() { err.message.clone() } else { format!("{}: {}", err.path, err.message) };
-            let kept = if e.last_good.is_some() { " (the previous version stays in force)" } else { "" };
+            let kept = if kept_previous { " (the previous version stays in force)" } else { "" };
             (false, "Failed", format!("policy is invalid: {text}{kept}"), Some(text))
         }
     };
-    let compiled = e.result.as_ref().ok().map(|p| &**p);
+    let compiled = result.as_ref().ok().map(|p| &**p);
     let autogen: Vec<Value> = compiled.map(|p| verno_engine::autogen::rules(&p.source)).unwrap_or_default().iter().filter_map(|r| serde_json::to_value(r).ok()).collect();
     let mut status = json!({
         "ready": ready,
@@ -153,15 +163,7 @@ fn status_for(kind: &str, o: &DynamicObject, e: &Entry) -> PolicyStatus {
     if !autogen.is_empty() {
         status["autogen"] = json!({"rules": autogen});
     }
-    PolicyStatus {
-        kind: kind.to_string(),
-        namespace: o.metadata.namespace.clone().filter(|_| kind != "ClusterPolicy"),
-        name: o.metadata.name.clone().unwrap_or_default(),
-        generation,
-        error,
-        status,
-        live: o.data.get("status").cloned(),
-    }
+    (status, error)
 }
 
 /// The status without `lastTransitionTime`, for comparison.

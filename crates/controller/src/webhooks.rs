@@ -8,9 +8,9 @@
 //! state makes no writes. The applied body names no field the API server requires, so an apply
 //! that races an uninstall fails validation instead of re-creating a deleted configuration.
 
-use k8s_openapi::api::admissionregistration::v1::{MutatingWebhookConfiguration, ValidatingWebhookConfiguration};
 use k8s_openapi::api::rbac::v1::ClusterRole;
-use kube::api::{Api, Patch, PatchParams};
+use kube::api::{Api, DynamicObject, Patch, PatchParams};
+use kube::discovery::ApiResource;
 use serde_json::{Value, json};
 use std::collections::{BTreeMap, BTreeSet};
 use verno_engine::CompiledPolicy;
@@ -27,6 +27,24 @@ pub const VALIDATE_FAIL: &str = "validate.verno.svc-fail";
 pub const VALIDATE_IGNORE: &str = "validate.verno.svc-ignore";
 pub const MUTATE_FAIL: &str = "mutate.verno.svc-fail";
 pub const MUTATE_IGNORE: &str = "mutate.verno.svc-ignore";
+/// The configurations Verno manages: kind, name, and its (`-fail`, `-ignore`) entries.
+pub const CONFIGS: [(&str, &str, [&str; 2]); 2] = [
+    ("ValidatingWebhookConfiguration", VALIDATING_CONFIG, [VALIDATE_FAIL, VALIDATE_IGNORE]),
+    ("MutatingWebhookConfiguration", MUTATING_CONFIG, [MUTATE_FAIL, MUTATE_IGNORE]),
+];
+
+/// One client for either configuration kind, so both go through the same code.
+pub fn config_api(client: &kube::Client, kind: &str) -> Api<DynamicObject> {
+    let plural = if kind == "MutatingWebhookConfiguration" { "mutatingwebhookconfigurations" } else { "validatingwebhookconfigurations" };
+    let ar = ApiResource { group: "admissionregistration.k8s.io".into(), version: "v1".into(), api_version: "admissionregistration.k8s.io/v1".into(), kind: kind.into(), plural: plural.into() };
+    Api::all_with(client.clone(), &ar)
+}
+
+/// An object as plain JSON.
+pub fn as_json(o: DynamicObject) -> Value {
+    serde_json::to_value(o).unwrap_or(Value::Null)
+}
+
 /// Set by `verno break-glass`: the configuration's failure policies were forced to Ignore.
 pub const BREAK_GLASS_ANNOTATION: &str = "verno.io/break-glass";
 
@@ -217,25 +235,17 @@ pub async fn reconcile(client: &kube::Client, set: &PolicySet, inputs: &Inputs) 
         None => None,
     };
     let mut writes = 0;
-    let vwc: Api<ValidatingWebhookConfiguration> = Api::all(client.clone());
-    let mwc: Api<MutatingWebhookConfiguration> = Api::all(client.clone());
-    let live_v = vwc.get_opt(VALIDATING_CONFIG).await?.map(|o| serde_json::to_value(o).unwrap_or(Value::Null));
-    let live_m = mwc.get_opt(MUTATING_CONFIG).await?.map(|o| serde_json::to_value(o).unwrap_or(Value::Null));
-    for (kind, name, live, managed) in [
-        ("ValidatingWebhookConfiguration", VALIDATING_CONFIG, live_v, [VALIDATE_FAIL, VALIDATE_IGNORE]),
-        ("MutatingWebhookConfiguration", MUTATING_CONFIG, live_m, [MUTATE_FAIL, MUTATE_IGNORE]),
-    ] {
+    for (kind, name, managed) in CONFIGS {
+        let api = config_api(client, kind);
         // Never create: the installer owns the object; absent or terminating means uninstall.
-        let Some(live) = live.filter(|l| l.pointer("/metadata/deletionTimestamp").is_none()) else { continue };
+        let Some(live) = api.get_opt(name).await?.map(as_json).filter(|l| l.pointer("/metadata/deletionTimestamp").is_none()) else { continue };
         let entries: Vec<String> = live.get("webhooks").and_then(Value::as_array).into_iter().flatten().filter_map(|w| w.get("name").and_then(Value::as_str)).map(str::to_string).collect();
         let body = apply_body(kind, name, &entries, &rules, inputs, owner.as_ref(), &managed);
         if satisfied(&live, &body) {
             continue;
         }
-        let pp = PatchParams::apply(MANAGER).force();
-        let result = if kind == "ValidatingWebhookConfiguration" { vwc.patch(name, &pp, &Patch::Apply(&body)).await.map(|_| ()) } else { mwc.patch(name, &pp, &Patch::Apply(&body)).await.map(|_| ()) };
-        match result {
-            Ok(()) => {
+        match api.patch(name, &PatchParams::apply(MANAGER).force(), &Patch::Apply(&body)).await {
+            Ok(_) => {
                 writes += 1;
                 tracing::info!(config = %name, "webhook configuration updated");
             }

@@ -10,7 +10,6 @@ use serde_json::{Value, json};
 use std::sync::Arc;
 use std::time::Duration;
 use verno_controller::{Controller, Options, manifests, policies, webhooks};
-use verno_server::admission::PolicySet;
 use verno_server::{Config, Running, TlsSource};
 
 const NS: &str = "verno";
@@ -48,20 +47,22 @@ struct Replica {
 }
 
 async fn start_replica(fake: &FakeApiServer, identity: &str) -> Replica {
-    // A placeholder certificate until the controller loads the real one from its Secret.
-    let ca = verno_controller::certs::new_ca(Duration::from_secs(3600)).unwrap();
-    let placeholder = verno_controller::certs::new_pair(&ca, &["placeholder".into()], Duration::from_secs(3600)).unwrap();
+    start_replica_with(fake, identity, |_| {}).await
+}
+
+/// A replica with short lease and debounce times, after `tweak` adjusts its options.
+async fn start_replica_with(fake: &FakeApiServer, identity: &str, tweak: impl FnOnce(&mut Options)) -> Replica {
     let cfg = Config {
         addr: "127.0.0.1:0".parse().unwrap(),
         metrics_addr: None,
-        tls: TlsSource::Pem { cert: placeholder.cert, key: placeholder.key },
+        tls: TlsSource::Pem { cert: Vec::new(), key: Vec::new() }, // replaced by start_server
         body_limit: 3 << 20,
         deadline: Duration::from_secs(5),
         max_concurrency: 4,
         watch: Vec::new(),
         poll_interval: Duration::from_secs(3600),
     };
-    let server = Arc::new(verno_server::start(cfg, Arc::new(|| Ok(PolicySet::default()))).await.unwrap());
+    let server = verno_controller::start_server(cfg).await.unwrap();
     let mut opts = Options::new(NS, identity);
     opts.service = manifests::SERVICE.into();
     opts.deployment = Some(manifests::DEPLOYMENT.into());
@@ -70,6 +71,7 @@ async fn start_replica(fake: &FakeApiServer, identity: &str) -> Replica {
     opts.lease_retry = Duration::from_millis(300);
     opts.debounce = Duration::from_millis(100);
     opts.resync = Duration::from_secs(2);
+    tweak(&mut opts);
     let c = client(fake, Some(&format!("system:serviceaccount:{NS}:{}", manifests::SERVICE_ACCOUNT))).await;
     let controller = verno_controller::start(c, server.clone(), opts).await;
     Replica { server, controller }
@@ -369,31 +371,15 @@ async fn certificate_rotation_with_requests_in_flight_fails_no_request() {
     let fake = FakeApiServer::start(default_resources()).await.unwrap();
     let admin = client(&fake, None).await;
     install(&admin, &manifests::Values::default()).await;
-    // A serving certificate that lasts 3 s is renewed after 2 s.
-    let ca = verno_controller::certs::new_ca(Duration::from_secs(3600)).unwrap();
-    let placeholder = verno_controller::certs::new_pair(&ca, &["placeholder".into()], Duration::from_secs(3600)).unwrap();
-    let cfg = Config {
-        addr: "127.0.0.1:0".parse().unwrap(),
-        metrics_addr: None,
-        tls: TlsSource::Pem { cert: placeholder.cert, key: placeholder.key },
-        body_limit: 3 << 20,
-        deadline: Duration::from_secs(5),
-        max_concurrency: 4,
-        watch: Vec::new(),
-        poll_interval: Duration::from_secs(3600),
-    };
-    let server = Arc::new(verno_server::start(cfg, Arc::new(|| Ok(PolicySet::default()))).await.unwrap());
-    let mut opts = Options::new(NS, "verno-0");
-    opts.service = manifests::SERVICE.into();
-    opts.owner_cluster_role = Some(manifests::CLUSTER_ROLE.into());
-    opts.lease_duration = Duration::from_secs(2);
-    opts.lease_retry = Duration::from_millis(300);
-    opts.debounce = Duration::from_millis(100);
-    opts.resync = Duration::from_millis(500);
-    opts.pair_validity = Duration::from_secs(3);
-    // The CA too: re-issued (same key, appended to the bundle) while requests run.
-    opts.ca_validity = Duration::from_secs(4);
-    let controller = verno_controller::start(client(&fake, Some("system:serviceaccount:verno:verno-admission-controller")).await, server.clone(), opts).await;
+    // A serving certificate that lasts 3 s is renewed after 2 s; the CA (4 s) is re-issued
+    // (same key, appended to the bundle) while requests run.
+    let Replica { server, controller } = start_replica_with(&fake, "verno-0", |o| {
+        o.deployment = None;
+        o.resync = Duration::from_millis(500);
+        o.pair_validity = Duration::from_secs(3);
+        o.ca_validity = Duration::from_secs(4);
+    })
+    .await;
     fake.set_service(NS, manifests::SERVICE, Some(server.addr));
     apply_policy(&admin, REQUIRE_TEAM).await;
     eventually("rules", || async { entry_rules(&vwc(&admin).await?, webhooks::VALIDATE_FAIL) }).await;

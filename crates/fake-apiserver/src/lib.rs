@@ -259,12 +259,17 @@ impl FakeApiServer {
 /// A JSON response with `Warning` headers.
 pub(crate) fn ok_json_headers(code: StatusCode, v: &Value, warnings: &[String]) -> Response {
     let mut r = ok_json(code, v);
+    add_warnings(&mut r, warnings);
+    r
+}
+
+/// Webhook warnings as `Warning: 299 - "…"` headers.
+fn add_warnings(r: &mut Response, warnings: &[String]) {
     for w in warnings {
         if let Ok(v) = axum::http::HeaderValue::from_str(&format!("299 - {w:?}")) {
             r.headers_mut().append(header::WARNING, v);
         }
     }
-    r
 }
 
 pub(crate) fn status(code: StatusCode, reason: &str, message: impl Into<String>) -> Response {
@@ -363,7 +368,7 @@ async fn handle(State(inner): State<Arc<Inner>>, req: Request) -> Response {
         (&Method::GET, Some(name)) => match lock(&inner.store).objects.get(&(key(t.resource), t.namespace.clone(), name.clone())) {
             Some(o) if meta_only => ok_json(StatusCode::OK, &partial(o)),
             Some(o) => ok_json(StatusCode::OK, o),
-            None => status(StatusCode::NOT_FOUND, "NotFound", format!("{} \"{name}\" not found", t.resource.plural)),
+            None => not_found(t.resource, name),
         },
         (&Method::POST, None) | (&Method::PUT, Some(_)) | (&Method::PATCH, Some(_)) | (&Method::DELETE, Some(_)) => write(&inner, &t, &method, &headers, &q, &body).await,
         _ => status(StatusCode::METHOD_NOT_ALLOWED, "MethodNotAllowed", format!("{method} is not supported on {path}")),
@@ -539,19 +544,10 @@ async fn write(inner: &Arc<Inner>, t: &Target<'_>, method: &Method, headers: &He
     // Optimistic concurrency across the admission round trip.
     let rv = |o: Option<&Value>| o.and_then(|o| o.pointer("/metadata/resourceVersion")).cloned();
     if rv(s.objects.get(&change.k)) != rv(change.old.as_ref()) {
-        let name = &change.k.2;
-        return status(
-            StatusCode::CONFLICT,
-            "Conflict",
-            format!("Operation cannot be fulfilled on {} \"{name}\": the object has been modified; please apply your changes to the latest version and try again", change.resource.plural),
-        );
+        return conflict_on(&change.resource, &change.k.2);
     }
     let mut response = commit(inner, &mut s, change);
-    for w in warnings {
-        if let Ok(v) = axum::http::HeaderValue::from_str(&format!("299 - {w:?}")) {
-            response.headers_mut().append(header::WARNING, v);
-        }
-    }
+    add_warnings(&mut response, &warnings);
     response
 }
 
@@ -802,12 +798,7 @@ fn commit(inner: &Inner, s: &mut Store, c: Change) -> Response {
                 if old.pointer("/metadata/deletionTimestamp").is_some() {
                     return ok_json(StatusCode::OK, &old);
                 }
-                let mut marked = old.clone();
-                if let Some(m) = marked.get_mut("metadata").and_then(Value::as_object_mut) {
-                    m.insert("deletionTimestamp".into(), Value::String(chrono::Utc::now().format("%Y-%m-%dT%H:%M:%SZ").to_string()));
-                }
-                let stored = record(inner, s, &c.resource, "MODIFIED", marked);
-                s.objects.insert(c.k, stored.clone());
+                let stored = mark_deleting(inner, s, &c.resource, c.k, old);
                 return ok_json(StatusCode::OK, &stored);
             }
             let gone = remove_object(inner, s, &c.resource, &c.k, old);
@@ -816,6 +807,16 @@ fn commit(inner: &Inner, s: &mut Store, c: Change) -> Response {
         }
         _ => status(StatusCode::INTERNAL_SERVER_ERROR, "InternalError", "inconsistent write"),
     }
+}
+
+/// A delete held by finalizers: the object stays, with its `deletionTimestamp` set.
+fn mark_deleting(inner: &Inner, s: &mut Store, r: &Resource, k: ObjKey, mut o: Value) -> Value {
+    if let Some(m) = o.get_mut("metadata").and_then(Value::as_object_mut) {
+        m.insert("deletionTimestamp".into(), Value::String(chrono::Utc::now().format("%Y-%m-%dT%H:%M:%SZ").to_string()));
+    }
+    let stored = record(inner, s, r, "MODIFIED", o);
+    s.objects.insert(k, stored.clone());
+    stored
 }
 
 fn remove_object(inner: &Inner, s: &mut Store, r: &Resource, k: &ObjKey, o: Value) -> Value {
@@ -847,12 +848,7 @@ fn collect_garbage(inner: &Inner, s: &mut Store) {
             let Some(r) = inner.resources.iter().find(|r| key(r) == k.0).cloned() else { continue };
             let Some(o) = s.objects.get(&k).cloned() else { continue };
             if finalizers(&o) {
-                let mut marked = o;
-                if let Some(m) = marked.get_mut("metadata").and_then(Value::as_object_mut) {
-                    m.insert("deletionTimestamp".into(), Value::String(chrono::Utc::now().format("%Y-%m-%dT%H:%M:%SZ").to_string()));
-                }
-                let stored = record(inner, s, &r, "MODIFIED", marked);
-                s.objects.insert(k, stored);
+                mark_deleting(inner, s, &r, k, o);
             } else {
                 remove_object(inner, s, &r, &k, o);
             }
