@@ -10,6 +10,7 @@
 
 pub mod certs;
 pub mod crds;
+pub mod events;
 pub mod leader;
 pub mod manifests;
 pub mod ops;
@@ -57,6 +58,10 @@ pub struct Options {
     pub resync: Duration,
     pub ca_validity: Duration,
     pub pair_validity: Duration,
+    /// Violations waiting to become events (Kyverno's `--maxQueuedEvents`, 1000); more are
+    /// dropped and counted.
+    pub max_queued_events: usize,
+    pub event_limits: events::Limits,
 }
 
 impl Options {
@@ -74,6 +79,8 @@ impl Options {
             resync: Duration::from_secs(300),
             ca_validity: Duration::from_secs(365 * 86400),
             pair_validity: Duration::from_secs(60 * 86400),
+            max_queued_events: 1000,
+            event_limits: events::Limits::default(),
         }
     }
 
@@ -205,6 +212,11 @@ pub async fn start(client: kube::Client, server: Arc<Running>, opts: Options) ->
         let p_store = p_writer.as_reader();
         let e_writer = reflector::store::Writer::<DynamicObject>::new(ar_e.clone());
         let e_store = e_writer.as_reader();
+        // PolicyViolation events for the requests this replica serves.
+        let (violations_tx, violations_rx) = tokio::sync::mpsc::channel(opts.max_queued_events.max(1));
+        server.report_violations(violations_tx);
+        let stores = events::PolicyStores { cluster: cp_store.clone(), namespaced: p_store.clone() };
+        tasks.push(tokio::spawn(events::run(client.clone(), opts.identity.clone(), violations_rx, stores, server.clone(), opts.event_limits, stop_rx.clone())));
         let cp = watcher(Api::<DynamicObject>::all_with(client.clone(), &ar_c), watcher::Config::default()).default_backoff().reflect(cp_writer).map(|_| ());
         let p = watcher(Api::<DynamicObject>::all_with(client.clone(), &ar_p), watcher::Config::default()).default_backoff().reflect(p_writer).map(|_| ());
         let e = watcher(Api::<DynamicObject>::all_with(client.clone(), &ar_e), watcher::Config::default()).default_backoff().reflect(e_writer).map(|_| ());

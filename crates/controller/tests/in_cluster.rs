@@ -182,6 +182,51 @@ async fn a_policy_becomes_webhook_rules_and_violating_pods_are_denied_with_kyver
     replica.controller.stop().await;
 }
 
+fn events_api(c: &kube::Client) -> Api<DynamicObject> {
+    Api::all_with(c.clone(), &kube::discovery::ApiResource {
+        group: "events.k8s.io".into(), version: "v1".into(), api_version: "events.k8s.io/v1".into(), kind: "Event".into(), plural: "events".into() })
+}
+
+async fn event_with_note(c: &kube::Client, note: &str) -> Value {
+    let events = events_api(c);
+    eventually(note, || async { events.list(&Default::default()).await.ok()?.items.into_iter().find(|e| e.data["note"] == note).map(|e| serde_json::to_value(e).unwrap()) }).await
+}
+
+#[tokio::test]
+async fn failed_rules_become_policy_violation_events_as_kyverno_writes_them() {
+    let (_fake, admin, replica) = setup().await;
+    apply_policy(&admin, REQUIRE_TEAM).await;
+    let audit = REQUIRE_TEAM.replace("require-team", "audit-owner").replace("check-team", "check-owner").replace("Enforce", "Audit").replace("'team' is required", "'owner' is recommended").replace("\"team\"", "\"owner\"");
+    apply_policy(&admin, &audit).await;
+    eventually("both entries", || async { let v = vwc(&admin).await?; entry_rules(&v, webhooks::VALIDATE_FAIL).and(entry_rules(&v, webhooks::VALIDATE_IGNORE)) }).await;
+    let enforce_uid = policy_api(&admin).get("require-team").await.unwrap().metadata.uid.unwrap();
+    let pods: Api<Pod> = Api::namespaced(admin.clone(), "shop");
+    pods.create(&PostParams::default(), &pod("web", json!({}))).await.unwrap_err();
+    let admitted = pods.create(&PostParams::default(), &pod("ok", json!({"team": "a"}))).await.unwrap();
+
+    // Blocked: an event on the policy (a ClusterPolicy's go to `default`), related to the Pod.
+    let blocked = event_with_note(&admin, "Pod shop/web: [check-team] fail (blocked); validation error: label 'team' is required. rule check-team failed at path /metadata/labels/team/").await;
+    assert_eq!(blocked["metadata"]["namespace"], "default");
+    assert_eq!((&blocked["type"], &blocked["reason"], &blocked["action"]), (&json!("Warning"), &json!("PolicyViolation"), &json!("Resource Blocked")));
+    assert_eq!(blocked["reportingController"], "kyverno-admission");
+    assert_eq!(blocked["regarding"]["kind"], "ClusterPolicy");
+    assert_eq!(blocked["regarding"]["uid"], enforce_uid.as_str());
+    assert_eq!(blocked["related"], json!({"apiVersion": "v1", "kind": "Pod", "name": "web", "namespace": "shop"}));
+    // Admitted with an Audit failure: on the policy, and on the Pod itself (with its uid, so
+    // `kubectl describe pod` shows it).
+    let passed = event_with_note(&admin, "Pod shop/ok: [check-owner] fail; validation error: label 'owner' is recommended. rule check-owner failed at path /metadata/labels/owner/").await;
+    assert_eq!(passed["action"], "Resource Passed");
+    let on_pod = event_with_note(&admin, "policy audit-owner/check-owner fail: validation error: label 'owner' is recommended. rule check-owner failed at path /metadata/labels/owner/").await;
+    assert_eq!(on_pod["metadata"]["namespace"], "shop");
+    assert_eq!(on_pod["regarding"]["uid"], admitted.metadata.uid.unwrap().as_str());
+    assert_eq!(on_pod["regarding"]["kind"], "Pod");
+    // The refused Pod never existed, so it has no event of its own.
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let list = events_api(&admin).list(&Default::default()).await.unwrap();
+    assert!(list.items.iter().all(|e| e.data["regarding"]["name"] != "web"), "{:?}", list.items);
+    replica.controller.stop().await;
+}
+
 #[tokio::test]
 async fn an_invalid_policy_reports_the_error_and_path_and_the_previous_version_stays_in_force() {
     let (_fake, admin, replica) = setup().await;
@@ -203,8 +248,7 @@ async fn an_invalid_policy_reports_the_error_and_path_and_the_previous_version_s
     let err = pods.create(&PostParams::default(), &pod("web", json!({}))).await.unwrap_err();
     assert!(matches!(err, kube::Error::Api(ref s) if s.message.contains("rule check-team failed")), "{err:?}");
     // A Warning event says so.
-    let events: Api<DynamicObject> = Api::all_with(admin.clone(), &kube::discovery::ApiResource {
-        group: "events.k8s.io".into(), version: "v1".into(), api_version: "events.k8s.io/v1".into(), kind: "Event".into(), plural: "events".into() });
+    let events = events_api(&admin);
     eventually("a PolicyError event", || async {
         events.list(&Default::default()).await.ok()?.items.into_iter().find(|e| e.data["reason"] == "PolicyError" && e.data["type"] == "Warning")
     }).await;

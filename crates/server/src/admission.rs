@@ -106,6 +106,58 @@ pub struct RuleResult {
     pub status: Status,
 }
 
+/// The object a request is about, as an event's `related` / `regarding` reference.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ResourceRef {
+    pub api_version: String,
+    pub kind: String,
+    pub namespace: String,
+    pub name: String,
+    /// The object's uid; validating webhooks see it on CREATE too, since the API server
+    /// assigns it (and a generated name) before validating admission.
+    pub uid: String,
+}
+
+/// A rule that failed or errored during validation: what Kyverno turns into `PolicyViolation`
+/// events (on the policy, and on the resource when the request went through). The server only
+/// reports them; the in-cluster controller writes the events.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Violation {
+    /// `ClusterPolicy` or `Policy`.
+    pub policy_kind: String,
+    pub policy_name: String,
+    /// Set for a namespaced `Policy`.
+    pub policy_namespace: Option<String>,
+    pub rule: String,
+    pub status: Status,
+    pub message: String,
+    /// The request was refused because of this rule.
+    pub blocked: bool,
+    pub resource: ResourceRef,
+}
+
+impl Violation {
+    /// The note of the event on the policy: `Pod ns/name: [rule] fail (blocked); message`.
+    pub fn policy_note(&self) -> String {
+        let r = &self.resource;
+        let mut out = if r.namespace.is_empty() { format!("{} {}", r.kind, r.name) } else { format!("{} {}/{}", r.kind, r.namespace, r.name) };
+        out.push_str(&format!(": [{}] {}", self.rule, self.status.as_str()));
+        if self.blocked {
+            out.push_str(" (blocked)");
+        }
+        if !self.message.is_empty() {
+            out.push_str("; ");
+            out.push_str(&self.message);
+        }
+        out
+    }
+
+    /// The note of the event on the resource: `policy name/rule fail: message`.
+    pub fn resource_note(&self) -> String {
+        format!("policy {}/{} {}: {}", self.policy_name, self.rule, self.status.as_str(), self.message)
+    }
+}
+
 /// What a review produced.
 #[derive(Debug)]
 pub struct Outcome {
@@ -117,6 +169,8 @@ pub struct Outcome {
     pub results: Vec<RuleResult>,
     /// Per policy: seconds spent evaluating it.
     pub policy_seconds: Vec<(Arc<PolicyMeta>, f64)>,
+    /// Failed and errored validation rules (for events).
+    pub violations: Vec<Violation>,
 }
 
 /// The JSON the webhook answers with, for a request that could not be evaluated at all.
@@ -233,6 +287,7 @@ pub fn review(set: &PolicySet, hook: Hook, filter: Filter, review: &Value) -> Ou
             results.push(RuleResult { policy: m.clone(), rule, enforce, rule_type: rr.rule_type, status: rr.status });
         }
     };
+    let mut violations = Vec::new();
     let mut response = Map::new();
     response.insert("uid".into(), Value::String(uid.to_string()));
     let mut allowed = true;
@@ -272,6 +327,24 @@ pub fn review(set: &PolicySet, hook: Hook, filter: Filter, review: &Value) -> Ou
                 let r = evaluate_phase(p, Phase::Validate, &set.exceptions, &request, &mut ctx, &verno_engine::NoData);
                 record(i, &r, started);
                 for rr in &r.rules {
+                    if matches!(rr.status, Status::Fail | Status::Error) {
+                        violations.push(Violation {
+                            policy_kind: p.kind.clone(),
+                            policy_name: p.name.clone(),
+                            policy_namespace: if p.kind == "Policy" { p.namespace.clone() } else { None },
+                            rule: rr.name.clone(),
+                            status: rr.status,
+                            message: rr.message.clone(),
+                            blocked: p.blocks(rr),
+                            resource: ResourceRef {
+                                api_version: api_version_of(req, subject),
+                                kind: kind.clone(),
+                                namespace: namespace.clone(),
+                                name: name.clone(),
+                                uid: s(subject, "/metadata/uid").to_string(),
+                            },
+                        });
+                    }
                     if p.blocks(rr) {
                         failures.entry(p.key()).or_default().insert(rr.name.clone(), rr.message.clone());
                     } else if p.emit_warning && rr.status != Status::Skip && rr.status != Status::Pass {
@@ -298,6 +371,17 @@ pub fn review(set: &PolicySet, hook: Hook, filter: Filter, review: &Value) -> Ou
         operation,
         results,
         policy_seconds,
+        violations,
+    }
+}
+
+/// `group/version` of the request's kind (the object's own `apiVersion` when absent).
+fn api_version_of(req: &Value, subject: &Value) -> String {
+    let (g, v) = (s(req, "/kind/group"), s(req, "/kind/version"));
+    match (g.is_empty(), v.is_empty()) {
+        (_, true) => s(subject, "/apiVersion").to_string(),
+        (true, false) => v.to_string(),
+        (false, false) => format!("{g}/{v}"),
     }
 }
 

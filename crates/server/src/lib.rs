@@ -52,6 +52,9 @@ struct AppState {
     metrics: metrics::Metrics,
     permits: Semaphore,
     deadline: Duration,
+    /// Where failed rules go for PolicyViolation events (in-cluster only); bounded, and a
+    /// full queue drops (counted) rather than slowing admission.
+    violations: std::sync::OnceLock<tokio::sync::mpsc::Sender<admission::Violation>>,
 }
 
 impl AppState {
@@ -105,6 +108,14 @@ async fn handle(state: Arc<AppState>, hook: Hook, filter: Filter, webhook: &'sta
     match outcome {
         Ok(Ok(o)) => {
             state.metrics.observe(webhook, &o, started.elapsed().as_secs_f64(), dry_run, &o.policy_seconds);
+            // A dry run changes nothing, so it leaves no events (as Kyverno).
+            if let (false, Some(tx)) = (dry_run, state.violations.get()) {
+                for v in &o.violations {
+                    if tx.try_send(v.clone()).is_err() {
+                        state.metrics.events_dropped.inc();
+                    }
+                }
+            }
             tracing::debug!(uid = %uid, kind = %o.kind, namespace = %o.namespace, allowed = o.allowed, "reviewed");
             json_response(StatusCode::OK, &o.review)
         }
@@ -198,6 +209,19 @@ impl Running {
         Ok(())
     }
 
+    /// Sends every failed or errored validation rule of a non-dry-run request to `tx` (once;
+    /// later calls are ignored). A full channel drops the violation and counts it in
+    /// `verno_events_dropped_total`.
+    pub fn report_violations(&self, tx: tokio::sync::mpsc::Sender<admission::Violation>) {
+        let _ = self.state.violations.set(tx);
+    }
+
+    /// Counts a violation event that was not written (rate limit) in
+    /// `verno_events_dropped_total`.
+    pub fn event_dropped(&self) {
+        self.state.metrics.events_dropped.inc();
+    }
+
     /// Marks one part of readiness done (or not) for `/health/readiness`.
     pub fn set_ready_part(&self, part: ReadyPart, done: bool) {
         let bit = part as u8;
@@ -276,6 +300,7 @@ pub async fn start(cfg: Config, loader: Loader) -> Result<Running, String> {
         metrics,
         permits: Semaphore::new(cfg.max_concurrency.max(1)),
         deadline: cfg.deadline,
+        violations: std::sync::OnceLock::new(),
     });
     let app = router(state.clone(), cfg.body_limit);
     let handle: axum_server::Handle<SocketAddr> = axum_server::Handle::new();

@@ -205,6 +205,8 @@ pub struct Metrics {
     review_duration: Family<AdmissionLabels, Histogram>,
     results: Arc<Results>,
     policy_duration: Arc<Times>,
+    /// Violation events not handed to the controller because its queue was full.
+    pub events_dropped: Counter,
 }
 
 impl Default for Metrics {
@@ -220,7 +222,9 @@ impl Default for Metrics {
         registry.register_collector(Box::new(policy_duration.clone()));
         let policy_info = Arc::new(PolicyInfo::default());
         registry.register_collector(Box::new(policy_info.clone()));
-        Metrics { registry, policy_info, names: Mutex::new(HashMap::new()), requests, review_duration, results, policy_duration }
+        let events_dropped = Counter::default();
+        registry.register("verno_events_dropped", "PolicyViolation events dropped because the event queue was full", events_dropped.clone());
+        Metrics { registry, policy_info, names: Mutex::new(HashMap::new()), requests, review_duration, results, policy_duration, events_dropped }
     }
 }
 

@@ -176,6 +176,62 @@ async fn the_webhook_denies_allows_and_patches_over_tls() -> Result<(), String> 
     Ok(())
 }
 
+const AUDIT_OWNER: &str = r#"
+apiVersion: kyverno.io/v1
+kind: ClusterPolicy
+metadata:
+  name: audit-owner
+spec:
+  validationFailureAction: Audit
+  rules:
+  - name: check-owner
+    match:
+      any:
+      - resources:
+          kinds: [Pod]
+    validate:
+      message: "label 'owner' is recommended"
+      pattern:
+        metadata:
+          labels:
+            owner: "?*"
+"#;
+
+#[tokio::test]
+async fn failed_rules_are_handed_over_for_policy_violation_events() -> Result<(), String> {
+    let h = Harness::start(&[("require-team.yaml", REQUIRE_TEAM), ("audit-owner.yaml", AUDIT_OWNER)]).await?;
+    let (tx, mut rx) = tokio::sync::mpsc::channel(16);
+    h.running.as_ref().ok_or("not running")?.report_violations(tx);
+
+    // Blocked by the Enforce rule; the Audit rule fails too but blocks nothing.
+    let (_, denied) = h.post("/validate", &review(json!({"app": "web"}))).await?;
+    assert_eq!(denied["response"]["allowed"], false);
+    let mut got = Vec::new();
+    while let Ok(v) = rx.try_recv() {
+        got.push(v);
+    }
+    got.sort_by(|a, b| a.policy_name.cmp(&b.policy_name));
+    assert_eq!(got.len(), 2, "{got:?}");
+    assert_eq!(got[0].policy_note(), "Pod shop/web: [check-owner] fail; validation error: label 'owner' is recommended. rule check-owner failed at path /metadata/labels/owner/");
+    assert_eq!(got[0].resource_note(), "policy audit-owner/check-owner fail: validation error: label 'owner' is recommended. rule check-owner failed at path /metadata/labels/owner/");
+    assert!(!got[0].blocked);
+    assert_eq!(got[1].policy_note(), "Pod shop/web: [check-team] fail (blocked); validation error: label 'team' is required. rule check-team failed at path /metadata/labels/team/");
+    assert!(got[1].blocked);
+    assert_eq!((got[1].resource.api_version.as_str(), got[1].resource.kind.as_str()), ("v1", "Pod"));
+
+    // A dry run and a passing request leave nothing.
+    let mut dry = review(json!({"app": "web"}));
+    dry["request"]["dryRun"] = json!(true);
+    h.post("/validate", &dry).await?;
+    h.post("/validate", &review(json!({"team": "a", "owner": "b"}))).await?;
+    assert!(rx.try_recv().is_err());
+
+    if let Some(r) = h.running {
+        r.shutdown(Duration::from_secs(1)).await;
+    }
+    Ok(())
+}
+
 #[tokio::test]
 async fn bad_requests_get_clear_http_errors() -> Result<(), String> {
     let h = Harness::start(&[("require-team.yaml", REQUIRE_TEAM)]).await?;
