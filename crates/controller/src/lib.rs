@@ -15,6 +15,7 @@ pub mod leader;
 pub mod manifests;
 pub mod ops;
 pub mod policies;
+pub mod probe;
 pub mod webhooks;
 
 use futures_util::StreamExt;
@@ -62,6 +63,11 @@ pub struct Options {
     /// dropped and counted.
     pub max_queued_events: usize,
     pub event_limits: events::Limits,
+    /// The leader updates the probe Lease this often (end-to-end check through the API
+    /// server); `None` turns the probe off.
+    pub probe_interval: Option<Duration>,
+    /// No webhook call seen for this long counts as unreachable (Kyverno's idle deadline).
+    pub probe_deadline: Duration,
 }
 
 impl Options {
@@ -81,6 +87,8 @@ impl Options {
             pair_validity: Duration::from_secs(60 * 86400),
             max_queued_events: 1000,
             event_limits: events::Limits::default(),
+            probe_interval: Some(Duration::from_secs(30)),
+            probe_deadline: Duration::from_secs(100),
         }
     }
 
@@ -308,6 +316,11 @@ pub async fn start(client: kube::Client, server: Arc<Running>, opts: Options) ->
             let going = d.metadata.deletion_timestamp.is_some() || d.spec.replicas == Some(0);
             down_tx.send_if_modified(|cur| std::mem::replace(cur, going) != going);
         }));
+    }
+
+    // The end-to-end probe (leader only).
+    if let Some(interval) = opts.probe_interval {
+        tasks.push(tokio::spawn(probe::run(client.clone(), opts.namespace.clone(), opts.identity.clone(), interval, opts.probe_deadline, leader_rx.clone(), stop_rx.clone())));
     }
 
     // The leader loop.

@@ -6,7 +6,8 @@
 //! entry matches, never kube-system, kube-public, kube-node-lease, Verno's own namespace,
 //! nodes, CSRs, leases, events, or Verno's own service accounts.
 
-use crate::webhooks::{MUTATE_FAIL, MUTATE_IGNORE, MUTATING_CONFIG, VALIDATE_FAIL, VALIDATE_IGNORE, VALIDATING_CONFIG};
+use crate::probe::{PROBE_LABEL, VERIFY_PATH};
+use crate::webhooks::{MONITOR, MUTATE_FAIL, MUTATE_IGNORE, MUTATING_CONFIG, VALIDATE_FAIL, VALIDATE_IGNORE, VALIDATING_CONFIG};
 use serde_json::{Value, json};
 
 /// Values, named as in the Helm chart (`--set key=value`).
@@ -109,6 +110,22 @@ fn entry(v: &Values, name: &str, path: &str, fail: bool) -> Value {
     })
 }
 
+/// The probe's entry: fail-open, only the probe Lease in Verno's namespace, and no exclusion of
+/// Verno's own service account (the leader makes the probe write).
+fn monitor_entry(v: &Values) -> Value {
+    json!({
+        "name": MONITOR,
+        "clientConfig": {"service": {"name": SERVICE, "namespace": v.namespace, "path": VERIFY_PATH, "port": 443}},
+        "failurePolicy": "Ignore",
+        "timeoutSeconds": v.ignore_timeout,
+        "sideEffects": "None",
+        "admissionReviewVersions": ["v1"],
+        "matchPolicy": "Equivalent",
+        "namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": v.namespace}},
+        "objectSelector": {"matchLabels": {PROBE_LABEL: "true"}},
+    })
+}
+
 /// The webhook configurations as the installer owns them (no rules, no caBundle).
 pub fn webhook_configurations(v: &Values) -> Vec<Value> {
     vec![
@@ -117,7 +134,7 @@ pub fn webhook_configurations(v: &Values) -> Vec<Value> {
             "webhooks": [entry(v, VALIDATE_FAIL, "/validate/fail", true), entry(v, VALIDATE_IGNORE, "/validate/ignore", false)]}),
         json!({"apiVersion": "admissionregistration.k8s.io/v1", "kind": "MutatingWebhookConfiguration",
             "metadata": {"name": MUTATING_CONFIG, "labels": labels()},
-            "webhooks": [entry(v, MUTATE_FAIL, "/mutate/fail", true), entry(v, MUTATE_IGNORE, "/mutate/ignore", false)]}),
+            "webhooks": [entry(v, MUTATE_FAIL, "/mutate/fail", true), entry(v, MUTATE_IGNORE, "/mutate/ignore", false), monitor_entry(v)]}),
     ]
 }
 
@@ -219,6 +236,13 @@ mod tests {
         for cfg in &docs[..2] {
             for w in cfg["webhooks"].as_array().unwrap() {
                 assert!(w.get("rules").is_none());
+                if w["name"] == MONITOR {
+                    // The probe: fail-open, and nothing but the probe Lease in Verno's namespace.
+                    assert_eq!(w["failurePolicy"], "Ignore");
+                    assert_eq!(w["namespaceSelector"], json!({"matchLabels": {"kubernetes.io/metadata.name": "verno"}}));
+                    assert_eq!(w["objectSelector"], json!({"matchLabels": {PROBE_LABEL: "true"}}));
+                    continue;
+                }
                 let excluded = &w["namespaceSelector"]["matchExpressions"][0]["values"];
                 for ns in ["kube-system", "kube-public", "kube-node-lease", "verno"] {
                     assert!(excluded.as_array().unwrap().iter().any(|v| v == ns), "{ns} excluded");

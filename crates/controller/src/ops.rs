@@ -132,7 +132,24 @@ pub async fn doctor(client: &kube::Client, namespace: &str, lease_name: &str) ->
         }
         None => out.push_str(&format!("leader: none (no Lease {namespace}/{lease_name})\n")),
     }
+    out.push_str(&probe_line(leases.get_opt(crate::probe::PROBE_LEASE).await?.as_ref(), k8s_openapi::jiff::Timestamp::now(), PROBE_DEADLINE_SECONDS));
     Ok(out)
+}
+
+/// Kyverno's idle deadline: no webhook call through the API server for this long is a problem.
+pub const PROBE_DEADLINE_SECONDS: i64 = 100;
+
+/// The probe's line of the report: how long ago the API server last reached Verno.
+pub fn probe_line(lease: Option<&Lease>, now: k8s_openapi::jiff::Timestamp, deadline: i64) -> String {
+    let Some(lease) = lease else { return "probe: no probe Lease yet (the leader creates it)\n".into() };
+    match crate::probe::last_request(lease) {
+        Some(t) => {
+            let age = (now.as_second() - t.as_second()).max(0);
+            let warn = if age > deadline { format!("  ← over {deadline}s: the API server cannot reach Verno (Service, endpoints, network policy or caBundle)") } else { String::new() };
+            format!("probe: the API server last reached Verno {age}s ago{warn}\n")
+        }
+        None => "probe: the API server has never reached Verno through the probe entry  ← check the Service, endpoints, network policy and caBundle\n".into(),
+    }
 }
 
 /// Ready endpoints of a Service, from its EndpointSlices.

@@ -27,10 +27,13 @@ pub const VALIDATE_FAIL: &str = "validate.verno.svc-fail";
 pub const VALIDATE_IGNORE: &str = "validate.verno.svc-ignore";
 pub const MUTATE_FAIL: &str = "mutate.verno.svc-fail";
 pub const MUTATE_IGNORE: &str = "mutate.verno.svc-ignore";
-/// The configurations Verno manages: kind, name, and its (`-fail`, `-ignore`) entries.
-pub const CONFIGS: [(&str, &str, [&str; 2]); 2] = [
-    ("ValidatingWebhookConfiguration", VALIDATING_CONFIG, [VALIDATE_FAIL, VALIDATE_IGNORE]),
-    ("MutatingWebhookConfiguration", MUTATING_CONFIG, [MUTATE_FAIL, MUTATE_IGNORE]),
+/// The end-to-end probe's entry (Kyverno's verify webhook): fail-open, it matches only
+/// updates of the probe Lease in Verno's namespace, and Verno stamps the time it was called.
+pub const MONITOR: &str = "monitor-webhooks.verno.svc";
+/// The configurations Verno manages: kind, name, and the entries whose rules it owns.
+pub const CONFIGS: [(&str, &str, &[&str]); 2] = [
+    ("ValidatingWebhookConfiguration", VALIDATING_CONFIG, &[VALIDATE_FAIL, VALIDATE_IGNORE]),
+    ("MutatingWebhookConfiguration", MUTATING_CONFIG, &[MUTATE_FAIL, MUTATE_IGNORE, MONITOR]),
 ];
 
 /// One client for either configuration kind, so both go through the same code.
@@ -150,7 +153,8 @@ pub fn desired_rules(set: &PolicySet) -> BTreeMap<&'static str, Vec<Value>> {
             }
         }
     }
-    acc.into_iter()
+    let mut out: BTreeMap<&'static str, Vec<Value>> = acc
+        .into_iter()
         .map(|(entry, groups)| {
             let rules = groups
                 .into_iter()
@@ -158,7 +162,10 @@ pub fn desired_rules(set: &PolicySet) -> BTreeMap<&'static str, Vec<Value>> {
                 .collect();
             (entry, rules)
         })
-        .collect()
+        .collect();
+    // The probe's entry (its namespace and object selectors narrow it to the probe Lease).
+    out.insert(MONITOR, vec![json!({"apiGroups": ["coordination.k8s.io"], "apiVersions": ["v1"], "operations": ["UPDATE"], "resources": ["leases"], "scope": "Namespaced"})]);
+    out
 }
 
 /// What the reconciler needs besides the policy set.

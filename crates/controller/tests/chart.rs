@@ -94,6 +94,13 @@ fn the_chart_lints_and_every_render_keeps_the_safety_invariants() {
                 let name = w["name"].as_str().unwrap();
                 assert!(w.get("rules").is_none(), "{f} {name}: the chart owns no rules");
                 assert!(w.pointer("/clientConfig/caBundle").is_none(), "{f} {name}: the chart owns no caBundle");
+                if name == verno_controller::webhooks::MONITOR {
+                    // The end-to-end probe: fail-open, and only the probe Lease in the release namespace.
+                    assert_eq!(w["failurePolicy"], "Ignore", "{f} {name}");
+                    assert_eq!(w["namespaceSelector"], serde_json::json!({"matchLabels": {"kubernetes.io/metadata.name": "verno"}}), "{f} {name}");
+                    assert_eq!(w["objectSelector"], serde_json::json!({"matchLabels": {"verno.io/probe": "true"}}), "{f} {name}");
+                    continue;
+                }
                 let excluded = w.pointer("/namespaceSelector/matchExpressions/0/values").and_then(Value::as_array).unwrap();
                 for ns in ["kube-system", "kube-public", "kube-node-lease", "verno"] {
                     assert!(excluded.iter().any(|v| v == ns), "{f} {name}: {ns} is not excluded");

@@ -71,6 +71,7 @@ async fn start_replica_with(fake: &FakeApiServer, identity: &str, tweak: impl Fn
     opts.lease_retry = Duration::from_millis(300);
     opts.debounce = Duration::from_millis(100);
     opts.resync = Duration::from_secs(2);
+    opts.probe_interval = Some(Duration::from_millis(300));
     tweak(&mut opts);
     let c = client(fake, Some(&format!("system:serviceaccount:{NS}:{}", manifests::SERVICE_ACCOUNT))).await;
     let controller = verno_controller::start(c, server.clone(), opts).await;
@@ -224,6 +225,36 @@ async fn failed_rules_become_policy_violation_events_as_kyverno_writes_them() {
     tokio::time::sleep(Duration::from_secs(1)).await;
     let list = events_api(&admin).list(&Default::default()).await.unwrap();
     assert!(list.items.iter().all(|e| e.data["regarding"]["name"] != "web"), "{:?}", list.items);
+    replica.controller.stop().await;
+}
+
+#[tokio::test]
+async fn the_probe_sees_the_api_server_reach_verno_and_doctor_reports_its_age() {
+    let (fake, admin, replica) = setup().await;
+    let mwc: Api<MutatingWebhookConfiguration> = Api::all(admin.clone());
+    let monitor = serde_json::to_value(mwc.get(webhooks::MUTATING_CONFIG).await.unwrap()).unwrap();
+    assert_eq!(entry_rules(&monitor, webhooks::MONITOR), Some(json!([{"apiGroups": ["coordination.k8s.io"], "apiVersions": ["v1"], "operations": ["UPDATE"], "resources": ["leases"], "scope": "Namespaced"}])));
+    // The leader's Lease update went through admission and came back stamped by Verno.
+    let leases: Api<k8s_openapi::api::coordination::v1::Lease> = Api::namespaced(admin.clone(), NS);
+    let first = eventually("a stamped probe Lease", || async { verno_controller::probe::last_request(&leases.get_opt(verno_controller::probe::PROBE_LEASE).await.ok()??) }).await;
+    eventually("a newer stamp", || async { verno_controller::probe::last_request(&leases.get(verno_controller::probe::PROBE_LEASE).await.ok()?).filter(|t| *t > first) }).await;
+    let doctor = verno_controller::ops::doctor(&admin, NS, "verno-controller").await.unwrap();
+    assert!(doctor.contains("probe: the API server last reached Verno "), "{doctor}");
+    assert!(!doctor.contains("cannot reach Verno"), "{doctor}");
+    assert!(doctor.contains("monitor-webhooks.verno.svc: failurePolicy Ignore"), "{doctor}");
+
+    // The Service loses its endpoints: probe writes still succeed (fail-open) but the stamp stops.
+    fake.set_service(NS, manifests::SERVICE, None);
+    tokio::time::sleep(Duration::from_millis(600)).await;
+    let frozen = leases.get(verno_controller::probe::PROBE_LEASE).await.unwrap();
+    tokio::time::sleep(Duration::from_millis(1000)).await;
+    let later = leases.get(verno_controller::probe::PROBE_LEASE).await.unwrap();
+    assert_eq!(verno_controller::probe::last_request(&later), verno_controller::probe::last_request(&frozen));
+    assert_ne!(later.spec.as_ref().unwrap().renew_time, frozen.spec.as_ref().unwrap().renew_time, "the leader kept probing");
+    // Past the deadline, doctor says what is wrong.
+    let stamp = verno_controller::probe::last_request(&later).unwrap();
+    let line = verno_controller::ops::probe_line(Some(&later), stamp + k8s_openapi::jiff::SignedDuration::from_secs(150), 100);
+    assert_eq!(line, "probe: the API server last reached Verno 150s ago  ← over 100s: the API server cannot reach Verno (Service, endpoints, network policy or caBundle)\n");
     replica.controller.stop().await;
 }
 

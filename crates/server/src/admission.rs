@@ -385,6 +385,25 @@ fn api_version_of(req: &Value, subject: &Value) -> String {
     }
 }
 
+/// The annotation the end-to-end probe's webhook stamps on the probe Lease (Kyverno's verify
+/// webhook stamps `kyverno.io/last-request-time`).
+pub const LAST_REQUEST_ANNOTATION: &str = "verno.io/last-request-time";
+
+/// The probe's answer: allow, and set [`LAST_REQUEST_ANNOTATION`] to `now` by JSON patch, so
+/// whoever made the write sees in the stored object that the API server reached Verno.
+pub fn verify_review(review: &Value, now: &str) -> Value {
+    let api_version = review.get("apiVersion").and_then(Value::as_str).unwrap_or("admission.k8s.io/v1");
+    let uid = s(review, "/request/uid");
+    let has_annotations = review.pointer("/request/object/metadata/annotations").is_some_and(Value::is_object);
+    let ops = if has_annotations {
+        json!([{"op": "add", "path": format!("/metadata/annotations/{}", LAST_REQUEST_ANNOTATION.replace('/', "~1")), "value": now}])
+    } else {
+        json!([{"op": "add", "path": "/metadata/annotations", "value": {LAST_REQUEST_ANNOTATION: now}}])
+    };
+    let patch = base64::engine::general_purpose::STANDARD.encode(serde_json::to_vec(&ops).unwrap_or_default());
+    json!({"apiVersion": api_version, "kind": "AdmissionReview", "response": {"uid": uid, "allowed": true, "patchType": "JSONPatch", "patch": patch}})
+}
+
 /// The clock for `time_now*`; no DNS lookups from the admission path.
 struct ServerEnv;
 
@@ -406,6 +425,21 @@ mod tests {
         assert_eq!(yaml_scalar("true"), "\"true\"");
         assert_eq!(yaml_scalar("a\nb"), "\"a\\nb\"");
         assert_eq!(yaml_scalar("-leading"), "'-leading'");
+    }
+
+    #[test]
+    fn the_probe_answer_stamps_the_time_whether_or_not_annotations_exist() {
+        let decode = |r: &Value| -> Value {
+            let b = base64::engine::general_purpose::STANDARD.decode(r["response"]["patch"].as_str().unwrap_or("")).unwrap_or_default();
+            serde_json::from_slice(&b).unwrap_or(Value::Null)
+        };
+        let bare = json!({"request": {"uid": "u1", "object": {"metadata": {"name": "verno-health"}}}});
+        let r = verify_review(&bare, "2026-11-21T10:00:00Z");
+        assert_eq!(r["response"]["uid"], "u1");
+        assert_eq!(r["response"]["allowed"], true);
+        assert_eq!(decode(&r), json!([{"op": "add", "path": "/metadata/annotations", "value": {"verno.io/last-request-time": "2026-11-21T10:00:00Z"}}]));
+        let annotated = json!({"request": {"uid": "u2", "object": {"metadata": {"annotations": {"a": "b"}}}}});
+        assert_eq!(decode(&verify_review(&annotated, "t")), json!([{"op": "add", "path": "/metadata/annotations/verno.io~1last-request-time", "value": "t"}]));
     }
 
     #[test]

@@ -143,10 +143,22 @@ fn router(state: Arc<AppState>, body_limit: usize) -> Router {
         .route("/mutate", route(Hook::Mutate, Filter::All, "mutate"))
         .route("/mutate/fail", route(Hook::Mutate, Filter::Fail, "mutate-fail"))
         .route("/mutate/ignore", route(Hook::Mutate, Filter::Ignore, "mutate-ignore"))
+        .route("/verifymutate", post(verify))
         .route("/health/liveness", get(|| async { "ok" }))
         .route("/health/readiness", get(move || readiness(state.clone())))
         .layer(DefaultBodyLimit::max(body_limit))
         .with_state(())
+}
+
+/// The end-to-end probe's webhook: stamps the time on the probe Lease (no policy involved).
+async fn verify(body: Bytes) -> Response {
+    match admission::parse(&body) {
+        Ok(review) => {
+            let now = chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Secs, true);
+            json_response(StatusCode::OK, &admission::verify_review(&review, &now))
+        }
+        Err(e) => text(StatusCode::BAD_REQUEST, &e),
+    }
 }
 
 async fn readiness(state: Arc<AppState>) -> Response {
