@@ -7,7 +7,7 @@
 //! nodes, CSRs, leases, events, or Verno's own service accounts.
 
 use crate::probe::{PROBE_LABEL, VERIFY_PATH};
-use crate::webhooks::{MONITOR, MUTATE_FAIL, MUTATE_IGNORE, MUTATING_CONFIG, VALIDATE_FAIL, VALIDATE_IGNORE, VALIDATING_CONFIG};
+use crate::webhooks::{MONITOR, POLICY_VALIDATE, MUTATE_FAIL, MUTATE_IGNORE, MUTATING_CONFIG, VALIDATE_FAIL, VALIDATE_IGNORE, VALIDATING_CONFIG};
 use serde_json::{Value, json};
 
 /// Values, named as in the Helm chart (`--set key=value`).
@@ -126,12 +126,26 @@ fn monitor_entry(v: &Values) -> Value {
     })
 }
 
+/// The policy validation entry: fail-open, every namespace (a Policy may live anywhere), and
+/// only Verno's kinds (rules set by Verno).
+fn policy_entry(v: &Values) -> Value {
+    json!({
+        "name": POLICY_VALIDATE,
+        "clientConfig": {"service": {"name": SERVICE, "namespace": v.namespace, "path": "/policyvalidate", "port": 443}},
+        "failurePolicy": "Ignore",
+        "timeoutSeconds": v.ignore_timeout,
+        "sideEffects": "None",
+        "admissionReviewVersions": ["v1"],
+        "matchPolicy": "Equivalent",
+    })
+}
+
 /// The webhook configurations as the installer owns them (no rules, no caBundle).
 pub fn webhook_configurations(v: &Values) -> Vec<Value> {
     vec![
         json!({"apiVersion": "admissionregistration.k8s.io/v1", "kind": "ValidatingWebhookConfiguration",
             "metadata": {"name": VALIDATING_CONFIG, "labels": labels()},
-            "webhooks": [entry(v, VALIDATE_FAIL, "/validate/fail", true), entry(v, VALIDATE_IGNORE, "/validate/ignore", false)]}),
+            "webhooks": [entry(v, VALIDATE_FAIL, "/validate/fail", true), entry(v, VALIDATE_IGNORE, "/validate/ignore", false), policy_entry(v)]}),
         json!({"apiVersion": "admissionregistration.k8s.io/v1", "kind": "MutatingWebhookConfiguration",
             "metadata": {"name": MUTATING_CONFIG, "labels": labels()},
             "webhooks": [entry(v, MUTATE_FAIL, "/mutate/fail", true), entry(v, MUTATE_IGNORE, "/mutate/ignore", false), monitor_entry(v)]}),
@@ -236,6 +250,10 @@ mod tests {
         for cfg in &docs[..2] {
             for w in cfg["webhooks"].as_array().unwrap() {
                 assert!(w.get("rules").is_none());
+                if w["name"] == POLICY_VALIDATE {
+                    assert_eq!(w["failurePolicy"], "Ignore");
+                    continue;
+                }
                 if w["name"] == MONITOR {
                     // The probe: fail-open, and nothing but the probe Lease in Verno's namespace.
                     assert_eq!(w["failurePolicy"], "Ignore");

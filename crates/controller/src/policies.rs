@@ -10,7 +10,6 @@ use kube::discovery::ApiResource;
 use serde_json::{Value, json};
 use std::collections::HashMap;
 use std::sync::Arc;
-use verno_api::policy::ClusterPolicy;
 use verno_engine::policy::RuleBody;
 use verno_engine::{CompiledException, CompiledPolicy, CompileError};
 use verno_server::admission::{NamespaceLabels, PolicySet};
@@ -65,14 +64,8 @@ pub struct Compiler {
 }
 
 fn compile(kind: &str, o: &DynamicObject) -> Result<CompiledPolicy, CompileError> {
-    let mut v = serde_json::to_value(o).map_err(|e| CompileError::new("", e.to_string()))?;
-    if let Some(m) = v.as_object_mut() {
-        m.insert("apiVersion".into(), Value::String("kyverno.io/v1".into()));
-        m.insert("kind".into(), Value::String(kind.into()));
-        m.remove("status");
-    }
-    let p: ClusterPolicy = serde_json::from_value(v).map_err(|e| CompileError::new("spec", e.to_string()))?;
-    verno_engine::compile_policy(&p)
+    let v = serde_json::to_value(o).map_err(|e| CompileError::new("", e.to_string()))?;
+    verno_server::admission::compile_policy_object(kind, &v)
 }
 
 fn rule_counts(p: Option<&CompiledPolicy>) -> Value {
@@ -127,12 +120,8 @@ impl Compiler {
         self.cache.retain(|k, _| seen.contains(k));
         let mut excs: Vec<CompiledException> = Vec::new();
         for e in exceptions {
-            let Ok(mut v) = serde_json::to_value(&**e) else { continue };
-            if let Some(m) = v.as_object_mut() {
-                m.insert("apiVersion".into(), Value::String("kyverno.io/v2".into()));
-                m.insert("kind".into(), Value::String("PolicyException".into()));
-            }
-            match serde_json::from_value::<verno_api::exception::PolicyException>(v).map_err(|e| e.to_string()).and_then(|pe| verno_engine::compile_exception(&pe).map_err(|e| e.to_string())) {
+            let Ok(v) = serde_json::to_value(&**e) else { continue };
+            match verno_server::admission::compile_exception_object(&v) {
                 Ok(c) => excs.push(c),
                 Err(err) => tracing::warn!(exception = %e.metadata.name.as_deref().unwrap_or(""), error = %err, "PolicyException ignored"),
             }

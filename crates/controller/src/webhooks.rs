@@ -30,9 +30,13 @@ pub const MUTATE_IGNORE: &str = "mutate.verno.svc-ignore";
 /// The end-to-end probe's entry (Kyverno's verify webhook): fail-open, it matches only
 /// updates of the probe Lease in Verno's namespace, and Verno stamps the time it was called.
 pub const MONITOR: &str = "monitor-webhooks.verno.svc";
+/// The policy validation entry (Kyverno's `validate-policy.kyverno.svc`): refuses a policy or
+/// exception that does not compile when it is applied. Fail-open: Verno being down must not
+/// stop a GitOps sync; a policy stored then is still reported in its status.
+pub const POLICY_VALIDATE: &str = "validate-policy.verno.svc";
 /// The configurations Verno manages: kind, name, and the entries whose rules it owns.
 pub const CONFIGS: [(&str, &str, &[&str]); 2] = [
-    ("ValidatingWebhookConfiguration", VALIDATING_CONFIG, &[VALIDATE_FAIL, VALIDATE_IGNORE]),
+    ("ValidatingWebhookConfiguration", VALIDATING_CONFIG, &[VALIDATE_FAIL, VALIDATE_IGNORE, POLICY_VALIDATE]),
     ("MutatingWebhookConfiguration", MUTATING_CONFIG, &[MUTATE_FAIL, MUTATE_IGNORE, MONITOR]),
 ];
 
@@ -163,6 +167,11 @@ pub fn desired_rules(set: &PolicySet) -> BTreeMap<&'static str, Vec<Value>> {
             (entry, rules)
         })
         .collect();
+    // Verno's own kinds, validated on write.
+    out.insert(POLICY_VALIDATE, vec![
+        json!({"apiGroups": ["kyverno.io"], "apiVersions": ["v1"], "operations": ["CREATE", "UPDATE"], "resources": ["clusterpolicies", "policies"], "scope": "*"}),
+        json!({"apiGroups": ["kyverno.io"], "apiVersions": ["v2"], "operations": ["CREATE", "UPDATE"], "resources": ["policyexceptions"], "scope": "*"}),
+    ]);
     // The probe's entry (its namespace and object selectors narrow it to the probe Lease).
     out.insert(MONITOR, vec![json!({"apiGroups": ["coordination.k8s.io"], "apiVersions": ["v1"], "operations": ["UPDATE"], "resources": ["leases"], "scope": "Namespaced"})]);
     out

@@ -94,6 +94,11 @@ fn the_chart_lints_and_every_render_keeps_the_safety_invariants() {
                 let name = w["name"].as_str().unwrap();
                 assert!(w.get("rules").is_none(), "{f} {name}: the chart owns no rules");
                 assert!(w.pointer("/clientConfig/caBundle").is_none(), "{f} {name}: the chart owns no caBundle");
+                if name == verno_controller::webhooks::POLICY_VALIDATE {
+                    // Policy validation: fail-open, so a dead Verno never stops a policy sync.
+                    assert_eq!(w["failurePolicy"], "Ignore", "{f} {name}");
+                    continue;
+                }
                 if name == verno_controller::webhooks::MONITOR {
                     // The end-to-end probe: fail-open, and only the probe Lease in the release namespace.
                     assert_eq!(w["failurePolicy"], "Ignore", "{f} {name}");

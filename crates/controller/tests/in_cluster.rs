@@ -260,13 +260,25 @@ async fn the_probe_sees_the_api_server_reach_verno_and_doctor_reports_its_age() 
 
 #[tokio::test]
 async fn an_invalid_policy_reports_the_error_and_path_and_the_previous_version_stays_in_force() {
-    let (_fake, admin, replica) = setup().await;
+    let (fake, admin, replica) = setup().await;
     apply_policy(&admin, REQUIRE_TEAM).await;
     eventually("rules", || async { entry_rules(&vwc(&admin).await?, webhooks::VALIDATE_FAIL) }).await;
-    // Break it: an unknown failure action.
+    // Break it: an unknown failure action. The policy validation webhook refuses it at apply
+    // time, with the error and its path.
     let mut broken: Value = serde_json::from_str(REQUIRE_TEAM).unwrap();
     broken["spec"]["validationFailureAction"] = json!("Block");
+    let err = policy_api(&admin).patch("require-team", &PatchParams::apply("kubectl").force(), &Patch::Apply(&broken)).await.unwrap_err();
+    assert!(matches!(err, kube::Error::Api(ref s) if s.message == "admission webhook \"validate-policy.verno.svc\" denied the request: spec.validationFailureAction: unknown action \"Block\", expected Audit or Enforce"), "{err:?}");
+    // An exception that does not compile is refused too.
+    let exceptions: Api<DynamicObject> = Api::namespaced_with(admin.clone(), "shop", &policies::exception_resource());
+    let bad_exception = json!({"apiVersion": "kyverno.io/v2", "kind": "PolicyException", "metadata": {"name": "x", "namespace": "shop"}, "spec": {"exceptions": "all", "match": {}}});
+    let err = exceptions.create(&PostParams::default(), &serde_json::from_value(bad_exception).unwrap()).await.unwrap_err();
+    assert!(matches!(err, kube::Error::Api(ref s) if s.message.starts_with("admission webhook \"validate-policy.verno.svc\" denied the request: ")), "{err:?}");
+    // While Verno is unreachable the entry fails open: the broken version is stored, and once
+    // Verno is back its status says what is wrong.
+    fake.set_service(NS, manifests::SERVICE, None);
     policy_api(&admin).patch("require-team", &PatchParams::apply("kubectl").force(), &Patch::Apply(&broken)).await.unwrap();
+    fake.set_service(NS, manifests::SERVICE, Some(replica.server.addr));
     let p = eventually("failed status", || async { policy_api(&admin).get("require-team").await.ok().filter(|p| p.data["status"]["ready"] == false) }).await;
     let cond = &p.data["status"]["conditions"][0];
     assert_eq!(cond["status"], "False");
@@ -365,8 +377,12 @@ async fn scaling_to_zero_empties_the_rules() {
     let deps: Api<k8s_openapi::api::apps::v1::Deployment> = Api::namespaced(admin.clone(), NS);
     deps.patch(manifests::DEPLOYMENT, &PatchParams::default(), &Patch::Merge(json!({"spec": {"replicas": 0}}))).await.unwrap();
     eventually("rules emptied", || async { vwc(&admin).await.filter(|v| entry_rules(v, webhooks::VALIDATE_FAIL).is_none()) }).await;
-    // The entries themselves stay (the installer owns them).
-    assert_eq!(vwc(&admin).await.unwrap()["webhooks"].as_array().map(Vec::len), Some(2));
+    // Every entry is emptied, policy validation included; the entries themselves stay (the
+    // installer owns them).
+    let cfg = eventually("all rules emptied", || async { vwc(&admin).await.filter(|v| entry_rules(v, webhooks::POLICY_VALIDATE).is_none()) }).await;
+    let names: Vec<&str> = cfg["webhooks"].as_array().unwrap().iter().filter_map(|w| w["name"].as_str()).collect();
+    assert_eq!(names, [webhooks::VALIDATE_FAIL, webhooks::VALIDATE_IGNORE, webhooks::POLICY_VALIDATE]);
+    assert!(cfg["webhooks"].as_array().unwrap().iter().all(|w| w.get("rules").is_none()));
     replica.controller.stop().await;
 }
 

@@ -144,6 +144,7 @@ fn router(state: Arc<AppState>, body_limit: usize) -> Router {
         .route("/mutate/fail", route(Hook::Mutate, Filter::Fail, "mutate-fail"))
         .route("/mutate/ignore", route(Hook::Mutate, Filter::Ignore, "mutate-ignore"))
         .route("/verifymutate", post(verify))
+        .route("/policyvalidate", post(policy_validate))
         .route("/health/liveness", get(|| async { "ok" }))
         .route("/health/readiness", get(move || readiness(state.clone())))
         .layer(DefaultBodyLimit::max(body_limit))
@@ -158,6 +159,18 @@ async fn verify(body: Bytes) -> Response {
             json_response(StatusCode::OK, &admission::verify_review(&review, &now))
         }
         Err(e) => text(StatusCode::BAD_REQUEST, &e),
+    }
+}
+
+/// The policy validation webhook: refuses policies and exceptions that do not compile.
+async fn policy_validate(body: Bytes) -> Response {
+    let review = match admission::parse(&body) {
+        Ok(r) => r,
+        Err(e) => return text(StatusCode::BAD_REQUEST, &e),
+    };
+    match tokio::task::spawn_blocking(move || admission::validate_policy_review(&review)).await {
+        Ok(answer) => json_response(StatusCode::OK, &answer),
+        Err(e) => text(StatusCode::INTERNAL_SERVER_ERROR, &format!("policy validation failed: {e}")),
     }
 }
 
