@@ -39,6 +39,19 @@ app.kubernetes.io/component: admission-controller
       values: {{ include "verno.excluded" .root }}
     - key: verno.io/ignore
       operator: DoesNotExist
+    {{- with .root.Values.config.webhooks.namespaceSelector }}
+    {{- with .matchExpressions }}
+    {{- toYaml . | nindent 4 }}
+    {{- end }}
+    {{- with .matchLabels }}
+    matchLabels:
+      {{- toYaml . | nindent 6 }}
+    {{- end }}
+    {{- end }}
+  {{- with .root.Values.config.webhooks.objectSelector }}
+  objectSelector:
+    {{- toYaml . | nindent 4 }}
+  {{- end }}
   matchConditions:
   - name: exclude-nodes-and-csrs
     expression: "!(request.resource.group == '' && request.resource.resource == 'nodes') && !(request.resource.group == 'certificates.k8s.io' && request.resource.resource == 'certificatesigningrequests')"
@@ -48,4 +61,7 @@ app.kubernetes.io/component: admission-controller
     expression: "!(request.resource.resource == 'events')"
   - name: exclude-verno-service-accounts
     expression: "!request.userInfo.username.startsWith('system:serviceaccount:{{ .root.Release.Namespace }}:')"
+  {{- with .root.Values.config.matchConditions }}
+  {{- toYaml . | nindent 2 }}
+  {{- end }}
 {{- end }}

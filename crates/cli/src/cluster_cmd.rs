@@ -9,7 +9,11 @@ pub struct ManifestsArgs {
     /// The namespace to install into.
     #[arg(long, short = 'n', default_value = "verno")]
     pub namespace: String,
-    /// Chart values, e.g. `admissionController.replicas=3` (repeatable).
+    /// A values file in the chart's shape, as `helm -f` (repeatable; later files win). Kyverno's
+    /// `config.webhooks.namespaceSelector`, `objectSelector` and `config.matchConditions` work.
+    #[arg(long = "values", short = 'f')]
+    pub values: Vec<PathBuf>,
+    /// Chart values, e.g. `admissionController.replicas=3` (repeatable; applied after -f).
     #[arg(long = "set")]
     pub set: Vec<String>,
     /// Write to this file instead of stdout.
@@ -41,6 +45,15 @@ pub struct DoctorArgs {
 
 pub fn manifests(a: &ManifestsArgs) -> i32 {
     let mut values = manifests::Values { namespace: a.namespace.clone(), ..Default::default() };
+    for f in &a.values {
+        match values.apply_file(f) {
+            Ok(notes) => notes.iter().for_each(|n| eprintln!("note: {n}")),
+            Err(e) => {
+                eprintln!("Error: {e}");
+                return 2;
+            }
+        }
+    }
     for kv in &a.set {
         if let Err(e) = values.set(kv) {
             eprintln!("Error: {e}");

@@ -10,7 +10,7 @@ use crate::probe::{PROBE_LABEL, VERIFY_PATH};
 use crate::webhooks::{MONITOR, POLICY_VALIDATE, MUTATE_FAIL, MUTATE_IGNORE, MUTATING_CONFIG, VALIDATE_FAIL, VALIDATE_IGNORE, VALIDATING_CONFIG};
 use serde_json::{Value, json};
 
-/// Values, named as in the Helm chart (`--set key=value`).
+/// Values, named as in the Helm chart (`--set key=value`, or a values file with `-f`).
 #[derive(Debug, Clone)]
 pub struct Values {
     pub namespace: String,
@@ -24,6 +24,14 @@ pub struct Values {
     pub ignore_timeout: i64,
     /// `config.excludedNamespaces` (comma-separated with --set), besides the system ones.
     pub excluded_namespaces: Vec<String>,
+    /// Kyverno's `config.webhooks.namespaceSelector`: its `matchExpressions` and `matchLabels`
+    /// are added to Verno's own exclusions on every resource entry (Verno's stay: a values
+    /// file from a Kyverno install cannot drop kube-system or Verno's namespace).
+    pub namespace_selector: Option<Value>,
+    /// Kyverno's `config.webhooks.objectSelector`, on every resource entry.
+    pub object_selector: Option<Value>,
+    /// Kyverno's `config.matchConditions`, appended to Verno's four on every resource entry.
+    pub match_conditions: Vec<Value>,
 }
 
 impl Default for Values {
@@ -36,6 +44,9 @@ impl Default for Values {
             fail_timeout: 5,
             ignore_timeout: 3,
             excluded_namespaces: Vec::new(),
+            namespace_selector: None,
+            object_selector: None,
+            match_conditions: Vec::new(),
         }
     }
 }
@@ -47,25 +58,131 @@ pub const SERVICE_ACCOUNT: &str = "verno-admission-controller";
 pub const CLUSTER_ROLE: &str = "verno:admission-controller";
 pub const OPT_OUT_LABEL: &str = "verno.io/ignore";
 
+/// Chart values `verno manifests` renders the same way the chart does.
+const KNOWN: &str = "admissionController.replicas, image.repository, image.tag, config.webhooks.failTimeoutSeconds, config.webhooks.ignoreTimeoutSeconds, config.webhooks.namespaceSelector, config.webhooks.objectSelector, config.matchConditions, config.excludedNamespaces";
+/// Chart values for objects `verno manifests` does not render (the ServiceMonitor needs the
+/// Prometheus Operator's CRD), or whose chart defaults it renders as they are.
+const CHART_ONLY: &[&str] = &["serviceMonitor.", "admissionController.resources.", "admissionController.podDisruptionBudget.", "image.pullPolicy", "metricsService."];
+
+/// Values that are whole objects or lists, not walked into.
+const SUBTREES: &[&str] = &["config.webhooks.namespaceSelector", "config.webhooks.objectSelector", "config.matchConditions", "config.excludedNamespaces"];
+
+fn leaves(prefix: &str, v: &Value, out: &mut Vec<(String, Value)>) {
+    match v.as_object() {
+        Some(m) if !SUBTREES.contains(&prefix) => {
+            for (k, x) in m {
+                let path = if prefix.is_empty() { k.clone() } else { format!("{prefix}.{k}") };
+                leaves(&path, x, out);
+            }
+        }
+        _ if prefix.is_empty() => {}
+        _ => out.push((prefix.to_string(), v.clone())),
+    }
+}
+
+fn selector_ok(path: &str, v: &Value) -> Result<(), String> {
+    let Some(m) = v.as_object() else { return Err(format!("{path}: expected a label selector (matchLabels / matchExpressions)")) };
+    for (k, x) in m {
+        match k.as_str() {
+            "matchLabels" if x.is_object() || x.is_null() => {}
+            "matchExpressions" if x.is_array() || x.is_null() => {
+                for (i, e) in x.as_array().into_iter().flatten().enumerate() {
+                    let op = e.get("operator").and_then(Value::as_str).unwrap_or("");
+                    if e.get("key").and_then(Value::as_str).is_none() || !["In", "NotIn", "Exists", "DoesNotExist"].contains(&op) {
+                        return Err(format!("{path}.matchExpressions[{i}]: needs a key and an operator In, NotIn, Exists or DoesNotExist"));
+                    }
+                }
+            }
+            other => return Err(format!("{path}.{other}: not a label selector field (matchLabels, matchExpressions)")),
+        }
+    }
+    Ok(())
+}
+
 impl Values {
     /// Applies one `--set key=value`.
     pub fn set(&mut self, kv: &str) -> Result<(), String> {
         let (k, v) = kv.split_once('=').ok_or_else(|| format!("--set {kv:?}: expected key=value"))?;
-        let int = |v: &str| v.parse::<i64>().map_err(|_| format!("--set {k}: {v:?} is not a whole number"));
+        let value = match k {
+            "config.excludedNamespaces" => Value::Array(v.split(',').map(str::trim).filter(|s| !s.is_empty()).map(|s| Value::String(s.into())).collect()),
+            _ => v.parse::<i64>().map(Value::from).unwrap_or_else(|_| Value::String(v.into())),
+        };
+        self.apply_leaf(k, &value).map(|_| ()).map_err(|e| format!("--set {e}"))
+    }
+
+    /// Applies a values file (YAML, the chart's shape). Returns notes about values that only the
+    /// chart renders; unknown values are an error naming the file and key.
+    pub fn apply_file(&mut self, path: &std::path::Path) -> Result<Vec<String>, String> {
+        let text = std::fs::read_to_string(path).map_err(|e| format!("{}: {e}", path.display()))?;
+        let doc: Value = serde_saphyr::from_str(&text).map_err(|e| format!("{}: {e}", path.display()))?;
+        if !(doc.is_object() || doc.is_null()) {
+            return Err(format!("{}: expected a map of values", path.display()));
+        }
+        let mut found = Vec::new();
+        leaves("", &doc, &mut found);
+        let mut notes = Vec::new();
+        for (k, v) in found {
+            if let Some(note) = self.apply_leaf(&k, &v).map_err(|e| format!("{}: {e}", path.display()))? {
+                notes.push(format!("{}: {note}", path.display()));
+            }
+        }
+        Ok(notes)
+    }
+
+    /// One value by its dotted path; `Some(note)` when it is accepted but only the chart uses it.
+    fn apply_leaf(&mut self, k: &str, v: &Value) -> Result<Option<String>, String> {
+        let int = |v: &Value| v.as_i64().ok_or_else(|| format!("{k}: {v} is not a whole number"));
+        let text = |v: &Value| v.as_str().map(str::to_string).ok_or_else(|| format!("{k}: {v} is not a string"));
         match k {
             "admissionController.replicas" => self.replicas = int(v)?,
-            "image.repository" => self.image_repository = v.into(),
-            "image.tag" => self.image_tag = v.into(),
+            "image.repository" => self.image_repository = text(v)?,
+            // Empty means the chart's appVersion, as in the chart.
+            "image.tag" => {
+                let t = if v.is_null() { String::new() } else { text(v)? };
+                self.image_tag = if t.is_empty() { env!("CARGO_PKG_VERSION").into() } else { t };
+            }
             "config.webhooks.failTimeoutSeconds" => self.fail_timeout = int(v)?,
             "config.webhooks.ignoreTimeoutSeconds" => self.ignore_timeout = int(v)?,
-            "config.excludedNamespaces" => self.excluded_namespaces = v.split(',').map(str::trim).filter(|s| !s.is_empty()).map(str::to_string).collect(),
-            "namespace" => self.namespace = v.into(),
-            other => return Err(format!("--set {other}: unknown value (known: admissionController.replicas, image.repository, image.tag, config.webhooks.failTimeoutSeconds, config.webhooks.ignoreTimeoutSeconds, config.excludedNamespaces)")),
+            "config.excludedNamespaces" => {
+                self.excluded_namespaces = v.as_array().ok_or_else(|| format!("{k}: expected a list of namespaces"))?.iter().map(|n| text(n)).collect::<Result<_, _>>()?;
+            }
+            "config.webhooks.namespaceSelector" | "config.webhooks.objectSelector" => {
+                let sel = match v {
+                    Value::Null => None,
+                    Value::Object(m) if m.is_empty() => None,
+                    _ => {
+                        selector_ok(k, v)?;
+                        Some(v.clone())
+                    }
+                };
+                if k.ends_with("namespaceSelector") { self.namespace_selector = sel } else { self.object_selector = sel }
+            }
+            "config.matchConditions" => {
+                let list = match v {
+                    Value::Null => Vec::new(),
+                    Value::Array(a) => a.clone(),
+                    _ => return Err(format!("{k}: expected a list of {{name, expression}}")),
+                };
+                for (i, c) in list.iter().enumerate() {
+                    if c.get("name").and_then(Value::as_str).is_none() || c.get("expression").and_then(Value::as_str).is_none() {
+                        return Err(format!("{k}[{i}]: a match condition needs a name and an expression"));
+                    }
+                }
+                if list.len() + 4 > 64 {
+                    return Err(format!("{k}: at most 60 (the API server allows 64, Verno uses 4)"));
+                }
+                self.match_conditions = list;
+            }
+            "namespace" => self.namespace = text(v)?,
+            other if CHART_ONLY.iter().any(|p| other == *p || (p.ends_with('.') && other.starts_with(p))) => {
+                return Ok(Some(format!("{other} is used by the Helm chart only; verno manifests renders the chart's default")));
+            }
+            other => return Err(format!("{other}: unknown value (known: {KNOWN})")),
         }
         if !(1..=30).contains(&self.fail_timeout) || !(1..=30).contains(&self.ignore_timeout) {
             return Err("webhook timeouts must be between 1 and 30 seconds".into());
         }
-        Ok(())
+        Ok(None)
     }
 
     /// Namespaces the API server never sends to Verno.
@@ -94,7 +211,21 @@ pub fn match_conditions(namespace: &str) -> Value {
 }
 
 fn entry(v: &Values, name: &str, path: &str, fail: bool) -> Value {
-    json!({
+    let mut expressions = vec![
+        json!({"key": "kubernetes.io/metadata.name", "operator": "NotIn", "values": v.excluded()}),
+        json!({"key": OPT_OUT_LABEL, "operator": "DoesNotExist"}),
+    ];
+    let user_ns = v.namespace_selector.as_ref();
+    expressions.extend(user_ns.and_then(|s| s.get("matchExpressions")).and_then(Value::as_array).into_iter().flatten().cloned());
+    let mut namespace_selector = json!({"matchExpressions": expressions});
+    if let Some(labels) = user_ns.and_then(|s| s.get("matchLabels")).filter(|l| l.as_object().is_some_and(|m| !m.is_empty())) {
+        namespace_selector["matchLabels"] = labels.clone();
+    }
+    let mut conditions = match_conditions(&v.namespace);
+    if let Some(list) = conditions.as_array_mut() {
+        list.extend(v.match_conditions.iter().cloned());
+    }
+    let mut e = json!({
         "name": name,
         "clientConfig": {"service": {"name": SERVICE, "namespace": v.namespace, "path": path, "port": 443}},
         "failurePolicy": if fail { "Fail" } else { "Ignore" },
@@ -102,12 +233,13 @@ fn entry(v: &Values, name: &str, path: &str, fail: bool) -> Value {
         "sideEffects": "NoneOnDryRun",
         "admissionReviewVersions": ["v1"],
         "matchPolicy": "Equivalent",
-        "namespaceSelector": {"matchExpressions": [
-            {"key": "kubernetes.io/metadata.name", "operator": "NotIn", "values": v.excluded()},
-            {"key": OPT_OUT_LABEL, "operator": "DoesNotExist"},
-        ]},
-        "matchConditions": match_conditions(&v.namespace),
-    })
+        "namespaceSelector": namespace_selector,
+        "matchConditions": conditions,
+    });
+    if let Some(o) = &v.object_selector {
+        e["objectSelector"] = o.clone();
+    }
+    e
 }
 
 /// The probe's entry: fail-open, only the probe Lease in Verno's namespace, and no exclusion of

@@ -110,7 +110,9 @@ fn the_chart_lints_and_every_render_keeps_the_safety_invariants() {
                 for ns in ["kube-system", "kube-public", "kube-node-lease", "verno"] {
                     assert!(excluded.iter().any(|v| v == ns), "{f} {name}: {ns} is not excluded");
                 }
-                assert!(w["matchConditions"].as_array().is_some_and(|m| m.len() == 4), "{f} {name}: matchConditions");
+                // Verno's four come first; values may only add.
+                let conds = w["matchConditions"].as_array().unwrap();
+                assert_eq!(conds[..4].iter().map(|c| c["name"].as_str().unwrap()).collect::<Vec<_>>(), ["exclude-nodes-and-csrs", "exclude-leases", "exclude-events", "exclude-verno-service-accounts"], "{f} {name}: matchConditions");
                 assert!(w["timeoutSeconds"].as_i64().unwrap() <= 10, "{f} {name}: timeout");
                 assert_eq!(w["failurePolicy"] == "Fail", name.ends_with("-fail"), "{f} {name}: failurePolicy");
             }
@@ -131,6 +133,46 @@ fn verno_manifests_and_helm_template_render_the_same_install() {
     }
     let ours = normalize(manifests::render(&v));
     same(&ours, &helm_set, "values set");
+    // Every CI values file, read by `verno manifests -f` and by `helm template -f`.
+    for f in ci_values() {
+        let mut v = Values::default();
+        v.apply_file(&root().join(&f)).unwrap();
+        same(&normalize(manifests::render(&v)), &normalize(render(Some(&f))), &f);
+    }
+}
+
+#[test]
+fn kyverno_shaped_values_add_exclusions_and_never_remove_vernos() {
+    let mut v = Values::default();
+    v.apply_file(&root().join("charts/verno/ci/kyverno-shaped-values.yaml")).unwrap();
+    let docs = manifests::render(&v);
+    let w = &docs[0]["webhooks"][0];
+    let exprs = w["namespaceSelector"]["matchExpressions"].as_array().unwrap();
+    assert_eq!(exprs.len(), 3);
+    assert!(exprs[0]["values"].as_array().unwrap().iter().any(|n| n == "verno"), "Verno's own exclusion stays first");
+    assert_eq!(exprs[2]["values"], serde_json::json!(["kube-system", "argocd", "cert-manager"]));
+    assert_eq!(w["namespaceSelector"]["matchLabels"], serde_json::json!({"policy": "enforced"}));
+    assert_eq!(w["objectSelector"]["matchExpressions"][0]["key"], "webhooks.kyverno.io/exclude");
+    assert_eq!(w["matchConditions"].as_array().unwrap().len(), 5);
+    // Bad values are refused with the file and key.
+    let dir = tempdir();
+    let bad = dir.join("bad.yaml");
+    std::fs::write(&bad, "config:\n  webhooks:\n    namespaceSelector:\n      matchExpressions:\n      - key: a\n        operator: Sometimes\n").unwrap();
+    let err = Values::default().apply_file(&bad).unwrap_err();
+    assert!(err.ends_with("bad.yaml: config.webhooks.namespaceSelector.matchExpressions[0]: needs a key and an operator In, NotIn, Exists or DoesNotExist"), "{err}");
+    std::fs::write(&bad, "config:\n  webhook:\n    failTimeoutSeconds: 3\n").unwrap();
+    let err = Values::default().apply_file(&bad).unwrap_err();
+    assert!(err.contains("bad.yaml: config.webhook.failTimeoutSeconds: unknown value"), "{err}");
+    // Chart-only values are accepted with a note.
+    std::fs::write(&bad, "serviceMonitor:\n  enabled: true\n").unwrap();
+    let notes = Values::default().apply_file(&bad).unwrap();
+    assert!(notes[0].contains("serviceMonitor.enabled is used by the Helm chart only"), "{notes:?}");
+}
+
+fn tempdir() -> PathBuf {
+    let d = std::env::temp_dir().join(format!("verno-chart-test-{}", std::process::id()));
+    std::fs::create_dir_all(&d).unwrap();
+    d
 }
 
 #[test]
