@@ -47,7 +47,8 @@ impl PolicySet {
                 .map(|p| {
                     Arc::new(PolicyMeta {
                         name: Arc::from(p.name.as_str()),
-                        namespace: Arc::from(if p.kind == "Policy" { p.namespace.as_deref().unwrap_or("") } else { "" }),
+                        // Kyverno labels a cluster policy's namespace "-" in every metric.
+                        namespace: Arc::from(if p.kind == "Policy" { p.namespace.as_deref().unwrap_or("") } else { "-" }),
                         namespaced: p.kind == "Policy",
                         background: p.background,
                         rules: p.rules.iter().map(|r| (Arc::from(r.name.as_str()), p.rule_action(&r.name) == Action::Enforce)).collect(),

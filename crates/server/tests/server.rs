@@ -164,6 +164,8 @@ async fn the_webhook_denies_allows_and_patches_over_tls() -> Result<(), String> 
     let metrics = h.client.get(format!("http://{maddr}/metrics")).send().await.map_err(|e| e.to_string())?.text().await.map_err(|e| e.to_string())?;
     assert!(metrics.contains(r#"kyverno_admission_requests_total{resource_kind="Pod",resource_namespace="shop",resource_request_operation="create",request_allowed="false",request_webhook="validate"} 1"#), "{metrics}");
     assert!(metrics.contains(r#"policy_name="require-team""#) && metrics.contains(r#"rule_result="fail""#), "{metrics}");
+    // A cluster policy's namespace is "-" in every metric, as Kyverno labels it.
+    assert!(metrics.contains(r#"policy_type="cluster",policy_background_mode="true",policy_namespace="-",policy_name="require-team",resource_kind="Pod""#), "{metrics}");
     assert!(metrics.contains("kyverno_admission_review_duration_seconds_bucket"), "{metrics}");
     assert!(metrics.contains("kyverno_policy_execution_duration_seconds_count"), "{metrics}");
     // One info series per rule in force, and the policies created at start.
