@@ -37,6 +37,14 @@ pub struct ServeArgs {
     /// In-cluster: the ClusterRole the webhook configurations name as owner.
     #[arg(long = "owner-cluster-role")]
     pub owner_cluster_role: Option<String>,
+    /// In-cluster: PolicyViolation events waiting to be written, per replica (Kyverno's
+    /// --maxQueuedEvents); more are dropped and counted. 0 turns admission events off.
+    #[arg(long = "max-queued-events", default_value_t = 1000)]
+    pub max_queued_events: usize,
+    /// In-cluster: seconds between end-to-end probes (the leader's update of the verno-health
+    /// Lease through the monitor webhook); 0 turns the probe off.
+    #[arg(long = "probe-interval-seconds", default_value_t = 30)]
+    pub probe_interval_seconds: u64,
     /// HTTPS address for the webhook endpoints and health probes.
     #[arg(long, default_value = "0.0.0.0:9443")]
     pub addr: SocketAddr,
@@ -147,6 +155,8 @@ pub fn run(args: &ServeArgs) -> i32 {
         opts.service = args.service.clone();
         opts.deployment = args.deployment.clone();
         opts.owner_cluster_role = args.owner_cluster_role.clone();
+        opts.max_queued_events = args.max_queued_events;
+        opts.probe_interval = (args.probe_interval_seconds > 0).then(|| Duration::from_secs(args.probe_interval_seconds));
         let rt = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
             Ok(rt) => rt,
             Err(e) => {

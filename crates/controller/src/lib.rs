@@ -60,7 +60,7 @@ pub struct Options {
     pub ca_validity: Duration,
     pub pair_validity: Duration,
     /// Violations waiting to become events (Kyverno's `--maxQueuedEvents`, 1000); more are
-    /// dropped and counted.
+    /// dropped and counted. 0 turns admission events off.
     pub max_queued_events: usize,
     pub event_limits: events::Limits,
     /// The leader updates the probe Lease this often (end-to-end check through the API
@@ -221,10 +221,12 @@ pub async fn start(client: kube::Client, server: Arc<Running>, opts: Options) ->
         let e_writer = reflector::store::Writer::<DynamicObject>::new(ar_e.clone());
         let e_store = e_writer.as_reader();
         // PolicyViolation events for the requests this replica serves.
-        let (violations_tx, violations_rx) = tokio::sync::mpsc::channel(opts.max_queued_events.max(1));
-        server.report_violations(violations_tx);
-        let stores = events::PolicyStores { cluster: cp_store.clone(), namespaced: p_store.clone() };
-        tasks.push(tokio::spawn(events::run(client.clone(), opts.identity.clone(), violations_rx, stores, server.clone(), opts.event_limits, stop_rx.clone())));
+        if opts.max_queued_events > 0 {
+            let (violations_tx, violations_rx) = tokio::sync::mpsc::channel(opts.max_queued_events);
+            server.report_violations(violations_tx);
+            let stores = events::PolicyStores { cluster: cp_store.clone(), namespaced: p_store.clone() };
+            tasks.push(tokio::spawn(events::run(client.clone(), opts.identity.clone(), violations_rx, stores, server.clone(), opts.event_limits, stop_rx.clone())));
+        }
         let cp = watcher(Api::<DynamicObject>::all_with(client.clone(), &ar_c), watcher::Config::default()).default_backoff().reflect(cp_writer).map(|_| ());
         let p = watcher(Api::<DynamicObject>::all_with(client.clone(), &ar_p), watcher::Config::default()).default_backoff().reflect(p_writer).map(|_| ());
         let e = watcher(Api::<DynamicObject>::all_with(client.clone(), &ar_e), watcher::Config::default()).default_backoff().reflect(e_writer).map(|_| ());
@@ -415,11 +417,30 @@ pub async fn start_server(mut cfg: verno_server::Config) -> Result<Arc<Running>,
     Ok(Arc::new(verno_server::start(cfg, Arc::new(|| Ok(verno_server::admission::PolicySet::default()))).await?))
 }
 
+/// Below Kubernetes 1.28 the API server drops `matchConditions` (alpha, off by default), so the
+/// exclusions that rely on them (nodes, CSRs, leases, events, Verno's own service accounts) do
+/// not apply; namespace exclusions still do. Returns the warning to log, if any.
+pub fn match_conditions_warning(major: &str, minor: &str) -> Option<String> {
+    let digits = |s: &str| s.chars().take_while(char::is_ascii_digit).collect::<String>().parse::<u32>().ok();
+    let (major, minor) = (digits(major)?, digits(minor)?);
+    (major == 1 && minor < 28).then(|| {
+        format!("Kubernetes 1.{minor} ignores webhook matchConditions: nodes, CSRs, leases, events and Verno's own service accounts are not excluded from Verno's webhooks (namespace exclusions still apply); upgrade to 1.28 or later")
+    })
+}
+
 /// `verno serve --kube`: the admission server fed by the cluster, until SIGTERM. The server
 /// starts on a throwaway certificate and reports not-ready until the controller has loaded the
 /// real one from its Secret and synced the policies.
 pub async fn run_in_cluster(cfg: verno_server::Config, opts: Options) -> Result<(), String> {
     let client = kube::Client::try_default().await.map_err(|e| format!("cannot reach the Kubernetes API (in-cluster config or kubeconfig): {e}"))?;
+    match client.apiserver_version().await {
+        Ok(v) => {
+            if let Some(w) = match_conditions_warning(&v.major, &v.minor) {
+                tracing::warn!("{w}");
+            }
+        }
+        Err(e) => tracing::warn!(error = %e, "cannot read the Kubernetes version"),
+    }
     let server = start_server(cfg).await?;
     tracing::info!(addr = %server.addr, identity = %opts.identity, namespace = %opts.namespace, "verno admission server listening (in-cluster)");
     let controller = start(client, server.clone(), opts).await;
@@ -431,4 +452,17 @@ pub async fn run_in_cluster(cfg: verno_server::Config, opts: Options) -> Result<
         Err(_) => tracing::warn!("server still referenced at shutdown; exiting without a drain"),
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::match_conditions_warning;
+
+    #[test]
+    fn clusters_below_1_28_are_warned_about_match_conditions() {
+        assert!(match_conditions_warning("1", "27+").is_some_and(|w| w.starts_with("Kubernetes 1.27 ignores webhook matchConditions")));
+        assert!(match_conditions_warning("1", "28").is_none());
+        assert!(match_conditions_warning("1", "34").is_none());
+        assert!(match_conditions_warning("", "").is_none());
+    }
 }
