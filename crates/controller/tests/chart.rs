@@ -19,6 +19,9 @@ fn helm() -> PathBuf {
         return PathBuf::from(p);
     }
     let p = root().join(".tools/bin/helm");
+    // Tests run in parallel: one installs, the others wait for it (the script also locks).
+    static INSTALL: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    let _guard = INSTALL.lock().unwrap_or_else(|e| e.into_inner());
     if !p.exists() {
         let out = Command::new("bash").arg(root().join("scripts/install-helm.sh")).current_dir(root()).output().expect("running scripts/install-helm.sh");
         assert!(out.status.success(), "scripts/install-helm.sh failed:\n{}\n{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
