@@ -105,7 +105,7 @@ fn related(v: &Violation) -> ObjectReference {
     }
 }
 
-/// The policy event for `v` (`None` when the policy is gone).
+/// The event on the policy (`policy` is its reference, with uid) for `v`.
 pub fn policy_event(v: &Violation, policy: ObjectReference) -> (Event, ObjectReference) {
     let action = if v.blocked { "Resource Blocked" } else { "Resource Passed" };
     let ev = Event { type_: EventType::Warning, reason: "PolicyViolation".into(), note: Some(v.policy_note()), action: action.into(), secondary: Some(related(v)) };

@@ -88,7 +88,7 @@ impl Options {
             max_queued_events: 1000,
             event_limits: events::Limits::default(),
             probe_interval: Some(Duration::from_secs(30)),
-            probe_deadline: Duration::from_secs(100),
+            probe_deadline: probe::IDLE_DEADLINE,
         }
     }
 

@@ -144,7 +144,7 @@ impl Values {
             "config.webhooks.failTimeoutSeconds" => self.fail_timeout = int(v)?,
             "config.webhooks.ignoreTimeoutSeconds" => self.ignore_timeout = int(v)?,
             "config.excludedNamespaces" => {
-                self.excluded_namespaces = v.as_array().ok_or_else(|| format!("{k}: expected a list of namespaces"))?.iter().map(|n| text(n)).collect::<Result<_, _>>()?;
+                self.excluded_namespaces = v.as_array().ok_or_else(|| format!("{k}: expected a list of namespaces"))?.iter().map(&text).collect::<Result<_, _>>()?;
             }
             "config.webhooks.namespaceSelector" | "config.webhooks.objectSelector" => {
                 let sel = match v {
@@ -225,51 +225,41 @@ fn entry(v: &Values, name: &str, path: &str, fail: bool) -> Value {
     if let Some(list) = conditions.as_array_mut() {
         list.extend(v.match_conditions.iter().cloned());
     }
-    let mut e = json!({
-        "name": name,
-        "clientConfig": {"service": {"name": SERVICE, "namespace": v.namespace, "path": path, "port": 443}},
-        "failurePolicy": if fail { "Fail" } else { "Ignore" },
-        "timeoutSeconds": if fail { v.fail_timeout } else { v.ignore_timeout },
-        "sideEffects": "NoneOnDryRun",
-        "admissionReviewVersions": ["v1"],
-        "matchPolicy": "Equivalent",
-        "namespaceSelector": namespace_selector,
-        "matchConditions": conditions,
-    });
+    let mut e = base_entry(v, name, path, fail, "NoneOnDryRun");
+    e["namespaceSelector"] = namespace_selector;
+    e["matchConditions"] = conditions;
     if let Some(o) = &v.object_selector {
         e["objectSelector"] = o.clone();
     }
     e
 }
 
+/// What every entry carries: the Service path, failure policy with its timeout, side effects.
+fn base_entry(v: &Values, name: &str, path: &str, fail: bool, side_effects: &str) -> Value {
+    json!({
+        "name": name,
+        "clientConfig": {"service": {"name": SERVICE, "namespace": v.namespace, "path": path, "port": 443}},
+        "failurePolicy": if fail { "Fail" } else { "Ignore" },
+        "timeoutSeconds": if fail { v.fail_timeout } else { v.ignore_timeout },
+        "sideEffects": side_effects,
+        "admissionReviewVersions": ["v1"],
+        "matchPolicy": "Equivalent",
+    })
+}
+
 /// The probe's entry: fail-open, only the probe Lease in Verno's namespace, and no exclusion of
 /// Verno's own service account (the leader makes the probe write).
 fn monitor_entry(v: &Values) -> Value {
-    json!({
-        "name": MONITOR,
-        "clientConfig": {"service": {"name": SERVICE, "namespace": v.namespace, "path": VERIFY_PATH, "port": 443}},
-        "failurePolicy": "Ignore",
-        "timeoutSeconds": v.ignore_timeout,
-        "sideEffects": "None",
-        "admissionReviewVersions": ["v1"],
-        "matchPolicy": "Equivalent",
-        "namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": v.namespace}},
-        "objectSelector": {"matchLabels": {PROBE_LABEL: "true"}},
-    })
+    let mut e = base_entry(v, MONITOR, VERIFY_PATH, false, "None");
+    e["namespaceSelector"] = json!({"matchLabels": {"kubernetes.io/metadata.name": v.namespace}});
+    e["objectSelector"] = json!({"matchLabels": {PROBE_LABEL: "true"}});
+    e
 }
 
 /// The policy validation entry: fail-open, every namespace (a Policy may live anywhere), and
 /// only Verno's kinds (rules set by Verno).
 fn policy_entry(v: &Values) -> Value {
-    json!({
-        "name": POLICY_VALIDATE,
-        "clientConfig": {"service": {"name": SERVICE, "namespace": v.namespace, "path": "/policyvalidate", "port": 443}},
-        "failurePolicy": "Ignore",
-        "timeoutSeconds": v.ignore_timeout,
-        "sideEffects": "None",
-        "admissionReviewVersions": ["v1"],
-        "matchPolicy": "Equivalent",
-    })
+    base_entry(v, POLICY_VALIDATE, "/policyvalidate", false, "None")
 }
 
 /// The webhook configurations as the installer owns them (no rules, no caBundle).

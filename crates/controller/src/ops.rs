@@ -132,12 +132,10 @@ pub async fn doctor(client: &kube::Client, namespace: &str, lease_name: &str) ->
         }
         None => out.push_str(&format!("leader: none (no Lease {namespace}/{lease_name})\n")),
     }
-    out.push_str(&probe_line(leases.get_opt(crate::probe::PROBE_LEASE).await?.as_ref(), k8s_openapi::jiff::Timestamp::now(), PROBE_DEADLINE_SECONDS));
+    let deadline = crate::probe::IDLE_DEADLINE.as_secs() as i64;
+    out.push_str(&probe_line(leases.get_opt(crate::probe::PROBE_LEASE).await?.as_ref(), k8s_openapi::jiff::Timestamp::now(), deadline));
     Ok(out)
 }
-
-/// Kyverno's idle deadline: no webhook call through the API server for this long is a problem.
-pub const PROBE_DEADLINE_SECONDS: i64 = 100;
 
 /// The probe's line of the report: how long ago the API server last reached Verno.
 pub fn probe_line(lease: Option<&Lease>, now: k8s_openapi::jiff::Timestamp, deadline: i64) -> String {

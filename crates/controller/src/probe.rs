@@ -22,6 +22,9 @@ pub use verno_server::admission::LAST_REQUEST_ANNOTATION;
 pub const PROBE_LEASE: &str = "verno-health";
 /// The label the monitor entry's objectSelector matches.
 pub const PROBE_LABEL: &str = "verno.io/probe";
+/// Kyverno's idle deadline: no webhook call through the API server for this long is a problem
+/// (the leader's default and `verno doctor`'s threshold).
+pub const IDLE_DEADLINE: Duration = Duration::from_secs(100);
 /// The server path of the monitor entry.
 pub const VERIFY_PATH: &str = "/verifymutate";
 

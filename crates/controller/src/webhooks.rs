@@ -256,7 +256,7 @@ pub async fn reconcile(client: &kube::Client, set: &PolicySet, inputs: &Inputs) 
         // Never create: the installer owns the object; absent or terminating means uninstall.
         let Some(live) = api.get_opt(name).await?.map(as_json).filter(|l| l.pointer("/metadata/deletionTimestamp").is_none()) else { continue };
         let entries: Vec<String> = live.get("webhooks").and_then(Value::as_array).into_iter().flatten().filter_map(|w| w.get("name").and_then(Value::as_str)).map(str::to_string).collect();
-        let body = apply_body(kind, name, &entries, &rules, inputs, owner.as_ref(), &managed);
+        let body = apply_body(kind, name, &entries, &rules, inputs, owner.as_ref(), managed);
         if satisfied(&live, &body) {
             continue;
         }

@@ -178,11 +178,26 @@ pub struct Outcome {
 pub fn error_review(api_version: &str, uid: &str, allowed: bool, message: &str) -> Value {
     let mut response = json!({"uid": uid, "allowed": allowed});
     if !allowed {
-        response["status"] = json!({"metadata": {}, "status": "Failure", "message": message});
+        response["status"] = failure(message);
     } else if !message.is_empty() {
         response["warnings"] = json!([message]);
     }
+    envelope(api_version, response)
+}
+
+/// The review's `apiVersion`, which the answer repeats.
+pub fn api_version(review: &Value) -> &str {
+    review.get("apiVersion").and_then(Value::as_str).unwrap_or("admission.k8s.io/v1")
+}
+
+/// An AdmissionReview around `response`.
+fn envelope(api_version: &str, response: Value) -> Value {
     json!({"apiVersion": api_version, "kind": "AdmissionReview", "response": response})
+}
+
+/// A denial's `status`.
+fn failure(message: &str) -> Value {
+    json!({"metadata": {}, "status": "Failure", "message": message})
 }
 
 fn s<'v>(v: &'v Value, p: &str) -> &'v str {
@@ -230,7 +245,7 @@ pub fn blocked_message(kind: &str, namespace: &str, name: &str, failures: &BTree
 
 /// Reviews one AdmissionReview with the policies of `set` that `filter` keeps.
 pub fn review(set: &PolicySet, hook: Hook, filter: Filter, review: &Value) -> Outcome {
-    let api_version = review.get("apiVersion").and_then(Value::as_str).unwrap_or("admission.k8s.io/v1");
+    let api_version = api_version(review);
     let null = Value::Null;
     let req = review.get("request").unwrap_or(&null);
     let uid = s(req, "/uid");
@@ -311,7 +326,7 @@ pub fn review(set: &PolicySet, hook: Hook, filter: Filter, review: &Value) -> Ou
             }
             if !failed.is_empty() {
                 allowed = false;
-                response.insert("status".into(), json!({"metadata": {}, "status": "Failure", "message": failed.join("; ")}));
+                response.insert("status".into(), failure(&failed.join("; ")));
             } else if let Some(patched) = seq.patched() {
                 let ops = jsonpatch::diff(object, patched);
                 if !ops.is_empty() {
@@ -355,7 +370,7 @@ pub fn review(set: &PolicySet, hook: Hook, filter: Filter, review: &Value) -> Ou
             }
             if !failures.is_empty() {
                 allowed = false;
-                response.insert("status".into(), json!({"metadata": {}, "status": "Failure", "message": blocked_message(&kind, &namespace, &name, &failures)}));
+                response.insert("status".into(), failure(&blocked_message(&kind, &namespace, &name, &failures)));
             }
         }
     }
@@ -365,7 +380,7 @@ pub fn review(set: &PolicySet, hook: Hook, filter: Filter, review: &Value) -> Ou
         response.insert("warnings".into(), json!(warnings));
     }
     Outcome {
-        review: json!({"apiVersion": api_version, "kind": "AdmissionReview", "response": Value::Object(response)}),
+        review: envelope(api_version, Value::Object(response)),
         allowed,
         kind,
         namespace,
@@ -386,29 +401,29 @@ fn api_version_of(req: &Value, subject: &Value) -> String {
     }
 }
 
+/// An object from the API (which may lack `apiVersion`/`kind`, e.g. a DynamicObject) with its
+/// type set and its `status` dropped, ready for the serde types.
+fn typed(object: &Value, api_version: &str, kind: &str) -> Value {
+    let mut v = object.clone();
+    if let Some(m) = v.as_object_mut() {
+        m.insert("apiVersion".into(), Value::String(api_version.into()));
+        m.insert("kind".into(), Value::String(kind.into()));
+        m.remove("status");
+    }
+    v
+}
+
 /// Compiles a ClusterPolicy or Policy object as the API stores it (`status` ignored). The one
 /// path for the controller's policy watch and the policy validation webhook, so what the
 /// webhook admits is exactly what the controller can put in force.
 pub fn compile_policy_object(kind: &str, object: &Value) -> Result<CompiledPolicy, verno_engine::CompileError> {
-    let mut v = object.clone();
-    if let Some(m) = v.as_object_mut() {
-        m.insert("apiVersion".into(), Value::String("kyverno.io/v1".into()));
-        m.insert("kind".into(), Value::String(kind.into()));
-        m.remove("status");
-    }
-    let p: verno_api::ClusterPolicy = serde_json::from_value(v).map_err(|e| verno_engine::CompileError::new("spec", e.to_string()))?;
+    let p: verno_api::ClusterPolicy = serde_json::from_value(typed(object, "kyverno.io/v1", kind)).map_err(|e| verno_engine::CompileError::new("spec", e.to_string()))?;
     verno_engine::compile_policy(&p)
 }
 
 /// Compiles a `kyverno.io` PolicyException object as the API stores it.
 pub fn compile_exception_object(object: &Value) -> Result<CompiledException, String> {
-    let mut v = object.clone();
-    if let Some(m) = v.as_object_mut() {
-        m.insert("apiVersion".into(), Value::String("kyverno.io/v2".into()));
-        m.insert("kind".into(), Value::String("PolicyException".into()));
-        m.remove("status");
-    }
-    let pe: verno_api::PolicyException = serde_json::from_value(v).map_err(|e| format!("spec: {e}"))?;
+    let pe: verno_api::PolicyException = serde_json::from_value(typed(object, "kyverno.io/v2", "PolicyException")).map_err(|e| format!("spec: {e}"))?;
     verno_engine::compile_exception(&pe).map_err(|e| e.to_string())
 }
 
@@ -416,7 +431,6 @@ pub fn compile_exception_object(object: &Value) -> Result<CompiledException, Str
 /// PolicyException that would not compile is refused at `kubectl apply` time with the error and
 /// its field path, instead of being stored and reported in its status afterwards.
 pub fn validate_policy_review(review: &Value) -> Value {
-    let api_version = review.get("apiVersion").and_then(Value::as_str).unwrap_or("admission.k8s.io/v1");
     let uid = s(review, "/request/uid");
     let object = review.pointer("/request/object").filter(|o| o.is_object());
     let kind = s(review, "/request/kind/kind");
@@ -426,11 +440,7 @@ pub fn validate_policy_review(review: &Value) -> Value {
         ("PolicyException", Some(o)) => compile_exception_object(o).err(),
         _ => None,
     };
-    let response = match error {
-        None => json!({"uid": uid, "allowed": true}),
-        Some(e) => json!({"uid": uid, "allowed": false, "status": {"metadata": {}, "status": "Failure", "message": e}}),
-    };
-    json!({"apiVersion": api_version, "kind": "AdmissionReview", "response": response})
+    error_review(api_version(review), uid, error.is_none(), error.as_deref().unwrap_or(""))
 }
 
 /// The annotation the end-to-end probe's webhook stamps on the probe Lease (Kyverno's verify
@@ -440,7 +450,6 @@ pub const LAST_REQUEST_ANNOTATION: &str = "verno.io/last-request-time";
 /// The probe's answer: allow, and set [`LAST_REQUEST_ANNOTATION`] to `now` by JSON patch, so
 /// whoever made the write sees in the stored object that the API server reached Verno.
 pub fn verify_review(review: &Value, now: &str) -> Value {
-    let api_version = review.get("apiVersion").and_then(Value::as_str).unwrap_or("admission.k8s.io/v1");
     let uid = s(review, "/request/uid");
     let has_annotations = review.pointer("/request/object/metadata/annotations").is_some_and(Value::is_object);
     let ops = if has_annotations {
@@ -449,7 +458,7 @@ pub fn verify_review(review: &Value, now: &str) -> Value {
         json!([{"op": "add", "path": "/metadata/annotations", "value": {LAST_REQUEST_ANNOTATION: now}}])
     };
     let patch = base64::engine::general_purpose::STANDARD.encode(serde_json::to_vec(&ops).unwrap_or_default());
-    json!({"apiVersion": api_version, "kind": "AdmissionReview", "response": {"uid": uid, "allowed": true, "patchType": "JSONPatch", "patch": patch}})
+    envelope(api_version(review), json!({"uid": uid, "allowed": true, "patchType": "JSONPatch", "patch": patch}))
 }
 
 /// The clock for `time_now*`; no DNS lookups from the admission path.

@@ -94,7 +94,7 @@ async fn handle(state: Arc<AppState>, hook: Hook, filter: Filter, webhook: &'sta
         Err(e) => return text(StatusCode::BAD_REQUEST, &e),
     };
     let uid = review.pointer("/request/uid").and_then(|v| v.as_str()).unwrap_or("").to_string();
-    let api_version = review.get("apiVersion").and_then(|v| v.as_str()).unwrap_or("admission.k8s.io/v1").to_string();
+    let api_version = admission::api_version(&review).to_string();
     let dry_run = review.pointer("/request/dryRun").and_then(|v| v.as_bool()).unwrap_or(false);
     let set = state.current();
     let Ok(permit) = state.permits.acquire().await else {
