@@ -56,23 +56,33 @@ pub fn normalize(v: &Value, shape: &Shape, path: &str) -> Result<Value, StrictEr
                 }
                 Ok(Value::Array(out))
             }
-            other => Err(StrictError::WrongType { path: path.to_string(), expected: "a list", found: type_name(other) }),
+            other => {
+                Err(StrictError::WrongType { path: path.to_string(), expected: "a list", found: type_name(other) })
+            }
         },
         Shape::Object(fields) => match v {
             Value::Null => Ok(Value::Null),
             Value::Object(m) => {
                 let mut out = Map::new();
                 for (k, x) in m {
-                    let found = fields.iter().find(|(name, _)| *name == k).or_else(|| fields.iter().find(|(name, _)| name.eq_ignore_ascii_case(k)));
+                    let found = fields
+                        .iter()
+                        .find(|(name, _)| *name == k)
+                        .or_else(|| fields.iter().find(|(name, _)| name.eq_ignore_ascii_case(k)));
                     let Some((name, sub)) = found else {
-                        return Err(StrictError::UnknownField { path: if path.is_empty() { "the top level".into() } else { path.to_string() }, field: k.clone() });
+                        return Err(StrictError::UnknownField {
+                            path: if path.is_empty() { "the top level".into() } else { path.to_string() },
+                            field: k.clone(),
+                        });
                     };
                     let child = if path.is_empty() { (*name).to_string() } else { format!("{path}.{name}") };
                     out.insert((*name).to_string(), normalize(x, sub, &child)?);
                 }
                 Ok(Value::Object(out))
             }
-            other => Err(StrictError::WrongType { path: path.to_string(), expected: "an object", found: type_name(other) }),
+            other => {
+                Err(StrictError::WrongType { path: path.to_string(), expected: "an object", found: type_name(other) })
+            }
         },
     }
 }

@@ -143,7 +143,8 @@ fn image_metadata<'b, 'v>(args: Args<'b, 'v>) -> Ret<'b, 'v> {
 fn time_now<'b, 'v>(args: Args<'b, 'v>) -> Ret<'b, 'v> {
     let (h, _) = split(&args, "time.now")?;
     let secs = h.now().ok_or_else(|| ExecutionError::function_error("time.now", "no clock here"))?;
-    let ts = chrono::DateTime::from_timestamp(secs, 0).ok_or_else(|| ExecutionError::function_error("time.now", "clock out of range"))?;
+    let ts = chrono::DateTime::from_timestamp(secs, 0)
+        .ok_or_else(|| ExecutionError::function_error("time.now", "clock out of range"))?;
     let b: Box<dyn Val> = Value::Timestamp(ts.fixed_offset()).try_into()?;
     Ok(CowVal::Owned(b))
 }

@@ -35,12 +35,16 @@ pub fn parse(reference: &str) -> Result<Parsed, String> {
         None => (rest, String::new()),
     };
     let (registry, repo) = match name.split_once('/') {
-        Some((first, more)) if first.contains('.') || first.contains(':') || first == "localhost" => (first.to_string(), more.to_string()),
+        Some((first, more)) if first.contains('.') || first.contains(':') || first == "localhost" => {
+            (first.to_string(), more.to_string())
+        }
         _ => ("index.docker.io".to_string(), name.to_string()),
     };
     let registry = if registry == "docker.io" { "index.docker.io".to_string() } else { registry };
-    let repository = if registry == "index.docker.io" && !repo.contains('/') { format!("library/{repo}") } else { repo };
-    let valid_repo = !repository.is_empty() && repository.chars().all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || "._-/".contains(c));
+    let repository =
+        if registry == "index.docker.io" && !repo.contains('/') { format!("library/{repo}") } else { repo };
+    let valid_repo = !repository.is_empty()
+        && repository.chars().all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || "._-/".contains(c));
     if !valid_repo {
         return Err(format!("could not parse reference: {reference}"));
     }
@@ -65,7 +69,13 @@ fn image<'b, 'v>(args: Vec<CowVal<'b, 'v>>) -> Result<CowVal<'b, 'v>, ExecutionE
     let p = parse(&r).map_err(|e| ExecutionError::function_error("image", e))?;
     let identifier = if p.digest.is_empty() { p.tag.clone() } else { p.digest.clone() };
     let mut m: HashMap<Key, Value> = HashMap::new();
-    for (k, v) in [("registry", p.registry), ("repository", p.repository), ("tag", p.tag), ("digest", p.digest), ("identifier", identifier)] {
+    for (k, v) in [
+        ("registry", p.registry),
+        ("repository", p.repository),
+        ("tag", p.tag),
+        ("digest", p.digest),
+        ("identifier", identifier),
+    ] {
         m.insert(Key::String(Arc::new(k.to_string())), Value::String(Arc::new(v)));
     }
     out(Value::Map(Map { map: Arc::new(m) }))
@@ -77,7 +87,11 @@ fn is_image<'b, 'v>(args: Vec<CowVal<'b, 'v>>) -> Result<CowVal<'b, 'v>, Executi
 
 fn field(args: &[CowVal<'_, '_>], name: &str) -> Result<Value, ExecutionError> {
     match args.first().map(|a| Value::try_from(&**a)) {
-        Some(Ok(Value::Map(m))) => m.map.get(&Key::String(Arc::new(name.to_string()))).cloned().ok_or_else(|| ExecutionError::function_error(name, "not an image")),
+        Some(Ok(Value::Map(m))) => m
+            .map
+            .get(&Key::String(Arc::new(name.to_string())))
+            .cloned()
+            .ok_or_else(|| ExecutionError::function_error(name, "not an image")),
         _ => Err(ExecutionError::function_error(name, "not an image")),
     }
 }

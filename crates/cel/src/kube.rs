@@ -84,11 +84,15 @@ fn sum<'b, 'v>(args: Args<'b, 'v>) -> Ret<'b, 'v> {
     let mut acc = Value::Int(0);
     for (i, x) in l.iter().enumerate() {
         acc = match (&acc, x) {
-            (Value::Int(a), Value::Int(b)) => Value::Int(a.checked_add(*b).ok_or_else(|| ExecutionError::function_error("sum", "integer overflow"))?),
+            (Value::Int(a), Value::Int(b)) => {
+                Value::Int(a.checked_add(*b).ok_or_else(|| ExecutionError::function_error("sum", "integer overflow"))?)
+            }
             (Value::Int(a), Value::Float(b)) if i == 0 => Value::Float(*a as f64 + b),
             (Value::Float(a), Value::Float(b)) => Value::Float(a + b),
             (Value::Int(a), Value::UInt(b)) if i == 0 && *a == 0 => Value::UInt(*b),
-            (Value::UInt(a), Value::UInt(b)) => Value::UInt(a.checked_add(*b).ok_or_else(|| ExecutionError::function_error("sum", "integer overflow"))?),
+            (Value::UInt(a), Value::UInt(b)) => {
+                Value::UInt(a.checked_add(*b).ok_or_else(|| ExecutionError::function_error("sum", "integer overflow"))?)
+            }
             _ => return Err(ExecutionError::function_error("sum", "the list must hold numbers of one type")),
         };
     }
@@ -148,7 +152,8 @@ fn regex(pattern: &str, f: &str) -> Result<regex::Regex, ExecutionError> {
 fn find<'b, 'v>(args: Args<'b, 'v>) -> Ret<'b, 'v> {
     let v = values(&args)?;
     let (s, p) = two(&v, "find")?;
-    let found = regex(string(p, "find")?, "find")?.find(string(s, "find")?).map(|m| m.as_str().to_string()).unwrap_or_default();
+    let found =
+        regex(string(p, "find")?, "find")?.find(string(s, "find")?).map(|m| m.as_str().to_string()).unwrap_or_default();
     ret(Value::String(Arc::new(found)))
 }
 

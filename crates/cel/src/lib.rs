@@ -48,7 +48,16 @@ fn or_value_compat(env: &mut Env) -> Result<(), cel::DeclarationError> {
     fn optional(e: &Ast) -> bool {
         match e {
             Ast::Call(c) => match c.func_name.as_str() {
-                "_?._" | "_[?_]" | "_?_:_" | "or" | "of" | "none" | "ofNonZeroValue" | "optional.of" | "optional.none" | "optional.ofNonZeroValue" => true,
+                "_?._"
+                | "_[?_]"
+                | "_?_:_"
+                | "or"
+                | "of"
+                | "none"
+                | "ofNonZeroValue"
+                | "optional.of"
+                | "optional.none"
+                | "optional.ofNonZeroValue" => true,
                 "_[_]" => c.args.first().is_some_and(|a| optional(&a.expr)),
                 _ => false,
             },
@@ -95,7 +104,9 @@ impl Expr {
         rewrite::variables_to_idents(&mut ast);
         let depth = rewrite::loop_depth(&ast);
         if depth > MAX_LOOP_DEPTH {
-            return Err(format!("the expression nests {depth} loops (all/exists/map/filter); the cost budget allows {MAX_LOOP_DEPTH}"));
+            return Err(format!(
+                "the expression nests {depth} loops (all/exists/map/filter); the cost budget allows {MAX_LOOP_DEPTH}"
+            ));
         }
         let uses_host = rewrite::mentions(&ast, host::HOST_VAR);
         Ok(Expr { ast: Arc::new(ast), source: source.to_string(), uses_host })
@@ -123,7 +134,9 @@ impl Expr {
         Value::resolve(&self.ast, &ctx).map_err(|e| {
             let msg = e.to_string();
             match msg.strip_prefix("Undeclared reference to '@var:").and_then(|r| r.strip_suffix('\'')) {
-                Some(name) => format!("composited variable \"{name}\" is not available: it failed to evaluate or is not defined"),
+                Some(name) => {
+                    format!("composited variable \"{name}\" is not available: it failed to evaluate or is not defined")
+                }
                 None => msg,
             }
         })
@@ -163,7 +176,8 @@ impl VariableResolver for Vars {
         }
         if name == "variables" {
             let map = self.variables_map.get_or_init(|| {
-                let map: HashMap<CelMapKey<'static>, Box<dyn Val>> = self.variables.iter().map(|(k, v)| (CelMapKey::from(k.clone()), v.clone_as_boxed())).collect();
+                let map: HashMap<CelMapKey<'static>, Box<dyn Val>> =
+                    self.variables.iter().map(|(k, v)| (CelMapKey::from(k.clone()), v.clone_as_boxed())).collect();
                 Arc::new(CelMap::from(map))
             });
             return Some(CowVal::Borrowed(&**map));
@@ -218,7 +232,9 @@ pub(crate) fn json_val(v: &serde_json::Value) -> Box<dyn Val> {
         },
         serde_json::Value::String(s) => Box::new(CelString::from(s.clone())),
         serde_json::Value::Array(a) => Box::new(CelList::from(a.iter().map(json_val).collect::<Vec<_>>())),
-        serde_json::Value::Object(m) => Box::new(CelMap::from(m.iter().map(|(k, v)| (CelMapKey::from(k.clone()), json_val(v))).collect::<HashMap<_, _>>())),
+        serde_json::Value::Object(m) => Box::new(CelMap::from(
+            m.iter().map(|(k, v)| (CelMapKey::from(k.clone()), json_val(v))).collect::<HashMap<_, _>>(),
+        )),
     }
 }
 
@@ -248,7 +264,9 @@ pub fn to_json(v: &Value) -> Result<serde_json::Value, String> {
         Value::Bool(b) => serde_json::Value::Bool(*b),
         Value::Int(i) => serde_json::Value::from(*i),
         Value::UInt(u) => serde_json::Value::from(*u),
-        Value::Float(f) => serde_json::Number::from_f64(*f).map(serde_json::Value::Number).unwrap_or(serde_json::Value::Null),
+        Value::Float(f) => {
+            serde_json::Number::from_f64(*f).map(serde_json::Value::Number).unwrap_or(serde_json::Value::Null)
+        }
         Value::String(s) => serde_json::Value::String(s.to_string()),
         Value::List(l) => serde_json::Value::Array(l.iter().map(to_json).collect::<Result<_, _>>()?),
         Value::Map(m) => {
@@ -319,11 +337,15 @@ mod tests {
         let v = vars(json!({"spec": {"containers": [{"name": "a", "image": "nginx"}]}}));
         let e = |s: &str| Expr::compile(s).and_then(|e| e.eval(&v));
         assert_eq!(
-            e("Object{spec: Object.spec{containers: object.spec.containers.map(c, Object.spec.containers{name: c.name, image: 'r.io/' + c.image})}}"),
+            e(
+                "Object{spec: Object.spec{containers: object.spec.containers.map(c, Object.spec.containers{name: c.name, image: 'r.io/' + c.image})}}"
+            ),
             Ok(json!({"spec": {"containers": [{"name": "a", "image": "r.io/nginx"}]}}))
         );
         assert_eq!(
-            e("[JSONPatch{op: 'add', path: '/metadata/labels/' + jsonpatch.escapeKey('a/b~c'), value: 'x'}].filter(p, p.op == 'add')"),
+            e(
+                "[JSONPatch{op: 'add', path: '/metadata/labels/' + jsonpatch.escapeKey('a/b~c'), value: 'x'}].filter(p, p.op == 'add')"
+            ),
             Ok(json!([{"op": "add", "path": "/metadata/labels/a~1b~0c", "value": "x"}]))
         );
         // Other struct types are still unknown.
@@ -349,12 +371,21 @@ mod tests {
         assert_eq!(t("'abc 123 def 456'.findAll('[0-9]+')"), Ok(json!(["123", "456"])));
         assert_eq!(t("'a1b2c3'.findAll('[0-9]', 2)"), Ok(json!(["1", "2"])));
         assert!(t("[].min()").is_err());
-        assert_eq!(t(r#"regex.replace('docker.io/nginx', '^docker\\.io/(.*)', r'my.io/\1')"#), Ok(json!("my.io/nginx")));
+        assert_eq!(
+            t(r#"regex.replace('docker.io/nginx', '^docker\\.io/(.*)', r'my.io/\1')"#),
+            Ok(json!("my.io/nginx"))
+        );
     }
 
     struct TestHost;
     impl Host for TestHost {
-        fn resource_get(&self, api_version: &str, resource: &str, namespace: &str, name: &str) -> Result<serde_json::Value, String> {
+        fn resource_get(
+            &self,
+            api_version: &str,
+            resource: &str,
+            namespace: &str,
+            name: &str,
+        ) -> Result<serde_json::Value, String> {
             match (api_version, resource, namespace, name) {
                 ("v1", "configmaps", "default", "cfg") => Ok(json!({"data": {"env": "prod"}})),
                 _ => Err(format!("{resource} {namespace}/{name} not found")),
@@ -380,7 +411,10 @@ mod tests {
         assert_eq!(t("resource.get('v1', 'configmaps', 'default', 'cfg').data.env", &v), Ok(json!("prod")));
         assert!(t("resource.Get('v1', 'configmaps', 'default', 'nope')", &v).is_err_and(|e| e.contains("not found")));
         assert_eq!(t("resource.List('v1', 'configmaps', '').items.size()", &v), Ok(json!(2)));
-        assert_eq!(t("resource.List('v1', 'configmaps', '', {'t': 'x'}).items.map(i, i.metadata.name)", &v), Ok(json!(["a"])));
+        assert_eq!(
+            t("resource.List('v1', 'configmaps', '', {'t': 'x'}).items.map(i, i.metadata.name)", &v),
+            Ok(json!(["a"]))
+        );
         assert_eq!(t("time.now() > timestamp('2023-01-01T00:00:00Z')", &v), Ok(json!(true)));
         assert!(t("http.Get('https://x')", &v).is_err());
     }

@@ -45,7 +45,9 @@ fn children_mut(e: &mut IdedExpr) -> Vec<&mut IdedExpr> {
     }
     match &mut e.expr {
         Expr::Call(c) => c.target.as_deref_mut().into_iter().chain(c.args.iter_mut()).collect(),
-        Expr::Comprehension(c) => vec![&mut c.iter_range, &mut c.accu_init, &mut c.loop_cond, &mut c.loop_step, &mut c.result],
+        Expr::Comprehension(c) => {
+            vec![&mut c.iter_range, &mut c.accu_init, &mut c.loop_cond, &mut c.loop_step, &mut c.result]
+        }
         Expr::List(l) => l.elements.iter_mut().collect(),
         Expr::Map(m) => m.entries.iter_mut().flat_map(entry).collect(),
         Expr::Struct(st) => st.entries.iter_mut().flat_map(entry).collect(),
@@ -63,7 +65,10 @@ pub fn structs_to_maps(e: &mut IdedExpr) {
                 .into_iter()
                 .map(|mut entry| {
                     if let EntryExpr::StructField(f) = entry.expr {
-                        let key = IdedExpr { id: entry.id, expr: Expr::Literal(LiteralValue::String(CelString::from(f.field))) };
+                        let key = IdedExpr {
+                            id: entry.id,
+                            expr: Expr::Literal(LiteralValue::String(CelString::from(f.field))),
+                        };
                         entry.expr = EntryExpr::MapEntry(MapEntryExpr { key, value: f.value, optional: f.optional });
                     }
                     entry

@@ -98,12 +98,14 @@ fn run_inner(args: &ApplyArgs) -> Result<i32> {
         Some(u) => load::read_docs(u)?.first().map(|d| parse_user_info(&d.value, u)).transpose()?,
         None => None,
     };
-    let mut globals: Vec<(String, Value)> = data.values.global_values.iter().map(|(k, v)| (k.clone(), v.clone())).collect();
+    let mut globals: Vec<(String, Value)> =
+        data.values.global_values.iter().map(|(k, v)| (k.clone(), v.clone())).collect();
     for s in &args.set {
         globals.push(parse_set(s)?);
     }
     let runner = Runner::new(&policies.compiled, &exceptions, &data, user.as_ref(), &globals);
-    let rule_count: usize = policies.compiled.iter().map(|p| p.rules.iter().filter(|r| r.autogen_of.is_none()).count()).sum();
+    let rule_count: usize =
+        policies.compiled.iter().map(|p| p.rules.iter().filter(|r| r.autogen_of.is_none()).count()).sum();
     let out_path = args.output.as_deref().filter(|o| *o != "json" && *o != "yaml").map(PathBuf::from);
     let format = args.output.as_deref().filter(|o| *o == "json" || *o == "yaml");
     let machine = format.is_some() || args.policy_report;
@@ -113,7 +115,11 @@ fn run_inner(args: &ApplyArgs) -> Result<i32> {
         if exceptions.is_empty() {
             println!("\nApplying {rule_count} policy rule(s) to {} resource(s)...", resources.len());
         } else {
-            println!("\nApplying {rule_count} policy rule(s) to {} resource(s) with {} exception(s)...", resources.len(), exceptions.len());
+            println!(
+                "\nApplying {rule_count} policy rule(s) to {} resource(s) with {} exception(s)...",
+                resources.len(),
+                exceptions.len()
+            );
         }
     }
     let (mut pass, mut fail, mut warn, mut error, mut skip) = (0, 0, 0, 0, 0);
@@ -126,7 +132,8 @@ fn run_inner(args: &ApplyArgs) -> Result<i32> {
         let op = runner.operation_for(None, r);
         let responses = runner.run(r, &op);
         let ns = r.pointer("/metadata/namespace").and_then(Value::as_str).unwrap_or("default");
-        let key = format!("{ns}/{}/{}", load::kind(r), r.pointer("/metadata/name").and_then(Value::as_str).unwrap_or(""));
+        let key =
+            format!("{ns}/{}/{}", load::kind(r), r.pointer("/metadata/name").and_then(Value::as_str).unwrap_or(""));
         for (p, resp) in policies.compiled.iter().zip(&responses) {
             let mut failures = Vec::new();
             let mut as_warning = false;
@@ -150,7 +157,10 @@ fn run_inner(args: &ApplyArgs) -> Result<i32> {
                     "scored": p.scored,
                 }));
             }
-            let mutated = resp.rules.iter().any(|rr| rr.rule_type == verno_engine::RuleType::Mutation && rr.status == Status::Pass);
+            let mutated = resp
+                .rules
+                .iter()
+                .any(|rr| rr.rule_type == verno_engine::RuleType::Mutation && rr.status == Status::Pass);
             let mut outputs: Vec<Value> = Vec::new();
             if mutated {
                 mutated_any = true;
@@ -177,7 +187,11 @@ fn run_inner(args: &ApplyArgs) -> Result<i32> {
             }
             if !machine {
                 if !failures.is_empty() {
-                    println!("\npolicy {} -> resource {key} {}", resp.policy, if as_warning { "failed as audit warning:" } else { "failed:" });
+                    println!(
+                        "\npolicy {} -> resource {key} {}",
+                        resp.policy,
+                        if as_warning { "failed as audit warning:" } else { "failed:" }
+                    );
                     for (i, f) in failures.iter().enumerate() {
                         println!("{} - {} {}", i + 1, f.name, f.message);
                     }
@@ -253,7 +267,8 @@ fn write_outputs(path: &std::path::Path, produced: &[(String, Value)]) -> Result
             let ns = o.pointer("/metadata/namespace").and_then(Value::as_str).unwrap_or("");
             let file = if ns.is_empty() { format!("{kind}-{name}.yaml") } else { format!("{ns}-{kind}-{name}.yaml") };
             let p = path.join(file);
-            std::fs::write(&p, serde_saphyr::to_string(o).unwrap_or_default()).with_context(|| format!("writing {}", p.display()))?;
+            std::fs::write(&p, serde_saphyr::to_string(o).unwrap_or_default())
+                .with_context(|| format!("writing {}", p.display()))?;
         }
     } else {
         let docs: Vec<String> = produced.iter().map(|(_, o)| serde_saphyr::to_string(o).unwrap_or_default()).collect();

@@ -84,9 +84,14 @@ pub fn manifests(a: &ManifestsArgs) -> i32 {
 }
 
 fn with_client<T>(f: impl AsyncFnOnce(kube::Client) -> Result<T, String>) -> Result<T, String> {
-    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().map_err(|e| format!("cannot start the runtime: {e}"))?;
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .map_err(|e| format!("cannot start the runtime: {e}"))?;
     rt.block_on(async {
-        let client = kube::Client::try_default().await.map_err(|e| format!("cannot reach the Kubernetes API (kubeconfig or in-cluster config): {e}"))?;
+        let client = kube::Client::try_default()
+            .await
+            .map_err(|e| format!("cannot reach the Kubernetes API (kubeconfig or in-cluster config): {e}"))?;
         f(client).await
     })
 }

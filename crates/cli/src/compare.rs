@@ -37,7 +37,9 @@ pub fn normalize(v: &Value) -> Value {
             meta.remove("namespace");
         }
         if let Some(labels) = meta.get_mut("labels").and_then(Value::as_object_mut) {
-            labels.retain(|k, v| !(k.starts_with("generate.kyverno.io/") || (k == "app.kubernetes.io/managed-by" && v == "kyverno")));
+            labels.retain(|k, v| {
+                !(k.starts_with("generate.kyverno.io/") || (k == "app.kubernetes.io/managed-by" && v == "kyverno"))
+            });
         }
     }
     tidy(&v).unwrap_or(Value::Object(Map::new()))
@@ -102,7 +104,8 @@ pub fn check_resources(
     policies: &LoadedPolicies,
     cache: &HashMap<(usize, String), Vec<PolicyResponse>>,
 ) -> Result<(), String> {
-    let generated_files: Vec<&String> = entry.generated_resource.iter().chain(entry.generated_resources.iter()).collect();
+    let generated_files: Vec<&String> =
+        entry.generated_resource.iter().chain(entry.generated_resources.iter()).collect();
     if entry.patched_resources.is_none() && generated_files.is_empty() {
         return Ok(());
     }
@@ -145,7 +148,11 @@ pub fn check_resources(
                 // the same name and skips the comparison when the file has none; for ClusterPolicy
                 // rows a file with a single object is that object.
                 let cel = entry.is_mutating_policy || entry.is_mutating_admission_policy;
-                let e = expected.iter().find(|e| same(e, actual)).or(if expected.len() == 1 && !cel { expected.first() } else { None });
+                let e = expected.iter().find(|e| same(e, actual)).or(if expected.len() == 1 && !cel {
+                    expected.first()
+                } else {
+                    None
+                });
                 match e {
                     Some(e) => compare_one(actual, e, f)?,
                     None if cel => {}

@@ -39,7 +39,8 @@ impl CliHost {
         let resource = resource.to_lowercase();
         self.objects.iter().filter(move |o| {
             let kind = str_at(o, "/kind");
-            (verno_engine::matching::plural(kind) == resource || kind.to_lowercase() == resource) && (api_version.is_empty() || str_at(o, "/apiVersion") == api_version)
+            (verno_engine::matching::plural(kind) == resource || kind.to_lowercase() == resource)
+                && (api_version.is_empty() || str_at(o, "/apiVersion") == api_version)
         })
     }
 }
@@ -53,7 +54,11 @@ impl verno_cel::Host for CliHost {
     }
 
     fn resource_list(&self, api_version: &str, resource: &str, namespace: &str) -> Result<Vec<Value>, String> {
-        Ok(self.of(api_version, resource).filter(|o| namespace.is_empty() || str_at(o, "/metadata/namespace") == namespace).cloned().collect())
+        Ok(self
+            .of(api_version, resource)
+            .filter(|o| namespace.is_empty() || str_at(o, "/metadata/namespace") == namespace)
+            .cloned()
+            .collect())
     }
 
     fn http(&self, method: &str, url: &str, _body: Option<&Value>) -> Result<Value, String> {
@@ -63,12 +68,19 @@ impl verno_cel::Host for CliHost {
     }
 
     fn global_context(&self, name: &str, projection: &str) -> Result<Value, String> {
-        let entry = self.global_entries.iter().find(|g| g.get("name").and_then(Value::as_str) == Some(name)).ok_or_else(|| format!("global context entry {name:?} not found"))?;
+        let entry = self
+            .global_entries
+            .iter()
+            .find(|g| g.get("name").and_then(Value::as_str) == Some(name))
+            .ok_or_else(|| format!("global context entry {name:?} not found"))?;
         let value = project(entry)?;
         if projection.is_empty() {
             return Ok(value);
         }
-        value.get(projection).cloned().ok_or_else(|| format!("global context entry {name:?} has no projection {projection:?}"))
+        value
+            .get(projection)
+            .cloned()
+            .ok_or_else(|| format!("global context entry {name:?} has no projection {projection:?}"))
     }
 
     fn image_metadata(&self, reference: &str) -> Result<Value, String> {
@@ -99,7 +111,9 @@ fn find_mock<'a>(mocks: &'a [Value], method: &str, url: &str) -> Option<&'a Valu
 /// An image reference in full (`nginx` is `docker.io/nginx:latest`), to match references that
 /// spell the same image differently.
 fn norm_image(r: &str) -> String {
-    verno_engine::images::image_info(r, "").and_then(|i| i.get("reference").and_then(Value::as_str).map(str::to_string)).unwrap_or_else(|| r.to_string())
+    verno_engine::images::image_info(r, "")
+        .and_then(|i| i.get("reference").and_then(Value::as_str).map(str::to_string))
+        .unwrap_or_else(|| r.to_string())
 }
 
 /// A global context entry's value: its data (or resources), with its projections applied when
@@ -113,7 +127,10 @@ fn project(entry: &Value) -> Result<Value, String> {
     for p in projections {
         let name = p.get("name").and_then(Value::as_str).unwrap_or("");
         let path = p.get("jmesPath").or_else(|| p.get("path")).and_then(Value::as_str).unwrap_or("@");
-        out.insert(name.to_string(), verno_jmespath::search(path, &data).map_err(|e| format!("projection {name}: {e}"))?);
+        out.insert(
+            name.to_string(),
+            verno_jmespath::search(path, &data).map_err(|e| format!("projection {name}: {e}"))?,
+        );
     }
     Ok(Value::Object(out))
 }
@@ -124,15 +141,26 @@ fn str_at<'v>(v: &'v Value, p: &str) -> &'v str {
 
 /// Kind, apiVersion (when given) and namespace (when given) select an object.
 fn selects(o: &Value, api_version: &str, kind: &str, namespace: &str) -> bool {
-    str_at(o, "/kind") == kind && (api_version.is_empty() || str_at(o, "/apiVersion") == api_version) && (namespace.is_empty() || str_at(o, "/metadata/namespace") == namespace)
+    str_at(o, "/kind") == kind
+        && (api_version.is_empty() || str_at(o, "/apiVersion") == api_version)
+        && (namespace.is_empty() || str_at(o, "/metadata/namespace") == namespace)
 }
 
 impl CliData {
     /// Snapshots the data for the Kyverno CEL libraries; call once everything is loaded.
     pub fn build_cel_host(&mut self) {
         let objects: Vec<Value> = self.clone_sources.iter().chain(self.cluster.iter().flatten()).cloned().collect();
-        let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).ok().and_then(|d| i64::try_from(d.as_secs()).ok());
-        self.cel_host = Some(Arc::new(CliHost { objects, api_mocks: self.api_mocks.clone(), global_entries: self.global_entries.clone(), images: self.images.clone(), now }));
+        let now = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .ok()
+            .and_then(|d| i64::try_from(d.as_secs()).ok());
+        self.cel_host = Some(Arc::new(CliHost {
+            objects,
+            api_mocks: self.api_mocks.clone(),
+            global_entries: self.global_entries.clone(),
+            images: self.images.clone(),
+            now,
+        }));
     }
 
     fn policy_values(&self, policy: &str) -> Option<&verno_api::cli::PolicyValues> {
@@ -185,7 +213,9 @@ impl Data for CliData {
                 && o.pointer("/metadata/name").and_then(Value::as_str) == Some(name)
                 && o.pointer("/metadata/namespace").and_then(Value::as_str).unwrap_or("default") == namespace
             {
-                return Loaded::Value(json!({"data": o.get("data").cloned().unwrap_or(json!({})), "metadata": o.get("metadata").cloned().unwrap_or(json!({}))}));
+                return Loaded::Value(
+                    json!({"data": o.get("data").cloned().unwrap_or(json!({})), "metadata": o.get("metadata").cloned().unwrap_or(json!({}))}),
+                );
             }
         }
         Loaded::Error(format!("configmaps \"{name}\" not found"))
@@ -226,11 +256,16 @@ impl Data for CliData {
             .iter()
             .filter(|o| o.get("apiVersion").and_then(Value::as_str) == Some(api_version.as_str()))
             .filter(|o| plural(o.get("kind").and_then(Value::as_str).unwrap_or("")) == res)
-            .filter(|o| ns.as_ref().is_none_or(|n| o.pointer("/metadata/namespace").and_then(Value::as_str) == Some(n.as_str())))
+            .filter(|o| {
+                ns.as_ref().is_none_or(|n| o.pointer("/metadata/namespace").and_then(Value::as_str) == Some(n.as_str()))
+            })
             .cloned()
             .collect();
         match name {
-            Some(n) => match items.into_iter().find(|o| o.pointer("/metadata/name").and_then(Value::as_str) == Some(n.as_str())) {
+            Some(n) => match items
+                .into_iter()
+                .find(|o| o.pointer("/metadata/name").and_then(Value::as_str) == Some(n.as_str()))
+            {
                 Some(o) => Loaded::Value(o),
                 None => Loaded::Error(format!("{res} \"{n}\" not found")),
             },
@@ -239,7 +274,9 @@ impl Data for CliData {
     }
 
     fn namespace_object(&self, name: &str) -> Option<Value> {
-        let by_name = |o: &&Value| crate::load::kind(o) == "Namespace" && o.pointer("/metadata/name").and_then(Value::as_str) == Some(name);
+        let by_name = |o: &&Value| {
+            crate::load::kind(o) == "Namespace" && o.pointer("/metadata/name").and_then(Value::as_str) == Some(name)
+        };
         if let Some(n) = self.values.namespaces.iter().find(by_name) {
             return Some(n.clone());
         }
@@ -247,23 +284,39 @@ impl Data for CliData {
             return Some(n.clone());
         }
         // A namespace known only by its labels (`namespaceSelector` values).
-        self.namespace_labels(name).map(|labels| json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name, "labels": labels}}))
+        self.namespace_labels(name).map(
+            |labels| json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name, "labels": labels}}),
+        )
     }
 
     fn resource(&self, api_version: &str, kind: &str, namespace: &str, name: &str) -> Option<Value> {
         self.clone_sources
             .iter()
             .chain(self.cluster.iter().flatten())
-            .find(|o| selects(o, api_version, kind, "") && str_at(o, "/metadata/namespace") == namespace && str_at(o, "/metadata/name") == name)
+            .find(|o| {
+                selects(o, api_version, kind, "")
+                    && str_at(o, "/metadata/namespace") == namespace
+                    && str_at(o, "/metadata/name") == name
+            })
             .cloned()
     }
 
     fn list(&self, api_version: &str, kind: &str, namespace: &str) -> Vec<Value> {
-        self.clone_sources.iter().chain(self.cluster.iter().flatten()).filter(|o| selects(o, api_version, kind, namespace)).cloned().collect()
+        self.clone_sources
+            .iter()
+            .chain(self.cluster.iter().flatten())
+            .filter(|o| selects(o, api_version, kind, namespace))
+            .cloned()
+            .collect()
     }
 
     fn targets(&self, api_version: &str, kind: &str, namespace: &str) -> Vec<Value> {
-        self.targets.iter().chain(self.cluster.iter().flatten()).filter(|o| selects(o, api_version, kind, namespace)).cloned().collect()
+        self.targets
+            .iter()
+            .chain(self.cluster.iter().flatten())
+            .filter(|o| selects(o, api_version, kind, namespace))
+            .cloned()
+            .collect()
     }
 
     fn global_reference(&self, name: &str) -> Loaded {

@@ -72,7 +72,10 @@ fn run_inner(cmd: &JpCommand) -> Result<i32> {
                 let v = e.search(&data, &crate::run::CliEnv).map_err(|e| anyhow!("{e}"))?;
                 match (v.as_ref(), unquoted) {
                     (Value::String(s), true) => println!("{s}"),
-                    (other, _) => println!("{}", if *compact { serde_json::to_string(other)? } else { serde_json::to_string_pretty(other)? }),
+                    (other, _) => println!(
+                        "{}",
+                        if *compact { serde_json::to_string(other)? } else { serde_json::to_string_pretty(other)? }
+                    ),
                 }
             }
             Ok(0)

@@ -3,9 +3,9 @@
 //! File loading and output live here; evaluation is the engine's.
 
 pub mod apply_cmd;
+pub mod cluster_cmd;
 pub mod compare;
 pub mod data;
-pub mod cluster_cmd;
 pub mod jp_cmd;
 pub mod load;
 pub mod run;

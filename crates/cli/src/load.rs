@@ -48,7 +48,10 @@ pub fn parse_docs(text: &str, file: &Path) -> Result<Vec<Doc>> {
     let values = verno_jmespath::yaml::parse_all(text).map_err(|e| anyhow!("{}: invalid YAML: {e}", file.display()))?;
     let mut out = Vec::new();
     for v in values {
-        if v.get("kind").and_then(Value::as_str).is_some_and(|k| k == "List" || k.ends_with("List") && v.get("items").is_some()) {
+        if v.get("kind")
+            .and_then(Value::as_str)
+            .is_some_and(|k| k == "List" || k.ends_with("List") && v.get("items").is_some())
+        {
             if let Some(items) = v.get("items").and_then(Value::as_array) {
                 for it in items {
                     out.push(Doc { value: it.clone(), file: file.to_path_buf() });
@@ -85,7 +88,8 @@ pub fn is_kyverno_policy(v: &Value) -> bool {
 
 /// `policies.kyverno.io` policies Verno compiles: Validating and Mutating (and Namespaced).
 pub fn is_cel_policy(v: &Value) -> bool {
-    matches!(kind(v), "ValidatingPolicy" | "NamespacedValidatingPolicy" | "MutatingPolicy" | "NamespacedMutatingPolicy") && api_version(v).starts_with("policies.kyverno.io/")
+    matches!(kind(v), "ValidatingPolicy" | "NamespacedValidatingPolicy" | "MutatingPolicy" | "NamespacedMutatingPolicy")
+        && api_version(v).starts_with("policies.kyverno.io/")
 }
 
 pub fn is_kyverno_exception(v: &Value) -> bool {
@@ -97,19 +101,32 @@ pub fn is_unsupported_policy(v: &Value) -> bool {
     let av = api_version(v);
     av.starts_with("policies.kyverno.io/")
         || (av.starts_with("admissionregistration.k8s.io/")
-            && matches!(kind(v), "ValidatingAdmissionPolicy" | "ValidatingAdmissionPolicyBinding" | "MutatingAdmissionPolicy" | "MutatingAdmissionPolicyBinding"))
+            && matches!(
+                kind(v),
+                "ValidatingAdmissionPolicy"
+                    | "ValidatingAdmissionPolicyBinding"
+                    | "MutatingAdmissionPolicy"
+                    | "MutatingAdmissionPolicyBinding"
+            ))
 }
 
 pub fn parse_values(v: &Value, file: &Path) -> Result<Values> {
-    let norm = strict::normalize(v, &verno_api::cli::VALUES_SPEC, "").map_err(|e| anyhow!("{}: {e}", file.display()))?;
+    let norm =
+        strict::normalize(v, &verno_api::cli::VALUES_SPEC, "").map_err(|e| anyhow!("{}: {e}", file.display()))?;
     serde_json::from_value(norm).map_err(|e| anyhow!("{}: invalid values: {e}", file.display()))
 }
 
 pub fn parse_user_info(v: &Value, file: &Path) -> Result<(RequestUser, Value)> {
     let norm = strict::normalize(v, &verno_api::cli::USER_INFO, "").map_err(|e| anyhow!("{}: {e}", file.display()))?;
-    let u: UserInfoFile = serde_json::from_value(norm).map_err(|e| anyhow!("{}: invalid user info: {e}", file.display()))?;
+    let u: UserInfoFile =
+        serde_json::from_value(norm).map_err(|e| anyhow!("{}: invalid user info: {e}", file.display()))?;
     let username = u.user_info.get("username").and_then(Value::as_str).unwrap_or("").to_string();
-    let groups = u.user_info.get("groups").and_then(Value::as_array).map(|a| a.iter().filter_map(Value::as_str).map(str::to_string).collect()).unwrap_or_default();
+    let groups = u
+        .user_info
+        .get("groups")
+        .and_then(Value::as_array)
+        .map(|a| a.iter().filter_map(Value::as_str).map(str::to_string).collect())
+        .unwrap_or_default();
     let info = if u.user_info.is_null() { serde_json::json!({}) } else { u.user_info.clone() };
     Ok((RequestUser { username, groups, roles: u.roles, cluster_roles: u.cluster_roles }, info))
 }
@@ -123,9 +140,15 @@ pub struct LoadedPolicies {
 }
 
 pub fn load_policies(docs: Vec<Doc>) -> LoadedPolicies {
-    let mut out = LoadedPolicies { compiled: Vec::new(), invalid: HashMap::new(), unsupported: HashMap::new(), other_docs: Vec::new() };
+    let mut out = LoadedPolicies {
+        compiled: Vec::new(),
+        invalid: HashMap::new(),
+        unsupported: HashMap::new(),
+        other_docs: Vec::new(),
+    };
     let k8s = |v: &Value| api_version(v).starts_with("admissionregistration.k8s.io/");
-    let is_binding = |v: &Value| matches!(kind(v), "ValidatingAdmissionPolicyBinding" | "MutatingAdmissionPolicyBinding") && k8s(v);
+    let is_binding =
+        |v: &Value| matches!(kind(v), "ValidatingAdmissionPolicyBinding" | "MutatingAdmissionPolicyBinding") && k8s(v);
     let bindings: Vec<Value> = docs.iter().filter(|d| is_binding(&d.value)).map(|d| d.value.clone()).collect();
     for d in docs {
         if is_binding(&d.value) {
@@ -134,7 +157,9 @@ pub fn load_policies(docs: Vec<Doc>) -> LoadedPolicies {
         if matches!(kind(&d.value), "ValidatingAdmissionPolicy" | "MutatingAdmissionPolicy") && k8s(&d.value) {
             let name = d.value.pointer("/metadata/name").and_then(Value::as_str).unwrap_or("").to_string();
             let binding_kind = format!("{}Binding", kind(&d.value));
-            let binding = bindings.iter().find(|b| kind(b) == binding_kind && b.pointer("/spec/policyName").and_then(Value::as_str) == Some(name.as_str()));
+            let binding = bindings.iter().find(|b| {
+                kind(b) == binding_kind && b.pointer("/spec/policyName").and_then(Value::as_str) == Some(name.as_str())
+            });
             let compiled = if kind(&d.value) == "MutatingAdmissionPolicy" {
                 verno_engine::mpol::compile_mutating_admission_policy(&d.value, binding)
             } else {
@@ -188,7 +213,8 @@ pub fn load_policies(docs: Vec<Doc>) -> LoadedPolicies {
             }
         } else if is_unsupported_policy(&d.value) {
             let name = d.value.pointer("/metadata/name").and_then(Value::as_str).unwrap_or("").to_string();
-            out.unsupported.insert(name, format!("{} policies are not supported by this build of verno yet", kind(&d.value)));
+            out.unsupported
+                .insert(name, format!("{} policies are not supported by this build of verno yet", kind(&d.value)));
         } else {
             out.other_docs.push(d);
         }
@@ -198,11 +224,18 @@ pub fn load_policies(docs: Vec<Doc>) -> LoadedPolicies {
 
 pub fn load_exceptions(docs: &[Doc]) -> Result<Vec<CompiledException>> {
     let mut out = Vec::new();
-    for d in docs.iter().filter(|d| kind(&d.value) == "PolicyException" && api_version(&d.value).starts_with("policies.kyverno.io/")) {
-        out.push(verno_engine::compile_cel_exception(&d.value).map_err(|e| anyhow!("{}: PolicyException: {e}", d.file.display()))?);
+    for d in docs
+        .iter()
+        .filter(|d| kind(&d.value) == "PolicyException" && api_version(&d.value).starts_with("policies.kyverno.io/"))
+    {
+        out.push(
+            verno_engine::compile_cel_exception(&d.value)
+                .map_err(|e| anyhow!("{}: PolicyException: {e}", d.file.display()))?,
+        );
     }
     for d in docs.iter().filter(|d| is_kyverno_exception(&d.value)) {
-        let e: PolicyException = serde_json::from_value(d.value.clone()).map_err(|e| anyhow!("{}: invalid PolicyException: {e}", d.file.display()))?;
+        let e: PolicyException = serde_json::from_value(d.value.clone())
+            .map_err(|e| anyhow!("{}: invalid PolicyException: {e}", d.file.display()))?;
         out.push(compile_exception(&e).map_err(|e| anyhow!("{}: PolicyException: {e}", d.file.display()))?);
     }
     Ok(out)

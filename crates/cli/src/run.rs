@@ -4,7 +4,9 @@
 use crate::data::CliData;
 use serde_json::Value;
 use verno_engine::context::Saved;
-use verno_engine::{CompiledException, CompiledPolicy, Phase, PolicyResponse, Request, RequestUser, Sequence, build_context};
+use verno_engine::{
+    CompiledException, CompiledPolicy, Phase, PolicyResponse, Request, RequestUser, Sequence, build_context,
+};
 
 /// The clock and DNS the CLI offers to JMESPath functions.
 pub struct CliEnv;
@@ -54,7 +56,8 @@ impl<'a> Runner<'a> {
         };
         let ns = resource.pointer("/metadata/namespace").and_then(Value::as_str).unwrap_or("");
         let ns_labels = self.data.namespace_labels(ns);
-        let globals: Vec<(String, Value)> = self.globals.iter().filter(|(k, _)| k != "request.operation").cloned().collect();
+        let globals: Vec<(String, Value)> =
+            self.globals.iter().filter(|(k, _)| k != "request.operation").cloned().collect();
         let req = Request {
             operation: &op,
             object,
@@ -94,7 +97,12 @@ impl<'a> Runner<'a> {
     /// The operation for a resource: `request.operation` from per-resource values, then globals.
     pub fn operation_for(&self, policy: Option<&str>, resource: &Value) -> String {
         if let Some(p) = policy {
-            if let Some((_, v)) = self.data.resource_values(p, resource_name(resource)).into_iter().find(|(k, _)| k == "request.operation") {
+            if let Some((_, v)) = self
+                .data
+                .resource_values(p, resource_name(resource))
+                .into_iter()
+                .find(|(k, _)| k == "request.operation")
+            {
                 if let Some(s) = v.as_str() {
                     return s.to_string();
                 }

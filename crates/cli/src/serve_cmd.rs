@@ -145,7 +145,9 @@ pub fn run(args: &ServeArgs) -> i32 {
         tls,
         body_limit: args.max_body_bytes,
         deadline: Duration::from_millis(args.deadline_ms),
-        max_concurrency: args.max_concurrency.unwrap_or_else(|| std::thread::available_parallelism().map(|n| n.get() * 2).unwrap_or(4)),
+        max_concurrency: args
+            .max_concurrency
+            .unwrap_or_else(|| std::thread::available_parallelism().map(|n| n.get() * 2).unwrap_or(4)),
         watch,
         poll_interval: Duration::from_secs(2),
     };
@@ -156,7 +158,8 @@ pub fn run(args: &ServeArgs) -> i32 {
         opts.deployment = args.deployment.clone();
         opts.owner_cluster_role = args.owner_cluster_role.clone();
         opts.max_queued_events = args.max_queued_events;
-        opts.probe_interval = (args.probe_interval_seconds > 0).then(|| Duration::from_secs(args.probe_interval_seconds));
+        opts.probe_interval =
+            (args.probe_interval_seconds > 0).then(|| Duration::from_secs(args.probe_interval_seconds));
         let rt = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
             Ok(rt) => rt,
             Err(e) => {

@@ -1,9 +1,9 @@
 //! `verno test`: run `kyverno-test.yaml` suites and compare with their expected results,
 //! printing Kyverno's table (or JSON/YAML/JUnit/Markdown).
 
+use crate::compare;
 use crate::data::CliData;
 use crate::load::{self, Doc, LoadedPolicies, load_exceptions, load_policies, parse_user_info, parse_values};
-use crate::compare;
 use crate::run::Runner;
 use anyhow::{Context as _, Result, anyhow, bail};
 use serde::Serialize;
@@ -93,7 +93,9 @@ impl Selector {
     fn parse(s: &str) -> Result<Selector> {
         let mut sel = Selector { policy: None, rule: None, resource: None };
         for part in s.split(',').map(str::trim).filter(|p| !p.is_empty()) {
-            let (k, v) = part.split_once('=').ok_or_else(|| anyhow!("invalid test case selector {part:?}: expected key=value"))?;
+            let (k, v) = part
+                .split_once('=')
+                .ok_or_else(|| anyhow!("invalid test case selector {part:?}: expected key=value"))?;
             match k.trim() {
                 "policy" => sel.policy = Some(v.trim().to_string()),
                 "rule" => sel.rule = Some(v.trim().to_string()),
@@ -169,7 +171,11 @@ fn run_inner(args: &TestArgs) -> Result<i32> {
     let failed = rows.iter().filter(|r| !r.pass).count();
     match args.output.as_deref() {
         Some("json") => println!("{}", json_output(&rows)),
-        Some("yaml") => print!("{}", serde_saphyr::to_string(&serde_json::json!({"results": rows, "summary": summary(&rows)})).unwrap_or_default()),
+        Some("yaml") => print!(
+            "{}",
+            serde_saphyr::to_string(&serde_json::json!({"results": rows, "summary": summary(&rows)}))
+                .unwrap_or_default()
+        ),
         Some("junit") => print!("{}", junit(&rows)),
         Some("markdown") => print!("{}", markdown(&rows, args.detailed_results)),
         Some(other) => bail!("unknown output format {other:?}: expected json, yaml, markdown or junit"),
@@ -184,7 +190,14 @@ fn run_inner(args: &TestArgs) -> Result<i32> {
                     .iter()
                     .enumerate()
                     .map(|(i, r)| {
-                        let mut c = vec![(i + 1).to_string(), r.policy.clone(), r.rule.clone(), r.display.clone(), if r.pass { "Pass".into() } else { "Fail".into() }, r.table_reason.clone()];
+                        let mut c = vec![
+                            (i + 1).to_string(),
+                            r.policy.clone(),
+                            r.rule.clone(),
+                            r.display.clone(),
+                            if r.pass { "Pass".into() } else { "Fail".into() },
+                            r.table_reason.clone(),
+                        ];
                         if args.detailed_results {
                             c.push(r.message.clone());
                         }
@@ -231,7 +244,11 @@ fn xml_escape(s: &str) -> String {
 
 fn junit(rows: &[Row]) -> String {
     let failed = rows.iter().filter(|r| !r.pass).count();
-    let mut s = format!("<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n<testsuites tests=\"{}\" failures=\"{failed}\">\n  <testsuite name=\"verno test\" tests=\"{}\" failures=\"{failed}\">\n", rows.len(), rows.len());
+    let mut s = format!(
+        "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n<testsuites tests=\"{}\" failures=\"{failed}\">\n  <testsuite name=\"verno test\" tests=\"{}\" failures=\"{failed}\">\n",
+        rows.len(),
+        rows.len()
+    );
     for r in rows {
         let name = xml_escape(&format!("{}/{}/{}", r.policy, r.rule, r.resource));
         if r.pass {
@@ -250,13 +267,32 @@ fn junit(rows: &[Row]) -> String {
 }
 
 fn markdown(rows: &[Row], detailed: bool) -> String {
-    let mut s = String::from(if detailed { "| ID | POLICY | RULE | RESOURCE | RESULT | REASON | MESSAGE |\n|---|---|---|---|---|---|---|\n" } else { "| ID | POLICY | RULE | RESOURCE | RESULT | REASON |\n|---|---|---|---|---|---|\n" });
+    let mut s = String::from(if detailed {
+        "| ID | POLICY | RULE | RESOURCE | RESULT | REASON | MESSAGE |\n|---|---|---|---|---|---|---|\n"
+    } else {
+        "| ID | POLICY | RULE | RESOURCE | RESULT | REASON |\n|---|---|---|---|---|---|\n"
+    });
     for (i, r) in rows.iter().enumerate() {
         let res = if r.pass { "Pass" } else { "Fail" };
         if detailed {
-            s.push_str(&format!("| {} | {} | {} | {} | {res} | {} | {} |\n", i + 1, r.policy, r.rule, r.display, r.table_reason, r.message.replace('|', "\\|")));
+            s.push_str(&format!(
+                "| {} | {} | {} | {} | {res} | {} | {} |\n",
+                i + 1,
+                r.policy,
+                r.rule,
+                r.display,
+                r.table_reason,
+                r.message.replace('|', "\\|")
+            ));
         } else {
-            s.push_str(&format!("| {} | {} | {} | {} | {res} | {} |\n", i + 1, r.policy, r.rule, r.display, r.table_reason));
+            s.push_str(&format!(
+                "| {} | {} | {} | {} | {res} | {} |\n",
+                i + 1,
+                r.policy,
+                r.rule,
+                r.display,
+                r.table_reason
+            ));
         }
     }
     s
@@ -270,7 +306,10 @@ fn rel(base: &Path, p: &str) -> PathBuf {
 pub fn parse_test(v: &Value, file: &Path) -> Result<Test> {
     let obj = v.as_object().ok_or_else(|| anyhow!("{}: a test document must be a mapping", file.display()))?;
     if obj.keys().any(|k| k.eq_ignore_ascii_case("name")) {
-        bail!("{}: the test uses the deprecated schema (top-level `name`); use `apiVersion: cli.kyverno.io/v1alpha1`, `kind: Test` and `metadata.name`", file.display());
+        bail!(
+            "{}: the test uses the deprecated schema (top-level `name`); use `apiVersion: cli.kyverno.io/v1alpha1`, `kind: Test` and `metadata.name`",
+            file.display()
+        );
     }
     let norm = strict::normalize(v, &verno_api::cli::TEST, "").map_err(|e| anyhow!("{}: {e}", file.display()))?;
     let t: Test = serde_json::from_value(norm).map_err(|e| anyhow!("{}: invalid test: {e}", file.display()))?;
@@ -348,7 +387,9 @@ fn run_test(doc: &Doc, file: &Path, selector: Option<&Selector>, log: &dyn Fn(St
         let mut cluster = Vec::new();
         for p in &test.cluster_resources {
             for d in load::read_docs(&rel(base, p))? {
-                if load::kind(&d.value) == "ClusterResource" && load::api_version(&d.value).starts_with("cli.kyverno.io/") {
+                if load::kind(&d.value) == "ClusterResource"
+                    && load::api_version(&d.value).starts_with("cli.kyverno.io/")
+                {
                     // `kind: ClusterResource` wraps the objects in `spec.resources`.
                     if let Some(items) = d.value.pointer("/spec/resources").and_then(Value::as_array) {
                         cluster.extend(items.iter().cloned());
@@ -396,7 +437,13 @@ fn run_test(doc: &Doc, file: &Path, selector: Option<&Selector>, log: &dyn Fn(St
     data.global_entries = test.global_context_entries.clone();
     data.build_cel_host();
     let globals: Vec<(String, Value)> = data.values.global_values.iter().map(|(k, v)| (k.clone(), v.clone())).collect();
-    log(format!("  Applying {} {} to {} {} ...", policies.compiled.len(), if policies.compiled.len() == 1 { "policy" } else { "policies" }, resources.len(), if resources.len() == 1 { "resource" } else { "resources" }));
+    log(format!(
+        "  Applying {} {} to {} {} ...",
+        policies.compiled.len(),
+        if policies.compiled.len() == 1 { "policy" } else { "policies" },
+        resources.len(),
+        if resources.len() == 1 { "resource" } else { "resources" }
+    ));
     let runner = Runner::new(&policies.compiled, &exceptions, &data, user.as_ref(), &globals);
     log("  Checking results ...".into());
     let mut cache: HashMap<(usize, String), Vec<PolicyResponse>> = HashMap::new();
@@ -475,7 +522,9 @@ fn check_row(
     if let Some(e) = policies.unsupported.get(&entry.policy) {
         return fail(row, "Invalid Policy", e.clone());
     }
-    let Some((policy_idx, policy)) = policies.compiled.iter().enumerate().find(|(_, p)| p.key() == entry.policy || p.name == entry.policy) else {
+    let Some((policy_idx, policy)) =
+        policies.compiled.iter().enumerate().find(|(_, p)| p.key() == entry.policy || p.name == entry.policy)
+    else {
         return fail(row, "Not found", format!("policy {} not found in the test's policies", entry.policy));
     };
     let (want_ns, want_name) = match name.split_once('/') {
@@ -488,11 +537,11 @@ fn check_row(
         .filter(|(i, r)| {
             aliases.get(*i).and_then(|a| a.as_deref()) == Some(name)
                 || r.pointer("/metadata/name").and_then(Value::as_str) == Some(want_name)
-                && want_ns.is_none_or(|ns| {
-                    // Kyverno's CLI puts resources without a namespace in `default`.
-                    let rns = r.pointer("/metadata/namespace").and_then(Value::as_str).unwrap_or("");
-                    rns == ns || (rns.is_empty() && ns == "default")
-                })
+                    && want_ns.is_none_or(|ns| {
+                        // Kyverno's CLI puts resources without a namespace in `default`.
+                        let rns = r.pointer("/metadata/namespace").and_then(Value::as_str).unwrap_or("");
+                        rns == ns || (rns.is_empty() && ns == "default")
+                    })
         })
         .map(|(i, _)| i)
         .collect();
@@ -502,13 +551,22 @@ fn check_row(
         for (i, r) in resources.iter().enumerate() {
             let op = entry.operation.clone().unwrap_or_else(|| runner.operation_for(Some(&policy.name), r));
             let responses = cache.entry((i, op.clone())).or_insert_with(|| runner.run(r, &op));
-            let Some(rr) = responses.get(policy_idx).and_then(|pr| pr.rules.iter().find(|rr| rule_names.contains(&rr.name))) else { continue };
+            let Some(rr) =
+                responses.get(policy_idx).and_then(|pr| pr.rules.iter().find(|rr| rule_names.contains(&rr.name)))
+            else {
+                continue;
+            };
             let names_target = rr.patched_targets.iter().any(|t| {
                 t.pointer("/metadata/name").and_then(Value::as_str) == Some(want_name)
-                    && want_ns.is_none_or(|ns| t.pointer("/metadata/namespace").and_then(Value::as_str).unwrap_or("default") == ns)
+                    && want_ns.is_none_or(|ns| {
+                        t.pointer("/metadata/namespace").and_then(Value::as_str).unwrap_or("default") == ns
+                    })
             });
             if name.is_empty() || names_target {
-                let shown = rr.patched_targets.iter().find(|t| t.pointer("/metadata/name").and_then(Value::as_str) == Some(want_name));
+                let shown = rr
+                    .patched_targets
+                    .iter()
+                    .find(|t| t.pointer("/metadata/name").and_then(Value::as_str) == Some(want_name));
                 let rr = rr.clone();
                 return judge(row, policy, &rr, &expected, (i, op, policy_idx), shown);
             }
@@ -546,7 +604,14 @@ fn check_row(
 }
 
 /// Fills a row from the rule response that answers it; `shown` is the resource the row displays.
-fn judge(mut row: Row, policy: &verno_engine::CompiledPolicy, rr: &verno_engine::RuleResponse, expected: &str, source: (usize, String, usize), shown: Option<&Value>) -> Row {
+fn judge(
+    mut row: Row,
+    policy: &verno_engine::CompiledPolicy,
+    rr: &verno_engine::RuleResponse,
+    expected: &str,
+    source: (usize, String, usize),
+    shown: Option<&Value>,
+) -> Row {
     if let Some(r) = shown {
         row.namespace = r.pointer("/metadata/namespace").and_then(Value::as_str).unwrap_or("").to_string();
         row.display = resource_display(r);

@@ -11,7 +11,9 @@
 use k8s_openapi::ByteString;
 use k8s_openapi::api::core::v1::Secret;
 use kube::api::{Api, PostParams};
-use rcgen::{BasicConstraints, CertificateParams, DnType, ExtendedKeyUsagePurpose, IsCa, Issuer, KeyPair, KeyUsagePurpose};
+use rcgen::{
+    BasicConstraints, CertificateParams, DnType, ExtendedKeyUsagePurpose, IsCa, Issuer, KeyPair, KeyUsagePurpose,
+};
 use std::collections::BTreeMap;
 use std::time::Duration;
 
@@ -89,7 +91,10 @@ fn tls_secret(name: &str, namespace: &str, pem: &Pem, validity: Duration) -> Sec
     s.metadata.labels = Some(BTreeMap::from([(MANAGED_BY_LABEL.to_string(), "verno".to_string())]));
     s.metadata.annotations = Some(BTreeMap::from([(NOT_AFTER_ANNOTATION.to_string(), not_after(validity))]));
     s.type_ = Some("kubernetes.io/tls".into());
-    s.data = Some(BTreeMap::from([("tls.crt".to_string(), ByteString(pem.cert.clone())), ("tls.key".to_string(), ByteString(pem.key.clone()))]));
+    s.data = Some(BTreeMap::from([
+        ("tls.crt".to_string(), ByteString(pem.cert.clone())),
+        ("tls.key".to_string(), ByteString(pem.key.clone())),
+    ]));
     s
 }
 
@@ -151,7 +156,14 @@ fn managed(s: &Secret) -> bool {
 
 /// Creates a managed TLS Secret (`resource_version` `None`) or replaces it under that
 /// resourceVersion. `Ok(None)` when another writer got there first (409): re-read next pass.
-async fn write_secret(api: &Api<Secret>, name: &str, pem: &Pem, validity: Duration, resource_version: Option<String>, what: &str) -> Result<Option<Secret>, String> {
+async fn write_secret(
+    api: &Api<Secret>,
+    name: &str,
+    pem: &Pem,
+    validity: Duration,
+    resource_version: Option<String>,
+    what: &str,
+) -> Result<Option<Secret>, String> {
     let mut secret = tls_secret(name, api.namespace().unwrap_or_default(), pem, validity);
     let result = match resource_version {
         None => api.create(&PostParams::default(), &secret).await,
@@ -178,13 +190,15 @@ pub async fn ensure(client: &kube::Client, cfg: &CertConfig) -> Result<usize, St
     let ca_name = cfg.ca_secret();
     let ca = match api.get_opt(&ca_name).await.map_err(|e| e.to_string())? {
         Some(s) => s,
-        None => match write_secret(&api, &ca_name, &new_ca(cfg.ca_validity)?, cfg.ca_validity, None, "CA created").await? {
-            Some(s) => {
-                writes += 1;
-                s
+        None => {
+            match write_secret(&api, &ca_name, &new_ca(cfg.ca_validity)?, cfg.ca_validity, None, "CA created").await? {
+                Some(s) => {
+                    writes += 1;
+                    s
+                }
+                None => api.get(&ca_name).await.map_err(|e| e.to_string())?,
             }
-            None => api.get(&ca_name).await.map_err(|e| e.to_string())?,
-        },
+        }
     };
     let mut ca_pem = pem_of(&ca).ok_or_else(|| format!("Secret {ca_name} has no tls.crt / tls.key"))?;
     // CA renewal: a new certificate for the same key and subject, appended to the bundle. Leaves
@@ -197,7 +211,17 @@ pub async fn ensure(client: &kube::Client, cfg: &CertConfig) -> Result<usize, St
         // The newest two: the current one and its predecessor.
         let keep = bundle.split_off(bundle.len().saturating_sub(2));
         let next = Pem { cert: keep.concat().into_bytes(), key: ca_pem.key.clone() };
-        if write_secret(&api, &ca_name, &next, cfg.ca_validity, ca.metadata.resource_version.clone(), "CA renewed (same key, appended to the bundle)").await?.is_some() {
+        if write_secret(
+            &api,
+            &ca_name,
+            &next,
+            cfg.ca_validity,
+            ca.metadata.resource_version.clone(),
+            "CA renewed (same key, appended to the bundle)",
+        )
+        .await?
+        .is_some()
+        {
             writes += 1;
             ca_pem = next;
         }
@@ -205,7 +229,9 @@ pub async fn ensure(client: &kube::Client, cfg: &CertConfig) -> Result<usize, St
     let pair_name = cfg.pair_secret();
     let (rv, what) = match api.get_opt(&pair_name).await.map_err(|e| e.to_string())? {
         None => (None, "serving certificate created"),
-        Some(s) if managed(&s) && managed(&ca) && needs_renewal(&s, cfg.pair_validity) => (s.metadata.resource_version, "serving certificate renewed"),
+        Some(s) if managed(&s) && managed(&ca) && needs_renewal(&s, cfg.pair_validity) => {
+            (s.metadata.resource_version, "serving certificate renewed")
+        }
         Some(_) => return Ok(writes),
     };
     let pem = new_pair(&ca_pem, &cfg.dns_names(), cfg.pair_validity)?;

@@ -86,7 +86,19 @@ fn policy_columns() -> Value {
 }
 
 #[allow(clippy::too_many_arguments)]
-fn crd(group: &str, kind: &str, plural: &str, singular: &str, short: &[&str], scope: &str, version: &str, spec: Value, status: Option<Value>, columns: Value, categories: &[&str]) -> Value {
+fn crd(
+    group: &str,
+    kind: &str,
+    plural: &str,
+    singular: &str,
+    short: &[&str],
+    scope: &str,
+    version: &str,
+    spec: Value,
+    status: Option<Value>,
+    columns: Value,
+    categories: &[&str],
+) -> Value {
     let mut props = json!({"apiVersion": {"type": "string"}, "kind": {"type": "string"}, "metadata": {"type": "object"}, "spec": spec});
     if let Some(st) = &status {
         props["status"] = st.clone();
@@ -132,14 +144,51 @@ fn report_columns() -> Value {
 /// Every CRD, in a stable order.
 pub fn all() -> Vec<Value> {
     let report = |kind: &str, plural: &str, singular: &str, short: &str, scope: &str| {
-        let mut c = crd("wgpolicyk8s.io", kind, plural, singular, &[short], scope, "v1alpha2", report_schema(), None, report_columns(), &[]);
+        let mut c = crd(
+            "wgpolicyk8s.io",
+            kind,
+            plural,
+            singular,
+            &[short],
+            scope,
+            "v1alpha2",
+            report_schema(),
+            None,
+            report_columns(),
+            &[],
+        );
         // Reports keep their results and summary at the top level, beside metadata.
-        c["spec"]["versions"][0]["schema"]["openAPIV3Schema"] = json!({"type": "object", "x-kubernetes-preserve-unknown-fields": true});
+        c["spec"]["versions"][0]["schema"]["openAPIV3Schema"] =
+            json!({"type": "object", "x-kubernetes-preserve-unknown-fields": true});
         c
     };
     vec![
-        crd("kyverno.io", "ClusterPolicy", "clusterpolicies", "clusterpolicy", &["cpol"], "Cluster", "v1", policy_spec_schema(), Some(policy_status_schema()), policy_columns(), &["kyverno"]),
-        crd("kyverno.io", "Policy", "policies", "policy", &["pol"], "Namespaced", "v1", policy_spec_schema(), Some(policy_status_schema()), policy_columns(), &["kyverno"]),
+        crd(
+            "kyverno.io",
+            "ClusterPolicy",
+            "clusterpolicies",
+            "clusterpolicy",
+            &["cpol"],
+            "Cluster",
+            "v1",
+            policy_spec_schema(),
+            Some(policy_status_schema()),
+            policy_columns(),
+            &["kyverno"],
+        ),
+        crd(
+            "kyverno.io",
+            "Policy",
+            "policies",
+            "policy",
+            &["pol"],
+            "Namespaced",
+            "v1",
+            policy_spec_schema(),
+            Some(policy_status_schema()),
+            policy_columns(),
+            &["kyverno"],
+        ),
         crd(
             "kyverno.io",
             "PolicyException",

@@ -53,7 +53,8 @@ struct Bucket {
 impl Bucket {
     fn take(&mut self) -> bool {
         let now = Instant::now();
-        self.tokens = (self.tokens + now.duration_since(self.at).as_secs_f64() * self.limits.per_second).min(self.limits.burst);
+        self.tokens =
+            (self.tokens + now.duration_since(self.at).as_secs_f64() * self.limits.per_second).min(self.limits.burst);
         self.at = now;
         if self.tokens >= 1.0 {
             self.tokens -= 1.0;
@@ -108,13 +109,28 @@ fn related(v: &Violation) -> ObjectReference {
 /// The event on the policy (`policy` is its reference, with uid) for `v`.
 pub fn policy_event(v: &Violation, policy: ObjectReference) -> (Event, ObjectReference) {
     let action = if v.blocked { "Resource Blocked" } else { "Resource Passed" };
-    let ev = Event { type_: EventType::Warning, reason: "PolicyViolation".into(), note: Some(v.policy_note()), action: action.into(), secondary: Some(related(v)) };
+    let ev = Event {
+        type_: EventType::Warning,
+        reason: "PolicyViolation".into(),
+        note: Some(v.policy_note()),
+        action: action.into(),
+        secondary: Some(related(v)),
+    };
     (ev, policy)
 }
 
 /// Writes events for violations until `stop`.
-pub async fn run(client: kube::Client, identity: String, mut rx: mpsc::Receiver<Violation>, stores: PolicyStores, server: Arc<Running>, limits: Limits, mut stop: watch::Receiver<bool>) {
-    let recorder = Recorder::new(client, Reporter { controller: REPORTING_CONTROLLER.into(), instance: Some(identity) });
+pub async fn run(
+    client: kube::Client,
+    identity: String,
+    mut rx: mpsc::Receiver<Violation>,
+    stores: PolicyStores,
+    server: Arc<Running>,
+    limits: Limits,
+    mut stop: watch::Receiver<bool>,
+) {
+    let recorder =
+        Recorder::new(client, Reporter { controller: REPORTING_CONTROLLER.into(), instance: Some(identity) });
     let mut bucket = Bucket { tokens: limits.burst, at: Instant::now(), limits };
     loop {
         // Take the next violation first: the stop future must not live across the writes.
@@ -150,7 +166,13 @@ pub fn resource_event(v: &Violation) -> Option<(Event, ObjectReference)> {
     }
     let mut regarding = related(v);
     regarding.uid = (!v.resource.uid.is_empty()).then(|| v.resource.uid.clone());
-    let ev = Event { type_: EventType::Warning, reason: "PolicyViolation".into(), note: Some(v.resource_note()), action: "Resource Passed".into(), secondary: None };
+    let ev = Event {
+        type_: EventType::Warning,
+        reason: "PolicyViolation".into(),
+        note: Some(v.resource_note()),
+        action: "Resource Passed".into(),
+        secondary: None,
+    };
     Some((ev, regarding))
 }
 
@@ -169,7 +191,13 @@ mod tests {
             status: verno_engine::Status::Error,
             message: "boom".into(),
             blocked,
-            resource: ResourceRef { api_version: "apps/v1".into(), kind: "Deployment".into(), namespace: "shop".into(), name: name.into(), uid: "u-1".into() },
+            resource: ResourceRef {
+                api_version: "apps/v1".into(),
+                kind: "Deployment".into(),
+                namespace: "shop".into(),
+                name: name.into(),
+                uid: "u-1".into(),
+            },
         }
     }
 
@@ -180,7 +208,10 @@ mod tests {
         let (ev, regarding) = resource_event(&violation(false, "web")).unwrap();
         assert_eq!(ev.note.as_deref(), Some("policy team/check error: boom"));
         assert_eq!(ev.action, "Resource Passed");
-        assert_eq!((regarding.uid.as_deref(), regarding.namespace.as_deref(), regarding.api_version.as_deref()), (Some("u-1"), Some("shop"), Some("apps/v1")));
+        assert_eq!(
+            (regarding.uid.as_deref(), regarding.namespace.as_deref(), regarding.api_version.as_deref()),
+            (Some("u-1"), Some("shop"), Some("apps/v1"))
+        );
         let (ev, _) = policy_event(&violation(true, "web"), ObjectReference::default());
         assert_eq!(ev.note.as_deref(), Some("Deployment shop/web: [check] error (blocked); boom"));
         assert_eq!(ev.action, "Resource Blocked");

@@ -76,7 +76,12 @@ pub async fn run(client: kube::Client, cfg: LeaseConfig, leader: watch::Sender<b
 }
 
 /// One round: `Ok(true)` when we hold the lease afterwards.
-async fn step(api: &Api<Lease>, cfg: &LeaseConfig, secs: i32, observed: &mut Option<(String, Instant)>) -> Result<bool, kube::Error> {
+async fn step(
+    api: &Api<Lease>,
+    cfg: &LeaseConfig,
+    secs: i32,
+    observed: &mut Option<(String, Instant)>,
+) -> Result<bool, kube::Error> {
     let Some(mut lease) = api.get_opt(&cfg.name).await? else {
         let mut l = Lease::default();
         l.metadata.name = Some(cfg.name.clone());

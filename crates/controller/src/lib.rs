@@ -24,9 +24,9 @@ use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::{Namespace, Secret};
 use k8s_openapi::api::rbac::v1::ClusterRole;
 use kube::api::{Api, DynamicObject, Patch, PatchParams};
+use kube::core::PartialObjectMeta;
 use kube::runtime::events::{Event as KubeEvent, EventType, Recorder, Reporter};
 use kube::runtime::reflector;
-use kube::core::PartialObjectMeta;
 use kube::runtime::{WatchStreamExt, watcher};
 use serde_json::json;
 use std::sync::Arc;
@@ -93,7 +93,12 @@ impl Options {
     }
 
     fn certs(&self) -> certs::CertConfig {
-        certs::CertConfig { namespace: self.namespace.clone(), service: self.service.clone(), ca_validity: self.ca_validity, pair_validity: self.pair_validity }
+        certs::CertConfig {
+            namespace: self.namespace.clone(),
+            service: self.service.clone(),
+            ca_validity: self.ca_validity,
+            pair_validity: self.pair_validity,
+        }
     }
 }
 
@@ -135,7 +140,13 @@ impl Kick {
 }
 
 /// Watches one kind (optionally one name) and bumps `kick` on every event; `on` sees objects.
-fn spawn_watch<K>(api: Api<K>, name: Option<&str>, kick: Kick, mut stop: watch::Receiver<bool>, mut on: impl FnMut(&K) + Send + 'static) -> JoinHandle<()>
+fn spawn_watch<K>(
+    api: Api<K>,
+    name: Option<&str>,
+    kick: Kick,
+    mut stop: watch::Receiver<bool>,
+    mut on: impl FnMut(&K) + Send + 'static,
+) -> JoinHandle<()>
 where
     K: kube::Resource + Clone + serde::de::DeserializeOwned + std::fmt::Debug + Send + 'static,
 {
@@ -171,7 +182,13 @@ pub async fn start(client: kube::Client, server: Arc<Running>, opts: Options) ->
     // Leadership.
     tasks.push(tokio::spawn(leader::run(
         client.clone(),
-        leader::LeaseConfig { namespace: opts.namespace.clone(), name: opts.lease_name.clone(), identity: opts.identity.clone(), duration: opts.lease_duration, retry: opts.lease_retry },
+        leader::LeaseConfig {
+            namespace: opts.namespace.clone(),
+            name: opts.lease_name.clone(),
+            identity: opts.identity.clone(),
+            duration: opts.lease_duration,
+            retry: opts.lease_retry,
+        },
         leader_tx,
         stop_rx.clone(),
     )));
@@ -225,11 +242,28 @@ pub async fn start(client: kube::Client, server: Arc<Running>, opts: Options) ->
             let (violations_tx, violations_rx) = tokio::sync::mpsc::channel(opts.max_queued_events);
             server.report_violations(violations_tx);
             let stores = events::PolicyStores { cluster: cp_store.clone(), namespaced: p_store.clone() };
-            tasks.push(tokio::spawn(events::run(client.clone(), opts.identity.clone(), violations_rx, stores, server.clone(), opts.event_limits, stop_rx.clone())));
+            tasks.push(tokio::spawn(events::run(
+                client.clone(),
+                opts.identity.clone(),
+                violations_rx,
+                stores,
+                server.clone(),
+                opts.event_limits,
+                stop_rx.clone(),
+            )));
         }
-        let cp = watcher(Api::<DynamicObject>::all_with(client.clone(), &ar_c), watcher::Config::default()).default_backoff().reflect(cp_writer).map(|_| ());
-        let p = watcher(Api::<DynamicObject>::all_with(client.clone(), &ar_p), watcher::Config::default()).default_backoff().reflect(p_writer).map(|_| ());
-        let e = watcher(Api::<DynamicObject>::all_with(client.clone(), &ar_e), watcher::Config::default()).default_backoff().reflect(e_writer).map(|_| ());
+        let cp = watcher(Api::<DynamicObject>::all_with(client.clone(), &ar_c), watcher::Config::default())
+            .default_backoff()
+            .reflect(cp_writer)
+            .map(|_| ());
+        let p = watcher(Api::<DynamicObject>::all_with(client.clone(), &ar_p), watcher::Config::default())
+            .default_backoff()
+            .reflect(p_writer)
+            .map(|_| ());
+        let e = watcher(Api::<DynamicObject>::all_with(client.clone(), &ar_e), watcher::Config::default())
+            .default_backoff()
+            .reflect(e_writer)
+            .map(|_| ());
         let mut events = futures_util::stream::select_all([cp.boxed(), p.boxed(), e.boxed()]);
         let server = server.clone();
         let kick = kick.clone();
@@ -291,38 +325,78 @@ pub async fn start(client: kube::Client, server: Arc<Running>, opts: Options) ->
                     server.set_ready_part(verno_server::ReadyPart::Certificate, true);
                     last = Some(pem);
                 }
-                Err(e) => tracing::error!(error = %e, "the serving certificate Secret is unusable; keeping the previous one"),
+                Err(e) => {
+                    tracing::error!(error = %e, "the serving certificate Secret is unusable; keeping the previous one")
+                }
             }
         }));
-        tasks.push(spawn_watch(secrets, Some(&certs_cfg.ca_secret()), kick.clone(), stop_rx.clone(), move |s: &Secret| {
-            if let Some(pem) = certs::pem_of(s) {
-                let text = String::from_utf8_lossy(&pem.cert).into_owned();
-                ca_tx.send_if_modified(|cur| {
-                    let changed = cur.as_deref() != Some(text.as_str());
-                    *cur = Some(text.clone());
-                    changed
-                });
-            }
-        }));
+        tasks.push(spawn_watch(
+            secrets,
+            Some(&certs_cfg.ca_secret()),
+            kick.clone(),
+            stop_rx.clone(),
+            move |s: &Secret| {
+                if let Some(pem) = certs::pem_of(s) {
+                    let text = String::from_utf8_lossy(&pem.cert).into_owned();
+                    ca_tx.send_if_modified(|cur| {
+                        let changed = cur.as_deref() != Some(text.as_str());
+                        *cur = Some(text.clone());
+                        changed
+                    });
+                }
+            },
+        ));
     }
 
     // Objects whose changes the leader must look at.
     let (down_tx, down_rx) = watch::channel(false);
-    tasks.push(spawn_watch(Api::<ValidatingWebhookConfiguration>::all(client.clone()), Some(webhooks::VALIDATING_CONFIG), kick.clone(), stop_rx.clone(), |_| {}));
-    tasks.push(spawn_watch(Api::<MutatingWebhookConfiguration>::all(client.clone()), Some(webhooks::MUTATING_CONFIG), kick.clone(), stop_rx.clone(), |_| {}));
+    tasks.push(spawn_watch(
+        Api::<ValidatingWebhookConfiguration>::all(client.clone()),
+        Some(webhooks::VALIDATING_CONFIG),
+        kick.clone(),
+        stop_rx.clone(),
+        |_| {},
+    ));
+    tasks.push(spawn_watch(
+        Api::<MutatingWebhookConfiguration>::all(client.clone()),
+        Some(webhooks::MUTATING_CONFIG),
+        kick.clone(),
+        stop_rx.clone(),
+        |_| {},
+    ));
     if let Some(role) = &opts.owner_cluster_role {
-        tasks.push(spawn_watch(Api::<ClusterRole>::all(client.clone()), Some(role), kick.clone(), stop_rx.clone(), |_| {}));
+        tasks.push(spawn_watch(
+            Api::<ClusterRole>::all(client.clone()),
+            Some(role),
+            kick.clone(),
+            stop_rx.clone(),
+            |_| {},
+        ));
     }
     if let Some(dep) = &opts.deployment {
-        tasks.push(spawn_watch(Api::<Deployment>::namespaced(client.clone(), &opts.namespace), Some(dep), kick.clone(), stop_rx.clone(), move |d: &Deployment| {
-            let going = d.metadata.deletion_timestamp.is_some() || d.spec.replicas == Some(0);
-            down_tx.send_if_modified(|cur| std::mem::replace(cur, going) != going);
-        }));
+        tasks.push(spawn_watch(
+            Api::<Deployment>::namespaced(client.clone(), &opts.namespace),
+            Some(dep),
+            kick.clone(),
+            stop_rx.clone(),
+            move |d: &Deployment| {
+                let going = d.metadata.deletion_timestamp.is_some() || d.spec.replicas == Some(0);
+                down_tx.send_if_modified(|cur| std::mem::replace(cur, going) != going);
+            },
+        ));
     }
 
     // The end-to-end probe (leader only).
     if let Some(interval) = opts.probe_interval {
-        tasks.push(tokio::spawn(probe::run(client.clone(), opts.namespace.clone(), opts.identity.clone(), interval, opts.probe_deadline, leader_rx.clone(), stop_rx.clone())));
+        tasks.push(tokio::spawn(probe::run(
+            client.clone(),
+            opts.namespace.clone(),
+            opts.identity.clone(),
+            interval,
+            opts.probe_deadline,
+            leader_rx.clone(),
+            stop_rx.clone(),
+        )));
     }
 
     // The leader loop.
@@ -342,12 +416,17 @@ pub async fn start(client: kube::Client, server: Arc<Running>, opts: Options) ->
                     if let Err(e) = certs::ensure(&client, &certs_cfg).await {
                         tracing::warn!(error = %e, "certificate check failed");
                     }
-                    let inputs = webhooks::Inputs { ca_bundle: ca_rx.borrow().clone(), owner_cluster_role: opts.owner_cluster_role.clone(), going_down: *down_rx.borrow() };
+                    let inputs = webhooks::Inputs {
+                        ca_bundle: ca_rx.borrow().clone(),
+                        owner_cluster_role: opts.owner_cluster_role.clone(),
+                        going_down: *down_rx.borrow(),
+                    };
                     // Without a CA yet, wait: rules pointing at a server nobody trusts would fail.
                     if inputs.ca_bundle.is_some()
-                        && let Err(e) = webhooks::reconcile(&client, &server.current(), &inputs).await {
-                            tracing::warn!(error = %e, "webhook configuration update failed");
-                        }
+                        && let Err(e) = webhooks::reconcile(&client, &server.current(), &inputs).await
+                    {
+                        tracing::warn!(error = %e, "webhook configuration update failed");
+                    }
                     let statuses = status_rx.borrow().clone();
                     write_statuses(&client, &recorder, &statuses, &mut reported).await;
                 }
@@ -371,15 +450,22 @@ pub async fn start(client: kube::Client, server: Arc<Running>, opts: Options) ->
     Controller { stop: stop_tx, tasks, leader: leader_rx, installed: installed_rx }
 }
 
-async fn write_statuses(client: &kube::Client, recorder: &Recorder, statuses: &[policies::PolicyStatus], reported: &mut std::collections::HashMap<String, String>) {
+async fn write_statuses(
+    client: &kube::Client,
+    recorder: &Recorder,
+    statuses: &[policies::PolicyStatus],
+    reported: &mut std::collections::HashMap<String, String>,
+) {
     for st in statuses {
         let Some(status) = st.to_write() else { continue };
-        let ar = if st.kind == "ClusterPolicy" { policies::cluster_policy_resource() } else { policies::policy_resource() };
+        let ar =
+            if st.kind == "ClusterPolicy" { policies::cluster_policy_resource() } else { policies::policy_resource() };
         let api: Api<DynamicObject> = match &st.namespace {
             Some(ns) => Api::namespaced_with(client.clone(), ns, &ar),
             None => Api::all_with(client.clone(), &ar),
         };
-        let body = json!({"apiVersion": "kyverno.io/v1", "kind": st.kind, "metadata": {"name": st.name}, "status": status});
+        let body =
+            json!({"apiVersion": "kyverno.io/v1", "kind": st.kind, "metadata": {"name": st.name}, "status": status});
         match api.patch_status(&st.name, &PatchParams::apply(webhooks::MANAGER).force(), &Patch::Apply(&body)).await {
             Ok(_) => tracing::debug!(policy = %st.name, "status written"),
             Err(e) => tracing::warn!(policy = %st.name, error = %e, "status write failed"),
@@ -396,7 +482,13 @@ async fn write_statuses(client: &kube::Client, recorder: &Recorder, statuses: &[
                     namespace: st.namespace.clone(),
                     ..Default::default()
                 };
-                let ev = KubeEvent { type_: EventType::Warning, reason: "PolicyError".into(), note: Some(format!("policy is invalid: {err}")), action: "Compile".into(), secondary: None };
+                let ev = KubeEvent {
+                    type_: EventType::Warning,
+                    reason: "PolicyError".into(),
+                    note: Some(format!("policy is invalid: {err}")),
+                    action: "Compile".into(),
+                    secondary: None,
+                };
                 if let Err(e) = recorder.publish(&ev, &reference).await {
                     tracing::debug!(error = %e, "event not written");
                 }
@@ -432,7 +524,9 @@ pub fn match_conditions_warning(major: &str, minor: &str) -> Option<String> {
 /// starts on a throwaway certificate and reports not-ready until the controller has loaded the
 /// real one from its Secret and synced the policies.
 pub async fn run_in_cluster(cfg: verno_server::Config, opts: Options) -> Result<(), String> {
-    let client = kube::Client::try_default().await.map_err(|e| format!("cannot reach the Kubernetes API (in-cluster config or kubeconfig): {e}"))?;
+    let client = kube::Client::try_default()
+        .await
+        .map_err(|e| format!("cannot reach the Kubernetes API (in-cluster config or kubeconfig): {e}"))?;
     match client.apiserver_version().await {
         Ok(v) => {
             if let Some(w) = match_conditions_warning(&v.major, &v.minor) {
@@ -460,7 +554,10 @@ mod tests {
 
     #[test]
     fn clusters_below_1_28_are_warned_about_match_conditions() {
-        assert!(match_conditions_warning("1", "27+").is_some_and(|w| w.starts_with("Kubernetes 1.27 ignores webhook matchConditions")));
+        assert!(
+            match_conditions_warning("1", "27+")
+                .is_some_and(|w| w.starts_with("Kubernetes 1.27 ignores webhook matchConditions"))
+        );
         assert!(match_conditions_warning("1", "28").is_none());
         assert!(match_conditions_warning("1", "34").is_none());
         assert!(match_conditions_warning("", "").is_none());

@@ -7,7 +7,10 @@
 //! nodes, CSRs, leases, events, or Verno's own service accounts.
 
 use crate::probe::{PROBE_LABEL, VERIFY_PATH};
-use crate::webhooks::{MONITOR, POLICY_VALIDATE, MUTATE_FAIL, MUTATE_IGNORE, MUTATING_CONFIG, VALIDATE_FAIL, VALIDATE_IGNORE, VALIDATING_CONFIG};
+use crate::webhooks::{
+    MONITOR, MUTATE_FAIL, MUTATE_IGNORE, MUTATING_CONFIG, POLICY_VALIDATE, VALIDATE_FAIL, VALIDATE_IGNORE,
+    VALIDATING_CONFIG,
+};
 use serde_json::{Value, json};
 
 /// Values, named as in the Helm chart (`--set key=value`, or a values file with `-f`).
@@ -62,10 +65,21 @@ pub const OPT_OUT_LABEL: &str = "verno.io/ignore";
 const KNOWN: &str = "admissionController.replicas, image.repository, image.tag, config.webhooks.failTimeoutSeconds, config.webhooks.ignoreTimeoutSeconds, config.webhooks.namespaceSelector, config.webhooks.objectSelector, config.matchConditions, config.excludedNamespaces";
 /// Chart values for objects `verno manifests` does not render (the ServiceMonitor needs the
 /// Prometheus Operator's CRD), or whose chart defaults it renders as they are.
-const CHART_ONLY: &[&str] = &["serviceMonitor.", "admissionController.resources.", "admissionController.podDisruptionBudget.", "image.pullPolicy", "metricsService."];
+const CHART_ONLY: &[&str] = &[
+    "serviceMonitor.",
+    "admissionController.resources.",
+    "admissionController.podDisruptionBudget.",
+    "image.pullPolicy",
+    "metricsService.",
+];
 
 /// Values that are whole objects or lists, not walked into.
-const SUBTREES: &[&str] = &["config.webhooks.namespaceSelector", "config.webhooks.objectSelector", "config.matchConditions", "config.excludedNamespaces"];
+const SUBTREES: &[&str] = &[
+    "config.webhooks.namespaceSelector",
+    "config.webhooks.objectSelector",
+    "config.matchConditions",
+    "config.excludedNamespaces",
+];
 
 fn leaves(prefix: &str, v: &Value, out: &mut Vec<(String, Value)>) {
     match v.as_object() {
@@ -81,15 +95,21 @@ fn leaves(prefix: &str, v: &Value, out: &mut Vec<(String, Value)>) {
 }
 
 fn selector_ok(path: &str, v: &Value) -> Result<(), String> {
-    let Some(m) = v.as_object() else { return Err(format!("{path}: expected a label selector (matchLabels / matchExpressions)")) };
+    let Some(m) = v.as_object() else {
+        return Err(format!("{path}: expected a label selector (matchLabels / matchExpressions)"));
+    };
     for (k, x) in m {
         match k.as_str() {
             "matchLabels" if x.is_object() || x.is_null() => {}
             "matchExpressions" if x.is_array() || x.is_null() => {
                 for (i, e) in x.as_array().into_iter().flatten().enumerate() {
                     let op = e.get("operator").and_then(Value::as_str).unwrap_or("");
-                    if e.get("key").and_then(Value::as_str).is_none() || !["In", "NotIn", "Exists", "DoesNotExist"].contains(&op) {
-                        return Err(format!("{path}.matchExpressions[{i}]: needs a key and an operator In, NotIn, Exists or DoesNotExist"));
+                    if e.get("key").and_then(Value::as_str).is_none()
+                        || !["In", "NotIn", "Exists", "DoesNotExist"].contains(&op)
+                    {
+                        return Err(format!(
+                            "{path}.matchExpressions[{i}]: needs a key and an operator In, NotIn, Exists or DoesNotExist"
+                        ));
                     }
                 }
             }
@@ -104,7 +124,9 @@ impl Values {
     pub fn set(&mut self, kv: &str) -> Result<(), String> {
         let (k, v) = kv.split_once('=').ok_or_else(|| format!("--set {kv:?}: expected key=value"))?;
         let value = match k {
-            "config.excludedNamespaces" => Value::Array(v.split(',').map(str::trim).filter(|s| !s.is_empty()).map(|s| Value::String(s.into())).collect()),
+            "config.excludedNamespaces" => Value::Array(
+                v.split(',').map(str::trim).filter(|s| !s.is_empty()).map(|s| Value::String(s.into())).collect(),
+            ),
             _ => v.parse::<i64>().map(Value::from).unwrap_or_else(|_| Value::String(v.into())),
         };
         self.apply_leaf(k, &value).map(|_| ()).map_err(|e| format!("--set {e}"))
@@ -144,7 +166,12 @@ impl Values {
             "config.webhooks.failTimeoutSeconds" => self.fail_timeout = int(v)?,
             "config.webhooks.ignoreTimeoutSeconds" => self.ignore_timeout = int(v)?,
             "config.excludedNamespaces" => {
-                self.excluded_namespaces = v.as_array().ok_or_else(|| format!("{k}: expected a list of namespaces"))?.iter().map(&text).collect::<Result<_, _>>()?;
+                self.excluded_namespaces = v
+                    .as_array()
+                    .ok_or_else(|| format!("{k}: expected a list of namespaces"))?
+                    .iter()
+                    .map(&text)
+                    .collect::<Result<_, _>>()?;
             }
             "config.webhooks.namespaceSelector" | "config.webhooks.objectSelector" => {
                 let sel = match v {
@@ -155,7 +182,11 @@ impl Values {
                         Some(v.clone())
                     }
                 };
-                if k.ends_with("namespaceSelector") { self.namespace_selector = sel } else { self.object_selector = sel }
+                if k.ends_with("namespaceSelector") {
+                    self.namespace_selector = sel
+                } else {
+                    self.object_selector = sel
+                }
             }
             "config.matchConditions" => {
                 let list = match v {
@@ -164,7 +195,9 @@ impl Values {
                     _ => return Err(format!("{k}: expected a list of {{name, expression}}")),
                 };
                 for (i, c) in list.iter().enumerate() {
-                    if c.get("name").and_then(Value::as_str).is_none() || c.get("expression").and_then(Value::as_str).is_none() {
+                    if c.get("name").and_then(Value::as_str).is_none()
+                        || c.get("expression").and_then(Value::as_str).is_none()
+                    {
                         return Err(format!("{k}[{i}]: a match condition needs a name and an expression"));
                     }
                 }
@@ -175,7 +208,9 @@ impl Values {
             }
             "namespace" => self.namespace = text(v)?,
             other if CHART_ONLY.iter().any(|p| other == *p || (p.ends_with('.') && other.starts_with(p))) => {
-                return Ok(Some(format!("{other} is used by the Helm chart only; verno manifests renders the chart's default")));
+                return Ok(Some(format!(
+                    "{other} is used by the Helm chart only; verno manifests renders the chart's default"
+                )));
             }
             other => return Err(format!("{other}: unknown value (known: {KNOWN})")),
         }
@@ -187,7 +222,8 @@ impl Values {
 
     /// Namespaces the API server never sends to Verno.
     pub fn excluded(&self) -> Vec<String> {
-        let mut v: Vec<String> = ["kube-system", "kube-public", "kube-node-lease"].iter().map(|s| s.to_string()).collect();
+        let mut v: Vec<String> =
+            ["kube-system", "kube-public", "kube-node-lease"].iter().map(|s| s.to_string()).collect();
         v.push(self.namespace.clone());
         v.extend(self.excluded_namespaces.iter().cloned());
         v.sort();
@@ -216,9 +252,13 @@ fn entry(v: &Values, name: &str, path: &str, fail: bool) -> Value {
         json!({"key": OPT_OUT_LABEL, "operator": "DoesNotExist"}),
     ];
     let user_ns = v.namespace_selector.as_ref();
-    expressions.extend(user_ns.and_then(|s| s.get("matchExpressions")).and_then(Value::as_array).into_iter().flatten().cloned());
+    expressions.extend(
+        user_ns.and_then(|s| s.get("matchExpressions")).and_then(Value::as_array).into_iter().flatten().cloned(),
+    );
     let mut namespace_selector = json!({"matchExpressions": expressions});
-    if let Some(labels) = user_ns.and_then(|s| s.get("matchLabels")).filter(|l| l.as_object().is_some_and(|m| !m.is_empty())) {
+    if let Some(labels) =
+        user_ns.and_then(|s| s.get("matchLabels")).filter(|l| l.as_object().is_some_and(|m| !m.is_empty()))
+    {
         namespace_selector["matchLabels"] = labels.clone();
     }
     let mut conditions = match_conditions(&v.namespace);
@@ -379,7 +419,10 @@ mod tests {
                 if w["name"] == MONITOR {
                     // The probe: fail-open, and nothing but the probe Lease in Verno's namespace.
                     assert_eq!(w["failurePolicy"], "Ignore");
-                    assert_eq!(w["namespaceSelector"], json!({"matchLabels": {"kubernetes.io/metadata.name": "verno"}}));
+                    assert_eq!(
+                        w["namespaceSelector"],
+                        json!({"matchLabels": {"kubernetes.io/metadata.name": "verno"}})
+                    );
                     assert_eq!(w["objectSelector"], json!({"matchLabels": {PROBE_LABEL: "true"}}));
                     continue;
                 }

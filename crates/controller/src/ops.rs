@@ -51,7 +51,16 @@ pub async fn break_glass(client: &kube::Client, mode: Mode, dry_run: bool) -> Re
         }
         match mode {
             Mode::Ignore => {
-                let original: Value = entries.iter().map(|w| (w["name"].as_str().unwrap_or("").to_string(), w.get("failurePolicy").cloned().unwrap_or(json!("Fail")))).collect::<serde_json::Map<_, _>>().into();
+                let original: Value = entries
+                    .iter()
+                    .map(|w| {
+                        (
+                            w["name"].as_str().unwrap_or("").to_string(),
+                            w.get("failurePolicy").cloned().unwrap_or(json!("Fail")),
+                        )
+                    })
+                    .collect::<serde_json::Map<_, _>>()
+                    .into();
                 for (i, _) in entries.iter().enumerate() {
                     ops.push(json!({"op": "add", "path": format!("/webhooks/{i}/failurePolicy"), "value": "Ignore"}));
                 }
@@ -62,7 +71,11 @@ pub async fn break_glass(client: &kube::Client, mode: Mode, dry_run: bool) -> Re
                 report.push(format!("{kind} {name}: {} entries set to failurePolicy Ignore", entries.len()));
             }
             Mode::Restore => {
-                let Some(original) = annotations.get(ORIGINAL_ANNOTATION).and_then(Value::as_str).and_then(|s| serde_json::from_str::<Value>(s).ok()) else {
+                let Some(original) = annotations
+                    .get(ORIGINAL_ANNOTATION)
+                    .and_then(Value::as_str)
+                    .and_then(|s| serde_json::from_str::<Value>(s).ok())
+                else {
                     report.push(format!("{kind} {name}: not under break-glass, left alone"));
                     continue;
                 };
@@ -73,7 +86,9 @@ pub async fn break_glass(client: &kube::Client, mode: Mode, dry_run: bool) -> Re
                 }
                 for a in [BREAK_GLASS_ANNOTATION, ORIGINAL_ANNOTATION] {
                     if annotations.get(a).is_some() {
-                        ops.push(json!({"op": "remove", "path": format!("/metadata/annotations/{}", a.replace('/', "~1"))}));
+                        ops.push(
+                            json!({"op": "remove", "path": format!("/metadata/annotations/{}", a.replace('/', "~1"))}),
+                        );
                     }
                 }
                 report.push(format!("{kind} {name}: failure policies restored"));
@@ -99,21 +114,43 @@ pub async fn doctor(client: &kube::Client, namespace: &str, lease_name: &str) ->
     for (kind, cfg) in configs(client).await? {
         let name = cfg.pointer("/metadata/name").and_then(Value::as_str).unwrap_or("");
         out.push_str(&format!("{kind} {name}"));
-        if let Some(at) = cfg.pointer(&format!("/metadata/annotations/{}", BREAK_GLASS_ANNOTATION.replace('/', "~1"))).and_then(Value::as_str) {
+        if let Some(at) = cfg
+            .pointer(&format!("/metadata/annotations/{}", BREAK_GLASS_ANNOTATION.replace('/', "~1")))
+            .and_then(Value::as_str)
+        {
             out.push_str(&format!(" (break-glass since {at})"));
         }
         out.push('\n');
         for w in cfg.get("webhooks").and_then(Value::as_array).into_iter().flatten() {
             let fp = w.get("failurePolicy").and_then(Value::as_str).unwrap_or("Fail");
             let rules = w.get("rules").and_then(Value::as_array).map(Vec::len).unwrap_or(0);
-            let resources: Vec<&str> = w.get("rules").and_then(Value::as_array).into_iter().flatten().flat_map(|r| r.get("resources").and_then(Value::as_array).into_iter().flatten().filter_map(Value::as_str)).collect();
+            let resources: Vec<&str> = w
+                .get("rules")
+                .and_then(Value::as_array)
+                .into_iter()
+                .flatten()
+                .flat_map(|r| {
+                    r.get("resources").and_then(Value::as_array).into_iter().flatten().filter_map(Value::as_str)
+                })
+                .collect();
             let svc = w.pointer("/clientConfig/service");
-            let target = svc.map(|s| format!("{}/{}", s["namespace"].as_str().unwrap_or(""), s["name"].as_str().unwrap_or(""))).unwrap_or_else(|| w.pointer("/clientConfig/url").and_then(Value::as_str).unwrap_or("?").to_string());
+            let target = svc
+                .map(|s| format!("{}/{}", s["namespace"].as_str().unwrap_or(""), s["name"].as_str().unwrap_or("")))
+                .unwrap_or_else(|| w.pointer("/clientConfig/url").and_then(Value::as_str).unwrap_or("?").to_string());
             let ready = match svc {
-                Some(s) => ready_endpoints(client, s["namespace"].as_str().unwrap_or(""), s["name"].as_str().unwrap_or("")).await.map(|n| n.to_string()).unwrap_or_else(|_| "unknown".into()),
+                Some(s) => {
+                    ready_endpoints(client, s["namespace"].as_str().unwrap_or(""), s["name"].as_str().unwrap_or(""))
+                        .await
+                        .map(|n| n.to_string())
+                        .unwrap_or_else(|_| "unknown".into())
+                }
                 None => "n/a".into(),
             };
-            let warn = if fp == "Fail" && rules > 0 && ready == "0" { "  ← fail-closed with no ready endpoints: matching writes are refused" } else { "" };
+            let warn = if fp == "Fail" && rules > 0 && ready == "0" {
+                "  ← fail-closed with no ready endpoints: matching writes are refused"
+            } else {
+                ""
+            };
             out.push_str(&format!(
                 "  {}: failurePolicy {fp}, timeout {}s, {rules} rule groups{}, service {target}, ready endpoints {ready}{warn}\n",
                 w["name"].as_str().unwrap_or(""),
@@ -127,13 +164,20 @@ pub async fn doctor(client: &kube::Client, namespace: &str, lease_name: &str) ->
         Some(l) => {
             let spec = l.spec.unwrap_or_default();
             let holder = spec.holder_identity.unwrap_or_else(|| "(none)".into());
-            let age = spec.renew_time.map(|t| format!("{}s ago", (k8s_openapi::jiff::Timestamp::now().as_second() - t.0.as_second()).max(0))).unwrap_or_else(|| "never".into());
+            let age = spec
+                .renew_time
+                .map(|t| format!("{}s ago", (k8s_openapi::jiff::Timestamp::now().as_second() - t.0.as_second()).max(0)))
+                .unwrap_or_else(|| "never".into());
             out.push_str(&format!("leader: {holder}, lease renewed {age}\n"));
         }
         None => out.push_str(&format!("leader: none (no Lease {namespace}/{lease_name})\n")),
     }
     let deadline = crate::probe::IDLE_DEADLINE.as_secs() as i64;
-    out.push_str(&probe_line(leases.get_opt(crate::probe::PROBE_LEASE).await?.as_ref(), k8s_openapi::jiff::Timestamp::now(), deadline));
+    out.push_str(&probe_line(
+        leases.get_opt(crate::probe::PROBE_LEASE).await?.as_ref(),
+        k8s_openapi::jiff::Timestamp::now(),
+        deadline,
+    ));
     Ok(out)
 }
 
@@ -154,5 +198,10 @@ pub fn probe_line(lease: Option<&Lease>, now: k8s_openapi::jiff::Timestamp, dead
 async fn ready_endpoints(client: &kube::Client, namespace: &str, service: &str) -> Result<usize, kube::Error> {
     let api: Api<k8s_openapi::api::discovery::v1::EndpointSlice> = Api::namespaced(client.clone(), namespace);
     let slices = api.list(&ListParams::default().labels(&format!("kubernetes.io/service-name={service}"))).await?;
-    Ok(slices.items.iter().flat_map(|s| s.endpoints.iter().flatten()).filter(|e| e.conditions.as_ref().and_then(|c| c.ready).unwrap_or(true)).count())
+    Ok(slices
+        .items
+        .iter()
+        .flat_map(|s| s.endpoints.iter().flatten())
+        .filter(|e| e.conditions.as_ref().and_then(|c| c.ready).unwrap_or(true))
+        .count())
 }

@@ -11,19 +11,37 @@ use serde_json::{Value, json};
 use std::collections::HashMap;
 use std::sync::Arc;
 use verno_engine::policy::RuleBody;
-use verno_engine::{CompiledException, CompiledPolicy, CompileError};
+use verno_engine::{CompileError, CompiledException, CompiledPolicy};
 use verno_server::admission::{NamespaceLabels, PolicySet};
 
 pub fn cluster_policy_resource() -> ApiResource {
-    ApiResource { group: "kyverno.io".into(), version: "v1".into(), api_version: "kyverno.io/v1".into(), kind: "ClusterPolicy".into(), plural: "clusterpolicies".into() }
+    ApiResource {
+        group: "kyverno.io".into(),
+        version: "v1".into(),
+        api_version: "kyverno.io/v1".into(),
+        kind: "ClusterPolicy".into(),
+        plural: "clusterpolicies".into(),
+    }
 }
 
 pub fn policy_resource() -> ApiResource {
-    ApiResource { group: "kyverno.io".into(), version: "v1".into(), api_version: "kyverno.io/v1".into(), kind: "Policy".into(), plural: "policies".into() }
+    ApiResource {
+        group: "kyverno.io".into(),
+        version: "v1".into(),
+        api_version: "kyverno.io/v1".into(),
+        kind: "Policy".into(),
+        plural: "policies".into(),
+    }
 }
 
 pub fn exception_resource() -> ApiResource {
-    ApiResource { group: "kyverno.io".into(), version: "v2".into(), api_version: "kyverno.io/v2".into(), kind: "PolicyException".into(), plural: "policyexceptions".into() }
+    ApiResource {
+        group: "kyverno.io".into(),
+        version: "v2".into(),
+        api_version: "kyverno.io/v2".into(),
+        kind: "PolicyException".into(),
+        plural: "policyexceptions".into(),
+    }
 }
 
 /// `ClusterPolicy/name` or `Policy/ns/name`.
@@ -84,7 +102,12 @@ fn rule_counts(p: Option<&CompiledPolicy>) -> Value {
 impl Compiler {
     /// Compiles what changed and returns the set (with `exceptions` and the live namespace
     /// labels) plus every policy's desired status.
-    pub fn build(&mut self, policies: &[(&str, Arc<DynamicObject>)], exceptions: &[Arc<DynamicObject>], namespaces: Arc<NamespaceLabels>) -> (PolicySet, Vec<PolicyStatus>) {
+    pub fn build(
+        &mut self,
+        policies: &[(&str, Arc<DynamicObject>)],
+        exceptions: &[Arc<DynamicObject>],
+        namespaces: Arc<NamespaceLabels>,
+    ) -> (PolicySet, Vec<PolicyStatus>) {
         let mut compiled = Vec::new();
         let mut statuses = Vec::new();
         let mut seen = std::collections::HashSet::new();
@@ -95,7 +118,11 @@ impl Compiler {
             let generation = o.metadata.generation.unwrap_or(0);
             let fresh = self.cache.get(&key).is_some_and(|e| e.uid == uid && e.generation == generation);
             if !fresh {
-                let last_good = self.cache.get(&key).filter(|e| e.uid == uid).and_then(|e| e.result.as_ref().ok().cloned().or_else(|| e.last_good.clone()));
+                let last_good = self
+                    .cache
+                    .get(&key)
+                    .filter(|e| e.uid == uid)
+                    .and_then(|e| e.result.as_ref().ok().cloned().or_else(|| e.last_good.clone()));
                 let result = compile(kind, o).map(Arc::new);
                 if let Err(e) = &result {
                     tracing::warn!(policy = %key, path = %e.path, error = %e.message, "policy does not compile; its previous version stays in force");
@@ -123,7 +150,9 @@ impl Compiler {
             let Ok(v) = serde_json::to_value(&**e) else { continue };
             match verno_server::admission::compile_exception_object(&v) {
                 Ok(c) => excs.push(c),
-                Err(err) => tracing::warn!(exception = %e.metadata.name.as_deref().unwrap_or(""), error = %err, "PolicyException ignored"),
+                Err(err) => {
+                    tracing::warn!(exception = %e.metadata.name.as_deref().unwrap_or(""), error = %err, "PolicyException ignored")
+                }
             }
         }
         let mut set = PolicySet::new(compiled, excs, Default::default());
@@ -133,7 +162,11 @@ impl Compiler {
 }
 
 /// The status a compile result should show, and the error text when it failed.
-fn desired_status(generation: i64, result: &Result<Arc<CompiledPolicy>, CompileError>, kept_previous: bool) -> (Value, Option<String>) {
+fn desired_status(
+    generation: i64,
+    result: &Result<Arc<CompiledPolicy>, CompileError>,
+    kept_previous: bool,
+) -> (Value, Option<String>) {
     let (ready, reason, message, error) = match result {
         Ok(_) => (true, "Succeeded", "Ready".to_string(), None),
         Err(err) => {
@@ -143,7 +176,12 @@ fn desired_status(generation: i64, result: &Result<Arc<CompiledPolicy>, CompileE
         }
     };
     let compiled = result.as_ref().ok().map(|p| &**p);
-    let autogen: Vec<Value> = compiled.map(|p| verno_engine::autogen::rules(&p.source)).unwrap_or_default().iter().filter_map(|r| serde_json::to_value(r).ok()).collect();
+    let autogen: Vec<Value> = compiled
+        .map(|p| verno_engine::autogen::rules(&p.source))
+        .unwrap_or_default()
+        .iter()
+        .filter_map(|r| serde_json::to_value(r).ok())
+        .collect();
     let mut status = json!({
         "ready": ready,
         "conditions": [{"type": "Ready", "status": if ready { "True" } else { "False" }, "reason": reason, "message": message, "observedGeneration": generation}],
@@ -178,7 +216,12 @@ impl PolicyStatus {
         let now = chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Secs, true);
         if let Some(c) = out.pointer_mut("/conditions/0").and_then(Value::as_object_mut) {
             let same = old_cond.as_ref().and_then(|o| o.get("status")) == c.get("status");
-            let at = old_cond.as_ref().and_then(|o| o.get("lastTransitionTime")).filter(|_| same).cloned().unwrap_or(Value::String(now));
+            let at = old_cond
+                .as_ref()
+                .and_then(|o| o.get("lastTransitionTime"))
+                .filter(|_| same)
+                .cloned()
+                .unwrap_or(Value::String(now));
             c.insert("lastTransitionTime".into(), at);
         }
         Some(out)

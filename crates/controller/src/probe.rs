@@ -34,7 +34,11 @@ pub fn last_request(lease: &Lease) -> Option<Timestamp> {
 }
 
 /// One probe: create the Lease if needed, update it, and read the stamp from the stored result.
-pub async fn probe_once(client: &kube::Client, namespace: &str, identity: &str) -> Result<Option<Timestamp>, kube::Error> {
+pub async fn probe_once(
+    client: &kube::Client,
+    namespace: &str,
+    identity: &str,
+) -> Result<Option<Timestamp>, kube::Error> {
     let api: Api<Lease> = Api::namespaced(client.clone(), namespace);
     let mut lease = match api.get_opt(PROBE_LEASE).await? {
         Some(l) => l,
@@ -61,7 +65,15 @@ pub async fn probe_once(client: &kube::Client, namespace: &str, identity: &str) 
 
 /// Probes every `interval` while this replica leads; logs when the API server has not reached
 /// Verno for longer than `deadline` (Kyverno's idle deadline), and when it does again.
-pub async fn run(client: kube::Client, namespace: String, identity: String, interval: Duration, deadline: Duration, mut leader: watch::Receiver<bool>, mut stop: watch::Receiver<bool>) {
+pub async fn run(
+    client: kube::Client,
+    namespace: String,
+    identity: String,
+    interval: Duration,
+    deadline: Duration,
+    mut leader: watch::Receiver<bool>,
+    mut stop: watch::Receiver<bool>,
+) {
     let mut healthy = true;
     // Since when this replica leads: a new leader gives the path one deadline to work.
     let mut leading_since: Option<tokio::time::Instant> = None;
@@ -79,8 +91,13 @@ pub async fn run(client: kube::Client, namespace: String, identity: String, inte
                     if ok != healthy {
                         match age {
                             _ if ok => tracing::info!("the API server reaches the webhook again"),
-                            Some(a) => tracing::warn!(seconds = a as u64, "the API server has not reached the webhook for longer than the probe deadline: check the Service, its endpoints, network policies and the caBundle"),
-                            None => tracing::warn!("the API server has never reached the webhook through the probe entry"),
+                            Some(a) => tracing::warn!(
+                                seconds = a as u64,
+                                "the API server has not reached the webhook for longer than the probe deadline: check the Service, its endpoints, network policies and the caBundle"
+                            ),
+                            None => {
+                                tracing::warn!("the API server has never reached the webhook through the probe entry")
+                            }
                         }
                     }
                     healthy = ok;

@@ -42,8 +42,18 @@ pub const CONFIGS: [(&str, &str, &[&str]); 2] = [
 
 /// One client for either configuration kind, so both go through the same code.
 pub fn config_api(client: &kube::Client, kind: &str) -> Api<DynamicObject> {
-    let plural = if kind == "MutatingWebhookConfiguration" { "mutatingwebhookconfigurations" } else { "validatingwebhookconfigurations" };
-    let ar = ApiResource { group: "admissionregistration.k8s.io".into(), version: "v1".into(), api_version: "admissionregistration.k8s.io/v1".into(), kind: kind.into(), plural: plural.into() };
+    let plural = if kind == "MutatingWebhookConfiguration" {
+        "mutatingwebhookconfigurations"
+    } else {
+        "validatingwebhookconfigurations"
+    };
+    let ar = ApiResource {
+        group: "admissionregistration.k8s.io".into(),
+        version: "v1".into(),
+        api_version: "admissionregistration.k8s.io/v1".into(),
+        kind: kind.into(),
+        plural: plural.into(),
+    };
     Api::all_with(client.clone(), &ar)
 }
 
@@ -189,15 +199,24 @@ pub struct Inputs {
 }
 
 /// One configuration's owned fields as Verno wants them.
-fn apply_body(kind: &str, name: &str, live_entries: &[String], rules: &BTreeMap<&'static str, Vec<Value>>, inputs: &Inputs, owner: Option<&Value>, managed: &[&str]) -> Value {
+fn apply_body(
+    kind: &str,
+    name: &str,
+    live_entries: &[String],
+    rules: &BTreeMap<&'static str, Vec<Value>>,
+    inputs: &Inputs,
+    owner: Option<&Value>,
+    managed: &[&str],
+) -> Value {
     let mut webhooks = Vec::new();
     for entry in live_entries.iter().filter(|e| managed.contains(&e.as_str())) {
         let mut w = serde_json::Map::new();
         w.insert("name".into(), Value::String(entry.clone()));
         if !inputs.going_down
-            && let Some(r) = rules.get(entry.as_str()).filter(|r| !r.is_empty()) {
-                w.insert("rules".into(), Value::Array(r.clone()));
-            }
+            && let Some(r) = rules.get(entry.as_str()).filter(|r| !r.is_empty())
+        {
+            w.insert("rules".into(), Value::Array(r.clone()));
+        }
         if let Some(ca) = &inputs.ca_bundle {
             use base64::Engine as _;
             w.insert("clientConfig".into(), json!({"caBundle": base64::engine::general_purpose::STANDARD.encode(ca)}));
@@ -222,12 +241,16 @@ fn satisfied(live: &Value, body: &Value) -> bool {
             return false;
         }
         if let Some(ca) = want.pointer("/clientConfig/caBundle")
-            && have.pointer("/clientConfig/caBundle") != Some(ca) {
-                return false;
-            }
+            && have.pointer("/clientConfig/caBundle") != Some(ca)
+        {
+            return false;
+        }
     }
     match body.pointer("/metadata/ownerReferences/0/uid") {
-        Some(uid) => live.pointer("/metadata/ownerReferences").and_then(Value::as_array).is_some_and(|refs| refs.iter().any(|r| r.get("uid") == Some(uid))),
+        Some(uid) => live
+            .pointer("/metadata/ownerReferences")
+            .and_then(Value::as_array)
+            .is_some_and(|refs| refs.iter().any(|r| r.get("uid") == Some(uid))),
         None => true,
     }
 }
@@ -254,8 +277,19 @@ pub async fn reconcile(client: &kube::Client, set: &PolicySet, inputs: &Inputs) 
     for (kind, name, managed) in CONFIGS {
         let api = config_api(client, kind);
         // Never create: the installer owns the object; absent or terminating means uninstall.
-        let Some(live) = api.get_opt(name).await?.map(as_json).filter(|l| l.pointer("/metadata/deletionTimestamp").is_none()) else { continue };
-        let entries: Vec<String> = live.get("webhooks").and_then(Value::as_array).into_iter().flatten().filter_map(|w| w.get("name").and_then(Value::as_str)).map(str::to_string).collect();
+        let Some(live) =
+            api.get_opt(name).await?.map(as_json).filter(|l| l.pointer("/metadata/deletionTimestamp").is_none())
+        else {
+            continue;
+        };
+        let entries: Vec<String> = live
+            .get("webhooks")
+            .and_then(Value::as_array)
+            .into_iter()
+            .flatten()
+            .filter_map(|w| w.get("name").and_then(Value::as_str))
+            .map(str::to_string)
+            .collect();
         let body = apply_body(kind, name, &entries, &rules, inputs, owner.as_ref(), managed);
         if satisfied(&live, &body) {
             continue;
@@ -266,7 +300,9 @@ pub async fn reconcile(client: &kube::Client, set: &PolicySet, inputs: &Inputs) 
                 tracing::info!(config = %name, "webhook configuration updated");
             }
             // Deleted between our read and the apply: the apply cannot re-create it.
-            Err(kube::Error::Api(e)) if e.code == 422 || e.code == 404 => tracing::info!(config = %name, "webhook configuration went away during the update"),
+            Err(kube::Error::Api(e)) if e.code == 422 || e.code == 404 => {
+                tracing::info!(config = %name, "webhook configuration went away during the update")
+            }
             Err(e) => return Err(e),
         }
     }

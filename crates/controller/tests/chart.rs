@@ -23,15 +23,29 @@ fn helm() -> PathBuf {
     static INSTALL: std::sync::Mutex<()> = std::sync::Mutex::new(());
     let _guard = INSTALL.lock().unwrap_or_else(|e| e.into_inner());
     if !p.exists() {
-        let out = Command::new("bash").arg(root().join("scripts/install-helm.sh")).current_dir(root()).output().expect("running scripts/install-helm.sh");
-        assert!(out.status.success(), "scripts/install-helm.sh failed:\n{}\n{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+        let out = Command::new("bash")
+            .arg(root().join("scripts/install-helm.sh"))
+            .current_dir(root())
+            .output()
+            .expect("running scripts/install-helm.sh");
+        assert!(
+            out.status.success(),
+            "scripts/install-helm.sh failed:\n{}\n{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
     }
     p
 }
 
 fn run(args: &[&str]) -> String {
     let out = Command::new(helm()).args(args).current_dir(root()).output().expect("running helm");
-    assert!(out.status.success(), "helm {args:?} failed:\n{}\n{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "helm {args:?} failed:\n{}\n{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
     String::from_utf8(out.stdout).unwrap()
 }
 
@@ -47,15 +61,27 @@ fn render(values_file: Option<&str>) -> Vec<Value> {
 
 /// Compares document by document and names the first difference.
 fn same(ours: &[Value], helm: &[Value], what: &str) {
-    let names = |d: &[Value]| d.iter().map(|x| format!("{}/{}", x["kind"].as_str().unwrap_or(""), x["metadata"]["name"].as_str().unwrap_or(""))).collect::<Vec<_>>();
+    let names = |d: &[Value]| {
+        d.iter()
+            .map(|x| format!("{}/{}", x["kind"].as_str().unwrap_or(""), x["metadata"]["name"].as_str().unwrap_or("")))
+            .collect::<Vec<_>>()
+    };
     assert_eq!(names(ours), names(helm), "{what}: the same objects");
     for (a, b) in ours.iter().zip(helm) {
-        assert_eq!(a, b, "{what}: {} {} differs\nverno manifests: {a}\nhelm template:   {b}", a["kind"], a["metadata"]["name"]);
+        assert_eq!(
+            a, b,
+            "{what}: {} {} differs\nverno manifests: {a}\nhelm template:   {b}",
+            a["kind"], a["metadata"]["name"]
+        );
     }
 }
 
 fn ci_values() -> Vec<String> {
-    let mut v: Vec<String> = std::fs::read_dir(root().join("charts/verno/ci")).unwrap().flatten().map(|e| format!("charts/verno/ci/{}", e.file_name().to_string_lossy())).collect();
+    let mut v: Vec<String> = std::fs::read_dir(root().join("charts/verno/ci"))
+        .unwrap()
+        .flatten()
+        .map(|e| format!("charts/verno/ci/{}", e.file_name().to_string_lossy()))
+        .collect();
     v.sort();
     v
 }
@@ -65,7 +91,12 @@ fn normalize(mut docs: Vec<Value>) -> Vec<Value> {
     for d in &mut docs {
         for path in ["/metadata/labels", "/spec/template/metadata/labels"] {
             if let Some(l) = d.pointer_mut(path).and_then(Value::as_object_mut) {
-                for k in ["app.kubernetes.io/instance", "app.kubernetes.io/managed-by", "app.kubernetes.io/version", "helm.sh/chart"] {
+                for k in [
+                    "app.kubernetes.io/instance",
+                    "app.kubernetes.io/managed-by",
+                    "app.kubernetes.io/version",
+                    "helm.sh/chart",
+                ] {
                     l.remove(k);
                 }
             }
@@ -85,7 +116,17 @@ fn the_chart_lints_and_every_render_keeps_the_safety_invariants() {
         let values: Value = serde_saphyr::from_str(&std::fs::read_to_string(root().join(&f)).unwrap()).unwrap();
         let replicas = values.pointer("/admissionController/replicas").and_then(Value::as_i64).unwrap_or(2);
         let kinds: Vec<&str> = docs.iter().filter_map(|d| d["kind"].as_str()).collect();
-        for k in ["ValidatingWebhookConfiguration", "MutatingWebhookConfiguration", "Deployment", "Service", "ServiceAccount", "ClusterRole", "ClusterRoleBinding", "Role", "RoleBinding"] {
+        for k in [
+            "ValidatingWebhookConfiguration",
+            "MutatingWebhookConfiguration",
+            "Deployment",
+            "Service",
+            "ServiceAccount",
+            "ClusterRole",
+            "ClusterRoleBinding",
+            "Role",
+            "RoleBinding",
+        ] {
             assert!(kinds.contains(&k), "{f}: no {k}");
         }
         assert_eq!(kinds.contains(&"PodDisruptionBudget"), replicas > 1, "{f}: a PDB exactly when replicas > 1");
@@ -105,17 +146,30 @@ fn the_chart_lints_and_every_render_keeps_the_safety_invariants() {
                 if name == verno_controller::webhooks::MONITOR {
                     // The end-to-end probe: fail-open, and only the probe Lease in the release namespace.
                     assert_eq!(w["failurePolicy"], "Ignore", "{f} {name}");
-                    assert_eq!(w["namespaceSelector"], serde_json::json!({"matchLabels": {"kubernetes.io/metadata.name": "verno"}}), "{f} {name}");
-                    assert_eq!(w["objectSelector"], serde_json::json!({"matchLabels": {"verno.io/probe": "true"}}), "{f} {name}");
+                    assert_eq!(
+                        w["namespaceSelector"],
+                        serde_json::json!({"matchLabels": {"kubernetes.io/metadata.name": "verno"}}),
+                        "{f} {name}"
+                    );
+                    assert_eq!(
+                        w["objectSelector"],
+                        serde_json::json!({"matchLabels": {"verno.io/probe": "true"}}),
+                        "{f} {name}"
+                    );
                     continue;
                 }
-                let excluded = w.pointer("/namespaceSelector/matchExpressions/0/values").and_then(Value::as_array).unwrap();
+                let excluded =
+                    w.pointer("/namespaceSelector/matchExpressions/0/values").and_then(Value::as_array).unwrap();
                 for ns in ["kube-system", "kube-public", "kube-node-lease", "verno"] {
                     assert!(excluded.iter().any(|v| v == ns), "{f} {name}: {ns} is not excluded");
                 }
                 // Verno's four come first; values may only add.
                 let conds = w["matchConditions"].as_array().unwrap();
-                assert_eq!(conds[..4].iter().map(|c| c["name"].as_str().unwrap()).collect::<Vec<_>>(), ["exclude-nodes-and-csrs", "exclude-leases", "exclude-events", "exclude-verno-service-accounts"], "{f} {name}: matchConditions");
+                assert_eq!(
+                    conds[..4].iter().map(|c| c["name"].as_str().unwrap()).collect::<Vec<_>>(),
+                    ["exclude-nodes-and-csrs", "exclude-leases", "exclude-events", "exclude-verno-service-accounts"],
+                    "{f} {name}: matchConditions"
+                );
                 assert!(w["timeoutSeconds"].as_i64().unwrap() <= 10, "{f} {name}: timeout");
                 assert_eq!(w["failurePolicy"] == "Fail", name.ends_with("-fail"), "{f} {name}: failurePolicy");
             }
@@ -131,7 +185,11 @@ fn verno_manifests_and_helm_template_render_the_same_install() {
     // With values set both ways.
     let helm_set = normalize(render(Some("charts/verno/ci/one-replica-extra-exclusions-values.yaml")));
     let mut v = Values::default();
-    for kv in ["admissionController.replicas=1", "config.excludedNamespaces=monitoring,istio-system", "config.webhooks.failTimeoutSeconds=10"] {
+    for kv in [
+        "admissionController.replicas=1",
+        "config.excludedNamespaces=monitoring,istio-system",
+        "config.webhooks.failTimeoutSeconds=10",
+    ] {
         v.set(kv).unwrap();
     }
     let ours = normalize(manifests::render(&v));
@@ -183,9 +241,22 @@ fn the_charts_crds_are_the_ones_verno_generates() {
     let text = std::fs::read_to_string(root().join("charts/verno/crds/crds.yaml")).unwrap();
     let chart: Vec<Value> = serde_saphyr::from_multiple(&text).unwrap();
     let chart: Vec<Value> = chart.into_iter().filter(|d| !d.is_null()).collect();
-    assert_eq!(chart, verno_controller::crds::all(), "charts/verno/crds/crds.yaml is stale: regenerate it with `verno manifests --crds -o charts/verno/crds/crds.yaml`");
+    assert_eq!(
+        chart,
+        verno_controller::crds::all(),
+        "charts/verno/crds/crds.yaml is stale: regenerate it with `verno manifests --crds -o charts/verno/crds/crds.yaml`"
+    );
     let names: Vec<&str> = chart.iter().filter_map(|c| c.pointer("/metadata/name").and_then(Value::as_str)).collect();
-    assert_eq!(names, ["clusterpolicies.kyverno.io", "policies.kyverno.io", "policyexceptions.kyverno.io", "clusterpolicyreports.wgpolicyk8s.io", "policyreports.wgpolicyk8s.io"]);
+    assert_eq!(
+        names,
+        [
+            "clusterpolicies.kyverno.io",
+            "policies.kyverno.io",
+            "policyexceptions.kyverno.io",
+            "clusterpolicyreports.wgpolicyk8s.io",
+            "policyreports.wgpolicyk8s.io"
+        ]
+    );
     // Helm installs crds/ but never deletes them: an uninstall keeps every policy.
     let rendered = run(&["template", "verno", "charts/verno", "--namespace", "verno", "--include-crds"]);
     assert!(rendered.contains("name: clusterpolicies.kyverno.io"));

@@ -15,7 +15,10 @@ use verno_server::{Config, Running, TlsSource};
 const NS: &str = "verno";
 
 fn init_logs() {
-    let _ = tracing_subscriber::fmt().with_env_filter(std::env::var("RUST_LOG").unwrap_or_else(|_| "warn".into())).with_test_writer().try_init();
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(std::env::var("RUST_LOG").unwrap_or_else(|_| "warn".into()))
+        .with_test_writer()
+        .try_init();
 }
 
 async fn client(fake: &FakeApiServer, user: Option<&str>) -> kube::Client {
@@ -31,13 +34,21 @@ async fn install(c: &kube::Client, values: &manifests::Values) {
         let api_version = doc["apiVersion"].as_str().unwrap();
         let (group, version) = api_version.rsplit_once('/').unwrap_or(("", api_version));
         let plural = verno_engine::matching::plural(&kind);
-        let ar = kube::discovery::ApiResource { group: group.into(), version: version.into(), api_version: api_version.into(), kind: kind.clone(), plural };
+        let ar = kube::discovery::ApiResource {
+            group: group.into(),
+            version: version.into(),
+            api_version: api_version.into(),
+            kind: kind.clone(),
+            plural,
+        };
         let name = doc["metadata"]["name"].as_str().unwrap().to_string();
         let api: Api<DynamicObject> = match doc["metadata"]["namespace"].as_str() {
             Some(ns) => Api::namespaced_with(c.clone(), ns, &ar),
             None => Api::all_with(c.clone(), &ar),
         };
-        api.patch(&name, &PatchParams::apply("kubectl").force(), &Patch::Apply(&doc)).await.unwrap_or_else(|e| panic!("{kind} {name}: {e}"));
+        api.patch(&name, &PatchParams::apply("kubectl").force(), &Patch::Apply(&doc))
+            .await
+            .unwrap_or_else(|e| panic!("{kind} {name}: {e}"));
     }
 }
 
@@ -134,7 +145,10 @@ async fn setup() -> (FakeApiServer, kube::Client, Replica) {
     let replica = start_replica(&fake, "verno-0").await;
     fake.set_service(NS, manifests::SERVICE, Some(replica.server.addr));
     // The leader made the certificates and wrote the caBundle; the replica serves the pair.
-    eventually("the caBundle", || async { vwc(&admin).await.filter(|v| v["webhooks"][0]["clientConfig"]["caBundle"].is_string()) }).await;
+    eventually("the caBundle", || async {
+        vwc(&admin).await.filter(|v| v["webhooks"][0]["clientConfig"]["caBundle"].is_string())
+    })
+    .await;
     (fake, admin, replica)
 }
 
@@ -144,12 +158,19 @@ async fn a_policy_becomes_webhook_rules_and_violating_pods_are_denied_with_kyver
     // A fresh install matches nothing.
     assert!(entry_rules(&vwc(&admin).await.unwrap(), webhooks::VALIDATE_FAIL).is_none());
     apply_policy(&admin, REQUIRE_TEAM).await;
-    let rules = eventually("rules for pods", || async { entry_rules(&vwc(&admin).await?, webhooks::VALIDATE_FAIL) }).await;
-    assert_eq!(rules, json!([{"apiGroups": [""], "apiVersions": ["v1"], "operations": ["CREATE", "UPDATE"], "resources": ["pods", "replicationcontrollers"], "scope": "*"},
+    let rules =
+        eventually("rules for pods", || async { entry_rules(&vwc(&admin).await?, webhooks::VALIDATE_FAIL) }).await;
+    assert_eq!(
+        rules,
+        json!([{"apiGroups": [""], "apiVersions": ["v1"], "operations": ["CREATE", "UPDATE"], "resources": ["pods", "replicationcontrollers"], "scope": "*"},
         {"apiGroups": ["apps"], "apiVersions": ["v1"], "operations": ["CREATE", "UPDATE"], "resources": ["daemonsets", "deployments", "replicasets", "statefulsets"], "scope": "*"},
-        {"apiGroups": ["batch"], "apiVersions": ["v1"], "operations": ["CREATE", "UPDATE"], "resources": ["cronjobs", "jobs"], "scope": "*"}]));
+        {"apiGroups": ["batch"], "apiVersions": ["v1"], "operations": ["CREATE", "UPDATE"], "resources": ["cronjobs", "jobs"], "scope": "*"}])
+    );
     // Status: ready, with rule counts and the autogen rules.
-    let p = eventually("policy status", || async { policy_api(&admin).get("require-team").await.ok().filter(|p| p.data["status"]["ready"] == true) }).await;
+    let p = eventually("policy status", || async {
+        policy_api(&admin).get("require-team").await.ok().filter(|p| p.data["status"]["ready"] == true)
+    })
+    .await;
     assert_eq!(p.data["status"]["conditions"][0]["reason"], "Succeeded");
     assert_eq!(p.data["status"]["rulecount"]["validate"], 1);
     assert!(p.data["status"]["autogen"]["rules"].as_array().is_some_and(|r| r.len() == 2));
@@ -178,28 +199,58 @@ async fn a_policy_becomes_webhook_rules_and_violating_pods_are_denied_with_kyver
 
     // Delete the policy: the rules go and Pods are admitted again.
     policy_api(&admin).delete("require-team", &DeleteParams::default()).await.unwrap();
-    eventually("rules removed", || async { vwc(&admin).await.filter(|v| entry_rules(v, webhooks::VALIDATE_FAIL).is_none()) }).await;
+    eventually("rules removed", || async {
+        vwc(&admin).await.filter(|v| entry_rules(v, webhooks::VALIDATE_FAIL).is_none())
+    })
+    .await;
     pods.create(&PostParams::default(), &pod("web", json!({"app": "web"}))).await.unwrap();
     replica.controller.stop().await;
 }
 
 fn events_api(c: &kube::Client) -> Api<DynamicObject> {
-    Api::all_with(c.clone(), &kube::discovery::ApiResource {
-        group: "events.k8s.io".into(), version: "v1".into(), api_version: "events.k8s.io/v1".into(), kind: "Event".into(), plural: "events".into() })
+    Api::all_with(
+        c.clone(),
+        &kube::discovery::ApiResource {
+            group: "events.k8s.io".into(),
+            version: "v1".into(),
+            api_version: "events.k8s.io/v1".into(),
+            kind: "Event".into(),
+            plural: "events".into(),
+        },
+    )
 }
 
 async fn event_with_note(c: &kube::Client, note: &str) -> Value {
     let events = events_api(c);
-    eventually(note, || async { events.list(&Default::default()).await.ok()?.items.into_iter().find(|e| e.data["note"] == note).map(|e| serde_json::to_value(e).unwrap()) }).await
+    eventually(note, || async {
+        events
+            .list(&Default::default())
+            .await
+            .ok()?
+            .items
+            .into_iter()
+            .find(|e| e.data["note"] == note)
+            .map(|e| serde_json::to_value(e).unwrap())
+    })
+    .await
 }
 
 #[tokio::test]
 async fn failed_rules_become_policy_violation_events_as_kyverno_writes_them() {
     let (_fake, admin, replica) = setup().await;
     apply_policy(&admin, REQUIRE_TEAM).await;
-    let audit = REQUIRE_TEAM.replace("require-team", "audit-owner").replace("check-team", "check-owner").replace("Enforce", "Audit").replace("'team' is required", "'owner' is recommended").replace("\"team\"", "\"owner\"");
+    let audit = REQUIRE_TEAM
+        .replace("require-team", "audit-owner")
+        .replace("check-team", "check-owner")
+        .replace("Enforce", "Audit")
+        .replace("'team' is required", "'owner' is recommended")
+        .replace("\"team\"", "\"owner\"");
     apply_policy(&admin, &audit).await;
-    eventually("both entries", || async { let v = vwc(&admin).await?; entry_rules(&v, webhooks::VALIDATE_FAIL).and(entry_rules(&v, webhooks::VALIDATE_IGNORE)) }).await;
+    eventually("both entries", || async {
+        let v = vwc(&admin).await?;
+        entry_rules(&v, webhooks::VALIDATE_FAIL).and(entry_rules(&v, webhooks::VALIDATE_IGNORE))
+    })
+    .await;
     let enforce_uid = policy_api(&admin).get("require-team").await.unwrap().metadata.uid.unwrap();
     let pods: Api<Pod> = Api::namespaced(admin.clone(), "shop");
     pods.create(&PostParams::default(), &pod("web", json!({}))).await.unwrap_err();
@@ -208,7 +259,10 @@ async fn failed_rules_become_policy_violation_events_as_kyverno_writes_them() {
     // Blocked: an event on the policy (a ClusterPolicy's go to `default`), related to the Pod.
     let blocked = event_with_note(&admin, "Pod shop/web: [check-team] fail (blocked); validation error: label 'team' is required. rule check-team failed at path /metadata/labels/team/").await;
     assert_eq!(blocked["metadata"]["namespace"], "default");
-    assert_eq!((&blocked["type"], &blocked["reason"], &blocked["action"]), (&json!("Warning"), &json!("PolicyViolation"), &json!("Resource Blocked")));
+    assert_eq!(
+        (&blocked["type"], &blocked["reason"], &blocked["action"]),
+        (&json!("Warning"), &json!("PolicyViolation"), &json!("Resource Blocked"))
+    );
     assert_eq!(blocked["reportingController"], "kyverno-admission");
     assert_eq!(blocked["regarding"]["kind"], "ClusterPolicy");
     assert_eq!(blocked["regarding"]["uid"], enforce_uid.as_str());
@@ -233,11 +287,23 @@ async fn the_probe_sees_the_api_server_reach_verno_and_doctor_reports_its_age() 
     let (fake, admin, replica) = setup().await;
     let mwc: Api<MutatingWebhookConfiguration> = Api::all(admin.clone());
     let monitor = serde_json::to_value(mwc.get(webhooks::MUTATING_CONFIG).await.unwrap()).unwrap();
-    assert_eq!(entry_rules(&monitor, webhooks::MONITOR), Some(json!([{"apiGroups": ["coordination.k8s.io"], "apiVersions": ["v1"], "operations": ["UPDATE"], "resources": ["leases"], "scope": "Namespaced"}])));
+    assert_eq!(
+        entry_rules(&monitor, webhooks::MONITOR),
+        Some(
+            json!([{"apiGroups": ["coordination.k8s.io"], "apiVersions": ["v1"], "operations": ["UPDATE"], "resources": ["leases"], "scope": "Namespaced"}])
+        )
+    );
     // The leader's Lease update went through admission and came back stamped by Verno.
     let leases: Api<k8s_openapi::api::coordination::v1::Lease> = Api::namespaced(admin.clone(), NS);
-    let first = eventually("a stamped probe Lease", || async { verno_controller::probe::last_request(&leases.get_opt(verno_controller::probe::PROBE_LEASE).await.ok()??) }).await;
-    eventually("a newer stamp", || async { verno_controller::probe::last_request(&leases.get(verno_controller::probe::PROBE_LEASE).await.ok()?).filter(|t| *t > first) }).await;
+    let first = eventually("a stamped probe Lease", || async {
+        verno_controller::probe::last_request(&leases.get_opt(verno_controller::probe::PROBE_LEASE).await.ok()??)
+    })
+    .await;
+    eventually("a newer stamp", || async {
+        verno_controller::probe::last_request(&leases.get(verno_controller::probe::PROBE_LEASE).await.ok()?)
+            .filter(|t| *t > first)
+    })
+    .await;
     let doctor = verno_controller::ops::doctor(&admin, NS, "verno-controller").await.unwrap();
     assert!(doctor.contains("probe: the API server last reached Verno "), "{doctor}");
     assert!(!doctor.contains("cannot reach Verno"), "{doctor}");
@@ -250,11 +316,19 @@ async fn the_probe_sees_the_api_server_reach_verno_and_doctor_reports_its_age() 
     tokio::time::sleep(Duration::from_millis(1000)).await;
     let later = leases.get(verno_controller::probe::PROBE_LEASE).await.unwrap();
     assert_eq!(verno_controller::probe::last_request(&later), verno_controller::probe::last_request(&frozen));
-    assert_ne!(later.spec.as_ref().unwrap().renew_time, frozen.spec.as_ref().unwrap().renew_time, "the leader kept probing");
+    assert_ne!(
+        later.spec.as_ref().unwrap().renew_time,
+        frozen.spec.as_ref().unwrap().renew_time,
+        "the leader kept probing"
+    );
     // Past the deadline, doctor says what is wrong.
     let stamp = verno_controller::probe::last_request(&later).unwrap();
-    let line = verno_controller::ops::probe_line(Some(&later), stamp + k8s_openapi::jiff::SignedDuration::from_secs(150), 100);
-    assert_eq!(line, "probe: the API server last reached Verno 150s ago  ← over 100s: the API server cannot reach Verno (Service, endpoints, network policy or caBundle)\n");
+    let line =
+        verno_controller::ops::probe_line(Some(&later), stamp + k8s_openapi::jiff::SignedDuration::from_secs(150), 100);
+    assert_eq!(
+        line,
+        "probe: the API server last reached Verno 150s ago  ← over 100s: the API server cannot reach Verno (Service, endpoints, network policy or caBundle)\n"
+    );
     replica.controller.stop().await;
 }
 
@@ -267,19 +341,35 @@ async fn an_invalid_policy_reports_the_error_and_path_and_the_previous_version_s
     // time, with the error and its path.
     let mut broken: Value = serde_json::from_str(REQUIRE_TEAM).unwrap();
     broken["spec"]["validationFailureAction"] = json!("Block");
-    let err = policy_api(&admin).patch("require-team", &PatchParams::apply("kubectl").force(), &Patch::Apply(&broken)).await.unwrap_err();
-    assert!(matches!(err, kube::Error::Api(ref s) if s.message == "admission webhook \"validate-policy.verno.svc\" denied the request: spec.validationFailureAction: unknown action \"Block\", expected Audit or Enforce"), "{err:?}");
+    let err = policy_api(&admin)
+        .patch("require-team", &PatchParams::apply("kubectl").force(), &Patch::Apply(&broken))
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(err, kube::Error::Api(ref s) if s.message == "admission webhook \"validate-policy.verno.svc\" denied the request: spec.validationFailureAction: unknown action \"Block\", expected Audit or Enforce"),
+        "{err:?}"
+    );
     // An exception that does not compile is refused too.
     let exceptions: Api<DynamicObject> = Api::namespaced_with(admin.clone(), "shop", &policies::exception_resource());
     let bad_exception = json!({"apiVersion": "kyverno.io/v2", "kind": "PolicyException", "metadata": {"name": "x", "namespace": "shop"}, "spec": {"exceptions": "all", "match": {}}});
-    let err = exceptions.create(&PostParams::default(), &serde_json::from_value(bad_exception).unwrap()).await.unwrap_err();
-    assert!(matches!(err, kube::Error::Api(ref s) if s.message.starts_with("admission webhook \"validate-policy.verno.svc\" denied the request: ")), "{err:?}");
+    let err =
+        exceptions.create(&PostParams::default(), &serde_json::from_value(bad_exception).unwrap()).await.unwrap_err();
+    assert!(
+        matches!(err, kube::Error::Api(ref s) if s.message.starts_with("admission webhook \"validate-policy.verno.svc\" denied the request: ")),
+        "{err:?}"
+    );
     // While Verno is unreachable the entry fails open: the broken version is stored, and once
     // Verno is back its status says what is wrong.
     fake.set_service(NS, manifests::SERVICE, None);
-    policy_api(&admin).patch("require-team", &PatchParams::apply("kubectl").force(), &Patch::Apply(&broken)).await.unwrap();
+    policy_api(&admin)
+        .patch("require-team", &PatchParams::apply("kubectl").force(), &Patch::Apply(&broken))
+        .await
+        .unwrap();
     fake.set_service(NS, manifests::SERVICE, Some(replica.server.addr));
-    let p = eventually("failed status", || async { policy_api(&admin).get("require-team").await.ok().filter(|p| p.data["status"]["ready"] == false) }).await;
+    let p = eventually("failed status", || async {
+        policy_api(&admin).get("require-team").await.ok().filter(|p| p.data["status"]["ready"] == false)
+    })
+    .await;
     let cond = &p.data["status"]["conditions"][0];
     assert_eq!(cond["status"], "False");
     assert_eq!(cond["observedGeneration"], 2);
@@ -293,8 +383,15 @@ async fn an_invalid_policy_reports_the_error_and_path_and_the_previous_version_s
     // A Warning event says so.
     let events = events_api(&admin);
     eventually("a PolicyError event", || async {
-        events.list(&Default::default()).await.ok()?.items.into_iter().find(|e| e.data["reason"] == "PolicyError" && e.data["type"] == "Warning")
-    }).await;
+        events
+            .list(&Default::default())
+            .await
+            .ok()?
+            .items
+            .into_iter()
+            .find(|e| e.data["reason"] == "PolicyError" && e.data["type"] == "Warning")
+    })
+    .await;
     replica.controller.stop().await;
 }
 
@@ -307,18 +404,36 @@ async fn with_verno_dead_only_what_an_enforce_policy_matches_is_refused() {
     replica.controller.stop().await;
     fake.set_service(NS, manifests::SERVICE, None);
     // kube-system, Verno's namespace and objects no policy matches are untouched.
-    Api::<Pod>::namespaced(admin.clone(), "kube-system").create(&PostParams::default(), &pod("dns", json!({}))).await.unwrap();
+    Api::<Pod>::namespaced(admin.clone(), "kube-system")
+        .create(&PostParams::default(), &pod("dns", json!({})))
+        .await
+        .unwrap();
     Api::<Pod>::namespaced(admin.clone(), NS).create(&PostParams::default(), &pod("verno-1", json!({}))).await.unwrap();
     let mut cm = ConfigMap::default();
     cm.metadata.name = Some("settings".into());
     Api::<ConfigMap>::namespaced(admin.clone(), "shop").create(&PostParams::default(), &cm).await.unwrap();
     // Pods elsewhere hit the fail-closed entry.
-    let err = Api::<Pod>::namespaced(admin.clone(), "shop").create(&PostParams::default(), &pod("web", json!({"team": "a"}))).await.unwrap_err();
-    assert!(matches!(err, kube::Error::Api(ref s) if s.code == 500 && s.message.contains("failed calling webhook \"validate.verno.svc-fail\"") && s.message.contains("no endpoints available for service \"verno-svc\"")), "{err:?}");
+    let err = Api::<Pod>::namespaced(admin.clone(), "shop")
+        .create(&PostParams::default(), &pod("web", json!({"team": "a"})))
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(err, kube::Error::Api(ref s) if s.code == 500 && s.message.contains("failed calling webhook \"validate.verno.svc-fail\"") && s.message.contains("no endpoints available for service \"verno-svc\"")),
+        "{err:?}"
+    );
     // An opted-out namespace is not sent either.
     let ns: Api<k8s_openapi::api::core::v1::Namespace> = Api::all(admin.clone());
-    ns.create(&PostParams::default(), &serde_json::from_value(json!({"metadata": {"name": "batch", "labels": {manifests::OPT_OUT_LABEL: "true"}}})).unwrap()).await.unwrap();
-    Api::<Pod>::namespaced(admin.clone(), "batch").create(&PostParams::default(), &pod("job", json!({}))).await.unwrap();
+    ns.create(
+        &PostParams::default(),
+        &serde_json::from_value(json!({"metadata": {"name": "batch", "labels": {manifests::OPT_OUT_LABEL: "true"}}}))
+            .unwrap(),
+    )
+    .await
+    .unwrap();
+    Api::<Pod>::namespaced(admin.clone(), "batch")
+        .create(&PostParams::default(), &pod("job", json!({})))
+        .await
+        .unwrap();
 }
 
 #[tokio::test]
@@ -337,7 +452,10 @@ async fn audit_only_policies_are_fail_open() {
 async fn uninstall_in_helms_order_leaves_nothing_behind_and_the_owner_collects_configurations() {
     let (fake, admin, replica) = setup().await;
     apply_policy(&admin, REQUIRE_TEAM).await;
-    let cfg = eventually("rules", || async { vwc(&admin).await.filter(|v| entry_rules(v, webhooks::VALIDATE_FAIL).is_some()) }).await;
+    let cfg = eventually("rules", || async {
+        vwc(&admin).await.filter(|v| entry_rules(v, webhooks::VALIDATE_FAIL).is_some())
+    })
+    .await;
     // The backstop owner is the chart's ClusterRole.
     assert_eq!(cfg["metadata"]["ownerReferences"][0]["name"], manifests::CLUSTER_ROLE);
     // Helm's UninstallOrder: webhook configurations first, while the leader keeps running.
@@ -375,11 +493,19 @@ async fn scaling_to_zero_empties_the_rules() {
     apply_policy(&admin, REQUIRE_TEAM).await;
     eventually("rules", || async { entry_rules(&vwc(&admin).await?, webhooks::VALIDATE_FAIL) }).await;
     let deps: Api<k8s_openapi::api::apps::v1::Deployment> = Api::namespaced(admin.clone(), NS);
-    deps.patch(manifests::DEPLOYMENT, &PatchParams::default(), &Patch::Merge(json!({"spec": {"replicas": 0}}))).await.unwrap();
-    eventually("rules emptied", || async { vwc(&admin).await.filter(|v| entry_rules(v, webhooks::VALIDATE_FAIL).is_none()) }).await;
+    deps.patch(manifests::DEPLOYMENT, &PatchParams::default(), &Patch::Merge(json!({"spec": {"replicas": 0}})))
+        .await
+        .unwrap();
+    eventually("rules emptied", || async {
+        vwc(&admin).await.filter(|v| entry_rules(v, webhooks::VALIDATE_FAIL).is_none())
+    })
+    .await;
     // Every entry is emptied, policy validation included; the entries themselves stay (the
     // installer owns them).
-    let cfg = eventually("all rules emptied", || async { vwc(&admin).await.filter(|v| entry_rules(v, webhooks::POLICY_VALIDATE).is_none()) }).await;
+    let cfg = eventually("all rules emptied", || async {
+        vwc(&admin).await.filter(|v| entry_rules(v, webhooks::POLICY_VALIDATE).is_none())
+    })
+    .await;
     let names: Vec<&str> = cfg["webhooks"].as_array().unwrap().iter().filter_map(|w| w["name"].as_str()).collect();
     assert_eq!(names, [webhooks::VALIDATE_FAIL, webhooks::VALIDATE_IGNORE, webhooks::POLICY_VALIDATE]);
     assert!(cfg["webhooks"].as_array().unwrap().iter().all(|w| w.get("rules").is_none()));
@@ -444,7 +570,11 @@ async fn two_replicas_one_leader_no_churn_and_failover_when_the_leader_dies() {
     a.controller.abort();
     fake.set_service(NS, manifests::SERVICE, Some(b.server.addr));
     eventually("failover", || async { b.controller.leader.borrow().then_some(()) }).await;
-    apply_policy(&admin, &REQUIRE_TEAM.replace("require-team", "require-configmap-team").replace("\"Pod\"", "\"ConfigMap\"")).await;
+    apply_policy(
+        &admin,
+        &REQUIRE_TEAM.replace("require-team", "require-configmap-team").replace("\"Pod\"", "\"ConfigMap\""),
+    )
+    .await;
     eventually("rules from the new leader", || async {
         entry_rules(&vwc(&admin).await?, webhooks::VALIDATE_FAIL).filter(|r| r.to_string().contains("configmaps"))
     })
@@ -482,11 +612,13 @@ async fn certificate_rotation_with_requests_in_flight_fails_no_request() {
     let deadline = tokio::time::Instant::now() + Duration::from_secs(7);
     let mut n = 0;
     while tokio::time::Instant::now() < deadline {
-        let batch: Vec<_> = (0..4).map(|i| {
-            let pods = pods.clone();
-            let name = format!("p-{n}-{i}");
-            async move { pods.create(&PostParams::default(), &pod(&name, json!({"team": "a"}))).await }
-        }).collect();
+        let batch: Vec<_> = (0..4)
+            .map(|i| {
+                let pods = pods.clone();
+                let name = format!("p-{n}-{i}");
+                async move { pods.create(&PostParams::default(), &pod(&name, json!({"team": "a"}))).await }
+            })
+            .collect();
         for r in futures_util::future::join_all(batch).await {
             r.expect("no request fails during rotation");
         }
@@ -501,7 +633,9 @@ async fn certificate_rotation_with_requests_in_flight_fails_no_request() {
     eventually("the caBundle to follow the CA Secret", || async {
         let ca = secrets.get(&ca_name).await.ok()?;
         let bundle = String::from_utf8(ca.data?.get("tls.crt")?.0.clone()).ok()?;
-        let in_vwc = vwc(&admin).await?["webhooks"][0]["clientConfig"]["caBundle"].as_str().map(|b| base64::engine::general_purpose::STANDARD.decode(b).unwrap_or_default())?;
+        let in_vwc = vwc(&admin).await?["webhooks"][0]["clientConfig"]["caBundle"]
+            .as_str()
+            .map(|b| base64::engine::general_purpose::STANDARD.decode(b).unwrap_or_default())?;
         (bundle.matches("BEGIN CERTIFICATE").count() == 2 && in_vwc == bundle.as_bytes()).then_some(())
     })
     .await;

@@ -55,7 +55,16 @@ fn pod() -> Value {
 }
 
 fn run(policies: &[CompiledPolicy], object: &Value) -> usize {
-    let req = Request { operation: "CREATE", object, old_object: None, user: None, user_info: None, namespace_labels: None, subresource: "", variables: &[] };
+    let req = Request {
+        operation: "CREATE",
+        object,
+        old_object: None,
+        user: None,
+        user_info: None,
+        namespace_labels: None,
+        subresource: "",
+        variables: &[],
+    };
     let env = verno_jmespath::NoEnv;
     let mut ctx = build_context(&req, &env);
     let mut patched = None;

@@ -15,7 +15,9 @@ fn shared() -> Option<std::path::PathBuf> {
 
 fn policies() -> Vec<CompiledPolicy> {
     let Some(dir) = shared() else { return Vec::new() };
-    let mut files: Vec<_> = std::fs::read_dir(dir.join("policies/pss-17")).map(|r| r.filter_map(|e| e.ok().map(|e| e.path())).collect()).unwrap_or_default();
+    let mut files: Vec<_> = std::fs::read_dir(dir.join("policies/pss-17"))
+        .map(|r| r.filter_map(|e| e.ok().map(|e| e.path())).collect())
+        .unwrap_or_default();
     files.sort();
     let mut out = Vec::new();
     for f in files {
@@ -35,7 +37,11 @@ fn policies() -> Vec<CompiledPolicy> {
 fn cel_policies() -> Vec<CompiledPolicy> {
     let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../bench/cel-pss17.yaml");
     let text = std::fs::read_to_string(path).unwrap_or_default();
-    verno_jmespath::yaml::parse_all(&text).unwrap_or_default().iter().filter_map(|d| verno_engine::vpol::compile_validating_policy(d).ok()).collect()
+    verno_jmespath::yaml::parse_all(&text)
+        .unwrap_or_default()
+        .iter()
+        .filter_map(|d| verno_engine::vpol::compile_validating_policy(d).ok())
+        .collect()
 }
 
 fn request(name: &str) -> Value {

@@ -29,13 +29,18 @@ fn descriptions(m: &MatchResources) -> Vec<&ResourceDescription> {
 
 fn eligible_description(d: &ResourceDescription) -> bool {
     let has_pod = d.kinds.iter().any(|k| k == "Pod");
-    d.name.is_none() && d.names.is_empty() && d.selector.is_none() && d.annotations.is_empty() && !(has_pod && d.kinds.len() > 1)
+    d.name.is_none()
+        && d.names.is_empty()
+        && d.selector.is_none()
+        && d.annotations.is_empty()
+        && !(has_pod && d.kinds.len() > 1)
 }
 
 fn uses_json6902(rule: &Rule) -> bool {
-    rule.mutate
-        .as_ref()
-        .is_some_and(|m| m.patches_json6902.is_some() || m.foreach.as_ref().is_some_and(|f| f.iter().any(|x| x.patches_json6902.is_some())))
+    rule.mutate.as_ref().is_some_and(|m| {
+        m.patches_json6902.is_some()
+            || m.foreach.as_ref().is_some_and(|f| f.iter().any(|x| x.patches_json6902.is_some()))
+    })
 }
 
 /// The controllers autogen applies to for this policy, or `None` when it does not apply.
@@ -91,8 +96,7 @@ pub fn rules(policy: &ClusterPolicy) -> Vec<Rule> {
                 continue;
             }
         }
-        let kinds: Vec<String> =
-            CONTROLLERS.iter().filter(|c| ctrls.contains(&c.0)).map(|c| c.1.to_string()).collect();
+        let kinds: Vec<String> = CONTROLLERS.iter().filter(|c| ctrls.contains(&c.0)).map(|c| c.1.to_string()).collect();
         let ctrl_rule = derive(rule, &format!("autogen-{}", rule.name), &kinds, Shift::Template);
         if !kinds.is_empty() {
             if let Some(r) = ctrl_rule.clone() {
@@ -101,9 +105,15 @@ pub fn rules(policy: &ClusterPolicy) -> Vec<Rule> {
         }
         if cronjob {
             // The CronJob rule wraps the controller rule once more.
-            let base = derive(rule, &format!("autogen-{}", rule.name), &["batch/v1/CronJob".to_string()], Shift::Template);
+            let base =
+                derive(rule, &format!("autogen-{}", rule.name), &["batch/v1/CronJob".to_string()], Shift::Template);
             if let Some(b) = base {
-                if let Some(r) = derive(&b, &format!("autogen-cronjob-{}", rule.name), &["batch/v1/CronJob".to_string()], Shift::JobTemplate) {
+                if let Some(r) = derive(
+                    &b,
+                    &format!("autogen-cronjob-{}", rule.name),
+                    &["batch/v1/CronJob".to_string()],
+                    Shift::JobTemplate,
+                ) {
                     out.push(r);
                 }
             }
@@ -125,17 +135,29 @@ pub(crate) fn shift_cel(v: &Value, shift: Shift) -> Option<Value> {
     let text = serde_json::to_string(v).ok()?;
     let out = match shift {
         Shift::Template => {
-            let re = TEMPLATE.get_or_init(|| regex::Regex::new(r"(^|[^.\w])(object|oldObject)\.(spec|metadata)\b").ok()).as_ref()?;
+            let re = TEMPLATE
+                .get_or_init(|| regex::Regex::new(r"(^|[^.\w])(object|oldObject)\.(spec|metadata)\b").ok())
+                .as_ref()?;
             re.replace_all(&text, |c: &regex::Captures| {
                 let field = c.get(3).map(|m| m.as_str()).unwrap_or("");
-                format!("{}{}.spec.template.{field}", c.get(1).map(|m| m.as_str()).unwrap_or(""), c.get(2).map(|m| m.as_str()).unwrap_or(""))
+                format!(
+                    "{}{}.spec.template.{field}",
+                    c.get(1).map(|m| m.as_str()).unwrap_or(""),
+                    c.get(2).map(|m| m.as_str()).unwrap_or("")
+                )
             })
             .into_owned()
         }
         Shift::JobTemplate => {
-            let re = JOB.get_or_init(|| regex::Regex::new(r"(^|[^.\w])(object|oldObject)\.spec\.template\b").ok()).as_ref()?;
+            let re = JOB
+                .get_or_init(|| regex::Regex::new(r"(^|[^.\w])(object|oldObject)\.spec\.template\b").ok())
+                .as_ref()?;
             re.replace_all(&text, |c: &regex::Captures| {
-                format!("{}{}.spec.jobTemplate.spec.template", c.get(1).map(|m| m.as_str()).unwrap_or(""), c.get(2).map(|m| m.as_str()).unwrap_or(""))
+                format!(
+                    "{}{}.spec.jobTemplate.spec.template",
+                    c.get(1).map(|m| m.as_str()).unwrap_or(""),
+                    c.get(2).map(|m| m.as_str()).unwrap_or("")
+                )
             })
             .into_owned()
         }
@@ -227,4 +249,3 @@ fn rewrite_kinds(m: &mut Value, kinds: &[String], exclude: bool) {
         }
     }
 }
-

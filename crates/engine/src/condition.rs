@@ -128,7 +128,8 @@ impl CompiledConditions {
 }
 
 fn compile_one(c: &Condition, path: &str) -> Result<CompiledCondition, CompileError> {
-    let op = Operator::parse(&c.operator).ok_or_else(|| CompileError::new(format!("{path}.operator"), format!("unknown operator {:?}", c.operator)))?;
+    let op = Operator::parse(&c.operator)
+        .ok_or_else(|| CompileError::new(format!("{path}.operator"), format!("unknown operator {:?}", c.operator)))?;
     let key = TValue::compile(&c.key).map_err(|e| CompileError::new(format!("{path}.key"), e))?;
     let value = TValue::compile(&c.value).map_err(|e| CompileError::new(format!("{path}.value"), e))?;
     let message = c
@@ -182,9 +183,13 @@ pub fn evaluate(op: Operator, key: &Value, value: &Value) -> bool {
         Operator::LessThan => numeric(key, value) == Some(Ordering::Less),
         Operator::LessThanOrEquals => matches!(numeric(key, value), Some(Ordering::Less | Ordering::Equal)),
         Operator::DurationGreaterThan => duration_cmp(key, value) == Some(Ordering::Greater),
-        Operator::DurationGreaterThanOrEquals => matches!(duration_cmp(key, value), Some(Ordering::Greater | Ordering::Equal)),
+        Operator::DurationGreaterThanOrEquals => {
+            matches!(duration_cmp(key, value), Some(Ordering::Greater | Ordering::Equal))
+        }
         Operator::DurationLessThan => duration_cmp(key, value) == Some(Ordering::Less),
-        Operator::DurationLessThanOrEquals => matches!(duration_cmp(key, value), Some(Ordering::Less | Ordering::Equal)),
+        Operator::DurationLessThanOrEquals => {
+            matches!(duration_cmp(key, value), Some(Ordering::Less | Ordering::Equal))
+        }
     }
 }
 
@@ -341,7 +346,9 @@ fn legacy_in(key: &Value, value: &Value) -> Option<bool> {
         scalar => {
             let k = go_sprint(scalar);
             match value {
-                Value::Array(a) => Some(a.iter().map(go_sprint).any(|v| wildcard::matches(&v, &k) || wildcard::matches(&k, &v))),
+                Value::Array(a) => {
+                    Some(a.iter().map(go_sprint).any(|v| wildcard::matches(&v, &k) || wildcard::matches(&k, &v)))
+                }
                 Value::String(s) => match serde_json::from_str::<Value>(s) {
                     Ok(Value::Array(a)) => Some(a.iter().map(go_sprint).any(|v| v == k)),
                     _ => Some(wildcard::matches(s, &k)),

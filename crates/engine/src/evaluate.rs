@@ -5,7 +5,10 @@
 use crate::context::{Context, Saved};
 use crate::matching::{MatchInput, RequestUser};
 use crate::outcome::{NotApplied, PolicyResponse, RuleResponse, RuleType, Status};
-use crate::policy::{Check, CompiledContextEntry, CompiledException, CompiledPolicy, CompiledRule, CompiledValidation, ContextSource, JmesField, RuleBody};
+use crate::policy::{
+    Check, CompiledContextEntry, CompiledException, CompiledPolicy, CompiledRule, CompiledValidation, ContextSource,
+    JmesField, RuleBody,
+};
 use crate::{images, pattern};
 use serde_json::{Map, Value, json};
 use std::borrow::Cow;
@@ -192,7 +195,14 @@ impl<'r> Sequence<'r> {
 
     /// Runs one phase of one policy on the object as patched so far. A Mutate response's
     /// `patched` is the object after this policy and every earlier one (when any changed it).
-    pub fn evaluate(&mut self, policy: &CompiledPolicy, phase: Phase, exceptions: &[CompiledException], ctx: &mut Context, data: &dyn Data) -> PolicyResponse {
+    pub fn evaluate(
+        &mut self,
+        policy: &CompiledPolicy,
+        phase: Phase,
+        exceptions: &[CompiledException],
+        ctx: &mut Context,
+        data: &dyn Data,
+    ) -> PolicyResponse {
         let req = Request { object: self.patched.as_ref().unwrap_or(self.req.object), ..self.req.clone() };
         let mut r = evaluate_phase(policy, phase, exceptions, &req, ctx, data);
         if phase == Phase::Mutate || phase == Phase::All {
@@ -219,7 +229,13 @@ impl<'r> Sequence<'r> {
 }
 
 /// Evaluates every rule of one policy against one request.
-pub fn evaluate_policy(policy: &CompiledPolicy, exceptions: &[CompiledException], req: &Request, ctx: &mut Context, data: &dyn Data) -> PolicyResponse {
+pub fn evaluate_policy(
+    policy: &CompiledPolicy,
+    exceptions: &[CompiledException],
+    req: &Request,
+    ctx: &mut Context,
+    data: &dyn Data,
+) -> PolicyResponse {
     evaluate_phase(policy, Phase::All, exceptions, req, ctx, data)
 }
 
@@ -258,7 +274,11 @@ pub fn evaluate_phase(
     if policy.kind == "Policy" || policy.kind.starts_with("Namespaced") {
         let pns = policy.namespace.as_deref().unwrap_or("default");
         if namespace.is_empty() || namespace != pns {
-            resp.not_applied.push(NotApplied { rule: String::new(), reason: format!("namespaced policy {pns}/{} does not apply to namespace {namespace:?}", policy.name).into() });
+            resp.not_applied.push(NotApplied {
+                rule: String::new(),
+                reason: format!("namespaced policy {pns}/{} does not apply to namespace {namespace:?}", policy.name)
+                    .into(),
+            });
             return resp;
         }
     }
@@ -279,7 +299,17 @@ pub fn evaluate_phase(
             continue;
         }
         let mut patched: Option<Value> = None;
-        let r = evaluate_rule(policy, rule, exceptions, req, &input, ctx, data, current.as_ref().unwrap_or(req.object), &mut patched);
+        let r = evaluate_rule(
+            policy,
+            rule,
+            exceptions,
+            req,
+            &input,
+            ctx,
+            data,
+            current.as_ref().unwrap_or(req.object),
+            &mut patched,
+        );
         if let Some(v) = patched {
             // Permanent for this request: later rules and policies see the patched object.
             let _kept: Saved = ctx.set_path("request.object", v.clone());
@@ -342,16 +372,41 @@ fn evaluate_rule(
             for (name, e) in &rule.cel_preconditions {
                 match e.eval_bool(&vars) {
                     Ok(true) => {}
-                    Ok(false) => return Some(RuleResponse::new(&rule.name, rt, Status::Skip, format!("cel preconditions not met: {name}"))),
-                    Err(err) => return Some(RuleResponse::new(&rule.name, rt, Status::Error, format!("failed to evaluate cel preconditions: {name}: {err}"))),
+                    Ok(false) => {
+                        return Some(RuleResponse::new(
+                            &rule.name,
+                            rt,
+                            Status::Skip,
+                            format!("cel preconditions not met: {name}"),
+                        ));
+                    }
+                    Err(err) => {
+                        return Some(RuleResponse::new(
+                            &rule.name,
+                            rt,
+                            Status::Error,
+                            format!("failed to evaluate cel preconditions: {name}: {err}"),
+                        ));
+                    }
                 }
             }
         }
         if let Some(pre) = &rule.preconditions {
             match pre.evaluate(ctx) {
-                Err(e) => return Some(RuleResponse::new(&rule.name, rt, Status::Error, format!("failed to evaluate preconditions: {e}"))),
+                Err(e) => {
+                    return Some(RuleResponse::new(
+                        &rule.name,
+                        rt,
+                        Status::Error,
+                        format!("failed to evaluate preconditions: {e}"),
+                    ));
+                }
                 Ok((false, msg)) => {
-                    let m = if msg.is_empty() { "preconditions not met".to_string() } else { format!("preconditions not met; {msg}") };
+                    let m = if msg.is_empty() {
+                        "preconditions not met".to_string()
+                    } else {
+                        format!("preconditions not met; {msg}")
+                    };
                     return Some(RuleResponse::new(&rule.name, rt, Status::Skip, m));
                 }
                 Ok((true, _)) => {}
@@ -363,7 +418,12 @@ fn evaluate_rule(
             .map(|e| e.key.clone())
             .collect();
         if !hits.is_empty() {
-            let mut r = RuleResponse::new(&rule.name, rt, Status::Skip, format!("rule is skipped due to policy exceptions{}", hits.join(", ")));
+            let mut r = RuleResponse::new(
+                &rule.name,
+                rt,
+                Status::Skip,
+                format!("rule is skipped due to policy exceptions{}", hits.join(", ")),
+            );
             r.exceptions = hits;
             return Some(r);
         }
@@ -395,10 +455,20 @@ fn evaluate_rule(
                 *patched = v;
                 Some(r)
             }
-            RuleBody::Generate(g) => Some(crate::generate::generate(g, policy, &rule.name, object, ctx, data, &provided)),
+            RuleBody::Generate(g) => {
+                Some(crate::generate::generate(g, policy, &rule.name, object, ctx, data, &provided))
+            }
             RuleBody::Validate(v) => {
                 let foreach_values = data.foreach_values(&policy.name, origin);
-                let mut vc = ValidateCtx { rule: &rule.name, v, foreach_values: &foreach_values, data, policy, provided: &provided, subject: req.subject() };
+                let mut vc = ValidateCtx {
+                    rule: &rule.name,
+                    v,
+                    foreach_values: &foreach_values,
+                    data,
+                    policy,
+                    provided: &provided,
+                    subject: req.subject(),
+                };
                 vc.validate(&v.check, req.subject(), ctx, 0, req.is_delete())
             }
         }
@@ -407,9 +477,18 @@ fn evaluate_rule(
     result
 }
 
-fn exception_applies(e: &CompiledException, policy: &CompiledPolicy, rule: &str, input: &MatchInput, ctx: &Context, data: &dyn Data) -> bool {
+fn exception_applies(
+    e: &CompiledException,
+    policy: &CompiledPolicy,
+    rule: &str,
+    input: &MatchInput,
+    ctx: &Context,
+    data: &dyn Data,
+) -> bool {
     let key = policy.key();
-    let names = e.refs.iter().any(|(p, rules)| (*p == key || *p == policy.name) && rules.iter().any(|r| verno_jmespath::wildcard::matches(r, rule)));
+    let names = e.refs.iter().any(|(p, rules)| {
+        (*p == key || *p == policy.name) && rules.iter().any(|r| verno_jmespath::wildcard::matches(r, rule))
+    });
     if !names {
         return false;
     }
@@ -432,7 +511,9 @@ fn exception_applies(e: &CompiledException, policy: &CompiledPolicy, rule: &str,
 /// Only a field holding `{{ }}` variables is compiled here; the others were compiled with the policy.
 fn render_jmes<'f>(f: &'f JmesField, ctx: &Context, delete: bool) -> Result<Cow<'f, Expression>, String> {
     match f {
-        JmesField::Static { expr, delete: del } => Ok(Cow::Borrowed(if delete { del.as_ref().unwrap_or(expr) } else { expr })),
+        JmesField::Static { expr, delete: del } => {
+            Ok(Cow::Borrowed(if delete { del.as_ref().unwrap_or(expr) } else { expr }))
+        }
         JmesField::Templated(t) => {
             let s = t.render(ctx, "").map_err(|e| e.to_string())?;
             let mut s = s.as_str().unwrap_or_default().to_string();
@@ -486,7 +567,10 @@ pub(crate) fn load_context(
                             if let Err(e) = other {
                                 return Err(e);
                             }
-                            return Err(format!("failed to add context entry for variable {} since it evaluated to nil", entry.name));
+                            return Err(format!(
+                                "failed to add context entry for variable {} since it evaluated to nil",
+                                entry.name
+                            ));
                         }
                     },
                 };
@@ -496,46 +580,48 @@ pub(crate) fn load_context(
                 let n = name.render(ctx, "").map_err(|e| e.to_string())?;
                 let ns = match namespace {
                     Some(ns) => ns.render(ctx, "").map_err(|e| e.to_string())?.as_str().unwrap_or("").to_string(),
-                    None => policy.namespace.clone().filter(|_| policy.kind == "Policy").unwrap_or_else(|| "default".into()),
+                    None => {
+                        policy.namespace.clone().filter(|_| policy.kind == "Policy").unwrap_or_else(|| "default".into())
+                    }
                 };
                 let ns = if ns.is_empty() { "default".to_string() } else { ns };
                 match data.config_map(&ns, n.as_str().unwrap_or("")) {
                     Loaded::Value(v) => Some(v),
                     Loaded::Unavailable => None,
-                    Loaded::Error(e) => return Err(format!("failed to get configmap {ns}/{}: {e}", n.as_str().unwrap_or(""))),
+                    Loaded::Error(e) => {
+                        return Err(format!("failed to get configmap {ns}/{}: {e}", n.as_str().unwrap_or("")));
+                    }
                 }
             }
             ContextSource::ApiCall { url_path, method, data: body, service_url, jmes_path, default } => {
-                {
-                    let url = match url_path.as_ref().or(service_url.as_ref()) {
-                        Some(u) => u.render(ctx, "").map_err(|e| e.to_string())?.as_str().unwrap_or("").to_string(),
-                        None => String::new(),
-                    };
-                    let body = match body {
-                        Some(b) => Some(b.render(ctx, "").map_err(|e| e.to_string())?.into_owned()),
-                        None => None,
-                    };
-                    match data.api_call(method, &url, body.as_ref()) {
-                        Loaded::Value(v) => {
-                            let out = match jmes_path {
-                                Some(jp) => {
-                                    let e = render_jmes(jp, ctx, false)?;
-                                    e.search(&v, ctx.env()).map(Cow::into_owned).map_err(|e| e.to_string())
-                                }
-                                None => Ok(v),
-                            };
-                            match (out, default) {
-                                (Ok(v), _) => Some(v),
-                                (Err(_), Some(d)) => Some(d.render(ctx, "").map_err(|e| e.to_string())?.into_owned()),
-                                (Err(e), None) => return Err(e),
+                let url = match url_path.as_ref().or(service_url.as_ref()) {
+                    Some(u) => u.render(ctx, "").map_err(|e| e.to_string())?.as_str().unwrap_or("").to_string(),
+                    None => String::new(),
+                };
+                let body = match body {
+                    Some(b) => Some(b.render(ctx, "").map_err(|e| e.to_string())?.into_owned()),
+                    None => None,
+                };
+                match data.api_call(method, &url, body.as_ref()) {
+                    Loaded::Value(v) => {
+                        let out = match jmes_path {
+                            Some(jp) => {
+                                let e = render_jmes(jp, ctx, false)?;
+                                e.search(&v, ctx.env()).map(Cow::into_owned).map_err(|e| e.to_string())
                             }
+                            None => Ok(v),
+                        };
+                        match (out, default) {
+                            (Ok(v), _) => Some(v),
+                            (Err(_), Some(d)) => Some(d.render(ctx, "").map_err(|e| e.to_string())?.into_owned()),
+                            (Err(e), None) => return Err(e),
                         }
-                        Loaded::Unavailable => None,
-                        Loaded::Error(e) => match default {
-                            Some(d) => Some(d.render(ctx, "").map_err(|e| e.to_string())?.into_owned()),
-                            None => return Err(e),
-                        },
                     }
+                    Loaded::Unavailable => None,
+                    Loaded::Error(e) => match default {
+                        Some(d) => Some(d.render(ctx, "").map_err(|e| e.to_string())?.into_owned()),
+                        None => return Err(e),
+                    },
                 }
             }
             ContextSource::GlobalReference { name, jmes_path } => match data.global_reference(name) {
@@ -583,7 +669,12 @@ fn build_cel_vars(root: &Value, data: &dyn Data) -> verno_cel::Vars {
 
 /// [`cel_vars`] plus `params` and the policy's variables. Variables are lazy in Kubernetes: one
 /// that fails only matters where it is used, so it is left unset and expressions reading it fail.
-fn cel_env(ctx: &Context, data: &dyn Data, params: Option<&crate::policy::ParamRef>, variables: &[(String, verno_cel::Expr)]) -> Result<verno_cel::Vars, String> {
+fn cel_env(
+    ctx: &Context,
+    data: &dyn Data,
+    params: Option<&crate::policy::ParamRef>,
+    variables: &[(String, verno_cel::Expr)],
+) -> Result<verno_cel::Vars, String> {
     let mut vars = cel_vars(ctx, data);
     if let Some(p) = params {
         vars.set("params", &p.resolve(data)?);
@@ -647,7 +738,12 @@ impl ValidateCtx<'_> {
                     format!("validation error: rule {} failed at path {path}", self.rule)
                 };
             }
-            Err(_) => return format!("validation error: variables substitution error in rule {} execution error: {err}", self.rule),
+            Err(_) => {
+                return format!(
+                    "validation error: variables substitution error in rule {} execution error: {err}",
+                    self.rule
+                );
+            }
         };
         let msg = if msg.ends_with('.') { msg } else { format!("{msg}.") };
         if path.is_empty() {
@@ -658,11 +754,20 @@ impl ValidateCtx<'_> {
     }
 
     /// Runs one check on `target`; `None` means the rule yields no result (DELETE pattern, empty foreach).
-    fn validate(&mut self, check: &Check, target: &Value, ctx: &mut Context, nesting: usize, delete: bool) -> Option<RuleResponse> {
+    fn validate(
+        &mut self,
+        check: &Check,
+        target: &Value,
+        ctx: &mut Context,
+        nesting: usize,
+        delete: bool,
+    ) -> Option<RuleResponse> {
         match check {
             Check::Nothing => None,
             Check::Unsupported(what) => Some(self.resp(Status::Error, *what)),
-            Check::BadAnyPattern(e) => Some(self.resp(Status::Error, format!("failed to deserialize anyPattern, expected type array: {e}"))),
+            Check::BadAnyPattern(e) => {
+                Some(self.resp(Status::Error, format!("failed to deserialize anyPattern, expected type array: {e}")))
+            }
             Check::Deny(conds) => match conds.evaluate(ctx) {
                 Err(e) => Some(self.resp(Status::Error, format!("failed to check deny conditions: {e}"))),
                 Ok((false, _)) => Some(self.resp(Status::Pass, format!("validation rule '{}' passed.", self.rule))),
@@ -694,7 +799,9 @@ impl ValidateCtx<'_> {
                 match pattern::match_pattern(target, &p) {
                     Ok(()) => Some(self.resp(Status::Pass, format!("validation rule '{}' passed.", self.rule))),
                     Err(pe) if pe.skip => Some(self.resp(Status::Skip, pe.message)),
-                    Err(pe) if pe.path.is_empty() => Some(self.resp(Status::Error, self.error_message(ctx, &pe.message, ""))),
+                    Err(pe) if pe.path.is_empty() => {
+                        Some(self.resp(Status::Error, self.error_message(ctx, &pe.message, "")))
+                    }
                     Err(pe) => Some(self.resp(Status::Fail, self.error_message(ctx, &pe.message, &pe.path))),
                 }
             }
@@ -710,7 +817,12 @@ impl ValidateCtx<'_> {
                         Err(e) => return Some(self.resp(Status::Error, format!("variable substitution failed: {e}"))),
                     };
                     match pattern::match_pattern(target, &p) {
-                        Ok(()) => return Some(self.resp(Status::Pass, format!("validation rule '{}' anyPattern[{i}] passed.", self.rule))),
+                        Ok(()) => {
+                            return Some(self.resp(
+                                Status::Pass,
+                                format!("validation rule '{}' anyPattern[{i}] passed.", self.rule),
+                            ));
+                        }
                         Err(pe) if pe.skip => errs.push(format!("rule {}[{i}] skipped: {}", self.rule, pe.message)),
                         Err(pe) => {
                             all_skip = false;
@@ -731,7 +843,11 @@ impl ValidateCtx<'_> {
                 }
                 let msg = match self.message(ctx) {
                     Ok(Some(m)) if !m.is_empty() => {
-                        if m.ends_with('.') { format!("validation error: {m} {joined}") } else { format!("validation error: {m}. {joined}") }
+                        if m.ends_with('.') {
+                            format!("validation error: {m} {joined}")
+                        } else {
+                            format!("validation error: {m}. {joined}")
+                        }
                     }
                     _ => format!("validation error: {joined}"),
                 };
@@ -749,7 +865,10 @@ impl ValidateCtx<'_> {
                             let msg = match (&x.message_expression, &x.message) {
                                 (Some(me), _) => match me.eval(&vars) {
                                     Ok(Value::String(s)) if !s.is_empty() => s,
-                                    _ => x.message.clone().unwrap_or_else(|| format!("failed expression: {}", x.expr.source())),
+                                    _ => x
+                                        .message
+                                        .clone()
+                                        .unwrap_or_else(|| format!("failed expression: {}", x.expr.source())),
                                 },
                                 (None, Some(m)) => m.clone(),
                                 (None, None) => format!("failed expression: {}", x.expr.source()),
@@ -758,7 +877,12 @@ impl ValidateCtx<'_> {
                         }
                         // As with ValidatingAdmissionPolicy, an expression that cannot be
                         // evaluated fails the validation.
-                        Err(err) => return Some(self.resp(Status::Fail, format!("expression '{}' resulted in error: {err}", x.expr.source()))),
+                        Err(err) => {
+                            return Some(self.resp(
+                                Status::Fail,
+                                format!("expression '{}' resulted in error: {err}", x.expr.source()),
+                            ));
+                        }
                     }
                 }
                 Some(self.resp(Status::Pass, ""))
@@ -773,7 +897,14 @@ impl ValidateCtx<'_> {
                     Some(self.resp(Status::Pass, format!("Validation rule '{}' passed.", self.rule)))
                 } else {
                     let checks: Vec<String> = v.iter().map(|(c, d)| format!("({c}: {d})")).collect();
-                    Some(self.resp(Status::Fail, format!("Validation rule '{}' failed. It violates PodSecurity \"{lvl}\": {}", self.rule, checks.join(", "))))
+                    Some(self.resp(
+                        Status::Fail,
+                        format!(
+                            "Validation rule '{}' failed. It violates PodSecurity \"{lvl}\": {}",
+                            self.rule,
+                            checks.join(", ")
+                        ),
+                    ))
                 }
             }
             Check::Foreach(fs) => {
@@ -804,7 +935,14 @@ impl ValidateCtx<'_> {
         }
     }
 
-    fn foreach_elements(&mut self, f: &crate::policy::CompiledForeach, elements: &[Value], ctx: &mut Context, nesting: usize, delete: bool) -> (Option<RuleResponse>, usize) {
+    fn foreach_elements(
+        &mut self,
+        f: &crate::policy::CompiledForeach,
+        elements: &[Value],
+        ctx: &mut Context,
+        nesting: usize,
+        delete: bool,
+    ) -> (Option<RuleResponse>, usize) {
         let mut applied = 0;
         let n = elements.len();
         for (index, element) in elements.iter().enumerate() {
@@ -841,14 +979,25 @@ impl ValidateCtx<'_> {
                     }
                     return (Some(self.resp(Status::Error, format!("validation failure: {}", r.message))), applied);
                 }
-                Some(r) => return (Some(self.resp(Status::Fail, format!("validation failure: {}", r.message))), applied),
+                Some(r) => {
+                    return (Some(self.resp(Status::Fail, format!("validation failure: {}", r.message))), applied);
+                }
             }
         }
         (Some(self.resp(Status::Pass, "")), applied)
     }
 
     #[allow(clippy::too_many_arguments)]
-    fn foreach_one(&mut self, f: &crate::policy::CompiledForeach, element: &Value, scoped: bool, ctx: &mut Context, nesting: usize, delete: bool, saved: &mut Saved) -> Option<RuleResponse> {
+    fn foreach_one(
+        &mut self,
+        f: &crate::policy::CompiledForeach,
+        element: &Value,
+        scoped: bool,
+        ctx: &mut Context,
+        nesting: usize,
+        delete: bool,
+        saved: &mut Saved,
+    ) -> Option<RuleResponse> {
         if let Err(e) = load_context(&f.context, ctx, self.data, self.provided, self.policy, saved) {
             return Some(self.resp(Status::Error, format!("failed to load context: {e}")));
         }

@@ -24,7 +24,8 @@ fn render_str(t: &Option<TValue>, ctx: &Context, field: &str) -> Result<String, 
 }
 
 /// Metadata the cluster owns: never copied into a clone.
-const SERVER_FIELDS: [&str; 7] = ["resourceVersion", "uid", "creationTimestamp", "managedFields", "selfLink", "generation", "ownerReferences"];
+const SERVER_FIELDS: [&str; 7] =
+    ["resourceVersion", "uid", "creationTimestamp", "managedFields", "selfLink", "generation", "ownerReferences"];
 
 fn labels_mut(obj: &mut Value) -> Option<&mut Map<String, Value>> {
     let meta = obj.as_object_mut()?.entry("metadata").or_insert_with(|| Value::Object(Map::new()));
@@ -71,7 +72,14 @@ impl Gen<'_> {
         };
         put("app.kubernetes.io/managed-by", "kyverno".into());
         put("generate.kyverno.io/policy-name", self.policy.name.clone());
-        put("generate.kyverno.io/policy-namespace", if self.policy.kind == "Policy" { self.policy.namespace.clone().unwrap_or_default() } else { String::new() });
+        put(
+            "generate.kyverno.io/policy-namespace",
+            if self.policy.kind == "Policy" {
+                self.policy.namespace.clone().unwrap_or_default()
+            } else {
+                String::new()
+            },
+        );
         put("generate.kyverno.io/rule-name", self.rule.to_string());
         put("generate.kyverno.io/trigger-group", group);
         put("generate.kyverno.io/trigger-version", version);
@@ -113,11 +121,18 @@ impl Gen<'_> {
         match &t.source {
             GenerateSource::None => Ok(Vec::new()),
             GenerateSource::Data(d) => {
-                let d = d.render(ctx, "/generate/data").map_err(|e| format!("failed to substitute variables in data: {e}"))?;
+                let d = d
+                    .render(ctx, "/generate/data")
+                    .map_err(|e| format!("failed to substitute variables in data: {e}"))?;
                 let mut obj = match d.into_owned() {
                     Value::Object(m) => Value::Object(m),
                     Value::Null => Value::Object(Map::new()),
-                    other => return Err(format!("generate data must be a map, got {}", verno_jmespath::value::type_name(&other))),
+                    other => {
+                        return Err(format!(
+                            "generate data must be a map, got {}",
+                            verno_jmespath::value::type_name(&other)
+                        ));
+                    }
                 };
                 if let Some(o) = obj.as_object_mut() {
                     o.insert("apiVersion".into(), Value::String(api_version));
@@ -161,7 +176,15 @@ impl Gen<'_> {
 }
 
 /// Runs a generate rule for `trigger`.
-pub(crate) fn generate(g: &CompiledGeneration, policy: &CompiledPolicy, rule: &str, trigger: &Value, ctx: &mut Context, data: &dyn Data, provided: &[String]) -> RuleResponse {
+pub(crate) fn generate(
+    g: &CompiledGeneration,
+    policy: &CompiledPolicy,
+    rule: &str,
+    trigger: &Value,
+    ctx: &mut Context,
+    data: &dyn Data,
+    provided: &[String],
+) -> RuleResponse {
     let builder = Gen { policy, rule, trigger, data };
     let resp = |status: Status, msg: String| RuleResponse::new(rule, RuleType::Generation, status, msg);
     let mut objects = match builder.build(&g.target, ctx) {
@@ -181,7 +204,8 @@ pub(crate) fn generate(g: &CompiledGeneration, policy: &CompiledPolicy, rule: &s
             }
             let mut saved = ctx.set_element(element, index, 0);
             let step = (|| {
-                load_context(&f.context, ctx, data, provided, policy, &mut saved).map_err(|e| format!("failed to load generate.foreach[{i}].context: {e}"))?;
+                load_context(&f.context, ctx, data, provided, policy, &mut saved)
+                    .map_err(|e| format!("failed to load generate.foreach[{i}].context: {e}"))?;
                 if let Some(pre) = &f.preconditions {
                     match pre.evaluate(ctx) {
                         Err(e) => return Err(format!("failed to evaluate generate.foreach[{i}].preconditions: {e}")),
@@ -211,9 +235,20 @@ mod tests {
     use serde_json::{Value, json};
 
     fn run(policy: Value, trigger: &Value) -> Vec<crate::RuleResponse> {
-        let p = serde_json::from_value(policy).map_err(|e| e.to_string()).and_then(|p| compile_policy(&p).map_err(|e| e.to_string()));
+        let p = serde_json::from_value(policy)
+            .map_err(|e| e.to_string())
+            .and_then(|p| compile_policy(&p).map_err(|e| e.to_string()));
         let Ok(p) = p else { return Vec::new() };
-        let req = Request { operation: "CREATE", object: trigger, old_object: None, user: None, user_info: None, namespace_labels: None, subresource: "", variables: &[] };
+        let req = Request {
+            operation: "CREATE",
+            object: trigger,
+            old_object: None,
+            user: None,
+            user_info: None,
+            namespace_labels: None,
+            subresource: "",
+            variables: &[],
+        };
         let env = verno_jmespath::NoEnv;
         let mut ctx = build_context(&req, &env);
         evaluate_policy(&p, &[], &req, &mut ctx, &NoData).rules
@@ -237,18 +272,27 @@ mod tests {
         let r = &rules[0];
         assert_eq!(r.status, Status::Pass);
         assert!(r.synchronize);
-        let names: Vec<&str> = r.generated.iter().filter_map(|g| g.pointer("/metadata/name").and_then(Value::as_str)).collect();
+        let names: Vec<&str> =
+            r.generated.iter().filter_map(|g| g.pointer("/metadata/name").and_then(Value::as_str)).collect();
         assert_eq!(names, ["tier-gold", "tier-silver"]);
         assert_eq!(r.generated[1].pointer("/data/index"), Some(&json!(1)));
         assert_eq!(r.generated[0].pointer("/metadata/namespace"), Some(&json!("team-a")));
         assert_eq!(r.generated[0].pointer("/metadata/labels/app.kubernetes.io~1managed-by"), Some(&json!("kyverno")));
-        assert_eq!(r.generated[0].pointer("/metadata/labels/generate.kyverno.io~1trigger-name"), Some(&json!("team-a")));
+        assert_eq!(
+            r.generated[0].pointer("/metadata/labels/generate.kyverno.io~1trigger-name"),
+            Some(&json!("team-a"))
+        );
     }
 
     #[test]
     fn a_missing_clone_source_is_an_error_naming_it() {
         let ns = json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "team-a"}});
-        let rules = run(policy(json!({"apiVersion": "v1", "kind": "Secret", "name": "regcred", "namespace": "team-a", "clone": {"namespace": "platform", "name": "regcred"}})), &ns);
+        let rules = run(
+            policy(
+                json!({"apiVersion": "v1", "kind": "Secret", "name": "regcred", "namespace": "team-a", "clone": {"namespace": "platform", "name": "regcred"}}),
+            ),
+            &ns,
+        );
         assert_eq!(rules[0].status, Status::Error);
         assert_eq!(rules[0].message, "source resource v1/Secret platform/regcred not found");
     }

@@ -55,10 +55,7 @@ pub fn extract(resource: &Value) -> Value {
     let kind = resource.get("kind").and_then(Value::as_str).unwrap_or("");
     let (spec, prefix) = match kind {
         "Pod" => (resource.get("spec"), "/spec"),
-        "CronJob" => (
-            resource.pointer("/spec/jobTemplate/spec/template/spec"),
-            "/spec/jobTemplate/spec/template/spec",
-        ),
+        "CronJob" => (resource.pointer("/spec/jobTemplate/spec/template/spec"), "/spec/jobTemplate/spec/template/spec"),
         _ => (resource.pointer("/spec/template/spec"), "/spec/template/spec"),
     };
     let mut out = Map::new();
@@ -67,7 +64,9 @@ pub fn extract(resource: &Value) -> Value {
         let Some(list) = spec.get(field).and_then(Value::as_array) else { continue };
         let mut m = Map::new();
         for (i, c) in list.iter().enumerate() {
-            let (Some(name), Some(image)) = (c.get("name").and_then(Value::as_str), c.get("image").and_then(Value::as_str)) else {
+            let (Some(name), Some(image)) =
+                (c.get("name").and_then(Value::as_str), c.get("image").and_then(Value::as_str))
+            else {
                 continue;
             };
             if let Some(info) = image_info(image, &format!("{prefix}/{field}/{i}/image")) {

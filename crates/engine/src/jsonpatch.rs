@@ -78,7 +78,10 @@ fn parent<'a>(doc: &'a mut Value, toks: &[String], path: &str, create: bool) -> 
                     if !create {
                         return Ok(None);
                     }
-                    m.insert(t.clone(), if next_is_index { Value::Array(Vec::new()) } else { Value::Object(Map::new()) });
+                    m.insert(
+                        t.clone(),
+                        if next_is_index { Value::Array(Vec::new()) } else { Value::Object(Map::new()) },
+                    );
                 }
                 match m.get_mut(t) {
                     Some(v) => v,
@@ -179,7 +182,9 @@ fn replace(doc: &mut Value, path: &str, value: Value) -> Result<(), String> {
         *doc = value;
         return Ok(());
     };
-    let Some(p) = parent(doc, &toks, path, false)? else { return Err(format!("replace operation does not apply: doc is missing path: {path}")) };
+    let Some(p) = parent(doc, &toks, path, false)? else {
+        return Err(format!("replace operation does not apply: doc is missing path: {path}"));
+    };
     match p {
         Value::Object(m) => {
             if !m.contains_key(last) {
@@ -209,11 +214,14 @@ pub fn apply(doc: &mut Value, ops: &[Op]) -> Result<(), String> {
             }
             Op::Replace { path, value } => replace(doc, path, value.clone())?,
             Op::Move { from, path } => {
-                let v = remove(doc, from)?.ok_or_else(|| format!("move operation does not apply: doc is missing from path: {from}"))?;
+                let v = remove(doc, from)?
+                    .ok_or_else(|| format!("move operation does not apply: doc is missing from path: {from}"))?;
                 add(doc, path, v)?;
             }
             Op::Copy { from, path } => {
-                let v = get(doc, from).cloned().ok_or_else(|| format!("copy operation does not apply: doc is missing from path: {from}"))?;
+                let v = get(doc, from)
+                    .cloned()
+                    .ok_or_else(|| format!("copy operation does not apply: doc is missing from path: {from}"))?;
                 add(doc, path, v)?;
             }
             Op::Test { path, value } => {
@@ -299,17 +307,27 @@ mod tests {
 
     #[test]
     fn add_creates_missing_parents_and_appends() {
-        let out = run(json!({}), json!([{"op": "add", "path": "/metadata/labels/a", "value": "1"}])).unwrap_or_default();
+        let out =
+            run(json!({}), json!([{"op": "add", "path": "/metadata/labels/a", "value": "1"}])).unwrap_or_default();
         assert_eq!(out, json!({"metadata": {"labels": {"a": "1"}}}));
-        let out = run(json!({"l": [1, 2]}), json!([{"op": "add", "path": "/l/-", "value": 3}, {"op": "add", "path": "/l/0", "value": 0}])).unwrap_or_default();
+        let out = run(
+            json!({"l": [1, 2]}),
+            json!([{"op": "add", "path": "/l/-", "value": 3}, {"op": "add", "path": "/l/0", "value": 0}]),
+        )
+        .unwrap_or_default();
         assert_eq!(out, json!({"l": [0, 1, 2, 3]}));
-        let out = run(json!({}), json!([{"op": "add", "path": "/spec/tolerations/-", "value": {"key": "a"}}])).unwrap_or_default();
+        let out = run(json!({}), json!([{"op": "add", "path": "/spec/tolerations/-", "value": {"key": "a"}}]))
+            .unwrap_or_default();
         assert_eq!(out, json!({"spec": {"tolerations": [{"key": "a"}]}}));
     }
 
     #[test]
     fn negative_indices_and_missing_remove() {
-        let out = run(json!({"l": [1, 2, 3]}), json!([{"op": "replace", "path": "/l/-1", "value": 9}, {"op": "remove", "path": "/nope/x"}])).unwrap_or_default();
+        let out = run(
+            json!({"l": [1, 2, 3]}),
+            json!([{"op": "replace", "path": "/l/-1", "value": 9}, {"op": "remove", "path": "/nope/x"}]),
+        )
+        .unwrap_or_default();
         assert_eq!(out, json!({"l": [1, 2, 9]}));
     }
 
@@ -322,8 +340,14 @@ mod tests {
 
     #[test]
     fn bad_documents_say_which_operation() {
-        assert_eq!(parse_ops(&json!([{"op": "add", "path": "x", "value": 1}])).err().unwrap_or_default(), "operation 0: path \"x\" must start with \"/\"");
-        assert_eq!(parse_ops(&json!([{"op": "jump", "path": "/x"}])).err().unwrap_or_default(), "operation 0: unknown op \"jump\"");
+        assert_eq!(
+            parse_ops(&json!([{"op": "add", "path": "x", "value": 1}])).err().unwrap_or_default(),
+            "operation 0: path \"x\" must start with \"/\""
+        );
+        assert_eq!(
+            parse_ops(&json!([{"op": "jump", "path": "/x"}])).err().unwrap_or_default(),
+            "operation 0: unknown op \"jump\""
+        );
         assert!(run(json!({}), json!([{"op": "replace", "path": "/a", "value": 1}])).is_err());
     }
 

@@ -52,7 +52,8 @@ pub struct KindSelector {
     all: bool,
 }
 
-static VERSION: LazyLock<Option<regex::Regex>> = LazyLock::new(|| regex::Regex::new(r"^(v\d+((alpha|beta)\d+)?|\*)$").ok());
+static VERSION: LazyLock<Option<regex::Regex>> =
+    LazyLock::new(|| regex::Regex::new(r"^(v\d+((alpha|beta)\d+)?|\*)$").ok());
 
 fn is_version(s: &str) -> bool {
     VERSION.as_ref().is_some_and(|r| r.is_match(s))
@@ -67,14 +68,24 @@ impl KindSelector {
                 None => (last.to_string(), String::new()),
             }
         };
-        let mk = |g: &str, v: &str, k: String, sub: String| KindSelector { group: g.into(), version: v.into(), kind: k, sub, all: false };
+        let mk = |g: &str, v: &str, k: String, sub: String| KindSelector {
+            group: g.into(),
+            version: v.into(),
+            kind: k,
+            sub,
+            all: false,
+        };
         match parts.as_slice() {
             [k] => {
                 let (k, sub) = split_last(k);
                 mk("*", "*", k, sub)
             }
-            ["*", "*"] => KindSelector { group: "*".into(), version: "*".into(), kind: "*".into(), sub: "*".into(), all: true },
-            ["*", sub] if sub.chars().next().is_some_and(|c| c.is_lowercase()) => mk("*", "*", "*".into(), (*sub).to_string()),
+            ["*", "*"] => {
+                KindSelector { group: "*".into(), version: "*".into(), kind: "*".into(), sub: "*".into(), all: true }
+            }
+            ["*", sub] if sub.chars().next().is_some_and(|c| c.is_lowercase()) => {
+                mk("*", "*", "*".into(), (*sub).to_string())
+            }
             [v, k] if is_version(v) => {
                 let (k, sub) = split_last(k);
                 mk("*", v, k, sub)
@@ -94,7 +105,10 @@ impl KindSelector {
         if self.all {
             return true;
         }
-        if !wildcard::matches(&self.group, group) || !wildcard::matches(&self.version, version) || !wildcard::matches(&self.kind, kind) {
+        if !wildcard::matches(&self.group, group)
+            || !wildcard::matches(&self.version, version)
+            || !wildcard::matches(&self.kind, kind)
+        {
             return false;
         }
         if self.sub.is_empty() {
@@ -151,7 +165,12 @@ impl ResourceRule {
         let res = if i.subresource.is_empty() { plural.clone() } else { format!("{plural}/{}", i.subresource) };
         any(&self.api_groups, i.group)
             && any(&self.api_versions, i.version)
-            && self.resources.iter().any(|r| r == "*" || *r == res || (r.ends_with("/*") && !i.subresource.is_empty() && r.trim_end_matches("/*") == plural) || r == "*/*")
+            && self.resources.iter().any(|r| {
+                r == "*"
+                    || *r == res
+                    || (r.ends_with("/*") && !i.subresource.is_empty() && r.trim_end_matches("/*") == plural)
+                    || r == "*/*"
+            })
             && (self.operations.is_empty() || any(&self.operations, i.operation))
             && (self.resource_names.is_empty() || self.resource_names.iter().any(|n| n == i.name))
     }
@@ -304,8 +323,19 @@ impl Matcher {
                         continue;
                     }
                     for k in &f.desc.kinds {
-                        let (group, version, kind, sub) = if k.all { ("*", "*", "*", "*") } else { (k.group.as_str(), k.version.as_str(), k.kind.as_str(), k.sub.as_str()) };
-                        out.push(WebhookScope { group: group.into(), version: version.into(), kind: Some(kind.into()), resource: None, subresource: sub.into(), operations: f.desc.operations.clone() });
+                        let (group, version, kind, sub) = if k.all {
+                            ("*", "*", "*", "*")
+                        } else {
+                            (k.group.as_str(), k.version.as_str(), k.kind.as_str(), k.sub.as_str())
+                        };
+                        out.push(WebhookScope {
+                            group: group.into(),
+                            version: version.into(),
+                            kind: Some(kind.into()),
+                            resource: None,
+                            subresource: sub.into(),
+                            operations: f.desc.operations.clone(),
+                        });
                     }
                 }
             }
@@ -315,9 +345,21 @@ impl Matcher {
                     for r in &c.rules {
                         for res in &r.resources {
                             let (res, sub) = res.split_once('/').unwrap_or((res, ""));
-                            for g in if r.api_groups.is_empty() { vec!["*".to_string()] } else { r.api_groups.clone() } {
-                                for v in if r.api_versions.is_empty() { vec!["*".to_string()] } else { r.api_versions.clone() } {
-                                    out.push(WebhookScope { group: g.clone(), version: v, kind: None, resource: Some(res.to_string()), subresource: sub.to_string(), operations: r.operations.clone() });
+                            for g in if r.api_groups.is_empty() { vec!["*".to_string()] } else { r.api_groups.clone() }
+                            {
+                                for v in if r.api_versions.is_empty() {
+                                    vec!["*".to_string()]
+                                } else {
+                                    r.api_versions.clone()
+                                } {
+                                    out.push(WebhookScope {
+                                        group: g.clone(),
+                                        version: v,
+                                        kind: None,
+                                        resource: Some(res.to_string()),
+                                        subresource: sub.to_string(),
+                                        operations: r.operations.clone(),
+                                    });
                                 }
                             }
                         }
@@ -453,7 +495,11 @@ impl Description {
         if !self.annotations.is_empty() {
             let ann = i.annotations;
             let ok = self.annotations.iter().all(|(k, v)| {
-                ann.is_some_and(|a| a.iter().any(|(rk, rv)| wildcard::matches(k, rk) && rv.as_str().is_some_and(|rv| wildcard::matches(v, rv))))
+                ann.is_some_and(|a| {
+                    a.iter().any(|(rk, rv)| {
+                        wildcard::matches(k, rk) && rv.as_str().is_some_and(|rv| wildcard::matches(v, rv))
+                    })
+                })
             });
             if !ok {
                 return Err("annotations do not match".into());
@@ -489,7 +535,8 @@ pub fn labels_of(obj: &serde_json::Value) -> BTreeMap<String, String> {
 
 /// The string entries of a JSON map (labels as selectors see them).
 pub fn string_map(m: Option<&serde_json::Map<String, serde_json::Value>>) -> BTreeMap<String, String> {
-    m.map(|m| m.iter().filter_map(|(k, v)| v.as_str().map(|s| (k.clone(), s.to_string()))).collect()).unwrap_or_default()
+    m.map(|m| m.iter().filter_map(|(k, v)| v.as_str().map(|s| (k.clone(), s.to_string()))).collect())
+        .unwrap_or_default()
 }
 
 /// Label selector matching; `wildcards` enables Kyverno's wildcard keys/values in matchLabels.
@@ -546,7 +593,10 @@ mod tests {
 
     #[test]
     fn selectors_with_wildcards() {
-        let sel = LabelSelector { match_labels: Some([("app".to_string(), "web*".to_string())].into()), match_expressions: None };
+        let sel = LabelSelector {
+            match_labels: Some([("app".to_string(), "web*".to_string())].into()),
+            match_expressions: None,
+        };
         let labels: BTreeMap<String, String> = [("app".to_string(), "web-1".to_string())].into();
         assert!(selector_matches(&sel, &labels, true));
         assert!(!selector_matches(&sel, &BTreeMap::new(), true));

@@ -9,12 +9,15 @@
 
 use crate::error::CompileError;
 use crate::matching::Matcher;
-use crate::policy::{Action, CompiledMutation, CompiledPolicy, CompiledRule, ParamRef, Patches, RuleBody, cel_expr, compile_cel_preconditions, compile_cel_variables};
+use crate::policy::{
+    Action, CompiledMutation, CompiledPolicy, CompiledRule, ParamRef, Patches, RuleBody, cel_expr,
+    compile_cel_preconditions, compile_cel_variables,
+};
 use crate::smp::{Field, ListKind, Ty};
 use crate::vpol::{cel_policy, constraints, policy_name};
-use serde_json::{Map, Value};
 #[cfg(test)]
 use serde_json::json;
+use serde_json::{Map, Value};
 
 /// One mutation of a CEL policy.
 #[derive(Debug, Clone)]
@@ -37,10 +40,25 @@ fn compile_mutations(spec: &Value) -> Result<CompiledCelMutation, CompileError> 
     for (i, m) in spec.get("mutations").and_then(Value::as_array).into_iter().flatten().enumerate() {
         let p = format!("spec.mutations[{i}]");
         let patch = match m.get("patchType").and_then(Value::as_str) {
-            Some("ApplyConfiguration") => CelPatch::ApplyConfiguration(cel_expr(m.pointer("/applyConfiguration/expression"), &format!("{p}.applyConfiguration.expression"))?),
-            Some("JSONPatch") => CelPatch::JsonPatch(cel_expr(m.pointer("/jsonPatch/expression"), &format!("{p}.jsonPatch.expression"))?),
-            Some(other) => return Err(CompileError::new(format!("{p}.patchType"), format!("unknown patch type {other:?}: expected ApplyConfiguration or JSONPatch"))),
-            None => return Err(CompileError::new(format!("{p}.patchType"), "a mutation needs a patchType (ApplyConfiguration or JSONPatch)")),
+            Some("ApplyConfiguration") => CelPatch::ApplyConfiguration(cel_expr(
+                m.pointer("/applyConfiguration/expression"),
+                &format!("{p}.applyConfiguration.expression"),
+            )?),
+            Some("JSONPatch") => {
+                CelPatch::JsonPatch(cel_expr(m.pointer("/jsonPatch/expression"), &format!("{p}.jsonPatch.expression"))?)
+            }
+            Some(other) => {
+                return Err(CompileError::new(
+                    format!("{p}.patchType"),
+                    format!("unknown patch type {other:?}: expected ApplyConfiguration or JSONPatch"),
+                ));
+            }
+            None => {
+                return Err(CompileError::new(
+                    format!("{p}.patchType"),
+                    "a mutation needs a patchType (ApplyConfiguration or JSONPatch)",
+                ));
+            }
         };
         mutations.push(patch);
     }
@@ -59,7 +77,12 @@ fn rule(matcher: Matcher, conditions: &[Value], cel: CompiledCelMutation) -> Res
         context: Vec::new(),
         preconditions: None,
         cel_preconditions: compile_cel_preconditions(conditions, "spec.matchConditions")?,
-        body: RuleBody::Mutate(Box::new(CompiledMutation { patches: Patches::default(), foreach: Vec::new(), targets: Vec::new(), cel: Some(Box::new(cel)) })),
+        body: RuleBody::Mutate(Box::new(CompiledMutation {
+            patches: Patches::default(),
+            foreach: Vec::new(),
+            targets: Vec::new(),
+            cel: Some(Box::new(cel)),
+        })),
     })
 }
 
@@ -110,16 +133,25 @@ pub fn run(m: &CompiledCelMutation, object: &Value, vars: &mut verno_cel::Vars) 
         }
         match p {
             CelPatch::ApplyConfiguration(e) => {
-                let patch = e.eval(vars).map_err(|err| format!("mutation {i}: applyConfiguration expression '{}' failed: {err}", e.source().trim()))?;
+                let patch = e.eval(vars).map_err(|err| {
+                    format!("mutation {i}: applyConfiguration expression '{}' failed: {err}", e.source().trim())
+                })?;
                 if !patch.is_object() {
-                    return Err(format!("mutation {i}: applyConfiguration must return an Object, got {}", verno_jmespath::value::type_name(&patch)));
+                    return Err(format!(
+                        "mutation {i}: applyConfiguration must return an Object, got {}",
+                        verno_jmespath::value::type_name(&patch)
+                    ));
                 }
                 cur = apply_configuration(&cur, &patch, &kind);
             }
             CelPatch::JsonPatch(e) => {
-                let ops = e.eval(vars).map_err(|err| format!("mutation {i}: jsonPatch expression '{}' failed: {err}", e.source().trim()))?;
-                let ops = crate::jsonpatch::parse_ops(&ops).map_err(|err| format!("mutation {i}: invalid JSONPatch: {err}"))?;
-                crate::jsonpatch::apply(&mut cur, &ops).map_err(|err| format!("mutation {i}: JSONPatch could not be applied: {err}"))?;
+                let ops = e.eval(vars).map_err(|err| {
+                    format!("mutation {i}: jsonPatch expression '{}' failed: {err}", e.source().trim())
+                })?;
+                let ops = crate::jsonpatch::parse_ops(&ops)
+                    .map_err(|err| format!("mutation {i}: invalid JSONPatch: {err}"))?;
+                crate::jsonpatch::apply(&mut cur, &ops)
+                    .map_err(|err| format!("mutation {i}: JSONPatch could not be applied: {err}"))?;
             }
         }
     }
@@ -228,11 +260,11 @@ mod tests {
     #[test]
     fn mutations_run_in_order_and_report_errors_with_the_expression() {
         let doc = json!({"apiVersion": "policies.kyverno.io/v1", "kind": "MutatingPolicy", "metadata": {"name": "m"}, "spec": {
-            "matchConstraints": {"resourceRules": [{"apiGroups": [""], "apiVersions": ["v1"], "operations": ["CREATE"], "resources": ["pods"]}]},
-            "mutations": [
-                {"patchType": "ApplyConfiguration", "applyConfiguration": {"expression": "Object{metadata: Object.metadata{labels: Object.metadata.labels{team: 'a'}}}"}},
-                {"patchType": "JSONPatch", "jsonPatch": {"expression": "[JSONPatch{op: 'add', path: '/metadata/labels/copy', value: object.metadata.labels.team}]"}}
-            ]}});
+        "matchConstraints": {"resourceRules": [{"apiGroups": [""], "apiVersions": ["v1"], "operations": ["CREATE"], "resources": ["pods"]}]},
+        "mutations": [
+            {"patchType": "ApplyConfiguration", "applyConfiguration": {"expression": "Object{metadata: Object.metadata{labels: Object.metadata.labels{team: 'a'}}}"}},
+            {"patchType": "JSONPatch", "jsonPatch": {"expression": "[JSONPatch{op: 'add', path: '/metadata/labels/copy', value: object.metadata.labels.team}]"}}
+        ]}});
         let p = compile_mutating_policy(&doc).expect("compiles");
         let RuleBody::Mutate(m) = &p.rules[0].body else { panic!("a mutate rule") };
         let cel = m.cel.as_deref().expect("cel mutation");
@@ -240,7 +272,8 @@ mod tests {
         let out = run(cel, &pod, &mut verno_cel::Vars::default()).expect("runs").expect("changed");
         assert_eq!(out["metadata"]["labels"], json!({"team": "a", "copy": "a"}));
         let mut replace = doc.clone();
-        replace["spec"]["mutations"][1]["jsonPatch"]["expression"] = json!("[JSONPatch{op: 'replace', path: '/spec/missing', value: 1}]");
+        replace["spec"]["mutations"][1]["jsonPatch"]["expression"] =
+            json!("[JSONPatch{op: 'replace', path: '/spec/missing', value: 1}]");
         let p = compile_mutating_policy(&replace).expect("compiles");
         let RuleBody::Mutate(m) = &p.rules[0].body else { panic!("a mutate rule") };
         let err = run(m.cel.as_deref().expect("cel"), &pod, &mut verno_cel::Vars::default()).err().expect("an error");

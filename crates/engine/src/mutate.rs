@@ -29,7 +29,9 @@ impl PreError {
 
 fn has_anchor(v: &Value, pred: &dyn Fn(Anchor) -> bool) -> bool {
     match v {
-        Value::Object(m) => m.iter().any(|(k, x)| anchor::parse(k).is_some_and(|(a, _)| pred(a)) || has_anchor(x, pred)),
+        Value::Object(m) => {
+            m.iter().any(|(k, x)| anchor::parse(k).is_some_and(|(a, _)| pred(a)) || has_anchor(x, pred))
+        }
         Value::Array(a) => a.iter().any(|x| has_anchor(x, pred)),
         _ => false,
     }
@@ -39,7 +41,10 @@ fn has_anchor(v: &Value, pred: &dyn Fn(Anchor) -> bool) -> bool {
 fn without_additions(v: &Value) -> Value {
     match v {
         Value::Object(m) => Value::Object(
-            m.iter().filter(|(k, _)| !matches!(anchor::parse(k), Some((Anchor::AddIfNotPresent, _)))).map(|(k, x)| (k.clone(), without_additions(x))).collect(),
+            m.iter()
+                .filter(|(k, _)| !matches!(anchor::parse(k), Some((Anchor::AddIfNotPresent, _))))
+                .map(|(k, x)| (k.clone(), without_additions(x)))
+                .collect(),
         ),
         Value::Array(a) => Value::Array(a.iter().map(without_additions).collect()),
         other => other.clone(),
@@ -74,7 +79,8 @@ fn check(resource: Option<&Map<String, Value>>, key: &str, pattern_value: &Value
     let Some(rv) = resource.and_then(|r| r.get(key)) else {
         return Err(format!("could not found \"{key}\" key in the resource"));
     };
-    pattern::match_pattern(rv, &without_additions(pattern_value)).map_err(|e| if e.path.is_empty() { e.message } else { format!("{} at path {}", e.message, e.path) })
+    pattern::match_pattern(rv, &without_additions(pattern_value))
+        .map_err(|e| if e.path.is_empty() { e.message } else { format!("{} at path {}", e.message, e.path) })
 }
 
 /// Removes anchors without a resource to check them against: conditions go, `+(k)` becomes `k`.
@@ -282,7 +288,13 @@ impl Mutator<'_> {
     }
 
     /// The rule's response and, when it changed the resource, the patched resource.
-    pub fn run(&self, patches: &Patches, foreach: &[CompiledMutateForeach], resource: &Value, ctx: &mut Context) -> (RuleResponse, Option<Value>) {
+    pub fn run(
+        &self,
+        patches: &Patches,
+        foreach: &[CompiledMutateForeach],
+        resource: &Value,
+        ctx: &mut Context,
+    ) -> (RuleResponse, Option<Value>) {
         if !foreach.is_empty() {
             return match self.foreach(foreach, resource, ctx, 0) {
                 Err(r) => (r, None),
@@ -303,17 +315,23 @@ impl Mutator<'_> {
         for t in &m.targets {
             let render = |v: &Option<crate::template::TValue>, ctx: &Context| -> Result<String, String> {
                 match v {
-                    Some(t) => t.render(ctx, "").map(|x| x.as_str().unwrap_or_default().to_string()).map_err(|e| e.to_string()),
+                    Some(t) => {
+                        t.render(ctx, "").map(|x| x.as_str().unwrap_or_default().to_string()).map_err(|e| e.to_string())
+                    }
                     None => Ok(String::new()),
                 }
             };
             let ns = match render(&t.namespace, ctx) {
                 Ok(n) => n,
-                Err(e) => return self.resp(Status::Error, format!("failed to substitute variables in target namespace: {e}")),
+                Err(e) => {
+                    return self.resp(Status::Error, format!("failed to substitute variables in target namespace: {e}"));
+                }
             };
             let name = match render(&t.name, ctx) {
                 Ok(n) => n,
-                Err(e) => return self.resp(Status::Error, format!("failed to substitute variables in target name: {e}")),
+                Err(e) => {
+                    return self.resp(Status::Error, format!("failed to substitute variables in target name: {e}"));
+                }
             };
             for candidate in self.data.targets(&t.api_version, &t.kind, &ns) {
                 let cname = candidate.pointer("/metadata/name").and_then(Value::as_str).unwrap_or("");
@@ -332,7 +350,11 @@ impl Mutator<'_> {
                     }
                     if let Some(pre) = &t.preconditions {
                         match pre.evaluate(ctx) {
-                            Err(e) => return Err(self.resp(Status::Error, format!("failed to evaluate target preconditions: {e}"))),
+                            Err(e) => {
+                                return Err(
+                                    self.resp(Status::Error, format!("failed to evaluate target preconditions: {e}"))
+                                );
+                            }
                             Ok((false, _)) => return Ok(None),
                             Ok((true, _)) => {}
                         }
@@ -360,7 +382,13 @@ impl Mutator<'_> {
     }
 
     /// Runs foreach entries in order; `Ok(None)` when nothing changed.
-    fn foreach(&self, fs: &[CompiledMutateForeach], resource: &Value, ctx: &mut Context, nesting: usize) -> Result<Option<Value>, RuleResponse> {
+    fn foreach(
+        &self,
+        fs: &[CompiledMutateForeach],
+        resource: &Value,
+        ctx: &mut Context,
+        nesting: usize,
+    ) -> Result<Option<Value>, RuleResponse> {
         let mut cur: Option<Value> = None;
         for f in fs {
             let list = ctx
@@ -379,11 +407,18 @@ impl Mutator<'_> {
                 let base = cur.as_ref().unwrap_or(resource);
                 let step = (|| {
                     if let Err(e) = load_context(&f.context, ctx, self.data, self.provided, self.policy, &mut saved) {
-                        return Err(self.resp(Status::Error, format!("failed to load to mutate.foreach[{index}].context: {e}")));
+                        return Err(
+                            self.resp(Status::Error, format!("failed to load to mutate.foreach[{index}].context: {e}"))
+                        );
                     }
                     if let Some(pre) = &f.preconditions {
                         match pre.evaluate(ctx) {
-                            Err(e) => return Err(self.resp(Status::Error, format!("failed to evaluate mutate.foreach[{index}].preconditions: {e}"))),
+                            Err(e) => {
+                                return Err(self.resp(
+                                    Status::Error,
+                                    format!("failed to evaluate mutate.foreach[{index}].preconditions: {e}"),
+                                ));
+                            }
                             Ok((false, _)) => return Ok(None),
                             Ok((true, _)) => {}
                         }
@@ -437,14 +472,20 @@ mod tests {
     fn list_conditions_copy_names_from_matching_elements() {
         let r = json!({"spec": {"containers": [{"name": "a", "image": "nginx:latest"}, {"name": "b", "image": "redis:1"}]}});
         let p = json!({"spec": {"containers": [{"(image)": "*:latest", "imagePullPolicy": "Always"}]}});
-        assert_eq!(preprocess(&p, Some(&r)), Ok(json!({"spec": {"containers": [{"name": "a", "imagePullPolicy": "Always"}]}})));
+        assert_eq!(
+            preprocess(&p, Some(&r)),
+            Ok(json!({"spec": {"containers": [{"name": "a", "imagePullPolicy": "Always"}]}}))
+        );
     }
 
     #[test]
     fn a_condition_map_can_still_add_missing_keys() {
         let r = json!({"volumes": [{"name": "v", "emptyDir": {}}, {"name": "h", "hostPath": {"path": "/"}}]});
         let p = json!({"volumes": [{"(emptyDir)": {"+(sizeLimit)": "20Mi"}, "name": "v"}]});
-        assert_eq!(preprocess(&p, Some(&r)), Ok(json!({"volumes": [{"name": "v", "emptyDir": {"sizeLimit": "20Mi"}}]})));
+        assert_eq!(
+            preprocess(&p, Some(&r)),
+            Ok(json!({"volumes": [{"name": "v", "emptyDir": {"sizeLimit": "20Mi"}}]}))
+        );
     }
 
     #[test]
@@ -465,10 +506,22 @@ mod rule_tests {
     fn run(mutate: Value, pod: &Value) -> (Vec<crate::RuleResponse>, Option<Value>) {
         let policy = json!({"apiVersion": "kyverno.io/v1", "kind": "ClusterPolicy", "metadata": {"name": "m"},
             "spec": {"rules": [{"name": "r", "match": {"any": [{"resources": {"kinds": ["Pod"]}}]}, "mutate": mutate}]}});
-        let Ok(p) = serde_json::from_value(policy).map_err(|e| e.to_string()).and_then(|p| compile_policy(&p).map_err(|e| e.to_string())) else {
+        let Ok(p) = serde_json::from_value(policy)
+            .map_err(|e| e.to_string())
+            .and_then(|p| compile_policy(&p).map_err(|e| e.to_string()))
+        else {
             return (Vec::new(), None);
         };
-        let req = Request { operation: "CREATE", object: pod, old_object: None, user: None, user_info: None, namespace_labels: None, subresource: "", variables: &[] };
+        let req = Request {
+            operation: "CREATE",
+            object: pod,
+            old_object: None,
+            user: None,
+            user_info: None,
+            namespace_labels: None,
+            subresource: "",
+            variables: &[],
+        };
         let env = verno_jmespath::NoEnv;
         let mut ctx = build_context(&req, &env);
         let r = evaluate_policy(&p, &[], &req, &mut ctx, &NoData);
@@ -486,25 +539,37 @@ mod rule_tests {
             &pod(),
         );
         assert_eq!(rules[0].status, Status::Pass);
-        let names: Vec<&str> = patched.as_ref().and_then(|p| p.pointer("/spec/containers")).and_then(Value::as_array).map(|a| a.iter().filter_map(|c| c["name"].as_str()).collect()).unwrap_or_default();
+        let names: Vec<&str> = patched
+            .as_ref()
+            .and_then(|p| p.pointer("/spec/containers"))
+            .and_then(Value::as_array)
+            .map(|a| a.iter().filter_map(|c| c["name"].as_str()).collect())
+            .unwrap_or_default();
         assert_eq!(names, ["a", "b"]);
         assert_eq!(patched.as_ref().and_then(|p| p.pointer("/spec/containers/1/image")), Some(&json!("mirror/y:1")));
     }
 
     #[test]
     fn unchanged_is_skip_and_a_bad_path_is_an_error_saying_which() {
-        let (rules, patched) = run(json!({"patchStrategicMerge": {"spec": {"containers": [{"name": "a", "image": "x:1"}]}}}), &pod());
+        let (rules, patched) =
+            run(json!({"patchStrategicMerge": {"spec": {"containers": [{"name": "a", "image": "x:1"}]}}}), &pod());
         assert_eq!((rules[0].status, rules[0].message.as_str()), (Status::Skip, "no patches applied"));
         assert!(patched.is_none());
-        let (rules, _) = run(json!({"patchesJson6902": "- op: replace\n  path: /spec/nodeName\n  value: n1\n"}), &pod());
+        let (rules, _) =
+            run(json!({"patchesJson6902": "- op: replace\n  path: /spec/nodeName\n  value: n1\n"}), &pod());
         assert_eq!(rules[0].status, Status::Error);
         assert!(rules[0].message.contains("/spec/nodeName"), "{}", rules[0].message);
     }
 
     #[test]
     fn a_missing_foreach_list_is_an_error() {
-        let (rules, _) = run(json!({"foreach": [{"list": "request.object.spec.initContainers", "patchesJson6902": "[]"}]}), &pod());
+        let (rules, _) =
+            run(json!({"foreach": [{"list": "request.object.spec.initContainers", "patchesJson6902": "[]"}]}), &pod());
         assert_eq!(rules[0].status, Status::Error);
-        assert!(rules[0].message.starts_with("failed to evaluate list request.object.spec.initContainers"), "{}", rules[0].message);
+        assert!(
+            rules[0].message.starts_with("failed to evaluate list request.object.spec.initContainers"),
+            "{}",
+            rules[0].message
+        );
     }
 }

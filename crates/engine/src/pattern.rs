@@ -161,7 +161,11 @@ fn element(resource: &Value, pattern: &Value, path: &mut String, ac: &mut Anchor
 }
 
 fn scalar_mismatch(resource: &Value, pattern: &Value, path: &str) -> Mismatch {
-    Mismatch::Fail(format!("resource value '{}' does not match '{}' at path {path}", go_value(resource), go_value(pattern)))
+    Mismatch::Fail(format!(
+        "resource value '{}' does not match '{}' at path {path}",
+        go_value(resource),
+        go_value(pattern)
+    ))
 }
 
 /// `%v` of a decoded JSON value, close enough for messages.
@@ -200,7 +204,10 @@ fn validate_array(ra: &[Value], pa: &[Value], path: &mut String, ac: &mut Anchor
                     .or_else(|| msg.strip_prefix("global anchor mismatch: "))
                     .unwrap_or(&msg)
                     .to_string();
-                return Err((path.clone(), if is_global { Mismatch::Global(inner) } else { Mismatch::Conditional(inner) }));
+                return Err((
+                    path.clone(),
+                    if is_global { Mismatch::Global(inner) } else { Mismatch::Conditional(inner) },
+                ));
             }
             Ok(())
         }
@@ -231,7 +238,10 @@ fn validate_array(ra: &[Value], pa: &[Value], path: &mut String, ac: &mut Anchor
 }
 
 /// Expands wildcard keys under `metadata.labels` / `metadata.annotations` to the resource's keys.
-fn expand_metadata(pm: &serde_json::Map<String, Value>, rm: &serde_json::Map<String, Value>) -> Option<serde_json::Map<String, Value>> {
+fn expand_metadata(
+    pm: &serde_json::Map<String, Value>,
+    rm: &serde_json::Map<String, Value>,
+) -> Option<serde_json::Map<String, Value>> {
     let (meta_key, pmeta) = pm.iter().find(|(k, _)| strip_anchor(k) == "metadata")?;
     let pmeta = pmeta.as_object()?;
     let rmeta = rm.get("metadata")?.as_object()?;
@@ -295,8 +305,17 @@ fn has_nested_anchors(v: &Value) -> bool {
     }
 }
 
-fn validate_map(rm: &serde_json::Map<String, Value>, pm_in: &serde_json::Map<String, Value>, path: &mut String, ac: &mut AnchorMap) -> Res {
-    let expanded = if pm_in.contains_key("metadata") || pm_in.keys().any(|k| k.ends_with("(metadata)")) { expand_metadata(pm_in, rm) } else { None };
+fn validate_map(
+    rm: &serde_json::Map<String, Value>,
+    pm_in: &serde_json::Map<String, Value>,
+    path: &mut String,
+    ac: &mut AnchorMap,
+) -> Res {
+    let expanded = if pm_in.contains_key("metadata") || pm_in.keys().any(|k| k.ends_with("(metadata)")) {
+        expand_metadata(pm_in, rm)
+    } else {
+        None
+    };
     let pm = expanded.as_ref().unwrap_or(pm_in);
     // Fast path: no anchors at this level and none below: keys in sorted order (serde_json's
     // maps are already sorted).
@@ -311,7 +330,9 @@ fn validate_map(rm: &serde_json::Map<String, Value>, pm_in: &serde_json::Map<Str
     let mut rest: Vec<(&String, &Value)> = Vec::new();
     for (k, v) in pm {
         match anchor::parse(k) {
-            Some((Anchor::Condition | Anchor::Existence | Anchor::Equality | Anchor::Negation, _)) => handle(k, v, rm, path, ac)?,
+            Some((Anchor::Condition | Anchor::Existence | Anchor::Equality | Anchor::Negation, _)) => {
+                handle(k, v, rm, path, ac)?
+            }
             _ => rest.push((k, v)),
         }
     }
@@ -336,7 +357,9 @@ fn handle(k: &str, pattern: &Value, rm: &serde_json::Map<String, Value>, path: &
     match anchor::parse(k) {
         Some((Anchor::Condition, key)) => with_seg(path, key, |cur| match rm.get(key) {
             Some(v) => element(v, pattern, cur, ac).map_err(|(p, m)| (p, Mismatch::Conditional(m.message()))),
-            None => Err((cur.clone(), Mismatch::Conditional("conditional anchor key doesn't exist in the resource".into()))),
+            None => {
+                Err((cur.clone(), Mismatch::Conditional("conditional anchor key doesn't exist in the resource".into())))
+            }
         }),
         Some((Anchor::Global, key)) => with_seg(path, key, |cur| match rm.get(key) {
             Some(v) => element(v, pattern, cur, ac).map_err(|(p, m)| (p, Mismatch::Global(m.message()))),
@@ -352,34 +375,47 @@ fn handle(k: &str, pattern: &Value, rm: &serde_json::Map<String, Value>, path: &
             }
             Ok(())
         }),
-        Some((Anchor::Existence, key)) => with_seg(path, key, |cur| {
-            let Some(v) = rm.get(key) else { return Ok(()) };
-            let Value::Array(ra) = v else {
-                return Err((
-                    cur.clone(),
-                    Mismatch::Fail(format!(
-                        "invalid resource type {}: Existence ^ () anchor can be used only on list/array type resource",
-                        go_type(v)
-                    )),
-                ));
-            };
-            let Value::Array(pa) = pattern else {
-                return Err((cur.clone(), Mismatch::Fail("invalid pattern type: Pattern has to be of list to compare against resource".into())));
-            };
-            for p in pa {
-                if !p.is_object() {
+        Some((Anchor::Existence, key)) => {
+            with_seg(path, key, |cur| {
+                let Some(v) = rm.get(key) else { return Ok(()) };
+                let Value::Array(ra) = v else {
                     return Err((
+                        cur.clone(),
+                        Mismatch::Fail(format!(
+                            "invalid resource type {}: Existence ^ () anchor can be used only on list/array type resource",
+                            go_type(v)
+                        )),
+                    ));
+                };
+                let Value::Array(pa) = pattern else {
+                    return Err((
+                        cur.clone(),
+                        Mismatch::Fail(
+                            "invalid pattern type: Pattern has to be of list to compare against resource".into(),
+                        ),
+                    ));
+                };
+                for p in pa {
+                    if !p.is_object() {
+                        return Err((
                         cur.clone(),
                         Mismatch::Fail("invalid pattern type: Pattern has to be of type map to compare against items in resource".into()),
                     ));
+                    }
+                    let found = ra
+                        .iter()
+                        .enumerate()
+                        .any(|(i, r)| with_seg(cur, &index_seg(i), |pp| element(r, p, pp, ac)).is_ok());
+                    if !found {
+                        return Err((
+                            cur.clone(),
+                            Mismatch::Fail(format!("existence anchor validation failed at path {cur}")),
+                        ));
+                    }
                 }
-                let found = ra.iter().enumerate().any(|(i, r)| with_seg(cur, &index_seg(i), |pp| element(r, p, pp, ac)).is_ok());
-                if !found {
-                    return Err((cur.clone(), Mismatch::Fail(format!("existence anchor validation failed at path {cur}"))));
-                }
-            }
-            Ok(())
-        }),
+                Ok(())
+            })
+        }
         Some((Anchor::AddIfNotPresent, _)) | None => {
             let rv = rm.get(k).unwrap_or(&NULL);
             if pattern.as_str() == Some("*") {
@@ -446,12 +482,16 @@ fn validate_string_patterns(value: &Value, pattern: &str) -> bool {
     if value.as_str() == Some(pattern) {
         return true;
     }
-    pattern.split('|').any(|cond| cond.trim_matches(' ').split('&').all(|c| validate_string_pattern(value, c.trim_matches(' '))))
+    pattern
+        .split('|')
+        .any(|cond| cond.trim_matches(' ').split('&').all(|c| validate_string_pattern(value, c.trim_matches(' '))))
 }
 
 const NUM: &str = r"[-|\+]?\d+(?:\.\d+)?[A-Za-z]*";
-static IN_RANGE: LazyLock<Option<regex::Regex>> = LazyLock::new(|| regex::Regex::new(&format!("^({NUM})-({NUM})$")).ok());
-static NOT_IN_RANGE: LazyLock<Option<regex::Regex>> = LazyLock::new(|| regex::Regex::new(&format!("^({NUM})!-({NUM})$")).ok());
+static IN_RANGE: LazyLock<Option<regex::Regex>> =
+    LazyLock::new(|| regex::Regex::new(&format!("^({NUM})-({NUM})$")).ok());
+static NOT_IN_RANGE: LazyLock<Option<regex::Regex>> =
+    LazyLock::new(|| regex::Regex::new(&format!("^({NUM})!-({NUM})$")).ok());
 
 /// A range pattern (`1-10`, `1Gi!-4Gi`): (negated, low, high).
 pub fn parse_range(p: &str) -> Option<(bool, String, String)> {
@@ -483,7 +523,8 @@ pub fn validate_string_pattern(value: &Value, pattern: &str) -> bool {
             return if neg {
                 validate_string_pattern(value, &format!("< {lo}")) || validate_string_pattern(value, &format!("> {hi}"))
             } else {
-                validate_string_pattern(value, &format!(">= {lo}")) && validate_string_pattern(value, &format!("<= {hi}"))
+                validate_string_pattern(value, &format!(">= {lo}"))
+                    && validate_string_pattern(value, &format!("<= {hi}"))
             };
         }
         Op::Equal
@@ -645,7 +686,9 @@ mod tests {
         assert!(match_pattern(&json!({"spec": {}}), &p).is_ok());
         assert!(match_pattern(&json!({"spec": {"hostNetwork": true}}), &p).is_err());
         let ex = json!({"spec": {"^(containers)": [{"image": "nginx*"}]}});
-        assert!(match_pattern(&json!({"spec": {"containers": [{"image": "redis"}, {"image": "nginx:1"}]}}), &ex).is_ok());
+        assert!(
+            match_pattern(&json!({"spec": {"containers": [{"image": "redis"}, {"image": "nginx:1"}]}}), &ex).is_ok()
+        );
         assert!(match_pattern(&json!({"spec": {"containers": [{"image": "redis"}]}}), &ex).is_err());
     }
 

@@ -8,7 +8,9 @@ use crate::error::CompileError;
 use crate::matching::Matcher;
 use crate::template::{TValue, Template};
 use serde_json::Value;
-use verno_api::{ClusterPolicy, ContextEntry, FailureActionOverride, ForEachValidation, PolicyException, Rule, Validation};
+use verno_api::{
+    ClusterPolicy, ContextEntry, FailureActionOverride, ForEachValidation, PolicyException, Rule, Validation,
+};
 use verno_jmespath::Expression;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -111,7 +113,10 @@ pub enum RuleBody {
     Mutate(Box<CompiledMutation>),
     Generate(Box<CompiledGeneration>),
     /// Rule types this build does not evaluate yet; they yield an `error` result saying so.
-    Unsupported { rule_type: crate::outcome::RuleType, what: &'static str },
+    Unsupported {
+        rule_type: crate::outcome::RuleType,
+        what: &'static str,
+    },
 }
 
 #[derive(Debug, Clone)]
@@ -185,8 +190,9 @@ impl ParamRef {
                 return Ok(serde_json::json!({ "items": items }));
             }
         }
-        data.resource(&self.api_version, &self.kind, &self.namespace, &self.name)
-            .ok_or_else(|| format!("params {}/{} {}/{} not found", self.api_version, self.kind, self.namespace, self.name))
+        data.resource(&self.api_version, &self.kind, &self.namespace, &self.name).ok_or_else(|| {
+            format!("params {}/{} {}/{} not found", self.api_version, self.kind, self.namespace, self.name)
+        })
     }
 }
 
@@ -203,11 +209,17 @@ pub(crate) fn cel_expr(v: Option<&Value>, path: &str) -> Result<verno_cel::Expr,
 }
 
 /// Kubernetes composition `variables` (name + expression), compiled in order.
-pub(crate) fn compile_cel_variables(list: Option<&Value>, path: &str) -> Result<Vec<(String, verno_cel::Expr)>, CompileError> {
+pub(crate) fn compile_cel_variables(
+    list: Option<&Value>,
+    path: &str,
+) -> Result<Vec<(String, verno_cel::Expr)>, CompileError> {
     let mut variables = Vec::new();
     for (i, v) in list.and_then(Value::as_array).into_iter().flatten().enumerate() {
         let p = format!("{path}.variables[{i}]");
-        let name = v.get("name").and_then(Value::as_str).ok_or_else(|| CompileError::new(format!("{p}.name"), "a variable needs a name"))?;
+        let name = v
+            .get("name")
+            .and_then(Value::as_str)
+            .ok_or_else(|| CompileError::new(format!("{p}.name"), "a variable needs a name"))?;
         variables.push((name.to_string(), cel_expr(v.get("expression"), &format!("{p}.expression"))?));
     }
     Ok(variables)
@@ -221,10 +233,18 @@ pub(crate) fn compile_cel(c: &Value, path: &str) -> Result<Check, CompileError> 
         expressions.push(CelValidation {
             expr: cel_expr(e.get("expression"), &format!("{p}.expression"))?,
             message: e.get("message").and_then(Value::as_str).map(str::to_string),
-            message_expression: e.get("messageExpression").map(|m| cel_expr(Some(m), &format!("{p}.messageExpression"))).transpose()?,
+            message_expression: e
+                .get("messageExpression")
+                .map(|m| cel_expr(Some(m), &format!("{p}.messageExpression")))
+                .transpose()?,
         });
     }
-    Ok(Check::Cel(Box::new(CompiledCel { variables, expressions, uses_params: c.get("paramKind").is_some() || c.get("paramRef").is_some(), params: None })))
+    Ok(Check::Cel(Box::new(CompiledCel {
+        variables,
+        expressions,
+        uses_params: c.get("paramKind").is_some() || c.get("paramRef").is_some(),
+        params: None,
+    })))
 }
 
 /// Rule-level `celPreconditions` (match conditions): all must hold.
@@ -233,7 +253,10 @@ pub fn compile_cel_preconditions(list: &[Value], path: &str) -> Result<Vec<(Stri
         .enumerate()
         .map(|(i, c)| {
             let p = format!("{path}[{i}]");
-            Ok((c.get("name").and_then(Value::as_str).unwrap_or_default().to_string(), cel_expr(c.get("expression"), &format!("{p}.expression"))?))
+            Ok((
+                c.get("name").and_then(Value::as_str).unwrap_or_default().to_string(),
+                cel_expr(c.get("expression"), &format!("{p}.expression"))?,
+            ))
         })
         .collect()
 }
@@ -259,7 +282,11 @@ impl Query {
         let s = src.trim();
         let s = s.strip_prefix("{{").and_then(|x| x.strip_suffix("}}")).map(str::trim).unwrap_or(s);
         let expr = Expression::compile(s).map_err(|e| CompileError::new(path, format!("invalid JMESPath: {e}")))?;
-        let delete = if s.contains("request.object") { Expression::compile(&s.replace("request.object", "request.oldObject")).ok() } else { None };
+        let delete = if s.contains("request.object") {
+            Expression::compile(&s.replace("request.object", "request.oldObject")).ok()
+        } else {
+            None
+        };
         Ok(Query { expr, delete })
     }
 
@@ -276,10 +303,27 @@ pub struct CompiledContextEntry {
 
 #[derive(Debug, Clone)]
 pub enum ContextSource {
-    Variable { value: Option<TValue>, jmes_path: Option<JmesField>, default: Option<TValue> },
-    ConfigMap { name: TValue, namespace: Option<TValue> },
-    ApiCall { url_path: Option<TValue>, method: String, data: Option<TValue>, service_url: Option<TValue>, jmes_path: Option<JmesField>, default: Option<TValue> },
-    GlobalReference { name: String, jmes_path: Option<JmesField> },
+    Variable {
+        value: Option<TValue>,
+        jmes_path: Option<JmesField>,
+        default: Option<TValue>,
+    },
+    ConfigMap {
+        name: TValue,
+        namespace: Option<TValue>,
+    },
+    ApiCall {
+        url_path: Option<TValue>,
+        method: String,
+        data: Option<TValue>,
+        service_url: Option<TValue>,
+        jmes_path: Option<JmesField>,
+        default: Option<TValue>,
+    },
+    GlobalReference {
+        name: String,
+        jmes_path: Option<JmesField>,
+    },
     ImageRegistry,
 }
 
@@ -287,7 +331,10 @@ pub enum ContextSource {
 #[derive(Debug, Clone)]
 pub enum JmesField {
     /// Compiled once, with its DELETE reading (`request.object` as `request.oldObject`).
-    Static { expr: Expression, delete: Option<Expression> },
+    Static {
+        expr: Expression,
+        delete: Option<Expression>,
+    },
     Templated(Template),
 }
 
@@ -312,17 +359,29 @@ fn compile_context(entries: &[ContextEntry], path: &str) -> Result<Vec<CompiledC
         let source = if let Some(v) = &e.variable {
             ContextSource::Variable {
                 value: v.value.as_ref().map(|x| tv(x, &format!("{p}.variable.value"))).transpose()?,
-                jmes_path: v.jmes_path.as_deref().map(|s| JmesField::compile(s, &format!("{p}.variable.jmesPath"))).transpose()?,
+                jmes_path: v
+                    .jmes_path
+                    .as_deref()
+                    .map(|s| JmesField::compile(s, &format!("{p}.variable.jmesPath")))
+                    .transpose()?,
                 default: v.default.as_ref().map(|x| tv(x, &format!("{p}.variable.default"))).transpose()?,
             }
         } else if let Some(c) = &e.config_map {
             ContextSource::ConfigMap {
                 name: tv(&Value::String(c.name.clone()), &format!("{p}.configMap.name"))?,
-                namespace: c.namespace.as_ref().map(|n| tv(&Value::String(n.clone()), &format!("{p}.configMap.namespace"))).transpose()?,
+                namespace: c
+                    .namespace
+                    .as_ref()
+                    .map(|n| tv(&Value::String(n.clone()), &format!("{p}.configMap.namespace")))
+                    .transpose()?,
             }
         } else if let Some(a) = &e.api_call {
             ContextSource::ApiCall {
-                url_path: a.url_path.as_ref().map(|u| tv(&Value::String(u.clone()), &format!("{p}.apiCall.urlPath"))).transpose()?,
+                url_path: a
+                    .url_path
+                    .as_ref()
+                    .map(|u| tv(&Value::String(u.clone()), &format!("{p}.apiCall.urlPath")))
+                    .transpose()?,
                 method: a.method.clone().unwrap_or_else(|| "GET".into()),
                 data: a.data.as_ref().map(|d| tv(d, &format!("{p}.apiCall.data"))).transpose()?,
                 service_url: a
@@ -331,18 +390,29 @@ fn compile_context(entries: &[ContextEntry], path: &str) -> Result<Vec<CompiledC
                     .and_then(|s| s.get("url"))
                     .map(|u| tv(u, &format!("{p}.apiCall.service.url")))
                     .transpose()?,
-                jmes_path: a.jmes_path.as_deref().map(|s| JmesField::compile(s, &format!("{p}.apiCall.jmesPath"))).transpose()?,
+                jmes_path: a
+                    .jmes_path
+                    .as_deref()
+                    .map(|s| JmesField::compile(s, &format!("{p}.apiCall.jmesPath")))
+                    .transpose()?,
                 default: a.default.as_ref().map(|x| tv(x, &format!("{p}.apiCall.default"))).transpose()?,
             }
         } else if let Some(g) = &e.global_reference {
             ContextSource::GlobalReference {
                 name: g.name.clone(),
-                jmes_path: g.jmes_path.as_deref().map(|s| JmesField::compile(s, &format!("{p}.globalReference.jmesPath"))).transpose()?,
+                jmes_path: g
+                    .jmes_path
+                    .as_deref()
+                    .map(|s| JmesField::compile(s, &format!("{p}.globalReference.jmesPath")))
+                    .transpose()?,
             }
         } else if e.image_registry.is_some() {
             ContextSource::ImageRegistry
         } else {
-            return Err(CompileError::new(p, "a context entry needs one of variable, configMap, apiCall, imageRegistry or globalReference"));
+            return Err(CompileError::new(
+                p,
+                "a context entry needs one of variable, configMap, apiCall, imageRegistry or globalReference",
+            ));
         };
         out.push(CompiledContextEntry { name: e.name.clone(), source });
     }
@@ -370,9 +440,15 @@ fn compile_check_parts(
     if let Some(ap) = any_pattern {
         return Ok(Some(match ap {
             Value::Array(a) => Check::AnyPattern(
-                a.iter().enumerate().map(|(i, x)| tv(x, &format!("{path}.anyPattern[{i}]"))).collect::<Result<_, _>>()?,
+                a.iter()
+                    .enumerate()
+                    .map(|(i, x)| tv(x, &format!("{path}.anyPattern[{i}]")))
+                    .collect::<Result<_, _>>()?,
             ),
-            other => Check::BadAnyPattern(format!("json: cannot unmarshal {} into Go value of type []interface {{}}", verno_jmespath::value::type_name(other))),
+            other => Check::BadAnyPattern(format!(
+                "json: cannot unmarshal {} into Go value of type []interface {{}}",
+                verno_jmespath::value::type_name(other)
+            )),
         }));
     }
     if let Some(fs) = foreach {
@@ -385,13 +461,18 @@ fn compile_foreach(fs: &[ForEachValidation], path: &str) -> Result<Vec<CompiledF
     let mut out = Vec::new();
     for (i, f) in fs.iter().enumerate() {
         let p = format!("{path}[{i}]");
-        let check = compile_check_parts(f.pattern.as_ref(), f.any_pattern.as_ref(), f.deny.as_ref(), f.foreach.as_ref(), &p)?
-            .unwrap_or(Check::Nothing);
+        let check =
+            compile_check_parts(f.pattern.as_ref(), f.any_pattern.as_ref(), f.deny.as_ref(), f.foreach.as_ref(), &p)?
+                .unwrap_or(Check::Nothing);
         out.push(CompiledForeach {
             list: Query::compile(&f.list, &format!("{p}.list"))?,
             element_scope: f.element_scope,
             context: compile_context(&f.context, &format!("{p}.context"))?,
-            preconditions: f.preconditions.as_ref().map(|c| CompiledConditions::compile(c, &format!("{p}.preconditions"))).transpose()?,
+            preconditions: f
+                .preconditions
+                .as_ref()
+                .map(|c| CompiledConditions::compile(c, &format!("{p}.preconditions")))
+                .transpose()?,
             check,
         });
     }
@@ -410,11 +491,20 @@ fn compile_validation(v: &Validation, path: &str) -> Result<CompiledValidation, 
             .unwrap_or(Check::Nothing)
     };
     let failure_action = match &v.failure_action {
-        Some(a) => Some(Action::parse(a).ok_or_else(|| CompileError::new(format!("{path}.failureAction"), format!("unknown action {a:?}, expected Audit or Enforce")))?),
+        Some(a) => Some(Action::parse(a).ok_or_else(|| {
+            CompileError::new(
+                format!("{path}.failureAction"),
+                format!("unknown action {a:?}, expected Audit or Enforce"),
+            )
+        })?),
         None => None,
     };
     Ok(CompiledValidation {
-        message: v.message.as_deref().map(|m| Template::compile(m).map_err(|e| CompileError::new(format!("{path}.message"), e))).transpose()?,
+        message: v
+            .message
+            .as_deref()
+            .map(|m| Template::compile(m).map_err(|e| CompileError::new(format!("{path}.message"), e)))
+            .transpose()?,
         failure_action,
         overrides: v.failure_action_overrides.clone(),
         allow_existing_violations: v.allow_existing_violations.unwrap_or(true),
@@ -426,10 +516,22 @@ fn compile_rule(r: &Rule, path: &str, autogen_of: Option<String>) -> Result<Comp
     let kinds = [r.validate.is_some(), r.mutate.is_some(), r.generate.is_some(), r.verify_images.is_some()];
     let n = kinds.iter().filter(|b| **b).count();
     if n == 0 {
-        return Err(CompileError::new(path, format!("No operation defined in the rule '{}'.(supported operations: mutate,validate,generate,verifyImages)", r.name)));
+        return Err(CompileError::new(
+            path,
+            format!(
+                "No operation defined in the rule '{}'.(supported operations: mutate,validate,generate,verifyImages)",
+                r.name
+            ),
+        ));
     }
     if n > 1 {
-        return Err(CompileError::new(path, format!("Multiple operations defined in the rule '{}', only one operation (mutate,validate,generate,verifyImages) is allowed per rule", r.name)));
+        return Err(CompileError::new(
+            path,
+            format!(
+                "Multiple operations defined in the rule '{}', only one operation (mutate,validate,generate,verifyImages) is allowed per rule",
+                r.name
+            ),
+        ));
     }
     let body = if let Some(v) = &r.validate {
         RuleBody::Validate(Box::new(compile_validation(v, &format!("{path}.validate"))?))
@@ -438,7 +540,10 @@ fn compile_rule(r: &Rule, path: &str, autogen_of: Option<String>) -> Result<Comp
     } else if let Some(g) = &r.generate {
         RuleBody::Generate(Box::new(compile_generation(g, &format!("{path}.generate"))?))
     } else {
-        RuleBody::Unsupported { rule_type: crate::outcome::RuleType::ImageVerify, what: "verifyImages rules are not supported by this build of verno yet" }
+        RuleBody::Unsupported {
+            rule_type: crate::outcome::RuleType::ImageVerify,
+            what: "verifyImages rules are not supported by this build of verno yet",
+        }
     };
     let matcher = Matcher::compile(&r.match_, &format!("{path}.match"))?;
     if matcher.is_empty() {
@@ -450,7 +555,11 @@ fn compile_rule(r: &Rule, path: &str, autogen_of: Option<String>) -> Result<Comp
         matcher,
         exclude: r.exclude.as_ref().map(|e| Matcher::compile(e, &format!("{path}.exclude"))).transpose()?,
         context: compile_context(&r.context, &format!("{path}.context"))?,
-        preconditions: r.preconditions.as_ref().map(|c| CompiledConditions::compile(c, &format!("{path}.preconditions"))).transpose()?,
+        preconditions: r
+            .preconditions
+            .as_ref()
+            .map(|c| CompiledConditions::compile(c, &format!("{path}.preconditions")))
+            .transpose()?,
         cel_preconditions: compile_cel_preconditions(&r.cel_preconditions, &format!("{path}.celPreconditions"))?,
         body,
     })
@@ -490,13 +599,17 @@ impl Patches {
                     Some(Json6902::Templated(tv(&Value::String(s.clone()), &p)?))
                 } else {
                     // Parsed once, so a broken policy fails at load.
-                    let doc = verno_jmespath::yaml::parse(s).map_err(|e| CompileError::new(&p, format!("invalid YAML: {e}")))?;
+                    let doc = verno_jmespath::yaml::parse(s)
+                        .map_err(|e| CompileError::new(&p, format!("invalid YAML: {e}")))?;
                     Some(Json6902::Static(crate::jsonpatch::parse_ops(&doc).map_err(|e| CompileError::new(&p, e))?))
                 }
             }
             None => None,
         };
-        Ok(Patches { strategic_merge: smp.map(|v| tv(v, &format!("{path}.patchStrategicMerge"))).transpose()?, json6902 })
+        Ok(Patches {
+            strategic_merge: smp.map(|v| tv(v, &format!("{path}.patchStrategicMerge"))).transpose()?,
+            json6902,
+        })
     }
 
     pub fn is_empty(&self) -> bool {
@@ -528,27 +641,42 @@ pub struct CompiledTarget {
     pub preconditions: Option<CompiledConditions>,
 }
 
-fn compile_mutate_foreach(fs: &[verno_api::ForEachMutation], path: &str) -> Result<Vec<CompiledMutateForeach>, CompileError> {
+fn compile_mutate_foreach(
+    fs: &[verno_api::ForEachMutation],
+    path: &str,
+) -> Result<Vec<CompiledMutateForeach>, CompileError> {
     let mut out = Vec::new();
     for (i, f) in fs.iter().enumerate() {
         let p = format!("{path}[{i}]");
         let reverse = match f.order.as_deref() {
             Some("Descending") => true,
             Some("Ascending") => false,
-            Some(o) => return Err(CompileError::new(format!("{p}.order"), format!("unknown order {o:?}, expected Ascending or Descending"))),
+            Some(o) => {
+                return Err(CompileError::new(
+                    format!("{p}.order"),
+                    format!("unknown order {o:?}, expected Ascending or Descending"),
+                ));
+            }
             None => f.patch_strategic_merge.is_some(),
         };
         let patches = Patches::compile(f.patch_strategic_merge.as_ref(), f.patches_json6902.as_ref(), &p)?;
         let nested = compile_mutate_foreach(f.foreach.as_deref().unwrap_or_default(), &format!("{p}.foreach"))?;
         if patches.is_empty() && nested.is_empty() {
-            return Err(CompileError::new(&p, "a mutate foreach needs patchStrategicMerge, patchesJson6902 or a nested foreach"));
+            return Err(CompileError::new(
+                &p,
+                "a mutate foreach needs patchStrategicMerge, patchesJson6902 or a nested foreach",
+            ));
         }
         out.push(CompiledMutateForeach {
             list: Query::compile(&f.list, &format!("{p}.list"))?,
             list_source: f.list.clone(),
             reverse,
             context: compile_context(&f.context, &format!("{p}.context"))?,
-            preconditions: f.preconditions.as_ref().map(|c| CompiledConditions::compile(c, &format!("{p}.preconditions"))).transpose()?,
+            preconditions: f
+                .preconditions
+                .as_ref()
+                .map(|c| CompiledConditions::compile(c, &format!("{p}.preconditions")))
+                .transpose()?,
             patches,
             nested,
         });
@@ -565,7 +693,9 @@ fn compile_mutation(m: &verno_api::Mutation, path: &str) -> Result<CompiledMutat
     let mut targets = Vec::new();
     for (i, t) in m.targets.iter().enumerate() {
         let p = format!("{path}.targets[{i}]");
-        let s = |x: &Option<String>, f: &str| x.as_ref().map(|v| tv(&Value::String(v.clone()), &format!("{p}.{f}"))).transpose();
+        let s = |x: &Option<String>, f: &str| {
+            x.as_ref().map(|v| tv(&Value::String(v.clone()), &format!("{p}.{f}"))).transpose()
+        };
         targets.push(CompiledTarget {
             api_version: t.api_version.clone(),
             kind: t.kind.clone(),
@@ -573,7 +703,11 @@ fn compile_mutation(m: &verno_api::Mutation, path: &str) -> Result<CompiledMutat
             name: s(&t.name, "name")?,
             selector: t.selector.clone(),
             context: compile_context(&t.context, &format!("{p}.context"))?,
-            preconditions: t.preconditions.as_ref().map(|c| CompiledConditions::compile(c, &format!("{p}.preconditions"))).transpose()?,
+            preconditions: t
+                .preconditions
+                .as_ref()
+                .map(|c| CompiledConditions::compile(c, &format!("{p}.preconditions")))
+                .transpose()?,
         });
     }
     Ok(CompiledMutation { patches, foreach, targets, cel: None })
@@ -601,8 +735,15 @@ pub struct GenerateTarget {
 #[derive(Debug, Clone)]
 pub enum GenerateSource {
     Data(TValue),
-    Clone { namespace: TValue, name: TValue },
-    CloneList { namespace: TValue, kinds: Vec<String>, selector: Option<verno_api::LabelSelector> },
+    Clone {
+        namespace: TValue,
+        name: TValue,
+    },
+    CloneList {
+        namespace: TValue,
+        kinds: Vec<String>,
+        selector: Option<verno_api::LabelSelector>,
+    },
     /// Only foreach entries (the rule itself generates nothing directly).
     None,
 }
@@ -627,7 +768,9 @@ fn compile_generate_target(
     clone_list: Option<&verno_api::CloneList>,
     path: &str,
 ) -> Result<GenerateTarget, CompileError> {
-    let s = |x: &Option<String>, f: &str| x.as_ref().map(|v| tv(&Value::String(v.clone()), &format!("{path}.{f}"))).transpose();
+    let s = |x: &Option<String>, f: &str| {
+        x.as_ref().map(|v| tv(&Value::String(v.clone()), &format!("{path}.{f}"))).transpose()
+    };
     let n = [data.is_some(), clone.is_some(), clone_list.is_some()].iter().filter(|b| **b).count();
     if n > 1 {
         return Err(CompileError::new(path, "only one of data, clone and cloneList may be set"));
@@ -648,11 +791,26 @@ fn compile_generate_target(
     } else {
         GenerateSource::None
     };
-    Ok(GenerateTarget { api_version: s(api_version, "apiVersion")?, kind: s(kind, "kind")?, name: s(name, "name")?, namespace: s(namespace, "namespace")?, source })
+    Ok(GenerateTarget {
+        api_version: s(api_version, "apiVersion")?,
+        kind: s(kind, "kind")?,
+        name: s(name, "name")?,
+        namespace: s(namespace, "namespace")?,
+        source,
+    })
 }
 
 fn compile_generation(g: &verno_api::Generation, path: &str) -> Result<CompiledGeneration, CompileError> {
-    let target = compile_generate_target(&g.api_version, &g.kind, &g.name, &g.namespace, g.data.as_ref(), g.clone.as_ref(), g.clone_list.as_ref(), path)?;
+    let target = compile_generate_target(
+        &g.api_version,
+        &g.kind,
+        &g.name,
+        &g.namespace,
+        g.data.as_ref(),
+        g.clone.as_ref(),
+        g.clone_list.as_ref(),
+        path,
+    )?;
     let mut foreach = Vec::new();
     for (i, f) in g.foreach.iter().flatten().enumerate() {
         let p = format!("{path}.foreach[{i}]");
@@ -660,8 +818,21 @@ fn compile_generation(g: &verno_api::Generation, path: &str) -> Result<CompiledG
             list: Query::compile(&f.list, &format!("{p}.list"))?,
             list_source: f.list.clone(),
             context: compile_context(&f.context, &format!("{p}.context"))?,
-            preconditions: f.preconditions.as_ref().map(|c| CompiledConditions::compile(c, &format!("{p}.preconditions"))).transpose()?,
-            target: compile_generate_target(&f.api_version, &f.kind, &f.name, &f.namespace, f.data.as_ref(), f.clone.as_ref(), f.clone_list.as_ref(), &p)?,
+            preconditions: f
+                .preconditions
+                .as_ref()
+                .map(|c| CompiledConditions::compile(c, &format!("{p}.preconditions")))
+                .transpose()?,
+            target: compile_generate_target(
+                &f.api_version,
+                &f.kind,
+                &f.name,
+                &f.namespace,
+                f.data.as_ref(),
+                f.clone.as_ref(),
+                f.clone_list.as_ref(),
+                &p,
+            )?,
         });
     }
     let mut target = target;
@@ -669,7 +840,12 @@ fn compile_generation(g: &verno_api::Generation, path: &str) -> Result<CompiledG
         // Only the identity: Kyverno generates the bare object.
         target.source = GenerateSource::Data(tv(&Value::Object(serde_json::Map::new()), &format!("{path}.data"))?);
     }
-    Ok(CompiledGeneration { target, synchronize: g.synchronize.unwrap_or(false), orphan_downstream: g.orphan_downstream_on_policy_delete.unwrap_or(false), foreach })
+    Ok(CompiledGeneration {
+        target,
+        synchronize: g.synchronize.unwrap_or(false),
+        orphan_downstream: g.orphan_downstream_on_policy_delete.unwrap_or(false),
+        foreach,
+    })
 }
 
 /// Compiles a ClusterPolicy or Policy, adding its autogen rules.
@@ -682,7 +858,12 @@ pub fn compile_policy(p: &ClusterPolicy) -> Result<CompiledPolicy, CompileError>
         return Err(CompileError::new("spec.rules", "a policy needs at least one rule"));
     }
     let action = match &spec.validation_failure_action {
-        Some(a) => Action::parse(a).ok_or_else(|| CompileError::new("spec.validationFailureAction", format!("unknown action {a:?}, expected Audit or Enforce")))?,
+        Some(a) => Action::parse(a).ok_or_else(|| {
+            CompileError::new(
+                "spec.validationFailureAction",
+                format!("unknown action {a:?}, expected Audit or Enforce"),
+            )
+        })?,
         None => Action::Audit,
     };
     let mut rules = Vec::new();
@@ -692,7 +873,10 @@ pub fn compile_policy(p: &ClusterPolicy) -> Result<CompiledPolicy, CompileError>
             continue;
         }
         if !seen.insert(r.name.clone()) {
-            return Err(CompileError::new(format!("spec.rules[{i}].name"), format!("duplicate rule name {:?}", r.name)));
+            return Err(CompileError::new(
+                format!("spec.rules[{i}].name"),
+                format!("duplicate rule name {:?}", r.name),
+            ));
         }
         rules.push(compile_rule(r, &format!("spec.rules[{i}]"), None)?);
     }
@@ -744,7 +928,12 @@ pub fn compile_exception(e: &PolicyException) -> Result<CompiledException, Compi
     Ok(CompiledException {
         key,
         matcher: Some(Matcher::compile(&e.spec.match_, "spec.match")?),
-        conditions: e.spec.conditions.as_ref().map(|c| CompiledConditions::compile(c, "spec.conditions")).transpose()?,
+        conditions: e
+            .spec
+            .conditions
+            .as_ref()
+            .map(|c| CompiledConditions::compile(c, "spec.conditions"))
+            .transpose()?,
         cel_conditions: Vec::new(),
         refs: e.spec.exceptions.iter().map(|r| (r.policy_name.clone(), r.rule_names.clone())).collect(),
     })
@@ -767,5 +956,11 @@ pub fn compile_cel_exception(doc: &Value) -> Result<CompiledException, CompileEr
         .map(|n| (n.to_string(), vec!["*".to_string()]))
         .collect();
     let conds: Vec<Value> = doc.pointer("/spec/matchConditions").and_then(Value::as_array).cloned().unwrap_or_default();
-    Ok(CompiledException { key, matcher: None, conditions: None, cel_conditions: compile_cel_preconditions(&conds, "spec.matchConditions")?, refs })
+    Ok(CompiledException {
+        key,
+        matcher: None,
+        conditions: None,
+        cel_conditions: compile_cel_preconditions(&conds, "spec.matchConditions")?,
+        refs,
+    })
 }

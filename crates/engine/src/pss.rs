@@ -27,7 +27,12 @@ impl PodSecurityCheck {
             "privileged" => Level::Privileged,
             "baseline" => Level::Baseline,
             "restricted" => Level::Restricted,
-            other => return Err(CompileError::new(format!("{path}.level"), format!("unknown level {other:?}, expected privileged, baseline or restricted"))),
+            other => {
+                return Err(CompileError::new(
+                    format!("{path}.level"),
+                    format!("unknown level {other:?}, expected privileged, baseline or restricted"),
+                ));
+            }
         };
         let version = if p.version.is_empty() { "latest".to_string() } else { p.version.clone() };
         Ok(PodSecurityCheck { level, version, exclude: p.exclude.clone() })
@@ -111,7 +116,21 @@ fn push(out: &mut Vec<Violation>, control: &'static str, detail: String, images:
     out.push(Violation { control, detail, images });
 }
 
-const BASELINE_CAPS: &[&str] = &["AUDIT_WRITE", "CHOWN", "DAC_OVERRIDE", "FOWNER", "FSETID", "KILL", "MKNOD", "NET_BIND_SERVICE", "SETFCAP", "SETGID", "SETPCAP", "SETUID", "SYS_CHROOT"];
+const BASELINE_CAPS: &[&str] = &[
+    "AUDIT_WRITE",
+    "CHOWN",
+    "DAC_OVERRIDE",
+    "FOWNER",
+    "FSETID",
+    "KILL",
+    "MKNOD",
+    "NET_BIND_SERVICE",
+    "SETFCAP",
+    "SETGID",
+    "SETPCAP",
+    "SETUID",
+    "SYS_CHROOT",
+];
 const SAFE_SYSCTLS: &[&str] = &[
     "kernel.shm_rmid_forced",
     "net.ipv4.ip_local_port_range",
@@ -125,11 +144,14 @@ const SAFE_SYSCTLS: &[&str] = &[
     "net.ipv4.tcp_keepalive_probes",
 ];
 const SELINUX_TYPES: &[&str] = &["", "container_t", "container_init_t", "container_kvm_t", "container_engine_t"];
-const RESTRICTED_VOLUMES: &[&str] = &["configMap", "csi", "downwardAPI", "emptyDir", "ephemeral", "persistentVolumeClaim", "projected", "secret"];
+const RESTRICTED_VOLUMES: &[&str] =
+    &["configMap", "csi", "downwardAPI", "emptyDir", "ephemeral", "persistentVolumeClaim", "projected", "secret"];
 
 fn baseline(meta: &Value, spec: &Value, out: &mut Vec<Violation>) {
     let psc = spec.get("securityContext");
-    if truthy(psc.and_then(|s| s.pointer("/windowsOptions/hostProcess"))) || containers(spec).any(|c| truthy(c.pointer("/securityContext/windowsOptions/hostProcess"))) {
+    if truthy(psc.and_then(|s| s.pointer("/windowsOptions/hostProcess")))
+        || containers(spec).any(|c| truthy(c.pointer("/securityContext/windowsOptions/hostProcess")))
+    {
         push(out, "HostProcess", "hostProcess must not be true".into(), vec![]);
     }
     for f in ["hostNetwork", "hostPID", "hostIPC"] {
@@ -139,31 +161,64 @@ fn baseline(meta: &Value, spec: &Value, out: &mut Vec<Violation>) {
     }
     for c in containers(spec) {
         if truthy(c.pointer("/securityContext/privileged")) {
-            push(out, "Privileged Containers", format!("container {:?} must not set securityContext.privileged=true", cname(c)), vec![cimage(c)]);
+            push(
+                out,
+                "Privileged Containers",
+                format!("container {:?} must not set securityContext.privileged=true", cname(c)),
+                vec![cimage(c)],
+            );
         }
         if let Some(add) = c.pointer("/securityContext/capabilities/add").and_then(Value::as_array) {
             let bad: Vec<&str> = add.iter().filter_map(Value::as_str).filter(|a| !BASELINE_CAPS.contains(a)).collect();
             if !bad.is_empty() {
-                push(out, "Capabilities", format!("container {:?} must not include {:?} in securityContext.capabilities.add", cname(c), bad), vec![cimage(c)]);
+                push(
+                    out,
+                    "Capabilities",
+                    format!("container {:?} must not include {:?} in securityContext.capabilities.add", cname(c), bad),
+                    vec![cimage(c)],
+                );
             }
         }
-        if c.get("ports").and_then(Value::as_array).is_some_and(|ps| ps.iter().any(|p| p.get("hostPort").and_then(Value::as_i64).unwrap_or(0) != 0)) {
+        if c.get("ports")
+            .and_then(Value::as_array)
+            .is_some_and(|ps| ps.iter().any(|p| p.get("hostPort").and_then(Value::as_i64).unwrap_or(0) != 0))
+        {
             push(out, "Host Ports", format!("container {:?} uses hostPort", cname(c)), vec![cimage(c)]);
         }
         if c.pointer("/securityContext/procMount").and_then(Value::as_str).is_some_and(|m| m != "Default") {
-            push(out, "/proc Mount Type", format!("container {:?} must not set securityContext.procMount", cname(c)), vec![cimage(c)]);
+            push(
+                out,
+                "/proc Mount Type",
+                format!("container {:?} must not set securityContext.procMount", cname(c)),
+                vec![cimage(c)],
+            );
         }
         if c.pointer("/securityContext/seccompProfile/type").and_then(Value::as_str) == Some("Unconfined") {
-            push(out, "Seccomp", format!("container {:?} must not set securityContext.seccompProfile.type to \"Unconfined\"", cname(c)), vec![cimage(c)]);
+            push(
+                out,
+                "Seccomp",
+                format!("container {:?} must not set securityContext.seccompProfile.type to \"Unconfined\"", cname(c)),
+                vec![cimage(c)],
+            );
         }
         if let Some(t) = c.pointer("/securityContext/appArmorProfile/type").and_then(Value::as_str) {
             if t != "RuntimeDefault" && t != "Localhost" {
-                push(out, "AppArmor", format!("container {:?} must not set appArmorProfile.type={t}", cname(c)), vec![cimage(c)]);
+                push(
+                    out,
+                    "AppArmor",
+                    format!("container {:?} must not set appArmorProfile.type={t}", cname(c)),
+                    vec![cimage(c)],
+                );
             }
         }
         if let Some(se) = c.pointer("/securityContext/seLinuxOptions") {
             if selinux_bad(se) {
-                push(out, "SELinux", format!("container {:?} sets forbidden seLinuxOptions", cname(c)), vec![cimage(c)]);
+                push(
+                    out,
+                    "SELinux",
+                    format!("container {:?} sets forbidden seLinuxOptions", cname(c)),
+                    vec![cimage(c)],
+                );
             }
         }
     }
@@ -194,7 +249,11 @@ fn baseline(meta: &Value, spec: &Value, out: &mut Vec<Violation>) {
         }
     }
     if let Some(s) = psc.and_then(|s| s.get("sysctls")).and_then(Value::as_array) {
-        let bad: Vec<&str> = s.iter().filter_map(|x| x.get("name").and_then(Value::as_str)).filter(|n| !SAFE_SYSCTLS.contains(n)).collect();
+        let bad: Vec<&str> = s
+            .iter()
+            .filter_map(|x| x.get("name").and_then(Value::as_str))
+            .filter(|n| !SAFE_SYSCTLS.contains(n))
+            .collect();
         if !bad.is_empty() {
             push(out, "Sysctls", format!("forbidden sysctls {bad:?}"), vec![]);
         }
@@ -203,7 +262,9 @@ fn baseline(meta: &Value, spec: &Value, out: &mut Vec<Violation>) {
 
 fn selinux_bad(se: &Value) -> bool {
     let t = se.get("type").and_then(Value::as_str).unwrap_or("");
-    !SELINUX_TYPES.contains(&t) || se.get("user").and_then(Value::as_str).is_some_and(|u| !u.is_empty()) || se.get("role").and_then(Value::as_str).is_some_and(|r| !r.is_empty())
+    !SELINUX_TYPES.contains(&t)
+        || se.get("user").and_then(Value::as_str).is_some_and(|u| !u.is_empty())
+        || se.get("role").and_then(Value::as_str).is_some_and(|r| !r.is_empty())
 }
 
 fn restricted(spec: &Value, out: &mut Vec<Violation>) {
@@ -211,7 +272,15 @@ fn restricted(spec: &Value, out: &mut Vec<Violation>) {
         for v in vs {
             if let Some(o) = v.as_object() {
                 if let Some(t) = o.keys().find(|k| *k != "name" && !RESTRICTED_VOLUMES.contains(&k.as_str())) {
-                    push(out, "Volume Types", format!("volume {:?} uses restricted volume type {t:?}", o.get("name").and_then(Value::as_str).unwrap_or("")), vec![]);
+                    push(
+                        out,
+                        "Volume Types",
+                        format!(
+                            "volume {:?} uses restricted volume type {t:?}",
+                            o.get("name").and_then(Value::as_str).unwrap_or("")
+                        ),
+                        vec![],
+                    );
                 }
             }
         }
@@ -226,23 +295,60 @@ fn restricted(spec: &Value, out: &mut Vec<Violation>) {
     for c in containers(spec) {
         let sc = c.get("securityContext");
         if sc.and_then(|s| s.get("allowPrivilegeEscalation")).and_then(Value::as_bool) != Some(false) {
-            push(out, "Privilege Escalation", format!("container {:?} must set securityContext.allowPrivilegeEscalation=false", cname(c)), vec![cimage(c)]);
+            push(
+                out,
+                "Privilege Escalation",
+                format!("container {:?} must set securityContext.allowPrivilegeEscalation=false", cname(c)),
+                vec![cimage(c)],
+            );
         }
         let c_non_root = sc.and_then(|s| s.get("runAsNonRoot")).and_then(Value::as_bool);
         if c_non_root == Some(false) || (c_non_root.is_none() && pod_non_root != Some(true)) {
-            push(out, "Running as Non-root", format!("container {:?} must set securityContext.runAsNonRoot=true", cname(c)), vec![cimage(c)]);
+            push(
+                out,
+                "Running as Non-root",
+                format!("container {:?} must set securityContext.runAsNonRoot=true", cname(c)),
+                vec![cimage(c)],
+            );
         }
         if sc.and_then(|s| s.get("runAsUser")).and_then(Value::as_i64) == Some(0) {
-            push(out, "Running as Non-root user", format!("container {:?} must not set runAsUser=0", cname(c)), vec![cimage(c)]);
+            push(
+                out,
+                "Running as Non-root user",
+                format!("container {:?} must not set runAsUser=0", cname(c)),
+                vec![cimage(c)],
+            );
         }
         let cs = sc.and_then(|s| s.pointer("/seccompProfile/type")).and_then(Value::as_str).or(pod_seccomp);
         if !matches!(cs, Some("RuntimeDefault" | "Localhost")) {
-            push(out, "Seccomp", format!("container {:?} must set securityContext.seccompProfile.type to \"RuntimeDefault\" or \"Localhost\"", cname(c)), vec![cimage(c)]);
+            push(
+                out,
+                "Seccomp",
+                format!(
+                    "container {:?} must set securityContext.seccompProfile.type to \"RuntimeDefault\" or \"Localhost\"",
+                    cname(c)
+                ),
+                vec![cimage(c)],
+            );
         }
-        let drops_all = sc.and_then(|s| s.pointer("/capabilities/drop")).and_then(Value::as_array).is_some_and(|d| d.iter().any(|x| x == "ALL"));
-        let adds_bad = sc.and_then(|s| s.pointer("/capabilities/add")).and_then(Value::as_array).is_some_and(|a| a.iter().any(|x| x != "NET_BIND_SERVICE"));
+        let drops_all = sc
+            .and_then(|s| s.pointer("/capabilities/drop"))
+            .and_then(Value::as_array)
+            .is_some_and(|d| d.iter().any(|x| x == "ALL"));
+        let adds_bad = sc
+            .and_then(|s| s.pointer("/capabilities/add"))
+            .and_then(Value::as_array)
+            .is_some_and(|a| a.iter().any(|x| x != "NET_BIND_SERVICE"));
         if !drops_all || adds_bad {
-            push(out, "Capabilities", format!("container {:?} must set securityContext.capabilities.drop=[\"ALL\"] and add only NET_BIND_SERVICE", cname(c)), vec![cimage(c)]);
+            push(
+                out,
+                "Capabilities",
+                format!(
+                    "container {:?} must set securityContext.capabilities.drop=[\"ALL\"] and add only NET_BIND_SERVICE",
+                    cname(c)
+                ),
+                vec![cimage(c)],
+            );
         }
     }
 }

@@ -81,7 +81,9 @@ const fn merge(key: &'static str, ty: Ty) -> Field {
 pub fn root(kind: &str) -> Ty {
     Ty::Root(match kind {
         "Pod" => RootKind::Pod,
-        "Deployment" | "ReplicaSet" | "StatefulSet" | "DaemonSet" | "Job" | "ReplicationController" => RootKind::Workload,
+        "Deployment" | "ReplicaSet" | "StatefulSet" | "DaemonSet" | "Job" | "ReplicationController" => {
+            RootKind::Workload
+        }
         "CronJob" => RootKind::CronJob,
         "PodTemplate" => RootKind::PodTemplate,
         "Service" => RootKind::Service,
@@ -107,7 +109,9 @@ pub fn field(ty: Ty, name: &str) -> Field {
         (Ty::PodTemplate, "metadata") => map(Ty::ObjectMeta),
         (Ty::PodTemplate, "spec") => map(Ty::PodSpec),
         (Ty::PodSpec, "containers" | "initContainers" | "ephemeralContainers") => merge("name", Ty::Container),
-        (Ty::PodSpec, "volumes" | "imagePullSecrets" | "resourceClaims" | "schedulingGates") => merge("name", Ty::Unknown),
+        (Ty::PodSpec, "volumes" | "imagePullSecrets" | "resourceClaims" | "schedulingGates") => {
+            merge("name", Ty::Unknown)
+        }
         (Ty::PodSpec, "hostAliases") => merge("ip", Ty::Unknown),
         (Ty::PodSpec, "topologySpreadConstraints") => merge("topologyKey", Ty::Unknown),
         (Ty::Container, "env") => merge("name", Ty::Unknown),
@@ -177,9 +181,18 @@ fn merge_value(dest: Option<Value>, patch: &Value, f: Field, path: &str) -> Resu
     }
 }
 
-fn merge_map(mut dest: Map<String, Value>, patch: &Map<String, Value>, ty: Ty, path: &str) -> Result<Map<String, Value>, String> {
+fn merge_map(
+    mut dest: Map<String, Value>,
+    patch: &Map<String, Value>,
+    ty: Ty,
+    path: &str,
+) -> Result<Map<String, Value>, String> {
     for (k, pv) in patch {
-        if k == "$patch" || k == "$retainKeys" || k.starts_with("$setElementOrder/") || k.starts_with("$deleteFromPrimitiveList/") {
+        if k == "$patch"
+            || k == "$retainKeys"
+            || k.starts_with("$setElementOrder/")
+            || k.starts_with("$deleteFromPrimitiveList/")
+        {
             continue;
         }
         let child = format!("{path}/{}", k.replace('~', "~0").replace('/', "~1"));
@@ -229,7 +242,9 @@ fn merge_list(dest: Vec<Value>, patch: &[Value], f: Field, path: &str) -> Result
             // Replaced; elements that are maps still have their directives resolved.
             let mut out = Vec::with_capacity(patch.len());
             for (i, p) in patch.iter().enumerate() {
-                if let Some(v) = merge_value(None, p, Field { ty: f.ty, list: ListKind::Atomic }, &format!("{path}/{i}"))? {
+                if let Some(v) =
+                    merge_value(None, p, Field { ty: f.ty, list: ListKind::Atomic }, &format!("{path}/{i}"))?
+                {
                     out.push(v);
                 }
             }
@@ -245,7 +260,13 @@ fn merge_list(dest: Vec<Value>, patch: &[Value], f: Field, path: &str) -> Result
             Ok(Some(out))
         }
         ListKind::Merge(key) => {
-            let directive = |v: &Value| v.as_object().filter(|o| o.len() == 1).and_then(|o| o.get("$patch")).and_then(Value::as_str).map(str::to_string);
+            let directive = |v: &Value| {
+                v.as_object()
+                    .filter(|o| o.len() == 1)
+                    .and_then(|o| o.get("$patch"))
+                    .and_then(Value::as_str)
+                    .map(str::to_string)
+            };
             let mut dest = dest;
             let mut patch_items: Vec<&Value> = Vec::new();
             for p in patch {
@@ -267,7 +288,10 @@ fn merge_list(dest: Vec<Value>, patch: &[Value], f: Field, path: &str) -> Result
             }
             let mut out: Vec<Value> = Vec::with_capacity(keys.len());
             for k in &keys {
-                let d = dest.iter().position(|x| key_of(x, key).as_deref() == Some(k.as_str())).map(|i| dest.swap_remove_keep(i));
+                let d = dest
+                    .iter()
+                    .position(|x| key_of(x, key).as_deref() == Some(k.as_str()))
+                    .map(|i| dest.swap_remove_keep(i));
                 let p = patch_items.iter().find(|x| key_of(x, key).as_deref() == Some(k.as_str()));
                 let merged = match p {
                     Some(p) => merge_value(d, p, elem, &format!("{path}[{key}={k}]"))?,
@@ -365,7 +389,9 @@ mod tests {
 
     #[test]
     fn nested_merge_keys_env_ports_volume_mounts() {
-        let d = pod(json!({"containers": [{"name": "a", "env": [{"name": "X", "value": "1"}], "ports": [{"containerPort": 80}], "volumeMounts": [{"mountPath": "/a", "name": "v"}]}]}));
+        let d = pod(
+            json!({"containers": [{"name": "a", "env": [{"name": "X", "value": "1"}], "ports": [{"containerPort": 80}], "volumeMounts": [{"mountPath": "/a", "name": "v"}]}]}),
+        );
         let p = json!({"spec": {"containers": [{"name": "a", "env": [{"name": "X", "value": "2"}, {"name": "Y", "value": "3"}], "ports": [{"containerPort": 80, "protocol": "TCP"}], "volumeMounts": [{"mountPath": "/b", "name": "w"}]}]}});
         let out = apply(&d, &p, "Pod").unwrap_or_default();
         let c = &out["spec"]["containers"][0];
@@ -379,9 +405,17 @@ mod tests {
         let d = json!({"kind": "CronJob", "spec": {"jobTemplate": {"spec": {"template": {"spec": {"containers": [{"name": "a"}]}}}}}});
         let p = json!({"spec": {"jobTemplate": {"spec": {"template": {"spec": {"containers": [{"name": "b"}]}}}}}});
         let out = apply(&d, &p, "CronJob").unwrap_or_default();
-        assert_eq!(out["spec"]["jobTemplate"]["spec"]["template"]["spec"]["containers"], json!([{"name": "b"}, {"name": "a"}]));
+        assert_eq!(
+            out["spec"]["jobTemplate"]["spec"]["template"]["spec"]["containers"],
+            json!([{"name": "b"}, {"name": "a"}])
+        );
         let d = json!({"kind": "Deployment", "spec": {"template": {"spec": {"volumes": [{"name": "a"}]}}}});
-        let out = apply(&d, &json!({"spec": {"template": {"spec": {"volumes": [{"name": "b", "emptyDir": {}}]}}}}), "Deployment").unwrap_or_default();
+        let out = apply(
+            &d,
+            &json!({"spec": {"template": {"spec": {"volumes": [{"name": "b", "emptyDir": {}}]}}}}),
+            "Deployment",
+        )
+        .unwrap_or_default();
         assert_eq!(out["spec"]["template"]["spec"]["volumes"], json!([{"name": "b", "emptyDir": {}}, {"name": "a"}]));
     }
 
@@ -407,35 +441,43 @@ mod tests {
 
     #[test]
     fn patch_directives() {
-        let d = pod(json!({"containers": [{"name": "a", "image": "x"}, {"name": "b"}], "securityContext": {"runAsUser": 1, "fsGroup": 2}}));
+        let d = pod(
+            json!({"containers": [{"name": "a", "image": "x"}, {"name": "b"}], "securityContext": {"runAsUser": 1, "fsGroup": 2}}),
+        );
         // delete one element
-        let out = apply(&d, &json!({"spec": {"containers": [{"name": "a", "$patch": "delete"}]}}), "Pod").unwrap_or_default();
+        let out =
+            apply(&d, &json!({"spec": {"containers": [{"name": "a", "$patch": "delete"}]}}), "Pod").unwrap_or_default();
         assert_eq!(out["spec"]["containers"], json!([{"name": "b"}]));
         // replace the list
-        let out = apply(&d, &json!({"spec": {"containers": [{"name": "c"}, {"$patch": "replace"}]}}), "Pod").unwrap_or_default();
+        let out = apply(&d, &json!({"spec": {"containers": [{"name": "c"}, {"$patch": "replace"}]}}), "Pod")
+            .unwrap_or_default();
         assert_eq!(out["spec"]["containers"], json!([{"name": "c"}]));
         // replace a map
-        let out = apply(&d, &json!({"spec": {"securityContext": {"runAsUser": 5, "$patch": "replace"}}}), "Pod").unwrap_or_default();
+        let out = apply(&d, &json!({"spec": {"securityContext": {"runAsUser": 5, "$patch": "replace"}}}), "Pod")
+            .unwrap_or_default();
         assert_eq!(out["spec"]["securityContext"], json!({"runAsUser": 5}));
         // delete a map
         let out = apply(&d, &json!({"spec": {"securityContext": {"$patch": "delete"}}}), "Pod").unwrap_or_default();
         assert!(out["spec"].get("securityContext").is_none());
         // retainKeys
-        let out = apply(&d, &json!({"spec": {"securityContext": {"$retainKeys": ["fsGroup"], "fsGroup": 3}}}), "Pod").unwrap_or_default();
+        let out = apply(&d, &json!({"spec": {"securityContext": {"$retainKeys": ["fsGroup"], "fsGroup": 3}}}), "Pod")
+            .unwrap_or_default();
         assert_eq!(out["spec"]["securityContext"], json!({"fsGroup": 3}));
         // setElementOrder
         let out = apply(&d, &json!({"spec": {"$setElementOrder/containers": [{"name": "b"}, {"name": "a"}], "containers": [{"name": "a", "image": "y"}]}}), "Pod").unwrap_or_default();
         assert_eq!(out["spec"]["containers"], json!([{"name": "b"}, {"name": "a", "image": "y"}]));
         // deleteFromPrimitiveList
         let d = json!({"kind": "Namespace", "metadata": {"finalizers": ["a", "b"]}});
-        let out = apply(&d, &json!({"metadata": {"$deleteFromPrimitiveList/finalizers": ["a"]}}), "Namespace").unwrap_or_default();
+        let out = apply(&d, &json!({"metadata": {"$deleteFromPrimitiveList/finalizers": ["a"]}}), "Namespace")
+            .unwrap_or_default();
         assert_eq!(out["metadata"]["finalizers"], json!(["b"]));
     }
 
     #[test]
     fn new_content_drops_nulls_and_directives() {
         let d = pod(json!({}));
-        let out = apply(&d, &json!({"spec": {"securityContext": {"a": null, "b": 1, "$patch": "merge"}}}), "Pod").unwrap_or_default();
+        let out = apply(&d, &json!({"spec": {"securityContext": {"a": null, "b": 1, "$patch": "merge"}}}), "Pod")
+            .unwrap_or_default();
         assert_eq!(out["spec"]["securityContext"], json!({"b": 1}));
     }
 

@@ -143,7 +143,8 @@ const MAX_ROUNDS: usize = 32;
 fn render_dynamic(s: &str, ctx: &Context, at: &str) -> Result<Value, EvalError> {
     let mut value = s.to_string();
     for _ in 0..MAX_ROUNDS {
-        let caps: Vec<String> = VAR.captures_iter(&value).filter_map(|c| c.get(2).map(|m| m.as_str().to_string())).collect();
+        let caps: Vec<String> =
+            VAR.captures_iter(&value).filter_map(|c| c.get(2).map(|m| m.as_str().to_string())).collect();
         if caps.is_empty() {
             return Ok(Value::String(unescape(&value)));
         }
@@ -171,12 +172,17 @@ fn render_dynamic(s: &str, ctx: &Context, at: &str) -> Result<Value, EvalError> 
 fn resolve(v: &Var, ctx: &Context, at: &str) -> Result<Value, EvalError> {
     if v.query == "@" {
         let path = at_path(at, ctx);
-        let e = Expression::compile(&path).map_err(|e| EvalError::Substitution(format!("incorrect query {path}: {e}")))?;
-        return ctx.query(&e).map_err(|e| EvalError::Substitution(format!("failed to resolve {} at path {at}: {e}", v.query)));
+        let e =
+            Expression::compile(&path).map_err(|e| EvalError::Substitution(format!("incorrect query {path}: {e}")))?;
+        return ctx
+            .query(&e)
+            .map_err(|e| EvalError::Substitution(format!("failed to resolve {} at path {at}: {e}", v.query)));
     }
     let expr = if ctx.is_delete() { v.delete_expr.as_ref().or(v.expr.as_ref()) } else { v.expr.as_ref() };
     let Some(expr) = expr else { return Ok(Value::Null) };
-    ctx.query(expr).map_err(|e| EvalError::Substitution(format!("failed to resolve {} at path {at}: JMESPath query failed: {e}", v.query)))
+    ctx.query(expr).map_err(|e| {
+        EvalError::Substitution(format!("failed to resolve {} at path {at}: JMESPath query failed: {e}", v.query))
+    })
 }
 
 /// `{{@}}`: the JMESPath of the current pattern position in the resource.
@@ -224,7 +230,8 @@ impl TValue {
             Value::Object(m) => TValue::Object(
                 m.iter()
                     .map(|(k, x)| {
-                        let key = if has_vars(k) { TKey::Template(Template::compile(k)?) } else { TKey::Static(k.clone()) };
+                        let key =
+                            if has_vars(k) { TKey::Template(Template::compile(k)?) } else { TKey::Static(k.clone()) };
                         Ok((key, TValue::compile(x)?))
                     })
                     .collect::<Result<_, String>>()?,

@@ -6,12 +6,16 @@
 use crate::autogen::{Shift, shift_cel};
 use crate::error::CompileError;
 use crate::matching::{Constraints, Matcher, ResourceRule};
-use crate::policy::{Action, CompiledPolicy, CompiledRule, CompiledValidation, RuleBody, compile_cel, compile_cel_preconditions};
+use crate::policy::{
+    Action, CompiledPolicy, CompiledRule, CompiledValidation, RuleBody, compile_cel, compile_cel_preconditions,
+};
 use serde_json::{Value, json};
 use verno_api::LabelSelector;
 
 pub(crate) fn strings(v: Option<&Value>) -> Vec<String> {
-    v.and_then(Value::as_array).map(|a| a.iter().filter_map(Value::as_str).map(str::to_string).collect()).unwrap_or_default()
+    v.and_then(Value::as_array)
+        .map(|a| a.iter().filter_map(Value::as_str).map(str::to_string).collect())
+        .unwrap_or_default()
 }
 
 fn rules(v: Option<&Value>) -> Vec<ResourceRule> {
@@ -31,7 +35,9 @@ fn rules(v: Option<&Value>) -> Vec<ResourceRule> {
 fn selector(v: Option<&Value>, path: &str) -> Result<Option<LabelSelector>, CompileError> {
     match v {
         None | Some(Value::Null) => Ok(None),
-        Some(s) => serde_json::from_value(s.clone()).map(Some).map_err(|e| CompileError::new(path, format!("invalid label selector: {e}"))),
+        Some(s) => serde_json::from_value(s.clone())
+            .map(Some)
+            .map_err(|e| CompileError::new(path, format!("invalid label selector: {e}"))),
     }
 }
 
@@ -47,21 +53,33 @@ pub(crate) fn constraints(mc: &Value) -> Result<Constraints, CompileError> {
 /// The controllers autogen covers, or none when the policy does not match bare Pods or turns
 /// autogen off (`autogen.podControllers.controllers: []`).
 fn controllers(spec: &Value, c: &Constraints) -> Vec<&'static str> {
-    let pods = c.rules.iter().any(|r| r.resources.iter().any(|x| x == "pods") && (r.api_groups.iter().any(|g| g.is_empty() || g == "*")));
+    let pods = c
+        .rules
+        .iter()
+        .any(|r| r.resources.iter().any(|x| x == "pods") && (r.api_groups.iter().any(|g| g.is_empty() || g == "*")));
     if !pods {
         return Vec::new();
     }
     match spec.pointer("/autogen/podControllers/controllers").and_then(Value::as_array) {
         Some(list) => {
             let names: Vec<String> = list.iter().filter_map(Value::as_str).map(str::to_lowercase).collect();
-            ["deployments", "replicasets", "statefulsets", "daemonsets", "jobs", "cronjobs"].into_iter().filter(|c| names.iter().any(|n| n == c)).collect()
+            ["deployments", "replicasets", "statefulsets", "daemonsets", "jobs", "cronjobs"]
+                .into_iter()
+                .filter(|c| names.iter().any(|n| n == c))
+                .collect()
         }
         None => vec!["deployments", "replicasets", "statefulsets", "daemonsets", "jobs", "cronjobs"],
     }
 }
 
 fn controller_rules(ctrls: &[&str], cron: bool, base: &Constraints) -> Constraints {
-    let ops: Vec<String> = base.rules.iter().flat_map(|r| r.operations.clone()).collect::<std::collections::BTreeSet<_>>().into_iter().collect();
+    let ops: Vec<String> = base
+        .rules
+        .iter()
+        .flat_map(|r| r.operations.clone())
+        .collect::<std::collections::BTreeSet<_>>()
+        .into_iter()
+        .collect();
     let mk = |group: &str, version: &str, res: Vec<String>| ResourceRule {
         api_groups: vec![group.into()],
         api_versions: vec![version.into()],
@@ -73,7 +91,8 @@ fn controller_rules(ctrls: &[&str], cron: bool, base: &Constraints) -> Constrain
     if cron {
         rules.push(mk("batch", "v1", vec!["cronjobs".into()]));
     } else {
-        let apps: Vec<String> = ctrls.iter().filter(|c| **c != "jobs" && **c != "cronjobs").map(|c| c.to_string()).collect();
+        let apps: Vec<String> =
+            ctrls.iter().filter(|c| **c != "jobs" && **c != "cronjobs").map(|c| c.to_string()).collect();
         if !apps.is_empty() {
             rules.push(mk("apps", "v1", apps));
         }
@@ -81,10 +100,21 @@ fn controller_rules(ctrls: &[&str], cron: bool, base: &Constraints) -> Constrain
             rules.push(mk("batch", "v1", vec!["jobs".into()]));
         }
     }
-    Constraints { rules, exclude: Vec::new(), namespace_selector: base.namespace_selector.clone(), object_selector: base.object_selector.clone() }
+    Constraints {
+        rules,
+        exclude: Vec::new(),
+        namespace_selector: base.namespace_selector.clone(),
+        object_selector: base.object_selector.clone(),
+    }
 }
 
-fn rule(name: &str, matcher: Matcher, cel: &Value, conditions: &[Value], action: Action) -> Result<CompiledRule, CompileError> {
+fn rule(
+    name: &str,
+    matcher: Matcher,
+    cel: &Value,
+    conditions: &[Value],
+    action: Action,
+) -> Result<CompiledRule, CompileError> {
     Ok(CompiledRule {
         name: name.to_string(),
         autogen_of: if name.is_empty() { None } else { Some(String::new()) },
@@ -113,7 +143,14 @@ pub(crate) fn policy_name(doc: &Value) -> Result<&str, CompileError> {
 
 /// A CEL-kind policy (ValidatingPolicy, MutatingPolicy, the admission policies) as a
 /// [`CompiledPolicy`]: what differs per kind is passed in, the rest is the same for all.
-pub(crate) fn cel_policy(doc: &Value, kind: &str, action: Action, emit_warning: bool, background: bool, rules: Vec<CompiledRule>) -> Result<CompiledPolicy, CompileError> {
+pub(crate) fn cel_policy(
+    doc: &Value,
+    kind: &str,
+    action: Action,
+    emit_warning: bool,
+    background: bool,
+    rules: Vec<CompiledRule>,
+) -> Result<CompiledPolicy, CompileError> {
     let name = policy_name(doc)?;
     let source: verno_api::ClusterPolicy = serde_json::from_value(json!({
         "apiVersion": doc.get("apiVersion").cloned().unwrap_or(Value::Null),
@@ -158,16 +195,30 @@ pub fn compile_validating_policy(doc: &Value) -> Result<CompiledPolicy, CompileE
     let matcher = if json_mode { Matcher::all_constraints(Vec::new()) } else { Matcher::constraints(base.clone()) };
     let mut rules_out = vec![rule("", matcher, &cel, &conditions, action)?];
     let ctrls = controllers(&spec, &base);
-    let shift = |v: &Value, s: Shift| shift_cel(v, s).ok_or_else(|| CompileError::new("spec", "autogen could not rewrite the expressions"));
+    let shift = |v: &Value, s: Shift| {
+        shift_cel(v, s).ok_or_else(|| CompileError::new("spec", "autogen could not rewrite the expressions"))
+    };
     if ctrls.iter().any(|c| *c != "cronjobs") {
         let cel_t = shift(&cel, Shift::Template)?;
         let cond_t = shift(&Value::Array(conditions.clone()), Shift::Template)?;
-        rules_out.push(rule("autogen-", Matcher::constraints(controller_rules(&ctrls, false, &base)), &cel_t, cond_t.as_array().map(Vec::as_slice).unwrap_or_default(), action)?);
+        rules_out.push(rule(
+            "autogen-",
+            Matcher::constraints(controller_rules(&ctrls, false, &base)),
+            &cel_t,
+            cond_t.as_array().map(Vec::as_slice).unwrap_or_default(),
+            action,
+        )?);
     }
     if ctrls.contains(&"cronjobs") {
         let cel_c = shift(&shift(&cel, Shift::Template)?, Shift::JobTemplate)?;
         let cond_c = shift(&shift(&Value::Array(conditions.clone()), Shift::Template)?, Shift::JobTemplate)?;
-        rules_out.push(rule("autogen-cronjob-", Matcher::constraints(controller_rules(&ctrls, true, &base)), &cel_c, cond_c.as_array().map(Vec::as_slice).unwrap_or_default(), action)?);
+        rules_out.push(rule(
+            "autogen-cronjob-",
+            Matcher::constraints(controller_rules(&ctrls, true, &base)),
+            &cel_c,
+            cond_c.as_array().map(Vec::as_slice).unwrap_or_default(),
+            action,
+        )?);
     }
     let background = spec.pointer("/evaluation/background/enabled").and_then(Value::as_bool).unwrap_or(true);
     cel_policy(doc, kind, action, actions.iter().any(|a| a == "Warn"), background, rules_out)
@@ -181,7 +232,8 @@ pub fn compile_admission_policy(doc: &Value, binding: Option<&Value>) -> Result<
     let spec = doc.get("spec").cloned().unwrap_or(Value::Null);
     let bspec = binding.and_then(|b| b.get("spec")).cloned().unwrap_or(Value::Null);
     let actions = strings(bspec.get("validationActions"));
-    let action = if actions.is_empty() || actions.iter().any(|a| a == "Deny") { Action::Enforce } else { Action::Audit };
+    let action =
+        if actions.is_empty() || actions.iter().any(|a| a == "Deny") { Action::Enforce } else { Action::Audit };
     let mut matchers = vec![constraints(&spec.get("matchConstraints").cloned().unwrap_or(Value::Null))?];
     if let Some(mr) = bspec.get("matchResources").filter(|m| m.is_object()) {
         matchers.push(constraints(mr)?);

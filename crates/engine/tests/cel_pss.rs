@@ -16,7 +16,11 @@ fn docs(path: &Path) -> Vec<Value> {
 }
 
 fn cel_set() -> Vec<CompiledPolicy> {
-    docs(&root().join("bench/cel-pss17.yaml")).iter().filter(|d| d.is_object()).map(|d| verno_engine::vpol::compile_validating_policy(d).unwrap_or_else(|e| panic!("{e}"))).collect()
+    docs(&root().join("bench/cel-pss17.yaml"))
+        .iter()
+        .filter(|d| d.is_object())
+        .map(|d| verno_engine::vpol::compile_validating_policy(d).unwrap_or_else(|e| panic!("{e}")))
+        .collect()
 }
 
 /// The names of the policies that fail the request's object.
@@ -36,7 +40,12 @@ fn failing(policies: &[CompiledPolicy], review: &Value) -> Vec<String> {
     let mut ctx = build_context(&req, &env);
     let mut out: Vec<String> = policies
         .iter()
-        .filter(|p| evaluate_policy(p, &[], &req, &mut ctx, &NoData).rules.iter().any(|r| r.status == Status::Fail || r.status == Status::Error))
+        .filter(|p| {
+            evaluate_policy(p, &[], &req, &mut ctx, &NoData)
+                .rules
+                .iter()
+                .any(|r| r.status == Status::Fail || r.status == Status::Error)
+        })
         .map(|p| p.name.clone())
         .collect();
     out.sort();
@@ -51,11 +60,25 @@ fn review(object: Value) -> Value {
 fn the_cel_set_judges_pods_like_the_pod_security_standards() {
     let set = cel_set();
     assert_eq!(set.len(), 17);
-    let bare = review(serde_json::json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "b"}, "spec": {"containers": [{"name": "c", "image": "busybox"}]}}));
-    assert_eq!(failing(&set, &bare), ["disallow-capabilities-strict", "disallow-privilege-escalation", "require-run-as-nonroot", "restrict-seccomp-strict"]);
-    let hardened: Value = serde_json::from_str(&std::fs::read_to_string(root().join("examples/hardened-pod.json")).unwrap_or_default()).unwrap_or_default();
+    let bare = review(
+        serde_json::json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "b"}, "spec": {"containers": [{"name": "c", "image": "busybox"}]}}),
+    );
+    assert_eq!(
+        failing(&set, &bare),
+        [
+            "disallow-capabilities-strict",
+            "disallow-privilege-escalation",
+            "require-run-as-nonroot",
+            "restrict-seccomp-strict"
+        ]
+    );
+    let hardened: Value =
+        serde_json::from_str(&std::fs::read_to_string(root().join("examples/hardened-pod.json")).unwrap_or_default())
+            .unwrap_or_default();
     assert_eq!(failing(&set, &hardened), Vec::<String>::new());
-    let privileged: Value = serde_json::from_str(&std::fs::read_to_string(root().join("examples/privileged-pod.json")).unwrap_or_default()).unwrap_or_default();
+    let privileged: Value =
+        serde_json::from_str(&std::fs::read_to_string(root().join("examples/privileged-pod.json")).unwrap_or_default())
+            .unwrap_or_default();
     assert!(failing(&set, &privileged).contains(&"disallow-privileged-containers".to_string()));
 }
 
@@ -67,7 +90,9 @@ fn the_cel_set_agrees_with_the_pattern_set_when_the_bench_corpus_is_present() {
         return;
     }
     let mut patterns = Vec::new();
-    let mut files: Vec<PathBuf> = std::fs::read_dir(shared.join("policies/pss-17")).map(|r| r.filter_map(|e| e.ok().map(|e| e.path())).collect()).unwrap_or_default();
+    let mut files: Vec<PathBuf> = std::fs::read_dir(shared.join("policies/pss-17"))
+        .map(|r| r.filter_map(|e| e.ok().map(|e| e.path())).collect())
+        .unwrap_or_default();
     files.sort();
     for f in files {
         for d in docs(&f) {

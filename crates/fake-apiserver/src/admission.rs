@@ -48,14 +48,19 @@ fn rule_matches(rule: &Value, op: &str, group: &str, version: &str, plural: &str
         "Cluster" => !namespaced,
         _ => true,
     };
-    has("operations", op) && has("apiGroups", group) && has("apiVersions", version) && has("resources", plural) && scope_ok
+    has("operations", op)
+        && has("apiGroups", group)
+        && has("apiVersions", version)
+        && has("resources", plural)
+        && scope_ok
 }
 
 /// A metav1.LabelSelector against a label map.
 pub fn selector_matches(sel: Option<&Value>, labels: &serde_json::Map<String, Value>) -> bool {
     let Some(sel) = sel.filter(|s| !s.is_null()) else { return true };
     let label = |k: &str| labels.get(k).and_then(Value::as_str);
-    let eq = sel.get("matchLabels").and_then(Value::as_object).is_none_or(|m| m.iter().all(|(k, v)| label(k) == v.as_str()));
+    let eq =
+        sel.get("matchLabels").and_then(Value::as_object).is_none_or(|m| m.iter().all(|(k, v)| label(k) == v.as_str()));
     let exprs = sel.get("matchExpressions").and_then(Value::as_array).is_none_or(|es| {
         es.iter().all(|e| {
             let k = e.get("key").and_then(Value::as_str).unwrap_or("");
@@ -78,7 +83,11 @@ fn labels_of(o: Option<&Value>) -> serde_json::Map<String, Value> {
 
 /// Runs admission for a write: the object after mutation (when a webhook patched it) and the
 /// webhooks' warnings.
-pub(crate) async fn admit(inner: &Arc<Inner>, c: &Change, user: &(String, Vec<String>)) -> Result<(Option<Value>, Vec<String>), Response> {
+pub(crate) async fn admit(
+    inner: &Arc<Inner>,
+    c: &Change,
+    user: &(String, Vec<String>),
+) -> Result<(Option<Value>, Vec<String>), Response> {
     let r = &c.resource;
     if r.group == "admissionregistration.k8s.io" {
         return Ok((None, Vec::new()));
@@ -86,12 +95,17 @@ pub(crate) async fn admit(inner: &Arc<Inner>, c: &Change, user: &(String, Vec<St
     let (hooks, ns_labels, services) = {
         let s = lock(&inner.store);
         let mut hooks = Vec::new();
-        for (plural, mutating) in [("mutatingwebhookconfigurations", true), ("validatingwebhookconfigurations", false)] {
+        for (plural, mutating) in [("mutatingwebhookconfigurations", true), ("validatingwebhookconfigurations", false)]
+        {
             let k = format!("admissionregistration.k8s.io/{plural}");
             for ((rk, _, _), cfg) in s.objects.iter().filter(|((rk, _, _), _)| *rk == k) {
                 let _ = rk;
                 for w in cfg.get("webhooks").and_then(Value::as_array).into_iter().flatten() {
-                    hooks.push(Hook { name: w.get("name").and_then(Value::as_str).unwrap_or("").to_string(), mutating, entry: w.clone() });
+                    hooks.push(Hook {
+                        name: w.get("name").and_then(Value::as_str).unwrap_or("").to_string(),
+                        mutating,
+                        entry: w.clone(),
+                    });
                 }
             }
         }
@@ -115,7 +129,9 @@ pub(crate) async fn admit(inner: &Arc<Inner>, c: &Change, user: &(String, Vec<St
     let mut warnings: Vec<String> = Vec::new();
     for hook in hooks {
         let w = &hook.entry;
-        let rules_ok = w.get("rules").and_then(Value::as_array).is_some_and(|rules| rules.iter().any(|rule| rule_matches(rule, op, r.group, r.version, r.plural, r.namespaced)));
+        let rules_ok = w.get("rules").and_then(Value::as_array).is_some_and(|rules| {
+            rules.iter().any(|rule| rule_matches(rule, op, r.group, r.version, r.plural, r.namespaced))
+        });
         if !rules_ok {
             continue;
         }
@@ -123,12 +139,19 @@ pub(crate) async fn admit(inner: &Arc<Inner>, c: &Change, user: &(String, Vec<St
             continue;
         }
         let obj_sel = w.get("objectSelector");
-        if !selector_matches(obj_sel, &labels_of(object.as_ref())) && !selector_matches(obj_sel, &labels_of(c.old.as_ref())) {
+        if !selector_matches(obj_sel, &labels_of(object.as_ref()))
+            && !selector_matches(obj_sel, &labels_of(c.old.as_ref()))
+        {
             continue;
         }
         let fail_open = w.get("failurePolicy").and_then(Value::as_str) == Some("Ignore");
         let request = review_request(c, object.as_ref(), user);
-        let call = |outcome: String| Call { webhook: hook.name.clone(), operation: op.to_string(), object: format!("{}/{}", c.k.1, c.k.2), outcome };
+        let call = |outcome: String| Call {
+            webhook: hook.name.clone(),
+            operation: op.to_string(),
+            object: format!("{}/{}", c.k.1, c.k.2),
+            outcome,
+        };
         match match_conditions(w, &request) {
             Ok(true) => {}
             Ok(false) => continue,
@@ -137,7 +160,11 @@ pub(crate) async fn admit(inner: &Arc<Inner>, c: &Change, user: &(String, Vec<St
                 if fail_open {
                     continue;
                 }
-                return Err(status(StatusCode::INTERNAL_SERVER_ERROR, "InternalError", format!("Internal error occurred: failed calling webhook {:?}: {e}", hook.name)));
+                return Err(status(
+                    StatusCode::INTERNAL_SERVER_ERROR,
+                    "InternalError",
+                    format!("Internal error occurred: failed calling webhook {:?}: {e}", hook.name),
+                ));
             }
         }
         let result = call_webhook(w, &request, &services).await;
@@ -147,7 +174,11 @@ pub(crate) async fn admit(inner: &Arc<Inner>, c: &Change, user: &(String, Vec<St
                 if fail_open {
                     continue;
                 }
-                return Err(status(StatusCode::INTERNAL_SERVER_ERROR, "InternalError", format!("Internal error occurred: failed calling webhook {:?}: {e}", hook.name)));
+                return Err(status(
+                    StatusCode::INTERNAL_SERVER_ERROR,
+                    "InternalError",
+                    format!("Internal error occurred: failed calling webhook {:?}: {e}", hook.name),
+                ));
             }
             Ok(resp) => {
                 warnings.extend(strings(resp.get("warnings")).into_iter().map(str::to_string));
@@ -164,7 +195,14 @@ pub(crate) async fn admit(inner: &Arc<Inner>, c: &Change, user: &(String, Vec<St
                         .and_then(|p| json_patch::patch(o, &p).map_err(|e| e.to_string()));
                     if let Err(e) = applied {
                         lock(&inner.store).admission_log.push(call(format!("error: {e}")));
-                        return Err(status(StatusCode::INTERNAL_SERVER_ERROR, "InternalError", format!("Internal error occurred: JSON patch from webhook {:?} could not be applied: {e}", hook.name)));
+                        return Err(status(
+                            StatusCode::INTERNAL_SERVER_ERROR,
+                            "InternalError",
+                            format!(
+                                "Internal error occurred: JSON patch from webhook {:?} could not be applied: {e}",
+                                hook.name
+                            ),
+                        ));
                     }
                     mutated = true;
                     lock(&inner.store).admission_log.push(call("patched".into()));
@@ -235,7 +273,11 @@ fn match_conditions(w: &Value, request: &Value) -> Result<bool, String> {
 }
 
 /// POSTs the AdmissionReview; returns its `response`.
-async fn call_webhook(w: &Value, request: &Value, services: &std::collections::BTreeMap<(String, String), Option<SocketAddr>>) -> Result<Value, String> {
+async fn call_webhook(
+    w: &Value,
+    request: &Value,
+    services: &std::collections::BTreeMap<(String, String), Option<SocketAddr>>,
+) -> Result<Value, String> {
     let cc = w.get("clientConfig").cloned().unwrap_or(Value::Null);
     let timeout = w.get("timeoutSeconds").and_then(Value::as_u64).unwrap_or(10);
     let (url, resolve) = if let Some(url) = cc.get("url").and_then(Value::as_str) {
@@ -249,7 +291,11 @@ async fn call_webhook(w: &Value, request: &Value, services: &std::collections::B
         let url = format!("https://{host}:{port}{path}?timeout={timeout}s");
         match services.get(&(ns.to_string(), name.to_string())) {
             None => return Err(format!("failed to call webhook: Post {url:?}: service {name:?} not found")),
-            Some(None) => return Err(format!("failed to call webhook: Post {url:?}: no endpoints available for service {name:?}")),
+            Some(None) => {
+                return Err(format!(
+                    "failed to call webhook: Post {url:?}: no endpoints available for service {name:?}"
+                ));
+            }
             Some(Some(addr)) => (url, Some((host, *addr))),
         }
     } else {
@@ -258,7 +304,9 @@ async fn call_webhook(w: &Value, request: &Value, services: &std::collections::B
     let post_err = |e: String| format!("failed to call webhook: Post {url:?}: {e}");
     let mut roots = rustls::RootCertStore::empty();
     if let Some(b) = cc.get("caBundle").and_then(Value::as_str) {
-        let pem = base64::engine::general_purpose::STANDARD.decode(b).map_err(|e| post_err(format!("invalid caBundle: {e}")))?;
+        let pem = base64::engine::general_purpose::STANDARD
+            .decode(b)
+            .map_err(|e| post_err(format!("invalid caBundle: {e}")))?;
         use rustls_pki_types::pem::PemObject;
         for cert in rustls_pki_types::CertificateDer::pem_slice_iter(&pem) {
             let cert = cert.map_err(|e| post_err(format!("invalid caBundle: {e}")))?;
@@ -276,9 +324,12 @@ async fn call_webhook(w: &Value, request: &Value, services: &std::collections::B
     }
     let client = builder.build().map_err(|e| post_err(e.to_string()))?;
     let body = json!({"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "request": request});
-    let resp = client.post(&url).header("Content-Type", "application/json").body(body.to_string()).send().await.map_err(|e| {
-        if e.is_timeout() { post_err("context deadline exceeded".into()) } else { post_err(error_chain(&e)) }
-    })?;
+    let resp =
+        client.post(&url).header("Content-Type", "application/json").body(body.to_string()).send().await.map_err(
+            |e| {
+                if e.is_timeout() { post_err("context deadline exceeded".into()) } else { post_err(error_chain(&e)) }
+            },
+        )?;
     let code = resp.status().as_u16();
     let text = resp.text().await.map_err(|e| post_err(e.to_string()))?;
     if !(200..300).contains(&code) {

@@ -83,7 +83,13 @@ pub fn default_resources() -> Vec<Resource> {
         r("wgpolicyk8s.io", "v1alpha2", "ClusterPolicyReport", "clusterpolicyreports", false),
         r("events.k8s.io", "v1", "Event", "events", true),
         r("coordination.k8s.io", "v1", "Lease", "leases", true),
-        r("admissionregistration.k8s.io", "v1", "ValidatingWebhookConfiguration", "validatingwebhookconfigurations", false),
+        r(
+            "admissionregistration.k8s.io",
+            "v1",
+            "ValidatingWebhookConfiguration",
+            "validatingwebhookconfigurations",
+            false,
+        ),
         r("admissionregistration.k8s.io", "v1", "MutatingWebhookConfiguration", "mutatingwebhookconfigurations", false),
         r("rbac.authorization.k8s.io", "v1", "ClusterRole", "clusterroles", false),
         r("apps", "v1", "Deployment", "deployments", true),
@@ -252,7 +258,10 @@ impl FakeApiServer {
 
     /// An object as stored, if any.
     pub fn get(&self, group: &str, plural: &str, namespace: &str, name: &str) -> Option<Value> {
-        lock(&self.inner.store).objects.get(&(format!("{group}/{plural}"), namespace.to_string(), name.to_string())).cloned()
+        lock(&self.inner.store)
+            .objects
+            .get(&(format!("{group}/{plural}"), namespace.to_string(), name.to_string()))
+            .cloned()
     }
 }
 
@@ -354,23 +363,36 @@ async fn handle(State(inner): State<Arc<Inner>>, req: Request) -> Response {
     }
     let q = query(&req);
     let Some(t) = route(&inner.resources, &path) else {
-        return status(StatusCode::NOT_FOUND, "NotFound", format!("the server could not find the requested resource ({path})"));
+        return status(
+            StatusCode::NOT_FOUND,
+            "NotFound",
+            format!("the server could not find the requested resource ({path})"),
+        );
     };
     let headers = req.headers().clone();
-    let meta_only = headers.get(header::ACCEPT).and_then(|v| v.to_str().ok()).is_some_and(|a| a.contains("as=PartialObjectMetadata"));
+    let meta_only = headers
+        .get(header::ACCEPT)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|a| a.contains("as=PartialObjectMetadata"));
     let body = match axum::body::to_bytes(req.into_body(), 16 << 20).await {
         Ok(b) => b,
         Err(e) => return status(StatusCode::BAD_REQUEST, "BadRequest", e.to_string()),
     };
     match (&method, &t.name) {
-        (&Method::GET, None) if q.get("watch").is_some_and(|w| w == "true" || w == "1") => watch(inner.clone(), &t, &q, meta_only),
+        (&Method::GET, None) if q.get("watch").is_some_and(|w| w == "true" || w == "1") => {
+            watch(inner.clone(), &t, &q, meta_only)
+        }
         (&Method::GET, None) => list(&inner, &t, &q, meta_only),
-        (&Method::GET, Some(name)) => match lock(&inner.store).objects.get(&(key(t.resource), t.namespace.clone(), name.clone())) {
-            Some(o) if meta_only => ok_json(StatusCode::OK, &partial(o)),
-            Some(o) => ok_json(StatusCode::OK, o),
-            None => not_found(t.resource, name),
-        },
-        (&Method::POST, None) | (&Method::PUT, Some(_)) | (&Method::PATCH, Some(_)) | (&Method::DELETE, Some(_)) => write(&inner, &t, &method, &headers, &q, &body).await,
+        (&Method::GET, Some(name)) => {
+            match lock(&inner.store).objects.get(&(key(t.resource), t.namespace.clone(), name.clone())) {
+                Some(o) if meta_only => ok_json(StatusCode::OK, &partial(o)),
+                Some(o) => ok_json(StatusCode::OK, o),
+                None => not_found(t.resource, name),
+            }
+        }
+        (&Method::POST, None) | (&Method::PUT, Some(_)) | (&Method::PATCH, Some(_)) | (&Method::DELETE, Some(_)) => {
+            write(&inner, &t, &method, &headers, &q, &body).await
+        }
         _ => status(StatusCode::METHOD_NOT_ALLOWED, "MethodNotAllowed", format!("{method} is not supported on {path}")),
     }
 }
@@ -390,11 +412,20 @@ fn discovery(resources: &[Resource], path: &str) -> Option<Response> {
             })
             .collect();
         let gv = if group.is_empty() { version.to_string() } else { format!("{group}/{version}") };
-        ok_json(StatusCode::OK, &json!({"kind": "APIResourceList", "apiVersion": "v1", "groupVersion": gv, "resources": items}))
+        ok_json(
+            StatusCode::OK,
+            &json!({"kind": "APIResourceList", "apiVersion": "v1", "groupVersion": gv, "resources": items}),
+        )
     };
     match segs.as_slice() {
-        ["version"] => Some(ok_json(StatusCode::OK, &json!({"major": "1", "minor": "34", "gitVersion": "v1.34.0-verno-fake", "platform": "linux/amd64"}))),
-        ["api"] => Some(ok_json(StatusCode::OK, &json!({"kind": "APIVersions", "versions": ["v1"], "serverAddressByClientCIDRs": []}))),
+        ["version"] => Some(ok_json(
+            StatusCode::OK,
+            &json!({"major": "1", "minor": "34", "gitVersion": "v1.34.0-verno-fake", "platform": "linux/amd64"}),
+        )),
+        ["api"] => Some(ok_json(
+            StatusCode::OK,
+            &json!({"kind": "APIVersions", "versions": ["v1"], "serverAddressByClientCIDRs": []}),
+        )),
         ["api", v] => Some(list("", v)),
         ["apis"] => {
             let mut groups: BTreeMap<&str, Vec<&str>> = BTreeMap::new();
@@ -436,12 +467,20 @@ fn list(inner: &Inner, t: &Target, q: &HashMap<String, String>, meta_only: bool)
         .filter(|((r, ns, _), o)| *r == k && (t.namespace.is_empty() || *ns == t.namespace) && filter.matches(o))
         .map(|(_, o)| if meta_only { partial(o) } else { o.clone() })
         .collect();
-    let (api_version, kind) = if meta_only { ("meta.k8s.io/v1".to_string(), "PartialObjectMetadataList".to_string()) } else { (t.resource.api_version(), format!("{}List", t.resource.kind)) };
-    ok_json(StatusCode::OK, &json!({"apiVersion": api_version, "kind": kind, "metadata": {"resourceVersion": s.rv.to_string()}, "items": items}))
+    let (api_version, kind) = if meta_only {
+        ("meta.k8s.io/v1".to_string(), "PartialObjectMetadataList".to_string())
+    } else {
+        (t.resource.api_version(), format!("{}List", t.resource.kind))
+    };
+    ok_json(
+        StatusCode::OK,
+        &json!({"apiVersion": api_version, "kind": kind, "metadata": {"resourceVersion": s.rv.to_string()}, "items": items}),
+    )
 }
 
 fn parse_body(body: &Bytes) -> Result<Value, Response> {
-    serde_json::from_slice::<Value>(body).map_err(|e| status(StatusCode::BAD_REQUEST, "BadRequest", format!("invalid JSON: {e}")))
+    serde_json::from_slice::<Value>(body)
+        .map_err(|e| status(StatusCode::BAD_REQUEST, "BadRequest", format!("invalid JSON: {e}")))
 }
 
 /// Records a write: bumps the version, stamps the object, appends to the ring and notifies.
@@ -504,14 +543,22 @@ fn not_found(t: &Resource, name: &str) -> Response {
 /// The requesting user (`Impersonate-User` / `Impersonate-Group`, else an administrator).
 pub(crate) fn user(headers: &HeaderMap) -> (String, Vec<String>) {
     let name = headers.get("impersonate-user").and_then(|v| v.to_str().ok()).unwrap_or("kubernetes-admin").to_string();
-    let mut groups: Vec<String> = headers.get_all("impersonate-group").iter().filter_map(|v| v.to_str().ok()).map(str::to_string).collect();
+    let mut groups: Vec<String> =
+        headers.get_all("impersonate-group").iter().filter_map(|v| v.to_str().ok()).map(str::to_string).collect();
     if groups.is_empty() {
         groups = vec!["system:masters".into(), "system:authenticated".into()];
     }
     (name, groups)
 }
 
-async fn write(inner: &Arc<Inner>, t: &Target<'_>, method: &Method, headers: &HeaderMap, q: &HashMap<String, String>, body: &Bytes) -> Response {
+async fn write(
+    inner: &Arc<Inner>,
+    t: &Target<'_>,
+    method: &Method,
+    headers: &HeaderMap,
+    q: &HashMap<String, String>,
+    body: &Bytes,
+) -> Response {
     let prepared = {
         let mut s = lock(&inner.store);
         match *method {
@@ -552,7 +599,11 @@ async fn write(inner: &Arc<Inner>, t: &Target<'_>, method: &Method, headers: &He
 }
 
 fn invalid(kind: &str, name: &str, causes: &[String]) -> Response {
-    status(StatusCode::UNPROCESSABLE_ENTITY, "Invalid", format!("{kind}.admissionregistration.k8s.io \"{name}\" is invalid: {}", causes.join(", ")))
+    status(
+        StatusCode::UNPROCESSABLE_ENTITY,
+        "Invalid",
+        format!("{kind}.admissionregistration.k8s.io \"{name}\" is invalid: {}", causes.join(", ")),
+    )
 }
 
 /// The checks the API server makes that our tests rely on: a webhook configuration entry
@@ -581,7 +632,13 @@ fn prepare_create(s: &mut Store, t: &Target, body: &Bytes, q: &HashMap<String, S
 }
 
 /// A new object with its identity fields; `owners` when an apply creates it.
-fn new_object(s: &mut Store, t: &Target, mut o: Value, manager: String, owners: Option<ssa::Owners>) -> Result<Change, Response> {
+fn new_object(
+    s: &mut Store,
+    t: &Target,
+    mut o: Value,
+    manager: String,
+    owners: Option<ssa::Owners>,
+) -> Result<Change, Response> {
     let Some(meta) = o.get_mut("metadata").and_then(Value::as_object_mut) else {
         return Err(status(StatusCode::UNPROCESSABLE_ENTITY, "Invalid", "metadata is required"));
     };
@@ -595,7 +652,11 @@ fn new_object(s: &mut Store, t: &Target, mut o: Value, manager: String, owners: 
     let namespace = if t.resource.namespaced { t.namespace.clone() } else { String::new() };
     let k = (key(t.resource), namespace.clone(), name.clone());
     if s.objects.contains_key(&k) {
-        return Err(status(StatusCode::CONFLICT, "AlreadyExists", format!("{} \"{name}\" already exists", t.resource.plural)));
+        return Err(status(
+            StatusCode::CONFLICT,
+            "AlreadyExists",
+            format!("{} \"{name}\" already exists", t.resource.plural),
+        ));
     }
     s.uid += 1;
     meta.insert("name".into(), Value::String(name));
@@ -613,14 +674,27 @@ fn new_object(s: &mut Store, t: &Target, mut o: Value, manager: String, owners: 
     }
     validate(t.resource, &o)?;
     let apply = owners.is_some();
-    Ok(Change { k, resource: t.resource.clone(), status: false, op: Operation::Create, old: None, new: Some(o), owners, manager, apply })
+    Ok(Change {
+        k,
+        resource: t.resource.clone(),
+        status: false,
+        op: Operation::Create,
+        old: None,
+        new: Some(o),
+        owners,
+        manager,
+        apply,
+    })
 }
 
 fn conflict_on(t: &Resource, name: &str) -> Response {
     status(
         StatusCode::CONFLICT,
         "Conflict",
-        format!("Operation cannot be fulfilled on {} \"{name}\": the object has been modified; please apply your changes to the latest version and try again", t.plural),
+        format!(
+            "Operation cannot be fulfilled on {} \"{name}\": the object has been modified; please apply your changes to the latest version and try again",
+            t.plural
+        ),
     )
 }
 
@@ -636,11 +710,35 @@ fn prepare_replace(s: &Store, t: &Target, body: &Bytes, q: &HashMap<String, Stri
     }
     validate(t.resource, &new)?;
     let manager = q.get("fieldManager").cloned().unwrap_or_else(|| "unknown".into());
-    Ok(Change { k, resource: t.resource.clone(), status: t.status, op: Operation::Update, old: Some(old), new: Some(new), owners: None, manager, apply: false })
+    Ok(Change {
+        k,
+        resource: t.resource.clone(),
+        status: t.status,
+        op: Operation::Update,
+        old: Some(old),
+        new: Some(new),
+        owners: None,
+        manager,
+        apply: false,
+    })
 }
 
-fn prepare_patch(s: &mut Store, t: &Target, headers: &HeaderMap, q: &HashMap<String, String>, body: &Bytes) -> Result<Change, Response> {
-    let ct = headers.get(header::CONTENT_TYPE).and_then(|v| v.to_str().ok()).unwrap_or("").split(';').next().unwrap_or("").trim().to_string();
+fn prepare_patch(
+    s: &mut Store,
+    t: &Target,
+    headers: &HeaderMap,
+    q: &HashMap<String, String>,
+    body: &Bytes,
+) -> Result<Change, Response> {
+    let ct = headers
+        .get(header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or("")
+        .split(';')
+        .next()
+        .unwrap_or("")
+        .trim()
+        .to_string();
     let name = t.name.clone().unwrap_or_default();
     let k = (key(t.resource), t.namespace.clone(), name.clone());
     let existing = s.objects.get(&k).cloned();
@@ -648,7 +746,11 @@ fn prepare_patch(s: &mut Store, t: &Target, headers: &HeaderMap, q: &HashMap<Str
     let new = match ct.as_str() {
         "application/apply-patch+yaml" => {
             if manager.is_empty() {
-                return Err(status(StatusCode::BAD_REQUEST, "BadRequest", "PatchOptions.meta.k8s.io \"\" is invalid: fieldManager: Required value: is required for apply patch"));
+                return Err(status(
+                    StatusCode::BAD_REQUEST,
+                    "BadRequest",
+                    "PatchOptions.meta.k8s.io \"\" is invalid: fieldManager: Required value: is required for apply patch",
+                ));
             }
             // kube sends apply bodies as JSON (a subset of YAML).
             let applied = parse_body(body)?;
@@ -657,7 +759,8 @@ fn prepare_patch(s: &mut Store, t: &Target, headers: &HeaderMap, q: &HashMap<Str
             let mut owners = s.owners.get(&k).cloned().unwrap_or_default();
             let base = existing.clone().unwrap_or_else(|| json!({}));
             let merged = ssa::apply(&base, &applied, &mut owners, &owner_key, force).map_err(|conflicts| {
-                let list: Vec<String> = conflicts.iter().map(|(m, p)| format!("conflict with {m:?}: {}", ssa::display(p))).collect();
+                let list: Vec<String> =
+                    conflicts.iter().map(|(m, p)| format!("conflict with {m:?}: {}", ssa::display(p))).collect();
                 let n = conflicts.len();
                 let noun = if n == 1 { "conflict" } else { "conflicts" };
                 status(StatusCode::CONFLICT, "Conflict", format!("Apply failed with {n} {noun}: {}", list.join(", ")))
@@ -668,11 +771,25 @@ fn prepare_patch(s: &mut Store, t: &Target, headers: &HeaderMap, q: &HashMap<Str
                 }
                 return new_object(s, t, merged, owner_key, Some(owners));
             }
-            return Ok(Change { k, resource: t.resource.clone(), status: t.status, op: Operation::Update, old: existing, new: Some(merged), owners: Some(owners), manager: owner_key, apply: true });
+            return Ok(Change {
+                k,
+                resource: t.resource.clone(),
+                status: t.status,
+                op: Operation::Update,
+                old: existing,
+                new: Some(merged),
+                owners: Some(owners),
+                manager: owner_key,
+                apply: true,
+            });
         }
         "application/merge-patch+json" | "application/strategic-merge-patch+json" => {
             if ct == "application/strategic-merge-patch+json" && t.resource.group.ends_with("kyverno.io") {
-                return Err(status(StatusCode::UNSUPPORTED_MEDIA_TYPE, "UnsupportedMediaType", "strategic merge patch is not supported for custom resources"));
+                return Err(status(
+                    StatusCode::UNSUPPORTED_MEDIA_TYPE,
+                    "UnsupportedMediaType",
+                    "strategic merge patch is not supported for custom resources",
+                ));
             }
             let p = parse_body(body)?;
             let old = existing.as_ref().ok_or_else(|| not_found(t.resource, &name))?;
@@ -686,22 +803,37 @@ fn prepare_patch(s: &mut Store, t: &Target, headers: &HeaderMap, q: &HashMap<Str
         }
         "application/json-patch+json" => {
             let old = existing.as_ref().ok_or_else(|| not_found(t.resource, &name))?;
-            let p: json_patch::Patch = serde_json::from_slice(body).map_err(|e| status(StatusCode::BAD_REQUEST, "BadRequest", format!("invalid JSON patch: {e}")))?;
+            let p: json_patch::Patch = serde_json::from_slice(body)
+                .map_err(|e| status(StatusCode::BAD_REQUEST, "BadRequest", format!("invalid JSON patch: {e}")))?;
             let mut doc = old.clone();
-            json_patch::patch(&mut doc, &p).map_err(|e| status(StatusCode::UNPROCESSABLE_ENTITY, "Invalid", format!("the JSON patch could not be applied: {e}")))?;
+            json_patch::patch(&mut doc, &p).map_err(|e| {
+                status(StatusCode::UNPROCESSABLE_ENTITY, "Invalid", format!("the JSON patch could not be applied: {e}"))
+            })?;
             doc
         }
         other => {
             return Err(status(
                 StatusCode::UNSUPPORTED_MEDIA_TYPE,
                 "UnsupportedMediaType",
-                format!("the body of the request was in an unknown format - accepted media types include: application/json-patch+json, application/merge-patch+json, application/apply-patch+yaml (got {other:?})"),
+                format!(
+                    "the body of the request was in an unknown format - accepted media types include: application/json-patch+json, application/merge-patch+json, application/apply-patch+yaml (got {other:?})"
+                ),
             ));
         }
     };
     validate(t.resource, &new)?;
     let manager = if manager.is_empty() { "unknown".to_string() } else { manager };
-    Ok(Change { k, resource: t.resource.clone(), status: t.status, op: Operation::Update, old: existing, new: Some(new), owners: None, manager, apply: false })
+    Ok(Change {
+        k,
+        resource: t.resource.clone(),
+        status: t.status,
+        op: Operation::Update,
+        old: existing,
+        new: Some(new),
+        owners: None,
+        manager,
+        apply: false,
+    })
 }
 
 /// Strategic merge patch for the built-in list keys (`ssa::list_key`); `null` deletes.
@@ -736,14 +868,29 @@ fn prepare_delete(s: &Store, t: &Target) -> Result<Change, Response> {
     let name = t.name.clone().unwrap_or_default();
     let k = (key(t.resource), t.namespace.clone(), name.clone());
     let old = s.objects.get(&k).cloned().ok_or_else(|| not_found(t.resource, &name))?;
-    Ok(Change { k, resource: t.resource.clone(), status: false, op: Operation::Delete, old: Some(old), new: None, owners: None, manager: String::new(), apply: false })
+    Ok(Change {
+        k,
+        resource: t.resource.clone(),
+        status: false,
+        op: Operation::Delete,
+        old: Some(old),
+        new: None,
+        owners: None,
+        manager: String::new(),
+        apply: false,
+    })
 }
 
 fn finalizers(o: &Value) -> bool {
     o.pointer("/metadata/finalizers").and_then(Value::as_array).is_some_and(|f| !f.is_empty())
 }
 
-fn set_managed_fields(o: &mut Value, owners: &ssa::Owners, appliers: &std::collections::BTreeSet<String>, api_version: &str) {
+fn set_managed_fields(
+    o: &mut Value,
+    owners: &ssa::Owners,
+    appliers: &std::collections::BTreeSet<String>,
+    api_version: &str,
+) {
     if let Some(m) = o.get_mut("metadata").and_then(Value::as_object_mut) {
         if owners.is_empty() {
             m.remove("managedFields");
@@ -762,7 +909,8 @@ fn commit(inner: &Inner, s: &mut Store, c: Change) -> Response {
                 ssa::record_update(&json!({}), &o, &mut owners, &c.manager);
                 owners
             });
-            let appliers: std::collections::BTreeSet<String> = if c.apply { [c.manager.clone()].into() } else { Default::default() };
+            let appliers: std::collections::BTreeSet<String> =
+                if c.apply { [c.manager.clone()].into() } else { Default::default() };
             set_managed_fields(&mut o, &owners, &appliers, &api_version);
             s.owners.insert(c.k.clone(), owners);
             s.appliers.insert(c.k.clone(), appliers);
@@ -772,7 +920,8 @@ fn commit(inner: &Inner, s: &mut Store, c: Change) -> Response {
             ok_json(StatusCode::CREATED, &stored)
         }
         (Operation::Update, Some(old), Some(new)) => {
-            let t = Target { resource: &c.resource, namespace: c.k.1.clone(), name: Some(c.k.2.clone()), status: c.status };
+            let t =
+                Target { resource: &c.resource, namespace: c.k.1.clone(), name: Some(c.k.2.clone()), status: c.status };
             let mut owners = s.owners.get(&c.k).cloned().unwrap_or_default();
             let mut appliers = s.appliers.get(&c.k).cloned().unwrap_or_default();
             match c.owners {
@@ -812,7 +961,10 @@ fn commit(inner: &Inner, s: &mut Store, c: Change) -> Response {
 /// A delete held by finalizers: the object stays, with its `deletionTimestamp` set.
 fn mark_deleting(inner: &Inner, s: &mut Store, r: &Resource, k: ObjKey, mut o: Value) -> Value {
     if let Some(m) = o.get_mut("metadata").and_then(Value::as_object_mut) {
-        m.insert("deletionTimestamp".into(), Value::String(chrono::Utc::now().format("%Y-%m-%dT%H:%M:%SZ").to_string()));
+        m.insert(
+            "deletionTimestamp".into(),
+            Value::String(chrono::Utc::now().format("%Y-%m-%dT%H:%M:%SZ").to_string()),
+        );
     }
     let stored = record(inner, s, r, "MODIFIED", o);
     s.objects.insert(k, stored.clone());
@@ -830,14 +982,21 @@ fn remove_object(inner: &Inner, s: &mut Store, r: &Resource, k: &ObjKey, o: Valu
 /// deleted (its finalizers honoured), and so on down the chain.
 fn collect_garbage(inner: &Inner, s: &mut Store) {
     loop {
-        let uids: std::collections::HashSet<String> = s.objects.values().filter_map(|o| o.pointer("/metadata/uid").and_then(Value::as_str)).map(str::to_string).collect();
+        let uids: std::collections::HashSet<String> = s
+            .objects
+            .values()
+            .filter_map(|o| o.pointer("/metadata/uid").and_then(Value::as_str))
+            .map(str::to_string)
+            .collect();
         let orphans: Vec<ObjKey> = s
             .objects
             .iter()
             .filter(|(_, o)| {
                 let refs = o.pointer("/metadata/ownerReferences").and_then(Value::as_array);
-                refs.is_some_and(|r| !r.is_empty() && r.iter().all(|r| r.get("uid").and_then(Value::as_str).is_none_or(|u| !uids.contains(u))))
-                    && o.pointer("/metadata/deletionTimestamp").is_none()
+                refs.is_some_and(|r| {
+                    !r.is_empty()
+                        && r.iter().all(|r| r.get("uid").and_then(Value::as_str).is_none_or(|u| !uids.contains(u)))
+                }) && o.pointer("/metadata/deletionTimestamp").is_none()
             })
             .map(|(k, _)| k.clone())
             .collect();
@@ -859,7 +1018,16 @@ fn collect_garbage(inner: &Inner, s: &mut Store) {
 /// Stores `new` over `old` (same key): keeps identity fields, applies the status rule, moves
 /// `generation` when the spec changed, and records MODIFIED unless nothing changed.
 #[allow(clippy::too_many_arguments)]
-fn update(inner: &Inner, s: &mut Store, t: &Target, k: ObjKey, old: &Value, mut new: Value, owners: &ssa::Owners, appliers: &std::collections::BTreeSet<String>) -> (Response, Option<Value>) {
+fn update(
+    inner: &Inner,
+    s: &mut Store,
+    t: &Target,
+    k: ObjKey,
+    old: &Value,
+    mut new: Value,
+    owners: &ssa::Owners,
+    appliers: &std::collections::BTreeSet<String>,
+) -> (Response, Option<Value>) {
     let old_meta = old.get("metadata").cloned().unwrap_or(json!({}));
     if t.status {
         // /status changes only status.
@@ -939,11 +1107,21 @@ fn watch(inner: Arc<Inner>, t: &Target, q: &HashMap<String, String>, meta_only: 
     let (tx, rx) = mpsc::channel::<Bytes>(256);
     // Subscribe before reading the ring so that nothing falls between replay and live events.
     let mut live = inner.events.subscribe();
-    let in_scope = move |e: &Event| e.resource == k && (namespace.is_empty() || e.object.pointer("/metadata/namespace").and_then(Value::as_str) == Some(namespace.as_str()));
+    let in_scope = move |e: &Event| {
+        e.resource == k
+            && (namespace.is_empty()
+                || e.object.pointer("/metadata/namespace").and_then(Value::as_str) == Some(namespace.as_str()))
+    };
     let (replay, last, expired): (Vec<Bytes>, u64, bool) = {
         let s = lock(&inner.store);
         if initial || from == 0 {
-            let items = s.objects.iter().filter(|((r, ns, _), o)| *r == key(&resource) && (t.namespace.is_empty() || *ns == t.namespace) && filter.matches(o)).map(|(_, o)| frame_as("ADDED", o, meta_only));
+            let items = s
+                .objects
+                .iter()
+                .filter(|((r, ns, _), o)| {
+                    *r == key(&resource) && (t.namespace.is_empty() || *ns == t.namespace) && filter.matches(o)
+                })
+                .map(|(_, o)| frame_as("ADDED", o, meta_only));
             let mut v: Vec<Bytes> = items.collect();
             if initial {
                 v.push(bookmark(&resource, s.rv, true));
@@ -952,7 +1130,12 @@ fn watch(inner: Arc<Inner>, t: &Target, q: &HashMap<String, String>, meta_only: 
         } else if from < s.oldest {
             (Vec::new(), s.rv, true)
         } else {
-            let v = s.ring.iter().filter(|e| e.rv > from && in_scope(e) && filter.matches(&e.object)).map(|e| frame_as(e.kind, &e.object, meta_only)).collect();
+            let v = s
+                .ring
+                .iter()
+                .filter(|e| e.rv > from && in_scope(e) && filter.matches(&e.object))
+                .map(|e| frame_as(e.kind, &e.object, meta_only))
+                .collect();
             (v, s.rv, false)
         }
     };
@@ -993,6 +1176,8 @@ fn watch(inner: Arc<Inner>, t: &Target, q: &HashMap<String, String>, meta_only: 
             }
         }
     });
-    let stream = futures_util::stream::unfold(rx, |mut rx| async move { rx.recv().await.map(|b| (Ok::<Bytes, std::convert::Infallible>(b), rx)) });
+    let stream = futures_util::stream::unfold(rx, |mut rx| async move {
+        rx.recv().await.map(|b| (Ok::<Bytes, std::convert::Infallible>(b), rx))
+    });
     (StatusCode::OK, [(header::CONTENT_TYPE, "application/json")], Body::from_stream(stream)).into_response()
 }

@@ -18,7 +18,11 @@ fn decode(s: &str) -> String {
     let mut i = 0;
     while let Some(&b) = bytes.get(i) {
         match b {
-            b'%' => match bytes.get(i + 1..i + 3).and_then(|h| std::str::from_utf8(h).ok()).and_then(|h| u8::from_str_radix(h, 16).ok()) {
+            b'%' => match bytes
+                .get(i + 1..i + 3)
+                .and_then(|h| std::str::from_utf8(h).ok())
+                .and_then(|h| u8::from_str_radix(h, 16).ok())
+            {
                 Some(x) => {
                     out.push(x);
                     i += 3;
@@ -61,7 +65,14 @@ pub fn parse_selector(s: &str) -> Result<Vec<Req>, String> {
         cur.push(c);
     }
     parts.push(cur);
-    let set = |v: &str| v.trim().trim_start_matches('(').trim_end_matches(')').split(',').map(|x| x.trim().to_string()).collect::<Vec<_>>();
+    let set = |v: &str| {
+        v.trim()
+            .trim_start_matches('(')
+            .trim_end_matches(')')
+            .split(',')
+            .map(|x| x.trim().to_string())
+            .collect::<Vec<_>>()
+    };
     let mut out = Vec::new();
     for p in parts.iter().map(|p| p.trim()).filter(|p| !p.is_empty()) {
         out.push(if let Some((k, v)) = p.split_once("!=") {
@@ -125,4 +136,3 @@ impl Filter {
             })
     }
 }
-

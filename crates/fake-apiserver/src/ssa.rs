@@ -27,7 +27,13 @@ pub fn list_key(field: &str) -> Option<&'static str> {
     Some(match field {
         "webhooks" => "name",
         "ownerReferences" => "uid",
-        "containers" | "initContainers" | "ephemeralContainers" | "env" | "volumes" | "volumeMounts" | "imagePullSecrets" => "name",
+        "containers"
+        | "initContainers"
+        | "ephemeralContainers"
+        | "env"
+        | "volumes"
+        | "volumeMounts"
+        | "imagePullSecrets" => "name",
         "conditions" => "type",
         "subjects" => "name",
         _ => return None,
@@ -35,7 +41,16 @@ pub fn list_key(field: &str) -> Option<&'static str> {
 }
 
 /// Metadata fields the server owns; never part of a field set.
-const SERVER_META: [&str; 8] = ["name", "namespace", "uid", "resourceVersion", "generation", "creationTimestamp", "managedFields", "deletionTimestamp"];
+const SERVER_META: [&str; 8] = [
+    "name",
+    "namespace",
+    "uid",
+    "resourceVersion",
+    "generation",
+    "creationTimestamp",
+    "managedFields",
+    "deletionTimestamp",
+];
 
 fn key_of(elem: &Value, key: &str) -> Option<String> {
     match elem.get(key)? {
@@ -195,7 +210,13 @@ pub fn display(path: &[Seg]) -> String {
 
 /// Applies `applied` for `manager`. Returns the new object, or the conflicts when another
 /// manager owns a field with a different value and `force` is off.
-pub fn apply(live: &Value, applied: &Value, owners: &mut Owners, manager: &str, force: bool) -> Result<Value, Vec<(String, Path)>> {
+pub fn apply(
+    live: &Value,
+    applied: &Value,
+    owners: &mut Owners,
+    manager: &str,
+    force: bool,
+) -> Result<Value, Vec<(String, Path)>> {
     let new_set = leaves(applied);
     let mut conflicts = Vec::new();
     for (other, set) in owners.iter().filter(|(m, _)| m.as_str() != manager) {
@@ -233,7 +254,8 @@ pub fn apply(live: &Value, applied: &Value, owners: &mut Owners, manager: &str, 
 pub fn record_update(old: &Value, new: &Value, owners: &mut Owners, manager: &str) {
     let before = leaves(old);
     let after = leaves(new);
-    let changed: BTreeSet<Path> = after.iter().filter(|p| !before.contains(*p) || get(old, p) != get(new, p)).cloned().collect();
+    let changed: BTreeSet<Path> =
+        after.iter().filter(|p| !before.contains(*p) || get(old, p) != get(new, p)).cloned().collect();
     for set in owners.values_mut() {
         set.retain(|p| after.contains(p) && !changed.contains(p));
     }
@@ -286,10 +308,14 @@ mod tests {
         assert!(live["webhooks"][0].get("rules").is_none());
         assert_eq!(live["webhooks"][0]["failurePolicy"], "Fail");
         // Verno may not change the chart's failurePolicy without force.
-        let err = apply(&live, &json!({"webhooks": [{"name": "a", "failurePolicy": "Ignore"}]}), &mut owners, "verno", false).unwrap_err();
+        let err =
+            apply(&live, &json!({"webhooks": [{"name": "a", "failurePolicy": "Ignore"}]}), &mut owners, "verno", false)
+                .unwrap_err();
         assert_eq!(err[0].0, "helm");
         assert_eq!(display(&err[0].1), ".webhooks[name=\"a\"].failurePolicy");
-        let forced = apply(&live, &json!({"webhooks": [{"name": "a", "failurePolicy": "Ignore"}]}), &mut owners, "verno", true).unwrap();
+        let forced =
+            apply(&live, &json!({"webhooks": [{"name": "a", "failurePolicy": "Ignore"}]}), &mut owners, "verno", true)
+                .unwrap();
         assert_eq!(forced["webhooks"][0]["failurePolicy"], "Ignore");
     }
 

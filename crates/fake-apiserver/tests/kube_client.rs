@@ -44,7 +44,8 @@ async fn crud_conflicts_and_selectors_behave_like_an_api_server() {
     assert_eq!(by_name.items.len(), 1);
     assert!(web.metadata.resource_version.is_some());
     // A merge patch changes data and bumps generation; a stale replace conflicts.
-    let patched = api.patch("a", &PatchParams::default(), &Patch::Merge(serde_json::json!({"data": {"k": "w"}}))).await.unwrap();
+    let patched =
+        api.patch("a", &PatchParams::default(), &Patch::Merge(serde_json::json!({"data": {"k": "w"}}))).await.unwrap();
     assert_eq!(patched.metadata.generation, Some(2));
     let err = api.replace("a", &PostParams::default(), &created).await.unwrap_err();
     assert!(matches!(err, kube::Error::Api(ref s) if s.code == 409 && s.reason == "Conflict"), "{err:?}");
@@ -75,7 +76,10 @@ async fn kube_watcher_sees_changes_and_relists_after_410() {
     let mut events = watcher(api.clone(), watcher::Config::default().timeout(2)).boxed();
     macro_rules! next {
         () => {
-            tokio::time::timeout(Duration::from_secs(10), events.next()).await.expect("an event in time").expect("the stream goes on")
+            tokio::time::timeout(Duration::from_secs(10), events.next())
+                .await
+                .expect("an event in time")
+                .expect("the stream goes on")
         };
     }
     // The initial list.
@@ -147,7 +151,10 @@ async fn server_side_apply_owns_fields_and_reports_conflicts() {
     let grab = serde_json::json!({"apiVersion": "admissionregistration.k8s.io/v1", "kind": "ValidatingWebhookConfiguration", "metadata": {"name": "cfg"},
         "webhooks": [{"name": "w.example.io", "failurePolicy": "Ignore"}]});
     let err = api.patch("cfg", &PatchParams::apply("verno"), &Patch::Apply(&grab)).await.unwrap_err();
-    assert!(matches!(err, kube::Error::Api(ref s) if s.code == 409 && s.message.contains("conflict with \"helm\"")), "{err:?}");
+    assert!(
+        matches!(err, kube::Error::Api(ref s) if s.code == 409 && s.message.contains("conflict with \"helm\"")),
+        "{err:?}"
+    );
     // Re-applying the same thing is not a write of the store.
     let rv = fake.resource_version();
     api.patch("cfg", &PatchParams::apply("verno").force(), &Patch::Apply(&rules)).await.unwrap();
@@ -192,7 +199,9 @@ async fn owner_references_are_garbage_collected_and_finalizers_hold_deletion() {
     cms.delete("held", &DeleteParams::default()).await.unwrap();
     let marked = cms.get("held").await.unwrap();
     assert!(marked.metadata.deletion_timestamp.is_some());
-    cms.patch("held", &PatchParams::default(), &Patch::Merge(serde_json::json!({"metadata": {"finalizers": null}}))).await.unwrap();
+    cms.patch("held", &PatchParams::default(), &Patch::Merge(serde_json::json!({"metadata": {"finalizers": null}})))
+        .await
+        .unwrap();
     assert!(cms.get_opt("held").await.unwrap().is_none());
 }
 

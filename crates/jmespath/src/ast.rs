@@ -18,14 +18,22 @@ pub enum Ast {
     Identity,
     Field(String),
     Index(i64),
-    Slice { start: Option<i64>, stop: Option<i64>, step: Option<i64> },
+    Slice {
+        start: Option<i64>,
+        stop: Option<i64>,
+        step: Option<i64>,
+    },
     Subexpr(Box<Ast>, Box<Ast>),
     /// `lhs[*].rhs`, `lhs[].rhs` (lhs already wrapped in Flatten), slices.
     Projection(Box<Ast>, Box<Ast>),
     /// `lhs.*.rhs`
     ValueProjection(Box<Ast>, Box<Ast>),
     /// `lhs[?cond].rhs`
-    FilterProjection { lhs: Box<Ast>, rhs: Box<Ast>, cond: Box<Ast> },
+    FilterProjection {
+        lhs: Box<Ast>,
+        rhs: Box<Ast>,
+        cond: Box<Ast>,
+    },
     Flatten(Box<Ast>),
     Literal(Value),
     MultiList(Vec<Ast>),

@@ -111,11 +111,8 @@ impl std::fmt::Debug for Function {
 
 impl Function {
     pub fn signature(&self) -> String {
-        let ps: Vec<String> = self
-            .params
-            .iter()
-            .map(|alts| alts.iter().map(|t| t.name()).collect::<Vec<_>>().join("|"))
-            .collect();
+        let ps: Vec<String> =
+            self.params.iter().map(|alts| alts.iter().map(|t| t.name()).collect::<Vec<_>>().join("|")).collect();
         let mut s = ps.join(", ");
         if self.variadic {
             s.push_str(", ...");

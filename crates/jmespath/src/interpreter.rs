@@ -5,11 +5,11 @@
 //! sub-expressions and index expressions, and is swallowed (read as `null`) by comparators,
 //! function arguments, `||`, `&&`, `!`, pipes, projections and multiselects.
 
+use crate::Env;
 use crate::ast::{Ast, Comparator};
 use crate::error::RuntimeError;
 use crate::functions::Arg;
 use crate::value::{is_truthy, values_equal};
-use crate::Env;
 use serde_json::{Map, Value};
 use std::borrow::Cow;
 
@@ -204,23 +204,11 @@ fn compare(op: Comparator, l: &Value, r: &Value) -> Value {
 fn slice(a: &[Value], start: Option<i64>, stop: Option<i64>, step: Option<i64>) -> Vec<Value> {
     let len = a.len() as i64;
     let step = step.unwrap_or(1);
-    let cap = |v: i64, neg_default: i64| -> i64 {
-        if v < 0 {
-            (v + len).max(neg_default)
-        } else {
-            v.min(len)
-        }
-    };
+    let cap = |v: i64, neg_default: i64| -> i64 { if v < 0 { (v + len).max(neg_default) } else { v.min(len) } };
     let (start, stop) = if step > 0 {
         (start.map(|s| cap(s, 0)).unwrap_or(0), stop.map(|s| cap(s, 0)).unwrap_or(len))
     } else {
-        let capn = |v: i64| -> i64 {
-            if v < 0 {
-                (v + len).max(-1)
-            } else {
-                v.min(len - 1)
-            }
-        };
+        let capn = |v: i64| -> i64 { if v < 0 { (v + len).max(-1) } else { v.min(len - 1) } };
         (start.map(capn).unwrap_or(len - 1), stop.map(capn).unwrap_or(-1))
     };
     let mut out = Vec::new();

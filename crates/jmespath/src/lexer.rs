@@ -48,7 +48,8 @@ pub(crate) fn tokenize(src: &str) -> Result<Vec<Token>, ParseError> {
     let chars: Vec<(usize, char)> = src.char_indices().collect();
     let mut out = Vec::new();
     let mut i = 0;
-    let err = |pos: usize, msg: &str| ParseError { expression: src.to_string(), position: pos, message: msg.to_string() };
+    let err =
+        |pos: usize, msg: &str| ParseError { expression: src.to_string(), position: pos, message: msg.to_string() };
     while i < chars.len() {
         let (pos, c) = chars[i];
         let next = chars.get(i + 1).map(|x| x.1);
@@ -188,14 +189,16 @@ pub(crate) fn tokenize(src: &str) -> Result<Vec<Token>, ParseError> {
                 out.push(simple(Tok::Ident(src[start..end].to_string())));
             }
             '"' => {
-                let (text, ni) = delimited(src, &chars, i, '"').ok_or_else(|| err(pos, "unterminated quoted identifier"))?;
+                let (text, ni) =
+                    delimited(src, &chars, i, '"').ok_or_else(|| err(pos, "unterminated quoted identifier"))?;
                 let s: String = serde_json::from_str(&format!("\"{text}\""))
                     .map_err(|e| err(pos, &format!("invalid quoted identifier: {e}")))?;
                 out.push(simple(Tok::QuotedIdent(s)));
                 i = ni;
             }
             '\'' => {
-                let (text, ni) = delimited(src, &chars, i, '\'').ok_or_else(|| err(pos, "unterminated raw string literal"))?;
+                let (text, ni) =
+                    delimited(src, &chars, i, '\'').ok_or_else(|| err(pos, "unterminated raw string literal"))?;
                 out.push(simple(Tok::Literal(Value::String(text.replace("\\'", "'")))));
                 i = ni;
             }

@@ -20,8 +20,8 @@ pub mod yaml;
 
 pub use ast::Ast;
 pub use error::{ParseError, RuntimeError};
-pub use functions::{Function, all as all_functions};
 pub use functions::normalize_image;
+pub use functions::{Function, all as all_functions};
 
 use serde_json::Value;
 use std::borrow::Cow;

@@ -154,8 +154,12 @@ impl Quantity {
     /// Multiplies by a plain number (given as a quantity so that it is exact).
     pub fn mul(&self, other: &Quantity) -> Option<Quantity> {
         Some(
-            Quantity { mantissa: self.mantissa.checked_mul(other.mantissa)?, exp: self.exp + other.exp, format: self.format }
-                .normalized(),
+            Quantity {
+                mantissa: self.mantissa.checked_mul(other.mantissa)?,
+                exp: self.exp + other.exp,
+                format: self.format,
+            }
+            .normalized(),
         )
     }
 
@@ -287,7 +291,17 @@ mod tests {
 
     #[test]
     fn canonical_forms_match_kubernetes() {
-        let cases = [("1536Mi", "1536Mi"), ("2048Mi", "2Gi"), ("1.5", "1500m"), ("2000", "2k"), ("1500", "1500"), ("512", "512"), ("0.5Gi", "512Mi"), ("100m", "100m"), ("0", "0")];
+        let cases = [
+            ("1536Mi", "1536Mi"),
+            ("2048Mi", "2Gi"),
+            ("1.5", "1500m"),
+            ("2000", "2k"),
+            ("1500", "1500"),
+            ("512", "512"),
+            ("0.5Gi", "512Mi"),
+            ("100m", "100m"),
+            ("0", "0"),
+        ];
         for (inp, out) in cases {
             assert_eq!(q(inp).canonical(), out, "{inp}");
         }

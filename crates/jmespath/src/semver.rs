@@ -67,7 +67,9 @@ impl PartialOrd for Version {
 
 impl Ord for Version {
     fn cmp(&self, other: &Self) -> Ordering {
-        (self.major, self.minor, self.patch).cmp(&(other.major, other.minor, other.patch)).then_with(|| self.cmp_pre(other))
+        (self.major, self.minor, self.patch)
+            .cmp(&(other.major, other.minor, other.patch))
+            .then_with(|| self.cmp_pre(other))
     }
 }
 
@@ -127,11 +129,17 @@ fn wildcard(op: &str, rest: &str, v: &Version) -> Option<bool> {
         [a] if is_wild(a) => return Some(op != "<" && op != ">"),
         [a, b] | [a, b, _] if is_wild(b) => {
             let m = n(a)?;
-            (Version { major: m, minor: 0, patch: 0, pre: vec![] }, Version { major: m + 1, minor: 0, patch: 0, pre: vec![] })
+            (
+                Version { major: m, minor: 0, patch: 0, pre: vec![] },
+                Version { major: m + 1, minor: 0, patch: 0, pre: vec![] },
+            )
         }
         [a, b, c] if is_wild(c) => {
             let (m, mi) = (n(a)?, n(b)?);
-            (Version { major: m, minor: mi, patch: 0, pre: vec![] }, Version { major: m, minor: mi + 1, patch: 0, pre: vec![] })
+            (
+                Version { major: m, minor: mi, patch: 0, pre: vec![] },
+                Version { major: m, minor: mi + 1, patch: 0, pre: vec![] },
+            )
         }
         _ => return None,
     };

@@ -13,7 +13,8 @@ fn shared() -> PathBuf {
 
 fn pss17() -> PolicySet {
     let mut policies = Vec::new();
-    let mut files: Vec<PathBuf> = std::fs::read_dir(shared().join("policies/pss-17")).into_iter().flatten().flatten().map(|e| e.path()).collect();
+    let mut files: Vec<PathBuf> =
+        std::fs::read_dir(shared().join("policies/pss-17")).into_iter().flatten().flatten().map(|e| e.path()).collect();
     files.sort();
     for f in files {
         let text = std::fs::read_to_string(&f).unwrap_or_default();

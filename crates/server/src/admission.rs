@@ -5,7 +5,10 @@ use base64::Engine as _;
 use serde_json::{Map, Value, json};
 use std::collections::BTreeMap;
 use std::sync::Arc;
-use verno_engine::{Action, CompiledException, CompiledPolicy, Phase, PolicyResponse, Request, RequestUser, RuleType, Sequence, Status, build_context, evaluate_phase, jsonpatch};
+use verno_engine::{
+    Action, CompiledException, CompiledPolicy, Phase, PolicyResponse, Request, RequestUser, RuleType, Sequence, Status,
+    build_context, evaluate_phase, jsonpatch,
+};
 
 /// The policies in force: swapped as a whole on reload.
 #[derive(Default)]
@@ -36,7 +39,11 @@ pub struct PolicyMeta {
 }
 
 impl PolicySet {
-    pub fn new(policies: Vec<CompiledPolicy>, exceptions: Vec<CompiledException>, namespace_labels: BTreeMap<String, BTreeMap<String, String>>) -> Self {
+    pub fn new(
+        policies: Vec<CompiledPolicy>,
+        exceptions: Vec<CompiledException>,
+        namespace_labels: BTreeMap<String, BTreeMap<String, String>>,
+    ) -> Self {
         PolicySet { policies, exceptions, namespace_labels, live_namespaces: None, meta: std::sync::OnceLock::new() }
     }
 
@@ -48,10 +55,18 @@ impl PolicySet {
                     Arc::new(PolicyMeta {
                         name: Arc::from(p.name.as_str()),
                         // Kyverno labels a cluster policy's namespace "-" in every metric.
-                        namespace: Arc::from(if p.kind == "Policy" { p.namespace.as_deref().unwrap_or("") } else { "-" }),
+                        namespace: Arc::from(if p.kind == "Policy" {
+                            p.namespace.as_deref().unwrap_or("")
+                        } else {
+                            "-"
+                        }),
                         namespaced: p.kind == "Policy",
                         background: p.background,
-                        rules: p.rules.iter().map(|r| (Arc::from(r.name.as_str()), p.rule_action(&r.name) == Action::Enforce)).collect(),
+                        rules: p
+                            .rules
+                            .iter()
+                            .map(|r| (Arc::from(r.name.as_str()), p.rule_action(&r.name) == Action::Enforce))
+                            .collect(),
                     })
                 })
                 .collect()
@@ -87,7 +102,11 @@ pub fn fail_closed(hook: Hook, p: &CompiledPolicy) -> bool {
     }
     match hook {
         Hook::Mutate => true,
-        Hook::Validate => p.action == Action::Enforce || !p.overrides.is_empty() || p.rules.iter().any(|r| p.rule_action(&r.name) == Action::Enforce),
+        Hook::Validate => {
+            p.action == Action::Enforce
+                || !p.overrides.is_empty()
+                || p.rules.iter().any(|r| p.rule_action(&r.name) == Action::Enforce)
+        }
     }
 }
 
@@ -141,7 +160,11 @@ impl Violation {
     /// The note of the event on the policy: `Pod ns/name: [rule] fail (blocked); message`.
     pub fn policy_note(&self) -> String {
         let r = &self.resource;
-        let mut out = if r.namespace.is_empty() { format!("{} {}", r.kind, r.name) } else { format!("{} {}/{}", r.kind, r.namespace, r.name) };
+        let mut out = if r.namespace.is_empty() {
+            format!("{} {}", r.kind, r.name)
+        } else {
+            format!("{} {}/{}", r.kind, r.namespace, r.name)
+        };
         out.push_str(&format!(": [{}] {}", self.rule, self.status.as_str()));
         if self.blocked {
             out.push_str(" (blocked)");
@@ -221,18 +244,30 @@ pub fn parse(body: &[u8]) -> Result<Value, String> {
 
 /// Formats a string as a yaml.v3 scalar (the denial message is yaml.v3 output in Kyverno).
 pub fn yaml_scalar(text: &str) -> String {
-    let special_start = text.starts_with(['-', '?', ':', ',', '[', ']', '{', '}', '#', '&', '*', '!', '|', '>', '\'', '"', '%', '@', '`']);
-    let looks_typed = matches!(text.to_ascii_lowercase().as_str(), "true" | "false" | "yes" | "no" | "on" | "off" | "null" | "~" | "y" | "n")
-        || text.parse::<f64>().is_ok();
+    let special_start = text
+        .starts_with(['-', '?', ':', ',', '[', ']', '{', '}', '#', '&', '*', '!', '|', '>', '\'', '"', '%', '@', '`']);
+    let looks_typed = matches!(
+        text.to_ascii_lowercase().as_str(),
+        "true" | "false" | "yes" | "no" | "on" | "off" | "null" | "~" | "y" | "n"
+    ) || text.parse::<f64>().is_ok();
     if text.contains(['\n', '\t', '\r']) || text.chars().any(char::is_control) || looks_typed || text.is_empty() {
         return serde_json::to_string(text).unwrap_or_default();
     }
-    let plain_ok = !special_start && !text.contains(": ") && !text.contains(" #") && !text.ends_with([' ', ':']) && !text.starts_with(' ');
+    let plain_ok = !special_start
+        && !text.contains(": ")
+        && !text.contains(" #")
+        && !text.ends_with([' ', ':'])
+        && !text.starts_with(' ');
     if plain_ok { text.to_string() } else { format!("'{}'", text.replace('\'', "''")) }
 }
 
 /// Kyverno's denial message: the blocked resource, then policy → rule → message as YAML.
-pub fn blocked_message(kind: &str, namespace: &str, name: &str, failures: &BTreeMap<String, BTreeMap<String, String>>) -> String {
+pub fn blocked_message(
+    kind: &str,
+    namespace: &str,
+    name: &str,
+    failures: &BTreeMap<String, BTreeMap<String, String>>,
+) -> String {
     let mut out = format!("\n\nresource {kind}/{namespace}/{name} was blocked due to the following policies \n\n");
     for (policy, rules) in failures {
         out.push_str(&format!("{}:\n", yaml_scalar(policy)));
@@ -269,7 +304,11 @@ pub fn review(set: &PolicySet, hook: Hook, filter: Filter, review: &Value) -> Ou
     let user_info = req.get("userInfo").unwrap_or(&empty_user);
     let user = RequestUser {
         username: s(user_info, "/username").to_string(),
-        groups: user_info.get("groups").and_then(Value::as_array).map(|a| a.iter().filter_map(Value::as_str).map(str::to_string).collect()).unwrap_or_default(),
+        groups: user_info
+            .get("groups")
+            .and_then(Value::as_array)
+            .map(|a| a.iter().filter_map(Value::as_str).map(str::to_string).collect())
+            .unwrap_or_default(),
         roles: Vec::new(),
         cluster_roles: Vec::new(),
     };
@@ -299,7 +338,12 @@ pub fn review(set: &PolicySet, hook: Hook, filter: Filter, review: &Value) -> Ou
         let Some(m) = metas.get(i) else { return };
         policy_seconds.push((m.clone(), started.elapsed().as_secs_f64()));
         for rr in &r.rules {
-            let (rule, enforce) = m.rules.iter().find(|(n, _)| **n == *rr.name).cloned().unwrap_or_else(|| (Arc::from(rr.name.as_str()), false));
+            let (rule, enforce) = m
+                .rules
+                .iter()
+                .find(|(n, _)| **n == *rr.name)
+                .cloned()
+                .unwrap_or_else(|| (Arc::from(rr.name.as_str()), false));
             results.push(RuleResult { policy: m.clone(), rule, enforce, rule_type: rr.rule_type, status: rr.status });
         }
     };
@@ -321,7 +365,12 @@ pub fn review(set: &PolicySet, hook: Hook, filter: Filter, review: &Value) -> Ou
                     failed.push(format!("failed to apply policy {} rules {}", p.key(), bad.join(", ")));
                 }
                 if p.emit_warning {
-                    warnings.extend(r.rules.iter().filter(|x| x.status != Status::Skip).map(|x| format!("policy {}.{}: {}", p.key(), x.name, x.message)));
+                    warnings.extend(
+                        r.rules
+                            .iter()
+                            .filter(|x| x.status != Status::Skip)
+                            .map(|x| format!("policy {}.{}: {}", p.key(), x.name, x.message)),
+                    );
                 }
             }
             if !failed.is_empty() {
@@ -331,7 +380,8 @@ pub fn review(set: &PolicySet, hook: Hook, filter: Filter, review: &Value) -> Ou
                 let ops = jsonpatch::diff(object, patched);
                 if !ops.is_empty() {
                     let bytes = serde_json::to_vec(&ops).unwrap_or_default();
-                    response.insert("patch".into(), Value::String(base64::engine::general_purpose::STANDARD.encode(bytes)));
+                    response
+                        .insert("patch".into(), Value::String(base64::engine::general_purpose::STANDARD.encode(bytes)));
                     response.insert("patchType".into(), Value::String("JSONPatch".into()));
                 }
             }
@@ -417,13 +467,15 @@ fn typed(object: &Value, api_version: &str, kind: &str) -> Value {
 /// path for the controller's policy watch and the policy validation webhook, so what the
 /// webhook admits is exactly what the controller can put in force.
 pub fn compile_policy_object(kind: &str, object: &Value) -> Result<CompiledPolicy, verno_engine::CompileError> {
-    let p: verno_api::ClusterPolicy = serde_json::from_value(typed(object, "kyverno.io/v1", kind)).map_err(|e| verno_engine::CompileError::new("spec", e.to_string()))?;
+    let p: verno_api::ClusterPolicy = serde_json::from_value(typed(object, "kyverno.io/v1", kind))
+        .map_err(|e| verno_engine::CompileError::new("spec", e.to_string()))?;
     verno_engine::compile_policy(&p)
 }
 
 /// Compiles a `kyverno.io` PolicyException object as the API stores it.
 pub fn compile_exception_object(object: &Value) -> Result<CompiledException, String> {
-    let pe: verno_api::PolicyException = serde_json::from_value(typed(object, "kyverno.io/v2", "PolicyException")).map_err(|e| format!("spec: {e}"))?;
+    let pe: verno_api::PolicyException =
+        serde_json::from_value(typed(object, "kyverno.io/v2", "PolicyException")).map_err(|e| format!("spec: {e}"))?;
     verno_engine::compile_exception(&pe).map_err(|e| e.to_string())
 }
 
@@ -436,7 +488,9 @@ pub fn validate_policy_review(review: &Value) -> Value {
     let kind = s(review, "/request/kind/kind");
     let error = match (kind, object) {
         (_, None) => None,
-        ("ClusterPolicy" | "Policy", Some(o)) => compile_policy_object(kind, o).err().map(|e| if e.path.is_empty() { e.message } else { format!("{}: {}", e.path, e.message) }),
+        ("ClusterPolicy" | "Policy", Some(o)) => compile_policy_object(kind, o)
+            .err()
+            .map(|e| if e.path.is_empty() { e.message } else { format!("{}: {}", e.path, e.message) }),
         ("PolicyException", Some(o)) => compile_exception_object(o).err(),
         _ => None,
     };
@@ -487,22 +541,33 @@ mod tests {
     #[test]
     fn the_probe_answer_stamps_the_time_whether_or_not_annotations_exist() {
         let decode = |r: &Value| -> Value {
-            let b = base64::engine::general_purpose::STANDARD.decode(r["response"]["patch"].as_str().unwrap_or("")).unwrap_or_default();
+            let b = base64::engine::general_purpose::STANDARD
+                .decode(r["response"]["patch"].as_str().unwrap_or(""))
+                .unwrap_or_default();
             serde_json::from_slice(&b).unwrap_or(Value::Null)
         };
         let bare = json!({"request": {"uid": "u1", "object": {"metadata": {"name": "verno-health"}}}});
         let r = verify_review(&bare, "2026-11-21T10:00:00Z");
         assert_eq!(r["response"]["uid"], "u1");
         assert_eq!(r["response"]["allowed"], true);
-        assert_eq!(decode(&r), json!([{"op": "add", "path": "/metadata/annotations", "value": {"verno.io/last-request-time": "2026-11-21T10:00:00Z"}}]));
+        assert_eq!(
+            decode(&r),
+            json!([{"op": "add", "path": "/metadata/annotations", "value": {"verno.io/last-request-time": "2026-11-21T10:00:00Z"}}])
+        );
         let annotated = json!({"request": {"uid": "u2", "object": {"metadata": {"annotations": {"a": "b"}}}}});
-        assert_eq!(decode(&verify_review(&annotated, "t")), json!([{"op": "add", "path": "/metadata/annotations/verno.io~1last-request-time", "value": "t"}]));
+        assert_eq!(
+            decode(&verify_review(&annotated, "t")),
+            json!([{"op": "add", "path": "/metadata/annotations/verno.io~1last-request-time", "value": "t"}])
+        );
     }
 
     #[test]
     fn envelope_errors_say_what_is_missing() {
         assert_eq!(parse(b"[]").err().unwrap_or_default(), "invalid AdmissionReview: expected a JSON object");
-        assert_eq!(parse(br#"{"request": {}}"#).err().unwrap_or_default(), "invalid AdmissionReview: request.uid is missing");
+        assert_eq!(
+            parse(br#"{"request": {}}"#).err().unwrap_or_default(),
+            "invalid AdmissionReview: request.uid is missing"
+        );
         assert!(parse(br#"{"request": {"uid": "1"}}"#).is_ok());
     }
 }

@@ -76,18 +76,29 @@ impl AppState {
 }
 
 fn json_response(status: StatusCode, body: &serde_json::Value) -> Response {
-    (status, [(header::CONTENT_TYPE, "application/json; charset=utf-8")], serde_json::to_vec(body).unwrap_or_default()).into_response()
+    (status, [(header::CONTENT_TYPE, "application/json; charset=utf-8")], serde_json::to_vec(body).unwrap_or_default())
+        .into_response()
 }
 
 fn text(status: StatusCode, msg: &str) -> Response {
     (status, [(header::CONTENT_TYPE, "text/plain; charset=utf-8")], msg.to_string()).into_response()
 }
 
-async fn handle(state: Arc<AppState>, hook: Hook, filter: Filter, webhook: &'static str, headers: HeaderMap, body: Bytes) -> Response {
+async fn handle(
+    state: Arc<AppState>,
+    hook: Hook,
+    filter: Filter,
+    webhook: &'static str,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Response {
     let started = Instant::now();
     let ct = headers.get(header::CONTENT_TYPE).and_then(|v| v.to_str().ok()).unwrap_or("");
     if ct.split(';').next().map(str::trim) != Some("application/json") {
-        return text(StatusCode::UNSUPPORTED_MEDIA_TYPE, &format!("invalid Content-Type {ct:?}, expected application/json"));
+        return text(
+            StatusCode::UNSUPPORTED_MEDIA_TYPE,
+            &format!("invalid Content-Type {ct:?}, expected application/json"),
+        );
     }
     let review = match admission::parse(&body) {
         Ok(r) => r,
@@ -121,7 +132,15 @@ async fn handle(state: Arc<AppState>, hook: Hook, filter: Filter, webhook: &'sta
         }
         Ok(Err(join)) => {
             tracing::error!(uid = %uid, error = %join, "evaluation panicked");
-            json_response(StatusCode::OK, &admission::error_review(&api_version, &uid, allow_on_error, "verno: internal error while evaluating policies"))
+            json_response(
+                StatusCode::OK,
+                &admission::error_review(
+                    &api_version,
+                    &uid,
+                    allow_on_error,
+                    "verno: internal error while evaluating policies",
+                ),
+            )
         }
         Err(_) => {
             tracing::warn!(uid = %uid, "evaluation deadline exceeded");
@@ -191,7 +210,8 @@ async fn readiness(state: Arc<AppState>) -> Response {
 }
 
 async fn metrics_handler(State(state): State<Arc<AppState>>) -> Response {
-    (StatusCode::OK, [(header::CONTENT_TYPE, "text/plain; version=0.0.4; charset=utf-8")], state.metrics.encode()).into_response()
+    (StatusCode::OK, [(header::CONTENT_TYPE, "text/plain; version=0.0.4; charset=utf-8")], state.metrics.encode())
+        .into_response()
 }
 
 /// What readiness waits for in-cluster.
@@ -316,7 +336,11 @@ pub async fn start(cfg: Config, loader: Loader) -> Result<Running, String> {
     let rustls_cfg = axum_server::tls_rustls::RustlsConfig::from_config(server_cfg);
     // In-memory certificates mean in-cluster mode: not ready until the controller has synced
     // the policies and loaded the certificate from its Secret.
-    let missing = if matches!(cfg.tls, TlsSource::Pem { .. }) { ReadyPart::Policies as u8 | ReadyPart::Certificate as u8 } else { 0 };
+    let missing = if matches!(cfg.tls, TlsSource::Pem { .. }) {
+        ReadyPart::Policies as u8 | ReadyPart::Certificate as u8
+    } else {
+        0
+    };
     let metrics = metrics::Metrics::default();
     metrics.policies_swapped(&PolicySet::default(), &initial);
     let state = Arc::new(AppState {
@@ -329,7 +353,8 @@ pub async fn start(cfg: Config, loader: Loader) -> Result<Running, String> {
     });
     let app = router(state.clone(), cfg.body_limit);
     let handle: axum_server::Handle<SocketAddr> = axum_server::Handle::new();
-    let acceptor = axum_server::tls_rustls::RustlsAcceptor::new(rustls_cfg.clone()).acceptor(axum_server::accept::NoDelayAcceptor::new());
+    let acceptor = axum_server::tls_rustls::RustlsAcceptor::new(rustls_cfg.clone())
+        .acceptor(axum_server::accept::NoDelayAcceptor::new());
     let server = axum_server::bind(cfg.addr).acceptor(acceptor).handle(handle.clone());
     let task = tokio::spawn(async move { server.serve(app.into_make_service()).await });
     let addr = handle.listening().await.ok_or_else(|| format!("could not listen on {}", cfg.addr))?;
@@ -432,7 +457,8 @@ pub async fn shutdown_signal() {
 
 /// Logging to stderr: `RUST_LOG` (default info), JSON when asked.
 pub fn init_logging(json_logs: bool) {
-    let filter = tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
     let builder = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr);
     let _ = if json_logs { builder.json().try_init() } else { builder.try_init() };
 }

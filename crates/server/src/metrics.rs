@@ -104,7 +104,12 @@ impl Collector for Results {
             "rule_execution_cause",
             "dry_run",
         ];
-        let mut family = encoder.encode_descriptor("kyverno_policy_results", "Rule results of policies applied to admission requests", None, MetricType::Counter)?;
+        let mut family = encoder.encode_descriptor(
+            "kyverno_policy_results",
+            "Rule results of policies applied to admission requests",
+            None,
+            MetricType::Counter,
+        )?;
         for (values, v) in &series {
             let labels: Vec<(&str, &str)> = NAMES.iter().copied().zip(values.iter().map(String::as_str)).collect();
             ConstCounter::new(*v).encode(family.encode_family(&labels)?)?;
@@ -131,7 +136,12 @@ impl Collector for Times {
             Ok(m) => m.iter().map(|(k, v)| (k.clone(), v.clone())).collect(),
             Err(p) => p.into_inner().iter().map(|(k, v)| (k.clone(), v.clone())).collect(),
         };
-        let mut family = encoder.encode_descriptor("kyverno_policy_execution_duration_seconds", "Time to evaluate one policy on a request", None, MetricType::Histogram)?;
+        let mut family = encoder.encode_descriptor(
+            "kyverno_policy_execution_duration_seconds",
+            "Time to evaluate one policy on a request",
+            None,
+            MetricType::Histogram,
+        )?;
         for (k, h) in &snapshot {
             let labels: [(&str, &str); 5] = [
                 ("policy_type", if k.namespaced { "namespaced" } else { "cluster" }),
@@ -161,13 +171,34 @@ struct PolicyInfo {
 
 impl Collector for PolicyInfo {
     fn encode(&self, mut encoder: DescriptorEncoder) -> Result<(), std::fmt::Error> {
-        const RULE: [&str; 8] = ["policy_validation_mode", "policy_type", "policy_background_mode", "policy_namespace", "policy_name", "rule_name", "rule_type", "status_ready"];
-        const CHANGE: [&str; 6] = ["policy_validation_mode", "policy_type", "policy_background_mode", "policy_namespace", "policy_name", "policy_change_type"];
+        const RULE: [&str; 8] = [
+            "policy_validation_mode",
+            "policy_type",
+            "policy_background_mode",
+            "policy_namespace",
+            "policy_name",
+            "rule_name",
+            "rule_type",
+            "status_ready",
+        ];
+        const CHANGE: [&str; 6] = [
+            "policy_validation_mode",
+            "policy_type",
+            "policy_background_mode",
+            "policy_namespace",
+            "policy_name",
+            "policy_change_type",
+        ];
         let rules = match self.rules.lock() {
             Ok(m) => m.clone(),
             Err(p) => p.into_inner().clone(),
         };
-        let mut family = encoder.encode_descriptor("kyverno_policy_rule_info_total", "One series per rule of the policies in force", None, MetricType::Gauge)?;
+        let mut family = encoder.encode_descriptor(
+            "kyverno_policy_rule_info_total",
+            "One series per rule of the policies in force",
+            None,
+            MetricType::Gauge,
+        )?;
         for values in &rules {
             let labels: Vec<(&str, &str)> = RULE.iter().copied().zip(values.iter().map(String::as_str)).collect();
             prometheus_client::metrics::gauge::ConstGauge::new(1i64).encode(family.encode_family(&labels)?)?;
@@ -176,7 +207,12 @@ impl Collector for PolicyInfo {
             Ok(m) => m.iter().map(|(k, v)| (k.clone(), *v)).collect(),
             Err(p) => p.into_inner().iter().map(|(k, v)| (k.clone(), *v)).collect(),
         };
-        let mut family = encoder.encode_descriptor("kyverno_policy_changes", "Policies created, updated and deleted", None, MetricType::Counter)?;
+        let mut family = encoder.encode_descriptor(
+            "kyverno_policy_changes",
+            "Policies created, updated and deleted",
+            None,
+            MetricType::Counter,
+        )?;
         for (values, v) in &changes {
             let labels: Vec<(&str, &str)> = CHANGE.iter().copied().zip(values.iter().map(String::as_str)).collect();
             ConstCounter::new(*v).encode(family.encode_family(&labels)?)?;
@@ -213,18 +249,36 @@ impl Default for Metrics {
     fn default() -> Self {
         let mut registry = Registry::default();
         let requests = Family::<AdmissionLabels, Counter>::default();
-        let review_duration = Family::<AdmissionLabels, Histogram>::new_with_constructor(duration_histogram as fn() -> Histogram);
+        let review_duration =
+            Family::<AdmissionLabels, Histogram>::new_with_constructor(duration_histogram as fn() -> Histogram);
         let results = Arc::new(Results::default());
         let policy_duration = Arc::new(Times::default());
         registry.register("kyverno_admission_requests", "Admission requests reviewed", requests.clone());
-        registry.register("kyverno_admission_review_duration_seconds", "Time to review an admission request", review_duration.clone());
+        registry.register(
+            "kyverno_admission_review_duration_seconds",
+            "Time to review an admission request",
+            review_duration.clone(),
+        );
         registry.register_collector(Box::new(results.clone()));
         registry.register_collector(Box::new(policy_duration.clone()));
         let policy_info = Arc::new(PolicyInfo::default());
         registry.register_collector(Box::new(policy_info.clone()));
         let events_dropped = Counter::default();
-        registry.register("verno_events_dropped", "PolicyViolation events dropped because the event queue was full", events_dropped.clone());
-        Metrics { registry, policy_info, names: Mutex::new(HashMap::new()), requests, review_duration, results, policy_duration, events_dropped }
+        registry.register(
+            "verno_events_dropped",
+            "PolicyViolation events dropped because the event queue was full",
+            events_dropped.clone(),
+        );
+        Metrics {
+            registry,
+            policy_info,
+            names: Mutex::new(HashMap::new()),
+            requests,
+            review_duration,
+            results,
+            policy_duration,
+            events_dropped,
+        }
     }
 }
 
@@ -255,7 +309,16 @@ impl Metrics {
                     verno_engine::policy::RuleBody::Generate(_) => "generate",
                     verno_engine::policy::RuleBody::Unsupported { .. } => "imageVerify",
                 };
-                rules.push([mode.clone(), ty.clone(), bg.clone(), ns.clone(), name.clone(), r.name.clone(), rt.to_string(), "true".to_string()]);
+                rules.push([
+                    mode.clone(),
+                    ty.clone(),
+                    bg.clone(),
+                    ns.clone(),
+                    name.clone(),
+                    r.name.clone(),
+                    rt.to_string(),
+                    "true".to_string(),
+                ]);
             }
         }
         match self.policy_info.rules.lock() {
@@ -289,7 +352,14 @@ impl Metrics {
     }
 
     /// Records one reviewed request and its rule results.
-    pub fn observe(&self, webhook: &str, o: &Outcome, seconds: f64, dry_run: bool, policy_seconds: &[(Arc<PolicyMeta>, f64)]) {
+    pub fn observe(
+        &self,
+        webhook: &str,
+        o: &Outcome,
+        seconds: f64,
+        dry_run: bool,
+        policy_seconds: &[(Arc<PolicyMeta>, f64)],
+    ) {
         let op = o.operation.to_lowercase();
         let labels = AdmissionLabels {
             resource_kind: o.kind.clone(),
@@ -330,7 +400,12 @@ impl Metrics {
                 Err(p) => p.into_inner(),
             };
             for (m, secs) in policy_seconds {
-                let key = TimeKey { namespaced: m.namespaced, policy_name: Name(self.intern(&m.name)), resource_kind: Name(kind.clone()), operation: Name(operation.clone()) };
+                let key = TimeKey {
+                    namespaced: m.namespaced,
+                    policy_name: Name(self.intern(&m.name)),
+                    resource_kind: Name(kind.clone()),
+                    operation: Name(operation.clone()),
+                };
                 map.entry(key).or_insert_with(duration_histogram).observe(*secs);
             }
         }

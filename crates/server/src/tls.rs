@@ -1,7 +1,9 @@
 //! Serving certificates: files given by the user, or a self-made CA and serving pair kept in a
 //! directory so restarts reuse them (the CA is what a webhook's `caBundle` needs).
 
-use rcgen::{BasicConstraints, CertificateParams, DnType, ExtendedKeyUsagePurpose, IsCa, Issuer, KeyPair, KeyUsagePurpose};
+use rcgen::{
+    BasicConstraints, CertificateParams, DnType, ExtendedKeyUsagePurpose, IsCa, Issuer, KeyPair, KeyUsagePurpose,
+};
 use rustls_pki_types::pem::PemObject;
 use rustls_pki_types::{CertificateDer, PrivateKeyDer};
 use std::path::{Path, PathBuf};
@@ -10,11 +12,20 @@ use std::sync::Arc;
 /// Where the serving certificate comes from.
 #[derive(Debug, Clone)]
 pub enum TlsSource {
-    Files { cert: PathBuf, key: PathBuf },
+    Files {
+        cert: PathBuf,
+        key: PathBuf,
+    },
     /// Generated on first start into `dir` (`ca.crt`, `ca.key`, `tls.crt`, `tls.key`).
-    Dir { dir: PathBuf, dns_names: Vec<String> },
+    Dir {
+        dir: PathBuf,
+        dns_names: Vec<String>,
+    },
     /// In memory (in-cluster: from the TLS Secret); replaced with `Running::set_certificate`.
-    Pem { cert: Vec<u8>, key: Vec<u8> },
+    Pem {
+        cert: Vec<u8>,
+        key: Vec<u8>,
+    },
 }
 
 impl TlsSource {
@@ -44,7 +55,8 @@ pub fn ensure_dir(dir: &Path, dns_names: &[String]) -> Result<PathBuf, String> {
     let mut ca_params = CertificateParams::new(Vec::<String>::new()).map_err(err)?;
     ca_params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
     ca_params.distinguished_name.push(DnType::CommonName, "verno-ca");
-    ca_params.key_usages = vec![KeyUsagePurpose::KeyCertSign, KeyUsagePurpose::CrlSign, KeyUsagePurpose::DigitalSignature];
+    ca_params.key_usages =
+        vec![KeyUsagePurpose::KeyCertSign, KeyUsagePurpose::CrlSign, KeyUsagePurpose::DigitalSignature];
     let ca_cert = ca_params.self_signed(&ca_key).map_err(err)?;
     let key = KeyPair::generate().map_err(err)?;
     let mut params = CertificateParams::new(dns_names.to_vec()).map_err(err)?;
@@ -74,7 +86,8 @@ pub fn server_config(cert: &Path, key: &Path) -> Result<Arc<rustls::ServerConfig
 
 /// The same from PEM bytes (a TLS Secret's `tls.crt` and `tls.key`).
 pub fn server_config_pem(cert: &[u8], key: &[u8]) -> Result<Arc<rustls::ServerConfig>, String> {
-    let certs: Vec<CertificateDer<'static>> = CertificateDer::pem_slice_iter(cert).collect::<Result<_, _>>().map_err(|e| format!("tls.crt: {e}"))?;
+    let certs: Vec<CertificateDer<'static>> =
+        CertificateDer::pem_slice_iter(cert).collect::<Result<_, _>>().map_err(|e| format!("tls.crt: {e}"))?;
     if certs.is_empty() {
         return Err("tls.crt holds no certificate".into());
     }
@@ -82,7 +95,10 @@ pub fn server_config_pem(cert: &[u8], key: &[u8]) -> Result<Arc<rustls::ServerCo
     build(certs, key)
 }
 
-fn build(certs: Vec<CertificateDer<'static>>, key: PrivateKeyDer<'static>) -> Result<Arc<rustls::ServerConfig>, String> {
+fn build(
+    certs: Vec<CertificateDer<'static>>,
+    key: PrivateKeyDer<'static>,
+) -> Result<Arc<rustls::ServerConfig>, String> {
     let mut cfg = rustls::ServerConfig::builder_with_provider(Arc::new(rustls::crypto::ring::default_provider()))
         .with_safe_default_protocol_versions()
         .map_err(|e| format!("TLS setup: {e}"))?

@@ -12,7 +12,8 @@ fn shared() -> Option<PathBuf> {
 
 fn pss17(dir: &Path) -> PolicySet {
     let mut set = PolicySet::default();
-    let mut files: Vec<PathBuf> = std::fs::read_dir(dir.join("policies/pss-17")).into_iter().flatten().flatten().map(|e| e.path()).collect();
+    let mut files: Vec<PathBuf> =
+        std::fs::read_dir(dir.join("policies/pss-17")).into_iter().flatten().flatten().map(|e| e.path()).collect();
     files.sort();
     for f in files {
         let text = std::fs::read_to_string(&f).unwrap_or_default();
@@ -26,7 +27,10 @@ fn pss17(dir: &Path) -> PolicySet {
 }
 
 fn request(dir: &Path, name: &str) -> Value {
-    std::fs::read_to_string(dir.join("requests").join(name)).ok().and_then(|t| serde_json::from_str(&t).ok()).unwrap_or_default()
+    std::fs::read_to_string(dir.join("requests").join(name))
+        .ok()
+        .and_then(|t| serde_json::from_str(&t).ok())
+        .unwrap_or_default()
 }
 
 #[test]
@@ -40,7 +44,10 @@ fn busybox_is_denied_and_hardened_requests_are_allowed() {
     let o = review(&set, Hook::Validate, Filter::All, &request(&dir, "pod-busybox-create.json"));
     assert!(!o.allowed);
     let msg = o.review["response"]["status"]["message"].as_str().unwrap_or("");
-    assert!(msg.starts_with("\n\nresource Pod/testns/busybox-x7k2p was blocked due to the following policies \n\n"), "{msg}");
+    assert!(
+        msg.starts_with("\n\nresource Pod/testns/busybox-x7k2p was blocked due to the following policies \n\n"),
+        "{msg}"
+    );
     for p in ["disallow-privilege-escalation:", "require-run-as-nonroot:", "disallow-capabilities-strict:"] {
         assert!(msg.contains(p), "{p} missing from {msg}");
     }

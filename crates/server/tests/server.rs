@@ -55,7 +55,8 @@ spec:
 fn loader(dir: PathBuf) -> Loader {
     Arc::new(move || {
         let mut set = PolicySet::default();
-        let mut files: Vec<PathBuf> = std::fs::read_dir(&dir).map_err(|e| e.to_string())?.flatten().map(|e| e.path()).collect();
+        let mut files: Vec<PathBuf> =
+            std::fs::read_dir(&dir).map_err(|e| e.to_string())?.flatten().map(|e| e.path()).collect();
         files.sort();
         for f in files {
             let text = std::fs::read_to_string(&f).map_err(|e| e.to_string())?;
@@ -85,7 +86,10 @@ impl Harness {
         let cfg = Config {
             addr: "127.0.0.1:0".parse().map_err(|e| format!("{e}"))?,
             metrics_addr: Some("127.0.0.1:0".parse().map_err(|e| format!("{e}"))?),
-            tls: TlsSource::Dir { dir: tmp.path().join("tls"), dns_names: vec!["localhost".into(), "127.0.0.1".into()] },
+            tls: TlsSource::Dir {
+                dir: tmp.path().join("tls"),
+                dns_names: vec!["localhost".into(), "127.0.0.1".into()],
+            },
             body_limit: 64 * 1024,
             deadline: Duration::from_secs(5),
             max_concurrency: 4,
@@ -104,7 +108,14 @@ impl Harness {
     }
 
     async fn post(&self, path: &str, body: &Value) -> Result<(u16, Value), String> {
-        let r = self.client.post(self.url(path)).header("Content-Type", "application/json").body(body.to_string()).send().await.map_err(|e| e.to_string())?;
+        let r = self
+            .client
+            .post(self.url(path))
+            .header("Content-Type", "application/json")
+            .body(body.to_string())
+            .send()
+            .await
+            .map_err(|e| e.to_string())?;
         let code = r.status().as_u16();
         let text = r.text().await.map_err(|e| e.to_string())?;
         Ok((code, serde_json::from_str(&text).unwrap_or(Value::String(text))))
@@ -151,7 +162,9 @@ async fn the_webhook_denies_allows_and_patches_over_tls() -> Result<(), String> 
 
     let (_, mutated) = h.post("/mutate", &review(json!({"team": "payments"}))).await?;
     assert_eq!(mutated["response"]["patchType"], "JSONPatch");
-    let patch = base64::engine::general_purpose::STANDARD.decode(mutated["response"]["patch"].as_str().unwrap_or("")).map_err(|e| e.to_string())?;
+    let patch = base64::engine::general_purpose::STANDARD
+        .decode(mutated["response"]["patch"].as_str().unwrap_or(""))
+        .map_err(|e| e.to_string())?;
     let ops: Value = serde_json::from_slice(&patch).map_err(|e| e.to_string())?;
     assert_eq!(ops, json!([{"op": "add", "path": "/metadata/labels/tier", "value": "standard"}]));
 
@@ -161,9 +174,20 @@ async fn the_webhook_denies_allows_and_patches_over_tls() -> Result<(), String> 
 
     // The metrics saw the requests.
     let maddr = h.running.as_ref().and_then(|r| r.metrics_addr).ok_or("no metrics")?;
-    let metrics = h.client.get(format!("http://{maddr}/metrics")).send().await.map_err(|e| e.to_string())?.text().await.map_err(|e| e.to_string())?;
+    let metrics = h
+        .client
+        .get(format!("http://{maddr}/metrics"))
+        .send()
+        .await
+        .map_err(|e| e.to_string())?
+        .text()
+        .await
+        .map_err(|e| e.to_string())?;
     assert!(metrics.contains(r#"kyverno_admission_requests_total{resource_kind="Pod",resource_namespace="shop",resource_request_operation="create",request_allowed="false",request_webhook="validate"} 1"#), "{metrics}");
-    assert!(metrics.contains(r#"policy_name="require-team""#) && metrics.contains(r#"rule_result="fail""#), "{metrics}");
+    assert!(
+        metrics.contains(r#"policy_name="require-team""#) && metrics.contains(r#"rule_result="fail""#),
+        "{metrics}"
+    );
     // A cluster policy's namespace is "-" in every metric, as Kyverno labels it.
     assert!(metrics.contains(r#"policy_type="cluster",policy_background_mode="true",policy_namespace="-",policy_name="require-team",resource_kind="Pod""#), "{metrics}");
     assert!(metrics.contains("kyverno_admission_review_duration_seconds_bucket"), "{metrics}");
@@ -214,10 +238,19 @@ async fn failed_rules_are_handed_over_for_policy_violation_events() -> Result<()
     }
     got.sort_by(|a, b| a.policy_name.cmp(&b.policy_name));
     assert_eq!(got.len(), 2, "{got:?}");
-    assert_eq!(got[0].policy_note(), "Pod shop/web: [check-owner] fail; validation error: label 'owner' is recommended. rule check-owner failed at path /metadata/labels/owner/");
-    assert_eq!(got[0].resource_note(), "policy audit-owner/check-owner fail: validation error: label 'owner' is recommended. rule check-owner failed at path /metadata/labels/owner/");
+    assert_eq!(
+        got[0].policy_note(),
+        "Pod shop/web: [check-owner] fail; validation error: label 'owner' is recommended. rule check-owner failed at path /metadata/labels/owner/"
+    );
+    assert_eq!(
+        got[0].resource_note(),
+        "policy audit-owner/check-owner fail: validation error: label 'owner' is recommended. rule check-owner failed at path /metadata/labels/owner/"
+    );
     assert!(!got[0].blocked);
-    assert_eq!(got[1].policy_note(), "Pod shop/web: [check-team] fail (blocked); validation error: label 'team' is required. rule check-team failed at path /metadata/labels/team/");
+    assert_eq!(
+        got[1].policy_note(),
+        "Pod shop/web: [check-team] fail (blocked); validation error: label 'team' is required. rule check-team failed at path /metadata/labels/team/"
+    );
     assert!(got[1].blocked);
     assert_eq!((got[1].resource.api_version.as_str(), got[1].resource.kind.as_str()), ("v1", "Pod"));
 
@@ -237,16 +270,38 @@ async fn failed_rules_are_handed_over_for_policy_violation_events() -> Result<()
 #[tokio::test]
 async fn bad_requests_get_clear_http_errors() -> Result<(), String> {
     let h = Harness::start(&[("require-team.yaml", REQUIRE_TEAM)]).await?;
-    let r = h.client.post(h.url("/validate")).header("Content-Type", "text/plain").body("{}").send().await.map_err(|e| e.to_string())?;
+    let r = h
+        .client
+        .post(h.url("/validate"))
+        .header("Content-Type", "text/plain")
+        .body("{}")
+        .send()
+        .await
+        .map_err(|e| e.to_string())?;
     assert_eq!(r.status().as_u16(), 415);
-    let r = h.client.post(h.url("/validate")).header("Content-Type", "application/json").body(r#"{"request": {"uid": "#).send().await.map_err(|e| e.to_string())?;
+    let r = h
+        .client
+        .post(h.url("/validate"))
+        .header("Content-Type", "application/json")
+        .body(r#"{"request": {"uid": "#)
+        .send()
+        .await
+        .map_err(|e| e.to_string())?;
     assert_eq!(r.status().as_u16(), 400);
     let text = r.text().await.map_err(|e| e.to_string())?;
     assert!(text.starts_with("invalid AdmissionReview JSON: EOF while parsing"), "{text}");
-    let (code, body) = h.post("/validate", &json!({"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview"})).await?;
+    let (code, body) =
+        h.post("/validate", &json!({"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview"})).await?;
     assert_eq!((code, body), (400, Value::String("invalid AdmissionReview: request is missing".into())));
     let big = "x".repeat(100 * 1024);
-    let r = h.client.post(h.url("/validate")).header("Content-Type", "application/json").body(big).send().await.map_err(|e| e.to_string())?;
+    let r = h
+        .client
+        .post(h.url("/validate"))
+        .header("Content-Type", "application/json")
+        .body(big)
+        .send()
+        .await
+        .map_err(|e| e.to_string())?;
     assert_eq!(r.status().as_u16(), 413);
     let live = h.client.get(h.url("/health/liveness")).send().await.map_err(|e| e.to_string())?;
     assert_eq!(live.status().as_u16(), 200);
@@ -276,7 +331,11 @@ async fn policy_changes_are_picked_up_and_a_broken_file_keeps_the_old_set() -> R
     assert!(denied, "the new policy was not loaded");
 
     // A broken file: reported, and the previous set stays in force.
-    std::fs::write(h.policies.join("zz-broken.yaml"), "apiVersion: kyverno.io/v1\nkind: ClusterPolicy\nmetadata:\n  name: broken\nspec:\n  rules: []\n").map_err(|e| e.to_string())?;
+    std::fs::write(
+        h.policies.join("zz-broken.yaml"),
+        "apiVersion: kyverno.io/v1\nkind: ClusterPolicy\nmetadata:\n  name: broken\nspec:\n  rules: []\n",
+    )
+    .map_err(|e| e.to_string())?;
     let err = h.running.as_ref().map(|r| r.reload()).unwrap_or(Ok(()));
     assert!(err.is_err_and(|e| e.contains("zz-broken.yaml") && e.contains("spec.rules")));
     let (_, r) = h.post("/validate", &review(json!({}))).await?;

@@ -1,1 +1,3 @@
-fn main() { std::process::exit(verno_cli::main()) }
+fn main() {
+    std::process::exit(verno_cli::main())
+}

@@ -52,7 +52,11 @@ fn a_wrong_expectation_fails_with_exit_1_and_says_why() {
     for f in ["policy.yaml", "resources.yaml"] {
         let _ = std::fs::copy(src.join(f), tmp.path().join(f));
     }
-    write(tmp.path(), "kyverno-test.yaml", "apiVersion: cli.kyverno.io/v1alpha1\nkind: Test\nmetadata: {name: t}\npolicies: [policy.yaml]\nresources: [resources.yaml]\nresults:\n- {policy: team-label, rule: check-team, kind: Pod, resources: [labelled], result: fail}\n");
+    write(
+        tmp.path(),
+        "kyverno-test.yaml",
+        "apiVersion: cli.kyverno.io/v1alpha1\nkind: Test\nmetadata: {name: t}\npolicies: [policy.yaml]\nresources: [resources.yaml]\nresults:\n- {policy: team-label, rule: check-team, kind: Pod, resources: [labelled], result: fail}\n",
+    );
     let out = verno(&["test", tmp.path().to_str().unwrap_or("."), "-o", "json"]);
     assert_eq!(out.status.code(), Some(1));
     let v: Value = serde_json::from_slice(&out.stdout).unwrap_or_default();
@@ -64,7 +68,11 @@ fn a_wrong_expectation_fails_with_exit_1_and_says_why() {
 #[test]
 fn unknown_test_fields_are_rejected_with_their_path() {
     let tmp = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
-    write(tmp.path(), "kyverno-test.yaml", "apiVersion: cli.kyverno.io/v1alpha1\nkind: Test\nmetadata: {name: t}\npolicies: []\nresults:\n- {policy: p, rule: r, resources: [x], result: pass, reslt: fail}\n");
+    write(
+        tmp.path(),
+        "kyverno-test.yaml",
+        "apiVersion: cli.kyverno.io/v1alpha1\nkind: Test\nmetadata: {name: t}\npolicies: []\nresults:\n- {policy: p, rule: r, resources: [x], result: pass, reslt: fail}\n",
+    );
     let out = verno(&["test", tmp.path().to_str().unwrap_or(".")]);
     assert_eq!(out.status.code(), Some(2));
     let err = String::from_utf8_lossy(&out.stderr);
@@ -74,7 +82,11 @@ fn unknown_test_fields_are_rejected_with_their_path() {
 #[test]
 fn field_names_match_regardless_of_case_and_old_schema_is_rejected() {
     let tmp = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
-    write(tmp.path(), "kyverno-test.yaml", "apiVersion: cli.kyverno.io/v1alpha1\nkind: Test\nmetadata: {name: t}\nPolicies: []\nResults: []\n");
+    write(
+        tmp.path(),
+        "kyverno-test.yaml",
+        "apiVersion: cli.kyverno.io/v1alpha1\nkind: Test\nmetadata: {name: t}\nPolicies: []\nResults: []\n",
+    );
     assert_eq!(verno(&["test", tmp.path().to_str().unwrap_or(".")]).status.code(), Some(0));
     write(tmp.path(), "kyverno-test.yaml", "name: old\npolicies: []\nresults: []\n");
     let out = verno(&["test", tmp.path().to_str().unwrap_or(".")]);
@@ -85,7 +97,12 @@ fn field_names_match_regardless_of_case_and_old_schema_is_rejected() {
 #[test]
 fn apply_prints_failures_and_kyverno_summary() {
     let dir = testdata().join("validate/require-labels");
-    let out = verno(&["apply", dir.join("policy.yaml").to_str().unwrap_or(""), "--resource", dir.join("resources.yaml").to_str().unwrap_or("")]);
+    let out = verno(&[
+        "apply",
+        dir.join("policy.yaml").to_str().unwrap_or(""),
+        "--resource",
+        dir.join("resources.yaml").to_str().unwrap_or(""),
+    ]);
     let stdout = String::from_utf8_lossy(&out.stdout);
     assert_eq!(out.status.code(), Some(1), "{stdout}");
     assert!(stdout.contains("Applying 1 policy rule(s) to 4 resource(s)..."), "{stdout}");
@@ -100,7 +117,15 @@ fn apply_audit_warn_turns_audit_failures_into_warnings() {
     let dir = testdata().join("validate/foreach-images");
     let p = dir.join("policy.yaml");
     let r = dir.join("resources.yaml");
-    let out = verno(&["apply", p.to_str().unwrap_or(""), "-r", r.to_str().unwrap_or(""), "--audit-warn", "--warn-exit-code", "3"]);
+    let out = verno(&[
+        "apply",
+        p.to_str().unwrap_or(""),
+        "-r",
+        r.to_str().unwrap_or(""),
+        "--audit-warn",
+        "--warn-exit-code",
+        "3",
+    ]);
     let stdout = String::from_utf8_lossy(&out.stdout);
     assert!(stdout.contains("pass: 1, fail: 0, warn: 2, error: 0, skip: 0 "), "{stdout}");
     assert_eq!(out.status.code(), Some(3));
@@ -109,9 +134,18 @@ fn apply_audit_warn_turns_audit_failures_into_warnings() {
 #[test]
 fn a_broken_policy_is_an_error_naming_the_field() {
     let tmp = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
-    write(tmp.path(), "p.yaml", "apiVersion: kyverno.io/v1\nkind: ClusterPolicy\nmetadata: {name: bad}\nspec:\n  rules:\n  - name: r\n    match: {any: [{resources: {kinds: [Pod]}}]}\n    validate:\n      deny:\n        conditions:\n          any:\n          - key: \"{{ nope(request.object) }}\"\n            operator: Equals\n            value: x\n");
+    write(
+        tmp.path(),
+        "p.yaml",
+        "apiVersion: kyverno.io/v1\nkind: ClusterPolicy\nmetadata: {name: bad}\nspec:\n  rules:\n  - name: r\n    match: {any: [{resources: {kinds: [Pod]}}]}\n    validate:\n      deny:\n        conditions:\n          any:\n          - key: \"{{ nope(request.object) }}\"\n            operator: Equals\n            value: x\n",
+    );
     write(tmp.path(), "r.yaml", "apiVersion: v1\nkind: Pod\nmetadata: {name: a}\n");
-    let out = verno(&["apply", tmp.path().join("p.yaml").to_str().unwrap_or(""), "-r", tmp.path().join("r.yaml").to_str().unwrap_or("")]);
+    let out = verno(&[
+        "apply",
+        tmp.path().join("p.yaml").to_str().unwrap_or(""),
+        "-r",
+        tmp.path().join("r.yaml").to_str().unwrap_or(""),
+    ]);
     assert_eq!(out.status.code(), Some(2));
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains("spec.rules[0].validate.deny.conditions.any[0].key"), "{err}");
@@ -156,7 +190,12 @@ fn a_patched_resource_that_differs_fails_the_row_and_says_where() {
 #[test]
 fn apply_prints_the_mutated_resource_and_writes_it_to_a_directory() {
     let dir = testdata().join("mutate/inject-sidecar");
-    let out = verno(&["apply", dir.join("policy.yaml").to_str().unwrap_or("."), "-r", dir.join("resources.yaml").to_str().unwrap_or(".")]);
+    let out = verno(&[
+        "apply",
+        dir.join("policy.yaml").to_str().unwrap_or("."),
+        "-r",
+        dir.join("resources.yaml").to_str().unwrap_or("."),
+    ]);
     let stdout = String::from_utf8_lossy(&out.stdout);
     assert_eq!(out.status.code(), Some(0), "{stdout}");
     assert!(stdout.contains("policy inject-logging applied to shop/Pod/web:"), "{stdout}");
@@ -165,7 +204,14 @@ fn apply_prints_the_mutated_resource_and_writes_it_to_a_directory() {
     assert!(stdout.contains("pass: 2, fail: 0, warn: 0, error: 0, skip: 1"), "{stdout}");
     let tmp = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
     let target = format!("{}/", tmp.path().join("out").display());
-    let out = verno(&["apply", dir.join("policy.yaml").to_str().unwrap_or("."), "-r", dir.join("resources.yaml").to_str().unwrap_or("."), "-o", &target]);
+    let out = verno(&[
+        "apply",
+        dir.join("policy.yaml").to_str().unwrap_or("."),
+        "-r",
+        dir.join("resources.yaml").to_str().unwrap_or("."),
+        "-o",
+        &target,
+    ]);
     assert_eq!(out.status.code(), Some(0));
     let written = std::fs::read_to_string(tmp.path().join("out/shop-pod-web.yaml")).unwrap_or_default();
     assert!(written.contains("fluent/fluent-bit:3.0"), "{written}");
@@ -180,7 +226,12 @@ fn a_broken_json6902_patch_is_a_load_error_naming_the_field() {
         "apiVersion: kyverno.io/v1\nkind: ClusterPolicy\nmetadata:\n  name: bad\nspec:\n  rules:\n  - name: r\n    match:\n      any:\n      - resources:\n          kinds: [Pod]\n    mutate:\n      patchesJson6902: |-\n        - op: add\n          path: metadata/labels/x\n          value: y\n",
     );
     write(tmp.path(), "pod.yaml", "apiVersion: v1\nkind: Pod\nmetadata:\n  name: p\nspec:\n  containers: []\n");
-    let out = verno(&["apply", tmp.path().join("policy.yaml").to_str().unwrap_or("."), "-r", tmp.path().join("pod.yaml").to_str().unwrap_or(".")]);
+    let out = verno(&[
+        "apply",
+        tmp.path().join("policy.yaml").to_str().unwrap_or("."),
+        "-r",
+        tmp.path().join("pod.yaml").to_str().unwrap_or("."),
+    ]);
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert_ne!(out.status.code(), Some(0));
     assert!(stderr.contains("spec.rules[0].mutate.patchesJson6902") && stderr.contains("must start with"), "{stderr}");

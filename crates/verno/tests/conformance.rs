@@ -34,7 +34,11 @@ fn listed_conformance_cases_still_pass() {
         let json: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap_or_default();
         let rows = json["results"].as_array().cloned().unwrap_or_default();
         if out.status.code() != Some(0) || rows.is_empty() || rows.iter().any(|r| r["pass"] != true) {
-            let bad: Vec<String> = rows.iter().filter(|r| r["pass"] != true).map(|r| format!("{} {} {}: {}", r["policy"], r["rule"], r["resource"], r["reason"])).collect();
+            let bad: Vec<String> = rows
+                .iter()
+                .filter(|r| r["pass"] != true)
+                .map(|r| format!("{} {} {}: {}", r["policy"], r["rule"], r["resource"], r["reason"]))
+                .collect();
             failures.push(format!("{case} (exit {:?}): {}", out.status.code(), bad.join("; ")));
         }
     }

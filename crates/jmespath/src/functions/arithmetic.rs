@@ -18,12 +18,36 @@ macro_rules! f {
 }
 
 pub(crate) static FUNCTIONS: &[Function] = &[
-    f!("add", [ANY, ANY], "any", "does arithmetic addition of two specified values of numbers, quantities, and durations", |c, a| add(c.name, val(a, 0), val(a, 1))),
-    f!("subtract", [ANY, ANY], "any", "does arithmetic subtraction of two specified values of numbers, quantities, and durations", subtract),
-    f!("multiply", [ANY, ANY], "any", "does arithmetic multiplication of two specified values of numbers, quantities, and durations", multiply),
+    f!(
+        "add",
+        [ANY, ANY],
+        "any",
+        "does arithmetic addition of two specified values of numbers, quantities, and durations",
+        |c, a| add(c.name, val(a, 0), val(a, 1))
+    ),
+    f!(
+        "subtract",
+        [ANY, ANY],
+        "any",
+        "does arithmetic subtraction of two specified values of numbers, quantities, and durations",
+        subtract
+    ),
+    f!(
+        "multiply",
+        [ANY, ANY],
+        "any",
+        "does arithmetic multiplication of two specified values of numbers, quantities, and durations",
+        multiply
+    ),
     f!("divide", [ANY, ANY], "any", "divisor must be non zero", divide),
     f!("modulo", [ANY, ANY], "any", "divisor must be non-zero, arguments must be integers", modulo),
-    f!("sum", [A], "any", "does arithmetic addition of specified array of values of numbers, quantities, and durations", sum),
+    f!(
+        "sum",
+        [A],
+        "any",
+        "does arithmetic addition of specified array of values of numbers, quantities, and durations",
+        sum
+    ),
     f!("round", [N, N], "number", "does roundoff to upper or lower decimal places", round),
 ];
 
@@ -92,8 +116,12 @@ fn scale_quantity(name: &str, q: &Quantity, s: f64) -> Result<Value, RuntimeErro
 fn multiply(c: &Call<'_>, a: &[Arg<'_, '_>]) -> Result<Value, RuntimeError> {
     match (operand(c.name, 1, val(a, 0))?, operand(c.name, 2, val(a, 1))?) {
         (Operand::Scalar(x), Operand::Scalar(y)) => Ok(num(x * y)),
-        (Operand::Quantity(q), Operand::Scalar(s)) | (Operand::Scalar(s), Operand::Quantity(q)) => scale_quantity(c.name, &q, s),
-        (Operand::Duration(d), Operand::Scalar(s)) | (Operand::Scalar(s), Operand::Duration(d)) => Ok(dv((d as f64 * s) as i64)),
+        (Operand::Quantity(q), Operand::Scalar(s)) | (Operand::Scalar(s), Operand::Quantity(q)) => {
+            scale_quantity(c.name, &q, s)
+        }
+        (Operand::Duration(d), Operand::Scalar(s)) | (Operand::Scalar(s), Operand::Duration(d)) => {
+            Ok(dv((d as f64 * s) as i64))
+        }
         _ => Err(mismatch(c.name)),
     }
 }

@@ -21,10 +21,14 @@ pub(crate) static FUNCTIONS: &[Function] = &[
     f!("avg", [&[ArgType::ArrayNumber]], false, "number", "average of an array of numbers", avg),
     f!("ceil", [N], false, "number", "round up", |c, a| Ok(num(num_arg(c, a, 0)?.ceil()))),
     f!("contains", [&[ArgType::Array, ArgType::String], ANY], false, "boolean", "array or string contains", contains),
-    f!("ends_with", [S, S], false, "boolean", "string suffix test", |c, a| Ok(Value::Bool(str_arg(c, a, 0)?.ends_with(str_arg(c, a, 1)?)))),
+    f!("ends_with", [S, S], false, "boolean", "string suffix test", |c, a| Ok(Value::Bool(
+        str_arg(c, a, 0)?.ends_with(str_arg(c, a, 1)?)
+    ))),
     f!("floor", [N], false, "number", "round down", |c, a| Ok(num(num_arg(c, a, 0)?.floor()))),
     f!("join", [S, &[ArgType::ArrayString]], false, "string", "join strings", join),
-    f!("keys", [O], false, "array", "object keys", |_, a| Ok(Value::Array(val(a, 0).as_object().map(|o| o.keys().map(|k| Value::String(k.clone())).collect()).unwrap_or_default()))),
+    f!("keys", [O], false, "array", "object keys", |_, a| Ok(Value::Array(
+        val(a, 0).as_object().map(|o| o.keys().map(|k| Value::String(k.clone())).collect()).unwrap_or_default()
+    ))),
     f!("length", [STR_OR_ARR], false, "number", "length of string, array or object", length),
     f!("map", [E, A], false, "array", "apply an expression to each element", map),
     f!("max", [ARR_NUM_OR_STR], false, "number|string", "largest element", |c, a| minmax(c, a, Ordering::Greater)),
@@ -32,16 +36,31 @@ pub(crate) static FUNCTIONS: &[Function] = &[
     f!("merge", [O], true, "object", "merge objects, later keys win", merge),
     f!("min", [ARR_NUM_OR_STR], false, "number|string", "smallest element", |c, a| minmax(c, a, Ordering::Less)),
     f!("min_by", [A, E], false, "any", "element with the smallest key", |c, a| minmax_by(c, a, Ordering::Less)),
-    f!("not_null", [ANY], true, "any", "first non-null argument", |_, a| Ok(a.iter().map(Arg::value).find(|v| !v.is_null()).cloned().unwrap_or(Value::Null))),
+    f!("not_null", [ANY], true, "any", "first non-null argument", |_, a| Ok(a
+        .iter()
+        .map(Arg::value)
+        .find(|v| !v.is_null())
+        .cloned()
+        .unwrap_or(Value::Null))),
     f!("reverse", [&[ArgType::Array, ArgType::String]], false, "array|string", "reverse", reverse),
     f!("sort", [ARR_NUM_OR_STR], false, "array", "sort numbers or strings", sort),
     f!("sort_by", [A, E], false, "array", "sort by key expression", sort_by),
-    f!("starts_with", [S, S], false, "boolean", "string prefix test", |c, a| Ok(Value::Bool(str_arg(c, a, 0)?.starts_with(str_arg(c, a, 1)?)))),
-    f!("to_array", [ANY], false, "array", "wrap non-arrays in an array", |_, a| Ok(match val(a, 0) { Value::Array(x) => Value::Array(x.clone()), v => Value::Array(vec![v.clone()]) })),
+    f!("starts_with", [S, S], false, "boolean", "string prefix test", |c, a| Ok(Value::Bool(
+        str_arg(c, a, 0)?.starts_with(str_arg(c, a, 1)?)
+    ))),
+    f!("to_array", [ANY], false, "array", "wrap non-arrays in an array", |_, a| Ok(match val(a, 0) {
+        Value::Array(x) => Value::Array(x.clone()),
+        v => Value::Array(vec![v.clone()]),
+    })),
     f!("to_number", [ANY], false, "number", "convert to number", to_number),
-    f!("to_string", [ANY], false, "string", "convert to string (JSON for non-strings)", |_, a| Ok(match val(a, 0) { Value::String(s) => Value::String(s.clone()), v => Value::String(to_json(v)) })),
+    f!("to_string", [ANY], false, "string", "convert to string (JSON for non-strings)", |_, a| Ok(match val(a, 0) {
+        Value::String(s) => Value::String(s.clone()),
+        v => Value::String(to_json(v)),
+    })),
     f!("type", [ANY], false, "string", "type name", |_, a| Ok(Value::String(type_name(val(a, 0)).into()))),
-    f!("values", [O], false, "array", "object values", |_, a| Ok(Value::Array(val(a, 0).as_object().map(|o| o.values().cloned().collect()).unwrap_or_default()))),
+    f!("values", [O], false, "array", "object values", |_, a| Ok(Value::Array(
+        val(a, 0).as_object().map(|o| o.values().cloned().collect()).unwrap_or_default()
+    ))),
 ];
 
 fn avg(_: &Call<'_>, a: &[Arg<'_, '_>]) -> Result<Value, RuntimeError> {
@@ -64,7 +83,8 @@ fn contains(_: &Call<'_>, a: &[Arg<'_, '_>]) -> Result<Value, RuntimeError> {
 
 fn join(c: &Call<'_>, a: &[Arg<'_, '_>]) -> Result<Value, RuntimeError> {
     let sep = str_arg(c, a, 0)?;
-    let parts: Vec<&str> = val(a, 1).as_array().map(|x| x.iter().filter_map(Value::as_str).collect()).unwrap_or_default();
+    let parts: Vec<&str> =
+        val(a, 1).as_array().map(|x| x.iter().filter_map(Value::as_str).collect()).unwrap_or_default();
     Ok(Value::String(parts.join(sep)))
 }
 

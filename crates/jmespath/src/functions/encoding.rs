@@ -27,31 +27,77 @@ pub(crate) static FUNCTIONS: &[Function] = &[
     f!("base64_encode", [S], "string", "encodes a regular, plaintext and unencoded string to base64", |c, a| {
         Ok(Value::String(base64::engine::general_purpose::STANDARD.encode(str_arg(c, a, 0)?)))
     }),
-    f!("parse_json", [S], "any", "decodes a valid JSON encoded string to the appropriate type. Opposite of `to_string` function", |c, a| {
-        serde_json::from_str(str_arg(c, a, 0)?).map_err(|e| RuntimeError::func(c.name, format!("invalid JSON: {e}")))
-    }),
-    f!("parse_yaml", [S], "any", "decodes a valid YAML encoded string to the appropriate type provided it can be represented in JSON", |c, a| {
-        crate::yaml::parse(str_arg(c, a, 0)?).map_err(|e| RuntimeError::func(c.name, format!("invalid YAML: {e}")))
-    }),
-    f!("lookup", [OBJ_OR_ARR, STR_OR_NUM], "any", "returns the value corresponding to the given key/index in the given object/array", lookup),
-    f!("items", [OBJ_OR_ARR, S, S], "array", "converts a map or array to an array of objects where each key:value is an item in the array", items),
-    f!("object_from_lists", [&[ArgType::Array], &[ArgType::Array]], "object", "converts a pair of lists containing keys and values to an object", |_, a| {
-        let keys = val(a, 0).as_array().map(|x| x.as_slice()).unwrap_or_default();
-        let vals = val(a, 1).as_array().map(|x| x.as_slice()).unwrap_or_default();
-        let mut m = Map::new();
-        for (i, k) in keys.iter().enumerate() {
-            if let Some(k) = k.as_str() {
-                m.insert(k.to_string(), vals.get(i).cloned().unwrap_or(Value::Null));
-            }
+    f!(
+        "parse_json",
+        [S],
+        "any",
+        "decodes a valid JSON encoded string to the appropriate type. Opposite of `to_string` function",
+        |c, a| {
+            serde_json::from_str(str_arg(c, a, 0)?)
+                .map_err(|e| RuntimeError::func(c.name, format!("invalid JSON: {e}")))
         }
-        Ok(Value::Object(m))
-    }),
-    f!("path_canonicalize", [S], "string", "normalizes a filesystem path", |c, a| Ok(Value::String(clean_path(str_arg(c, a, 0)?)))),
-    f!("semver_compare", [S, S], "bool", "compares two strings which comply with the semantic versioning schema and outputs a boolean response as to the position of the second relative to the first", |c, a| {
-        let v = semver::Version::parse(str_arg(c, a, 0)?).unwrap_or(semver::Version { major: 0, minor: 0, patch: 0, pre: vec![] });
-        let r = str_arg(c, a, 1)?;
-        semver::range_matches(r, &v).map(Value::Bool).ok_or_else(|| RuntimeError::func(c.name, format!("invalid semver range {r:?}")))
-    }),
+    ),
+    f!(
+        "parse_yaml",
+        [S],
+        "any",
+        "decodes a valid YAML encoded string to the appropriate type provided it can be represented in JSON",
+        |c, a| {
+            crate::yaml::parse(str_arg(c, a, 0)?).map_err(|e| RuntimeError::func(c.name, format!("invalid YAML: {e}")))
+        }
+    ),
+    f!(
+        "lookup",
+        [OBJ_OR_ARR, STR_OR_NUM],
+        "any",
+        "returns the value corresponding to the given key/index in the given object/array",
+        lookup
+    ),
+    f!(
+        "items",
+        [OBJ_OR_ARR, S, S],
+        "array",
+        "converts a map or array to an array of objects where each key:value is an item in the array",
+        items
+    ),
+    f!(
+        "object_from_lists",
+        [&[ArgType::Array], &[ArgType::Array]],
+        "object",
+        "converts a pair of lists containing keys and values to an object",
+        |_, a| {
+            let keys = val(a, 0).as_array().map(|x| x.as_slice()).unwrap_or_default();
+            let vals = val(a, 1).as_array().map(|x| x.as_slice()).unwrap_or_default();
+            let mut m = Map::new();
+            for (i, k) in keys.iter().enumerate() {
+                if let Some(k) = k.as_str() {
+                    m.insert(k.to_string(), vals.get(i).cloned().unwrap_or(Value::Null));
+                }
+            }
+            Ok(Value::Object(m))
+        }
+    ),
+    f!("path_canonicalize", [S], "string", "normalizes a filesystem path", |c, a| Ok(Value::String(clean_path(
+        str_arg(c, a, 0)?
+    )))),
+    f!(
+        "semver_compare",
+        [S, S],
+        "bool",
+        "compares two strings which comply with the semantic versioning schema and outputs a boolean response as to the position of the second relative to the first",
+        |c, a| {
+            let v = semver::Version::parse(str_arg(c, a, 0)?).unwrap_or(semver::Version {
+                major: 0,
+                minor: 0,
+                patch: 0,
+                pre: vec![],
+            });
+            let r = str_arg(c, a, 1)?;
+            semver::range_matches(r, &v)
+                .map(Value::Bool)
+                .ok_or_else(|| RuntimeError::func(c.name, format!("invalid semver range {r:?}")))
+        }
+    ),
     f!("image_normalize", [S], "string", "normalizes an image reference", |c, a| {
         normalize_image(str_arg(c, a, 0)?).map(Value::String).map_err(|e| RuntimeError::func(c.name, e))
     }),
@@ -59,9 +105,15 @@ pub(crate) static FUNCTIONS: &[Function] = &[
     f!("random", [S], "string", "Generates a random sequence of characters", |c, a| {
         crate::random::generate(str_arg(c, a, 0)?).map(Value::String).map_err(|e| RuntimeError::func(c.name, e))
     }),
-    f!("sha256", [S], "string", "generate unique hash value for the given string", |c, a| Ok(Value::String(hex(&sha2::Sha256::digest(str_arg(c, a, 0)?.as_bytes()))))),
-    f!("sha1", [S], "string", "generate unique hash value for the given string", |c, a| Ok(Value::String(hex(&sha1::Sha1::digest(str_arg(c, a, 0)?.as_bytes()))))),
-    f!("md5", [S], "string", "generate unique hash value for the given string", |c, a| Ok(Value::String(hex(&md5::Md5::digest(str_arg(c, a, 0)?.as_bytes()))))),
+    f!("sha256", [S], "string", "generate unique hash value for the given string", |c, a| Ok(Value::String(hex(
+        &sha2::Sha256::digest(str_arg(c, a, 0)?.as_bytes())
+    )))),
+    f!("sha1", [S], "string", "generate unique hash value for the given string", |c, a| Ok(Value::String(hex(
+        &sha1::Sha1::digest(str_arg(c, a, 0)?.as_bytes())
+    )))),
+    f!("md5", [S], "string", "generate unique hash value for the given string", |c, a| Ok(Value::String(hex(
+        &md5::Md5::digest(str_arg(c, a, 0)?.as_bytes())
+    )))),
 ];
 
 fn hex(b: &[u8]) -> String {
@@ -193,7 +245,12 @@ fn is_external_url(c: &Call<'_>, a: &[Arg<'_, '_>]) -> Result<Value, RuntimeErro
     };
     let internal = |ip: &std::net::IpAddr| match ip {
         std::net::IpAddr::V4(v) => v.is_private() || v.is_loopback() || v.is_link_local() || v.is_unspecified(),
-        std::net::IpAddr::V6(v) => v.is_loopback() || v.is_unspecified() || (v.segments()[0] & 0xfe00) == 0xfc00 || (v.segments()[0] & 0xffc0) == 0xfe80,
+        std::net::IpAddr::V6(v) => {
+            v.is_loopback()
+                || v.is_unspecified()
+                || (v.segments()[0] & 0xfe00) == 0xfc00
+                || (v.segments()[0] & 0xffc0) == 0xfe80
+        }
     };
     Ok(Value::Bool(!ips.iter().any(internal)))
 }

@@ -22,33 +22,75 @@ pub(crate) static FUNCTIONS: &[Function] = &[
             std::cmp::Ordering::Greater => 1.0,
         }))
     }),
-    f!("equal_fold", [S, S], "bool", "allows comparing two strings for equivalency where the only differences are letter cases", |c, a| {
-        Ok(Value::Bool(str_arg(c, a, 0)?.to_lowercase() == str_arg(c, a, 1)?.to_lowercase()))
-    }),
-    f!("replace", [S, S, S, N], "string", "replaces a specified number of instances of the source string with the replacement string in a parent", replace),
-    f!("replace_all", [S, S, S], "string", "replace all instances of one string with another in an overall parent string", |c, a| {
-        Ok(Value::String(str_arg(c, a, 0)?.replace(str_arg(c, a, 1)?, str_arg(c, a, 2)?)))
-    }),
-    f!("to_upper", [S], "string", "transforms the input string to uppercase", |c, a| Ok(Value::String(str_arg(c, a, 0)?.to_uppercase()))),
-    f!("to_lower", [S], "string", "transforms the input string to lowercase", |c, a| Ok(Value::String(str_arg(c, a, 0)?.to_lowercase()))),
-    f!("trim", [S, S], "string", "trims both ends of the source string by characters appearing in the second string", |c, a| {
-        let cut: Vec<char> = str_arg(c, a, 1)?.chars().collect();
-        Ok(Value::String(str_arg(c, a, 0)?.trim_matches(|ch| cut.contains(&ch)).to_string()))
-    }),
+    f!(
+        "equal_fold",
+        [S, S],
+        "bool",
+        "allows comparing two strings for equivalency where the only differences are letter cases",
+        |c, a| { Ok(Value::Bool(str_arg(c, a, 0)?.to_lowercase() == str_arg(c, a, 1)?.to_lowercase())) }
+    ),
+    f!(
+        "replace",
+        [S, S, S, N],
+        "string",
+        "replaces a specified number of instances of the source string with the replacement string in a parent",
+        replace
+    ),
+    f!(
+        "replace_all",
+        [S, S, S],
+        "string",
+        "replace all instances of one string with another in an overall parent string",
+        |c, a| { Ok(Value::String(str_arg(c, a, 0)?.replace(str_arg(c, a, 1)?, str_arg(c, a, 2)?))) }
+    ),
+    f!("to_upper", [S], "string", "transforms the input string to uppercase", |c, a| Ok(Value::String(
+        str_arg(c, a, 0)?.to_uppercase()
+    ))),
+    f!("to_lower", [S], "string", "transforms the input string to lowercase", |c, a| Ok(Value::String(
+        str_arg(c, a, 0)?.to_lowercase()
+    ))),
+    f!(
+        "trim",
+        [S, S],
+        "string",
+        "trims both ends of the source string by characters appearing in the second string",
+        |c, a| {
+            let cut: Vec<char> = str_arg(c, a, 1)?.chars().collect();
+            Ok(Value::String(str_arg(c, a, 0)?.trim_matches(|ch| cut.contains(&ch)).to_string()))
+        }
+    ),
     f!("trim_prefix", [S, S], "string", "trims the prefix from the source string", |c, a| {
         let s = str_arg(c, a, 0)?;
         Ok(Value::String(s.strip_prefix(str_arg(c, a, 1)?).unwrap_or(s).to_string()))
     }),
-    f!("split", [S, S], "array", "splits the first string when the second string is found and converts it into an array", split),
-    f!("truncate", [S, N], "string", "length argument must be enclosed in backticks; ex. \"{{request.object.metadata.name | truncate(@, `9`)}}\"", |c, a| {
-        let s = str_arg(c, a, 0)?;
-        let n = num_arg(c, a, 1)?.max(0.0) as usize;
-        Ok(Value::String(s.chars().take(n).collect()))
-    }),
-    f!("regex_match", [S, STR_OR_NUM], "bool", "first string is the regular expression which is compared with second input which can be a number or string", |c, a| {
-        let re = compile(c, str_arg(c, a, 0)?)?;
-        Ok(Value::Bool(re.is_match(&stringify_num(val(a, 1)))))
-    }),
+    f!(
+        "split",
+        [S, S],
+        "array",
+        "splits the first string when the second string is found and converts it into an array",
+        split
+    ),
+    f!(
+        "truncate",
+        [S, N],
+        "string",
+        "length argument must be enclosed in backticks; ex. \"{{request.object.metadata.name | truncate(@, `9`)}}\"",
+        |c, a| {
+            let s = str_arg(c, a, 0)?;
+            let n = num_arg(c, a, 1)?.max(0.0) as usize;
+            Ok(Value::String(s.chars().take(n).collect()))
+        }
+    ),
+    f!(
+        "regex_match",
+        [S, STR_OR_NUM],
+        "bool",
+        "first string is the regular expression which is compared with second input which can be a number or string",
+        |c, a| {
+            let re = compile(c, str_arg(c, a, 0)?)?;
+            Ok(Value::Bool(re.is_match(&stringify_num(val(a, 1)))))
+        }
+    ),
     f!("regex_replace_all", [S, STR_OR_NUM, STR_OR_NUM], "string", "converts all parameters to string", |c, a| {
         let re = compile(c, str_arg(c, a, 0)?)?;
         let src = stringify_num(val(a, 1));
@@ -56,31 +98,56 @@ pub(crate) static FUNCTIONS: &[Function] = &[
         // Go's `$1W` names group `1W`, and Rust's expansion agrees, so the template passes through.
         Ok(Value::String(re.replace_all(&src, rep.as_str()).into_owned()))
     }),
-    f!("regex_replace_all_literal", [S, STR_OR_NUM, STR_OR_NUM], "string", "converts all parameters to string", |c, a| {
-        let re = compile(c, str_arg(c, a, 0)?)?;
-        let src = stringify_num(val(a, 1));
-        let rep = stringify_num(val(a, 2));
-        Ok(Value::String(re.replace_all(&src, regex::NoExpand(&rep)).into_owned()))
-    }),
-    f!("pattern_match", [S, STR_OR_NUM], "bool", "'*' matches zero or more alphanumeric characters, '?' matches a single alphanumeric character", |c, a| {
-        Ok(Value::Bool(wildcard::matches(str_arg(c, a, 0)?, &stringify_num(val(a, 1)))))
-    }),
-    f!("label_match", [O, O], "bool", "object arguments must be enclosed in backticks; ex. `{{ label_match(`{\"app\": \"nginx\"}`, request.object.metadata.labels) }}`", |_, a| {
-        let sel = val(a, 0).as_object();
-        let labels = val(a, 1).as_object();
-        Ok(Value::Bool(match (sel, labels) {
-            (Some(s), Some(l)) => s.iter().all(|(k, v)| l.get(k).is_some_and(|w| w == v)),
-            _ => false,
-        }))
-    }),
-    f!("to_boolean", [S], "bool", "It returns true or false for any string, such as 'True', 'TruE', 'False', 'FAlse', 'faLSE', etc.", |c, a| {
-        let s = str_arg(c, a, 0)?;
-        match s.to_lowercase().as_str() {
-            "true" => Ok(Value::Bool(true)),
-            "false" => Ok(Value::Bool(false)),
-            _ => Err(RuntimeError::func(c.name, format!("lowercase argument must be 'true' or 'false' (provided: '{s}')"))),
+    f!(
+        "regex_replace_all_literal",
+        [S, STR_OR_NUM, STR_OR_NUM],
+        "string",
+        "converts all parameters to string",
+        |c, a| {
+            let re = compile(c, str_arg(c, a, 0)?)?;
+            let src = stringify_num(val(a, 1));
+            let rep = stringify_num(val(a, 2));
+            Ok(Value::String(re.replace_all(&src, regex::NoExpand(&rep)).into_owned()))
         }
-    }),
+    ),
+    f!(
+        "pattern_match",
+        [S, STR_OR_NUM],
+        "bool",
+        "'*' matches zero or more alphanumeric characters, '?' matches a single alphanumeric character",
+        |c, a| { Ok(Value::Bool(wildcard::matches(str_arg(c, a, 0)?, &stringify_num(val(a, 1))))) }
+    ),
+    f!(
+        "label_match",
+        [O, O],
+        "bool",
+        "object arguments must be enclosed in backticks; ex. `{{ label_match(`{\"app\": \"nginx\"}`, request.object.metadata.labels) }}`",
+        |_, a| {
+            let sel = val(a, 0).as_object();
+            let labels = val(a, 1).as_object();
+            Ok(Value::Bool(match (sel, labels) {
+                (Some(s), Some(l)) => s.iter().all(|(k, v)| l.get(k).is_some_and(|w| w == v)),
+                _ => false,
+            }))
+        }
+    ),
+    f!(
+        "to_boolean",
+        [S],
+        "bool",
+        "It returns true or false for any string, such as 'True', 'TruE', 'False', 'FAlse', 'faLSE', etc.",
+        |c, a| {
+            let s = str_arg(c, a, 0)?;
+            match s.to_lowercase().as_str() {
+                "true" => Ok(Value::Bool(true)),
+                "false" => Ok(Value::Bool(false)),
+                _ => Err(RuntimeError::func(
+                    c.name,
+                    format!("lowercase argument must be 'true' or 'false' (provided: '{s}')"),
+                )),
+            }
+        }
+    ),
 ];
 
 fn replace(c: &Call<'_>, a: &[crate::functions::Arg<'_, '_>]) -> Result<Value, RuntimeError> {

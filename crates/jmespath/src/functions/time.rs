@@ -14,9 +14,19 @@ macro_rules! f {
 }
 
 pub(crate) static FUNCTIONS: &[Function] = &[
-    f!("time_since", [S, S, S], "string", "calculate the difference between a start and end period of time where the end may either be a static definition or the then-current time", time_since),
-    f!("time_now", [], "string", "returns current time in RFC 3339 format", |c, _| Ok(Value::String(rfc3339(&now(c)?)))),
-    f!("time_now_utc", [], "string", "returns current time in UTC, in RFC 3339 format", |c, _| Ok(Value::String(rfc3339(&now(c)?.with_timezone(&utc()))))),
+    f!(
+        "time_since",
+        [S, S, S],
+        "string",
+        "calculate the difference between a start and end period of time where the end may either be a static definition or the then-current time",
+        time_since
+    ),
+    f!("time_now", [], "string", "returns current time in RFC 3339 format", |c, _| Ok(Value::String(rfc3339(&now(
+        c
+    )?)))),
+    f!("time_now_utc", [], "string", "returns current time in UTC, in RFC 3339 format", |c, _| Ok(Value::String(
+        rfc3339(&now(c)?.with_timezone(&utc()))
+    ))),
     f!("time_add", [S, S], "string", "adds duration (second string) to a time value (first string)", |c, a| {
         let t = parse_time(c, str_arg(c, a, 0)?)?;
         let d = parse_dur(c, str_arg(c, a, 1)?)?;
@@ -30,7 +40,14 @@ pub(crate) static FUNCTIONS: &[Function] = &[
     }),
     f!("time_to_cron", [S], "string", "converts a time (string) to cron format (string)", |c, a| {
         let t = parse_time(c, str_arg(c, a, 0)?)?.with_timezone(&utc());
-        Ok(Value::String(format!("{} {} {} {} {}", t.minute(), t.hour(), t.day(), t.month(), t.weekday().num_days_from_sunday())))
+        Ok(Value::String(format!(
+            "{} {} {} {} {}",
+            t.minute(),
+            t.hour(),
+            t.day(),
+            t.month(),
+            t.weekday().num_days_from_sunday()
+        )))
     }),
     f!("time_utc", [S], "string", "calcutes time in UTC from a given time in RFC 3339 format", |c, a| {
         Ok(Value::String(rfc3339(&parse_time(c, str_arg(c, a, 0)?)?.with_timezone(&utc()))))
@@ -46,21 +63,33 @@ pub(crate) static FUNCTIONS: &[Function] = &[
     f!("time_after", [S, S], "bool", "checks if a time is after another time, both in RFC3339 format", |c, a| {
         Ok(Value::Bool(parse_time(c, str_arg(c, a, 0)?)? > parse_time(c, str_arg(c, a, 1)?)?))
     }),
-    f!("time_between", [S, S, S], "bool", "checks if a time is between a start and end time, all in RFC3339 format", |c, a| {
-        let t = parse_time(c, str_arg(c, a, 0)?)?;
-        Ok(Value::Bool(t > parse_time(c, str_arg(c, a, 1)?)? && t < parse_time(c, str_arg(c, a, 2)?)?))
-    }),
-    f!("time_truncate", [S, S], "string", "returns the result of rounding time down to a multiple of duration", |c, a| {
-        let t = parse_time(c, str_arg(c, a, 0)?)?;
-        let d = parse_dur(c, str_arg(c, a, 1)?)?;
-        if d <= 0 {
-            return Ok(Value::String(rfc3339(&t)));
+    f!(
+        "time_between",
+        [S, S, S],
+        "bool",
+        "checks if a time is between a start and end time, all in RFC3339 format",
+        |c, a| {
+            let t = parse_time(c, str_arg(c, a, 0)?)?;
+            Ok(Value::Bool(t > parse_time(c, str_arg(c, a, 1)?)? && t < parse_time(c, str_arg(c, a, 2)?)?))
         }
-        let ns = t.timestamp_nanos_opt().ok_or_else(|| RuntimeError::func(c.name, "time out of range"))?;
-        let trunc = ns - ns.rem_euclid(d);
-        let out = Utc.timestamp_nanos(trunc).with_timezone(t.offset());
-        Ok(Value::String(rfc3339(&out)))
-    }),
+    ),
+    f!(
+        "time_truncate",
+        [S, S],
+        "string",
+        "returns the result of rounding time down to a multiple of duration",
+        |c, a| {
+            let t = parse_time(c, str_arg(c, a, 0)?)?;
+            let d = parse_dur(c, str_arg(c, a, 1)?)?;
+            if d <= 0 {
+                return Ok(Value::String(rfc3339(&t)));
+            }
+            let ns = t.timestamp_nanos_opt().ok_or_else(|| RuntimeError::func(c.name, "time out of range"))?;
+            let trunc = ns - ns.rem_euclid(d);
+            let out = Utc.timestamp_nanos(trunc).with_timezone(t.offset());
+            Ok(Value::String(rfc3339(&out)))
+        }
+    ),
 ];
 
 fn utc() -> FixedOffset {
@@ -72,7 +101,8 @@ fn now(c: &Call<'_>) -> Result<DateTime<FixedOffset>, RuntimeError> {
 }
 
 fn parse_time(c: &Call<'_>, s: &str) -> Result<DateTime<FixedOffset>, RuntimeError> {
-    DateTime::parse_from_rfc3339(s).map_err(|e| RuntimeError::func(c.name, format!("parsing time {s:?} as RFC3339: {e}")))
+    DateTime::parse_from_rfc3339(s)
+        .map_err(|e| RuntimeError::func(c.name, format!("parsing time {s:?} as RFC3339: {e}")))
 }
 
 fn parse_dur(c: &Call<'_>, s: &str) -> Result<i64, RuntimeError> {
