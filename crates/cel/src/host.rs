@@ -93,7 +93,7 @@ fn split(args: &[CowVal<'_, '_>], f: &str) -> Result<(Arc<dyn Host>, Vec<Json>),
     Ok((host, rest))
 }
 
-fn s<'a>(v: &'a [Json], i: usize) -> &'a str {
+fn s(v: &[Json], i: usize) -> &str {
     v.get(i).and_then(Json::as_str).unwrap_or("")
 }
 

@@ -74,7 +74,8 @@ fn last_index_of<'b, 'v>(args: Args<'b, 'v>) -> Ret<'b, 'v> {
 fn is_sorted<'b, 'v>(args: Args<'b, 'v>) -> Ret<'b, 'v> {
     let v = values(&args)?;
     let l = list(v.first().unwrap_or(&Value::Null), "isSorted")?;
-    let sorted = l.windows(2).all(|w| matches!(compare(&w[0], &w[1]), Some(Ordering::Less | Ordering::Equal)));
+    let sorted =
+        l.iter().zip(l.iter().skip(1)).all(|(a, b)| matches!(compare(a, b), Some(Ordering::Less | Ordering::Equal)));
     ret(Value::Bool(sorted))
 }
 

@@ -59,23 +59,21 @@ fn children_mut(e: &mut IdedExpr) -> Vec<&mut IdedExpr> {
 /// Rewrites every `Object…{…}` and `JSONPatch{…}` literal below `e` into a map literal.
 pub fn structs_to_maps(e: &mut IdedExpr) {
     children_mut(e).into_iter().for_each(structs_to_maps);
-    if let Expr::Struct(s) = &mut e.expr {
-        if is_mutation_type(&s.type_name) {
-            let entries = std::mem::take(&mut s.entries)
-                .into_iter()
-                .map(|mut entry| {
-                    if let EntryExpr::StructField(f) = entry.expr {
-                        let key = IdedExpr {
-                            id: entry.id,
-                            expr: Expr::Literal(LiteralValue::String(CelString::from(f.field))),
-                        };
-                        entry.expr = EntryExpr::MapEntry(MapEntryExpr { key, value: f.value, optional: f.optional });
-                    }
-                    entry
-                })
-                .collect();
-            e.expr = Expr::Map(MapExpr { entries });
-        }
+    if let Expr::Struct(s) = &mut e.expr
+        && is_mutation_type(&s.type_name)
+    {
+        let entries = std::mem::take(&mut s.entries)
+            .into_iter()
+            .map(|mut entry| {
+                if let EntryExpr::StructField(f) = entry.expr {
+                    let key =
+                        IdedExpr { id: entry.id, expr: Expr::Literal(LiteralValue::String(CelString::from(f.field))) };
+                    entry.expr = EntryExpr::MapEntry(MapEntryExpr { key, value: f.value, optional: f.optional });
+                }
+                entry
+            })
+            .collect();
+        e.expr = Expr::Map(MapExpr { entries });
     }
 }
 
@@ -92,11 +90,12 @@ pub fn variable_ident(name: &str) -> String {
 
 /// Rewrites `variables.<name>` (not inside `has()`) into [`variable_ident`].
 pub fn variables_to_idents(e: &mut IdedExpr) {
-    if let Expr::Select(s) = &e.expr {
-        if !s.test && matches!(&s.operand.expr, Expr::Ident(n) if n == "variables") {
-            e.expr = Expr::Ident(variable_ident(&s.field));
-            return;
-        }
+    if let Expr::Select(s) = &e.expr
+        && !s.test
+        && matches!(&s.operand.expr, Expr::Ident(n) if n == "variables")
+    {
+        e.expr = Expr::Ident(variable_ident(&s.field));
+        return;
     }
     children_mut(e).into_iter().for_each(variables_to_idents);
 }

@@ -89,10 +89,10 @@ fn run_inner(args: &ApplyArgs) -> Result<i32> {
     }
     let exceptions = load_exceptions(&edocs)?;
     let mut data = CliData::default();
-    if let Some(vf) = &args.values_file {
-        if let Some(d) = load::read_docs(vf)?.first() {
-            data.values = parse_values(&d.value, vf)?;
-        }
+    if let Some(vf) = &args.values_file
+        && let Some(d) = load::read_docs(vf)?.first()
+    {
+        data.values = parse_values(&d.value, vf)?;
     }
     let user = match &args.userinfo {
         Some(u) => load::read_docs(u)?.first().map(|d| parse_user_info(&d.value, u)).transpose()?,
@@ -246,10 +246,10 @@ fn run_inner(args: &ApplyArgs) -> Result<i32> {
         }
         return Ok(1);
     }
-    if warn > 0 {
-        if let Some(c) = args.warn_exit_code {
-            return Ok(c);
-        }
+    if warn > 0
+        && let Some(c) = args.warn_exit_code
+    {
+        return Ok(c);
     }
     Ok(0)
 }

@@ -51,13 +51,12 @@ pub fn parse_docs(text: &str, file: &Path) -> Result<Vec<Doc>> {
         if v.get("kind")
             .and_then(Value::as_str)
             .is_some_and(|k| k == "List" || k.ends_with("List") && v.get("items").is_some())
+            && let Some(items) = v.get("items").and_then(Value::as_array)
         {
-            if let Some(items) = v.get("items").and_then(Value::as_array) {
-                for it in items {
-                    out.push(Doc { value: it.clone(), file: file.to_path_buf() });
-                }
-                continue;
+            for it in items {
+                out.push(Doc { value: it.clone(), file: file.to_path_buf() });
             }
+            continue;
         }
         out.push(Doc { value: v, file: file.to_path_buf() });
     }
@@ -179,10 +178,11 @@ pub fn load_policies(docs: Vec<Doc>) -> LoadedPolicies {
             let ns = d.value.pointer("/metadata/namespace").and_then(Value::as_str).unwrap_or("default");
             let key = if kind(&d.value) == "Policy" { format!("{ns}/{name}") } else { name.clone() };
             let mut value = d.value.clone();
-            if kind(&value) == "Policy" && value.pointer("/metadata/namespace").is_none() {
-                if let Some(m) = value.get_mut("metadata").and_then(Value::as_object_mut) {
-                    m.insert("namespace".into(), Value::String("default".into()));
-                }
+            if kind(&value) == "Policy"
+                && value.pointer("/metadata/namespace").is_none()
+                && let Some(m) = value.get_mut("metadata").and_then(Value::as_object_mut)
+            {
+                m.insert("namespace".into(), Value::String("default".into()));
             }
             match serde_json::from_value::<ClusterPolicy>(value) {
                 Ok(p) => match compile_policy(&p) {

@@ -15,6 +15,11 @@ impl verno_jmespath::Env for CliEnv {
     fn now(&self) -> Option<chrono::DateTime<chrono::FixedOffset>> {
         Some(chrono::Local::now().fixed_offset())
     }
+    fn random_seed(&self) -> Option<u64> {
+        use std::hash::{BuildHasher, Hasher};
+        // A fresh randomly keyed hasher per call: random enough for `random()`, no extra crate.
+        Some(std::collections::hash_map::RandomState::new().build_hasher().finish())
+    }
     fn resolve_host(&self, host: &str) -> Option<Vec<std::net::IpAddr>> {
         use std::net::ToSocketAddrs;
         (host, 80).to_socket_addrs().ok().map(|it| it.map(|a| a.ip()).collect())
@@ -96,17 +101,15 @@ impl<'a> Runner<'a> {
 
     /// The operation for a resource: `request.operation` from per-resource values, then globals.
     pub fn operation_for(&self, policy: Option<&str>, resource: &Value) -> String {
-        if let Some(p) = policy {
-            if let Some((_, v)) = self
+        if let Some(p) = policy
+            && let Some((_, v)) = self
                 .data
                 .resource_values(p, resource_name(resource))
                 .into_iter()
                 .find(|(k, _)| k == "request.operation")
-            {
-                if let Some(s) = v.as_str() {
-                    return s.to_string();
-                }
-            }
+            && let Some(s) = v.as_str()
+        {
+            return s.to_string();
         }
         self.globals
             .iter()

@@ -462,10 +462,10 @@ fn run_test(doc: &Doc, file: &Path, selector: Option<&Selector>, log: &dyn Fn(St
             names.push(String::new());
         }
         for name in names {
-            if let Some(sel) = selector {
-                if !sel.keep(&entry.policy, &entry.rule, &name) {
-                    continue;
-                }
+            if let Some(sel) = selector
+                && !sel.keep(&entry.policy, &entry.rule, &name)
+            {
+                continue;
             }
             let mut row = check_row(entry, &name, &resources, &aliases, &policies, &runner, &mut cache);
             if row.source.is_some() || row.pass {
@@ -579,12 +579,12 @@ fn check_row(
         let Some(r) = resources.get(i) else { continue };
         let op = entry.operation.clone().unwrap_or_else(|| runner.operation_for(Some(&policy.name), r));
         let responses = cache.entry((i, op.clone())).or_insert_with(|| runner.run(r, &op));
-        if let Some(pr) = responses.get(policy_idx) {
-            if let Some(rr) = pr.rules.iter().find(|rr| rule_names.contains(&rr.name)) {
-                found = Some((i, rr.clone()));
-                found_op = op.clone();
-                break;
-            }
+        if let Some(pr) = responses.get(policy_idx)
+            && let Some(rr) = pr.rules.iter().find(|rr| rule_names.contains(&rr.name))
+        {
+            found = Some((i, rr.clone()));
+            found_op = op.clone();
+            break;
         }
     }
     let first = candidates.first().and_then(|i| resources.get(*i));

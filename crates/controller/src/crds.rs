@@ -9,6 +9,10 @@
 //! `x-kubernetes-preserve-unknown-fields` so that every Kyverno policy is stored as written and
 //! validated by Verno's compiler, whose errors land in `status` with the field path.
 
+// Writing into documents this module has just built with `json!` (always objects), where
+// `value["key"] = …` cannot panic and reads far better than `as_object_mut` chains.
+#![allow(clippy::indexing_slicing)]
+
 use serde_json::{Value, json};
 
 fn free() -> Value {

@@ -6,6 +6,10 @@
 //! entry matches, never kube-system, kube-public, kube-node-lease, Verno's own namespace,
 //! nodes, CSRs, leases, events, or Verno's own service accounts.
 
+// Writing into documents this module has just built with `json!` (always objects), where
+// `value["key"] = …` cannot panic and reads far better than `as_object_mut` chains.
+#![allow(clippy::indexing_slicing)]
+
 use crate::probe::{PROBE_LABEL, VERIFY_PATH};
 use crate::webhooks::{
     MONITOR, MUTATE_FAIL, MUTATE_IGNORE, MUTATING_CONFIG, POLICY_VALIDATE, VALIDATE_FAIL, VALIDATE_IGNORE,

@@ -187,8 +187,10 @@ fn desired_status(
         "conditions": [{"type": "Ready", "status": if ready { "True" } else { "False" }, "reason": reason, "message": message, "observedGeneration": generation}],
         "rulecount": rule_counts(compiled),
     });
-    if !autogen.is_empty() {
-        status["autogen"] = json!({"rules": autogen});
+    if !autogen.is_empty()
+        && let Some(m) = status.as_object_mut()
+    {
+        m.insert("autogen".into(), json!({"rules": autogen}));
     }
     (status, error)
 }

@@ -223,10 +223,10 @@ fn apply_body(
         }
         webhooks.push(Value::Object(w));
     }
-    let mut meta = json!({"name": name});
-    if let Some(o) = owner {
-        meta["ownerReferences"] = json!([o]);
-    }
+    let meta = match owner {
+        Some(o) => json!({"name": name, "ownerReferences": [o]}),
+        None => json!({"name": name}),
+    };
     json!({"apiVersion": "admissionregistration.k8s.io/v1", "kind": kind, "metadata": meta, "webhooks": webhooks})
 }
 

@@ -1,6 +1,6 @@
 //! Verno in a (fake) cluster: the real admission server and controller against the fake API
 //! server, with admission emulation calling Verno over HTTPS with the caBundle Verno wrote.
-#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic, clippy::indexing_slicing, clippy::disallowed_methods)] // a test fails by panicking
 
 use fake_apiserver::{FakeApiServer, default_resources};
 use k8s_openapi::api::admissionregistration::v1::{MutatingWebhookConfiguration, ValidatingWebhookConfiguration};

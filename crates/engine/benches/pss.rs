@@ -3,6 +3,7 @@
 //! `../shared/bench/requests/pod-busybox-create.json`. One iteration = one Pod through all 17.
 //!
 //! Run: `cargo bench -p verno-engine --bench pss`
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic, clippy::indexing_slicing, clippy::disallowed_methods)] // a test fails by panicking and may read files and clocks
 
 use serde_json::Value;
 use std::path::Path;
@@ -23,10 +24,10 @@ fn policies() -> Vec<CompiledPolicy> {
     for f in files {
         let text = std::fs::read_to_string(&f).unwrap_or_default();
         for doc in verno_jmespath::yaml::parse_all(&text).unwrap_or_default() {
-            if let Ok(p) = serde_json::from_value(doc) {
-                if let Ok(c) = compile_policy(&p) {
-                    out.push(c);
-                }
+            if let Ok(p) = serde_json::from_value(doc)
+                && let Ok(c) = compile_policy(&p)
+            {
+                out.push(c);
             }
         }
     }

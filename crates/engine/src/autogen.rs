@@ -98,24 +98,24 @@ pub fn rules(policy: &ClusterPolicy) -> Vec<Rule> {
         }
         let kinds: Vec<String> = CONTROLLERS.iter().filter(|c| ctrls.contains(&c.0)).map(|c| c.1.to_string()).collect();
         let ctrl_rule = derive(rule, &format!("autogen-{}", rule.name), &kinds, Shift::Template);
-        if !kinds.is_empty() {
-            if let Some(r) = ctrl_rule.clone() {
-                out.push(r);
-            }
+        if !kinds.is_empty()
+            && let Some(r) = ctrl_rule.clone()
+        {
+            out.push(r);
         }
         if cronjob {
             // The CronJob rule wraps the controller rule once more.
             let base =
                 derive(rule, &format!("autogen-{}", rule.name), &["batch/v1/CronJob".to_string()], Shift::Template);
-            if let Some(b) = base {
-                if let Some(r) = derive(
+            if let Some(b) = base
+                && let Some(r) = derive(
                     &b,
                     &format!("autogen-cronjob-{}", rule.name),
                     &["batch/v1/CronJob".to_string()],
                     Shift::JobTemplate,
-                ) {
-                    out.push(r);
-                }
+                )
+            {
+                out.push(r);
             }
         }
     }
@@ -213,10 +213,10 @@ fn derive(rule: &Rule, name: &str, kinds: &[String], shift: Shift) -> Option<Rul
         }
         if let Some(Value::Array(fs)) = m.get_mut("foreach") {
             for f in fs.iter_mut() {
-                if let Some(f) = f.as_object_mut() {
-                    if let Some(p) = f.remove("patchStrategicMerge") {
-                        f.insert("patchStrategicMerge".into(), wrap(p));
-                    }
+                if let Some(f) = f.as_object_mut()
+                    && let Some(p) = f.remove("patchStrategicMerge")
+                {
+                    f.insert("patchStrategicMerge".into(), wrap(p));
                 }
             }
         }
@@ -229,21 +229,21 @@ fn rewrite_kinds(m: &mut Value, kinds: &[String], exclude: bool) {
     let has_pod = |r: &Value| r.get("kinds").and_then(Value::as_array).is_some_and(|a| a.iter().any(|k| k == "Pod"));
     if let Some(res) = m.get_mut("resources") {
         let nonempty = res.get("kinds").and_then(Value::as_array).is_some_and(|a| !a.is_empty());
-        if (!exclude || nonempty) && res.is_object() {
-            if let Some(o) = res.as_object_mut() {
-                o.insert("kinds".into(), new_kinds.clone());
-            }
+        if (!exclude || nonempty)
+            && res.is_object()
+            && let Some(o) = res.as_object_mut()
+        {
+            o.insert("kinds".into(), new_kinds.clone());
         }
     }
     for key in ["any", "all"] {
         if let Some(Value::Array(fs)) = m.get_mut(key) {
             for f in fs.iter_mut() {
-                if let Some(res) = f.get_mut("resources") {
-                    if has_pod(res) {
-                        if let Some(o) = res.as_object_mut() {
-                            o.insert("kinds".into(), new_kinds.clone());
-                        }
-                    }
+                if let Some(res) = f.get_mut("resources")
+                    && has_pod(res)
+                    && let Some(o) = res.as_object_mut()
+                {
+                    o.insert("kinds".into(), new_kinds.clone());
                 }
             }
         }

@@ -89,20 +89,20 @@ impl CompiledConditions {
         let mut false_msgs: Vec<String> = Vec::new();
         let mut true_msgs: Vec<String> = Vec::new();
         let mut any_ok = true;
-        if let Some(any) = &self.any {
-            if !any.is_empty() {
-                any_ok = false;
-                for c in any {
-                    let (v, m) = c.evaluate(ctx)?;
-                    if v {
-                        any_ok = true;
-                        if let Some(m) = m {
-                            true_msgs.push(m);
-                        }
-                        break;
-                    } else if let Some(m) = m {
-                        false_msgs.push(m);
+        if let Some(any) = &self.any
+            && !any.is_empty()
+        {
+            any_ok = false;
+            for c in any {
+                let (v, m) = c.evaluate(ctx)?;
+                if v {
+                    any_ok = true;
+                    if let Some(m) = m {
+                        true_msgs.push(m);
                     }
+                    break;
+                } else if let Some(m) = m {
+                    false_msgs.push(m);
                 }
             }
         }
@@ -153,16 +153,13 @@ impl CompiledCondition {
             .render(ctx, "")
             .map_err(|e| EvalError::Substitution(format!("failed to substitute variables in condition value: {e}")))?;
         let r = evaluate(self.op, &key, &value);
-        let msg = match &self.message {
-            Some(m) => Some(match m.render(ctx, "") {
-                Ok(v) => match v.as_ref() {
-                    Value::String(s) => s.clone(),
-                    other => other.to_string(),
-                },
-                Err(_) => String::new(),
-            }),
-            None => None,
-        };
+        let msg = self.message.as_ref().map(|m| match m.render(ctx, "") {
+            Ok(v) => match v.as_ref() {
+                Value::String(s) => s.clone(),
+                other => other.to_string(),
+            },
+            Err(_) => String::new(),
+        });
         Ok((r, msg.filter(|m| !m.is_empty())))
     }
 }
@@ -252,10 +249,10 @@ fn equals(key: &Value, value: &Value) -> bool {
             if let Some((a, b)) = duration_pair(key, value) {
                 return a == b;
             }
-            if let Some(kq) = Quantity::parse(k) {
-                if let Value::String(vs) = value {
-                    return Quantity::parse(vs).is_some_and(|vq| vq == kq);
-                }
+            if let Some(kq) = Quantity::parse(k)
+                && let Value::String(vs) = value
+            {
+                return Quantity::parse(vs).is_some_and(|vq| vq == kq);
             }
             match value {
                 Value::String(v) => wildcard::matches(v, k),
@@ -266,6 +263,8 @@ fn equals(key: &Value, value: &Value) -> bool {
     }
 }
 
+/// Kyverno's operator names, kept as they are spelled in policies.
+#[allow(clippy::enum_variant_names)]
 #[derive(Clone, Copy, PartialEq)]
 enum SetOp {
     AnyIn,
@@ -287,20 +286,20 @@ fn set_op(key: &Value, value: &Value, op: SetOp) -> bool {
     let Some(keys) = key_elements(key) else { return false };
     let key_is_array = key.is_array();
     // A range value: `a-b` / `a!-b`.
-    if let Value::String(s) = value {
-        if let Some((neg, lo, hi)) = pattern::parse_range(s) {
-            let in_range = |v: &Value| {
-                let r = pattern::validate_string_pattern(v, &format!("{lo}-{hi}"));
-                if neg { !r } else { r }
-            };
-            let inside: Vec<bool> = keys.iter().map(|(_, v)| in_range(v)).collect();
-            return match op {
-                SetOp::AnyIn => inside.iter().any(|b| *b),
-                SetOp::AllIn => inside.iter().all(|b| *b),
-                SetOp::AnyNotIn => inside.iter().any(|b| !*b),
-                SetOp::AllNotIn => inside.iter().all(|b| !*b),
-            };
-        }
+    if let Value::String(s) = value
+        && let Some((neg, lo, hi)) = pattern::parse_range(s)
+    {
+        let in_range = |v: &Value| {
+            let r = pattern::validate_string_pattern(v, &format!("{lo}-{hi}"));
+            if neg { !r } else { r }
+        };
+        let inside: Vec<bool> = keys.iter().map(|(_, v)| in_range(v)).collect();
+        return match op {
+            SetOp::AnyIn => inside.iter().any(|b| *b),
+            SetOp::AllIn => inside.iter().all(|b| *b),
+            SetOp::AnyNotIn => inside.iter().any(|b| !*b),
+            SetOp::AllNotIn => inside.iter().all(|b| !*b),
+        };
     }
     let (values, exact): (Vec<String>, bool) = match value {
         Value::Array(a) => (a.iter().map(go_sprint).collect(), false),
@@ -374,10 +373,10 @@ fn numeric(key: &Value, value: &Value) -> Option<Ordering> {
             k.partial_cmp(&v)
         }
         Value::String(ks) => {
-            if let Value::String(vs) = value {
-                if let (Some(a), Some(b)) = (Quantity::parse(ks), Quantity::parse(vs)) {
-                    return Some(a.cmp(&b));
-                }
+            if let Value::String(vs) = value
+                && let (Some(a), Some(b)) = (Quantity::parse(ks), Quantity::parse(vs))
+            {
+                return Some(a.cmp(&b));
             }
             if let Ok(k) = ks.parse::<f64>() {
                 let v = match value {

@@ -79,13 +79,13 @@ pub enum Phase {
 
 impl Phase {
     fn runs(self, body: &RuleBody) -> bool {
-        match (self, body) {
-            (Phase::All, _) => true,
-            (Phase::Mutate, RuleBody::Mutate(_)) => true,
-            (Phase::Generate, RuleBody::Generate(_)) => true,
-            (Phase::Validate, RuleBody::Validate(_) | RuleBody::Unsupported { .. }) => true,
-            _ => false,
-        }
+        matches!(
+            (self, body),
+            (Phase::All, _)
+                | (Phase::Mutate, RuleBody::Mutate(_))
+                | (Phase::Generate, RuleBody::Generate(_))
+                | (Phase::Validate, RuleBody::Validate(_) | RuleBody::Unsupported { .. })
+        )
     }
 }
 
@@ -162,10 +162,10 @@ pub fn build_context<'e>(req: &Request, env: &'e dyn Env) -> Context<'e> {
         "roles": req.user.map(|u| u.roles.clone()).unwrap_or_default(),
         "clusterRoles": req.user.map(|u| u.cluster_roles.clone()).unwrap_or_default(),
     });
-    if !req.subresource.is_empty() {
-        if let Some(m) = request.as_object_mut() {
-            m.insert("subResource".into(), Value::String(req.subresource.into()));
-        }
+    if !req.subresource.is_empty()
+        && let Some(m) = request.as_object_mut()
+    {
+        m.insert("subResource".into(), Value::String(req.subresource.into()));
     }
     let mut root = Map::new();
     root.insert("request".into(), request);
@@ -559,22 +559,20 @@ pub(crate) fn load_context(
                         None => Ok(None),
                     },
                 };
-                let v = match base {
+
+                match base {
                     Ok(Some(v)) if !v.is_null() => Some(v),
                     other => match default {
                         Some(d) => Some(d.render(ctx, "").map_err(|e| e.to_string())?.into_owned()),
                         None => {
-                            if let Err(e) = other {
-                                return Err(e);
-                            }
+                            other?;
                             return Err(format!(
                                 "failed to add context entry for variable {} since it evaluated to nil",
                                 entry.name
                             ));
                         }
                     },
-                };
-                v
+                }
             }
             ContextSource::ConfigMap { name, namespace } => {
                 let n = name.render(ctx, "").map_err(|e| e.to_string())?;
@@ -920,10 +918,10 @@ impl ValidateCtx<'_> {
                         other => vec![other],
                     };
                     let (resp, count) = self.foreach_elements(f, &elements, ctx, nesting, delete);
-                    if let Some(r) = resp {
-                        if r.status != Status::Pass {
-                            return Some(r);
-                        }
+                    if let Some(r) = resp
+                        && r.status != Status::Pass
+                    {
+                        return Some(r);
                     }
                     applied += count;
                 }

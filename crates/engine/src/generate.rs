@@ -160,10 +160,10 @@ impl Gen<'_> {
                         None => ("", k.as_str()),
                     };
                     for src in self.data.list(av, kd, &sns) {
-                        if let Some(sel) = selector {
-                            if !crate::matching::selector_matches(sel, &crate::matching::labels_of(&src), false) {
-                                continue;
-                            }
+                        if let Some(sel) = selector
+                            && !crate::matching::selector_matches(sel, &crate::matching::labels_of(&src), false)
+                        {
+                            continue;
                         }
                         let sname = src.pointer("/metadata/name").and_then(Value::as_str).unwrap_or("").to_string();
                         out.push(self.cloned(&src, &sname, &namespace));

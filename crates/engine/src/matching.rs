@@ -193,17 +193,17 @@ impl Constraints {
         if self.exclude.iter().any(|r| r.matches(input)) {
             return Err("excluded by excludeResourceRules".into());
         }
-        if let Some(sel) = &self.object_selector {
-            if !selector_matches(sel, &string_map(input.labels), false) {
-                return Err("objectSelector does not match".into());
-            }
+        if let Some(sel) = &self.object_selector
+            && !selector_matches(sel, &string_map(input.labels), false)
+        {
+            return Err("objectSelector does not match".into());
         }
-        if let Some(sel) = &self.namespace_selector {
-            if !input.namespace.is_empty() {
-                let empty = BTreeMap::new();
-                if !selector_matches(sel, input.namespace_labels.unwrap_or(&empty), false) {
-                    return Err("namespaceSelector does not match".into());
-                }
+        if let Some(sel) = &self.namespace_selector
+            && !input.namespace.is_empty()
+        {
+            let empty = BTreeMap::new();
+            if !selector_matches(sel, input.namespace_labels.unwrap_or(&empty), false) {
+                return Err("namespaceSelector does not match".into());
             }
         }
         Ok(())

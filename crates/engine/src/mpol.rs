@@ -205,26 +205,26 @@ fn merge_keyed(existing: &[Value], items: &[Value], key: &str, ty: Ty) -> Vec<Va
     let find = |k: &Value| items.iter().position(|x| key_of(x).as_ref() == Some(k));
     let mut out = Vec::with_capacity(existing.len() + items.len());
     for e in existing {
-        match key_of(e).and_then(|k| find(&k)) {
-            Some(pi) => {
+        match key_of(e).and_then(|k| find(&k)).and_then(|pi| Some((pi, items.get(pi)?))) {
+            Some((pi, item)) => {
                 // New elements written before this shared one go first.
                 for (j, x) in items.iter().enumerate().take(pi) {
                     let new = key_of(x).is_none_or(|k| !existing.iter().any(|y| key_of(y).as_ref() == Some(&k)));
-                    if new && !used[j] {
-                        used[j] = true;
+                    if let Some(u) = used.get_mut(j).filter(|u| new && !**u) {
+                        *u = true;
                         out.push(merge(None, x, elem));
                     }
                 }
                 if let Some(u) = used.get_mut(pi) {
                     *u = true;
                 }
-                out.push(merge(Some(e), &items[pi], elem));
+                out.push(merge(Some(e), item, elem));
             }
             None => out.push(e.clone()),
         }
     }
-    for (j, x) in items.iter().enumerate() {
-        if !used[j] {
+    for (x, u) in items.iter().zip(&used) {
+        if !u {
             out.push(merge(None, x, elem));
         }
     }
@@ -276,11 +276,11 @@ mod tests {
             json!("[JSONPatch{op: 'replace', path: '/spec/missing', value: 1}]");
         let p = compile_mutating_policy(&replace).expect("compiles");
         let RuleBody::Mutate(m) = &p.rules[0].body else { panic!("a mutate rule") };
-        let err = run(m.cel.as_deref().expect("cel"), &pod, &mut verno_cel::Vars::default()).err().expect("an error");
+        let err = run(m.cel.as_deref().expect("cel"), &pod, &mut verno_cel::Vars::default()).expect_err("an error");
         assert!(err.starts_with("mutation 1: JSONPatch could not be applied"), "{err}");
         let mut broken = doc.clone();
         broken["spec"]["mutations"][1]["jsonPatch"]["expression"] = json!("[JSONPatch{");
-        let err = compile_mutating_policy(&broken).err().expect("compile error");
+        let err = compile_mutating_policy(&broken).expect_err("compile error");
         assert!(err.to_string().contains("spec.mutations[1].jsonPatch.expression"), "{err}");
     }
 }

@@ -134,15 +134,11 @@ fn preprocess_map(p: &Map<String, Value>, resource: Option<&Value>) -> Result<Va
     for (k, pv) in p {
         match anchor::parse(k) {
             Some((Anchor::Condition | Anchor::Existence, key)) => check(r, key, pv).map_err(PreError::Condition)?,
-            Some((Anchor::Equality, key)) => {
-                if r.is_some_and(|o| o.contains_key(key)) {
-                    check(r, key, pv).map_err(PreError::Condition)?;
-                }
+            Some((Anchor::Equality, key)) if r.is_some_and(|o| o.contains_key(key)) => {
+                check(r, key, pv).map_err(PreError::Condition)?;
             }
-            Some((Anchor::Negation, key)) => {
-                if r.is_some_and(|o| o.contains_key(key)) {
-                    return Err(PreError::Condition(format!("negation anchor matched in resource: {key}")));
-                }
+            Some((Anchor::Negation, key)) if r.is_some_and(|o| o.contains_key(key)) => {
+                return Err(PreError::Condition(format!("negation anchor matched in resource: {key}")));
             }
             _ => {}
         }
@@ -282,6 +278,9 @@ pub(crate) struct Mutator<'a> {
     pub provided: &'a [String],
 }
 
+// A failed step ends the rule with its response; that is the rare path, so the size of
+// `RuleResponse` in `Err` costs nothing that matters.
+#[allow(clippy::result_large_err)]
 impl Mutator<'_> {
     fn resp(&self, status: Status, msg: impl Into<String>) -> RuleResponse {
         RuleResponse::new(self.rule, RuleType::Mutation, status, msg)
@@ -324,7 +323,8 @@ impl Mutator<'_> {
             let ns = match render(&t.namespace, ctx) {
                 Ok(n) => n,
                 Err(e) => {
-                    return self.resp(Status::Error, format!("failed to substitute variables in target namespace: {e}"));
+                    return self
+                        .resp(Status::Error, format!("failed to substitute variables in target namespace: {e}"));
                 }
             };
             let name = match render(&t.name, ctx) {
@@ -338,10 +338,10 @@ impl Mutator<'_> {
                 if !name.is_empty() && !verno_jmespath::wildcard::matches(&name, cname) {
                     continue;
                 }
-                if let Some(sel) = &t.selector {
-                    if !crate::matching::selector_matches(sel, &crate::matching::labels_of(&candidate), false) {
-                        continue;
-                    }
+                if let Some(sel) = &t.selector
+                    && !crate::matching::selector_matches(sel, &crate::matching::labels_of(&candidate), false)
+                {
+                    continue;
                 }
                 let mut saved = ctx.set("target", candidate.clone());
                 let outcome = (|| {

@@ -52,12 +52,12 @@ struct AnchorMap {
 impl AnchorMap {
     fn check(&mut self, pattern: &serde_json::Map<String, Value>, resource: &serde_json::Map<String, Value>) {
         for k in pattern.keys() {
-            if let Some((a, key)) = anchor::parse(k) {
-                if matches!(a, Anchor::Condition | Anchor::Existence) {
-                    let e = self.seen.entry(k.clone()).or_insert(false);
-                    if !*e && resource.contains_key(key) {
-                        *e = true;
-                    }
+            if let Some((a, key)) = anchor::parse(k)
+                && matches!(a, Anchor::Condition | Anchor::Existence)
+            {
+                let e = self.seen.entry(k.clone()).or_insert(false);
+                if !*e && resource.contains_key(key) {
+                    *e = true;
                 }
             }
         }

@@ -180,15 +180,15 @@ impl ParamRef {
 
     /// The `params` value, or why there is none.
     pub fn resolve(&self, data: &dyn crate::evaluate::Data) -> Result<Value, String> {
-        if self.name.is_empty() {
-            if let Some(sel) = &self.selector {
-                let items: Vec<Value> = data
-                    .list(&self.api_version, &self.kind, &self.namespace)
-                    .into_iter()
-                    .filter(|o| crate::matching::selector_matches(sel, &crate::matching::labels_of(o), false))
-                    .collect();
-                return Ok(serde_json::json!({ "items": items }));
-            }
+        if self.name.is_empty()
+            && let Some(sel) = &self.selector
+        {
+            let items: Vec<Value> = data
+                .list(&self.api_version, &self.kind, &self.namespace)
+                .into_iter()
+                .filter(|o| crate::matching::selector_matches(sel, &crate::matching::labels_of(o), false))
+                .collect();
+            return Ok(serde_json::json!({ "items": items }));
         }
         data.resource(&self.api_version, &self.kind, &self.namespace, &self.name).ok_or_else(|| {
             format!("params {}/{} {}/{} not found", self.api_version, self.kind, self.namespace, self.name)

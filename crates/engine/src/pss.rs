@@ -201,25 +201,21 @@ fn baseline(meta: &Value, spec: &Value, out: &mut Vec<Violation>) {
                 vec![cimage(c)],
             );
         }
-        if let Some(t) = c.pointer("/securityContext/appArmorProfile/type").and_then(Value::as_str) {
-            if t != "RuntimeDefault" && t != "Localhost" {
-                push(
-                    out,
-                    "AppArmor",
-                    format!("container {:?} must not set appArmorProfile.type={t}", cname(c)),
-                    vec![cimage(c)],
-                );
-            }
+        if let Some(t) = c.pointer("/securityContext/appArmorProfile/type").and_then(Value::as_str)
+            && t != "RuntimeDefault"
+            && t != "Localhost"
+        {
+            push(
+                out,
+                "AppArmor",
+                format!("container {:?} must not set appArmorProfile.type={t}", cname(c)),
+                vec![cimage(c)],
+            );
         }
-        if let Some(se) = c.pointer("/securityContext/seLinuxOptions") {
-            if selinux_bad(se) {
-                push(
-                    out,
-                    "SELinux",
-                    format!("container {:?} sets forbidden seLinuxOptions", cname(c)),
-                    vec![cimage(c)],
-                );
-            }
+        if let Some(se) = c.pointer("/securityContext/seLinuxOptions")
+            && selinux_bad(se)
+        {
+            push(out, "SELinux", format!("container {:?} sets forbidden seLinuxOptions", cname(c)), vec![cimage(c)]);
         }
     }
     if spec.get("volumes").and_then(Value::as_array).is_some_and(|vs| vs.iter().any(|v| v.get("hostPath").is_some())) {
@@ -228,15 +224,16 @@ fn baseline(meta: &Value, spec: &Value, out: &mut Vec<Violation>) {
     if psc.and_then(|s| s.pointer("/seccompProfile/type")).and_then(Value::as_str) == Some("Unconfined") {
         push(out, "Seccomp", "pod must not set securityContext.seccompProfile.type to \"Unconfined\"".into(), vec![]);
     }
-    if let Some(t) = psc.and_then(|s| s.pointer("/appArmorProfile/type")).and_then(Value::as_str) {
-        if t != "RuntimeDefault" && t != "Localhost" {
-            push(out, "AppArmor", format!("pod must not set appArmorProfile.type={t}"), vec![]);
-        }
+    if let Some(t) = psc.and_then(|s| s.pointer("/appArmorProfile/type")).and_then(Value::as_str)
+        && t != "RuntimeDefault"
+        && t != "Localhost"
+    {
+        push(out, "AppArmor", format!("pod must not set appArmorProfile.type={t}"), vec![]);
     }
-    if let Some(se) = psc.and_then(|s| s.get("seLinuxOptions")) {
-        if selinux_bad(se) {
-            push(out, "SELinux", "pod sets forbidden seLinuxOptions".into(), vec![]);
-        }
+    if let Some(se) = psc.and_then(|s| s.get("seLinuxOptions"))
+        && selinux_bad(se)
+    {
+        push(out, "SELinux", "pod sets forbidden seLinuxOptions".into(), vec![]);
     }
     if let Some(ann) = meta.get("annotations").and_then(Value::as_object) {
         for (k, v) in ann {
@@ -270,18 +267,18 @@ fn selinux_bad(se: &Value) -> bool {
 fn restricted(spec: &Value, out: &mut Vec<Violation>) {
     if let Some(vs) = spec.get("volumes").and_then(Value::as_array) {
         for v in vs {
-            if let Some(o) = v.as_object() {
-                if let Some(t) = o.keys().find(|k| *k != "name" && !RESTRICTED_VOLUMES.contains(&k.as_str())) {
-                    push(
-                        out,
-                        "Volume Types",
-                        format!(
-                            "volume {:?} uses restricted volume type {t:?}",
-                            o.get("name").and_then(Value::as_str).unwrap_or("")
-                        ),
-                        vec![],
-                    );
-                }
+            if let Some(o) = v.as_object()
+                && let Some(t) = o.keys().find(|k| *k != "name" && !RESTRICTED_VOLUMES.contains(&k.as_str()))
+            {
+                push(
+                    out,
+                    "Volume Types",
+                    format!(
+                        "volume {:?} uses restricted volume type {t:?}",
+                        o.get("name").and_then(Value::as_str).unwrap_or("")
+                    ),
+                    vec![],
+                );
             }
         }
     }

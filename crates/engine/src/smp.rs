@@ -196,11 +196,8 @@ fn merge_map(
             continue;
         }
         let child = format!("{path}/{}", k.replace('~', "~0").replace('/', "~1"));
-        match merge_value(dest.remove(k), pv, field(ty, k), &child)? {
-            Some(v) => {
-                dest.insert(k.clone(), v);
-            }
-            None => {}
+        if let Some(v) = merge_value(dest.remove(k), pv, field(ty, k), &child)? {
+            dest.insert(k.clone(), v);
         }
     }
     for (k, pv) in patch {
@@ -280,10 +277,10 @@ fn merge_list(dest: Vec<Value>, patch: &[Value], f: Field, path: &str) -> Result
             // Keys in kustomize's prepend order: the patch's, then the destination's others.
             let mut keys: Vec<String> = Vec::new();
             for v in patch_items.iter().copied().chain(dest.iter()) {
-                if let Some(k) = key_of(v, key) {
-                    if !keys.contains(&k) {
-                        keys.push(k);
-                    }
+                if let Some(k) = key_of(v, key)
+                    && !keys.contains(&k)
+                {
+                    keys.push(k);
                 }
             }
             let mut out: Vec<Value> = Vec::with_capacity(keys.len());
@@ -301,10 +298,10 @@ fn merge_list(dest: Vec<Value>, patch: &[Value], f: Field, path: &str) -> Result
                     None => {}
                     Some(Value::Object(m)) if m.is_empty() => {}
                     Some(mut v) => {
-                        if let Some(o) = v.as_object_mut() {
-                            if !o.contains_key(key) {
-                                o.insert(key.to_string(), Value::String(k.clone()));
-                            }
+                        if let Some(o) = v.as_object_mut()
+                            && !o.contains_key(key)
+                        {
+                            o.insert(key.to_string(), Value::String(k.clone()));
                         }
                         out.push(v);
                     }

@@ -96,14 +96,14 @@ impl Template {
             return Ok(Value::String(unescape(&self.source)));
         }
         if !self.nested {
-            if let [v] = self.vars.as_slice() {
-                if v.raw == self.source {
-                    let out = resolve(v, ctx, at)?;
-                    return Ok(match out {
-                        Value::String(s) if !v.shallow => Value::String(unescape(&s)),
-                        other => other,
-                    });
-                }
+            if let [v] = self.vars.as_slice()
+                && v.raw == self.source
+            {
+                let out = resolve(v, ctx, at)?;
+                return Ok(match out {
+                    Value::String(s) if !v.shallow => Value::String(unescape(&s)),
+                    other => other,
+                });
             }
             let mut s = self.source.clone();
             let mut shallow_hit = false;

@@ -241,12 +241,11 @@ pub fn compile_admission_policy(doc: &Value, binding: Option<&Value>) -> Result<
     let cel = json!({"variables": spec.get("variables").cloned().unwrap_or(json!([])), "expressions": spec.get("validations").cloned().unwrap_or(json!([]))});
     let conditions: Vec<Value> = spec.get("matchConditions").and_then(Value::as_array).cloned().unwrap_or_default();
     let mut r = rule("", Matcher::all_constraints(matchers), &cel, &conditions, action)?;
-    if let (Some(pk), Some(pr)) = (spec.get("paramKind"), bspec.get("paramRef")) {
-        if let RuleBody::Validate(v) = &mut r.body {
-            if let crate::policy::Check::Cel(c) = &mut v.check {
-                c.params = Some(crate::policy::ParamRef::from_binding(pk, pr));
-            }
-        }
+    if let (Some(pk), Some(pr)) = (spec.get("paramKind"), bspec.get("paramRef"))
+        && let RuleBody::Validate(v) = &mut r.body
+        && let crate::policy::Check::Cel(c) = &mut v.check
+    {
+        c.params = Some(crate::policy::ParamRef::from_binding(pk, pr));
     }
     cel_policy(doc, "ValidatingAdmissionPolicy", action, actions.iter().any(|a| a == "Warn"), true, vec![r])
 }

@@ -249,8 +249,10 @@ fn review_request(c: &Change, object: Option<&Value>, user: &(String, Vec<String
         "oldObject": c.old.clone().filter(|_| c.op != Operation::Create).unwrap_or(Value::Null),
         "dryRun": false, "options": options,
     });
-    if r.namespaced {
-        req["namespace"] = Value::String(c.k.1.clone());
+    if r.namespaced
+        && let Some(m) = req.as_object_mut()
+    {
+        m.insert("namespace".into(), Value::String(c.k.1.clone()));
     }
     req
 }

@@ -1,6 +1,6 @@
 //! The real `kube::Client` against the fake: CRUD, conflicts, selectors, and kube's watcher
 //! through live events, bookmarks and a 410 relist.
-#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic, clippy::indexing_slicing, clippy::disallowed_methods)] // a test fails by panicking
 
 use fake_apiserver::{FakeApiServer, default_resources};
 use futures_util::StreamExt;

@@ -222,10 +222,10 @@ fn slice(a: &[Value], start: Option<i64>, stop: Option<i64>, step: Option<i64>) 
         }
     } else {
         while i > stop {
-            if i >= 0 {
-                if let Some(v) = a.get(i as usize) {
-                    out.push(v.clone());
-                }
+            if i >= 0
+                && let Some(v) = a.get(i as usize)
+            {
+                out.push(v.clone());
             }
             i += step;
         }

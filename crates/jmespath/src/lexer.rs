@@ -50,8 +50,7 @@ pub(crate) fn tokenize(src: &str) -> Result<Vec<Token>, ParseError> {
     let mut i = 0;
     let err =
         |pos: usize, msg: &str| ParseError { expression: src.to_string(), position: pos, message: msg.to_string() };
-    while i < chars.len() {
-        let (pos, c) = chars[i];
+    while let Some(&(pos, c)) = chars.get(i) {
         let next = chars.get(i + 1).map(|x| x.1);
         let simple = |t: Tok| Token { tok: t, pos };
         match c {
@@ -168,7 +167,7 @@ pub(crate) fn tokenize(src: &str) -> Result<Vec<Token>, ParseError> {
             '-' | '0'..='9' => {
                 let start = i;
                 i += 1;
-                while i < chars.len() && chars[i].1.is_ascii_digit() {
+                while chars.get(i).is_some_and(|x| x.1.is_ascii_digit()) {
                     i += 1;
                 }
                 let end = chars.get(i).map(|x| x.0).unwrap_or(src.len());
@@ -176,13 +175,14 @@ pub(crate) fn tokenize(src: &str) -> Result<Vec<Token>, ParseError> {
                 if text == "-" {
                     return Err(err(pos, "'-' must be followed by a digit"));
                 }
-                let n: i64 = text.parse().map_err(|_| err(chars[start].0, "invalid number"))?;
+                let at = chars.get(start).map_or(pos, |x| x.0);
+                let n: i64 = text.parse().map_err(|_| err(at, "invalid number"))?;
                 out.push(simple(Tok::Number(n)));
             }
             'a'..='z' | 'A'..='Z' | '_' => {
                 let start = pos;
                 i += 1;
-                while i < chars.len() && (chars[i].1.is_ascii_alphanumeric() || chars[i].1 == '_') {
+                while chars.get(i).is_some_and(|x| x.1.is_ascii_alphanumeric() || x.1 == '_') {
                     i += 1;
                 }
                 let end = chars.get(i).map(|x| x.0).unwrap_or(src.len());
@@ -224,14 +224,13 @@ pub(crate) fn tokenize(src: &str) -> Result<Vec<Token>, ParseError> {
 fn delimited<'s>(src: &'s str, chars: &[(usize, char)], i: usize, q: char) -> Option<(&'s str, usize)> {
     let start = chars.get(i + 1).map(|x| x.0).unwrap_or(src.len());
     let mut j = i + 1;
-    while j < chars.len() {
-        let c = chars[j].1;
+    while let Some(&(at, c)) = chars.get(j) {
         if c == '\\' {
             j += 2;
             continue;
         }
         if c == q {
-            return Some((&src[start..chars[j].0], j + 1));
+            return Some((&src[start..at], j + 1));
         }
         j += 1;
     }

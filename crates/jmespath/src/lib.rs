@@ -35,6 +35,11 @@ pub trait Env: Sync {
     fn resolve_host(&self, _host: &str) -> Option<Vec<std::net::IpAddr>> {
         None
     }
+    /// A fresh seed for `random()`; `None` when this environment offers no randomness (the
+    /// function then reports that). The engine never draws from the thread RNG itself.
+    fn random_seed(&self) -> Option<u64> {
+        None
+    }
 }
 
 /// An environment with no clock and no DNS.

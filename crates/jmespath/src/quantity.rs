@@ -31,17 +31,16 @@ impl Quantity {
         let bytes = s.as_bytes();
         let mut i = 0;
         let mut neg = false;
-        if let Some(&c) = bytes.first() {
-            if c == b'+' || c == b'-' {
-                neg = c == b'-';
-                i = 1;
-            }
+        if let Some(&c) = bytes.first()
+            && (c == b'+' || c == b'-')
+        {
+            neg = c == b'-';
+            i = 1;
         }
         let num_start = i;
         let mut seen_dot = false;
         let mut digits = 0;
-        while i < bytes.len() {
-            let c = bytes[i];
+        while let Some(&c) = bytes.get(i) {
             if c.is_ascii_digit() {
                 digits += 1;
             } else if c == b'.' && !seen_dot {
@@ -128,13 +127,6 @@ impl Quantity {
         let am = scale_up(a.mantissa, a.exp - e)?;
         let bm = scale_up(b.mantissa, b.exp - e)?;
         Some((am, bm, e))
-    }
-
-    pub fn cmp(&self, other: &Quantity) -> Ordering {
-        match Quantity::align(self, other) {
-            Some((a, b, _)) => a.cmp(&b),
-            None => self.as_f64().partial_cmp(&other.as_f64()).unwrap_or(Ordering::Equal),
-        }
     }
 
     pub fn as_f64(&self) -> f64 {
@@ -243,6 +235,24 @@ impl PartialEq for Quantity {
     }
 }
 
+impl Eq for Quantity {}
+
+/// By value: `1Gi` equals `1024Mi`; past `i128` the comparison falls back to `f64`.
+impl Ord for Quantity {
+    fn cmp(&self, other: &Quantity) -> Ordering {
+        match Quantity::align(self, other) {
+            Some((a, b, _)) => a.cmp(&b),
+            None => self.as_f64().total_cmp(&other.as_f64()),
+        }
+    }
+}
+
+impl PartialOrd for Quantity {
+    fn partial_cmp(&self, other: &Quantity) -> Option<Ordering> {
+        Some(self.cmp(other))
+    }
+}
+
 fn scale_up(m: i128, by: i32) -> Option<i128> {
     if by < 0 {
         return None;
@@ -274,7 +284,7 @@ mod tests {
     use super::*;
 
     fn q(s: &str) -> Quantity {
-        Quantity::parse(s).unwrap_or_else(|| Quantity { mantissa: i128::MIN, exp: 0, format: Format::DecimalSI })
+        Quantity::parse(s).unwrap_or(Quantity { mantissa: i128::MIN, exp: 0, format: Format::DecimalSI })
     }
 
     #[test]

@@ -1,14 +1,16 @@
 //! `random(pattern)`: a random string matching a regular expression, as goregen produces.
 //! Unbounded repetitions are capped (at 10 extra), like goregen's default.
 
-use rand::Rng;
+use rand::{Rng, SeedableRng};
 use regex_syntax::hir::{Class, Hir, HirKind};
 
 const MAX_EXTRA: u32 = 10;
 
-pub fn generate(pattern: &str) -> Result<String, String> {
+/// A string matching `pattern`, drawn from a generator seeded with `seed` (from the caller's
+/// [`crate::Env`]), so the same seed gives the same string.
+pub fn generate(pattern: &str, seed: u64) -> Result<String, String> {
     let hir = regex_syntax::Parser::new().parse(pattern).map_err(|e| format!("invalid regular expression: {e}"))?;
-    let mut rng = rand::rng();
+    let mut rng = rand::rngs::StdRng::seed_from_u64(seed);
     let mut out = String::new();
     gen_into(&hir, &mut rng, &mut out, 0)?;
     Ok(out)

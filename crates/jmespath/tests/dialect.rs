@@ -1,4 +1,5 @@
 //! Kyverno's JMESPath dialect, pinned on the vectors from the semantics spec §3.3.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic, clippy::indexing_slicing, clippy::disallowed_methods)] // a test fails by panicking and may read files and clocks
 
 use serde_json::{Value, json};
 use verno_jmespath::search;
@@ -99,12 +100,28 @@ fn argument_types_are_checked_with_kyverno_messages() {
     assert_eq!(ok("to_upper(`1`)"), json!("ERROR: JMESPath function 'to_upper': argument #1 is not of type string"));
 }
 
+struct Seeded(u64);
+impl verno_jmespath::Env for Seeded {
+    fn random_seed(&self) -> Option<u64> {
+        Some(self.0)
+    }
+}
+
 #[test]
-fn random_matches_its_pattern() {
-    let v = ok("random('[a-z]{5}')");
+fn random_matches_its_pattern_and_draws_from_the_environment_seed() {
+    let e = verno_jmespath::Expression::compile("random('[a-z]{5}')").unwrap();
+    let draw = |seed| e.search(&Value::Null, &Seeded(seed)).unwrap().into_owned();
+    let v = draw(7);
     let s = v.as_str().unwrap_or_default();
     assert_eq!(s.len(), 5);
     assert!(s.chars().all(|c| c.is_ascii_lowercase()));
+    assert_eq!(draw(7), v, "the same seed draws the same string");
+    assert_ne!((1..20).map(|s| draw(s).to_string()).collect::<std::collections::BTreeSet<_>>().len(), 1);
+    // No randomness offered: an error, not a fixed string.
+    assert_eq!(
+        ok("random('[a-z]{5}')"),
+        json!("ERROR: JMESPath function 'random': random values are not available here")
+    );
 }
 
 #[test]

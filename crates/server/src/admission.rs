@@ -199,13 +199,15 @@ pub struct Outcome {
 
 /// The JSON the webhook answers with, for a request that could not be evaluated at all.
 pub fn error_review(api_version: &str, uid: &str, allowed: bool, message: &str) -> Value {
-    let mut response = json!({"uid": uid, "allowed": allowed});
+    let mut response = Map::new();
+    response.insert("uid".into(), json!(uid));
+    response.insert("allowed".into(), json!(allowed));
     if !allowed {
-        response["status"] = failure(message);
+        response.insert("status".into(), failure(message));
     } else if !message.is_empty() {
-        response["warnings"] = json!([message]);
+        response.insert("warnings".into(), json!([message]));
     }
-    envelope(api_version, response)
+    envelope(api_version, Value::Object(response))
 }
 
 /// The review's `apiVersion`, which the answer repeats.
@@ -519,6 +521,11 @@ pub fn verify_review(review: &Value, now: &str) -> Value {
 struct ServerEnv;
 
 impl verno_jmespath::Env for ServerEnv {
+    fn random_seed(&self) -> Option<u64> {
+        use std::hash::{BuildHasher, Hasher};
+        // A fresh randomly keyed hasher per call: random enough for `random()`, no extra crate.
+        Some(std::collections::hash_map::RandomState::new().build_hasher().finish())
+    }
     fn now(&self) -> Option<chrono::DateTime<chrono::FixedOffset>> {
         Some(chrono::Utc::now().fixed_offset())
     }

@@ -215,10 +215,10 @@ fn sum(c: &Call<'_>, a: &[Arg<'_, '_>]) -> Result<Value, RuntimeError> {
     for el in arr.iter().skip(1) {
         acc = add(c.name, &acc, el)?;
     }
-    if let Value::String(s) = &acc {
-        if let Some(q) = Quantity::parse(s) {
-            return Ok(qv(q));
-        }
+    if let Value::String(s) = &acc
+        && let Some(q) = Quantity::parse(s)
+    {
+        return Ok(qv(q));
     }
     Ok(acc)
 }

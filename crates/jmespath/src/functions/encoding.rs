@@ -103,7 +103,9 @@ pub(crate) static FUNCTIONS: &[Function] = &[
     }),
     f!("is_external_url", [S], "bool", "determines if the specified URL is external", is_external_url),
     f!("random", [S], "string", "Generates a random sequence of characters", |c, a| {
-        crate::random::generate(str_arg(c, a, 0)?).map(Value::String).map_err(|e| RuntimeError::func(c.name, e))
+        let seed =
+            c.env.random_seed().ok_or_else(|| RuntimeError::func(c.name, "random values are not available here"))?;
+        crate::random::generate(str_arg(c, a, 0)?, seed).map(Value::String).map_err(|e| RuntimeError::func(c.name, e))
     }),
     f!("sha256", [S], "string", "generate unique hash value for the given string", |c, a| Ok(Value::String(hex(
         &sha2::Sha256::digest(str_arg(c, a, 0)?.as_bytes())
