@@ -1,12 +1,11 @@
 //! `verno apply`: evaluate policies on manifests, print failures and Kyverno's summary line.
 
-use crate::data::CliData;
+use crate::data::{CliData, Requests};
 use crate::load::{self, load_exceptions, load_policies, parse_user_info, parse_values};
-use crate::run::Runner;
 use anyhow::{Result, anyhow, bail};
 use serde_json::{Value, json};
 use std::path::PathBuf;
-use verno_engine::Status;
+use verno_engine::{PolicySet, Status};
 
 #[derive(Debug, Clone, clap::Args)]
 pub struct ApplyArgs {
@@ -103,7 +102,9 @@ fn run_inner(args: &ApplyArgs) -> Result<i32> {
     for s in &args.set {
         globals.push(parse_set(s)?);
     }
-    let runner = Runner::new(&policies.compiled, &exceptions, &data, user.as_ref(), &globals);
+    let set = PolicySet::new(policies.compiled.clone(), exceptions);
+    let exceptions = set.exceptions();
+    let runner = Requests { set: &set, data: &data, user: user.as_ref(), globals: &globals };
     let rule_count: usize =
         policies.compiled.iter().map(|p| p.rules.iter().filter(|r| r.autogen_of.is_none()).count()).sum();
     let out_path = args.output.as_deref().filter(|o| *o != "json" && *o != "yaml").map(PathBuf::from);

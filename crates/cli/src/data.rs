@@ -5,7 +5,7 @@ use serde_json::{Value, json};
 use std::collections::BTreeMap;
 use std::sync::Arc;
 use verno_api::Values;
-use verno_engine::{Data, Loaded};
+use verno_engine::{Data, Loaded, PolicyResponse, PolicySet, Request, RequestUser, Scope};
 
 #[derive(Default)]
 pub struct CliData {
@@ -166,9 +166,12 @@ impl CliData {
     fn policy_values(&self, policy: &str) -> Option<&verno_api::cli::PolicyValues> {
         self.values.policies.iter().find(|p| p.name == policy)
     }
+}
 
-    /// Values for a policy × resource (`policies[].resources[].values`).
-    pub fn resource_values(&self, policy: &str, resource: &str) -> Vec<(String, Value)> {
+use verno_engine::matching::plural;
+
+impl Data for CliData {
+    fn resource_values(&self, policy: &str, resource: &str) -> Vec<(String, Value)> {
         self.policy_values(policy)
             .and_then(|p| p.resources.iter().find(|r| r.name == resource))
             .map(|r| r.values.iter().map(|(k, v)| (k.clone(), v.clone())).collect())
@@ -176,7 +179,7 @@ impl CliData {
     }
 
     /// Namespace labels from `namespaceSelector` entries and `namespaces` objects.
-    pub fn namespace_labels(&self, ns: &str) -> Option<BTreeMap<String, String>> {
+    fn namespace_labels(&self, ns: &str) -> Option<BTreeMap<String, String>> {
         if let Some(s) = self.values.namespace_selector.iter().find(|s| s.name == ns) {
             return Some(s.labels.clone());
         }
@@ -187,11 +190,7 @@ impl CliData {
         }
         None
     }
-}
 
-use verno_engine::matching::plural;
-
-impl Data for CliData {
     fn rule_values(&self, policy: &str, rule: &str) -> Vec<(String, Value)> {
         self.policy_values(policy)
             .and_then(|p| p.rules.iter().find(|r| r.name == rule))
@@ -331,5 +330,83 @@ impl Data for CliData {
 
     fn cel_host(&self) -> Option<Arc<dyn verno_cel::Host>> {
         self.cel_host.clone()
+    }
+}
+
+/// The clock, DNS and randomness the CLI offers to JMESPath functions.
+pub struct CliEnv;
+
+impl verno_jmespath::Env for CliEnv {
+    fn now(&self) -> Option<chrono::DateTime<chrono::FixedOffset>> {
+        Some(chrono::Local::now().fixed_offset())
+    }
+    fn random_seed(&self) -> Option<u64> {
+        use std::hash::{BuildHasher, Hasher};
+        // A fresh randomly keyed hasher per call: random enough for `random()`, no extra crate.
+        Some(std::collections::hash_map::RandomState::new().build_hasher().finish())
+    }
+    fn resolve_host(&self, host: &str) -> Option<Vec<std::net::IpAddr>> {
+        use std::net::ToSocketAddrs;
+        (host, 80).to_socket_addrs().ok().map(|it| it.map(|a| a.ip()).collect())
+    }
+}
+
+/// How `verno test` and `verno apply` put a resource to the engine: the request Kyverno's CLI
+/// makes of it (the operation from values, the user from the user-info file, `--set` and
+/// global values), evaluated by [`PolicySet::evaluate`] with every phase.
+pub struct Requests<'a> {
+    pub set: &'a PolicySet,
+    pub data: &'a CliData,
+    pub user: Option<&'a (RequestUser, Value)>,
+    /// `--set` and global values, applied to every request.
+    pub globals: &'a [(String, Value)],
+}
+
+fn resource_name(r: &Value) -> &str {
+    r.pointer("/metadata/name").and_then(Value::as_str).unwrap_or("")
+}
+
+impl Requests<'_> {
+    /// Every policy's response to one resource under one operation, in policy order.
+    pub fn run(&self, resource: &Value, operation: &str) -> Vec<PolicyResponse> {
+        let op = operation.to_uppercase();
+        // DELETE is about the old object; UPDATE compares the resource with itself.
+        let (object, old): (&Value, Option<&Value>) = match op.as_str() {
+            "DELETE" => (&Value::Null, Some(resource)),
+            "UPDATE" => (resource, Some(resource)),
+            _ => (resource, None),
+        };
+        let globals: Vec<(String, Value)> =
+            self.globals.iter().filter(|(k, _)| k != "request.operation").cloned().collect();
+        let req = Request {
+            operation: &op,
+            object,
+            old_object: old,
+            user: self.user.map(|u| &u.0),
+            user_info: self.user.map(|u| &u.1),
+            namespace_labels: None,
+            subresource: "",
+            variables: &globals,
+        };
+        self.set.evaluate(&req, Scope::ALL, &CliEnv, self.data, &mut ()).into_responses()
+    }
+
+    /// The operation for a resource: `request.operation` from per-resource values, then globals.
+    pub fn operation_for(&self, policy: Option<&str>, resource: &Value) -> String {
+        if let Some(p) = policy
+            && let Some((_, v)) = self
+                .data
+                .resource_values(p, resource_name(resource))
+                .into_iter()
+                .find(|(k, _)| k == "request.operation")
+            && let Some(s) = v.as_str()
+        {
+            return s.to_string();
+        }
+        self.globals
+            .iter()
+            .find(|(k, _)| k == "request.operation")
+            .and_then(|(_, v)| v.as_str().map(str::to_string))
+            .unwrap_or_else(|| "CREATE".into())
     }
 }

@@ -69,7 +69,7 @@ fn run_inner(cmd: &JpCommand) -> Result<i32> {
             for q in read_queries(query_files, expressions)? {
                 println!("# {}", q.trim());
                 let e = verno_jmespath::Expression::compile(q.trim()).map_err(|e| anyhow!("{e}"))?;
-                let v = e.search(&data, &crate::run::CliEnv).map_err(|e| anyhow!("{e}"))?;
+                let v = e.search(&data, &crate::data::CliEnv).map_err(|e| anyhow!("{e}"))?;
                 match (v.as_ref(), unquoted) {
                     (Value::String(s), true) => println!("{s}"),
                     (other, _) => println!(

@@ -2,12 +2,13 @@
 //! flattened), with errors that name the file and line; and turning them into compiled
 //! policies, exceptions, values and user info for `test` and `apply`.
 
-use anyhow::{Context as _, Result, anyhow};
+use anyhow::{Context as _, Result, anyhow, bail};
 use serde_json::Value;
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
-use verno_api::{ClusterPolicy, PolicyException, UserInfoFile, Values, strict};
-use verno_engine::{CompiledException, CompiledPolicy, RequestUser, compile_exception, compile_policy};
+use std::sync::Arc;
+use verno_api::{Kind, UserInfoFile, Values, strict};
+use verno_engine::{Compiled, CompiledException, CompiledPolicy, DocumentError, RequestUser};
 
 /// One document and where it came from.
 #[derive(Debug, Clone)]
@@ -82,31 +83,7 @@ pub fn api_version(v: &Value) -> &str {
 }
 
 pub fn is_kyverno_policy(v: &Value) -> bool {
-    matches!(kind(v), "ClusterPolicy" | "Policy") && api_version(v).starts_with("kyverno.io/")
-}
-
-/// `policies.kyverno.io` policies Verno compiles: Validating and Mutating (and Namespaced).
-pub fn is_cel_policy(v: &Value) -> bool {
-    matches!(kind(v), "ValidatingPolicy" | "NamespacedValidatingPolicy" | "MutatingPolicy" | "NamespacedMutatingPolicy")
-        && api_version(v).starts_with("policies.kyverno.io/")
-}
-
-pub fn is_kyverno_exception(v: &Value) -> bool {
-    kind(v) == "PolicyException" && api_version(v).starts_with("kyverno.io/")
-}
-
-/// Policy kinds Verno recognises but cannot evaluate yet (CEL and Kubernetes admission policies).
-pub fn is_unsupported_policy(v: &Value) -> bool {
-    let av = api_version(v);
-    av.starts_with("policies.kyverno.io/")
-        || (av.starts_with("admissionregistration.k8s.io/")
-            && matches!(
-                kind(v),
-                "ValidatingAdmissionPolicy"
-                    | "ValidatingAdmissionPolicyBinding"
-                    | "MutatingAdmissionPolicy"
-                    | "MutatingAdmissionPolicyBinding"
-            ))
+    matches!(Kind::of_document(v), Some(Kind::ClusterPolicy | Kind::Policy))
 }
 
 pub fn parse_values(v: &Value, file: &Path) -> Result<Values> {
@@ -132,111 +109,67 @@ pub fn parse_user_info(v: &Value, file: &Path) -> Result<(RequestUser, Value)> {
 
 /// Policies from files: compiled ones, and the names of those that could not be used (with why).
 pub struct LoadedPolicies {
-    pub compiled: Vec<CompiledPolicy>,
+    pub compiled: Vec<Arc<CompiledPolicy>>,
     pub invalid: HashMap<String, String>,
     pub unsupported: HashMap<String, String>,
-    pub other_docs: Vec<Doc>,
 }
 
+/// Compiles every policy among `docs` through the engine's one front door; exceptions
+/// ([`load_exceptions`]), bindings (read with their policy) and other documents are skipped.
 pub fn load_policies(docs: Vec<Doc>) -> LoadedPolicies {
-    let mut out = LoadedPolicies {
-        compiled: Vec::new(),
-        invalid: HashMap::new(),
-        unsupported: HashMap::new(),
-        other_docs: Vec::new(),
-    };
-    let k8s = |v: &Value| api_version(v).starts_with("admissionregistration.k8s.io/");
-    let is_binding =
-        |v: &Value| matches!(kind(v), "ValidatingAdmissionPolicyBinding" | "MutatingAdmissionPolicyBinding") && k8s(v);
-    let bindings: Vec<Value> = docs.iter().filter(|d| is_binding(&d.value)).map(|d| d.value.clone()).collect();
+    let mut out = LoadedPolicies { compiled: Vec::new(), invalid: HashMap::new(), unsupported: HashMap::new() };
+    let bindings: Vec<Value> = docs
+        .iter()
+        .filter(|d| Kind::of_document(&d.value).is_some_and(Kind::is_binding))
+        .map(|d| d.value.clone())
+        .collect();
     for d in docs {
-        if is_binding(&d.value) {
+        let Some(kind) = Kind::of_document(&d.value) else { continue };
+        if kind.is_binding() || kind.is_exception() {
             continue;
         }
-        if matches!(kind(&d.value), "ValidatingAdmissionPolicy" | "MutatingAdmissionPolicy") && k8s(&d.value) {
-            let name = d.value.pointer("/metadata/name").and_then(Value::as_str).unwrap_or("").to_string();
-            let binding_kind = format!("{}Binding", kind(&d.value));
-            let binding = bindings.iter().find(|b| {
-                kind(b) == binding_kind && b.pointer("/spec/policyName").and_then(Value::as_str) == Some(name.as_str())
-            });
-            let compiled = if kind(&d.value) == "MutatingAdmissionPolicy" {
-                verno_engine::mpol::compile_mutating_admission_policy(&d.value, binding)
-            } else {
-                verno_engine::vpol::compile_admission_policy(&d.value, binding)
-            };
-            match compiled {
-                Ok(c) => out.compiled.push(c),
-                Err(e) => {
-                    eprintln!("Error: {}: policy {name}: {e}", d.file.display());
-                    out.invalid.insert(name, e.to_string());
-                }
+        let name = d.value.pointer("/metadata/name").and_then(Value::as_str).unwrap_or("").to_string();
+        match verno_engine::compile(&d.value, &bindings) {
+            Ok(Compiled::Policy(p)) => out.compiled.push(Arc::new(p)),
+            Ok(Compiled::Exception(_)) => {}
+            Err(e @ DocumentError::Unsupported(_)) => {
+                out.unsupported.insert(name, e.to_string());
             }
-            continue;
-        }
-        if is_kyverno_policy(&d.value) {
-            let name = d.value.pointer("/metadata/name").and_then(Value::as_str).unwrap_or("").to_string();
-            let ns = d.value.pointer("/metadata/namespace").and_then(Value::as_str).unwrap_or("default");
-            let key = if kind(&d.value) == "Policy" { format!("{ns}/{name}") } else { name.clone() };
-            let mut value = d.value.clone();
-            if kind(&value) == "Policy"
-                && value.pointer("/metadata/namespace").is_none()
-                && let Some(m) = value.get_mut("metadata").and_then(Value::as_object_mut)
-            {
-                m.insert("namespace".into(), Value::String("default".into()));
-            }
-            match serde_json::from_value::<ClusterPolicy>(value) {
-                Ok(p) => match compile_policy(&p) {
-                    Ok(c) => out.compiled.push(c),
-                    Err(e) => {
-                        eprintln!("Error: {}: policy {key}: {e}", d.file.display());
-                        out.invalid.insert(key, e.to_string());
+            Err(e) => {
+                let key = match kind {
+                    Kind::Policy => {
+                        let ns = d.value.pointer("/metadata/namespace").and_then(Value::as_str).unwrap_or("default");
+                        format!("{ns}/{name}")
                     }
-                },
-                Err(e) => {
-                    eprintln!("Error: {}: policy {key}: {e}", d.file.display());
-                    out.invalid.insert(key, e.to_string());
-                }
+                    _ => name,
+                };
+                eprintln!("Error: {}: policy {key}: {e}", d.file.display());
+                out.invalid.insert(key, e.to_string());
             }
-        } else if is_cel_policy(&d.value) {
-            let name = d.value.pointer("/metadata/name").and_then(Value::as_str).unwrap_or("").to_string();
-            let compiled = if kind(&d.value).ends_with("MutatingPolicy") {
-                verno_engine::mpol::compile_mutating_policy(&d.value)
-            } else {
-                verno_engine::vpol::compile_validating_policy(&d.value)
-            };
-            match compiled {
-                Ok(c) => out.compiled.push(c),
-                Err(e) => {
-                    eprintln!("Error: {}: policy {name}: {e}", d.file.display());
-                    out.invalid.insert(name, e.to_string());
-                }
-            }
-        } else if is_unsupported_policy(&d.value) {
-            let name = d.value.pointer("/metadata/name").and_then(Value::as_str).unwrap_or("").to_string();
-            out.unsupported
-                .insert(name, format!("{} policies are not supported by this build of verno yet", kind(&d.value)));
-        } else {
-            out.other_docs.push(d);
         }
     }
     out
 }
 
+/// Compiles every PolicyException (`kyverno.io` and CEL) among `docs`; the first that does not
+/// compile is an error naming its file.
 pub fn load_exceptions(docs: &[Doc]) -> Result<Vec<CompiledException>> {
-    let mut out = Vec::new();
-    for d in docs
-        .iter()
-        .filter(|d| kind(&d.value) == "PolicyException" && api_version(&d.value).starts_with("policies.kyverno.io/"))
-    {
-        out.push(
-            verno_engine::compile_cel_exception(&d.value)
-                .map_err(|e| anyhow!("{}: PolicyException: {e}", d.file.display()))?,
-        );
+    let mut cel = Vec::new();
+    let mut kyverno = Vec::new();
+    for d in docs {
+        let kind = Kind::of_document(&d.value);
+        if !kind.is_some_and(Kind::is_exception) {
+            continue;
+        }
+        match verno_engine::compile(&d.value, &[]) {
+            Ok(Compiled::Exception(e)) if kind == Some(Kind::CelPolicyException) => cel.push(e),
+            Ok(Compiled::Exception(e)) => kyverno.push(e),
+            Ok(Compiled::Policy(_)) => {}
+            Err(e @ DocumentError::Decode(_)) => bail!("{}: invalid PolicyException: {e}", d.file.display()),
+            Err(e) => bail!("{}: PolicyException: {e}", d.file.display()),
+        }
     }
-    for d in docs.iter().filter(|d| is_kyverno_exception(&d.value)) {
-        let e: PolicyException = serde_json::from_value(d.value.clone())
-            .map_err(|e| anyhow!("{}: invalid PolicyException: {e}", d.file.display()))?;
-        out.push(compile_exception(&e).map_err(|e| anyhow!("{}: PolicyException: {e}", d.file.display()))?);
-    }
-    Ok(out)
+    // CEL exceptions first, as they were always listed.
+    cel.extend(kyverno);
+    Ok(cel)
 }

@@ -8,8 +8,8 @@ use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
+use verno_engine::PolicySet;
 use verno_engine::matching::string_map;
-use verno_server::admission::PolicySet;
 use verno_server::{Config, Loader, TlsSource};
 
 #[derive(Debug, Clone, clap::Args)]
@@ -118,7 +118,7 @@ pub fn load_set(paths: &[PathBuf], ns_labels: Option<&Path>) -> Result<PolicySet
         Some(p) => namespace_labels(p)?,
         None => BTreeMap::new(),
     };
-    Ok(PolicySet::new(loaded.compiled, exceptions, namespace_labels))
+    Ok(PolicySet::new(loaded.compiled, exceptions).with_namespace_labels(namespace_labels))
 }
 
 pub fn run(args: &ServeArgs) -> i32 {
@@ -167,7 +167,7 @@ pub fn run(args: &ServeArgs) -> i32 {
                 return 2;
             }
         };
-        return match rt.block_on(verno_controller::run_in_cluster(cfg, opts)) {
+        return match rt.block_on(crate::in_cluster::run(cfg, opts)) {
             Ok(()) => 0,
             Err(e) => {
                 eprintln!("Error: {e}");

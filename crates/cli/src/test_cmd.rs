@@ -2,16 +2,15 @@
 //! printing Kyverno's table (or JSON/YAML/JUnit/Markdown).
 
 use crate::compare;
-use crate::data::CliData;
+use crate::data::{CliData, Requests};
 use crate::load::{self, Doc, LoadedPolicies, load_exceptions, load_policies, parse_user_info, parse_values};
-use crate::run::Runner;
 use anyhow::{Context as _, Result, anyhow, bail};
 use serde::Serialize;
 use serde_json::Value;
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use verno_api::{Test, TestResult, strict};
-use verno_engine::{PolicyResponse, RequestUser};
+use verno_engine::{PolicyResponse, PolicySet, RequestUser};
 use verno_jmespath::wildcard;
 
 #[derive(Debug, Clone, clap::Args)]
@@ -444,7 +443,8 @@ fn run_test(doc: &Doc, file: &Path, selector: Option<&Selector>, log: &dyn Fn(St
         resources.len(),
         if resources.len() == 1 { "resource" } else { "resources" }
     ));
-    let runner = Runner::new(&policies.compiled, &exceptions, &data, user.as_ref(), &globals);
+    let set = PolicySet::new(policies.compiled.clone(), exceptions);
+    let runner = Requests { set: &set, data: &data, user: user.as_ref(), globals: &globals };
     log("  Checking results ...".into());
     let mut cache: HashMap<(usize, String), Vec<PolicyResponse>> = HashMap::new();
     let mut rows = Vec::new();
@@ -491,7 +491,7 @@ fn check_row(
     resources: &[Value],
     aliases: &[Option<String>],
     policies: &LoadedPolicies,
-    runner: &Runner,
+    runner: &Requests,
     cache: &mut HashMap<(usize, String), Vec<PolicyResponse>>,
 ) -> Row {
     let expected = if entry.result.is_empty() { entry.status.clone() } else { entry.result.clone() };

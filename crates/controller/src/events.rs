@@ -16,6 +16,7 @@
 //! from the request), so Verno needs no read access to every kind; if a later webhook refuses
 //! the object, its event names an object that never existed.
 
+use crate::serving::Serving;
 use k8s_openapi::api::core::v1::ObjectReference;
 use kube::api::DynamicObject;
 use kube::runtime::events::{Event, EventType, Recorder, Reporter};
@@ -23,8 +24,7 @@ use kube::runtime::reflector::{ObjectRef, Store};
 use std::sync::Arc;
 use tokio::sync::{mpsc, watch};
 use tokio::time::Instant;
-use verno_server::Running;
-use verno_server::admission::Violation;
+use verno_engine::{Kind, Violation};
 
 /// Kyverno's reporting controller name for admission events (tools filter on it).
 pub const REPORTING_CONTROLLER: &str = "kyverno-admission";
@@ -65,19 +65,14 @@ impl Bucket {
     }
 }
 
-/// Where a policy's object is found (for the event's `regarding`, which needs its uid).
-pub struct PolicyStores {
-    pub cluster: Store<DynamicObject>,
-    pub namespaced: Store<DynamicObject>,
-}
+/// Where a policy's object is found (for the event's `regarding`, which needs its uid): the
+/// watch's store of each policy kind.
+pub struct PolicyStores(pub Vec<(Kind, Store<DynamicObject>)>);
 
 impl PolicyStores {
     fn reference(&self, v: &Violation) -> Option<ObjectReference> {
-        let (store, ar) = match v.policy_kind.as_str() {
-            "ClusterPolicy" => (&self.cluster, crate::policies::cluster_policy_resource()),
-            "Policy" => (&self.namespaced, crate::policies::policy_resource()),
-            _ => return None,
-        };
+        let store = self.0.iter().find(|(k, _)| *k == v.policy_kind).map(|(_, s)| s)?;
+        let ar = crate::policies::resource(v.policy_kind);
         let mut key = ObjectRef::<DynamicObject>::new_with(&v.policy_name, ar.clone());
         if let Some(ns) = &v.policy_namespace {
             key = key.within(ns);
@@ -125,7 +120,7 @@ pub async fn run(
     identity: String,
     mut rx: mpsc::Receiver<Violation>,
     stores: PolicyStores,
-    server: Arc<Running>,
+    server: Arc<dyn Serving>,
     limits: Limits,
     mut stop: watch::Receiver<bool>,
 ) {
@@ -159,7 +154,7 @@ pub async fn run(
 }
 
 /// The event on the resource, for a request that went through. Kyverno skips resources with
-/// no name yet; the uid comes from the request (see [`verno_server::admission::ResourceRef`]).
+/// no name yet; the uid comes from the request (see [`verno_engine::ResourceRef`]).
 pub fn resource_event(v: &Violation) -> Option<(Event, ObjectReference)> {
     if v.blocked || v.resource.name.is_empty() {
         return None;
@@ -180,11 +175,11 @@ pub fn resource_event(v: &Violation) -> Option<(Event, ObjectReference)> {
 mod tests {
     #![allow(clippy::unwrap_used)]
     use super::*;
-    use verno_server::admission::ResourceRef;
+    use verno_engine::ResourceRef;
 
     fn violation(blocked: bool, name: &str) -> Violation {
         Violation {
-            policy_kind: "Policy".into(),
+            policy_kind: Kind::Policy,
             policy_name: "team".into(),
             policy_namespace: Some("shop".into()),
             rule: "check".into(),

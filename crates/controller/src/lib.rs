@@ -16,6 +16,7 @@ pub mod manifests;
 pub mod ops;
 pub mod policies;
 pub mod probe;
+pub mod serving;
 pub mod webhooks;
 
 use futures_util::StreamExt;
@@ -29,12 +30,12 @@ use kube::runtime::events::{Event as KubeEvent, EventType, Recorder, Reporter};
 use kube::runtime::reflector;
 use kube::runtime::{WatchStreamExt, watcher};
 use serde_json::json;
+use serving::{ReadyPart, Serving};
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
-use verno_server::Running;
-use verno_server::admission::NamespaceLabels;
+use verno_engine::{Kind, NamespaceLabels};
 
 /// How the controller runs.
 #[derive(Debug, Clone)]
@@ -68,6 +69,8 @@ pub struct Options {
     pub probe_interval: Option<Duration>,
     /// No webhook call seen for this long counts as unreachable (Kyverno's idle deadline).
     pub probe_deadline: Duration,
+    /// The policy and exception kinds watched and put in force.
+    pub kinds: Vec<Kind>,
 }
 
 impl Options {
@@ -89,6 +92,7 @@ impl Options {
             event_limits: events::Limits::default(),
             probe_interval: Some(Duration::from_secs(30)),
             probe_deadline: probe::IDLE_DEADLINE,
+            kinds: vec![Kind::ClusterPolicy, Kind::Policy, Kind::PolicyException],
         }
     }
 
@@ -171,7 +175,7 @@ where
 }
 
 /// Starts the controller tasks feeding `server`.
-pub async fn start(client: kube::Client, server: Arc<Running>, opts: Options) -> Controller {
+pub async fn start(client: kube::Client, server: Arc<dyn Serving>, opts: Options) -> Controller {
     let (stop_tx, stop_rx) = watch::channel(false);
     let (leader_tx, leader_rx) = watch::channel(false);
     let (installed_tx, installed_rx) = watch::channel(0u64);
@@ -228,20 +232,24 @@ pub async fn start(client: kube::Client, server: Arc<Running>, opts: Options) ->
     let (status_tx, status_rx) = watch::channel::<Arc<Vec<policies::PolicyStatus>>>(Arc::new(Vec::new()));
     let (synced_tx, synced_rx) = watch::channel(false);
     {
-        let ar_c = policies::cluster_policy_resource();
-        let ar_p = policies::policy_resource();
-        let ar_e = policies::exception_resource();
-        let cp_writer = reflector::store::Writer::<DynamicObject>::new(ar_c.clone());
-        let cp_store = cp_writer.as_reader();
-        let p_writer = reflector::store::Writer::<DynamicObject>::new(ar_p.clone());
-        let p_store = p_writer.as_reader();
-        let e_writer = reflector::store::Writer::<DynamicObject>::new(ar_e.clone());
-        let e_store = e_writer.as_reader();
+        // One reflector per watched kind (policies and exceptions).
+        let mut stores: Vec<(Kind, reflector::Store<DynamicObject>)> = Vec::new();
+        let mut streams = Vec::new();
+        for &kind in &opts.kinds {
+            let ar = policies::resource(kind);
+            let writer = reflector::store::Writer::<DynamicObject>::new(ar.clone());
+            stores.push((kind, writer.as_reader()));
+            let stream = watcher(Api::<DynamicObject>::all_with(client.clone(), &ar), watcher::Config::default())
+                .default_backoff()
+                .reflect(writer)
+                .map(|_| ());
+            streams.push(stream.boxed());
+        }
         // PolicyViolation events for the requests this replica serves.
         if opts.max_queued_events > 0 {
             let (violations_tx, violations_rx) = tokio::sync::mpsc::channel(opts.max_queued_events);
             server.report_violations(violations_tx);
-            let stores = events::PolicyStores { cluster: cp_store.clone(), namespaced: p_store.clone() };
+            let stores = events::PolicyStores(stores.clone());
             tasks.push(tokio::spawn(events::run(
                 client.clone(),
                 opts.identity.clone(),
@@ -252,19 +260,7 @@ pub async fn start(client: kube::Client, server: Arc<Running>, opts: Options) ->
                 stop_rx.clone(),
             )));
         }
-        let cp = watcher(Api::<DynamicObject>::all_with(client.clone(), &ar_c), watcher::Config::default())
-            .default_backoff()
-            .reflect(cp_writer)
-            .map(|_| ());
-        let p = watcher(Api::<DynamicObject>::all_with(client.clone(), &ar_p), watcher::Config::default())
-            .default_backoff()
-            .reflect(p_writer)
-            .map(|_| ());
-        let e = watcher(Api::<DynamicObject>::all_with(client.clone(), &ar_e), watcher::Config::default())
-            .default_backoff()
-            .reflect(e_writer)
-            .map(|_| ());
-        let mut events = futures_util::stream::select_all([cp.boxed(), p.boxed(), e.boxed()]);
+        let mut events = futures_util::stream::select_all(streams);
         let server = server.clone();
         let kick = kick.clone();
         let debounce = opts.debounce;
@@ -275,15 +271,19 @@ pub async fn start(client: kube::Client, server: Arc<Running>, opts: Options) ->
             let mut generation = 0u64;
             // Never publish from an unsynced cache: an empty set would drop every rule.
             tokio::select! {
-                r = async { futures_util::future::join3(cp_store.wait_until_ready(), p_store.wait_until_ready(), e_store.wait_until_ready()).await } => { let _ = r; }
+                r = futures_util::future::join_all(stores.iter().map(|(_, s)| s.wait_until_ready())) => { let _ = r; }
                 _ = async { while events.next().await.is_some() {} } => {}
                 _ = stop.wait_for(|s| *s) => return,
             }
             loop {
-                let ps: Vec<(&str, Arc<DynamicObject>)> = cp_store.state().into_iter().map(|o| ("ClusterPolicy", o)).chain(p_store.state().into_iter().map(|o| ("Policy", o))).collect();
-                let (set, statuses) = compiler.build(&ps, &e_store.state(), namespaces.clone());
+                let (mut ps, mut es) = (Vec::new(), Vec::new());
+                for (kind, store) in &stores {
+                    let into = if kind.is_exception() { &mut es } else { &mut ps };
+                    into.extend(store.state().into_iter().map(|o| (*kind, o)));
+                }
+                let (set, statuses) = compiler.build(&ps, &es, namespaces.clone());
                 server.install(set);
-                server.set_ready_part(verno_server::ReadyPart::Policies, true);
+                server.set_ready(ReadyPart::Policies, true);
                 generation += 1;
                 let _ = installed_tx.send(generation);
                 let _ = status_tx.send(Arc::new(statuses));
@@ -322,7 +322,7 @@ pub async fn start(client: kube::Client, server: Arc<Running>, opts: Options) ->
             match server.set_certificate(&pem.cert, &pem.key) {
                 Ok(()) => {
                     tracing::info!("serving certificate loaded from its Secret");
-                    server.set_ready_part(verno_server::ReadyPart::Certificate, true);
+                    server.set_ready(ReadyPart::Certificate, true);
                     last = Some(pem);
                 }
                 Err(e) => {
@@ -458,14 +458,13 @@ async fn write_statuses(
 ) {
     for st in statuses {
         let Some(status) = st.to_write() else { continue };
-        let ar =
-            if st.kind == "ClusterPolicy" { policies::cluster_policy_resource() } else { policies::policy_resource() };
+        let ar = policies::resource(st.kind);
         let api: Api<DynamicObject> = match &st.namespace {
             Some(ns) => Api::namespaced_with(client.clone(), ns, &ar),
             None => Api::all_with(client.clone(), &ar),
         };
         let body =
-            json!({"apiVersion": "kyverno.io/v1", "kind": st.kind, "metadata": {"name": st.name}, "status": status});
+            json!({"apiVersion": ar.api_version, "kind": ar.kind, "metadata": {"name": st.name}, "status": status});
         match api.patch_status(&st.name, &PatchParams::apply(webhooks::MANAGER).force(), &Patch::Apply(&body)).await {
             Ok(_) => tracing::debug!(policy = %st.name, "status written"),
             Err(e) => tracing::warn!(policy = %st.name, error = %e, "status write failed"),
@@ -476,8 +475,8 @@ async fn write_statuses(
             if reported.get(&key) != Some(err) {
                 reported.insert(key, err.clone());
                 let reference = k8s_openapi::api::core::v1::ObjectReference {
-                    api_version: Some("kyverno.io/v1".into()),
-                    kind: Some(st.kind.clone()),
+                    api_version: Some(ar.api_version.clone()),
+                    kind: Some(ar.kind.clone()),
                     name: Some(st.name.clone()),
                     namespace: st.namespace.clone(),
                     ..Default::default()
@@ -499,16 +498,6 @@ async fn write_statuses(
     }
 }
 
-/// The admission server for in-cluster mode: an empty policy set, no watched files, and a
-/// throwaway certificate until the controller loads the real one (readiness says so).
-pub async fn start_server(mut cfg: verno_server::Config) -> Result<Arc<Running>, String> {
-    let ca = certs::new_ca(Duration::from_secs(3600))?;
-    let placeholder = certs::new_pair(&ca, &["verno-starting".to_string()], Duration::from_secs(3600))?;
-    cfg.tls = verno_server::TlsSource::Pem { cert: placeholder.cert, key: placeholder.key };
-    cfg.watch.clear();
-    Ok(Arc::new(verno_server::start(cfg, Arc::new(|| Ok(verno_server::admission::PolicySet::default()))).await?))
-}
-
 /// Below Kubernetes 1.28 the API server drops `matchConditions` (alpha, off by default), so the
 /// exclusions that rely on them (nodes, CSRs, leases, events, Verno's own service accounts) do
 /// not apply; namespace exclusions still do. Returns the warning to log, if any.
@@ -518,34 +507,6 @@ pub fn match_conditions_warning(major: &str, minor: &str) -> Option<String> {
     (major == 1 && minor < 28).then(|| {
         format!("Kubernetes 1.{minor} ignores webhook matchConditions: nodes, CSRs, leases, events and Verno's own service accounts are not excluded from Verno's webhooks (namespace exclusions still apply); upgrade to 1.28 or later")
     })
-}
-
-/// `verno serve --kube`: the admission server fed by the cluster, until SIGTERM. The server
-/// starts on a throwaway certificate and reports not-ready until the controller has loaded the
-/// real one from its Secret and synced the policies.
-pub async fn run_in_cluster(cfg: verno_server::Config, opts: Options) -> Result<(), String> {
-    let client = kube::Client::try_default()
-        .await
-        .map_err(|e| format!("cannot reach the Kubernetes API (in-cluster config or kubeconfig): {e}"))?;
-    match client.apiserver_version().await {
-        Ok(v) => {
-            if let Some(w) = match_conditions_warning(&v.major, &v.minor) {
-                tracing::warn!("{w}");
-            }
-        }
-        Err(e) => tracing::warn!(error = %e, "cannot read the Kubernetes version"),
-    }
-    let server = start_server(cfg).await?;
-    tracing::info!(addr = %server.addr, identity = %opts.identity, namespace = %opts.namespace, "verno admission server listening (in-cluster)");
-    let controller = start(client, server.clone(), opts).await;
-    verno_server::shutdown_signal().await;
-    tracing::info!("shutting down: releasing the lease, draining in-flight requests");
-    controller.stop().await;
-    match Arc::try_unwrap(server) {
-        Ok(s) => s.shutdown(Duration::from_secs(10)).await,
-        Err(_) => tracing::warn!("server still referenced at shutdown; exiting without a drain"),
-    }
-    Ok(())
 }
 
 #[cfg(test)]

@@ -11,43 +11,40 @@ use serde_json::{Value, json};
 use std::collections::HashMap;
 use std::sync::Arc;
 use verno_engine::policy::RuleBody;
-use verno_engine::{CompileError, CompiledException, CompiledPolicy};
-use verno_server::admission::{NamespaceLabels, PolicySet};
+use verno_engine::{Compiled, CompiledException, CompiledPolicy, DocumentError, Kind, NamespaceLabels, PolicySet};
+
+/// The API resource (served version and plural) Verno watches for a kind.
+pub fn resource(kind: Kind) -> ApiResource {
+    let version = match kind {
+        Kind::PolicyException | Kind::CleanupPolicy | Kind::ClusterCleanupPolicy => "v2",
+        _ => "v1",
+    };
+    let group = kind.group().as_str();
+    ApiResource {
+        group: group.into(),
+        version: version.into(),
+        api_version: format!("{group}/{version}"),
+        kind: kind.name().into(),
+        plural: verno_engine::matching::plural(kind.name()),
+    }
+}
 
 pub fn cluster_policy_resource() -> ApiResource {
-    ApiResource {
-        group: "kyverno.io".into(),
-        version: "v1".into(),
-        api_version: "kyverno.io/v1".into(),
-        kind: "ClusterPolicy".into(),
-        plural: "clusterpolicies".into(),
-    }
+    resource(Kind::ClusterPolicy)
 }
 
 pub fn policy_resource() -> ApiResource {
-    ApiResource {
-        group: "kyverno.io".into(),
-        version: "v1".into(),
-        api_version: "kyverno.io/v1".into(),
-        kind: "Policy".into(),
-        plural: "policies".into(),
-    }
+    resource(Kind::Policy)
 }
 
 pub fn exception_resource() -> ApiResource {
-    ApiResource {
-        group: "kyverno.io".into(),
-        version: "v2".into(),
-        api_version: "kyverno.io/v2".into(),
-        kind: "PolicyException".into(),
-        plural: "policyexceptions".into(),
-    }
+    resource(Kind::PolicyException)
 }
 
 /// `ClusterPolicy/name` or `Policy/ns/name`.
-pub fn object_key(kind: &str, o: &DynamicObject) -> String {
+pub fn object_key(kind: Kind, o: &DynamicObject) -> String {
     match &o.metadata.namespace {
-        Some(ns) if kind != "ClusterPolicy" => format!("{kind}/{ns}/{}", o.metadata.name.as_deref().unwrap_or("")),
+        Some(ns) if kind.is_namespaced() => format!("{kind}/{ns}/{}", o.metadata.name.as_deref().unwrap_or("")),
         _ => format!("{kind}/{}", o.metadata.name.as_deref().unwrap_or("")),
     }
 }
@@ -55,7 +52,7 @@ pub fn object_key(kind: &str, o: &DynamicObject) -> String {
 struct Entry {
     uid: String,
     generation: i64,
-    result: Result<Arc<CompiledPolicy>, CompileError>,
+    result: Result<Arc<CompiledPolicy>, DocumentError>,
     /// The last version that compiled, kept in force while a newer one is broken.
     last_good: Option<Arc<CompiledPolicy>>,
     /// The status this version should show and its error text, worked out once per compile.
@@ -66,7 +63,7 @@ struct Entry {
 /// What a policy's status should say.
 #[derive(Debug, Clone, PartialEq)]
 pub struct PolicyStatus {
-    pub kind: String,
+    pub kind: Kind,
     pub namespace: Option<String>,
     pub name: String,
     /// `None` when ready; else the error with its field path.
@@ -81,9 +78,13 @@ pub struct Compiler {
     cache: HashMap<String, Entry>,
 }
 
-fn compile(kind: &str, o: &DynamicObject) -> Result<CompiledPolicy, CompileError> {
-    let v = serde_json::to_value(o).map_err(|e| CompileError::new("", e.to_string()))?;
-    verno_server::admission::compile_policy_object(kind, &v)
+/// Compiles a stored policy through the engine's front door.
+fn compile(kind: Kind, o: &DynamicObject) -> Result<CompiledPolicy, DocumentError> {
+    let v = serde_json::to_value(o).map_err(|e| DocumentError::Decode(e.to_string()))?;
+    match verno_engine::compile_stored(kind, &resource(kind).api_version, &v)? {
+        Compiled::Policy(p) => Ok(p),
+        Compiled::Exception(_) => Err(DocumentError::Decode(format!("a {kind} is not a policy"))),
+    }
 }
 
 fn rule_counts(p: Option<&CompiledPolicy>) -> Value {
@@ -104,15 +105,15 @@ impl Compiler {
     /// labels) plus every policy's desired status.
     pub fn build(
         &mut self,
-        policies: &[(&str, Arc<DynamicObject>)],
-        exceptions: &[Arc<DynamicObject>],
+        policies: &[(Kind, Arc<DynamicObject>)],
+        exceptions: &[(Kind, Arc<DynamicObject>)],
         namespaces: Arc<NamespaceLabels>,
     ) -> (PolicySet, Vec<PolicyStatus>) {
         let mut compiled = Vec::new();
         let mut statuses = Vec::new();
         let mut seen = std::collections::HashSet::new();
         for (kind, o) in policies {
-            let key = object_key(kind, o);
+            let key = object_key(*kind, o);
             seen.insert(key.clone());
             let uid = o.metadata.uid.clone().unwrap_or_default();
             let generation = o.metadata.generation.unwrap_or(0);
@@ -123,9 +124,9 @@ impl Compiler {
                     .get(&key)
                     .filter(|e| e.uid == uid)
                     .and_then(|e| e.result.as_ref().ok().cloned().or_else(|| e.last_good.clone()));
-                let result = compile(kind, o).map(Arc::new);
+                let result = compile(*kind, o).map(Arc::new);
                 if let Err(e) = &result {
-                    tracing::warn!(policy = %key, path = %e.path, error = %e.message, "policy does not compile; its previous version stays in force");
+                    tracing::warn!(policy = %key, error = %e.with_path(), "policy does not compile; its previous version stays in force");
                 }
                 let (status, error) = desired_status(generation, &result, last_good.is_some());
                 self.cache.insert(key.clone(), Entry { uid, generation, result, last_good, status, error });
@@ -133,11 +134,11 @@ impl Compiler {
             let Some(entry) = self.cache.get(&key) else { continue };
             let in_force = entry.result.as_ref().ok().or(entry.last_good.as_ref());
             if let Some(p) = in_force {
-                compiled.push((**p).clone());
+                compiled.push(p.clone());
             }
             statuses.push(PolicyStatus {
-                kind: kind.to_string(),
-                namespace: o.metadata.namespace.clone().filter(|_| *kind != "ClusterPolicy"),
+                kind: *kind,
+                namespace: o.metadata.namespace.clone().filter(|_| kind.is_namespaced()),
                 name: o.metadata.name.clone().unwrap_or_default(),
                 error: entry.error.clone(),
                 status: entry.status.clone(),
@@ -146,38 +147,37 @@ impl Compiler {
         }
         self.cache.retain(|k, _| seen.contains(k));
         let mut excs: Vec<CompiledException> = Vec::new();
-        for e in exceptions {
+        for (kind, e) in exceptions {
             let Ok(v) = serde_json::to_value(&**e) else { continue };
-            match verno_server::admission::compile_exception_object(&v) {
-                Ok(c) => excs.push(c),
+            match verno_engine::compile_stored(*kind, &resource(*kind).api_version, &v) {
+                Ok(Compiled::Exception(c)) => excs.push(c),
+                Ok(Compiled::Policy(_)) => {}
                 Err(err) => {
                     tracing::warn!(exception = %e.metadata.name.as_deref().unwrap_or(""), error = %err, "PolicyException ignored")
                 }
             }
         }
-        let mut set = PolicySet::new(compiled, excs, Default::default());
-        set.live_namespaces = Some(namespaces);
-        (set, statuses)
+        (PolicySet::new(compiled, excs).with_live_namespaces(namespaces), statuses)
     }
 }
 
 /// The status a compile result should show, and the error text when it failed.
 fn desired_status(
     generation: i64,
-    result: &Result<Arc<CompiledPolicy>, CompileError>,
+    result: &Result<Arc<CompiledPolicy>, DocumentError>,
     kept_previous: bool,
 ) -> (Value, Option<String>) {
     let (ready, reason, message, error) = match result {
         Ok(_) => (true, "Succeeded", "Ready".to_string(), None),
         Err(err) => {
-            let text = if err.path.is_empty() { err.message.clone() } else { format!("{}: {}", err.path, err.message) };
+            let text = err.with_path();
             let kept = if kept_previous { " (the previous version stays in force)" } else { "" };
             (false, "Failed", format!("policy is invalid: {text}{kept}"), Some(text))
         }
     };
     let compiled = result.as_ref().ok().map(|p| &**p);
     let autogen: Vec<Value> = compiled
-        .map(|p| verno_engine::autogen::rules(&p.source))
+        .map(|p| p.autogen_rules())
         .unwrap_or_default()
         .iter()
         .filter_map(|r| serde_json::to_value(r).ok())

@@ -16,7 +16,7 @@ use serde_json::json;
 use std::time::Duration;
 use tokio::sync::watch;
 
-pub use verno_server::admission::LAST_REQUEST_ANNOTATION;
+pub use verno_api::admission::LAST_REQUEST_ANNOTATION;
 
 /// The Lease the probe updates.
 pub const PROBE_LEASE: &str = "verno-health";

@@ -15,7 +15,7 @@ use serde_json::{Value, json};
 use std::collections::{BTreeMap, BTreeSet};
 use verno_engine::CompiledPolicy;
 use verno_engine::policy::RuleBody;
-use verno_server::admission::{Hook, PolicySet, fail_closed};
+use verno_engine::{Hook, PolicySet, fail_closed};
 
 /// Field manager for everything Verno applies.
 pub const MANAGER: &str = "verno";
@@ -152,7 +152,7 @@ pub fn desired_rules(set: &PolicySet) -> BTreeMap<&'static str, Vec<Value>> {
     // entry → (group, version, operations) → resources
     type Groups = BTreeMap<(String, String, Vec<&'static str>), BTreeSet<String>>;
     let mut acc: BTreeMap<&'static str, Groups> = BTreeMap::new();
-    for p in &set.policies {
+    for p in set.policies() {
         for r in &p.rules {
             let Some(entry) = entry_for(p, &r.body) else { continue };
             for scope in r.matcher.webhook_scope() {

@@ -30,6 +30,15 @@ pub trait Data: Sync {
     fn rule_values(&self, _policy: &str, _rule: &str) -> Vec<(String, Value)> {
         Vec::new()
     }
+    /// Values injected for a policy on one resource, by the resource's name (the CLI's
+    /// `policies[].resources[].values`); they hold while that policy runs.
+    fn resource_values(&self, _policy: &str, _resource: &str) -> Vec<(String, Value)> {
+        Vec::new()
+    }
+    /// Labels of a namespace, for `namespaceSelector`s, when the policy set does not know them.
+    fn namespace_labels(&self, _namespace: &str) -> Option<BTreeMap<String, String>> {
+        None
+    }
     /// Per-element values for foreach (`foreachValues`).
     fn foreach_values(&self, _policy: &str, _rule: &str) -> BTreeMap<String, Vec<Value>> {
         BTreeMap::new()
@@ -271,7 +280,7 @@ pub fn evaluate_phase(
         namespace_labels: req.namespace_labels,
         user: req.user,
     };
-    if policy.kind == "Policy" || policy.kind.starts_with("Namespaced") {
+    if policy.kind.is_namespaced() {
         let pns = policy.namespace.as_deref().unwrap_or("default");
         if namespace.is_empty() || namespace != pns {
             resp.not_applied.push(NotApplied {
@@ -578,9 +587,11 @@ pub(crate) fn load_context(
                 let n = name.render(ctx, "").map_err(|e| e.to_string())?;
                 let ns = match namespace {
                     Some(ns) => ns.render(ctx, "").map_err(|e| e.to_string())?.as_str().unwrap_or("").to_string(),
-                    None => {
-                        policy.namespace.clone().filter(|_| policy.kind == "Policy").unwrap_or_else(|| "default".into())
-                    }
+                    None => policy
+                        .namespace
+                        .clone()
+                        .filter(|_| policy.kind.is_namespaced())
+                        .unwrap_or_else(|| "default".into()),
                 };
                 let ns = if ns.is_empty() { "default".to_string() } else { ns };
                 match data.config_map(&ns, n.as_str().unwrap_or("")) {

@@ -74,7 +74,7 @@ impl Gen<'_> {
         put("generate.kyverno.io/policy-name", self.policy.name.clone());
         put(
             "generate.kyverno.io/policy-namespace",
-            if self.policy.kind == "Policy" {
+            if self.policy.kind.is_namespaced() {
                 self.policy.namespace.clone().unwrap_or_default()
             } else {
                 String::new()

@@ -10,6 +10,7 @@ pub mod anchor;
 pub mod autogen;
 pub mod condition;
 pub mod context;
+mod document;
 pub mod error;
 pub mod evaluate;
 pub mod generate;
@@ -22,16 +23,22 @@ pub mod outcome;
 pub mod pattern;
 pub mod policy;
 pub mod pss;
+mod set;
 pub mod smp;
 pub mod template;
+mod verdict;
 pub mod vpol;
 
 pub use context::Context;
+pub use document::{Compiled, DocumentError, compile, compile_stored};
 pub use error::{CompileError, EvalError};
 pub use evaluate::{Data, Loaded, NoData, Phase, Request, Sequence, build_context, evaluate_phase, evaluate_policy};
 pub use matching::RequestUser;
 pub use outcome::{NotApplied, PolicyResponse, RuleResponse, RuleType, Status};
 pub use policy::{Action, CompiledException, CompiledPolicy, compile_cel_exception, compile_exception, compile_policy};
+pub use set::{Filter, Hook, Labels, NamespaceLabels, Observer, Outcome, PolicyMeta, PolicySet, Scope, fail_closed};
+pub use verdict::{ResourceRef, RuleViolation, Violation, blocked_message, yaml_scalar};
+pub use verno_api::Kind;
 
 /// JSON equality where numbers compare by value (`1` equals `1.0`), as Go's decoded maps do.
 pub fn equal(a: &serde_json::Value, b: &serde_json::Value) -> bool {

@@ -89,7 +89,10 @@ fn rule(matcher: Matcher, conditions: &[Value], cel: CompiledCelMutation) -> Res
 /// Compiles a MutatingPolicy or NamespacedMutatingPolicy document.
 pub fn compile_mutating_policy(doc: &Value) -> Result<CompiledPolicy, CompileError> {
     policy_name(doc)?;
-    let kind = doc.get("kind").and_then(Value::as_str).unwrap_or("MutatingPolicy");
+    let kind = match verno_api::Kind::of_document(doc) {
+        Some(verno_api::Kind::NamespacedMutatingPolicy) => verno_api::Kind::NamespacedMutatingPolicy,
+        _ => verno_api::Kind::MutatingPolicy,
+    };
     let spec = doc.get("spec").cloned().unwrap_or(Value::Null);
     let base = constraints(spec.get("matchConstraints").unwrap_or(&Value::Null))?;
     if base.rules.is_empty() {
@@ -116,7 +119,7 @@ pub fn compile_mutating_admission_policy(doc: &Value, binding: Option<&Value>) -
         cel.params = Some(ParamRef::from_binding(pk, pr));
     }
     let r = rule(Matcher::all_constraints(matchers), &conditions, cel)?;
-    cel_policy(doc, "MutatingAdmissionPolicy", Action::Audit, false, true, vec![r])
+    cel_policy(doc, verno_api::Kind::MutatingAdmissionPolicy, Action::Audit, false, true, vec![r])
 }
 
 /// Runs the mutations on `object` with `vars` (object, request, params, ... already set).

@@ -9,7 +9,7 @@ use crate::matching::Matcher;
 use crate::template::{TValue, Template};
 use serde_json::Value;
 use verno_api::{
-    ClusterPolicy, ContextEntry, FailureActionOverride, ForEachValidation, PolicyException, Rule, Validation,
+    ClusterPolicy, ContextEntry, FailureActionOverride, ForEachValidation, Kind, PolicyException, Rule, Validation,
 };
 use verno_jmespath::Expression;
 
@@ -33,7 +33,7 @@ impl Action {
 pub struct CompiledPolicy {
     pub name: String,
     pub namespace: Option<String>,
-    pub kind: String,
+    pub kind: Kind,
     pub action: Action,
     pub overrides: Vec<FailureActionOverride>,
     pub background: bool,
@@ -42,20 +42,29 @@ pub struct CompiledPolicy {
     pub emit_warning: bool,
     pub failure_policy_ignore: bool,
     pub rules: Vec<CompiledRule>,
-    pub source: ClusterPolicy,
+    /// The document as it was compiled (`status` dropped): what changed between two versions,
+    /// and the autogen rules a ClusterPolicy's status lists.
+    pub document: Value,
 }
 
 impl CompiledPolicy {
     /// `name`, or `namespace/name` for a namespaced Policy.
     pub fn key(&self) -> String {
         match &self.namespace {
-            Some(ns) if self.kind == "Policy" => format!("{ns}/{}", self.name),
+            Some(ns) if self.kind == Kind::Policy => format!("{ns}/{}", self.name),
             _ => self.name.clone(),
         }
     }
 
-    pub fn annotation(&self, k: &str) -> Option<&str> {
-        self.source.metadata.annotations.get(k).map(String::as_str)
+    /// The rules autogen added to a ClusterPolicy or Policy (what its `status.autogen` lists);
+    /// none for the other kinds.
+    pub fn autogen_rules(&self) -> Vec<Rule> {
+        match self.kind {
+            Kind::ClusterPolicy | Kind::Policy => serde_json::from_value::<ClusterPolicy>(self.document.clone())
+                .map(|p| autogen::rules(&p))
+                .unwrap_or_default(),
+            _ => Vec::new(),
+        }
     }
 
     /// A rule's effective failure action: its own `failureAction`, else the policy's.
@@ -891,10 +900,18 @@ pub fn compile_policy(p: &ClusterPolicy) -> Result<CompiledPolicy, CompileError>
         .and_then(|w| w.failure_policy.clone())
         .or_else(|| spec.failure_policy.clone())
         .unwrap_or_else(|| "Fail".into());
+    let kind = if p.kind == "Policy" { Kind::Policy } else { Kind::ClusterPolicy };
+    let namespace = match kind {
+        // A Policy without a namespace lives in `default`, as the API server would put it.
+        Kind::Policy => {
+            Some(p.metadata.namespace.clone().filter(|n| !n.is_empty()).unwrap_or_else(|| "default".into()))
+        }
+        _ => p.metadata.namespace.clone(),
+    };
     Ok(CompiledPolicy {
         name: p.metadata.name.clone(),
-        namespace: p.metadata.namespace.clone(),
-        kind: p.kind.clone(),
+        namespace,
+        kind,
         action,
         overrides: spec.validation_failure_action_overrides.clone(),
         background: spec.background.unwrap_or(true),
@@ -903,7 +920,7 @@ pub fn compile_policy(p: &ClusterPolicy) -> Result<CompiledPolicy, CompileError>
         emit_warning: spec.emit_warning.unwrap_or(false),
         failure_policy_ignore: failure_policy == "Ignore",
         rules,
-        source: p.clone(),
+        document: serde_json::to_value(p).unwrap_or(Value::Null),
     })
 }
 

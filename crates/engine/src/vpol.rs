@@ -10,7 +10,7 @@ use crate::policy::{
     Action, CompiledPolicy, CompiledRule, CompiledValidation, RuleBody, compile_cel, compile_cel_preconditions,
 };
 use serde_json::{Value, json};
-use verno_api::LabelSelector;
+use verno_api::{Kind, LabelSelector};
 
 pub(crate) fn strings(v: Option<&Value>) -> Vec<String> {
     v.and_then(Value::as_array)
@@ -145,24 +145,19 @@ pub(crate) fn policy_name(doc: &Value) -> Result<&str, CompileError> {
 /// [`CompiledPolicy`]: what differs per kind is passed in, the rest is the same for all.
 pub(crate) fn cel_policy(
     doc: &Value,
-    kind: &str,
+    kind: Kind,
     action: Action,
     emit_warning: bool,
     background: bool,
     rules: Vec<CompiledRule>,
 ) -> Result<CompiledPolicy, CompileError> {
     let name = policy_name(doc)?;
-    let source: verno_api::ClusterPolicy = serde_json::from_value(json!({
-        "apiVersion": doc.get("apiVersion").cloned().unwrap_or(Value::Null),
-        "kind": kind,
-        "metadata": doc.get("metadata").cloned().unwrap_or(json!({})),
-        "spec": {"rules": []},
-    }))
-    .map_err(|e| CompileError::new("metadata", e.to_string()))?;
+    let namespace = doc.pointer("/metadata/namespace").and_then(Value::as_str).filter(|n| !n.is_empty());
     Ok(CompiledPolicy {
         name: name.to_string(),
-        namespace: doc.pointer("/metadata/namespace").and_then(Value::as_str).map(str::to_string),
-        kind: kind.to_string(),
+        // A namespaced kind without a namespace lives in `default`, as the API server puts it.
+        namespace: namespace.map(str::to_string).or_else(|| kind.is_namespaced().then(|| "default".to_string())),
+        kind,
         action,
         overrides: Vec::new(),
         background,
@@ -171,14 +166,17 @@ pub(crate) fn cel_policy(
         emit_warning,
         failure_policy_ignore: doc.pointer("/spec/failurePolicy").and_then(Value::as_str) == Some("Ignore"),
         rules,
-        source,
+        document: doc.clone(),
     })
 }
 
 /// Compiles a ValidatingPolicy or NamespacedValidatingPolicy document.
 pub fn compile_validating_policy(doc: &Value) -> Result<CompiledPolicy, CompileError> {
     policy_name(doc)?;
-    let kind = doc.get("kind").and_then(Value::as_str).unwrap_or("ValidatingPolicy");
+    let kind = match Kind::of_document(doc) {
+        Some(Kind::NamespacedValidatingPolicy) => Kind::NamespacedValidatingPolicy,
+        _ => Kind::ValidatingPolicy,
+    };
     let spec = doc.get("spec").cloned().unwrap_or(Value::Null);
     let actions = strings(spec.get("validationActions"));
     let action = if actions.iter().any(|a| a == "Deny") { Action::Enforce } else { Action::Audit };
@@ -247,5 +245,5 @@ pub fn compile_admission_policy(doc: &Value, binding: Option<&Value>) -> Result<
     {
         c.params = Some(crate::policy::ParamRef::from_binding(pk, pr));
     }
-    cel_policy(doc, "ValidatingAdmissionPolicy", action, actions.iter().any(|a| a == "Warn"), true, vec![r])
+    cel_policy(doc, Kind::ValidatingAdmissionPolicy, action, actions.iter().any(|a| a == "Warn"), true, vec![r])
 }

@@ -5,7 +5,8 @@
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic, clippy::indexing_slicing, clippy::disallowed_methods)] // a test fails by panicking and may read files and clocks
 
 use std::path::{Path, PathBuf};
-use verno_server::admission::{Filter, Hook, PolicySet, parse, review};
+use verno_engine::{Filter, Hook, PolicySet};
+use verno_server::admission::{parse, review};
 use verno_server::metrics::Metrics;
 
 fn shared() -> PathBuf {
@@ -20,12 +21,12 @@ fn pss17() -> PolicySet {
     for f in files {
         let text = std::fs::read_to_string(&f).unwrap_or_default();
         for doc in verno_jmespath::yaml::parse_all(&text).unwrap_or_default() {
-            if let Some(c) = serde_json::from_value(doc).ok().and_then(|p| verno_engine::compile_policy(&p).ok()) {
-                policies.push(c);
+            if let Ok(verno_engine::Compiled::Policy(c)) = verno_engine::compile(&doc, &[]) {
+                policies.push(std::sync::Arc::new(c));
             }
         }
     }
-    PolicySet::new(policies, Vec::new(), Default::default())
+    PolicySet::new(policies, Vec::new())
 }
 
 fn body() -> Vec<u8> {

@@ -9,7 +9,6 @@ pub mod admission;
 pub mod metrics;
 pub mod tls;
 
-use admission::{Filter, Hook, PolicySet};
 use axum::Router;
 use axum::body::Bytes;
 use axum::extract::{DefaultBodyLimit, State};
@@ -21,6 +20,7 @@ use std::path::PathBuf;
 use std::sync::{Arc, RwLock};
 use std::time::{Duration, Instant, SystemTime};
 use tokio::sync::Semaphore;
+use verno_engine::{Filter, Hook, PolicySet, Violation};
 
 pub use tls::TlsSource;
 
@@ -54,7 +54,7 @@ struct AppState {
     deadline: Duration,
     /// Where failed rules go for PolicyViolation events (in-cluster only); bounded, and a
     /// full queue drops (counted) rather than slowing admission.
-    violations: std::sync::OnceLock<tokio::sync::mpsc::Sender<admission::Violation>>,
+    violations: std::sync::OnceLock<tokio::sync::mpsc::Sender<Violation>>,
 }
 
 impl AppState {
@@ -75,7 +75,7 @@ impl AppState {
     }
 }
 
-fn json_response(status: StatusCode, body: &serde_json::Value) -> Response {
+fn json_response(status: StatusCode, body: &impl serde::Serialize) -> Response {
     (status, [(header::CONTENT_TYPE, "application/json; charset=utf-8")], serde_json::to_vec(body).unwrap_or_default())
         .into_response()
 }
@@ -102,11 +102,11 @@ async fn handle(
     }
     let review = match admission::parse(&body) {
         Ok(r) => r,
-        Err(e) => return text(StatusCode::BAD_REQUEST, &e),
+        Err(e) => return text(StatusCode::BAD_REQUEST, &e.to_string()),
     };
-    let uid = review.pointer("/request/uid").and_then(|v| v.as_str()).unwrap_or("").to_string();
-    let api_version = admission::api_version(&review).to_string();
-    let dry_run = review.pointer("/request/dryRun").and_then(|v| v.as_bool()).unwrap_or(false);
+    let uid = review.request.as_ref().map(|r| r.uid.clone()).unwrap_or_default();
+    let api_version = review.api_version.clone();
+    let dry_run = review.request.as_ref().is_some_and(|r| r.dry_run);
     let set = state.current();
     let Ok(permit) = state.permits.acquire().await else {
         return text(StatusCode::SERVICE_UNAVAILABLE, "server is shutting down");
@@ -177,7 +177,7 @@ async fn verify(body: Bytes) -> Response {
             let now = chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Secs, true);
             json_response(StatusCode::OK, &admission::verify_review(&review, &now))
         }
-        Err(e) => text(StatusCode::BAD_REQUEST, &e),
+        Err(e) => text(StatusCode::BAD_REQUEST, &e.to_string()),
     }
 }
 
@@ -185,7 +185,7 @@ async fn verify(body: Bytes) -> Response {
 async fn policy_validate(body: Bytes) -> Response {
     let review = match admission::parse(&body) {
         Ok(r) => r,
-        Err(e) => return text(StatusCode::BAD_REQUEST, &e),
+        Err(e) => return text(StatusCode::BAD_REQUEST, &e.to_string()),
     };
     match tokio::task::spawn_blocking(move || admission::validate_policy_review(&review)).await {
         Ok(answer) => json_response(StatusCode::OK, &answer),
@@ -237,7 +237,7 @@ pub struct Running {
 impl Running {
     /// Puts a compiled set in force (in-cluster mode: built from the policy watch).
     pub fn install(&self, set: PolicySet) {
-        tracing::info!(policies = set.policies.len(), "policy set swapped");
+        tracing::info!(policies = set.policies().len(), "policy set swapped");
         self.state.swap(set);
     }
 
@@ -257,7 +257,7 @@ impl Running {
     /// Sends every failed or errored validation rule of a non-dry-run request to `tx` (once;
     /// later calls are ignored). A full channel drops the violation and counts it in
     /// `verno_events_dropped_total`.
-    pub fn report_violations(&self, tx: tokio::sync::mpsc::Sender<admission::Violation>) {
+    pub fn report_violations(&self, tx: tokio::sync::mpsc::Sender<Violation>) {
         let _ = self.state.violations.set(tx);
     }
 
@@ -292,7 +292,7 @@ impl Running {
 fn reload(state: &AppState, loader: &Loader) -> Result<(), String> {
     match loader() {
         Ok(set) => {
-            tracing::info!(policies = set.policies.len(), "policies loaded");
+            tracing::info!(policies = set.policies().len(), "policies loaded");
             state.swap(set);
             Ok(())
         }
@@ -323,7 +323,7 @@ fn fingerprint(paths: &[PathBuf]) -> Vec<(PathBuf, u64, Option<SystemTime>)> {
 /// Loads the policies, binds the ports and starts serving.
 pub async fn start(cfg: Config, loader: Loader) -> Result<Running, String> {
     let initial = loader()?;
-    tracing::info!(policies = initial.policies.len(), "policies loaded");
+    tracing::info!(policies = initial.policies().len(), "policies loaded");
     let ca_path = match &cfg.tls {
         TlsSource::Dir { dir, dns_names } => Some(tls::ensure_dir(dir, dns_names)?),
         TlsSource::Files { .. } | TlsSource::Pem { .. } => None,

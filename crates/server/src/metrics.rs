@@ -1,6 +1,6 @@
 //! Prometheus metrics with Kyverno's names and labels, so its Grafana dashboard works.
 
-use crate::admission::{Outcome, PolicyMeta};
+use crate::admission::Outcome;
 use prometheus_client::collector::Collector;
 use prometheus_client::encoding::{DescriptorEncoder, EncodeLabelSet, EncodeMetric};
 use prometheus_client::metrics::MetricType;
@@ -10,6 +10,7 @@ use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
 use prometheus_client::registry::Registry;
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
+use verno_engine::{PolicyMeta, PolicySet};
 use verno_engine::{RuleType, Status};
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -222,7 +223,7 @@ impl Collector for PolicyInfo {
 }
 
 fn policy_labels(p: &verno_engine::CompiledPolicy) -> [String; 5] {
-    let namespaced = p.kind == "Policy";
+    let namespaced = p.kind == verno_engine::Kind::Policy;
     [
         if p.action == verno_engine::Action::Enforce { "enforce" } else { "audit" }.to_string(),
         if namespaced { "namespaced" } else { "cluster" }.to_string(),
@@ -298,9 +299,9 @@ fn status(s: Status) -> &'static str {
 impl Metrics {
     /// Records a swap of the policy set: the rules now in force, and which policies were
     /// created, updated (their source changed) or deleted.
-    pub fn policies_swapped(&self, old: &crate::admission::PolicySet, new: &crate::admission::PolicySet) {
+    pub fn policies_swapped(&self, old: &PolicySet, new: &PolicySet) {
         let mut rules = Vec::new();
-        for p in &new.policies {
+        for p in new.policies() {
             let [mode, ty, bg, ns, name] = policy_labels(p);
             for r in &p.rules {
                 let rt = match &r.body {
@@ -326,9 +327,11 @@ impl Metrics {
             Err(p) => *p.into_inner() = rules,
         }
         let key = |p: &verno_engine::CompiledPolicy| p.key();
-        let source = |p: &verno_engine::CompiledPolicy| serde_json::to_value(&p.source.spec).ok();
-        let olds: HashMap<String, &verno_engine::CompiledPolicy> = old.policies.iter().map(|p| (key(p), p)).collect();
-        let news: HashMap<String, &verno_engine::CompiledPolicy> = new.policies.iter().map(|p| (key(p), p)).collect();
+        let source = |p: &verno_engine::CompiledPolicy| p.document.get("spec").cloned();
+        let olds: HashMap<String, &verno_engine::CompiledPolicy> =
+            old.policies().iter().map(|p| (key(p), p.as_ref())).collect();
+        let news: HashMap<String, &verno_engine::CompiledPolicy> =
+            new.policies().iter().map(|p| (key(p), p.as_ref())).collect();
         let mut changes = match self.policy_info.changes.lock() {
             Ok(m) => m,
             Err(p) => p.into_inner(),

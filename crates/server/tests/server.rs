@@ -9,7 +9,7 @@ use serde_json::{Value, json};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
-use verno_server::admission::PolicySet;
+use verno_engine::PolicySet;
 use verno_server::{Config, Loader, Running, TlsSource};
 
 const REQUIRE_TEAM: &str = r#"
@@ -55,17 +55,19 @@ spec:
 /// Compiles every `.yaml` in `dir` (our own tiny loader; the CLI has the full one).
 fn loader(dir: PathBuf) -> Loader {
     Arc::new(move || {
-        let mut set = PolicySet::default();
+        let mut policies = Vec::new();
         let mut files: Vec<PathBuf> =
             std::fs::read_dir(&dir).map_err(|e| e.to_string())?.flatten().map(|e| e.path()).collect();
         files.sort();
         for f in files {
             let text = std::fs::read_to_string(&f).map_err(|e| e.to_string())?;
             let doc = verno_jmespath::yaml::parse(&text).map_err(|e| format!("{}: {e}", f.display()))?;
-            let p = serde_json::from_value(doc).map_err(|e| format!("{}: {e}", f.display()))?;
-            set.policies.push(verno_engine::compile_policy(&p).map_err(|e| format!("{}: {e}", f.display()))?);
+            match verno_engine::compile(&doc, &[]).map_err(|e| format!("{}: {e}", f.display()))? {
+                verno_engine::Compiled::Policy(p) => policies.push(Arc::new(p)),
+                verno_engine::Compiled::Exception(_) => {}
+            }
         }
-        Ok(set)
+        Ok(PolicySet::new(policies, Vec::new()))
     })
 }
 

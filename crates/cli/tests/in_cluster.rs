@@ -11,6 +11,7 @@ use std::sync::Arc;
 use std::time::Duration;
 use verno_controller::{Controller, Options, manifests, policies, webhooks};
 use verno_server::{Config, Running, TlsSource};
+// The in-cluster path is the server and the controller wired by the binary (verno_cli).
 
 const NS: &str = "verno";
 
@@ -73,7 +74,7 @@ async fn start_replica_with(fake: &FakeApiServer, identity: &str, tweak: impl Fn
         watch: Vec::new(),
         poll_interval: Duration::from_secs(3600),
     };
-    let server = verno_controller::start_server(cfg).await.unwrap();
+    let server = verno_cli::in_cluster::start_server(cfg).await.unwrap();
     let mut opts = Options::new(NS, identity);
     opts.service = manifests::SERVICE.into();
     opts.deployment = Some(manifests::DEPLOYMENT.into());
@@ -85,7 +86,7 @@ async fn start_replica_with(fake: &FakeApiServer, identity: &str, tweak: impl Fn
     opts.probe_interval = Some(Duration::from_millis(300));
     tweak(&mut opts);
     let c = client(fake, Some(&format!("system:serviceaccount:{NS}:{}", manifests::SERVICE_ACCOUNT))).await;
-    let controller = verno_controller::start(c, server.clone(), opts).await;
+    let controller = verno_controller::start(c, Arc::new(verno_cli::in_cluster::Webhook(server.clone())), opts).await;
     Replica { server, controller }
 }
 
@@ -549,7 +550,7 @@ async fn two_replicas_one_leader_no_churn_and_failover_when_the_leader_dies() {
     apply_policy(&admin, REQUIRE_TEAM).await;
     eventually("rules", || async { entry_rules(&vwc(&admin).await?, webhooks::VALIDATE_FAIL) }).await;
     // Both replicas serve admission with the same set.
-    eventually("b has the policy", || async { (b.server.current().policies.len() == 1).then_some(()) }).await;
+    eventually("b has the policy", || async { (b.server.current().policies().len() == 1).then_some(()) }).await;
     assert_eq!(leaders(&[&a, &b]), 1);
     assert!(*a.controller.leader.borrow(), "the first replica took the lease");
     // Steady state: no writes but lease renewals, and the lease does not change hands.

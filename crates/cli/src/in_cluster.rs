@@ -1,0 +1,88 @@
+//! `verno serve --kube`: the admission server (`verno-server`) fed by the controller
+//! (`verno-controller`). Neither crate knows the other; this puts the server behind the
+//! controller's [`Serving`] port.
+
+use std::sync::Arc;
+use std::time::Duration;
+use verno_controller::serving::{ReadyPart, Serving};
+use verno_controller::{Options, certs, match_conditions_warning};
+use verno_engine::{PolicySet, Violation};
+use verno_server::Running;
+
+/// The running admission server as the controller sees it.
+pub struct Webhook(pub Arc<Running>);
+
+impl Serving for Webhook {
+    fn install(&self, set: PolicySet) {
+        self.0.install(set);
+    }
+    fn current(&self) -> Arc<PolicySet> {
+        self.0.current()
+    }
+    fn set_certificate(&self, cert_pem: &[u8], key_pem: &[u8]) -> Result<(), String> {
+        self.0.set_certificate(cert_pem, key_pem)
+    }
+    fn set_ready(&self, part: ReadyPart, done: bool) {
+        let part = match part {
+            ReadyPart::Policies => verno_server::ReadyPart::Policies,
+            ReadyPart::Certificate => verno_server::ReadyPart::Certificate,
+        };
+        self.0.set_ready_part(part, done);
+    }
+    fn report_violations(&self, tx: tokio::sync::mpsc::Sender<Violation>) {
+        self.0.report_violations(tx);
+    }
+    fn event_dropped(&self) {
+        self.0.event_dropped();
+    }
+}
+
+/// The admission server for in-cluster mode: an empty policy set, no watched files, and a
+/// throwaway certificate until the controller loads the real one (readiness says so).
+pub async fn start_server(mut cfg: verno_server::Config) -> Result<Arc<Running>, String> {
+    let ca = certs::new_ca(Duration::from_secs(3600))?;
+    let placeholder = certs::new_pair(&ca, &["verno-starting".to_string()], Duration::from_secs(3600))?;
+    cfg.tls = verno_server::TlsSource::Pem { cert: placeholder.cert, key: placeholder.key };
+    cfg.watch.clear();
+    Ok(Arc::new(verno_server::start(cfg, Arc::new(|| Ok(PolicySet::default()))).await?))
+}
+
+/// The admission server and the controller feeding it, as one replica runs them.
+pub async fn start_replica(
+    client: kube::Client,
+    cfg: verno_server::Config,
+    opts: Options,
+) -> Result<(Arc<Running>, verno_controller::Controller), String> {
+    let server = start_server(cfg).await?;
+    let controller = verno_controller::start(client, Arc::new(Webhook(server.clone())), opts).await;
+    Ok((server, controller))
+}
+
+/// `verno serve --kube` until SIGTERM. The server starts on a throwaway certificate and
+/// reports not-ready until the controller has loaded the real one from its Secret and synced
+/// the policies.
+pub async fn run(cfg: verno_server::Config, opts: Options) -> Result<(), String> {
+    let client = kube::Client::try_default()
+        .await
+        .map_err(|e| format!("cannot reach the Kubernetes API (in-cluster config or kubeconfig): {e}"))?;
+    match client.apiserver_version().await {
+        Ok(v) => {
+            if let Some(w) = match_conditions_warning(&v.major, &v.minor) {
+                tracing::warn!("{w}");
+            }
+        }
+        Err(e) => tracing::warn!(error = %e, "cannot read the Kubernetes version"),
+    }
+    let identity = opts.identity.clone();
+    let namespace = opts.namespace.clone();
+    let (server, controller) = start_replica(client, cfg, opts).await?;
+    tracing::info!(addr = %server.addr, identity = %identity, namespace = %namespace, "verno admission server listening (in-cluster)");
+    verno_server::shutdown_signal().await;
+    tracing::info!("shutting down: releasing the lease, draining in-flight requests");
+    controller.stop().await;
+    match Arc::try_unwrap(server) {
+        Ok(s) => s.shutdown(Duration::from_secs(10)).await,
+        Err(_) => tracing::warn!("server still referenced at shutdown; exiting without a drain"),
+    }
+    Ok(())
+}

@@ -1,0 +1,32 @@
+//! The controller's port to the admission server it feeds. The controller knows the cluster;
+//! the server knows HTTPS; neither depends on the other. The binary (`verno serve --kube`)
+//! puts a server behind this trait and hands it to [`crate::start`].
+
+use std::sync::Arc;
+use verno_engine::{PolicySet, Violation};
+
+/// The parts readiness waits for in a cluster.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ReadyPart {
+    /// The policy watch has synced and a set is installed.
+    Policies,
+    /// The serving certificate from the pair Secret is loaded.
+    Certificate,
+}
+
+/// What the controller asks of the admission server.
+pub trait Serving: Send + Sync + 'static {
+    /// Puts a new policy set in force (swapped whole).
+    fn install(&self, set: PolicySet);
+    /// The set in force now.
+    fn current(&self) -> Arc<PolicySet>;
+    /// Serves with this certificate from now on; an unusable pair is refused and the previous
+    /// one kept.
+    fn set_certificate(&self, cert_pem: &[u8], key_pem: &[u8]) -> Result<(), String>;
+    /// Marks a part of readiness done (or not).
+    fn set_ready(&self, part: ReadyPart, done: bool);
+    /// Where the server hands violations for events (bounded; the server never waits).
+    fn report_violations(&self, tx: tokio::sync::mpsc::Sender<Violation>);
+    /// Counts a violation whose event was dropped (the queue or the pace was exceeded).
+    fn event_dropped(&self);
+}

@@ -1,0 +1,146 @@
+//! The one front door for policy documents: [`compile`] reads a document's [`Kind`] and
+//! compiles it with the compiler of that kind. The CLI loader, `serve --policies`, the
+//! cluster's policy watch and the policy validation webhook all come through here, so what
+//! `kubectl apply` admits is exactly what the CLI and the webhook evaluate.
+
+use crate::error::CompileError;
+use crate::policy::{CompiledException, CompiledPolicy, compile_cel_exception, compile_exception, compile_policy};
+use serde_json::Value;
+use verno_api::Kind;
+
+/// What a document compiles to.
+#[derive(Debug)]
+pub enum Compiled {
+    Policy(CompiledPolicy),
+    Exception(CompiledException),
+}
+
+/// Why a document could not be compiled.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum DocumentError {
+    /// Not one of the kinds in [`Kind`] (a resource, a test file, an unknown group).
+    #[error("not a policy: apiVersion {api_version:?}, kind {kind:?}")]
+    NotAPolicy { api_version: String, kind: String },
+    /// A kind Verno knows but does not evaluate yet.
+    #[error("{0} policies are not supported by this build of verno yet")]
+    Unsupported(Kind),
+    /// A binding is compiled with the admission policy it names (see [`compile`]).
+    #[error("a {0} is compiled with the policy it binds")]
+    Binding(Kind),
+    /// The document does not have the kind's shape.
+    #[error("{0}")]
+    Decode(String),
+    #[error(transparent)]
+    Invalid(#[from] CompileError),
+}
+
+impl DocumentError {
+    /// The error as a policy's status or the validation webhook shows it: `path: message`.
+    pub fn with_path(&self) -> String {
+        match self {
+            DocumentError::Invalid(e) if e.path.is_empty() => e.message.clone(),
+            DocumentError::Decode(m) => format!("spec: {m}"),
+            other => other.to_string(),
+        }
+    }
+}
+
+/// Compiles one document. An admission policy takes the first of `bindings` that names it
+/// (`spec.policyName`); other kinds ignore `bindings`.
+pub fn compile(doc: &Value, bindings: &[Value]) -> Result<Compiled, DocumentError> {
+    let Some(kind) = Kind::of_document(doc) else {
+        let s = |f: &str| doc.get(f).and_then(Value::as_str).unwrap_or("").to_string();
+        return Err(DocumentError::NotAPolicy { api_version: s("apiVersion"), kind: s("kind") });
+    };
+    let decode = |e: serde_json::Error| DocumentError::Decode(e.to_string());
+    let binding = |binding_kind: Kind| {
+        let name = doc.pointer("/metadata/name").and_then(Value::as_str);
+        bindings.iter().find(|b| {
+            Kind::of_document(b) == Some(binding_kind) && b.pointer("/spec/policyName").and_then(Value::as_str) == name
+        })
+    };
+    Ok(match kind {
+        Kind::ClusterPolicy | Kind::Policy => {
+            Compiled::Policy(compile_policy(&serde_json::from_value(doc.clone()).map_err(decode)?)?)
+        }
+        Kind::PolicyException => {
+            Compiled::Exception(compile_exception(&serde_json::from_value(doc.clone()).map_err(decode)?)?)
+        }
+        Kind::CelPolicyException => Compiled::Exception(compile_cel_exception(doc)?),
+        Kind::ValidatingPolicy | Kind::NamespacedValidatingPolicy => {
+            Compiled::Policy(crate::vpol::compile_validating_policy(doc)?)
+        }
+        Kind::MutatingPolicy | Kind::NamespacedMutatingPolicy => {
+            Compiled::Policy(crate::mpol::compile_mutating_policy(doc)?)
+        }
+        Kind::ValidatingAdmissionPolicy => Compiled::Policy(crate::vpol::compile_admission_policy(
+            doc,
+            binding(Kind::ValidatingAdmissionPolicyBinding),
+        )?),
+        Kind::MutatingAdmissionPolicy => Compiled::Policy(crate::mpol::compile_mutating_admission_policy(
+            doc,
+            binding(Kind::MutatingAdmissionPolicyBinding),
+        )?),
+        Kind::ValidatingAdmissionPolicyBinding | Kind::MutatingAdmissionPolicyBinding => {
+            return Err(DocumentError::Binding(kind));
+        }
+        Kind::GeneratingPolicy
+        | Kind::NamespacedGeneratingPolicy
+        | Kind::DeletingPolicy
+        | Kind::NamespacedDeletingPolicy
+        | Kind::ImageValidatingPolicy
+        | Kind::NamespacedImageValidatingPolicy
+        | Kind::CleanupPolicy
+        | Kind::ClusterCleanupPolicy => return Err(DocumentError::Unsupported(kind)),
+    })
+}
+
+/// Compiles an object as the API stores it: it may lack `apiVersion`/`kind` (a watch's
+/// `DynamicObject`), so they are set from `kind` and `api_version`, and `status` is dropped.
+pub fn compile_stored(kind: Kind, api_version: &str, object: &Value) -> Result<Compiled, DocumentError> {
+    let mut doc = object.clone();
+    if let Some(m) = doc.as_object_mut() {
+        m.insert("apiVersion".into(), Value::String(api_version.into()));
+        m.insert("kind".into(), Value::String(kind.name().into()));
+        m.remove("status");
+    }
+    compile(&doc, &[])
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn every_kind_is_compiled_or_named_as_unsupported() {
+        let unsupported =
+            json!({"apiVersion": "policies.kyverno.io/v1", "kind": "GeneratingPolicy", "metadata": {"name": "g"}});
+        assert_eq!(
+            compile(&unsupported, &[]).err().map(|e| e.to_string()).as_deref(),
+            Some("GeneratingPolicy policies are not supported by this build of verno yet")
+        );
+        let pod = json!({"apiVersion": "v1", "kind": "Pod"});
+        assert!(matches!(compile(&pod, &[]), Err(DocumentError::NotAPolicy { .. })));
+        let vpol = json!({"apiVersion": "policies.kyverno.io/v1", "kind": "ValidatingPolicy", "metadata": {"name": "v"},
+            "spec": {"matchConstraints": {"resourceRules": [{"apiGroups": [""], "apiVersions": ["v1"], "operations": ["CREATE"], "resources": ["pods"]}]},
+                     "validations": [{"expression": "true"}]}});
+        assert!(matches!(compile(&vpol, &[]), Ok(Compiled::Policy(p)) if p.kind == Kind::ValidatingPolicy));
+    }
+
+    #[test]
+    fn a_stored_object_gets_its_type_and_loses_its_status() {
+        let stored = json!({"metadata": {"name": "p", "namespace": "shop"}, "status": {"ready": true},
+            "spec": {"rules": [{"name": "r", "match": {"any": [{"resources": {"kinds": ["Pod"]}}]}, "validate": {"deny": {}}}]}});
+        match compile_stored(Kind::Policy, "kyverno.io/v1", &stored) {
+            Ok(Compiled::Policy(p)) => {
+                assert_eq!((p.kind, p.key().as_str()), (Kind::Policy, "shop/p"));
+                assert!(p.document.get("status").is_none());
+            }
+            other => panic!("{other:?}"),
+        }
+        let broken = json!({"metadata": {"name": "p"}, "spec": {"rules": "no"}});
+        let e = compile_stored(Kind::ClusterPolicy, "kyverno.io/v1", &broken).err();
+        assert!(e.is_some_and(|e| e.with_path().starts_with("spec: invalid type")));
+    }
+}

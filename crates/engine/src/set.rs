@@ -1,0 +1,357 @@
+//! The compiled policy set and the engine's one front door.
+//!
+//! A [`PolicySet`] is immutable and shared (`Arc`): the policies in force, the exceptions, and
+//! where namespace labels come from. [`PolicySet::evaluate`] runs one request through the
+//! phases in Kyverno's order — every policy's mutate rules (each policy sees the object as the
+//! earlier ones patched it), then validate on the patched object, then generate — and returns
+//! one [`Outcome`]. `verno test`, `verno apply`, the webhook (through [`PolicySet::review`])
+//! and the controllers call only this, so the CLI and the cluster cannot drift apart.
+//!
+//! Which phases run and which policies take part is the caller's [`Scope`]: the CLI runs all
+//! of them; a webhook call runs the phase of its hook with the policies of its entry
+//! ([`Filter`]). Time is the caller's: an [`Observer`] hears when each policy starts and ends.
+
+use crate::context::Saved;
+use crate::evaluate::{Data, Phase, Request, Sequence, build_context};
+use crate::matching::{RequestUser, labels_of};
+use crate::outcome::{PolicyResponse, Status};
+use crate::policy::{Action, CompiledException, CompiledPolicy};
+use crate::verdict::{ResourceRef, RuleViolation, Violation, blocked_message};
+use serde_json::Value;
+use std::collections::{BTreeMap, HashMap};
+use std::sync::{Arc, RwLock};
+use verno_api::AdmissionRequest;
+use verno_jmespath::Env;
+
+/// Label key → value.
+pub type Labels = BTreeMap<String, String>;
+
+/// Namespace name → labels, kept current from a watch (in a cluster) and read per request.
+pub type NamespaceLabels = RwLock<HashMap<String, Labels>>;
+
+/// What metrics and reports say about a policy, made once per set and shared by pointer.
+#[derive(Debug)]
+pub struct PolicyMeta {
+    pub name: Arc<str>,
+    /// `-` for a cluster-wide policy, as Kyverno labels it in every metric.
+    pub namespace: Arc<str>,
+    pub namespaced: bool,
+    pub background: bool,
+    /// Rule name and whether its effective action is Enforce.
+    pub rules: Vec<(Arc<str>, bool)>,
+}
+
+impl PolicyMeta {
+    fn of(p: &CompiledPolicy) -> PolicyMeta {
+        let namespaced = p.kind.is_namespaced();
+        PolicyMeta {
+            name: Arc::from(p.name.as_str()),
+            namespace: Arc::from(if namespaced { p.namespace.as_deref().unwrap_or("") } else { "-" }),
+            namespaced,
+            background: p.background,
+            rules: p
+                .rules
+                .iter()
+                .map(|r| (Arc::from(r.name.as_str()), p.rule_action(&r.name) == Action::Enforce))
+                .collect(),
+        }
+    }
+
+    /// The shared name of a rule and whether it enforces (a rule the set does not know: not).
+    pub fn rule(&self, name: &str) -> (Arc<str>, bool) {
+        self.rules.iter().find(|(n, _)| **n == *name).cloned().unwrap_or_else(|| (Arc::from(name), false))
+    }
+}
+
+/// The admission webhook a request came through.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Hook {
+    Validate,
+    Mutate,
+}
+
+/// Which policies a webhook entry serves: `/validate` all, `/validate/fail` the fail-closed
+/// ones, `/validate/ignore` the rest (see [`fail_closed`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Filter {
+    All,
+    Fail,
+    Ignore,
+}
+
+impl Filter {
+    pub fn keeps(self, hook: Hook, p: &CompiledPolicy) -> bool {
+        match self {
+            Filter::All => true,
+            Filter::Fail => fail_closed(hook, p),
+            Filter::Ignore => !fail_closed(hook, p),
+        }
+    }
+}
+
+/// Whether a policy belongs on the fail-closed webhook for `hook`: its failurePolicy is Fail
+/// and, for validation, at least one rule can block (Enforce). An Audit-only policy never
+/// justifies refusing a request when Verno is unreachable, so it always goes fail-open.
+pub fn fail_closed(hook: Hook, p: &CompiledPolicy) -> bool {
+    if p.failure_policy_ignore {
+        return false;
+    }
+    match hook {
+        Hook::Mutate => true,
+        Hook::Validate => {
+            p.action == Action::Enforce
+                || !p.overrides.is_empty()
+                || p.rules.iter().any(|r| p.rule_action(&r.name) == Action::Enforce)
+        }
+    }
+}
+
+/// Which phases run, and for which policies.
+#[derive(Debug, Clone, Copy)]
+pub struct Scope {
+    phases: &'static [Phase],
+    route: Option<(Hook, Filter)>,
+}
+
+impl Scope {
+    /// Every phase, every policy: `verno test`, `verno apply`, background scans.
+    pub const ALL: Scope = Scope { phases: &[Phase::Mutate, Phase::Validate, Phase::Generate], route: None };
+
+    /// One webhook call: the phase of `hook`, the policies `filter` keeps.
+    pub fn webhook(hook: Hook, filter: Filter) -> Scope {
+        let phases: &'static [Phase] = match hook {
+            Hook::Mutate => &[Phase::Mutate],
+            Hook::Validate => &[Phase::Validate],
+        };
+        Scope { phases, route: Some((hook, filter)) }
+    }
+
+    fn keeps(&self, p: &CompiledPolicy) -> bool {
+        self.route.is_none_or(|(hook, filter)| filter.keeps(hook, p))
+    }
+}
+
+/// Hears each policy's evaluation: the server times policies with it (the engine has no clock).
+pub trait Observer {
+    fn policy_started(&mut self, _policy: usize) {}
+    fn policy_finished(&mut self, _policy: usize, _response: &PolicyResponse) {}
+}
+
+impl Observer for () {}
+
+/// What one request produced.
+#[derive(Debug, Default)]
+pub struct Outcome {
+    /// Per policy that took part (its index in [`PolicySet::policies`]), phases merged.
+    pub responses: Vec<(usize, PolicyResponse)>,
+    /// The object after every mutation, when one changed it.
+    pub patched: Option<Value>,
+    /// Validation results that refuse the request: policy key → rule → message.
+    pub blocked: BTreeMap<String, BTreeMap<String, String>>,
+    /// Mutations that failed where that refuses the request (`failed to apply policy …`).
+    pub mutate_failures: Vec<String>,
+    /// Warnings for policies with `emitWarning` (`policy key.rule: message`).
+    pub warnings: Vec<String>,
+    /// Failed and errored validation rules: what becomes PolicyViolation events.
+    pub violations: Vec<RuleViolation>,
+}
+
+impl Outcome {
+    pub fn allowed(&self) -> bool {
+        self.blocked.is_empty() && self.mutate_failures.is_empty()
+    }
+
+    /// Kyverno's message for a refused request about `kind` `namespace/name`.
+    pub fn denial(&self, kind: &str, namespace: &str, name: &str) -> Option<String> {
+        if !self.mutate_failures.is_empty() {
+            return Some(self.mutate_failures.join("; "));
+        }
+        (!self.blocked.is_empty()).then(|| blocked_message(kind, namespace, name, &self.blocked))
+    }
+
+    /// The violations as events need them, about `resource`.
+    pub fn violations_of(&self, set: &PolicySet, resource: &ResourceRef) -> Vec<Violation> {
+        self.violations
+            .iter()
+            .filter_map(|v| Some(Violation::new(set.policies.get(v.policy)?, v, resource.clone())))
+            .collect()
+    }
+
+    /// The responses in policy order, without the indexes (the CLI's view).
+    pub fn into_responses(self) -> Vec<PolicyResponse> {
+        self.responses.into_iter().map(|(_, r)| r).collect()
+    }
+}
+
+/// The policies in force. Swapped whole on every change; evaluation takes `&self`.
+#[derive(Default)]
+pub struct PolicySet {
+    policies: Vec<Arc<CompiledPolicy>>,
+    exceptions: Vec<CompiledException>,
+    meta: Vec<Arc<PolicyMeta>>,
+    /// Namespace labels known without a cluster (`--namespace-labels`).
+    namespace_labels: BTreeMap<String, Labels>,
+    /// Namespace labels kept current from the cluster, consulted after `namespace_labels`;
+    /// shared so that a label change does not rebuild the set.
+    live_namespaces: Option<Arc<NamespaceLabels>>,
+}
+
+impl PolicySet {
+    pub fn new(policies: Vec<Arc<CompiledPolicy>>, exceptions: Vec<CompiledException>) -> PolicySet {
+        let meta = policies.iter().map(|p| Arc::new(PolicyMeta::of(p))).collect();
+        PolicySet { policies, exceptions, meta, namespace_labels: BTreeMap::new(), live_namespaces: None }
+    }
+
+    /// Labels of namespaces known up front (Namespace objects or a name → labels file).
+    pub fn with_namespace_labels(mut self, labels: BTreeMap<String, Labels>) -> PolicySet {
+        self.namespace_labels = labels;
+        self
+    }
+
+    /// Labels of namespaces kept current by a watch.
+    pub fn with_live_namespaces(mut self, live: Arc<NamespaceLabels>) -> PolicySet {
+        self.live_namespaces = Some(live);
+        self
+    }
+
+    pub fn policies(&self) -> &[Arc<CompiledPolicy>] {
+        &self.policies
+    }
+
+    pub fn exceptions(&self) -> &[CompiledException] {
+        &self.exceptions
+    }
+
+    pub fn meta(&self, policy: usize) -> Option<&Arc<PolicyMeta>> {
+        self.meta.get(policy)
+    }
+
+    fn labels_of_namespace(&self, ns: &str, data: &dyn Data) -> Option<Labels> {
+        if let Some(l) = self.namespace_labels.get(ns) {
+            return Some(l.clone());
+        }
+        let live = self.live_namespaces.as_ref().and_then(|live| live.read().ok().and_then(|m| m.get(ns).cloned()));
+        live.or_else(|| data.namespace_labels(ns))
+    }
+
+    /// Runs one request through the phases of `scope`. `req.namespace_labels`, when unset, is
+    /// looked up: a Namespace's own labels, then the set's namespaces, then `data`.
+    pub fn evaluate(
+        &self,
+        req: &Request,
+        scope: Scope,
+        env: &dyn Env,
+        data: &dyn Data,
+        observer: &mut dyn Observer,
+    ) -> Outcome {
+        let subject = req.subject();
+        let looked_up = match req.namespace_labels {
+            Some(_) => None,
+            None if subject.get("kind").and_then(Value::as_str) == Some("Namespace") => Some(labels_of(subject)),
+            None => {
+                let ns = subject.pointer("/metadata/namespace").and_then(Value::as_str).unwrap_or("");
+                if ns.is_empty() { None } else { self.labels_of_namespace(ns, data) }
+            }
+        };
+        let req = Request { namespace_labels: req.namespace_labels.or(looked_up.as_ref()), ..req.clone() };
+        let name = subject.pointer("/metadata/name").and_then(Value::as_str).unwrap_or("");
+        let mut ctx = build_context(&req, env);
+        let mut seq = Sequence::new(req.clone());
+        let mut out = Outcome::default();
+        let kept: Vec<(usize, &Arc<CompiledPolicy>)> =
+            self.policies.iter().enumerate().filter(|(_, p)| scope.keeps(p)).collect();
+        for &phase in scope.phases {
+            for &(i, p) in &kept {
+                observer.policy_started(i);
+                // The CLI's per-resource values hold for this policy only.
+                let mut saved = Saved::default();
+                for (k, v) in data.resource_values(&p.name, name) {
+                    if k != "request.operation" {
+                        saved.absorb(ctx.set_path(&k, v));
+                    }
+                }
+                let r = seq.evaluate(p, phase, &self.exceptions, &mut ctx, data);
+                seq.restore(&mut ctx, saved);
+                observer.policy_finished(i, &r);
+                judge(&mut out, i, p, phase, &r);
+                match out.responses.iter_mut().find(|(j, _)| *j == i) {
+                    Some((_, prev)) => prev.merge(r),
+                    None => out.responses.push((i, r)),
+                }
+            }
+        }
+        out.patched = seq.patched().cloned();
+        out
+    }
+
+    /// One admission webhook call: the request as the API server sent it, through
+    /// [`PolicySet::evaluate`] with the phase of `hook` and the policies of `filter`.
+    pub fn review(
+        &self,
+        req: &AdmissionRequest,
+        hook: Hook,
+        filter: Filter,
+        env: &dyn Env,
+        data: &dyn Data,
+        observer: &mut dyn Observer,
+    ) -> Outcome {
+        let user = RequestUser {
+            username: req.user_info.username.clone(),
+            groups: req.user_info.groups.clone(),
+            roles: Vec::new(),
+            cluster_roles: Vec::new(),
+        };
+        let user_info = serde_json::to_value(&req.user_info).unwrap_or_else(|_| Value::Object(Default::default()));
+        let request = Request {
+            operation: &req.operation,
+            object: &req.object,
+            old_object: Some(&req.old_object).filter(|o| !o.is_null()),
+            user: Some(&user),
+            user_info: Some(&user_info),
+            namespace_labels: None,
+            subresource: &req.sub_resource,
+            variables: &[],
+        };
+        self.evaluate(&request, Scope::webhook(hook, filter), env, data, observer)
+    }
+}
+
+/// What one policy's phase means for the request: refusals, warnings and violations.
+fn judge(out: &mut Outcome, i: usize, p: &CompiledPolicy, phase: Phase, r: &PolicyResponse) {
+    match phase {
+        Phase::Mutate => {
+            let bad: Vec<&str> = r.rules.iter().filter(|x| p.blocks(x)).map(|x| x.name.as_str()).collect();
+            if !bad.is_empty() {
+                out.mutate_failures.push(format!("failed to apply policy {} rules {}", p.key(), bad.join(", ")));
+            }
+            if p.emit_warning {
+                out.warnings.extend(
+                    r.rules
+                        .iter()
+                        .filter(|x| x.status != Status::Skip)
+                        .map(|x| format!("policy {}.{}: {}", p.key(), x.name, x.message)),
+                );
+            }
+        }
+        Phase::Validate => {
+            for rr in &r.rules {
+                let blocks = p.blocks(rr);
+                if matches!(rr.status, Status::Fail | Status::Error) {
+                    out.violations.push(RuleViolation {
+                        policy: i,
+                        rule: rr.name.clone(),
+                        status: rr.status,
+                        message: rr.message.clone(),
+                        blocked: blocks,
+                    });
+                }
+                if blocks {
+                    out.blocked.entry(p.key()).or_default().insert(rr.name.clone(), rr.message.clone());
+                } else if p.emit_warning && rr.status != Status::Skip && rr.status != Status::Pass {
+                    out.warnings.push(format!("policy {}.{}: {}", p.key(), rr.name, rr.message));
+                }
+            }
+        }
+        Phase::Generate | Phase::All => {}
+    }
+}

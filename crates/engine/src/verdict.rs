@@ -1,0 +1,149 @@
+//! What an admission outcome tells people, in Kyverno's words: the denial message (yaml.v3
+//! quoting included) and the PolicyViolation events' notes.
+
+use crate::outcome::Status;
+use crate::policy::CompiledPolicy;
+use std::collections::BTreeMap;
+
+/// The object a request is about, as an event's `related` / `regarding` reference.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ResourceRef {
+    pub api_version: String,
+    pub kind: String,
+    pub namespace: String,
+    pub name: String,
+    /// The object's uid; validating webhooks see it on CREATE too, since the API server
+    /// assigns it (and a generated name) before validating admission.
+    pub uid: String,
+}
+
+impl ResourceRef {
+    /// The object of an admission request (the old one on DELETE).
+    pub fn of_request(req: &verno_api::AdmissionRequest) -> ResourceRef {
+        ResourceRef {
+            api_version: req.api_version(),
+            kind: req.kind_name().to_string(),
+            namespace: req.namespace_name().to_string(),
+            name: req.object_name().to_string(),
+            uid: req.object_uid().to_string(),
+        }
+    }
+}
+
+/// A validation rule that failed or errored, by policy index (see [`crate::Outcome`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RuleViolation {
+    pub policy: usize,
+    pub rule: String,
+    pub status: Status,
+    pub message: String,
+    /// The request was refused because of this rule.
+    pub blocked: bool,
+}
+
+/// A rule that failed or errored during validation: what Kyverno turns into `PolicyViolation`
+/// events (on the policy, and on the resource when the request went through). The engine
+/// reports them; the in-cluster controller writes the events.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Violation {
+    pub policy_kind: verno_api::Kind,
+    pub policy_name: String,
+    /// Set for a namespaced policy.
+    pub policy_namespace: Option<String>,
+    pub rule: String,
+    pub status: Status,
+    pub message: String,
+    /// The request was refused because of this rule.
+    pub blocked: bool,
+    pub resource: ResourceRef,
+}
+
+impl Violation {
+    pub(crate) fn new(p: &CompiledPolicy, v: &RuleViolation, resource: ResourceRef) -> Violation {
+        Violation {
+            policy_kind: p.kind,
+            policy_name: p.name.clone(),
+            policy_namespace: if p.kind.is_namespaced() { p.namespace.clone() } else { None },
+            rule: v.rule.clone(),
+            status: v.status,
+            message: v.message.clone(),
+            blocked: v.blocked,
+            resource,
+        }
+    }
+
+    /// The note of the event on the policy: `Pod ns/name: [rule] fail (blocked); message`.
+    pub fn policy_note(&self) -> String {
+        let r = &self.resource;
+        let mut out = if r.namespace.is_empty() {
+            format!("{} {}", r.kind, r.name)
+        } else {
+            format!("{} {}/{}", r.kind, r.namespace, r.name)
+        };
+        out.push_str(&format!(": [{}] {}", self.rule, self.status.as_str()));
+        if self.blocked {
+            out.push_str(" (blocked)");
+        }
+        if !self.message.is_empty() {
+            out.push_str("; ");
+            out.push_str(&self.message);
+        }
+        out
+    }
+
+    /// The note of the event on the resource: `policy name/rule fail: message`.
+    pub fn resource_note(&self) -> String {
+        format!("policy {}/{} {}: {}", self.policy_name, self.rule, self.status.as_str(), self.message)
+    }
+}
+
+/// Formats a string as a yaml.v3 scalar (the denial message is yaml.v3 output in Kyverno).
+pub fn yaml_scalar(text: &str) -> String {
+    let special_start = text
+        .starts_with(['-', '?', ':', ',', '[', ']', '{', '}', '#', '&', '*', '!', '|', '>', '\'', '"', '%', '@', '`']);
+    let looks_typed = matches!(
+        text.to_ascii_lowercase().as_str(),
+        "true" | "false" | "yes" | "no" | "on" | "off" | "null" | "~" | "y" | "n"
+    ) || text.parse::<f64>().is_ok();
+    if text.contains(['\n', '\t', '\r']) || text.chars().any(char::is_control) || looks_typed || text.is_empty() {
+        return serde_json::to_string(text).unwrap_or_default();
+    }
+    let plain_ok = !special_start
+        && !text.contains(": ")
+        && !text.contains(" #")
+        && !text.ends_with([' ', ':'])
+        && !text.starts_with(' ');
+    if plain_ok { text.to_string() } else { format!("'{}'", text.replace('\'', "''")) }
+}
+
+/// Kyverno's denial message: the blocked resource, then policy → rule → message as YAML.
+pub fn blocked_message(
+    kind: &str,
+    namespace: &str,
+    name: &str,
+    failures: &BTreeMap<String, BTreeMap<String, String>>,
+) -> String {
+    let mut out = format!("\n\nresource {kind}/{namespace}/{name} was blocked due to the following policies \n\n");
+    for (policy, rules) in failures {
+        out.push_str(&format!("{}:\n", yaml_scalar(policy)));
+        for (rule, msg) in rules {
+            out.push_str(&format!("  {}: {}\n", yaml_scalar(rule), yaml_scalar(msg)));
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn yaml_scalars_are_quoted_as_yaml_v3_does() {
+        assert_eq!(yaml_scalar("require-labels"), "require-labels");
+        assert_eq!(yaml_scalar("validation error: x"), "'validation error: x'");
+        assert_eq!(yaml_scalar("label 'app': required"), "'label ''app'': required'");
+        assert_eq!(yaml_scalar("true"), "\"true\"");
+        assert_eq!(yaml_scalar("a\nb"), "\"a\\nb\"");
+        assert_eq!(yaml_scalar("-leading"), "'-leading'");
+    }
+}
