@@ -206,7 +206,57 @@ pub fn all() -> Vec<Value> {
             json!([{"name": "AGE", "type": "date", "jsonPath": ".metadata.creationTimestamp"}]),
             &["kyverno"],
         ),
+        cel("ValidatingPolicy", &["vpol"], "Cluster", true),
+        cel("NamespacedValidatingPolicy", &["nvpol"], "Namespaced", false),
+        cel("MutatingPolicy", &["mpol"], "Cluster", true),
+        cel("NamespacedMutatingPolicy", &["nmpol"], "Namespaced", false),
+        cel("PolicyException", &[], "Namespaced", true),
         report("ClusterPolicyReport", "clusterpolicyreports", "clusterpolicyreport", "cpolr", "Cluster"),
         report("PolicyReport", "policyreports", "policyreport", "polr", "Namespaced"),
     ]
+}
+
+/// A `policies.kyverno.io` kind Verno serves: `v1` stored, and Kyverno's older versions
+/// (`v1beta1`, and `v1alpha1` where Kyverno had it) served with the same schema, so manifests
+/// written for any of them apply. Policies show READY from `status.conditionStatus`, as Kyverno's.
+fn cel(kind: &str, short: &[&str], scope: &str, had_alpha: bool) -> Value {
+    let plural = crate::policies::resource(
+        verno_engine::Kind::of("policies.kyverno.io/v1", kind).unwrap_or(verno_engine::Kind::ValidatingPolicy),
+    )
+    .plural;
+    let is_exception = kind == "PolicyException";
+    let status = (!is_exception).then(|| json!({"type": "object", "x-kubernetes-preserve-unknown-fields": true}));
+    let columns = if is_exception {
+        json!([{"name": "AGE", "type": "date", "jsonPath": ".metadata.creationTimestamp"}])
+    } else {
+        json!([
+            {"name": "AGE", "type": "date", "jsonPath": ".metadata.creationTimestamp"},
+            {"name": "READY", "type": "string", "jsonPath": ".status.conditionStatus.ready"},
+        ])
+    };
+    let categories: &[&str] = if is_exception { &[] } else { &["kyverno"] };
+    let mut c = crd(
+        "policies.kyverno.io",
+        kind,
+        &plural,
+        &kind.to_lowercase(),
+        short,
+        scope,
+        "v1",
+        free(),
+        status,
+        columns,
+        categories,
+    );
+    let older: &[&str] = if had_alpha { &["v1beta1", "v1alpha1"] } else { &["v1beta1"] };
+    let stored = c["spec"]["versions"][0].clone();
+    for version in older {
+        let mut v = stored.clone();
+        v["name"] = json!(version);
+        v["storage"] = json!(false);
+        if let Some(versions) = c["spec"]["versions"].as_array_mut() {
+            versions.push(v);
+        }
+    }
+    c
 }

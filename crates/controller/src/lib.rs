@@ -37,6 +37,61 @@ use tokio::sync::watch;
 use tokio::task::JoinHandle;
 use verno_engine::{Kind, NamespaceLabels};
 
+/// The kinds Verno watches and puts in force by default.
+pub const WATCHED: [Kind; 8] = [
+    Kind::ClusterPolicy,
+    Kind::Policy,
+    Kind::PolicyException,
+    Kind::ValidatingPolicy,
+    Kind::NamespacedValidatingPolicy,
+    Kind::MutatingPolicy,
+    Kind::NamespacedMutatingPolicy,
+    Kind::CelPolicyException,
+];
+
+/// The kinds of `wanted` this cluster serves. `kyverno.io` kinds are always kept (their CRDs
+/// are Verno's own, and dropping them on a discovery hiccup would empty every rule); a
+/// `policies.kyverno.io` kind is kept when discovery lists it, and when discovery keeps
+/// failing for another reason than "not found" (the watch then waits, and readiness with it).
+async fn served_kinds(client: &kube::Client, wanted: &[Kind]) -> Vec<Kind> {
+    let mut listed: std::collections::HashMap<String, Option<Vec<String>>> = std::collections::HashMap::new();
+    let mut out = Vec::new();
+    for &kind in wanted {
+        if kind.group() == verno_api::Group::Kyverno {
+            out.push(kind);
+            continue;
+        }
+        let ar = policies::resource(kind);
+        if !listed.contains_key(&ar.api_version) {
+            let mut found = None;
+            for attempt in 0..5u32 {
+                match client.list_api_group_resources(&ar.api_version).await {
+                    Ok(list) => {
+                        found = Some(list.resources.into_iter().map(|r| r.name).collect());
+                        break;
+                    }
+                    Err(kube::Error::Api(e)) if e.code == 404 => {
+                        found = Some(Vec::new());
+                        break;
+                    }
+                    Err(e) => {
+                        tracing::debug!(error = %e, api_version = %ar.api_version, "discovery failed (retrying)");
+                        tokio::time::sleep(Duration::from_millis(200 << attempt)).await;
+                    }
+                }
+            }
+            listed.insert(ar.api_version.clone(), found);
+        }
+        match listed.get(&ar.api_version) {
+            Some(Some(names)) if !names.contains(&ar.plural) => {
+                tracing::info!(kind = %kind, api_version = %ar.api_version, "not served by this cluster (no CRD): not watched until Verno restarts");
+            }
+            _ => out.push(kind),
+        }
+    }
+    out
+}
+
 /// How the controller runs.
 #[derive(Debug, Clone)]
 pub struct Options {
@@ -69,7 +124,8 @@ pub struct Options {
     pub probe_interval: Option<Duration>,
     /// No webhook call seen for this long counts as unreachable (Kyverno's idle deadline).
     pub probe_deadline: Duration,
-    /// The policy and exception kinds watched and put in force.
+    /// The policy and exception kinds watched and put in force (the `policies.kyverno.io`
+    /// ones only when the cluster serves them).
     pub kinds: Vec<Kind>,
 }
 
@@ -92,7 +148,7 @@ impl Options {
             event_limits: events::Limits::default(),
             probe_interval: Some(Duration::from_secs(30)),
             probe_deadline: probe::IDLE_DEADLINE,
-            kinds: vec![Kind::ClusterPolicy, Kind::Policy, Kind::PolicyException],
+            kinds: WATCHED.to_vec(),
         }
     }
 
@@ -235,7 +291,7 @@ pub async fn start(client: kube::Client, server: Arc<dyn Serving>, opts: Options
         // One reflector per watched kind (policies and exceptions).
         let mut stores: Vec<(Kind, reflector::Store<DynamicObject>)> = Vec::new();
         let mut streams = Vec::new();
-        for &kind in &opts.kinds {
+        for kind in served_kinds(&client, &opts.kinds).await {
             let ar = policies::resource(kind);
             let writer = reflector::store::Writer::<DynamicObject>::new(ar.clone());
             stores.push((kind, writer.as_reader()));

@@ -11,10 +11,15 @@
 #![allow(clippy::indexing_slicing)]
 
 use crate::probe::{PROBE_LABEL, VERIFY_PATH};
-use crate::webhooks::{
-    MONITOR, MUTATE_FAIL, MUTATE_IGNORE, MUTATING_CONFIG, POLICY_VALIDATE, VALIDATE_FAIL, VALIDATE_IGNORE,
-    VALIDATING_CONFIG,
-};
+use crate::webhooks::{CEL_RESOURCES, MONITOR, MUTATING_CONFIG, POLICY_ENTRIES, POLICY_VALIDATE, VALIDATING_CONFIG};
+
+/// The `status` subresources of the CEL policy kinds Verno writes.
+const CEL_STATUS: [&str; 4] = [
+    "mutatingpolicies/status",
+    "namespacedmutatingpolicies/status",
+    "namespacedvalidatingpolicies/status",
+    "validatingpolicies/status",
+];
 use serde_json::{Value, json};
 
 /// Values, named as in the Helm chart (`--set key=value`, or a values file with `-f`).
@@ -306,15 +311,24 @@ fn policy_entry(v: &Values) -> Value {
     base_entry(v, POLICY_VALIDATE, "/policyvalidate", false, "None")
 }
 
+/// The policy entries of the validating (or mutating) configuration, in the installer's order.
+fn entries(v: &Values, validating: bool) -> Vec<Value> {
+    POLICY_ENTRIES
+        .iter()
+        .filter(|(.., in_validating)| *in_validating == validating)
+        .map(|(name, path, fail, _)| entry(v, name, path, *fail))
+        .collect()
+}
+
 /// The webhook configurations as the installer owns them (no rules, no caBundle).
 pub fn webhook_configurations(v: &Values) -> Vec<Value> {
     vec![
         json!({"apiVersion": "admissionregistration.k8s.io/v1", "kind": "ValidatingWebhookConfiguration",
             "metadata": {"name": VALIDATING_CONFIG, "labels": labels()},
-            "webhooks": [entry(v, VALIDATE_FAIL, "/validate/fail", true), entry(v, VALIDATE_IGNORE, "/validate/ignore", false), policy_entry(v)]}),
+            "webhooks": entries(v, true).into_iter().chain([policy_entry(v)]).collect::<Vec<_>>()}),
         json!({"apiVersion": "admissionregistration.k8s.io/v1", "kind": "MutatingWebhookConfiguration",
             "metadata": {"name": MUTATING_CONFIG, "labels": labels()},
-            "webhooks": [entry(v, MUTATE_FAIL, "/mutate/fail", true), entry(v, MUTATE_IGNORE, "/mutate/ignore", false), monitor_entry(v)]}),
+            "webhooks": entries(v, false).into_iter().chain([monitor_entry(v)]).collect::<Vec<_>>()}),
     ]
 }
 
@@ -331,6 +345,8 @@ pub fn render(v: &Values) -> Vec<Value> {
             "rules": [
                 {"apiGroups": ["kyverno.io"], "resources": ["clusterpolicies", "policies", "policyexceptions"], "verbs": ["get", "list", "watch"]},
                 {"apiGroups": ["kyverno.io"], "resources": ["clusterpolicies/status", "policies/status"], "verbs": ["get", "patch", "update"]},
+                {"apiGroups": ["policies.kyverno.io"], "resources": CEL_RESOURCES, "verbs": ["get", "list", "watch"]},
+                {"apiGroups": ["policies.kyverno.io"], "resources": CEL_STATUS, "verbs": ["get", "patch", "update"]},
                 {"apiGroups": [""], "resources": ["namespaces"], "verbs": ["get", "list", "watch"]},
                 {"apiGroups": ["admissionregistration.k8s.io"], "resources": ["validatingwebhookconfigurations", "mutatingwebhookconfigurations"], "resourceNames": [VALIDATING_CONFIG, MUTATING_CONFIG], "verbs": ["get", "list", "watch", "patch"]},
                 {"apiGroups": ["admissionregistration.k8s.io"], "resources": ["validatingwebhookconfigurations", "mutatingwebhookconfigurations"], "verbs": ["list", "watch"]},

@@ -128,7 +128,7 @@ impl Compiler {
                 if let Err(e) = &result {
                     tracing::warn!(policy = %key, error = %e.with_path(), "policy does not compile; its previous version stays in force");
                 }
-                let (status, error) = desired_status(generation, &result, last_good.is_some());
+                let (status, error) = desired_status(*kind, generation, &result, last_good.is_some());
                 self.cache.insert(key.clone(), Entry { uid, generation, result, last_good, status, error });
             }
             let Some(entry) = self.cache.get(&key) else { continue };
@@ -161,8 +161,18 @@ impl Compiler {
     }
 }
 
+/// Where a kind keeps its conditions: Kyverno's policies in `status.conditions`, the CEL kinds
+/// in `status.conditionStatus.conditions`.
+fn conditions_at(kind: Kind) -> &'static str {
+    match kind {
+        Kind::ClusterPolicy | Kind::Policy => "/conditions",
+        _ => "/conditionStatus/conditions",
+    }
+}
+
 /// The status a compile result should show, and the error text when it failed.
 fn desired_status(
+    kind: Kind,
     generation: i64,
     result: &Result<Arc<CompiledPolicy>, DocumentError>,
     kept_previous: bool,
@@ -175,6 +185,20 @@ fn desired_status(
             (false, "Failed", format!("policy is invalid: {text}{kept}"), Some(text))
         }
     };
+    if !matches!(kind, Kind::ClusterPolicy | Kind::Policy) {
+        // As Kyverno writes a CEL policy's status: `conditionStatus` with a WebhookConfigured
+        // condition (Verno serves every policy that compiles); the error, if any, in `message`.
+        let (status, reason, condition_message) = match result {
+            Ok(_) => ("True", "Succeeded", "Webhook configured."),
+            Err(_) => ("False", "Failed", "Policy is not configured in the webhook."),
+        };
+        let status = json!({"conditionStatus": {
+            "ready": ready,
+            "conditions": [{"type": "WebhookConfigured", "status": status, "reason": reason, "message": condition_message, "observedGeneration": generation}],
+            "message": if ready { String::new() } else { message },
+        }});
+        return (status, error);
+    }
     let compiled = result.as_ref().ok().map(|p| &**p);
     let autogen: Vec<Value> = compiled
         .map(|p| p.autogen_rules())
@@ -196,9 +220,9 @@ fn desired_status(
 }
 
 /// The status without `lastTransitionTime`, for comparison.
-fn comparable(v: &Value) -> Value {
+fn comparable(v: &Value, at: &str) -> Value {
     let mut v = v.clone();
-    if let Some(conds) = v.get_mut("conditions").and_then(Value::as_array_mut) {
+    if let Some(conds) = v.pointer_mut(at).and_then(Value::as_array_mut) {
         for c in conds.iter_mut().filter_map(Value::as_object_mut) {
             c.remove("lastTransitionTime");
         }
@@ -210,13 +234,15 @@ impl PolicyStatus {
     /// The status to write, or `None` when the live one already says it. The condition's
     /// `lastTransitionTime` moves only when its `status` does.
     pub fn to_write(&self) -> Option<Value> {
-        if self.live.as_ref().map(comparable) == Some(comparable(&self.status)) {
+        let at = conditions_at(self.kind);
+        if self.live.as_ref().map(|l| comparable(l, at)) == Some(comparable(&self.status, at)) {
             return None;
         }
         let mut out = self.status.clone();
-        let old_cond = self.live.as_ref().and_then(|l| l.pointer("/conditions/0")).cloned();
+        let first = format!("{at}/0");
+        let old_cond = self.live.as_ref().and_then(|l| l.pointer(&first)).cloned();
         let now = chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Secs, true);
-        if let Some(c) = out.pointer_mut("/conditions/0").and_then(Value::as_object_mut) {
+        if let Some(c) = out.pointer_mut(&first).and_then(Value::as_object_mut) {
             let same = old_cond.as_ref().and_then(|o| o.get("status")) == c.get("status");
             let at = old_cond
                 .as_ref()

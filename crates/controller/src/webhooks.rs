@@ -15,7 +15,16 @@ use serde_json::{Value, json};
 use std::collections::{BTreeMap, BTreeSet};
 use verno_engine::CompiledPolicy;
 use verno_engine::policy::RuleBody;
-use verno_engine::{Hook, PolicySet, fail_closed};
+use verno_engine::{Hook, Kind, PolicySet, fail_closed};
+
+/// The `policies.kyverno.io` resources Verno serves and validates.
+pub const CEL_RESOURCES: [&str; 5] = [
+    "mutatingpolicies",
+    "namespacedmutatingpolicies",
+    "namespacedvalidatingpolicies",
+    "policyexceptions",
+    "validatingpolicies",
+];
 
 /// Field manager for everything Verno applies.
 pub const MANAGER: &str = "verno";
@@ -27,6 +36,34 @@ pub const VALIDATE_FAIL: &str = "validate.verno.svc-fail";
 pub const VALIDATE_IGNORE: &str = "validate.verno.svc-ignore";
 pub const MUTATE_FAIL: &str = "mutate.verno.svc-fail";
 pub const MUTATE_IGNORE: &str = "mutate.verno.svc-ignore";
+/// The entries of the CEL policy kinds (Kyverno's `vpol.validate.kyverno.svc-fail` …), on
+/// Kyverno's paths (`/vpol`, `/nvpol`, `/mpol`, `/nmpol`). Kyverno puts policy names in the
+/// path; Verno's installer owns the paths, so they carry the failure policy instead, as a
+/// segment that cannot be a policy name (`_fail`, `_ignore`).
+pub const VPOL_FAIL: &str = "vpol.validate.verno.svc-fail";
+pub const VPOL_IGNORE: &str = "vpol.validate.verno.svc-ignore";
+pub const NVPOL_FAIL: &str = "nvpol.validate.verno.svc-fail";
+pub const NVPOL_IGNORE: &str = "nvpol.validate.verno.svc-ignore";
+pub const MPOL_FAIL: &str = "mpol.mutate.verno.svc-fail";
+pub const MPOL_IGNORE: &str = "mpol.mutate.verno.svc-ignore";
+pub const NMPOL_FAIL: &str = "nmpol.mutate.verno.svc-fail";
+pub const NMPOL_IGNORE: &str = "nmpol.mutate.verno.svc-ignore";
+/// Every policy entry: name, path, fail-closed, and whether it is in the validating (or the
+/// mutating) configuration, in the order the installer renders them.
+pub const POLICY_ENTRIES: [(&str, &str, bool, bool); 12] = [
+    (VALIDATE_FAIL, "/validate/fail", true, true),
+    (VALIDATE_IGNORE, "/validate/ignore", false, true),
+    (VPOL_FAIL, "/vpol/_fail", true, true),
+    (VPOL_IGNORE, "/vpol/_ignore", false, true),
+    (NVPOL_FAIL, "/nvpol/_fail", true, true),
+    (NVPOL_IGNORE, "/nvpol/_ignore", false, true),
+    (MUTATE_FAIL, "/mutate/fail", true, false),
+    (MUTATE_IGNORE, "/mutate/ignore", false, false),
+    (MPOL_FAIL, "/mpol/_fail", true, false),
+    (MPOL_IGNORE, "/mpol/_ignore", false, false),
+    (NMPOL_FAIL, "/nmpol/_fail", true, false),
+    (NMPOL_IGNORE, "/nmpol/_ignore", false, false),
+];
 /// The end-to-end probe's entry (Kyverno's verify webhook): fail-open, it matches only
 /// updates of the probe Lease in Verno's namespace, and Verno stamps the time it was called.
 pub const MONITOR: &str = "monitor-webhooks.verno.svc";
@@ -36,8 +73,16 @@ pub const MONITOR: &str = "monitor-webhooks.verno.svc";
 pub const POLICY_VALIDATE: &str = "validate-policy.verno.svc";
 /// The configurations Verno manages: kind, name, and the entries whose rules it owns.
 pub const CONFIGS: [(&str, &str, &[&str]); 2] = [
-    ("ValidatingWebhookConfiguration", VALIDATING_CONFIG, &[VALIDATE_FAIL, VALIDATE_IGNORE, POLICY_VALIDATE]),
-    ("MutatingWebhookConfiguration", MUTATING_CONFIG, &[MUTATE_FAIL, MUTATE_IGNORE, MONITOR]),
+    (
+        "ValidatingWebhookConfiguration",
+        VALIDATING_CONFIG,
+        &[VALIDATE_FAIL, VALIDATE_IGNORE, VPOL_FAIL, VPOL_IGNORE, NVPOL_FAIL, NVPOL_IGNORE, POLICY_VALIDATE],
+    ),
+    (
+        "MutatingWebhookConfiguration",
+        MUTATING_CONFIG,
+        &[MUTATE_FAIL, MUTATE_IGNORE, MPOL_FAIL, MPOL_IGNORE, NMPOL_FAIL, NMPOL_IGNORE, MONITOR],
+    ),
 ];
 
 /// One client for either configuration kind, so both go through the same code.
@@ -138,11 +183,17 @@ fn entry_for(p: &CompiledPolicy, body: &RuleBody) -> Option<&'static str> {
         // Unsupported rule types answer with an error result: route them with validation.
         RuleBody::Unsupported { .. } => Hook::Validate,
     };
-    Some(match (hook, fail_closed(hook, p)) {
-        (Hook::Validate, true) => VALIDATE_FAIL,
-        (Hook::Validate, false) => VALIDATE_IGNORE,
-        (Hook::Mutate, true) => MUTATE_FAIL,
-        (Hook::Mutate, false) => MUTATE_IGNORE,
+    let fail = fail_closed(hook, p);
+    let pick = |f: &'static str, i: &'static str| if fail { f } else { i };
+    Some(match (p.kind, hook) {
+        (Kind::ClusterPolicy | Kind::Policy, Hook::Validate) => pick(VALIDATE_FAIL, VALIDATE_IGNORE),
+        (Kind::ClusterPolicy | Kind::Policy, Hook::Mutate) => pick(MUTATE_FAIL, MUTATE_IGNORE),
+        (Kind::ValidatingPolicy, Hook::Validate) => pick(VPOL_FAIL, VPOL_IGNORE),
+        (Kind::NamespacedValidatingPolicy, Hook::Validate) => pick(NVPOL_FAIL, NVPOL_IGNORE),
+        (Kind::MutatingPolicy, Hook::Mutate) => pick(MPOL_FAIL, MPOL_IGNORE),
+        (Kind::NamespacedMutatingPolicy, Hook::Mutate) => pick(NMPOL_FAIL, NMPOL_IGNORE),
+        // Admission policies are the API server's; other kinds are not served at admission.
+        _ => return None,
     })
 }
 
@@ -181,6 +232,7 @@ pub fn desired_rules(set: &PolicySet) -> BTreeMap<&'static str, Vec<Value>> {
     out.insert(POLICY_VALIDATE, vec![
         json!({"apiGroups": ["kyverno.io"], "apiVersions": ["v1"], "operations": ["CREATE", "UPDATE"], "resources": ["clusterpolicies", "policies"], "scope": "*"}),
         json!({"apiGroups": ["kyverno.io"], "apiVersions": ["v2"], "operations": ["CREATE", "UPDATE"], "resources": ["policyexceptions"], "scope": "*"}),
+        json!({"apiGroups": ["policies.kyverno.io"], "apiVersions": ["v1"], "operations": ["CREATE", "UPDATE"], "resources": CEL_RESOURCES, "scope": "*"}),
     ]);
     // The probe's entry (its namespace and object selectors narrow it to the probe Lease).
     out.insert(MONITOR, vec![json!({"apiGroups": ["coordination.k8s.io"], "apiVersions": ["v1"], "operations": ["UPDATE"], "resources": ["leases"], "scope": "Namespaced"})]);

@@ -253,6 +253,11 @@ fn the_charts_crds_are_the_ones_verno_generates() {
             "clusterpolicies.kyverno.io",
             "policies.kyverno.io",
             "policyexceptions.kyverno.io",
+            "validatingpolicies.policies.kyverno.io",
+            "namespacedvalidatingpolicies.policies.kyverno.io",
+            "mutatingpolicies.policies.kyverno.io",
+            "namespacedmutatingpolicies.policies.kyverno.io",
+            "policyexceptions.policies.kyverno.io",
             "clusterpolicyreports.wgpolicyk8s.io",
             "policyreports.wgpolicyk8s.io"
         ]

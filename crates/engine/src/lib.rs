@@ -36,7 +36,9 @@ pub use evaluate::{Data, Loaded, NoData, Phase, Request, Sequence, build_context
 pub use matching::RequestUser;
 pub use outcome::{NotApplied, PolicyResponse, RuleResponse, RuleType, Status};
 pub use policy::{Action, CompiledException, CompiledPolicy, compile_cel_exception, compile_exception, compile_policy};
-pub use set::{Filter, Hook, Labels, NamespaceLabels, Observer, Outcome, PolicyMeta, PolicySet, Scope, fail_closed};
+pub use set::{
+    Filter, Hook, Labels, NamespaceLabels, Observer, Outcome, PolicyMeta, PolicySet, Route, Scope, fail_closed,
+};
 pub use verdict::{ResourceRef, RuleViolation, Violation, blocked_message, yaml_scalar};
 pub use verno_api::Kind;
 

@@ -21,6 +21,7 @@ use serde_json::Value;
 use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, RwLock};
 use verno_api::AdmissionRequest;
+use verno_api::Kind;
 use verno_jmespath::Env;
 
 /// Label key → value.
@@ -106,28 +107,59 @@ pub fn fail_closed(hook: Hook, p: &CompiledPolicy) -> bool {
     }
 }
 
+/// Which policies a call evaluates.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Route {
+    /// Every policy: `verno test`, `verno apply`, background scans.
+    All,
+    /// Kyverno's `/validate…` and `/mutate…` webhooks: ClusterPolicy and Policy only.
+    Kyverno(Hook, Filter),
+    /// Kyverno's `/vpol`, `/nvpol`, `/mpol` and `/nmpol` webhooks: the validating (or mutating)
+    /// CEL policies of one scope — cluster-wide or namespaced — named in the path (all of them
+    /// when `names` is empty) that `filter` keeps.
+    Cel { hook: Hook, namespaced: bool, names: Vec<String>, filter: Filter },
+}
+
 /// Which phases run, and for which policies.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone)]
 pub struct Scope {
     phases: &'static [Phase],
-    route: Option<(Hook, Filter)>,
+    route: Route,
 }
 
 impl Scope {
     /// Every phase, every policy: `verno test`, `verno apply`, background scans.
-    pub const ALL: Scope = Scope { phases: &[Phase::Mutate, Phase::Validate, Phase::Generate], route: None };
+    pub const ALL: Scope = Scope { phases: &[Phase::Mutate, Phase::Validate, Phase::Generate], route: Route::All };
 
-    /// One webhook call: the phase of `hook`, the policies `filter` keeps.
-    pub fn webhook(hook: Hook, filter: Filter) -> Scope {
+    /// One webhook call: the phase of the route's hook, the policies it keeps.
+    pub fn webhook(route: Route) -> Scope {
+        let hook = match &route {
+            Route::Kyverno(hook, _) | Route::Cel { hook, .. } => *hook,
+            Route::All => return Scope::ALL,
+        };
         let phases: &'static [Phase] = match hook {
             Hook::Mutate => &[Phase::Mutate],
             Hook::Validate => &[Phase::Validate],
         };
-        Scope { phases, route: Some((hook, filter)) }
+        Scope { phases, route }
     }
 
     fn keeps(&self, p: &CompiledPolicy) -> bool {
-        self.route.is_none_or(|(hook, filter)| filter.keeps(hook, p))
+        match &self.route {
+            Route::All => true,
+            Route::Kyverno(hook, filter) => {
+                matches!(p.kind, Kind::ClusterPolicy | Kind::Policy) && filter.keeps(*hook, p)
+            }
+            Route::Cel { hook, namespaced, names, filter } => {
+                let kind = match (hook, namespaced) {
+                    (Hook::Validate, false) => Kind::ValidatingPolicy,
+                    (Hook::Validate, true) => Kind::NamespacedValidatingPolicy,
+                    (Hook::Mutate, false) => Kind::MutatingPolicy,
+                    (Hook::Mutate, true) => Kind::NamespacedMutatingPolicy,
+                };
+                p.kind == kind && (names.is_empty() || names.contains(&p.name)) && filter.keeps(*hook, p)
+            }
+        }
     }
 }
 
@@ -150,6 +182,10 @@ pub struct Outcome {
     pub blocked: BTreeMap<String, BTreeMap<String, String>>,
     /// Mutations that failed where that refuses the request (`failed to apply policy …`).
     pub mutate_failures: Vec<String>,
+    /// ValidatingPolicies with the Deny action that failed or errored (`Policy p failed: …`).
+    pub cel_denials: Vec<String>,
+    /// MutatingPolicies with failurePolicy Fail whose mutation errored (`Policy p: …`).
+    pub cel_mutation_errors: Vec<String>,
     /// Warnings for policies with `emitWarning` (`policy key.rule: message`).
     pub warnings: Vec<String>,
     /// Failed and errored validation rules: what becomes PolicyViolation events.
@@ -158,15 +194,28 @@ pub struct Outcome {
 
 impl Outcome {
     pub fn allowed(&self) -> bool {
-        self.blocked.is_empty() && self.mutate_failures.is_empty()
+        self.blocked.is_empty()
+            && self.mutate_failures.is_empty()
+            && self.cel_denials.is_empty()
+            && self.cel_mutation_errors.is_empty()
     }
 
-    /// Kyverno's message for a refused request about `kind` `namespace/name`.
+    /// Kyverno's message for a refused request about `kind` `namespace/name`. Each webhook
+    /// serves one family of policies, so one message applies; the CLI never shows this.
     pub fn denial(&self, kind: &str, namespace: &str, name: &str) -> Option<String> {
         if !self.mutate_failures.is_empty() {
             return Some(self.mutate_failures.join("; "));
         }
-        (!self.blocked.is_empty()).then(|| blocked_message(kind, namespace, name, &self.blocked))
+        if !self.cel_mutation_errors.is_empty() {
+            // Kyverno formats the list with Go's `%v`: `[a b]`.
+            let errors = self.cel_mutation_errors.join(" ");
+            return Some(format!("Resource: {namespace}/{name}, Kind: {kind}, Errors: [{errors}]"));
+        }
+        if !self.blocked.is_empty() {
+            return Some(blocked_message(kind, namespace, name, &self.blocked));
+        }
+        // Kyverno joins the errors with multierr: `; `.
+        (!self.cel_denials.is_empty()).then(|| self.cel_denials.join("; "))
     }
 
     /// The violations as events need them, about `resource`.
@@ -285,12 +334,11 @@ impl PolicySet {
     }
 
     /// One admission webhook call: the request as the API server sent it, through
-    /// [`PolicySet::evaluate`] with the phase of `hook` and the policies of `filter`.
+    /// [`PolicySet::evaluate`] with the phase and the policies of `route`.
     pub fn review(
         &self,
         req: &AdmissionRequest,
-        hook: Hook,
-        filter: Filter,
+        route: Route,
         env: &dyn Env,
         data: &dyn Data,
         observer: &mut dyn Observer,
@@ -312,12 +360,62 @@ impl PolicySet {
             subresource: &req.sub_resource,
             variables: &[],
         };
-        self.evaluate(&request, Scope::webhook(hook, filter), env, data, observer)
+        self.evaluate(&request, Scope::webhook(route), env, data, observer)
     }
 }
 
 /// What one policy's phase means for the request: refusals, warnings and violations.
 fn judge(out: &mut Outcome, i: usize, p: &CompiledPolicy, phase: Phase, r: &PolicyResponse) {
+    match p.kind {
+        Kind::ClusterPolicy | Kind::Policy => judge_kyverno(out, i, p, phase, r),
+        _ => judge_cel(out, i, p, phase, r),
+    }
+}
+
+/// The CEL kinds, as Kyverno's `/vpol` and `/mpol` handlers answer: a ValidatingPolicy with the
+/// Deny action refuses on a failure or an error, one with Warn warns; a MutatingPolicy refuses
+/// on an error when its failurePolicy is Fail.
+fn judge_cel(out: &mut Outcome, i: usize, p: &CompiledPolicy, phase: Phase, r: &PolicyResponse) {
+    let said = |status: Status, message: &str| match status {
+        Status::Error => format!("Policy {} error: {message}", p.name),
+        _ => format!("Policy {} failed: {message}", p.name),
+    };
+    match phase {
+        Phase::Validate => {
+            for rr in r.rules.iter().filter(|rr| matches!(rr.status, Status::Fail | Status::Error)) {
+                let deny = p.action == Action::Enforce;
+                out.violations.push(RuleViolation {
+                    policy: i,
+                    rule: rr.name.clone(),
+                    status: rr.status,
+                    message: rr.message.clone(),
+                    blocked: deny,
+                });
+                if deny {
+                    out.cel_denials.push(said(rr.status, &rr.message));
+                }
+                if p.emit_warning {
+                    out.warnings.push(said(rr.status, &rr.message));
+                }
+            }
+        }
+        Phase::Mutate => {
+            for rr in &r.rules {
+                match rr.status {
+                    Status::Error if !p.failure_policy_ignore => {
+                        out.cel_mutation_errors.push(format!("Policy {}: {}", p.name, rr.message));
+                    }
+                    Status::Warn => out.warnings.push(rr.message.clone()),
+                    _ => {}
+                }
+            }
+        }
+        Phase::Generate | Phase::All => {}
+    }
+}
+
+/// ClusterPolicy and Policy, as Kyverno's `/validate` and `/mutate` handlers answer.
+fn judge_kyverno(out: &mut Outcome, i: usize, p: &CompiledPolicy, phase: Phase, r: &PolicyResponse) {
     match phase {
         Phase::Mutate => {
             let bad: Vec<&str> = r.rules.iter().filter(|x| p.blocks(x)).map(|x| x.name.as_str()).collect();

@@ -96,6 +96,11 @@ pub fn default_resources() -> Vec<Resource> {
         r("kyverno.io", "v1", "ClusterPolicy", "clusterpolicies", false),
         r("kyverno.io", "v1", "Policy", "policies", true),
         r("kyverno.io", "v2", "PolicyException", "policyexceptions", true),
+        r("policies.kyverno.io", "v1", "ValidatingPolicy", "validatingpolicies", false),
+        r("policies.kyverno.io", "v1", "NamespacedValidatingPolicy", "namespacedvalidatingpolicies", true),
+        r("policies.kyverno.io", "v1", "MutatingPolicy", "mutatingpolicies", false),
+        r("policies.kyverno.io", "v1", "NamespacedMutatingPolicy", "namespacedmutatingpolicies", true),
+        r("policies.kyverno.io", "v1", "PolicyException", "policyexceptions", true),
     ]
 }
 

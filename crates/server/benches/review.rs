@@ -5,7 +5,7 @@
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic, clippy::indexing_slicing, clippy::disallowed_methods)] // a test fails by panicking and may read files and clocks
 
 use std::path::{Path, PathBuf};
-use verno_engine::{Filter, Hook, PolicySet};
+use verno_engine::{Filter, Hook, PolicySet, Route};
 use verno_server::admission::{parse, review};
 use verno_server::metrics::Metrics;
 
@@ -44,7 +44,7 @@ fn parse_review_metrics(bencher: divan::Bencher, set: &str) {
     let metrics = Metrics::default();
     bencher.bench(|| {
         let Ok(r) = parse(divan::black_box(&body)) else { return false };
-        let o = review(&set, Hook::Validate, Filter::All, &r);
+        let o = review(&set, Route::Kyverno(Hook::Validate, Filter::All), &r);
         metrics.observe("validate", &o, 0.001, false, &o.policy_seconds);
         serde_json::to_vec(&o.review).map(|v| v.len()).unwrap_or(0) > 0
     });
@@ -54,7 +54,7 @@ fn parse_review_metrics(bencher: divan::Bencher, set: &str) {
 fn review_only(bencher: divan::Bencher, set: &str) {
     let set = if set == "pss17" { pss17() } else { PolicySet::default() };
     let Ok(r) = parse(&body()) else { return };
-    bencher.bench(|| review(&set, Hook::Validate, Filter::All, divan::black_box(&r)).allowed);
+    bencher.bench(|| review(&set, Route::Kyverno(Hook::Validate, Filter::All), divan::black_box(&r)).allowed);
 }
 
 #[divan::bench(args = ["pss17", "empty"])]
@@ -63,7 +63,7 @@ fn parse_review_serialize(bencher: divan::Bencher, set: &str) {
     let body = body();
     bencher.bench(|| {
         let Ok(r) = parse(divan::black_box(&body)) else { return false };
-        let o = review(&set, Hook::Validate, Filter::All, &r);
+        let o = review(&set, Route::Kyverno(Hook::Validate, Filter::All), &r);
         serde_json::to_vec(&o.review).map(|v| v.len()).unwrap_or(0) > 0
     });
 }

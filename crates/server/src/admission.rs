@@ -10,8 +10,8 @@ use std::time::Instant;
 use verno_api::admission::Status as ReviewStatus;
 use verno_api::{AdmissionRequest, AdmissionResponse, AdmissionReview, Kind};
 use verno_engine::{
-    Compiled, Filter, Hook, NoData, Observer, PolicyMeta, PolicyResponse, PolicySet, ResourceRef, RuleType, Status,
-    Violation, jsonpatch,
+    Compiled, Filter, Hook, NoData, Observer, PolicyMeta, PolicyResponse, PolicySet, ResourceRef, Route, RuleType,
+    Status, Violation, jsonpatch,
 };
 
 /// One rule result, for metrics.
@@ -111,12 +111,48 @@ impl Observer for Recorder<'_> {
     }
 }
 
-/// Reviews one AdmissionReview with the policies of `set` that `filter` keeps.
-pub fn review(set: &PolicySet, hook: Hook, filter: Filter, review: &AdmissionReview) -> Outcome {
+/// The route of a CEL policy path (`/vpol/<name>/<name>…`): Kyverno names the policies; the
+/// segments `_fail` and `_ignore`, which cannot be policy names, pick the policies by failure
+/// policy (Verno's installer owns its paths, so it cannot list names).
+pub fn cel_route(hook: Hook, namespaced: bool, path: &str) -> Route {
+    let mut filter = Filter::All;
+    let mut names = Vec::new();
+    for segment in path.split('/').filter(|s| !s.is_empty()) {
+        match segment {
+            "_fail" => filter = Filter::Fail,
+            "_ignore" => filter = Filter::Ignore,
+            name => names.push(name.to_string()),
+        }
+    }
+    Route::Cel { hook, namespaced, names, filter }
+}
+
+/// Whether a request this route cannot evaluate (deadline, panic) is allowed: the failure
+/// policy of the webhook entry behind the route.
+pub fn allows_on_error(set: &PolicySet, route: &Route) -> bool {
+    match route {
+        Route::All => false,
+        Route::Kyverno(_, filter) => *filter == Filter::Ignore,
+        Route::Cel { filter: Filter::Fail, .. } => false,
+        Route::Cel { filter: Filter::Ignore, .. } => true,
+        Route::Cel { names, .. } => {
+            let mut named = set.policies().iter().filter(|p| names.iter().any(|n| *n == p.name)).peekable();
+            named.peek().is_some() && named.all(|p| p.failure_policy_ignore)
+        }
+    }
+}
+
+/// Reviews one AdmissionReview with the policies of `set` that `route` serves.
+pub fn review(set: &PolicySet, route: Route, review: &AdmissionReview) -> Outcome {
     let empty = AdmissionRequest::default();
     let req = review.request.as_ref().unwrap_or(&empty);
     let mut recorder = Recorder { set, started: None, results: Vec::new(), policy_seconds: Vec::new() };
-    let outcome = set.review(req, hook, filter, &ServerEnv, &NoData, &mut recorder);
+    let hook = match &route {
+        Route::Kyverno(hook, _) | Route::Cel { hook, .. } => *hook,
+        Route::All => Hook::Validate,
+    };
+    let cel = matches!(route, Route::Cel { .. });
+    let outcome = set.review(req, route, &ServerEnv, &NoData, &mut recorder);
     let (kind, namespace, name) = (req.kind_name(), req.namespace_name(), req.object_name());
     let allowed = outcome.allowed();
     let mut response = AdmissionResponse { uid: req.uid.clone(), allowed, ..Default::default() };
@@ -132,8 +168,9 @@ pub fn review(set: &PolicySet, hook: Hook, filter: Filter, review: &AdmissionRev
             response.patch_type = Some("JSONPatch".into());
         }
     }
-    // As Kyverno: warnings accompany allowed requests only.
-    if allowed {
+    // As Kyverno: the ClusterPolicy webhooks warn on allowed requests only; the CEL policy
+    // webhooks warn on refused ones too.
+    if allowed || cel {
         response.warnings = outcome.warnings.clone();
     }
     let violations = outcome.violations_of(set, &ResourceRef::of_request(req));

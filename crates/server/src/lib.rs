@@ -11,7 +11,7 @@ pub mod tls;
 
 use axum::Router;
 use axum::body::Bytes;
-use axum::extract::{DefaultBodyLimit, State};
+use axum::extract::{DefaultBodyLimit, Path, State};
 use axum::http::{HeaderMap, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
@@ -20,7 +20,7 @@ use std::path::PathBuf;
 use std::sync::{Arc, RwLock};
 use std::time::{Duration, Instant, SystemTime};
 use tokio::sync::Semaphore;
-use verno_engine::{Filter, Hook, PolicySet, Violation};
+use verno_engine::{Filter, Hook, PolicySet, Route, Violation};
 
 pub use tls::TlsSource;
 
@@ -86,8 +86,7 @@ fn text(status: StatusCode, msg: &str) -> Response {
 
 async fn handle(
     state: Arc<AppState>,
-    hook: Hook,
-    filter: Filter,
+    route: Route,
     webhook: &'static str,
     headers: HeaderMap,
     body: Bytes,
@@ -111,11 +110,12 @@ async fn handle(
     let Ok(permit) = state.permits.acquire().await else {
         return text(StatusCode::SERVICE_UNAVAILABLE, "server is shutting down");
     };
-    let job = tokio::task::spawn_blocking(move || admission::review(&set, hook, filter, &review));
+    // On failure the webhook's failure policy decides: `/…/ignore` allows, `/…/fail` denies,
+    // and a CEL policy path allows only when every policy it names is failurePolicy Ignore.
+    let allow_on_error = admission::allows_on_error(&set, &route);
+    let job = tokio::task::spawn_blocking(move || admission::review(&set, route, &review));
     let outcome = tokio::time::timeout(state.deadline, job).await;
     drop(permit);
-    // On failure the webhook's failure policy decides: `/…/ignore` allows, the others deny.
-    let allow_on_error = filter == Filter::Ignore;
     match outcome {
         Ok(Ok(o)) => {
             state.metrics.observe(webhook, &o, started.elapsed().as_secs_f64(), dry_run, &o.policy_seconds);
@@ -153,8 +153,24 @@ async fn handle(
 fn router(state: Arc<AppState>, body_limit: usize) -> Router {
     let route = |hook: Hook, filter: Filter, webhook: &'static str| {
         let st = state.clone();
-        post(move |headers: HeaderMap, body: Bytes| handle(st, hook, filter, webhook, headers, body))
+        post(move |headers: HeaderMap, body: Bytes| handle(st, Route::Kyverno(hook, filter), webhook, headers, body))
     };
+    // Kyverno's CEL policy paths: `/vpol/<name>/<name>…` names the policies an entry serves.
+    let cel = |hook: Hook, namespaced: bool, webhook: &'static str| {
+        let st = state.clone();
+        let named = post(move |Path(path): Path<String>, headers: HeaderMap, body: Bytes| {
+            handle(st, admission::cel_route(hook, namespaced, &path), webhook, headers, body)
+        });
+        let st = state.clone();
+        let all = post(move |headers: HeaderMap, body: Bytes| {
+            handle(st, admission::cel_route(hook, namespaced, ""), webhook, headers, body)
+        });
+        (all, named)
+    };
+    let (vpol, vpol_named) = cel(Hook::Validate, false, "vpol");
+    let (nvpol, nvpol_named) = cel(Hook::Validate, true, "nvpol");
+    let (mpol, mpol_named) = cel(Hook::Mutate, false, "mpol");
+    let (nmpol, nmpol_named) = cel(Hook::Mutate, true, "nmpol");
     Router::new()
         .route("/validate", route(Hook::Validate, Filter::All, "validate"))
         .route("/validate/fail", route(Hook::Validate, Filter::Fail, "validate-fail"))
@@ -162,6 +178,14 @@ fn router(state: Arc<AppState>, body_limit: usize) -> Router {
         .route("/mutate", route(Hook::Mutate, Filter::All, "mutate"))
         .route("/mutate/fail", route(Hook::Mutate, Filter::Fail, "mutate-fail"))
         .route("/mutate/ignore", route(Hook::Mutate, Filter::Ignore, "mutate-ignore"))
+        .route("/vpol", vpol)
+        .route("/vpol/{*policies}", vpol_named)
+        .route("/nvpol", nvpol)
+        .route("/nvpol/{*policies}", nvpol_named)
+        .route("/mpol", mpol)
+        .route("/mpol/{*policies}", mpol_named)
+        .route("/nmpol", nmpol)
+        .route("/nmpol/{*policies}", nmpol_named)
         .route("/verifymutate", post(verify))
         .route("/policyvalidate", post(policy_validate))
         .route("/health/liveness", get(|| async { "ok" }))

@@ -3,7 +3,7 @@
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic, clippy::indexing_slicing, clippy::disallowed_methods)] // a test fails by panicking and may read files and clocks
 
 use std::path::{Path, PathBuf};
-use verno_engine::{Filter, Hook, PolicySet};
+use verno_engine::{Filter, Hook, PolicySet, Route};
 use verno_server::admission::review;
 
 fn shared() -> Option<PathBuf> {
@@ -39,7 +39,7 @@ fn busybox_is_denied_and_hardened_requests_are_allowed() {
     };
     let set = pss17(&dir);
     assert_eq!(set.policies().len(), 17);
-    let o = review(&set, Hook::Validate, Filter::All, &request(&dir, "pod-busybox-create.json"));
+    let o = review(&set, Route::Kyverno(Hook::Validate, Filter::All), &request(&dir, "pod-busybox-create.json"));
     assert!(!o.allowed);
     let msg = o.review.response.as_ref().and_then(|r| r.status.as_ref()).map(|s| s.message.as_str()).unwrap_or("");
     assert!(
@@ -50,7 +50,7 @@ fn busybox_is_denied_and_hardened_requests_are_allowed() {
         assert!(msg.contains(p), "{p} missing from {msg}");
     }
     for name in ["pod-hardened-create.json", "deployment-hardened-create.json"] {
-        let o = review(&set, Hook::Validate, Filter::All, &request(&dir, name));
+        let o = review(&set, Route::Kyverno(Hook::Validate, Filter::All), &request(&dir, name));
         assert!(o.allowed, "{name}: {:?}", o.review);
     }
 }
