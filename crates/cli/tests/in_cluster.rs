@@ -23,33 +23,13 @@ fn init_logs() {
 }
 
 async fn client(fake: &FakeApiServer, user: Option<&str>) -> kube::Client {
-    let mut config = kube::Config::new(fake.url().parse().unwrap());
-    config.auth_info.impersonate = user.map(str::to_string);
-    kube::Client::try_from(config).unwrap()
+    fake.client(user).unwrap()
 }
 
 /// Applies every object of the plain install, as `kubectl apply --server-side` would.
-async fn install(c: &kube::Client, values: &manifests::Values) {
+async fn install(fake: &FakeApiServer, c: &kube::Client, values: &manifests::Values) {
     for doc in verno_controller::crds::all().into_iter().chain(manifests::render(values)) {
-        let kind = doc["kind"].as_str().unwrap().to_string();
-        let api_version = doc["apiVersion"].as_str().unwrap();
-        let (group, version) = api_version.rsplit_once('/').unwrap_or(("", api_version));
-        let plural = verno_engine::matching::plural(&kind);
-        let ar = kube::discovery::ApiResource {
-            group: group.into(),
-            version: version.into(),
-            api_version: api_version.into(),
-            kind: kind.clone(),
-            plural,
-        };
-        let name = doc["metadata"]["name"].as_str().unwrap().to_string();
-        let api: Api<DynamicObject> = match doc["metadata"]["namespace"].as_str() {
-            Some(ns) => Api::namespaced_with(c.clone(), ns, &ar),
-            None => Api::all_with(c.clone(), &ar),
-        };
-        api.patch(&name, &PatchParams::apply("kubectl").force(), &Patch::Apply(&doc))
-            .await
-            .unwrap_or_else(|e| panic!("{kind} {name}: {e}"));
+        fake.apply(c, &doc).await.unwrap();
     }
 }
 
@@ -91,21 +71,12 @@ async fn start_replica_with(fake: &FakeApiServer, identity: &str, tweak: impl Fn
 }
 
 /// Polls `f` until it returns `Some`, for up to 20 s.
-async fn eventually<T, F, Fut>(what: &str, mut f: F) -> T
+async fn eventually<T, F, Fut>(what: &str, f: F) -> T
 where
     F: FnMut() -> Fut,
     Fut: std::future::Future<Output = Option<T>>,
 {
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
-    loop {
-        if let Some(v) = f().await {
-            return v;
-        }
-        if tokio::time::Instant::now() > deadline {
-            panic!("timed out waiting for {what}");
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    fake_apiserver::eventually(what, f).await.unwrap()
 }
 
 const REQUIRE_TEAM: &str = r#"{
@@ -142,7 +113,7 @@ async fn setup() -> (FakeApiServer, kube::Client, Replica) {
     init_logs();
     let fake = FakeApiServer::start(default_resources()).await.unwrap();
     let admin = client(&fake, None).await;
-    install(&admin, &manifests::Values::default()).await;
+    install(&fake, &admin, &manifests::Values::default()).await;
     let replica = start_replica(&fake, "verno-0").await;
     fake.set_service(NS, manifests::SERVICE, Some(replica.server.addr));
     // The leader made the certificates and wrote the caBundle; the replica serves the pair.
@@ -592,7 +563,7 @@ async fn certificate_rotation_with_requests_in_flight_fails_no_request() {
     init_logs();
     let fake = FakeApiServer::start(default_resources()).await.unwrap();
     let admin = client(&fake, None).await;
-    install(&admin, &manifests::Values::default()).await;
+    install(&fake, &admin, &manifests::Values::default()).await;
     // A serving certificate that lasts 3 s is renewed after 2 s; the CA (4 s) is re-issued
     // (same key, appended to the bundle) while requests run.
     let Replica { server, controller } = start_replica_with(&fake, "verno-0", |o| {

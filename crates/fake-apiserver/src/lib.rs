@@ -41,6 +41,8 @@ use std::time::Duration;
 use tokio::sync::{broadcast, mpsc};
 
 pub mod admission;
+pub use client::eventually;
+mod client;
 mod select;
 pub mod ssa;
 

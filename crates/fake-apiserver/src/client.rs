@@ -1,0 +1,64 @@
+//! A real `kube::Client` on the fake, and the few steps every cluster test repeats: apply
+//! documents as `kubectl apply --server-side` does, and wait for something to become true.
+
+use crate::FakeApiServer;
+use kube::api::{Api, DynamicObject, Patch, PatchParams};
+use serde_json::Value;
+use std::future::Future;
+use std::time::Duration;
+
+impl FakeApiServer {
+    /// A client talking HTTP to this server, impersonating `user` when given.
+    pub fn client(&self, user: Option<&str>) -> Result<kube::Client, String> {
+        let url = self.url().parse().map_err(|e| format!("{e}"))?;
+        let mut config = kube::Config::new(url);
+        config.auth_info.impersonate = user.map(str::to_string);
+        kube::Client::try_from(config).map_err(|e| e.to_string())
+    }
+
+    /// Applies `doc` through `client` as `kubectl apply --server-side --force-conflicts`
+    /// (field manager `kubectl`); its kind must be one this server serves.
+    pub async fn apply(&self, client: &kube::Client, doc: &Value) -> Result<(), String> {
+        let s = |p: &str| doc.pointer(p).and_then(Value::as_str).unwrap_or("");
+        let (api_version, kind, name) = (s("/apiVersion"), s("/kind"), s("/metadata/name"));
+        let r = self
+            .inner
+            .resources
+            .iter()
+            .find(|r| r.api_version() == api_version && r.kind == kind)
+            .ok_or_else(|| format!("{api_version} {kind} is not served by the fake"))?;
+        let ar = kube::discovery::ApiResource {
+            group: r.group.into(),
+            version: r.version.into(),
+            api_version: api_version.into(),
+            kind: kind.into(),
+            plural: r.plural.into(),
+        };
+        let api: Api<DynamicObject> = match doc.pointer("/metadata/namespace").and_then(Value::as_str) {
+            Some(ns) if r.namespaced => Api::namespaced_with(client.clone(), ns, &ar),
+            _ => Api::all_with(client.clone(), &ar),
+        };
+        api.patch(name, &PatchParams::apply("kubectl").force(), &Patch::Apply(doc))
+            .await
+            .map(|_| ())
+            .map_err(|e| format!("{kind} {name}: {e}"))
+    }
+}
+
+/// Polls `f` until it returns `Some`, for up to 20 s; the error names `what`.
+pub async fn eventually<T, F, Fut>(what: &str, mut f: F) -> Result<T, String>
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = Option<T>>,
+{
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
+    loop {
+        if let Some(v) = f().await {
+            return Ok(v);
+        }
+        if tokio::time::Instant::now() > deadline {
+            return Err(format!("timed out waiting for {what}"));
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
