@@ -8,7 +8,8 @@
 
 use serde_json::{Value, json};
 use std::path::Path;
-use verno_engine::{CompiledPolicy, NoData, Phase, Request, build_context, compile_policy, evaluate_phase, jsonpatch};
+use std::sync::Arc;
+use verno_engine::{Compiled, Filter, Hook, NoData, PolicySet, Request, Route, Scope, compile, jsonpatch};
 
 const POLICY: &str = r#"
 apiVersion: kyverno.io/v1
@@ -40,9 +41,13 @@ spec:
             emptyDir: {}
 "#;
 
-fn policy() -> Vec<CompiledPolicy> {
+fn policy() -> PolicySet {
     let doc = verno_jmespath::yaml::parse(POLICY).unwrap_or_default();
-    serde_json::from_value(doc).ok().and_then(|p| compile_policy(&p).ok()).into_iter().collect()
+    let policies = match compile(&doc, &[]) {
+        Ok(Compiled::Policy(p)) => vec![Arc::new(p)],
+        _ => Vec::new(),
+    };
+    PolicySet::new(policies, Vec::new())
 }
 
 fn pod() -> Value {
@@ -55,7 +60,8 @@ fn pod() -> Value {
     }
 }
 
-fn run(policies: &[CompiledPolicy], object: &Value) -> usize {
+/// The Pod through the mutating webhook's front door, then the patch it would answer with.
+fn run(set: &PolicySet, object: &Value) -> usize {
     let req = Request {
         operation: "CREATE",
         object,
@@ -66,16 +72,9 @@ fn run(policies: &[CompiledPolicy], object: &Value) -> usize {
         subresource: "",
         variables: &[],
     };
-    let env = verno_jmespath::NoEnv;
-    let mut ctx = build_context(&req, &env);
-    let mut patched = None;
-    for p in policies {
-        let r = evaluate_phase(p, Phase::Mutate, &[], &req, &mut ctx, &NoData);
-        if r.patched.is_some() {
-            patched = r.patched;
-        }
-    }
-    patched.map(|v| jsonpatch::diff(object, &v).len()).unwrap_or(0)
+    let scope = Scope::webhook(Route::Kyverno(Hook::Mutate, Filter::All));
+    let out = set.evaluate(&req, scope, &verno_jmespath::NoEnv, &NoData, &mut ());
+    out.patched.map(|v| jsonpatch::diff(object, &v).len()).unwrap_or(0)
 }
 
 fn main() {

@@ -2,10 +2,13 @@
 //! `cloneList`, with Kyverno's labels. Creating them in a cluster (and keeping them in sync) is
 //! the controller's job; here they are data in the rule response.
 
+use crate::condition::CompiledConditions;
 use crate::context::Context;
-use crate::evaluate::{Data, load_context};
+use crate::context_entry::{CompiledContextEntry, compile_context, load_context};
+use crate::error::CompileError;
+use crate::evaluate::Data;
 use crate::outcome::{RuleResponse, RuleType, Status};
-use crate::policy::{CompiledGeneration, CompiledPolicy, GenerateSource, GenerateTarget};
+use crate::policy::{CompiledPolicy, Query, tv};
 use crate::template::TValue;
 use serde_json::{Map, Value};
 
@@ -227,6 +230,141 @@ pub(crate) fn generate(
     r.synchronize = g.synchronize;
     r.orphan_downstream = g.orphan_downstream;
     r
+}
+
+/// A compiled `generate` rule. The object is built at evaluation; the cluster controller acts
+/// on `synchronize` and `orphan_downstream`.
+#[derive(Debug, Clone)]
+pub struct CompiledGeneration {
+    pub target: GenerateTarget,
+    pub synchronize: bool,
+    pub orphan_downstream: bool,
+    pub foreach: Vec<CompiledGenerateForeach>,
+}
+
+#[derive(Debug, Clone)]
+pub struct GenerateTarget {
+    pub api_version: Option<TValue>,
+    pub kind: Option<TValue>,
+    pub name: Option<TValue>,
+    pub namespace: Option<TValue>,
+    pub source: GenerateSource,
+}
+
+#[derive(Debug, Clone)]
+pub enum GenerateSource {
+    Data(TValue),
+    Clone {
+        namespace: TValue,
+        name: TValue,
+    },
+    CloneList {
+        namespace: TValue,
+        kinds: Vec<String>,
+        selector: Option<verno_api::LabelSelector>,
+    },
+    /// Only foreach entries (the rule itself generates nothing directly).
+    None,
+}
+
+#[derive(Debug, Clone)]
+pub struct CompiledGenerateForeach {
+    pub list: Query,
+    pub list_source: String,
+    pub context: Vec<CompiledContextEntry>,
+    pub preconditions: Option<CompiledConditions>,
+    pub target: GenerateTarget,
+}
+
+#[allow(clippy::too_many_arguments)]
+fn compile_generate_target(
+    api_version: &Option<String>,
+    kind: &Option<String>,
+    name: &Option<String>,
+    namespace: &Option<String>,
+    data: Option<&Value>,
+    clone: Option<&verno_api::CloneFrom>,
+    clone_list: Option<&verno_api::CloneList>,
+    path: &str,
+) -> Result<GenerateTarget, CompileError> {
+    let s = |x: &Option<String>, f: &str| {
+        x.as_ref().map(|v| tv(&Value::String(v.clone()), &format!("{path}.{f}"))).transpose()
+    };
+    let n = [data.is_some(), clone.is_some(), clone_list.is_some()].iter().filter(|b| **b).count();
+    if n > 1 {
+        return Err(CompileError::new(path, "only one of data, clone and cloneList may be set"));
+    }
+    let source = if let Some(d) = data {
+        GenerateSource::Data(tv(d, &format!("{path}.data"))?)
+    } else if let Some(c) = clone {
+        GenerateSource::Clone {
+            namespace: tv(&Value::String(c.namespace.clone()), &format!("{path}.clone.namespace"))?,
+            name: tv(&Value::String(c.name.clone()), &format!("{path}.clone.name"))?,
+        }
+    } else if let Some(c) = clone_list {
+        GenerateSource::CloneList {
+            namespace: tv(&Value::String(c.namespace.clone()), &format!("{path}.cloneList.namespace"))?,
+            kinds: c.kinds.clone(),
+            selector: c.selector.clone(),
+        }
+    } else {
+        GenerateSource::None
+    };
+    Ok(GenerateTarget {
+        api_version: s(api_version, "apiVersion")?,
+        kind: s(kind, "kind")?,
+        name: s(name, "name")?,
+        namespace: s(namespace, "namespace")?,
+        source,
+    })
+}
+
+pub(crate) fn compile_generation(g: &verno_api::Generation, path: &str) -> Result<CompiledGeneration, CompileError> {
+    let target = compile_generate_target(
+        &g.api_version,
+        &g.kind,
+        &g.name,
+        &g.namespace,
+        g.data.as_ref(),
+        g.clone.as_ref(),
+        g.clone_list.as_ref(),
+        path,
+    )?;
+    let mut foreach = Vec::new();
+    for (i, f) in g.foreach.iter().flatten().enumerate() {
+        let p = format!("{path}.foreach[{i}]");
+        foreach.push(CompiledGenerateForeach {
+            list: Query::compile(&f.list, &format!("{p}.list"))?,
+            list_source: f.list.clone(),
+            context: compile_context(&f.context, &format!("{p}.context"))?,
+            preconditions: f
+                .preconditions
+                .as_ref()
+                .map(|c| CompiledConditions::compile(c, &format!("{p}.preconditions")))
+                .transpose()?,
+            target: compile_generate_target(
+                &f.api_version,
+                &f.kind,
+                &f.name,
+                &f.namespace,
+                f.data.as_ref(),
+                f.clone.as_ref(),
+                f.clone_list.as_ref(),
+                &p,
+            )?,
+        });
+    }
+    let mut target = target;
+    if matches!(target.source, GenerateSource::None) && foreach.is_empty() {
+        // Only the identity: Kyverno generates the bare object.
+        target.source = GenerateSource::Data(tv(&Value::Object(serde_json::Map::new()), &format!("{path}.data"))?);
+    }
+    Ok(CompiledGeneration {
+        target,
+        synchronize: g.synchronize.unwrap_or(false),
+        orphan_downstream: g.orphan_downstream_on_policy_delete.unwrap_or(false),
+        foreach,
+    })
 }
 
 #[cfg(test)]

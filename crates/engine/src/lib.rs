@@ -10,6 +10,7 @@ pub mod anchor;
 pub mod autogen;
 pub mod condition;
 pub mod context;
+mod context_entry;
 mod document;
 pub mod error;
 pub mod evaluate;
@@ -26,6 +27,7 @@ pub mod pss;
 mod set;
 pub mod smp;
 pub mod template;
+mod validate;
 mod verdict;
 pub mod vpol;
 

@@ -9,9 +9,10 @@
 
 use crate::error::CompileError;
 use crate::matching::Matcher;
+use crate::mutate::{CompiledMutation, Patches};
 use crate::policy::{
-    Action, CompiledMutation, CompiledPolicy, CompiledRule, ParamRef, Patches, RuleBody, cel_expr,
-    compile_cel_preconditions, compile_cel_variables,
+    Action, CompiledPolicy, CompiledRule, ParamRef, RuleBody, cel_expr, compile_cel_preconditions,
+    compile_cel_variables,
 };
 use crate::smp::{Field, ListKind, Ty};
 use crate::vpol::{cel_policy, constraints, policy_name};

@@ -3,11 +3,15 @@
 //! and [`crate::jsonpatch`].
 
 use crate::anchor::{self, Anchor};
+use crate::condition::CompiledConditions;
 use crate::context::Context;
-use crate::evaluate::{Data, load_context};
+use crate::context_entry::{CompiledContextEntry, compile_context, load_context};
+use crate::error::CompileError;
+use crate::evaluate::Data;
 use crate::outcome::{RuleResponse, RuleType, Status};
 use crate::pattern;
-use crate::policy::{CompiledMutateForeach, CompiledPolicy, Json6902, Patches};
+use crate::policy::{CompiledPolicy, Query, tv};
+use crate::template::TValue;
 use serde_json::{Map, Value};
 
 /// Why a patch with anchors does not apply.
@@ -309,7 +313,7 @@ impl Mutator<'_> {
     }
 
     /// Mutate existing: patches each target (available as `target`) instead of the trigger.
-    pub fn run_targets(&self, m: &crate::policy::CompiledMutation, ctx: &mut Context) -> RuleResponse {
+    pub fn run_targets(&self, m: &CompiledMutation, ctx: &mut Context) -> RuleResponse {
         let mut patched = Vec::new();
         for t in &m.targets {
             let render = |v: &Option<crate::template::TValue>, ctx: &Context| -> Result<String, String> {
@@ -440,6 +444,154 @@ impl Mutator<'_> {
         }
         Ok(cur.filter(|v| !crate::equal(v, resource)))
     }
+}
+
+/// A compiled `mutate` rule.
+#[derive(Debug, Clone)]
+pub struct CompiledMutation {
+    pub patches: Patches,
+    pub foreach: Vec<CompiledMutateForeach>,
+    pub targets: Vec<CompiledTarget>,
+    /// A MutatingPolicy's / MutatingAdmissionPolicy's CEL mutations.
+    pub cel: Option<Box<crate::mpol::CompiledCelMutation>>,
+}
+
+/// A strategic merge patch and/or RFC 6902 patches, with their variables.
+#[derive(Debug, Clone, Default)]
+pub struct Patches {
+    pub strategic_merge: Option<TValue>,
+    pub json6902: Option<Json6902>,
+}
+
+/// `patchesJson6902`: parsed at compile time unless it holds variables.
+#[derive(Debug, Clone)]
+pub enum Json6902 {
+    Static(Vec<crate::jsonpatch::Op>),
+    /// The string, a template until rendered and parsed.
+    Templated(TValue),
+}
+
+impl Patches {
+    fn compile(smp: Option<&Value>, json6902: Option<&String>, path: &str) -> Result<Patches, CompileError> {
+        let json6902 = match json6902 {
+            Some(s) => {
+                let p = format!("{path}.patchesJson6902");
+                if crate::template::has_vars(s) {
+                    Some(Json6902::Templated(tv(&Value::String(s.clone()), &p)?))
+                } else {
+                    // Parsed once, so a broken policy fails at load.
+                    let doc = verno_jmespath::yaml::parse(s)
+                        .map_err(|e| CompileError::new(&p, format!("invalid YAML: {e}")))?;
+                    Some(Json6902::Static(crate::jsonpatch::parse_ops(&doc).map_err(|e| CompileError::new(&p, e))?))
+                }
+            }
+            None => None,
+        };
+        Ok(Patches {
+            strategic_merge: smp.map(|v| tv(v, &format!("{path}.patchStrategicMerge"))).transpose()?,
+            json6902,
+        })
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.strategic_merge.is_none() && self.json6902.is_none()
+    }
+}
+
+#[derive(Debug, Clone)]
+pub struct CompiledMutateForeach {
+    pub list: Query,
+    pub list_source: String,
+    /// Descending iteration (the default for strategic merge patches).
+    pub reverse: bool,
+    pub context: Vec<CompiledContextEntry>,
+    pub preconditions: Option<CompiledConditions>,
+    pub patches: Patches,
+    pub nested: Vec<CompiledMutateForeach>,
+}
+
+/// A mutate-existing target: which objects to fetch and patch.
+#[derive(Debug, Clone)]
+pub struct CompiledTarget {
+    pub api_version: String,
+    pub kind: String,
+    pub namespace: Option<TValue>,
+    pub name: Option<TValue>,
+    pub selector: Option<verno_api::LabelSelector>,
+    pub context: Vec<CompiledContextEntry>,
+    pub preconditions: Option<CompiledConditions>,
+}
+
+fn compile_mutate_foreach(
+    fs: &[verno_api::ForEachMutation],
+    path: &str,
+) -> Result<Vec<CompiledMutateForeach>, CompileError> {
+    let mut out = Vec::new();
+    for (i, f) in fs.iter().enumerate() {
+        let p = format!("{path}[{i}]");
+        let reverse = match f.order.as_deref() {
+            Some("Descending") => true,
+            Some("Ascending") => false,
+            Some(o) => {
+                return Err(CompileError::new(
+                    format!("{p}.order"),
+                    format!("unknown order {o:?}, expected Ascending or Descending"),
+                ));
+            }
+            None => f.patch_strategic_merge.is_some(),
+        };
+        let patches = Patches::compile(f.patch_strategic_merge.as_ref(), f.patches_json6902.as_ref(), &p)?;
+        let nested = compile_mutate_foreach(f.foreach.as_deref().unwrap_or_default(), &format!("{p}.foreach"))?;
+        if patches.is_empty() && nested.is_empty() {
+            return Err(CompileError::new(
+                &p,
+                "a mutate foreach needs patchStrategicMerge, patchesJson6902 or a nested foreach",
+            ));
+        }
+        out.push(CompiledMutateForeach {
+            list: Query::compile(&f.list, &format!("{p}.list"))?,
+            list_source: f.list.clone(),
+            reverse,
+            context: compile_context(&f.context, &format!("{p}.context"))?,
+            preconditions: f
+                .preconditions
+                .as_ref()
+                .map(|c| CompiledConditions::compile(c, &format!("{p}.preconditions")))
+                .transpose()?,
+            patches,
+            nested,
+        });
+    }
+    Ok(out)
+}
+
+pub(crate) fn compile_mutation(m: &verno_api::Mutation, path: &str) -> Result<CompiledMutation, CompileError> {
+    let patches = Patches::compile(m.patch_strategic_merge.as_ref(), m.patches_json6902.as_ref(), path)?;
+    let foreach = compile_mutate_foreach(m.foreach.as_deref().unwrap_or_default(), &format!("{path}.foreach"))?;
+    if patches.is_empty() && foreach.is_empty() {
+        return Err(CompileError::new(path, "a mutate rule needs patchStrategicMerge, patchesJson6902 or foreach"));
+    }
+    let mut targets = Vec::new();
+    for (i, t) in m.targets.iter().enumerate() {
+        let p = format!("{path}.targets[{i}]");
+        let s = |x: &Option<String>, f: &str| {
+            x.as_ref().map(|v| tv(&Value::String(v.clone()), &format!("{p}.{f}"))).transpose()
+        };
+        targets.push(CompiledTarget {
+            api_version: t.api_version.clone(),
+            kind: t.kind.clone(),
+            namespace: s(&t.namespace, "namespace")?,
+            name: s(&t.name, "name")?,
+            selector: t.selector.clone(),
+            context: compile_context(&t.context, &format!("{p}.context"))?,
+            preconditions: t
+                .preconditions
+                .as_ref()
+                .map(|c| CompiledConditions::compile(c, &format!("{p}.preconditions")))
+                .transpose()?,
+        });
+    }
+    Ok(CompiledMutation { patches, foreach, targets, cel: None })
 }
 
 #[cfg(test)]

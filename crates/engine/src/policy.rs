@@ -4,13 +4,15 @@
 
 use crate::autogen;
 use crate::condition::CompiledConditions;
+use crate::context_entry::{CompiledContextEntry, compile_context};
 use crate::error::CompileError;
+use crate::generate::{CompiledGeneration, compile_generation};
 use crate::matching::Matcher;
-use crate::template::{TValue, Template};
+use crate::mutate::{CompiledMutation, compile_mutation};
+use crate::template::TValue;
+use crate::validate::{CompiledValidation, compile_validation};
 use serde_json::Value;
-use verno_api::{
-    ClusterPolicy, ContextEntry, FailureActionOverride, ForEachValidation, Kind, PolicyException, Rule, Validation,
-};
+use verno_api::{ClusterPolicy, FailureActionOverride, Kind, PolicyException, Rule};
 use verno_jmespath::Expression;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -20,7 +22,7 @@ pub enum Action {
 }
 
 impl Action {
-    fn parse(s: &str) -> Option<Action> {
+    pub(crate) fn parse(s: &str) -> Option<Action> {
         match s {
             "Audit" | "audit" => Some(Action::Audit),
             "Enforce" | "enforce" => Some(Action::Enforce),
@@ -128,40 +130,6 @@ pub enum RuleBody {
     },
 }
 
-#[derive(Debug, Clone)]
-pub struct CompiledValidation {
-    pub message: Option<Template>,
-    pub failure_action: Option<Action>,
-    pub overrides: Vec<FailureActionOverride>,
-    pub allow_existing_violations: bool,
-    pub check: Check,
-}
-
-#[derive(Debug, Clone)]
-pub enum Check {
-    Pattern(TValue),
-    AnyPattern(Vec<TValue>),
-    /// `anyPattern` that is not a list: an error at evaluation, as Kyverno reports it.
-    BadAnyPattern(String),
-    Deny(CompiledConditions),
-    Foreach(Vec<CompiledForeach>),
-    PodSecurity(crate::pss::PodSecurityCheck),
-    Cel(Box<CompiledCel>),
-    Unsupported(&'static str),
-    Nothing,
-}
-
-/// `validate.cel`: Kubernetes-style variables and expressions, compiled once.
-#[derive(Debug, Clone)]
-pub struct CompiledCel {
-    pub variables: Vec<(String, verno_cel::Expr)>,
-    pub expressions: Vec<CelValidation>,
-    /// `paramKind` / `paramRef` are set.
-    pub uses_params: bool,
-    /// Where `params` comes from (a ValidatingAdmissionPolicy's paramKind + its binding's paramRef).
-    pub params: Option<ParamRef>,
-}
-
 /// The object a policy reads as `params`.
 #[derive(Debug, Clone, Default)]
 pub struct ParamRef {
@@ -205,13 +173,6 @@ impl ParamRef {
     }
 }
 
-#[derive(Debug, Clone)]
-pub struct CelValidation {
-    pub expr: verno_cel::Expr,
-    pub message: Option<String>,
-    pub message_expression: Option<verno_cel::Expr>,
-}
-
 pub(crate) fn cel_expr(v: Option<&Value>, path: &str) -> Result<verno_cel::Expr, CompileError> {
     let src = v.and_then(Value::as_str).ok_or_else(|| CompileError::new(path, "an expression (string) is required"))?;
     verno_cel::Expr::compile(src).map_err(|e| CompileError::new(path, e))
@@ -234,28 +195,6 @@ pub(crate) fn compile_cel_variables(
     Ok(variables)
 }
 
-pub(crate) fn compile_cel(c: &Value, path: &str) -> Result<Check, CompileError> {
-    let variables = compile_cel_variables(c.get("variables"), path)?;
-    let mut expressions = Vec::new();
-    for (i, e) in c.get("expressions").and_then(Value::as_array).into_iter().flatten().enumerate() {
-        let p = format!("{path}.expressions[{i}]");
-        expressions.push(CelValidation {
-            expr: cel_expr(e.get("expression"), &format!("{p}.expression"))?,
-            message: e.get("message").and_then(Value::as_str).map(str::to_string),
-            message_expression: e
-                .get("messageExpression")
-                .map(|m| cel_expr(Some(m), &format!("{p}.messageExpression")))
-                .transpose()?,
-        });
-    }
-    Ok(Check::Cel(Box::new(CompiledCel {
-        variables,
-        expressions,
-        uses_params: c.get("paramKind").is_some() || c.get("paramRef").is_some(),
-        params: None,
-    })))
-}
-
 /// Rule-level `celPreconditions` (match conditions): all must hold.
 pub fn compile_cel_preconditions(list: &[Value], path: &str) -> Result<Vec<(String, verno_cel::Expr)>, CompileError> {
     list.iter()
@@ -268,15 +207,6 @@ pub fn compile_cel_preconditions(list: &[Value], path: &str) -> Result<Vec<(Stri
             ))
         })
         .collect()
-}
-
-#[derive(Debug, Clone)]
-pub struct CompiledForeach {
-    pub list: Query,
-    pub element_scope: Option<bool>,
-    pub context: Vec<CompiledContextEntry>,
-    pub preconditions: Option<CompiledConditions>,
-    pub check: Check,
 }
 
 /// A JMESPath with its DELETE variant (`request.object` read as `request.oldObject`).
@@ -304,221 +234,8 @@ impl Query {
     }
 }
 
-#[derive(Debug, Clone)]
-pub struct CompiledContextEntry {
-    pub name: String,
-    pub source: ContextSource,
-}
-
-#[derive(Debug, Clone)]
-pub enum ContextSource {
-    Variable {
-        value: Option<TValue>,
-        jmes_path: Option<JmesField>,
-        default: Option<TValue>,
-    },
-    ConfigMap {
-        name: TValue,
-        namespace: Option<TValue>,
-    },
-    ApiCall {
-        url_path: Option<TValue>,
-        method: String,
-        data: Option<TValue>,
-        service_url: Option<TValue>,
-        jmes_path: Option<JmesField>,
-        default: Option<TValue>,
-    },
-    GlobalReference {
-        name: String,
-        jmes_path: Option<JmesField>,
-    },
-    ImageRegistry,
-}
-
-/// A `jmesPath` field: compiled once unless it holds `{{ }}` variables itself.
-#[derive(Debug, Clone)]
-pub enum JmesField {
-    /// Compiled once, with its DELETE reading (`request.object` as `request.oldObject`).
-    Static {
-        expr: Expression,
-        delete: Option<Expression>,
-    },
-    Templated(Template),
-}
-
-impl JmesField {
-    fn compile(s: &str, path: &str) -> Result<JmesField, CompileError> {
-        if crate::template::has_vars(s) {
-            return Template::compile(s).map(JmesField::Templated).map_err(|e| CompileError::new(path, e));
-        }
-        let q = Query::compile(s, path)?;
-        Ok(JmesField::Static { expr: q.expr, delete: q.delete })
-    }
-}
-
-fn tv(v: &Value, path: &str) -> Result<TValue, CompileError> {
+pub(crate) fn tv(v: &Value, path: &str) -> Result<TValue, CompileError> {
     TValue::compile(v).map_err(|e| CompileError::new(path, e))
-}
-
-fn compile_context(entries: &[ContextEntry], path: &str) -> Result<Vec<CompiledContextEntry>, CompileError> {
-    let mut out = Vec::new();
-    for (i, e) in entries.iter().enumerate() {
-        let p = format!("{path}[{i}]");
-        let source = if let Some(v) = &e.variable {
-            ContextSource::Variable {
-                value: v.value.as_ref().map(|x| tv(x, &format!("{p}.variable.value"))).transpose()?,
-                jmes_path: v
-                    .jmes_path
-                    .as_deref()
-                    .map(|s| JmesField::compile(s, &format!("{p}.variable.jmesPath")))
-                    .transpose()?,
-                default: v.default.as_ref().map(|x| tv(x, &format!("{p}.variable.default"))).transpose()?,
-            }
-        } else if let Some(c) = &e.config_map {
-            ContextSource::ConfigMap {
-                name: tv(&Value::String(c.name.clone()), &format!("{p}.configMap.name"))?,
-                namespace: c
-                    .namespace
-                    .as_ref()
-                    .map(|n| tv(&Value::String(n.clone()), &format!("{p}.configMap.namespace")))
-                    .transpose()?,
-            }
-        } else if let Some(a) = &e.api_call {
-            ContextSource::ApiCall {
-                url_path: a
-                    .url_path
-                    .as_ref()
-                    .map(|u| tv(&Value::String(u.clone()), &format!("{p}.apiCall.urlPath")))
-                    .transpose()?,
-                method: a.method.clone().unwrap_or_else(|| "GET".into()),
-                data: a.data.as_ref().map(|d| tv(d, &format!("{p}.apiCall.data"))).transpose()?,
-                service_url: a
-                    .service
-                    .as_ref()
-                    .and_then(|s| s.get("url"))
-                    .map(|u| tv(u, &format!("{p}.apiCall.service.url")))
-                    .transpose()?,
-                jmes_path: a
-                    .jmes_path
-                    .as_deref()
-                    .map(|s| JmesField::compile(s, &format!("{p}.apiCall.jmesPath")))
-                    .transpose()?,
-                default: a.default.as_ref().map(|x| tv(x, &format!("{p}.apiCall.default"))).transpose()?,
-            }
-        } else if let Some(g) = &e.global_reference {
-            ContextSource::GlobalReference {
-                name: g.name.clone(),
-                jmes_path: g
-                    .jmes_path
-                    .as_deref()
-                    .map(|s| JmesField::compile(s, &format!("{p}.globalReference.jmesPath")))
-                    .transpose()?,
-            }
-        } else if e.image_registry.is_some() {
-            ContextSource::ImageRegistry
-        } else {
-            return Err(CompileError::new(
-                p,
-                "a context entry needs one of variable, configMap, apiCall, imageRegistry or globalReference",
-            ));
-        };
-        out.push(CompiledContextEntry { name: e.name.clone(), source });
-    }
-    Ok(out)
-}
-
-fn compile_check_parts(
-    pattern: Option<&Value>,
-    any_pattern: Option<&Value>,
-    deny: Option<&verno_api::Deny>,
-    foreach: Option<&Vec<ForEachValidation>>,
-    path: &str,
-) -> Result<Option<Check>, CompileError> {
-    // Kyverno's order: deny, then pattern / anyPattern, then foreach.
-    if let Some(d) = deny {
-        let c = match &d.conditions {
-            Some(c) => CompiledConditions::compile(c, &format!("{path}.deny.conditions"))?,
-            None => CompiledConditions::default(),
-        };
-        return Ok(Some(Check::Deny(c)));
-    }
-    if let Some(p) = pattern {
-        return Ok(Some(Check::Pattern(tv(p, &format!("{path}.pattern"))?)));
-    }
-    if let Some(ap) = any_pattern {
-        return Ok(Some(match ap {
-            Value::Array(a) => Check::AnyPattern(
-                a.iter()
-                    .enumerate()
-                    .map(|(i, x)| tv(x, &format!("{path}.anyPattern[{i}]")))
-                    .collect::<Result<_, _>>()?,
-            ),
-            other => Check::BadAnyPattern(format!(
-                "json: cannot unmarshal {} into Go value of type []interface {{}}",
-                verno_jmespath::value::type_name(other)
-            )),
-        }));
-    }
-    if let Some(fs) = foreach {
-        return Ok(Some(Check::Foreach(compile_foreach(fs, &format!("{path}.foreach"))?)));
-    }
-    Ok(None)
-}
-
-fn compile_foreach(fs: &[ForEachValidation], path: &str) -> Result<Vec<CompiledForeach>, CompileError> {
-    let mut out = Vec::new();
-    for (i, f) in fs.iter().enumerate() {
-        let p = format!("{path}[{i}]");
-        let check =
-            compile_check_parts(f.pattern.as_ref(), f.any_pattern.as_ref(), f.deny.as_ref(), f.foreach.as_ref(), &p)?
-                .unwrap_or(Check::Nothing);
-        out.push(CompiledForeach {
-            list: Query::compile(&f.list, &format!("{p}.list"))?,
-            element_scope: f.element_scope,
-            context: compile_context(&f.context, &format!("{p}.context"))?,
-            preconditions: f
-                .preconditions
-                .as_ref()
-                .map(|c| CompiledConditions::compile(c, &format!("{p}.preconditions")))
-                .transpose()?,
-            check,
-        });
-    }
-    Ok(out)
-}
-
-fn compile_validation(v: &Validation, path: &str) -> Result<CompiledValidation, CompileError> {
-    let check = if let Some(ps) = &v.pod_security {
-        Check::PodSecurity(crate::pss::PodSecurityCheck::compile(ps, &format!("{path}.podSecurity"))?)
-    } else if let Some(c) = &v.cel {
-        compile_cel(c, &format!("{path}.cel"))?
-    } else if v.manifests.is_some() {
-        Check::Unsupported("validate.manifests (signed manifests) is not supported by this build of verno yet")
-    } else {
-        compile_check_parts(v.pattern.as_ref(), v.any_pattern.as_ref(), v.deny.as_ref(), v.foreach.as_ref(), path)?
-            .unwrap_or(Check::Nothing)
-    };
-    let failure_action = match &v.failure_action {
-        Some(a) => Some(Action::parse(a).ok_or_else(|| {
-            CompileError::new(
-                format!("{path}.failureAction"),
-                format!("unknown action {a:?}, expected Audit or Enforce"),
-            )
-        })?),
-        None => None,
-    };
-    Ok(CompiledValidation {
-        message: v
-            .message
-            .as_deref()
-            .map(|m| Template::compile(m).map_err(|e| CompileError::new(format!("{path}.message"), e)))
-            .transpose()?,
-        failure_action,
-        overrides: v.failure_action_overrides.clone(),
-        allow_existing_violations: v.allow_existing_violations.unwrap_or(true),
-        check,
-    })
 }
 
 fn compile_rule(r: &Rule, path: &str, autogen_of: Option<String>) -> Result<CompiledRule, CompileError> {
@@ -571,289 +288,6 @@ fn compile_rule(r: &Rule, path: &str, autogen_of: Option<String>) -> Result<Comp
             .transpose()?,
         cel_preconditions: compile_cel_preconditions(&r.cel_preconditions, &format!("{path}.celPreconditions"))?,
         body,
-    })
-}
-
-/// A compiled `mutate` rule.
-#[derive(Debug, Clone)]
-pub struct CompiledMutation {
-    pub patches: Patches,
-    pub foreach: Vec<CompiledMutateForeach>,
-    pub targets: Vec<CompiledTarget>,
-    /// A MutatingPolicy's / MutatingAdmissionPolicy's CEL mutations.
-    pub cel: Option<Box<crate::mpol::CompiledCelMutation>>,
-}
-
-/// A strategic merge patch and/or RFC 6902 patches, with their variables.
-#[derive(Debug, Clone, Default)]
-pub struct Patches {
-    pub strategic_merge: Option<TValue>,
-    pub json6902: Option<Json6902>,
-}
-
-/// `patchesJson6902`: parsed at compile time unless it holds variables.
-#[derive(Debug, Clone)]
-pub enum Json6902 {
-    Static(Vec<crate::jsonpatch::Op>),
-    /// The string, a template until rendered and parsed.
-    Templated(TValue),
-}
-
-impl Patches {
-    fn compile(smp: Option<&Value>, json6902: Option<&String>, path: &str) -> Result<Patches, CompileError> {
-        let json6902 = match json6902 {
-            Some(s) => {
-                let p = format!("{path}.patchesJson6902");
-                if crate::template::has_vars(s) {
-                    Some(Json6902::Templated(tv(&Value::String(s.clone()), &p)?))
-                } else {
-                    // Parsed once, so a broken policy fails at load.
-                    let doc = verno_jmespath::yaml::parse(s)
-                        .map_err(|e| CompileError::new(&p, format!("invalid YAML: {e}")))?;
-                    Some(Json6902::Static(crate::jsonpatch::parse_ops(&doc).map_err(|e| CompileError::new(&p, e))?))
-                }
-            }
-            None => None,
-        };
-        Ok(Patches {
-            strategic_merge: smp.map(|v| tv(v, &format!("{path}.patchStrategicMerge"))).transpose()?,
-            json6902,
-        })
-    }
-
-    pub fn is_empty(&self) -> bool {
-        self.strategic_merge.is_none() && self.json6902.is_none()
-    }
-}
-
-#[derive(Debug, Clone)]
-pub struct CompiledMutateForeach {
-    pub list: Query,
-    pub list_source: String,
-    /// Descending iteration (the default for strategic merge patches).
-    pub reverse: bool,
-    pub context: Vec<CompiledContextEntry>,
-    pub preconditions: Option<CompiledConditions>,
-    pub patches: Patches,
-    pub nested: Vec<CompiledMutateForeach>,
-}
-
-/// A mutate-existing target: which objects to fetch and patch.
-#[derive(Debug, Clone)]
-pub struct CompiledTarget {
-    pub api_version: String,
-    pub kind: String,
-    pub namespace: Option<TValue>,
-    pub name: Option<TValue>,
-    pub selector: Option<verno_api::LabelSelector>,
-    pub context: Vec<CompiledContextEntry>,
-    pub preconditions: Option<CompiledConditions>,
-}
-
-fn compile_mutate_foreach(
-    fs: &[verno_api::ForEachMutation],
-    path: &str,
-) -> Result<Vec<CompiledMutateForeach>, CompileError> {
-    let mut out = Vec::new();
-    for (i, f) in fs.iter().enumerate() {
-        let p = format!("{path}[{i}]");
-        let reverse = match f.order.as_deref() {
-            Some("Descending") => true,
-            Some("Ascending") => false,
-            Some(o) => {
-                return Err(CompileError::new(
-                    format!("{p}.order"),
-                    format!("unknown order {o:?}, expected Ascending or Descending"),
-                ));
-            }
-            None => f.patch_strategic_merge.is_some(),
-        };
-        let patches = Patches::compile(f.patch_strategic_merge.as_ref(), f.patches_json6902.as_ref(), &p)?;
-        let nested = compile_mutate_foreach(f.foreach.as_deref().unwrap_or_default(), &format!("{p}.foreach"))?;
-        if patches.is_empty() && nested.is_empty() {
-            return Err(CompileError::new(
-                &p,
-                "a mutate foreach needs patchStrategicMerge, patchesJson6902 or a nested foreach",
-            ));
-        }
-        out.push(CompiledMutateForeach {
-            list: Query::compile(&f.list, &format!("{p}.list"))?,
-            list_source: f.list.clone(),
-            reverse,
-            context: compile_context(&f.context, &format!("{p}.context"))?,
-            preconditions: f
-                .preconditions
-                .as_ref()
-                .map(|c| CompiledConditions::compile(c, &format!("{p}.preconditions")))
-                .transpose()?,
-            patches,
-            nested,
-        });
-    }
-    Ok(out)
-}
-
-fn compile_mutation(m: &verno_api::Mutation, path: &str) -> Result<CompiledMutation, CompileError> {
-    let patches = Patches::compile(m.patch_strategic_merge.as_ref(), m.patches_json6902.as_ref(), path)?;
-    let foreach = compile_mutate_foreach(m.foreach.as_deref().unwrap_or_default(), &format!("{path}.foreach"))?;
-    if patches.is_empty() && foreach.is_empty() {
-        return Err(CompileError::new(path, "a mutate rule needs patchStrategicMerge, patchesJson6902 or foreach"));
-    }
-    let mut targets = Vec::new();
-    for (i, t) in m.targets.iter().enumerate() {
-        let p = format!("{path}.targets[{i}]");
-        let s = |x: &Option<String>, f: &str| {
-            x.as_ref().map(|v| tv(&Value::String(v.clone()), &format!("{p}.{f}"))).transpose()
-        };
-        targets.push(CompiledTarget {
-            api_version: t.api_version.clone(),
-            kind: t.kind.clone(),
-            namespace: s(&t.namespace, "namespace")?,
-            name: s(&t.name, "name")?,
-            selector: t.selector.clone(),
-            context: compile_context(&t.context, &format!("{p}.context"))?,
-            preconditions: t
-                .preconditions
-                .as_ref()
-                .map(|c| CompiledConditions::compile(c, &format!("{p}.preconditions")))
-                .transpose()?,
-        });
-    }
-    Ok(CompiledMutation { patches, foreach, targets, cel: None })
-}
-
-/// A compiled `generate` rule. The object is built at evaluation; the cluster controller acts
-/// on `synchronize` and `orphan_downstream`.
-#[derive(Debug, Clone)]
-pub struct CompiledGeneration {
-    pub target: GenerateTarget,
-    pub synchronize: bool,
-    pub orphan_downstream: bool,
-    pub foreach: Vec<CompiledGenerateForeach>,
-}
-
-#[derive(Debug, Clone)]
-pub struct GenerateTarget {
-    pub api_version: Option<TValue>,
-    pub kind: Option<TValue>,
-    pub name: Option<TValue>,
-    pub namespace: Option<TValue>,
-    pub source: GenerateSource,
-}
-
-#[derive(Debug, Clone)]
-pub enum GenerateSource {
-    Data(TValue),
-    Clone {
-        namespace: TValue,
-        name: TValue,
-    },
-    CloneList {
-        namespace: TValue,
-        kinds: Vec<String>,
-        selector: Option<verno_api::LabelSelector>,
-    },
-    /// Only foreach entries (the rule itself generates nothing directly).
-    None,
-}
-
-#[derive(Debug, Clone)]
-pub struct CompiledGenerateForeach {
-    pub list: Query,
-    pub list_source: String,
-    pub context: Vec<CompiledContextEntry>,
-    pub preconditions: Option<CompiledConditions>,
-    pub target: GenerateTarget,
-}
-
-#[allow(clippy::too_many_arguments)]
-fn compile_generate_target(
-    api_version: &Option<String>,
-    kind: &Option<String>,
-    name: &Option<String>,
-    namespace: &Option<String>,
-    data: Option<&Value>,
-    clone: Option<&verno_api::CloneFrom>,
-    clone_list: Option<&verno_api::CloneList>,
-    path: &str,
-) -> Result<GenerateTarget, CompileError> {
-    let s = |x: &Option<String>, f: &str| {
-        x.as_ref().map(|v| tv(&Value::String(v.clone()), &format!("{path}.{f}"))).transpose()
-    };
-    let n = [data.is_some(), clone.is_some(), clone_list.is_some()].iter().filter(|b| **b).count();
-    if n > 1 {
-        return Err(CompileError::new(path, "only one of data, clone and cloneList may be set"));
-    }
-    let source = if let Some(d) = data {
-        GenerateSource::Data(tv(d, &format!("{path}.data"))?)
-    } else if let Some(c) = clone {
-        GenerateSource::Clone {
-            namespace: tv(&Value::String(c.namespace.clone()), &format!("{path}.clone.namespace"))?,
-            name: tv(&Value::String(c.name.clone()), &format!("{path}.clone.name"))?,
-        }
-    } else if let Some(c) = clone_list {
-        GenerateSource::CloneList {
-            namespace: tv(&Value::String(c.namespace.clone()), &format!("{path}.cloneList.namespace"))?,
-            kinds: c.kinds.clone(),
-            selector: c.selector.clone(),
-        }
-    } else {
-        GenerateSource::None
-    };
-    Ok(GenerateTarget {
-        api_version: s(api_version, "apiVersion")?,
-        kind: s(kind, "kind")?,
-        name: s(name, "name")?,
-        namespace: s(namespace, "namespace")?,
-        source,
-    })
-}
-
-fn compile_generation(g: &verno_api::Generation, path: &str) -> Result<CompiledGeneration, CompileError> {
-    let target = compile_generate_target(
-        &g.api_version,
-        &g.kind,
-        &g.name,
-        &g.namespace,
-        g.data.as_ref(),
-        g.clone.as_ref(),
-        g.clone_list.as_ref(),
-        path,
-    )?;
-    let mut foreach = Vec::new();
-    for (i, f) in g.foreach.iter().flatten().enumerate() {
-        let p = format!("{path}.foreach[{i}]");
-        foreach.push(CompiledGenerateForeach {
-            list: Query::compile(&f.list, &format!("{p}.list"))?,
-            list_source: f.list.clone(),
-            context: compile_context(&f.context, &format!("{p}.context"))?,
-            preconditions: f
-                .preconditions
-                .as_ref()
-                .map(|c| CompiledConditions::compile(c, &format!("{p}.preconditions")))
-                .transpose()?,
-            target: compile_generate_target(
-                &f.api_version,
-                &f.kind,
-                &f.name,
-                &f.namespace,
-                f.data.as_ref(),
-                f.clone.as_ref(),
-                f.clone_list.as_ref(),
-                &p,
-            )?,
-        });
-    }
-    let mut target = target;
-    if matches!(target.source, GenerateSource::None) && foreach.is_empty() {
-        // Only the identity: Kyverno generates the bare object.
-        target.source = GenerateSource::Data(tv(&Value::Object(serde_json::Map::new()), &format!("{path}.data"))?);
-    }
-    Ok(CompiledGeneration {
-        target,
-        synchronize: g.synchronize.unwrap_or(false),
-        orphan_downstream: g.orphan_downstream_on_policy_delete.unwrap_or(false),
-        foreach,
     })
 }
 

@@ -6,9 +6,8 @@
 use crate::autogen::{Shift, shift_cel};
 use crate::error::CompileError;
 use crate::matching::{Constraints, Matcher, ResourceRule};
-use crate::policy::{
-    Action, CompiledPolicy, CompiledRule, CompiledValidation, RuleBody, compile_cel, compile_cel_preconditions,
-};
+use crate::policy::{Action, CompiledPolicy, CompiledRule, RuleBody, compile_cel_preconditions};
+use crate::validate::{CompiledValidation, compile_cel};
 use serde_json::{Value, json};
 use verno_api::{Kind, LabelSelector};
 
@@ -241,7 +240,7 @@ pub fn compile_admission_policy(doc: &Value, binding: Option<&Value>) -> Result<
     let mut r = rule("", Matcher::all_constraints(matchers), &cel, &conditions, action)?;
     if let (Some(pk), Some(pr)) = (spec.get("paramKind"), bspec.get("paramRef"))
         && let RuleBody::Validate(v) = &mut r.body
-        && let crate::policy::Check::Cel(c) = &mut v.check
+        && let crate::validate::Check::Cel(c) = &mut v.check
     {
         c.params = Some(crate::policy::ParamRef::from_binding(pk, pr));
     }

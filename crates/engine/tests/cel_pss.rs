@@ -5,7 +5,8 @@
 
 use serde_json::Value;
 use std::path::{Path, PathBuf};
-use verno_engine::{CompiledPolicy, NoData, Request, Status, build_context, compile_policy, evaluate_policy};
+use std::sync::Arc;
+use verno_engine::{Compiled, NoData, PolicySet, Request, Scope, Status, compile};
 
 fn root() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
@@ -16,16 +17,24 @@ fn docs(path: &Path) -> Vec<Value> {
     verno_jmespath::yaml::parse_all(&text).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
 }
 
-fn cel_set() -> Vec<CompiledPolicy> {
-    docs(&root().join("bench/cel-pss17.yaml"))
+fn set_of(docs: &[Value]) -> PolicySet {
+    let policies = docs
         .iter()
         .filter(|d| d.is_object())
-        .map(|d| verno_engine::vpol::compile_validating_policy(d).unwrap_or_else(|e| panic!("{e}")))
-        .collect()
+        .map(|d| match compile(d, &[]) {
+            Ok(Compiled::Policy(p)) => Arc::new(p),
+            other => panic!("{other:?}"),
+        })
+        .collect();
+    PolicySet::new(policies, Vec::new())
+}
+
+fn cel_set() -> PolicySet {
+    set_of(&docs(&root().join("bench/cel-pss17.yaml")))
 }
 
 /// The names of the policies that fail the request's object.
-fn failing(policies: &[CompiledPolicy], review: &Value) -> Vec<String> {
+fn failing(set: &PolicySet, review: &Value) -> Vec<String> {
     let r = &review["request"];
     let req = Request {
         operation: r["operation"].as_str().unwrap_or("CREATE"),
@@ -37,17 +46,12 @@ fn failing(policies: &[CompiledPolicy], review: &Value) -> Vec<String> {
         subresource: "",
         variables: &[],
     };
-    let env = verno_jmespath::NoEnv;
-    let mut ctx = build_context(&req, &env);
-    let mut out: Vec<String> = policies
+    let out = set.evaluate(&req, Scope::ALL, &verno_jmespath::NoEnv, &NoData, &mut ());
+    let mut out: Vec<String> = out
+        .responses
         .iter()
-        .filter(|p| {
-            evaluate_policy(p, &[], &req, &mut ctx, &NoData)
-                .rules
-                .iter()
-                .any(|r| r.status == Status::Fail || r.status == Status::Error)
-        })
-        .map(|p| p.name.clone())
+        .filter(|(_, r)| r.rules.iter().any(|r| r.status == Status::Fail || r.status == Status::Error))
+        .filter_map(|(i, _)| set.policies().get(*i).map(|p| p.name.clone()))
         .collect();
     out.sort();
     out
@@ -60,7 +64,7 @@ fn review(object: Value) -> Value {
 #[test]
 fn the_cel_set_judges_pods_like_the_pod_security_standards() {
     let set = cel_set();
-    assert_eq!(set.len(), 17);
+    assert_eq!(set.policies().len(), 17);
     let bare = review(
         serde_json::json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "b"}, "spec": {"containers": [{"name": "c", "image": "busybox"}]}}),
     );
@@ -90,19 +94,16 @@ fn the_cel_set_agrees_with_the_pattern_set_when_the_bench_corpus_is_present() {
         eprintln!("skipped: ../shared/bench is not here");
         return;
     }
-    let mut patterns = Vec::new();
+    let mut patterns_docs = Vec::new();
     let mut files: Vec<PathBuf> = std::fs::read_dir(shared.join("policies/pss-17"))
         .map(|r| r.filter_map(|e| e.ok().map(|e| e.path())).collect())
         .unwrap_or_default();
     files.sort();
     for f in files {
-        for d in docs(&f) {
-            if let Ok(p) = serde_json::from_value(d) {
-                patterns.push(compile_policy(&p).unwrap_or_else(|e| panic!("{}: {e}", f.display())));
-            }
-        }
+        patterns_docs.extend(docs(&f));
     }
-    assert_eq!(patterns.len(), 17);
+    let patterns = set_of(&patterns_docs);
+    assert_eq!(patterns.policies().len(), 17);
     let set = cel_set();
     for name in ["pod-busybox-create.json", "pod-hardened-create.json", "deployment-hardened-create.json"] {
         let text = std::fs::read_to_string(shared.join("requests").join(name)).unwrap_or_default();

@@ -1,0 +1,269 @@
+//! Context entries (`variable`, `configMap`, `apiCall`, `globalReference`, `imageRegistry`):
+//! compiled with the policy, loaded into the request's context before a rule (or a foreach
+//! element, or a mutate target) runs. Data from outside comes through the [`Data`] port.
+use crate::context::{Context, Saved};
+use crate::error::CompileError;
+use crate::evaluate::{Data, Loaded};
+use crate::policy::{CompiledPolicy, Query, tv};
+use crate::template::{TValue, Template};
+use serde_json::Value;
+use std::borrow::Cow;
+use verno_api::ContextEntry;
+use verno_jmespath::Expression;
+
+#[derive(Debug, Clone)]
+pub struct CompiledContextEntry {
+    pub name: String,
+    pub source: ContextSource,
+}
+
+#[derive(Debug, Clone)]
+pub enum ContextSource {
+    Variable {
+        value: Option<TValue>,
+        jmes_path: Option<JmesField>,
+        default: Option<TValue>,
+    },
+    ConfigMap {
+        name: TValue,
+        namespace: Option<TValue>,
+    },
+    ApiCall {
+        url_path: Option<TValue>,
+        method: String,
+        data: Option<TValue>,
+        service_url: Option<TValue>,
+        jmes_path: Option<JmesField>,
+        default: Option<TValue>,
+    },
+    GlobalReference {
+        name: String,
+        jmes_path: Option<JmesField>,
+    },
+    ImageRegistry,
+}
+
+/// A `jmesPath` field: compiled once unless it holds `{{ }}` variables itself.
+#[derive(Debug, Clone)]
+pub enum JmesField {
+    /// Compiled once, with its DELETE reading (`request.object` as `request.oldObject`).
+    Static {
+        expr: Expression,
+        delete: Option<Expression>,
+    },
+    Templated(Template),
+}
+
+impl JmesField {
+    fn compile(s: &str, path: &str) -> Result<JmesField, CompileError> {
+        if crate::template::has_vars(s) {
+            return Template::compile(s).map(JmesField::Templated).map_err(|e| CompileError::new(path, e));
+        }
+        let q = Query::compile(s, path)?;
+        Ok(JmesField::Static { expr: q.expr, delete: q.delete })
+    }
+}
+
+pub(crate) fn compile_context(entries: &[ContextEntry], path: &str) -> Result<Vec<CompiledContextEntry>, CompileError> {
+    let mut out = Vec::new();
+    for (i, e) in entries.iter().enumerate() {
+        let p = format!("{path}[{i}]");
+        let source = if let Some(v) = &e.variable {
+            ContextSource::Variable {
+                value: v.value.as_ref().map(|x| tv(x, &format!("{p}.variable.value"))).transpose()?,
+                jmes_path: v
+                    .jmes_path
+                    .as_deref()
+                    .map(|s| JmesField::compile(s, &format!("{p}.variable.jmesPath")))
+                    .transpose()?,
+                default: v.default.as_ref().map(|x| tv(x, &format!("{p}.variable.default"))).transpose()?,
+            }
+        } else if let Some(c) = &e.config_map {
+            ContextSource::ConfigMap {
+                name: tv(&Value::String(c.name.clone()), &format!("{p}.configMap.name"))?,
+                namespace: c
+                    .namespace
+                    .as_ref()
+                    .map(|n| tv(&Value::String(n.clone()), &format!("{p}.configMap.namespace")))
+                    .transpose()?,
+            }
+        } else if let Some(a) = &e.api_call {
+            ContextSource::ApiCall {
+                url_path: a
+                    .url_path
+                    .as_ref()
+                    .map(|u| tv(&Value::String(u.clone()), &format!("{p}.apiCall.urlPath")))
+                    .transpose()?,
+                method: a.method.clone().unwrap_or_else(|| "GET".into()),
+                data: a.data.as_ref().map(|d| tv(d, &format!("{p}.apiCall.data"))).transpose()?,
+                service_url: a
+                    .service
+                    .as_ref()
+                    .and_then(|s| s.get("url"))
+                    .map(|u| tv(u, &format!("{p}.apiCall.service.url")))
+                    .transpose()?,
+                jmes_path: a
+                    .jmes_path
+                    .as_deref()
+                    .map(|s| JmesField::compile(s, &format!("{p}.apiCall.jmesPath")))
+                    .transpose()?,
+                default: a.default.as_ref().map(|x| tv(x, &format!("{p}.apiCall.default"))).transpose()?,
+            }
+        } else if let Some(g) = &e.global_reference {
+            ContextSource::GlobalReference {
+                name: g.name.clone(),
+                jmes_path: g
+                    .jmes_path
+                    .as_deref()
+                    .map(|s| JmesField::compile(s, &format!("{p}.globalReference.jmesPath")))
+                    .transpose()?,
+            }
+        } else if e.image_registry.is_some() {
+            ContextSource::ImageRegistry
+        } else {
+            return Err(CompileError::new(
+                p,
+                "a context entry needs one of variable, configMap, apiCall, imageRegistry or globalReference",
+            ));
+        };
+        out.push(CompiledContextEntry { name: e.name.clone(), source });
+    }
+    Ok(out)
+}
+
+/// The expression of a `jmesPath` field; `delete` picks the `request.oldObject` reading.
+/// Only a field holding `{{ }}` variables is compiled here; the others were compiled with the policy.
+fn render_jmes<'f>(f: &'f JmesField, ctx: &Context, delete: bool) -> Result<Cow<'f, Expression>, String> {
+    match f {
+        JmesField::Static { expr, delete: del } => {
+            Ok(Cow::Borrowed(if delete { del.as_ref().unwrap_or(expr) } else { expr }))
+        }
+        JmesField::Templated(t) => {
+            let s = t.render(ctx, "").map_err(|e| e.to_string())?;
+            let mut s = s.as_str().unwrap_or_default().to_string();
+            if delete {
+                s = s.replace("request.object", "request.oldObject");
+            }
+            Expression::compile(&s).map(Cow::Owned).map_err(|e| format!("invalid JMESPath {s:?}: {e}"))
+        }
+    }
+}
+
+pub(crate) fn load_context(
+    entries: &[CompiledContextEntry],
+    ctx: &mut Context,
+    data: &dyn Data,
+    provided: &[String],
+    policy: &CompiledPolicy,
+    saved: &mut Saved,
+) -> Result<(), String> {
+    for entry in entries {
+        if provided.iter().any(|p| p == &entry.name || p.starts_with(&format!("{}.", entry.name))) {
+            continue;
+        }
+        let value: Option<Value> = match &entry.source {
+            ContextSource::Variable { value, jmes_path, default } => {
+                let base: Result<Option<Value>, String> = match value {
+                    Some(v) => {
+                        let rendered = v.render(ctx, "").map_err(|e| e.to_string());
+                        match (rendered, jmes_path) {
+                            (Ok(r), Some(jp)) => {
+                                let e = render_jmes(jp, ctx, false)?;
+                                e.search(r.as_ref(), ctx.env()).map(|x| Some(x.into_owned())).map_err(|e| e.to_string())
+                            }
+                            (Ok(r), None) => Ok(Some(r.into_owned())),
+                            (Err(e), _) => Err(e),
+                        }
+                    }
+                    None => match jmes_path {
+                        Some(jp) => {
+                            let e = render_jmes(jp, ctx, ctx.is_delete())?;
+                            ctx.query(&e).map(Some).map_err(|e| e.to_string())
+                        }
+                        None => Ok(None),
+                    },
+                };
+
+                match base {
+                    Ok(Some(v)) if !v.is_null() => Some(v),
+                    other => match default {
+                        Some(d) => Some(d.render(ctx, "").map_err(|e| e.to_string())?.into_owned()),
+                        None => {
+                            other?;
+                            return Err(format!(
+                                "failed to add context entry for variable {} since it evaluated to nil",
+                                entry.name
+                            ));
+                        }
+                    },
+                }
+            }
+            ContextSource::ConfigMap { name, namespace } => {
+                let n = name.render(ctx, "").map_err(|e| e.to_string())?;
+                let ns = match namespace {
+                    Some(ns) => ns.render(ctx, "").map_err(|e| e.to_string())?.as_str().unwrap_or("").to_string(),
+                    None => policy
+                        .namespace
+                        .clone()
+                        .filter(|_| policy.kind.is_namespaced())
+                        .unwrap_or_else(|| "default".into()),
+                };
+                let ns = if ns.is_empty() { "default".to_string() } else { ns };
+                match data.config_map(&ns, n.as_str().unwrap_or("")) {
+                    Loaded::Value(v) => Some(v),
+                    Loaded::Unavailable => None,
+                    Loaded::Error(e) => {
+                        return Err(format!("failed to get configmap {ns}/{}: {e}", n.as_str().unwrap_or("")));
+                    }
+                }
+            }
+            ContextSource::ApiCall { url_path, method, data: body, service_url, jmes_path, default } => {
+                let url = match url_path.as_ref().or(service_url.as_ref()) {
+                    Some(u) => u.render(ctx, "").map_err(|e| e.to_string())?.as_str().unwrap_or("").to_string(),
+                    None => String::new(),
+                };
+                let body = match body {
+                    Some(b) => Some(b.render(ctx, "").map_err(|e| e.to_string())?.into_owned()),
+                    None => None,
+                };
+                match data.api_call(method, &url, body.as_ref()) {
+                    Loaded::Value(v) => {
+                        let out = match jmes_path {
+                            Some(jp) => {
+                                let e = render_jmes(jp, ctx, false)?;
+                                e.search(&v, ctx.env()).map(Cow::into_owned).map_err(|e| e.to_string())
+                            }
+                            None => Ok(v),
+                        };
+                        match (out, default) {
+                            (Ok(v), _) => Some(v),
+                            (Err(_), Some(d)) => Some(d.render(ctx, "").map_err(|e| e.to_string())?.into_owned()),
+                            (Err(e), None) => return Err(e),
+                        }
+                    }
+                    Loaded::Unavailable => None,
+                    Loaded::Error(e) => match default {
+                        Some(d) => Some(d.render(ctx, "").map_err(|e| e.to_string())?.into_owned()),
+                        None => return Err(e),
+                    },
+                }
+            }
+            ContextSource::GlobalReference { name, jmes_path } => match data.global_reference(name) {
+                Loaded::Value(v) => match jmes_path {
+                    Some(jp) => {
+                        let e = render_jmes(jp, ctx, false)?;
+                        Some(e.search(&v, ctx.env()).map(Cow::into_owned).map_err(|e| e.to_string())?)
+                    }
+                    None => Some(v),
+                },
+                Loaded::Unavailable => None,
+                Loaded::Error(e) => return Err(e),
+            },
+            ContextSource::ImageRegistry => None,
+        };
+        if let Some(v) = value {
+            saved.absorb(ctx.set_path(&entry.name, v));
+        }
+    }
+    Ok(())
+}

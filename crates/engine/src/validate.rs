@@ -1,0 +1,492 @@
+//! Validate rules: the compiled checks (`pattern`, `anyPattern`, `deny`, `foreach`,
+//! `podSecurity`, `cel`) and their evaluation with Kyverno's messages and failure paths.
+use crate::condition::CompiledConditions;
+use crate::context::{Context, Saved};
+use crate::context_entry::{CompiledContextEntry, compile_context, load_context};
+use crate::error::CompileError;
+use crate::evaluate::{Data, cel_env};
+use crate::outcome::{RuleResponse, RuleType, Status};
+use crate::pattern;
+use crate::policy::{Action, CompiledPolicy, ParamRef, Query, cel_expr, compile_cel_variables, tv};
+use crate::template::{TValue, Template};
+use serde_json::Value;
+use std::collections::BTreeMap;
+use verno_api::{FailureActionOverride, ForEachValidation, Validation};
+
+#[derive(Debug, Clone)]
+pub struct CompiledValidation {
+    pub message: Option<Template>,
+    pub failure_action: Option<Action>,
+    pub overrides: Vec<FailureActionOverride>,
+    pub allow_existing_violations: bool,
+    pub check: Check,
+}
+
+#[derive(Debug, Clone)]
+pub enum Check {
+    Pattern(TValue),
+    AnyPattern(Vec<TValue>),
+    /// `anyPattern` that is not a list: an error at evaluation, as Kyverno reports it.
+    BadAnyPattern(String),
+    Deny(CompiledConditions),
+    Foreach(Vec<CompiledForeach>),
+    PodSecurity(crate::pss::PodSecurityCheck),
+    Cel(Box<CompiledCel>),
+    Unsupported(&'static str),
+    Nothing,
+}
+
+/// `validate.cel`: Kubernetes-style variables and expressions, compiled once.
+#[derive(Debug, Clone)]
+pub struct CompiledCel {
+    pub variables: Vec<(String, verno_cel::Expr)>,
+    pub expressions: Vec<CelValidation>,
+    /// `paramKind` / `paramRef` are set.
+    pub uses_params: bool,
+    /// Where `params` comes from (a ValidatingAdmissionPolicy's paramKind + its binding's paramRef).
+    pub params: Option<ParamRef>,
+}
+
+#[derive(Debug, Clone)]
+pub struct CelValidation {
+    pub expr: verno_cel::Expr,
+    pub message: Option<String>,
+    pub message_expression: Option<verno_cel::Expr>,
+}
+
+pub(crate) fn compile_cel(c: &Value, path: &str) -> Result<Check, CompileError> {
+    let variables = compile_cel_variables(c.get("variables"), path)?;
+    let mut expressions = Vec::new();
+    for (i, e) in c.get("expressions").and_then(Value::as_array).into_iter().flatten().enumerate() {
+        let p = format!("{path}.expressions[{i}]");
+        expressions.push(CelValidation {
+            expr: cel_expr(e.get("expression"), &format!("{p}.expression"))?,
+            message: e.get("message").and_then(Value::as_str).map(str::to_string),
+            message_expression: e
+                .get("messageExpression")
+                .map(|m| cel_expr(Some(m), &format!("{p}.messageExpression")))
+                .transpose()?,
+        });
+    }
+    Ok(Check::Cel(Box::new(CompiledCel {
+        variables,
+        expressions,
+        uses_params: c.get("paramKind").is_some() || c.get("paramRef").is_some(),
+        params: None,
+    })))
+}
+
+#[derive(Debug, Clone)]
+pub struct CompiledForeach {
+    pub list: Query,
+    pub element_scope: Option<bool>,
+    pub context: Vec<CompiledContextEntry>,
+    pub preconditions: Option<CompiledConditions>,
+    pub check: Check,
+}
+
+pub(crate) fn compile_check_parts(
+    pattern: Option<&Value>,
+    any_pattern: Option<&Value>,
+    deny: Option<&verno_api::Deny>,
+    foreach: Option<&Vec<ForEachValidation>>,
+    path: &str,
+) -> Result<Option<Check>, CompileError> {
+    // Kyverno's order: deny, then pattern / anyPattern, then foreach.
+    if let Some(d) = deny {
+        let c = match &d.conditions {
+            Some(c) => CompiledConditions::compile(c, &format!("{path}.deny.conditions"))?,
+            None => CompiledConditions::default(),
+        };
+        return Ok(Some(Check::Deny(c)));
+    }
+    if let Some(p) = pattern {
+        return Ok(Some(Check::Pattern(tv(p, &format!("{path}.pattern"))?)));
+    }
+    if let Some(ap) = any_pattern {
+        return Ok(Some(match ap {
+            Value::Array(a) => Check::AnyPattern(
+                a.iter()
+                    .enumerate()
+                    .map(|(i, x)| tv(x, &format!("{path}.anyPattern[{i}]")))
+                    .collect::<Result<_, _>>()?,
+            ),
+            other => Check::BadAnyPattern(format!(
+                "json: cannot unmarshal {} into Go value of type []interface {{}}",
+                verno_jmespath::value::type_name(other)
+            )),
+        }));
+    }
+    if let Some(fs) = foreach {
+        return Ok(Some(Check::Foreach(compile_foreach(fs, &format!("{path}.foreach"))?)));
+    }
+    Ok(None)
+}
+
+pub(crate) fn compile_foreach(fs: &[ForEachValidation], path: &str) -> Result<Vec<CompiledForeach>, CompileError> {
+    let mut out = Vec::new();
+    for (i, f) in fs.iter().enumerate() {
+        let p = format!("{path}[{i}]");
+        let check =
+            compile_check_parts(f.pattern.as_ref(), f.any_pattern.as_ref(), f.deny.as_ref(), f.foreach.as_ref(), &p)?
+                .unwrap_or(Check::Nothing);
+        out.push(CompiledForeach {
+            list: Query::compile(&f.list, &format!("{p}.list"))?,
+            element_scope: f.element_scope,
+            context: compile_context(&f.context, &format!("{p}.context"))?,
+            preconditions: f
+                .preconditions
+                .as_ref()
+                .map(|c| CompiledConditions::compile(c, &format!("{p}.preconditions")))
+                .transpose()?,
+            check,
+        });
+    }
+    Ok(out)
+}
+
+pub(crate) fn compile_validation(v: &Validation, path: &str) -> Result<CompiledValidation, CompileError> {
+    let check = if let Some(ps) = &v.pod_security {
+        Check::PodSecurity(crate::pss::PodSecurityCheck::compile(ps, &format!("{path}.podSecurity"))?)
+    } else if let Some(c) = &v.cel {
+        compile_cel(c, &format!("{path}.cel"))?
+    } else if v.manifests.is_some() {
+        Check::Unsupported("validate.manifests (signed manifests) is not supported by this build of verno yet")
+    } else {
+        compile_check_parts(v.pattern.as_ref(), v.any_pattern.as_ref(), v.deny.as_ref(), v.foreach.as_ref(), path)?
+            .unwrap_or(Check::Nothing)
+    };
+    let failure_action = match &v.failure_action {
+        Some(a) => Some(Action::parse(a).ok_or_else(|| {
+            CompileError::new(
+                format!("{path}.failureAction"),
+                format!("unknown action {a:?}, expected Audit or Enforce"),
+            )
+        })?),
+        None => None,
+    };
+    Ok(CompiledValidation {
+        message: v
+            .message
+            .as_deref()
+            .map(|m| Template::compile(m).map_err(|e| CompileError::new(format!("{path}.message"), e)))
+            .transpose()?,
+        failure_action,
+        overrides: v.failure_action_overrides.clone(),
+        allow_existing_violations: v.allow_existing_violations.unwrap_or(true),
+        check,
+    })
+}
+
+pub(crate) struct ValidateCtx<'a> {
+    pub(crate) rule: &'a str,
+    pub(crate) v: &'a CompiledValidation,
+    pub(crate) foreach_values: &'a BTreeMap<String, Vec<Value>>,
+    pub(crate) data: &'a dyn Data,
+    pub(crate) policy: &'a CompiledPolicy,
+    pub(crate) provided: &'a [String],
+    /// The resource under validation (`request.object`, or the old object on DELETE).
+    pub(crate) subject: &'a Value,
+}
+
+impl ValidateCtx<'_> {
+    fn resp(&self, status: Status, msg: impl Into<String>) -> RuleResponse {
+        RuleResponse::new(self.rule, RuleType::Validation, status, msg)
+    }
+
+    fn message(&self, ctx: &Context) -> Result<Option<String>, String> {
+        match &self.v.message {
+            None => Ok(None),
+            Some(t) => match t.render(ctx, "") {
+                Ok(Value::String(s)) => Ok(Some(s)),
+                Ok(Value::Null) => Ok(Some(String::new())),
+                Ok(other) => Ok(Some(other.to_string())),
+                Err(e) => Err(e.to_string()),
+            },
+        }
+    }
+
+    fn error_message(&self, ctx: &Context, err: &str, path: &str) -> String {
+        let msg = match self.message(ctx) {
+            Ok(Some(m)) if !m.is_empty() => m,
+            Ok(_) => {
+                return if path.is_empty() {
+                    format!("validation error: rule {} execution error: {err}", self.rule)
+                } else {
+                    format!("validation error: rule {} failed at path {path}", self.rule)
+                };
+            }
+            Err(_) => {
+                return format!(
+                    "validation error: variables substitution error in rule {} execution error: {err}",
+                    self.rule
+                );
+            }
+        };
+        let msg = if msg.ends_with('.') { msg } else { format!("{msg}.") };
+        if path.is_empty() {
+            format!("validation error: {msg} rule {} execution error: {err}", self.rule)
+        } else {
+            format!("validation error: {msg} rule {} failed at path {path}", self.rule)
+        }
+    }
+
+    /// Runs one check on `target`; `None` means the rule yields no result (DELETE pattern, empty foreach).
+    pub(crate) fn validate(
+        &mut self,
+        check: &Check,
+        target: &Value,
+        ctx: &mut Context,
+        nesting: usize,
+        delete: bool,
+    ) -> Option<RuleResponse> {
+        match check {
+            Check::Nothing => None,
+            Check::Unsupported(what) => Some(self.resp(Status::Error, *what)),
+            Check::BadAnyPattern(e) => {
+                Some(self.resp(Status::Error, format!("failed to deserialize anyPattern, expected type array: {e}")))
+            }
+            Check::Deny(conds) => match conds.evaluate(ctx) {
+                Err(e) => Some(self.resp(Status::Error, format!("failed to check deny conditions: {e}"))),
+                Ok((false, _)) => Some(self.resp(Status::Pass, format!("validation rule '{}' passed.", self.rule))),
+                Ok((true, cond_msg)) => {
+                    let base = match self.message(ctx) {
+                        Ok(m) => m.unwrap_or_default(),
+                        Err(_) => self.v.message.as_ref().map(|t| t.source().to_string()).unwrap_or_default(),
+                    };
+                    let msg = if base.is_empty() && cond_msg.is_empty() {
+                        format!("validation error: rule {} failed", self.rule)
+                    } else if cond_msg.is_empty() {
+                        base
+                    } else if base.is_empty() {
+                        cond_msg
+                    } else {
+                        format!("{base}; {cond_msg}")
+                    };
+                    Some(self.resp(Status::Fail, msg))
+                }
+            },
+            Check::Pattern(p) => {
+                if delete {
+                    return None;
+                }
+                let p = match p.render(ctx, "/validate/pattern") {
+                    Ok(p) => p,
+                    Err(e) => return Some(self.resp(Status::Error, format!("variable substitution failed: {e}"))),
+                };
+                match pattern::match_pattern(target, &p) {
+                    Ok(()) => Some(self.resp(Status::Pass, format!("validation rule '{}' passed.", self.rule))),
+                    Err(pe) if pe.skip => Some(self.resp(Status::Skip, pe.message)),
+                    Err(pe) if pe.path.is_empty() => {
+                        Some(self.resp(Status::Error, self.error_message(ctx, &pe.message, "")))
+                    }
+                    Err(pe) => Some(self.resp(Status::Fail, self.error_message(ctx, &pe.message, &pe.path))),
+                }
+            }
+            Check::AnyPattern(ps) => {
+                if delete {
+                    return None;
+                }
+                let mut errs: Vec<String> = Vec::new();
+                let mut all_skip = true;
+                for (i, p) in ps.iter().enumerate() {
+                    let p = match p.render(ctx, &format!("/validate/anyPattern/{i}")) {
+                        Ok(p) => p,
+                        Err(e) => return Some(self.resp(Status::Error, format!("variable substitution failed: {e}"))),
+                    };
+                    match pattern::match_pattern(target, &p) {
+                        Ok(()) => {
+                            return Some(self.resp(
+                                Status::Pass,
+                                format!("validation rule '{}' anyPattern[{i}] passed.", self.rule),
+                            ));
+                        }
+                        Err(pe) if pe.skip => errs.push(format!("rule {}[{i}] skipped: {}", self.rule, pe.message)),
+                        Err(pe) => {
+                            all_skip = false;
+                            if pe.path.is_empty() {
+                                errs.push(format!("rule {}[{i}] failed: {}", self.rule, pe.message));
+                            } else {
+                                errs.push(format!("rule {}[{i}] failed at path {}", self.rule, pe.path));
+                            }
+                        }
+                    }
+                }
+                if errs.is_empty() {
+                    return None;
+                }
+                let joined = errs.join(" ");
+                if all_skip {
+                    return Some(self.resp(Status::Skip, joined));
+                }
+                let msg = match self.message(ctx) {
+                    Ok(Some(m)) if !m.is_empty() => {
+                        if m.ends_with('.') {
+                            format!("validation error: {m} {joined}")
+                        } else {
+                            format!("validation error: {m}. {joined}")
+                        }
+                    }
+                    _ => format!("validation error: {joined}"),
+                };
+                Some(self.resp(Status::Fail, msg))
+            }
+            Check::Cel(c) => {
+                let vars = match cel_env(ctx, self.data, c.params.as_ref(), &c.variables) {
+                    Ok(v) => v,
+                    Err(e) => return Some(self.resp(Status::Error, e)),
+                };
+                for x in &c.expressions {
+                    match x.expr.eval_bool(&vars) {
+                        Ok(true) => {}
+                        Ok(false) => {
+                            let msg = match (&x.message_expression, &x.message) {
+                                (Some(me), _) => match me.eval(&vars) {
+                                    Ok(Value::String(s)) if !s.is_empty() => s,
+                                    _ => x
+                                        .message
+                                        .clone()
+                                        .unwrap_or_else(|| format!("failed expression: {}", x.expr.source())),
+                                },
+                                (None, Some(m)) => m.clone(),
+                                (None, None) => format!("failed expression: {}", x.expr.source()),
+                            };
+                            return Some(self.resp(Status::Fail, msg));
+                        }
+                        // As with ValidatingAdmissionPolicy, an expression that cannot be
+                        // evaluated fails the validation.
+                        Err(err) => {
+                            return Some(self.resp(
+                                Status::Fail,
+                                format!("expression '{}' resulted in error: {err}", x.expr.source()),
+                            ));
+                        }
+                    }
+                }
+                Some(self.resp(Status::Pass, ""))
+            }
+            Check::PodSecurity(pss) => {
+                if delete {
+                    return None;
+                }
+                let v = pss.violations(target);
+                let lvl = format!("{}:{}", pss.level_name(), pss.version);
+                if v.is_empty() {
+                    Some(self.resp(Status::Pass, format!("Validation rule '{}' passed.", self.rule)))
+                } else {
+                    let checks: Vec<String> = v.iter().map(|(c, d)| format!("({c}: {d})")).collect();
+                    Some(self.resp(
+                        Status::Fail,
+                        format!(
+                            "Validation rule '{}' failed. It violates PodSecurity \"{lvl}\": {}",
+                            self.rule,
+                            checks.join(", ")
+                        ),
+                    ))
+                }
+            }
+            Check::Foreach(fs) => {
+                let mut applied = 0usize;
+                for f in fs {
+                    let list = match ctx.query(f.list.pick(delete)) {
+                        Ok(v) => v,
+                        Err(_) => continue,
+                    };
+                    let elements: Vec<Value> = match list {
+                        Value::Array(a) => a,
+                        Value::Null => Vec::new(),
+                        other => vec![other],
+                    };
+                    let (resp, count) = self.foreach_elements(f, &elements, ctx, nesting, delete);
+                    if let Some(r) = resp
+                        && r.status != Status::Pass
+                    {
+                        return Some(r);
+                    }
+                    applied += count;
+                }
+                if applied == 0 {
+                    return None;
+                }
+                Some(self.resp(Status::Pass, "rule passed"))
+            }
+        }
+    }
+
+    fn foreach_elements(
+        &mut self,
+        f: &CompiledForeach,
+        elements: &[Value],
+        ctx: &mut Context,
+        nesting: usize,
+        delete: bool,
+    ) -> (Option<RuleResponse>, usize) {
+        let mut applied = 0;
+        let n = elements.len();
+        for (index, element) in elements.iter().enumerate() {
+            if element.is_null() {
+                continue;
+            }
+            let mut saved = ctx.set_element(element, index, nesting);
+            for (k, vals) in self.foreach_values {
+                if let Some(v) = vals.get(index) {
+                    saved.absorb(ctx.set_path(k, v.clone()));
+                }
+            }
+            let is_map = element.is_object();
+            let scoped = match f.element_scope {
+                Some(true) if !is_map => {
+                    ctx.restore(saved);
+                    return (
+                        Some(self.resp(Status::Error, format!("failed to process foreach: cannot use elementScope=true foreach rules for elements that are not maps, expected type=map got type={}", verno_jmespath::value::type_name(element)))),
+                        applied,
+                    );
+                }
+                Some(s) => s,
+                None => is_map,
+            };
+            let r = self.foreach_one(f, element, scoped, ctx, nesting, delete, &mut saved);
+            ctx.restore(saved);
+            match r {
+                None => continue,
+                Some(r) if r.status == Status::Skip => continue,
+                Some(r) if r.status == Status::Pass => applied += 1,
+                Some(r) if r.status == Status::Error => {
+                    if index + 1 < n {
+                        continue;
+                    }
+                    return (Some(self.resp(Status::Error, format!("validation failure: {}", r.message))), applied);
+                }
+                Some(r) => {
+                    return (Some(self.resp(Status::Fail, format!("validation failure: {}", r.message))), applied);
+                }
+            }
+        }
+        (Some(self.resp(Status::Pass, "")), applied)
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn foreach_one(
+        &mut self,
+        f: &CompiledForeach,
+        element: &Value,
+        scoped: bool,
+        ctx: &mut Context,
+        nesting: usize,
+        delete: bool,
+        saved: &mut Saved,
+    ) -> Option<RuleResponse> {
+        if let Err(e) = load_context(&f.context, ctx, self.data, self.provided, self.policy, saved) {
+            return Some(self.resp(Status::Error, format!("failed to load context: {e}")));
+        }
+        if let Some(pre) = &f.preconditions {
+            match pre.evaluate(ctx) {
+                Err(e) => return Some(self.resp(Status::Skip, format!("failed to evaluate preconditions: {e}"))),
+                Ok((false, _)) => return Some(self.resp(Status::Skip, "preconditions not met")),
+                Ok((true, _)) => {}
+            }
+        }
+        let target: &Value = if scoped { element } else { self.subject };
+        self.validate(&f.check, target, ctx, nesting + 1, delete)
+    }
+}
