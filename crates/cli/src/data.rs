@@ -39,7 +39,7 @@ impl CliHost {
         let resource = resource.to_lowercase();
         self.objects.iter().filter(move |o| {
             let kind = str_at(o, "/kind");
-            (verno_engine::matching::plural(kind) == resource || kind.to_lowercase() == resource)
+            (verno_engine::plural(kind) == resource || kind.to_lowercase() == resource)
                 && (api_version.is_empty() || str_at(o, "/apiVersion") == api_version)
         })
     }
@@ -111,7 +111,7 @@ fn find_mock<'a>(mocks: &'a [Value], method: &str, url: &str) -> Option<&'a Valu
 /// An image reference in full (`nginx` is `docker.io/nginx:latest`), to match references that
 /// spell the same image differently.
 fn norm_image(r: &str) -> String {
-    verno_engine::images::image_info(r, "")
+    verno_engine::image_info(r, "")
         .and_then(|i| i.get("reference").and_then(Value::as_str).map(str::to_string))
         .unwrap_or_else(|| r.to_string())
 }
@@ -168,7 +168,7 @@ impl CliData {
     }
 }
 
-use verno_engine::matching::plural;
+use verno_engine::plural;
 
 impl Data for CliData {
     fn resource_values(&self, policy: &str, resource: &str) -> Vec<(String, Value)> {
@@ -185,7 +185,7 @@ impl Data for CliData {
         }
         for n in &self.values.namespaces {
             if n.pointer("/metadata/name").and_then(Value::as_str) == Some(ns) {
-                return Some(verno_engine::matching::labels_of(n));
+                return Some(verno_engine::labels_of(n));
             }
         }
         None

@@ -9,7 +9,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 use verno_engine::PolicySet;
-use verno_engine::matching::string_map;
+use verno_engine::string_map;
 use verno_server::{Config, Loader, TlsSource};
 
 #[derive(Debug, Clone, clap::Args)]

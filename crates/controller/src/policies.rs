@@ -10,7 +10,7 @@ use kube::discovery::ApiResource;
 use serde_json::{Value, json};
 use std::collections::HashMap;
 use std::sync::Arc;
-use verno_engine::policy::RuleBody;
+use verno_engine::RuleBody;
 use verno_engine::{Compiled, CompiledException, CompiledPolicy, DocumentError, Kind, NamespaceLabels, PolicySet};
 
 /// The API resource (served version and plural) Verno watches for a kind.
@@ -25,7 +25,7 @@ pub fn resource(kind: Kind) -> ApiResource {
         version: version.into(),
         api_version: format!("{group}/{version}"),
         kind: kind.name().into(),
-        plural: verno_engine::matching::plural(kind.name()),
+        plural: verno_engine::plural(kind.name()),
     }
 }
 

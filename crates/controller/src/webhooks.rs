@@ -14,7 +14,7 @@ use kube::discovery::ApiResource;
 use serde_json::{Value, json};
 use std::collections::{BTreeMap, BTreeSet};
 use verno_engine::CompiledPolicy;
-use verno_engine::policy::RuleBody;
+use verno_engine::RuleBody;
 use verno_engine::{Hook, Kind, PolicySet, fail_closed};
 
 /// The `policies.kyverno.io` resources Verno serves and validates.
@@ -151,7 +151,7 @@ const KINDS: &[(&str, &str, &str, &str)] = &[
 const OPERATIONS: [&str; 4] = ["CREATE", "UPDATE", "DELETE", "CONNECT"];
 
 /// (group, version, resource) for one scope entry.
-fn resources(s: &verno_engine::matching::WebhookScope) -> Vec<(String, String, String)> {
+fn resources(s: &verno_engine::WebhookScope) -> Vec<(String, String, String)> {
     let with_sub = |plural: &str| match s.subresource.as_str() {
         "" => plural.to_string(),
         sub => format!("{plural}/{sub}"),
@@ -169,7 +169,7 @@ fn resources(s: &verno_engine::matching::WebhookScope) -> Vec<(String, String, S
             let v = if s.version == "*" { (*v).to_string() } else { s.version.clone() };
             vec![(g, v, with_sub(plural))]
         }
-        None => vec![(s.group.clone(), s.version.clone(), with_sub(&verno_engine::matching::plural(kind)))],
+        None => vec![(s.group.clone(), s.version.clone(), with_sub(&verno_engine::plural(kind)))],
     }
 }
 

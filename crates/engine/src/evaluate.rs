@@ -235,6 +235,7 @@ impl<'r> Sequence<'r> {
     }
 }
 
+#[cfg(test)]
 /// Evaluates every rule of one policy against one request.
 pub fn evaluate_policy(
     policy: &CompiledPolicy,

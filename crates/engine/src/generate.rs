@@ -369,7 +369,9 @@ pub(crate) fn compile_generation(g: &verno_api::Generation, path: &str) -> Resul
 
 #[cfg(test)]
 mod tests {
-    use crate::{NoData, Request, Status, build_context, compile_policy, evaluate_policy};
+    use crate::evaluate::{build_context, evaluate_policy};
+    use crate::policy::compile_policy;
+    use crate::{NoData, Request, Status};
     use serde_json::{Value, json};
 
     fn run(policy: Value, trigger: &Value) -> Vec<crate::RuleResponse> {

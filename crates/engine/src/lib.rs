@@ -1,43 +1,54 @@
 //! Verno's policy engine: pure, compile once, evaluate many.
 //!
-//! [`compile_policy`] turns a `kyverno.io` ClusterPolicy/Policy into an immutable
-//! [`CompiledPolicy`] (templates, JMESPath, matchers, conditions and autogen rules parsed once).
-//! [`evaluate_policy`] runs it on a [`Request`] and returns a [`PolicyResponse`]. Nothing here
-//! touches the network, the filesystem, the environment or the clock; outside data comes in
-//! through the [`Data`] port and [`verno_jmespath::Env`].
+//! The front door has two halves. [`compile`] turns any policy document Verno knows (a
+//! [`Kind`]) into a [`CompiledPolicy`] or [`CompiledException`]: templates, JMESPath, CEL,
+//! matchers, conditions and autogen rules parsed once, errors with their field path. A
+//! [`PolicySet`] holds what is in force; [`PolicySet::evaluate`] (or [`PolicySet::review`] for an
+//! AdmissionRequest) runs one request through the phases in Kyverno's order and returns one
+//! [`Outcome`]. The CLI, the webhook and the controllers call nothing else to evaluate.
+//!
+//! Nothing here touches the network, the filesystem, the environment or the clock (the crate's
+//! `clippy.toml` forbids them); outside data comes in through the [`Data`] port and
+//! [`verno_jmespath::Env`], and time is measured by callers through an [`Observer`].
+//!
+//! Inside, by layer: `document` (the kind → compiler table), `policy` (a compiled policy and
+//! its rules), one module per rule kind (`validate`, `mutate`, `generate`, with `pss`,
+//! `pattern`, `anchor`, `smp`, `jsonpatch` under them), the CEL kinds (`vpol`, `mpol`),
+//! `context_entry`, `condition`, `template`, `matching`, `autogen`; `evaluate` runs one policy's
+//! rules, `set` runs a request through every policy, `verdict` words the answer.
 
-pub mod anchor;
-pub mod autogen;
-pub mod condition;
-pub mod context;
+mod anchor;
+mod autogen;
+mod condition;
+mod context;
 mod context_entry;
 mod document;
-pub mod error;
-pub mod evaluate;
-pub mod generate;
-pub mod images;
+mod error;
+mod evaluate;
+mod generate;
+mod images;
 pub mod jsonpatch;
-pub mod matching;
-pub mod mpol;
-pub mod mutate;
-pub mod outcome;
-pub mod pattern;
-pub mod policy;
-pub mod pss;
+mod matching;
+mod mpol;
+mod mutate;
+mod outcome;
+mod pattern;
+mod policy;
+mod pss;
 mod set;
-pub mod smp;
-pub mod template;
+mod smp;
+mod template;
 mod validate;
 mod verdict;
-pub mod vpol;
+mod vpol;
 
-pub use context::Context;
 pub use document::{Compiled, DocumentError, compile, compile_stored};
 pub use error::{CompileError, EvalError};
-pub use evaluate::{Data, Loaded, NoData, Phase, Request, Sequence, build_context, evaluate_phase, evaluate_policy};
-pub use matching::RequestUser;
+pub use evaluate::{Data, Loaded, NoData, Phase, Request};
+pub use images::image_info;
+pub use matching::{Matcher, RequestUser, WebhookScope, labels_of, plural, string_map};
 pub use outcome::{NotApplied, PolicyResponse, RuleResponse, RuleType, Status};
-pub use policy::{Action, CompiledException, CompiledPolicy, compile_cel_exception, compile_exception, compile_policy};
+pub use policy::{Action, CompiledException, CompiledPolicy, CompiledRule, RuleBody};
 pub use set::{
     Filter, Hook, Labels, NamespaceLabels, Observer, Outcome, PolicyMeta, PolicySet, Route, Scope, fail_closed,
 };

@@ -652,7 +652,9 @@ mod tests {
 
 #[cfg(test)]
 mod rule_tests {
-    use crate::{NoData, Request, Status, build_context, compile_policy, evaluate_policy};
+    use crate::evaluate::{build_context, evaluate_policy};
+    use crate::policy::compile_policy;
+    use crate::{NoData, Request, Status};
     use serde_json::{Value, json};
 
     fn run(mutate: Value, pod: &Value) -> (Vec<crate::RuleResponse>, Option<Value>) {

@@ -305,10 +305,10 @@ impl Metrics {
             let [mode, ty, bg, ns, name] = policy_labels(p);
             for r in &p.rules {
                 let rt = match &r.body {
-                    verno_engine::policy::RuleBody::Validate(_) => "validate",
-                    verno_engine::policy::RuleBody::Mutate(_) => "mutate",
-                    verno_engine::policy::RuleBody::Generate(_) => "generate",
-                    verno_engine::policy::RuleBody::Unsupported { .. } => "imageVerify",
+                    verno_engine::RuleBody::Validate(_) => "validate",
+                    verno_engine::RuleBody::Mutate(_) => "mutate",
+                    verno_engine::RuleBody::Generate(_) => "generate",
+                    verno_engine::RuleBody::Unsupported { .. } => "imageVerify",
                 };
                 rules.push([
                     mode.clone(),
