@@ -1,4 +1,4 @@
-//! Serving certificates in Secrets, Kyverno's two-Secret contract (design §3):
+//! Serving certificates in Secrets, Kyverno's two-Secret contract:
 //! `<svc>.<ns>.svc.verno-tls-ca` holds the CA (every trusted CA certificate in `tls.crt`, the
 //! current key in `tls.key`) and `<svc>.<ns>.svc.verno-tls-pair` the serving pair.
 //!

@@ -1,4 +1,4 @@
-//! `verno manifests`: the plain-YAML install (design §1 L0, §6).
+//! `verno manifests`: the plain-YAML install.
 //!
 //! The webhook configurations come first, so `kubectl delete -f` removes them before anything
 //! else. Their entries carry everything but `rules` and `caBundle` (which Verno owns): a fresh
@@ -245,7 +245,7 @@ fn labels() -> Value {
     json!({"app.kubernetes.io/name": "verno", "app.kubernetes.io/part-of": "verno", "app.kubernetes.io/component": "admission-controller"})
 }
 
-/// The API server's own filters on every entry (design §1 (b)).
+/// The API server's own filters on every entry.
 pub fn match_conditions(namespace: &str) -> Value {
     json!([
         {"name": "exclude-nodes-and-csrs", "expression": "!(request.resource.group == '' && request.resource.resource == 'nodes') && !(request.resource.group == 'certificates.k8s.io' && request.resource.resource == 'certificatesigningrequests')"},
@@ -340,7 +340,7 @@ pub fn render(v: &Values) -> Vec<Value> {
     docs.extend([
         json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns, "labels": labels()}}),
         json!({"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": SERVICE_ACCOUNT, "namespace": ns, "labels": labels()}}),
-        // The ClusterRole is also the webhook configurations' owner (design §1 L2).
+        // The ClusterRole is also the webhook configurations' owner.
         json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole", "metadata": {"name": CLUSTER_ROLE, "labels": labels()},
             "rules": [
                 {"apiGroups": ["kyverno.io"], "resources": ["clusterpolicies", "policies", "policyexceptions"], "verbs": ["get", "list", "watch"]},

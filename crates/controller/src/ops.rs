@@ -1,4 +1,4 @@
-//! Operator escape hatches: `verno break-glass` and `verno doctor` (design §1 (e), L6).
+//! Operator escape hatches: `verno break-glass` and `verno doctor`.
 //!
 //! Webhook configurations are never sent to admission webhooks by the API server, so these
 //! always work, even when Verno is down and its entries are fail-closed.

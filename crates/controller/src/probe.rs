@@ -1,4 +1,4 @@
-//! The end-to-end probe (design §1 (d), after Kyverno's verify webhook).
+//! The end-to-end probe, after Kyverno's verify webhook.
 //!
 //! Readiness only says a replica is up; it cannot say whether the API server can reach it
 //! (Service, endpoints, network policy, caBundle). So the leader updates a Lease in Verno's

@@ -1,5 +1,4 @@
-//! The webhook configurations' `rules`, `caBundle` and owner, kept in step with the policy set
-//! (design §1, layers L1 and L5).
+//! The webhook configurations' `rules`, `caBundle` and owner, kept in step with the policy set.
 //!
 //! The installer (chart or `verno manifests`) owns the configuration objects and every field
 //! of their entries but these three. Verno writes them by server-side apply under the field

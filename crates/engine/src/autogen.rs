@@ -1,4 +1,4 @@
-//! Autogen: rules written for Pods also cover the Pod controllers (spec §5). Rules are derived
+//! Autogen: rules written for Pods also cover the Pod controllers. Rules are derived
 //! at compile time: `autogen-<rule>` for Deployment, DaemonSet, Job, StatefulSet, ReplicaSet and
 //! ReplicationController, and `autogen-cronjob-<rule>` for CronJob.
 

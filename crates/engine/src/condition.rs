@@ -1,5 +1,5 @@
 //! Conditions (`preconditions`, `deny`, exception `conditions`): operators with Kyverno's exact
-//! coercions (spec §4), and any/all evaluation with messages.
+//! coercions, and any/all evaluation with messages.
 
 use crate::context::Context;
 use crate::error::{CompileError, EvalError};

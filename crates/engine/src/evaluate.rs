@@ -1,5 +1,5 @@
 //! The per-request pipeline: for each rule of a policy, match/exclude → context → preconditions
-//! → exceptions → handler (spec §1.9). Evaluation is pure: data from outside arrives through the
+//! → exceptions → handler. Evaluation is pure: data from outside arrives through the
 //! [`Data`] port and the request.
 
 use crate::context::{Context, Saved};

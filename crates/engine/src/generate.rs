@@ -1,4 +1,4 @@
-//! Generate rules (spec §1.7): build the downstream objects from `data`, a `clone` source or a
+//! Generate rules: build the downstream objects from `data`, a `clone` source or a
 //! `cloneList`, with Kyverno's labels. Creating them in a cluster (and keeping them in sync) is
 //! the controller's job; here they are data in the rule response.
 

@@ -1,5 +1,5 @@
 //! `match` / `exclude`: kind selectors, names, namespaces, annotations, label and namespace
-//! selectors (with wildcards), operations and user info (spec §1.3). Compiled once per rule.
+//! selectors (with wildcards), operations and user info. Compiled once per rule.
 
 use crate::error::CompileError;
 use std::borrow::Cow;

@@ -1,5 +1,5 @@
-//! Mutate rules: Kyverno's anchor pre-processing of strategic merge patches (spec §2.6),
-//! `patchesJson6902`, and `foreach` (spec §3.5). The patching itself lives in [`crate::smp`]
+//! Mutate rules: Kyverno's anchor pre-processing of strategic merge patches,
+//! `patchesJson6902`, and `foreach`. The patching itself lives in [`crate::smp`]
 //! and [`crate::jsonpatch`].
 
 use crate::anchor::{self, Anchor};

@@ -1,5 +1,5 @@
 //! Validate `pattern` matching: Kyverno's overlay semantics with anchors, wildcards, operators,
-//! durations and quantities (spec §2). Paths are slash-joined and end with `/`.
+//! durations and quantities. Paths are slash-joined and end with `/`.
 
 use crate::anchor::{self, Anchor};
 use serde_json::Value;

@@ -1,6 +1,6 @@
 //! An in-memory Kubernetes API server for tests: the real `kube::Client` talks HTTP to it.
 //!
-//! What it models (see `../shared/research/in-cluster-design.md` §4):
+//! What it models:
 //! - one global resourceVersion, bumped by every write, like the etcd revision;
 //! - get / list / create / replace / patch / delete, with `Status` errors (404, 409
 //!   AlreadyExists and Conflict on a stale resourceVersion, 400, 415, 422 for webhook

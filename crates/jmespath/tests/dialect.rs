@@ -1,4 +1,4 @@
-//! Kyverno's JMESPath dialect, pinned on the vectors from the semantics spec §3.3.
+//! Kyverno's JMESPath dialect, pinned on the behaviour Kyverno documents.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic, clippy::indexing_slicing, clippy::disallowed_methods)] // a test fails by panicking and may read files and clocks
 
 use serde_json::{Value, json};
