@@ -1,6 +1,7 @@
 //! Context entries (`variable`, `configMap`, `apiCall`, `globalReference`, `imageRegistry`):
 //! compiled with the policy, loaded into the request's context before a rule (or a foreach
 //! element, or a mutate target) runs. Data from outside comes through the [`Data`] port.
+use crate::condition::CompiledConditions;
 use crate::context::{Context, Saved};
 use crate::error::CompileError;
 use crate::evaluate::{Data, Loaded};
@@ -140,11 +141,9 @@ fn render_jmes<'f>(f: &'f JmesField, ctx: &Context, delete: bool) -> Result<Cow<
         }
         JmesField::Templated(t) => {
             let s = t.render(ctx, "").map_err(|e| e.to_string())?;
-            let mut s = s.as_str().unwrap_or_default().to_string();
-            if delete {
-                s = s.replace("request.object", "request.oldObject");
-            }
-            Expression::compile(&s).map(Cow::Owned).map_err(|e| format!("invalid JMESPath {s:?}: {e}"))
+            let s = s.as_str().unwrap_or_default();
+            let e = Expression::compile(s).map_err(|e| format!("invalid JMESPath {s:?}: {e}"))?;
+            Ok(Cow::Owned(if delete { crate::policy::delete_reading(&e).unwrap_or(e) } else { e }))
         }
     }
 }
@@ -266,4 +265,36 @@ pub(crate) fn load_context(
         }
     }
     Ok(())
+}
+
+/// Why a scope step stopped short.
+pub(crate) enum Stop {
+    /// A context entry could not be loaded.
+    Context(String),
+    /// The preconditions could not be evaluated.
+    Preconditions(String),
+    /// The preconditions do not hold.
+    NotMet,
+}
+
+/// The step every nested scope takes once its element (or target) is bound: load its context
+/// entries (recorded in `saved`, for the caller to restore), then check its preconditions.
+/// Foreach elements of validate, mutate and generate rules and mutate-existing targets go
+/// through here; each words the stop in Kyverno's message for its place.
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn enter(
+    entries: &[CompiledContextEntry],
+    preconditions: Option<&CompiledConditions>,
+    ctx: &mut Context,
+    data: &dyn Data,
+    provided: &[String],
+    policy: &CompiledPolicy,
+    saved: &mut Saved,
+) -> Result<(), Stop> {
+    load_context(entries, ctx, data, provided, policy, saved).map_err(Stop::Context)?;
+    match preconditions.map(|p| p.evaluate(ctx)) {
+        None | Some(Ok((true, _))) => Ok(()),
+        Some(Ok((false, _))) => Err(Stop::NotMet),
+        Some(Err(e)) => Err(Stop::Preconditions(e.to_string())),
+    }
 }

@@ -4,7 +4,7 @@
 
 use crate::condition::CompiledConditions;
 use crate::context::Context;
-use crate::context_entry::{CompiledContextEntry, compile_context, load_context};
+use crate::context_entry::{CompiledContextEntry, Stop, compile_context, enter};
 use crate::error::CompileError;
 use crate::evaluate::Data;
 use crate::outcome::{RuleResponse, RuleType, Status};
@@ -207,14 +207,13 @@ pub(crate) fn generate(
             }
             let mut saved = ctx.set_element(element, index, 0);
             let step = (|| {
-                load_context(&f.context, ctx, data, provided, policy, &mut saved)
-                    .map_err(|e| format!("failed to load generate.foreach[{i}].context: {e}"))?;
-                if let Some(pre) = &f.preconditions {
-                    match pre.evaluate(ctx) {
-                        Err(e) => return Err(format!("failed to evaluate generate.foreach[{i}].preconditions: {e}")),
-                        Ok((false, _)) => return Ok(Vec::new()),
-                        Ok((true, _)) => {}
+                match enter(&f.context, f.preconditions.as_ref(), ctx, data, provided, policy, &mut saved) {
+                    Ok(()) => {}
+                    Err(Stop::Context(e)) => return Err(format!("failed to load generate.foreach[{i}].context: {e}")),
+                    Err(Stop::Preconditions(e)) => {
+                        return Err(format!("failed to evaluate generate.foreach[{i}].preconditions: {e}"));
                     }
+                    Err(Stop::NotMet) => return Ok(Vec::new()),
                 }
                 builder.build(&f.target, ctx)
             })();

@@ -5,7 +5,7 @@
 use crate::anchor::{self, Anchor};
 use crate::condition::CompiledConditions;
 use crate::context::Context;
-use crate::context_entry::{CompiledContextEntry, compile_context, load_context};
+use crate::context_entry::{CompiledContextEntry, Stop, compile_context, enter};
 use crate::error::CompileError;
 use crate::evaluate::Data;
 use crate::outcome::{RuleResponse, RuleType, Status};
@@ -349,19 +349,26 @@ impl Mutator<'_> {
                 }
                 let mut saved = ctx.set("target", candidate.clone());
                 let outcome = (|| {
-                    if let Err(e) = load_context(&t.context, ctx, self.data, self.provided, self.policy, &mut saved) {
-                        return Err(self.resp(Status::Error, format!("failed to load target context: {e}")));
-                    }
-                    if let Some(pre) = &t.preconditions {
-                        match pre.evaluate(ctx) {
-                            Err(e) => {
-                                return Err(
-                                    self.resp(Status::Error, format!("failed to evaluate target preconditions: {e}"))
-                                );
-                            }
-                            Ok((false, _)) => return Ok(None),
-                            Ok((true, _)) => {}
+                    let entered = enter(
+                        &t.context,
+                        t.preconditions.as_ref(),
+                        ctx,
+                        self.data,
+                        self.provided,
+                        self.policy,
+                        &mut saved,
+                    );
+                    match entered {
+                        Ok(()) => {}
+                        Err(Stop::Context(e)) => {
+                            return Err(self.resp(Status::Error, format!("failed to load target context: {e}")));
                         }
+                        Err(Stop::Preconditions(e)) => {
+                            return Err(
+                                self.resp(Status::Error, format!("failed to evaluate target preconditions: {e}"))
+                            );
+                        }
+                        Err(Stop::NotMet) => return Ok(None),
                     }
                     let (r, v) = self.run(&m.patches, &m.foreach, &candidate, ctx);
                     if r.status == Status::Error {
@@ -410,22 +417,26 @@ impl Mutator<'_> {
                 let mut saved = ctx.set_element(element, index, nesting);
                 let base = cur.as_ref().unwrap_or(resource);
                 let step = (|| {
-                    if let Err(e) = load_context(&f.context, ctx, self.data, self.provided, self.policy, &mut saved) {
-                        return Err(
-                            self.resp(Status::Error, format!("failed to load to mutate.foreach[{index}].context: {e}"))
-                        );
-                    }
-                    if let Some(pre) = &f.preconditions {
-                        match pre.evaluate(ctx) {
-                            Err(e) => {
-                                return Err(self.resp(
-                                    Status::Error,
-                                    format!("failed to evaluate mutate.foreach[{index}].preconditions: {e}"),
-                                ));
-                            }
-                            Ok((false, _)) => return Ok(None),
-                            Ok((true, _)) => {}
+                    let entered = enter(
+                        &f.context,
+                        f.preconditions.as_ref(),
+                        ctx,
+                        self.data,
+                        self.provided,
+                        self.policy,
+                        &mut saved,
+                    );
+                    match entered {
+                        Ok(()) => {}
+                        Err(Stop::Context(e)) => {
+                            let msg = format!("failed to load to mutate.foreach[{index}].context: {e}");
+                            return Err(self.resp(Status::Error, msg));
                         }
+                        Err(Stop::Preconditions(e)) => {
+                            let msg = format!("failed to evaluate mutate.foreach[{index}].preconditions: {e}");
+                            return Err(self.resp(Status::Error, msg));
+                        }
+                        Err(Stop::NotMet) => return Ok(None),
                     }
                     if !f.nested.is_empty() {
                         return self.foreach(&f.nested, base, ctx, nesting + 1);

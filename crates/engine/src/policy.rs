@@ -216,16 +216,19 @@ pub struct Query {
     pub delete: Option<Expression>,
 }
 
+/// The DELETE reading of an expression: `request.object` read as `request.oldObject`, on the
+/// parsed tree (a string that merely contains the words is left alone); `None` when the
+/// expression does not read `request.object`.
+pub(crate) fn delete_reading(expr: &Expression) -> Option<Expression> {
+    expr.with_root_field_renamed("request", "object", "oldObject")
+}
+
 impl Query {
     pub fn compile(src: &str, path: &str) -> Result<Query, CompileError> {
         let s = src.trim();
         let s = s.strip_prefix("{{").and_then(|x| x.strip_suffix("}}")).map(str::trim).unwrap_or(s);
         let expr = Expression::compile(s).map_err(|e| CompileError::new(path, format!("invalid JMESPath: {e}")))?;
-        let delete = if s.contains("request.object") {
-            Expression::compile(&s.replace("request.object", "request.oldObject")).ok()
-        } else {
-            None
-        };
+        let delete = delete_reading(&expr);
         Ok(Query { expr, delete })
     }
 

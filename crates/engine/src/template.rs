@@ -70,11 +70,7 @@ impl Template {
                 (None, None)
             } else {
                 let e = Expression::compile(&query).map_err(|e| format!("incorrect query {query}: {e}"))?;
-                let d = if query.contains("request.object") {
-                    Expression::compile(&query.replace("request.object", "request.oldObject")).ok()
-                } else {
-                    None
-                };
+                let d = crate::policy::delete_reading(&e);
                 (Some(e), d)
             };
             vars.push(Var { raw, query, shallow, expr, delete_expr });

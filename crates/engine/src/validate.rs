@@ -2,7 +2,7 @@
 //! `podSecurity`, `cel`) and their evaluation with Kyverno's messages and failure paths.
 use crate::condition::CompiledConditions;
 use crate::context::{Context, Saved};
-use crate::context_entry::{CompiledContextEntry, compile_context, load_context};
+use crate::context_entry::{CompiledContextEntry, Stop, compile_context, enter};
 use crate::error::CompileError;
 use crate::evaluate::{Data, cel_env};
 use crate::outcome::{RuleResponse, RuleType, Status};
@@ -476,15 +476,13 @@ impl ValidateCtx<'_> {
         delete: bool,
         saved: &mut Saved,
     ) -> Option<RuleResponse> {
-        if let Err(e) = load_context(&f.context, ctx, self.data, self.provided, self.policy, saved) {
-            return Some(self.resp(Status::Error, format!("failed to load context: {e}")));
-        }
-        if let Some(pre) = &f.preconditions {
-            match pre.evaluate(ctx) {
-                Err(e) => return Some(self.resp(Status::Skip, format!("failed to evaluate preconditions: {e}"))),
-                Ok((false, _)) => return Some(self.resp(Status::Skip, "preconditions not met")),
-                Ok((true, _)) => {}
+        match enter(&f.context, f.preconditions.as_ref(), ctx, self.data, self.provided, self.policy, saved) {
+            Ok(()) => {}
+            Err(Stop::Context(e)) => return Some(self.resp(Status::Error, format!("failed to load context: {e}"))),
+            Err(Stop::Preconditions(e)) => {
+                return Some(self.resp(Status::Skip, format!("failed to evaluate preconditions: {e}")));
             }
+            Err(Stop::NotMet) => return Some(self.resp(Status::Skip, "preconditions not met")),
         }
         let target: &Value = if scoped { element } else { self.subject };
         self.validate(&f.check, target, ctx, nesting + 1, delete)

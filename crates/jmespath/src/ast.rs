@@ -48,6 +48,58 @@ pub enum Ast {
 }
 
 impl Ast {
+    /// A copy where every node `f` replaces is replaced (the replacement is not visited
+    /// again), or `None` when `f` replaced nothing.
+    pub fn rewrite(&self, f: &dyn Fn(&Ast) -> Option<Ast>) -> Option<Ast> {
+        if let Some(new) = f(self) {
+            return Some(new);
+        }
+        // Children rewritten; `changed` says whether any was.
+        let one = |a: &Ast| a.rewrite(f);
+        let pair = |a: &Ast, b: &Ast| -> Option<(Box<Ast>, Box<Ast>)> {
+            match (one(a), one(b)) {
+                (None, None) => None,
+                (x, y) => Some((Box::new(x.unwrap_or_else(|| a.clone())), Box::new(y.unwrap_or_else(|| b.clone())))),
+            }
+        };
+        let list = |xs: &[Ast]| -> Option<Vec<Ast>> {
+            let new: Vec<Option<Ast>> = xs.iter().map(one).collect();
+            new.iter()
+                .any(Option::is_some)
+                .then(|| new.into_iter().zip(xs).map(|(n, x)| n.unwrap_or_else(|| x.clone())).collect())
+        };
+        match self {
+            Ast::Identity | Ast::Field(_) | Ast::Index(_) | Ast::Slice { .. } | Ast::Literal(_) => None,
+            Ast::Subexpr(a, b) => pair(a, b).map(|(a, b)| Ast::Subexpr(a, b)),
+            Ast::Projection(a, b) => pair(a, b).map(|(a, b)| Ast::Projection(a, b)),
+            Ast::ValueProjection(a, b) => pair(a, b).map(|(a, b)| Ast::ValueProjection(a, b)),
+            Ast::FilterProjection { lhs, rhs, cond } => {
+                let (l, r, c) = (one(lhs), one(rhs), one(cond));
+                if l.is_none() && r.is_none() && c.is_none() {
+                    return None;
+                }
+                Some(Ast::FilterProjection {
+                    lhs: Box::new(l.unwrap_or_else(|| (**lhs).clone())),
+                    rhs: Box::new(r.unwrap_or_else(|| (**rhs).clone())),
+                    cond: Box::new(c.unwrap_or_else(|| (**cond).clone())),
+                })
+            }
+            Ast::Flatten(a) => one(a).map(|a| Ast::Flatten(Box::new(a))),
+            Ast::MultiList(xs) => list(xs).map(Ast::MultiList),
+            Ast::MultiHash(xs) => {
+                let values: Vec<Ast> = xs.iter().map(|(_, v)| v.clone()).collect();
+                list(&values).map(|new| Ast::MultiHash(xs.iter().map(|(k, _)| k.clone()).zip(new).collect()))
+            }
+            Ast::Call(func, args) => list(args).map(|args| Ast::Call(func, args)),
+            Ast::Expref(a) => one(a).map(|a| Ast::Expref(Box::new(a))),
+            Ast::Not(a) => one(a).map(|a| Ast::Not(Box::new(a))),
+            Ast::And(a, b) => pair(a, b).map(|(a, b)| Ast::And(a, b)),
+            Ast::Or(a, b) => pair(a, b).map(|(a, b)| Ast::Or(a, b)),
+            Ast::Compare(c, a, b) => pair(a, b).map(|(a, b)| Ast::Compare(*c, a, b)),
+            Ast::Pipe(a, b) => pair(a, b).map(|(a, b)| Ast::Pipe(a, b)),
+        }
+    }
+
     /// A readable S-expression form, used by `verno jp parse`.
     pub fn sexpr(&self) -> String {
         match self {

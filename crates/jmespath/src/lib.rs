@@ -66,6 +66,23 @@ impl Expression {
         &self.ast
     }
 
+    /// The expression with `root.field` (a path from the root of the data) read as
+    /// `root.renamed`, rewritten on the tree; `None` when the expression never reads it. Kyverno
+    /// reads `request.object` as `request.oldObject` on DELETE this way.
+    pub fn with_root_field_renamed(&self, root: &str, field: &str, renamed: &str) -> Option<Expression> {
+        let rename = |a: &Ast| match a {
+            Ast::Subexpr(l, r)
+                if matches!(&**l, Ast::Field(f) if f == root) && matches!(&**r, Ast::Field(f) if f == field) =>
+            {
+                Some(Ast::Subexpr(l.clone(), Box::new(Ast::Field(renamed.to_string()))))
+            }
+            _ => None,
+        };
+        let ast = self.ast.rewrite(&rename)?;
+        let source = self.source.replace(&format!("{root}.{field}"), &format!("{root}.{renamed}"));
+        Some(Expression { source, ast })
+    }
+
     /// Evaluates against `data`; the result may borrow from it.
     pub fn search<'a>(&self, data: &'a Value, env: &dyn Env) -> Result<Cow<'a, Value>, RuntimeError> {
         interpreter::eval(&self.ast, data, env)

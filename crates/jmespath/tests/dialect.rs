@@ -131,3 +131,27 @@ fn missing_key_before_a_flatten_is_null_not_an_error() {
     assert_eq!(ok("request.object.spec.missing[*].name"), Value::Null);
     assert_eq!(ok("request.object.spec.missing[] || `[]`"), json!([]));
 }
+
+#[test]
+fn delete_reading_renames_the_path_on_the_tree_not_in_strings() {
+    let rename = |src: &str| {
+        verno_jmespath::Expression::compile(src)
+            .unwrap()
+            .with_root_field_renamed("request", "object", "oldObject")
+            .map(|e| e.ast().sexpr())
+    };
+    let parsed = |src: &str| verno_jmespath::Expression::compile(src).unwrap().ast().sexpr();
+    assert_eq!(rename("request.object.metadata.name"), Some(parsed("request.oldObject.metadata.name")));
+    assert_eq!(
+        rename("request.object.spec.containers[?name == 'request.object'].image | [0]"),
+        Some(parsed("request.oldObject.spec.containers[?name == 'request.object'].image | [0]"))
+    );
+    assert_eq!(
+        rename("length(request.object.spec.containers)"),
+        Some(parsed("length(request.oldObject.spec.containers)"))
+    );
+    // Not a read of the root `request.object`: nothing to rename.
+    assert_eq!(rename("foo.request.object"), None);
+    assert_eq!(rename("'request.object'"), None);
+    assert_eq!(rename("request.operation"), None);
+}
