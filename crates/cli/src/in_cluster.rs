@@ -19,8 +19,8 @@ impl Serving for Webhook {
     fn current(&self) -> Arc<PolicySet> {
         self.0.current()
     }
-    fn set_certificate(&self, cert_pem: &[u8], key_pem: &[u8]) -> Result<(), String> {
-        self.0.set_certificate(cert_pem, key_pem)
+    fn set_certificate(&self, cert_pem: &[u8], key_pem: &[u8]) -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
+        Ok(self.0.set_certificate(cert_pem, key_pem)?)
     }
     fn set_ready(&self, part: ReadyPart, done: bool) {
         let part = match part {
@@ -39,7 +39,7 @@ impl Serving for Webhook {
 
 /// The admission server for in-cluster mode: an empty policy set, no watched files, and a
 /// throwaway certificate until the controller loads the real one (readiness says so).
-pub async fn start_server(mut cfg: verno_server::Config) -> Result<Arc<Running>, String> {
+pub async fn start_server(mut cfg: verno_server::Config) -> anyhow::Result<Arc<Running>> {
     let ca = certs::new_ca(Duration::from_secs(3600))?;
     let placeholder = certs::new_pair(&ca, &["verno-starting".to_string()], Duration::from_secs(3600))?;
     cfg.tls = verno_server::TlsSource::Pem { cert: placeholder.cert, key: placeholder.key };
@@ -52,7 +52,7 @@ pub async fn start_replica(
     client: kube::Client,
     cfg: verno_server::Config,
     opts: Options,
-) -> Result<(Arc<Running>, verno_controller::Controller), String> {
+) -> anyhow::Result<(Arc<Running>, verno_controller::Controller)> {
     let server = start_server(cfg).await?;
     let controller = verno_controller::start(client, Arc::new(Webhook(server.clone())), opts).await;
     Ok((server, controller))
@@ -61,10 +61,11 @@ pub async fn start_replica(
 /// `verno serve --kube` until SIGTERM. The server starts on a throwaway certificate and
 /// reports not-ready until the controller has loaded the real one from its Secret and synced
 /// the policies.
-pub async fn run(cfg: verno_server::Config, opts: Options) -> Result<(), String> {
+pub async fn run(cfg: verno_server::Config, opts: Options) -> anyhow::Result<()> {
+    use anyhow::Context as _;
     let client = kube::Client::try_default()
         .await
-        .map_err(|e| format!("cannot reach the Kubernetes API (in-cluster config or kubeconfig): {e}"))?;
+        .context("cannot reach the Kubernetes API (in-cluster config or kubeconfig)")?;
     match client.apiserver_version().await {
         Ok(v) => {
             if let Some(w) = match_conditions_warning(&v.major, &v.minor) {

@@ -170,7 +170,7 @@ pub fn run(args: &ServeArgs) -> i32 {
         return match rt.block_on(crate::in_cluster::run(cfg, opts)) {
             Ok(()) => 0,
             Err(e) => {
-                eprintln!("Error: {e}");
+                eprintln!("Error: {e:#}");
                 2
             }
         };

@@ -59,12 +59,21 @@ pub fn pem_of(s: &Secret) -> Option<Pem> {
     (!cert.is_empty() && !key.is_empty()).then_some(Pem { cert, key })
 }
 
-fn err(e: rcgen::Error) -> String {
-    format!("generating certificates: {e}")
+/// Why a certificate could not be made, read or stored.
+#[derive(Debug, thiserror::Error)]
+pub enum CertError {
+    #[error("generating certificates: {0}")]
+    Generate(#[from] rcgen::Error),
+    #[error("CA key: {0}")]
+    CaKey(#[source] std::str::Utf8Error),
+    #[error(transparent)]
+    Api(#[from] kube::Error),
+    #[error("Secret {0} has no tls.crt / tls.key")]
+    Incomplete(String),
 }
 
-fn ca_params(validity: Duration) -> Result<CertificateParams, String> {
-    let mut p = CertificateParams::new(Vec::<String>::new()).map_err(err)?;
+fn ca_params(validity: Duration) -> Result<CertificateParams, CertError> {
+    let mut p = CertificateParams::new(Vec::<String>::new())?;
     p.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
     p.distinguished_name.push(DnType::CommonName, CA_NAME);
     p.key_usages = vec![KeyUsagePurpose::KeyCertSign, KeyUsagePurpose::CrlSign, KeyUsagePurpose::DigitalSignature];
@@ -99,9 +108,9 @@ fn tls_secret(name: &str, namespace: &str, pem: &Pem, validity: Duration) -> Sec
 }
 
 /// A new self-signed CA.
-pub fn new_ca(validity: Duration) -> Result<Pem, String> {
-    let key = KeyPair::generate().map_err(err)?;
-    let cert = ca_params(validity)?.self_signed(&key).map_err(err)?;
+pub fn new_ca(validity: Duration) -> Result<Pem, CertError> {
+    let key = KeyPair::generate()?;
+    let cert = ca_params(validity)?.self_signed(&key)?;
     Ok(Pem { cert: cert.pem().into_bytes(), key: key.serialize_pem().into_bytes() })
 }
 
@@ -121,23 +130,23 @@ fn pem_certificates(bundle: &[u8]) -> Vec<String> {
 }
 
 /// A new CA certificate for the key in `ca` (same subject), valid for `validity`.
-fn reissue_ca(ca: &Pem, validity: Duration) -> Result<String, String> {
-    let key = KeyPair::from_pem(std::str::from_utf8(&ca.key).map_err(|e| format!("CA key: {e}"))?).map_err(err)?;
-    Ok(ca_params(validity)?.self_signed(&key).map_err(err)?.pem())
+fn reissue_ca(ca: &Pem, validity: Duration) -> Result<String, CertError> {
+    let key = KeyPair::from_pem(std::str::from_utf8(&ca.key).map_err(CertError::CaKey)?)?;
+    Ok(ca_params(validity)?.self_signed(&key)?.pem())
 }
 
 /// A serving pair for `dns_names` signed by the CA key in `ca`.
-pub fn new_pair(ca: &Pem, dns_names: &[String], validity: Duration) -> Result<Pem, String> {
-    let ca_key = KeyPair::from_pem(std::str::from_utf8(&ca.key).map_err(|e| format!("CA key: {e}"))?).map_err(err)?;
+pub fn new_pair(ca: &Pem, dns_names: &[String], validity: Duration) -> Result<Pem, CertError> {
+    let ca_key = KeyPair::from_pem(std::str::from_utf8(&ca.key).map_err(CertError::CaKey)?)?;
     // The issuer is named by its subject and identified by its key: re-deriving the parameters
     // with the same name and key signs certificates that chain to the stored CA certificate.
     let issuer = Issuer::new(ca_params(Duration::from_secs(3600))?, ca_key);
-    let key = KeyPair::generate().map_err(err)?;
-    let mut p = CertificateParams::new(dns_names.to_vec()).map_err(err)?;
+    let key = KeyPair::generate()?;
+    let mut p = CertificateParams::new(dns_names.to_vec())?;
     p.distinguished_name.push(DnType::CommonName, dns_names.last().map(String::as_str).unwrap_or("verno"));
     p.extended_key_usages = vec![ExtendedKeyUsagePurpose::ServerAuth];
     set_validity(&mut p, validity);
-    let cert = p.signed_by(&key, &issuer).map_err(err)?;
+    let cert = p.signed_by(&key, &issuer)?;
     Ok(Pem { cert: cert.pem().into_bytes(), key: key.serialize_pem().into_bytes() })
 }
 
@@ -163,7 +172,7 @@ async fn write_secret(
     validity: Duration,
     resource_version: Option<String>,
     what: &str,
-) -> Result<Option<Secret>, String> {
+) -> Result<Option<Secret>, CertError> {
     let mut secret = tls_secret(name, api.namespace().unwrap_or_default(), pem, validity);
     let result = match resource_version {
         None => api.create(&PostParams::default(), &secret).await,
@@ -178,17 +187,17 @@ async fn write_secret(
             Ok(Some(s))
         }
         Err(kube::Error::Api(e)) if e.code == 409 => Ok(None),
-        Err(e) => Err(e.to_string()),
+        Err(e) => Err(CertError::Api(e)),
     }
 }
 
 /// Makes sure both Secrets exist and the serving pair is fresh (leader only). Returns how many
 /// Secrets were written.
-pub async fn ensure(client: &kube::Client, cfg: &CertConfig) -> Result<usize, String> {
+pub async fn ensure(client: &kube::Client, cfg: &CertConfig) -> Result<usize, CertError> {
     let api: Api<Secret> = Api::namespaced(client.clone(), &cfg.namespace);
     let mut writes = 0;
     let ca_name = cfg.ca_secret();
-    let ca = match api.get_opt(&ca_name).await.map_err(|e| e.to_string())? {
+    let ca = match api.get_opt(&ca_name).await? {
         Some(s) => s,
         None => {
             match write_secret(&api, &ca_name, &new_ca(cfg.ca_validity)?, cfg.ca_validity, None, "CA created").await? {
@@ -196,11 +205,11 @@ pub async fn ensure(client: &kube::Client, cfg: &CertConfig) -> Result<usize, St
                     writes += 1;
                     s
                 }
-                None => api.get(&ca_name).await.map_err(|e| e.to_string())?,
+                None => api.get(&ca_name).await?,
             }
         }
     };
-    let mut ca_pem = pem_of(&ca).ok_or_else(|| format!("Secret {ca_name} has no tls.crt / tls.key"))?;
+    let mut ca_pem = pem_of(&ca).ok_or_else(|| CertError::Incomplete(ca_name.clone()))?;
     // CA renewal: a new certificate for the same key and subject, appended to the bundle. Leaves
     // signed under the old certificate verify against the new one and the other way round, so
     // there is no moment where the API server's caBundle and the serving pair disagree; the
@@ -227,7 +236,7 @@ pub async fn ensure(client: &kube::Client, cfg: &CertConfig) -> Result<usize, St
         }
     }
     let pair_name = cfg.pair_secret();
-    let (rv, what) = match api.get_opt(&pair_name).await.map_err(|e| e.to_string())? {
+    let (rv, what) = match api.get_opt(&pair_name).await? {
         None => (None, "serving certificate created"),
         Some(s) if managed(&s) && managed(&ca) && needs_renewal(&s, cfg.pair_validity) => {
             (s.metadata.resource_version, "serving certificate renewed")

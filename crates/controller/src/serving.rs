@@ -22,7 +22,7 @@ pub trait Serving: Send + Sync + 'static {
     fn current(&self) -> Arc<PolicySet>;
     /// Serves with this certificate from now on; an unusable pair is refused and the previous
     /// one kept.
-    fn set_certificate(&self, cert_pem: &[u8], key_pem: &[u8]) -> Result<(), String>;
+    fn set_certificate(&self, cert_pem: &[u8], key_pem: &[u8]) -> Result<(), Box<dyn std::error::Error + Send + Sync>>;
     /// Marks a part of readiness done (or not).
     fn set_ready(&self, part: ReadyPart, done: bool);
     /// Where the server hands violations for events (bounded; the server never waits).

@@ -27,6 +27,20 @@ pub use tls::TlsSource;
 /// Loads and compiles the policy set; the error says which file and field is wrong.
 pub type Loader = Arc<dyn Fn() -> Result<PolicySet, String> + Send + Sync>;
 
+/// Why the server could not start.
+#[derive(Debug, thiserror::Error)]
+pub enum ServerError {
+    /// The loader's message names the file and field.
+    #[error("{0}")]
+    Policies(String),
+    #[error(transparent)]
+    Tls(#[from] tls::TlsError),
+    #[error("could not listen on {0}")]
+    Listen(SocketAddr),
+    #[error("metrics address {addr}: {source}")]
+    Metrics { addr: SocketAddr, source: std::io::Error },
+}
+
 #[derive(Debug, Clone)]
 pub struct Config {
     pub addr: SocketAddr,
@@ -272,7 +286,7 @@ impl Running {
 
     /// Replaces the serving certificate (PEM); new handshakes use it, open connections keep
     /// theirs. A bad pair is refused and the previous one stays.
-    pub fn set_certificate(&self, cert_pem: &[u8], key_pem: &[u8]) -> Result<(), String> {
+    pub fn set_certificate(&self, cert_pem: &[u8], key_pem: &[u8]) -> Result<(), tls::TlsError> {
         let cfg = tls::server_config_pem(cert_pem, key_pem)?;
         self.rustls.reload_from_config(cfg);
         Ok(())
@@ -345,8 +359,8 @@ fn fingerprint(paths: &[PathBuf]) -> Vec<(PathBuf, u64, Option<SystemTime>)> {
 }
 
 /// Loads the policies, binds the ports and starts serving.
-pub async fn start(cfg: Config, loader: Loader) -> Result<Running, String> {
-    let initial = loader()?;
+pub async fn start(cfg: Config, loader: Loader) -> Result<Running, ServerError> {
+    let initial = loader().map_err(ServerError::Policies)?;
     tracing::info!(policies = initial.policies().len(), "policies loaded");
     let ca_path = match &cfg.tls {
         TlsSource::Dir { dir, dns_names } => Some(tls::ensure_dir(dir, dns_names)?),
@@ -381,11 +395,12 @@ pub async fn start(cfg: Config, loader: Loader) -> Result<Running, String> {
         .acceptor(axum_server::accept::NoDelayAcceptor::new());
     let server = axum_server::bind(cfg.addr).acceptor(acceptor).handle(handle.clone());
     let task = tokio::spawn(async move { server.serve(app.into_make_service()).await });
-    let addr = handle.listening().await.ok_or_else(|| format!("could not listen on {}", cfg.addr))?;
+    let addr = handle.listening().await.ok_or(ServerError::Listen(cfg.addr))?;
     let metrics_addr = match cfg.metrics_addr {
         Some(a) => {
-            let listener = tokio::net::TcpListener::bind(a).await.map_err(|e| format!("metrics address {a}: {e}"))?;
-            let bound = listener.local_addr().map_err(|e| e.to_string())?;
+            let metrics_err = |source| ServerError::Metrics { addr: a, source };
+            let listener = tokio::net::TcpListener::bind(a).await.map_err(metrics_err)?;
+            let bound = listener.local_addr().map_err(metrics_err)?;
             let app = Router::new().route("/metrics", get(metrics_handler)).with_state(state.clone());
             tokio::spawn(async move { axum::serve(listener, app).await });
             Some(bound)
@@ -430,7 +445,7 @@ pub async fn start(cfg: Config, loader: Loader) -> Result<Running, String> {
 }
 
 /// Runs until SIGTERM or Ctrl-C, reloading policies on SIGHUP; drains in-flight requests.
-pub async fn serve(cfg: Config, loader: Loader) -> Result<(), String> {
+pub async fn serve(cfg: Config, loader: Loader) -> Result<(), ServerError> {
     let running = start(cfg, loader).await?;
     tracing::info!(addr = %running.addr, metrics = ?running.metrics_addr, "verno admission server listening");
     if let Some(ca) = &running.ca_path {
@@ -501,6 +516,7 @@ pub fn run(cfg: Config, loader: Loader, json_logs: bool) -> i32 {
     match rt.block_on(serve(cfg, loader)) {
         Ok(()) => 0,
         Err(e) => {
+            // Each error's message carries its cause.
             eprintln!("Error: {e}");
             2
         }

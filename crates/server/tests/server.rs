@@ -99,7 +99,7 @@ impl Harness {
             watch: vec![pdir.clone()],
             poll_interval: Duration::from_millis(100),
         };
-        let running = verno_server::start(cfg, loader(pdir.clone())).await?;
+        let running = verno_server::start(cfg, loader(pdir.clone())).await.map_err(|e| e.to_string())?;
         let ca = running.ca_path.clone().ok_or("no CA")?;
         let client = client(&ca)?;
         Ok(Harness { running: Some(running), client, _tmp: tmp, policies: pdir })
@@ -356,7 +356,7 @@ async fn a_replaced_certificate_is_served_to_new_connections() -> Result<(), Str
     assert_eq!(code, 200);
     // A second CA and serving pair, copied over the files being served.
     let other = tempfile::tempdir().map_err(|e| e.to_string())?;
-    let new_ca = verno_server::tls::ensure_dir(other.path(), &["localhost".to_string()])?;
+    let new_ca = verno_server::tls::ensure_dir(other.path(), &["localhost".to_string()]).map_err(|e| e.to_string())?;
     let served = h._tmp.path().join("tls");
     for f in ["tls.crt", "tls.key"] {
         std::fs::copy(other.path().join(f), served.join(f)).map_err(|e| e.to_string())?;
