@@ -8,7 +8,9 @@
 use serde_json::Value;
 use std::path::Path;
 use std::sync::Arc;
-use verno_engine::{Compiled, Filter, Hook, NoData, PolicySet, Request, Route, Scope, compile};
+use verno_engine::{
+    Compiled, Filter, Hook, NoData, Observer, PolicyResponse, PolicySet, Request, Route, Scope, compile,
+};
 
 fn shared() -> Option<std::path::PathBuf> {
     let p = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../../shared/bench");
@@ -66,8 +68,18 @@ fn run(set: &PolicySet, route: &Route, review: &Value) -> usize {
         subresource: "",
         variables: &[],
     };
-    let out = set.evaluate(&req, Scope::webhook(route.clone()), &verno_jmespath::NoEnv, &NoData, &mut ());
-    out.responses.iter().map(|(_, r)| r.rules.len()).sum()
+    let mut rules = RuleCount(0);
+    let out = set.evaluate(&req, Scope::webhook(route.clone()), &verno_jmespath::NoEnv, &NoData, &mut rules);
+    rules.0 + usize::from(out.allowed())
+}
+
+/// Counts rule results as each policy ends (what the server's metrics do).
+struct RuleCount(usize);
+
+impl Observer for RuleCount {
+    fn policy_finished(&mut self, _policy: usize, r: &PolicyResponse) {
+        self.0 += r.rules.len();
+    }
 }
 
 fn kyverno_route() -> Route {

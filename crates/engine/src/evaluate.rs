@@ -129,7 +129,7 @@ impl<'a> Request<'a> {
 }
 
 /// A string at a `/`-separated path (no JSON-pointer escapes, no allocation).
-fn str_at<'v>(v: &'v Value, p: &str) -> &'v str {
+pub(crate) fn str_at<'v>(v: &'v Value, p: &str) -> &'v str {
     let mut cur = v;
     for seg in p.split('/').filter(|s| !s.is_empty()) {
         match cur.get(seg) {

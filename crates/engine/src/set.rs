@@ -12,7 +12,7 @@
 //! ([`Filter`]). Time is the caller's: an [`Observer`] hears when each policy starts and ends.
 
 use crate::context::Saved;
-use crate::evaluate::{Data, Phase, Request, Sequence, build_context};
+use crate::evaluate::{Data, Phase, Request, Sequence, build_context, str_at};
 use crate::matching::{RequestUser, labels_of};
 use crate::outcome::{PolicyResponse, Status};
 use crate::policy::{Action, CompiledException, CompiledPolicy};
@@ -125,11 +125,16 @@ pub enum Route {
 pub struct Scope {
     phases: &'static [Phase],
     route: Route,
+    /// Whether [`Outcome::responses`] keeps every policy's response. A webhook call does not
+    /// need them (its verdict, warnings and violations are worked out as each policy ends, and
+    /// an [`Observer`] sees each response), and dropping each at once keeps the allocator warm.
+    keep_responses: bool,
 }
 
 impl Scope {
     /// Every phase, every policy: `verno test`, `verno apply`, background scans.
-    pub const ALL: Scope = Scope { phases: &[Phase::Mutate, Phase::Validate, Phase::Generate], route: Route::All };
+    pub const ALL: Scope =
+        Scope { phases: &[Phase::Mutate, Phase::Validate, Phase::Generate], route: Route::All, keep_responses: true };
 
     /// One webhook call: the phase of the route's hook, the policies it keeps.
     pub fn webhook(route: Route) -> Scope {
@@ -141,7 +146,13 @@ impl Scope {
             Hook::Mutate => &[Phase::Mutate],
             Hook::Validate => &[Phase::Validate],
         };
-        Scope { phases, route }
+        Scope { phases, route, keep_responses: false }
+    }
+
+    /// The same scope, keeping every policy's response in [`Outcome::responses`].
+    pub fn keeping_responses(mut self) -> Scope {
+        self.keep_responses = true;
+        self
     }
 
     fn keeps(&self, p: &CompiledPolicy) -> bool {
@@ -174,7 +185,8 @@ impl Observer for () {}
 /// What one request produced.
 #[derive(Debug, Default)]
 pub struct Outcome {
-    /// Per policy that took part (its index in [`PolicySet::policies`]), phases merged.
+    /// Per policy that took part (its index in [`PolicySet::policies`]), phases merged; empty
+    /// unless the scope keeps responses (see [`Scope::keeping_responses`]).
     pub responses: Vec<(usize, PolicyResponse)>,
     /// The object after every mutation, when one changed it.
     pub patched: Option<Value>,
@@ -298,17 +310,19 @@ impl PolicySet {
             Some(_) => None,
             None if subject.get("kind").and_then(Value::as_str) == Some("Namespace") => Some(labels_of(subject)),
             None => {
-                let ns = subject.pointer("/metadata/namespace").and_then(Value::as_str).unwrap_or("");
+                // `str_at`, not `pointer`: no allocation on the request path.
+                let ns = str_at(subject, "/metadata/namespace");
                 if ns.is_empty() { None } else { self.labels_of_namespace(ns, data) }
             }
         };
         let req = Request { namespace_labels: req.namespace_labels.or(looked_up.as_ref()), ..req.clone() };
-        let name = subject.pointer("/metadata/name").and_then(Value::as_str).unwrap_or("");
+        let name = str_at(subject, "/metadata/name");
         let mut ctx = build_context(&req, env);
         let mut seq = Sequence::new(req.clone());
-        let mut out = Outcome::default();
         let kept: Vec<(usize, &Arc<CompiledPolicy>)> =
             self.policies.iter().enumerate().filter(|(_, p)| scope.keeps(p)).collect();
+        let capacity = if scope.keep_responses { kept.len() } else { 0 };
+        let mut out = Outcome { responses: Vec::with_capacity(capacity), ..Outcome::default() };
         for &phase in scope.phases {
             for &(i, p) in &kept {
                 observer.policy_started(i);
@@ -323,6 +337,9 @@ impl PolicySet {
                 seq.restore(&mut ctx, saved);
                 observer.policy_finished(i, &r);
                 judge(&mut out, i, p, phase, &r);
+                if !scope.keep_responses {
+                    continue;
+                }
                 match out.responses.iter_mut().find(|(j, _)| *j == i) {
                     Some((_, prev)) => prev.merge(r),
                     None => out.responses.push((i, r)),

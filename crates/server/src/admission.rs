@@ -56,6 +56,13 @@ pub enum ParseError {
 
 /// Decodes and checks the envelope; the error says what is wrong.
 pub fn parse(body: &[u8]) -> Result<AdmissionReview, ParseError> {
+    // Straight into the typed envelope; only a body that does not fit is read again, as plain
+    // JSON, to say what is wrong with it.
+    let shape = match serde_json::from_slice::<AdmissionReview>(body) {
+        Ok(r) if r.request.as_ref().is_some_and(|req| !req.uid.is_empty()) => return Ok(r),
+        Ok(_) => None,
+        Err(e) => Some(e),
+    };
     let v: Value = serde_json::from_slice(body).map_err(|e| ParseError::Json(e.to_string()))?;
     if !v.is_object() {
         return Err(ParseError::NotAnObject);
@@ -66,7 +73,7 @@ pub fn parse(body: &[u8]) -> Result<AdmissionReview, ParseError> {
     if req.get("uid").and_then(Value::as_str).is_none_or(str::is_empty) {
         return Err(ParseError::NoUid);
     }
-    serde_json::from_value(v).map_err(|e| ParseError::Shape(e.to_string()))
+    Err(ParseError::Shape(shape.map(|e| e.to_string()).unwrap_or_default()))
 }
 
 /// The answer for a request that could not be evaluated at all: allowed with the message as a
