@@ -1,0 +1,195 @@
+//! The read side: discovery documents, lists (with label and field selectors, and as
+//! metadata only) and watches (from a resourceVersion, with bookmarks).
+
+use super::*;
+
+/// `/api`, `/apis`, `/api/v1` and `/apis/<group>/<version>`.
+pub(crate) fn discovery(resources: &[Resource], path: &str) -> Option<Response> {
+    let segs: Vec<&str> = path.trim_matches('/').split('/').collect();
+    let list = |group: &str, version: &str| {
+        let items: Vec<Value> = resources
+            .iter()
+            .filter(|r| r.group == group && r.version == version)
+            .flat_map(|r| {
+                let verbs = json!(["create", "delete", "get", "list", "patch", "update", "watch"]);
+                let main = json!({"name": r.plural, "singularName": r.kind.to_lowercase(), "namespaced": r.namespaced, "kind": r.kind, "verbs": verbs});
+                let st = json!({"name": format!("{}/status", r.plural), "singularName": "", "namespaced": r.namespaced, "kind": r.kind, "verbs": ["get", "patch", "update"]});
+                [main, st]
+            })
+            .collect();
+        let gv = if group.is_empty() { version.to_string() } else { format!("{group}/{version}") };
+        ok_json(
+            StatusCode::OK,
+            &json!({"kind": "APIResourceList", "apiVersion": "v1", "groupVersion": gv, "resources": items}),
+        )
+    };
+    match segs.as_slice() {
+        ["version"] => Some(ok_json(
+            StatusCode::OK,
+            &json!({"major": "1", "minor": "34", "gitVersion": "v1.34.0-verno-fake", "platform": "linux/amd64"}),
+        )),
+        ["api"] => Some(ok_json(
+            StatusCode::OK,
+            &json!({"kind": "APIVersions", "versions": ["v1"], "serverAddressByClientCIDRs": []}),
+        )),
+        ["api", v] => Some(list("", v)),
+        ["apis"] => {
+            let mut groups: BTreeMap<&str, Vec<&str>> = BTreeMap::new();
+            for r in resources.iter().filter(|r| !r.group.is_empty()) {
+                let vs = groups.entry(r.group).or_default();
+                if !vs.contains(&r.version) {
+                    vs.push(r.version);
+                }
+            }
+            let groups: Vec<Value> = groups
+                .iter()
+                .map(|(g, vs)| {
+                    let versions: Vec<Value> = vs.iter().map(|v| json!({"groupVersion": format!("{g}/{v}"), "version": v})).collect();
+                    json!({"name": g, "versions": versions, "preferredVersion": versions.first().cloned().unwrap_or(Value::Null)})
+                })
+                .collect();
+            Some(ok_json(StatusCode::OK, &json!({"kind": "APIGroupList", "apiVersion": "v1", "groups": groups})))
+        }
+        ["apis", g, v] => Some(list(g, v)),
+        _ => None,
+    }
+}
+
+/// The metadata-only form (`Accept: …;as=PartialObjectMetadata`).
+pub(crate) fn partial(o: &Value) -> Value {
+    json!({"apiVersion": "meta.k8s.io/v1", "kind": "PartialObjectMetadata", "metadata": o.get("metadata").cloned().unwrap_or(json!({}))})
+}
+
+pub(crate) fn list(inner: &Inner, t: &Target, q: &HashMap<String, String>, meta_only: bool) -> Response {
+    let filter = match Filter::parse(q) {
+        Ok(f) => f,
+        Err(e) => return status(StatusCode::BAD_REQUEST, "BadRequest", e),
+    };
+    let s = lock(&inner.store);
+    let k = key(t.resource);
+    let items: Vec<Value> = s
+        .objects
+        .iter()
+        .filter(|((r, ns, _), o)| *r == k && (t.namespace.is_empty() || *ns == t.namespace) && filter.matches(o))
+        .map(|(_, o)| if meta_only { partial(o) } else { o.clone() })
+        .collect();
+    let (api_version, kind) = if meta_only {
+        ("meta.k8s.io/v1".to_string(), "PartialObjectMetadataList".to_string())
+    } else {
+        (t.resource.api_version(), format!("{}List", t.resource.kind))
+    };
+    ok_json(
+        StatusCode::OK,
+        &json!({"apiVersion": api_version, "kind": kind, "metadata": {"resourceVersion": s.rv.to_string()}, "items": items}),
+    )
+}
+
+pub(crate) fn frame(kind: &str, object: &Value) -> Bytes {
+    frame_as(kind, object, false)
+}
+
+pub(crate) fn frame_as(kind: &str, object: &Value, meta_only: bool) -> Bytes {
+    let object = if meta_only { partial(object) } else { object.clone() };
+    let mut line = json!({"type": kind, "object": object}).to_string();
+    line.push('\n');
+    Bytes::from(line)
+}
+
+pub(crate) fn bookmark(t: &Resource, rv: u64, initial_end: bool) -> Bytes {
+    let mut meta = Map::new();
+    meta.insert("resourceVersion".into(), Value::String(rv.to_string()));
+    if initial_end {
+        meta.insert("annotations".into(), json!({"k8s.io/initial-events-end": "true"}));
+    }
+    frame("BOOKMARK", &json!({"apiVersion": t.api_version(), "kind": t.kind, "metadata": meta}))
+}
+
+pub(crate) fn watch(inner: Arc<Inner>, t: &Target, q: &HashMap<String, String>, meta_only: bool) -> Response {
+    let filter = match Filter::parse(q) {
+        Ok(f) => f,
+        Err(e) => return status(StatusCode::BAD_REQUEST, "BadRequest", e),
+    };
+    let resource = t.resource.clone();
+    let namespace = t.namespace.clone();
+    let k = key(t.resource);
+    let bookmarks = q.get("allowWatchBookmarks").is_some_and(|v| v == "true");
+    let initial = q.get("sendInitialEvents").is_some_and(|v| v == "true");
+    let timeout = q.get("timeoutSeconds").and_then(|v| v.parse::<u64>().ok()).unwrap_or(300);
+    let from: u64 = q.get("resourceVersion").and_then(|v| v.parse().ok()).unwrap_or(0);
+    let (tx, rx) = mpsc::channel::<Bytes>(256);
+    // Subscribe before reading the ring so that nothing falls between replay and live events.
+    let mut live = inner.events.subscribe();
+    let in_scope = move |e: &Event| {
+        e.resource == k
+            && (namespace.is_empty()
+                || e.object.pointer("/metadata/namespace").and_then(Value::as_str) == Some(namespace.as_str()))
+    };
+    let (replay, last, expired): (Vec<Bytes>, u64, bool) = {
+        let s = lock(&inner.store);
+        if initial || from == 0 {
+            let items = s
+                .objects
+                .iter()
+                .filter(|((r, ns, _), o)| {
+                    *r == key(&resource) && (t.namespace.is_empty() || *ns == t.namespace) && filter.matches(o)
+                })
+                .map(|(_, o)| frame_as("ADDED", o, meta_only));
+            let mut v: Vec<Bytes> = items.collect();
+            if initial {
+                v.push(bookmark(&resource, s.rv, true));
+            }
+            (v, s.rv, false)
+        } else if from < s.oldest {
+            (Vec::new(), s.rv, true)
+        } else {
+            let v = s
+                .ring
+                .iter()
+                .filter(|e| e.rv > from && in_scope(e) && filter.matches(&e.object))
+                .map(|e| frame_as(e.kind, &e.object, meta_only))
+                .collect();
+            (v, s.rv, false)
+        }
+    };
+    let interval = inner.bookmark_interval;
+    tokio::spawn(async move {
+        if expired {
+            let gone = json!({"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure", "message": format!("too old resource version: {from}"), "reason": "Expired", "code": 410});
+            let _ = tx.send(frame("ERROR", &gone)).await;
+            return;
+        }
+        for b in replay {
+            if tx.send(b).await.is_err() {
+                return;
+            }
+        }
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(timeout);
+        let mut tick = tokio::time::interval(interval);
+        let mut rv = last;
+        loop {
+            tokio::select! {
+                _ = tokio::time::sleep_until(deadline) => return,
+                _ = tick.tick(), if bookmarks => {
+                    if tx.send(bookmark(&resource, rv, false)).await.is_err() { return; }
+                }
+                e = live.recv() => match e {
+                    Ok(e) => {
+                        if e.rv <= last || !in_scope(&e) { continue; }
+                        rv = e.rv;
+                        if filter.matches(&e.object) && tx.send(frame_as(e.kind, &e.object, meta_only)).await.is_err() { return; }
+                    }
+                    Err(broadcast::error::RecvError::Lagged(_)) => {
+                        let gone = json!({"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure", "message": "watch fell behind", "reason": "Expired", "code": 410});
+                        let _ = tx.send(frame("ERROR", &gone)).await;
+                        return;
+                    }
+                    Err(broadcast::error::RecvError::Closed) => return,
+                },
+            }
+        }
+    });
+    let stream = futures_util::stream::unfold(rx, |mut rx| async move {
+        rx.recv().await.map(|b| (Ok::<Bytes, std::convert::Infallible>(b), rx))
+    });
+    (StatusCode::OK, [(header::CONTENT_TYPE, "application/json")], Body::from_stream(stream)).into_response()
+}
