@@ -4,6 +4,7 @@
 //! defaults and strict decoding.
 
 pub mod admission;
+pub mod cel;
 pub mod cli;
 pub mod exception;
 pub mod kind;

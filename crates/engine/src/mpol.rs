@@ -15,10 +15,11 @@ use crate::policy::{
     compile_cel_variables,
 };
 use crate::smp::{Field, ListKind, Ty};
-use crate::vpol::{cel_policy, constraints, policy_name};
+use crate::vpol::{cel_policy, constraints, decode, json_of, policy_name};
 #[cfg(test)]
 use serde_json::json;
 use serde_json::{Map, Value};
+use verno_api::cel;
 
 /// One mutation of a CEL policy.
 #[derive(Debug, Clone)]
@@ -35,19 +36,20 @@ pub struct CompiledCelMutation {
     pub params: Option<ParamRef>,
 }
 
-fn compile_mutations(spec: &Value) -> Result<CompiledCelMutation, CompileError> {
-    let variables = compile_cel_variables(spec.get("variables"), "spec")?;
+fn compile_mutations(spec: &cel::CelPolicySpec) -> Result<CompiledCelMutation, CompileError> {
+    let variables = compile_cel_variables(Some(&json_of(&spec.variables)), "spec")?;
     let mut mutations = Vec::new();
-    for (i, m) in spec.get("mutations").and_then(Value::as_array).into_iter().flatten().enumerate() {
+    for (i, m) in spec.mutations.iter().enumerate() {
         let p = format!("spec.mutations[{i}]");
-        let patch = match m.get("patchType").and_then(Value::as_str) {
+        let patch = match m.patch_type.as_deref() {
             Some("ApplyConfiguration") => CelPatch::ApplyConfiguration(cel_expr(
-                m.pointer("/applyConfiguration/expression"),
+                m.apply_configuration.as_ref().map(|e| &e.expression),
                 &format!("{p}.applyConfiguration.expression"),
             )?),
-            Some("JSONPatch") => {
-                CelPatch::JsonPatch(cel_expr(m.pointer("/jsonPatch/expression"), &format!("{p}.jsonPatch.expression"))?)
-            }
+            Some("JSONPatch") => CelPatch::JsonPatch(cel_expr(
+                m.json_patch.as_ref().map(|e| &e.expression),
+                &format!("{p}.jsonPatch.expression"),
+            )?),
             Some(other) => {
                 return Err(CompileError::new(
                     format!("{p}.patchType"),
@@ -94,13 +96,14 @@ pub fn compile_mutating_policy(doc: &Value) -> Result<CompiledPolicy, CompileErr
         Some(verno_api::Kind::NamespacedMutatingPolicy) => verno_api::Kind::NamespacedMutatingPolicy,
         _ => verno_api::Kind::MutatingPolicy,
     };
-    let spec = doc.get("spec").cloned().unwrap_or(Value::Null);
-    let base = constraints(spec.get("matchConstraints").unwrap_or(&Value::Null))?;
+    let policy: cel::CelPolicy = decode(doc)?;
+    let spec = &policy.spec;
+    let base = constraints(spec.match_constraints.as_ref());
     if base.rules.is_empty() {
         return Err(CompileError::new("spec.matchConstraints.resourceRules", "at least one resource rule is required"));
     }
-    let conditions: Vec<Value> = spec.get("matchConditions").and_then(Value::as_array).cloned().unwrap_or_default();
-    let r = rule(Matcher::constraints(base), &conditions, compile_mutations(&spec)?)?;
+    let conditions: Vec<Value> = spec.match_conditions.iter().map(json_of).collect();
+    let r = rule(Matcher::constraints(base), &conditions, compile_mutations(spec)?)?;
     cel_policy(doc, kind, Action::Audit, false, true, vec![r])
 }
 
@@ -108,15 +111,17 @@ pub fn compile_mutating_policy(doc: &Value) -> Result<CompiledPolicy, CompileErr
 /// match, `paramRef` names the params object).
 pub fn compile_mutating_admission_policy(doc: &Value, binding: Option<&Value>) -> Result<CompiledPolicy, CompileError> {
     policy_name(doc)?;
-    let spec = doc.get("spec").cloned().unwrap_or(Value::Null);
-    let bspec = binding.and_then(|b| b.get("spec")).cloned().unwrap_or(Value::Null);
-    let mut matchers = vec![constraints(spec.get("matchConstraints").unwrap_or(&Value::Null))?];
-    if let Some(mr) = bspec.get("matchResources").filter(|m| m.is_object()) {
-        matchers.push(constraints(mr)?);
+    let policy: cel::CelPolicy = decode(doc)?;
+    let spec = &policy.spec;
+    let binding: cel::PolicyBinding = binding.map(decode).transpose()?.unwrap_or_default();
+    let bspec = &binding.spec;
+    let mut matchers = vec![constraints(spec.match_constraints.as_ref())];
+    if let Some(mr) = &bspec.match_resources {
+        matchers.push(constraints(Some(mr)));
     }
-    let conditions: Vec<Value> = spec.get("matchConditions").and_then(Value::as_array).cloned().unwrap_or_default();
-    let mut cel = compile_mutations(&spec)?;
-    if let (Some(pk), Some(pr)) = (spec.get("paramKind"), bspec.get("paramRef")) {
+    let conditions: Vec<Value> = spec.match_conditions.iter().map(json_of).collect();
+    let mut cel = compile_mutations(spec)?;
+    if let (Some(pk), Some(pr)) = (&spec.param_kind, &bspec.param_ref) {
         cel.params = Some(ParamRef::from_binding(pk, pr));
     }
     let r = rule(Matcher::all_constraints(matchers), &conditions, cel)?;

@@ -396,20 +396,13 @@ pub fn compile_exception(e: &PolicyException) -> Result<CompiledException, Compi
 /// Compiles a `policies.kyverno.io` PolicyException: `policyRefs` (every rule of the named
 /// policies) and CEL `matchConditions`.
 pub fn compile_cel_exception(doc: &Value) -> Result<CompiledException, CompileError> {
-    let name = doc.pointer("/metadata/name").and_then(Value::as_str).unwrap_or_default();
-    let key = match doc.pointer("/metadata/namespace").and_then(Value::as_str) {
-        Some(ns) if !ns.is_empty() => format!("{ns}/{name}"),
-        _ => name.to_string(),
+    let e: verno_api::cel::CelPolicyException = crate::vpol::decode(doc)?;
+    let key = match e.metadata.namespace.as_deref() {
+        Some(ns) if !ns.is_empty() => format!("{ns}/{}", e.metadata.name),
+        _ => e.metadata.name.clone(),
     };
-    let refs = doc
-        .pointer("/spec/policyRefs")
-        .and_then(Value::as_array)
-        .into_iter()
-        .flatten()
-        .filter_map(|r| r.get("name").and_then(Value::as_str))
-        .map(|n| (n.to_string(), vec!["*".to_string()]))
-        .collect();
-    let conds: Vec<Value> = doc.pointer("/spec/matchConditions").and_then(Value::as_array).cloned().unwrap_or_default();
+    let refs = e.spec.policy_refs.iter().map(|r| (r.name.clone(), vec!["*".to_string()])).collect();
+    let conds: Vec<Value> = e.spec.match_conditions.iter().map(crate::vpol::json_of).collect();
     Ok(CompiledException {
         key,
         matcher: None,

@@ -9,49 +9,46 @@ use crate::matching::{Constraints, Matcher, ResourceRule};
 use crate::policy::{Action, CompiledPolicy, CompiledRule, RuleBody, compile_cel_preconditions};
 use crate::validate::{CompiledValidation, compile_cel};
 use serde_json::{Value, json};
-use verno_api::{Kind, LabelSelector};
+use verno_api::{Kind, cel};
 
-pub(crate) fn strings(v: Option<&Value>) -> Vec<String> {
-    v.and_then(Value::as_array)
-        .map(|a| a.iter().filter_map(Value::as_str).map(str::to_string).collect())
-        .unwrap_or_default()
-}
-
-fn rules(v: Option<&Value>) -> Vec<ResourceRule> {
-    v.and_then(Value::as_array)
-        .into_iter()
-        .flatten()
+fn rules(rs: &[cel::ResourceRule]) -> Vec<ResourceRule> {
+    rs.iter()
         .map(|r| ResourceRule {
-            api_groups: strings(r.get("apiGroups")),
-            api_versions: strings(r.get("apiVersions")),
-            resources: strings(r.get("resources")),
-            operations: strings(r.get("operations")),
-            resource_names: strings(r.get("resourceNames")),
+            api_groups: r.api_groups.clone(),
+            api_versions: r.api_versions.clone(),
+            resources: r.resources.clone(),
+            operations: r.operations.clone(),
+            resource_names: r.resource_names.clone(),
         })
         .collect()
 }
 
-fn selector(v: Option<&Value>, path: &str) -> Result<Option<LabelSelector>, CompileError> {
-    match v {
-        None | Some(Value::Null) => Ok(None),
-        Some(s) => serde_json::from_value(s.clone())
-            .map(Some)
-            .map_err(|e| CompileError::new(path, format!("invalid label selector: {e}"))),
+/// A Kubernetes `MatchResources` as the matcher reads it (absent: matches nothing).
+pub(crate) fn constraints(mc: Option<&cel::MatchResources>) -> Constraints {
+    let Some(mc) = mc else {
+        return Constraints { rules: Vec::new(), exclude: Vec::new(), namespace_selector: None, object_selector: None };
+    };
+    Constraints {
+        rules: rules(&mc.resource_rules),
+        exclude: rules(&mc.exclude_resource_rules),
+        namespace_selector: mc.namespace_selector.clone(),
+        object_selector: mc.object_selector.clone(),
     }
 }
 
-pub(crate) fn constraints(mc: &Value) -> Result<Constraints, CompileError> {
-    Ok(Constraints {
-        rules: rules(mc.get("resourceRules")),
-        exclude: rules(mc.get("excludeResourceRules")),
-        namespace_selector: selector(mc.get("namespaceSelector"), "spec.matchConstraints.namespaceSelector")?,
-        object_selector: selector(mc.get("objectSelector"), "spec.matchConstraints.objectSelector")?,
-    })
+/// A CEL-kind document read into its serde type; a shape error names the field.
+pub(crate) fn decode<T: serde::de::DeserializeOwned>(doc: &Value) -> Result<T, CompileError> {
+    serde_json::from_value(doc.clone()).map_err(|e| CompileError::new("spec", e.to_string()))
+}
+
+/// JSON of a typed part, for the compilers that take the policy's own shape.
+pub(crate) fn json_of<T: serde::Serialize>(v: &T) -> Value {
+    serde_json::to_value(v).unwrap_or(Value::Null)
 }
 
 /// The controllers autogen covers, or none when the policy does not match bare Pods or turns
 /// autogen off (`autogen.podControllers.controllers: []`).
-fn controllers(spec: &Value, c: &Constraints) -> Vec<&'static str> {
+fn controllers(autogen: Option<&Value>, c: &Constraints) -> Vec<&'static str> {
     let pods = c
         .rules
         .iter()
@@ -59,7 +56,7 @@ fn controllers(spec: &Value, c: &Constraints) -> Vec<&'static str> {
     if !pods {
         return Vec::new();
     }
-    match spec.pointer("/autogen/podControllers/controllers").and_then(Value::as_array) {
+    match autogen.and_then(|a| a.pointer("/podControllers/controllers")).and_then(Value::as_array) {
         Some(list) => {
             let names: Vec<String> = list.iter().filter_map(Value::as_str).map(str::to_lowercase).collect();
             ["deployments", "replicasets", "statefulsets", "daemonsets", "jobs", "cronjobs"]
@@ -176,22 +173,22 @@ pub fn compile_validating_policy(doc: &Value) -> Result<CompiledPolicy, CompileE
         Some(Kind::NamespacedValidatingPolicy) => Kind::NamespacedValidatingPolicy,
         _ => Kind::ValidatingPolicy,
     };
-    let spec = doc.get("spec").cloned().unwrap_or(Value::Null);
-    let actions = strings(spec.get("validationActions"));
+    let policy: cel::CelPolicy = decode(doc)?;
+    let spec = &policy.spec;
+    let actions = &spec.validation_actions;
     let action = if actions.iter().any(|a| a == "Deny") { Action::Enforce } else { Action::Audit };
-    let mc = spec.get("matchConstraints").cloned().unwrap_or(Value::Null);
-    let base = constraints(&mc)?;
+    let base = constraints(spec.match_constraints.as_ref());
     // JSON mode evaluates arbitrary JSON payloads: there are no Kubernetes resources to match.
-    let json_mode = spec.pointer("/evaluation/mode").and_then(Value::as_str) == Some("JSON");
+    let json_mode = spec.evaluation.as_ref().and_then(|e| e.mode.as_deref()) == Some("JSON");
     if base.rules.is_empty() && !json_mode {
         return Err(CompileError::new("spec.matchConstraints.resourceRules", "at least one resource rule is required"));
     }
     // The CEL part has the same shape as ClusterPolicy `validate.cel`.
-    let cel = json!({"variables": spec.get("variables").cloned().unwrap_or(json!([])), "expressions": spec.get("validations").cloned().unwrap_or(json!([]))});
-    let conditions: Vec<Value> = spec.get("matchConditions").and_then(Value::as_array).cloned().unwrap_or_default();
+    let cel = json!({"variables": json_of(&spec.variables), "expressions": json_of(&spec.validations)});
+    let conditions: Vec<Value> = spec.match_conditions.iter().map(json_of).collect();
     let matcher = if json_mode { Matcher::all_constraints(Vec::new()) } else { Matcher::constraints(base.clone()) };
     let mut rules_out = vec![rule("", matcher, &cel, &conditions, action)?];
-    let ctrls = controllers(&spec, &base);
+    let ctrls = controllers(spec.autogen.as_ref(), &base);
     let shift = |v: &Value, s: Shift| {
         shift_cel(v, s).ok_or_else(|| CompileError::new("spec", "autogen could not rewrite the expressions"))
     };
@@ -217,7 +214,8 @@ pub fn compile_validating_policy(doc: &Value) -> Result<CompiledPolicy, CompileE
             action,
         )?);
     }
-    let background = spec.pointer("/evaluation/background/enabled").and_then(Value::as_bool).unwrap_or(true);
+    let background =
+        spec.evaluation.as_ref().and_then(|e| e.background.as_ref()).and_then(|b| b.enabled).unwrap_or(true);
     cel_policy(doc, kind, action, actions.iter().any(|a| a == "Warn"), background, rules_out)
 }
 
@@ -226,19 +224,21 @@ pub fn compile_validating_policy(doc: &Value) -> Result<CompiledPolicy, CompileE
 /// `paramRef` apply. Without a binding the policy denies, as Kyverno's CLI assumes.
 pub fn compile_admission_policy(doc: &Value, binding: Option<&Value>) -> Result<CompiledPolicy, CompileError> {
     policy_name(doc)?;
-    let spec = doc.get("spec").cloned().unwrap_or(Value::Null);
-    let bspec = binding.and_then(|b| b.get("spec")).cloned().unwrap_or(Value::Null);
-    let actions = strings(bspec.get("validationActions"));
+    let policy: cel::CelPolicy = decode(doc)?;
+    let spec = &policy.spec;
+    let binding: cel::PolicyBinding = binding.map(decode).transpose()?.unwrap_or_default();
+    let bspec = &binding.spec;
+    let actions = &bspec.validation_actions;
     let action =
         if actions.is_empty() || actions.iter().any(|a| a == "Deny") { Action::Enforce } else { Action::Audit };
-    let mut matchers = vec![constraints(&spec.get("matchConstraints").cloned().unwrap_or(Value::Null))?];
-    if let Some(mr) = bspec.get("matchResources").filter(|m| m.is_object()) {
-        matchers.push(constraints(mr)?);
+    let mut matchers = vec![constraints(spec.match_constraints.as_ref())];
+    if let Some(mr) = &bspec.match_resources {
+        matchers.push(constraints(Some(mr)));
     }
-    let cel = json!({"variables": spec.get("variables").cloned().unwrap_or(json!([])), "expressions": spec.get("validations").cloned().unwrap_or(json!([]))});
-    let conditions: Vec<Value> = spec.get("matchConditions").and_then(Value::as_array).cloned().unwrap_or_default();
+    let cel = json!({"variables": json_of(&spec.variables), "expressions": json_of(&spec.validations)});
+    let conditions: Vec<Value> = spec.match_conditions.iter().map(json_of).collect();
     let mut r = rule("", Matcher::all_constraints(matchers), &cel, &conditions, action)?;
-    if let (Some(pk), Some(pr)) = (spec.get("paramKind"), bspec.get("paramRef"))
+    if let (Some(pk), Some(pr)) = (&spec.param_kind, &bspec.param_ref)
         && let RuleBody::Validate(v) = &mut r.body
         && let crate::validate::Check::Cel(c) = &mut v.check
     {

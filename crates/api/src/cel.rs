@@ -1,0 +1,198 @@
+//! The CEL policy kinds: `policies.kyverno.io` ValidatingPolicy, MutatingPolicy (and their
+//! Namespaced forms) and PolicyException, and Kubernetes' ValidatingAdmissionPolicy and
+//! MutatingAdmissionPolicy with their bindings. They share one spec shape (Kubernetes'
+//! admission policy, which Kyverno's kinds extend), so one set of types reads them all; a field
+//! a kind does not have is simply absent. Expressions stay strings: the engine compiles them.
+
+use crate::meta::{LabelSelector, ObjectMeta};
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+/// Any of the CEL policy kinds, by its shared spec.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct CelPolicy {
+    #[serde(default)]
+    pub api_version: String,
+    #[serde(default)]
+    pub kind: String,
+    #[serde(default)]
+    pub metadata: ObjectMeta,
+    #[serde(default)]
+    pub spec: CelPolicySpec,
+}
+
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct CelPolicySpec {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub match_constraints: Option<MatchResources>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub match_conditions: Vec<NamedExpression>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub variables: Vec<NamedExpression>,
+    /// ValidatingPolicy / ValidatingAdmissionPolicy.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub validations: Vec<Validation>,
+    /// ValidatingPolicy: `Deny`, `Warn`, `Audit`.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub validation_actions: Vec<String>,
+    /// MutatingPolicy / MutatingAdmissionPolicy.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub mutations: Vec<Mutation>,
+    /// `Fail` (the default) or `Ignore`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub failure_policy: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub evaluation: Option<Evaluation>,
+    /// Kyverno's autogen settings (`podControllers.controllers`), read as written.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub autogen: Option<Value>,
+    /// An admission policy's `paramKind` (`apiVersion`, `kind`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub param_kind: Option<Value>,
+}
+
+/// Kubernetes `MatchResources`.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct MatchResources {
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub resource_rules: Vec<ResourceRule>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub exclude_resource_rules: Vec<ResourceRule>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub namespace_selector: Option<LabelSelector>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub object_selector: Option<LabelSelector>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub match_policy: Option<String>,
+}
+
+/// Kubernetes `NamedRuleWithOperations`.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ResourceRule {
+    #[serde(default)]
+    pub api_groups: Vec<String>,
+    #[serde(default)]
+    pub api_versions: Vec<String>,
+    #[serde(default)]
+    pub resources: Vec<String>,
+    #[serde(default)]
+    pub operations: Vec<String>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub resource_names: Vec<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub scope: Option<String>,
+}
+
+/// A named CEL expression: a variable or a match condition.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+pub struct NamedExpression {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub name: Option<String>,
+    #[serde(default)]
+    pub expression: Value,
+}
+
+/// One validation of a ValidatingPolicy.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Validation {
+    #[serde(default)]
+    pub expression: Value,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub message: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub message_expression: Option<Value>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
+}
+
+/// One mutation of a MutatingPolicy: `ApplyConfiguration` or `JSONPatch`.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Mutation {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub patch_type: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub apply_configuration: Option<ExpressionField>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub json_patch: Option<ExpressionField>,
+}
+
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+pub struct ExpressionField {
+    #[serde(default)]
+    pub expression: Value,
+}
+
+/// Kyverno's `evaluation`: `mode` (`Kubernetes` or `JSON`) and the background / admission
+/// switches.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+pub struct Evaluation {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mode: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub background: Option<Switch>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub admission: Option<Switch>,
+}
+
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+pub struct Switch {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub enabled: Option<bool>,
+}
+
+/// A ValidatingAdmissionPolicyBinding or MutatingAdmissionPolicyBinding.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct PolicyBinding {
+    #[serde(default)]
+    pub metadata: ObjectMeta,
+    #[serde(default)]
+    pub spec: BindingSpec,
+}
+
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct BindingSpec {
+    #[serde(default)]
+    pub policy_name: String,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub validation_actions: Vec<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub match_resources: Option<MatchResources>,
+    /// `name`, `namespace` or `selector` of the params object.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub param_ref: Option<Value>,
+}
+
+/// A `policies.kyverno.io` PolicyException: the policies it names and when it applies.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct CelPolicyException {
+    #[serde(default)]
+    pub metadata: ObjectMeta,
+    #[serde(default)]
+    pub spec: CelExceptionSpec,
+}
+
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct CelExceptionSpec {
+    #[serde(default)]
+    pub policy_refs: Vec<PolicyRef>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub match_conditions: Vec<NamedExpression>,
+}
+
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+pub struct PolicyRef {
+    #[serde(default)]
+    pub name: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub kind: Option<String>,
+}
