@@ -286,6 +286,17 @@ pub(crate) struct Mutator<'a> {
 // `RuleResponse` in `Err` costs nothing that matters.
 #[allow(clippy::result_large_err)]
 impl Mutator<'_> {
+    /// The scope step (see [`enter`]) with this rule's data, values and policy.
+    fn enter_scope(
+        &self,
+        entries: &[CompiledContextEntry],
+        preconditions: Option<&CompiledConditions>,
+        ctx: &mut Context,
+        saved: &mut crate::context::Saved,
+    ) -> Result<(), Stop> {
+        enter(entries, preconditions, ctx, self.data, self.provided, self.policy, saved)
+    }
+
     fn resp(&self, status: Status, msg: impl Into<String>) -> RuleResponse {
         RuleResponse::new(self.rule, RuleType::Mutation, status, msg)
     }
@@ -349,16 +360,7 @@ impl Mutator<'_> {
                 }
                 let mut saved = ctx.set("target", candidate.clone());
                 let outcome = (|| {
-                    let entered = enter(
-                        &t.context,
-                        t.preconditions.as_ref(),
-                        ctx,
-                        self.data,
-                        self.provided,
-                        self.policy,
-                        &mut saved,
-                    );
-                    match entered {
+                    match self.enter_scope(&t.context, t.preconditions.as_ref(), ctx, &mut saved) {
                         Ok(()) => {}
                         Err(Stop::Context(e)) => {
                             return Err(self.resp(Status::Error, format!("failed to load target context: {e}")));
@@ -417,16 +419,7 @@ impl Mutator<'_> {
                 let mut saved = ctx.set_element(element, index, nesting);
                 let base = cur.as_ref().unwrap_or(resource);
                 let step = (|| {
-                    let entered = enter(
-                        &f.context,
-                        f.preconditions.as_ref(),
-                        ctx,
-                        self.data,
-                        self.provided,
-                        self.policy,
-                        &mut saved,
-                    );
-                    match entered {
+                    match self.enter_scope(&f.context, f.preconditions.as_ref(), ctx, &mut saved) {
                         Ok(()) => {}
                         Err(Stop::Context(e)) => {
                             let msg = format!("failed to load to mutate.foreach[{index}].context: {e}");
