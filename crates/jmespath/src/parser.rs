@@ -75,19 +75,28 @@ impl<'s> Parser<'s> {
         }
     }
 
+    /// `depth` is the depth of the tree being built, not only of this call stack: every
+    /// operator in a chain (`a.b.c…`, `x | y | z…`, `a[0][0]…`) wraps the tree one level deeper
+    /// although the loop below does not recurse, and evaluating or dropping the tree recurses
+    /// through every level. A chain of thousands of `.a` must be refused here, not overflow
+    /// the stack later.
     fn expression(&mut self, rbp: u8) -> Result<Ast, ParseError> {
-        self.depth += 1;
-        if self.depth > MAX_DEPTH {
-            return Err(self.error("expression nested too deeply"));
-        }
+        let entry = self.depth;
+        self.deeper()?;
         let tok = self.advance();
         let mut left = self.nud(tok)?;
         while rbp < binding_power(self.peek()) {
+            self.deeper()?;
             let tok = self.advance();
             left = self.led(tok, left)?;
         }
-        self.depth -= 1;
+        self.depth = entry;
         Ok(left)
+    }
+
+    fn deeper(&mut self) -> Result<(), ParseError> {
+        self.depth += 1;
+        if self.depth > MAX_DEPTH { Err(self.error("expression nested too deeply")) } else { Ok(()) }
     }
 
     fn nud(&mut self, tok: Tok) -> Result<Ast, ParseError> {

@@ -155,3 +155,27 @@ fn delete_reading_renames_the_path_on_the_tree_not_in_strings() {
     assert_eq!(rename("'request.object'"), None);
     assert_eq!(rename("request.operation"), None);
 }
+
+/// Issue 14, item 2: a long chain compiled, then overflowed the stack on every evaluation (and
+/// when the tree was dropped). The chain's length is its depth; it is refused at compile time.
+#[test]
+fn long_operator_chains_are_refused_not_a_stack_overflow() {
+    let chains = [
+        format!("request{}", ".a".repeat(6000)),
+        vec!["a"; 6000].join(" | "),
+        vec!["a"; 6000].join(" || "),
+        vec!["a"; 6000].join(" && "),
+        format!("a{}", "[0]".repeat(6000)),
+        format!("a{}", "[]".repeat(6000)),
+        format!("a{}", "[*].b".repeat(3000)),
+        format!("{}a", "!".repeat(6000)),
+    ];
+    for src in &chains {
+        let err = verno_jmespath::Expression::compile(src).err().map(|e| e.to_string()).unwrap_or_default();
+        assert!(err.contains("nested too deeply"), "{}…: {err}", &src[..20]);
+    }
+    // Real policies stay far below the limit.
+    let ok = format!("request{}", ".a".repeat(100));
+    let e = verno_jmespath::Expression::compile(&ok).unwrap();
+    assert!(e.search(&data(), &verno_jmespath::NoEnv).is_err(), "request.a is not in the data");
+}
