@@ -3,7 +3,12 @@
 //! A string leaf or key of a rule may hold variables. When the whole string is exactly one
 //! variable the result keeps its JSON type; otherwise values are spliced in (strings raw, other
 //! values JSON-encoded). Nested variables (`{{ a.{{b}} }}`) are resolved innermost first by
-//! re-scanning, `{{- x }}` substitutes without re-scan, and `\{{` escapes.
+//! re-scanning, and `\{{` escapes.
+//!
+//! A value spliced in is data, never a template: `{{` inside it (a Pod's image, an annotation,
+//! a ConfigMap value) is never evaluated, so a resource cannot make Verno run its own JMESPath,
+//! grow a message pass after pass, or read `request.userInfo` into a denial. Kyverno re-scans
+//! substituted text unless `{{- }}` is used; Verno treats every variable as `{{- }}` does.
 
 use crate::context::Context;
 use crate::error::EvalError;
@@ -27,6 +32,8 @@ fn unreachable_regex() -> regex::Regex {
 struct Var {
     /// The `{{ ... }}` text as it appears.
     raw: String,
+    /// Where it appears in the source (byte range).
+    span: (usize, usize),
     /// The JMESPath inside, trimmed (`@` stays `@`).
     query: String,
     shallow: bool,
@@ -56,6 +63,7 @@ impl Template {
         for cap in VAR.captures_iter(s) {
             let Some(m) = cap.get(2) else { continue };
             let raw = m.as_str().to_string();
+            let span = (m.start(), m.end());
             let inner = &raw[2..raw.len() - 2];
             if inner.contains("{{") {
                 nested = true;
@@ -73,7 +81,7 @@ impl Template {
                 let d = crate::policy::delete_reading(&e);
                 (Some(e), d)
             };
-            vars.push(Var { raw, query, shallow, expr, delete_expr });
+            vars.push(Var { raw, span, query, shallow, expr, delete_expr });
         }
         if s.contains("{{") && vars.is_empty() {
             // Only nested or malformed: decided at run time.
@@ -101,22 +109,23 @@ impl Template {
                     other => other,
                 });
             }
-            let mut s = self.source.clone();
-            let mut shallow_hit = false;
+            // One pass over the source: each occurrence replaced by its value, in place, so a
+            // value is never scanned for variables (nor for another variable's text).
+            let mut out = String::with_capacity(self.source.len());
+            let mut last = 0;
             for v in &self.vars {
-                let val = resolve(v, ctx, at)?;
-                let text = splice_text(&val);
-                if v.shallow {
-                    shallow_hit = true;
-                    s = s.replace(&v.raw, &text.replace("{{", "\\{{"));
-                } else {
-                    s = s.replace(&v.raw, &text);
-                }
+                let (start, end) = v.span;
+                out.push_str(self.source.get(last..start).unwrap_or_default());
+                out.push_str(&protect(&splice_text(&resolve(v, ctx, at)?)));
+                last = end;
             }
-            if !shallow_hit && VAR.is_match(&s) {
-                return render_dynamic(&s, ctx, at);
+            out.push_str(self.source.get(last..).unwrap_or_default());
+            // Variables the policy nests in its own text (`"{{element.name}}"` inside a larger
+            // `{{ }}` the scan could not see whole) appear now; values cannot, being protected.
+            if VAR.is_match(&out) {
+                return render_dynamic(&out, ctx, at);
             }
-            return Ok(Value::String(unescape(&s)));
+            return Ok(Value::String(restore(&unescape(&out))));
         }
         render_dynamic(&self.source, ctx, at)
     }
@@ -127,6 +136,17 @@ fn splice_text(v: &Value) -> String {
         Value::String(s) => s.clone(),
         other => serde_json::to_string(other).unwrap_or_default(),
     }
+}
+
+/// Marks `{{` in a spliced value so no later scan sees a variable there; [`restore`] puts it
+/// back once substitution is over. The marker is a private-use character: a value that holds
+/// it only turns it into `{`, after all evaluation.
+fn protect(text: &str) -> Cow<'_, str> {
+    if text.contains("{{") { Cow::Owned(text.replace("{{", "\u{E000}{")) } else { Cow::Borrowed(text) }
+}
+
+fn restore(s: &str) -> String {
+    if s.contains('\u{E000}') { s.replace('\u{E000}', "{") } else { s.to_string() }
 }
 
 fn unescape(s: &str) -> String {
@@ -142,7 +162,7 @@ fn render_dynamic(s: &str, ctx: &Context, at: &str) -> Result<Value, EvalError> 
         let caps: Vec<String> =
             VAR.captures_iter(&value).filter_map(|c| c.get(2).map(|m| m.as_str().to_string())).collect();
         if caps.is_empty() {
-            return Ok(Value::String(unescape(&value)));
+            return Ok(Value::String(restore(&unescape(&value))));
         }
         let original = value.clone();
         for raw in caps {
@@ -156,13 +176,13 @@ fn render_dynamic(s: &str, ctx: &Context, at: &str) -> Result<Value, EvalError> 
             if original == raw {
                 return Ok(out);
             }
-            value = value.replace(&raw, &splice_text(&out));
+            value = value.replace(&raw, &protect(&splice_text(&out)));
         }
         if value == original {
             break;
         }
     }
-    Ok(Value::String(unescape(&value)))
+    Ok(Value::String(restore(&unescape(&value))))
 }
 
 fn resolve(v: &Var, ctx: &Context, at: &str) -> Result<Value, EvalError> {
