@@ -386,6 +386,7 @@ impl Requests<'_> {
             user_info: self.user.map(|u| &u.1),
             namespace_labels: None,
             subresource: "",
+            kind: None,
             variables: &globals,
         };
         self.set.evaluate(&req, Scope::ALL, &CliEnv, self.data, &mut ()).into_responses()

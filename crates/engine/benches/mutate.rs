@@ -70,6 +70,7 @@ fn run(set: &PolicySet, object: &Value) -> usize {
         user_info: None,
         namespace_labels: None,
         subresource: "",
+        kind: None,
         variables: &[],
     };
     let scope = Scope::webhook(Route::Kyverno(Hook::Mutate, Filter::All));

@@ -66,6 +66,7 @@ fn run(set: &PolicySet, route: &Route, review: &Value) -> usize {
         user_info: req.get("userInfo"),
         namespace_labels: None,
         subresource: "",
+        kind: None,
         variables: &[],
     };
     let mut rules = RuleCount(0);

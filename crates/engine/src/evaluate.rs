@@ -114,6 +114,10 @@ pub struct Request<'a> {
     pub user_info: Option<&'a Value>,
     pub namespace_labels: Option<&'a BTreeMap<String, String>>,
     pub subresource: &'a str,
+    /// The kind the API server says the request is about (`request.kind`); `None` (the CLI):
+    /// the object's own `apiVersion` and `kind`. Matching trusts this, not the object, so a
+    /// Pod that calls itself a Deployment is still a Pod.
+    pub kind: Option<&'a verno_api::admission::GroupVersionKind>,
     /// Extra variables (dotted keys allowed), applied after the request context.
     pub variables: &'a [(String, Value)],
 }
@@ -123,6 +127,18 @@ impl<'a> Request<'a> {
     pub fn subject(&self) -> &'a Value {
         if self.object.is_null() { self.old_object.unwrap_or(self.object) } else { self.object }
     }
+    /// (group, version, kind) the request is about.
+    pub fn group_version_kind(&self) -> (&'a str, &'a str, &'a str) {
+        match self.kind.filter(|k| !k.kind.is_empty()) {
+            Some(k) => (&k.group, &k.version, &k.kind),
+            None => {
+                let subject = self.subject();
+                let (group, version) = group_version(str_at(subject, "/apiVersion"));
+                (group, version, str_at(subject, "/kind"))
+            }
+        }
+    }
+
     pub fn is_delete(&self) -> bool {
         self.operation.eq_ignore_ascii_case("DELETE")
     }
@@ -152,7 +168,7 @@ fn obj_at<'v>(v: &'v Value, a: &str, b: &str) -> Option<&'v Map<String, Value>> 
 /// Builds the variable context for a request (shared by all policies of one evaluation).
 pub fn build_context<'e>(req: &Request, env: &'e dyn Env) -> Context<'e> {
     let subject = req.subject();
-    let (group, version) = group_version(str_at(subject, "/apiVersion"));
+    let (group, version, kind) = req.group_version_kind();
     let username = req.user_info.and_then(|u| u.get("username")).and_then(Value::as_str).unwrap_or("");
     let (sa_ns, sa_name) = match username.strip_prefix("system:serviceaccount:").and_then(|r| r.split_once(':')) {
         Some((ns, n)) => (ns.to_string(), n.to_string()),
@@ -164,7 +180,7 @@ pub fn build_context<'e>(req: &Request, env: &'e dyn Env) -> Context<'e> {
         "oldObject": req.old_object.cloned().unwrap_or(Value::Null),
         "namespace": str_at(subject, "/metadata/namespace"),
         "name": str_at(subject, "/metadata/name"),
-        "kind": {"group": group, "version": version, "kind": str_at(subject, "/kind")},
+        "kind": {"group": group, "version": version, "kind": kind},
         "userInfo": req.user_info.cloned().unwrap_or_else(|| json!({})),
         "roles": req.user.map(|u| u.roles.clone()).unwrap_or_default(),
         "clusterRoles": req.user.map(|u| u.cluster_roles.clone()).unwrap_or_default(),
@@ -260,7 +276,7 @@ pub fn evaluate_phase(
 ) -> PolicyResponse {
     let mut resp = PolicyResponse { policy: policy.key(), ..Default::default() };
     let subject = req.subject();
-    let (group, version) = group_version(str_at(subject, "/apiVersion"));
+    let (group, version, kind) = req.group_version_kind();
     let name = {
         let n = str_at(subject, "/metadata/name");
         if n.is_empty() { str_at(subject, "/metadata/generateName") } else { n }
@@ -269,7 +285,7 @@ pub fn evaluate_phase(
     let input = MatchInput {
         group,
         version,
-        kind: str_at(subject, "/kind"),
+        kind,
         subresource: req.subresource,
         name,
         namespace,

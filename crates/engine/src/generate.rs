@@ -386,6 +386,7 @@ mod tests {
             user_info: None,
             namespace_labels: None,
             subresource: "",
+            kind: None,
             variables: &[],
         };
         let env = verno_jmespath::NoEnv;

@@ -678,6 +678,7 @@ mod rule_tests {
             user_info: None,
             namespace_labels: None,
             subresource: "",
+            kind: None,
             variables: &[],
         };
         let env = verno_jmespath::NoEnv;

@@ -375,6 +375,7 @@ impl PolicySet {
             user_info: Some(&user_info),
             namespace_labels: None,
             subresource: &req.sub_resource,
+            kind: Some(&req.kind),
             variables: &[],
         };
         self.evaluate(&request, Scope::webhook(route), env, data, observer)

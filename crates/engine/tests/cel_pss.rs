@@ -44,6 +44,7 @@ fn failing(set: &PolicySet, review: &Value) -> Vec<String> {
         user_info: r.get("userInfo"),
         namespace_labels: None,
         subresource: "",
+        kind: None,
         variables: &[],
     };
     let out = set.evaluate(&req, Scope::ALL, &verno_jmespath::NoEnv, &NoData, &mut ());

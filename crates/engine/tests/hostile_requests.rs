@@ -34,6 +34,7 @@ fn denial(set: &PolicySet, object: &Value) -> Option<String> {
         user_info: Some(&user),
         namespace_labels: None,
         subresource: "",
+        kind: None,
         variables: &[],
     };
     let scope = Scope::webhook(Route::Kyverno(Hook::Validate, Filter::All));

@@ -179,3 +179,10 @@ fn long_operator_chains_are_refused_not_a_stack_overflow() {
     let e = verno_jmespath::Expression::compile(&ok).unwrap();
     assert!(e.search(&data(), &verno_jmespath::NoEnv).is_err(), "request.a is not in the data");
 }
+
+/// Issue 14, item 8: `modulo(-2^63, -1)` overflowed and aborted the process; Go's `%` gives 0.
+#[test]
+fn modulo_of_the_smallest_integer_by_minus_one_is_zero_not_a_panic() {
+    assert_eq!(ok("modulo(`-9223372036854775808`, `-1`)"), json!(0));
+    assert_eq!(ok("modulo(`7`, `-2`)"), json!(1));
+}

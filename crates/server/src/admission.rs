@@ -149,10 +149,32 @@ pub fn allows_on_error(set: &PolicySet, route: &Route) -> bool {
     }
 }
 
+/// What a request must carry to be evaluated at all: the object of a CREATE or UPDATE, the old
+/// object of a DELETE. Without it no policy could match, and admitting would be fail-open.
+fn missing_object(req: &AdmissionRequest) -> Option<&'static str> {
+    match req.operation.as_str() {
+        "CREATE" | "UPDATE" if !req.object.is_object() => Some("request.object must be an object"),
+        "DELETE" if !req.old_object.is_object() => Some("request.oldObject must be an object"),
+        _ => None,
+    }
+}
+
 /// Reviews one AdmissionReview with the policies of `set` that `route` serves.
 pub fn review(set: &PolicySet, route: Route, review: &AdmissionReview) -> Outcome {
     let empty = AdmissionRequest::default();
     let req = review.request.as_ref().unwrap_or(&empty);
+    if let Some(why) = missing_object(req) {
+        return Outcome {
+            review: error_review(&review.api_version, &req.uid, false, &format!("invalid AdmissionReview: {why}")),
+            allowed: false,
+            kind: req.kind_name().to_string(),
+            namespace: req.namespace_name().to_string(),
+            operation: req.operation.clone(),
+            results: Vec::new(),
+            policy_seconds: Vec::new(),
+            violations: Vec::new(),
+        };
+    }
     let mut recorder = Recorder { set, started: None, results: Vec::new(), policy_seconds: Vec::new() };
     let hook = match &route {
         Route::Kyverno(hook, _) | Route::Cel { hook, .. } => *hook,
@@ -283,6 +305,41 @@ mod tests {
             decode(&verify_review(&annotated, "t")),
             json!([{"op": "add", "path": "/metadata/annotations/verno.io~1last-request-time", "value": "t"}])
         );
+    }
+
+    fn require_team() -> PolicySet {
+        let doc = json!({"apiVersion": "kyverno.io/v1", "kind": "ClusterPolicy", "metadata": {"name": "require-team"},
+            "spec": {"validationFailureAction": "Enforce", "rules": [{"name": "team",
+                "match": {"any": [{"resources": {"kinds": ["Pod"]}}]},
+                "validate": {"message": "team label", "pattern": {"metadata": {"labels": {"team": "?*"}}}}}]}});
+        match verno_engine::compile(&doc, &[]) {
+            Ok(Compiled::Policy(p)) => PolicySet::new(vec![Arc::new(p)], Vec::new()),
+            other => panic!("{other:?}"),
+        }
+    }
+
+    /// Issue 14, item 8: rules matched the object's own `kind`, so a Pod whose body said
+    /// `kind: Deployment` was admitted past every Pod policy.
+    #[test]
+    fn a_pod_that_calls_itself_a_deployment_is_still_matched_as_a_pod() {
+        let r = review_of(json!({"request": {"uid": "u", "operation": "CREATE",
+            "kind": {"group": "", "version": "v1", "kind": "Pod"}, "namespace": "shop",
+            "object": {"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "p", "namespace": "shop"}}}}));
+        let o = review(&require_team(), Route::Kyverno(Hook::Validate, Filter::All), &r);
+        assert!(!o.allowed);
+    }
+
+    /// Issue 14, item 8: a CREATE without an object matched no policy and was admitted.
+    #[test]
+    fn a_create_without_an_object_is_refused() {
+        for object in [json!(null), json!("Pod"), json!([1])] {
+            let r = review_of(json!({"request": {"uid": "u", "operation": "CREATE",
+                "kind": {"group": "", "version": "v1", "kind": "Pod"}, "object": object}}));
+            let o = review(&require_team(), Route::Kyverno(Hook::Validate, Filter::All), &r);
+            assert!(!o.allowed, "{object}");
+            let msg = o.review.response.and_then(|r| r.status).map(|s| s.message).unwrap_or_default();
+            assert_eq!(msg, "invalid AdmissionReview: request.object must be an object");
+        }
     }
 
     #[test]

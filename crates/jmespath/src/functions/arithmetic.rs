@@ -177,7 +177,8 @@ fn modulo(c: &Call<'_>, a: &[Arg<'_, '_>]) -> Result<Value, RuntimeError> {
             if y == 0.0 {
                 return Err(zero(c.name));
             }
-            Ok(num(((x as i64) % (y as i64)) as f64))
+            // Go's `%`: MinInt64 % -1 is 0, not an overflow.
+            Ok(num((x as i64).wrapping_rem(y as i64) as f64))
         }
         (Operand::Quantity(x), Operand::Quantity(y)) => {
             if y.mantissa == 0 {
@@ -192,13 +193,13 @@ fn modulo(c: &Call<'_>, a: &[Arg<'_, '_>]) -> Result<Value, RuntimeError> {
             if yi == 0 {
                 return Err(zero(c.name));
             }
-            Ok(qv(Quantity { mantissa: xi % yi, exp: e, format: x.format }))
+            Ok(qv(Quantity { mantissa: xi.wrapping_rem(yi), exp: e, format: x.format }))
         }
         (Operand::Duration(x), Operand::Duration(y)) => {
             if y == 0 {
                 return Err(zero(c.name));
             }
-            Ok(dv(x % y))
+            Ok(dv(x.wrapping_rem(y)))
         }
         _ => Err(mismatch(c.name)),
     }
