@@ -21,27 +21,77 @@ fn is_manifest(p: &Path) -> bool {
     matches!(p.extension().and_then(|e| e.to_str()), Some("yaml" | "yml" | "json"))
 }
 
-/// Every manifest file under `path` (the path itself when it is a file), sorted.
+/// The largest manifest file read (a policy set, a test's resources); larger is an error, so a
+/// stray 4 GB file or a sparse one cannot take the memory.
+pub const MAX_FILE_BYTES: u64 = 64 << 20;
+
+/// Every manifest file under `path` (the path itself when it is a file), sorted. Only regular
+/// files are read: a FIFO would block the reader for good, a device (`/dev/zero`) never ends.
+/// Hidden entries are skipped, which also skips a ConfigMap mount's `..data` and timestamped
+/// folders (their files are reached once, through the visible links). A directory reached
+/// twice (a symlink loop) is listed once.
 pub fn files(path: &Path) -> Result<Vec<PathBuf>> {
     let meta = std::fs::metadata(path).with_context(|| format!("cannot read {}", path.display()))?;
-    if meta.is_file() {
+    if !meta.is_dir() {
+        regular(path, &meta)?;
         return Ok(vec![path.to_path_buf()]);
     }
     let mut out = Vec::new();
+    let mut seen = std::collections::HashSet::new();
     let mut stack = vec![path.to_path_buf()];
     while let Some(dir) = stack.pop() {
+        if !seen.insert(std::fs::canonicalize(&dir).unwrap_or_else(|_| dir.clone())) {
+            continue;
+        }
         let rd = std::fs::read_dir(&dir).with_context(|| format!("cannot list {}", dir.display()))?;
         for e in rd {
-            let p = e?.path();
-            if p.is_dir() {
+            let e = e?;
+            if e.file_name().to_string_lossy().starts_with('.') {
+                continue;
+            }
+            let p = e.path();
+            let Ok(meta) = std::fs::metadata(&p) else { continue };
+            if meta.is_dir() {
                 stack.push(p);
-            } else if is_manifest(&p) {
+            } else if meta.is_file() && is_manifest(&p) {
                 out.push(p);
             }
         }
     }
     out.sort();
     Ok(out)
+}
+
+/// A regular file of bounded size, or the error that says why not.
+fn regular(path: &Path, meta: &std::fs::Metadata) -> Result<()> {
+    if !meta.is_file() {
+        return Err(anyhow!("{} is not a regular file", path.display()));
+    }
+    if meta.len() > MAX_FILE_BYTES {
+        return Err(anyhow!(
+            "{} is {} bytes; files over {MAX_FILE_BYTES} bytes are not read",
+            path.display(),
+            meta.len()
+        ));
+    }
+    Ok(())
+}
+
+/// The text of a manifest file: a regular file, at most [`MAX_FILE_BYTES`] (checked before
+/// opening, and again while reading in case it grows).
+pub fn read_text(path: &Path) -> Result<String> {
+    use std::io::Read as _;
+    let meta = std::fs::metadata(path).with_context(|| format!("cannot read {}", path.display()))?;
+    regular(path, &meta)?;
+    let file = std::fs::File::open(path).with_context(|| format!("cannot read {}", path.display()))?;
+    let mut text = String::new();
+    file.take(MAX_FILE_BYTES + 1)
+        .read_to_string(&mut text)
+        .with_context(|| format!("cannot read {}", path.display()))?;
+    if text.len() as u64 > MAX_FILE_BYTES {
+        return Err(anyhow!("{} grew past {MAX_FILE_BYTES} bytes while being read", path.display()));
+    }
+    Ok(text)
 }
 
 /// Parses YAML (or JSON) text into documents; `kind: List` items are flattened.
@@ -68,8 +118,7 @@ pub fn parse_docs(text: &str, file: &Path) -> Result<Vec<Doc>> {
 pub fn read_docs(path: &Path) -> Result<Vec<Doc>> {
     let mut out = Vec::new();
     for f in files(path)? {
-        let text = std::fs::read_to_string(&f).with_context(|| format!("cannot read {}", f.display()))?;
-        out.extend(parse_docs(&text, &f)?);
+        out.extend(parse_docs(&read_text(&f)?, &f)?);
     }
     Ok(out)
 }
@@ -172,4 +221,50 @@ pub fn load_exceptions(docs: &[Doc]) -> Result<Vec<CompiledException>> {
     // CEL exceptions first, as they were always listed.
     cel.extend(kyverno);
     Ok(cel)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const POLICY: &str = "apiVersion: kyverno.io/v1\nkind: ClusterPolicy\nmetadata:\n  name: p\n";
+
+    fn names(files: &[PathBuf], root: &Path) -> Vec<String> {
+        files.iter().map(|f| f.strip_prefix(root).unwrap_or(f).display().to_string()).collect()
+    }
+
+    /// Issue 14, item 6: a FIFO named like a manifest blocked the loader (and the server) for
+    /// good; hidden files loaded; a ConfigMap mount loaded every policy three times.
+    #[test]
+    fn only_visible_regular_files_are_read_and_a_configmap_mount_once() {
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path();
+        std::fs::write(root.join("a.yaml"), POLICY).unwrap();
+        std::fs::write(root.join(".hidden.yaml"), POLICY).unwrap();
+        let fifo = std::process::Command::new("mkfifo").arg(root.join("x.yaml")).status();
+        assert!(fifo.is_ok_and(|s| s.success()), "mkfifo");
+        // A ConfigMap volume: files are links into `..data`, which links to a timestamped folder.
+        let stamp = root.join("cm/..2026_11_23_10_00_00.123");
+        std::fs::create_dir_all(&stamp).unwrap();
+        std::fs::write(stamp.join("b.yaml"), POLICY).unwrap();
+        std::os::unix::fs::symlink("..2026_11_23_10_00_00.123", root.join("cm/..data")).unwrap();
+        std::os::unix::fs::symlink("..data/b.yaml", root.join("cm/b.yaml")).unwrap();
+        let found = files(root).unwrap();
+        assert_eq!(names(&found, root), ["a.yaml", "cm/b.yaml"]);
+        assert_eq!(read_docs(root).unwrap().len(), 2);
+    }
+
+    /// Issue 14, item 6: `/dev/zero` or a 4 GB sparse file was read until memory ran out.
+    #[test]
+    fn devices_and_oversized_files_are_refused_with_the_reason() {
+        let err = read_docs(Path::new("/dev/zero")).err().map(|e| format!("{e:#}")).unwrap_or_default();
+        assert_eq!(err, "/dev/zero is not a regular file");
+        let dir = tempfile::tempdir().unwrap();
+        let big = dir.path().join("big.yaml");
+        std::fs::File::create(&big).unwrap().set_len(4 << 30).unwrap();
+        let err = read_docs(&big).err().map(|e| format!("{e:#}")).unwrap_or_default();
+        assert!(err.ends_with("is 4294967296 bytes; files over 67108864 bytes are not read"), "{err}");
+        // In a folder it is an error too, not a silent skip: the user named it.
+        assert!(read_docs(dir.path()).is_err());
+    }
 }

@@ -141,10 +141,10 @@ fn run_inner(args: &TestArgs) -> Result<i32> {
         }
     };
     for f in &files {
-        let text = match std::fs::read_to_string(f) {
+        let text = match load::read_text(f) {
             Ok(t) => t,
             Err(e) => {
-                eprintln!("Error: cannot read {}: {e}", f.display());
+                eprintln!("Error: {e:#}");
                 load_errors += 1;
                 continue;
             }

@@ -360,7 +360,11 @@ fn fingerprint(paths: &[PathBuf]) -> Vec<(PathBuf, u64, Option<SystemTime>)> {
 
 /// Loads the policies, binds the ports and starts serving.
 pub async fn start(cfg: Config, loader: Loader) -> Result<Running, ServerError> {
-    let initial = loader().map_err(ServerError::Policies)?;
+    let first = loader.clone();
+    let initial = tokio::task::spawn_blocking(move || first())
+        .await
+        .map_err(|e| ServerError::Policies(format!("loading the policies panicked: {e}")))?
+        .map_err(ServerError::Policies)?;
     tracing::info!(policies = initial.policies().len(), "policies loaded");
     let ca_path = match &cfg.tls {
         TlsSource::Dir { dir, dns_names } => Some(tls::ensure_dir(dir, dns_names)?),
@@ -416,27 +420,39 @@ pub async fn start(cfg: Config, loader: Loader) -> Result<Running, ServerError> 
         let certs = if file_certs { vec![cert.clone(), key.clone()] } else { Vec::new() };
         let rustls_cfg = rustls_cfg.clone();
         let interval = cfg.poll_interval;
+        // File system work (listing, reading, compiling) runs on the blocking pool, one round
+        // at a time: a slow or odd file can delay a reload, never an admission request.
+        let watcher = Arc::new(std::sync::Mutex::new((fingerprint(&watch), fingerprint(&certs))));
         tokio::spawn(async move {
-            let mut policies_seen = fingerprint(&watch);
-            let mut certs_seen = fingerprint(&certs);
             loop {
                 tokio::time::sleep(interval).await;
-                let now = fingerprint(&watch);
-                if now != policies_seen {
-                    policies_seen = now;
-                    let _ = reload(&state, &loader);
-                }
-                let now = fingerprint(&certs);
-                if now != certs_seen && certs.len() == 2 {
-                    certs_seen = now;
-                    let (Some(c), Some(k)) = (certs.first(), certs.get(1)) else { continue };
-                    match tls::server_config(c, k) {
-                        Ok(c) => {
-                            rustls_cfg.reload_from_config(c);
-                            tracing::info!("serving certificate reloaded");
-                        }
-                        Err(e) => tracing::error!(error = %e, "certificate reload failed; keeping the previous one"),
+                let (state, loader, watch, certs, rustls_cfg, watcher) =
+                    (state.clone(), loader.clone(), watch.clone(), certs.clone(), rustls_cfg.clone(), watcher.clone());
+                let round = tokio::task::spawn_blocking(move || {
+                    let mut seen = watcher.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+                    let now = fingerprint(&watch);
+                    if now != seen.0 {
+                        seen.0 = now;
+                        let _ = reload(&state, &loader);
                     }
+                    let now = fingerprint(&certs);
+                    if now != seen.1
+                        && let (Some(c), Some(k)) = (certs.first(), certs.get(1))
+                    {
+                        seen.1 = now;
+                        match tls::server_config(c, k) {
+                            Ok(c) => {
+                                rustls_cfg.reload_from_config(c);
+                                tracing::info!("serving certificate reloaded");
+                            }
+                            Err(e) => {
+                                tracing::error!(error = %e, "certificate reload failed; keeping the previous one")
+                            }
+                        }
+                    }
+                });
+                if round.await.is_err() {
+                    tracing::error!("the policy and certificate watch panicked; retrying");
                 }
             }
         });
@@ -468,7 +484,10 @@ async fn wait_for_signals(running: &Running) {
         tokio::select! {
             _ = term.recv() => return,
             _ = tokio::signal::ctrl_c() => return,
-            _ = hup.recv() => { let _ = running.reload(); }
+            _ = hup.recv() => {
+                let (state, loader) = (running.state.clone(), running.loader.clone());
+                let _ = tokio::task::spawn_blocking(move || reload(&state, &loader)).await;
+            }
         }
     }
 }
