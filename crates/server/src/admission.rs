@@ -54,6 +54,30 @@ pub enum ParseError {
     Shape(String),
 }
 
+/// The `apiVersion` and `request.uid` of a review, read without building the whole document:
+/// what any answer needs, known before the request waits for an evaluation slot. A body that
+/// does not have them gets the full check's reason.
+pub fn identify(body: &[u8]) -> Result<(String, String), ParseError> {
+    #[derive(serde::Deserialize)]
+    struct Envelope {
+        #[serde(rename = "apiVersion", default)]
+        api_version: Option<String>,
+        #[serde(default)]
+        request: Option<Uid>,
+    }
+    #[derive(serde::Deserialize)]
+    struct Uid {
+        #[serde(default)]
+        uid: String,
+    }
+    match serde_json::from_slice::<Envelope>(body) {
+        Ok(Envelope { api_version, request: Some(Uid { uid }) }) if !uid.is_empty() => {
+            Ok((api_version.unwrap_or_else(|| "admission.k8s.io/v1".into()), uid))
+        }
+        _ => Err(parse(body).err().unwrap_or(ParseError::NoRequest)),
+    }
+}
+
 /// Decodes and checks the envelope; the error says what is wrong.
 pub fn parse(body: &[u8]) -> Result<AdmissionReview, ParseError> {
     // Straight into the typed envelope; only a body that does not fit is read again, as plain
@@ -340,6 +364,15 @@ mod tests {
             let msg = o.review.response.and_then(|r| r.status).map(|s| s.message).unwrap_or_default();
             assert_eq!(msg, "invalid AdmissionReview: request.object must be an object");
         }
+    }
+
+    #[test]
+    fn identity_is_read_without_the_document_and_bad_bodies_get_the_full_reason() {
+        let body = br#"{"apiVersion": "admission.k8s.io/v1", "request": {"uid": "u-1", "object": {"big": [1, 2, 3]}}}"#;
+        assert_eq!(identify(body), Ok(("admission.k8s.io/v1".into(), "u-1".into())));
+        assert_eq!(identify(br#"{"request": {"uid": "u-2"}}"#), Ok(("admission.k8s.io/v1".into(), "u-2".into())));
+        assert_eq!(identify(b"[]"), Err(ParseError::NotAnObject));
+        assert_eq!(identify(br#"{"request": {}}"#), Err(ParseError::NoUid));
     }
 
     #[test]

@@ -66,6 +66,9 @@ struct AppState {
     metrics: metrics::Metrics,
     permits: Semaphore,
     deadline: Duration,
+    /// Requests waiting for an evaluation slot, and how many may wait before the rest are shed.
+    waiting: std::sync::atomic::AtomicUsize,
+    max_waiting: usize,
     /// Where failed rules go for PolicyViolation events (in-cluster only); bounded, and a
     /// full queue drops (counted) rather than slowing admission.
     violations: std::sync::OnceLock<tokio::sync::mpsc::Sender<Violation>>,
@@ -113,25 +116,47 @@ async fn handle(
             &format!("invalid Content-Type {ct:?}, expected application/json"),
         );
     }
-    let review = match admission::parse(&body) {
-        Ok(r) => r,
+    // Only the identity is read before the request waits: the full document is built once it
+    // has a slot, so a burst holds bodies, not parsed trees.
+    let (api_version, uid) = match admission::identify(&body) {
+        Ok(id) => id,
         Err(e) => return text(StatusCode::BAD_REQUEST, &e.to_string()),
     };
-    let uid = review.request.as_ref().map(|r| r.uid.clone()).unwrap_or_default();
-    let api_version = review.api_version.clone();
-    let dry_run = review.request.as_ref().is_some_and(|r| r.dry_run);
     let set = state.current();
-    let Ok(permit) = state.permits.acquire().await else {
-        return text(StatusCode::SERVICE_UNAVAILABLE, "server is shutting down");
-    };
     // On failure the webhook's failure policy decides: `/…/ignore` allows, `/…/fail` denies,
     // and a CEL policy path allows only when every policy it names is failurePolicy Ignore.
     let allow_on_error = admission::allows_on_error(&set, &route);
-    let job = tokio::task::spawn_blocking(move || admission::review(&set, route, &review));
-    let outcome = tokio::time::timeout(state.deadline, job).await;
+    let answer =
+        |msg: &str| json_response(StatusCode::OK, &admission::error_review(&api_version, &uid, allow_on_error, msg));
+    // The deadline runs from arrival: waiting for a slot counts. A queue longer than can be
+    // served in time is shed at once, answered by the failure policy.
+    let waiting = state.waiting.fetch_add(1, std::sync::atomic::Ordering::AcqRel);
+    if waiting >= state.max_waiting {
+        state.waiting.fetch_sub(1, std::sync::atomic::Ordering::AcqRel);
+        tracing::warn!(uid = %uid, waiting, "overloaded: request shed");
+        return answer(&format!("verno: overloaded ({waiting} requests waiting); the request was not evaluated"));
+    }
+    let permit = tokio::time::timeout(state.deadline, state.permits.acquire()).await;
+    state.waiting.fetch_sub(1, std::sync::atomic::Ordering::AcqRel);
+    let permit = match permit {
+        Ok(Ok(p)) => p,
+        Ok(Err(_)) => return text(StatusCode::SERVICE_UNAVAILABLE, "server is shutting down"),
+        Err(_) => {
+            tracing::warn!(uid = %uid, "no evaluation slot within the deadline: request shed");
+            let msg = format!("verno: no evaluation slot within the {} ms deadline", state.deadline.as_millis());
+            return answer(&msg);
+        }
+    };
+    let job = tokio::task::spawn_blocking(move || {
+        let review = admission::parse(&body)?;
+        let dry_run = review.request.as_ref().is_some_and(|r| r.dry_run);
+        Ok::<_, admission::ParseError>((admission::review(&set, route, &review), dry_run))
+    });
+    let outcome = tokio::time::timeout(state.deadline.saturating_sub(started.elapsed()), job).await;
     drop(permit);
     match outcome {
-        Ok(Ok(o)) => {
+        Ok(Ok(Err(e))) => text(StatusCode::BAD_REQUEST, &e.to_string()),
+        Ok(Ok(Ok((o, dry_run)))) => {
             state.metrics.observe(webhook, &o, started.elapsed().as_secs_f64(), dry_run, &o.policy_seconds);
             // A dry run changes nothing, so it leaves no events (as Kyverno).
             if let (false, Some(tx)) = (dry_run, state.violations.get()) {
@@ -146,20 +171,11 @@ async fn handle(
         }
         Ok(Err(join)) => {
             tracing::error!(uid = %uid, error = %join, "evaluation panicked");
-            json_response(
-                StatusCode::OK,
-                &admission::error_review(
-                    &api_version,
-                    &uid,
-                    allow_on_error,
-                    "verno: internal error while evaluating policies",
-                ),
-            )
+            answer("verno: internal error while evaluating policies")
         }
         Err(_) => {
             tracing::warn!(uid = %uid, "evaluation deadline exceeded");
-            let msg = format!("verno: policy evaluation exceeded the {} ms deadline", state.deadline.as_millis());
-            json_response(StatusCode::OK, &admission::error_review(&api_version, &uid, allow_on_error, &msg))
+            answer(&format!("verno: policy evaluation exceeded the {} ms deadline", state.deadline.as_millis()))
         }
     }
 }
@@ -391,6 +407,10 @@ pub async fn start(cfg: Config, loader: Loader) -> Result<Running, ServerError> 
         metrics,
         permits: Semaphore::new(cfg.max_concurrency.max(1)),
         deadline: cfg.deadline,
+        waiting: std::sync::atomic::AtomicUsize::new(0),
+        // Enough for a burst (an evaluation takes tens of microseconds), small enough that the
+        // bodies held stay bounded (body limit × this).
+        max_waiting: cfg.max_concurrency.max(1) * 64,
         violations: std::sync::OnceLock::new(),
     });
     let app = router(state.clone(), cfg.body_limit);
