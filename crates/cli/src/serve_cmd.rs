@@ -111,6 +111,13 @@ pub fn load_set(paths: &[PathBuf], ns_labels: Option<&Path>) -> Result<PolicySet
     if let Some((name, why)) = loaded.invalid.iter().next() {
         return Err(format!("policy {name} is invalid: {why}"));
     }
+    // Two documents for one policy: which one is in force would depend on file order.
+    let mut seen = std::collections::BTreeSet::new();
+    for p in &loaded.compiled {
+        if !seen.insert((p.kind, p.key())) {
+            return Err(format!("{} {} is defined more than once", p.kind, p.key()));
+        }
+    }
     for (name, why) in &loaded.unsupported {
         tracing::warn!(policy = %name, "{why}");
     }
@@ -179,4 +186,28 @@ pub fn run(args: &ServeArgs) -> i32 {
     let ns = args.namespace_labels.clone();
     let loader: Loader = Arc::new(move || load_set(&paths, ns.as_deref()));
     verno_server::run(cfg, loader, args.log_format == "json")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Issue 14, item 7: two ClusterPolicies with one name both loaded, so which one enforced
+    /// depended on file order.
+    #[test]
+    fn a_policy_defined_twice_is_refused() {
+        let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
+        let policy = |msg: &str| {
+            format!(
+                "apiVersion: kyverno.io/v1\nkind: ClusterPolicy\nmetadata:\n  name: team\nspec:\n  rules:\n  - name: r\n    match:\n      any:\n      - resources:\n          kinds: [Pod]\n    validate:\n      message: {msg}\n      deny: {{}}\n"
+            )
+        };
+        for (file, msg) in [("a.yaml", "one"), ("b.yaml", "two")] {
+            std::fs::write(dir.path().join(file), policy(msg)).unwrap_or_else(|e| panic!("{e}"));
+        }
+        let err = load_set(&[dir.path().to_path_buf()], None).err();
+        assert_eq!(err.as_deref(), Some("ClusterPolicy team is defined more than once"));
+        std::fs::remove_file(dir.path().join("b.yaml")).unwrap_or_else(|e| panic!("{e}"));
+        assert!(load_set(&[dir.path().to_path_buf()], None).is_ok());
+    }
 }

@@ -128,6 +128,34 @@ mod tests {
         assert!(matches!(compile(&vpol, &[]), Ok(Compiled::Policy(p)) if p.kind == Kind::ValidatingPolicy));
     }
 
+    fn policy_with(validate: serde_json::Value) -> Result<Compiled, DocumentError> {
+        compile(
+            &json!({"apiVersion": "kyverno.io/v1", "kind": "ClusterPolicy", "metadata": {"name": "p"},
+                "spec": {"rules": [{"name": "r", "match": {"any": [{"resources": {"kinds": ["Pod"]}}]}, "validate": validate}]}}),
+            &[],
+        )
+    }
+
+    /// Issue 14, item 7: a rule with a typo (`patern:`) enforced nothing, and one with both
+    /// `pattern` and `deny` ignored the pattern; Kyverno refuses both.
+    #[test]
+    fn a_validate_rule_needs_exactly_one_way_to_validate() {
+        let err = |v| policy_with(v).err().map(|e| e.to_string()).unwrap_or_default();
+        assert_eq!(
+            err(json!({"message": "m", "patern": {"metadata": {"labels": {"a": "?*"}}}})),
+            "spec.rules[0].validate: one of pattern, anyPattern, deny, foreach, cel must be specified"
+        );
+        assert_eq!(
+            err(json!({"pattern": {"metadata": {"labels": {"a": "?*"}}}, "deny": {}})),
+            "spec.rules[0].validate: only one of pattern, anyPattern, deny, foreach, cel can be specified"
+        );
+        assert_eq!(
+            err(json!({"foreach": [{"list": "request.object.spec.containers"}]})),
+            "spec.rules[0].validate.foreach[0]: one of pattern, anyPattern, deny, or a nested foreach must be specified"
+        );
+        assert!(policy_with(json!({"pattern": {"metadata": {"labels": {"a": "?*"}}}})).is_ok());
+    }
+
     #[test]
     fn a_stored_object_gets_its_type_and_loses_its_status() {
         let stored = json!({"metadata": {"name": "p", "namespace": "shop"}, "status": {"ready": true},

@@ -127,6 +127,25 @@ pub(crate) fn compile_foreach(fs: &[ForEachValidation], path: &str) -> Result<Ve
     let mut out = Vec::new();
     for (i, f) in fs.iter().enumerate() {
         let p = format!("{path}[{i}]");
+        if f.list.is_empty() {
+            return Err(CompileError::new(format!("{p}.list"), "foreach.list is required"));
+        }
+        let count = [f.pattern.is_some(), f.any_pattern.is_some(), f.deny.is_some(), f.foreach.is_some()]
+            .iter()
+            .filter(|b| **b)
+            .count();
+        if count == 0 {
+            return Err(CompileError::new(
+                &p,
+                "one of pattern, anyPattern, deny, or a nested foreach must be specified",
+            ));
+        }
+        if count > 1 {
+            return Err(CompileError::new(
+                &p,
+                "only one of pattern, anyPattern, deny, or a nested foreach can be specified",
+            ));
+        }
         let check =
             compile_check_parts(f.pattern.as_ref(), f.any_pattern.as_ref(), f.deny.as_ref(), f.foreach.as_ref(), &p)?
                 .unwrap_or(Check::Nothing);
@@ -146,6 +165,27 @@ pub(crate) fn compile_foreach(fs: &[ForEachValidation], path: &str) -> Result<Ve
 }
 
 pub(crate) fn compile_validation(v: &Validation, path: &str) -> Result<CompiledValidation, CompileError> {
+    // As Kyverno's policy validation: exactly one way to validate. A typo (`patern:`) or a
+    // rule with both `pattern` and `deny` is refused rather than enforcing less than it says.
+    let attestors = v.manifests.as_ref().and_then(|m| m.get("attestors")).and_then(Value::as_array);
+    let count = [
+        v.pattern.is_some(),
+        v.any_pattern.is_some(),
+        v.deny.is_some(),
+        v.foreach.is_some(),
+        v.pod_security.is_some(),
+        v.cel.is_some(),
+        attestors.is_some_and(|a| !a.is_empty()),
+    ]
+    .iter()
+    .filter(|b| **b)
+    .count();
+    if count == 0 && v.manifests.is_none() && v.assert.is_none() {
+        return Err(CompileError::new(path, "one of pattern, anyPattern, deny, foreach, cel must be specified"));
+    }
+    if count > 1 {
+        return Err(CompileError::new(path, "only one of pattern, anyPattern, deny, foreach, cel can be specified"));
+    }
     let check = if let Some(ps) = &v.pod_security {
         Check::PodSecurity(crate::pss::PodSecurityCheck::compile(ps, &format!("{path}.podSecurity"))?)
     } else if let Some(c) = &v.cel {
