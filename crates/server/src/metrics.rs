@@ -233,6 +233,11 @@ fn policy_labels(p: &verno_engine::CompiledPolicy) -> [String; 5] {
     ]
 }
 
+/// Distinct request-derived label values (kinds, namespaces, operations) kept in metrics.
+pub const MAX_LABEL_VALUES: usize = 2000;
+/// The label value of everything past [`MAX_LABEL_VALUES`].
+pub const OVERFLOW_LABEL: &str = "_overflow";
+
 pub struct Metrics {
     registry: Registry,
     policy_info: Arc<PolicyInfo>,
@@ -364,16 +369,16 @@ impl Metrics {
         policy_seconds: &[(Arc<PolicyMeta>, f64)],
     ) {
         let op = o.operation.to_lowercase();
+        let (kind, operation, ns) = (self.intern(&o.kind), self.intern(&op), self.intern(&o.namespace));
         let labels = AdmissionLabels {
-            resource_kind: o.kind.clone(),
-            resource_namespace: o.namespace.clone(),
-            resource_request_operation: op.clone(),
+            resource_kind: kind.to_string(),
+            resource_namespace: ns.to_string(),
+            resource_request_operation: operation.to_string(),
             request_allowed: o.allowed.to_string(),
             request_webhook: webhook.to_string(),
         };
         self.requests.get_or_create(&labels).inc();
         self.review_duration.get_or_create(&labels).observe(seconds);
-        let (kind, operation, ns) = (self.intern(&o.kind), self.intern(&op), self.intern(&o.namespace));
         if !o.results.is_empty() {
             let mut map = match self.results.0.lock() {
                 Ok(m) => m,
@@ -415,6 +420,9 @@ impl Metrics {
     }
 
     /// The one shared copy of a name, so series keys compare by pointer.
+    /// Bounded: past [`MAX_LABEL_VALUES`] distinct values, a new one is counted as
+    /// [`OVERFLOW_LABEL`], so requests (any kind, namespace or operation a caller makes up)
+    /// cannot grow `/metrics` without bound.
     fn intern(&self, s: &str) -> Arc<str> {
         let mut names = match self.names.lock() {
             Ok(m) => m,
@@ -423,8 +431,12 @@ impl Metrics {
         if let Some(a) = names.get(s) {
             return a.clone();
         }
-        let a: Arc<str> = Arc::from(s);
-        names.insert(s.to_string(), a.clone());
+        let key = if names.len() >= MAX_LABEL_VALUES { OVERFLOW_LABEL } else { s };
+        if let Some(a) = names.get(key) {
+            return a.clone();
+        }
+        let a: Arc<str> = Arc::from(key);
+        names.insert(key.to_string(), a.clone());
         a
     }
 
@@ -433,5 +445,30 @@ impl Metrics {
         let mut out = String::new();
         let _ = prometheus_client::encoding::text::encode(&mut out, &self.registry);
         out
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use verno_engine::{Filter, Hook, PolicySet, Route};
+
+    /// Issue 14, item 9: label values came from requests without bound (20 000 namespaces made
+    /// a 226 MB `/metrics`).
+    #[test]
+    fn request_label_values_are_bounded_with_an_overflow_label() {
+        let metrics = Metrics::default();
+        let set = PolicySet::default();
+        for i in 0..20_000 {
+            let review = serde_json::from_value(serde_json::json!({"request": {"uid": "u", "operation": "CREATE",
+                "kind": {"group": "", "version": "v1", "kind": "ConfigMap"}, "namespace": format!("ns-{i}"),
+                "object": {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "c", "namespace": format!("ns-{i}")}}}}))
+            .unwrap_or_default();
+            let o = crate::admission::review(&set, Route::Kyverno(Hook::Validate, Filter::All), &review);
+            metrics.observe("validate", &o, 0.001, false, &o.policy_seconds);
+        }
+        let text = metrics.encode();
+        assert!(text.contains("resource_namespace=\"_overflow\""));
+        assert!(text.len() < 8 << 20, "{} bytes", text.len());
     }
 }
