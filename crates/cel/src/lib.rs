@@ -81,6 +81,11 @@ fn or_value_compat(env: &mut Env) -> Result<(), cel::DeclarationError> {
 /// schema sizes, which we do not have offline.
 pub const MAX_LOOP_DEPTH: usize = 4;
 
+/// The runtime half of the budget: loop iterations an evaluation may be estimated to run,
+/// (the widest list or map in its inputs) ^ (its loop depth). About a second of work; an
+/// expression over more is refused before it starts instead of running past the deadline.
+pub const MAX_ITERATIONS: u128 = 10_000_000;
+
 /// A compiled CEL expression with its source (for messages).
 #[derive(Clone)]
 pub struct Expr {
@@ -88,6 +93,8 @@ pub struct Expr {
     source: String,
     /// Calls a Kyverno library that needs the host.
     uses_host: bool,
+    /// How deeply comprehensions nest (the exponent of the runtime estimate).
+    loop_depth: usize,
 }
 
 impl std::fmt::Debug for Expr {
@@ -109,7 +116,7 @@ impl Expr {
             ));
         }
         let uses_host = rewrite::mentions(&ast, host::HOST_VAR);
-        Ok(Expr { ast: Arc::new(ast), source: source.to_string(), uses_host })
+        Ok(Expr { ast: Arc::new(ast), source: source.to_string(), uses_host, loop_depth: depth })
     }
 
     pub fn source(&self) -> &str {
@@ -123,6 +130,15 @@ impl Expr {
     }
 
     fn eval_cel(&self, vars: &Vars) -> Result<Value, String> {
+        if self.loop_depth > 0 {
+            let estimate = (vars.widest as u128).saturating_pow(self.loop_depth as u32);
+            if estimate > MAX_ITERATIONS {
+                return Err(format!(
+                    "the expression's estimated cost ({} ^ {} loop iterations) exceeds the budget of {MAX_ITERATIONS}",
+                    vars.widest, self.loop_depth
+                ));
+            }
+        }
         let env = env().ok_or("the CEL environment could not be built")?;
         let mut ctx = Context::with_env(env.clone());
         // Variables are served by reference: nothing is copied per evaluation.
@@ -159,6 +175,26 @@ impl Expr {
     }
 }
 
+/// The most elements of any array or object within `v` (iteratively: inputs may nest deeply).
+fn widest(v: &serde_json::Value) -> usize {
+    let mut most = 0;
+    let mut stack = vec![v];
+    while let Some(v) = stack.pop() {
+        match v {
+            serde_json::Value::Array(a) => {
+                most = most.max(a.len());
+                stack.extend(a.iter());
+            }
+            serde_json::Value::Object(m) => {
+                most = most.max(m.len());
+                stack.extend(m.values());
+            }
+            _ => {}
+        }
+    }
+    most
+}
+
 /// Variables for an evaluation, converted to CEL once and shared (cloning is cheap).
 #[derive(Default, Clone)]
 pub struct Vars {
@@ -167,6 +203,8 @@ pub struct Vars {
     /// reads the map itself (`variables.<name>` reads the variable directly).
     variables: Vec<(String, Arc<dyn Val>)>,
     variables_map: std::sync::OnceLock<Arc<dyn Val>>,
+    /// The most elements of any list or map among the inputs (see [`MAX_ITERATIONS`]).
+    widest: usize,
 }
 
 impl VariableResolver for Vars {
@@ -188,6 +226,7 @@ impl VariableResolver for Vars {
 
 impl Vars {
     pub fn set(&mut self, name: &str, v: &serde_json::Value) {
+        self.widest = self.widest.max(widest(v));
         self.set_val(name, Arc::from(json_val(v)));
     }
 
@@ -323,6 +362,21 @@ mod tests {
         assert!(Expr::compile("[1].all(a, [1].all(b, [1].all(c, [1].all(d, true))))").is_ok());
         let deep = Expr::compile("[1].all(a, [1].all(b, [1].all(c, [1].all(d, [1].exists(e, true)))))");
         assert!(deep.as_ref().is_err_and(|e| e.contains("nests 5 loops")), "{deep:?}");
+    }
+
+    /// Issue 14, item 4: two loops over a 30 000-item list ran for minutes after the answer was
+    /// sent; the estimate refuses them before they start.
+    #[test]
+    fn loops_over_wide_inputs_are_refused_by_the_runtime_budget() {
+        let items: Vec<serde_json::Value> = (0..30_000).map(|i| json!(i)).collect();
+        let v = vars(json!({"items": items}));
+        let quadratic = Expr::compile("object.items.all(a, object.items.all(b, a + b >= 0))").unwrap();
+        let err = quadratic.eval_bool(&v).err().unwrap_or_default();
+        assert_eq!(err, "the expression's estimated cost (30000 ^ 2 loop iterations) exceeds the budget of 10000000");
+        // One loop over the same list is within the budget, and so are two over small lists.
+        assert_eq!(Expr::compile("object.items.all(a, a >= 0)").and_then(|e| e.eval_bool(&v)), Ok(true));
+        let small = vars(json!({"items": [1, 2, 3]}));
+        assert_eq!(quadratic.eval_bool(&small), Ok(true));
     }
 
     #[test]
