@@ -75,6 +75,10 @@ pub struct ServeArgs {
     /// Evaluations running at once (default: twice the CPUs).
     #[arg(long = "max-concurrency")]
     pub max_concurrency: Option<usize>,
+    /// Seconds a connection may take for its TLS handshake or a request's headers, and the
+    /// HTTP/2 keep-alive interval; idle connections are closed after it.
+    #[arg(long = "idle-timeout-seconds", default_value_t = 10)]
+    pub idle_timeout_seconds: u64,
     /// Log format: text or json.
     #[arg(long = "log-format", default_value = "text")]
     pub log_format: String,
@@ -155,6 +159,7 @@ pub fn run(args: &ServeArgs) -> i32 {
         max_concurrency: args
             .max_concurrency
             .unwrap_or_else(|| std::thread::available_parallelism().map(|n| n.get() * 2).unwrap_or(4)),
+        idle_timeout: Duration::from_secs(args.idle_timeout_seconds.max(1)),
         watch,
         poll_interval: Duration::from_secs(2),
     };

@@ -53,6 +53,10 @@ pub struct Config {
     pub deadline: Duration,
     /// Evaluations running at once.
     pub max_concurrency: usize,
+    /// How long a connection may take to finish its TLS handshake or send a request's headers
+    /// (also between requests on a kept-alive HTTP/1 connection), and the HTTP/2 keep-alive
+    /// ping interval and timeout: idle connections are closed instead of holding descriptors.
+    pub idle_timeout: Duration,
     /// Files whose changes trigger a reload (policies); polled.
     pub watch: Vec<PathBuf>,
     pub poll_interval: Duration,
@@ -416,8 +420,16 @@ pub async fn start(cfg: Config, loader: Loader) -> Result<Running, ServerError> 
     let app = router(state.clone(), cfg.body_limit);
     let handle: axum_server::Handle<SocketAddr> = axum_server::Handle::new();
     let acceptor = axum_server::tls_rustls::RustlsAcceptor::new(rustls_cfg.clone())
+        .handshake_timeout(cfg.idle_timeout)
         .acceptor(axum_server::accept::NoDelayAcceptor::new());
-    let server = axum_server::bind(cfg.addr).acceptor(acceptor).handle(handle.clone());
+    let mut server = axum_server::bind(cfg.addr).acceptor(acceptor).handle(handle.clone());
+    server.http_builder().http1().timer(hyper_util::rt::TokioTimer::new()).header_read_timeout(cfg.idle_timeout);
+    server
+        .http_builder()
+        .http2()
+        .timer(hyper_util::rt::TokioTimer::new())
+        .keep_alive_interval(cfg.idle_timeout)
+        .keep_alive_timeout(cfg.idle_timeout);
     let task = tokio::spawn(async move { server.serve(app.into_make_service()).await });
     let addr = handle.listening().await.ok_or(ServerError::Listen(cfg.addr))?;
     let metrics_addr = match cfg.metrics_addr {

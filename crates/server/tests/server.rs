@@ -96,6 +96,7 @@ impl Harness {
             body_limit: 64 * 1024,
             deadline: Duration::from_secs(5),
             max_concurrency: 4,
+            idle_timeout: Duration::from_secs(10),
             watch: vec![pdir.clone()],
             poll_interval: Duration::from_millis(100),
         };
@@ -381,4 +382,43 @@ async fn a_replaced_certificate_is_served_to_new_connections() -> Result<(), Str
         r.shutdown(Duration::from_secs(1)).await;
     }
     Ok(())
+}
+
+/// Issue 14, item 5: idle connections were never closed, so enough of them exhausted the
+/// descriptors (and the health checks failed). A connection that never completes its TLS
+/// handshake is now closed after the idle timeout.
+#[tokio::test]
+async fn an_idle_connection_is_closed_after_the_idle_timeout() {
+    let tmp = tempfile::tempdir().unwrap();
+    let pdir = tmp.path().join("policies");
+    std::fs::create_dir_all(&pdir).unwrap();
+    let cfg = Config {
+        addr: "127.0.0.1:0".parse().unwrap(),
+        metrics_addr: None,
+        tls: TlsSource::Dir { dir: tmp.path().join("tls"), dns_names: vec!["localhost".into()] },
+        body_limit: 64 * 1024,
+        deadline: Duration::from_secs(5),
+        max_concurrency: 2,
+        idle_timeout: Duration::from_secs(1),
+        watch: Vec::new(),
+        poll_interval: Duration::from_secs(3600),
+    };
+    let running = verno_server::start(cfg, loader(pdir)).await.unwrap();
+    let addr = running.addr;
+    let closed = tokio::task::spawn_blocking(move || {
+        use std::io::Read as _;
+        let mut s = std::net::TcpStream::connect(addr).unwrap();
+        // Far longer than the idle timeout: a server that keeps the connection fails here.
+        s.set_read_timeout(Some(Duration::from_secs(15))).unwrap();
+        let mut buf = [0u8; 64];
+        match s.read(&mut buf) {
+            Ok(0) => true,
+            Err(e) => !matches!(e.kind(), std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut),
+            Ok(_) => false,
+        }
+    })
+    .await
+    .unwrap();
+    assert!(closed, "the idle connection was kept");
+    running.shutdown(Duration::from_secs(1)).await;
 }
