@@ -13,6 +13,10 @@ use crate::value::{is_truthy, values_equal};
 use serde_json::{Map, Value};
 use std::borrow::Cow;
 
+/// The longest string a function may return (1 MiB): larger results are an error, so
+/// nesting string functions cannot grow memory without bound.
+pub const MAX_STRING_BYTES: usize = 1 << 20;
+
 pub(crate) type Cv<'a> = Cow<'a, Value>;
 
 static NULL: Value = Value::Null;
@@ -139,7 +143,17 @@ pub(crate) fn eval<'a>(ast: &Ast, data: &'a Value, env: &dyn Env) -> Result<Cv<'
                     other => vals.push(Arg::Value(eval(other, data, env).unwrap_or(Cow::Borrowed(&NULL)))),
                 }
             }
-            f.call(&vals, env).map(Cow::Owned)
+            let out = f.call(&vals, env)?;
+            // Output budget: nested `replace_all` or `repeat`-like growth stops here.
+            if let Value::String(s) = &out
+                && s.len() > MAX_STRING_BYTES
+            {
+                return Err(RuntimeError::func(
+                    f.name,
+                    format!("the result is {} bytes; strings over {MAX_STRING_BYTES} bytes are refused", s.len()),
+                ));
+            }
+            Ok(Cow::Owned(out))
         }
         Ast::Expref(_) => Ok(Cow::Borrowed(&NULL)),
         Ast::Not(inner) => {

@@ -6,6 +6,10 @@ use regex_syntax::hir::{Class, Hir, HirKind};
 
 const MAX_EXTRA: u32 = 10;
 
+/// The longest string `random()` makes: a pattern such as `[a-z]{100000000}` is refused instead
+/// of taking the memory.
+pub const MAX_LEN: usize = 4096;
+
 /// A string matching `pattern`, drawn from a generator seeded with `seed` (from the caller's
 /// [`crate::Env`]), so the same seed gives the same string.
 pub fn generate(pattern: &str, seed: u64) -> Result<String, String> {
@@ -67,6 +71,9 @@ fn gen_into(h: &Hir, rng: &mut impl Rng, out: &mut String, depth: usize) -> Resu
             let n = if max > rep.min { rng.random_range(rep.min..=max) } else { rep.min };
             for _ in 0..n {
                 gen_into(&rep.sub, rng, out, depth + 1)?;
+                if out.len() > MAX_LEN {
+                    return Err(format!("the pattern makes strings longer than {MAX_LEN} bytes"));
+                }
             }
             Ok(())
         }

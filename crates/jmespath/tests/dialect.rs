@@ -186,3 +186,31 @@ fn modulo_of_the_smallest_integer_by_minus_one_is_zero_not_a_panic() {
     assert_eq!(ok("modulo(`-9223372036854775808`, `-1`)"), json!(0));
     assert_eq!(ok("modulo(`7`, `-2`)"), json!(1));
 }
+
+/// Issue 14, item 4: `random` with a huge repetition and nested string functions ran out of
+/// memory; their results are bounded.
+#[test]
+fn function_outputs_are_bounded() {
+    let e = verno_jmespath::Expression::compile("random('[a-z]{100000000}')").unwrap();
+    let err = e.search(&Value::Null, &Seeded(1)).err().map(|e| e.to_string()).unwrap_or_default();
+    assert!(err.contains("longer than 4096 bytes"), "{err}");
+    let grow = |s: &str| format!("replace_all({s}, 'a', 'aaaaaaaaaa')");
+    let nested = |levels: usize| {
+        let mut src = format!("'{}'", "a".repeat(200));
+        for _ in 0..levels {
+            src = grow(&src);
+        }
+        verno_jmespath::Expression::compile(&src)
+            .unwrap()
+            .search(&Value::Null, &verno_jmespath::NoEnv)
+            .err()
+            .map(|e| e.to_string())
+            .unwrap_or_default()
+    };
+    // 200 × 10⁴ bytes: refused where it is made.
+    assert!(nested(4).contains("strings over 1048576 bytes are refused"), "{}", nested(4));
+    // One level more: the refused value never reaches the outer call.
+    assert!(nested(5).contains("replace_all"), "{}", nested(5));
+    // Ordinary sizes are untouched.
+    assert_eq!(ok("length(replace_all('abc', 'b', 'bbbb'))"), json!(6));
+}
