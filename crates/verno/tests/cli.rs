@@ -237,3 +237,20 @@ fn a_broken_json6902_patch_is_a_load_error_naming_the_field() {
     assert_ne!(out.status.code(), Some(0));
     assert!(stderr.contains("spec.rules[0].mutate.patchesJson6902") && stderr.contains("must start with"), "{stderr}");
 }
+
+/// Issue 14, item 10: a YAML error echoed the lines around it, so a test file naming any file
+/// (`/etc/shadow`, a token) printed its contents; the error now says only where.
+#[test]
+fn yaml_errors_name_the_place_not_the_contents() {
+    let dir = tempfile::tempdir().unwrap();
+    write(dir.path(), "secret.txt", "root:s3cr3t-hash:19000:0:99999:7:::\nuser: [unclosed\n");
+    write(
+        dir.path(),
+        "kyverno-test.yaml",
+        "apiVersion: cli.kyverno.io/v1alpha1\nkind: Test\nmetadata:\n  name: t\npolicies: [secret.txt]\nresources: [secret.txt]\nresults: []\n",
+    );
+    let out = verno(&["test", dir.path().to_str().unwrap()]);
+    let all = format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+    assert!(all.contains("secret.txt: invalid YAML: unclosed bracket '[' at line 2, column 7"), "{all}");
+    assert!(!all.contains("s3cr3t"), "{all}");
+}
