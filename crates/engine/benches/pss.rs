@@ -59,15 +59,8 @@ fn request(name: &str) -> Value {
 fn run(set: &PolicySet, route: &Route, review: &Value) -> usize {
     let req = &review["request"];
     let req = Request {
-        operation: req["operation"].as_str().unwrap_or("CREATE"),
-        object: &req["object"],
-        old_object: None,
-        user: None,
         user_info: req.get("userInfo"),
-        namespace_labels: None,
-        subresource: "",
-        kind: None,
-        variables: &[],
+        ..Request::new(req["operation"].as_str().unwrap_or("CREATE"), &req["object"])
     };
     let mut rules = RuleCount(0);
     let out = set.evaluate(&req, Scope::webhook(route.clone()), &verno_jmespath::NoEnv, &NoData, &mut rules);

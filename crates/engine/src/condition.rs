@@ -70,6 +70,11 @@ pub struct CompiledConditions {
 }
 
 impl CompiledConditions {
+    /// `preconditions` (or `conditions`) that a rule, foreach entry or target may leave out.
+    pub fn compile_optional(c: Option<&Conditions>, path: &str) -> Result<Option<CompiledConditions>, CompileError> {
+        c.map(|c| CompiledConditions::compile(c, path)).transpose()
+    }
+
     pub fn compile(c: &Conditions, path: &str) -> Result<CompiledConditions, CompileError> {
         let list = |v: &[Condition], p: &str| -> Result<Vec<CompiledCondition>, CompileError> {
             v.iter().enumerate().map(|(i, c)| compile_one(c, &format!("{p}[{i}]"))).collect()

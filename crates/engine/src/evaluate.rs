@@ -123,6 +123,22 @@ pub struct Request<'a> {
 }
 
 impl<'a> Request<'a> {
+    /// `operation` on `object` and nothing else known: no old object, user, namespace labels,
+    /// subresource, requested kind or extra variables. Set the rest with struct update syntax.
+    pub fn new(operation: &'a str, object: &'a Value) -> Request<'a> {
+        Request {
+            operation,
+            object,
+            old_object: None,
+            user: None,
+            user_info: None,
+            namespace_labels: None,
+            subresource: "",
+            kind: None,
+            variables: &[],
+        }
+    }
+
     /// The object policies match and validate: the old object on DELETE.
     pub fn subject(&self) -> &'a Value {
         if self.object.is_null() { self.old_object.unwrap_or(self.object) } else { self.object }

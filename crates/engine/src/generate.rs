@@ -336,11 +336,10 @@ pub(crate) fn compile_generation(g: &verno_api::Generation, path: &str) -> Resul
             list: Query::compile(&f.list, &format!("{p}.list"))?,
             list_source: f.list.clone(),
             context: compile_context(&f.context, &format!("{p}.context"))?,
-            preconditions: f
-                .preconditions
-                .as_ref()
-                .map(|c| CompiledConditions::compile(c, &format!("{p}.preconditions")))
-                .transpose()?,
+            preconditions: CompiledConditions::compile_optional(
+                f.preconditions.as_ref(),
+                &format!("{p}.preconditions"),
+            )?,
             target: compile_generate_target(
                 &f.api_version,
                 &f.kind,
@@ -378,17 +377,7 @@ mod tests {
             .map_err(|e| e.to_string())
             .and_then(|p| compile_policy(&p).map_err(|e| e.to_string()));
         let Ok(p) = p else { return Vec::new() };
-        let req = Request {
-            operation: "CREATE",
-            object: trigger,
-            old_object: None,
-            user: None,
-            user_info: None,
-            namespace_labels: None,
-            subresource: "",
-            kind: None,
-            variables: &[],
-        };
+        let req = Request::new("CREATE", trigger);
         let env = verno_jmespath::NoEnv;
         let mut ctx = build_context(&req, &env);
         evaluate_policy(&p, &[], &req, &mut ctx, &NoData).rules

@@ -557,11 +557,10 @@ fn compile_mutate_foreach(
             list_source: f.list.clone(),
             reverse,
             context: compile_context(&f.context, &format!("{p}.context"))?,
-            preconditions: f
-                .preconditions
-                .as_ref()
-                .map(|c| CompiledConditions::compile(c, &format!("{p}.preconditions")))
-                .transpose()?,
+            preconditions: CompiledConditions::compile_optional(
+                f.preconditions.as_ref(),
+                &format!("{p}.preconditions"),
+            )?,
             patches,
             nested,
         });
@@ -588,11 +587,10 @@ pub(crate) fn compile_mutation(m: &verno_api::Mutation, path: &str) -> Result<Co
             name: s(&t.name, "name")?,
             selector: t.selector.clone(),
             context: compile_context(&t.context, &format!("{p}.context"))?,
-            preconditions: t
-                .preconditions
-                .as_ref()
-                .map(|c| CompiledConditions::compile(c, &format!("{p}.preconditions")))
-                .transpose()?,
+            preconditions: CompiledConditions::compile_optional(
+                t.preconditions.as_ref(),
+                &format!("{p}.preconditions"),
+            )?,
         });
     }
     Ok(CompiledMutation { patches, foreach, targets, cel: None })
@@ -670,17 +668,7 @@ mod rule_tests {
         else {
             return (Vec::new(), None);
         };
-        let req = Request {
-            operation: "CREATE",
-            object: pod,
-            old_object: None,
-            user: None,
-            user_info: None,
-            namespace_labels: None,
-            subresource: "",
-            kind: None,
-            variables: &[],
-        };
+        let req = Request::new("CREATE", pod);
         let env = verno_jmespath::NoEnv;
         let mut ctx = build_context(&req, &env);
         let r = evaluate_policy(&p, &[], &req, &mut ctx, &NoData);

@@ -284,11 +284,10 @@ fn compile_rule(r: &Rule, path: &str, autogen_of: Option<String>) -> Result<Comp
         matcher,
         exclude: r.exclude.as_ref().map(|e| Matcher::compile(e, &format!("{path}.exclude"))).transpose()?,
         context: compile_context(&r.context, &format!("{path}.context"))?,
-        preconditions: r
-            .preconditions
-            .as_ref()
-            .map(|c| CompiledConditions::compile(c, &format!("{path}.preconditions")))
-            .transpose()?,
+        preconditions: CompiledConditions::compile_optional(
+            r.preconditions.as_ref(),
+            &format!("{path}.preconditions"),
+        )?,
         cel_preconditions: compile_cel_preconditions(&r.cel_preconditions, &format!("{path}.celPreconditions"))?,
         body,
     })

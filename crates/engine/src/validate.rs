@@ -153,11 +153,10 @@ pub(crate) fn compile_foreach(fs: &[ForEachValidation], path: &str) -> Result<Ve
             list: Query::compile(&f.list, &format!("{p}.list"))?,
             element_scope: f.element_scope,
             context: compile_context(&f.context, &format!("{p}.context"))?,
-            preconditions: f
-                .preconditions
-                .as_ref()
-                .map(|c| CompiledConditions::compile(c, &format!("{p}.preconditions")))
-                .transpose()?,
+            preconditions: CompiledConditions::compile_optional(
+                f.preconditions.as_ref(),
+                &format!("{p}.preconditions"),
+            )?,
             check,
         });
     }

@@ -37,15 +37,8 @@ fn cel_set() -> PolicySet {
 fn failing(set: &PolicySet, review: &Value) -> Vec<String> {
     let r = &review["request"];
     let req = Request {
-        operation: r["operation"].as_str().unwrap_or("CREATE"),
-        object: &r["object"],
-        old_object: None,
-        user: None,
         user_info: r.get("userInfo"),
-        namespace_labels: None,
-        subresource: "",
-        kind: None,
-        variables: &[],
+        ..Request::new(r["operation"].as_str().unwrap_or("CREATE"), &r["object"])
     };
     let out = set.evaluate(&req, Scope::ALL, &verno_jmespath::NoEnv, &NoData, &mut ());
     let mut out: Vec<String> = out

@@ -26,17 +26,7 @@ fn pod(image: &str, annotations: Value) -> Value {
 /// The message of the refusal, or `None` when the Pod is admitted.
 fn denial(set: &PolicySet, object: &Value) -> Option<String> {
     let user = json!({"username": "alice", "groups": ["system:authenticated"]});
-    let req = Request {
-        operation: "CREATE",
-        object,
-        old_object: None,
-        user: None,
-        user_info: Some(&user),
-        namespace_labels: None,
-        subresource: "",
-        kind: None,
-        variables: &[],
-    };
+    let req = Request { user_info: Some(&user), ..Request::new("CREATE", object) };
     let scope = Scope::webhook(Route::Kyverno(Hook::Validate, Filter::All));
     let out = set.evaluate(&req, scope, &verno_jmespath::NoEnv, &NoData, &mut ());
     out.blocked.get("registry").and_then(|rules| rules.get("approved")).cloned()

@@ -10,8 +10,8 @@ use std::time::Instant;
 use verno_api::admission::Status as ReviewStatus;
 use verno_api::{AdmissionRequest, AdmissionResponse, AdmissionReview, Kind};
 use verno_engine::{
-    Compiled, Filter, Hook, NoData, Observer, PolicyMeta, PolicyResponse, PolicySet, ResourceRef, Route, RuleType,
-    Status, Violation, jsonpatch,
+    Filter, Hook, NoData, Observer, PolicyMeta, PolicyResponse, PolicySet, ResourceRef, Route, RuleType, Status,
+    Violation, jsonpatch,
 };
 
 /// One rule result, for metrics.
@@ -255,12 +255,6 @@ pub fn validate_policy_review(review: &AdmissionReview) -> AdmissionReview {
     error_review(&review.api_version, &req.uid, error.is_none(), error.as_deref().unwrap_or(""))
 }
 
-/// Compiles a policy-like object as the API stores it (the cluster's watch and this webhook
-/// share it through the engine's front door).
-pub fn compile_object(kind: Kind, api_version: &str, object: &Value) -> Result<Compiled, verno_engine::DocumentError> {
-    verno_engine::compile_stored(kind, api_version, object)
-}
-
 pub use verno_api::admission::LAST_REQUEST_ANNOTATION;
 
 /// The probe's answer: allow, and set [`LAST_REQUEST_ANNOTATION`] to `now` by JSON patch, so
@@ -304,6 +298,7 @@ impl verno_jmespath::Env for ServerEnv {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use verno_engine::Compiled;
 
     fn review_of(v: Value) -> AdmissionReview {
         serde_json::from_value(v).unwrap()
