@@ -120,6 +120,35 @@ pub enum Route {
     Cel { hook: Hook, namespaced: bool, names: Vec<String>, filter: Filter },
 }
 
+impl Route {
+    /// The webhook the route answers for; `None` for [`Route::All`].
+    pub fn hook(&self) -> Option<Hook> {
+        match self {
+            Route::Kyverno(hook, _) | Route::Cel { hook, .. } => Some(*hook),
+            Route::All => None,
+        }
+    }
+
+    /// Whether the route evaluates `p`.
+    pub fn keeps(&self, p: &CompiledPolicy) -> bool {
+        match self {
+            Route::All => true,
+            Route::Kyverno(hook, filter) => {
+                matches!(p.kind, Kind::ClusterPolicy | Kind::Policy) && filter.keeps(*hook, p)
+            }
+            Route::Cel { hook, namespaced, names, filter } => {
+                let kind = match (hook, namespaced) {
+                    (Hook::Validate, false) => Kind::ValidatingPolicy,
+                    (Hook::Validate, true) => Kind::NamespacedValidatingPolicy,
+                    (Hook::Mutate, false) => Kind::MutatingPolicy,
+                    (Hook::Mutate, true) => Kind::NamespacedMutatingPolicy,
+                };
+                p.kind == kind && (names.is_empty() || names.contains(&p.name)) && filter.keeps(*hook, p)
+            }
+        }
+    }
+}
+
 /// Which phases run, and for which policies.
 #[derive(Debug, Clone)]
 pub struct Scope {
@@ -138,10 +167,7 @@ impl Scope {
 
     /// One webhook call: the phase of the route's hook, the policies it keeps.
     pub fn webhook(route: Route) -> Scope {
-        let hook = match &route {
-            Route::Kyverno(hook, _) | Route::Cel { hook, .. } => *hook,
-            Route::All => return Scope::ALL,
-        };
+        let Some(hook) = route.hook() else { return Scope::ALL };
         let phases: &'static [Phase] = match hook {
             Hook::Mutate => &[Phase::Mutate],
             Hook::Validate => &[Phase::Validate],
@@ -156,21 +182,7 @@ impl Scope {
     }
 
     fn keeps(&self, p: &CompiledPolicy) -> bool {
-        match &self.route {
-            Route::All => true,
-            Route::Kyverno(hook, filter) => {
-                matches!(p.kind, Kind::ClusterPolicy | Kind::Policy) && filter.keeps(*hook, p)
-            }
-            Route::Cel { hook, namespaced, names, filter } => {
-                let kind = match (hook, namespaced) {
-                    (Hook::Validate, false) => Kind::ValidatingPolicy,
-                    (Hook::Validate, true) => Kind::NamespacedValidatingPolicy,
-                    (Hook::Mutate, false) => Kind::MutatingPolicy,
-                    (Hook::Mutate, true) => Kind::NamespacedMutatingPolicy,
-                };
-                p.kind == kind && (names.is_empty() || names.contains(&p.name)) && filter.keeps(*hook, p)
-            }
-        }
+        self.route.keeps(p)
     }
 }
 

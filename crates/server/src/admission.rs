@@ -166,9 +166,9 @@ pub fn allows_on_error(set: &PolicySet, route: &Route) -> bool {
         Route::Kyverno(_, filter) => *filter == Filter::Ignore,
         Route::Cel { filter: Filter::Fail, .. } => false,
         Route::Cel { filter: Filter::Ignore, .. } => true,
-        Route::Cel { names, .. } => {
-            let mut named = set.policies().iter().filter(|p| names.iter().any(|n| *n == p.name)).peekable();
-            named.peek().is_some() && named.all(|p| p.failure_policy_ignore)
+        Route::Cel { .. } => {
+            let mut served = set.policies().iter().filter(|p| route.keeps(p)).peekable();
+            served.peek().is_some() && served.all(|p| p.failure_policy_ignore)
         }
     }
 }
@@ -200,10 +200,7 @@ pub fn review(set: &PolicySet, route: Route, review: &AdmissionReview) -> Outcom
         };
     }
     let mut recorder = Recorder { set, started: None, results: Vec::new(), policy_seconds: Vec::new() };
-    let hook = match &route {
-        Route::Kyverno(hook, _) | Route::Cel { hook, .. } => *hook,
-        Route::All => Hook::Validate,
-    };
+    let hook = route.hook().unwrap_or(Hook::Validate);
     let cel = matches!(route, Route::Cel { .. });
     let outcome = set.review(req, route, &ServerEnv, &NoData, &mut recorder);
     let (kind, namespace, name) = (req.kind_name(), req.namespace_name(), req.object_name());
