@@ -4,7 +4,8 @@
 //! - `fmt`    `cargo fmt --all --check`
 //! - `clippy` `cargo clippy --workspace --all-targets --locked -- -D warnings`
 //! - `test`   `cargo test --workspace --locked` (the README's test command)
-//! - `ci`     all three, in that order, stopping at the first failure
+//! - `fuzz`   `scripts/fuzz.sh 15`: every fuzz target for 15 s (nightly; skipped without it)
+//! - `ci`     all four, in that order, stopping at the first failure
 
 use std::process::{Command, ExitCode};
 
@@ -26,15 +27,30 @@ fn cargo(args: &[&str]) -> bool {
     }
 }
 
+fn fuzz() -> bool {
+    eprintln!("xtask: scripts/fuzz.sh 15");
+    let script = concat!(env!("CARGO_MANIFEST_DIR"), "/../../scripts/fuzz.sh");
+    match Command::new("bash").args([script, "15"]).status() {
+        Ok(s) => s.success(),
+        Err(e) => {
+            eprintln!("xtask: cannot run scripts/fuzz.sh: {e}");
+            false
+        }
+    }
+}
+
 fn main() -> ExitCode {
     let recipe = std::env::args().nth(1).unwrap_or_default();
+    if recipe == "fuzz" {
+        return if fuzz() { ExitCode::SUCCESS } else { ExitCode::FAILURE };
+    }
     let chosen: Vec<&[&str]> = match recipe.as_str() {
         "ci" => RECIPES.iter().map(|(_, a)| *a).collect(),
         r => match RECIPES.iter().find(|(n, _)| *n == r) {
             Some((_, a)) => vec![*a],
             None => {
                 let names: Vec<&str> = RECIPES.iter().map(|(n, _)| *n).collect();
-                eprintln!("usage: cargo xtask <{}|ci>", names.join("|"));
+                eprintln!("usage: cargo xtask <{}|fuzz|ci>", names.join("|"));
                 return ExitCode::from(2);
             }
         },
@@ -43,6 +59,9 @@ fn main() -> ExitCode {
         if !cargo(args) {
             return ExitCode::FAILURE;
         }
+    }
+    if recipe == "ci" && !fuzz() {
+        return ExitCode::FAILURE;
     }
     ExitCode::SUCCESS
 }
