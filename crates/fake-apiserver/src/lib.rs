@@ -178,6 +178,11 @@ pub(crate) fn lock(m: &Mutex<Store>) -> MutexGuard<'_, Store> {
 impl FakeApiServer {
     /// Starts on `127.0.0.1:<random>` serving `resources`.
     pub async fn start(resources: Vec<Resource>) -> std::io::Result<FakeApiServer> {
+        FakeApiServer::start_on(SocketAddr::from(([127, 0, 0, 1], 0)), resources).await
+    }
+
+    /// Starts on `addr` (port 0: any free port) serving `resources`.
+    pub async fn start_on(addr: SocketAddr, resources: Vec<Resource>) -> std::io::Result<FakeApiServer> {
         let (events, _) = broadcast::channel(4096);
         let inner = Arc::new(Inner {
             resources,
@@ -200,7 +205,7 @@ impl FakeApiServer {
             events,
             bookmark_interval: Duration::from_millis(500),
         });
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
+        let listener = tokio::net::TcpListener::bind(addr).await?;
         let addr = listener.local_addr()?;
         let app = Router::new().fallback(handle).with_state(inner.clone());
         tokio::spawn(async move {
@@ -212,6 +217,15 @@ impl FakeApiServer {
     /// `http://127.0.0.1:<port>`.
     pub fn url(&self) -> String {
         format!("http://{}", self.addr)
+    }
+
+    /// A kubeconfig for clients of this server (kubectl, kube::Client): plain HTTP, no
+    /// credentials, context `fake` with namespace `default`.
+    pub fn kubeconfig(&self) -> String {
+        format!(
+            "apiVersion: v1\nkind: Config\nclusters:\n- name: fake\n  cluster:\n    server: {}\ncontexts:\n- name: fake\n  context:\n    cluster: fake\n    user: fake\n    namespace: default\ncurrent-context: fake\nusers:\n- name: fake\n  user: {{}}\n",
+            self.url()
+        )
     }
 
     /// Every request so far.
@@ -371,6 +385,17 @@ async fn handle(State(inner): State<Arc<Inner>>, req: Request) -> Response {
     }
     if let Some(r) = discovery(&inner.resources, &path) {
         return r;
+    }
+    // Bodies are JSON (and YAML-free): protobuf, which kubectl sends for built-in kinds, is
+    // refused with 415 as an API server refuses a media type it does not serve; client-go then
+    // retries the request as JSON.
+    let media = req.headers().get(axum::http::header::CONTENT_TYPE).and_then(|v| v.to_str().ok()).unwrap_or("");
+    if media.starts_with("application/vnd.kubernetes.protobuf") || media.starts_with("application/cbor") {
+        return status(
+            StatusCode::UNSUPPORTED_MEDIA_TYPE,
+            "UnsupportedMediaType",
+            format!("the body's media type {media:?} is not supported by this server; send application/json"),
+        );
     }
     let q = query(&req);
     let Some(t) = route(&inner.resources, &path) else {

@@ -3,6 +3,36 @@
 
 use super::*;
 
+/// The short names and categories a real cluster lists for a resource (Kubernetes' built-ins,
+/// Kyverno 1.19's CRDs), so that `kubectl get ns` or `kubectl get cpol` resolve.
+fn short_names(group: &str, plural: &str) -> (&'static [&'static str], &'static [&'static str]) {
+    const KYVERNO: &[&str] = &["kyverno"];
+    const ALL: &[&str] = &["all"];
+    match (group, plural) {
+        ("", "namespaces") => (&["ns"], &[]),
+        ("", "configmaps") => (&["cm"], &[]),
+        ("", "pods") => (&["po"], ALL),
+        ("", "events") | ("events.k8s.io", "events") => (&["ev"], &[]),
+        ("", "services") => (&["svc"], ALL),
+        ("", "serviceaccounts") => (&["sa"], &[]),
+        ("policy", "poddisruptionbudgets") => (&["pdb"], &[]),
+        ("apiextensions.k8s.io", "customresourcedefinitions") => (&["crd", "crds"], &["api-extensions"]),
+        ("apps", "deployments") => (&["deploy"], ALL),
+        ("kyverno.io", "clusterpolicies") => (&["cpol"], KYVERNO),
+        ("kyverno.io", "policies") => (&["pol"], KYVERNO),
+        ("kyverno.io", "policyexceptions") => (&["polex"], KYVERNO),
+        ("kyverno.io", "cleanuppolicies") => (&["cleanpol"], KYVERNO),
+        ("kyverno.io", "clustercleanuppolicies") => (&["ccleanpol"], KYVERNO),
+        ("wgpolicyk8s.io", "policyreports") => (&["polr"], &[]),
+        ("wgpolicyk8s.io", "clusterpolicyreports") => (&["cpolr"], &[]),
+        ("policies.kyverno.io", "validatingpolicies") => (&["vpol"], KYVERNO),
+        ("policies.kyverno.io", "namespacedvalidatingpolicies") => (&["nvpol"], KYVERNO),
+        ("policies.kyverno.io", "mutatingpolicies") => (&["mpol"], KYVERNO),
+        ("policies.kyverno.io", "namespacedmutatingpolicies") => (&["nmpol"], KYVERNO),
+        _ => (&[], &[]),
+    }
+}
+
 /// `/api`, `/apis`, `/api/v1` and `/apis/<group>/<version>`.
 pub(crate) fn discovery(resources: &[Resource], path: &str) -> Option<Response> {
     let segs: Vec<&str> = path.trim_matches('/').split('/').collect();
@@ -12,7 +42,16 @@ pub(crate) fn discovery(resources: &[Resource], path: &str) -> Option<Response> 
             .filter(|r| r.group == group && r.version == version)
             .flat_map(|r| {
                 let verbs = json!(["create", "delete", "get", "list", "patch", "update", "watch"]);
-                let main = json!({"name": r.plural, "singularName": r.kind.to_lowercase(), "namespaced": r.namespaced, "kind": r.kind, "verbs": verbs});
+                let mut main = json!({"name": r.plural, "singularName": r.kind.to_lowercase(), "namespaced": r.namespaced, "kind": r.kind, "verbs": verbs});
+                let (short, categories) = short_names(r.group, r.plural);
+                if let Some(m) = main.as_object_mut() {
+                    if !short.is_empty() {
+                        m.insert("shortNames".into(), json!(short));
+                    }
+                    if !categories.is_empty() {
+                        m.insert("categories".into(), json!(categories));
+                    }
+                }
                 let st = json!({"name": format!("{}/status", r.plural), "singularName": "", "namespaced": r.namespaced, "kind": r.kind, "verbs": ["get", "patch", "update"]});
                 [main, st]
             })
