@@ -51,6 +51,21 @@ pub struct CelPolicySpec {
     /// An admission policy's `paramKind` (`apiVersion`, `kind`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub param_kind: Option<Value>,
+    // Fields of Kyverno 1.19's and Kubernetes' schemas that Verno reads nowhere yet; modelled
+    // so that strict decoding accepts them (and refuses what is in no schema).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub audit_annotations: Option<Value>,
+    /// `Never` or `IfNeeded` (MutatingPolicy, MutatingAdmissionPolicy).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reinvocation_policy: Option<String>,
+    /// `timeoutSeconds` of the webhook Kyverno configures for the policy.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub webhook_configuration: Option<Value>,
+    /// MutatingPolicy mutate-existing targets (issue 17).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub target_match_constraints: Option<Value>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub target_match_conditions: Option<Value>,
 }
 
 /// Kubernetes `MatchResources`.
@@ -138,6 +153,13 @@ pub struct Evaluation {
     pub background: Option<Switch>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub admission: Option<Switch>,
+    /// MutatingPolicy: mutate existing resources (issue 17).
+    #[serde(default, rename = "mutateExisting", skip_serializing_if = "Option::is_none")]
+    pub mutate_existing: Option<Switch>,
+    #[serde(default, rename = "skipBackgroundRequests", skip_serializing_if = "Option::is_none")]
+    pub skip_background_requests: Option<bool>,
+    #[serde(default, rename = "useServerSideApply", skip_serializing_if = "Option::is_none")]
+    pub use_server_side_apply: Option<bool>,
 }
 
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
@@ -187,6 +209,20 @@ pub struct CelExceptionSpec {
     pub policy_refs: Vec<PolicyRef>,
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub match_conditions: Vec<NamedExpression>,
+    // Kyverno 1.19 fields not read yet (image exceptions, expiry, reporting); modelled so
+    // that strict decoding accepts them.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub allowed_values: Option<Value>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub evaluation_mode: Option<Value>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub expires_at: Option<Value>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub images: Option<Value>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub properties: Option<Value>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub report_result: Option<Value>,
 }
 
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]

@@ -46,6 +46,9 @@ pub struct Spec {
     pub use_server_side_apply: Option<bool>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub generate_existing: Option<bool>,
+    /// The deprecated spelling of `generateExisting`, still in Kyverno 1.19's schema.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub generate_existing_on_policy_update: Option<bool>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub mutate_existing_on_policy_update: Option<bool>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -419,6 +422,9 @@ pub struct Generation {
     pub synchronize: Option<bool>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub orphan_downstream_on_policy_delete: Option<bool>,
+    /// Rule-level `generateExisting` (Kyverno 1.13+); the background controller's (issue 17).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub generate_existing: Option<bool>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub data: Option<Value>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -466,6 +472,8 @@ pub struct ForEachGeneration {
     pub name: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub namespace: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub uid: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub data: Option<Value>,
     #[serde(default, skip_serializing_if = "Option::is_none")]

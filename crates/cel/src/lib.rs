@@ -130,6 +130,9 @@ impl Expr {
     }
 
     fn eval_cel(&self, vars: &Vars) -> Result<Value, String> {
+        if vars.cancel.as_ref().is_some_and(|c| c.load(std::sync::atomic::Ordering::Relaxed)) {
+            return Err("the evaluation was cancelled (its deadline passed)".to_string());
+        }
         if self.loop_depth > 0 {
             let estimate = (vars.widest as u128).saturating_pow(self.loop_depth as u32);
             if estimate > MAX_ITERATIONS {
@@ -147,7 +150,7 @@ impl Expr {
             // No host: the library functions then say they are not available here.
             ctx.add_variable_from_value(host::HOST_VAR, Value::Null);
         }
-        Value::resolve(&self.ast, &ctx).map_err(|e| {
+        let out = Value::resolve(&self.ast, &ctx).map_err(|e| {
             let msg = e.to_string();
             match msg.strip_prefix("Undeclared reference to '@var:").and_then(|r| r.strip_suffix('\'')) {
                 Some(name) => {
@@ -155,12 +158,19 @@ impl Expr {
                 }
                 None => msg,
             }
-        })
+        })?;
+        if matches!(out, Value::List(_) | Value::Map(_) | Value::String(_) | Value::Bytes(_)) {
+            widest_cel(&out)?;
+        }
+        Ok(out)
     }
 
     /// Evaluates and binds the result as `variables.<name>`, without a round trip through JSON.
     pub fn eval_into_variable(&self, name: &str, vars: &mut Vars) -> Result<(), String> {
         let v = self.eval_cel(vars)?;
+        // A variable built by the policy (`a.map(x, a)`) is an input of later expressions: its
+        // width counts in their estimates, so doubling through variables meets the budget.
+        vars.widest = vars.widest.max(widest_cel(&v)?);
         let v = Box::<dyn Val>::try_from(v).map_err(|e| e.to_string())?;
         vars.set_variable_val(name, Arc::from(v));
         Ok(())
@@ -195,6 +205,44 @@ fn widest(v: &serde_json::Value) -> usize {
     most
 }
 
+/// The most bytes of strings and bytes one result (an expression's or a variable's) may hold:
+/// doubling a string through variables (`v2 = v1 + v1`) stops here.
+pub const MAX_RESULT_BYTES: usize = 16 << 20;
+
+/// [`widest`] for a CEL value; an error when the value holds more than [`MAX_ITERATIONS`]
+/// elements or [`MAX_RESULT_BYTES`] of text (counted as the value reads, shared parts each
+/// time: the walk stops at the limit).
+fn widest_cel(v: &Value) -> Result<usize, String> {
+    let (mut most, mut nodes, mut bytes) = (0usize, 0u128, 0usize);
+    let mut stack = vec![v];
+    while let Some(v) = stack.pop() {
+        nodes += 1;
+        if nodes > MAX_ITERATIONS {
+            return Err(format!("the result has over {MAX_ITERATIONS} elements; the cost budget refuses it"));
+        }
+        match v {
+            Value::String(s) => bytes += s.len(),
+            Value::Bytes(b) => bytes += b.len(),
+            _ => {}
+        }
+        if bytes > MAX_RESULT_BYTES {
+            return Err(format!("the result holds over {MAX_RESULT_BYTES} bytes of text; the cost budget refuses it"));
+        }
+        match v {
+            Value::List(l) => {
+                most = most.max(l.len());
+                stack.extend(l.iter());
+            }
+            Value::Map(m) => {
+                most = most.max(m.map.len());
+                stack.extend(m.map.values());
+            }
+            _ => {}
+        }
+    }
+    Ok(most)
+}
+
 /// Variables for an evaluation, converted to CEL once and shared (cloning is cheap).
 #[derive(Default, Clone)]
 pub struct Vars {
@@ -205,6 +253,9 @@ pub struct Vars {
     variables_map: std::sync::OnceLock<Arc<dyn Val>>,
     /// The most elements of any list or map among the inputs (see [`MAX_ITERATIONS`]).
     widest: usize,
+    /// Set by the caller when it gives up (its deadline passed): evaluations not yet started
+    /// fail at once. One running evaluation is bounded by [`MAX_ITERATIONS`] instead.
+    cancel: Option<Arc<std::sync::atomic::AtomicBool>>,
 }
 
 impl VariableResolver for Vars {
@@ -243,6 +294,11 @@ impl Vars {
         if let Ok(v) = Box::<dyn Val>::try_from(Value::Opaque(Arc::new(host::HostValue(host)))) {
             self.set_val(host::HOST_VAR, Arc::from(v));
         }
+    }
+
+    /// Makes evaluations with these variables stop (with an error) once `flag` is set.
+    pub fn set_cancel(&mut self, flag: Arc<std::sync::atomic::AtomicBool>) {
+        self.cancel = Some(flag);
     }
 
     /// Sets `variables.<name>` (Kubernetes' composition variables).
@@ -377,6 +433,41 @@ mod tests {
         assert_eq!(Expr::compile("object.items.all(a, a >= 0)").and_then(|e| e.eval_bool(&v)), Ok(true));
         let small = vars(json!({"items": [1, 2, 3]}));
         assert_eq!(quadratic.eval_bool(&small), Ok(true));
+    }
+
+    /// Issue 14, item 4: lists and strings built through composition variables (each one
+    /// doubling the last) grew without bound, and a list built by one loop widened the next
+    /// loop's input beyond the estimate. Built variables count in the estimate, and a result over
+    /// the element or text budget is an error.
+    #[test]
+    fn values_built_through_variables_are_bounded() {
+        let items: Vec<serde_json::Value> = (0..1_000).map(|i| json!(i)).collect();
+        let mut v = vars(json!({"items": items}));
+        // A million-element list from one loop is within the element budget ...
+        let square = Expr::compile("object.items.map(a, object.items).flatten()").unwrap();
+        assert!(square.eval_into_variable("flat", &mut v).is_ok());
+        // ... and two loops over it meet the estimate: the variable's width counts, not only
+        // the 1 000 of the inputs (before, a million million iterations started).
+        let wider = Expr::compile("variables.flat.all(x, variables.flat.exists(y, y < 0))").unwrap();
+        let err = wider.eval_bool(&v).err().unwrap_or_default();
+        assert!(err.contains("exceeds the budget"), "{err}");
+        // `variables.<p>N = <p>N-1 + <p>N-1` from `start`, until an evaluation fails: its error.
+        let mut doubling = |prefix: &str, start: serde_json::Value, rounds: usize| {
+            v.set_variable(&format!("{prefix}0"), &start);
+            (1..rounds)
+                .find_map(|i| {
+                    let e =
+                        Expr::compile(&format!("variables.{prefix}{} + variables.{prefix}{}", i - 1, i - 1)).unwrap();
+                    e.eval_into_variable(&format!("{prefix}{i}"), &mut v).err()
+                })
+                .unwrap_or_default()
+        };
+        // Doubling a string through variables stops at the text budget.
+        let err = doubling("d", json!("x".repeat(1 << 16)), 20);
+        assert!(err.contains("bytes of text"), "{err}");
+        // Doubling a list through variables stops at the element budget.
+        let err = doubling("l", json!((0..1000).collect::<Vec<_>>()), 30);
+        assert!(err.contains("elements"), "{err}");
     }
 
     #[test]

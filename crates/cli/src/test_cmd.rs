@@ -128,6 +128,7 @@ fn run_inner(args: &TestArgs) -> Result<i32> {
     for d in &args.dirs {
         find_tests(d, &args.file_name, &mut files)?;
     }
+    let roots = Roots::new(&args.dirs);
     if files.is_empty() && args.require_tests {
         bail!("no test yamls available");
     }
@@ -158,7 +159,7 @@ fn run_inner(args: &TestArgs) -> Result<i32> {
             }
         };
         for doc in docs {
-            match run_test(&doc, f, selector.as_ref(), &log) {
+            match run_test(&doc, f, &roots, selector.as_ref(), &log) {
                 Ok(mut r) => rows.append(&mut r),
                 Err(e) => {
                     eprintln!("Error: {}: {e:#}", f.display());
@@ -297,8 +298,40 @@ fn markdown(rows: &[Row], detailed: bool) -> String {
     s
 }
 
-fn rel(base: &Path, p: &str) -> PathBuf {
-    base.join(p)
+/// Where a test file may read from: the directories given on the command line, the current
+/// directory, and the git checkouts that hold them. A test file from an untrusted change must
+/// not make `verno test` read `/etc/shadow` or `~/.kube/config` into its output; Kyverno's own
+/// suites name `../policy.yaml` from a `.kyverno-test/` folder, which stays inside these.
+pub struct Roots(Vec<PathBuf>);
+
+impl Roots {
+    pub fn new(dirs: &[PathBuf]) -> Roots {
+        let mut roots = Vec::new();
+        let cwd = std::env::current_dir().ok();
+        for d in dirs.iter().cloned().chain(cwd) {
+            let Ok(d) = d.canonicalize() else { continue };
+            // The checkout that holds it, so that a test run on one folder of a repository may
+            // name files elsewhere in that repository.
+            if let Some(top) = d.ancestors().find(|a| a.join(".git").exists()) {
+                roots.push(top.to_path_buf());
+            }
+            roots.push(d);
+        }
+        Roots(roots)
+    }
+
+    /// `p` relative to the test file's folder `base`; an error when it leads outside every
+    /// root. A path that does not exist is left to the reader's "not found".
+    pub fn rel(&self, base: &Path, p: &str) -> Result<PathBuf> {
+        let joined = base.join(p);
+        match joined.canonicalize() {
+            Ok(real) if !self.0.iter().any(|r| real.starts_with(r)) => bail!(
+                "{p}: the path leads outside the test's directories ({}); run verno test from a directory that holds it",
+                self.0.iter().map(|r| r.display().to_string()).collect::<Vec<_>>().join(", ")
+            ),
+            _ => Ok(joined),
+        }
+    }
 }
 
 /// Parses a test document strictly, as Kyverno does.
@@ -329,14 +362,20 @@ fn resource_display(r: &Value) -> String {
     )
 }
 
-fn run_test(doc: &Doc, file: &Path, selector: Option<&Selector>, log: &dyn Fn(String)) -> Result<Vec<Row>> {
+fn run_test(
+    doc: &Doc,
+    file: &Path,
+    roots: &Roots,
+    selector: Option<&Selector>,
+    log: &dyn Fn(String),
+) -> Result<Vec<Row>> {
     let test = parse_test(&doc.value, file)?;
     let base = file.parent().unwrap_or(Path::new("."));
     log(format!("Loading test {} ( {} ) ...", test.name(), file.display()));
     log("  Loading values/variables ...".into());
     let mut data = CliData::default();
     if let Some(v) = &test.variables {
-        let p = rel(base, v);
+        let p = roots.rel(base, v)?;
         let docs = load::read_docs(&p)?;
         if let Some(d) = docs.first() {
             data.values = parse_values(&d.value, &p)?;
@@ -346,7 +385,7 @@ fn run_test(doc: &Doc, file: &Path, selector: Option<&Selector>, log: &dyn Fn(St
     }
     let mut user: Option<(RequestUser, Value)> = None;
     if let Some(u) = &test.userinfo {
-        let p = rel(base, u);
+        let p = roots.rel(base, u)?;
         let docs = load::read_docs(&p)?;
         if let Some(d) = docs.first() {
             user = Some(parse_user_info(&d.value, &p)?);
@@ -355,13 +394,13 @@ fn run_test(doc: &Doc, file: &Path, selector: Option<&Selector>, log: &dyn Fn(St
     log("  Loading policies ...".into());
     let mut pdocs = Vec::new();
     for p in &test.policies {
-        pdocs.extend(load::read_docs(&rel(base, p))?);
+        pdocs.extend(load::read_docs(&roots.rel(base, p)?)?);
     }
     let policies = load_policies(pdocs);
     log("  Loading resources ...".into());
     let mut resources: Vec<Value> = Vec::new();
     for p in &test.resources {
-        for d in load::read_docs(&rel(base, p))? {
+        for d in load::read_docs(&roots.rel(base, p)?)? {
             resources.push(d.value);
         }
     }
@@ -369,14 +408,14 @@ fn run_test(doc: &Doc, file: &Path, selector: Option<&Selector>, log: &dyn Fn(St
     // by file.
     let mut aliases: Vec<Option<String>> = vec![None; resources.len()];
     for p in &test.json_payloads {
-        for d in load::read_docs(&rel(base, p))? {
+        for d in load::read_docs(&roots.rel(base, p)?)? {
             resources.push(d.value);
             aliases.push(Some(p.trim_start_matches("./").to_string()));
         }
     }
     let mut edocs = Vec::new();
     for p in &test.exceptions {
-        edocs.extend(load::read_docs(&rel(base, p))?);
+        edocs.extend(load::read_docs(&roots.rel(base, p)?)?);
     }
     if !test.exceptions.is_empty() {
         log("  Loading exceptions ...".into());
@@ -385,7 +424,7 @@ fn run_test(doc: &Doc, file: &Path, selector: Option<&Selector>, log: &dyn Fn(St
     if !test.cluster_resources.is_empty() {
         let mut cluster = Vec::new();
         for p in &test.cluster_resources {
-            for d in load::read_docs(&rel(base, p))? {
+            for d in load::read_docs(&roots.rel(base, p)?)? {
                 if load::kind(&d.value) == "ClusterResource"
                     && load::api_version(&d.value).starts_with("cli.kyverno.io/")
                 {
@@ -401,26 +440,26 @@ fn run_test(doc: &Doc, file: &Path, selector: Option<&Selector>, log: &dyn Fn(St
         data.cluster = Some(cluster);
     }
     for p in &test.target_resources {
-        for d in load::read_docs(&rel(base, p))? {
+        for d in load::read_docs(&roots.rel(base, p)?)? {
             data.targets.push(d.value);
         }
     }
     // `paramResources` (policy params) are looked up like clone sources.
     for p in &test.param_resources {
-        for d in load::read_docs(&rel(base, p))? {
+        for d in load::read_docs(&roots.rel(base, p)?)? {
             data.clone_sources.push(d.value);
         }
     }
     for r in &test.results {
         if let Some(c) = &r.clone_source_resource {
-            for d in load::read_docs(&rel(base, c))? {
+            for d in load::read_docs(&roots.rel(base, c)?)? {
                 data.clone_sources.push(d.value);
             }
         }
     }
     // The `context` file (`kind: Context`): more cluster objects and image metadata.
     if let Some(c) = &test.context {
-        for d in load::read_docs(&rel(base, c))? {
+        for d in load::read_docs(&roots.rel(base, c)?)? {
             if load::kind(&d.value) != "Context" {
                 continue;
             }

@@ -52,7 +52,6 @@ pub fn compile(doc: &Value, bindings: &[Value]) -> Result<Compiled, DocumentErro
         let s = |f: &str| doc.get(f).and_then(Value::as_str).unwrap_or("").to_string();
         return Err(DocumentError::NotAPolicy { api_version: s("apiVersion"), kind: s("kind") });
     };
-    let decode = |e: serde_json::Error| DocumentError::Decode(e.to_string());
     let binding = |binding_kind: Kind| {
         let name = doc.pointer("/metadata/name").and_then(Value::as_str);
         bindings.iter().find(|b| {
@@ -60,12 +59,8 @@ pub fn compile(doc: &Value, bindings: &[Value]) -> Result<Compiled, DocumentErro
         })
     };
     Ok(match kind {
-        Kind::ClusterPolicy | Kind::Policy => {
-            Compiled::Policy(compile_policy(&serde_json::from_value(doc.clone()).map_err(decode)?)?)
-        }
-        Kind::PolicyException => {
-            Compiled::Exception(compile_exception(&serde_json::from_value(doc.clone()).map_err(decode)?)?)
-        }
+        Kind::ClusterPolicy | Kind::Policy => Compiled::Policy(compile_policy(&strict(doc, Some(kind))?)?),
+        Kind::PolicyException => Compiled::Exception(compile_exception(&strict(doc, Some(kind))?)?),
         Kind::CelPolicyException => Compiled::Exception(compile_cel_exception(doc)?),
         Kind::ValidatingPolicy | Kind::NamespacedValidatingPolicy => {
             Compiled::Policy(crate::vpol::compile_validating_policy(doc)?)
@@ -93,6 +88,46 @@ pub fn compile(doc: &Value, bindings: &[Value]) -> Result<Compiled, DocumentErro
         | Kind::CleanupPolicy
         | Kind::ClusterCleanupPolicy => return Err(DocumentError::Unsupported(kind)),
     })
+}
+
+/// Decodes a `kyverno.io` document into its serde type, refusing fields the kind does not have
+/// under `spec` (a typo such as `patern:` would otherwise be dropped and the rule enforce less
+/// than it says). Kyverno refuses them too: its CLI validates documents against the CRD schemas
+/// (`value provided for unknown field`), and the API server with kubectl's strict field
+/// validation. `metadata` (all of ObjectMeta) and `status` are not checked. Free-form parts
+/// (patterns, patches, CEL `Value`s) are accepted whole.
+/// The CEL kinds decode through here too (`vpol::decode`), with the fields of Kyverno 1.19's
+/// and Kubernetes' schemas modelled in `verno_api::cel`.
+pub(crate) fn strict<T: serde::de::DeserializeOwned>(doc: &Value, kind: Option<Kind>) -> Result<T, DocumentError> {
+    let mut unknown: Option<String> = None;
+    let decoded = serde_ignored::deserialize(doc.clone(), |path| {
+        let path = field_path(&path);
+        if unknown.is_none() && path.starts_with("spec.") {
+            unknown = Some(path);
+        }
+    })
+    .map_err(|e| DocumentError::Decode(e.to_string()))?;
+    match unknown {
+        Some(path) => Err(DocumentError::Invalid(CompileError::new(
+            path,
+            format!("unknown field: a {} has no such field", kind.map_or("policy", Kind::name)),
+        ))),
+        None => Ok(decoded),
+    }
+}
+
+/// `spec.rules.0.validate` as Kyverno writes paths: `spec.rules[0].validate`.
+fn field_path(path: &serde_ignored::Path<'_>) -> String {
+    use serde_ignored::Path;
+    match path {
+        Path::Root => String::new(),
+        Path::Seq { parent, index } => format!("{}[{index}]", field_path(parent)),
+        Path::Map { parent, key } => {
+            let p = field_path(parent);
+            if p.is_empty() { key.clone() } else { format!("{p}.{key}") }
+        }
+        Path::Some { parent } | Path::NewtypeStruct { parent } | Path::NewtypeVariant { parent } => field_path(parent),
+    }
 }
 
 /// Compiles an object as the API stores it: it may lack `apiVersion`/`kind` (a watch's
@@ -142,7 +177,7 @@ mod tests {
     fn a_validate_rule_needs_exactly_one_way_to_validate() {
         let err = |v| policy_with(v).err().map(|e| e.to_string()).unwrap_or_default();
         assert_eq!(
-            err(json!({"message": "m", "patern": {"metadata": {"labels": {"a": "?*"}}}})),
+            err(json!({"message": "m"})),
             "spec.rules[0].validate: one of pattern, anyPattern, deny, foreach, cel must be specified"
         );
         assert_eq!(
@@ -154,6 +189,58 @@ mod tests {
             "spec.rules[0].validate.foreach[0]: one of pattern, anyPattern, deny, or a nested foreach must be specified"
         );
         assert!(policy_with(json!({"pattern": {"metadata": {"labels": {"a": "?*"}}}})).is_ok());
+    }
+
+    /// Issue 14, item 7: unknown fields were dropped, so a typo anywhere in a rule (`patern:`,
+    /// `preconditon:`, `exlcude:`) silently changed what the policy enforces. They are refused
+    /// with their path, as Kyverno's CLI (CRD schema validation) and the API server refuse them.
+    #[test]
+    fn unknown_fields_under_spec_are_refused_with_their_path() {
+        let err = |v| policy_with(v).err().map(|e| e.to_string()).unwrap_or_default();
+        assert_eq!(
+            err(json!({"message": "m", "patern": {"metadata": {"labels": {"a": "?*"}}}})),
+            "spec.rules[0].validate.patern: unknown field: a ClusterPolicy has no such field"
+        );
+        assert_eq!(
+            err(json!({"foreach": [{"list": "request.object.spec.containers", "deny": {}, "elementScop": true}]})),
+            "spec.rules[0].validate.foreach[0].elementScop: unknown field: a ClusterPolicy has no such field"
+        );
+        let at_spec = compile(
+            &json!({"apiVersion": "kyverno.io/v1", "kind": "ClusterPolicy", "metadata": {"name": "p"},
+                "spec": {"validationFailureActon": "Enforce",
+                    "rules": [{"name": "r", "match": {"any": [{"resources": {"kinds": ["Pod"]}}]}, "validate": {"deny": {}}}]}}),
+            &[],
+        );
+        assert_eq!(
+            at_spec.err().map(|e| e.to_string()).unwrap_or_default(),
+            "spec.validationFailureActon: unknown field: a ClusterPolicy has no such field"
+        );
+        // Free-form parts take any key, and so do metadata (all of ObjectMeta) and status.
+        let stored = json!({"apiVersion": "kyverno.io/v1", "kind": "ClusterPolicy",
+            "metadata": {"name": "p", "uid": "u", "resourceVersion": "7", "managedFields": [], "creationTimestamp": "t"},
+            "status": {"conditions": []},
+            "spec": {"rules": [{"name": "r", "match": {"any": [{"resources": {"kinds": ["Pod"]}}]},
+                "validate": {"pattern": {"metadata": {"anyKey": {"(deep)": "x"}}}}}]}});
+        assert!(compile(&stored, &[]).is_ok());
+        // The CEL kinds too; fields of Kyverno's schema that Verno does not read are accepted.
+        let vpol = |spec: Value| {
+            compile(
+                &json!({"apiVersion": "policies.kyverno.io/v1", "kind": "ValidatingPolicy",
+                "metadata": {"name": "v"}, "spec": spec}),
+                &[],
+            )
+        };
+        let rules = json!({"resourceRules": [{"apiGroups": [""], "apiVersions": ["v1"], "resources": ["pods"], "operations": ["CREATE"]}]});
+        assert_eq!(
+            vpol(json!({"matchConstraints": rules, "validaton": [{"expression": "true"}]}))
+                .err()
+                .map(|e| e.to_string())
+                .unwrap_or_default(),
+            "spec.validaton: unknown field: a ValidatingPolicy has no such field"
+        );
+        assert!(vpol(json!({"matchConstraints": rules, "validations": [{"expression": "true"}],
+            "webhookConfiguration": {"timeoutSeconds": 5}, "auditAnnotations": [{"key": "k", "valueExpression": "'v'"}]}))
+        .is_ok());
     }
 
     #[test]

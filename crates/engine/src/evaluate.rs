@@ -550,10 +550,10 @@ fn exception_applies(
 /// The variables Kubernetes CEL expressions read: `object`, `oldObject`, `request`, and
 /// (unavailable offline, so null) `namespaceObject` and `params`.
 fn cel_vars(ctx: &Context, data: &dyn Data) -> verno_cel::Vars {
-    ctx.cel_vars(|root| build_cel_vars(root, data))
+    ctx.cel_vars(|root| build_cel_vars(root, data, ctx.env()))
 }
 
-fn build_cel_vars(root: &Value, data: &dyn Data) -> verno_cel::Vars {
+fn build_cel_vars(root: &Value, data: &dyn Data, env: &dyn verno_jmespath::Env) -> verno_cel::Vars {
     let null = Value::Null;
     let req = root.get("request").unwrap_or(&null);
     let mut vars = verno_cel::Vars::default();
@@ -566,6 +566,9 @@ fn build_cel_vars(root: &Value, data: &dyn Data) -> verno_cel::Vars {
     vars.set("params", &Value::Null);
     if let Some(h) = data.cel_host() {
         vars.set_host(h);
+    }
+    if let Some(flag) = env.cancel_flag() {
+        vars.set_cancel(flag);
     }
     vars
 }

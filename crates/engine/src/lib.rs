@@ -52,6 +52,9 @@ pub use policy::{Action, CompiledException, CompiledPolicy, CompiledRule, RuleBo
 pub use set::{
     Filter, Hook, Labels, NamespaceLabels, Observer, Outcome, PolicyMeta, PolicySet, Route, Scope, fail_closed,
 };
+/// Kubernetes' strategic merge patch of `patch` into `doc` (an object of `kind`), with the
+/// built-in kinds' merge keys; errors say where and why.
+pub use smp::apply as strategic_merge;
 pub use verdict::{ResourceRef, RuleViolation, Violation, blocked_message, yaml_scalar};
 pub use verno_api::Kind;
 

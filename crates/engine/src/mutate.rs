@@ -416,6 +416,9 @@ impl Mutator<'_> {
             let order: Vec<usize> = if f.reverse { (0..n).rev().collect() } else { (0..n).collect() };
             for index in order {
                 let Some(element) = elements.get(index).filter(|e| !e.is_null()) else { continue };
+                if ctx.env().cancelled() {
+                    return Err(self.resp(Status::Error, crate::validate::CANCELLED));
+                }
                 let mut saved = ctx.set_element(element, index, nesting);
                 let base = cur.as_ref().unwrap_or(resource);
                 let step = (|| {

@@ -214,11 +214,15 @@ pub struct Outcome {
     pub warnings: Vec<String>,
     /// Failed and errored validation rules: what becomes PolicyViolation events.
     pub violations: Vec<RuleViolation>,
+    /// The caller cancelled the evaluation ([`verno_jmespath::Env::cancelled`]) before every
+    /// policy ran: the rest is incomplete and the request is not [`allowed`](Outcome::allowed).
+    pub cancelled: bool,
 }
 
 impl Outcome {
     pub fn allowed(&self) -> bool {
-        self.blocked.is_empty()
+        !self.cancelled
+            && self.blocked.is_empty()
             && self.mutate_failures.is_empty()
             && self.cel_denials.is_empty()
             && self.cel_mutation_errors.is_empty()
@@ -227,6 +231,9 @@ impl Outcome {
     /// Kyverno's message for a refused request about `kind` `namespace/name`. Each webhook
     /// serves one family of policies, so one message applies; the CLI never shows this.
     pub fn denial(&self, kind: &str, namespace: &str, name: &str) -> Option<String> {
+        if self.cancelled {
+            return Some("the policy evaluation was cancelled before it finished".to_string());
+        }
         if !self.mutate_failures.is_empty() {
             return Some(self.mutate_failures.join("; "));
         }
@@ -337,6 +344,12 @@ impl PolicySet {
         let mut out = Outcome { responses: Vec::with_capacity(capacity), ..Outcome::default() };
         for &phase in scope.phases {
             for &(i, p) in &kept {
+                // The caller gave up (its deadline passed): stop between policies; the work
+                // inside one stops at its next check (JMESPath, foreach, CEL expressions).
+                if env.cancelled() {
+                    out.cancelled = true;
+                    break;
+                }
                 observer.policy_started(i);
                 // The CLI's per-resource values hold for this policy only.
                 let mut saved = Saved::default();

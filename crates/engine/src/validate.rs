@@ -13,6 +13,9 @@ use serde_json::Value;
 use std::collections::BTreeMap;
 use verno_api::{FailureActionOverride, ForEachValidation, Validation};
 
+/// A rule whose caller gave up on the request (see [`verno_jmespath::Env::cancelled`]).
+pub(crate) const CANCELLED: &str = "the evaluation was cancelled (its deadline passed)";
+
 #[derive(Debug, Clone)]
 pub struct CompiledValidation {
     pub message: Option<Template>,
@@ -465,6 +468,9 @@ impl ValidateCtx<'_> {
         for (index, element) in elements.iter().enumerate() {
             if element.is_null() {
                 continue;
+            }
+            if ctx.env().cancelled() {
+                return (Some(self.resp(Status::Error, CANCELLED)), applied);
             }
             let mut saved = ctx.set_element(element, index, nesting);
             for (k, vals) in self.foreach_values {

@@ -38,7 +38,11 @@ pub(crate) fn constraints(mc: Option<&cel::MatchResources>) -> Constraints {
 
 /// A CEL-kind document read into its serde type; a shape error names the field.
 pub(crate) fn decode<T: serde::de::DeserializeOwned>(doc: &Value) -> Result<T, CompileError> {
-    serde_json::from_value(doc.clone()).map_err(|e| CompileError::new("spec", e.to_string()))
+    let kind = verno_api::Kind::of_document(doc);
+    crate::document::strict(doc, kind).map_err(|e| match e {
+        crate::document::DocumentError::Invalid(e) => e,
+        other => CompileError::new("spec", other.to_string()),
+    })
 }
 
 /// JSON of a typed part, for the compilers that take the policy's own shape.

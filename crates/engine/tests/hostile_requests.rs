@@ -70,3 +70,56 @@ fn variables_the_policy_nests_in_its_own_text_still_resolve() {
     let msg = denial(&set, &object).expect("denied");
     assert!(msg.starts_with("validation error: container 1 of p."), "{msg}");
 }
+
+/// A nested foreach over every container pair: quadratic work that a Pod with thousands of
+/// containers turns into seconds.
+fn pairwise_policy() -> PolicySet {
+    let doc = json!({
+        "apiVersion": "kyverno.io/v1", "kind": "ClusterPolicy", "metadata": {"name": "pairs"},
+        "spec": {"validationFailureAction": "Enforce", "rules": [{
+            "name": "distinct",
+            "match": {"any": [{"resources": {"kinds": ["Pod"]}}]},
+            "validate": {"foreach": [{"list": "request.object.spec.containers", "foreach": [{
+                "list": "request.object.spec.containers",
+                "deny": {"conditions": {"any": [{"key": "{{ element.name }}", "operator": "Equals", "value": "never"}]}}}]}]}}]}});
+    let Ok(Compiled::Policy(p)) = compile(&doc, &[]) else { panic!("the policy compiles") };
+    PolicySet::new(vec![Arc::new(p)], Vec::new())
+}
+
+/// An environment whose caller gives up after `after` checks, counting them.
+struct GivesUp {
+    after: usize,
+    checks: std::sync::atomic::AtomicUsize,
+}
+impl verno_jmespath::Env for GivesUp {
+    fn cancelled(&self) -> bool {
+        self.checks.fetch_add(1, std::sync::atomic::Ordering::Relaxed) >= self.after
+    }
+}
+
+/// Issue 14, item 4: the deadline stopped the answer, not the work: an evaluation ran to its end
+/// after the failure policy had answered. The engine now asks its caller between policies and
+/// foreach elements and stops; the outcome says so and is not allowed.
+#[test]
+fn a_cancelled_evaluation_stops_at_the_next_element_and_is_not_allowed() {
+    let containers: Vec<Value> = (0..300).map(|i| json!({"name": format!("c{i}"), "image": "nginx"})).collect();
+    let object = json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p", "namespace": "shop"},
+        "spec": {"containers": containers}});
+    let set = pairwise_policy();
+    let scope = Scope::webhook(Route::Kyverno(Hook::Validate, Filter::All));
+    // Not cancelled: every pair is checked and the Pod is admitted.
+    let never = GivesUp { after: usize::MAX, checks: Default::default() };
+    let out = set.evaluate(&Request::new("CREATE", &object), scope, &never, &NoData, &mut ());
+    assert!(out.allowed() && !out.cancelled);
+    let full = never.checks.load(std::sync::atomic::Ordering::Relaxed);
+    assert!(full >= 300 * 300, "asked at every element: {full}");
+    // Cancelled after 1 000 checks: it stops there, is marked, and is not allowed.
+    let soon = GivesUp { after: 1_000, checks: Default::default() };
+    let scope = Scope::webhook(Route::Kyverno(Hook::Validate, Filter::All)).keeping_responses();
+    let out = set.evaluate(&Request::new("CREATE", &object), scope, &soon, &NoData, &mut ());
+    let asked = soon.checks.load(std::sync::atomic::Ordering::Relaxed);
+    assert!(asked < 1_000 + 400, "stopped soon after the caller gave up: {asked} checks");
+    assert!(!out.allowed());
+    let rule = &out.responses[0].1.rules[0];
+    assert!(rule.message.contains("cancelled"), "{}", rule.message);
+}

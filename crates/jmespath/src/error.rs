@@ -23,6 +23,10 @@ pub enum RuntimeError {
     /// Any other function failure, already formatted as Kyverno prints it.
     #[error("JMESPath function '{function}': {message}")]
     Function { function: String, message: String },
+    /// The evaluation did more work than one expression may (see `interpreter::MAX_WORK`), or
+    /// its caller cancelled it; sticky, never read as `null`.
+    #[error("{0}")]
+    Budget(String),
     /// Generic evaluation failure.
     #[error("{0}")]
     Other(String),

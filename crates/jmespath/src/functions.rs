@@ -11,7 +11,7 @@ mod time;
 use crate::Env;
 use crate::ast::Ast;
 use crate::error::RuntimeError;
-use crate::interpreter::Cv;
+use crate::interpreter::{Cv, Meter};
 use serde_json::Value;
 use std::collections::HashMap;
 use std::sync::LazyLock;
@@ -89,7 +89,16 @@ pub(crate) type Impl = fn(&Call<'_>, &[Arg<'_, '_>]) -> Result<Value, RuntimeErr
 /// What a function implementation can see besides its arguments.
 pub(crate) struct Call<'c> {
     pub name: &'static str,
-    pub env: &'c dyn Env,
+    /// The evaluation's work budget (for functions that evaluate expression references) and,
+    /// through it, the caller's environment.
+    pub meter: &'c crate::interpreter::Meter<'c>,
+}
+
+impl Call<'_> {
+    /// The caller's clock, DNS and randomness.
+    pub fn env(&self) -> &dyn Env {
+        self.meter.env
+    }
 }
 
 /// A registered function: its signature and documentation, as `verno jp function` prints them.
@@ -133,7 +142,7 @@ impl Function {
         Ok(())
     }
 
-    pub(crate) fn call(&'static self, args: &[Arg<'_, '_>], env: &dyn Env) -> Result<Value, RuntimeError> {
+    pub(crate) fn call(&'static self, args: &[Arg<'_, '_>], meter: &Meter<'_>) -> Result<Value, RuntimeError> {
         for (i, a) in args.iter().enumerate() {
             let alts = match self.params.get(i) {
                 Some(p) => *p,
@@ -147,7 +156,7 @@ impl Function {
                 return Err(RuntimeError::arg(self.name, i + 1, &expected));
             }
         }
-        (self.imp)(&Call { name: self.name, env }, args)
+        (self.imp)(&Call { name: self.name, meter }, args)
     }
 }
 

@@ -12,16 +12,99 @@ use crate::functions::Arg;
 use crate::value::{is_truthy, values_equal};
 use serde_json::{Map, Value};
 use std::borrow::Cow;
+use std::cell::Cell;
 
 /// The longest string a function may return (1 MiB): larger results are an error, so
 /// nesting string functions cannot grow memory without bound.
 pub const MAX_STRING_BYTES: usize = 1 << 20;
 
+/// The work one evaluation may do: every step of the tree walk costs 1 and every value node
+/// copied or built by a projection, multiselect, flatten, slice or literal costs 1. About
+/// 100 ms and a few hundred MiB at most; a legitimate policy expression over a 3 MiB object
+/// uses a small fraction, while `[@,@]|[@,@]|…` (doubling per pipe) stops here.
+pub const MAX_WORK: u64 = 8_000_000;
+
+/// How often (in units of work) the caller's [`Env::cancelled`] is asked.
+const CANCEL_CHECK_EVERY: u64 = 1 << 14;
+
+/// The budget of one evaluation. Once spent (or cancelled) every later step fails, and
+/// `Expression::search` reports the error whatever operators made of it.
+pub(crate) struct Meter<'e> {
+    pub(crate) env: &'e dyn Env,
+    left: Cell<u64>,
+    stopped: Cell<Option<&'static str>>,
+}
+
+impl<'e> Meter<'e> {
+    pub(crate) fn new(env: &'e dyn Env) -> Meter<'e> {
+        Meter { env, left: Cell::new(MAX_WORK), stopped: Cell::new(None) }
+    }
+
+    fn charge(&self, units: u64) -> Result<(), RuntimeError> {
+        let before = self.left.get();
+        if self.stopped.get().is_none() {
+            match before.checked_sub(units) {
+                Some(left) => {
+                    self.left.set(left);
+                    if before / CANCEL_CHECK_EVERY != left / CANCEL_CHECK_EVERY && self.env.cancelled() {
+                        self.stopped.set(Some("the evaluation was cancelled (its deadline passed)"));
+                    }
+                }
+                None => self.stopped.set(Some(
+                    "the expression does too much work (over 8 million steps and copied values); simplify it",
+                )),
+            }
+        }
+        match self.stopped.get() {
+            Some(why) => Err(RuntimeError::Budget(why.to_string())),
+            None => Ok(()),
+        }
+    }
+
+    /// Charges for a deep copy of `v` (its node count), counting no further than what is left.
+    fn charge_copy(&self, v: &Value) -> Result<(), RuntimeError> {
+        /// Nodes of `v`, counting no further than `limit` (no allocation: this runs for every
+        /// copied value; the depth is bounded by the data's, which serde_json caps at 128).
+        fn nodes(v: &Value, limit: u64) -> u64 {
+            let mut n = 1;
+            let children: &mut dyn Iterator<Item = &Value> = match v {
+                Value::Array(a) => &mut a.iter(),
+                Value::Object(m) => &mut m.values(),
+                _ => return 1,
+            };
+            for c in children {
+                if n > limit {
+                    break;
+                }
+                n += nodes(c, limit - n);
+            }
+            n
+        }
+        self.charge(nodes(v, self.left.get()))
+    }
+
+    /// `v` as an owned value; copying a borrowed one is charged.
+    fn own(&self, v: Cv<'_>) -> Result<Value, RuntimeError> {
+        match v {
+            Cow::Borrowed(b) => {
+                self.charge_copy(b)?;
+                Ok(b.clone())
+            }
+            Cow::Owned(o) => Ok(o),
+        }
+    }
+
+    pub(crate) fn exhausted(&self) -> Option<RuntimeError> {
+        self.stopped.get().map(|why| RuntimeError::Budget(why.to_string()))
+    }
+}
+
 pub(crate) type Cv<'a> = Cow<'a, Value>;
 
 static NULL: Value = Value::Null;
 
-pub(crate) fn eval<'a>(ast: &Ast, data: &'a Value, env: &dyn Env) -> Result<Cv<'a>, RuntimeError> {
+pub(crate) fn eval<'a>(ast: &Ast, data: &'a Value, env: &Meter<'_>) -> Result<Cv<'a>, RuntimeError> {
+    env.charge(1)?;
     match ast {
         Ast::Identity => Ok(Cow::Borrowed(data)),
         Ast::Field(name) => match data {
@@ -44,12 +127,12 @@ pub(crate) fn eval<'a>(ast: &Ast, data: &'a Value, env: &dyn Env) -> Result<Cv<'
             _ => Ok(Cow::Borrowed(&NULL)),
         },
         Ast::Slice { start, stop, step } => match data {
-            Value::Array(a) => Ok(Cow::Owned(Value::Array(slice(a, *start, *stop, *step)))),
+            Value::Array(a) => Ok(Cow::Owned(Value::Array(slice(a, *start, *stop, *step, env)?))),
             _ => Ok(Cow::Borrowed(&NULL)),
         },
         Ast::Subexpr(lhs, rhs) => {
             let l = eval(lhs, data, env)?;
-            chain(l, |v| eval(rhs, v, env))
+            chain(env, l, |v| eval(rhs, v, env))
         }
         Ast::Projection(lhs, rhs) => {
             let l = eval(lhs, data, env).unwrap_or(Cow::Borrowed(&NULL));
@@ -61,7 +144,7 @@ pub(crate) fn eval<'a>(ast: &Ast, data: &'a Value, env: &dyn Env) -> Result<Cv<'
             for el in arr {
                 let r = eval(rhs, el, env).unwrap_or(Cow::Borrowed(&NULL));
                 if !r.is_null() {
-                    out.push(r.into_owned());
+                    out.push(env.own(r)?);
                 }
             }
             Ok(Cow::Owned(Value::Array(out)))
@@ -76,7 +159,7 @@ pub(crate) fn eval<'a>(ast: &Ast, data: &'a Value, env: &dyn Env) -> Result<Cv<'
             for el in obj.values() {
                 let r = eval(rhs, el, env).unwrap_or(Cow::Borrowed(&NULL));
                 if !r.is_null() {
-                    out.push(r.into_owned());
+                    out.push(env.own(r)?);
                 }
             }
             Ok(Cow::Owned(Value::Array(out)))
@@ -93,7 +176,7 @@ pub(crate) fn eval<'a>(ast: &Ast, data: &'a Value, env: &dyn Env) -> Result<Cv<'
                 if is_truthy(&c) {
                     let r = eval(rhs, el, env).unwrap_or(Cow::Borrowed(&NULL));
                     if !r.is_null() {
-                        out.push(r.into_owned());
+                        out.push(env.own(r)?);
                     }
                 }
             }
@@ -107,6 +190,7 @@ pub(crate) fn eval<'a>(ast: &Ast, data: &'a Value, env: &dyn Env) -> Result<Cv<'
             };
             let mut out = Vec::with_capacity(arr.len());
             for el in arr {
+                env.charge_copy(el)?;
                 match el {
                     Value::Array(inner) => out.extend(inner.iter().cloned()),
                     other => out.push(other.clone()),
@@ -114,14 +198,15 @@ pub(crate) fn eval<'a>(ast: &Ast, data: &'a Value, env: &dyn Env) -> Result<Cv<'
             }
             Ok(Cow::Owned(Value::Array(out)))
         }
-        Ast::Literal(v) => Ok(Cow::Owned(v.clone())),
+        Ast::Literal(v) => env.own(Cow::Borrowed(v)).map(Cow::Owned),
         Ast::MultiList(items) => {
             if data.is_null() {
                 return Ok(Cow::Borrowed(&NULL));
             }
             let mut out = Vec::with_capacity(items.len());
             for it in items {
-                out.push(eval(it, data, env).map(Cow::into_owned).unwrap_or(Value::Null));
+                let v = eval(it, data, env).unwrap_or(Cow::Borrowed(&NULL));
+                out.push(env.own(v)?);
             }
             Ok(Cow::Owned(Value::Array(out)))
         }
@@ -131,7 +216,8 @@ pub(crate) fn eval<'a>(ast: &Ast, data: &'a Value, env: &dyn Env) -> Result<Cv<'
             }
             let mut out = Map::new();
             for (k, it) in items {
-                out.insert(k.clone(), eval(it, data, env).map(Cow::into_owned).unwrap_or(Value::Null));
+                let v = eval(it, data, env).unwrap_or(Cow::Borrowed(&NULL));
+                out.insert(k.clone(), env.own(v)?);
             }
             Ok(Cow::Owned(Value::Object(out)))
         }
@@ -144,6 +230,10 @@ pub(crate) fn eval<'a>(ast: &Ast, data: &'a Value, env: &dyn Env) -> Result<Cv<'
                 }
             }
             let out = f.call(&vals, env)?;
+            // Whatever a function builds is work done: counted like a copy.
+            if out.is_array() || out.is_object() {
+                env.charge_copy(&out)?;
+            }
             // Output budget: nested `replace_all` or `repeat`-like growth stops here.
             if let Value::String(s) = &out
                 && s.len() > MAX_STRING_BYTES
@@ -181,19 +271,23 @@ pub(crate) fn eval<'a>(ast: &Ast, data: &'a Value, env: &dyn Env) -> Result<Cv<'
         }
         Ast::Pipe(a, b) => {
             let l = eval(a, data, env).unwrap_or(Cow::Borrowed(&NULL));
-            chain(l, |v| eval(b, v, env))
+            chain(env, l, |v| eval(b, v, env))
         }
     }
 }
 
 /// Evaluates `f` on a value that may be borrowed from the input or owned by this call.
 fn chain<'a>(
+    env: &Meter<'_>,
     l: Cv<'a>,
     f: impl for<'b> FnOnce(&'b Value) -> Result<Cv<'b>, RuntimeError>,
 ) -> Result<Cv<'a>, RuntimeError> {
     match l {
         Cow::Borrowed(v) => f(v),
-        Cow::Owned(v) => f(&v).map(|r| Cow::Owned(r.into_owned())),
+        Cow::Owned(v) => match f(&v) {
+            Ok(r) => env.own(r).map(Cow::Owned),
+            Err(e) => Err(e),
+        },
     }
 }
 
@@ -215,7 +309,13 @@ fn compare(op: Comparator, l: &Value, r: &Value) -> Value {
     }
 }
 
-fn slice(a: &[Value], start: Option<i64>, stop: Option<i64>, step: Option<i64>) -> Vec<Value> {
+fn slice(
+    a: &[Value],
+    start: Option<i64>,
+    stop: Option<i64>,
+    step: Option<i64>,
+    env: &Meter<'_>,
+) -> Result<Vec<Value>, RuntimeError> {
     let len = a.len() as i64;
     let step = step.unwrap_or(1);
     let cap = |v: i64, neg_default: i64| -> i64 { if v < 0 { (v + len).max(neg_default) } else { v.min(len) } };
@@ -230,7 +330,7 @@ fn slice(a: &[Value], start: Option<i64>, stop: Option<i64>, step: Option<i64>) 
     if step > 0 {
         while i < stop {
             if let Some(v) = a.get(i as usize) {
-                out.push(v.clone());
+                out.push(env.own(Cow::Borrowed(v))?);
             }
             i += step;
         }
@@ -239,15 +339,15 @@ fn slice(a: &[Value], start: Option<i64>, stop: Option<i64>, step: Option<i64>) 
             if i >= 0
                 && let Some(v) = a.get(i as usize)
             {
-                out.push(v.clone());
+                out.push(env.own(Cow::Borrowed(v))?);
             }
             i += step;
         }
     }
-    out
+    Ok(out)
 }
 
 /// Evaluates an expression reference (`&expr`) on one element, as `sort_by` and friends do.
-pub(crate) fn eval_expref(ast: &Ast, data: &Value, env: &dyn Env) -> Result<Value, RuntimeError> {
-    eval(ast, data, env).map(Cow::into_owned)
+pub(crate) fn eval_expref(ast: &Ast, data: &Value, env: &Meter<'_>) -> Result<Value, RuntimeError> {
+    eval(ast, data, env).and_then(|v| env.own(v))
 }

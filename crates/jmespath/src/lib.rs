@@ -40,6 +40,15 @@ pub trait Env: Sync {
     fn random_seed(&self) -> Option<u64> {
         None
     }
+    /// Whether the caller has given up on this evaluation (its deadline passed): a long
+    /// evaluation checks now and then and stops with an error.
+    fn cancelled(&self) -> bool {
+        self.cancel_flag().is_some_and(|f| f.load(std::sync::atomic::Ordering::Relaxed))
+    }
+    /// The flag behind [`Env::cancelled`], for evaluators that outlive one call (CEL variables).
+    fn cancel_flag(&self) -> Option<std::sync::Arc<std::sync::atomic::AtomicBool>> {
+        None
+    }
 }
 
 /// An environment with no clock and no DNS.
@@ -85,7 +94,13 @@ impl Expression {
 
     /// Evaluates against `data`; the result may borrow from it.
     pub fn search<'a>(&self, data: &'a Value, env: &dyn Env) -> Result<Cow<'a, Value>, RuntimeError> {
-        interpreter::eval(&self.ast, data, env)
+        let meter = interpreter::Meter::new(env);
+        let out = interpreter::eval(&self.ast, data, &meter);
+        // Running out is sticky: operators that read errors as null must not hide it.
+        match meter.exhausted() {
+            Some(e) => Err(e),
+            None => out,
+        }
     }
 }
 

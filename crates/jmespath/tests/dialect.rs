@@ -214,3 +214,39 @@ fn function_outputs_are_bounded() {
     // Ordinary sizes are untouched.
     assert_eq!(ok("length(replace_all('abc', 'b', 'bbbb'))"), json!(6));
 }
+
+/// Issue 14, item 4: a multiselect fan-out (`[@,@]` piped into itself) doubled the data per
+/// pipe until memory ran out; it stops at the work budget with an error no operator hides.
+#[test]
+fn multiselect_fan_out_stops_at_the_work_budget() {
+    let big = json!({"spec": {"containers": (0..200).map(|i| json!({"name": format!("c{i}"), "image": "x"})).collect::<Vec<_>>()}});
+    for src in [vec!["[@, @]"; 40].join(" | "), format!("{} || `1`", vec!["{a: @, b: @}"; 40].join(" | "))] {
+        let e = verno_jmespath::Expression::compile(&src).unwrap();
+        let err = e.search(&big, &verno_jmespath::NoEnv).err().map(|e| e.to_string()).unwrap_or_default();
+        assert!(err.contains("too much work"), "{}…: {err}", &src[..20]);
+    }
+    // Ordinary fan-out is far below the budget.
+    let e = verno_jmespath::Expression::compile("[spec.containers, spec.containers][].name | length(@)").unwrap();
+    assert_eq!(e.search(&big, &verno_jmespath::NoEnv).unwrap().into_owned(), json!(400));
+}
+
+struct Cancelled;
+impl verno_jmespath::Env for Cancelled {
+    fn cancelled(&self) -> bool {
+        true
+    }
+}
+
+/// Issue 14, item 4: the work of an evaluation whose caller gave up (its deadline passed) stops
+/// at the next check instead of running to its end.
+#[test]
+fn a_cancelled_evaluation_stops_with_an_error() {
+    let big = json!((0..100_000).collect::<Vec<_>>());
+    let e = verno_jmespath::Expression::compile("[*].to_string(@) | length(@)").unwrap();
+    assert_eq!(e.search(&big, &verno_jmespath::NoEnv).unwrap().into_owned(), json!(100_000));
+    let err = e.search(&big, &Cancelled).err().map(|e| e.to_string()).unwrap_or_default();
+    assert!(err.contains("cancelled"), "{err}");
+    // A short evaluation finishes before the first check.
+    let small = verno_jmespath::Expression::compile("length(@)").unwrap();
+    assert_eq!(small.search(&json!([1, 2]), &Cancelled).unwrap().into_owned(), json!(2));
+}

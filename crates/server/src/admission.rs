@@ -6,6 +6,7 @@
 use base64::Engine as _;
 use serde_json::{Value, json};
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Instant;
 use verno_api::admission::Status as ReviewStatus;
 use verno_api::{AdmissionRequest, AdmissionResponse, AdmissionReview, Kind};
@@ -185,6 +186,13 @@ fn missing_object(req: &AdmissionRequest) -> Option<&'static str> {
 
 /// Reviews one AdmissionReview with the policies of `set` that `route` serves.
 pub fn review(set: &PolicySet, route: Route, review: &AdmissionReview) -> Outcome {
+    review_until(set, route, review, Arc::default())
+}
+
+/// [`review`], stopping early once `cancel` is set (the server sets it when the deadline
+/// passes and the failure policy has answered): the work then ends at its next check instead of
+/// holding an evaluation slot to its end. A cancelled review is not allowed.
+pub fn review_until(set: &PolicySet, route: Route, review: &AdmissionReview, cancel: Arc<AtomicBool>) -> Outcome {
     let empty = AdmissionRequest::default();
     let req = review.request.as_ref().unwrap_or(&empty);
     if let Some(why) = missing_object(req) {
@@ -202,7 +210,7 @@ pub fn review(set: &PolicySet, route: Route, review: &AdmissionReview) -> Outcom
     let mut recorder = Recorder { set, started: None, results: Vec::new(), policy_seconds: Vec::new() };
     let hook = route.hook().unwrap_or(Hook::Validate);
     let cel = matches!(route, Route::Cel { .. });
-    let outcome = set.review(req, route, &ServerEnv, &NoData, &mut recorder);
+    let outcome = set.review(req, route, &ServerEnv { cancel }, &NoData, &mut recorder);
     let (kind, namespace, name) = (req.kind_name(), req.namespace_name(), req.object_name());
     let allowed = outcome.allowed();
     let mut response = AdmissionResponse { uid: req.uid.clone(), allowed, ..Default::default() };
@@ -279,9 +287,17 @@ pub fn verify_review(review: &AdmissionReview, now: &str) -> AdmissionReview {
 }
 
 /// The clock and randomness for JMESPath; no DNS lookups from the admission path.
-struct ServerEnv;
+struct ServerEnv {
+    cancel: Arc<AtomicBool>,
+}
 
 impl verno_jmespath::Env for ServerEnv {
+    fn cancelled(&self) -> bool {
+        self.cancel.load(Ordering::Relaxed)
+    }
+    fn cancel_flag(&self) -> Option<Arc<AtomicBool>> {
+        Some(self.cancel.clone())
+    }
     fn now(&self) -> Option<chrono::DateTime<chrono::FixedOffset>> {
         Some(chrono::Utc::now().fixed_offset())
     }

@@ -10,9 +10,11 @@ pub mod metrics;
 pub mod tls;
 
 use axum::Router;
-use axum::body::Bytes;
+use axum::body::{Body, Bytes};
+use axum::extract::Request;
 use axum::extract::{DefaultBodyLimit, Path, State};
 use axum::http::{HeaderMap, StatusCode, header};
+use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use std::net::SocketAddr;
@@ -68,7 +70,7 @@ struct AppState {
     /// and a serving certificate loaded): a bit per missing [`ReadyPart`].
     missing: std::sync::atomic::AtomicU8,
     metrics: metrics::Metrics,
-    permits: Semaphore,
+    permits: Arc<Semaphore>,
     deadline: Duration,
     /// Requests waiting for an evaluation slot, and how many may wait before the rest are shed.
     waiting: std::sync::atomic::AtomicUsize,
@@ -105,6 +107,37 @@ fn text(status: StatusCode, msg: &str) -> Response {
     (status, [(header::CONTENT_TYPE, "text/plain; charset=utf-8")], msg.to_string()).into_response()
 }
 
+/// One request among those waiting for a slot, for as long as it waits: the count goes down when
+/// this is dropped, also when the client goes away and the handler is dropped mid-wait (a bare
+/// decrement after the wait leaked then, until every request was shed as overloaded).
+struct Waiting<'a> {
+    count: &'a std::sync::atomic::AtomicUsize,
+    /// Requests that were waiting when this one joined.
+    ahead: usize,
+}
+
+impl<'a> Waiting<'a> {
+    fn join(count: &'a std::sync::atomic::AtomicUsize) -> Waiting<'a> {
+        Waiting { count, ahead: count.fetch_add(1, std::sync::atomic::Ordering::AcqRel) }
+    }
+}
+
+impl Drop for Waiting<'_> {
+    fn drop(&mut self) {
+        self.count.fetch_sub(1, std::sync::atomic::Ordering::AcqRel);
+    }
+}
+
+/// Cancels an evaluation once nobody waits for its answer: the deadline passed, or the client
+/// went away and the handler was dropped. Harmless after the evaluation has finished.
+struct CancelOnDrop(Arc<std::sync::atomic::AtomicBool>);
+
+impl Drop for CancelOnDrop {
+    fn drop(&mut self) {
+        self.0.store(true, std::sync::atomic::Ordering::Relaxed);
+    }
+}
+
 async fn handle(
     state: Arc<AppState>,
     route: Route,
@@ -134,14 +167,16 @@ async fn handle(
         |msg: &str| json_response(StatusCode::OK, &admission::error_review(&api_version, &uid, allow_on_error, msg));
     // The deadline runs from arrival: waiting for a slot counts. A queue longer than can be
     // served in time is shed at once, answered by the failure policy.
-    let waiting = state.waiting.fetch_add(1, std::sync::atomic::Ordering::AcqRel);
-    if waiting >= state.max_waiting {
-        state.waiting.fetch_sub(1, std::sync::atomic::Ordering::AcqRel);
-        tracing::warn!(uid = %uid, waiting, "overloaded: request shed");
-        return answer(&format!("verno: overloaded ({waiting} requests waiting); the request was not evaluated"));
+    let queued = Waiting::join(&state.waiting);
+    if queued.ahead >= state.max_waiting {
+        tracing::warn!(uid = %uid, waiting = queued.ahead, "overloaded: request shed");
+        return answer(&format!(
+            "verno: overloaded ({} requests waiting); the request was not evaluated",
+            queued.ahead
+        ));
     }
-    let permit = tokio::time::timeout(state.deadline, state.permits.acquire()).await;
-    state.waiting.fetch_sub(1, std::sync::atomic::Ordering::AcqRel);
+    let permit = tokio::time::timeout(state.deadline, state.permits.clone().acquire_owned()).await;
+    drop(queued);
     let permit = match permit {
         Ok(Ok(p)) => p,
         Ok(Err(_)) => return text(StatusCode::SERVICE_UNAVAILABLE, "server is shutting down"),
@@ -151,13 +186,19 @@ async fn handle(
             return answer(&msg);
         }
     };
+    // The slot is held by the work, not by the wait for it: past the deadline the work is
+    // cancelled (it stops at its next check) and the slot frees only when it has stopped, so
+    // the concurrency bound holds for work the answer no longer waits for.
+    let cancel = CancelOnDrop(Arc::new(std::sync::atomic::AtomicBool::new(false)));
+    let flag = cancel.0.clone();
     let job = tokio::task::spawn_blocking(move || {
+        let _permit = permit;
         let review = admission::parse(&body)?;
         let dry_run = review.request.as_ref().is_some_and(|r| r.dry_run);
-        Ok::<_, admission::ParseError>((admission::review(&set, route, &review), dry_run))
+        Ok::<_, admission::ParseError>((admission::review_until(&set, route, &review, flag), dry_run))
     });
     let outcome = tokio::time::timeout(state.deadline.saturating_sub(started.elapsed()), job).await;
-    drop(permit);
+    drop(cancel);
     match outcome {
         Ok(Ok(Err(e))) => text(StatusCode::BAD_REQUEST, &e.to_string()),
         Ok(Ok(Ok((o, dry_run)))) => {
@@ -184,7 +225,28 @@ async fn handle(
     }
 }
 
-fn router(state: Arc<AppState>, body_limit: usize) -> Router {
+/// Reads the whole body before the handlers see it, within `timeout` and `limit`: a client that
+/// sends its headers and then trickles (or never finishes) its body is answered 408 and its
+/// connection's memory freed, instead of holding up to the body limit until it gives up.
+async fn body_in_time(req: Request, next: Next, limit: usize, timeout: Duration) -> Response {
+    let (parts, body) = req.into_parts();
+    match tokio::time::timeout(timeout, axum::body::to_bytes(body, limit)).await {
+        Ok(Ok(bytes)) => next.run(Request::from_parts(parts, Body::from(bytes))).await,
+        Ok(Err(e)) => {
+            if e.into_inner().downcast_ref::<http_body_util::LengthLimitError>().is_some() {
+                text(StatusCode::PAYLOAD_TOO_LARGE, &format!("the request body is over {limit} bytes"))
+            } else {
+                text(StatusCode::BAD_REQUEST, "the request body could not be read")
+            }
+        }
+        Err(_) => text(
+            StatusCode::REQUEST_TIMEOUT,
+            &format!("the request body did not arrive within {} s", timeout.as_secs_f64()),
+        ),
+    }
+}
+
+fn router(state: Arc<AppState>, body_limit: usize, body_timeout: Duration) -> Router {
     let route = |hook: Hook, filter: Filter, webhook: &'static str| {
         let st = state.clone();
         post(move |headers: HeaderMap, body: Bytes| handle(st, Route::Kyverno(hook, filter), webhook, headers, body))
@@ -225,6 +287,9 @@ fn router(state: Arc<AppState>, body_limit: usize) -> Router {
         .route("/health/liveness", get(|| async { "ok" }))
         .route("/health/readiness", get(move || readiness(state.clone())))
         .layer(DefaultBodyLimit::max(body_limit))
+        .layer(axum::middleware::from_fn(move |req: Request, next: Next| {
+            body_in_time(req, next, body_limit, body_timeout)
+        }))
         .with_state(())
 }
 
@@ -409,7 +474,7 @@ pub async fn start(cfg: Config, loader: Loader) -> Result<Running, ServerError> 
         set: RwLock::new(Arc::new(initial)),
         missing: std::sync::atomic::AtomicU8::new(missing),
         metrics,
-        permits: Semaphore::new(cfg.max_concurrency.max(1)),
+        permits: Arc::new(Semaphore::new(cfg.max_concurrency.max(1))),
         deadline: cfg.deadline,
         waiting: std::sync::atomic::AtomicUsize::new(0),
         // Enough for a burst (an evaluation takes tens of microseconds), small enough that the
@@ -417,7 +482,7 @@ pub async fn start(cfg: Config, loader: Loader) -> Result<Running, ServerError> 
         max_waiting: cfg.max_concurrency.max(1) * 64,
         violations: std::sync::OnceLock::new(),
     });
-    let app = router(state.clone(), cfg.body_limit);
+    let app = router(state.clone(), cfg.body_limit, cfg.idle_timeout);
     let handle: axum_server::Handle<SocketAddr> = axum_server::Handle::new();
     let acceptor = axum_server::tls_rustls::RustlsAcceptor::new(rustls_cfg.clone())
         .handshake_timeout(cfg.idle_timeout)

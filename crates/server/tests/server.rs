@@ -80,6 +80,10 @@ struct Harness {
 
 impl Harness {
     async fn start(policies: &[(&str, &str)]) -> Result<Harness, String> {
+        Harness::start_with(policies, |_| {}).await
+    }
+
+    async fn start_with(policies: &[(&str, &str)], tweak: impl FnOnce(&mut Config)) -> Result<Harness, String> {
         let tmp = tempfile::tempdir().map_err(|e| e.to_string())?;
         let pdir = tmp.path().join("policies");
         std::fs::create_dir_all(&pdir).map_err(|e| e.to_string())?;
@@ -100,6 +104,8 @@ impl Harness {
             watch: vec![pdir.clone()],
             poll_interval: Duration::from_millis(100),
         };
+        let mut cfg = cfg;
+        tweak(&mut cfg);
         let running = verno_server::start(cfg, loader(pdir.clone())).await.map_err(|e| e.to_string())?;
         let ca = running.ca_path.clone().ok_or("no CA")?;
         let client = client(&ca)?;
@@ -145,6 +151,13 @@ fn review(labels: Value) -> Value {
         "namespace": "shop", "name": "web", "userInfo": {"username": "alice"},
         "object": {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "web", "namespace": "shop", "labels": labels},
             "spec": {"containers": [{"name": "web", "image": "nginx:1.27"}]}}}})
+}
+
+/// A CREATE of `object` (a Pod in `default`).
+fn review_of(object: &Value) -> Value {
+    json!({"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "request": {
+        "uid": "0d7b7e3c-2", "kind": {"group": "", "version": "v1", "kind": "Pod"}, "operation": "CREATE",
+        "namespace": "default", "name": object["metadata"]["name"], "userInfo": {"username": "alice"}, "object": object}})
 }
 
 #[tokio::test]
@@ -421,4 +434,158 @@ async fn an_idle_connection_is_closed_after_the_idle_timeout() {
     .unwrap();
     assert!(closed, "the idle connection was kept");
     running.shutdown(Duration::from_secs(1)).await;
+}
+
+/// Every pair of containers: quadratic work, seconds for a Pod with thousands of containers.
+const PAIRWISE: &str = r#"
+apiVersion: kyverno.io/v1
+kind: ClusterPolicy
+metadata:
+  name: pairwise
+spec:
+  validationFailureAction: Enforce
+  rules:
+  - name: distinct
+    match:
+      any:
+      - resources:
+          kinds: [Pod]
+    validate:
+      foreach:
+      - list: request.object.spec.containers
+        foreach:
+        - list: request.object.spec.containers
+          deny:
+            conditions:
+              any:
+              - key: "{{ element.name }}"
+                operator: Equals
+                value: never
+"#;
+
+/// A server with [`PAIRWISE`], one evaluation slot and the given deadline.
+async fn one_slot_pairwise(deadline: Duration) -> Result<Harness, String> {
+    Harness::start_with(&[("pairwise.yaml", PAIRWISE)], |cfg| {
+        cfg.deadline = deadline;
+        cfg.max_concurrency = 1;
+        cfg.body_limit = 4 << 20;
+    })
+    .await
+}
+
+/// A Pod `name` in `default` with `containers` containers `c0`, `c1`, ….
+fn pod_in_default(name: &str, containers: usize) -> Value {
+    let containers: Vec<Value> = (0..containers).map(|i| json!({"name": format!("c{i}"), "image": "nginx"})).collect();
+    json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name, "namespace": "default"},
+        "spec": {"containers": containers}})
+}
+
+/// Issue 14, item 4: past the deadline the failure policy answered, but the evaluation ran on to
+/// its end (minutes for a CEL loop; nine such requests left nine spinning threads). The work is
+/// now cancelled at the deadline and holds its evaluation slot until it stops: with one slot, the
+/// next request is evaluated at once instead of waiting (and being shed) behind work nobody waits
+/// for.
+#[tokio::test]
+async fn work_past_the_deadline_is_cancelled_and_frees_its_slot() -> Result<(), String> {
+    let h = one_slot_pairwise(Duration::from_millis(500)).await?;
+    let heavy = pod_in_default("heavy", 4000);
+    let (code, body) = h.post("/validate/fail", &review_of(&heavy)).await?;
+    assert_eq!(code, 200);
+    assert_eq!(body["response"]["allowed"], false, "{body}");
+    let msg = body["response"]["status"]["message"].as_str().unwrap_or_default();
+    assert!(msg.contains("exceeded the 500 ms deadline"), "{msg}");
+    // The heavy work (16 million pairs) would hold the only slot for far longer than the
+    // deadline; once cancelled it stops and the next request gets the slot in time.
+    let light = pod_in_default("light", 1);
+    for _ in 0..3 {
+        let (code, body) = h.post("/validate/fail", &review_of(&light)).await?;
+        assert_eq!(code, 200);
+        assert_eq!(body["response"]["allowed"], true, "{body}");
+    }
+    if let Some(r) = h.running {
+        r.shutdown(Duration::from_secs(1)).await;
+    }
+    Ok(())
+}
+
+/// Issue 14, item 5: a client that sent its headers and then trickled its body held the body's
+/// memory until it gave up (300 half-sent 3 MB bodies held 900 MB). The body must now arrive
+/// within the idle timeout; the server answers 408 and closes.
+#[tokio::test]
+async fn a_body_that_does_not_arrive_in_time_is_refused_with_408() -> Result<(), String> {
+    use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
+    let h = Harness::start_with(&[], |cfg| cfg.idle_timeout = Duration::from_secs(1)).await?;
+    let ca = h.running.as_ref().and_then(|r| r.ca_path.clone()).ok_or("no CA")?;
+    let mut roots = rustls::RootCertStore::empty();
+    for c in CertificateDer::pem_file_iter(&ca).map_err(|e| e.to_string())? {
+        roots.add(c.map_err(|e| e.to_string())?).map_err(|e| e.to_string())?;
+    }
+    let tls = rustls::ClientConfig::builder_with_provider(Arc::new(rustls::crypto::ring::default_provider()))
+        .with_safe_default_protocol_versions()
+        .map_err(|e| e.to_string())?
+        .with_root_certificates(roots)
+        .with_no_client_auth();
+    let port = h.running.as_ref().map(|r| r.addr.port()).unwrap_or(0);
+    let tcp = tokio::net::TcpStream::connect(("127.0.0.1", port)).await.map_err(|e| e.to_string())?;
+    let name = rustls_pki_types::ServerName::try_from("localhost").map_err(|e| e.to_string())?;
+    let mut s = tokio_rustls::TlsConnector::from(Arc::new(tls)).connect(name, tcp).await.map_err(|e| e.to_string())?;
+    // Headers promise 60 000 bytes; 10 arrive, then nothing.
+    let head = format!(
+        "POST /validate HTTP/1.1\r\nHost: localhost\r\nContent-Type: application/json\r\nContent-Length: 60000\r\n\r\n{}",
+        "{\"apiVersio"
+    );
+    s.write_all(head.as_bytes()).await.map_err(|e| e.to_string())?;
+    s.flush().await.map_err(|e| e.to_string())?;
+    let mut answer = Vec::new();
+    // Far longer than the timeout: a server that waits for the body fails here.
+    let read = tokio::time::timeout(Duration::from_secs(20), s.read_to_end(&mut answer)).await;
+    let answer = String::from_utf8_lossy(&answer);
+    assert!(read.is_ok(), "the server still waits for the body");
+    assert!(answer.starts_with("HTTP/1.1 408"), "{answer}");
+    assert!(answer.contains("the request body did not arrive within 1 s"), "{answer}");
+    if let Some(r) = h.running {
+        r.shutdown(Duration::from_secs(1)).await;
+    }
+    Ok(())
+}
+
+/// Found by the overload bench (issue 14, item 3): a client that gave up while its request waited
+/// for a slot left the waiting count one too high for good; after enough of them every request
+/// was shed as "overloaded" while the server sat idle.
+#[tokio::test]
+async fn clients_that_give_up_while_waiting_do_not_leave_the_queue_full() -> Result<(), String> {
+    let h = one_slot_pairwise(Duration::from_millis(1500)).await?;
+    let heavy = pod_in_default("heavy", 3000);
+    let light = pod_in_default("light", 1);
+    // The heavy request holds the only slot until its deadline; 100 clients queue behind it
+    // (64 may wait, the rest are shed) and give up after 300 ms.
+    let heavy = review_of(&heavy);
+    let busy = h.post("/validate/fail", &heavy);
+    let impatient = async {
+        let tries = (0..100).map(|_| {
+            let req = h
+                .client
+                .post(h.url("/validate/fail"))
+                .header("Content-Type", "application/json")
+                .timeout(Duration::from_millis(300))
+                .body(review_of(&light).to_string())
+                .send();
+            async move { req.await.is_err() }
+        });
+        futures_util::future::join_all(tries).await
+    };
+    let (busy, gave_up) = tokio::join!(busy, async {
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        impatient.await
+    });
+    assert!(busy?.1["response"]["status"]["message"].as_str().unwrap_or_default().contains("deadline"));
+    assert!(gave_up.iter().filter(|g| **g).count() >= 64, "the clients waited and gave up");
+    // The queue is empty again: the next request is evaluated, not shed.
+    let (code, body) = h.post("/validate/fail", &review_of(&light)).await?;
+    assert_eq!(code, 200);
+    assert_eq!(body["response"]["allowed"], true, "{body}");
+    if let Some(r) = h.running {
+        r.shutdown(Duration::from_secs(1)).await;
+    }
+    Ok(())
 }

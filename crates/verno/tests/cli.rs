@@ -80,6 +80,38 @@ fn unknown_test_fields_are_rejected_with_their_path() {
     assert!(err.contains("unknown field \"reslt\" at results[0]"), "{err}");
 }
 
+/// Issue 14, item 10: a test file could make `verno test` read any file on the machine (a
+/// test file in an untrusted change naming `~/.kube/config`). Paths stay inside the directories
+/// given, the current directory and their git checkouts; `../` inside those still works.
+#[test]
+fn a_test_file_cannot_read_outside_its_directories() {
+    let tmp = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
+    let suite = tmp.path().join("suite");
+    let tests = suite.join(".kyverno-test");
+    let outside = tmp.path().join("outside");
+    for d in [&tests, &outside] {
+        std::fs::create_dir_all(d).unwrap_or_else(|e| panic!("{e}"));
+    }
+    let src = testdata().join("validate/require-labels");
+    let _ = std::fs::copy(src.join("policy.yaml"), suite.join("policy.yaml"));
+    let _ = std::fs::copy(src.join("resources.yaml"), outside.join("secret.yaml"));
+    let _ = std::fs::copy(src.join("resources.yaml"), suite.join("resources.yaml"));
+    let test = |resources: &str| {
+        format!(
+            "apiVersion: cli.kyverno.io/v1alpha1\nkind: Test\nmetadata: {{name: t}}\npolicies: [../policy.yaml]\nresources: [{resources}]\nresults:\n- {{policy: team-label, rule: check-team, kind: Pod, resources: [labelled], result: pass}}\n"
+        )
+    };
+    write(&tests, "kyverno-test.yaml", &test("../resources.yaml"));
+    let out = verno(&["test", suite.to_str().unwrap_or(".")]);
+    assert_eq!(out.status.code(), Some(0), "{}", String::from_utf8_lossy(&out.stderr));
+    write(&tests, "kyverno-test.yaml", &test("../../outside/secret.yaml"));
+    let out = verno(&["test", suite.to_str().unwrap_or(".")]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_ne!(out.status.code(), Some(0));
+    assert!(err.contains("../../outside/secret.yaml: the path leads outside the test's directories"), "{err}");
+    assert!(!err.contains("labelled"), "nothing of the file is shown: {err}");
+}
+
 #[test]
 fn field_names_match_regardless_of_case_and_old_schema_is_rejected() {
     let tmp = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));

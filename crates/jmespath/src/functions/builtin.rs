@@ -101,7 +101,7 @@ fn map(c: &Call<'_>, a: &[Arg<'_, '_>]) -> Result<Value, RuntimeError> {
     let Some(Arg::Expref(e)) = a.first() else { return Err(RuntimeError::arg(c.name, 1, "expref")) };
     let mut out = Vec::new();
     for el in val(a, 1).as_array().map(|x| x.as_slice()).unwrap_or_default() {
-        out.push(eval_expref(e, el, c.env).unwrap_or(Value::Null));
+        out.push(eval_expref(e, el, c.meter).unwrap_or(Value::Null));
     }
     Ok(Value::Array(out))
 }
@@ -132,7 +132,7 @@ fn minmax_by(c: &Call<'_>, a: &[Arg<'_, '_>], want: Ordering) -> Result<Value, R
     let arr = val(a, 0).as_array().map(|x| x.as_slice()).unwrap_or_default();
     let mut best: Option<(&Value, Value)> = None;
     for el in arr {
-        let k = eval_expref(e, el, c.env)?;
+        let k = eval_expref(e, el, c.meter)?;
         if !(k.is_number() || k.is_string()) {
             return Err(RuntimeError::func(c.name, "expression must evaluate to a number or string"));
         }
@@ -181,7 +181,7 @@ fn sort_by(c: &Call<'_>, a: &[Arg<'_, '_>]) -> Result<Value, RuntimeError> {
     let arr = val(a, 0).as_array().map(|x| x.as_slice()).unwrap_or_default();
     let mut keyed = Vec::with_capacity(arr.len());
     for el in arr {
-        let k = eval_expref(e, el, c.env)?;
+        let k = eval_expref(e, el, c.meter)?;
         if !(k.is_number() || k.is_string()) {
             return Err(RuntimeError::func(c.name, "expression must evaluate to a number or string"));
         }

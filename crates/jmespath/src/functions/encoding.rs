@@ -104,7 +104,7 @@ pub(crate) static FUNCTIONS: &[Function] = &[
     f!("is_external_url", [S], "bool", "determines if the specified URL is external", is_external_url),
     f!("random", [S], "string", "Generates a random sequence of characters", |c, a| {
         let seed =
-            c.env.random_seed().ok_or_else(|| RuntimeError::func(c.name, "random values are not available here"))?;
+            c.env().random_seed().ok_or_else(|| RuntimeError::func(c.name, "random values are not available here"))?;
         crate::random::generate(str_arg(c, a, 0)?, seed).map(Value::String).map_err(|e| RuntimeError::func(c.name, e))
     }),
     f!("sha256", [S], "string", "generate unique hash value for the given string", |c, a| Ok(Value::String(hex(
@@ -241,7 +241,7 @@ fn is_external_url(c: &Call<'_>, a: &[Arg<'_, '_>]) -> Result<Value, RuntimeErro
     let ips: Vec<std::net::IpAddr> = match host.parse::<std::net::IpAddr>() {
         Ok(ip) => vec![ip],
         Err(_) => c
-            .env
+            .env()
             .resolve_host(host)
             .ok_or_else(|| RuntimeError::func(c.name, format!("cannot resolve host {host:?} here")))?,
     };

@@ -97,7 +97,7 @@ fn utc() -> FixedOffset {
 }
 
 fn now(c: &Call<'_>) -> Result<DateTime<FixedOffset>, RuntimeError> {
-    c.env.now().ok_or_else(|| RuntimeError::func(c.name, "the current time is not available in this context"))
+    c.env().now().ok_or_else(|| RuntimeError::func(c.name, "the current time is not available in this context"))
 }
 
 fn parse_time(c: &Call<'_>, s: &str) -> Result<DateTime<FixedOffset>, RuntimeError> {
