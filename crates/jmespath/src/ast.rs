@@ -17,6 +17,8 @@ pub enum Comparator {
 pub enum Ast {
     Identity,
     Field(String),
+    /// `$name`: a variable of the caller's (community dialect; see `Env::variable`).
+    Variable(String),
     Index(i64),
     Slice {
         start: Option<i64>,
@@ -69,7 +71,9 @@ impl Ast {
                 .then(|| new.into_iter().zip(xs).map(|(n, x)| n.unwrap_or_else(|| x.clone())).collect())
         };
         match self {
-            Ast::Identity | Ast::Field(_) | Ast::Index(_) | Ast::Slice { .. } | Ast::Literal(_) => None,
+            Ast::Identity | Ast::Field(_) | Ast::Variable(_) | Ast::Index(_) | Ast::Slice { .. } | Ast::Literal(_) => {
+                None
+            }
             Ast::Subexpr(a, b) => pair(a, b).map(|(a, b)| Ast::Subexpr(a, b)),
             Ast::Projection(a, b) => pair(a, b).map(|(a, b)| Ast::Projection(a, b)),
             Ast::ValueProjection(a, b) => pair(a, b).map(|(a, b)| Ast::ValueProjection(a, b)),
@@ -105,6 +109,7 @@ impl Ast {
         match self {
             Ast::Identity => "(current)".into(),
             Ast::Field(f) => format!("(field {f:?})"),
+            Ast::Variable(v) => format!("(variable {v:?})"),
             Ast::Index(i) => format!("(index {i})"),
             Ast::Slice { start, stop, step } => format!("(slice {start:?} {stop:?} {step:?})"),
             Ast::Subexpr(a, b) => format!("(subexpression {} {})", a.sexpr(), b.sexpr()),

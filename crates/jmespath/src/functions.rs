@@ -3,6 +3,7 @@
 
 mod arithmetic;
 mod builtin;
+mod community;
 mod encoding;
 pub use encoding::normalize_image;
 mod strings;
@@ -177,6 +178,14 @@ static REGISTRY: LazyLock<HashMap<&'static str, &'static Function>> = LazyLock::
 
 pub(crate) fn lookup(name: &str) -> Option<&'static Function> {
     REGISTRY.get(name).copied()
+}
+
+/// `name` as the dialect resolves it: the community dialect sees its extra functions first.
+pub(crate) fn lookup_in(name: &str, dialect: crate::Dialect) -> Option<&'static Function> {
+    match dialect {
+        crate::Dialect::Community => community::FUNCTIONS.iter().find(|f| f.name == name).or_else(|| lookup(name)),
+        crate::Dialect::Kyverno => lookup(name),
+    }
 }
 
 /// Every function, builtins first, each family in declaration order.

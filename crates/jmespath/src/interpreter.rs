@@ -31,13 +31,14 @@ const CANCEL_CHECK_EVERY: u64 = 1 << 14;
 /// `Expression::search` reports the error whatever operators made of it.
 pub(crate) struct Meter<'e> {
     pub(crate) env: &'e dyn Env,
+    dialect: crate::Dialect,
     left: Cell<u64>,
     stopped: Cell<Option<&'static str>>,
 }
 
 impl<'e> Meter<'e> {
-    pub(crate) fn new(env: &'e dyn Env) -> Meter<'e> {
-        Meter { env, left: Cell::new(MAX_WORK), stopped: Cell::new(None) }
+    pub(crate) fn new(env: &'e dyn Env, dialect: crate::Dialect) -> Meter<'e> {
+        Meter { env, dialect, left: Cell::new(MAX_WORK), stopped: Cell::new(None) }
     }
 
     fn charge(&self, units: u64) -> Result<(), RuntimeError> {
@@ -110,9 +111,14 @@ pub(crate) fn eval<'a>(ast: &Ast, data: &'a Value, env: &Meter<'_>) -> Result<Cv
         Ast::Field(name) => match data {
             Value::Object(m) => match m.get(name) {
                 Some(v) => Ok(Cow::Borrowed(v)),
+                None if env.dialect == crate::Dialect::Community => Ok(Cow::Borrowed(&NULL)),
                 None => Err(RuntimeError::NotFound(name.clone())),
             },
             _ => Ok(Cow::Borrowed(&NULL)),
+        },
+        Ast::Variable(name) => match env.env.variable(name) {
+            Some(v) => Ok(Cow::Owned(v)),
+            None => Err(RuntimeError::Other(format!("variable not defined: ${name}"))),
         },
         Ast::Index(i) => match data {
             Value::Array(a) => {

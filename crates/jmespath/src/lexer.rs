@@ -34,6 +34,8 @@ pub(crate) enum Tok {
     Gt,
     Gte,
     Current,
+    /// `$name` (community dialect only).
+    Variable(String),
     Expref,
     Eof,
 }
@@ -44,7 +46,7 @@ pub(crate) struct Token {
     pub pos: usize,
 }
 
-pub(crate) fn tokenize(src: &str) -> Result<Vec<Token>, ParseError> {
+pub(crate) fn tokenize(src: &str, dialect: crate::Dialect) -> Result<Vec<Token>, ParseError> {
     let chars: Vec<(usize, char)> = src.char_indices().collect();
     let mut out = Vec::new();
     let mut i = 0;
@@ -96,6 +98,21 @@ pub(crate) fn tokenize(src: &str) -> Result<Vec<Token>, ParseError> {
             '@' => {
                 out.push(simple(Tok::Current));
                 i += 1;
+            }
+            '$' if dialect == crate::Dialect::Community => {
+                let mut j = i + 1;
+                let mut name = String::new();
+                while let Some(&(_, ch)) = chars.get(j)
+                    && (ch.is_ascii_alphanumeric() || ch == '_')
+                {
+                    name.push(ch);
+                    j += 1;
+                }
+                if name.is_empty() {
+                    return Err(err(pos, "the root reference `$` is not supported; name a variable (`$name`)"));
+                }
+                out.push(simple(Tok::Variable(name)));
+                i = j;
             }
             '[' => match next {
                 Some('?') => {

@@ -49,6 +49,23 @@ pub trait Env: Sync {
     fn cancel_flag(&self) -> Option<std::sync::Arc<std::sync::atomic::AtomicBool>> {
         None
     }
+    /// The value of `$name` (community dialect only); `None`: not defined, an error.
+    fn variable(&self, _name: &str) -> Option<Value> {
+        None
+    }
+}
+
+/// Which JMESPath an expression is written in.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Dialect {
+    /// Kyverno's (go-jmespath fork): the 2015 grammar, a missing key in a field path is an
+    /// error, Kyverno's functions. Everything the engine compiles.
+    #[default]
+    Kyverno,
+    /// jmespath-community as kyverno-json and chainsaw use it: `$name` variables from
+    /// [`Env::variable`], a missing key is `null`, and chainsaw's extra functions
+    /// (`functions::community`) besides Kyverno's. Only for the test runner's assertions.
+    Community,
 }
 
 /// An environment with no clock and no DNS.
@@ -60,11 +77,17 @@ impl Env for NoEnv {}
 pub struct Expression {
     source: String,
     ast: Ast,
+    dialect: Dialect,
 }
 
 impl Expression {
     pub fn compile(src: &str) -> Result<Expression, ParseError> {
-        Ok(Expression { source: src.to_string(), ast: parser::parse(src)? })
+        Expression::compile_in(src, Dialect::Kyverno)
+    }
+
+    /// Compiles in the given dialect.
+    pub fn compile_in(src: &str, dialect: Dialect) -> Result<Expression, ParseError> {
+        Ok(Expression { source: src.to_string(), ast: parser::parse(src, dialect)?, dialect })
     }
 
     pub fn source(&self) -> &str {
@@ -89,12 +112,12 @@ impl Expression {
         };
         let ast = self.ast.rewrite(&rename)?;
         let source = self.source.replace(&format!("{root}.{field}"), &format!("{root}.{renamed}"));
-        Some(Expression { source, ast })
+        Some(Expression { source, ast, dialect: self.dialect })
     }
 
     /// Evaluates against `data`; the result may borrow from it.
     pub fn search<'a>(&self, data: &'a Value, env: &dyn Env) -> Result<Cow<'a, Value>, RuntimeError> {
-        let meter = interpreter::Meter::new(env);
+        let meter = interpreter::Meter::new(env, self.dialect);
         let out = interpreter::eval(&self.ast, data, &meter);
         // Running out is sticky: operators that read errors as null must not hide it.
         match meter.exhausted() {

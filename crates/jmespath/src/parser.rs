@@ -34,11 +34,12 @@ pub(crate) struct Parser<'s> {
     tokens: Vec<Token>,
     i: usize,
     depth: usize,
+    dialect: crate::Dialect,
 }
 
-pub(crate) fn parse(src: &str) -> Result<Ast, ParseError> {
-    let tokens = tokenize(src)?;
-    let mut p = Parser { src, tokens, i: 0, depth: 0 };
+pub(crate) fn parse(src: &str, dialect: crate::Dialect) -> Result<Ast, ParseError> {
+    let tokens = tokenize(src, dialect)?;
+    let mut p = Parser { src, tokens, i: 0, depth: 0, dialect };
     let ast = p.expression(0)?;
     if p.peek() != &Tok::Eof {
         return Err(p.error(&format!("unexpected token {:?}", p.peek())));
@@ -103,6 +104,7 @@ impl<'s> Parser<'s> {
         match tok {
             Tok::Literal(v) => Ok(Ast::Literal(v)),
             Tok::Ident(name) => Ok(Ast::Field(name)),
+            Tok::Variable(name) => Ok(Ast::Variable(name)),
             Tok::QuotedIdent(name) => {
                 if *self.peek() == Tok::LParen {
                     return Err(self.error("can't use a quoted identifier as a function name"));
@@ -175,7 +177,8 @@ impl<'s> Parser<'s> {
                     }
                 }
                 self.advance();
-                let f = functions::lookup(&name).ok_or_else(|| self.error(&format!("unknown function: {name}()")))?;
+                let f = functions::lookup_in(&name, self.dialect)
+                    .ok_or_else(|| self.error(&format!("unknown function: {name}()")))?;
                 f.check_arity(args.len()).map_err(|m| self.error(&m))?;
                 Ok(Ast::Call(f, args))
             }

@@ -250,3 +250,34 @@ fn a_cancelled_evaluation_stops_with_an_error() {
     let small = verno_jmespath::Expression::compile("length(@)").unwrap();
     assert_eq!(small.search(&json!([1, 2]), &Cancelled).unwrap().into_owned(), json!(2));
 }
+
+mod community {
+    use serde_json::{Value, json};
+    use verno_jmespath::{Dialect, Env, Expression, NoEnv};
+
+    struct Vars;
+    impl Env for Vars {
+        fn variable(&self, name: &str) -> Option<Value> {
+            (name == "stderr").then(|| json!("  denied the request\n"))
+        }
+    }
+
+    fn eval(src: &str, data: &Value) -> Result<Value, String> {
+        let e = Expression::compile_in(src, Dialect::Community).map_err(|e| e.to_string())?;
+        e.search(data, &Vars).map(|v| v.into_owned()).map_err(|e| e.to_string())
+    }
+
+    #[test]
+    fn variables_missing_keys_and_trim_space_only_in_the_community_dialect() {
+        assert_eq!(eval("contains($stderr, 'denied')", &json!({})), Ok(json!(true)));
+        assert_eq!(eval("trim_space($stderr)", &json!({})), Ok(json!("denied the request")));
+        assert_eq!(eval("a.b", &json!({"x": 1})), Ok(Value::Null));
+        assert!(eval("$nothing", &json!({})).unwrap_err().contains("variable not defined: $nothing"));
+        assert!(eval("$", &json!({})).is_err());
+        // Kyverno's dialect: `$` is not a token, trim_space is unknown, a missing key errs.
+        assert!(Expression::compile("$stderr").is_err());
+        assert!(Expression::compile("trim_space('a')").is_err());
+        let e = Expression::compile("a.b").unwrap();
+        assert!(e.search(&json!({"x": 1}), &NoEnv).is_err());
+    }
+}
