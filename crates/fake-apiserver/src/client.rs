@@ -23,8 +23,8 @@ impl FakeApiServer {
         let (api_version, kind, name) = (s("/apiVersion"), s("/kind"), s("/metadata/name"));
         let r = self
             .inner
-            .resources
-            .iter()
+            .resources()
+            .into_iter()
             .find(|r| r.api_version() == api_version && r.kind == kind)
             .ok_or_else(|| format!("{api_version} {kind} is not served by the fake"))?;
         let ar = kube::discovery::ApiResource {

@@ -42,6 +42,7 @@ use tokio::sync::{broadcast, mpsc};
 
 pub mod admission;
 mod change;
+mod crd;
 mod read;
 pub use client::eventually;
 mod client;
@@ -60,6 +61,9 @@ pub struct Resource {
     pub kind: &'static str,
     pub plural: &'static str,
     pub namespaced: bool,
+    /// Short names and categories a CRD declares (built-ins: `read::short_names`).
+    pub short_names: Vec<String>,
+    pub categories: Vec<String>,
 }
 
 impl Resource {
@@ -70,7 +74,15 @@ impl Resource {
 
 /// The kinds Verno touches.
 pub fn default_resources() -> Vec<Resource> {
-    let r = |group, version, kind, plural, namespaced| Resource { group, version, kind, plural, namespaced };
+    let r = |group, version, kind, plural, namespaced| Resource {
+        group,
+        version,
+        kind,
+        plural,
+        namespaced,
+        short_names: Vec::new(),
+        categories: Vec::new(),
+    };
     vec![
         r("", "v1", "Namespace", "namespaces", false),
         r("", "v1", "Secret", "secrets", true),
@@ -99,6 +111,37 @@ pub fn default_resources() -> Vec<Resource> {
         r("admissionregistration.k8s.io", "v1", "MutatingWebhookConfiguration", "mutatingwebhookconfigurations", false),
         r("rbac.authorization.k8s.io", "v1", "ClusterRole", "clusterroles", false),
         r("apps", "v1", "Deployment", "deployments", true),
+        r("apps", "v1", "ReplicaSet", "replicasets", true),
+        r("apps", "v1", "StatefulSet", "statefulsets", true),
+        r("apps", "v1", "DaemonSet", "daemonsets", true),
+        r("apps", "v1", "ControllerRevision", "controllerrevisions", true),
+        r("batch", "v1", "Job", "jobs", true),
+        r("batch", "v1", "CronJob", "cronjobs", true),
+        r("", "v1", "Node", "nodes", false),
+        r("", "v1", "PersistentVolume", "persistentvolumes", false),
+        r("", "v1", "PersistentVolumeClaim", "persistentvolumeclaims", true),
+        r("", "v1", "LimitRange", "limitranges", true),
+        r("", "v1", "ResourceQuota", "resourcequotas", true),
+        r("", "v1", "Endpoints", "endpoints", true),
+        r("", "v1", "ReplicationController", "replicationcontrollers", true),
+        r("", "v1", "PodTemplate", "podtemplates", true),
+        r("networking.k8s.io", "v1", "NetworkPolicy", "networkpolicies", true),
+        r("networking.k8s.io", "v1", "Ingress", "ingresses", true),
+        r("networking.k8s.io", "v1", "IngressClass", "ingressclasses", false),
+        r("storage.k8s.io", "v1", "StorageClass", "storageclasses", false),
+        r("certificates.k8s.io", "v1", "CertificateSigningRequest", "certificatesigningrequests", false),
+        r("scheduling.k8s.io", "v1", "PriorityClass", "priorityclasses", false),
+        r("node.k8s.io", "v1", "RuntimeClass", "runtimeclasses", false),
+        r("autoscaling", "v2", "HorizontalPodAutoscaler", "horizontalpodautoscalers", true),
+        r("autoscaling", "v1", "HorizontalPodAutoscaler", "horizontalpodautoscalers", true),
+        r("admissionregistration.k8s.io", "v1", "ValidatingAdmissionPolicy", "validatingadmissionpolicies", false),
+        r(
+            "admissionregistration.k8s.io",
+            "v1",
+            "ValidatingAdmissionPolicyBinding",
+            "validatingadmissionpolicybindings",
+            false,
+        ),
         r("kyverno.io", "v1", "ClusterPolicy", "clusterpolicies", false),
         r("kyverno.io", "v1", "Policy", "policies", true),
         r("kyverno.io", "v2", "PolicyException", "policyexceptions", true),
@@ -158,10 +201,20 @@ pub(crate) struct Store {
 }
 
 pub(crate) struct Inner {
-    resources: Vec<Resource>,
+    /// The kinds served from the start.
+    builtin: Vec<Resource>,
+    /// The built-in kinds, then those of CustomResourceDefinitions as they are written.
+    resources: std::sync::RwLock<Vec<Resource>>,
     store: Mutex<Store>,
     events: broadcast::Sender<Event>,
     bookmark_interval: Duration,
+}
+
+impl Inner {
+    /// The resources served now.
+    pub(crate) fn resources(&self) -> Vec<Resource> {
+        self.resources.read().unwrap_or_else(std::sync::PoisonError::into_inner).clone()
+    }
 }
 
 /// A running fake API server.
@@ -185,7 +238,8 @@ impl FakeApiServer {
     pub async fn start_on(addr: SocketAddr, resources: Vec<Resource>) -> std::io::Result<FakeApiServer> {
         let (events, _) = broadcast::channel(4096);
         let inner = Arc::new(Inner {
-            resources,
+            builtin: resources.clone(),
+            resources: std::sync::RwLock::new(resources),
             store: Mutex::new(Store {
                 rv: 1,
                 uid: 0,
@@ -205,6 +259,19 @@ impl FakeApiServer {
             events,
             bookmark_interval: Duration::from_millis(500),
         });
+        {
+            let mut s = lock(&inner.store);
+            for ns in ["default", "kube-system", "kube-public", "kube-node-lease"] {
+                system_create(
+                    &inner,
+                    &mut s,
+                    "",
+                    "namespaces",
+                    "",
+                    json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns}}),
+                );
+            }
+        }
         let listener = tokio::net::TcpListener::bind(addr).await?;
         let addr = listener.local_addr()?;
         let app = Router::new().fallback(handle).with_state(inner.clone());
@@ -236,6 +303,16 @@ impl FakeApiServer {
     /// The writes so far.
     pub fn writes(&self) -> Vec<LoggedRequest> {
         self.requests().into_iter().filter(LoggedRequest::is_write).collect()
+    }
+
+    /// How many writes the server has taken, not counting Leases and Events (the steady
+    /// chatter of controllers): unchanged over a while, nothing is happening in the cluster.
+    pub fn activity(&self) -> usize {
+        lock(&self.inner.store)
+            .log
+            .iter()
+            .filter(|r| r.is_write() && !r.path.contains("/leases") && !r.path.contains("/events"))
+            .count()
     }
 
     /// The current resourceVersion.
@@ -383,7 +460,8 @@ async fn handle(State(inner): State<Arc<Inner>>, req: Request) -> Response {
     if !delay.is_zero() {
         tokio::time::sleep(delay).await;
     }
-    if let Some(r) = discovery(&inner.resources, &path) {
+    let resources = inner.resources();
+    if let Some(r) = discovery(&resources, &path) {
         return r;
     }
     // Bodies are JSON (and YAML-free): protobuf, which kubectl sends for built-in kinds, is
@@ -398,7 +476,7 @@ async fn handle(State(inner): State<Arc<Inner>>, req: Request) -> Response {
         );
     }
     let q = query(&req);
-    let Some(t) = route(&inner.resources, &path) else {
+    let Some(t) = route(&resources, &path) else {
         return status(
             StatusCode::NOT_FOUND,
             "NotFound",
@@ -422,7 +500,7 @@ async fn handle(State(inner): State<Arc<Inner>>, req: Request) -> Response {
         (&Method::GET, Some(name)) => {
             match lock(&inner.store).objects.get(&(key(t.resource), t.namespace.clone(), name.clone())) {
                 Some(o) if meta_only => ok_json(StatusCode::OK, &partial(o)),
-                Some(o) => ok_json(StatusCode::OK, o),
+                Some(o) => ok_json(StatusCode::OK, &in_version(o, t.resource)),
                 None => not_found(t.resource, name),
             }
         }
@@ -580,7 +658,61 @@ fn validate(t: &Resource, o: &Value) -> Result<(), Response> {
     if causes.is_empty() { Ok(()) } else { Err(invalid(t.kind, name, &causes)) }
 }
 
-fn commit(inner: &Inner, s: &mut Store, c: Change) -> Response {
+fn commit(inner: &Inner, s: &mut Store, mut c: Change) -> Response {
+    let is_crd = c.resource.group == "apiextensions.k8s.io" && c.resource.kind == "CustomResourceDefinition";
+    if is_crd && let Some(new) = c.new.as_mut() {
+        crd::accept(new);
+    }
+    let namespace = (c.resource.group.is_empty() && c.resource.kind == "Namespace").then(|| (c.op, c.k.2.clone()));
+    if let (Some((Operation::Create, _)), Some(Value::Object(o))) = (&namespace, c.new.as_mut()) {
+        o.insert("status".into(), json!({"phase": "Active"}));
+    }
+    let response = commit_change(inner, s, c);
+    if is_crd {
+        crd::serve(inner, s);
+    }
+    match namespace {
+        // The service account controller's `default` ServiceAccount in every new namespace.
+        Some((Operation::Create, ns)) if response.status().is_success() => {
+            system_create(
+                inner,
+                s,
+                "",
+                "serviceaccounts",
+                &ns,
+                json!({"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": "default"}}),
+            );
+        }
+        // The namespace controller empties a deleted namespace (here at once, not in the
+        // background: the namespace is gone when the DELETE returns).
+        Some((Operation::Delete, ns)) if response.status().is_success() => {
+            let resources = inner.resources();
+            let inside: Vec<ObjKey> = s.objects.keys().filter(|k| k.1 == ns).cloned().collect();
+            for k in inside {
+                let Some(r) = resources.iter().find(|r| key(r) == k.0) else { continue };
+                if let Some(o) = s.objects.get(&k).cloned() {
+                    remove_object(inner, s, r, &k, o);
+                }
+            }
+            collect_garbage(inner, s);
+        }
+        _ => {}
+    }
+    response
+}
+
+/// An object the API server's own controllers make (no admission, no field manager of a
+/// client's): the built-in namespaces, the `default` ServiceAccount of a namespace.
+fn system_create(inner: &Inner, s: &mut Store, group: &str, plural: &str, ns: &str, o: Value) {
+    let resources = inner.resources();
+    let Some(r) = resources.iter().find(|r| r.group == group && r.plural == plural) else { return };
+    let t = Target { resource: r, namespace: ns.to_string(), name: None, status: false };
+    if let Ok(c) = new_object(s, &t, o, "kube-controller-manager".into(), None) {
+        let _ = commit(inner, s, c);
+    }
+}
+
+fn commit_change(inner: &Inner, s: &mut Store, c: Change) -> Response {
     let api_version = c.resource.api_version();
     match (c.op, c.old, c.new) {
         (Operation::Create, _, Some(mut o)) => {
@@ -684,7 +816,7 @@ fn collect_garbage(inner: &Inner, s: &mut Store) {
             return;
         }
         for k in orphans {
-            let Some(r) = inner.resources.iter().find(|r| key(r) == k.0).cloned() else { continue };
+            let Some(r) = inner.resources().into_iter().find(|r| key(r) == k.0) else { continue };
             let Some(o) = s.objects.get(&k).cloned() else { continue };
             if finalizers(&o) {
                 mark_deleting(inner, s, &r, k, o);

@@ -18,6 +18,24 @@ fn short_names(group: &str, plural: &str) -> (&'static [&'static str], &'static 
         ("policy", "poddisruptionbudgets") => (&["pdb"], &[]),
         ("apiextensions.k8s.io", "customresourcedefinitions") => (&["crd", "crds"], &["api-extensions"]),
         ("apps", "deployments") => (&["deploy"], ALL),
+        ("apps", "replicasets") => (&["rs"], ALL),
+        ("apps", "statefulsets") => (&["sts"], ALL),
+        ("apps", "daemonsets") => (&["ds"], ALL),
+        ("batch", "jobs") => (&[], ALL),
+        ("batch", "cronjobs") => (&["cj"], ALL),
+        ("", "nodes") => (&["no"], &[]),
+        ("", "persistentvolumes") => (&["pv"], &[]),
+        ("", "persistentvolumeclaims") => (&["pvc"], &[]),
+        ("", "limitranges") => (&["limits"], &[]),
+        ("", "resourcequotas") => (&["quota"], &[]),
+        ("", "endpoints") => (&["ep"], &[]),
+        ("", "replicationcontrollers") => (&["rc"], ALL),
+        ("networking.k8s.io", "networkpolicies") => (&["netpol"], &[]),
+        ("networking.k8s.io", "ingresses") => (&["ing"], &[]),
+        ("storage.k8s.io", "storageclasses") => (&["sc"], &[]),
+        ("certificates.k8s.io", "certificatesigningrequests") => (&["csr"], &[]),
+        ("scheduling.k8s.io", "priorityclasses") => (&["pc"], &[]),
+        ("autoscaling", "horizontalpodautoscalers") => (&["hpa"], ALL),
         ("kyverno.io", "clusterpolicies") => (&["cpol"], KYVERNO),
         ("kyverno.io", "policies") => (&["pol"], KYVERNO),
         ("kyverno.io", "policyexceptions") => (&["polex"], KYVERNO),
@@ -44,6 +62,9 @@ pub(crate) fn discovery(resources: &[Resource], path: &str) -> Option<Response> 
                 let verbs = json!(["create", "delete", "get", "list", "patch", "update", "watch"]);
                 let mut main = json!({"name": r.plural, "singularName": r.kind.to_lowercase(), "namespaced": r.namespaced, "kind": r.kind, "verbs": verbs});
                 let (short, categories) = short_names(r.group, r.plural);
+                let short: Vec<String> = if r.short_names.is_empty() { short.iter().map(|s| s.to_string()).collect() } else { r.short_names.clone() };
+                let categories: Vec<String> =
+                    if r.categories.is_empty() { categories.iter().map(|s| s.to_string()).collect() } else { r.categories.clone() };
                 if let Some(m) = main.as_object_mut() {
                     if !short.is_empty() {
                         m.insert("shortNames".into(), json!(short));
@@ -90,6 +111,18 @@ pub(crate) fn discovery(resources: &[Resource], path: &str) -> Option<Response> 
             Some(ok_json(StatusCode::OK, &json!({"kind": "APIGroupList", "apiVersion": "v1", "groups": groups})))
         }
         ["apis", g, v] => Some(list(g, v)),
+        // OpenAPI: the fake models no schemas, and says so with an index that lists no group
+        // version; kubectl then validates nothing on the client (as for a CRD without a
+        // schema) and the server checks what it models.
+        ["openapi", "v3"] => Some(ok_json(StatusCode::OK, &json!({"paths": {}}))),
+        // client-go reads OpenAPI v2 only as protobuf; zero bytes are an empty Document.
+        ["openapi", "v2"] => Some(
+            axum::response::Response::builder()
+                .status(StatusCode::OK)
+                .header(axum::http::header::CONTENT_TYPE, "application/octet-stream")
+                .body(axum::body::Body::empty())
+                .unwrap_or_default(),
+        ),
         _ => None,
     }
 }
@@ -110,7 +143,7 @@ pub(crate) fn list(inner: &Inner, t: &Target, q: &HashMap<String, String>, meta_
         .objects
         .iter()
         .filter(|((r, ns, _), o)| *r == k && (t.namespace.is_empty() || *ns == t.namespace) && filter.matches(o))
-        .map(|(_, o)| if meta_only { partial(o) } else { o.clone() })
+        .map(|(_, o)| if meta_only { partial(o) } else { in_version(o, t.resource) })
         .collect();
     let (api_version, kind) = if meta_only {
         ("meta.k8s.io/v1".to_string(), "PartialObjectMetadataList".to_string())
@@ -121,6 +154,17 @@ pub(crate) fn list(inner: &Inner, t: &Target, q: &HashMap<String, String>, meta_
         StatusCode::OK,
         &json!({"apiVersion": api_version, "kind": kind, "metadata": {"resourceVersion": s.rv.to_string()}, "items": items}),
     )
+}
+
+/// `o` as the version `r` serves it: objects are stored once per group and resource, and
+/// every served version of a kind has the same schema here (CRDs with conversion `None`), so
+/// conversion is the `apiVersion` alone.
+pub(crate) fn in_version(o: &Value, r: &Resource) -> Value {
+    let mut o = o.clone();
+    if let Some(m) = o.as_object_mut() {
+        m.insert("apiVersion".into(), Value::String(r.api_version()));
+    }
+    o
 }
 
 pub(crate) fn frame(kind: &str, object: &Value) -> Bytes {
@@ -172,7 +216,7 @@ pub(crate) fn watch(inner: Arc<Inner>, t: &Target, q: &HashMap<String, String>, 
                 .filter(|((r, ns, _), o)| {
                     *r == key(&resource) && (t.namespace.is_empty() || *ns == t.namespace) && filter.matches(o)
                 })
-                .map(|(_, o)| frame_as("ADDED", o, meta_only));
+                .map(|(_, o)| frame_as("ADDED", &in_version(o, &resource), meta_only));
             let mut v: Vec<Bytes> = items.collect();
             if initial {
                 v.push(bookmark(&resource, s.rv, true));
@@ -185,7 +229,7 @@ pub(crate) fn watch(inner: Arc<Inner>, t: &Target, q: &HashMap<String, String>, 
                 .ring
                 .iter()
                 .filter(|e| e.rv > from && in_scope(e) && filter.matches(&e.object))
-                .map(|e| frame_as(e.kind, &e.object, meta_only))
+                .map(|e| frame_as(e.kind, &in_version(&e.object, &resource), meta_only))
                 .collect();
             (v, s.rv, false)
         }
@@ -215,7 +259,7 @@ pub(crate) fn watch(inner: Arc<Inner>, t: &Target, q: &HashMap<String, String>, 
                     Ok(e) => {
                         if e.rv <= last || !in_scope(&e) { continue; }
                         rv = e.rv;
-                        if filter.matches(&e.object) && tx.send(frame_as(e.kind, &e.object, meta_only)).await.is_err() { return; }
+                        if filter.matches(&e.object) && tx.send(frame_as(e.kind, &in_version(&e.object, &resource), meta_only)).await.is_err() { return; }
                     }
                     Err(broadcast::error::RecvError::Lagged(_)) => {
                         let gone = json!({"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure", "message": "watch fell behind", "reason": "Expired", "code": 410});

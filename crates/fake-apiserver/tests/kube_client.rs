@@ -5,7 +5,7 @@
 use fake_apiserver::{FakeApiServer, default_resources};
 use futures_util::StreamExt;
 use k8s_openapi::api::core::v1::ConfigMap;
-use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
+use kube::api::{Api, DeleteParams, DynamicObject, ListParams, Patch, PatchParams, PostParams};
 use kube::runtime::watcher;
 use std::collections::BTreeMap;
 use std::time::Duration;
@@ -215,11 +215,80 @@ async fn metadata_only_lists_and_discovery() {
     n.metadata.name = Some("shop".into());
     n.metadata.labels = Some([("env".to_string(), "prod".to_string())].into());
     ns.create(&PostParams::default(), &n).await.unwrap();
-    let metas = ns.list_metadata(&ListParams::default()).await.unwrap();
+    let metas = ns.list_metadata(&ListParams::default().labels("env=prod")).await.unwrap();
     assert_eq!(metas.items.len(), 1);
     assert_eq!(metas.items[0].metadata.labels.as_ref().and_then(|l| l.get("env")).map(String::as_str), Some("prod"));
     let groups = c.list_api_groups().await.unwrap();
     assert!(groups.groups.iter().any(|g| g.name == "kyverno.io"));
     let core = c.list_core_api_resources("v1").await.unwrap();
     assert!(core.resources.iter().any(|r| r.name == "namespaces" && !r.namespaced));
+    // As in a real cluster: the built-in namespaces exist, and every namespace gets a
+    // `default` ServiceAccount.
+    let all = ns.list_metadata(&ListParams::default()).await.unwrap();
+    let names: Vec<String> = all.items.iter().filter_map(|n| n.metadata.name.clone()).collect();
+    assert_eq!(names, ["default", "kube-node-lease", "kube-public", "kube-system", "shop"]);
+    let sas: Api<k8s_openapi::api::core::v1::ServiceAccount> = Api::namespaced(c.clone(), "shop");
+    assert!(sas.get_opt("default").await.unwrap().is_some());
+}
+
+/// The namespace controller's work: deleting a namespace deletes what is in it.
+#[tokio::test]
+async fn deleting_a_namespace_deletes_its_objects() {
+    use k8s_openapi::api::core::v1::Namespace;
+    let fake = FakeApiServer::start(default_resources()).await.unwrap();
+    let c = client(&fake).await;
+    let ns: Api<Namespace> = Api::all(c.clone());
+    let mut n = Namespace::default();
+    n.metadata.name = Some("shop".into());
+    ns.create(&PostParams::default(), &n).await.unwrap();
+    let cms: Api<ConfigMap> = Api::namespaced(c.clone(), "shop");
+    let mut cm = ConfigMap::default();
+    cm.metadata.name = Some("a".into());
+    cms.create(&PostParams::default(), &cm).await.unwrap();
+    ns.delete("shop", &DeleteParams::default()).await.unwrap();
+    assert!(ns.get_opt("shop").await.unwrap().is_none());
+    assert!(cms.get_opt("a").await.unwrap().is_none());
+}
+
+/// A CustomResourceDefinition becomes a served resource with its status set, and goes away
+/// with its objects when the CRD is deleted; objects read back in the version asked for.
+#[tokio::test]
+async fn a_crd_becomes_a_served_resource() {
+    let fake = FakeApiServer::start(default_resources()).await.unwrap();
+    let c = client(&fake).await;
+    let crd = serde_json::json!({
+        "apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
+        "metadata": {"name": "widgets.example.com"},
+        "spec": {"group": "example.com", "scope": "Namespaced",
+            "names": {"kind": "Widget", "plural": "widgets", "shortNames": ["wd"]},
+            "versions": [{"name": "v1", "served": true, "storage": true}, {"name": "v1beta1", "served": true, "storage": false}]}});
+    fake.apply(&c, &crd).await.unwrap();
+    let stored = fake.get("apiextensions.k8s.io", "customresourcedefinitions", "", "widgets.example.com").unwrap();
+    assert_eq!(stored["status"]["conditions"][1]["type"], "Established");
+    assert_eq!(stored["status"]["acceptedNames"]["listKind"], "WidgetList");
+    let w = serde_json::json!({"apiVersion": "example.com/v1beta1", "kind": "Widget", "metadata": {"name": "w", "namespace": "default"}, "spec": {"size": 1}});
+    fake.apply(&c, &w).await.unwrap();
+    let ar = kube::discovery::ApiResource {
+        group: "example.com".into(),
+        version: "v1".into(),
+        api_version: "example.com/v1".into(),
+        kind: "Widget".into(),
+        plural: "widgets".into(),
+    };
+    let api: Api<DynamicObject> = Api::namespaced_with(c.clone(), "default", &ar);
+    let got = api.get("w").await.unwrap();
+    assert_eq!(got.types.map(|t| t.api_version).as_deref(), Some("example.com/v1"));
+    let crds: Api<DynamicObject> = Api::all_with(
+        c.clone(),
+        &kube::discovery::ApiResource {
+            group: "apiextensions.k8s.io".into(),
+            version: "v1".into(),
+            api_version: "apiextensions.k8s.io/v1".into(),
+            kind: "CustomResourceDefinition".into(),
+            plural: "customresourcedefinitions".into(),
+        },
+    );
+    crds.delete("widgets.example.com", &DeleteParams::default()).await.unwrap();
+    assert!(!matches!(api.get_opt("w").await, Ok(Some(_))), "the resource is no longer served");
+    assert!(fake.get("example.com", "widgets", "default", "w").is_none());
 }

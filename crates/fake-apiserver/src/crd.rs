@@ -1,0 +1,106 @@
+//! CustomResourceDefinitions: a CRD written becomes served resources (one per served
+//! version, with its scope, short names and categories) and carries the status the API
+//! server's CRD controller writes (`Established`, `NamesAccepted`, `acceptedNames`,
+//! `storedVersions`); a CRD deleted takes its resources and their objects with it.
+
+use super::*;
+use std::collections::BTreeSet;
+
+/// Names of CRD-defined resources, interned so `Resource` keeps `&'static str`: bounded by the
+/// distinct names ever defined in this process (a test fake's handful).
+fn intern(s: &str) -> &'static str {
+    static NAMES: Mutex<BTreeSet<&'static str>> = Mutex::new(BTreeSet::new());
+    let mut names = NAMES.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+    if let Some(n) = names.get(s) {
+        return n;
+    }
+    let leaked: &'static str = Box::leak(s.to_string().into_boxed_str());
+    names.insert(leaked);
+    leaked
+}
+
+/// The status of an accepted CRD, set on every write of its spec.
+pub(crate) fn accept(crd: &mut Value) {
+    let names = crd.pointer("/spec/names").cloned().unwrap_or(json!({}));
+    let mut accepted = names.clone();
+    if let Some(m) = accepted.as_object_mut() {
+        let kind = m.get("kind").and_then(Value::as_str).unwrap_or_default().to_string();
+        m.entry("singular").or_insert_with(|| json!(kind.to_lowercase()));
+        m.entry("listKind").or_insert_with(|| json!(format!("{kind}List")));
+    }
+    let stored: Vec<Value> = crd
+        .pointer("/spec/versions")
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+        .filter(|v| v.get("storage").and_then(Value::as_bool) == Some(true))
+        .filter_map(|v| v.get("name").cloned())
+        .collect();
+    let now = chrono::Utc::now().format("%Y-%m-%dT%H:%M:%SZ").to_string();
+    let cond = |t: &str, reason: &str, msg: &str| json!({"type": t, "status": "True", "reason": reason, "message": msg, "lastTransitionTime": now});
+    if let Some(m) = crd.as_object_mut() {
+        m.insert(
+            "status".into(),
+            json!({
+                "acceptedNames": accepted,
+                "conditions": [
+                    cond("NamesAccepted", "NoConflicts", "no conflicts found"),
+                    cond("Established", "InitialNamesAccepted", "the initial names have been accepted"),
+                ],
+                "storedVersions": stored,
+            }),
+        );
+    }
+}
+
+fn strings(v: Option<&Value>) -> Vec<String> {
+    v.and_then(Value::as_array).into_iter().flatten().filter_map(|s| s.as_str().map(str::to_string)).collect()
+}
+
+/// Recomputes the served resources from the stored CRDs; objects of resources no CRD serves
+/// any more are removed (DELETED events), as the API server drops a deleted CRD's objects.
+pub(crate) fn serve(inner: &Inner, s: &mut Store) {
+    let mut served = inner.builtin.clone();
+    for ((res, _, _), crd) in &s.objects {
+        if res != "apiextensions.k8s.io/customresourcedefinitions"
+            || crd.pointer("/metadata/deletionTimestamp").is_some()
+        {
+            continue;
+        }
+        let spec = &crd["spec"];
+        let (Some(group), Some(kind), Some(plural)) = (
+            spec["group"].as_str(),
+            spec.pointer("/names/kind").and_then(Value::as_str),
+            spec.pointer("/names/plural").and_then(Value::as_str),
+        ) else {
+            continue;
+        };
+        for v in spec["versions"].as_array().into_iter().flatten() {
+            let Some(version) = v["name"].as_str() else { continue };
+            if v.get("served").and_then(Value::as_bool) == Some(false)
+                || served.iter().any(|r| r.group == group && r.version == version && r.plural == plural)
+            {
+                continue;
+            }
+            served.push(Resource {
+                group: intern(group),
+                version: intern(version),
+                kind: intern(kind),
+                plural: intern(plural),
+                namespaced: spec["scope"] == "Namespaced",
+                short_names: strings(spec.pointer("/names/shortNames")),
+                categories: strings(spec.pointer("/names/categories")),
+            });
+        }
+    }
+    let keys: BTreeSet<String> = served.iter().map(key).collect();
+    let gone: Vec<ObjKey> = s.objects.keys().filter(|k| !keys.contains(&k.0)).cloned().collect();
+    let before: Vec<Resource> = inner.resources();
+    for k in gone {
+        let Some(r) = before.iter().find(|r| key(r) == k.0) else { continue };
+        if let Some(o) = s.objects.get(&k).cloned() {
+            remove_object(inner, s, r, &k, o);
+        }
+    }
+    *inner.resources.write().unwrap_or_else(std::sync::PoisonError::into_inner) = served;
+}
