@@ -128,6 +128,23 @@ fn crd(
     })
 }
 
+/// `crd` also served at Kyverno's older `versions` (same schema, not stored), as Kyverno 1.19's
+/// CRDs serve them: manifests written for `kyverno.io/v2beta1` keep applying, and a cluster
+/// upgraded from Kyverno keeps the versions in its `status.storedVersions`.
+fn also_serve(mut crd: Value, versions: &[&str]) -> Value {
+    if let Some(Value::Array(vs)) = crd.pointer_mut("/spec/versions")
+        && let Some(first) = vs.first().cloned()
+    {
+        for v in versions {
+            let mut extra = first.clone();
+            extra["name"] = json!(v);
+            extra["storage"] = json!(false);
+            vs.push(extra);
+        }
+    }
+    crd
+}
+
 fn report_schema() -> Value {
     json!({"type": "object", "x-kubernetes-preserve-unknown-fields": true})
 }
@@ -167,44 +184,53 @@ pub fn all() -> Vec<Value> {
         c
     };
     vec![
-        crd(
-            "kyverno.io",
-            "ClusterPolicy",
-            "clusterpolicies",
-            "clusterpolicy",
-            &["cpol"],
-            "Cluster",
-            "v1",
-            policy_spec_schema(),
-            Some(policy_status_schema()),
-            policy_columns(),
-            &["kyverno"],
+        also_serve(
+            crd(
+                "kyverno.io",
+                "ClusterPolicy",
+                "clusterpolicies",
+                "clusterpolicy",
+                &["cpol"],
+                "Cluster",
+                "v1",
+                policy_spec_schema(),
+                Some(policy_status_schema()),
+                policy_columns(),
+                &["kyverno"],
+            ),
+            &["v2beta1"],
         ),
-        crd(
-            "kyverno.io",
-            "Policy",
-            "policies",
-            "policy",
-            &["pol"],
-            "Namespaced",
-            "v1",
-            policy_spec_schema(),
-            Some(policy_status_schema()),
-            policy_columns(),
-            &["kyverno"],
+        also_serve(
+            crd(
+                "kyverno.io",
+                "Policy",
+                "policies",
+                "policy",
+                &["pol"],
+                "Namespaced",
+                "v1",
+                policy_spec_schema(),
+                Some(policy_status_schema()),
+                policy_columns(),
+                &["kyverno"],
+            ),
+            &["v2beta1"],
         ),
-        crd(
-            "kyverno.io",
-            "PolicyException",
-            "policyexceptions",
-            "policyexception",
-            &["polex"],
-            "Namespaced",
-            "v2",
-            json!({"type": "object", "required": ["exceptions", "match"], "properties": {"exceptions": {"type": "array", "items": free()}, "match": free(), "conditions": free(), "background": {"type": "boolean"}, "podSecurity": {"type": "array", "items": free()}}, "x-kubernetes-preserve-unknown-fields": true}),
-            None,
-            json!([{"name": "AGE", "type": "date", "jsonPath": ".metadata.creationTimestamp"}]),
-            &["kyverno"],
+        also_serve(
+            crd(
+                "kyverno.io",
+                "PolicyException",
+                "policyexceptions",
+                "policyexception",
+                &["polex"],
+                "Namespaced",
+                "v2",
+                json!({"type": "object", "required": ["exceptions", "match"], "properties": {"exceptions": {"type": "array", "items": free()}, "match": free(), "conditions": free(), "background": {"type": "boolean"}, "podSecurity": {"type": "array", "items": free()}}, "x-kubernetes-preserve-unknown-fields": true}),
+                None,
+                json!([{"name": "AGE", "type": "date", "jsonPath": ".metadata.creationTimestamp"}]),
+                &["kyverno"],
+            ),
+            &["v2beta1"],
         ),
         cel("ValidatingPolicy", &["vpol"], "Cluster", true),
         cel("NamespacedValidatingPolicy", &["nvpol"], "Namespaced", false),

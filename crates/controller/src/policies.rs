@@ -211,10 +211,9 @@ fn desired_status(
         "conditions": [{"type": "Ready", "status": if ready { "True" } else { "False" }, "reason": reason, "message": message, "observedGeneration": generation}],
         "rulecount": rule_counts(compiled),
     });
-    if !autogen.is_empty()
-        && let Some(m) = status.as_object_mut()
-    {
-        m.insert("autogen".into(), json!({"rules": autogen}));
+    // Kyverno writes `autogen: {}` when no rule was generated.
+    if let Some(m) = status.as_object_mut() {
+        m.insert("autogen".into(), if autogen.is_empty() { json!({}) } else { json!({"rules": autogen}) });
     }
     (status, error)
 }

@@ -7,13 +7,14 @@ use verno_api::{ClusterPolicy, MatchResources, ResourceDescription, Rule};
 
 pub const ANNOTATION: &str = "pod-policies.kyverno.io/autogen-controllers";
 
+/// In the order of their kind names, which is the order Kyverno lists an autogen rule's kinds.
 const CONTROLLERS: &[(&str, &str)] = &[
     ("DaemonSet", "apps/v1/DaemonSet"),
     ("Deployment", "apps/v1/Deployment"),
     ("Job", "batch/v1/Job"),
-    ("StatefulSet", "apps/v1/StatefulSet"),
     ("ReplicaSet", "apps/v1/ReplicaSet"),
     ("ReplicationController", "v1/ReplicationController"),
+    ("StatefulSet", "apps/v1/StatefulSet"),
 ];
 
 fn descriptions(m: &MatchResources) -> Vec<&ResourceDescription> {

@@ -134,14 +134,17 @@ pub(crate) fn compile_context(entries: &[ContextEntry], path: &str) -> Result<Ve
 
 /// The expression of a `jmesPath` field; `delete` picks the `request.oldObject` reading.
 /// Only a field holding `{{ }}` variables is compiled here; the others were compiled with the policy.
-fn render_jmes<'f>(f: &'f JmesField, ctx: &Context, delete: bool) -> Result<Cow<'f, Expression>, String> {
+fn render_jmes<'f>(f: &'f JmesField, ctx: &Context, delete: bool, entry: &str) -> Result<Cow<'f, Expression>, String> {
     match f {
         JmesField::Static { expr, delete: del } => {
             Ok(Cow::Borrowed(if delete { del.as_ref().unwrap_or(expr) } else { expr }))
         }
         JmesField::Templated(t) => {
-            let s = t.render(ctx, "").map_err(|e| e.to_string())?;
-            let s = s.as_str().unwrap_or_default();
+            let rendered = t.render(ctx, "").map_err(|e| e.to_string())?;
+            let Some(s) = rendered.as_str() else {
+                // Kyverno's words (its error value is nil here, printed `<nil>`).
+                return Err(format!("jmespath value must be a string {entry} {}: <nil>", t.source()));
+            };
             let e = Expression::compile(s).map_err(|e| format!("invalid JMESPath {s:?}: {e}"))?;
             Ok(Cow::Owned(if delete { crate::policy::delete_reading(&e).unwrap_or(e) } else { e }))
         }
@@ -167,7 +170,7 @@ pub(crate) fn load_context(
                         let rendered = v.render(ctx, "").map_err(|e| e.to_string());
                         match (rendered, jmes_path) {
                             (Ok(r), Some(jp)) => {
-                                let e = render_jmes(jp, ctx, false)?;
+                                let e = render_jmes(jp, ctx, false, &entry.name)?;
                                 e.search(r.as_ref(), ctx.env()).map(|x| Some(x.into_owned())).map_err(|e| e.to_string())
                             }
                             (Ok(r), None) => Ok(Some(r.into_owned())),
@@ -176,7 +179,7 @@ pub(crate) fn load_context(
                     }
                     None => match jmes_path {
                         Some(jp) => {
-                            let e = render_jmes(jp, ctx, ctx.is_delete())?;
+                            let e = render_jmes(jp, ctx, ctx.is_delete(), &entry.name)?;
                             ctx.query(&e).map(Some).map_err(|e| e.to_string())
                         }
                         None => Ok(None),
@@ -229,7 +232,7 @@ pub(crate) fn load_context(
                     Loaded::Value(v) => {
                         let out = match jmes_path {
                             Some(jp) => {
-                                let e = render_jmes(jp, ctx, false)?;
+                                let e = render_jmes(jp, ctx, false, &entry.name)?;
                                 e.search(&v, ctx.env()).map(Cow::into_owned).map_err(|e| e.to_string())
                             }
                             None => Ok(v),
@@ -250,7 +253,7 @@ pub(crate) fn load_context(
             ContextSource::GlobalReference { name, jmes_path } => match data.global_reference(name) {
                 Loaded::Value(v) => match jmes_path {
                     Some(jp) => {
-                        let e = render_jmes(jp, ctx, false)?;
+                        let e = render_jmes(jp, ctx, false, &entry.name)?;
                         Some(e.search(&v, ctx.env()).map(Cow::into_owned).map_err(|e| e.to_string())?)
                     }
                     None => Some(v),

@@ -171,6 +171,67 @@ mod tests {
         )
     }
 
+    /// A background scan has no request, so a policy in background mode (the default) may not
+    /// read who made it; Kyverno refuses such policies with these words.
+    #[test]
+    fn background_policies_may_not_read_the_requesting_user() {
+        let with = |background: Option<bool>, rule: serde_json::Value| {
+            let mut spec = json!({"rules": [rule]});
+            if let Some(b) = background {
+                spec["background"] = json!(b);
+            }
+            compile(&json!({"apiVersion": "kyverno.io/v1", "kind": "ClusterPolicy", "metadata": {"name": "p"}, "spec": spec}), &[])
+                .err()
+                .map(|e| e.to_string())
+        };
+        let deny_roles = json!({"name": "r", "match": {"any": [{"resources": {"kinds": ["ConfigMap"]}}]},
+            "validate": {"message": "m", "deny": {"conditions": {"any": [{"key": "{{request.roles}}", "operator": "Equals", "value": "x"}]}}}});
+        let e = with(None, deny_roles.clone()).unwrap_or_default();
+        assert!(e.contains("only select variables are allowed in background mode. Set spec.background=false to disable background mode for this policy rule: variable {{request.roles}} is not allowed"), "{e}");
+        assert_eq!(with(Some(false), deny_roles), None);
+        let by_role = json!({"name": "r", "match": {"any": [{"resources": {"kinds": ["ConfigMap"]}, "clusterRoles": ["admin"]}]},
+            "validate": {"message": "m", "pattern": {"metadata": {"name": "?*"}}}});
+        let e = with(Some(true), by_role).unwrap_or_default();
+        assert!(e.contains("invalid variable used at path: spec/rules[0]/match/any[0]/clusterRoles"), "{e}");
+        // A field of the object that happens to be called serviceAccountName is fine.
+        let field = json!({"name": "r", "match": {"any": [{"resources": {"kinds": ["Pod"]}}]},
+            "validate": {"message": "{{ request.object.spec.serviceAccountName }}", "pattern": {"metadata": {"name": "?*"}}}});
+        assert_eq!(with(None, field), None);
+    }
+
+    /// Kyverno's own checks of a policy spec, each with its words.
+    #[test]
+    fn kyvernos_spec_checks_refuse_what_kyverno_refuses() {
+        let err = |spec: serde_json::Value| {
+            compile(&json!({"apiVersion": "kyverno.io/v1", "kind": "ClusterPolicy", "metadata": {"name": "p"}, "spec": spec}), &[])
+                .err()
+                .map(|e| e.to_string())
+                .unwrap_or_default()
+        };
+        let rule =
+            json!({"name": "r", "match": {"any": [{"resources": {"kinds": ["Pod"]}}]}, "validate": {"deny": {}}});
+        assert_eq!(
+            err(json!({"rules": [rule], "webhookConfiguration": {"timeoutSeconds": 31}})),
+            "spec.webhookConfiguration.timeoutSeconds: Invalid value: 31: the timeout value must be between 1 and 30 seconds"
+        );
+        assert_eq!(err(json!({"rules": [rule], "webhookConfiguration": {"timeoutSeconds": 30}})), "");
+        assert_eq!(
+            err(json!({"rules": [rule], "admission": false, "background": false})),
+            "spec: disabling both admission and background processing is not allowed"
+        );
+        let mutate = json!({"name": "m", "match": {"any": [{"resources": {"kinds": ["Pod"]}}]}, "mutate": {"patchStrategicMerge": {"metadata": {"labels": {"a": "b"}}}}});
+        assert_eq!(
+            err(json!({"rules": [mutate.clone()], "admission": false})),
+            "spec.admission: disabling admission processing is only allowed with validation policies"
+        );
+        let mut with_cel = mutate;
+        with_cel["celPreconditions"] = json!([{"name": "c", "expression": "true"}]);
+        assert_eq!(
+            err(json!({"rules": [with_cel]})),
+            "spec.rules[0].celPreconditions: celPrecondition can only be used with validate.cel"
+        );
+    }
+
     /// Issue 14, item 7: a rule with a typo (`patern:`) enforced nothing, and one with both
     /// `pattern` and `deny` ignored the pattern; Kyverno refuses both.
     #[test]

@@ -293,6 +293,79 @@ fn compile_rule(r: &Rule, path: &str, autogen_of: Option<String>) -> Result<Comp
     })
 }
 
+/// Kyverno's refusal of a policy in background mode (the default) that reads who made the
+/// request — a background scan has no request: `roles`, `clusterRoles` or `subjects` in a
+/// match or exclude block (rules after autogen), or, unless a rule mutates existing resources,
+/// a `{{…}}` variable naming `request.userInfo`, `request.roles`, `request.clusterRoles`,
+/// `serviceAccountName` or `serviceAccountNamespace`. The messages are Kyverno's.
+fn background_violation(p: &ClusterPolicy, generated: &[verno_api::Rule]) -> Option<CompileError> {
+    use std::sync::LazyLock;
+    static VARIABLES: LazyLock<Option<regex::Regex>> =
+        LazyLock::new(|| regex::Regex::new(r"(?:^|[^\\])(\{\{(?:\{[^{}]*\}|[^{}])*\}\})").ok());
+    static FORBIDDEN: LazyLock<Vec<regex::Regex>> = LazyLock::new(|| {
+        ["serviceAccountName", "serviceAccountNamespace", "request.userInfo", "request.roles", "request.clusterRoles"]
+            .iter()
+            .filter_map(|v| regex::Regex::new(&format!(r"[^\.]({v})\b")).ok())
+            .collect()
+    });
+    fn user(roles: &[String], cluster_roles: &[String], subjects: usize) -> Option<&'static str> {
+        if !roles.is_empty() {
+            Some("roles")
+        } else if !cluster_roles.is_empty() {
+            Some("clusterRoles")
+        } else if subjects > 0 {
+            Some("subjects")
+        } else {
+            None
+        }
+    }
+    fn in_block(m: &verno_api::MatchResources, block: &str) -> Option<String> {
+        if let Some(f) = user(&m.roles, &m.cluster_roles, m.subjects.len()) {
+            return Some(format!("{block}/{f}"));
+        }
+        for (list, name) in [(&m.any, "any"), (&m.all, "all")] {
+            for (i, r) in list.iter().flatten().enumerate() {
+                if let Some(f) = user(&r.roles, &r.cluster_roles, r.subjects.len()) {
+                    return Some(format!("{block}/{name}[{i}]/{f}"));
+                }
+            }
+        }
+        None
+    }
+    let rules = p.spec.rules.iter().filter(|r| !r.name.starts_with("autogen-")).chain(generated);
+    for (i, r) in rules.enumerate() {
+        let found = in_block(&r.match_, "match").or_else(|| r.exclude.as_ref().and_then(|e| in_block(e, "exclude")));
+        if let Some(path) = found {
+            return Some(CompileError::new(
+                format!("spec.rules[{i}]"),
+                format!(
+                    "only select variables are allowed in background mode. Set spec.background=false to disable background mode for this policy rule: invalid variable used at path: spec/rules[{i}]/{path} "
+                ),
+            ));
+        }
+    }
+    if p.spec.rules.iter().any(|r| r.mutate.as_ref().is_some_and(|m| !m.targets.is_empty())) {
+        return None;
+    }
+    let mut doc = serde_json::to_value(p).ok()?;
+    if let Some(Value::Object(a)) = doc.pointer_mut("/metadata/annotations") {
+        a.remove("kubectl.kubernetes.io/last-applied-configuration");
+    }
+    let text = doc.to_string();
+    for c in VARIABLES.as_ref()?.captures_iter(&text) {
+        let var = c.get(1).map_or("", |m| m.as_str());
+        if FORBIDDEN.iter().any(|f| f.is_match(var)) {
+            return Some(CompileError::new(
+                "spec.background",
+                format!(
+                    "only select variables are allowed in background mode. Set spec.background=false to disable background mode for this policy rule: variable {var} is not allowed "
+                ),
+            ));
+        }
+    }
+    None
+}
+
 /// Compiles a ClusterPolicy or Policy, adding its autogen rules.
 pub fn compile_policy(p: &ClusterPolicy) -> Result<CompiledPolicy, CompileError> {
     let spec = &p.spec;
@@ -311,11 +384,43 @@ pub fn compile_policy(p: &ClusterPolicy) -> Result<CompiledPolicy, CompileError>
         })?,
         None => Action::Audit,
     };
+    // Kyverno's programmatic checks of the spec (its `Spec.Validate` and policy validation).
+    for (path, t) in [
+        ("spec.webhookTimeoutSeconds", spec.webhook_timeout_seconds),
+        (
+            "spec.webhookConfiguration.timeoutSeconds",
+            spec.webhook_configuration.as_ref().and_then(|w| w.timeout_seconds),
+        ),
+    ] {
+        if let Some(t) = t.filter(|t| !(1..=30).contains(t)) {
+            return Err(CompileError::new(
+                path,
+                format!("Invalid value: {t}: the timeout value must be between 1 and 30 seconds"),
+            ));
+        }
+    }
+    if spec.admission == Some(false) {
+        if spec.background == Some(false) {
+            return Err(CompileError::new("spec", "disabling both admission and background processing is not allowed"));
+        }
+        if spec.rules.iter().any(|r| r.mutate.is_some() || r.generate.is_some() || r.verify_images.is_some()) {
+            return Err(CompileError::new(
+                "spec.admission",
+                "disabling admission processing is only allowed with validation policies",
+            ));
+        }
+    }
     let mut rules = Vec::new();
     let mut seen = std::collections::BTreeSet::new();
     for (i, r) in spec.rules.iter().enumerate() {
         if r.name.starts_with("autogen-") {
             continue;
+        }
+        if !r.cel_preconditions.is_empty() && r.validate.as_ref().is_none_or(|v| v.cel.is_none()) {
+            return Err(CompileError::new(
+                format!("spec.rules[{i}].celPreconditions"),
+                "celPrecondition can only be used with validate.cel",
+            ));
         }
         if !seen.insert(r.name.clone()) {
             return Err(CompileError::new(
@@ -325,7 +430,13 @@ pub fn compile_policy(p: &ClusterPolicy) -> Result<CompiledPolicy, CompileError>
         }
         rules.push(compile_rule(r, &format!("spec.rules[{i}]"), None)?);
     }
-    for r in autogen::rules(p) {
+    let generated = autogen::rules(p);
+    if spec.background.unwrap_or(true)
+        && let Some(e) = background_violation(p, &generated)
+    {
+        return Err(e);
+    }
+    for r in generated {
         let origin = r.name.trim_start_matches("autogen-cronjob-").trim_start_matches("autogen-").to_string();
         let path = format!("status.autogen.rules[{}]", r.name);
         rules.push(compile_rule(&r, &path, Some(origin))?);

@@ -191,7 +191,14 @@ pub(crate) fn compile_validation(v: &Validation, path: &str) -> Result<CompiledV
     let check = if let Some(ps) = &v.pod_security {
         Check::PodSecurity(crate::pss::PodSecurityCheck::compile(ps, &format!("{path}.podSecurity"))?)
     } else if let Some(c) = &v.cel {
-        compile_cel(c, &format!("{path}.cel"))?
+        let mut check = compile_cel(c, &format!("{path}.cel"))?;
+        // Kyverno gives an expression without its own message the rule's `validate.message`.
+        if let (Check::Cel(cel), Some(m)) = (&mut check, v.message.as_ref().filter(|m| !m.is_empty())) {
+            for x in cel.expressions.iter_mut().filter(|x| x.message.as_deref().is_none_or(str::is_empty)) {
+                x.message = Some(m.clone());
+            }
+        }
+        check
     } else if v.manifests.is_some() {
         Check::Unsupported("validate.manifests (signed manifests) is not supported by this build of verno yet")
     } else {
