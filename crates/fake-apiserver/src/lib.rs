@@ -606,6 +606,15 @@ async fn write(
         Err(r) => return r,
     };
     let mut warnings = Vec::new();
+    if change.op == Operation::Create
+        && change.resource.group.is_empty()
+        && change.resource.plural == "pods"
+        && !change.status
+    {
+        if let Some(pod) = change.new.as_mut() {
+            service_account_admission(pod, change.k.0.len() + change.k.2.len());
+        }
+    }
     if !change.status {
         match admission::admit(inner, &change, &user(headers)).await {
             Ok((mutated, w)) => {
@@ -629,6 +638,58 @@ async fn write(
     let mut response = commit(inner, &mut s, change);
     add_warnings(&mut response, &warnings);
     response
+}
+
+/// The API server's ServiceAccount admission plugin, which runs before the admission webhooks:
+/// a Pod without a service account gets `default`, and unless it opts out of the token, a
+/// projected `kube-api-access-…` volume mounted into every container. (`seed` varies the
+/// name's suffix as the API server's random one does.)
+fn service_account_admission(pod: &mut Value, seed: usize) {
+    let Some(spec) = pod.get_mut("spec").and_then(Value::as_object_mut) else { return };
+    let sa = spec
+        .get("serviceAccountName")
+        .and_then(Value::as_str)
+        .filter(|s| !s.is_empty())
+        .unwrap_or("default")
+        .to_string();
+    spec.insert("serviceAccountName".into(), json!(sa));
+    spec.insert("serviceAccount".into(), json!(sa));
+    if spec.get("automountServiceAccountToken") == Some(&Value::Bool(false)) {
+        return;
+    }
+    const MOUNT: &str = "/var/run/secrets/kubernetes.io/serviceaccount";
+    let mounted = |c: &Value| {
+        c.get("volumeMounts").and_then(Value::as_array).is_some_and(|m| m.iter().any(|m| m["mountPath"] == MOUNT))
+    };
+    let alphabet = b"bcdfghjklmnpqrstvwxz2456789";
+    let suffix: String =
+        (0..5).map(|i| alphabet.get((seed * 7 + i * 13) % alphabet.len()).map_or('x', |b| *b as char)).collect();
+    let name = format!("kube-api-access-{suffix}");
+    let mut any = false;
+    for list in ["initContainers", "containers"] {
+        for c in spec.get_mut(list).and_then(Value::as_array_mut).into_iter().flatten() {
+            if mounted(c) {
+                continue;
+            }
+            if let Some(c) = c.as_object_mut() {
+                let mounts = c.entry("volumeMounts").or_insert_with(|| json!([]));
+                if let Some(m) = mounts.as_array_mut() {
+                    m.push(json!({"name": name, "mountPath": MOUNT, "readOnly": true}));
+                    any = true;
+                }
+            }
+        }
+    }
+    if any {
+        let volumes = spec.entry("volumes").or_insert_with(|| json!([]));
+        if let Some(v) = volumes.as_array_mut() {
+            v.push(json!({"name": name, "projected": {"defaultMode": 420, "sources": [
+                {"serviceAccountToken": {"expirationSeconds": 3607, "path": "token"}},
+                {"configMap": {"name": "kube-root-ca.crt", "items": [{"key": "ca.crt", "path": "ca.crt"}]}},
+                {"downwardAPI": {"items": [{"path": "namespace", "fieldRef": {"apiVersion": "v1", "fieldPath": "metadata.namespace"}}]}}
+            ]}}));
+        }
+    }
 }
 
 fn invalid(kind: &str, name: &str, causes: &[String]) -> Response {

@@ -292,3 +292,30 @@ async fn a_crd_becomes_a_served_resource() {
     assert!(!matches!(api.get_opt("w").await, Ok(Some(_))), "the resource is no longer served");
     assert!(fake.get("example.com", "widgets", "default", "w").is_none());
 }
+
+/// The ServiceAccount admission plugin: a new Pod runs as `default` and gets the projected
+/// token volume mounted in every container, unless it opts out.
+#[tokio::test]
+async fn pods_get_a_service_account_and_its_token_volume() {
+    use k8s_openapi::api::core::v1::Pod;
+    let fake = FakeApiServer::start(default_resources()).await.unwrap();
+    let c = client(&fake).await;
+    let pods: Api<Pod> = Api::namespaced(c.clone(), "default");
+    let pod = |name: &str, automount: Option<bool>| -> Pod {
+        serde_json::from_value(
+            serde_json::json!({"metadata": {"name": name}, "spec": {"automountServiceAccountToken": automount,
+            "containers": [{"name": "a", "image": "x"}], "volumes": [{"name": "data", "emptyDir": {}}]}}),
+        )
+        .unwrap()
+    };
+    let p = pods.create(&PostParams::default(), &pod("p", None)).await.unwrap();
+    let spec = p.spec.unwrap();
+    assert_eq!(spec.service_account_name.as_deref(), Some("default"));
+    let volumes = spec.volumes.unwrap();
+    assert_eq!(volumes.len(), 2);
+    assert!(volumes[1].name.starts_with("kube-api-access-") && volumes[1].projected.is_some());
+    let mounts = spec.containers[0].volume_mounts.clone().unwrap();
+    assert_eq!(mounts[0].mount_path, "/var/run/secrets/kubernetes.io/serviceaccount");
+    let q = pods.create(&PostParams::default(), &pod("q", Some(false))).await.unwrap();
+    assert_eq!(q.spec.unwrap().volumes.unwrap().len(), 1);
+}
