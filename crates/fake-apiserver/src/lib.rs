@@ -606,14 +606,13 @@ async fn write(
         Err(r) => return r,
     };
     let mut warnings = Vec::new();
+    let is_pod = change.resource.group.is_empty() && change.resource.plural == "pods";
     if change.op == Operation::Create
-        && change.resource.group.is_empty()
-        && change.resource.plural == "pods"
+        && is_pod
         && !change.status
+        && let Some(pod) = change.new.as_mut()
     {
-        if let Some(pod) = change.new.as_mut() {
-            service_account_admission(pod, change.k.0.len() + change.k.2.len());
-        }
+        service_account_admission(pod, change.k.0.len() + change.k.2.len());
     }
     if !change.status {
         match admission::admit(inner, &change, &user(headers)).await {
