@@ -212,7 +212,8 @@ fn at_path(pointer: &str, ctx: &Context) -> String {
         .into_iter()
         .skip(2)
         .map(|s| {
-            let s = crate::pattern::strip_anchor(s);
+            let s = s.replace("~1", "/").replace("~0", "~");
+            let s = crate::pattern::strip_anchor(&s);
             if s.parse::<usize>().is_ok() { format!("[{s}]") } else { format!(".\"{s}\"") }
         })
         .collect();
@@ -279,7 +280,9 @@ impl TValue {
                         TKey::Static(s) => s.clone(),
                         TKey::Template(t) => splice_text(&t.render(ctx, at)?),
                     };
-                    let child = format!("{at}/{key}");
+                    // A JSON Pointer: `/` and `~` inside a key are escaped (RFC 6901), so that
+                    // `{{@}}` under `corp.com/retention` finds that one key.
+                    let child = format!("{at}/{}", key.replace('~', "~0").replace('/', "~1"));
                     out.insert(key, x.render(ctx, &child)?.into_owned());
                 }
                 Ok(Cow::Owned(Value::Object(out)))
@@ -294,5 +297,24 @@ pub fn contains_vars(v: &Value) -> bool {
         Value::Array(a) => a.iter().any(contains_vars),
         Value::Object(m) => m.iter().any(|(k, x)| has_vars(k) || contains_vars(x)),
         _ => false,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    /// `{{@}}` under a key holding `/` (as label keys do: `corp.com/retention`) reads that key,
+    /// not a path through `corp.com` and `retention`.
+    #[test]
+    fn at_reads_a_key_with_a_slash() {
+        let request = json!({"object": {"metadata": {"labels": {"corp.com/retention": "days_37"}}}});
+        let root = json!({"request": request}).as_object().cloned().unwrap_or_default();
+        let ctx = Context::new(root, false, &verno_jmespath::NoEnv);
+        let patch = json!({"metadata": {"labels": {"corp.com/retention": "{{ regex_replace_all('([0-9])([0-9])', '{{ @ }}', '${1}0') }}"}}});
+        let t = TValue::compile(&patch).unwrap_or(TValue::Static(Value::Null));
+        let out = t.render(&ctx, "/mutate/patchStrategicMerge").map(|v| v.into_owned());
+        assert_eq!(out, Ok(json!({"metadata": {"labels": {"corp.com/retention": "days_30"}}})));
     }
 }
