@@ -35,6 +35,9 @@ impl Serving for Webhook {
     fn event_dropped(&self) {
         self.0.event_dropped();
     }
+    fn set_data(&self, data: Arc<dyn verno_engine::Data + Send + Sync>) {
+        self.0.set_data(data);
+    }
 }
 
 /// The admission server for in-cluster mode: an empty policy set, no watched files, and a

@@ -615,3 +615,31 @@ async fn certificate_rotation_with_requests_in_flight_fails_no_request() {
     assert!(fake.admission_calls().iter().filter(|c| c.outcome == "allowed").count() >= n * 4);
     controller.stop().await;
 }
+
+/// In a cluster, a `configMap` context entry reads the ConfigMap from the API server (as
+/// Verno's ServiceAccount), at each admission: changing the ConfigMap changes the verdict.
+#[tokio::test]
+async fn config_map_context_reads_the_cluster() {
+    let (_fake, admin, replica) = setup().await;
+    let cms: Api<ConfigMap> = Api::namespaced(admin.clone(), "shop");
+    let cm: ConfigMap =
+        serde_json::from_value(json!({"metadata": {"name": "allowed"}, "data": {"team": "a"}})).unwrap();
+    cms.create(&PostParams::default(), &cm).await.unwrap();
+    let policy = r#"{
+      "apiVersion": "kyverno.io/v1", "kind": "ClusterPolicy", "metadata": {"name": "allowed-team"},
+      "spec": {"validationFailureAction": "Enforce", "background": false, "rules": [{
+        "name": "team-from-configmap",
+        "match": {"any": [{"resources": {"kinds": ["Pod"]}}]},
+        "context": [{"name": "allowed", "configMap": {"name": "allowed", "namespace": "shop"}}],
+        "validate": {"message": "team must be {{ allowed.data.team }}",
+          "deny": {"conditions": {"any": [{"key": "{{ request.object.metadata.labels.team || '' }}", "operator": "NotEquals", "value": "{{ allowed.data.team }}"}]}}}}]}}"#;
+    apply_policy(&admin, policy).await;
+    eventually("rules", || async { entry_rules(&vwc(&admin).await?, webhooks::VALIDATE_FAIL) }).await;
+    let pods: Api<Pod> = Api::namespaced(admin.clone(), "shop");
+    pods.create(&PostParams::default(), &pod("a", json!({"team": "a"}))).await.unwrap();
+    let err = pods.create(&PostParams::default(), &pod("b", json!({"team": "b"}))).await.unwrap_err();
+    assert!(err.to_string().contains("team must be a"), "{err}");
+    cms.patch("allowed", &PatchParams::default(), &Patch::Merge(json!({"data": {"team": "b"}}))).await.unwrap();
+    pods.create(&PostParams::default(), &pod("b", json!({"team": "b"}))).await.unwrap();
+    replica.controller.stop().await;
+}

@@ -9,6 +9,7 @@
 //! The engine and admission server are unchanged: this crate only feeds them from the API.
 
 pub mod certs;
+pub mod cluster_data;
 pub mod crds;
 pub mod events;
 pub mod leader;
@@ -238,6 +239,7 @@ pub async fn start(client: kube::Client, server: Arc<dyn Serving>, opts: Options
     let (kick_tx, kick_rx) = watch::channel(0u64);
     let kick = Kick(Arc::new(kick_tx));
     let mut tasks = Vec::new();
+    server.set_data(Arc::new(cluster_data::ClusterData::new(client.clone())));
 
     // Leadership.
     tasks.push(tokio::spawn(leader::run(

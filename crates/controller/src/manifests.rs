@@ -347,7 +347,8 @@ pub fn render(v: &Values) -> Vec<Value> {
                 {"apiGroups": ["kyverno.io"], "resources": ["clusterpolicies/status", "policies/status"], "verbs": ["get", "patch", "update"]},
                 {"apiGroups": ["policies.kyverno.io"], "resources": CEL_RESOURCES, "verbs": ["get", "list", "watch"]},
                 {"apiGroups": ["policies.kyverno.io"], "resources": CEL_STATUS, "verbs": ["get", "patch", "update"]},
-                {"apiGroups": [""], "resources": ["namespaces"], "verbs": ["get", "list", "watch"]},
+                // Namespace labels for matching; ConfigMaps for `configMap` context entries.
+                {"apiGroups": [""], "resources": ["namespaces", "configmaps"], "verbs": ["get", "list", "watch"]},
                 {"apiGroups": ["admissionregistration.k8s.io"], "resources": ["validatingwebhookconfigurations", "mutatingwebhookconfigurations"], "resourceNames": [VALIDATING_CONFIG, MUTATING_CONFIG], "verbs": ["get", "list", "watch", "patch"]},
                 {"apiGroups": ["admissionregistration.k8s.io"], "resources": ["validatingwebhookconfigurations", "mutatingwebhookconfigurations"], "verbs": ["list", "watch"]},
                 {"apiGroups": ["rbac.authorization.k8s.io"], "resources": ["clusterroles"], "resourceNames": [CLUSTER_ROLE], "verbs": ["get", "list", "watch"]},

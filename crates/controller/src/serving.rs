@@ -29,4 +29,6 @@ pub trait Serving: Send + Sync + 'static {
     fn report_violations(&self, tx: tokio::sync::mpsc::Sender<Violation>);
     /// Counts a violation whose event was dropped (the queue or the pace was exceeded).
     fn event_dropped(&self);
+    /// Where context entries (ConfigMaps, API calls) read the cluster.
+    fn set_data(&self, data: Arc<dyn verno_engine::Data + Send + Sync>);
 }

@@ -193,6 +193,17 @@ pub fn review(set: &PolicySet, route: Route, review: &AdmissionReview) -> Outcom
 /// passes and the failure policy has answered): the work then ends at its next check instead of
 /// holding an evaluation slot to its end. A cancelled review is not allowed.
 pub fn review_until(set: &PolicySet, route: Route, review: &AdmissionReview, cancel: Arc<AtomicBool>) -> Outcome {
+    review_with(set, route, review, cancel, &NoData)
+}
+
+/// [`review_until`], with context entries reading the cluster through `data`.
+pub fn review_with(
+    set: &PolicySet,
+    route: Route,
+    review: &AdmissionReview,
+    cancel: Arc<AtomicBool>,
+    data: &dyn verno_engine::Data,
+) -> Outcome {
     let empty = AdmissionRequest::default();
     let req = review.request.as_ref().unwrap_or(&empty);
     if let Some(why) = missing_object(req) {
@@ -210,7 +221,7 @@ pub fn review_until(set: &PolicySet, route: Route, review: &AdmissionReview, can
     let mut recorder = Recorder { set, started: None, results: Vec::new(), policy_seconds: Vec::new() };
     let hook = route.hook().unwrap_or(Hook::Validate);
     let cel = matches!(route, Route::Cel { .. });
-    let outcome = set.review(req, route, &ServerEnv { cancel }, &NoData, &mut recorder);
+    let outcome = set.review(req, route, &ServerEnv { cancel }, data, &mut recorder);
     let (kind, namespace, name) = (req.kind_name(), req.namespace_name(), req.object_name());
     let allowed = outcome.allowed();
     let mut response = AdmissionResponse { uid: req.uid.clone(), allowed, ..Default::default() };

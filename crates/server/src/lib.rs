@@ -78,6 +78,9 @@ struct AppState {
     /// Where failed rules go for PolicyViolation events (in-cluster only); bounded, and a
     /// full queue drops (counted) rather than slowing admission.
     violations: std::sync::OnceLock<tokio::sync::mpsc::Sender<Violation>>,
+    /// Where context entries read the cluster (ConfigMaps, API calls); none: they are not
+    /// available (`verno serve --policies`).
+    data: std::sync::OnceLock<Arc<dyn verno_engine::Data + Send + Sync>>,
 }
 
 impl AppState {
@@ -191,11 +194,16 @@ async fn handle(
     // the concurrency bound holds for work the answer no longer waits for.
     let cancel = CancelOnDrop(Arc::new(std::sync::atomic::AtomicBool::new(false)));
     let flag = cancel.0.clone();
+    let data = state.data.get().cloned();
     let job = tokio::task::spawn_blocking(move || {
         let _permit = permit;
         let review = admission::parse(&body)?;
         let dry_run = review.request.as_ref().is_some_and(|r| r.dry_run);
-        Ok::<_, admission::ParseError>((admission::review_until(&set, route, &review, flag), dry_run))
+        let data: &dyn verno_engine::Data = match &data {
+            Some(d) => &**d,
+            None => &verno_engine::NoData,
+        };
+        Ok::<_, admission::ParseError>((admission::review_with(&set, route, &review, flag, data), dry_run))
     });
     let outcome = tokio::time::timeout(state.deadline.saturating_sub(started.elapsed()), job).await;
     drop(cancel);
@@ -384,6 +392,11 @@ impl Running {
         let _ = self.state.violations.set(tx);
     }
 
+    /// Where context entries read the cluster from now on (set once, in-cluster).
+    pub fn set_data(&self, data: Arc<dyn verno_engine::Data + Send + Sync>) {
+        let _ = self.state.data.set(data);
+    }
+
     /// Counts a violation event that was not written (rate limit) in
     /// `verno_events_dropped_total`.
     pub fn event_dropped(&self) {
@@ -481,6 +494,7 @@ pub async fn start(cfg: Config, loader: Loader) -> Result<Running, ServerError> 
         // bodies held stay bounded (body limit × this).
         max_waiting: cfg.max_concurrency.max(1) * 64,
         violations: std::sync::OnceLock::new(),
+        data: std::sync::OnceLock::new(),
     });
     let app = router(state.clone(), cfg.body_limit, cfg.idle_timeout);
     let handle: axum_server::Handle<SocketAddr> = axum_server::Handle::new();
