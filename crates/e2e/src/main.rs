@@ -1,0 +1,250 @@
+//! `verno-chainsaw CASE_DIR`: runs one of Kyverno's chainsaw tests against Verno, on a fresh
+//! fake API server with `verno serve --kube` installed, and prints the result as the corpus's
+//! runner contract asks (`../shared/chainsaw/README.md`): one JSON object on stdout, one entry
+//! per step, exit 0 for pass, 1 for fail or unsupported, 2 when the runner itself broke.
+//!
+//!   verno-chainsaw [--keep] [--verno PATH] [--settle SECONDS] CASE_DIR
+//!
+//! `--keep` leaves the environment up after the test (the fake API server keeps serving; its
+//! kubeconfig and Verno's log are printed on stderr) until Ctrl-C.
+//!
+//! `--settle S` makes a failing run fail sooner: an assert or error operation that still does
+//! not hold after the cluster has taken no write (Leases and Events aside) for S seconds fails
+//! then, rather than polling to its timeout (Kyverno's suite sets 90 s). It can only turn a
+//! pass into a fail (a test waiting on something that writes later, such as a schedule), never
+//! the reverse: an assertion passes only on what the cluster holds. Off by default.
+
+// The runner reads chainsaw documents as `serde_json::Value`s by key (`v["spec"]`), which
+// never panics (a missing key or a non-object reads as Null); it never writes through `[]`.
+#![allow(clippy::indexing_slicing)]
+
+mod assert;
+mod cluster;
+mod expr;
+mod run;
+
+use anyhow::{Context, Result, anyhow};
+use serde_json::{Value, json};
+use std::path::{Path, PathBuf};
+
+struct Args {
+    case: PathBuf,
+    keep: bool,
+    verno: Option<PathBuf>,
+    settle: Option<std::time::Duration>,
+}
+
+fn parse_args() -> Result<Args, String> {
+    let mut case = None;
+    let mut keep = false;
+    let mut verno = None;
+    let mut settle = None;
+    let mut it = std::env::args().skip(1);
+    while let Some(a) = it.next() {
+        match a.as_str() {
+            "--keep" => keep = true,
+            "--verno" => verno = Some(PathBuf::from(it.next().ok_or("--verno needs a path")?)),
+            "--settle" => {
+                let s = it.next().ok_or("--settle needs seconds")?;
+                let secs: u64 = s.parse().map_err(|_| format!("--settle {s:?}: not a number of seconds"))?;
+                settle = Some(std::time::Duration::from_secs(secs));
+            }
+            "-h" | "--help" => return Err(String::new()),
+            s if s.starts_with('-') => return Err(format!("unknown flag {s}")),
+            s => case = Some(PathBuf::from(s)),
+        }
+    }
+    Ok(Args { case: case.ok_or("a case directory is required")?, keep, verno, settle })
+}
+
+/// The directory of this executable and its ancestors, for finding `verno` and `.tools/bin`.
+fn exe_ancestors() -> Vec<PathBuf> {
+    let Ok(exe) = std::env::current_exe() else { return Vec::new() };
+    exe.ancestors().skip(1).map(Path::to_path_buf).collect()
+}
+
+fn find_verno(given: Option<PathBuf>) -> PathBuf {
+    if let Some(v) = given.or_else(|| std::env::var_os("VERNO_BIN").map(PathBuf::from)) {
+        return v;
+    }
+    exe_ancestors()
+        .into_iter()
+        .take(1)
+        .map(|d| d.join("verno"))
+        .find(|p| p.is_file())
+        .unwrap_or_else(|| PathBuf::from("verno"))
+}
+
+/// `PATH` with the project's pinned tools (`.tools/bin`, where scripts/install-kubectl.sh puts
+/// kubectl) first, when they are found above this executable.
+fn tools_path() -> String {
+    let mut path = std::env::var("PATH").unwrap_or_default();
+    if let Some(bin) = exe_ancestors().into_iter().map(|d| d.join(".tools/bin")).find(|p| p.join("kubectl").is_file()) {
+        path = format!("{}:{path}", bin.display());
+    }
+    path
+}
+
+fn read_yaml(path: &Path) -> Result<Vec<Value>> {
+    let text = std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
+    verno_jmespath::yaml::parse_all(&text).map_err(|e| anyhow!("{}: {e}", path.display()))
+}
+
+/// The nearest `.chainsaw.yaml` above the case (chainsaw runs with the area's configuration).
+fn find_config(case: &Path) -> Option<PathBuf> {
+    case.ancestors().skip(1).map(|d| d.join(".chainsaw.yaml")).find(|p| p.is_file())
+}
+
+const ADJECTIVES: &[&str] = &[
+    "brave", "calm", "eager", "fair", "gentle", "happy", "jolly", "kind", "lucky", "merry", "noble", "proud", "quick",
+    "sunny", "tidy", "witty",
+];
+const ANIMALS: &[&str] = &[
+    "badger", "crane", "dingo", "eagle", "ferret", "gecko", "heron", "ibis", "jackal", "koala", "lemur", "marten",
+    "newt", "otter", "panda", "quail",
+];
+
+fn namespace_name() -> String {
+    let seed =
+        std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.subsec_nanos()).unwrap_or(0)
+            ^ std::process::id();
+    let a = ADJECTIVES.get(seed as usize % ADJECTIVES.len()).unwrap_or(&"brave");
+    let b = ANIMALS.get((seed as usize / 16) % ANIMALS.len()).unwrap_or(&"otter");
+    format!("chainsaw-{a}-{b}")
+}
+
+/// The Helm value sets Verno can be configured from; `Err`: the test needs one it cannot.
+fn check_configs(case_json: Option<&Value>) -> Result<(), String> {
+    let Some(configs) = case_json.and_then(|c| c.get("kyverno_configs")).and_then(Value::as_array) else {
+        return Ok(());
+    };
+    if configs.is_empty() {
+        return Err("the test runs the kyverno CLI without an installation (the cli job)".into());
+    }
+    for c in configs {
+        match c.as_str().unwrap_or_default() {
+            // standard: exceptions enabled in every namespace, no omitted events, the VAP
+            // reports flag; Verno's defaults.
+            "standard" | "default" => {}
+            other => return Err(format!("Kyverno configuration {other:?} has no Verno equivalent yet")),
+        }
+    }
+    Ok(())
+}
+
+fn emit(v: &Value) {
+    println!("{}", serde_json::to_string(v).unwrap_or_else(|_| "{}".into()));
+}
+
+fn step_names(test: &Value, case_json: Option<&Value>) -> Vec<String> {
+    if let Some(names) = case_json.and_then(|c| c.get("step_names")).and_then(Value::as_array) {
+        return names.iter().map(|n| n.as_str().unwrap_or_default().to_string()).collect();
+    }
+    test.pointer("/spec/steps")
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+        .enumerate()
+        .map(|(i, s)| {
+            s.get("name").and_then(Value::as_str).map(str::to_string).unwrap_or_else(|| format!("step #{}", i + 1))
+        })
+        .collect()
+}
+
+fn report(status: &str, steps: Vec<Value>, reason: &str) -> std::process::ExitCode {
+    emit(&json!({"status": status, "steps": steps, "reason": reason}));
+    std::process::ExitCode::from(match status {
+        "pass" => 0,
+        "fail" | "unsupported" => 1,
+        _ => 2,
+    })
+}
+
+fn skipped(names: &[String]) -> Vec<Value> {
+    names.iter().map(|n| json!({"name": n, "status": "skipped", "reason": ""})).collect()
+}
+
+#[tokio::main]
+async fn main() -> std::process::ExitCode {
+    let args = match parse_args() {
+        Ok(a) => a,
+        Err(e) => {
+            if !e.is_empty() {
+                eprintln!("Error: {e}");
+            }
+            eprintln!("usage: verno-chainsaw [--keep] [--verno PATH] [--settle SECONDS] CASE_DIR");
+            return std::process::ExitCode::from(2);
+        }
+    };
+    let case_json: Option<Value> = std::env::var("CHAINSAW_CASE_JSON").ok().and_then(|s| serde_json::from_str(&s).ok());
+    let case = std::fs::canonicalize(&args.case).unwrap_or(args.case.clone());
+    let docs = match read_yaml(&case.join("chainsaw-test.yaml")) {
+        Ok(d) => d,
+        Err(e) => return report("error", Vec::new(), &format!("{e:#}")),
+    };
+    let Some(test) = docs.into_iter().find(|d| d["kind"] == "Test") else {
+        return report("error", Vec::new(), "chainsaw-test.yaml holds no Test");
+    };
+    let names = step_names(&test, case_json.as_ref());
+    if let Err(why) = check_configs(case_json.as_ref()) {
+        return report("unsupported", skipped(&names), &why);
+    }
+    let config = match find_config(&case).map(|p| read_yaml(&p)) {
+        None => run::Config::load(None),
+        Some(Ok(d)) => run::Config::load(d.first()),
+        Some(Err(e)) => return report("error", skipped(&names), &format!("{e:#}")),
+    };
+    let config = match config {
+        Ok(c) => c,
+        Err(e) => return report("error", skipped(&names), &format!(".chainsaw.yaml: {e}")),
+    };
+    let dir = match tempfile::tempdir() {
+        Ok(d) => d,
+        Err(e) => return report("error", skipped(&names), &format!("temporary directory: {e}")),
+    };
+    let verno = find_verno(args.verno);
+    let mut cluster = match cluster::Cluster::start(cluster::Options { verno: &verno, dir: dir.path() }).await {
+        Ok(c) => c,
+        Err(e) => return report("error", skipped(&names), &format!("starting the cluster: {e:#}")),
+    };
+    // The test namespace: `spec.namespace`, or a fresh chainsaw-<adjective>-<animal>.
+    let fixed = test.pointer("/spec/namespace").and_then(Value::as_str).map(str::to_string);
+    let namespace = fixed.unwrap_or_else(namespace_name);
+    let ns_res = cluster::Res { api_version: "v1".into(), plural: "namespaces".into(), namespaced: false };
+    let created_ns = match cluster.get(&ns_res, None, &namespace).await {
+        Ok(Some(_)) => false,
+        _ => match cluster
+            .create(&ns_res, None, &json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": namespace}}))
+            .await
+        {
+            Ok(_) => true,
+            Err(e) => return report("error", skipped(&names), &format!("creating namespace {namespace}: {e}")),
+        },
+    };
+    let mut runner = run::Runner::new(&cluster, case.clone(), namespace.clone(), config, test);
+    runner.path_env = tools_path();
+    runner.settle = args.settle;
+    let outcome = runner.run(&names).await;
+    if created_ns {
+        let _ = cluster.delete(&ns_res, None, &namespace).await;
+    }
+    if args.keep {
+        eprintln!(
+            "--keep: KUBECONFIG={} (Verno's log: {}); Ctrl-C ends it",
+            cluster.kubeconfig.display(),
+            cluster.verno_log.display()
+        );
+        let kept = dir.keep();
+        eprintln!("files kept in {}", kept.display());
+        let _ = tokio::signal::ctrl_c().await;
+    } else if outcome.status != "pass"
+        && let Ok(log) = std::fs::read_to_string(&cluster.verno_log)
+    {
+        let lines: Vec<&str> = log.lines().collect();
+        let start = lines.len().saturating_sub(30);
+        eprintln!("Verno's log (last 30 lines):\n{}", lines.get(start..).unwrap_or_default().join("\n"));
+    }
+    cluster.stop().await;
+    let steps = outcome.steps.iter().map(|s| json!({"name": s.name, "status": s.status, "reason": s.reason})).collect();
+    report(outcome.status, steps, &outcome.reason)
+}
