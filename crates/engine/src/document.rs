@@ -199,6 +199,26 @@ mod tests {
         assert_eq!(with(None, field), None);
     }
 
+    /// A PolicyException in background mode may not match on the requesting user.
+    #[test]
+    fn background_exceptions_may_not_match_users() {
+        let exception = |background: Option<bool>| {
+            let mut spec = json!({"exceptions": [{"policyName": "p", "ruleNames": ["r"]}],
+                "match": {"any": [{"resources": {"kinds": ["Pod"]}, "subjects": [{"kind": "User", "name": "chip"}]}]}});
+            if let Some(b) = background {
+                spec["background"] = json!(b);
+            }
+            compile(&json!({"apiVersion": "kyverno.io/v2", "kind": "PolicyException", "metadata": {"name": "e", "namespace": "n"}, "spec": spec}), &[])
+                .err()
+                .map(|e| e.to_string())
+        };
+        assert_eq!(
+            exception(None).as_deref(),
+            Some("spec.match.any[0].subjects: Forbidden: Usage of user info is forbidden")
+        );
+        assert_eq!(exception(Some(false)), None);
+    }
+
     /// Kyverno's own checks of a policy spec, each with its words.
     #[test]
     fn kyvernos_spec_checks_refuse_what_kyverno_refuses() {

@@ -489,6 +489,26 @@ pub fn compile_exception(e: &PolicyException) -> Result<CompiledException, Compi
         Some(ns) if !ns.is_empty() => format!("{ns}/{}", e.metadata.name),
         _ => e.metadata.name.clone(),
     };
+    // An exception in background mode (the default) cannot match on who made a request.
+    if e.spec.background.unwrap_or(true) {
+        for (list, name) in [(&e.spec.match_.any, "any"), (&e.spec.match_.all, "all")] {
+            for (i, f) in list.iter().flatten().enumerate() {
+                let field = if !f.roles.is_empty() {
+                    "roles"
+                } else if !f.cluster_roles.is_empty() {
+                    "clusterRoles"
+                } else if !f.subjects.is_empty() {
+                    "subjects"
+                } else {
+                    continue;
+                };
+                return Err(CompileError::new(
+                    format!("spec.match.{name}[{i}].{field}"),
+                    "Forbidden: Usage of user info is forbidden",
+                ));
+            }
+        }
+    }
     Ok(CompiledException {
         key,
         matcher: Some(Matcher::compile(&e.spec.match_, "spec.match")?),
