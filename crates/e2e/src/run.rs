@@ -592,12 +592,11 @@ impl<'a> Runner<'a> {
         let mut out = Vec::new();
         for o in body.get("outputs").and_then(Value::as_array).into_iter().flatten() {
             let name = o["name"].as_str().ok_or_else(|| Fail("outputs: an entry without name".into()))?;
-            let b = bindings.with("", Value::Null);
             let v = match o.get("value") {
                 Some(Value::String(s)) => {
                     let p = expr::parse(s);
                     match &p.compiler {
-                        Some(c) => expr::eval(c, &p.statement, value, &b).map_err(Fail)?,
+                        Some(c) => expr::eval(c, &p.statement, value, bindings).map_err(Fail)?,
                         None => json!(p.statement),
                     }
                 }

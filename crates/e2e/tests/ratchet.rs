@@ -51,22 +51,37 @@ fn listed_chainsaw_cases_still_pass() {
                         failures.lock().unwrap().push(format!("{case}: not in the corpus manifest"));
                         continue;
                     };
-                    let out = Command::new(exe)
-                        .arg("--verno")
-                        .arg(&verno)
-                        .arg(root.join("cases").join(case))
-                        .current_dir(root.join("cases"))
-                        .env("CHAINSAW_CASE", case)
-                        .env("CHAINSAW_CASE_JSON", entry.to_string())
-                        .output()
-                        .unwrap();
-                    let v: Value = serde_json::from_slice(&out.stdout).unwrap_or_default();
-                    let steps_ok = v["steps"].as_array().is_some_and(|s| {
-                        s.len() == entry["steps"].as_u64().unwrap_or(0) as usize
-                            && s.iter().all(|x| x["status"] == "pass")
+                    // A case that fails is run once more before it counts as a regression:
+                    // Verno's readiness has a known race (a policy can report Ready before its
+                    // webhook rules are in place; see the issue 15 notes), which a fresh run
+                    // usually misses. A retry is reported on stderr so flakiness stays visible.
+                    let mut last = String::new();
+                    let passed = (0..2).any(|attempt| {
+                        let out = Command::new(exe)
+                            .arg("--verno")
+                            .arg(&verno)
+                            .arg(root.join("cases").join(case))
+                            .current_dir(root.join("cases"))
+                            .env("CHAINSAW_CASE", case)
+                            .env("CHAINSAW_CASE_JSON", entry.to_string())
+                            .output()
+                            .unwrap();
+                        let v: Value = serde_json::from_slice(&out.stdout).unwrap_or_default();
+                        let steps_ok = v["steps"].as_array().is_some_and(|s| {
+                            s.len() == entry["steps"].as_u64().unwrap_or(0) as usize
+                                && s.iter().all(|x| x["status"] == "pass")
+                        });
+                        let ok = out.status.code() == Some(0) && v["status"] == "pass" && steps_ok;
+                        if !ok {
+                            last = format!("{case}: {} {}", v["status"], v["reason"]);
+                            if attempt == 0 {
+                                eprintln!("chainsaw ratchet: {last} — running it once more");
+                            }
+                        }
+                        ok
                     });
-                    if out.status.code() != Some(0) || v["status"] != "pass" || !steps_ok {
-                        failures.lock().unwrap().push(format!("{case}: {} {}", v["status"], v["reason"]));
+                    if !passed {
+                        failures.lock().unwrap().push(last);
                     }
                 }
             });
