@@ -128,6 +128,24 @@ fn crd(
     })
 }
 
+/// ClusterPolicy or Policy: `v1` stored, `v2beta1` served, the same schema and columns.
+fn policy_crd(kind: &str, plural: &str, singular: &str, short: &str, scope: &str) -> Value {
+    let c = crd(
+        "kyverno.io",
+        kind,
+        plural,
+        singular,
+        &[short],
+        scope,
+        "v1",
+        policy_spec_schema(),
+        Some(policy_status_schema()),
+        policy_columns(),
+        &["kyverno"],
+    );
+    also_serve(c, &["v2beta1"])
+}
+
 /// `crd` also served at Kyverno's older `versions` (same schema, not stored), as Kyverno 1.19's
 /// CRDs serve them: manifests written for `kyverno.io/v2beta1` keep applying, and a cluster
 /// upgraded from Kyverno keeps the versions in its `status.storedVersions`.
@@ -184,38 +202,8 @@ pub fn all() -> Vec<Value> {
         c
     };
     vec![
-        also_serve(
-            crd(
-                "kyverno.io",
-                "ClusterPolicy",
-                "clusterpolicies",
-                "clusterpolicy",
-                &["cpol"],
-                "Cluster",
-                "v1",
-                policy_spec_schema(),
-                Some(policy_status_schema()),
-                policy_columns(),
-                &["kyverno"],
-            ),
-            &["v2beta1"],
-        ),
-        also_serve(
-            crd(
-                "kyverno.io",
-                "Policy",
-                "policies",
-                "policy",
-                &["pol"],
-                "Namespaced",
-                "v1",
-                policy_spec_schema(),
-                Some(policy_status_schema()),
-                policy_columns(),
-                &["kyverno"],
-            ),
-            &["v2beta1"],
-        ),
+        policy_crd("ClusterPolicy", "clusterpolicies", "clusterpolicy", "cpol", "Cluster"),
+        policy_crd("Policy", "policies", "policy", "pol", "Namespaced"),
         also_serve(
             crd(
                 "kyverno.io",

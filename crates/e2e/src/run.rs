@@ -333,18 +333,10 @@ impl<'a> Runner<'a> {
     }
 
     async fn delete_and_wait(&self, res: &Res, ns: Option<&str>, name: &str, timeout: Duration) -> Result<(), String> {
-        let start = Instant::now();
         if let Err(e) = self.cluster.delete(res, ns, name).await {
             return Err(format!("deleting {} {name}: {e}", res.plural));
         }
-        loop {
-            match self.cluster.get(res, ns, name).await {
-                Ok(None) => return Ok(()),
-                Ok(Some(_)) if start.elapsed() < timeout => tokio::time::sleep(POLL).await,
-                Ok(Some(_)) => return Err(format!("{} {name} was not deleted within {timeout:?}", res.plural)),
-                Err(e) => return Err(format!("waiting for the deletion of {} {name}: {e}", res.plural)),
-            }
-        }
+        self.wait_gone(res, ns, name, timeout).await
     }
 
     /// One operation (`catch_only`: catch/finally/cleanup, which accept only some types).
@@ -742,20 +734,21 @@ impl<'a> Runner<'a> {
                 if let Err(e) = r {
                     return fail(format!("delete {kind} {name}: {e}"));
                 }
-                self.wait_gone(&res, ns.as_deref(), &name, timeout).await?;
+                self.wait_gone(&res, ns.as_deref(), &name, timeout).await.map_err(Fail)?;
             }
         }
         Ok(Vec::new())
     }
 
-    async fn wait_gone(&self, res: &Res, ns: Option<&str>, name: &str, timeout: Duration) -> Result<(), Fail> {
+    /// Polls until the object is gone, within `timeout` (delete operations and cleanup).
+    async fn wait_gone(&self, res: &Res, ns: Option<&str>, name: &str, timeout: Duration) -> Result<(), String> {
         let start = Instant::now();
         loop {
             match self.cluster.get(res, ns, name).await {
                 Ok(None) => return Ok(()),
                 Ok(Some(_)) if start.elapsed() < timeout => tokio::time::sleep(POLL).await,
-                Ok(Some(_)) => return fail(format!("{} {name} was not deleted within {timeout:?}", res.plural)),
-                Err(e) => return fail(e.message),
+                Ok(Some(_)) => return Err(format!("{} {name} was not deleted within {timeout:?}", res.plural)),
+                Err(e) => return Err(format!("waiting for the deletion of {} {name}: {e}", res.plural)),
             }
         }
     }
