@@ -8,6 +8,7 @@
 //!
 //! The engine and admission server are unchanged: this crate only feeds them from the API.
 
+pub mod access;
 pub mod certs;
 pub mod cluster_data;
 pub mod crds;
@@ -514,7 +515,20 @@ async fn write_statuses(
     statuses: &[policies::PolicyStatus],
     reported: &mut std::collections::HashMap<String, String>,
 ) {
+    let mut answers = access::Answers::default();
     for st in statuses {
+        let mut st = st.clone();
+        if let policies::Reporting::Check(gvrs) = &st.reporting {
+            match answers.missing(client, gvrs).await {
+                Ok(missing) => st.with_permissions(Some(&missing)),
+                Err(e) => {
+                    tracing::debug!(policy = %st.name, error = %e, "permission check failed; status not written this time");
+                    continue;
+                }
+            }
+        } else {
+            st.with_permissions(None);
+        }
         let Some(status) = st.to_write() else { continue };
         let ar = policies::resource(st.kind);
         let api: Api<DynamicObject> = match &st.namespace {

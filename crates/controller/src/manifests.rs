@@ -44,6 +44,11 @@ pub struct Values {
     pub object_selector: Option<Value>,
     /// Kyverno's `config.matchConditions`, appended to Verno's four on every resource entry.
     pub match_conditions: Vec<Value>,
+    /// `admissionController.rbac.createViewRoleBinding` and `.viewRoleName` (Kyverno's
+    /// reports-controller values): the ClusterRole bound to Verno's service account so that
+    /// it may read what policies scan in the background.
+    pub view_role_binding: bool,
+    pub view_role: String,
 }
 
 impl Default for Values {
@@ -59,6 +64,8 @@ impl Default for Values {
             namespace_selector: None,
             object_selector: None,
             match_conditions: Vec::new(),
+            view_role_binding: true,
+            view_role: "view".into(),
         }
     }
 }
@@ -71,7 +78,7 @@ pub const CLUSTER_ROLE: &str = "verno:admission-controller";
 pub const OPT_OUT_LABEL: &str = "verno.io/ignore";
 
 /// Chart values `verno manifests` renders the same way the chart does.
-const KNOWN: &str = "admissionController.replicas, image.repository, image.tag, config.webhooks.failTimeoutSeconds, config.webhooks.ignoreTimeoutSeconds, config.webhooks.namespaceSelector, config.webhooks.objectSelector, config.matchConditions, config.excludedNamespaces";
+const KNOWN: &str = "admissionController.replicas, admissionController.rbac.createViewRoleBinding, admissionController.rbac.viewRoleName, image.repository, image.tag, config.webhooks.failTimeoutSeconds, config.webhooks.ignoreTimeoutSeconds, config.webhooks.namespaceSelector, config.webhooks.objectSelector, config.matchConditions, config.excludedNamespaces";
 /// Chart values for objects `verno manifests` does not render (the ServiceMonitor needs the
 /// Prometheus Operator's CRD), or whose chart defaults it renders as they are.
 const CHART_ONLY: &[&str] = &[
@@ -166,6 +173,14 @@ impl Values {
         let text = |v: &Value| v.as_str().map(str::to_string).ok_or_else(|| format!("{k}: {v} is not a string"));
         match k {
             "admissionController.replicas" => self.replicas = int(v)?,
+            "admissionController.rbac.createViewRoleBinding" => {
+                self.view_role_binding = match v {
+                    Value::Bool(b) => *b,
+                    Value::String(s) if s == "true" || s == "false" => s == "true",
+                    _ => return Err(format!("{k}: {v} is not true or false")),
+                }
+            }
+            "admissionController.rbac.viewRoleName" => self.view_role = text(v)?,
             "image.repository" => self.image_repository = text(v)?,
             // Empty means the chart's appVersion, as in the chart.
             "image.tag" => {
@@ -358,6 +373,14 @@ pub fn render(v: &Values) -> Vec<Value> {
         json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding", "metadata": {"name": CLUSTER_ROLE, "labels": labels()},
             "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": CLUSTER_ROLE},
             "subjects": [{"kind": "ServiceAccount", "name": SERVICE_ACCOUNT, "namespace": ns}]}),
+    ]);
+    if v.view_role_binding {
+        // Read access for background scans (the policies' RBACPermissionsGranted condition).
+        docs.push(json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding", "metadata": {"name": format!("{CLUSTER_ROLE}:view"), "labels": labels()},
+            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": v.view_role},
+            "subjects": [{"kind": "ServiceAccount", "name": SERVICE_ACCOUNT, "namespace": ns}]}));
+    }
+    docs.extend([
         json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role", "metadata": {"name": CLUSTER_ROLE, "namespace": ns, "labels": labels()},
             "rules": [
                 {"apiGroups": [""], "resources": ["secrets"], "verbs": ["get", "list", "watch", "create", "update"]},

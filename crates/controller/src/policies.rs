@@ -58,7 +58,41 @@ struct Entry {
     /// The status this version should show and its error text, worked out once per compile.
     status: Value,
     error: Option<String>,
+    reporting: Reporting,
 }
+
+/// A resource a policy's background scan reads: `group/version, Resource=plural` as Kyverno
+/// prints it.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct Gvr {
+    pub group: String,
+    pub version: String,
+    pub resource: String,
+}
+
+impl std::fmt::Display for Gvr {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}/{}, Resource={}", self.group, self.version, self.resource)
+    }
+}
+
+/// Whether a CEL policy's status carries Kyverno's `RBACPermissionsGranted` condition, and what
+/// it depends on.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub enum Reporting {
+    /// ClusterPolicy / Policy (their status has no such condition), or a policy that does not
+    /// compile.
+    #[default]
+    None,
+    /// Background scanning is off: no read permission is needed.
+    Disabled,
+    /// Background scanning reads these resources: Verno's service account must be allowed to
+    /// get, list and watch each.
+    Check(Vec<Gvr>),
+}
+
+/// The answer to a permission check: `(verb, resource, reason)` for every check refused.
+pub type Missing = Vec<(String, Gvr, String)>;
 
 /// What a policy's status should say.
 #[derive(Debug, Clone, PartialEq)]
@@ -71,6 +105,8 @@ pub struct PolicyStatus {
     pub status: Value,
     /// The live object's status, to write only on change.
     pub live: Option<Value>,
+    /// The permission check the `RBACPermissionsGranted` condition needs, if any.
+    pub reporting: Reporting,
 }
 
 #[derive(Default)]
@@ -128,8 +164,10 @@ impl Compiler {
                 if let Err(e) = &result {
                     tracing::warn!(policy = %key, error = %e.with_path(), "policy does not compile; its previous version stays in force");
                 }
-                let (status, error) = desired_status(*kind, generation, &result, last_good.is_some());
-                self.cache.insert(key.clone(), Entry { uid, generation, result, last_good, status, error });
+                let spec = o.data.get("spec").cloned().unwrap_or(Value::Null);
+                let (status, error) = desired_status(*kind, generation, &result, last_good.is_some(), &spec);
+                let reporting = if result.is_ok() { reporting(*kind, &spec) } else { Reporting::None };
+                self.cache.insert(key.clone(), Entry { uid, generation, result, last_good, status, error, reporting });
             }
             let Some(entry) = self.cache.get(&key) else { continue };
             let in_force = entry.result.as_ref().ok().or(entry.last_good.as_ref());
@@ -143,6 +181,7 @@ impl Compiler {
                 error: entry.error.clone(),
                 status: entry.status.clone(),
                 live: o.data.get("status").cloned(),
+                reporting: entry.reporting.clone(),
             });
         }
         self.cache.retain(|k, _| seen.contains(k));
@@ -170,12 +209,57 @@ fn conditions_at(kind: Kind) -> &'static str {
     }
 }
 
+fn enabled(spec: &Value, mode: &str) -> bool {
+    spec.pointer(&format!("/evaluation/{mode}/enabled")).and_then(Value::as_bool).unwrap_or(true)
+}
+
+/// The resources a CEL policy's background scan reads (every group × version × resource of its
+/// `matchConstraints.resourceRules`, as Kyverno checks them), or `Disabled` when it has no
+/// background scan.
+fn reporting(kind: Kind, spec: &Value) -> Reporting {
+    if matches!(kind, Kind::ClusterPolicy | Kind::Policy) || kind.is_exception() {
+        return Reporting::None;
+    }
+    if !enabled(spec, "background") {
+        return Reporting::Disabled;
+    }
+    let strs = |v: &Value, k: &str| -> Vec<String> {
+        v.get(k)
+            .and_then(Value::as_array)
+            .map(|a| a.iter().filter_map(|s| s.as_str().map(str::to_string)).collect())
+            .unwrap_or_default()
+    };
+    let mut gvrs = Vec::new();
+    for rule in spec.pointer("/matchConstraints/resourceRules").and_then(Value::as_array).into_iter().flatten() {
+        for group in strs(rule, "apiGroups") {
+            for version in strs(rule, "apiVersions") {
+                for resource in strs(rule, "resources") {
+                    gvrs.push(Gvr { group: group.clone(), version: version.clone(), resource });
+                }
+            }
+        }
+    }
+    Reporting::Check(gvrs)
+}
+
+/// A policy registered only for background scanning has no webhook, so no WebhookConfigured
+/// condition (Kyverno: a MutatingPolicy with admission off; any other CEL kind with admission
+/// off and background on).
+fn background_only(kind: Kind, spec: &Value) -> bool {
+    let admission = enabled(spec, "admission");
+    match kind {
+        Kind::MutatingPolicy | Kind::NamespacedMutatingPolicy => !admission,
+        _ => !admission && enabled(spec, "background"),
+    }
+}
+
 /// The status a compile result should show, and the error text when it failed.
 fn desired_status(
     kind: Kind,
     generation: i64,
     result: &Result<Arc<CompiledPolicy>, DocumentError>,
     kept_previous: bool,
+    spec: &Value,
 ) -> (Value, Option<String>) {
     let (ready, reason, message, error) = match result {
         Ok(_) => (true, "Succeeded", "Ready".to_string(), None),
@@ -192,9 +276,16 @@ fn desired_status(
             Ok(_) => ("True", "Succeeded", "Webhook configured."),
             Err(_) => ("False", "Failed", "Policy is not configured in the webhook."),
         };
+        let conditions = if background_only(kind, spec) && result.is_ok() {
+            vec![]
+        } else {
+            vec![
+                json!({"type": "WebhookConfigured", "status": status, "reason": reason, "message": condition_message, "observedGeneration": generation}),
+            ]
+        };
         let status = json!({"conditionStatus": {
             "ready": ready,
-            "conditions": [{"type": "WebhookConfigured", "status": status, "reason": reason, "message": condition_message, "observedGeneration": generation}],
+            "conditions": conditions,
             "message": if ready { String::new() } else { message },
         }});
         return (status, error);
@@ -230,7 +321,40 @@ fn comparable(v: &Value, at: &str) -> Value {
 }
 
 impl PolicyStatus {
-    /// The status to write, or `None` when the live one already says it. The condition's
+    /// Adds the `RBACPermissionsGranted` condition as Kyverno words it, given the permissions
+    /// found missing (`None`: the check could not be made, so the condition is left out), and
+    /// recomputes `ready` from every condition.
+    pub fn with_permissions(&mut self, missing: Option<&Missing>) {
+        let (status, message) = match (&self.reporting, missing) {
+            (Reporting::None, _) | (Reporting::Check(_), None) => return,
+            (Reporting::Disabled, _) => {
+                ("True", "Background scanning disabled; reporting permissions not required.".to_string())
+            }
+            (Reporting::Check(_), Some(m)) if m.is_empty() => ("True", "Policy is ready for reporting.".to_string()),
+            (Reporting::Check(_), Some(m)) => {
+                let list: Vec<String> = m.iter().map(|(verb, gvr, reason)| format!("{verb} {gvr}: {reason}")).collect();
+                ("False", format!("Policy is not ready for reporting, missing permissions: {}.", list.join("; ")))
+            }
+        };
+        let reason = if status == "True" { "Succeeded" } else { "Failed" };
+        let Some(cs) = self.status.get_mut("conditionStatus").and_then(Value::as_object_mut) else { return };
+        let generation =
+            cs.get("conditions").and_then(|c| c.pointer("/0/observedGeneration")).cloned().unwrap_or(Value::Null);
+        let mut cond =
+            json!({"type": "RBACPermissionsGranted", "status": status, "reason": reason, "message": message});
+        if let (false, Some(m)) = (generation.is_null(), cond.as_object_mut()) {
+            m.insert("observedGeneration".into(), generation);
+        }
+        if let Some(list) = cs.get_mut("conditions").and_then(Value::as_array_mut) {
+            list.retain(|c| c.get("type").and_then(Value::as_str) != Some("RBACPermissionsGranted"));
+            list.push(cond);
+            let all_true = list.iter().all(|c| c.get("status").and_then(Value::as_str) == Some("True"));
+            let compiled = cs.get("message").and_then(Value::as_str).is_none_or(str::is_empty);
+            cs.insert("ready".into(), Value::Bool(all_true && compiled));
+        }
+    }
+
+    /// The status to write, or `None` when the live one already says it. A condition's
     /// `lastTransitionTime` moves only when its `status` does.
     pub fn to_write(&self) -> Option<Value> {
         let at = conditions_at(self.kind);
@@ -238,19 +362,97 @@ impl PolicyStatus {
             return None;
         }
         let mut out = self.status.clone();
-        let first = format!("{at}/0");
-        let old_cond = self.live.as_ref().and_then(|l| l.pointer(&first)).cloned();
+        let old: Vec<Value> =
+            self.live.as_ref().and_then(|l| l.pointer(at)).and_then(Value::as_array).cloned().unwrap_or_default();
         let now = chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Secs, true);
-        if let Some(c) = out.pointer_mut(&first).and_then(Value::as_object_mut) {
-            let same = old_cond.as_ref().and_then(|o| o.get("status")) == c.get("status");
-            let at = old_cond
-                .as_ref()
+        for c in
+            out.pointer_mut(at).and_then(Value::as_array_mut).into_iter().flatten().filter_map(Value::as_object_mut)
+        {
+            let before = old.iter().find(|o| o.get("type") == c.get("type"));
+            let kept = before
+                .filter(|o| o.get("status") == c.get("status"))
                 .and_then(|o| o.get("lastTransitionTime"))
-                .filter(|_| same)
-                .cloned()
-                .unwrap_or(Value::String(now));
-            c.insert("lastTransitionTime".into(), at);
+                .cloned();
+            c.insert("lastTransitionTime".into(), kept.unwrap_or(Value::String(now.clone())));
         }
         Some(out)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn vpol_status(spec: Value) -> PolicyStatus {
+        // A compiled policy's status, without compiling one: ready, WebhookConfigured true.
+        let status = json!({"conditionStatus": {"ready": true, "message": "", "conditions": if background_only(Kind::ValidatingPolicy, &spec) { json!([]) } else {
+            json!([{"type": "WebhookConfigured", "status": "True", "reason": "Succeeded", "message": "Webhook configured.", "observedGeneration": 1}])
+        }}});
+        PolicyStatus {
+            kind: Kind::ValidatingPolicy,
+            namespace: None,
+            name: "p".into(),
+            error: None,
+            status,
+            live: None,
+            reporting: reporting(Kind::ValidatingPolicy, &spec),
+        }
+    }
+
+    fn rules() -> Value {
+        json!({"matchConstraints": {"resourceRules": [
+            {"apiGroups": ["apps"], "apiVersions": ["v1"], "resources": ["deployments", "configmaps"]}]}})
+    }
+
+    #[test]
+    fn background_scans_check_every_group_version_resource() {
+        let Reporting::Check(gvrs) = reporting(Kind::ValidatingPolicy, &rules()) else { panic!("expected a check") };
+        let names: Vec<String> = gvrs.iter().map(ToString::to_string).collect();
+        assert_eq!(names, ["apps/v1, Resource=deployments", "apps/v1, Resource=configmaps"]);
+        let mut off = rules();
+        off["evaluation"] = json!({"background": {"enabled": false}});
+        assert_eq!(reporting(Kind::ValidatingPolicy, &off), Reporting::Disabled);
+        assert_eq!(reporting(Kind::ClusterPolicy, &rules()), Reporting::None);
+    }
+
+    #[test]
+    fn missing_permissions_are_worded_as_kyverno_and_make_the_policy_not_ready() {
+        let mut st = vpol_status(rules());
+        let gvr = Gvr { group: "apps".into(), version: "v1".into(), resource: "configmaps".into() };
+        let missing: Missing =
+            ["get", "list", "watch"].iter().map(|v| (v.to_string(), gvr.clone(), String::new())).collect();
+        st.with_permissions(Some(&missing));
+        let cs = &st.status["conditionStatus"];
+        assert_eq!(cs["ready"], false);
+        assert_eq!(cs["conditions"][0]["type"], "WebhookConfigured");
+        let c = &cs["conditions"][1];
+        assert_eq!(c["type"], "RBACPermissionsGranted");
+        assert_eq!(c["status"], "False");
+        assert_eq!(c["reason"], "Failed");
+        assert_eq!(
+            c["message"],
+            "Policy is not ready for reporting, missing permissions: get apps/v1, Resource=configmaps: ; list apps/v1, Resource=configmaps: ; watch apps/v1, Resource=configmaps: ."
+        );
+        st.with_permissions(Some(&Missing::new()));
+        let cs = &st.status["conditionStatus"];
+        assert_eq!(cs["ready"], true);
+        assert_eq!(cs["conditions"].as_array().map(Vec::len), Some(2), "the condition is replaced, not added twice");
+        assert_eq!(cs["conditions"][1]["message"], "Policy is ready for reporting.");
+    }
+
+    #[test]
+    fn an_admission_disabled_policy_has_no_webhook_condition() {
+        let mut spec = rules();
+        spec["evaluation"] = json!({"admission": {"enabled": false}});
+        let ok: Result<Arc<CompiledPolicy>, DocumentError> = Err(DocumentError::Decode("x".into()));
+        assert!(background_only(Kind::ValidatingPolicy, &spec));
+        let (status, _) = desired_status(Kind::ValidatingPolicy, 1, &ok, false, &spec);
+        // A policy that does not compile still says why in its webhook condition.
+        assert_eq!(status["conditionStatus"]["conditions"][0]["type"], "WebhookConfigured");
+        let mut st = vpol_status(spec);
+        st.with_permissions(Some(&Missing::new()));
+        let conds = st.status["conditionStatus"]["conditions"].as_array().cloned().unwrap_or_default();
+        assert_eq!(conds.len(), 1);
+        assert_eq!(conds[0]["type"], "RBACPermissionsGranted");
     }
 }

@@ -43,6 +43,7 @@ use tokio::sync::{broadcast, mpsc};
 pub mod admission;
 mod change;
 mod crd;
+mod rbac;
 mod read;
 pub use client::eventually;
 mod client;
@@ -110,6 +111,8 @@ pub fn default_resources() -> Vec<Resource> {
         ),
         r("admissionregistration.k8s.io", "v1", "MutatingWebhookConfiguration", "mutatingwebhookconfigurations", false),
         r("rbac.authorization.k8s.io", "v1", "ClusterRole", "clusterroles", false),
+        r("authorization.k8s.io", "v1", "SubjectAccessReview", "subjectaccessreviews", false),
+        r("authorization.k8s.io", "v1", "SelfSubjectAccessReview", "selfsubjectaccessreviews", false),
         r("apps", "v1", "Deployment", "deployments", true),
         r("apps", "v1", "ReplicaSet", "replicasets", true),
         r("apps", "v1", "StatefulSet", "statefulsets", true),
@@ -271,6 +274,7 @@ impl FakeApiServer {
                     json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns}}),
                 );
             }
+            rbac::bootstrap(&inner, &mut s);
         }
         let listener = tokio::net::TcpListener::bind(addr).await?;
         let addr = listener.local_addr()?;
@@ -484,6 +488,19 @@ async fn handle(State(inner): State<Arc<Inner>>, req: Request) -> Response {
         );
     };
     let headers = req.headers().clone();
+    if t.resource.group == "authorization.k8s.io" {
+        if method != Method::POST || t.name.is_some() {
+            return status(
+                StatusCode::METHOD_NOT_ALLOWED,
+                "MethodNotAllowed",
+                format!("{method} is not supported on {path}"),
+            );
+        }
+        return match axum::body::to_bytes(req.into_body(), 1 << 20).await {
+            Ok(b) => rbac::review(&inner, t.resource.plural, &headers, &b),
+            Err(e) => status(StatusCode::BAD_REQUEST, "BadRequest", e.to_string()),
+        };
+    }
     let meta_only = headers
         .get(header::ACCEPT)
         .and_then(|v| v.to_str().ok())
@@ -575,11 +592,25 @@ fn not_found(t: &Resource, name: &str) -> Response {
 
 /// The requesting user (`Impersonate-User` / `Impersonate-Group`, else an administrator).
 pub(crate) fn user(headers: &HeaderMap) -> (String, Vec<String>) {
-    let name = headers.get("impersonate-user").and_then(|v| v.to_str().ok()).unwrap_or("kubernetes-admin").to_string();
+    let impersonated = headers.get("impersonate-user").and_then(|v| v.to_str().ok());
+    let name = impersonated.unwrap_or("kubernetes-admin").to_string();
     let mut groups: Vec<String> =
         headers.get_all("impersonate-group").iter().filter_map(|v| v.to_str().ok()).map(str::to_string).collect();
     if groups.is_empty() {
-        groups = vec!["system:masters".into(), "system:authenticated".into()];
+        // As the API server's authenticator: a service account's groups follow from its name;
+        // the kubeconfig's own user is an administrator.
+        groups = match impersonated.and_then(|u| u.strip_prefix("system:serviceaccount:")) {
+            Some(rest) => {
+                let ns = rest.split(':').next().unwrap_or("");
+                vec![
+                    "system:serviceaccounts".into(),
+                    format!("system:serviceaccounts:{ns}"),
+                    "system:authenticated".into(),
+                ]
+            }
+            None if impersonated.is_some() => vec!["system:authenticated".into()],
+            None => vec!["system:masters".into(), "system:authenticated".into()],
+        };
     }
     (name, groups)
 }

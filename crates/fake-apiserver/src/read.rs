@@ -59,6 +59,10 @@ pub(crate) fn discovery(resources: &[Resource], path: &str) -> Option<Response> 
             .iter()
             .filter(|r| r.group == group && r.version == version)
             .flat_map(|r| {
+                // Access reviews are create-only and have no status subresource of their own.
+                if r.group == "authorization.k8s.io" {
+                    return vec![json!({"name": r.plural, "singularName": r.kind.to_lowercase(), "namespaced": r.namespaced, "kind": r.kind, "verbs": ["create"]})];
+                }
                 let verbs = json!(["create", "delete", "get", "list", "patch", "update", "watch"]);
                 let mut main = json!({"name": r.plural, "singularName": r.kind.to_lowercase(), "namespaced": r.namespaced, "kind": r.kind, "verbs": verbs});
                 let (short, categories) = short_names(r.group, r.plural);
@@ -74,7 +78,7 @@ pub(crate) fn discovery(resources: &[Resource], path: &str) -> Option<Response> 
                     }
                 }
                 let st = json!({"name": format!("{}/status", r.plural), "singularName": "", "namespaced": r.namespaced, "kind": r.kind, "verbs": ["get", "patch", "update"]});
-                [main, st]
+                vec![main, st]
             })
             .collect();
         let gv = if group.is_empty() { version.to_string() } else { format!("{group}/{version}") };

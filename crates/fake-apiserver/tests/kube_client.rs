@@ -319,3 +319,80 @@ async fn pods_get_a_service_account_and_its_token_volume() {
     let q = pods.create(&PostParams::default(), &pod("q", Some(false))).await.unwrap();
     assert_eq!(q.spec.unwrap().volumes.unwrap().len(), 1);
 }
+
+#[tokio::test]
+async fn access_reviews_answer_from_the_stored_rbac_objects() {
+    use k8s_openapi::api::authorization::v1::{
+        ResourceAttributes, SelfSubjectAccessReview, SelfSubjectAccessReviewSpec, SubjectAccessReview,
+        SubjectAccessReviewSpec,
+    };
+    let fake = FakeApiServer::start(default_resources()).await.unwrap();
+    let admin = client(&fake).await;
+    let user = "system:serviceaccount:verno:scanner";
+    let sar = |verb: &str, group: &str, resource: &str| SubjectAccessReview {
+        spec: SubjectAccessReviewSpec {
+            user: Some(user.into()),
+            groups: Some(vec!["system:serviceaccounts".into(), "system:authenticated".into()]),
+            resource_attributes: Some(ResourceAttributes {
+                verb: Some(verb.into()),
+                group: Some(group.into()),
+                version: Some("v1".into()),
+                resource: Some(resource.into()),
+                ..Default::default()
+            }),
+            ..Default::default()
+        },
+        ..Default::default()
+    };
+    let reviews: Api<SubjectAccessReview> = Api::all(admin.clone());
+    let ask = |r: SubjectAccessReview| {
+        let reviews = reviews.clone();
+        async move { reviews.create(&PostParams::default(), &r).await.unwrap().status.unwrap() }
+    };
+    // Nothing bound yet: denied, with no reason (as Kubernetes' RBAC authorizer).
+    let st = ask(sar("list", "apps", "deployments")).await;
+    assert!(!st.allowed);
+    assert_eq!(st.reason.as_deref().unwrap_or(""), "");
+    // Bound to the bootstrap `view` role (aggregated from system:aggregate-to-view).
+    let bindings: Api<DynamicObject> = Api::all_with(
+        admin.clone(),
+        &kube::discovery::ApiResource::erase::<k8s_openapi::api::rbac::v1::ClusterRoleBinding>(&()),
+    );
+    let binding: DynamicObject = serde_json::from_value(serde_json::json!({
+        "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding", "metadata": {"name": "scanner-view"},
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "view"},
+        "subjects": [{"kind": "ServiceAccount", "name": "scanner", "namespace": "verno"}]}))
+    .unwrap();
+    bindings.create(&PostParams::default(), &binding).await.unwrap();
+    let st = ask(sar("list", "apps", "deployments")).await;
+    assert!(st.allowed, "{st:?}");
+    assert!(st.reason.unwrap_or_default().contains("ClusterRoleBinding \"scanner-view\""));
+    assert!(ask(sar("watch", "", "pods")).await.allowed);
+    // `view` does not read Secrets, and there is no `configmaps` in `apps`.
+    assert!(!ask(sar("get", "", "secrets")).await.allowed);
+    assert!(!ask(sar("get", "apps", "configmaps")).await.allowed);
+    assert!(!ask(sar("delete", "", "pods")).await.allowed);
+    // A self review is answered for the impersonated user, with its service-account groups.
+    let mut config = kube::Config::new(fake.url().parse().unwrap());
+    config.auth_info.impersonate = Some(user.into());
+    let me = kube::Client::try_from(config).unwrap();
+    let selves: Api<SelfSubjectAccessReview> = Api::all(me);
+    let review = SelfSubjectAccessReview {
+        spec: SelfSubjectAccessReviewSpec {
+            resource_attributes: Some(ResourceAttributes {
+                verb: Some("get".into()),
+                group: Some("".into()),
+                resource: Some("configmaps".into()),
+                ..Default::default()
+            }),
+            ..Default::default()
+        },
+        ..Default::default()
+    };
+    assert!(selves.create(&PostParams::default(), &review).await.unwrap().status.unwrap().allowed);
+    // The kubeconfig's own user is an administrator.
+    let admin_selves: Api<SelfSubjectAccessReview> = Api::all(admin);
+    let mut secrets = review.clone();
+    secrets.spec.resource_attributes.as_mut().unwrap().resource = Some("secrets".into());
+    assert!(admin_selves.create(&PostParams::default(), &secrets).await.unwrap().status.unwrap().allowed);
+}
