@@ -46,37 +46,206 @@ impl PodSecurityCheck {
         }
     }
 
-    /// The violated controls, as `(control name, detail)`, after exclusions.
-    pub fn violations(&self, resource: &Value) -> Vec<(String, String)> {
+    /// The failed checks after exclusions, each worded as Kyverno words it:
+    /// `(Forbidden reason: R, field error list: [E, …])`.
+    pub fn violations(&self, resource: &Value) -> Vec<String> {
         let Some((meta, spec)) = pod_parts(resource) else { return Vec::new() };
-        let mut out = Vec::new();
-        if self.level >= Level::Baseline {
-            baseline(meta, spec, &mut out);
+        let mut results = self.evaluate(meta, spec);
+        for e in &self.exclude {
+            results = self.exempt(results, e, meta, spec);
         }
-        if self.level >= Level::Restricted {
-            restricted(spec, &mut out);
-        }
-        out.retain(|v| !self.excluded(v));
-        out.into_iter().map(|v| (v.control.to_string(), v.detail)).collect()
+        results.into_iter().filter(|r| !r.errs.is_empty()).map(|r| r.to_string()).collect()
     }
 
-    fn excluded(&self, v: &Violation) -> bool {
-        self.exclude.iter().any(|e| {
-            if !e.control_name.eq_ignore_ascii_case(v.control) {
-                return false;
+    fn evaluate(&self, meta: &Value, spec: &Value) -> Vec<CheckResult> {
+        let mut out = Vec::new();
+        if self.level >= Level::Baseline {
+            checks(meta, spec, self.level >= Level::Restricted, &mut out);
+        }
+        out
+    }
+
+    /// One `exclude` entry, as Kyverno applies it: the checks are run again on the part of the
+    /// pod the entry names (the pod without its containers when it names no images; only the
+    /// containers whose image matches, without the pod's own fields, when it does), and each
+    /// field error found there for the entry's control (and its `restrictedField`, with every
+    /// bad value among `values`) removes one equal field error — same path with indexes as `*`,
+    /// and for a container field, a container of the same name — from the pod's results. A check
+    /// left with no field error passes.
+    fn exempt(
+        &self,
+        mut results: Vec<CheckResult>,
+        e: &PodSecurityStandard,
+        meta: &Value,
+        spec: &Value,
+    ) -> Vec<CheckResult> {
+        let ids = control_ids(&e.control_name);
+        let container_level = !e.images.is_empty();
+        let part = if container_level {
+            let mut m = serde_json::Map::new();
+            for f in ["initContainers", "containers", "ephemeralContainers"] {
+                let matching: Vec<Value> = spec
+                    .get(f)
+                    .and_then(Value::as_array)
+                    .into_iter()
+                    .flatten()
+                    .filter(|c| e.images.iter().any(|p| wildcard::matches(p, &cimage(c))))
+                    .cloned()
+                    .collect();
+                if !matching.is_empty() {
+                    m.insert(f.to_string(), Value::Array(matching));
+                }
             }
-            if v.images.is_empty() || e.images.is_empty() {
-                return e.images.is_empty() || v.images.is_empty();
+            Value::Object(m)
+        } else {
+            let mut s = spec.clone();
+            if let Some(m) = s.as_object_mut() {
+                m.insert("containers".into(), serde_json::json!([{"name": "fake"}]));
+                m.remove("initContainers");
+                m.remove("ephemeralContainers");
             }
-            v.images.iter().all(|img| e.images.iter().any(|p| wildcard::matches(p, img)))
-        })
+            s
+        };
+        let part_meta = if container_level { Value::Null } else { meta.clone() };
+        let restricted_field = e.restricted_field.as_deref().unwrap_or("");
+        for found in self.evaluate(&part_meta, &part).into_iter().filter(|r| ids.contains(&r.id)) {
+            for err in &found.errs {
+                let (pattern, container) = locate(&err.field, &part, container_level);
+                if !restricted_field.is_empty() && pattern != restricted_field {
+                    continue;
+                }
+                if !e.values.is_empty() && !err.bad.iter().all(|b| e.values.iter().any(|p| wildcard::matches(p, b))) {
+                    continue;
+                }
+                let Some(result) = results.iter_mut().find(|r| r.id == found.id) else { continue };
+                let at = result.errs.iter().position(|d| {
+                    let (d_pattern, d_container) = locate(&d.field, spec, container_level);
+                    match d_container {
+                        Some(name) => d_pattern == pattern && container.as_deref() == Some(name.as_str()),
+                        None => d_pattern == pattern,
+                    }
+                });
+                if let Some(i) = at {
+                    result.errs.remove(i);
+                }
+            }
+        }
+        results.retain(|r| !r.errs.is_empty());
+        results
     }
 }
 
-struct Violation {
-    control: &'static str,
-    detail: String,
-    images: Vec<String>,
+/// Kyverno's control names and the Pod Security check IDs each covers.
+fn control_ids(control: &str) -> &'static [&'static str] {
+    match control {
+        "Capabilities" => &["capabilities_baseline", "capabilities_restricted"],
+        "Seccomp" => &["seccompProfile_baseline", "seccompProfile_restricted"],
+        "Privileged Containers" => &["privileged"],
+        "Host Ports" => &["hostPorts"],
+        "/proc Mount Type" => &["procMount"],
+        "HostProcess" => &["windowsHostProcess"],
+        "SELinux" => &["seLinuxOptions"],
+        "Host Namespaces" => &["hostNamespaces"],
+        "HostPath Volumes" => &["hostPathVolumes"],
+        "Sysctls" => &["sysctls"],
+        "AppArmor" => &["appArmorProfile"],
+        "Privilege Escalation" => &["allowPrivilegeEscalation"],
+        "Running as Non-root" => &["runAsNonRoot"],
+        "Running as Non-root user" => &["runAsUser"],
+        "Volume Types" => &["restrictedVolumes"],
+        _ => &[],
+    }
+}
+
+/// A field error's path with every run of digits as `*`, and — when `by_container` and the
+/// path is a container's — the name of that container in `spec`.
+fn locate(field: &str, spec: &Value, by_container: bool) -> (String, Option<String>) {
+    let mut pattern = String::with_capacity(field.len());
+    let mut in_digits = false;
+    for ch in field.chars() {
+        if ch.is_ascii_digit() {
+            if !in_digits {
+                pattern.push('*');
+            }
+            in_digits = true;
+        } else {
+            pattern.push(ch);
+            in_digits = false;
+        }
+    }
+    if !by_container {
+        return (pattern, None);
+    }
+    let container = ["initContainers", "containers", "ephemeralContainers"].into_iter().find_map(|f| {
+        let rest = field.strip_prefix("spec.")?.strip_prefix(f)?.strip_prefix('[')?;
+        let index: usize = rest.split(']').next()?.parse().ok()?;
+        let c = spec.get(f)?.as_array()?.get(index)?;
+        Some(cname(c))
+    });
+    (pattern, container)
+}
+
+/// A field error as Kubernetes' Pod Security checks report it (Kyverno's fork, with field
+/// errors): the path, and the bad values as Kyverno compares them with `values`.
+#[derive(Debug, Clone)]
+struct FieldError {
+    field: String,
+    kind: ErrKind,
+    bad: Vec<String>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq)]
+enum ErrKind {
+    /// Forbidden, with the bad value printed as Go's `%+v` prints it (a list as `[a b]`).
+    Forbidden {
+        list: bool,
+    },
+    Required,
+}
+
+fn forbidden(field: String, bad: impl Into<String>) -> FieldError {
+    let bad = bad.into();
+    FieldError { field, kind: ErrKind::Forbidden { list: false }, bad: if bad.is_empty() { vec![] } else { vec![bad] } }
+}
+
+fn forbidden_list(field: String, mut bad: Vec<String>) -> FieldError {
+    bad.sort();
+    bad.dedup();
+    FieldError { field, kind: ErrKind::Forbidden { list: true }, bad }
+}
+
+fn required(field: String) -> FieldError {
+    FieldError { field, kind: ErrKind::Required, bad: vec![] }
+}
+
+impl std::fmt::Display for FieldError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self.kind {
+            ErrKind::Required => write!(f, "{}: Required value", self.field),
+            ErrKind::Forbidden { list: true } => {
+                write!(f, "{} is forbidden, forbidden values found: [{}]", self.field, self.bad.join(" "))
+            }
+            ErrKind::Forbidden { list: false } if self.bad.is_empty() => write!(f, "{}: Forbidden", self.field),
+            ErrKind::Forbidden { list: false } => {
+                write!(f, "{} is forbidden, forbidden values found: {}", self.field, self.bad.join(" "))
+            }
+        }
+    }
+}
+
+/// One failed check.
+#[derive(Debug, Clone)]
+struct CheckResult {
+    id: &'static str,
+    reason: String,
+    errs: Vec<FieldError>,
+}
+
+impl std::fmt::Display for CheckResult {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let errs: Vec<String> = self.errs.iter().map(ToString::to_string).collect();
+        write!(f, "(Forbidden reason: {}, field error list: [{}])", self.reason, errs.join(", "))
+    }
 }
 
 fn pod_parts(r: &Value) -> Option<(&Value, &Value)> {
@@ -93,11 +262,16 @@ fn pod_parts(r: &Value) -> Option<(&Value, &Value)> {
     }
 }
 
-fn containers(spec: &Value) -> impl Iterator<Item = &Value> {
-    ["initContainers", "containers", "ephemeralContainers"]
-        .into_iter()
-        .filter_map(|f| spec.get(f).and_then(Value::as_array))
-        .flatten()
+/// Every container with its field path, in the checks' order (init, regular, ephemeral).
+fn containers(spec: &Value) -> impl Iterator<Item = (String, &Value)> {
+    ["initContainers", "containers", "ephemeralContainers"].into_iter().flat_map(move |f| {
+        spec.get(f)
+            .and_then(Value::as_array)
+            .into_iter()
+            .flatten()
+            .enumerate()
+            .map(move |(i, c)| (format!("spec.{f}[{i}]"), c))
+    })
 }
 
 fn cname(c: &Value) -> String {
@@ -112,8 +286,10 @@ fn truthy(v: Option<&Value>) -> bool {
     v.and_then(Value::as_bool) == Some(true)
 }
 
-fn push(out: &mut Vec<Violation>, control: &'static str, detail: String, images: Vec<String>) {
-    out.push(Violation { control, detail, images });
+fn push(out: &mut Vec<CheckResult>, id: &'static str, reason: impl Into<String>, errs: Vec<FieldError>) {
+    if !errs.is_empty() {
+        out.push(CheckResult { id, reason: reason.into(), errs });
+    }
 }
 
 const BASELINE_CAPS: &[&str] = &[
@@ -142,210 +318,415 @@ const SAFE_SYSCTLS: &[&str] = &[
     "net.ipv4.tcp_fin_timeout",
     "net.ipv4.tcp_keepalive_intvl",
     "net.ipv4.tcp_keepalive_probes",
+    "net.ipv4.tcp_rmem",
+    "net.ipv4.tcp_wmem",
 ];
 const SELINUX_TYPES: &[&str] = &["", "container_t", "container_init_t", "container_kvm_t", "container_engine_t"];
-const RESTRICTED_VOLUMES: &[&str] =
-    &["configMap", "csi", "downwardAPI", "emptyDir", "ephemeral", "persistentVolumeClaim", "projected", "secret"];
+const RESTRICTED_VOLUMES: &[&str] = &[
+    "configMap",
+    "csi",
+    "downwardAPI",
+    "emptyDir",
+    "ephemeral",
+    "image",
+    "persistentVolumeClaim",
+    "projected",
+    "secret",
+];
 
-fn baseline(meta: &Value, spec: &Value, out: &mut Vec<Violation>) {
+fn str_at<'a>(v: Option<&'a Value>, pointer: &str) -> Option<&'a str> {
+    v.and_then(|v| v.pointer(pointer)).and_then(Value::as_str)
+}
+
+/// The Pod Security checks, in the order Kubernetes registers them (the order of Kyverno's
+/// message); `restricted` adds the restricted-level ones. The hostProbesAndhostLifecycle check
+/// of Kubernetes 1.34 is not modelled.
+fn checks(meta: &Value, spec: &Value, restricted: bool, out: &mut Vec<CheckResult>) {
     let psc = spec.get("securityContext");
-    if truthy(psc.and_then(|s| s.pointer("/windowsOptions/hostProcess")))
-        || containers(spec).any(|c| truthy(c.pointer("/securityContext/windowsOptions/hostProcess")))
+    let sc_path = "spec.securityContext";
+    // allowPrivilegeEscalation (restricted)
+    if restricted {
+        let errs = containers(spec)
+            .filter_map(|(path, c)| {
+                let field = format!("{path}.securityContext.allowPrivilegeEscalation");
+                match c.get("securityContext") {
+                    None | Some(Value::Null) => Some(required(field)),
+                    Some(sc) => match sc.get("allowPrivilegeEscalation").and_then(Value::as_bool) {
+                        None => Some(forbidden(field, "nil")),
+                        Some(true) => Some(forbidden(field, "true")),
+                        Some(false) => None,
+                    },
+                }
+            })
+            .collect();
+        push(out, "allowPrivilegeEscalation", "allowPrivilegeEscalation != false", errs);
+    }
+    // appArmorProfile
     {
-        push(out, "HostProcess", "hostProcess must not be true".into(), vec![]);
-    }
-    for f in ["hostNetwork", "hostPID", "hostIPC"] {
-        if truthy(spec.get(f)) {
-            push(out, "Host Namespaces", format!("{f}=true"), vec![]);
+        let ok_type = |t: &str| t == "RuntimeDefault" || t == "Localhost";
+        let mut errs = Vec::new();
+        let mut bad = std::collections::BTreeSet::new();
+        if let Some(t) = str_at(psc, "/appArmorProfile/type").filter(|t| !ok_type(t)) {
+            errs.push(forbidden(format!("{sc_path}.appArmorProfile.type"), t));
+            bad.insert(t.to_string());
         }
-    }
-    for c in containers(spec) {
-        if truthy(c.pointer("/securityContext/privileged")) {
-            push(
-                out,
-                "Privileged Containers",
-                format!("container {:?} must not set securityContext.privileged=true", cname(c)),
-                vec![cimage(c)],
-            );
-        }
-        if let Some(add) = c.pointer("/securityContext/capabilities/add").and_then(Value::as_array) {
-            let bad: Vec<&str> = add.iter().filter_map(Value::as_str).filter(|a| !BASELINE_CAPS.contains(a)).collect();
-            if !bad.is_empty() {
-                push(
-                    out,
-                    "Capabilities",
-                    format!("container {:?} must not include {:?} in securityContext.capabilities.add", cname(c), bad),
-                    vec![cimage(c)],
-                );
+        for (path, c) in containers(spec) {
+            if let Some(t) = str_at(Some(c), "/securityContext/appArmorProfile/type").filter(|t| !ok_type(t)) {
+                errs.push(forbidden(format!("{path}.securityContext.appArmorProfile.type"), t));
+                bad.insert(t.to_string());
             }
         }
-        if c.get("ports")
-            .and_then(Value::as_array)
-            .is_some_and(|ps| ps.iter().any(|p| p.get("hostPort").and_then(Value::as_i64).unwrap_or(0) != 0))
-        {
-            push(out, "Host Ports", format!("container {:?} uses hostPort", cname(c)), vec![cimage(c)]);
-        }
-        if c.pointer("/securityContext/procMount").and_then(Value::as_str).is_some_and(|m| m != "Default") {
-            push(
-                out,
-                "/proc Mount Type",
-                format!("container {:?} must not set securityContext.procMount", cname(c)),
-                vec![cimage(c)],
-            );
-        }
-        if c.pointer("/securityContext/seccompProfile/type").and_then(Value::as_str) == Some("Unconfined") {
-            push(
-                out,
-                "Seccomp",
-                format!("container {:?} must not set securityContext.seccompProfile.type to \"Unconfined\"", cname(c)),
-                vec![cimage(c)],
-            );
-        }
-        if let Some(t) = c.pointer("/securityContext/appArmorProfile/type").and_then(Value::as_str)
-            && t != "RuntimeDefault"
-            && t != "Localhost"
-        {
-            push(
-                out,
-                "AppArmor",
-                format!("container {:?} must not set appArmorProfile.type={t}", cname(c)),
-                vec![cimage(c)],
-            );
-        }
-        if let Some(se) = c.pointer("/securityContext/seLinuxOptions")
-            && selinux_bad(se)
-        {
-            push(out, "SELinux", format!("container {:?} sets forbidden seLinuxOptions", cname(c)), vec![cimage(c)]);
-        }
-    }
-    if spec.get("volumes").and_then(Value::as_array).is_some_and(|vs| vs.iter().any(|v| v.get("hostPath").is_some())) {
-        push(out, "HostPath Volumes", "hostPath volumes are forbidden".into(), vec![]);
-    }
-    if psc.and_then(|s| s.pointer("/seccompProfile/type")).and_then(Value::as_str) == Some("Unconfined") {
-        push(out, "Seccomp", "pod must not set securityContext.seccompProfile.type to \"Unconfined\"".into(), vec![]);
-    }
-    if let Some(t) = psc.and_then(|s| s.pointer("/appArmorProfile/type")).and_then(Value::as_str)
-        && t != "RuntimeDefault"
-        && t != "Localhost"
-    {
-        push(out, "AppArmor", format!("pod must not set appArmorProfile.type={t}"), vec![]);
-    }
-    if let Some(se) = psc.and_then(|s| s.get("seLinuxOptions"))
-        && selinux_bad(se)
-    {
-        push(out, "SELinux", "pod sets forbidden seLinuxOptions".into(), vec![]);
-    }
-    if let Some(ann) = meta.get("annotations").and_then(Value::as_object) {
-        for (k, v) in ann {
-            if k.starts_with("container.apparmor.security.beta.kubernetes.io/") {
+        if let Some(ann) = meta.get("annotations").and_then(Value::as_object) {
+            for (k, v) in ann {
                 let v = v.as_str().unwrap_or("");
-                if v != "runtime/default" && !v.starts_with("localhost/") {
-                    push(out, "AppArmor", format!("annotation {k}={v} is forbidden"), vec![]);
+                if k.starts_with("container.apparmor.security.beta.kubernetes.io/")
+                    && v != "runtime/default"
+                    && !v.starts_with("localhost/")
+                {
+                    errs.push(forbidden(format!("metadata.annotations[{k}]"), v));
+                    bad.insert(v.to_string());
                 }
             }
         }
+        let reason = if bad.len() == 1 { "forbidden AppArmor profile" } else { "forbidden AppArmor profiles" };
+        push(out, "appArmorProfile", reason, errs);
     }
-    if let Some(s) = psc.and_then(|s| s.get("sysctls")).and_then(Value::as_array) {
-        let bad: Vec<&str> = s
-            .iter()
-            .filter_map(|x| x.get("name").and_then(Value::as_str))
-            .filter(|n| !SAFE_SYSCTLS.contains(n))
+    // capabilities_baseline
+    let adds = |c: &Value| -> Vec<String> {
+        c.pointer("/securityContext/capabilities/add")
+            .and_then(Value::as_array)
+            .into_iter()
+            .flatten()
+            .filter_map(Value::as_str)
+            .map(str::to_string)
+            .collect()
+    };
+    {
+        let errs = containers(spec)
+            .filter_map(|(path, c)| {
+                let bad: Vec<String> = adds(c).into_iter().filter(|a| !BASELINE_CAPS.contains(&a.as_str())).collect();
+                (!bad.is_empty()).then(|| forbidden_list(format!("{path}.securityContext.capabilities.add"), bad))
+            })
             .collect();
-        if !bad.is_empty() {
-            push(out, "Sysctls", format!("forbidden sysctls {bad:?}"), vec![]);
-        }
+        push(out, "capabilities_baseline", "non-default capabilities", errs);
     }
-}
-
-fn selinux_bad(se: &Value) -> bool {
-    let t = se.get("type").and_then(Value::as_str).unwrap_or("");
-    !SELINUX_TYPES.contains(&t)
-        || se.get("user").and_then(Value::as_str).is_some_and(|u| !u.is_empty())
-        || se.get("role").and_then(Value::as_str).is_some_and(|r| !r.is_empty())
-}
-
-fn restricted(spec: &Value, out: &mut Vec<Violation>) {
-    if let Some(vs) = spec.get("volumes").and_then(Value::as_array) {
-        for v in vs {
-            if let Some(o) = v.as_object()
-                && let Some(t) = o.keys().find(|k| *k != "name" && !RESTRICTED_VOLUMES.contains(&k.as_str()))
-            {
-                push(
-                    out,
-                    "Volume Types",
-                    format!(
-                        "volume {:?} uses restricted volume type {t:?}",
-                        o.get("name").and_then(Value::as_str).unwrap_or("")
-                    ),
-                    vec![],
-                );
+    // capabilities_restricted
+    if restricted {
+        let (mut missing_drop, mut adding) = (Vec::new(), Vec::new());
+        for (path, c) in containers(spec) {
+            let drop_field = format!("{path}.securityContext.capabilities.drop");
+            let Some(caps) = c.pointer("/securityContext/capabilities").filter(|v| !v.is_null()) else {
+                missing_drop.push(required(drop_field));
+                continue;
+            };
+            let drops: Vec<String> = caps
+                .get("drop")
+                .and_then(Value::as_array)
+                .into_iter()
+                .flatten()
+                .filter_map(Value::as_str)
+                .map(str::to_string)
+                .collect();
+            if !drops.iter().any(|d| d == "ALL") {
+                missing_drop.push(if drops.is_empty() {
+                    required(drop_field)
+                } else {
+                    forbidden_list(drop_field, drops)
+                });
+            }
+            let bad: Vec<String> = adds(c).into_iter().filter(|a| a != "NET_BIND_SERVICE").collect();
+            if !bad.is_empty() {
+                adding.push(forbidden_list(format!("{path}.securityContext.capabilities.add"), bad));
             }
         }
+        missing_drop.extend(adding);
+        push(out, "capabilities_restricted", "unrestricted capabilities", missing_drop);
     }
-    let psc = spec.get("securityContext");
-    let pod_non_root = psc.and_then(|s| s.get("runAsNonRoot")).and_then(Value::as_bool);
-    let pod_user_zero = psc.and_then(|s| s.get("runAsUser")).and_then(Value::as_i64) == Some(0);
-    let pod_seccomp = psc.and_then(|s| s.pointer("/seccompProfile/type")).and_then(Value::as_str);
-    if pod_user_zero {
-        push(out, "Running as Non-root user", "pod must not set runAsUser=0".into(), vec![]);
+    // hostNamespaces
+    {
+        let errs = ["hostNetwork", "hostPID", "hostIPC"]
+            .into_iter()
+            .filter(|f| truthy(spec.get(*f)))
+            .map(|f| forbidden(format!("spec.{f}"), "true"))
+            .collect();
+        push(out, "hostNamespaces", "host namespaces", errs);
     }
-    for c in containers(spec) {
-        let sc = c.get("securityContext");
-        if sc.and_then(|s| s.get("allowPrivilegeEscalation")).and_then(Value::as_bool) != Some(false) {
-            push(
-                out,
-                "Privilege Escalation",
-                format!("container {:?} must set securityContext.allowPrivilegeEscalation=false", cname(c)),
-                vec![cimage(c)],
-            );
+    let volumes: Vec<&Value> = spec.get("volumes").and_then(Value::as_array).into_iter().flatten().collect();
+    // hostPathVolumes
+    {
+        let errs = volumes
+            .iter()
+            .enumerate()
+            .filter_map(|(i, v)| {
+                let hp = v.get("hostPath").filter(|h| !h.is_null())?;
+                Some(forbidden(
+                    format!("spec.volumes[{i}].hostPath"),
+                    hp.get("path").and_then(Value::as_str).unwrap_or(""),
+                ))
+            })
+            .collect();
+        push(out, "hostPathVolumes", "hostPath volumes", errs);
+    }
+    // hostPorts
+    {
+        let mut errs = Vec::new();
+        for (path, c) in containers(spec) {
+            for (j, p) in c.get("ports").and_then(Value::as_array).into_iter().flatten().enumerate() {
+                let port = p.get("hostPort").and_then(Value::as_i64).unwrap_or(0);
+                if port != 0 {
+                    errs.push(forbidden(format!("{path}.ports[{j}].hostPort"), port.to_string()));
+                }
+            }
         }
-        let c_non_root = sc.and_then(|s| s.get("runAsNonRoot")).and_then(Value::as_bool);
-        if c_non_root == Some(false) || (c_non_root.is_none() && pod_non_root != Some(true)) {
-            push(
-                out,
-                "Running as Non-root",
-                format!("container {:?} must set securityContext.runAsNonRoot=true", cname(c)),
-                vec![cimage(c)],
-            );
+        push(out, "hostPorts", "hostPort", errs);
+    }
+    // privileged
+    {
+        let errs = containers(spec)
+            .filter(|(_, c)| truthy(c.pointer("/securityContext/privileged")))
+            .map(|(path, _)| forbidden(format!("{path}.securityContext.privileged"), "true"))
+            .collect();
+        push(out, "privileged", "privileged", errs);
+    }
+    // procMount
+    {
+        let errs = containers(spec)
+            .filter_map(|(path, c)| {
+                let m = str_at(Some(c), "/securityContext/procMount").filter(|m| *m != "Default")?;
+                Some(forbidden(format!("{path}.securityContext.procMount"), m))
+            })
+            .collect();
+        push(out, "procMount", "procMount", errs);
+    }
+    // restrictedVolumes (restricted)
+    if restricted {
+        let errs = volumes
+            .iter()
+            .enumerate()
+            .filter_map(|(i, v)| {
+                let o = v.as_object()?;
+                let t = o.keys().find(|k| *k != "name" && !RESTRICTED_VOLUMES.contains(&k.as_str()))?;
+                Some(forbidden(format!("spec.volumes[{i}].{t}"), ""))
+            })
+            .collect();
+        push(out, "restrictedVolumes", "restricted volume types", errs);
+    }
+    if restricted {
+        // runAsNonRoot
+        let pod_non_root = psc.and_then(|s| s.get("runAsNonRoot")).and_then(Value::as_bool);
+        let mut errs = Vec::new();
+        if pod_non_root == Some(false) {
+            errs.push(forbidden(format!("{sc_path}.runAsNonRoot"), "false"));
         }
-        if sc.and_then(|s| s.get("runAsUser")).and_then(Value::as_i64) == Some(0) {
-            push(
-                out,
-                "Running as Non-root user",
-                format!("container {:?} must not set runAsUser=0", cname(c)),
-                vec![cimage(c)],
-            );
+        let mut implicit = Vec::new();
+        for (path, c) in containers(spec) {
+            let field = format!("{path}.securityContext.runAsNonRoot");
+            match c.pointer("/securityContext/runAsNonRoot").and_then(Value::as_bool) {
+                Some(false) => errs.push(forbidden(field, "false")),
+                Some(true) => {}
+                None if pod_non_root != Some(true) => implicit.push(required(field)),
+                None => {}
+            }
         }
-        let cs = sc.and_then(|s| s.pointer("/seccompProfile/type")).and_then(Value::as_str).or(pod_seccomp);
-        if !matches!(cs, Some("RuntimeDefault" | "Localhost")) {
-            push(
-                out,
-                "Seccomp",
-                format!(
-                    "container {:?} must set securityContext.seccompProfile.type to \"RuntimeDefault\" or \"Localhost\"",
-                    cname(c)
-                ),
-                vec![cimage(c)],
-            );
+        errs.extend(implicit);
+        push(out, "runAsNonRoot", "runAsNonRoot != true", errs);
+        // runAsUser
+        let mut errs = Vec::new();
+        if psc.and_then(|s| s.get("runAsUser")).and_then(Value::as_i64) == Some(0) {
+            errs.push(forbidden(format!("{sc_path}.runAsUser"), "0"));
         }
-        let drops_all = sc
-            .and_then(|s| s.pointer("/capabilities/drop"))
+        for (path, c) in containers(spec) {
+            if c.pointer("/securityContext/runAsUser").and_then(Value::as_i64) == Some(0) {
+                errs.push(forbidden(format!("{path}.securityContext.runAsUser"), "0"));
+            }
+        }
+        push(out, "runAsUser", "runAsUser=0", errs);
+    }
+    // seLinuxOptions
+    {
+        let selinux = |base: &str, se: Option<&Value>, errs: &mut Vec<FieldError>| {
+            let Some(se) = se.filter(|s| !s.is_null()) else { return };
+            let t = se.get("type").and_then(Value::as_str).unwrap_or("");
+            if !SELINUX_TYPES.contains(&t) {
+                errs.push(forbidden(format!("{base}.seLinuxOptions.type"), t));
+            }
+            for f in ["user", "role"] {
+                if let Some(v) = se.get(f).and_then(Value::as_str).filter(|v| !v.is_empty()) {
+                    errs.push(forbidden(format!("{base}.seLinuxOptions.{f}"), v));
+                }
+            }
+        };
+        let mut errs = Vec::new();
+        selinux(sc_path, psc.and_then(|s| s.get("seLinuxOptions")), &mut errs);
+        for (path, c) in containers(spec) {
+            selinux(&format!("{path}.securityContext"), c.pointer("/securityContext/seLinuxOptions"), &mut errs);
+        }
+        push(out, "seLinuxOptions", "seLinuxOptions", errs);
+    }
+    // seccompProfile_baseline
+    let pod_seccomp = str_at(psc, "/seccompProfile/type");
+    {
+        let mut errs = Vec::new();
+        if pod_seccomp == Some("Unconfined") {
+            errs.push(forbidden(format!("{sc_path}.seccompProfile.type"), "Unconfined"));
+        }
+        for (path, c) in containers(spec) {
+            if str_at(Some(c), "/securityContext/seccompProfile/type") == Some("Unconfined") {
+                errs.push(forbidden(format!("{path}.securityContext.seccompProfile.type"), "Unconfined"));
+            }
+        }
+        push(out, "seccompProfile_baseline", "seccompProfile", errs);
+    }
+    // seccompProfile_restricted
+    if restricted {
+        let valid = |t: &str| t == "RuntimeDefault" || t == "Localhost";
+        let mut errs = Vec::new();
+        let pod_set = match pod_seccomp {
+            Some(t) if !valid(t) => {
+                errs.push(forbidden(format!("{sc_path}.seccompProfile.type"), t));
+                false
+            }
+            Some(_) => true,
+            None => false,
+        };
+        let mut implicit = Vec::new();
+        for (path, c) in containers(spec) {
+            let field = format!("{path}.securityContext.seccompProfile.type");
+            match c.pointer("/securityContext/seccompProfile").filter(|v| !v.is_null()) {
+                Some(p) => {
+                    let t = p.get("type").and_then(Value::as_str).unwrap_or("");
+                    if !valid(t) {
+                        errs.push(forbidden(field, t));
+                    }
+                }
+                None if !pod_set => implicit.push(required(field)),
+                None => {}
+            }
+        }
+        errs.extend(implicit);
+        push(out, "seccompProfile_restricted", "seccompProfile", errs);
+    }
+    // sysctls
+    {
+        let errs = psc
+            .and_then(|s| s.get("sysctls"))
             .and_then(Value::as_array)
-            .is_some_and(|d| d.iter().any(|x| x == "ALL"));
-        let adds_bad = sc
-            .and_then(|s| s.pointer("/capabilities/add"))
-            .and_then(Value::as_array)
-            .is_some_and(|a| a.iter().any(|x| x != "NET_BIND_SERVICE"));
-        if !drops_all || adds_bad {
-            push(
-                out,
-                "Capabilities",
-                format!(
-                    "container {:?} must set securityContext.capabilities.drop=[\"ALL\"] and add only NET_BIND_SERVICE",
-                    cname(c)
-                ),
-                vec![cimage(c)],
-            );
+            .into_iter()
+            .flatten()
+            .enumerate()
+            .filter_map(|(i, x)| {
+                let name = x.get("name").and_then(Value::as_str)?;
+                (!SAFE_SYSCTLS.contains(&name)).then(|| forbidden(format!("{sc_path}.sysctls[{i}].name"), name))
+            })
+            .collect();
+        push(out, "sysctls", "forbidden sysctls", errs);
+    }
+    // windowsHostProcess
+    {
+        let mut errs = Vec::new();
+        if truthy(psc.and_then(|s| s.pointer("/windowsOptions/hostProcess"))) {
+            errs.push(forbidden(format!("{sc_path}.windowsOptions.hostProcess"), "true"));
         }
+        errs.extend(
+            containers(spec)
+                .filter(|(_, c)| truthy(c.pointer("/securityContext/windowsOptions/hostProcess")))
+                .map(|(path, _)| forbidden(format!("{path}.securityContext.windowsOptions.hostProcess"), "true")),
+        );
+        push(out, "windowsHostProcess", "hostProcess", errs);
+    }
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used, clippy::indexing_slicing)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn check(level: &str, exclude: Value) -> PodSecurityCheck {
+        let p: PodSecurity =
+            serde_json::from_value(json!({"level": level, "version": "latest", "exclude": exclude})).unwrap();
+        PodSecurityCheck::compile(&p, "podSecurity").unwrap()
+    }
+
+    fn pod(spec: Value) -> Value {
+        json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p"}, "spec": spec})
+    }
+
+    fn with_caps(main: &[&str], init: &[&str]) -> Value {
+        pod(json!({
+            "containers": [{"name": "app", "image": "registry.test/app:1", "securityContext": {"capabilities": {"add": main}}}],
+            "initContainers": [{"name": "setup", "image": "registry.test/app:1", "securityContext": {"capabilities": {"add": init}}}],
+        }))
+    }
+
+    #[test]
+    fn failed_checks_are_worded_as_kyverno_words_them() {
+        let c = check("baseline", json!([]));
+        let v = c.violations(&pod(json!({
+            "hostNetwork": true,
+            "containers": [{"name": "a", "image": "x", "securityContext": {"privileged": true, "capabilities": {"add": ["SYS_ADMIN", "NET_RAW", "SYS_ADMIN"]}}}],
+        })));
+        assert_eq!(
+            v,
+            [
+                "(Forbidden reason: non-default capabilities, field error list: [spec.containers[0].securityContext.capabilities.add is forbidden, forbidden values found: [NET_RAW SYS_ADMIN]])",
+                "(Forbidden reason: host namespaces, field error list: [spec.hostNetwork is forbidden, forbidden values found: true])",
+                "(Forbidden reason: privileged, field error list: [spec.containers[0].securityContext.privileged is forbidden, forbidden values found: true])",
+            ]
+        );
+        let r = check("restricted", json!([]));
+        let v = r.violations(&pod(json!({"containers": [{"name": "a", "image": "x", "securityContext": {"allowPrivilegeEscalation": false, "capabilities": {"drop": ["ALL"]}, "seccompProfile": {"type": "RuntimeDefault"}}}]})));
+        assert_eq!(
+            v,
+            [
+                "(Forbidden reason: runAsNonRoot != true, field error list: [spec.containers[0].securityContext.runAsNonRoot: Required value])"
+            ]
+        );
+        assert!(r.violations(&pod(json!({"securityContext": {"runAsNonRoot": true}, "containers": [{"name": "a", "image": "x", "securityContext": {"allowPrivilegeEscalation": false, "capabilities": {"drop": ["ALL"]}, "seccompProfile": {"type": "RuntimeDefault"}}}]}))).is_empty());
+    }
+
+    #[test]
+    fn an_exclusion_removes_only_the_field_errors_whose_path_and_values_it_names() {
+        let c = check(
+            "baseline",
+            json!([
+                {"controlName": "Capabilities", "images": ["registry.test/*"], "restrictedField": "spec.containers[*].securityContext.capabilities.add", "values": ["foo"]},
+                {"controlName": "Capabilities", "images": ["registry.test/*"], "restrictedField": "spec.initContainers[*].securityContext.capabilities.add", "values": ["baz"]},
+            ]),
+        );
+        assert!(c.violations(&with_caps(&["foo"], &["baz"])).is_empty());
+        // Every bad value of the field must be among `values`.
+        let v = c.violations(&with_caps(&["foo", "bar"], &["baz"]));
+        assert_eq!(v.len(), 1);
+        assert!(v[0].contains("spec.containers[0].securityContext.capabilities.add"), "{v:?}");
+        // The values of one field do not carry over to another.
+        assert_eq!(c.violations(&with_caps(&["foo"], &["foo"])).len(), 1);
+        // An image the exclusion does not name is not excluded.
+        let mut other = with_caps(&["foo"], &["baz"]);
+        other["spec"]["containers"][0]["image"] = json!("elsewhere.test/app:1");
+        assert_eq!(c.violations(&other).len(), 1);
+    }
+
+    #[test]
+    fn a_pod_level_exclusion_names_pod_fields() {
+        let c = check(
+            "baseline",
+            json!([{"controlName": "Host Namespaces", "restrictedField": "spec.hostNetwork", "values": ["true"]}]),
+        );
+        let one = pod(json!({"hostNetwork": true, "containers": [{"name": "a", "image": "x"}]}));
+        assert!(c.violations(&one).is_empty());
+        let two = pod(json!({"hostNetwork": true, "hostPID": true, "containers": [{"name": "a", "image": "x"}]}));
+        assert_eq!(
+            c.violations(&two),
+            [
+                "(Forbidden reason: host namespaces, field error list: [spec.hostPID is forbidden, forbidden values found: true])"
+            ]
+        );
+        // Naming images makes it a container-level exclusion, which pod fields never match.
+        let c = check("baseline", json!([{"controlName": "Host Namespaces", "images": ["*"]}]));
+        assert_eq!(c.violations(&one).len(), 1);
+        // A whole control, without a field: every error of it goes.
+        let c = check("baseline", json!([{"controlName": "Host Namespaces"}]));
+        assert!(c.violations(&two).is_empty());
     }
 }

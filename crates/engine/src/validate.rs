@@ -423,13 +423,13 @@ impl ValidateCtx<'_> {
                 if v.is_empty() {
                     Some(self.resp(Status::Pass, format!("Validation rule '{}' passed.", self.rule)))
                 } else {
-                    let checks: Vec<String> = v.iter().map(|(c, d)| format!("({c}: {d})")).collect();
+                    // Kyverno writes the failed checks one after the other, with no separator.
                     Some(self.resp(
                         Status::Fail,
                         format!(
                             "Validation rule '{}' failed. It violates PodSecurity \"{lvl}\": {}",
                             self.rule,
-                            checks.join(", ")
+                            v.concat()
                         ),
                     ))
                 }

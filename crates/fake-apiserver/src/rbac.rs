@@ -217,7 +217,8 @@ pub(crate) fn review(inner: &Inner, plural: &str, headers: &HeaderMap, body: &[u
         );
     };
     let (allowed, reason) = authorize(&lock(&inner.store), &user, &groups, &attrs);
-    let st = if reason.is_empty() { json!({"allowed": allowed}) } else { json!({"allowed": allowed, "reason": reason}) };
+    let st =
+        if reason.is_empty() { json!({"allowed": allowed}) } else { json!({"allowed": allowed, "reason": reason}) };
     if let Some(m) = review.as_object_mut() {
         m.insert("status".into(), st);
         m.entry("metadata").or_insert(json!({"creationTimestamp": null}));
