@@ -452,11 +452,44 @@ fn evaluate_rule(
                 Ok((true, _)) => {}
             }
         }
-        let hits: Vec<String> = exceptions
-            .iter()
-            .filter(|e| exception_applies(e, policy, &rule.name, input, ctx, data))
-            .map(|e| e.key.clone())
-            .collect();
+        let applying: Vec<&CompiledException> =
+            exceptions.iter().filter(|e| exception_applies(e, policy, &rule.name, input, ctx, data)).collect();
+        let hits: Vec<String> = applying.iter().map(|e| e.key.clone()).collect();
+        // A podSecurity rule whose matching exceptions all name podSecurity controls is still
+        // evaluated; the exceptions waive those controls (Kyverno's validate_pss handler).
+        let pss_waivers = match &rule.body {
+            RuleBody::Validate(v) if !applying.is_empty() && applying.iter().all(|e| !e.pod_security.is_empty()) => {
+                match &v.check {
+                    crate::validate::Check::PodSecurity(pss) => Some(pss),
+                    _ => None,
+                }
+            }
+            _ => None,
+        };
+        if let Some(pss) = pss_waivers {
+            if req.is_delete() {
+                return None;
+            }
+            let target = req.subject();
+            let own = pss.violations(target);
+            if own.is_empty() {
+                return Some(RuleResponse::new(&rule.name, rt, Status::Pass, format!("Validation rule '{}' passed.", rule.name)));
+            }
+            let mut waived = pss.clone();
+            waived.exclude.extend(applying.iter().flat_map(|e| e.pod_security.iter().cloned()));
+            let left = waived.violations(target);
+            if left.is_empty() {
+                let mut r = RuleResponse::new(
+                    &rule.name,
+                    rt,
+                    Status::Skip,
+                    format!("rule is skipped due to policy exceptions {}", hits.join(", ")),
+                );
+                r.exceptions = hits;
+                return Some(r);
+            }
+            return Some(RuleResponse::new(&rule.name, rt, Status::Fail, waived.message(&rule.name, &left)));
+        }
         if !hits.is_empty() {
             let mut r = RuleResponse::new(
                 &rule.name,

@@ -482,6 +482,9 @@ pub struct CompiledException {
     /// CEL `matchConditions`: all must hold.
     pub cel_conditions: Vec<(String, verno_cel::Expr)>,
     pub refs: Vec<(String, Vec<String>)>,
+    /// `spec.podSecurity`: for a podSecurity rule, the exception waives only these controls
+    /// (added to the rule's own exclusions) rather than the whole rule.
+    pub pod_security: Vec<verno_api::PodSecurityStandard>,
 }
 
 pub fn compile_exception(e: &PolicyException) -> Result<CompiledException, CompileError> {
@@ -520,6 +523,7 @@ pub fn compile_exception(e: &PolicyException) -> Result<CompiledException, Compi
             .transpose()?,
         cel_conditions: Vec::new(),
         refs: e.spec.exceptions.iter().map(|r| (r.policy_name.clone(), r.rule_names.clone())).collect(),
+        pod_security: e.spec.pod_security.clone(),
     })
 }
 
@@ -539,5 +543,6 @@ pub fn compile_cel_exception(doc: &Value) -> Result<CompiledException, CompileEr
         conditions: None,
         cel_conditions: compile_cel_preconditions(&conds, "spec.matchConditions")?,
         refs,
+        pod_security: Vec::new(),
     })
 }

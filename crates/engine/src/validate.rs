@@ -419,19 +419,10 @@ impl ValidateCtx<'_> {
                     return None;
                 }
                 let v = pss.violations(target);
-                let lvl = format!("{}:{}", pss.level_name(), pss.version);
                 if v.is_empty() {
                     Some(self.resp(Status::Pass, format!("Validation rule '{}' passed.", self.rule)))
                 } else {
-                    // Kyverno writes the failed checks one after the other, with no separator.
-                    Some(self.resp(
-                        Status::Fail,
-                        format!(
-                            "Validation rule '{}' failed. It violates PodSecurity \"{lvl}\": {}",
-                            self.rule,
-                            v.concat()
-                        ),
-                    ))
+                    Some(self.resp(Status::Fail, pss.message(self.rule, &v)))
                 }
             }
             Check::Foreach(fs) => {
