@@ -44,6 +44,13 @@ pub trait Host: Send + Sync {
     fn image_metadata(&self, reference: &str) -> Result<Json, String> {
         Err(format!("metadata for image {reference:?} is not available here"))
     }
+    /// The Kubernetes authorizer library's `.check(verb)`: a SubjectAccessReview spec (`user`,
+    /// `groups`, `resourceAttributes` or `nonResourceAttributes`) → its status (`allowed`,
+    /// `reason`).
+    fn authorize(&self, review: &Json) -> Result<Json, String> {
+        let _ = review;
+        Err("the authorizer is not available here (no cluster)".into())
+    }
     /// `time.now()`, seconds since the Unix epoch; `None` when there is no clock.
     fn now(&self) -> Option<i64> {
         None

@@ -4,6 +4,7 @@
 //! integral (so `replicas + 1` works), the strings, lists, math and encoders extensions are on,
 //! and results convert back to JSON. Programs compile once; evaluation is pure.
 
+mod authz;
 mod host;
 mod image;
 mod kube;
@@ -31,6 +32,7 @@ fn env() -> Option<&'static Arc<Env>> {
         or_value_compat(&mut env).ok()?;
         kube::register(&mut env).ok()?;
         host::register(&mut env).ok()?;
+        authz::register(&mut env).ok()?;
         image::register(&mut env).ok()?;
         Some(Arc::new(env))
     })
@@ -542,6 +544,38 @@ mod tests {
         fn now(&self) -> Option<i64> {
             Some(1_700_000_000)
         }
+        fn authorize(&self, review: &serde_json::Value) -> Result<serde_json::Value, String> {
+            // Only `deploy-bot` may delete deployments in `apps`.
+            let ok = review["user"] == "system:serviceaccount:apps:deploy-bot"
+                && review["resourceAttributes"]["group"] == "apps"
+                && review["resourceAttributes"]["resource"] == "deployments"
+                && review["resourceAttributes"]["namespace"] == "apps"
+                && review["resourceAttributes"]["verb"] == "delete";
+            Ok(json!({"allowed": ok, "reason": if ok { "bound" } else { "" }}))
+        }
+    }
+
+    #[test]
+    fn the_authorizer_library_asks_the_host_for_an_access_review() {
+        let mut v = vars(json!({}));
+        v.set("request", &json!({"userInfo": {"username": "alice", "groups": ["devs"]}}));
+        let t = |s: &str, v: &Vars| Expr::compile(s).and_then(|e| e.eval(v));
+        let sa =
+            "authorizer.serviceAccount('apps', 'deploy-bot').group('apps').resource('deployments').namespace('apps')";
+        let err = t(&format!("{sa}.check('delete').allowed()"), &v);
+        assert!(err.as_ref().is_err_and(|e| e.contains("not available")), "{err:?}");
+        v.set_host(Arc::new(TestHost));
+        assert_eq!(t(&format!("{sa}.check('delete').allowed()"), &v), Ok(json!(true)));
+        assert_eq!(t(&format!("{sa}.check('delete').reason()"), &v), Ok(json!("bound")));
+        assert_eq!(t(&format!("{sa}.check('create').allowed()"), &v), Ok(json!(false)));
+        assert_eq!(t(&format!("{sa}.check('delete').errored()"), &v), Ok(json!(false)));
+        // `authorizer` alone is the requesting user.
+        assert_eq!(
+            t("authorizer.group('apps').resource('deployments').namespace('apps').check('delete').allowed()", &v),
+            Ok(json!(false))
+        );
+        // Only authorizer values have these methods.
+        assert!(t("'x'.check('get')", &v).is_err());
     }
 
     #[test]

@@ -16,6 +16,7 @@ pub const TIMEOUT: Duration = Duration::from_secs(5);
 /// The largest response accepted.
 pub const MAX_BYTES: usize = 16 << 20;
 
+#[derive(Clone)]
 pub struct ClusterData {
     client: kube::Client,
     runtime: tokio::runtime::Handle,
@@ -50,7 +51,68 @@ impl ClusterData {
     }
 }
 
+/// The API path of a kind's objects (`namespace` empty: cluster-wide). The plural is worked out
+/// from the kind as Kyverno's CLI does; kinds with irregular plurals are not found.
+fn collection(api_version: &str, kind: &str, namespace: &str) -> String {
+    resource_path(api_version, &verno_engine::plural(kind), namespace)
+}
+
+/// The Kyverno CEL libraries in a cluster: `resource.Get/List` read the API server, the
+/// authorizer library asks it for SubjectAccessReviews, `time.now()` is the wall clock.
+impl verno_cel::Host for ClusterData {
+    fn resource_get(&self, api_version: &str, resource: &str, namespace: &str, name: &str) -> Result<Value, String> {
+        self.call("GET", &format!("{}/{name}", resource_path(api_version, resource, namespace)), None)
+    }
+
+    fn resource_list(&self, api_version: &str, resource: &str, namespace: &str) -> Result<Vec<Value>, String> {
+        let l = self.call("GET", &format!("{}?limit=500", resource_path(api_version, resource, namespace)), None)?;
+        Ok(l.get("items").and_then(Value::as_array).cloned().unwrap_or_default())
+    }
+
+    fn authorize(&self, review: &Value) -> Result<Value, String> {
+        let body = json!({"apiVersion": "authorization.k8s.io/v1", "kind": "SubjectAccessReview", "spec": review});
+        let answer = self.call("POST", "/apis/authorization.k8s.io/v1/subjectaccessreviews", Some(&body))?;
+        Ok(answer.get("status").cloned().unwrap_or(json!({"allowed": false})))
+    }
+
+    fn now(&self) -> Option<i64> {
+        Some(chrono::Utc::now().timestamp())
+    }
+}
+
+/// The API path of a resource's objects (`resource` is the plural).
+fn resource_path(api_version: &str, resource: &str, namespace: &str) -> String {
+    let base = if api_version.contains('/') { format!("/apis/{api_version}") } else { format!("/api/{api_version}") };
+    if namespace.is_empty() {
+        format!("{base}/{resource}")
+    } else {
+        format!("{base}/namespaces/{namespace}/{resource}")
+    }
+}
+
 impl Data for ClusterData {
+    fn cel_host(&self) -> Option<std::sync::Arc<dyn verno_cel::Host>> {
+        Some(std::sync::Arc::new(self.clone()))
+    }
+
+    fn namespace_object(&self, name: &str) -> Option<Value> {
+        self.call("GET", &format!("/api/v1/namespaces/{name}"), None).ok()
+    }
+
+    fn resource(&self, api_version: &str, kind: &str, namespace: &str, name: &str) -> Option<Value> {
+        let api_version = if api_version.is_empty() { "v1" } else { api_version };
+        self.call("GET", &format!("{}/{name}", collection(api_version, kind, namespace)), None).ok()
+    }
+
+    fn list(&self, api_version: &str, kind: &str, namespace: &str) -> Vec<Value> {
+        let api_version = if api_version.is_empty() { "v1" } else { api_version };
+        // One page: lists are bounded by the response limit of `call`.
+        match self.call("GET", &format!("{}?limit=500", collection(api_version, kind, namespace)), None) {
+            Ok(l) => l.get("items").and_then(Value::as_array).cloned().unwrap_or_default(),
+            Err(_) => Vec::new(),
+        }
+    }
+
     fn config_map(&self, namespace: &str, name: &str) -> Loaded {
         match self.call("GET", &format!("/api/v1/namespaces/{namespace}/configmaps/{name}"), None) {
             Ok(cm) => Loaded::Value(json!({

@@ -165,7 +165,15 @@ impl Compiler {
                     tracing::warn!(policy = %key, error = %e.with_path(), "policy does not compile; its previous version stays in force");
                 }
                 let spec = o.data.get("spec").cloned().unwrap_or(Value::Null);
-                let (status, error) = desired_status(*kind, generation, &result, last_good.is_some(), &spec);
+                let (mut status, error) = desired_status(*kind, generation, &result, last_good.is_some(), &spec);
+                // A ValidatingPolicy's status also shows the rules autogen derived for Pod
+                // controllers, as Kyverno's.
+                if matches!(kind, Kind::ValidatingPolicy | Kind::NamespacedValidatingPolicy)
+                    && result.is_ok()
+                    && let (Ok(doc), Some(m)) = (serde_json::to_value(&**o), status.as_object_mut())
+                {
+                    m.insert("autogen".into(), verno_engine::vpol_autogen_status(&doc));
+                }
                 let reporting = if result.is_ok() { reporting(*kind, &spec) } else { Reporting::None };
                 self.cache.insert(key.clone(), Entry { uid, generation, result, last_good, status, error, reporting });
             }

@@ -141,6 +141,12 @@ pub(crate) fn shift_cel(v: &Value, shift: Shift) -> Option<Value> {
                 .as_ref()?;
             re.replace_all(&text, |c: &regex::Captures| {
                 let field = c.get(3).map(|m| m.as_str()).unwrap_or("");
+                // As Kyverno: `object.metadata.namespace` stays on the controller itself (pod
+                // templates carry no namespace).
+                let whole = c.get(0).map(|m| (m.as_str(), m.end())).unwrap_or(("", 0));
+                if text.get(whole.1..).is_some_and(|rest| rest.starts_with(".namespace")) {
+                    return whole.0.to_string();
+                }
                 format!(
                     "{}{}.spec.template.{field}",
                     c.get(1).map(|m| m.as_str()).unwrap_or(""),

@@ -473,7 +473,12 @@ fn evaluate_rule(
             let target = req.subject();
             let own = pss.violations(target);
             if own.is_empty() {
-                return Some(RuleResponse::new(&rule.name, rt, Status::Pass, format!("Validation rule '{}' passed.", rule.name)));
+                return Some(RuleResponse::new(
+                    &rule.name,
+                    rt,
+                    Status::Pass,
+                    format!("Validation rule '{}' passed.", rule.name),
+                ));
             }
             let mut waived = pss.clone();
             waived.exclude.extend(applying.iter().flat_map(|e| e.pod_security.iter().cloned()));
@@ -616,7 +621,8 @@ pub(crate) fn cel_env(
 ) -> Result<verno_cel::Vars, String> {
     let mut vars = cel_vars(ctx, data);
     if let Some(p) = params {
-        vars.set("params", &p.resolve(data)?);
+        let ns = ctx.root().pointer("/request/namespace").and_then(Value::as_str).unwrap_or("");
+        vars.set("params", &p.resolve(data, ns)?);
     }
     for (name, e) in variables {
         let _ = e.eval_into_variable(name, &mut vars);

@@ -57,6 +57,7 @@ pub use set::{
 pub use smp::apply as strategic_merge;
 pub use verdict::{ResourceRef, RuleViolation, Violation, blocked_message, yaml_scalar};
 pub use verno_api::Kind;
+pub use vpol::autogen_status as vpol_autogen_status;
 
 /// JSON equality where numbers compare by value (`1` equals `1.0`), as Go's decoded maps do.
 pub fn equal(a: &serde_json::Value, b: &serde_json::Value) -> bool {

@@ -155,20 +155,40 @@ impl ParamRef {
         }
     }
 
-    /// The `params` value, or why there is none.
-    pub fn resolve(&self, data: &dyn crate::evaluate::Data) -> Result<Value, String> {
+    /// The `params` value, or why there is none. Without `paramRef.namespace`, a namespaced
+    /// param kind is read in the request's namespace (`request_namespace`), as Kubernetes and
+    /// Kyverno do; the data port does not say which kinds are namespaced, so when nothing is
+    /// found there the object is looked up cluster-wide.
+    pub fn resolve(&self, data: &dyn crate::evaluate::Data, request_namespace: &str) -> Result<Value, String> {
+        let namespaces: Vec<&str> = if self.namespace.is_empty() && !request_namespace.is_empty() {
+            vec![request_namespace, ""]
+        } else {
+            vec![self.namespace.as_str()]
+        };
         if self.name.is_empty()
             && let Some(sel) = &self.selector
         {
-            let items: Vec<Value> = data
-                .list(&self.api_version, &self.kind, &self.namespace)
-                .into_iter()
-                .filter(|o| crate::matching::selector_matches(sel, &crate::matching::labels_of(o), false))
-                .collect();
+            let mut items = Vec::new();
+            for ns in &namespaces {
+                items = data
+                    .list(&self.api_version, &self.kind, ns)
+                    .into_iter()
+                    .filter(|o| crate::matching::selector_matches(sel, &crate::matching::labels_of(o), false))
+                    .collect();
+                if !items.is_empty() {
+                    break;
+                }
+            }
             return Ok(serde_json::json!({ "items": items }));
         }
-        data.resource(&self.api_version, &self.kind, &self.namespace, &self.name).ok_or_else(|| {
-            format!("params {}/{} {}/{} not found", self.api_version, self.kind, self.namespace, self.name)
+        namespaces.iter().find_map(|ns| data.resource(&self.api_version, &self.kind, ns, &self.name)).ok_or_else(|| {
+            format!(
+                "params {}/{} {}/{} not found",
+                self.api_version,
+                self.kind,
+                namespaces.first().copied().unwrap_or(""),
+                self.name
+            )
         })
     }
 }

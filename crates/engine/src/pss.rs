@@ -60,7 +60,12 @@ impl PodSecurityCheck {
     /// The failure message of rule `rule` for the failed checks `v`: Kyverno writes the checks
     /// one after the other, with no separator.
     pub fn message(&self, rule: &str, v: &[String]) -> String {
-        format!("Validation rule '{rule}' failed. It violates PodSecurity \"{}:{}\": {}", self.level_name(), self.version, v.concat())
+        format!(
+            "Validation rule '{rule}' failed. It violates PodSecurity \"{}:{}\": {}",
+            self.level_name(),
+            self.version,
+            v.concat()
+        )
     }
 
     fn evaluate(&self, meta: &Value, spec: &Value) -> Vec<CheckResult> {

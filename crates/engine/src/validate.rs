@@ -75,7 +75,11 @@ pub(crate) fn compile_cel(c: &Value, path: &str) -> Result<Check, CompileError> 
         variables,
         expressions,
         uses_params: c.get("paramKind").is_some() || c.get("paramRef").is_some(),
-        params: None,
+        // `validate.cel.paramKind` + `paramRef`: the params object, read through the data port.
+        params: match (c.get("paramKind"), c.get("paramRef")) {
+            (Some(kind), Some(r)) => Some(crate::policy::ParamRef::from_binding(kind, r)),
+            _ => None,
+        },
     })))
 }
 

@@ -250,3 +250,119 @@ pub fn compile_admission_policy(doc: &Value, binding: Option<&Value>) -> Result<
     }
     cel_policy(doc, Kind::ValidatingAdmissionPolicy, action, actions.iter().any(|a| a == "Warn"), true, vec![r])
 }
+
+/// `status.autogen` of a ValidatingPolicy as Kyverno writes it: for the Pod controllers autogen
+/// covers, one config per replacement set (`cronjobs`, `defaults`), each with its `targets`
+/// (sorted by group, version, resource) and the whole spec rewritten for them — match
+/// constraints on the controllers (first rule's operations, resources grouped by group and
+/// version, sorted) and every `object.spec` / `object.metadata` path moved into the pod
+/// template. `{}` when autogen does not apply.
+pub fn autogen_status(doc: &Value) -> Value {
+    let Ok(policy) = decode::<cel::CelPolicy>(doc) else { return json!({}) };
+    let base = constraints(policy.spec.match_constraints.as_ref());
+    let ctrls = controllers(policy.spec.autogen.as_ref(), &base);
+    if ctrls.is_empty() {
+        return json!({});
+    }
+    let spec = doc.get("spec").cloned().unwrap_or(Value::Null);
+    let operations = spec.pointer("/matchConstraints/resourceRules/0/operations").cloned().unwrap_or(json!([]));
+    let namespace_selector = spec.pointer("/matchConstraints/namespaceSelector").cloned();
+    let target = |c: &str| -> (&'static str, &'static str) {
+        match c {
+            "jobs" | "cronjobs" => ("batch", if c == "jobs" { "Job" } else { "CronJob" }),
+            "deployments" => ("apps", "Deployment"),
+            "replicasets" => ("apps", "ReplicaSet"),
+            "statefulsets" => ("apps", "StatefulSet"),
+            _ => ("apps", "DaemonSet"),
+        }
+    };
+    let mut configs = serde_json::Map::new();
+    for (config, cron) in [("cronjobs", true), ("defaults", false)] {
+        let mut mine: Vec<&str> = ctrls.iter().copied().filter(|c| (*c == "cronjobs") == cron).collect();
+        if mine.is_empty() {
+            continue;
+        }
+        mine.sort_by_key(|c| (target(c).0, *c));
+        let targets: Vec<Value> = mine
+            .iter()
+            .map(|c| json!({"group": target(c).0, "version": "v1", "resource": c, "kind": target(c).1}))
+            .collect();
+        let mut groups: std::collections::BTreeMap<&str, Vec<&str>> = std::collections::BTreeMap::new();
+        for c in &mine {
+            groups.entry(target(c).0).or_default().push(c);
+        }
+        let rules: Vec<Value> = groups
+            .iter()
+            .map(|(g, rs)| json!({"apiGroups": [g], "apiVersions": ["v1"], "operations": operations, "resources": rs}))
+            .collect();
+        let mut s = spec.clone();
+        let mut mc = json!({"resourceRules": rules});
+        if let (Some(sel), Some(m)) = (namespace_selector.clone(), mc.as_object_mut()) {
+            m.insert("namespaceSelector".into(), sel);
+        }
+        if let Some(m) = s.as_object_mut() {
+            m.insert("matchConstraints".into(), mc);
+        }
+        let Some(mut s) = shift_cel(&s, Shift::Template) else { continue };
+        if cron {
+            let Some(c) = shift_cel(&s, Shift::JobTemplate) else { continue };
+            s = c;
+        }
+        configs.insert(config.to_string(), json!({"targets": targets, "spec": s}));
+    }
+    json!({"configs": configs})
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used, clippy::indexing_slicing)]
+mod autogen_status_tests {
+    use super::*;
+
+    fn policy(autogen: Option<Value>) -> Value {
+        let mut p = json!({
+            "apiVersion": "policies.kyverno.io/v1", "kind": "ValidatingPolicy", "metadata": {"name": "team"},
+            "spec": {
+                "matchConstraints": {"resourceRules": [{"apiGroups": [""], "apiVersions": ["v1"], "operations": ["CREATE", "UPDATE"], "resources": ["pods"]}]},
+                "matchConditions": [{"name": "labelled", "expression": "has(object.metadata.labels) && object.metadata.namespace != 'kube-system'"}],
+                "validations": [{"expression": "object.spec.containers.all(c, has(c.image))", "message": "images are required"}],
+            },
+        });
+        if let Some(a) = autogen {
+            p["spec"]["autogen"] = a;
+        }
+        p
+    }
+
+    #[test]
+    fn the_status_lists_each_config_with_sorted_targets_and_a_rewritten_spec() {
+        let s = autogen_status(&policy(None));
+        let defaults = &s["configs"]["defaults"];
+        let resources: Vec<&str> =
+            defaults["targets"].as_array().unwrap().iter().map(|t| t["resource"].as_str().unwrap()).collect();
+        assert_eq!(resources, ["daemonsets", "deployments", "replicasets", "statefulsets", "jobs"]);
+        assert_eq!(
+            defaults["spec"]["matchConstraints"]["resourceRules"],
+            json!([
+                {"apiGroups": ["apps"], "apiVersions": ["v1"], "operations": ["CREATE", "UPDATE"], "resources": ["daemonsets", "deployments", "replicasets", "statefulsets"]},
+                {"apiGroups": ["batch"], "apiVersions": ["v1"], "operations": ["CREATE", "UPDATE"], "resources": ["jobs"]},
+            ])
+        );
+        // The namespace stays the controller's own.
+        assert_eq!(
+            defaults["spec"]["matchConditions"][0]["expression"],
+            "has(object.spec.template.metadata.labels) && object.metadata.namespace != 'kube-system'"
+        );
+        assert_eq!(
+            s["configs"]["cronjobs"]["spec"]["validations"][0]["expression"],
+            "object.spec.jobTemplate.spec.template.spec.containers.all(c, has(c.image))"
+        );
+        // Autogen turned off, or limited.
+        assert_eq!(autogen_status(&policy(Some(json!({"podControllers": {"controllers": []}})))), json!({}));
+        let only = autogen_status(&policy(Some(json!({"podControllers": {"controllers": ["deployments"]}}))));
+        assert!(only["configs"].get("cronjobs").is_none());
+        assert_eq!(
+            only["configs"]["defaults"]["targets"],
+            json!([{"group": "apps", "version": "v1", "resource": "deployments", "kind": "Deployment"}])
+        );
+    }
+}
