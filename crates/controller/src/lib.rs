@@ -232,6 +232,9 @@ where
     })
 }
 
+/// How long a change after a quiet spell waits for the ones arriving with it.
+const QUICK: Duration = Duration::from_millis(20);
+
 /// Starts the controller tasks feeding `server`.
 pub async fn start(client: kube::Client, server: Arc<dyn Serving>, opts: Options) -> Controller {
     let (stop_tx, stop_rx) = watch::channel(false);
@@ -348,15 +351,20 @@ pub async fn start(client: kube::Client, server: Arc<dyn Serving>, opts: Options
                 let _ = status_tx.send(Arc::new(statuses));
                 let _ = synced_tx.send(true);
                 kick.bump();
-                // Wait for a change, then for the burst to settle.
+                let built = tokio::time::Instant::now();
+                // Wait for a change, then for the burst to settle. A change after a quiet spell
+                // is built almost at once (a policy applied alone is in force in tens of
+                // milliseconds); changes that follow a build closely are coalesced until no
+                // more arrive for `debounce` (a GitOps sync of many policies compiles once).
                 tokio::select! {
                     ev = events.next() => if ev.is_none() { return },
                     _ = stop.wait_for(|s| *s) => return,
                 }
+                let quiet = if built.elapsed() >= debounce { QUICK.min(debounce) } else { debounce };
                 loop {
                     tokio::select! {
                         ev = events.next() => if ev.is_none() { return },
-                        _ = tokio::time::sleep(debounce) => break,
+                        _ = tokio::time::sleep(quiet) => break,
                         _ = stop.wait_for(|s| *s) => return,
                     }
                 }
@@ -470,8 +478,10 @@ pub async fn start(client: kube::Client, server: Arc<dyn Serving>, opts: Options
             let reporter = Reporter { controller: "verno".into(), instance: Some(opts.identity.clone()) };
             let recorder = Recorder::new(client.clone(), reporter);
             let mut reported: std::collections::HashMap<String, String> = std::collections::HashMap::new();
+            let mut last_pass = tokio::time::Instant::now();
             loop {
                 if *leader.borrow() && *synced_rx.borrow() {
+                    last_pass = tokio::time::Instant::now();
                     if let Err(e) = certs::ensure(&client, &certs_cfg).await {
                         tracing::warn!(error = %e, "certificate check failed");
                     }
@@ -497,8 +507,11 @@ pub async fn start(client: kube::Client, server: Arc<dyn Serving>, opts: Options
                     _ = resync => {}
                     _ = stop.wait_for(|s| *s) => return,
                 }
+                // Passes are at least 200 ms apart (kicks in a burst share one pass); a kick
+                // after a quiet spell is served at once.
+                let gap = opts.debounce.min(Duration::from_millis(200)).saturating_sub(last_pass.elapsed());
                 tokio::select! {
-                    _ = tokio::time::sleep(opts.debounce.min(Duration::from_millis(200))) => {}
+                    _ = tokio::time::sleep(gap.max(QUICK.min(opts.debounce))) => {}
                     _ = stop.wait_for(|s| *s) => return,
                 }
                 kicks.mark_unchanged();

@@ -224,8 +224,20 @@ pub(crate) fn load_context(
                     Some(u) => u.render(ctx, "").map_err(|e| e.to_string())?.as_str().unwrap_or("").to_string(),
                     None => String::new(),
                 };
+                // `data` is a list of key/value pairs; the request body is the object they make.
                 let body = match body {
-                    Some(b) => Some(b.render(ctx, "").map_err(|e| e.to_string())?.into_owned()),
+                    Some(b) => Some(match b.render(ctx, "").map_err(|e| e.to_string())?.into_owned() {
+                        Value::Array(pairs) => Value::Object(
+                            pairs
+                                .into_iter()
+                                .filter_map(|p| {
+                                    let key = p.get("key")?.as_str()?.to_string();
+                                    Some((key, p.get("value").cloned().unwrap_or(Value::Null)))
+                                })
+                                .collect(),
+                        ),
+                        other => other,
+                    }),
                     None => None,
                 };
                 match data.api_call(method, &url, body.as_ref()) {

@@ -44,7 +44,8 @@ pub trait Data: Sync {
     fn config_map(&self, _namespace: &str, _name: &str) -> Loaded {
         Loaded::Unavailable
     }
-    /// An API call: a Kubernetes API path (`/api/...`, `/apis/...`) or an external service URL.
+    /// An API call: a Kubernetes API path (`/api/...`, `/apis/...`) or an external service URL;
+    /// `data` is the request body (the object `apiCall.data`'s key/value pairs make).
     fn api_call(&self, _method: &str, _url_path: &str, _data: Option<&Value>) -> Loaded {
         Loaded::Unavailable
     }
