@@ -233,7 +233,7 @@ where
 }
 
 /// How long a change after a quiet spell waits for the ones arriving with it.
-const QUICK: Duration = Duration::from_millis(20);
+const QUICK: Duration = Duration::from_millis(5);
 
 /// Starts the controller tasks feeding `server`.
 pub async fn start(client: kube::Client, server: Arc<dyn Serving>, opts: Options) -> Controller {
@@ -352,19 +352,20 @@ pub async fn start(client: kube::Client, server: Arc<dyn Serving>, opts: Options
                 let _ = synced_tx.send(true);
                 kick.bump();
                 let built = tokio::time::Instant::now();
-                // Wait for a change, then for the burst to settle. A change after a quiet spell
-                // is built almost at once (a policy applied alone is in force in tens of
-                // milliseconds); changes that follow a build closely are coalesced until no
-                // more arrive for `debounce` (a GitOps sync of many policies compiles once).
+                // Wait for a change, then gather what arrives with it. A policy applied alone
+                // is in force within milliseconds; a stream of changes (a GitOps sync of many
+                // policies) is built at most once per `debounce` (50 ms at most), each build
+                // taking in everything that arrived meanwhile (compiles are cached per policy).
                 tokio::select! {
                     ev = events.next() => if ev.is_none() { return },
                     _ = stop.wait_for(|s| *s) => return,
                 }
-                let quiet = if built.elapsed() >= debounce { QUICK.min(debounce) } else { debounce };
+                let next = (tokio::time::Instant::now() + QUICK.min(debounce))
+                    .max(built + debounce.min(Duration::from_millis(50)));
                 loop {
                     tokio::select! {
                         ev = events.next() => if ev.is_none() { return },
-                        _ = tokio::time::sleep(quiet) => break,
+                        _ = tokio::time::sleep_until(next) => break,
                         _ = stop.wait_for(|s| *s) => return,
                     }
                 }
@@ -507,9 +508,10 @@ pub async fn start(client: kube::Client, server: Arc<dyn Serving>, opts: Options
                     _ = resync => {}
                     _ = stop.wait_for(|s| *s) => return,
                 }
-                // Passes are at least 200 ms apart (kicks in a burst share one pass); a kick
-                // after a quiet spell is served at once.
-                let gap = opts.debounce.min(Duration::from_millis(200)).saturating_sub(last_pass.elapsed());
+                // Passes are at least 50 ms apart (kicks in a burst share one pass; the policy
+                // loop already coalesces bursts of policy changes); a kick after a quiet spell is
+                // served at once.
+                let gap = opts.debounce.min(Duration::from_millis(50)).saturating_sub(last_pass.elapsed());
                 tokio::select! {
                     _ = tokio::time::sleep(gap.max(QUICK.min(opts.debounce))) => {}
                     _ = stop.wait_for(|s| *s) => return,
