@@ -492,13 +492,18 @@ pub async fn start(client: kube::Client, server: Arc<dyn Serving>, opts: Options
                         going_down: *down_rx.borrow(),
                     };
                     // Without a CA yet, wait: rules pointing at a server nobody trusts would fail.
-                    if inputs.ca_bundle.is_some()
-                        && let Err(e) = webhooks::reconcile(&client, &server.current(), &inputs).await
-                    {
-                        tracing::warn!(error = %e, "webhook configuration update failed");
-                    }
+                    let configured = match &inputs.ca_bundle {
+                        None => false,
+                        Some(_) => match webhooks::reconcile(&client, &server.current(), &inputs).await {
+                            Ok(_) => true,
+                            Err(e) => {
+                                tracing::warn!(error = %e, "webhook configuration update failed");
+                                false
+                            }
+                        },
+                    };
                     let statuses = status_rx.borrow().clone();
-                    write_statuses(&client, &recorder, &statuses, &mut reported).await;
+                    write_statuses(&client, &recorder, &statuses, configured, &mut reported).await;
                 }
                 // Sleep until something changes (or the resync period passes).
                 let resync = tokio::time::sleep(opts.resync);
@@ -528,10 +533,16 @@ async fn write_statuses(
     client: &kube::Client,
     recorder: &Recorder,
     statuses: &[policies::PolicyStatus],
+    webhooks_configured: bool,
     reported: &mut std::collections::HashMap<String, String>,
 ) {
     let mut answers = access::Answers::default();
     for st in statuses {
+        // A policy is not shown ready before its webhook rules are in place (as Kyverno's
+        // readiness follows its webhook registration); a broken one is reported at once.
+        if !webhooks_configured && st.error.is_none() {
+            continue;
+        }
         let mut st = st.clone();
         if let policies::Reporting::Check(gvrs) = &st.reporting {
             match answers.missing(client, gvrs).await {
