@@ -93,7 +93,7 @@ impl<'e> Context<'e> {
     }
 
     fn touch(&mut self, key: &str) {
-        if key == "request" {
+        if key == "request" || key == crate::evaluate::EXCEPTIONS_KEY {
             *self.cel.get_mut() = None;
         }
     }

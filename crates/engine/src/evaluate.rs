@@ -380,6 +380,10 @@ fn rule_type(rule: &CompiledRule) -> RuleType {
     }
 }
 
+/// Where a rule's partial CEL exceptions wait for the CEL variables (`exceptions`); a name no
+/// JMESPath or template can reach.
+pub(crate) const EXCEPTIONS_KEY: &str = "@exceptions";
+
 #[allow(clippy::too_many_arguments)]
 fn evaluate_rule(
     policy: &CompiledPolicy,
@@ -403,6 +407,18 @@ fn evaluate_rule(
     let result = (|| {
         if let Err(e) = load_context(&rule.context, ctx, data, &provided, policy, &mut saved) {
             return Some(RuleResponse::new(&rule.name, rt, Status::Error, format!("failed to load context: {e}")));
+        }
+        let mut applying: Vec<&CompiledException> =
+            exceptions.iter().filter(|e| exception_applies(e, policy, &rule.name, input, ctx, data)).collect();
+        // CEL exceptions that only offer allowed images or values do not exempt: the policy runs
+        // and reads them as `exceptions.allowedImages` / `exceptions.allowedValues` (unless
+        // another matching exception exempts it outright), as Kyverno's CEL engines do.
+        if !applying.is_empty() && applying.iter().all(|e| !e.exempts()) {
+            let images: Vec<&String> = applying.iter().flat_map(|e| &e.allowed_images).collect();
+            let values: Vec<&String> = applying.iter().flat_map(|e| &e.allowed_values).collect();
+            saved
+                .absorb(ctx.set(EXCEPTIONS_KEY, serde_json::json!({"allowedImages": images, "allowedValues": values})));
+            applying.clear();
         }
         if !rule.cel_preconditions.is_empty() {
             // Match conditions may read params and the policy's variables.
@@ -453,8 +469,6 @@ fn evaluate_rule(
                 Ok((true, _)) => {}
             }
         }
-        let applying: Vec<&CompiledException> =
-            exceptions.iter().filter(|e| exception_applies(e, policy, &rule.name, input, ctx, data)).collect();
         let hits: Vec<String> = applying.iter().map(|e| e.key.clone()).collect();
         // A podSecurity rule whose matching exceptions all name podSecurity controls is still
         // evaluated; the exceptions waive those controls (Kyverno's validate_pss handler).
@@ -603,6 +617,8 @@ fn build_cel_vars(root: &Value, data: &dyn Data, env: &dyn verno_jmespath::Env) 
     vars.set("request", req);
     vars.set("namespaceObject", ns_obj.as_ref().unwrap_or(&Value::Null));
     vars.set("params", &Value::Null);
+    let no_exceptions = serde_json::json!({"allowedImages": [], "allowedValues": []});
+    vars.set("exceptions", root.get(EXCEPTIONS_KEY).unwrap_or(&no_exceptions));
     if let Some(h) = data.cel_host() {
         vars.set_host(h);
     }

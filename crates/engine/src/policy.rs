@@ -505,6 +505,17 @@ pub struct CompiledException {
     /// `spec.podSecurity`: for a podSecurity rule, the exception waives only these controls
     /// (added to the rule's own exclusions) rather than the whole rule.
     pub pod_security: Vec<verno_api::PodSecurityStandard>,
+    /// A CEL exception's `images` and `allowedValues`: when set, the exception does not exempt
+    /// the policy; its CEL reads them as `exceptions.allowedImages` / `.allowedValues`.
+    pub allowed_images: Vec<String>,
+    pub allowed_values: Vec<String>,
+}
+
+impl CompiledException {
+    /// Exempts the whole rule (rather than offering allowed images or values).
+    pub fn exempts(&self) -> bool {
+        self.allowed_images.is_empty() && self.allowed_values.is_empty()
+    }
 }
 
 pub fn compile_exception(e: &PolicyException) -> Result<CompiledException, CompileError> {
@@ -544,6 +555,8 @@ pub fn compile_exception(e: &PolicyException) -> Result<CompiledException, Compi
         cel_conditions: Vec::new(),
         refs: e.spec.exceptions.iter().map(|r| (r.policy_name.clone(), r.rule_names.clone())).collect(),
         pod_security: e.spec.pod_security.clone(),
+        allowed_images: Vec::new(),
+        allowed_values: Vec::new(),
     })
 }
 
@@ -564,5 +577,11 @@ pub fn compile_cel_exception(doc: &Value) -> Result<CompiledException, CompileEr
         cel_conditions: compile_cel_preconditions(&conds, "spec.matchConditions")?,
         refs,
         pod_security: Vec::new(),
+        allowed_images: strings(e.spec.images.as_ref()),
+        allowed_values: strings(e.spec.allowed_values.as_ref()),
     })
+}
+
+fn strings(v: Option<&Value>) -> Vec<String> {
+    v.and_then(Value::as_array).into_iter().flatten().filter_map(Value::as_str).map(str::to_string).collect()
 }
