@@ -154,7 +154,7 @@ async fn a_policy_becomes_webhook_rules_and_violating_pods_are_denied_with_kyver
     let kube::Error::Api(status) = err else { panic!("{err:?}") };
     assert_eq!(
         status.message,
-        "admission webhook \"validate.verno.svc-fail\" denied the request: \n\nresource Pod/shop/web was blocked due to the following policies \n\nrequire-team:\n  check-team: 'validation error: label ''team'' is required. rule check-team failed at path /metadata/labels/team/'\n"
+        "admission webhook \"validate.kyverno.svc-fail\" denied the request: \n\nresource Pod/shop/web was blocked due to the following policies \n\nrequire-team:\n  check-team: 'validation error: label ''team'' is required. rule check-team failed at path /metadata/labels/team/'\n"
     );
     assert_eq!(status.code, 400);
     pods.create(&PostParams::default(), &pod("ok", json!({"team": "a"}))).await.unwrap();
@@ -280,7 +280,7 @@ async fn the_probe_sees_the_api_server_reach_verno_and_doctor_reports_its_age() 
     let doctor = verno_controller::ops::doctor(&admin, NS, "verno-controller").await.unwrap();
     assert!(doctor.contains("probe: the API server last reached Verno "), "{doctor}");
     assert!(!doctor.contains("cannot reach Verno"), "{doctor}");
-    assert!(doctor.contains("monitor-webhooks.verno.svc: failurePolicy Ignore"), "{doctor}");
+    assert!(doctor.contains("monitor-webhooks.kyverno.svc: failurePolicy Ignore"), "{doctor}");
 
     // The Service loses its endpoints: probe writes still succeed (fail-open) but the stamp stops.
     fake.set_service(NS, manifests::SERVICE, None);
@@ -319,7 +319,7 @@ async fn an_invalid_policy_reports_the_error_and_path_and_the_previous_version_s
         .await
         .unwrap_err();
     assert!(
-        matches!(err, kube::Error::Api(ref s) if s.message == "admission webhook \"validate-policy.verno.svc\" denied the request: spec.validationFailureAction: unknown action \"Block\", expected Audit or Enforce"),
+        matches!(err, kube::Error::Api(ref s) if s.message == "admission webhook \"validate-policy.kyverno.svc\" denied the request: spec.validationFailureAction: unknown action \"Block\", expected Audit or Enforce"),
         "{err:?}"
     );
     // An exception that does not compile is refused too.
@@ -328,7 +328,7 @@ async fn an_invalid_policy_reports_the_error_and_path_and_the_previous_version_s
     let err =
         exceptions.create(&PostParams::default(), &serde_json::from_value(bad_exception).unwrap()).await.unwrap_err();
     assert!(
-        matches!(err, kube::Error::Api(ref s) if s.message.starts_with("admission webhook \"validate-policy.verno.svc\" denied the request: ")),
+        matches!(err, kube::Error::Api(ref s) if s.message.starts_with("admission webhook \"validate-policy.kyverno.svc\" denied the request: ")),
         "{err:?}"
     );
     // While Verno is unreachable the entry fails open: the broken version is stored, and once
@@ -391,7 +391,7 @@ async fn with_verno_dead_only_what_an_enforce_policy_matches_is_refused() {
         .await
         .unwrap_err();
     assert!(
-        matches!(err, kube::Error::Api(ref s) if s.code == 500 && s.message.contains("failed calling webhook \"validate.verno.svc-fail\"") && s.message.contains("no endpoints available for service \"verno-svc\"")),
+        matches!(err, kube::Error::Api(ref s) if s.code == 500 && s.message.contains("failed calling webhook \"validate.kyverno.svc-fail\"") && s.message.contains("no endpoints available for service \"verno-svc\"")),
         "{err:?}"
     );
     // An opted-out namespace is not sent either.

@@ -491,6 +491,10 @@ pub async fn start(client: kube::Client, server: Arc<dyn Serving>, opts: Options
                         owner_cluster_role: opts.owner_cluster_role.clone(),
                         going_down: *down_rx.borrow(),
                     };
+                    // The statuses are read before the set: the policy loop installs a set before
+                    // it sends its statuses, so the set written into the webhooks is at least as
+                    // new as the statuses shown ready (never a ready policy without its rules).
+                    let statuses = status_rx.borrow().clone();
                     // Without a CA yet, wait: rules pointing at a server nobody trusts would fail.
                     let configured = match &inputs.ca_bundle {
                         None => false,
@@ -502,7 +506,6 @@ pub async fn start(client: kube::Client, server: Arc<dyn Serving>, opts: Options
                             }
                         },
                     };
-                    let statuses = status_rx.borrow().clone();
                     write_statuses(&client, &recorder, &statuses, configured, &mut reported).await;
                 }
                 // Sleep until something changes (or the resync period passes).

@@ -3,7 +3,7 @@
 //! Readiness only says a replica is up; it cannot say whether the API server can reach it
 //! (Service, endpoints, network policy, caBundle). So the leader updates a Lease in Verno's
 //! namespace every `probe_interval`; the API server routes that update through the fail-open
-//! `monitor-webhooks.verno.svc` entry to Verno, whose answer stamps
+//! `monitor-webhooks.kyverno.svc` entry to Verno, whose answer stamps
 //! `verno.io/last-request-time` on the Lease. The stored object then tells anyone — the leader,
 //! `verno doctor` — how long ago the API server last reached Verno. The probe costs one Lease
 //! write per interval (excluded from the other entries, like every Lease).

@@ -30,23 +30,26 @@ pub const MANAGER: &str = "verno";
 /// The configuration objects the installer renders.
 pub const VALIDATING_CONFIG: &str = "verno-resource-validating-webhook-cfg";
 pub const MUTATING_CONFIG: &str = "verno-resource-mutating-webhook-cfg";
-/// Their entries (Kyverno's `-fail` / `-ignore` pairs).
-pub const VALIDATE_FAIL: &str = "validate.verno.svc-fail";
-pub const VALIDATE_IGNORE: &str = "validate.verno.svc-ignore";
-pub const MUTATE_FAIL: &str = "mutate.verno.svc-fail";
-pub const MUTATE_IGNORE: &str = "mutate.verno.svc-ignore";
-/// The entries of the CEL policy kinds (Kyverno's `vpol.validate.kyverno.svc-fail` …), on
+/// Their entries carry Kyverno's entry names (`-fail` / `-ignore` pairs): the API server puts
+/// the entry name in every denial (`admission webhook "validate.kyverno.svc-fail" denied the
+/// request: …`), and a Kyverno user's scripts and tests match those messages. The configuration
+/// objects stay Verno's own (`verno-…-webhook-cfg`, owned by the installer, see above).
+pub const VALIDATE_FAIL: &str = "validate.kyverno.svc-fail";
+pub const VALIDATE_IGNORE: &str = "validate.kyverno.svc-ignore";
+pub const MUTATE_FAIL: &str = "mutate.kyverno.svc-fail";
+pub const MUTATE_IGNORE: &str = "mutate.kyverno.svc-ignore";
+/// The entries of the CEL policy kinds (Kyverno names the mutating ones `mpol.validate…` too), on
 /// Kyverno's paths (`/vpol`, `/nvpol`, `/mpol`, `/nmpol`). Kyverno puts policy names in the
 /// path; Verno's installer owns the paths, so they carry the failure policy instead, as a
 /// segment that cannot be a policy name (`_fail`, `_ignore`).
-pub const VPOL_FAIL: &str = "vpol.validate.verno.svc-fail";
-pub const VPOL_IGNORE: &str = "vpol.validate.verno.svc-ignore";
-pub const NVPOL_FAIL: &str = "nvpol.validate.verno.svc-fail";
-pub const NVPOL_IGNORE: &str = "nvpol.validate.verno.svc-ignore";
-pub const MPOL_FAIL: &str = "mpol.mutate.verno.svc-fail";
-pub const MPOL_IGNORE: &str = "mpol.mutate.verno.svc-ignore";
-pub const NMPOL_FAIL: &str = "nmpol.mutate.verno.svc-fail";
-pub const NMPOL_IGNORE: &str = "nmpol.mutate.verno.svc-ignore";
+pub const VPOL_FAIL: &str = "vpol.validate.kyverno.svc-fail";
+pub const VPOL_IGNORE: &str = "vpol.validate.kyverno.svc-ignore";
+pub const NVPOL_FAIL: &str = "nvpol.validate.kyverno.svc-fail";
+pub const NVPOL_IGNORE: &str = "nvpol.validate.kyverno.svc-ignore";
+pub const MPOL_FAIL: &str = "mpol.validate.kyverno.svc-fail";
+pub const MPOL_IGNORE: &str = "mpol.validate.kyverno.svc-ignore";
+pub const NMPOL_FAIL: &str = "nmpol.validate.kyverno.svc-fail";
+pub const NMPOL_IGNORE: &str = "nmpol.validate.kyverno.svc-ignore";
 /// Every policy entry: name, path, fail-closed, and whether it is in the validating (or the
 /// mutating) configuration, in the order the installer renders them.
 pub const POLICY_ENTRIES: [(&str, &str, bool, bool); 12] = [
@@ -65,11 +68,11 @@ pub const POLICY_ENTRIES: [(&str, &str, bool, bool); 12] = [
 ];
 /// The end-to-end probe's entry (Kyverno's verify webhook): fail-open, it matches only
 /// updates of the probe Lease in Verno's namespace, and Verno stamps the time it was called.
-pub const MONITOR: &str = "monitor-webhooks.verno.svc";
+pub const MONITOR: &str = "monitor-webhooks.kyverno.svc";
 /// The policy validation entry (Kyverno's `validate-policy.kyverno.svc`): refuses a policy or
 /// exception that does not compile when it is applied. Fail-open: Verno being down must not
 /// stop a GitOps sync; a policy stored then is still reported in its status.
-pub const POLICY_VALIDATE: &str = "validate-policy.verno.svc";
+pub const POLICY_VALIDATE: &str = "validate-policy.kyverno.svc";
 /// The configurations Verno manages: kind, name, and the entries whose rules it owns.
 pub const CONFIGS: [(&str, &str, &[&str]); 2] = [
     (

@@ -180,7 +180,9 @@ pub fn compile_validating_policy(doc: &Value) -> Result<CompiledPolicy, CompileE
     let policy: cel::CelPolicy = decode(doc)?;
     let spec = &policy.spec;
     let actions = &spec.validation_actions;
-    let action = if actions.iter().any(|a| a == "Deny") { Action::Enforce } else { Action::Audit };
+    // No validationActions means [Deny] (Kyverno's `ValidationActions()` default).
+    let action =
+        if actions.is_empty() || actions.iter().any(|a| a == "Deny") { Action::Enforce } else { Action::Audit };
     let base = constraints(spec.match_constraints.as_ref());
     // JSON mode evaluates arbitrary JSON payloads: there are no Kubernetes resources to match.
     let json_mode = spec.evaluation.as_ref().and_then(|e| e.mode.as_deref()) == Some("JSON");
