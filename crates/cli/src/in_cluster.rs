@@ -6,7 +6,7 @@ use std::sync::Arc;
 use std::time::Duration;
 use verno_controller::serving::{ReadyPart, Serving};
 use verno_controller::{Options, certs, match_conditions_warning};
-use verno_engine::{PolicySet, Violation};
+use verno_engine::{Notice, PolicySet};
 use verno_server::Running;
 
 /// The running admission server as the controller sees it.
@@ -29,8 +29,8 @@ impl Serving for Webhook {
         };
         self.0.set_ready_part(part, done);
     }
-    fn report_violations(&self, tx: tokio::sync::mpsc::Sender<Violation>) {
-        self.0.report_violations(tx);
+    fn report_events(&self, tx: tokio::sync::mpsc::Sender<Notice>) {
+        self.0.report_events(tx);
     }
     fn event_dropped(&self) {
         self.0.event_dropped();

@@ -41,6 +41,15 @@ pub struct ServeArgs {
     /// --maxQueuedEvents); more are dropped and counted. 0 turns admission events off.
     #[arg(long = "max-queued-events", default_value_t = 1000)]
     pub max_queued_events: usize,
+    /// In-cluster: event reasons never written, comma-separated (Kyverno's --omitEvents, whose
+    /// chart default this is): PolicyViolation, PolicyApplied, PolicyError, PolicySkipped.
+    /// An empty value writes them all.
+    #[arg(long = "omit-events", default_value = "PolicyApplied,PolicySkipped", value_parser = parse_omit_events)]
+    pub omit_events: std::collections::BTreeSet<String>,
+    /// In-cluster: the ConfigMap in Verno's namespace with Kyverno's dynamic configuration keys
+    /// (Verno reads `generateSuccessEvents` and `successEventActions`), followed live.
+    #[arg(long = "config-map", default_value = "verno-config")]
+    pub config_map: String,
     /// In-cluster: seconds between end-to-end probes (the leader's update of the verno-health
     /// Lease through the monitor webhook); 0 turns the probe off.
     #[arg(long = "probe-interval-seconds", default_value_t = 30)]
@@ -170,6 +179,8 @@ pub fn run(args: &ServeArgs) -> i32 {
         opts.deployment = args.deployment.clone();
         opts.owner_cluster_role = args.owner_cluster_role.clone();
         opts.max_queued_events = args.max_queued_events;
+        opts.omit_events = args.omit_events.clone();
+        opts.config_map = (!args.config_map.is_empty()).then(|| args.config_map.clone());
         opts.probe_interval =
             (args.probe_interval_seconds > 0).then(|| Duration::from_secs(args.probe_interval_seconds));
         let rt = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
@@ -191,6 +202,22 @@ pub fn run(args: &ServeArgs) -> i32 {
     let ns = args.namespace_labels.clone();
     let loader: Loader = Arc::new(move || load_set(&paths, ns.as_deref()));
     verno_server::run(cfg, loader, args.log_format == "json")
+}
+
+/// `--omit-events`: a comma-separated list of Kyverno's event reasons.
+fn parse_omit_events(v: &str) -> Result<std::collections::BTreeSet<String>, String> {
+    const REASONS: [&str; 4] = ["PolicyViolation", "PolicyApplied", "PolicyError", "PolicySkipped"];
+    v.split(',')
+        .map(str::trim)
+        .filter(|r| !r.is_empty())
+        .map(|r| {
+            if REASONS.contains(&r) {
+                Ok(r.to_string())
+            } else {
+                Err(format!("unknown event reason {r:?} (known: {})", REASONS.join(", ")))
+            }
+        })
+        .collect()
 }
 
 #[cfg(test)]

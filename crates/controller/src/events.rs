@@ -7,6 +7,13 @@
 //! - on the resource as well, when the request went through (Audit):
 //!   `policy name/rule fail: message`.
 //!
+//! - with the Kyverno ConfigMap's `generateSuccessEvents: "true"` (optionally narrowed by
+//!   `successEventActions`), Normal `PolicyApplied` on the policy for each policy that ran and
+//!   failed no rule: `Pod ns/name: pass` / `… is successfully mutated`;
+//! - for rules PolicyExceptions made skip (requests that went through): Normal `PolicySkipped`
+//!   on each exception and on the policy;
+//! - reasons listed in `--omit-events` (Kyverno's `--omitEvents`) are never written.
+//!
 //! Every replica writes the events of the requests it served (each request reaches one
 //! replica, so nothing is written twice). The server hands violations over through a bounded
 //! channel and never waits; here a token bucket caps the write rate, and whatever does not fit
@@ -21,10 +28,11 @@ use k8s_openapi::api::core::v1::ObjectReference;
 use kube::api::DynamicObject;
 use kube::runtime::events::{Event, EventType, Recorder, Reporter};
 use kube::runtime::reflector::{ObjectRef, Store};
+use std::collections::BTreeSet;
 use std::sync::Arc;
 use tokio::sync::{mpsc, watch};
 use tokio::time::Instant;
-use verno_engine::{Kind, Violation};
+use verno_engine::{Applied, Kind, Notice, Violation};
 
 /// Kyverno's reporting controller name for admission events (tools filter on it).
 pub const REPORTING_CONTROLLER: &str = "kyverno-admission";
@@ -70,11 +78,11 @@ impl Bucket {
 pub struct PolicyStores(pub Vec<(Kind, Store<DynamicObject>)>);
 
 impl PolicyStores {
-    fn reference(&self, v: &Violation) -> Option<ObjectReference> {
-        let store = self.0.iter().find(|(k, _)| *k == v.policy_kind).map(|(_, s)| s)?;
-        let ar = crate::policies::resource(v.policy_kind);
-        let mut key = ObjectRef::<DynamicObject>::new_with(&v.policy_name, ar.clone());
-        if let Some(ns) = &v.policy_namespace {
+    fn reference(&self, kind: Kind, name: &str, namespace: Option<&str>) -> Option<ObjectReference> {
+        let store = self.0.iter().find(|(k, _)| *k == kind).map(|(_, s)| s)?;
+        let ar = crate::policies::resource(kind);
+        let mut key = ObjectRef::<DynamicObject>::new_with(name, ar.clone());
+        if let Some(ns) = namespace {
             key = key.within(ns);
         }
         let obj = store.get(&key)?;
@@ -91,7 +99,10 @@ impl PolicyStores {
 }
 
 fn related(v: &Violation) -> ObjectReference {
-    let r = &v.resource;
+    related_to(&v.resource)
+}
+
+fn related_to(r: &verno_engine::ResourceRef) -> ObjectReference {
     ObjectReference {
         api_version: Some(r.api_version.clone()),
         kind: Some(r.kind.clone()),
@@ -114,12 +125,154 @@ pub fn policy_event(v: &Violation, policy: ObjectReference) -> (Event, ObjectRef
     (ev, policy)
 }
 
-/// Writes events for violations until `stop`.
+/// Which events are written: Kyverno's `--omitEvents` (fixed at start) and the success events
+/// of its ConfigMap (`generateSuccessEvents`, `successEventActions`; followed live).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct EventConfig {
+    /// Reasons never written (`PolicyViolation`, `PolicyApplied`, `PolicyError`, `PolicySkipped`).
+    pub omit: BTreeSet<String>,
+    pub success_events: bool,
+    /// When not empty, success events only for these actions (`Resource Passed`, …).
+    pub success_actions: BTreeSet<String>,
+}
+
+impl EventConfig {
+    /// Reads the success-event keys of a Kyverno ConfigMap's `data` (absent or unparsable
+    /// values keep Kyverno's defaults: off, every action), keeping `omit`.
+    pub fn with_config_map(&self, data: Option<&std::collections::BTreeMap<String, String>>) -> EventConfig {
+        let get = |k: &str| data.and_then(|d| d.get(k)).map(|s| s.trim());
+        let success_events = match get("generateSuccessEvents") {
+            Some(v) => match parse_go_bool(v) {
+                Some(b) => b,
+                None => {
+                    tracing::warn!(value = v, "generateSuccessEvents is not a boolean; success events stay off");
+                    false
+                }
+            },
+            None => false,
+        };
+        let success_actions = get("successEventActions")
+            .map(|v| v.split(',').map(str::trim).filter(|a| !a.is_empty()).map(str::to_string).collect())
+            .unwrap_or_default();
+        EventConfig { omit: self.omit.clone(), success_events, success_actions }
+    }
+
+    fn writes(&self, reason: &str) -> bool {
+        !self.omit.contains(reason)
+    }
+
+    fn writes_success(&self, action: &str) -> bool {
+        self.success_events
+            && self.writes("PolicyApplied")
+            && (self.success_actions.is_empty() || self.success_actions.contains(action))
+    }
+}
+
+/// Go's `strconv.ParseBool`, which Kyverno reads ConfigMap booleans with.
+fn parse_go_bool(v: &str) -> Option<bool> {
+    match v {
+        "1" | "t" | "T" | "true" | "TRUE" | "True" => Some(true),
+        "0" | "f" | "F" | "false" | "FALSE" | "False" => Some(false),
+        _ => None,
+    }
+}
+
+/// The events one notice becomes under `cfg`, each with the object it is about.
+fn events_of(n: &Notice, stores: &PolicyStores, cfg: &EventConfig) -> Vec<(Event, ObjectReference)> {
+    let mut out = Vec::with_capacity(2);
+    match n {
+        Notice::Violation(v) => {
+            if !cfg.writes("PolicyViolation") {
+                return out;
+            }
+            match stores.reference(v.policy_kind, &v.policy_name, v.policy_namespace.as_deref()) {
+                Some(policy) => out.push(policy_event(v, policy)),
+                None => tracing::debug!(policy = %v.policy_name, "policy not in the cache; no event"),
+            }
+            out.extend(resource_event(v));
+        }
+        Notice::Applied(a) => {
+            if a.resource.name.is_empty() {
+                return out;
+            }
+            let policy = || stores.reference(a.policy_kind, &a.policy_name, a.policy_namespace.as_deref());
+            if a.exempted.is_empty() {
+                if cfg.writes_success(a.action())
+                    && let Some(policy) = policy()
+                {
+                    out.push(applied_event(a, policy));
+                }
+            } else if cfg.writes("PolicySkipped") && matches!(a.policy_kind, Kind::ClusterPolicy | Kind::Policy) {
+                out.extend(skipped_events(a, policy(), |ns, name| stores.reference(Kind::PolicyException, name, ns)));
+            }
+        }
+    }
+    out
+}
+
+/// The PolicyApplied event on the policy.
+pub fn applied_event(a: &Applied, policy: ObjectReference) -> (Event, ObjectReference) {
+    let ev = Event {
+        type_: EventType::Normal,
+        reason: "PolicyApplied".into(),
+        note: Some(a.applied_note()),
+        action: a.action().into(),
+        secondary: Some(related_to(&a.resource)),
+    };
+    (ev, policy)
+}
+
+/// The PolicySkipped events of rules PolicyExceptions made skip: one on each exception
+/// (`kyverno.io/v2` PolicyException, found through `exception` for its uid) and one on the
+/// policy per rule.
+pub fn skipped_events(
+    a: &Applied,
+    policy: Option<ObjectReference>,
+    exception: impl Fn(Option<&str>, &str) -> Option<ObjectReference>,
+) -> Vec<(Event, ObjectReference)> {
+    let mut out = Vec::new();
+    let event = |note: String| Event {
+        type_: EventType::Normal,
+        reason: "PolicySkipped".into(),
+        note: Some(note),
+        action: "Resource Passed".into(),
+        secondary: Some(related_to(&a.resource)),
+    };
+    for (rule, exceptions) in &a.exempted {
+        for key in exceptions {
+            let (ns, name) = match key.split_once('/') {
+                Some((ns, name)) => (Some(ns), name),
+                None => (None, key.as_str()),
+            };
+            let regarding = exception(ns, name).unwrap_or_else(|| ObjectReference {
+                api_version: Some("kyverno.io/v2".into()),
+                kind: Some("PolicyException".into()),
+                name: Some(name.to_string()),
+                namespace: ns.map(str::to_string),
+                ..Default::default()
+            });
+            out.push((event(a.exception_note(rule)), regarding));
+        }
+        if let Some(p) = &policy {
+            out.push((event(a.policy_skip_note(rule, exceptions)), p.clone()));
+        }
+    }
+    out
+}
+
+/// What the event writer reads besides the notices: the policies' objects (for their uids)
+/// and which events to write.
+pub struct Sources {
+    pub stores: PolicyStores,
+    pub config: watch::Receiver<EventConfig>,
+}
+
+/// Writes events for what the server hands over until `stop`.
 pub async fn run(
     client: kube::Client,
     identity: String,
-    mut rx: mpsc::Receiver<Violation>,
-    stores: PolicyStores,
+    mut rx: mpsc::Receiver<Notice>,
+    Sources { stores, config }: Sources,
     server: Arc<dyn Serving>,
     limits: Limits,
     mut stop: watch::Receiver<bool>,
@@ -128,19 +281,12 @@ pub async fn run(
         Recorder::new(client, Reporter { controller: REPORTING_CONTROLLER.into(), instance: Some(identity) });
     let mut bucket = Bucket { tokens: limits.burst, at: Instant::now(), limits };
     loop {
-        // Take the next violation first: the stop future must not live across the writes.
-        let v = tokio::select! {
-            v = rx.recv() => match v { Some(v) => v, None => return },
+        // Take the next notice first: the stop future must not live across the writes.
+        let n = tokio::select! {
+            n = rx.recv() => match n { Some(n) => n, None => return },
             _ = stop.wait_for(|s| *s) => return,
         };
-        let mut out = Vec::with_capacity(2);
-        match stores.reference(&v) {
-            Some(policy) => out.push(policy_event(&v, policy)),
-            None => tracing::debug!(policy = %v.policy_name, "policy not in the cache; no event"),
-        }
-        if let Some(e) = resource_event(&v) {
-            out.push(e);
-        }
+        let out = events_of(&n, &stores, &config.borrow());
         for (ev, regarding) in out {
             if !bucket.take() {
                 server.event_dropped();
@@ -210,6 +356,73 @@ mod tests {
         let (ev, _) = policy_event(&violation(true, "web"), ObjectReference::default());
         assert_eq!(ev.note.as_deref(), Some("Deployment shop/web: [check] error (blocked); boom"));
         assert_eq!(ev.action, "Resource Blocked");
+    }
+
+    fn applied(exempted: Vec<(String, Vec<String>)>) -> Applied {
+        Applied {
+            policy_kind: Kind::ClusterPolicy,
+            policy_name: "disallow-latest".into(),
+            policy_namespace: None,
+            mutated: false,
+            exempted,
+            resource: violation(false, "web").resource,
+        }
+    }
+
+    #[test]
+    fn success_events_follow_the_config_map_and_omit_events() {
+        let base = EventConfig::default();
+        let data = |pairs: &[(&str, &str)]| -> std::collections::BTreeMap<String, String> {
+            pairs.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect()
+        };
+        assert!(!base.with_config_map(None).writes_success("Resource Passed"));
+        let on = base.with_config_map(Some(&data(&[("generateSuccessEvents", "True")])));
+        assert!(on.writes_success("Resource Passed") && on.writes_success("Resource Mutated"));
+        let narrowed = base.with_config_map(Some(&data(&[
+            ("generateSuccessEvents", "true"),
+            ("successEventActions", "Resource Mutated, Resource Generated"),
+        ])));
+        assert!(narrowed.writes_success("Resource Mutated") && !narrowed.writes_success("Resource Passed"));
+        // Not a Go boolean: off, as Kyverno.
+        assert!(!base.with_config_map(Some(&data(&[("generateSuccessEvents", "yes")]))).success_events);
+        // --omit-events PolicyApplied wins over the ConfigMap.
+        let omitting = EventConfig { omit: ["PolicyApplied".to_string()].into(), ..Default::default() }
+            .with_config_map(Some(&data(&[("generateSuccessEvents", "true")])));
+        assert!(!omitting.writes_success("Resource Passed"));
+        assert!(omitting.writes("PolicyViolation"));
+    }
+
+    #[test]
+    fn exceptions_get_policy_skipped_events_on_the_exception_and_the_policy() {
+        let a = applied(vec![("no-latest".into(), vec!["team-a/allow-latest".into(), "team-b/legacy".into()])]);
+        let policy = ObjectReference { name: Some("disallow-latest".into()), ..Default::default() };
+        let out = skipped_events(&a, Some(policy), |_, _| None);
+        assert_eq!(out.len(), 3);
+        let (ev, regarding) = &out[0];
+        assert_eq!(ev.reason, "PolicySkipped");
+        assert_eq!(
+            ev.note.as_deref(),
+            Some("resource Deployment/shop/web was skipped from policy rule disallow-latest/no-latest")
+        );
+        assert_eq!(
+            (
+                regarding.api_version.as_deref(),
+                regarding.kind.as_deref(),
+                regarding.namespace.as_deref(),
+                regarding.name.as_deref()
+            ),
+            (Some("kyverno.io/v2"), Some("PolicyException"), Some("team-a"), Some("allow-latest"))
+        );
+        assert_eq!(
+            out[2].0.note.as_deref(),
+            Some(
+                "resource Deployment/shop/web was skipped from rule no-latest due to policy exceptions team-a/allow-latest, team-b/legacy"
+            )
+        );
+        assert_eq!(out[2].1.name.as_deref(), Some("disallow-latest"));
+        let (ev, _) = applied_event(&applied(Vec::new()), ObjectReference::default());
+        assert_eq!((ev.reason.as_str(), ev.action.as_str()), ("PolicyApplied", "Resource Passed"));
+        assert_eq!(ev.note.as_deref(), Some("Deployment shop/web: pass"));
     }
 
     #[test]

@@ -120,6 +120,11 @@ pub struct Options {
     /// Violations waiting to become events (Kyverno's `--maxQueuedEvents`, 1000); more are
     /// dropped and counted. 0 turns admission events off.
     pub max_queued_events: usize,
+    /// Event reasons never written (Kyverno's `--omitEvents`).
+    pub omit_events: std::collections::BTreeSet<String>,
+    /// The ConfigMap in Verno's namespace holding Kyverno's dynamic configuration (its
+    /// `kyverno` ConfigMap's keys); read live. `None`: not read.
+    pub config_map: Option<String>,
     pub event_limits: events::Limits,
     /// The leader updates the probe Lease this often (end-to-end check through the API
     /// server); `None` turns the probe off.
@@ -147,6 +152,8 @@ impl Options {
             ca_validity: Duration::from_secs(365 * 86400),
             pair_validity: Duration::from_secs(60 * 86400),
             max_queued_events: 1000,
+            omit_events: ["PolicyApplied", "PolicySkipped"].into_iter().map(str::to_string).collect(),
+            config_map: None,
             event_limits: events::Limits::default(),
             probe_interval: Some(Duration::from_secs(30)),
             probe_deadline: probe::IDLE_DEADLINE,
@@ -309,14 +316,29 @@ pub async fn start(client: kube::Client, server: Arc<dyn Serving>, opts: Options
         }
         // PolicyViolation events for the requests this replica serves.
         if opts.max_queued_events > 0 {
-            let (violations_tx, violations_rx) = tokio::sync::mpsc::channel(opts.max_queued_events);
-            server.report_violations(violations_tx);
+            let (notices_tx, notices_rx) = tokio::sync::mpsc::channel(opts.max_queued_events);
+            server.report_events(notices_tx);
             let stores = events::PolicyStores(stores.clone());
+            let base = events::EventConfig { omit: opts.omit_events.clone(), ..Default::default() };
+            let (config_tx, config_rx) = watch::channel(base.clone());
+            if let Some(name) = &opts.config_map {
+                tasks.push(spawn_watch(
+                    Api::<k8s_openapi::api::core::v1::ConfigMap>::namespaced(client.clone(), &opts.namespace),
+                    Some(name),
+                    kick.clone(),
+                    stop_rx.clone(),
+                    move |cm: &k8s_openapi::api::core::v1::ConfigMap| {
+                        let data = if cm.metadata.deletion_timestamp.is_some() { None } else { cm.data.as_ref() };
+                        let next = base.with_config_map(data);
+                        config_tx.send_if_modified(|cur| std::mem::replace(cur, next.clone()) != next);
+                    },
+                ));
+            }
             tasks.push(tokio::spawn(events::run(
                 client.clone(),
                 opts.identity.clone(),
-                violations_rx,
-                stores,
+                notices_rx,
+                events::Sources { stores, config: config_rx },
                 server.clone(),
                 opts.event_limits,
                 stop_rx.clone(),

@@ -49,6 +49,15 @@ pub struct Values {
     /// it may read what policies scan in the background.
     pub view_role_binding: bool,
     pub view_role: String,
+    /// Kyverno's `config.name`: the ConfigMap with Kyverno's dynamic configuration keys, in
+    /// Verno's namespace (`--config-map`).
+    pub config_name: String,
+    /// Kyverno's `config.generateSuccessEvents` and `config.successEventActions`, written into
+    /// that ConfigMap (and changeable there while Verno runs).
+    pub generate_success_events: bool,
+    pub success_event_actions: String,
+    /// Kyverno's `features.omitEvents.eventTypes` (`--omit-events`).
+    pub omit_events: Vec<String>,
 }
 
 impl Default for Values {
@@ -66,6 +75,10 @@ impl Default for Values {
             match_conditions: Vec::new(),
             view_role_binding: true,
             view_role: "view".into(),
+            config_name: "verno-config".into(),
+            generate_success_events: false,
+            success_event_actions: String::new(),
+            omit_events: vec!["PolicyApplied".into(), "PolicySkipped".into()],
         }
     }
 }
@@ -78,7 +91,7 @@ pub const CLUSTER_ROLE: &str = "verno:admission-controller";
 pub const OPT_OUT_LABEL: &str = "verno.io/ignore";
 
 /// Chart values `verno manifests` renders the same way the chart does.
-const KNOWN: &str = "admissionController.replicas, admissionController.rbac.createViewRoleBinding, admissionController.rbac.viewRoleName, image.repository, image.tag, config.webhooks.failTimeoutSeconds, config.webhooks.ignoreTimeoutSeconds, config.webhooks.namespaceSelector, config.webhooks.objectSelector, config.matchConditions, config.excludedNamespaces";
+const KNOWN: &str = "admissionController.replicas, admissionController.rbac.createViewRoleBinding, admissionController.rbac.viewRoleName, image.repository, image.tag, config.webhooks.failTimeoutSeconds, config.webhooks.ignoreTimeoutSeconds, config.webhooks.namespaceSelector, config.webhooks.objectSelector, config.matchConditions, config.excludedNamespaces, config.name, config.generateSuccessEvents, config.successEventActions, features.omitEvents.eventTypes";
 /// Chart values for objects `verno manifests` does not render (the ServiceMonitor needs the
 /// Prometheus Operator's CRD), or whose chart defaults it renders as they are.
 const CHART_ONLY: &[&str] = &[
@@ -171,15 +184,14 @@ impl Values {
     fn apply_leaf(&mut self, k: &str, v: &Value) -> Result<Option<String>, String> {
         let int = |v: &Value| v.as_i64().ok_or_else(|| format!("{k}: {v} is not a whole number"));
         let text = |v: &Value| v.as_str().map(str::to_string).ok_or_else(|| format!("{k}: {v} is not a string"));
+        let boolean = |v: &Value| match v {
+            Value::Bool(b) => Ok(*b),
+            Value::String(s) if s == "true" || s == "false" => Ok(s == "true"),
+            _ => Err(format!("{k}: {v} is not true or false")),
+        };
         match k {
             "admissionController.replicas" => self.replicas = int(v)?,
-            "admissionController.rbac.createViewRoleBinding" => {
-                self.view_role_binding = match v {
-                    Value::Bool(b) => *b,
-                    Value::String(s) if s == "true" || s == "false" => s == "true",
-                    _ => return Err(format!("{k}: {v} is not true or false")),
-                }
-            }
+            "admissionController.rbac.createViewRoleBinding" => self.view_role_binding = boolean(v)?,
             "admissionController.rbac.viewRoleName" => self.view_role = text(v)?,
             "image.repository" => self.image_repository = text(v)?,
             // Empty means the chart's appVersion, as in the chart.
@@ -231,6 +243,26 @@ impl Values {
                 self.match_conditions = list;
             }
             "namespace" => self.namespace = text(v)?,
+            "config.name" => self.config_name = text(v)?,
+            "config.generateSuccessEvents" => self.generate_success_events = boolean(v)?,
+            "config.successEventActions" => {
+                self.success_event_actions = if v.is_null() { String::new() } else { text(v)? }
+            }
+            "features.omitEvents.eventTypes" => {
+                const REASONS: [&str; 4] = ["PolicyViolation", "PolicyApplied", "PolicyError", "PolicySkipped"];
+                let list: Vec<String> = match v {
+                    Value::Null => Vec::new(),
+                    Value::Array(a) => a.iter().map(&text).collect::<Result<_, _>>()?,
+                    Value::String(s) => {
+                        s.split(',').map(str::trim).filter(|r| !r.is_empty()).map(str::to_string).collect()
+                    }
+                    _ => return Err(format!("{k}: expected a list of event reasons")),
+                };
+                if let Some(bad) = list.iter().find(|r| !REASONS.contains(&r.as_str())) {
+                    return Err(format!("{k}: unknown event reason {bad:?} (known: {})", REASONS.join(", ")));
+                }
+                self.omit_events = list;
+            }
             other if CHART_ONLY.iter().any(|p| other == *p || (p.ends_with('.') && other.starts_with(p))) => {
                 return Ok(Some(format!(
                     "{other} is used by the Helm chart only; verno manifests renders the chart's default"
@@ -382,6 +414,12 @@ pub fn render(v: &Values) -> Vec<Value> {
             "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": v.view_role},
             "subjects": [{"kind": "ServiceAccount", "name": SERVICE_ACCOUNT, "namespace": ns}]}));
     }
+    // Kyverno's dynamic configuration keys that Verno reads (followed live).
+    let mut config_data = json!({"generateSuccessEvents": v.generate_success_events.to_string()});
+    if !v.success_event_actions.is_empty() {
+        config_data["successEventActions"] = json!(v.success_event_actions);
+    }
+    docs.push(json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": v.config_name, "namespace": ns, "labels": labels()}, "data": config_data}));
     docs.extend([
         json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role", "metadata": {"name": CLUSTER_ROLE, "namespace": ns, "labels": labels()},
             "rules": [
@@ -410,7 +448,8 @@ pub fn render(v: &Values) -> Vec<Value> {
                             "name": "verno",
                             "image": format!("{}:{}", v.image_repository, v.image_tag),
                             "imagePullPolicy": "IfNotPresent",
-                            "args": ["serve", "--kube", "--service", SERVICE, "--deployment", DEPLOYMENT, "--owner-cluster-role", CLUSTER_ROLE],
+                            "args": ["serve", "--kube", "--service", SERVICE, "--deployment", DEPLOYMENT, "--owner-cluster-role", CLUSTER_ROLE,
+                        "--config-map", v.config_name, "--omit-events", v.omit_events.join(",")],
                             "env": [
                                 {"name": "POD_NAME", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}},
                                 {"name": "POD_NAMESPACE", "valueFrom": {"fieldRef": {"fieldPath": "metadata.namespace"}}},

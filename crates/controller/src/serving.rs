@@ -3,7 +3,7 @@
 //! puts a server behind this trait and hands it to [`crate::start`].
 
 use std::sync::Arc;
-use verno_engine::{PolicySet, Violation};
+use verno_engine::{Notice, PolicySet};
 
 /// The parts readiness waits for in a cluster.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -25,8 +25,9 @@ pub trait Serving: Send + Sync + 'static {
     fn set_certificate(&self, cert_pem: &[u8], key_pem: &[u8]) -> Result<(), Box<dyn std::error::Error + Send + Sync>>;
     /// Marks a part of readiness done (or not).
     fn set_ready(&self, part: ReadyPart, done: bool);
-    /// Where the server hands violations for events (bounded; the server never waits).
-    fn report_violations(&self, tx: tokio::sync::mpsc::Sender<Violation>);
+    /// Where the server hands failed rules and applied policies for events (bounded; the
+    /// server never waits).
+    fn report_events(&self, tx: tokio::sync::mpsc::Sender<Notice>);
     /// Counts a violation whose event was dropped (the queue or the pace was exceeded).
     fn event_dropped(&self);
     /// Where context entries (ConfigMaps, API calls) read the cluster.

@@ -12,7 +12,20 @@ use std::sync::Mutex;
 use std::time::{Duration, Instant};
 use verno_controller::{crds, manifests, webhooks};
 
-const NAMESPACE: &str = "verno";
+/// Verno is installed as Kyverno's CI installs Kyverno (the suite's scripts read and patch
+/// objects there): in namespace `kyverno`, its dynamic configuration in the ConfigMap
+/// `kyverno`, and no event reason omitted (the CI's `standard` values).
+const NAMESPACE: &str = "kyverno";
+const CONFIG_MAP: &str = "kyverno";
+
+fn install_values() -> manifests::Values {
+    manifests::Values {
+        namespace: NAMESPACE.into(),
+        config_name: CONFIG_MAP.into(),
+        omit_events: Vec::new(),
+        ..manifests::Values::default()
+    }
+}
 
 /// Where a kind is served.
 #[derive(Debug, Clone)]
@@ -85,7 +98,7 @@ impl Cluster {
     pub async fn start(opts: Options<'_>) -> Result<Cluster> {
         let fake = FakeApiServer::start(fake_apiserver::default_resources()).await?;
         let client = fake.client(None).map_err(|e| anyhow!(e))?;
-        for doc in crds::all().into_iter().chain(manifests::render(&manifests::Values::default())) {
+        for doc in crds::all().into_iter().chain(manifests::render(&install_values())) {
             fake.apply(&client, &doc).await.map_err(|e| anyhow!("installing Verno: {e}"))?;
         }
         let kubeconfig = opts.dir.join("kubeconfig");
@@ -104,6 +117,7 @@ impl Cluster {
         cmd.args(["serve", "--kube", "--namespace", NAMESPACE, "--identity", "verno-0"])
             .args(["--service", manifests::SERVICE, "--deployment", manifests::DEPLOYMENT])
             .args(["--owner-cluster-role", manifests::CLUSTER_ROLE])
+            .args(["--config-map", CONFIG_MAP, "--omit-events", ""])
             .args(["--addr", &format!("127.0.0.1:{port}"), "--metrics-addr", "127.0.0.1:0"])
             .arg("--tls-dir")
             .arg(opts.dir.join("tls"))

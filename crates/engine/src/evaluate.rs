@@ -372,12 +372,7 @@ pub fn evaluate_phase(
 }
 
 fn rule_type(rule: &CompiledRule) -> RuleType {
-    match &rule.body {
-        RuleBody::Validate(_) => RuleType::Validation,
-        RuleBody::Mutate(_) => RuleType::Mutation,
-        RuleBody::Generate(_) => RuleType::Generation,
-        RuleBody::Unsupported { rule_type, .. } => *rule_type,
-    }
+    rule.rule_type()
 }
 
 /// Where a rule's partial CEL exceptions wait for the CEL variables (`exceptions`); a name no
@@ -436,6 +431,14 @@ fn evaluate_rule(
                             Status::Skip,
                             format!("cel preconditions not met: {name}"),
                         ));
+                    }
+                    // The CEL kinds' matchConditions are the API server's: with failurePolicy
+                    // Ignore an error there means the webhook is not called at all.
+                    Err(_)
+                        if policy.failure_policy_ignore
+                            && !matches!(policy.kind, crate::Kind::ClusterPolicy | crate::Kind::Policy) =>
+                    {
+                        return None;
                     }
                     Err(err) => {
                         return Some(RuleResponse::new(

@@ -55,7 +55,9 @@ pub use set::{
 /// Kubernetes' strategic merge patch of `patch` into `doc` (an object of `kind`), with the
 /// built-in kinds' merge keys; errors say where and why.
 pub use smp::apply as strategic_merge;
-pub use verdict::{ResourceRef, RuleViolation, Violation, blocked_message, yaml_scalar};
+pub use verdict::{
+    Applied, Notice, PolicyApplied, ResourceRef, RuleViolation, Violation, blocked_message, yaml_scalar,
+};
 pub use verno_api::Kind;
 pub use vpol::autogen_status as vpol_autogen_status;
 

@@ -19,6 +19,10 @@ pub enum Mismatch {
     Negation(String),
     /// An ordinary mismatch.
     Fail(String),
+    /// Every element of an array (or every anchor of a map) skipped: Kyverno's `PatternError`
+    /// with `Skip`, whose message is its parts' messages joined by `; `. A map whose other
+    /// anchors applied ignores it (a direct conditional or global mismatch it does not).
+    Skipped(String),
 }
 
 impl Mismatch {
@@ -27,11 +31,11 @@ impl Mismatch {
             Mismatch::Conditional(m) => format!("conditional anchor mismatch: {m}"),
             Mismatch::Global(m) => format!("global anchor mismatch: {m}"),
             Mismatch::Negation(m) => format!("negation anchor matched in resource: {m}"),
-            Mismatch::Fail(m) => m.clone(),
+            Mismatch::Fail(m) | Mismatch::Skipped(m) => m.clone(),
         }
     }
     fn is_skip(&self) -> bool {
-        matches!(self, Mismatch::Conditional(_) | Mismatch::Global(_))
+        matches!(self, Mismatch::Conditional(_) | Mismatch::Global(_) | Mismatch::Skipped(_))
     }
 }
 
@@ -197,17 +201,7 @@ fn validate_array(ra: &[Value], pa: &[Value], path: &mut String, ac: &mut Anchor
                 }
             }
             if applied == 0 && !skips.is_empty() {
-                let is_global = skips.iter().all(|s| s.starts_with("global anchor mismatch"));
-                let msg = skips.join("; ");
-                let inner = msg
-                    .strip_prefix("conditional anchor mismatch: ")
-                    .or_else(|| msg.strip_prefix("global anchor mismatch: "))
-                    .unwrap_or(&msg)
-                    .to_string();
-                return Err((
-                    path.clone(),
-                    if is_global { Mismatch::Global(inner) } else { Mismatch::Conditional(inner) },
-                ));
+                return Err((path.clone(), Mismatch::Skipped(skips.join("; "))));
             }
             Ok(())
         }
@@ -326,15 +320,30 @@ fn validate_map(
         }
         return Ok(());
     }
-    // Phase 1: condition, existence, equality and negation anchors, sorted by key.
+    // Phase 1: condition, existence, equality and negation anchors, sorted by key. As Kyverno:
+    // anchors that skip are gathered; the map skips when none applied, or when one of them
+    // is a direct conditional (or global) mismatch, which also hides a later failure; skipped
+    // arrays beside anchors that applied are ignored.
     let mut rest: Vec<(&String, &Value)> = Vec::new();
+    let mut skips: Vec<Mismatch> = Vec::new();
+    let mut applied = 0;
+    let direct = |skips: &[Mismatch]| skips.iter().any(|m| !matches!(m, Mismatch::Skipped(_)));
     for (k, v) in pm {
         match anchor::parse(k) {
             Some((Anchor::Condition | Anchor::Existence | Anchor::Equality | Anchor::Negation, _)) => {
-                handle(k, v, rm, path, ac)?
+                match handle(k, v, rm, path, ac) {
+                    Ok(()) => applied += 1,
+                    Err((_, m)) if m.is_skip() => skips.push(m),
+                    Err(e) if !direct(&skips) => return Err(e),
+                    Err(_) => {}
+                }
             }
             _ => rest.push((k, v)),
         }
+    }
+    if !skips.is_empty() && (applied == 0 || direct(&skips)) {
+        let message = skips.iter().map(Mismatch::message).collect::<Vec<_>>().join("; ");
+        return Err((path.clone(), Mismatch::Skipped(message)));
     }
     // Phase 2: global anchors and keys with nested anchors first (reverse-sorted), then the rest sorted.
     let mut front: Vec<(&String, &Value)> = Vec::new();
@@ -670,6 +679,33 @@ mod tests {
         assert!(match_pattern(&r, &p).err().is_some_and(|e| e.skip));
         let r2 = json!({"spec": {"containers": [{"name": "b", "image": "y"}, {"name": "a1", "image": "x"}]}});
         assert!(match_pattern(&r2, &p).is_ok());
+    }
+
+    #[test]
+    fn a_skipped_array_beside_anchors_that_applied_is_ignored() {
+        // Two optional lists with a conditional element pattern: one has an element the
+        // condition selects (and it passes), the other has none.
+        let p = json!({"spec": {
+            "=(workers)": [{"(role)": "db*", "tls": true}],
+            "=(sidecars)": [{"(role)": "db*", "tls": true}],
+        }});
+        let r = json!({"spec": {
+            "workers": [{"role": "db-main", "tls": true}, {"role": "web"}],
+            "sidecars": [{"role": "proxy", "tls": false}],
+        }});
+        assert!(match_pattern(&r, &p).is_ok());
+        // Nothing selected anywhere: the rule skips, with every mismatch, in key order.
+        let none = json!({"spec": {"workers": [{"role": "web"}], "sidecars": [{"role": "proxy"}]}});
+        let e = match_pattern(&none, &p).unwrap_err();
+        assert!(e.skip);
+        assert_eq!(
+            e.message,
+            "conditional anchor mismatch: resource value 'proxy' does not match 'db*' at path /spec/sidecars/0/role/; \
+             conditional anchor mismatch: resource value 'web' does not match 'db*' at path /spec/workers/0/role/"
+        );
+        // A selected element that fails still fails.
+        let bad = json!({"spec": {"workers": [{"role": "db-main", "tls": false}], "sidecars": [{"role": "proxy"}]}});
+        assert!(match_pattern(&bad, &p).is_err_and(|e| !e.skip));
     }
 
     #[test]

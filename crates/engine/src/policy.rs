@@ -118,6 +118,18 @@ pub struct CompiledRule {
     pub body: RuleBody,
 }
 
+impl CompiledRule {
+    pub fn rule_type(&self) -> crate::outcome::RuleType {
+        use crate::outcome::RuleType;
+        match &self.body {
+            RuleBody::Validate(_) => RuleType::Validation,
+            RuleBody::Mutate(_) => RuleType::Mutation,
+            RuleBody::Generate(_) => RuleType::Generation,
+            RuleBody::Unsupported { rule_type, .. } => *rule_type,
+        }
+    }
+}
+
 #[derive(Debug, Clone)]
 pub enum RuleBody {
     Validate(Box<CompiledValidation>),

@@ -16,7 +16,7 @@ use crate::evaluate::{Data, Phase, Request, Sequence, build_context, str_at};
 use crate::matching::{RequestUser, labels_of};
 use crate::outcome::{PolicyResponse, Status};
 use crate::policy::{Action, CompiledException, CompiledPolicy};
-use crate::verdict::{ResourceRef, RuleViolation, Violation, blocked_message};
+use crate::verdict::{Applied, PolicyApplied, ResourceRef, RuleViolation, Violation, blocked_message};
 use serde_json::Value;
 use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, RwLock};
@@ -214,6 +214,9 @@ pub struct Outcome {
     pub warnings: Vec<String>,
     /// Failed and errored validation rules: what becomes PolicyViolation events.
     pub violations: Vec<RuleViolation>,
+    /// Policies that ran and failed no rule: what becomes PolicyApplied and PolicySkipped
+    /// events.
+    pub applied: Vec<PolicyApplied>,
     /// The caller cancelled the evaluation ([`verno_jmespath::Env::cancelled`]) before every
     /// policy ran: the rest is incomplete and the request is not [`allowed`](Outcome::allowed).
     pub cancelled: bool,
@@ -254,6 +257,14 @@ impl Outcome {
         self.violations
             .iter()
             .filter_map(|v| Some(Violation::new(set.policies.get(v.policy)?, v, resource.clone())))
+            .collect()
+    }
+
+    /// The policies that ran and failed no rule, as events need them, about `resource`.
+    pub fn applied_of(&self, set: &PolicySet, resource: &ResourceRef) -> Vec<Applied> {
+        self.applied
+            .iter()
+            .filter_map(|a| Some(Applied::new(set.policies.get(a.policy)?, a, resource.clone())))
             .collect()
     }
 
@@ -409,10 +420,34 @@ impl PolicySet {
 
 /// What one policy's phase means for the request: refusals, warnings and violations.
 fn judge(out: &mut Outcome, i: usize, p: &CompiledPolicy, phase: Phase, r: &PolicyResponse) {
+    note_applied(out, i, phase, r);
     match p.kind {
         Kind::ClusterPolicy | Kind::Policy => judge_kyverno(out, i, p, phase, r),
         _ => judge_cel(out, i, p, phase, r),
     }
+}
+
+/// A policy whose rules ran without a failure or an error, as Kyverno's admission events see
+/// it: if some rules skipped, the ones PolicyExceptions skipped (none: no event); otherwise
+/// the policy applied. A policy none of whose rules ran says nothing.
+fn note_applied(out: &mut Outcome, i: usize, phase: Phase, r: &PolicyResponse) {
+    if !matches!(phase, Phase::Validate | Phase::Mutate)
+        || r.rules.is_empty()
+        || r.rules.iter().any(|x| matches!(x.status, Status::Fail | Status::Error))
+    {
+        return;
+    }
+    let skipped = r.rules.iter().any(|x| x.status == Status::Skip);
+    let exempted: Vec<(String, Vec<String>)> = r
+        .rules
+        .iter()
+        .filter(|x| x.status == Status::Skip && !x.exceptions.is_empty())
+        .map(|x| (x.name.clone(), x.exceptions.clone()))
+        .collect();
+    if skipped && exempted.is_empty() {
+        return;
+    }
+    out.applied.push(PolicyApplied { policy: i, exempted });
 }
 
 /// The CEL kinds, as Kyverno's `/vpol` and `/mpol` handlers answer: a ValidatingPolicy with the

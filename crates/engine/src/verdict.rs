@@ -41,6 +41,113 @@ pub struct RuleViolation {
     pub blocked: bool,
 }
 
+/// What a request leaves for the event writer.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Notice {
+    /// A failed or errored rule: PolicyViolation events.
+    Violation(Violation),
+    /// A policy that failed no rule: PolicyApplied, or PolicySkipped for exceptions.
+    Applied(Applied),
+}
+
+/// A policy that ran on a request and failed no rule, by policy index (see [`crate::Outcome`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PolicyApplied {
+    pub policy: usize,
+    /// Rules that PolicyExceptions made skip, with the exceptions (`namespace/name`); empty
+    /// when every rule that ran passed.
+    pub exempted: Vec<(String, Vec<String>)>,
+}
+
+/// A policy that ran on a request and failed no rule, as events need it: Kyverno's
+/// `PolicyApplied` success event (only written when its ConfigMap says
+/// `generateSuccessEvents`), or its `PolicySkipped` events when PolicyExceptions made rules
+/// skip.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Applied {
+    pub policy_kind: verno_api::Kind,
+    pub policy_name: String,
+    /// Set for a namespaced policy.
+    pub policy_namespace: Option<String>,
+    /// A mutating policy (a MutatingPolicy, or a ClusterPolicy/Policy with mutate rules and no
+    /// validate or verifyImages rule): Kyverno says "is successfully mutated" and
+    /// `Resource Mutated` instead of "pass" and `Resource Passed`.
+    pub mutated: bool,
+    /// Rules that PolicyExceptions made skip, with the exceptions' `namespace/name`.
+    pub exempted: Vec<(String, Vec<String>)>,
+    pub resource: ResourceRef,
+}
+
+impl Applied {
+    pub(crate) fn new(p: &CompiledPolicy, a: &PolicyApplied, resource: ResourceRef) -> Applied {
+        let mutated = match p.kind {
+            verno_api::Kind::MutatingPolicy | verno_api::Kind::NamespacedMutatingPolicy => true,
+            verno_api::Kind::ClusterPolicy | verno_api::Kind::Policy => {
+                let has = |t: crate::RuleType| p.rules.iter().any(|r| r.rule_type() == t);
+                !has(crate::RuleType::Validation)
+                    && !has(crate::RuleType::ImageVerify)
+                    && has(crate::RuleType::Mutation)
+            }
+            _ => false,
+        };
+        Applied {
+            policy_kind: p.kind,
+            policy_name: p.name.clone(),
+            policy_namespace: if p.kind.is_namespaced() { p.namespace.clone() } else { None },
+            mutated,
+            exempted: a.exempted.clone(),
+            resource,
+        }
+    }
+
+    /// The event action: `Resource Mutated` or `Resource Passed`.
+    pub fn action(&self) -> &'static str {
+        if self.mutated { "Resource Mutated" } else { "Resource Passed" }
+    }
+
+    /// The PolicyApplied note: `Pod ns/name: pass` or `Pod ns/name is successfully mutated`.
+    pub fn applied_note(&self) -> String {
+        let r = &self.resource;
+        let res = if r.namespace.is_empty() {
+            format!("{} {}", r.kind, r.name)
+        } else {
+            format!("{} {}/{}", r.kind, r.namespace, r.name)
+        };
+        if self.mutated { format!("{res} is successfully mutated") } else { format!("{res}: pass") }
+    }
+
+    /// `Kind/namespace/name` (`Kind/name` when cluster-scoped), as Kyverno keys resources in
+    /// PolicySkipped notes.
+    fn resource_key(&self) -> String {
+        let r = &self.resource;
+        if r.namespace.is_empty() {
+            format!("{}/{}", r.kind, r.name)
+        } else {
+            format!("{}/{}/{}", r.kind, r.namespace, r.name)
+        }
+    }
+
+    /// The PolicySkipped note on each exception: `resource Pod/ns/name was skipped from policy
+    /// rule policy/rule` (`ns/policy/rule` for a namespaced policy).
+    pub fn exception_note(&self, rule: &str) -> String {
+        let policy = match &self.policy_namespace {
+            Some(ns) => format!("{ns}/{}", self.policy_name),
+            None => self.policy_name.clone(),
+        };
+        format!("resource {} was skipped from policy rule {policy}/{rule}", self.resource_key())
+    }
+
+    /// The PolicySkipped note on the policy: `resource Pod/ns/name was skipped from rule r due
+    /// to policy exceptions ns/a, ns/b`.
+    pub fn policy_skip_note(&self, rule: &str, exceptions: &[String]) -> String {
+        format!(
+            "resource {} was skipped from rule {rule} due to policy exceptions {}",
+            self.resource_key(),
+            exceptions.join(", ")
+        )
+    }
+}
+
 /// A rule that failed or errored during validation: what Kyverno turns into `PolicyViolation`
 /// events (on the policy, and on the resource when the request went through). The engine
 /// reports them; the in-cluster controller writes the events.

@@ -24,7 +24,8 @@
 //! Not modelled: paging (`limit` is ignored and everything is returned), objects entering or
 //! leaving a watch's selector (no synthetic ADDED/DELETED), deletecollection, DELETE
 //! preconditions and propagation policies (GC is always background), schemas and defaulting,
-//! RBAC, and per-GVR resourceVersions of aggregated APIs.
+//! RBAC, and per-GVR resourceVersions of aggregated APIs. Events are stored in both event APIs
+//! (core v1 and events.k8s.io/v1) and every write to one is mirrored, converted, into the other.
 
 #![allow(clippy::result_large_err)]
 
@@ -804,6 +805,81 @@ fn system_create(inner: &Inner, s: &mut Store, group: &str, plural: &str, ns: &s
 }
 
 fn commit_change(inner: &Inner, s: &mut Store, c: Change) -> Response {
+    // Events are one object in two APIs (core v1 and events.k8s.io/v1): a write to either
+    // is mirrored, converted, into the other.
+    let mirror = (c.resource.plural == "events" && matches!(c.resource.group, "" | "events.k8s.io"))
+        .then(|| (c.resource.clone(), c.k.clone()));
+    let response = commit_stored(inner, s, c);
+    if let Some((r, k)) = mirror {
+        mirror_event(inner, s, &r, &k);
+    }
+    response
+}
+
+/// Brings the other API's copy of the event at `k` (in `r`) in line with it: converted and
+/// written, or removed when it is gone.
+fn mirror_event(inner: &Inner, s: &mut Store, r: &Resource, k: &ObjKey) {
+    let to_core = r.group == "events.k8s.io";
+    let resources = inner.resources();
+    let other_group = if to_core { "" } else { "events.k8s.io" };
+    let Some(other) = resources.iter().find(|x| x.group == other_group && x.plural == "events") else { return };
+    let ok = (key(other), k.1.clone(), k.2.clone());
+    match s.objects.get(k).cloned() {
+        Some(o) => {
+            let converted = convert_event(&o, to_core, &other.api_version());
+            let kind = if s.objects.contains_key(&ok) { "MODIFIED" } else { "ADDED" };
+            let stored = record(inner, s, other, kind, converted);
+            s.objects.insert(ok, stored);
+        }
+        None => {
+            if let Some(o) = s.objects.get(&ok).cloned() {
+                remove_object(inner, s, other, &ok, o);
+            }
+        }
+    }
+}
+
+/// An Event in the other API's shape (the field renames of Kubernetes' own conversion).
+fn convert_event(o: &Value, to_core: bool, api_version: &str) -> Value {
+    // (events.k8s.io/v1, core v1)
+    const RENAMES: [(&str, &str); 6] = [
+        ("regarding", "involvedObject"),
+        ("note", "message"),
+        ("deprecatedSource", "source"),
+        ("deprecatedFirstTimestamp", "firstTimestamp"),
+        ("deprecatedLastTimestamp", "lastTimestamp"),
+        ("deprecatedCount", "count"),
+    ];
+    let mut out = Map::new();
+    let Some(m) = o.as_object() else { return o.clone() };
+    for (k, v) in m {
+        let renamed = RENAMES
+            .iter()
+            .find_map(|(ev, core)| if to_core { (k == ev).then_some(*core) } else { (k == core).then_some(*ev) });
+        let name = match (k.as_str(), to_core) {
+            ("reportingController", true) => "reportingComponent",
+            ("reportingComponent", false) => "reportingController",
+            _ => renamed.unwrap_or(k),
+        };
+        out.insert(name.to_string(), v.clone());
+    }
+    if to_core
+        && !out.contains_key("source")
+        && let Some(c) = out.get("reportingComponent").cloned()
+    {
+        out.insert("source".into(), json!({"component": c}));
+    }
+    if !to_core
+        && !out.contains_key("reportingController")
+        && let Some(c) = out.get("deprecatedSource").and_then(|s| s.get("component")).cloned()
+    {
+        out.insert("reportingController".into(), c);
+    }
+    out.insert("apiVersion".into(), Value::String(api_version.to_string()));
+    Value::Object(out)
+}
+
+fn commit_stored(inner: &Inner, s: &mut Store, c: Change) -> Response {
     let api_version = c.resource.api_version();
     match (c.op, c.old, c.new) {
         (Operation::Create, _, Some(mut o)) => {

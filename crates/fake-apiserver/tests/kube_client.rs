@@ -396,3 +396,42 @@ async fn access_reviews_answer_from_the_stored_rbac_objects() {
     secrets.spec.resource_attributes.as_mut().unwrap().resource = Some("secrets".into());
     assert!(admin_selves.create(&PostParams::default(), &secrets).await.unwrap().status.unwrap().allowed);
 }
+
+#[tokio::test]
+async fn an_event_is_one_object_in_both_event_apis() {
+    let fake = FakeApiServer::start(default_resources()).await.unwrap();
+    let c = client(&fake).await;
+    let new = kube::discovery::ApiResource {
+        group: "events.k8s.io".into(),
+        version: "v1".into(),
+        api_version: "events.k8s.io/v1".into(),
+        kind: "Event".into(),
+        plural: "events".into(),
+    };
+    let events: Api<DynamicObject> = Api::namespaced_with(c.clone(), "default", &new);
+    let ev: DynamicObject = serde_json::from_value(serde_json::json!({
+        "apiVersion": "events.k8s.io/v1", "kind": "Event",
+        "metadata": {"name": "web.1"},
+        "eventTime": "2026-11-24T00:00:00.000000Z",
+        "regarding": {"apiVersion": "v1", "kind": "Pod", "name": "web", "namespace": "default"},
+        "note": "Pod default/web: pass", "reason": "PolicyApplied", "type": "Normal",
+        "action": "Resource Passed", "reportingController": "kyverno-admission", "reportingInstance": "verno-0",
+    }))
+    .unwrap();
+    events.create(&PostParams::default(), &ev).await.unwrap();
+    let core: Api<k8s_openapi::api::core::v1::Event> = Api::namespaced(c.clone(), "default");
+    let got = core.get("web.1").await.unwrap();
+    assert_eq!(got.involved_object.name.as_deref(), Some("web"));
+    assert_eq!(got.message.as_deref(), Some("Pod default/web: pass"));
+    assert_eq!(got.reporting_component.as_deref(), Some("kyverno-admission"));
+    assert_eq!(got.source.and_then(|s| s.component).as_deref(), Some("kyverno-admission"));
+    // A change through either API shows in the other; a delete removes both.
+    core.patch("web.1", &PatchParams::default(), &Patch::Merge(serde_json::json!({"message": "changed"})))
+        .await
+        .unwrap();
+    let back = events.get("web.1").await.unwrap();
+    assert_eq!(back.data["note"], "changed");
+    assert_eq!(back.data["regarding"]["name"], "web");
+    events.delete("web.1", &DeleteParams::default()).await.unwrap();
+    assert!(core.get_opt("web.1").await.unwrap().is_none());
+}

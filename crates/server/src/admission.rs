@@ -11,8 +11,8 @@ use std::time::Instant;
 use verno_api::admission::Status as ReviewStatus;
 use verno_api::{AdmissionRequest, AdmissionResponse, AdmissionReview, Kind};
 use verno_engine::{
-    Filter, Hook, NoData, Observer, PolicyMeta, PolicyResponse, PolicySet, ResourceRef, Route, RuleType, Status,
-    Violation, jsonpatch,
+    Filter, Hook, NoData, Notice, Observer, PolicyMeta, PolicyResponse, PolicySet, ResourceRef, Route, RuleType,
+    Status, jsonpatch,
 };
 
 /// One rule result, for metrics.
@@ -36,8 +36,9 @@ pub struct Outcome {
     pub results: Vec<RuleResult>,
     /// Per policy: seconds spent evaluating it.
     pub policy_seconds: Vec<(Arc<PolicyMeta>, f64)>,
-    /// Failed and errored validation rules (for events).
-    pub violations: Vec<Violation>,
+    /// What becomes events: failed and errored rules, and policies that applied (or that
+    /// PolicyExceptions made skip; only for requests that went through, as Kyverno).
+    pub notices: Vec<Notice>,
 }
 
 /// Why a body is not an AdmissionReview the webhook can answer.
@@ -215,7 +216,7 @@ pub fn review_with(
             operation: req.operation.clone(),
             results: Vec::new(),
             policy_seconds: Vec::new(),
-            violations: Vec::new(),
+            notices: Vec::new(),
         };
     }
     let mut recorder = Recorder { set, started: None, results: Vec::new(), policy_seconds: Vec::new() };
@@ -242,7 +243,15 @@ pub fn review_with(
     if allowed || cel {
         response.warnings = outcome.warnings.clone();
     }
-    let violations = outcome.violations_of(set, &ResourceRef::of_request(req));
+    let resource = ResourceRef::of_request(req);
+    let mut notices: Vec<Notice> = outcome.violations_of(set, &resource).into_iter().map(Notice::Violation).collect();
+    notices.extend(
+        outcome
+            .applied_of(set, &resource)
+            .into_iter()
+            .filter(|a| allowed || a.exempted.is_empty())
+            .map(Notice::Applied),
+    );
     Outcome {
         review: AdmissionReview::answer(&review.api_version, response),
         allowed,
@@ -251,7 +260,7 @@ pub fn review_with(
         operation: req.operation.clone(),
         results: recorder.results,
         policy_seconds: recorder.policy_seconds,
-        violations,
+        notices,
     }
 }
 

@@ -22,7 +22,7 @@ use std::path::PathBuf;
 use std::sync::{Arc, RwLock};
 use std::time::{Duration, Instant, SystemTime};
 use tokio::sync::Semaphore;
-use verno_engine::{Filter, Hook, PolicySet, Route, Violation};
+use verno_engine::{Filter, Hook, Notice, PolicySet, Route};
 
 pub use tls::TlsSource;
 
@@ -75,9 +75,9 @@ struct AppState {
     /// Requests waiting for an evaluation slot, and how many may wait before the rest are shed.
     waiting: std::sync::atomic::AtomicUsize,
     max_waiting: usize,
-    /// Where failed rules go for PolicyViolation events (in-cluster only); bounded, and a
-    /// full queue drops (counted) rather than slowing admission.
-    violations: std::sync::OnceLock<tokio::sync::mpsc::Sender<Violation>>,
+    /// Where failed rules and applied policies go for events (in-cluster only); bounded, and
+    /// a full queue drops (counted) rather than slowing admission.
+    notices: std::sync::OnceLock<tokio::sync::mpsc::Sender<Notice>>,
     /// Where context entries read the cluster (ConfigMaps, API calls); none: they are not
     /// available (`verno serve --policies`).
     data: std::sync::OnceLock<Arc<dyn verno_engine::Data + Send + Sync>>,
@@ -212,8 +212,8 @@ async fn handle(
         Ok(Ok(Ok((o, dry_run)))) => {
             state.metrics.observe(webhook, &o, started.elapsed().as_secs_f64(), dry_run, &o.policy_seconds);
             // A dry run changes nothing, so it leaves no events (as Kyverno).
-            if let (false, Some(tx)) = (dry_run, state.violations.get()) {
-                for v in &o.violations {
+            if let (false, Some(tx)) = (dry_run, state.notices.get()) {
+                for v in &o.notices {
                     if tx.try_send(v.clone()).is_err() {
                         state.metrics.events_dropped.inc();
                     }
@@ -385,11 +385,11 @@ impl Running {
         Ok(())
     }
 
-    /// Sends every failed or errored validation rule of a non-dry-run request to `tx` (once;
-    /// later calls are ignored). A full channel drops the violation and counts it in
-    /// `verno_events_dropped_total`.
-    pub fn report_violations(&self, tx: tokio::sync::mpsc::Sender<Violation>) {
-        let _ = self.state.violations.set(tx);
+    /// Sends what each non-dry-run request leaves for events (failed rules, applied policies)
+    /// to `tx` (once; later calls are ignored). A full channel drops the notice and counts it
+    /// in `verno_events_dropped_total`.
+    pub fn report_events(&self, tx: tokio::sync::mpsc::Sender<Notice>) {
+        let _ = self.state.notices.set(tx);
     }
 
     /// Where context entries read the cluster from now on (set once, in-cluster).
@@ -493,7 +493,7 @@ pub async fn start(cfg: Config, loader: Loader) -> Result<Running, ServerError> 
         // Enough for a burst (an evaluation takes tens of microseconds), small enough that the
         // bodies held stay bounded (body limit × this).
         max_waiting: cfg.max_concurrency.max(1) * 64,
-        violations: std::sync::OnceLock::new(),
+        notices: std::sync::OnceLock::new(),
         data: std::sync::OnceLock::new(),
     });
     let app = router(state.clone(), cfg.body_limit, cfg.idle_timeout);

@@ -244,14 +244,17 @@ spec:
 async fn failed_rules_are_handed_over_for_policy_violation_events() -> Result<(), String> {
     let h = Harness::start(&[("require-team.yaml", REQUIRE_TEAM), ("audit-owner.yaml", AUDIT_OWNER)]).await?;
     let (tx, mut rx) = tokio::sync::mpsc::channel(16);
-    h.running.as_ref().ok_or("not running")?.report_violations(tx);
+    h.running.as_ref().ok_or("not running")?.report_events(tx);
 
     // Blocked by the Enforce rule; the Audit rule fails too but blocks nothing.
     let (_, denied) = h.post("/validate", &review(json!({"app": "web"}))).await?;
     assert_eq!(denied["response"]["allowed"], false);
     let mut got = Vec::new();
-    while let Ok(v) = rx.try_recv() {
-        got.push(v);
+    while let Ok(n) = rx.try_recv() {
+        match n {
+            verno_engine::Notice::Violation(v) => got.push(v),
+            other => return Err(format!("only violations expected, got {other:?}")),
+        }
     }
     got.sort_by(|a, b| a.policy_name.cmp(&b.policy_name));
     assert_eq!(got.len(), 2, "{got:?}");
@@ -271,12 +274,25 @@ async fn failed_rules_are_handed_over_for_policy_violation_events() -> Result<()
     assert!(got[1].blocked);
     assert_eq!((got[1].resource.api_version.as_str(), got[1].resource.kind.as_str()), ("v1", "Pod"));
 
-    // A dry run and a passing request leave nothing.
+    // A dry run leaves nothing.
     let mut dry = review(json!({"app": "web"}));
     dry["request"]["dryRun"] = json!(true);
     h.post("/validate", &dry).await?;
-    h.post("/validate", &review(json!({"team": "a", "owner": "b"}))).await?;
     assert!(rx.try_recv().is_err());
+    // A passing request leaves what success events need: each policy applied, no exception.
+    h.post("/validate", &review(json!({"team": "a", "owner": "b"}))).await?;
+    let mut applied = Vec::new();
+    while let Ok(n) = rx.try_recv() {
+        match n {
+            verno_engine::Notice::Applied(a) => applied.push(a),
+            other => return Err(format!("only applied policies expected, got {other:?}")),
+        }
+    }
+    applied.sort_by(|a, b| a.policy_name.cmp(&b.policy_name));
+    assert_eq!(applied.len(), 2, "{applied:?}");
+    assert_eq!(applied[0].applied_note(), "Pod shop/web: pass");
+    assert_eq!(applied[0].action(), "Resource Passed");
+    assert!(applied.iter().all(|a| a.exempted.is_empty()));
 
     if let Some(r) = h.running {
         r.shutdown(Duration::from_secs(1)).await;
