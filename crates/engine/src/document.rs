@@ -139,7 +139,66 @@ pub fn compile_stored(kind: Kind, api_version: &str, object: &Value) -> Result<C
         m.insert("kind".into(), Value::String(kind.name().into()));
         m.remove("status");
     }
-    compile(&doc, &[])
+    let compiled = compile(&doc, &[])?;
+    if matches!(kind, Kind::ClusterPolicy | Kind::Policy) {
+        background_subresources(&doc)?;
+    }
+    Ok(compiled)
+}
+
+/// Kinds the API serves only as subresources (`deployments/scale` is a `Scale`, …): what
+/// Kyverno's discovery finds for them is a subresource.
+const SUBRESOURCE_KINDS: [&str; 10] = [
+    "Scale",
+    "Eviction",
+    "Binding",
+    "TokenRequest",
+    "PodExecOptions",
+    "PodAttachOptions",
+    "PodPortForwardOptions",
+    "PodProxyOptions",
+    "NodeProxyOptions",
+    "ServiceProxyOptions",
+];
+
+/// A stored policy (what the cluster keeps, unlike `verno test`'s files) whose validate rule
+/// matches or excludes a subresource (`Pod/status`, `*/*`, `Scale`) while background scans are
+/// on is refused, as Kyverno's policy validation does: a scan cannot read subresources.
+fn background_subresources(doc: &Value) -> Result<(), CompileError> {
+    let spec = doc.get("spec");
+    if spec.and_then(|s| s.get("background")).and_then(Value::as_bool) == Some(false) {
+        return Ok(());
+    }
+    let rules = spec.and_then(|s| s.get("rules")).and_then(Value::as_array).map(Vec::as_slice).unwrap_or_default();
+    for (i, rule) in rules.iter().enumerate() {
+        if rule.get("validate").is_none() {
+            continue;
+        }
+        for block in ["match", "exclude"] {
+            let Some(m) = rule.get(block) else { continue };
+            let mut places: Vec<(String, &Value)> = Vec::new();
+            if let Some(k) = m.pointer("/resources/kinds") {
+                places.push((format!("spec.rules[{i}].{block}.resources.kinds"), k));
+            }
+            for list in ["any", "all"] {
+                for (j, f) in m.get(list).and_then(Value::as_array).into_iter().flatten().enumerate() {
+                    if let Some(k) = f.pointer("/resources/kinds") {
+                        places.push((format!("spec.rules[{i}].{block}.{list}[{j}].resources.kinds"), k));
+                    }
+                }
+            }
+            for (path, kinds) in places {
+                for k in kinds.as_array().into_iter().flatten().filter_map(Value::as_str) {
+                    // `Kind/sub` (and `*/*`, `Pod/*`), or a kind that only exists as a subresource.
+                    let sel = crate::matching::KindSelector::parse(k);
+                    if sel.names_subresource() || SUBRESOURCE_KINDS.contains(&sel.kind()) {
+                        return Err(CompileError::new(&path, format!("background scan enabled with subresource {k}")));
+                    }
+                }
+            }
+        }
+    }
+    Ok(())
 }
 
 #[cfg(test)]
@@ -161,6 +220,30 @@ mod tests {
             "spec": {"matchConstraints": {"resourceRules": [{"apiGroups": [""], "apiVersions": ["v1"], "operations": ["CREATE"], "resources": ["pods"]}]},
                      "validations": [{"expression": "true"}]}});
         assert!(matches!(compile(&vpol, &[]), Ok(Compiled::Policy(p)) if p.kind == Kind::ValidatingPolicy));
+    }
+
+    #[test]
+    fn a_stored_background_policy_may_not_validate_subresources() {
+        let policy = |kinds: Value, background: Option<bool>| {
+            let mut spec = json!({"rules": [{"name": "r", "match": {"any": [{"resources": {"kinds": kinds}}]},
+                "validate": {"failureAction": "Audit", "deny": {}}}]});
+            if let Some(b) = background {
+                spec["background"] = json!(b);
+            }
+            json!({"metadata": {"name": "p"}, "spec": spec})
+        };
+        for kinds in [json!(["Scale"]), json!(["Pod/status"]), json!(["*/*"]), json!(["Pod/*"]), json!(["apps/v1/Deployment/scale"])] {
+            let err = compile_stored(Kind::ClusterPolicy, "kyverno.io/v1", &policy(kinds.clone(), None)).err();
+            assert!(
+                err.as_ref().is_some_and(|e| e.with_path().starts_with("spec.rules[0].match.any[0].resources.kinds: background scan enabled with subresource")),
+                "{kinds}: {err:?}"
+            );
+            // Without background scans, or in `verno test`'s files, it is fine.
+            assert!(compile_stored(Kind::ClusterPolicy, "kyverno.io/v1", &policy(kinds.clone(), Some(false))).is_ok());
+        }
+        for kinds in [json!(["Pod"]), json!(["v1/Pod"]), json!(["apps/v1/Deployment"]), json!(["*"])] {
+            assert!(compile_stored(Kind::ClusterPolicy, "kyverno.io/v1", &policy(kinds.clone(), None)).is_ok(), "{kinds}");
+        }
     }
 
     fn policy_with(validate: serde_json::Value) -> Result<Compiled, DocumentError> {

@@ -60,6 +60,15 @@ fn is_version(s: &str) -> bool {
 }
 
 impl KindSelector {
+    /// Whether the selector can name a subresource: `Kind/sub`, `*/*`, `Pod/*`, `*/status`.
+    pub(crate) fn names_subresource(&self) -> bool {
+        self.all || !self.sub.is_empty()
+    }
+
+    pub(crate) fn kind(&self) -> &str {
+        &self.kind
+    }
+
     pub fn parse(s: &str) -> KindSelector {
         let parts: Vec<&str> = s.split('/').collect();
         let split_last = |last: &str| -> (String, String) {
