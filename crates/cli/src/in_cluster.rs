@@ -35,6 +35,15 @@ impl Serving for Webhook {
     fn event_dropped(&self) {
         self.0.event_dropped();
     }
+    fn report_results(&self, tx: tokio::sync::mpsc::Sender<verno_engine::report::ReportNotice>) {
+        self.0.report_results(tx);
+    }
+    fn report_dropped(&self) {
+        self.0.report_dropped();
+    }
+    fn set_report_backlog(&self, n: usize) {
+        self.0.set_report_backlog(n);
+    }
     fn set_data(&self, data: Arc<dyn verno_engine::Data + Send + Sync>) {
         self.0.set_data(data);
     }

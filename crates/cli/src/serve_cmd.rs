@@ -46,6 +46,9 @@ pub struct ServeArgs {
     /// An empty value writes them all.
     #[arg(long = "omit-events", default_value = "PolicyApplied,PolicySkipped", value_parser = parse_omit_events)]
     pub omit_events: std::collections::BTreeSet<String>,
+    /// In-cluster: write PolicyReports from admission results (Kyverno's --admissionReports).
+    #[arg(long = "admission-reports", default_value_t = true, action = clap::ArgAction::Set)]
+    pub admission_reports: bool,
     /// In-cluster: the ConfigMap in Verno's namespace with Kyverno's dynamic configuration keys
     /// (Verno reads `generateSuccessEvents` and `successEventActions`), followed live.
     #[arg(long = "config-map", default_value = "verno-config")]
@@ -180,6 +183,9 @@ pub fn run(args: &ServeArgs) -> i32 {
         opts.owner_cluster_role = args.owner_cluster_role.clone();
         opts.max_queued_events = args.max_queued_events;
         opts.omit_events = args.omit_events.clone();
+        if !args.admission_reports {
+            opts.admission_reports = None;
+        }
         opts.config_map = (!args.config_map.is_empty()).then(|| args.config_map.clone());
         opts.probe_interval =
             (args.probe_interval_seconds > 0).then(|| Duration::from_secs(args.probe_interval_seconds));

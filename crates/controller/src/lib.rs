@@ -18,6 +18,7 @@ pub mod manifests;
 pub mod ops;
 pub mod policies;
 pub mod probe;
+pub mod reports;
 pub mod serving;
 pub mod webhooks;
 
@@ -120,6 +121,9 @@ pub struct Options {
     /// Violations waiting to become events (Kyverno's `--maxQueuedEvents`, 1000); more are
     /// dropped and counted. 0 turns admission events off.
     pub max_queued_events: usize,
+    /// PolicyReports from admission results (Kyverno's `--admissionReports`); `None` turns
+    /// them off.
+    pub admission_reports: Option<reports::Limits>,
     /// Event reasons never written (Kyverno's `--omitEvents`).
     pub omit_events: std::collections::BTreeSet<String>,
     /// The ConfigMap in Verno's namespace holding Kyverno's dynamic configuration (its
@@ -152,6 +156,7 @@ impl Options {
             ca_validity: Duration::from_secs(365 * 86400),
             pair_validity: Duration::from_secs(60 * 86400),
             max_queued_events: 1000,
+            admission_reports: Some(reports::Limits::default()),
             omit_events: ["PolicyApplied", "PolicySkipped"].into_iter().map(str::to_string).collect(),
             config_map: None,
             event_limits: events::Limits::default(),
@@ -313,6 +318,12 @@ pub async fn start(client: kube::Client, server: Arc<dyn Serving>, opts: Options
                 .reflect(writer)
                 .map(|_| ());
             streams.push(stream.boxed());
+        }
+        // PolicyReports for the requests this replica serves.
+        if let Some(limits) = opts.admission_reports {
+            let (reports_tx, reports_rx) = tokio::sync::mpsc::channel(limits.max_pending.max(1));
+            server.report_results(reports_tx);
+            tasks.push(tokio::spawn(reports::run(client.clone(), reports_rx, server.clone(), limits, stop_rx.clone())));
         }
         // PolicyViolation events for the requests this replica serves.
         if opts.max_queued_events > 0 {

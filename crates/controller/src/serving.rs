@@ -30,6 +30,13 @@ pub trait Serving: Send + Sync + 'static {
     fn report_events(&self, tx: tokio::sync::mpsc::Sender<Notice>);
     /// Counts a violation whose event was dropped (the queue or the pace was exceeded).
     fn event_dropped(&self);
+    /// Where the server hands admission results for PolicyReports (bounded; the server never
+    /// waits).
+    fn report_results(&self, tx: tokio::sync::mpsc::Sender<verno_engine::report::ReportNotice>);
+    /// Counts admission results that were not written into a report.
+    fn report_dropped(&self);
+    /// How many admission results wait to be written into reports.
+    fn set_report_backlog(&self, n: usize);
     /// Where context entries (ConfigMaps, API calls) read the cluster.
     fn set_data(&self, data: Arc<dyn verno_engine::Data + Send + Sync>);
 }

@@ -232,17 +232,28 @@ mod tests {
             }
             json!({"metadata": {"name": "p"}, "spec": spec})
         };
-        for kinds in [json!(["Scale"]), json!(["Pod/status"]), json!(["*/*"]), json!(["Pod/*"]), json!(["apps/v1/Deployment/scale"])] {
+        for kinds in [
+            json!(["Scale"]),
+            json!(["Pod/status"]),
+            json!(["*/*"]),
+            json!(["Pod/*"]),
+            json!(["apps/v1/Deployment/scale"]),
+        ] {
             let err = compile_stored(Kind::ClusterPolicy, "kyverno.io/v1", &policy(kinds.clone(), None)).err();
             assert!(
-                err.as_ref().is_some_and(|e| e.with_path().starts_with("spec.rules[0].match.any[0].resources.kinds: background scan enabled with subresource")),
+                err.as_ref().is_some_and(|e| e.with_path().starts_with(
+                    "spec.rules[0].match.any[0].resources.kinds: background scan enabled with subresource"
+                )),
                 "{kinds}: {err:?}"
             );
             // Without background scans, or in `verno test`'s files, it is fine.
             assert!(compile_stored(Kind::ClusterPolicy, "kyverno.io/v1", &policy(kinds.clone(), Some(false))).is_ok());
         }
         for kinds in [json!(["Pod"]), json!(["v1/Pod"]), json!(["apps/v1/Deployment"]), json!(["*"])] {
-            assert!(compile_stored(Kind::ClusterPolicy, "kyverno.io/v1", &policy(kinds.clone(), None)).is_ok(), "{kinds}");
+            assert!(
+                compile_stored(Kind::ClusterPolicy, "kyverno.io/v1", &policy(kinds.clone(), None)).is_ok(),
+                "{kinds}"
+            );
         }
     }
 

@@ -35,6 +35,7 @@ mod outcome;
 mod pattern;
 mod policy;
 mod pss;
+pub mod report;
 mod set;
 mod smp;
 mod template;

@@ -39,6 +39,9 @@ pub struct Outcome {
     /// What becomes events: failed and errored rules, and policies that applied (or that
     /// PolicyExceptions made skip; only for requests that went through, as Kyverno).
     pub notices: Vec<Notice>,
+    /// What the resource's PolicyReport gets (validation webhooks, requests that went
+    /// through, CREATE and UPDATE of a named object).
+    pub report: Option<verno_engine::report::ReportNotice>,
 }
 
 /// Why a body is not an AdmissionReview the webhook can answer.
@@ -120,6 +123,9 @@ struct Recorder<'s> {
     started: Option<Instant>,
     results: Vec<RuleResult>,
     policy_seconds: Vec<(Arc<PolicyMeta>, f64)>,
+    /// Report results, when the request is reported.
+    report: Option<Vec<Value>>,
+    evaluated: Vec<(String, &'static str)>,
 }
 
 impl Observer for Recorder<'_> {
@@ -131,6 +137,10 @@ impl Observer for Recorder<'_> {
         let Some(m) = self.set.meta(policy) else { return };
         let seconds = self.started.take().map_or(0.0, |s| s.elapsed().as_secs_f64());
         self.policy_seconds.push((m.clone(), seconds));
+        if let (Some(out), Some(p)) = (self.report.as_mut(), self.set.policies().get(policy)) {
+            self.evaluated.push((verno_engine::report::report_key(p), verno_engine::report::source(p.kind)));
+            out.extend(verno_engine::report::results(p, r));
+        }
         for rr in &r.rules {
             let (rule, enforce) = m.rule(&rr.name);
             self.results.push(RuleResult {
@@ -194,16 +204,18 @@ pub fn review(set: &PolicySet, route: Route, review: &AdmissionReview) -> Outcom
 /// passes and the failure policy has answered): the work then ends at its next check instead of
 /// holding an evaluation slot to its end. A cancelled review is not allowed.
 pub fn review_until(set: &PolicySet, route: Route, review: &AdmissionReview, cancel: Arc<AtomicBool>) -> Outcome {
-    review_with(set, route, review, cancel, &NoData)
+    review_with(set, route, review, cancel, &NoData, false)
 }
 
-/// [`review_until`], with context entries reading the cluster through `data`.
+/// [`review_until`], with context entries reading the cluster through `data`, and (with
+/// `reports`) the results for the resource's PolicyReport.
 pub fn review_with(
     set: &PolicySet,
     route: Route,
     review: &AdmissionReview,
     cancel: Arc<AtomicBool>,
     data: &dyn verno_engine::Data,
+    reports: bool,
 ) -> Outcome {
     let empty = AdmissionRequest::default();
     let req = review.request.as_ref().unwrap_or(&empty);
@@ -217,10 +229,23 @@ pub fn review_with(
             results: Vec::new(),
             policy_seconds: Vec::new(),
             notices: Vec::new(),
+            report: None,
         };
     }
-    let mut recorder = Recorder { set, started: None, results: Vec::new(), policy_seconds: Vec::new() };
     let hook = route.hook().unwrap_or(Hook::Validate);
+    let reporting = reports
+        && hook == Hook::Validate
+        && matches!(req.operation.as_str(), "CREATE" | "UPDATE")
+        && req.sub_resource.is_empty()
+        && !req.object_name().is_empty();
+    let mut recorder = Recorder {
+        set,
+        started: None,
+        results: Vec::new(),
+        policy_seconds: Vec::new(),
+        report: reporting.then(Vec::new),
+        evaluated: Vec::new(),
+    };
     let cel = matches!(route, Route::Cel { .. });
     let outcome = set.review(req, route, &ServerEnv { cancel }, data, &mut recorder);
     let (kind, namespace, name) = (req.kind_name(), req.namespace_name(), req.object_name());
@@ -261,6 +286,17 @@ pub fn review_with(
         results: recorder.results,
         policy_seconds: recorder.policy_seconds,
         notices,
+        report: match recorder.report {
+            Some(results) if allowed => Some(verno_engine::report::ReportNotice {
+                resource: ResourceRef::of_request(req),
+                group: req.resource.group.clone(),
+                version: req.resource.version.clone(),
+                plural: req.resource.resource.clone(),
+                evaluated: recorder.evaluated,
+                results,
+            }),
+            _ => None,
+        },
     }
 }
 

@@ -78,6 +78,8 @@ struct AppState {
     /// Where failed rules and applied policies go for events (in-cluster only); bounded, and
     /// a full queue drops (counted) rather than slowing admission.
     notices: std::sync::OnceLock<tokio::sync::mpsc::Sender<Notice>>,
+    /// Where admission results go for PolicyReports (in-cluster only); bounded like `notices`.
+    reports: std::sync::OnceLock<tokio::sync::mpsc::Sender<verno_engine::report::ReportNotice>>,
     /// Where context entries read the cluster (ConfigMaps, API calls); none: they are not
     /// available (`verno serve --policies`).
     data: std::sync::OnceLock<Arc<dyn verno_engine::Data + Send + Sync>>,
@@ -195,6 +197,8 @@ async fn handle(
     let cancel = CancelOnDrop(Arc::new(std::sync::atomic::AtomicBool::new(false)));
     let flag = cancel.0.clone();
     let data = state.data.get().cloned();
+    // Report results are only worked out when something writes them.
+    let reported = state.reports.get().is_some();
     let job = tokio::task::spawn_blocking(move || {
         let _permit = permit;
         let review = admission::parse(&body)?;
@@ -203,7 +207,8 @@ async fn handle(
             Some(d) => &**d,
             None => &verno_engine::NoData,
         };
-        Ok::<_, admission::ParseError>((admission::review_with(&set, route, &review, flag, data), dry_run))
+        let reports = reported && !dry_run;
+        Ok::<_, admission::ParseError>((admission::review_with(&set, route, &review, flag, data, reports), dry_run))
     });
     let outcome = tokio::time::timeout(state.deadline.saturating_sub(started.elapsed()), job).await;
     drop(cancel);
@@ -212,6 +217,11 @@ async fn handle(
         Ok(Ok(Ok((o, dry_run)))) => {
             state.metrics.observe(webhook, &o, started.elapsed().as_secs_f64(), dry_run, &o.policy_seconds);
             // A dry run changes nothing, so it leaves no events (as Kyverno).
+            if let (false, Some(tx), Some(report)) = (dry_run, state.reports.get(), &o.report)
+                && tx.try_send(report.clone()).is_err()
+            {
+                state.metrics.reports_dropped.inc();
+            }
             if let (false, Some(tx)) = (dry_run, state.notices.get()) {
                 for v in &o.notices {
                     if tx.try_send(v.clone()).is_err() {
@@ -397,6 +407,23 @@ impl Running {
         let _ = self.state.data.set(data);
     }
 
+    /// Sends what each non-dry-run request leaves for its resource's PolicyReport to `tx`
+    /// (once; later calls are ignored). A full channel drops it and counts it in
+    /// `verno_reports_dropped_total`.
+    pub fn report_results(&self, tx: tokio::sync::mpsc::Sender<verno_engine::report::ReportNotice>) {
+        let _ = self.state.reports.set(tx);
+    }
+
+    /// Counts admission results that were not written into a report.
+    pub fn report_dropped(&self) {
+        self.state.metrics.reports_dropped.inc();
+    }
+
+    /// How many admission results wait to be written into reports.
+    pub fn set_report_backlog(&self, n: usize) {
+        self.state.metrics.reports_backlog.set(i64::try_from(n).unwrap_or(i64::MAX));
+    }
+
     /// Counts a violation event that was not written (rate limit) in
     /// `verno_events_dropped_total`.
     pub fn event_dropped(&self) {
@@ -494,6 +521,7 @@ pub async fn start(cfg: Config, loader: Loader) -> Result<Running, ServerError> 
         // bodies held stay bounded (body limit × this).
         max_waiting: cfg.max_concurrency.max(1) * 64,
         notices: std::sync::OnceLock::new(),
+        reports: std::sync::OnceLock::new(),
         data: std::sync::OnceLock::new(),
     });
     let app = router(state.clone(), cfg.body_limit, cfg.idle_timeout);

@@ -249,6 +249,11 @@ pub struct Metrics {
     policy_duration: Arc<Times>,
     /// Violation events not handed to the controller because its queue was full.
     pub events_dropped: Counter,
+    /// Admission results not written into PolicyReports: the report queue was full, or the
+    /// object never appeared.
+    pub reports_dropped: Counter,
+    /// Admission results waiting to be written into PolicyReports.
+    pub reports_backlog: prometheus_client::metrics::gauge::Gauge,
 }
 
 impl Default for Metrics {
@@ -275,6 +280,18 @@ impl Default for Metrics {
             "PolicyViolation events dropped because the event queue was full",
             events_dropped.clone(),
         );
+        let reports_dropped = Counter::default();
+        registry.register(
+            "verno_reports_dropped",
+            "Admission results not written into PolicyReports (queue full, or the object never appeared)",
+            reports_dropped.clone(),
+        );
+        let reports_backlog = prometheus_client::metrics::gauge::Gauge::default();
+        registry.register(
+            "verno_reports_backlog",
+            "Admission results waiting to be written into PolicyReports",
+            reports_backlog.clone(),
+        );
         Metrics {
             registry,
             policy_info,
@@ -284,6 +301,8 @@ impl Default for Metrics {
             results,
             policy_duration,
             events_dropped,
+            reports_dropped,
+            reports_backlog,
         }
     }
 }

@@ -1,0 +1,321 @@
+//! PolicyReports from admission results, shaped as Kyverno 1.19 writes them
+//! (`wgpolicyk8s.io/v1alpha2` PolicyReport, ClusterPolicyReport for cluster-scoped objects):
+//! named after the object's uid, in its namespace, labelled
+//! `app.kubernetes.io/managed-by: kyverno`, owned by the object (so it goes when the object
+//! goes), with `scope`, all five `summary` counts and the results in Kyverno's order.
+//!
+//! Unlike Kyverno there are no intermediate objects (no EphemeralReports in etcd): the server
+//! hands each request's results over through a bounded channel; here they wait in a bounded
+//! map, merged per object (a later request replaces the results of the policies it
+//! evaluated), until the object exists — a validating webhook sees a CREATE before the object
+//! is stored, and a report written before its owner would be garbage-collected at once. Every
+//! replica writes the results of the requests it served, with optimistic concurrency on the
+//! report (a conflict re-reads and merges again). What cannot be written (the map is full, the
+//! object never appears) is dropped and counted in `verno_reports_dropped_total`; the backlog
+//! is `verno_reports_backlog`.
+//!
+//! Not yet: background scans, results of mutate rules, Pod Security and `reportProperties`
+//! properties, openreports.io output (issue 16).
+
+use crate::serving::Serving;
+use kube::api::{Api, DynamicObject, PostParams};
+use kube::discovery::ApiResource;
+use serde_json::{Map, Value, json};
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::Duration;
+use tokio::sync::{mpsc, watch};
+use tokio::time::Instant;
+use verno_engine::report::{self, ReportNotice};
+
+/// How the report writer paces itself.
+#[derive(Debug, Clone, Copy)]
+pub struct Limits {
+    /// Objects whose results may wait at once; more are dropped and counted.
+    pub max_pending: usize,
+    /// How long results wait before the first write attempt (the object is being stored).
+    pub delay: Duration,
+    /// How long the writer keeps trying for an object that does not appear.
+    pub give_up: Duration,
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        Limits { max_pending: 10_000, delay: Duration::from_millis(300), give_up: Duration::from_secs(15) }
+    }
+}
+
+struct Pending {
+    notice: ReportNotice,
+    since: Instant,
+}
+
+/// Merges a later request's results for the same object: the policies it evaluated replace
+/// their earlier results.
+fn merge(into: &mut ReportNotice, later: ReportNotice) {
+    into.results.retain(|r| !evaluated_by(&later.evaluated, r));
+    into.results.extend(later.results);
+    for e in later.evaluated {
+        if !into.evaluated.contains(&e) {
+            into.evaluated.push(e);
+        }
+    }
+    into.resource = later.resource;
+}
+
+fn evaluated_by(evaluated: &[(String, &'static str)], result: &Value) -> bool {
+    let policy = result.get("policy").and_then(Value::as_str).unwrap_or("");
+    let source = result.get("source").and_then(Value::as_str).unwrap_or("");
+    evaluated.iter().any(|(p, s)| p == policy && *s == source)
+}
+
+/// The report for `n` given the one stored (if any), at `now` (unix seconds); `None` when it
+/// has no result left (a stored one is then deleted).
+pub fn merged_report(n: &ReportNotice, stored: Option<&Value>, now: i64) -> Option<Value> {
+    let mut results: Vec<Value> = stored
+        .and_then(|s| s.get("results"))
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+        .filter(|r| !evaluated_by(&n.evaluated, r))
+        .cloned()
+        .collect();
+    results.extend(n.results.iter().cloned().map(|mut r| {
+        if let Some(m) = r.as_object_mut() {
+            m.insert("timestamp".into(), json!({"seconds": now, "nanos": 0}));
+        }
+        r
+    }));
+    if results.is_empty() {
+        return None;
+    }
+    report::sort(&mut results);
+    let r = &n.resource;
+    let cluster = r.namespace.is_empty();
+    let mut metadata = Map::new();
+    metadata.insert("name".into(), json!(r.uid));
+    if !cluster {
+        metadata.insert("namespace".into(), json!(r.namespace));
+    }
+    metadata.insert("labels".into(), json!({"app.kubernetes.io/managed-by": "kyverno"}));
+    metadata.insert(
+        "ownerReferences".into(),
+        json!([{"apiVersion": r.api_version, "kind": r.kind, "name": r.name, "uid": r.uid}]),
+    );
+    if let Some(rv) = stored.and_then(|s| s.pointer("/metadata/resourceVersion")) {
+        metadata.insert("resourceVersion".into(), rv.clone());
+    }
+    let mut scope = Map::new();
+    scope.insert("apiVersion".into(), json!(r.api_version));
+    scope.insert("kind".into(), json!(r.kind));
+    scope.insert("name".into(), json!(r.name));
+    if !cluster {
+        scope.insert("namespace".into(), json!(r.namespace));
+    }
+    scope.insert("uid".into(), json!(r.uid));
+    Some(json!({
+        "apiVersion": "wgpolicyk8s.io/v1alpha2",
+        "kind": if cluster { "ClusterPolicyReport" } else { "PolicyReport" },
+        "metadata": metadata,
+        "scope": scope,
+        "summary": report::summary(&results),
+        "results": results,
+    }))
+}
+
+enum Written {
+    Done,
+    /// The object is not there (yet).
+    NotYet,
+    /// The object is gone or was replaced: nothing to write.
+    Gone,
+}
+
+fn report_api(client: &kube::Client, namespace: &str) -> Api<DynamicObject> {
+    let (kind, plural) = if namespace.is_empty() {
+        ("ClusterPolicyReport", "clusterpolicyreports")
+    } else {
+        ("PolicyReport", "policyreports")
+    };
+    let ar = ApiResource {
+        group: "wgpolicyk8s.io".into(),
+        version: "v1alpha2".into(),
+        api_version: "wgpolicyk8s.io/v1alpha2".into(),
+        kind: kind.into(),
+        plural: plural.into(),
+    };
+    if namespace.is_empty() {
+        Api::all_with(client.clone(), &ar)
+    } else {
+        Api::namespaced_with(client.clone(), namespace, &ar)
+    }
+}
+
+async fn write(client: &kube::Client, n: &ReportNotice) -> Result<Written, kube::Error> {
+    let r = &n.resource;
+    let ar = ApiResource {
+        group: n.group.clone(),
+        version: n.version.clone(),
+        api_version: r.api_version.clone(),
+        kind: r.kind.clone(),
+        plural: n.plural.clone(),
+    };
+    let objects: Api<DynamicObject> = if r.namespace.is_empty() {
+        Api::all_with(client.clone(), &ar)
+    } else {
+        Api::namespaced_with(client.clone(), &r.namespace, &ar)
+    };
+    match objects.get_metadata_opt(&r.name).await? {
+        None => return Ok(Written::NotYet),
+        Some(o) if o.metadata.uid.as_deref() != Some(r.uid.as_str()) => return Ok(Written::Gone),
+        Some(_) => {}
+    }
+    let reports = report_api(client, &r.namespace);
+    for _ in 0..5 {
+        let stored = reports.get_opt(&r.uid).await?;
+        let stored_json = stored.as_ref().map(serde_json::to_value).transpose().map_err(kube::Error::SerdeError)?;
+        let now = chrono::Utc::now().timestamp();
+        let result = match (merged_report(n, stored_json.as_ref(), now), stored.is_some()) {
+            (None, false) => return Ok(Written::Done),
+            (None, true) => reports.delete(&r.uid, &Default::default()).await.map(|_| ()),
+            (Some(doc), exists) => {
+                let obj: DynamicObject = serde_json::from_value(doc).map_err(kube::Error::SerdeError)?;
+                if exists {
+                    reports.replace(&r.uid, &PostParams::default(), &obj).await.map(|_| ())
+                } else {
+                    reports.create(&PostParams::default(), &obj).await.map(|_| ())
+                }
+            }
+        };
+        match result {
+            Ok(()) => return Ok(Written::Done),
+            // Another replica wrote it meanwhile: read it again and merge.
+            Err(kube::Error::Api(e)) if e.code == 409 || e.code == 404 => continue,
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(Written::NotYet)
+}
+
+/// Writes admission results into reports until `stop`.
+pub async fn run(
+    client: kube::Client,
+    mut rx: mpsc::Receiver<ReportNotice>,
+    server: Arc<dyn Serving>,
+    limits: Limits,
+    mut stop: watch::Receiver<bool>,
+) {
+    let mut pending: HashMap<String, Pending> = HashMap::new();
+    let mut tick = tokio::time::interval(Duration::from_millis(100));
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tokio::select! {
+            n = rx.recv() => {
+                let Some(n) = n else { return };
+                let full = pending.len() >= limits.max_pending;
+                match pending.get_mut(&n.resource.uid) {
+                    Some(p) => merge(&mut p.notice, n),
+                    None if full => server.report_dropped(),
+                    None => {
+                        pending.insert(n.resource.uid.clone(), Pending { notice: n, since: Instant::now() });
+                    }
+                }
+                server.set_report_backlog(pending.len());
+                continue;
+            }
+            _ = tick.tick() => {}
+            _ = stop.wait_for(|s| *s) => return,
+        }
+        let due: Vec<String> =
+            pending.iter().filter(|(_, p)| p.since.elapsed() >= limits.delay).map(|(k, _)| k.clone()).collect();
+        for uid in due {
+            let Some(p) = pending.get(&uid) else { continue };
+            let outcome = tokio::select! {
+                w = write(&client, &p.notice) => w,
+                _ = stop.wait_for(|s| *s) => return,
+            };
+            let done = match outcome {
+                Ok(Written::Done | Written::Gone) => true,
+                Ok(Written::NotYet) => false,
+                Err(e) => {
+                    tracing::debug!(error = %e, uid = %uid, "report not written yet");
+                    false
+                }
+            };
+            if done {
+                pending.remove(&uid);
+            } else if p.since.elapsed() >= limits.give_up {
+                tracing::warn!(uid = %uid, kind = %p.notice.resource.kind, name = %p.notice.resource.name,
+                    "admission results dropped: the object did not appear or its report could not be written");
+                pending.remove(&uid);
+                server.report_dropped();
+            }
+        }
+        server.set_report_backlog(pending.len());
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, clippy::indexing_slicing)]
+    use super::*;
+    use verno_engine::ResourceRef;
+
+    fn notice(policy: &str, result: &str) -> ReportNotice {
+        ReportNotice {
+            resource: ResourceRef {
+                api_version: "apps/v1".into(),
+                kind: "Deployment".into(),
+                namespace: "shop".into(),
+                name: "web".into(),
+                uid: "u-1".into(),
+            },
+            group: "apps".into(),
+            version: "v1".into(),
+            plural: "deployments".into(),
+            evaluated: vec![(policy.into(), "kyverno")],
+            results: vec![json!({"source": "kyverno", "policy": policy, "rule": "r", "result": result})],
+        }
+    }
+
+    #[test]
+    fn a_report_is_named_and_owned_by_its_object_and_later_results_replace_a_policys() {
+        let first = merged_report(&notice("b", "fail"), None, 100).unwrap();
+        assert_eq!(first["kind"], "PolicyReport");
+        assert_eq!(first["metadata"]["name"], "u-1");
+        assert_eq!(first["metadata"]["namespace"], "shop");
+        assert_eq!(first["metadata"]["labels"]["app.kubernetes.io/managed-by"], "kyverno");
+        assert_eq!(first["metadata"]["ownerReferences"][0]["uid"], "u-1");
+        assert_eq!(first["scope"]["kind"], "Deployment");
+        assert_eq!(first["results"][0]["timestamp"], json!({"seconds": 100, "nanos": 0}));
+        assert_eq!(first["summary"], json!({"pass": 0, "fail": 1, "warn": 0, "error": 0, "skip": 0}));
+        // Another policy's results join; the same policy's are replaced.
+        let second = merged_report(&notice("a", "pass"), Some(&first), 200).unwrap();
+        assert_eq!(second["results"].as_array().unwrap().len(), 2);
+        assert_eq!(second["results"][0]["policy"], "a");
+        let third = merged_report(&notice("b", "pass"), Some(&second), 300).unwrap();
+        assert_eq!(third["summary"], json!({"pass": 2, "fail": 0, "warn": 0, "error": 0, "skip": 0}));
+        // A policy that no longer yields a result leaves none behind.
+        let mut none = notice("a", "pass");
+        none.results.clear();
+        let fourth = merged_report(&none, Some(&third), 400).unwrap();
+        assert_eq!(fourth["results"].as_array().unwrap().len(), 1);
+        let mut gone = notice("b", "pass");
+        gone.results.clear();
+        assert!(merged_report(&gone, Some(&fourth), 500).is_none());
+    }
+
+    #[test]
+    fn pending_results_for_one_object_merge() {
+        let mut p = notice("a", "fail");
+        merge(&mut p, notice("b", "pass"));
+        merge(&mut p, notice("a", "pass"));
+        assert_eq!(p.results.len(), 2);
+        assert!(p.results.iter().all(|r| r["result"] == "pass"));
+        let mut cluster = notice("a", "pass");
+        cluster.resource.namespace.clear();
+        let r = merged_report(&cluster, None, 1).unwrap();
+        assert_eq!(r["kind"], "ClusterPolicyReport");
+        assert!(r["metadata"].get("namespace").is_none());
+    }
+}

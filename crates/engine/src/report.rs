@@ -1,0 +1,205 @@
+//! Policy report results as Kyverno writes them (`wgpolicyk8s.io/v1alpha2` PolicyReport
+//! `results[]`, Kyverno's `ToPolicyReportResult`): what the reports controller stores for a
+//! resource. The engine has no clock: the caller stamps `timestamp`.
+
+use crate::outcome::{PolicyResponse, Status};
+use crate::policy::CompiledPolicy;
+use serde_json::{Map, Value, json};
+use verno_api::Kind;
+
+/// What one admission request leaves for the resource's report.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ReportNotice {
+    pub resource: crate::ResourceRef,
+    /// Where the object is read back (it must exist before its report is written): API group,
+    /// version and plural.
+    pub group: String,
+    pub version: String,
+    pub plural: String,
+    /// The policies evaluated (key and source): their earlier results are replaced.
+    pub evaluated: Vec<(String, &'static str)>,
+    /// The new results, without `timestamp`.
+    pub results: Vec<Value>,
+}
+
+/// The `source` of a policy kind's results.
+pub fn source(kind: Kind) -> &'static str {
+    match kind {
+        Kind::ValidatingPolicy | Kind::NamespacedValidatingPolicy => "KyvernoValidatingPolicy",
+        Kind::MutatingPolicy | Kind::NamespacedMutatingPolicy => "KyvernoMutatingPolicy",
+        Kind::ValidatingAdmissionPolicy => "ValidatingAdmissionPolicy",
+        _ => "kyverno",
+    }
+}
+
+fn annotation<'a>(p: &'a CompiledPolicy, key: &str) -> Option<&'a str> {
+    p.document.pointer("/metadata/annotations").and_then(|a| a.get(key)).and_then(Value::as_str)
+}
+
+/// Kyverno's `properties.process`: a policy scanned in the background reports as such, even
+/// for results of admission requests.
+fn process(p: &CompiledPolicy) -> &'static str {
+    let admission = p
+        .document
+        .pointer("/spec/admission")
+        .and_then(Value::as_bool)
+        .or_else(|| p.document.pointer("/spec/evaluation/admission/enabled").and_then(Value::as_bool))
+        .unwrap_or(true);
+    if p.background {
+        "background scan"
+    } else if admission {
+        "admission review"
+    } else {
+        ""
+    }
+}
+
+/// A policy's name in reports: `name`, or `namespace/name` for a namespaced policy.
+pub fn report_key(p: &CompiledPolicy) -> String {
+    if p.kind.is_namespaced() { p.key() } else { p.name.clone() }
+}
+
+/// The report results of one policy's response (rules that did not apply leave none).
+pub fn results(p: &CompiledPolicy, r: &PolicyResponse) -> Vec<Value> {
+    let scored = annotation(p, "policies.kyverno.io/scored") != Some("false");
+    let severity = annotation(p, "policies.kyverno.io/severity")
+        .filter(|s| matches!(*s, "critical" | "high" | "medium" | "low" | "info"));
+    let category = annotation(p, "policies.kyverno.io/category").filter(|c| !c.is_empty());
+    let src = source(p.kind);
+    let policy = report_key(p);
+    r.rules
+        .iter()
+        .map(|rr| {
+            let mut result = match rr.status {
+                Status::Pass => "pass",
+                Status::Fail => "fail",
+                Status::Warn => "warn",
+                Status::Error => "error",
+                Status::Skip => "skip",
+            };
+            let mut message = rr.message.clone();
+            // Kyverno's CEL engines answer "success" for a passing policy.
+            if src == "KyvernoValidatingPolicy" && result == "pass" && message.is_empty() && rr.exceptions.is_empty() {
+                message = "success".into();
+            }
+            if result == "fail" && !scored {
+                result = "warn";
+            }
+            let mut out = Map::new();
+            out.insert("source".into(), json!(src));
+            out.insert("policy".into(), json!(policy));
+            if !rr.name.is_empty() {
+                out.insert("rule".into(), json!(rr.name));
+            }
+            out.insert("result".into(), json!(result));
+            if !message.is_empty() {
+                out.insert("message".into(), json!(message));
+            }
+            if scored {
+                out.insert("scored".into(), json!(true));
+            }
+            if let Some(s) = severity {
+                out.insert("severity".into(), json!(s));
+            }
+            if let Some(c) = category {
+                out.insert("category".into(), json!(c));
+            }
+            let mut props = Map::new();
+            let proc = process(p);
+            if !proc.is_empty() {
+                props.insert("process".into(), json!(proc));
+            }
+            if !rr.exceptions.is_empty() {
+                let names: Vec<&str> = rr.exceptions.iter().map(|k| k.rsplit('/').next().unwrap_or(k)).collect();
+                props.insert("exceptions".into(), json!(names.join(",")));
+            }
+            if !props.is_empty() {
+                out.insert("properties".into(), Value::Object(props));
+            }
+            Value::Object(out)
+        })
+        .collect()
+}
+
+/// Kyverno's order of results: policy, rule, source, then timestamp.
+pub fn sort(results: &mut [Value]) {
+    let key = |v: &Value| {
+        let s = |k: &str| v.get(k).and_then(Value::as_str).unwrap_or("").to_string();
+        let ts = v.pointer("/timestamp/seconds").and_then(Value::as_i64).unwrap_or(0);
+        (s("policy"), s("rule"), s("source"), ts)
+    };
+    results.sort_by_key(key);
+}
+
+/// The five counts, always all present.
+pub fn summary(results: &[Value]) -> Value {
+    let count = |r: &str| results.iter().filter(|v| v.get("result").and_then(Value::as_str) == Some(r)).count();
+    json!({"pass": count("pass"), "fail": count("fail"), "warn": count("warn"), "error": count("error"), "skip": count("skip")})
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, clippy::indexing_slicing)]
+    use super::*;
+    use crate::{Compiled, RuleResponse, RuleType, compile};
+
+    fn policy(doc: Value) -> CompiledPolicy {
+        match compile(&doc, &[]).unwrap() {
+            Compiled::Policy(p) => p,
+            _ => panic!("not a policy"),
+        }
+    }
+
+    #[test]
+    fn results_carry_kyvernos_fields() {
+        let p = policy(json!({"apiVersion": "kyverno.io/v1", "kind": "Policy",
+            "metadata": {"name": "team", "namespace": "shop", "annotations": {
+                "policies.kyverno.io/severity": "high", "policies.kyverno.io/category": "Labels",
+                "policies.kyverno.io/scored": "false"}},
+            "spec": {"rules": [{"name": "check", "match": {"any": [{"resources": {"kinds": ["Pod"]}}]},
+                "validate": {"message": "m", "pattern": {"metadata": {"labels": {"team": "?*"}}}}}]}}));
+        let mut skip = RuleResponse::new("other", RuleType::Validation, Status::Skip, "rule is skipped");
+        skip.exceptions = vec!["shop/allow".into()];
+        let r = PolicyResponse {
+            policy: "shop/team".into(),
+            rules: vec![RuleResponse::new("check", RuleType::Validation, Status::Fail, "no team"), skip],
+            ..Default::default()
+        };
+        let got = results(&p, &r);
+        assert_eq!(
+            got[0],
+            json!({"source": "kyverno", "policy": "shop/team", "rule": "check", "result": "warn", "message": "no team",
+                   "severity": "high", "category": "Labels", "properties": {"process": "background scan"}})
+        );
+        assert_eq!(got[1]["result"], "skip");
+        assert_eq!(got[1]["properties"]["exceptions"], "allow");
+        let mut all = vec![got[1].clone(), got[0].clone()];
+        sort(&mut all);
+        assert_eq!(all[0]["rule"], "check");
+        assert_eq!(summary(&all), json!({"pass": 0, "fail": 0, "warn": 1, "error": 0, "skip": 1}));
+    }
+
+    #[test]
+    fn a_validating_policy_passes_with_success_and_its_exceptions_skip() {
+        let p = policy(
+            json!({"apiVersion": "policies.kyverno.io/v1", "kind": "ValidatingPolicy", "metadata": {"name": "v"},
+            "spec": {"evaluation": {"background": {"enabled": false}},
+                "matchConstraints": {"resourceRules": [{"apiGroups": [""], "apiVersions": ["v1"], "operations": ["CREATE"], "resources": ["pods"]}]},
+                "validations": [{"expression": "true"}]}}),
+        );
+        let mut exempt =
+            RuleResponse::new("", RuleType::Validation, Status::Skip, "rule is skipped due to policy exceptions");
+        exempt.exceptions = vec!["ns/skip-this".into()];
+        let r = PolicyResponse {
+            policy: "v".into(),
+            rules: vec![RuleResponse::new("", RuleType::Validation, Status::Pass, ""), exempt],
+            ..Default::default()
+        };
+        let got = results(&p, &r);
+        assert_eq!(got[0]["message"], "success");
+        assert_eq!(got[0]["source"], "KyvernoValidatingPolicy");
+        assert!(got[0].get("rule").is_none());
+        assert_eq!(got[1]["result"], "skip");
+        assert_eq!(got[1]["properties"]["exceptions"], "skip-this");
+    }
+}
