@@ -30,6 +30,23 @@ pub trait Host: Send + Sync {
         let _ = (api_version, resource, namespace);
         Err("resource.List is not available here (no cluster)".into())
     }
+    /// `resource.ToGVR(apiVersion, kind)`: the group, version and plural resource of a kind.
+    /// Without discovery, Kubernetes' own guess (`UnsafeGuessKindToResource`: lower case, then
+    /// `-s` → `-ses`, `-y` → `-ies`, else `-s`).
+    fn to_gvr(&self, api_version: &str, kind: &str) -> Result<Json, String> {
+        let (group, version) = api_version.rsplit_once('/').unwrap_or(("", api_version));
+        let lower = kind.to_lowercase();
+        let resource = if let Some(stem) = lower.strip_suffix('y') {
+            format!("{stem}ies")
+        } else if lower.ends_with('s') {
+            format!("{lower}es")
+        } else if lower.is_empty() {
+            lower
+        } else {
+            format!("{lower}s")
+        };
+        Ok(serde_json::json!({"group": group, "version": version, "resource": resource}))
+    }
     /// `http.Get(url)` / `http.Post(url, body)`.
     fn http(&self, method: &str, url: &str, body: Option<&Json>) -> Result<Json, String> {
         let _ = (method, body);
@@ -112,13 +129,35 @@ fn fail(f: &str) -> impl Fn(String) -> ExecutionError + '_ {
     move |e| ExecutionError::function_error(f, e)
 }
 
+/// A `resource.ToGVR` value as the first argument stands for `apiVersion, resource`.
+fn expand_gvr(mut a: Vec<Json>) -> Vec<Json> {
+    if let Some(Json::Object(gvr)) = a.first() {
+        // Go's field names (`Group`) or JSON's (`group`).
+        let get = |lower: &str, upper: &str| {
+            gvr.get(lower).or_else(|| gvr.get(upper)).and_then(Json::as_str).unwrap_or("").to_string()
+        };
+        let (group, version, resource) =
+            (get("group", "Group"), get("version", "Version"), get("resource", "Resource"));
+        let api_version = if group.is_empty() { version } else { format!("{group}/{version}") };
+        a.splice(0..1, [Json::String(api_version), Json::String(resource)]);
+    }
+    a
+}
+
+fn resource_to_gvr<'b, 'v>(args: Args<'b, 'v>) -> Ret<'b, 'v> {
+    let (h, a) = split(&args, "resource.ToGVR")?;
+    ret(&h.to_gvr(s(&a, 0), s(&a, 1)).map_err(fail("resource.ToGVR"))?)
+}
+
 fn resource_get<'b, 'v>(args: Args<'b, 'v>) -> Ret<'b, 'v> {
     let (h, a) = split(&args, "resource.Get")?;
+    let a = expand_gvr(a);
     ret(&h.resource_get(s(&a, 0), s(&a, 1), s(&a, 2), s(&a, 3)).map_err(fail("resource.Get"))?)
 }
 
 fn resource_list<'b, 'v>(args: Args<'b, 'v>) -> Ret<'b, 'v> {
     let (h, a) = split(&args, "resource.List")?;
+    let a = expand_gvr(a);
     let mut items = h.resource_list(s(&a, 0), s(&a, 1), s(&a, 2)).map_err(fail("resource.List"))?;
     // An optional fourth argument: labels every item must carry.
     if let Some(Json::Object(want)) = a.get(3) {
@@ -158,8 +197,9 @@ fn time_now<'b, 'v>(args: Args<'b, 'v>) -> Ret<'b, 'v> {
 
 /// (library, member names, argument counts, function).
 const CALLS: &[(&str, &[&str], &[usize], &str)] = &[
-    ("resource", &["Get", "get"], &[4], "@resource_get"),
-    ("resource", &["List", "list"], &[3, 4], "@resource_list"),
+    ("resource", &["Get", "get"], &[3, 4], "@resource_get"),
+    ("resource", &["List", "list"], &[2, 3, 4], "@resource_list"),
+    ("resource", &["ToGVR", "toGVR"], &[2], "@resource_to_gvr"),
     ("http", &["Get", "get"], &[1, 2], "@http_get"),
     ("http", &["Post", "post"], &[2, 3], "@http_post"),
     ("globalContext", &["Get", "get"], &[1, 2], "@global_context"),
@@ -168,8 +208,9 @@ const CALLS: &[(&str, &[&str], &[usize], &str)] = &[
 ];
 
 pub fn register(env: &mut Env) -> Result<(), DeclarationError> {
-    let fns: [(&str, cel::common::functions::Function); 7] = [
+    let fns: [(&str, cel::common::functions::Function); 8] = [
         ("@resource_get", resource_get),
+        ("@resource_to_gvr", resource_to_gvr),
         ("@resource_list", resource_list),
         ("@http_get", http_get),
         ("@http_post", http_post),

@@ -596,6 +596,14 @@ mod tests {
         );
         assert_eq!(t("time.now() > timestamp('2023-01-01T00:00:00Z')", &v), Ok(json!(true)));
         assert!(t("http.Get('https://x')", &v).is_err());
+        // A kind's GVR (Kubernetes' guess of the plural) stands for apiVersion and resource.
+        assert_eq!(
+            t("resource.ToGVR('networking.k8s.io/v1', 'NetworkPolicy')", &v),
+            Ok(json!({"group": "networking.k8s.io", "version": "v1", "resource": "networkpolicies"}))
+        );
+        assert_eq!(t("resource.ToGVR('v1', 'Ingress').resource", &v), Ok(json!("ingresses")));
+        assert_eq!(t("resource.get(resource.ToGVR('v1', 'ConfigMap'), 'default', 'cfg').data.env", &v), Ok(json!("prod")));
+        assert_eq!(t("resource.list(resource.ToGVR('v1', 'ConfigMap'), '').items.size()", &v), Ok(json!(2)));
     }
 
     #[test]
