@@ -602,7 +602,10 @@ mod tests {
             Ok(json!({"group": "networking.k8s.io", "version": "v1", "resource": "networkpolicies"}))
         );
         assert_eq!(t("resource.ToGVR('v1', 'Ingress').resource", &v), Ok(json!("ingresses")));
-        assert_eq!(t("resource.get(resource.ToGVR('v1', 'ConfigMap'), 'default', 'cfg').data.env", &v), Ok(json!("prod")));
+        assert_eq!(
+            t("resource.get(resource.ToGVR('v1', 'ConfigMap'), 'default', 'cfg').data.env", &v),
+            Ok(json!("prod"))
+        );
         assert_eq!(t("resource.list(resource.ToGVR('v1', 'ConfigMap'), '').items.size()", &v), Ok(json!(2)));
     }
 

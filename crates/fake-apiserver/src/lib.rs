@@ -804,7 +804,13 @@ fn system_create(inner: &Inner, s: &mut Store, group: &str, plural: &str, ns: &s
     }
 }
 
-fn commit_change(inner: &Inner, s: &mut Store, c: Change) -> Response {
+fn commit_change(inner: &Inner, s: &mut Store, mut c: Change) -> Response {
+    if matches!(c.resource.group, "" | "apps" | "batch")
+        && inner.builtin.iter().any(|b| b.plural == c.resource.plural)
+        && let Some(o) = c.new.as_mut()
+    {
+        drop_empty_lists(o);
+    }
     // Events are one object in two APIs (core v1 and events.k8s.io/v1): a write to either
     // is mirrored, converted, into the other.
     let mirror = (c.resource.plural == "events" && matches!(c.resource.group, "" | "events.k8s.io"))
@@ -814,6 +820,20 @@ fn commit_change(inner: &Inner, s: &mut Store, c: Change) -> Response {
         mirror_event(inner, s, &r, &k);
     }
     response
+}
+
+/// The built-in kinds are Go structs in a real API server, whose list fields are `omitempty`
+/// (`env: []` is stored as no `env`); the few that are not keep their empty list.
+fn drop_empty_lists(v: &mut Value) {
+    const KEPT: [&str; 1] = ["containers"];
+    match v {
+        Value::Object(m) => {
+            m.retain(|k, x| !(KEPT.iter().all(|kept| k != kept) && x.as_array().is_some_and(Vec::is_empty)));
+            m.values_mut().for_each(drop_empty_lists);
+        }
+        Value::Array(a) => a.iter_mut().for_each(drop_empty_lists),
+        _ => {}
+    }
 }
 
 /// Brings the other API's copy of the event at `k` (in `r`) in line with it: converted and

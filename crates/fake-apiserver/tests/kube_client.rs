@@ -435,3 +435,31 @@ async fn an_event_is_one_object_in_both_event_apis() {
     events.delete("web.1", &DeleteParams::default()).await.unwrap();
     assert!(core.get_opt("web.1").await.unwrap().is_none());
 }
+
+#[tokio::test]
+async fn empty_lists_of_built_in_kinds_are_not_stored() {
+    let fake = FakeApiServer::start(default_resources()).await.unwrap();
+    let c = client(&fake).await;
+    let pods: Api<DynamicObject> = Api::namespaced_with(
+        c.clone(),
+        "default",
+        &kube::discovery::ApiResource::erase::<k8s_openapi::api::core::v1::Pod>(&()),
+    );
+    let pod: DynamicObject = serde_json::from_value(serde_json::json!({
+        "apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p", "finalizers": []},
+        "spec": {"containers": [{"name": "c", "image": "busybox", "env": [], "ports": []}], "imagePullSecrets": []},
+    }))
+    .unwrap();
+    let stored = pods.create(&PostParams::default(), &pod).await.unwrap();
+    let spec = &stored.data["spec"];
+    assert!(spec.get("imagePullSecrets").is_none(), "{spec}");
+    assert!(spec["containers"][0].get("env").is_none() && spec["containers"][0].get("ports").is_none(), "{spec}");
+    assert!(stored.metadata.finalizers.is_none());
+    // `containers` is not omitempty in the Go type: an empty list stays.
+    let empty: DynamicObject = serde_json::from_value(serde_json::json!({
+        "apiVersion": "v1", "kind": "Pod", "metadata": {"name": "q"}, "spec": {"containers": []},
+    }))
+    .unwrap();
+    let stored = pods.create(&PostParams::default(), &empty).await.unwrap();
+    assert_eq!(stored.data["spec"]["containers"], serde_json::json!([]));
+}
