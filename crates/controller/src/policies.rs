@@ -148,7 +148,21 @@ impl Compiler {
         let mut compiled = Vec::new();
         let mut statuses = Vec::new();
         let mut seen = std::collections::HashSet::new();
-        for (kind, o) in policies {
+        // The watch caches hand objects over in no particular order; the set is in name order
+        // (ClusterPolicies and Policies, then the CEL kinds), so that mutations that depend on
+        // each other apply the same way on every replica and after every restart.
+        let mut ordered: Vec<&(Kind, Arc<DynamicObject>)> = policies.iter().collect();
+        ordered.sort_by_cached_key(|(kind, o)| {
+            let cel = !matches!(kind, Kind::ClusterPolicy | Kind::Policy);
+            let position = Kind::ALL.iter().position(|k| k == kind).unwrap_or(usize::MAX);
+            (
+                cel,
+                o.metadata.name.clone().unwrap_or_default(),
+                o.metadata.namespace.clone().unwrap_or_default(),
+                position,
+            )
+        });
+        for (kind, o) in ordered {
             let key = object_key(*kind, o);
             seen.insert(key.clone());
             let uid = o.metadata.uid.clone().unwrap_or_default();
