@@ -1,6 +1,7 @@
 //! Kyverno's image library: `image(ref)` parses an OCI image reference, read with
 //! `.registry()`, `.repository()`, `.tag()`, `.digest()`, `.identifier()` and
-//! `.containsDigest()`; `isImage(ref)` says whether it parses. Docker Hub conventions apply, as
+//! `.containsDigest()`; `isImage(ref)` says whether it parses (also named
+//! `parseImageReference` and `isImageReference`, as Kyverno's newer library). Docker Hub conventions apply, as
 //! in go-containerregistry: no registry means `index.docker.io`, a single-segment repository is
 //! under `library/`, no tag and no digest means `latest`.
 //!
@@ -116,6 +117,9 @@ fn contains_digest<'b, 'v>(args: Vec<CowVal<'b, 'v>>) -> Result<CowVal<'b, 'v>, 
 pub fn register(env: &mut Env) -> Result<(), DeclarationError> {
     env.add_overload("image", "image_string", vec![STRING_TYPE], image)?;
     env.add_overload("isImage", "isImage_string", vec![STRING_TYPE], is_image)?;
+    // Kyverno's newer names for the same functions.
+    env.add_overload("parseImageReference", "parseImageReference_string", vec![STRING_TYPE], image)?;
+    env.add_overload("isImageReference", "isImageReference_string", vec![STRING_TYPE], is_image)?;
     env.add_member_overload("registry", "image_registry", MAP_TYPE, vec![], registry)?;
     env.add_member_overload("repository", "image_repository", MAP_TYPE, vec![], repository)?;
     env.add_member_overload("tag", "image_tag", MAP_TYPE, vec![], tag)?;

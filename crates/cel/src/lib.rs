@@ -616,6 +616,8 @@ mod tests {
         assert_eq!(t("image('nginx').registry()"), Ok(json!("index.docker.io")));
         assert_eq!(t("image('nginx').repository()"), Ok(json!("library/nginx")));
         assert_eq!(t("image('nginx').tag()"), Ok(json!("latest")));
+        assert_eq!(t("parseImageReference('ghcr.io/kyverno/kyverno@sha256:0123').containsDigest()"), Ok(json!(true)));
+        assert_eq!(t("isImageReference('ghcr.io/kyverno/kyverno:v1')"), Ok(json!(true)));
         assert_eq!(t("image('corp.reg.com/team/app:1.2').registry()"), Ok(json!("corp.reg.com")));
         assert_eq!(t("image('localhost:5000/app@sha256:abc').containsDigest()"), Ok(json!(true)));
         assert_eq!(t("image('ghcr.io/org/app@sha256:abc').identifier()"), Ok(json!("sha256:abc")));
