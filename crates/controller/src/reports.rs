@@ -165,10 +165,14 @@ async fn write(client: &kube::Client, n: &ReportNotice) -> Result<Written, kube:
     } else {
         Api::namespaced_with(client.clone(), &r.namespace, &ar)
     };
-    match objects.get_metadata_opt(&r.name).await? {
-        None => return Ok(Written::NotYet),
-        Some(o) if o.metadata.uid.as_deref() != Some(r.uid.as_str()) => return Ok(Written::Gone),
-        Some(_) => {}
+    match objects.get_metadata_opt(&r.name).await {
+        Ok(None) => return Ok(Written::NotYet),
+        Ok(Some(o)) if o.metadata.uid.as_deref() != Some(r.uid.as_str()) => return Ok(Written::Gone),
+        Ok(Some(_)) => {}
+        // Verno may not read every kind (Secrets are outside the `view` role): the request
+        // was admitted a moment ago, so the object is taken to exist.
+        Err(kube::Error::Api(e)) if e.code == 403 => {}
+        Err(e) => return Err(e),
     }
     let reports = report_api(client, &r.namespace);
     for _ in 0..5 {
