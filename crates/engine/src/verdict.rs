@@ -18,6 +18,16 @@ pub struct ResourceRef {
 }
 
 impl ResourceRef {
+    /// `Kind namespace/name` (`Kind name` when cluster-scoped), as Kyverno's event notes name
+    /// a resource.
+    pub fn described(&self) -> String {
+        if self.namespace.is_empty() {
+            format!("{} {}", self.kind, self.name)
+        } else {
+            format!("{} {}/{}", self.kind, self.namespace, self.name)
+        }
+    }
+
     /// The object of an admission request (the old one on DELETE).
     pub fn of_request(req: &verno_api::AdmissionRequest) -> ResourceRef {
         ResourceRef {
@@ -107,12 +117,7 @@ impl Applied {
 
     /// The PolicyApplied note: `Pod ns/name: pass` or `Pod ns/name is successfully mutated`.
     pub fn applied_note(&self) -> String {
-        let r = &self.resource;
-        let res = if r.namespace.is_empty() {
-            format!("{} {}", r.kind, r.name)
-        } else {
-            format!("{} {}/{}", r.kind, r.namespace, r.name)
-        };
+        let res = self.resource.described();
         if self.mutated { format!("{res} is successfully mutated") } else { format!("{res}: pass") }
     }
 
@@ -181,12 +186,7 @@ impl Violation {
 
     /// The note of the event on the policy: `Pod ns/name: [rule] fail (blocked); message`.
     pub fn policy_note(&self) -> String {
-        let r = &self.resource;
-        let mut out = if r.namespace.is_empty() {
-            format!("{} {}", r.kind, r.name)
-        } else {
-            format!("{} {}/{}", r.kind, r.namespace, r.name)
-        };
+        let mut out = self.resource.described();
         out.push_str(&format!(": [{}] {}", self.rule, self.status.as_str()));
         if self.blocked {
             out.push_str(" (blocked)");
