@@ -49,6 +49,14 @@ pub struct ServeArgs {
     /// In-cluster: write PolicyReports from admission results (Kyverno's --admissionReports).
     #[arg(long = "admission-reports", default_value_t = true, action = clap::ArgAction::Set)]
     pub admission_reports: bool,
+    /// In-cluster: the leader scans stored objects against background policies and keeps their
+    /// PolicyReports (Kyverno's --backgroundScan).
+    #[arg(long = "background-scan", default_value_t = true, action = clap::ArgAction::Set)]
+    pub background_scan: bool,
+    /// In-cluster: seconds between full rescans of every watched kind (Kyverno's
+    /// --backgroundScanInterval, there an hour); 0, the default, evaluates only changes.
+    #[arg(long = "background-scan-interval-seconds", default_value_t = 0)]
+    pub background_scan_interval_seconds: u64,
     /// In-cluster: the ConfigMap in Verno's namespace with Kyverno's dynamic configuration keys
     /// (Verno reads `generateSuccessEvents` and `successEventActions`), followed live.
     #[arg(long = "config-map", default_value = "verno-config")]
@@ -186,6 +194,11 @@ pub fn run(args: &ServeArgs) -> i32 {
         if !args.admission_reports {
             opts.admission_reports = None;
         }
+        opts.background_scan = args.background_scan.then(|| verno_controller::scan::ScanOptions {
+            rescan: (args.background_scan_interval_seconds > 0)
+                .then(|| Duration::from_secs(args.background_scan_interval_seconds)),
+            ..Default::default()
+        });
         opts.config_map = (!args.config_map.is_empty()).then(|| args.config_map.clone());
         opts.probe_interval =
             (args.probe_interval_seconds > 0).then(|| Duration::from_secs(args.probe_interval_seconds));

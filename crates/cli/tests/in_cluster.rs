@@ -643,3 +643,110 @@ async fn config_map_context_reads_the_cluster() {
     pods.create(&PostParams::default(), &pod("b", json!({"team": "b"}))).await.unwrap();
     replica.controller.stop().await;
 }
+
+const AUDIT_OWNER: &str = r#"{
+  "apiVersion": "kyverno.io/v1", "kind": "ClusterPolicy", "metadata": {"name": "audit-owner",
+    "annotations": {"policies.kyverno.io/severity": "medium"}},
+  "spec": {"validationFailureAction": "Audit", "rules": [{
+    "name": "check-owner",
+    "match": {"any": [{"resources": {"kinds": ["Pod"]}}]},
+    "validate": {"message": "label 'owner' is recommended", "pattern": {"metadata": {"labels": {"owner": "?*"}}}}}]}}"#;
+
+/// The PolicyReport of the object with this uid, if any.
+fn report_of(fake: &FakeApiServer, ns: &str, uid: &str) -> Option<Value> {
+    fake.get("wgpolicyk8s.io", "policyreports", ns, uid)
+}
+
+fn results_of(report: &Value) -> Vec<(String, String, String)> {
+    report["results"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| {
+            let s = |k: &str| r[k].as_str().unwrap_or("").to_string();
+            (s("policy"), s("rule"), s("result"))
+        })
+        .collect()
+}
+
+fn report_writes(fake: &FakeApiServer) -> usize {
+    fake.writes().iter().filter(|w| w.path.contains("policyreports")).count()
+}
+
+#[tokio::test]
+async fn background_scans_keep_reports_exact_and_write_only_changes() {
+    let (fake, admin, replica) = setup().await;
+    // Objects that exist before the policy: only a scan can report them.
+    let pods: Api<Pod> = Api::namespaced(admin.clone(), "shop");
+    let bare = pods.create(&PostParams::default(), &pod("bare", json!({"app": "web"}))).await.unwrap();
+    let owned = pods.create(&PostParams::default(), &pod("owned", json!({"owner": "me"}))).await.unwrap();
+    let (bare_uid, owned_uid) = (bare.metadata.uid.unwrap(), owned.metadata.uid.unwrap());
+    apply_policy(&admin, AUDIT_OWNER).await;
+    let report = eventually("bare's report", || async { report_of(&fake, "shop", &bare_uid) }).await;
+    assert_eq!(results_of(&report), [("audit-owner".into(), "check-owner".into(), "fail".into())]);
+    assert_eq!(report["scope"]["name"], "bare");
+    assert_eq!(report["results"][0]["properties"]["process"], "background scan");
+    assert_eq!(report["results"][0]["severity"], "medium");
+    assert_eq!(report["summary"]["fail"], 1);
+    let ok = eventually("owned's report", || async { report_of(&fake, "shop", &owned_uid) }).await;
+    assert_eq!(results_of(&ok)[0].2, "pass");
+    // The failure is an event from the scan, on the Pod.
+    let ev = event_with_note(&admin, "policy audit-owner/check-owner fail: validation error: label 'owner' is recommended. rule check-owner failed at path /metadata/labels/owner/").await;
+    assert_eq!(ev["reportingController"], "kyverno-scan");
+
+    // Quiet: nothing changes, nothing is written (an object update that policies cannot see
+    // — its status — is not evaluated again either).
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let before = report_writes(&fake);
+    let mut with_status = pods.get("bare").await.unwrap();
+    with_status.status = Some(serde_json::from_value(json!({"phase": "Running"})).unwrap());
+    pods.replace_status("bare", &PostParams::default(), &with_status).await.unwrap();
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    assert_eq!(report_writes(&fake), before, "writes with nothing changed");
+
+    // A fixed object: its result turns to pass (one write).
+    let mut fixed = pods.get("bare").await.unwrap();
+    fixed.metadata.labels.get_or_insert_default().insert("owner".into(), "you".into());
+    pods.replace("bare", &PostParams::default(), &fixed).await.unwrap();
+    eventually("bare passes", || async {
+        report_of(&fake, "shop", &bare_uid).filter(|r| results_of(r)[0].2 == "pass")
+    })
+    .await;
+
+    // The policy now excludes Pods labelled app=web: bare's result goes, and with it the
+    // report (kyverno/kyverno#8519: Kyverno keeps the stale result).
+    let excluding: Value = {
+        let mut v: Value = serde_json::from_str(AUDIT_OWNER).unwrap();
+        v["spec"]["rules"][0]["exclude"] =
+            json!({"any": [{"resources": {"selector": {"matchLabels": {"app": "web"}}}}]});
+        v
+    };
+    apply_policy(&admin, &excluding.to_string()).await;
+    eventually("bare's report deleted", || async { report_of(&fake, "shop", &bare_uid).is_none().then_some(()) }).await;
+    assert!(report_of(&fake, "shop", &owned_uid).is_some());
+
+    // A renamed rule: the old rule's results disappear, the new one's appear.
+    apply_policy(&admin, &AUDIT_OWNER.replace("check-owner", "owner-label")).await;
+    eventually("renamed rule", || async {
+        report_of(&fake, "shop", &owned_uid)
+            .filter(|r| results_of(r) == [("audit-owner".to_string(), "owner-label".to_string(), "pass".to_string())])
+    })
+    .await;
+
+    // A Pod deleted while no leader runs has no report once a new leader has listed Pods.
+    replica.controller.abort();
+    pods.delete("owned", &DeleteParams::default()).await.unwrap();
+    // (The fake collects owned objects at once; put the orphan back as a lagging collector
+    // would have left it.)
+    let orphan = report_of(&fake, "shop", &owned_uid);
+    if orphan.is_none() {
+        let mut r = ok.clone();
+        r["metadata"].as_object_mut().unwrap().retain(|k, _| k == "name" || k == "namespace" || k == "labels");
+        fake.apply(&admin, &r).await.unwrap();
+    }
+    assert!(report_of(&fake, "shop", &owned_uid).is_some());
+    let next = start_replica(&fake, "verno-1").await;
+    eventually("the orphan report deleted", || async { report_of(&fake, "shop", &owned_uid).is_none().then_some(()) })
+        .await;
+    next.controller.stop().await;
+}

@@ -36,6 +36,8 @@ use verno_engine::{Applied, Kind, Notice, Violation};
 
 /// Kyverno's reporting controller name for admission events (tools filter on it).
 pub const REPORTING_CONTROLLER: &str = "kyverno-admission";
+/// Kyverno's reporting controller name for background scan events.
+pub const SCAN_CONTROLLER: &str = "kyverno-scan";
 
 /// How events are paced.
 #[derive(Debug, Clone, Copy)]
@@ -268,8 +270,10 @@ pub struct Sources {
 }
 
 /// Writes events for what the server hands over until `stop`.
+#[allow(clippy::too_many_arguments)]
 pub async fn run(
     client: kube::Client,
+    controller: &'static str,
     identity: String,
     mut rx: mpsc::Receiver<Notice>,
     Sources { stores, config }: Sources,
@@ -277,8 +281,7 @@ pub async fn run(
     limits: Limits,
     mut stop: watch::Receiver<bool>,
 ) {
-    let recorder =
-        Recorder::new(client, Reporter { controller: REPORTING_CONTROLLER.into(), instance: Some(identity) });
+    let recorder = Recorder::new(client, Reporter { controller: controller.into(), instance: Some(identity) });
     let mut bucket = Bucket { tokens: limits.burst, at: Instant::now(), limits };
     loop {
         // Take the next notice first: the stop future must not live across the writes.

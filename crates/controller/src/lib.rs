@@ -19,6 +19,7 @@ pub mod ops;
 pub mod policies;
 pub mod probe;
 pub mod reports;
+pub mod scan;
 pub mod serving;
 pub mod webhooks;
 
@@ -124,6 +125,11 @@ pub struct Options {
     /// PolicyReports from admission results (Kyverno's `--admissionReports`); `None` turns
     /// them off.
     pub admission_reports: Option<reports::Limits>,
+    /// Background scans by the leader (Kyverno's `--backgroundScan`); `None` turns them off.
+    /// With scans on, admission results of background-scanned policies are left to the scan.
+    pub background_scan: Option<scan::ScanOptions>,
+    /// What the scanner has done (shared with metrics).
+    pub scan_stats: Arc<scan::ScanStats>,
     /// Event reasons never written (Kyverno's `--omitEvents`).
     pub omit_events: std::collections::BTreeSet<String>,
     /// The ConfigMap in Verno's namespace holding Kyverno's dynamic configuration (its
@@ -157,6 +163,8 @@ impl Options {
             pair_validity: Duration::from_secs(60 * 86400),
             max_queued_events: 1000,
             admission_reports: Some(reports::Limits::default()),
+            background_scan: Some(scan::ScanOptions::default()),
+            scan_stats: Arc::default(),
             omit_events: ["PolicyApplied", "PolicySkipped"].into_iter().map(str::to_string).collect(),
             config_map: None,
             event_limits: events::Limits::default(),
@@ -320,7 +328,8 @@ pub async fn start(client: kube::Client, server: Arc<dyn Serving>, opts: Options
             streams.push(stream.boxed());
         }
         // PolicyReports for the requests this replica serves.
-        if let Some(limits) = opts.admission_reports {
+        if let Some(mut limits) = opts.admission_reports {
+            limits.leave_scanned = opts.background_scan.is_some();
             let (reports_tx, reports_rx) = tokio::sync::mpsc::channel(limits.max_pending.max(1));
             server.report_results(reports_tx);
             tasks.push(tokio::spawn(reports::run(client.clone(), reports_rx, server.clone(), limits, stop_rx.clone())));
@@ -347,11 +356,43 @@ pub async fn start(client: kube::Client, server: Arc<dyn Serving>, opts: Options
             }
             tasks.push(tokio::spawn(events::run(
                 client.clone(),
+                events::REPORTING_CONTROLLER,
                 opts.identity.clone(),
                 notices_rx,
                 events::Sources { stores, config: config_rx },
                 server.clone(),
                 opts.event_limits,
+                stop_rx.clone(),
+            )));
+        }
+        // Background scans (leader only), with their own events (`kyverno-scan`).
+        if let Some(scan_opts) = opts.background_scan {
+            let scan_events = if opts.max_queued_events > 0 {
+                let (tx, rx) = tokio::sync::mpsc::channel(opts.max_queued_events);
+                let stores = events::PolicyStores(stores.clone());
+                let base = events::EventConfig { omit: opts.omit_events.clone(), ..Default::default() };
+                let (_config_tx, config_rx) = watch::channel(base);
+                tasks.push(tokio::spawn(events::run(
+                    client.clone(),
+                    events::SCAN_CONTROLLER,
+                    opts.identity.clone(),
+                    rx,
+                    events::Sources { stores, config: config_rx },
+                    server.clone(),
+                    opts.event_limits,
+                    stop_rx.clone(),
+                )));
+                Some(tx)
+            } else {
+                None
+            };
+            tasks.push(tokio::spawn(scan::run(
+                client.clone(),
+                server.clone(),
+                installed_rx.clone(),
+                leader_rx.clone(),
+                scan::Outputs { events: scan_events, stats: opts.scan_stats.clone() },
+                scan_opts,
                 stop_rx.clone(),
             )));
         }

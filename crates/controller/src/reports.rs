@@ -20,7 +20,7 @@
 use crate::serving::Serving;
 use kube::api::{Api, DynamicObject, PostParams};
 use kube::discovery::ApiResource;
-use serde_json::{Map, Value, json};
+use serde_json::{Value, json};
 use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
@@ -37,11 +37,20 @@ pub struct Limits {
     pub delay: Duration,
     /// How long the writer keeps trying for an object that does not appear.
     pub give_up: Duration,
+    /// Background scans report the background-scanned policies: their admission results are
+    /// not written (the scan's replace them moments later, and two writers of one result
+    /// would race).
+    pub leave_scanned: bool,
 }
 
 impl Default for Limits {
     fn default() -> Self {
-        Limits { max_pending: 10_000, delay: Duration::from_millis(300), give_up: Duration::from_secs(15) }
+        Limits {
+            max_pending: 10_000,
+            delay: Duration::from_millis(300),
+            give_up: Duration::from_secs(15),
+            leave_scanned: false,
+        }
     }
 }
 
@@ -86,41 +95,14 @@ pub fn merged_report(n: &ReportNotice, stored: Option<&Value>, now: i64) -> Opti
         }
         r
     }));
-    if results.is_empty() {
-        return None;
+    let mut doc = report::document(&n.resource, results)?;
+    if let (Some(rv), Some(m)) = (
+        stored.and_then(|s| s.pointer("/metadata/resourceVersion")),
+        doc.get_mut("metadata").and_then(Value::as_object_mut),
+    ) {
+        m.insert("resourceVersion".into(), rv.clone());
     }
-    report::sort(&mut results);
-    let r = &n.resource;
-    let cluster = r.namespace.is_empty();
-    let mut metadata = Map::new();
-    metadata.insert("name".into(), json!(r.uid));
-    if !cluster {
-        metadata.insert("namespace".into(), json!(r.namespace));
-    }
-    metadata.insert("labels".into(), json!({"app.kubernetes.io/managed-by": "kyverno"}));
-    metadata.insert(
-        "ownerReferences".into(),
-        json!([{"apiVersion": r.api_version, "kind": r.kind, "name": r.name, "uid": r.uid}]),
-    );
-    if let Some(rv) = stored.and_then(|s| s.pointer("/metadata/resourceVersion")) {
-        metadata.insert("resourceVersion".into(), rv.clone());
-    }
-    let mut scope = Map::new();
-    scope.insert("apiVersion".into(), json!(r.api_version));
-    scope.insert("kind".into(), json!(r.kind));
-    scope.insert("name".into(), json!(r.name));
-    if !cluster {
-        scope.insert("namespace".into(), json!(r.namespace));
-    }
-    scope.insert("uid".into(), json!(r.uid));
-    Some(json!({
-        "apiVersion": "wgpolicyk8s.io/v1alpha2",
-        "kind": if cluster { "ClusterPolicyReport" } else { "PolicyReport" },
-        "metadata": metadata,
-        "scope": scope,
-        "summary": report::summary(&results),
-        "results": results,
-    }))
+    Some(doc)
 }
 
 enum Written {
@@ -131,24 +113,31 @@ enum Written {
     Gone,
 }
 
-fn report_api(client: &kube::Client, namespace: &str) -> Api<DynamicObject> {
-    let (kind, plural) = if namespace.is_empty() {
-        ("ClusterPolicyReport", "clusterpolicyreports")
-    } else {
-        ("PolicyReport", "policyreports")
-    };
-    let ar = ApiResource {
-        group: "wgpolicyk8s.io".into(),
-        version: "v1alpha2".into(),
-        api_version: "wgpolicyk8s.io/v1alpha2".into(),
-        kind: kind.into(),
-        plural: plural.into(),
-    };
+/// The report API for a resource in `namespace` (cluster-scoped: empty).
+pub fn report_api(client: &kube::Client, namespace: &str) -> Api<DynamicObject> {
+    let ar = report_resource(namespace.is_empty());
     if namespace.is_empty() {
         Api::all_with(client.clone(), &ar)
     } else {
         Api::namespaced_with(client.clone(), namespace, &ar)
     }
+}
+
+fn report_resource(cluster: bool) -> ApiResource {
+    let (kind, plural) =
+        if cluster { ("ClusterPolicyReport", "clusterpolicyreports") } else { ("PolicyReport", "policyreports") };
+    ApiResource {
+        group: "wgpolicyk8s.io".into(),
+        version: "v1alpha2".into(),
+        api_version: "wgpolicyk8s.io/v1alpha2".into(),
+        kind: kind.into(),
+        plural: plural.into(),
+    }
+}
+
+/// Every PolicyReport (or every ClusterPolicyReport), in all namespaces.
+pub fn all_reports(client: &kube::Client, cluster: bool) -> Api<DynamicObject> {
+    Api::all_with(client.clone(), &report_resource(cluster))
 }
 
 async fn write(client: &kube::Client, n: &ReportNotice) -> Result<Written, kube::Error> {
@@ -201,6 +190,20 @@ async fn write(client: &kube::Client, n: &ReportNotice) -> Result<Written, kube:
     Ok(Written::NotYet)
 }
 
+/// Drops from `n` the policies background scans report.
+fn leave_scanned(n: &mut ReportNotice, set: &verno_engine::PolicySet) {
+    let scanned = |policy: &str, source: &str| {
+        set.policies()
+            .iter()
+            .any(|p| p.in_background_scan() && report::source(p.kind) == source && report::report_key(p) == policy)
+    };
+    n.evaluated.retain(|(p, s)| !scanned(p, s));
+    n.results.retain(|r| {
+        let s = |k: &str| r.get(k).and_then(Value::as_str).unwrap_or("");
+        !scanned(s("policy"), s("source"))
+    });
+}
+
 /// Writes admission results into reports until `stop`.
 pub async fn run(
     client: kube::Client,
@@ -215,7 +218,13 @@ pub async fn run(
     loop {
         tokio::select! {
             n = rx.recv() => {
-                let Some(n) = n else { return };
+                let Some(mut n) = n else { return };
+                if limits.leave_scanned {
+                    leave_scanned(&mut n, &server.current());
+                    if n.evaluated.is_empty() {
+                        continue;
+                    }
+                }
                 let full = pending.len() >= limits.max_pending;
                 match pending.get_mut(&n.resource.uid) {
                     Some(p) => merge(&mut p.notice, n),

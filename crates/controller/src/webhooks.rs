@@ -177,6 +177,10 @@ fn resources(s: &verno_engine::WebhookScope) -> Vec<(String, String, String)> {
 
 /// Which entry a rule of a policy needs, if any.
 fn entry_for(p: &CompiledPolicy, body: &RuleBody) -> Option<&'static str> {
+    // Admission processing off: only background scans evaluate it.
+    if !p.admission {
+        return None;
+    }
     let hook = match body {
         RuleBody::Validate(_) => Hook::Validate,
         RuleBody::Mutate(_) => Hook::Mutate,

@@ -39,6 +39,9 @@ pub struct CompiledPolicy {
     pub action: Action,
     pub overrides: Vec<FailureActionOverride>,
     pub background: bool,
+    /// Whether admission requests are evaluated (Kyverno's `spec.admission`, the CEL kinds'
+    /// `evaluation.admission.enabled`); `false` leaves the policy to background scans.
+    pub admission: bool,
     pub apply_one: bool,
     pub scored: bool,
     pub emit_warning: bool,
@@ -67,6 +70,20 @@ impl CompiledPolicy {
                 .unwrap_or_default(),
             _ => Vec::new(),
         }
+    }
+
+    /// Whether background scans evaluate this policy and report its results: validation
+    /// policies with background processing on (ClusterPolicy, Policy, ValidatingPolicy and
+    /// NamespacedValidatingPolicy, as Kyverno's reports controller scans them).
+    pub fn in_background_scan(&self) -> bool {
+        self.background
+            && match self.kind {
+                Kind::ClusterPolicy | Kind::Policy => {
+                    self.rules.iter().any(|r| matches!(r.body, RuleBody::Validate(_)))
+                }
+                Kind::ValidatingPolicy | Kind::NamespacedValidatingPolicy => true,
+                _ => false,
+            }
     }
 
     /// A rule's effective failure action: its own `failureAction`, else the policy's.
@@ -494,6 +511,7 @@ pub fn compile_policy(p: &ClusterPolicy) -> Result<CompiledPolicy, CompileError>
         action,
         overrides: spec.validation_failure_action_overrides.clone(),
         background: spec.background.unwrap_or(true),
+        admission: spec.admission.unwrap_or(true),
         apply_one: spec.apply_rules.as_deref() == Some("One"),
         scored: p.metadata.annotations.get("policies.kyverno.io/scored").map(String::as_str) != Some("false"),
         emit_warning: spec.emit_warning.unwrap_or(false),

@@ -39,15 +39,9 @@ fn annotation<'a>(p: &'a CompiledPolicy, key: &str) -> Option<&'a str> {
 /// Kyverno's `properties.process`: a policy scanned in the background reports as such, even
 /// for results of admission requests.
 fn process(p: &CompiledPolicy) -> &'static str {
-    let admission = p
-        .document
-        .pointer("/spec/admission")
-        .and_then(Value::as_bool)
-        .or_else(|| p.document.pointer("/spec/evaluation/admission/enabled").and_then(Value::as_bool))
-        .unwrap_or(true);
     if p.background {
         "background scan"
-    } else if admission {
+    } else if p.admission {
         "admission review"
     } else {
         ""
@@ -61,6 +55,10 @@ pub fn report_key(p: &CompiledPolicy) -> String {
 
 /// The report results of one policy's response (rules that did not apply leave none).
 pub fn results(p: &CompiledPolicy, r: &PolicyResponse) -> Vec<Value> {
+    // Kyverno 1.16: the label (any value) turns reporting off for the policy.
+    if p.document.pointer("/metadata/labels").and_then(|l| l.get("reports.kyverno.io/disabled")).is_some() {
+        return Vec::new();
+    }
     let scored = annotation(p, "policies.kyverno.io/scored") != Some("false");
     let severity = annotation(p, "policies.kyverno.io/severity")
         .filter(|s| matches!(*s, "critical" | "high" | "medium" | "low" | "info"));
@@ -119,6 +117,47 @@ pub fn results(p: &CompiledPolicy, r: &PolicyResponse) -> Vec<Value> {
             Value::Object(out)
         })
         .collect()
+}
+
+/// The per-resource report Kyverno 1.19 writes for `resource` holding `results` (sorted here,
+/// summary counted): `wgpolicyk8s.io/v1alpha2` PolicyReport in the resource's namespace, or
+/// ClusterPolicyReport for a cluster-scoped resource, named after its uid, labelled
+/// `app.kubernetes.io/managed-by: kyverno` and owned by it, with `scope`. `None` without
+/// results: Kyverno keeps no empty report.
+pub fn document(resource: &crate::ResourceRef, mut results: Vec<Value>) -> Option<Value> {
+    if results.is_empty() {
+        return None;
+    }
+    sort(&mut results);
+    let r = resource;
+    let cluster = r.namespace.is_empty();
+    let mut metadata = Map::new();
+    metadata.insert("name".into(), json!(r.uid));
+    if !cluster {
+        metadata.insert("namespace".into(), json!(r.namespace));
+    }
+    metadata.insert("labels".into(), json!({"app.kubernetes.io/managed-by": "kyverno"}));
+    metadata.insert(
+        "ownerReferences".into(),
+        json!([{"apiVersion": r.api_version, "kind": r.kind, "name": r.name, "uid": r.uid}]),
+    );
+    let mut scope = Map::new();
+    scope.insert("apiVersion".into(), json!(r.api_version));
+    scope.insert("kind".into(), json!(r.kind));
+    scope.insert("name".into(), json!(r.name));
+    if !cluster {
+        scope.insert("namespace".into(), json!(r.namespace));
+    }
+    scope.insert("uid".into(), json!(r.uid));
+    let summary = summary(&results);
+    Some(json!({
+        "apiVersion": "wgpolicyk8s.io/v1alpha2",
+        "kind": if cluster { "ClusterPolicyReport" } else { "PolicyReport" },
+        "metadata": metadata,
+        "scope": scope,
+        "summary": summary,
+        "results": results,
+    }))
 }
 
 /// Kyverno's order of results: policy, rule, source, then timestamp.

@@ -110,8 +110,10 @@ pub fn fail_closed(hook: Hook, p: &CompiledPolicy) -> bool {
 /// Which policies a call evaluates.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Route {
-    /// Every policy: `verno test`, `verno apply`, background scans.
+    /// Every policy: `verno test`, `verno apply`.
     All,
+    /// A background scan: the policies [`CompiledPolicy::in_background_scan`] keeps.
+    Background,
     /// Kyverno's `/validate…` and `/mutate…` webhooks: ClusterPolicy and Policy only.
     Kyverno(Hook, Filter),
     /// Kyverno's `/vpol`, `/nvpol`, `/mpol` and `/nmpol` webhooks: the validating (or mutating)
@@ -125,7 +127,7 @@ impl Route {
     pub fn hook(&self) -> Option<Hook> {
         match self {
             Route::Kyverno(hook, _) | Route::Cel { hook, .. } => Some(*hook),
-            Route::All => None,
+            Route::All | Route::Background => None,
         }
     }
 
@@ -133,6 +135,9 @@ impl Route {
     pub fn keeps(&self, p: &CompiledPolicy) -> bool {
         match self {
             Route::All => true,
+            Route::Background => p.in_background_scan(),
+            // A policy with admission processing off is left to background scans.
+            Route::Kyverno(..) | Route::Cel { .. } if !p.admission => false,
             Route::Kyverno(hook, filter) => {
                 matches!(p.kind, Kind::ClusterPolicy | Kind::Policy) && filter.keeps(*hook, p)
             }
@@ -161,9 +166,13 @@ pub struct Scope {
 }
 
 impl Scope {
-    /// Every phase, every policy: `verno test`, `verno apply`, background scans.
+    /// Every phase, every policy: `verno test`, `verno apply`.
     pub const ALL: Scope =
         Scope { phases: &[Phase::Mutate, Phase::Validate, Phase::Generate], route: Route::All, keep_responses: true };
+
+    /// A background scan of a stored object, as Kyverno's reports controller runs it: the
+    /// validation phase of the background-scanned policies, every response kept for reports.
+    pub const BACKGROUND: Scope = Scope { phases: &[Phase::Validate], route: Route::Background, keep_responses: true };
 
     /// One webhook call: the phase of the route's hook, the policies it keeps.
     pub fn webhook(route: Route) -> Scope {

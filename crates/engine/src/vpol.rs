@@ -161,6 +161,7 @@ pub(crate) fn cel_policy(
         action,
         overrides: Vec::new(),
         background,
+        admission: doc.pointer("/spec/evaluation/admission/enabled").and_then(Value::as_bool).unwrap_or(true),
         apply_one: false,
         scored: true,
         emit_warning,

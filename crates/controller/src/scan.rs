@@ -1,0 +1,1101 @@
+//! Background scans: the leader evaluates stored objects against the background-scanned
+//! policies (the engine's [`Scope::BACKGROUND`]) and keeps their PolicyReports exact.
+//!
+//! How it differs from Kyverno's reports controller (`../shared/research/controllers.md` §A4),
+//! whose failure modes users report:
+//!
+//! - **Watch-driven and incremental.** Only the kinds background policies match are watched,
+//!   listed in pages (the watcher's 500). Per object Verno keeps a hash of what policies read
+//!   (the object without `status` and bookkeeping metadata) and, per policy, a hash of the
+//!   results in its report — never the object. An event whose hash is unchanged is not
+//!   evaluated; a result set whose hashes are unchanged is not written. There are no
+//!   intermediate report objects, and no periodic full rescan unless `rescan` is set.
+//! - **Whole reports.** The scan results of a report are replaced whole on every write, so an
+//!   exclusion, a kind change or a removed rule leaves no stale result (kyverno/kyverno#8519,
+//!   #17368). Results of policies that are not background-scanned (admission results of
+//!   `background: false` policies, written by [`crate::reports`]) are kept while their policy
+//!   exists. Unchanged results keep their timestamp, so Policy Reporter sees no churn.
+//! - **Policy changes touch only what they affect.** A changed, added or removed background
+//!   policy re-lists the kinds it matches (before and after the change); an unchanged set
+//!   writes nothing. A kind no policy matches any more loses its scan results. A policy or
+//!   rule that disappears takes its results out of every report. (Exception changes re-list
+//!   every watched kind: exceptions name policies loosely enough that a narrower rule would
+//!   miss some.)
+//! - **Nothing only in memory is needed for correctness.** A new leader lists the existing
+//!   reports (in pages, metadata and results only kept as hashes), then the watched kinds:
+//!   unchanged results are not rewritten, and reports of objects deleted while no leader ran
+//!   are deleted once their kind's list has completed.
+//!
+//! Writes are paced by a token bucket; failed writes are retried with backoff on the next
+//! event or the `retry` pass. Failed rules become PolicyViolation events from the
+//! `kyverno-scan` reporting controller, as Kyverno's, but only when a result changes (Kyverno
+//! repeats them on every hourly rescan).
+//!
+//! Not yet: namespace label changes do not re-evaluate the namespace's objects (a
+//! `namespaceSelector` result changes on the object's next update or a rescan);
+//! MutatingPolicy, ImageValidatingPolicy and the admission policy kinds are not scanned.
+
+use crate::serving::Serving;
+use futures_util::StreamExt;
+use kube::api::{Api, DeleteParams, DynamicObject, ListParams, PostParams};
+use kube::discovery::{ApiCapabilities, ApiResource, Discovery, Scope as DiscoveryScope, verbs};
+use kube::runtime::{WatchStreamExt, watcher};
+use serde_json::{Value, json};
+use std::collections::hash_map::DefaultHasher;
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::hash::{Hash, Hasher};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::time::Duration;
+use tokio::sync::{mpsc, watch};
+use tokio::task::JoinHandle;
+use tokio::time::Instant;
+use verno_engine::report;
+use verno_engine::{Notice, PolicySet, Request, ResourceRef, Scope};
+
+/// How background scans run.
+#[derive(Debug, Clone, Copy)]
+pub struct ScanOptions {
+    /// Objects per page when a kind is listed.
+    pub page_size: u32,
+    /// Sustained report writes per second, and the burst after a quiet spell.
+    pub writes_per_second: f64,
+    pub burst: f64,
+    /// Every watched kind is listed and evaluated again this often (Kyverno's
+    /// `--backgroundScanInterval`, there 1 h); `None`: only changes are evaluated.
+    pub rescan: Option<Duration>,
+    /// The longest one object's evaluation may take before it is cancelled.
+    pub deadline: Duration,
+}
+
+impl Default for ScanOptions {
+    fn default() -> Self {
+        ScanOptions {
+            page_size: 500,
+            writes_per_second: 200.0,
+            burst: 400.0,
+            rescan: None,
+            deadline: Duration::from_secs(10),
+        }
+    }
+}
+
+/// What the scanner has done, for metrics and benchmarks.
+#[derive(Debug, Default)]
+pub struct ScanStats {
+    /// Objects evaluated.
+    pub evaluated: AtomicU64,
+    /// Report creates, replaces and deletes.
+    pub writes: AtomicU64,
+    /// Bytes of their request bodies.
+    pub write_bytes: AtomicU64,
+    /// Objects whose results wait to be written (failed writes, paced writes).
+    pub backlog: AtomicU64,
+}
+
+/// Kinds a background scan never watches: reports (a report about a report would feed
+/// itself) and Events.
+fn never_scanned(ar: &ApiResource) -> bool {
+    matches!(ar.group.as_str(), "wgpolicyk8s.io" | "reports.kyverno.io" | "openreports.io")
+        || (ar.plural == "events" && matches!(ar.group.as_str(), "" | "events.k8s.io"))
+}
+
+/// A stable 64-bit hash (within one process: only compared with itself).
+fn hash_of(v: &impl Hash) -> u64 {
+    let mut h = DefaultHasher::new();
+    v.hash(&mut h);
+    h.finish()
+}
+
+/// Hashes a JSON value; with `top` the object's `status` and bookkeeping metadata are left
+/// out (what Kyverno's resource hash leaves out: policies see neither).
+fn hash_json(v: &Value, h: &mut DefaultHasher, top: bool) {
+    match v {
+        Value::Null => 0u8.hash(h),
+        Value::Bool(b) => (1u8, b).hash(h),
+        Value::Number(n) => (2u8, n.to_string()).hash(h),
+        Value::String(s) => (3u8, s).hash(h),
+        Value::Array(a) => {
+            (4u8, a.len()).hash(h);
+            for x in a {
+                hash_json(x, h, false);
+            }
+        }
+        Value::Object(m) => {
+            5u8.hash(h);
+            for (k, x) in m {
+                if top && k == "status" {
+                    continue;
+                }
+                k.hash(h);
+                if top && k == "metadata" {
+                    if let Value::Object(meta) = x {
+                        6u8.hash(h);
+                        for (mk, mv) in meta {
+                            if matches!(mk.as_str(), "resourceVersion" | "managedFields" | "generation") {
+                                continue;
+                            }
+                            mk.hash(h);
+                            hash_json(mv, h, false);
+                        }
+                    }
+                    continue;
+                }
+                hash_json(x, h, false);
+            }
+        }
+    }
+}
+
+fn object_hash(o: &Value) -> u64 {
+    let mut h = DefaultHasher::new();
+    hash_json(o, &mut h, true);
+    // 0 means "not evaluated yet".
+    h.finish().max(1)
+}
+
+/// A result's owner: its policy (report key) and source.
+fn owner_of(r: &Value) -> (String, String) {
+    let s = |k: &str| r.get(k).and_then(Value::as_str).unwrap_or("").to_string();
+    (s("policy"), s("source"))
+}
+
+fn owner_hash(policy: &str, source: &str) -> u64 {
+    hash_of(&(policy, source))
+}
+
+/// Per owner, a hash of its results without their timestamps; sorted by owner.
+fn fingerprint(results: &[Value]) -> Vec<(u64, u64)> {
+    let mut groups: BTreeMap<u64, Vec<String>> = BTreeMap::new();
+    for r in results {
+        let (p, s) = owner_of(r);
+        let mut r = r.clone();
+        if let Some(m) = r.as_object_mut() {
+            m.remove("timestamp");
+        }
+        groups.entry(owner_hash(&p, &s)).or_default().push(r.to_string());
+    }
+    groups
+        .into_iter()
+        .map(|(k, mut v)| {
+            v.sort();
+            (k, hash_of(&v))
+        })
+        .collect()
+}
+
+/// Which results belong to whom in the set in force.
+#[derive(Default)]
+struct Owners {
+    /// Background-scanned policies: their results are the scan's.
+    scanned: HashSet<u64>,
+    /// Every policy in force, by owner hash, with its rule names (a result of another rule is
+    /// stale).
+    live: HashMap<u64, HashSet<String>>,
+}
+
+impl Owners {
+    fn of(set: &PolicySet) -> Owners {
+        let mut o = Owners::default();
+        for p in set.policies() {
+            let key = owner_hash(&report::report_key(p), report::source(p.kind));
+            if p.in_background_scan() {
+                o.scanned.insert(key);
+            }
+            let mut rules: HashSet<String> = p.rules.iter().map(|r| r.name.clone()).collect();
+            // Autogen rules are named after their source rule (`autogen-…`).
+            for r in p.rules.iter() {
+                rules.insert(format!("autogen-{}", r.name));
+                rules.insert(format!("autogen-cronjob-{}", r.name));
+            }
+            rules.insert(String::new());
+            o.live.entry(key).or_default().extend(rules);
+        }
+        o
+    }
+
+    /// Whether a stored result stays when the scan results are replaced: it is an admission
+    /// result of a policy (and rule) still in force that scans do not evaluate.
+    fn keeps(&self, r: &Value) -> bool {
+        let (p, s) = owner_of(r);
+        let key = owner_hash(&p, &s);
+        let rule = r.get("rule").and_then(Value::as_str).unwrap_or("");
+        !self.scanned.contains(&key) && self.live.get(&key).is_some_and(|rules| rules.contains(rule))
+    }
+}
+
+/// What the leader keeps per object (or per report of an object not listed yet).
+struct Tracked {
+    /// Index into [`Scanner::kinds`]: the object's apiVersion and kind.
+    kind: u32,
+    namespace: Arc<str>,
+    name: Arc<str>,
+    /// Hash of the object as last evaluated; 0: to evaluate.
+    object: u64,
+    /// The list (of its kind) in which it was last seen.
+    seen: u64,
+    /// Whether its report exists, and per owner the hash of its results there.
+    report: bool,
+    results: Vec<(u64, u64)>,
+    /// The results wait to be written (a write failed or was paced).
+    pending: bool,
+}
+
+/// One watched kind.
+struct Watch {
+    ar: ApiResource,
+    namespaced: bool,
+    task: JoinHandle<()>,
+    /// Bumped on every restart: events of an older watcher are ignored.
+    generation: u64,
+    /// The current list (`Init` … `InitDone`) number, and whether it is complete.
+    list: u64,
+    listed: bool,
+}
+
+type WatchEvent = (u32, u64, watcher::Event<DynamicObject>);
+
+struct Bucket {
+    tokens: f64,
+    at: Instant,
+    per_second: f64,
+    burst: f64,
+}
+
+impl Bucket {
+    /// Waits until a write may go.
+    async fn take(&mut self) {
+        loop {
+            let now = Instant::now();
+            self.tokens = (self.tokens + now.duration_since(self.at).as_secs_f64() * self.per_second).min(self.burst);
+            self.at = now;
+            if self.tokens >= 1.0 {
+                self.tokens -= 1.0;
+                return;
+            }
+            let wait = (1.0 - self.tokens) / self.per_second.max(0.001);
+            tokio::time::sleep(Duration::from_secs_f64(wait.min(1.0))).await;
+        }
+    }
+}
+
+/// The leader's scanner state. Dropped when leadership is lost.
+struct Scanner {
+    client: kube::Client,
+    server: Arc<dyn Serving>,
+    opts: ScanOptions,
+    stats: Arc<ScanStats>,
+    events: Option<mpsc::Sender<Notice>>,
+    data: crate::cluster_data::ClusterData,
+    /// (apiVersion, kind) interned; `Tracked::kind` indexes it.
+    kinds: Vec<(String, String)>,
+    kind_index: HashMap<(String, String), u32>,
+    watches: HashMap<u32, Watch>,
+    tracked: HashMap<String, Tracked>,
+    /// Per background policy (owner hash): a hash of its document, and the kinds it matches.
+    policies: HashMap<u64, (u64, HashSet<u32>)>,
+    /// Hash of the exceptions in force.
+    exceptions: u64,
+    owners: Owners,
+    tx: mpsc::Sender<WatchEvent>,
+    bucket: Bucket,
+    discovery: Option<(Instant, Arc<Discovery>)>,
+    set: Arc<PolicySet>,
+}
+
+/// Where a scan's side effects go: failed rules for events, and its counters.
+pub struct Outputs {
+    pub events: Option<mpsc::Sender<Notice>>,
+    pub stats: Arc<ScanStats>,
+}
+
+/// Runs background scans while this replica leads, until `stop`.
+pub async fn run(
+    client: kube::Client,
+    server: Arc<dyn Serving>,
+    installed: watch::Receiver<u64>,
+    mut leader: watch::Receiver<bool>,
+    Outputs { events, stats }: Outputs,
+    opts: ScanOptions,
+    mut stop: watch::Receiver<bool>,
+) {
+    loop {
+        tokio::select! {
+            r = leader.wait_for(|l| *l) => if r.is_err() { return },
+            _ = stop.wait_for(|s| *s) => return,
+        }
+        tracing::info!("background scans start (this replica leads)");
+        let (tx, rx) = mpsc::channel(1024);
+        let mut scanner = Scanner {
+            client: client.clone(),
+            server: server.clone(),
+            opts,
+            stats: stats.clone(),
+            events: events.clone(),
+            data: crate::cluster_data::ClusterData::new(client.clone()),
+            kinds: Vec::new(),
+            kind_index: HashMap::new(),
+            watches: HashMap::new(),
+            tracked: HashMap::new(),
+            policies: HashMap::new(),
+            exceptions: 0,
+            owners: Owners::default(),
+            tx,
+            bucket: Bucket {
+                tokens: opts.burst,
+                at: Instant::now(),
+                per_second: opts.writes_per_second,
+                burst: opts.burst,
+            },
+            discovery: None,
+            set: Arc::new(PolicySet::default()),
+        };
+        let mut installed = installed.clone();
+        tokio::select! {
+            _ = scanner.lead(rx, &mut installed) => {}
+            _ = leader.wait_for(|l| !*l) => tracing::info!("background scans stop (leadership lost)"),
+            _ = stop.wait_for(|s| *s) => {}
+        }
+        scanner.shutdown();
+        if *stop.borrow() {
+            return;
+        }
+    }
+}
+
+impl Scanner {
+    fn shutdown(&mut self) {
+        for w in self.watches.values() {
+            w.task.abort();
+        }
+        self.watches.clear();
+        self.stats.backlog.store(0, Ordering::Relaxed);
+    }
+
+    fn kind_id(&mut self, api_version: &str, kind: &str) -> u32 {
+        let key = (api_version.to_string(), kind.to_string());
+        if let Some(&i) = self.kind_index.get(&key) {
+            return i;
+        }
+        let i = u32::try_from(self.kinds.len()).unwrap_or(u32::MAX);
+        self.kinds.push(key.clone());
+        self.kind_index.insert(key, i);
+        i
+    }
+
+    async fn lead(&mut self, mut rx: mpsc::Receiver<WatchEvent>, installed: &mut watch::Receiver<u64>) {
+        // Wait for a set: the policy loop installs one once its caches have synced.
+        if installed.wait_for(|g| *g > 0).await.is_err() {
+            return;
+        }
+        installed.mark_unchanged();
+        self.set = self.server.current();
+        self.owners = Owners::of(&self.set);
+        // What the previous leader wrote.
+        while let Err(e) = self.load_reports().await {
+            tracing::warn!(error = %e, "listing the existing reports failed (retrying)");
+            tokio::time::sleep(Duration::from_secs(2)).await;
+        }
+        self.reconcile_policies(true).await;
+        let mut retry = tokio::time::interval(Duration::from_secs(5));
+        retry.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        let rescan = self.opts.rescan;
+        let mut last_rescan = Instant::now();
+        loop {
+            tokio::select! {
+                ev = rx.recv() => match ev {
+                    Some((kind, generation, ev)) => self.on_event(kind, generation, ev).await,
+                    None => return,
+                },
+                r = installed.changed() => {
+                    if r.is_err() { return }
+                    self.set = self.server.current();
+                    self.reconcile_policies(false).await;
+                }
+                _ = retry.tick() => {
+                    self.retry_pending().await;
+                    if let Some(every) = rescan && last_rescan.elapsed() >= every {
+                        last_rescan = Instant::now();
+                        let all: Vec<u32> = self.watches.keys().copied().collect();
+                        self.relist(&all);
+                    }
+                }
+            }
+        }
+    }
+
+    /// Lists every report Verno (or Kyverno) manages, in pages, into the tracked state.
+    async fn load_reports(&mut self) -> Result<(), kube::Error> {
+        self.tracked.clear();
+        for cluster in [false, true] {
+            let api = crate::reports::all_reports(&self.client, cluster);
+            let mut lp =
+                ListParams::default().labels("app.kubernetes.io/managed-by=kyverno").limit(self.opts.page_size);
+            loop {
+                let page = api.list(&lp).await?;
+                for r in &page.items {
+                    let Ok(v) = serde_json::to_value(r) else { continue };
+                    self.track_report(&v);
+                }
+                match page.metadata.continue_.as_deref() {
+                    Some(c) if !c.is_empty() => lp = lp.continue_token(c),
+                    _ => break,
+                }
+            }
+        }
+        tracing::info!(reports = self.tracked.len(), "existing reports read");
+        Ok(())
+    }
+
+    fn track_report(&mut self, v: &Value) {
+        let s = |p: &str| v.pointer(p).and_then(Value::as_str).unwrap_or("");
+        let uid = s("/metadata/name");
+        if uid.is_empty() || s("/scope/uid") != uid {
+            return;
+        }
+        let kind = self.kind_id(s("/scope/apiVersion"), s("/scope/kind"));
+        let results: Vec<Value> = v.get("results").and_then(Value::as_array).cloned().unwrap_or_default();
+        self.tracked.insert(
+            uid.to_string(),
+            Tracked {
+                kind,
+                namespace: Arc::from(s("/metadata/namespace")),
+                name: Arc::from(s("/scope/name")),
+                object: 0,
+                seen: 0,
+                report: true,
+                results: fingerprint(&results),
+                pending: false,
+            },
+        );
+    }
+
+    async fn discovery(&mut self, fresh: bool) -> Option<Arc<Discovery>> {
+        if let Some((at, d)) = &self.discovery
+            && (!fresh || at.elapsed() < Duration::from_secs(30))
+        {
+            return Some(d.clone());
+        }
+        match Discovery::new(self.client.clone()).run().await {
+            Ok(d) => {
+                let d = Arc::new(d);
+                self.discovery = Some((Instant::now(), d.clone()));
+                Some(d)
+            }
+            Err(e) => {
+                tracing::warn!(error = %e, "discovery failed; background scans keep the kinds they watch");
+                self.discovery.as_ref().map(|(_, d)| d.clone())
+            }
+        }
+    }
+
+    /// The kinds (apiVersion, kind → resource) each background policy matches.
+    async fn policy_kinds(&mut self) -> Option<HashMap<u64, (u64, Vec<(ApiResource, bool)>)>> {
+        let unknown =
+            self.set.policies().iter().any(|p| p.in_background_scan() && !self.policies.contains_key(&key_of(p)));
+        let discovery = self.discovery(unknown).await?;
+        let mut out = HashMap::new();
+        for p in self.set.policies().iter().filter(|p| p.in_background_scan()) {
+            let mut kinds: Vec<(ApiResource, bool)> = Vec::new();
+            for r in &p.rules {
+                for scope in r.matcher.webhook_scope() {
+                    if !scope.subresource.is_empty() {
+                        continue;
+                    }
+                    for (ar, caps) in resolve(&discovery, &scope) {
+                        if !kinds.iter().any(|(k, _)| k.api_version == ar.api_version && k.kind == ar.kind) {
+                            kinds.push((ar, caps.scope == DiscoveryScope::Namespaced));
+                        }
+                    }
+                }
+            }
+            out.insert(key_of(p), (hash_of(&p.document.to_string()), kinds));
+        }
+        Some(out)
+    }
+
+    /// Brings the watched kinds in step with the set in force: starts and stops watches,
+    /// re-lists the kinds whose policies changed, strips results nobody owns any more.
+    async fn reconcile_policies(&mut self, first: bool) {
+        let Some(wanted) = self.policy_kinds().await else { return };
+        let previous_owners = std::mem::replace(&mut self.owners, Owners::of(&self.set));
+        let exceptions = hash_of(&self.set.exceptions().iter().map(|e| e.key.clone()).collect::<Vec<_>>())
+            ^ hash_of(&exceptions_fingerprint(&self.set));
+        let exceptions_changed = exceptions != self.exceptions;
+        self.exceptions = exceptions;
+        let mut policies: HashMap<u64, (u64, HashSet<u32>)> = HashMap::new();
+        let mut resources: HashMap<u32, (ApiResource, bool)> = HashMap::new();
+        for (key, (doc, kinds)) in wanted {
+            let mut ids = HashSet::new();
+            for (ar, namespaced) in kinds {
+                if never_scanned(&ar) {
+                    continue;
+                }
+                let id = self.kind_id(&ar.api_version, &ar.kind);
+                ids.insert(id);
+                resources.insert(id, (ar, namespaced));
+            }
+            policies.insert(key, (doc, ids));
+        }
+        // Kinds whose results may differ: those of changed, added and removed policies.
+        let mut affected: HashSet<u32> = HashSet::new();
+        for (key, (doc, ids)) in &policies {
+            match self.policies.get(key) {
+                Some((old_doc, old_ids)) if old_doc == doc => {
+                    if old_ids != ids {
+                        affected.extend(ids.iter().copied());
+                    }
+                }
+                Some((_, old_ids)) => {
+                    affected.extend(old_ids.iter().copied());
+                    affected.extend(ids.iter().copied());
+                }
+                None => affected.extend(ids.iter().copied()),
+            }
+        }
+        for (key, (_, old_ids)) in &self.policies {
+            if !policies.contains_key(key) {
+                affected.extend(old_ids.iter().copied());
+            }
+        }
+        self.policies = policies;
+        // Stop what no policy matches any more; start what is new.
+        let gone: Vec<u32> = self.watches.keys().filter(|k| !resources.contains_key(k)).copied().collect();
+        for k in gone {
+            if let Some(w) = self.watches.remove(&k) {
+                w.task.abort();
+                tracing::info!(kind = %w.ar.kind, "no background policy matches this kind any more: not watched");
+            }
+        }
+        let mut relist: Vec<u32> = Vec::new();
+        for (id, (ar, namespaced)) in resources {
+            match self.watches.get(&id) {
+                Some(_) if exceptions_changed || affected.contains(&id) => relist.push(id),
+                Some(_) => {}
+                None => {
+                    self.start_watch(id, ar, namespaced);
+                }
+            }
+        }
+        if !first {
+            self.relist(&relist);
+        }
+        // Results of policies (or rules) gone, and scan results of kinds no longer watched.
+        let ids: Vec<String> = self
+            .tracked
+            .iter()
+            .filter(|(_, t)| {
+                t.report
+                    && (t.results.iter().any(|(k, _)| !self.owners.live.contains_key(k))
+                        || (!self.watches.contains_key(&t.kind)
+                            && t.results.iter().any(|(k, _)| self.owners.scanned.contains(k))))
+            })
+            .map(|(uid, _)| uid.clone())
+            .collect();
+        let rules_shrank = previous_owners
+            .live
+            .iter()
+            .any(|(k, rules)| self.owners.live.get(k).is_some_and(|now| rules.iter().any(|r| !now.contains(r))));
+        for uid in ids {
+            self.rewrite_without_scan_or_stale(&uid).await;
+        }
+        if rules_shrank && !first {
+            // A rule of a policy scans do not evaluate went away: its admission results go.
+            let all: Vec<String> = self.tracked.iter().filter(|(_, t)| t.report).map(|(u, _)| u.clone()).collect();
+            for uid in all {
+                self.rewrite_without_scan_or_stale(&uid).await;
+            }
+        }
+    }
+
+    fn start_watch(&mut self, id: u32, ar: ApiResource, namespaced: bool) {
+        let generation = self.watches.get(&id).map_or(0, |w| w.generation + 1);
+        if let Some(w) = self.watches.get(&id) {
+            w.task.abort();
+        }
+        let api: Api<DynamicObject> = Api::all_with(self.client.clone(), &ar);
+        let cfg = watcher::Config::default().page_size(self.opts.page_size);
+        let tx = self.tx.clone();
+        let task = tokio::spawn(async move {
+            let mut s = watcher(api, cfg).default_backoff().boxed();
+            while let Some(ev) = s.next().await {
+                match ev {
+                    Ok(ev) => {
+                        if tx.send((id, generation, ev)).await.is_err() {
+                            return;
+                        }
+                    }
+                    Err(e) => tracing::debug!(error = %e, "background scan watch error (retrying)"),
+                }
+            }
+        });
+        tracing::info!(kind = %ar.kind, api_version = %ar.api_version, "background scans watch this kind");
+        self.watches.insert(id, Watch { ar, namespaced, task, generation, list: 0, listed: false });
+    }
+
+    /// Lists these kinds again and evaluates every object of them.
+    fn relist(&mut self, ids: &[u32]) {
+        for id in ids {
+            for t in self.tracked.values_mut().filter(|t| t.kind == *id) {
+                t.object = 0;
+            }
+            if let Some(w) = self.watches.get(id) {
+                let (ar, namespaced) = (w.ar.clone(), w.namespaced);
+                self.start_watch(*id, ar, namespaced);
+            }
+        }
+    }
+
+    async fn on_event(&mut self, kind: u32, generation: u64, ev: watcher::Event<DynamicObject>) {
+        let Some(w) = self.watches.get_mut(&kind) else { return };
+        if w.generation != generation {
+            return;
+        }
+        match ev {
+            watcher::Event::Init => {
+                w.list += 1;
+                w.listed = false;
+            }
+            watcher::Event::InitApply(o) | watcher::Event::Apply(o) => {
+                let list = w.list;
+                self.on_object(kind, list, o).await;
+            }
+            watcher::Event::InitDone => {
+                w.listed = true;
+                let list = w.list;
+                // Objects of this kind the list did not return are gone: so are their reports.
+                let gone: Vec<String> = self
+                    .tracked
+                    .iter()
+                    .filter(|(_, t)| t.kind == kind && t.seen != list)
+                    .map(|(u, _)| u.clone())
+                    .collect();
+                for uid in gone {
+                    self.forget(&uid).await;
+                }
+            }
+            watcher::Event::Delete(o) => {
+                if let Some(uid) = o.metadata.uid.as_deref() {
+                    // The report is owned by the object: the garbage collector removes it. It is
+                    // deleted here too, so a cluster whose collector lags keeps no orphans.
+                    self.forget(uid).await;
+                }
+            }
+        }
+    }
+
+    /// An object is gone: its report goes too.
+    async fn forget(&mut self, uid: &str) {
+        let Some(t) = self.tracked.remove(uid) else { return };
+        if t.report {
+            self.bucket.take().await;
+            let api = crate::reports::report_api(&self.client, &t.namespace);
+            match api.delete(uid, &DeleteParams::default()).await {
+                Ok(_) => {
+                    self.stats.writes.fetch_add(1, Ordering::Relaxed);
+                }
+                Err(kube::Error::Api(e)) if e.code == 404 => {}
+                Err(e) => tracing::debug!(error = %e, uid, "report of a deleted object not deleted"),
+            }
+        }
+    }
+
+    async fn on_object(&mut self, kind: u32, list: u64, o: DynamicObject) {
+        let Some(uid) = o.metadata.uid.clone() else { return };
+        let value = match serde_json::to_value(&o) {
+            Ok(v) => v,
+            Err(_) => return,
+        };
+        drop(o);
+        let hash = object_hash(&value);
+        if let Some(t) = self.tracked.get_mut(&uid) {
+            t.seen = list;
+            t.kind = kind;
+            if t.object == hash && !t.pending {
+                return;
+            }
+        }
+        let (api_version, kind_name) = self.kinds.get(kind as usize).cloned().unwrap_or_default();
+        let resource = ResourceRef {
+            api_version,
+            kind: kind_name,
+            namespace: value.pointer("/metadata/namespace").and_then(Value::as_str).unwrap_or("").to_string(),
+            name: value.pointer("/metadata/name").and_then(Value::as_str).unwrap_or("").to_string(),
+            uid: uid.clone(),
+        };
+        let Some(scan) = self.evaluate(value, &resource).await else { return };
+        self.stats.evaluated.fetch_add(1, Ordering::Relaxed);
+        let t = self.tracked.entry(uid.clone()).or_insert_with(|| Tracked {
+            kind,
+            namespace: Arc::from(resource.namespace.as_str()),
+            name: Arc::from(resource.name.as_str()),
+            object: 0,
+            seen: list,
+            report: false,
+            results: Vec::new(),
+            pending: false,
+        });
+        t.object = hash;
+        t.seen = list;
+        let new = fingerprint(&scan.results);
+        let owners = &self.owners;
+        let old: Vec<(u64, u64)> = t.results.iter().filter(|(k, _)| owners.scanned.contains(k)).copied().collect();
+        let stale = t.results.iter().any(|(k, _)| !owners.live.contains_key(k));
+        if new == old && !stale && !t.pending {
+            return;
+        }
+        // Events for the policies whose results changed.
+        let changed: HashSet<u64> = new.iter().filter(|e| !old.contains(e)).map(|(k, _)| *k).collect();
+        self.send_events(&scan.notices, &changed);
+        match self.write(&resource, scan.results).await {
+            Ok(results) => {
+                if let Some(t) = self.tracked.get_mut(&uid) {
+                    t.report = !results.is_empty();
+                    t.results = results;
+                    t.pending = false;
+                }
+            }
+            Err(e) => {
+                tracing::debug!(error = %e, uid, "report not written (retrying)");
+                if let Some(t) = self.tracked.get_mut(&uid) {
+                    t.pending = true;
+                    t.object = 0;
+                }
+            }
+        }
+        self.update_backlog();
+    }
+
+    fn update_backlog(&self) {
+        let n = self.tracked.values().filter(|t| t.pending).count();
+        self.stats.backlog.store(n as u64, Ordering::Relaxed);
+    }
+
+    fn send_events(&self, notices: &[(u64, Notice)], changed: &HashSet<u64>) {
+        let Some(tx) = &self.events else { return };
+        for (owner, n) in notices {
+            if changed.contains(owner) && tx.try_send(n.clone()).is_err() {
+                self.server.event_dropped();
+            }
+        }
+    }
+
+    /// Evaluates one object through the engine's front door, off the async threads (context
+    /// entries may read the cluster).
+    async fn evaluate(&self, object: Value, resource: &ResourceRef) -> Option<Scanned> {
+        let set = self.set.clone();
+        let data = self.data.clone();
+        let about = resource.clone();
+        let cancel = Arc::new(AtomicBool::new(false));
+        let flag = cancel.clone();
+        let deadline = self.opts.deadline;
+        let timer = tokio::spawn(async move {
+            tokio::time::sleep(deadline).await;
+            flag.store(true, Ordering::Relaxed);
+        });
+        let out = tokio::task::spawn_blocking(move || {
+            let env = ScanEnv { cancel };
+            let req = Request::new("CREATE", &object);
+            let outcome = set.evaluate(&req, Scope::BACKGROUND, &env, &data, &mut ());
+            if outcome.cancelled {
+                return None;
+            }
+            let mut results = Vec::new();
+            for (i, r) in &outcome.responses {
+                if let Some(p) = set.policies().get(*i) {
+                    results.extend(report::results(p, r));
+                }
+            }
+            let owner = |i: usize| {
+                set.policies().get(i).map_or(0, |p| owner_hash(&report::report_key(p), report::source(p.kind)))
+            };
+            let mut notices: Vec<(u64, Notice)> = outcome
+                .violations_of(&set, &about)
+                .into_iter()
+                .zip(outcome.violations.iter().map(|v| v.policy))
+                .map(|(mut v, i)| {
+                    // A scan blocks nothing.
+                    v.blocked = false;
+                    (owner(i), Notice::Violation(v))
+                })
+                .collect();
+            notices.extend(
+                outcome
+                    .applied_of(&set, &about)
+                    .into_iter()
+                    .zip(outcome.applied.iter().map(|a| a.policy))
+                    .map(|(a, i)| (owner(i), Notice::Applied(a))),
+            );
+            Some(Scanned { results, notices })
+        })
+        .await;
+        timer.abort();
+        match out {
+            Ok(Some(s)) => Some(s),
+            Ok(None) => {
+                tracing::warn!(kind = %resource.kind, name = %resource.name, "a background scan evaluation was cancelled at its deadline");
+                None
+            }
+            Err(e) => {
+                tracing::error!(error = %e, "a background scan evaluation panicked");
+                None
+            }
+        }
+    }
+
+    /// Writes the report of `resource` with these scan results (and the admission results it
+    /// keeps); returns the fingerprint of what the report now holds.
+    async fn write(&mut self, resource: &ResourceRef, scan: Vec<Value>) -> Result<Vec<(u64, u64)>, String> {
+        let api = crate::reports::report_api(&self.client, &resource.namespace);
+        for _ in 0..5 {
+            let stored = api.get_opt(&resource.uid).await.map_err(|e| e.to_string())?;
+            let stored = stored.map(|s| serde_json::to_value(s).unwrap_or(Value::Null));
+            let stored_results: Vec<Value> =
+                stored.as_ref().and_then(|s| s.get("results")).and_then(Value::as_array).cloned().unwrap_or_default();
+            let now = chrono::Utc::now().timestamp();
+            let mut results: Vec<Value> = stored_results.iter().filter(|r| self.owners.keeps(r)).cloned().collect();
+            results.extend(scan.iter().cloned().map(|mut r| {
+                // An unchanged result keeps its timestamp.
+                let same = stored_results.iter().find(|s| same_result(s, &r));
+                let ts = same.and_then(|s| s.get("timestamp").cloned()).unwrap_or(json!({"seconds": now, "nanos": 0}));
+                if let Some(m) = r.as_object_mut() {
+                    m.insert("timestamp".into(), ts);
+                }
+                r
+            }));
+            let fp = fingerprint(&results);
+            if stored.is_some() && fp == fingerprint(&stored_results) && results.len() == stored_results.len() {
+                return Ok(fp);
+            }
+            self.bucket.take().await;
+            let outcome = match (report::document(resource, results), &stored) {
+                (None, None) => return Ok(Vec::new()),
+                (None, Some(_)) => api.delete(&resource.uid, &DeleteParams::default()).await.map(|_| 0),
+                (Some(mut doc), stored) => {
+                    if let (Some(rv), Some(m)) = (
+                        stored.as_ref().and_then(|s| s.pointer("/metadata/resourceVersion")).cloned(),
+                        doc.get_mut("metadata").and_then(Value::as_object_mut),
+                    ) {
+                        m.insert("resourceVersion".into(), rv);
+                    }
+                    let bytes = doc.to_string().len() as u64;
+                    let obj: DynamicObject = serde_json::from_value(doc).map_err(|e| e.to_string())?;
+                    if stored.is_some() {
+                        api.replace(&resource.uid, &PostParams::default(), &obj).await.map(|_| bytes)
+                    } else {
+                        api.create(&PostParams::default(), &obj).await.map(|_| bytes)
+                    }
+                }
+            };
+            match outcome {
+                Ok(bytes) => {
+                    self.stats.writes.fetch_add(1, Ordering::Relaxed);
+                    self.stats.write_bytes.fetch_add(bytes, Ordering::Relaxed);
+                    return Ok(fp);
+                }
+                // Another writer (an admission writer) got there first: read again.
+                Err(kube::Error::Api(e)) if e.code == 409 || e.code == 404 => continue,
+                Err(e) => return Err(e.to_string()),
+            }
+        }
+        Err("the report kept changing under five writes".into())
+    }
+
+    /// Rewrites a report without results nobody owns (policies or rules gone), and without scan
+    /// results when its object's kind is not watched any more.
+    async fn rewrite_without_scan_or_stale(&mut self, uid: &str) {
+        let Some(t) = self.tracked.get(uid) else { return };
+        let (api_version, kind) = self.kinds.get(t.kind as usize).cloned().unwrap_or_default();
+        let resource = ResourceRef {
+            api_version,
+            kind,
+            namespace: t.namespace.to_string(),
+            name: t.name.to_string(),
+            uid: uid.to_string(),
+        };
+        let watched = self.watches.contains_key(&t.kind);
+        let api = crate::reports::report_api(&self.client, &resource.namespace);
+        let stored = match api.get_opt(uid).await {
+            Ok(Some(s)) => serde_json::to_value(s).unwrap_or(Value::Null),
+            Ok(None) => {
+                if let Some(t) = self.tracked.get_mut(uid) {
+                    t.report = false;
+                    t.results.clear();
+                }
+                return;
+            }
+            Err(e) => {
+                tracing::debug!(error = %e, uid, "report not read");
+                return;
+            }
+        };
+        let scan: Vec<Value> =
+            if watched {
+                stored
+                    .get("results")
+                    .and_then(Value::as_array)
+                    .into_iter()
+                    .flatten()
+                    .filter(|r| {
+                        let (p, s) = owner_of(r);
+                        let key = owner_hash(&p, &s);
+                        self.owners.scanned.contains(&key)
+                            && self.owners.live.get(&key).is_some_and(|rules| {
+                                rules.contains(r.get("rule").and_then(Value::as_str).unwrap_or(""))
+                            })
+                    })
+                    .cloned()
+                    .map(|mut r| {
+                        if let Some(m) = r.as_object_mut() {
+                            m.remove("timestamp");
+                        }
+                        r
+                    })
+                    .collect()
+            } else {
+                Vec::new()
+            };
+        match self.write(&resource, scan).await {
+            Ok(fp) => {
+                if let Some(t) = self.tracked.get_mut(uid) {
+                    t.report = !fp.is_empty();
+                    t.results = fp;
+                }
+            }
+            Err(e) => tracing::debug!(error = %e, uid, "stale results not removed yet"),
+        }
+    }
+
+    /// Objects whose write failed are evaluated again on their kind's next event or here:
+    /// their kind is listed again (bounded by the page size, no object kept in memory).
+    async fn retry_pending(&mut self) {
+        let kinds: HashSet<u32> = self.tracked.values().filter(|t| t.pending).map(|t| t.kind).collect();
+        if kinds.is_empty() {
+            return;
+        }
+        let ids: Vec<u32> = kinds.into_iter().collect();
+        self.relist(&ids);
+    }
+}
+
+fn key_of(p: &verno_engine::CompiledPolicy) -> u64 {
+    owner_hash(&report::report_key(p), report::source(p.kind))
+}
+
+fn exceptions_fingerprint(set: &PolicySet) -> Vec<String> {
+    set.exceptions().iter().map(|e| format!("{e:?}")).collect()
+}
+
+/// The same result but for its timestamp.
+fn same_result(a: &Value, b: &Value) -> bool {
+    match (a.as_object(), b.as_object()) {
+        (Some(x), Some(y)) => {
+            x.iter().filter(|(k, _)| *k != "timestamp").count() == y.iter().filter(|(k, _)| *k != "timestamp").count()
+                && x.iter().filter(|(k, _)| *k != "timestamp").all(|(k, v)| y.get(k) == Some(v))
+        }
+        _ => false,
+    }
+}
+
+struct Scanned {
+    /// Report results (no timestamps).
+    results: Vec<Value>,
+    /// Events, each with the owner hash of its policy.
+    notices: Vec<(u64, Notice)>,
+}
+
+/// The clock, randomness and deadline of a scan evaluation.
+struct ScanEnv {
+    cancel: Arc<AtomicBool>,
+}
+
+impl verno_jmespath::Env for ScanEnv {
+    fn cancelled(&self) -> bool {
+        self.cancel.load(Ordering::Relaxed)
+    }
+    fn cancel_flag(&self) -> Option<Arc<AtomicBool>> {
+        Some(self.cancel.clone())
+    }
+    fn now(&self) -> Option<chrono::DateTime<chrono::FixedOffset>> {
+        Some(chrono::Utc::now().fixed_offset())
+    }
+    fn random_seed(&self) -> Option<u64> {
+        use std::hash::BuildHasher;
+        Some(std::collections::hash_map::RandomState::new().build_hasher().finish())
+    }
+}
+
+/// The listable, watchable resources of `scope` (a policy's match): its group (any with `*`),
+/// its version (the group's preferred one with `*`), its kind or resource (globs allowed).
+fn resolve(d: &Discovery, scope: &verno_engine::WebhookScope) -> Vec<(ApiResource, ApiCapabilities)> {
+    let mut out = Vec::new();
+    for g in d.groups() {
+        if scope.group != "*" && scope.group != g.name() {
+            continue;
+        }
+        let resources =
+            if scope.version == "*" { g.recommended_resources() } else { g.versioned_resources(&scope.version) };
+        for (ar, caps) in resources {
+            if !caps.supports_operation(verbs::LIST) || !caps.supports_operation(verbs::WATCH) {
+                continue;
+            }
+            let hit = match (&scope.resource, &scope.kind) {
+                (Some(r), _) => r == "*" || *r == ar.plural,
+                (None, Some(k)) => verno_jmespath::wildcard::matches(k, &ar.kind),
+                (None, None) => false,
+            };
+            if hit {
+                out.push((ar, caps));
+            }
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+
+    #[test]
+    fn the_object_hash_ignores_status_and_bookkeeping() {
+        let a = json!({"kind": "Pod", "metadata": {"name": "p", "resourceVersion": "1", "labels": {"a": "b"}}, "spec": {"x": 1}, "status": {"phase": "Pending"}});
+        let mut b = a.clone();
+        b["metadata"]["resourceVersion"] = json!("2");
+        b["status"]["phase"] = json!("Running");
+        b["metadata"]["managedFields"] = json!([{"manager": "kubelet"}]);
+        assert_eq!(object_hash(&a), object_hash(&b));
+        b["metadata"]["labels"]["a"] = json!("c");
+        assert_ne!(object_hash(&a), object_hash(&b));
+        let mut c = a.clone();
+        c["spec"]["x"] = json!(2);
+        assert_ne!(object_hash(&a), object_hash(&c));
+    }
+
+    #[test]
+    fn fingerprints_ignore_timestamps_and_order() {
+        let r = |policy: &str, rule: &str, result: &str, ts: i64| json!({"source": "kyverno", "policy": policy, "rule": rule, "result": result, "timestamp": {"seconds": ts, "nanos": 0}});
+        let a = vec![r("p", "a", "pass", 1), r("p", "b", "fail", 1), r("q", "a", "pass", 1)];
+        let b = vec![r("q", "a", "pass", 9), r("p", "b", "fail", 9), r("p", "a", "pass", 9)];
+        assert_eq!(fingerprint(&a), fingerprint(&b));
+        let c = vec![r("q", "a", "pass", 9), r("p", "b", "pass", 9), r("p", "a", "pass", 9)];
+        let (fa, fc) = (fingerprint(&a), fingerprint(&c));
+        assert_eq!(fa.len(), 2);
+        // Only p's results changed.
+        assert_eq!(fa.iter().filter(|e| !fc.contains(e)).count(), 1);
+    }
+
+    #[test]
+    fn reports_and_events_are_never_scanned() {
+        let ar = |group: &str, plural: &str| ApiResource {
+            group: group.into(),
+            version: "v1".into(),
+            api_version: "x".into(),
+            kind: "K".into(),
+            plural: plural.into(),
+        };
+        assert!(never_scanned(&ar("wgpolicyk8s.io", "policyreports")));
+        assert!(never_scanned(&ar("", "events")));
+        assert!(!never_scanned(&ar("", "pods")));
+    }
+}
