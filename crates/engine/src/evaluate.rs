@@ -399,6 +399,9 @@ fn evaluate_rule(
         saved.absorb(ctx.set_path(&k, v));
         provided.push(k);
     }
+    // `reportProperties` are rendered once the context is loaded and the preconditions hold;
+    // responses before that carry them as written (as Kyverno's do).
+    let mut properties: Option<Vec<(String, String)>> = None;
     let result = (|| {
         if let Err(e) = load_context(&rule.context, ctx, data, &provided, policy, &mut saved) {
             return Some(RuleResponse::new(&rule.name, rt, Status::Error, format!("failed to load context: {e}")));
@@ -471,6 +474,21 @@ fn evaluate_rule(
                 }
                 Ok((true, _)) => {}
             }
+        }
+        if !rule.report_properties.is_empty() {
+            properties = Some(
+                rule.report_properties
+                    .iter()
+                    .map(|(k, t)| {
+                        let v = match t.render(ctx, "") {
+                            Ok(Value::String(s)) => s,
+                            Ok(other) => other.to_string(),
+                            Err(_) => t.source().to_string(),
+                        };
+                        (k.clone(), v)
+                    })
+                    .collect(),
+            );
         }
         let hits: Vec<String> = applying.iter().map(|e| e.key.clone()).collect();
         // A podSecurity rule whose matching exceptions all name podSecurity controls is still
@@ -570,7 +588,18 @@ fn evaluate_rule(
         }
     })();
     ctx.restore(saved);
-    result
+    result.map(|mut r| {
+        if !rule.report_properties.is_empty() {
+            // The rule's own first; what the check adds (Pod Security controls) wins.
+            let mut all = properties.unwrap_or_else(|| {
+                rule.report_properties.iter().map(|(k, t)| (k.clone(), t.source().to_string())).collect()
+            });
+            all.retain(|(k, _)| !r.properties.iter().any(|(q, _)| q == k));
+            all.append(&mut r.properties);
+            r.properties = all;
+        }
+        r
+    })
 }
 
 fn exception_applies(

@@ -80,6 +80,7 @@ fn rule(matcher: Matcher, conditions: &[Value], cel: CompiledCelMutation) -> Res
         context: Vec::new(),
         preconditions: None,
         cel_preconditions: compile_cel_preconditions(conditions, "spec.matchConditions")?,
+        report_properties: Vec::new(),
         body: RuleBody::Mutate(Box::new(CompiledMutation {
             patches: Patches::default(),
             foreach: Vec::new(),

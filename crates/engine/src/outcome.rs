@@ -53,6 +53,10 @@ pub struct RuleResponse {
     pub synchronize: bool,
     #[serde(skip_serializing_if = "std::ops::Not::not")]
     pub orphan_downstream: bool,
+    /// The rule's `reportProperties`, variables substituted once its context and preconditions
+    /// were evaluated (Kyverno copies them into the report result's `properties`).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub properties: Vec<(String, String)>,
 }
 
 impl RuleResponse {
@@ -67,6 +71,7 @@ impl RuleResponse {
             patched_targets: Vec::new(),
             synchronize: false,
             orphan_downstream: false,
+            properties: Vec::new(),
         }
     }
 }

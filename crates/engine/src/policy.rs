@@ -132,6 +132,8 @@ pub struct CompiledRule {
     pub context: Vec<CompiledContextEntry>,
     pub preconditions: Option<CompiledConditions>,
     pub cel_preconditions: Vec<(String, verno_cel::Expr)>,
+    /// `reportProperties`: name → template, in name order.
+    pub report_properties: Vec<(String, crate::template::Template)>,
     pub body: RuleBody,
 }
 
@@ -338,6 +340,16 @@ fn compile_rule(r: &Rule, path: &str, autogen_of: Option<String>) -> Result<Comp
             &format!("{path}.preconditions"),
         )?,
         cel_preconditions: compile_cel_preconditions(&r.cel_preconditions, &format!("{path}.celPreconditions"))?,
+        report_properties: r
+            .report_properties
+            .iter()
+            .flatten()
+            .map(|(k, v)| {
+                crate::template::Template::compile(v)
+                    .map(|t| (k.clone(), t))
+                    .map_err(|e| CompileError::new(format!("{path}.reportProperties.{k}"), e))
+            })
+            .collect::<Result<_, _>>()?,
         body,
     })
 }

@@ -49,12 +49,54 @@ impl PodSecurityCheck {
     /// The failed checks after exclusions, each worded as Kyverno words it:
     /// `(Forbidden reason: R, field error list: [E, …])`.
     pub fn violations(&self, resource: &Value) -> Vec<String> {
+        self.failed(resource).into_iter().map(|r| r.to_string()).collect()
+    }
+
+    fn failed(&self, resource: &Value) -> Vec<CheckResult> {
         let Some((meta, spec)) = pod_parts(resource) else { return Vec::new() };
         let mut results = self.evaluate(meta, spec);
         for e in &self.exclude {
             results = self.exempt(results, e, meta, spec);
         }
-        results.into_iter().filter(|r| !r.errs.is_empty()).map(|r| r.to_string()).collect()
+        results.retain(|r| !r.errs.is_empty());
+        results
+    }
+
+    /// The report properties of a failed podSecurity rule, as Kyverno writes them: `standard`,
+    /// `version`, `controls` (the failed check IDs) and `controlsJSON` (`ID`, the control's
+    /// `Name`, and the `Images` of the containers the check names — Go's `null` for a pod-level
+    /// check). Empty when nothing failed.
+    pub fn properties(&self, resource: &Value) -> Vec<(String, String)> {
+        let failed = self.failed(resource);
+        let Some((_, spec)) = pod_parts(resource) else { return Vec::new() };
+        if failed.is_empty() {
+            return Vec::new();
+        }
+        let controls: Vec<Value> = failed
+            .iter()
+            .map(|r| {
+                let mut images: Vec<String> = Vec::new();
+                for e in &r.errs {
+                    if let Some(image) = container_image(&e.field, spec)
+                        && !images.contains(&image)
+                    {
+                        images.push(image);
+                    }
+                }
+                serde_json::json!({
+                    "ID": r.id,
+                    "Name": control_name(r.id),
+                    "Images": if images.is_empty() { Value::Null } else { serde_json::json!(images) },
+                })
+            })
+            .collect();
+        let ids: Vec<&str> = failed.iter().map(|r| r.id).collect();
+        vec![
+            ("controls".to_string(), ids.join(",")),
+            ("controlsJSON".to_string(), Value::Array(controls).to_string()),
+            ("standard".to_string(), self.level_name().to_string()),
+            ("version".to_string(), self.version.clone()),
+        ]
     }
 
     /// The failure message of rule `rule` for the failed checks `v`: Kyverno writes the checks
@@ -166,6 +208,45 @@ fn control_ids(control: &str) -> &'static [&'static str] {
         "Volume Types" => &["restrictedVolumes"],
         _ => &[],
     }
+}
+
+/// Kyverno's name of the control a check ID belongs to.
+fn control_name(id: &str) -> &'static str {
+    const NAMES: [&str; 15] = [
+        "Capabilities",
+        "Seccomp",
+        "Privileged Containers",
+        "Host Ports",
+        "/proc Mount Type",
+        "HostProcess",
+        "SELinux",
+        "Host Namespaces",
+        "HostPath Volumes",
+        "Sysctls",
+        "AppArmor",
+        "Privilege Escalation",
+        "Running as Non-root",
+        "Running as Non-root user",
+        "Volume Types",
+    ];
+    NAMES.into_iter().find(|n| control_ids(n).contains(&id)).unwrap_or("")
+}
+
+/// The image of the container a field error's path names (`spec.containers[0]…`), as Kyverno's
+/// image references print it (`docker.io/nginx:latest`).
+fn container_image(field: &str, spec: &Value) -> Option<String> {
+    ["initContainers", "containers", "ephemeralContainers"].into_iter().find_map(|f| {
+        let rest = field.split("spec.").last()?.strip_prefix(f)?.strip_prefix('[')?;
+        let index: usize = rest.split(']').next()?.parse().ok()?;
+        let c = spec.get(f)?.as_array()?.get(index)?;
+        let info = crate::images::image_info(&cimage(c), "")?;
+        let s = |k: &str| info.get(k).and_then(Value::as_str).unwrap_or("").to_string();
+        Some(if s("digest").is_empty() {
+            format!("{}/{}:{}", s("registry"), s("path"), s("tag"))
+        } else {
+            format!("{}/{}@{}", s("registry"), s("path"), s("digest"))
+        })
+    })
 }
 
 /// A field error's path with every run of digits as `*`, and — when `by_container` and the

@@ -103,6 +103,9 @@ pub fn results(p: &CompiledPolicy, r: &PolicyResponse) -> Vec<Value> {
                 out.insert("category".into(), json!(c));
             }
             let mut props = Map::new();
+            for (k, v) in &rr.properties {
+                props.insert(k.clone(), json!(v));
+            }
             let proc = process(p);
             if !proc.is_empty() {
                 props.insert("process".into(), json!(proc));
@@ -240,5 +243,59 @@ mod tests {
         assert!(got[0].get("rule").is_none());
         assert_eq!(got[1]["result"], "skip");
         assert_eq!(got[1]["properties"]["exceptions"], "skip-this");
+    }
+
+    /// Results of `doc` for `object`, through the front door as a background scan runs it.
+    fn scanned(doc: Value, object: Value) -> Vec<Value> {
+        let set = crate::PolicySet::new(vec![std::sync::Arc::new(policy(doc))], Vec::new());
+        let req = crate::Request::new("CREATE", &object);
+        let out = set.evaluate(&req, crate::Scope::BACKGROUND, &verno_jmespath::NoEnv, &crate::NoData, &mut ());
+        out.responses.iter().flat_map(|(i, r)| results(&set.policies()[*i], r)).collect()
+    }
+
+    #[test]
+    fn report_properties_are_rendered_and_pod_security_failures_name_their_controls() {
+        let got = scanned(
+            json!({"apiVersion": "kyverno.io/v1", "kind": "ClusterPolicy", "metadata": {"name": "owner"},
+                "spec": {"rules": [{"name": "check", "match": {"any": [{"resources": {"kinds": ["Namespace"]}}]},
+                    "context": [{"name": "objName", "variable": {"jmesPath": "request.object.metadata.name"}}],
+                    "reportProperties": {"operation": "{{ request.operation }}", "objName": "{{ objName }}"},
+                    "validate": {"message": "m", "pattern": {"metadata": {"labels": {"owner": "?*"}}}}}]}}),
+            json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "bar", "labels": {"owner": "d"}}}),
+        );
+        assert_eq!(got[0]["properties"], json!({"objName": "bar", "operation": "CREATE", "process": "background scan"}));
+
+        let got = scanned(
+            json!({"apiVersion": "kyverno.io/v1", "kind": "ClusterPolicy", "metadata": {"name": "pss"},
+                "spec": {"rules": [{"name": "restricted", "match": {"any": [{"resources": {"kinds": ["Pod"]}}]},
+                    "validate": {"podSecurity": {"level": "restricted", "version": "latest"}}}]}}),
+            json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p", "namespace": "default"},
+                "spec": {"hostNetwork": true, "containers": [{"name": "c", "image": "nginx",
+                    "securityContext": {"allowPrivilegeEscalation": false, "runAsNonRoot": true,
+                        "seccompProfile": {"type": "RuntimeDefault"}}}]}}),
+        );
+        let props = &got[0]["properties"];
+        assert_eq!(got[0]["result"], "fail");
+        assert_eq!((&props["standard"], &props["version"]), (&json!("restricted"), &json!("latest")));
+        // In the order the message lists the failed checks.
+        assert_eq!(props["controls"], "capabilities_restricted,hostNamespaces");
+        let controls: Value = serde_json::from_str(props["controlsJSON"].as_str().unwrap()).unwrap();
+        assert_eq!(
+            controls,
+            json!([{"ID": "capabilities_restricted", "Name": "Capabilities", "Images": ["docker.io/nginx:latest"]},
+                {"ID": "hostNamespaces", "Name": "Host Namespaces", "Images": null}])
+        );
+    }
+
+    #[test]
+    fn a_policy_labelled_reports_disabled_reports_nothing() {
+        let got = scanned(
+            json!({"apiVersion": "kyverno.io/v1", "kind": "ClusterPolicy",
+                "metadata": {"name": "quiet", "labels": {"reports.kyverno.io/disabled": ""}},
+                "spec": {"rules": [{"name": "check", "match": {"any": [{"resources": {"kinds": ["Namespace"]}}]},
+                    "validate": {"message": "m", "pattern": {"metadata": {"labels": {"owner": "?*"}}}}}]}}),
+            json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "bar"}}),
+        );
+        assert!(got.is_empty());
     }
 }

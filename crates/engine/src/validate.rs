@@ -426,7 +426,9 @@ impl ValidateCtx<'_> {
                 if v.is_empty() {
                     Some(self.resp(Status::Pass, format!("Validation rule '{}' passed.", self.rule)))
                 } else {
-                    Some(self.resp(Status::Fail, pss.message(self.rule, &v)))
+                    let mut r = self.resp(Status::Fail, pss.message(self.rule, &v));
+                    r.properties = pss.properties(target);
+                    Some(r)
                 }
             }
             Check::Foreach(fs) => {

@@ -123,6 +123,7 @@ fn rule(
         context: Vec::new(),
         preconditions: None,
         cel_preconditions: compile_cel_preconditions(conditions, "spec.matchConditions")?,
+        report_properties: Vec::new(),
         body: RuleBody::Validate(Box::new(CompiledValidation {
             message: None,
             failure_action: Some(action),
