@@ -21,7 +21,8 @@
 //! - fault injection (fail the next requests, delay, API down, compact the ring) and a request
 //!   log.
 //!
-//! Not modelled: paging (`limit` is ignored and everything is returned), objects entering or
+//! Lists honour `limit` and `continue` (the token is the last item's `namespace/name`; pages
+//! are not a consistent snapshot as the real server's are). Not modelled: objects entering or
 //! leaving a watch's selector (no synthetic ADDED/DELETED), deletecollection, DELETE
 //! preconditions and propagation policies (GC is always background), schemas and defaulting,
 //! RBAC, and per-GVR resourceVersions of aggregated APIs. Events are stored in both event APIs
@@ -172,6 +173,10 @@ struct Event {
 pub struct LoggedRequest {
     pub method: String,
     pub path: String,
+    /// The query string (`limit=500&…`), empty when none.
+    pub query: String,
+    /// The request body's size, from its `Content-Length`.
+    pub bytes: u64,
 }
 
 impl LoggedRequest {
@@ -364,6 +369,18 @@ impl FakeApiServer {
     }
 
     /// An object as stored, if any.
+    /// Every stored object of a resource (all namespaces), read without a request.
+    pub fn objects(&self, group: &str, plural: &str) -> Vec<Value> {
+        let k = format!("{group}/{plural}");
+        lock(&self.inner.store).objects.iter().filter(|((r, _, _), _)| *r == k).map(|(_, o)| o.clone()).collect()
+    }
+
+    /// How many objects of a resource are stored.
+    pub fn count(&self, group: &str, plural: &str) -> usize {
+        let k = format!("{group}/{plural}");
+        lock(&self.inner.store).objects.keys().filter(|(r, _, _)| *r == k).count()
+    }
+
     pub fn get(&self, group: &str, plural: &str, namespace: &str, name: &str) -> Option<Value> {
         lock(&self.inner.store)
             .objects
@@ -447,7 +464,14 @@ async fn handle(State(inner): State<Arc<Inner>>, req: Request) -> Response {
     let path = req.uri().path().to_string();
     let delay = {
         let mut s = lock(&inner.store);
-        s.log.push(LoggedRequest { method: method.to_string(), path: path.clone() });
+        let query = req.uri().query().unwrap_or("").to_string();
+        let bytes = req
+            .headers()
+            .get(axum::http::header::CONTENT_LENGTH)
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(0);
+        s.log.push(LoggedRequest { method: method.to_string(), path: path.clone(), query, bytes });
         if s.down {
             return status(StatusCode::SERVICE_UNAVAILABLE, "ServiceUnavailable", "the API server is down");
         }

@@ -143,12 +143,31 @@ pub(crate) fn list(inner: &Inner, t: &Target, q: &HashMap<String, String>, meta_
     };
     let s = lock(&inner.store);
     let k = key(t.resource);
-    let items: Vec<Value> = s
+    let limit: usize = q.get("limit").and_then(|l| l.parse().ok()).filter(|l| *l > 0).unwrap_or(usize::MAX);
+    // `continue`: the page starts after this `namespace/name`.
+    let after: Option<(&str, &str)> = q.get("continue").filter(|c| !c.is_empty()).and_then(|c| c.split_once('/'));
+    let mut matching = s
         .objects
         .iter()
-        .filter(|((r, ns, _), o)| *r == k && (t.namespace.is_empty() || *ns == t.namespace) && filter.matches(o))
-        .map(|(_, o)| if meta_only { partial(o) } else { in_version(o, t.resource) })
-        .collect();
+        .filter(|((r, ns, name), o)| {
+            *r == k
+                && (t.namespace.is_empty() || *ns == t.namespace)
+                && after.is_none_or(|a| (ns.as_str(), name.as_str()) > a)
+                && filter.matches(o)
+        })
+        .peekable();
+    let mut items: Vec<Value> = Vec::new();
+    let mut last: Option<(&str, &str)> = None;
+    while items.len() < limit {
+        let Some(((_, ns, name), o)) = matching.next() else { break };
+        items.push(if meta_only { partial(o) } else { in_version(o, t.resource) });
+        last = Some((ns.as_str(), name.as_str()));
+    }
+    let more = matching.peek().is_some();
+    let mut metadata = json!({"resourceVersion": s.rv.to_string()});
+    if let (true, Some((ns, name))) = (more, last) {
+        metadata["continue"] = json!(format!("{ns}/{name}"));
+    }
     let (api_version, kind) = if meta_only {
         ("meta.k8s.io/v1".to_string(), "PartialObjectMetadataList".to_string())
     } else {
@@ -156,7 +175,7 @@ pub(crate) fn list(inner: &Inner, t: &Target, q: &HashMap<String, String>, meta_
     };
     ok_json(
         StatusCode::OK,
-        &json!({"apiVersion": api_version, "kind": kind, "metadata": {"resourceVersion": s.rv.to_string()}, "items": items}),
+        &json!({"apiVersion": api_version, "kind": kind, "metadata": metadata, "items": items}),
     )
 }
 

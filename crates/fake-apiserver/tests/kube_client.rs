@@ -463,3 +463,38 @@ async fn empty_lists_of_built_in_kinds_are_not_stored() {
     let stored = pods.create(&PostParams::default(), &empty).await.unwrap();
     assert_eq!(stored.data["spec"]["containers"], serde_json::json!([]));
 }
+
+#[tokio::test]
+async fn lists_come_in_pages_when_a_limit_is_given() {
+    let fake = FakeApiServer::start(default_resources()).await.unwrap();
+    let client = client(&fake).await;
+    for ns in ["a", "b"] {
+        let api: Api<ConfigMap> = Api::namespaced(client.clone(), ns);
+        for i in 0..3 {
+            api.create(&PostParams::default(), &cm(&format!("cm-{i}"), &[("tier", if i == 1 { "db" } else { "web" })]))
+                .await
+                .unwrap();
+        }
+    }
+    let all: Api<ConfigMap> = Api::all(client.clone());
+    let mut lp = ListParams::default().limit(4);
+    let mut seen = Vec::new();
+    let mut pages = 0;
+    loop {
+        let page = all.list(&lp).await.unwrap();
+        pages += 1;
+        assert!(page.items.len() <= 4);
+        seen.extend(page.items.iter().map(|c| format!("{}/{}", c.metadata.namespace.clone().unwrap(), c.metadata.name.clone().unwrap())));
+        match page.metadata.continue_ {
+            Some(c) if !c.is_empty() => lp = lp.continue_token(&c),
+            _ => break,
+        }
+    }
+    assert_eq!(pages, 2);
+    assert_eq!(seen, ["a/cm-0", "a/cm-1", "a/cm-2", "b/cm-0", "b/cm-1", "b/cm-2"]);
+    // Selectors apply before the limit; an exact fit has no next page.
+    let web = all.list(&ListParams::default().labels("tier=web").limit(4)).await.unwrap();
+    assert_eq!(web.items.len(), 4);
+    assert!(web.metadata.continue_.as_deref().unwrap_or("").is_empty());
+    assert!(fake.requests().iter().any(|r| r.query.contains("limit=4")));
+}
