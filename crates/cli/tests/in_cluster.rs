@@ -750,3 +750,55 @@ async fn background_scans_keep_reports_exact_and_write_only_changes() {
         .await;
     next.controller.stop().await;
 }
+
+#[tokio::test]
+async fn mutations_at_admission_are_reported_beside_the_scans_results() {
+    let (fake, admin, replica) = setup().await;
+    // One policy with a mutate rule (reported at admission: scans do not mutate) and a
+    // validate rule (reported by the scan).
+    apply_policy(
+        &admin,
+        r#"{"apiVersion": "kyverno.io/v1", "kind": "ClusterPolicy", "metadata": {"name": "label-and-check"},
+          "spec": {"rules": [
+            {"name": "add-foo", "match": {"any": [{"resources": {"kinds": ["Pod"]}}]},
+             "mutate": {"patchStrategicMerge": {"metadata": {"labels": {"foo": "bar"}}}}},
+            {"name": "check-foo", "match": {"any": [{"resources": {"kinds": ["Pod"]}}]},
+             "validate": {"failureAction": "Audit", "message": "foo", "pattern": {"metadata": {"labels": {"foo": "bar"}}}}}]}}"#,
+    )
+    .await;
+    eventually("rules", || async {
+        let cfg = entry_rules(&mutating(&admin).await?, webhooks::MUTATE_FAIL)?;
+        Some(cfg)
+    })
+    .await;
+    let pods: Api<Pod> = Api::namespaced(admin.clone(), "shop");
+    let created = pods.create(&PostParams::default(), &pod("web", json!({}))).await.unwrap();
+    assert_eq!(created.metadata.labels.as_ref().unwrap()["foo"], "bar");
+    let uid = created.metadata.uid.unwrap();
+    let report = eventually("both results", || async {
+        report_of(&fake, "shop", &uid).filter(|r| r["results"].as_array().is_some_and(|a| a.len() == 2))
+    })
+    .await;
+    assert_eq!(
+        results_of(&report),
+        [
+            ("label-and-check".to_string(), "add-foo".to_string(), "pass".to_string()),
+            ("label-and-check".to_string(), "check-foo".to_string(), "pass".to_string())
+        ]
+    );
+    assert_eq!(report["results"][0]["message"], "mutated Pod/web in namespace shop");
+    // The scan leaves the mutation's result alone when it rewrites its own.
+    let mut unlabelled = pods.get("web").await.unwrap();
+    unlabelled.metadata.labels.as_mut().unwrap().insert("foo".into(), "baz".into());
+    // (The mutating webhook sets foo=bar again on UPDATE; the object stays passing.)
+    pods.replace("web", &PostParams::default(), &unlabelled).await.unwrap();
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let report = report_of(&fake, "shop", &uid).unwrap();
+    assert_eq!(results_of(&report).len(), 2, "{report}");
+    replica.controller.stop().await;
+}
+
+async fn mutating(c: &kube::Client) -> Option<Value> {
+    let api: Api<MutatingWebhookConfiguration> = Api::all(c.clone());
+    api.get_opt(webhooks::MUTATING_CONFIG).await.unwrap().map(|o| serde_json::to_value(o).unwrap())
+}

@@ -59,7 +59,7 @@ struct Pending {
     since: Instant,
 }
 
-/// Merges a later request's results for the same object: the policies it evaluated replace
+/// Merges a later request's results for the same object: the rules it evaluated replace
 /// their earlier results.
 fn merge(into: &mut ReportNotice, later: ReportNotice) {
     into.results.retain(|r| !evaluated_by(&later.evaluated, r));
@@ -69,13 +69,20 @@ fn merge(into: &mut ReportNotice, later: ReportNotice) {
             into.evaluated.push(e);
         }
     }
-    into.resource = later.resource;
+    if into.resource.uid.is_empty() || !later.resource.uid.is_empty() {
+        into.resource = later.resource;
+    }
 }
 
-fn evaluated_by(evaluated: &[(String, &'static str)], result: &Value) -> bool {
-    let policy = result.get("policy").and_then(Value::as_str).unwrap_or("");
-    let source = result.get("source").and_then(Value::as_str).unwrap_or("");
-    evaluated.iter().any(|(p, s)| p == policy && *s == source)
+fn evaluated_by(evaluated: &[report::Evaluated], result: &Value) -> bool {
+    evaluated.iter().any(|e| e.covers(result))
+}
+
+/// Where pending results wait: the object's uid, or — for a CREATE seen by a mutating webhook,
+/// before the API server assigned the uid — its kind, namespace and name.
+fn pending_key(n: &ReportNotice) -> String {
+    let r = &n.resource;
+    if r.uid.is_empty() { format!("{}/{}/{}/{}", r.api_version, r.kind, r.namespace, r.name) } else { r.uid.clone() }
 }
 
 /// The report for `n` given the one stored (if any), at `now` (unix seconds); `None` when it
@@ -154,8 +161,20 @@ async fn write(client: &kube::Client, n: &ReportNotice) -> Result<Written, kube:
     } else {
         Api::namespaced_with(client.clone(), &r.namespace, &ar)
     };
+    let mut adopted;
+    let mut n = n;
     match objects.get_metadata_opt(&r.name).await {
         Ok(None) => return Ok(Written::NotYet),
+        // Found by name (a mutating webhook's CREATE had no uid yet): the report is the
+        // stored object's.
+        Ok(Some(o)) if r.uid.is_empty() => {
+            adopted = n.clone();
+            adopted.resource.uid = o.metadata.uid.unwrap_or_default();
+            if adopted.resource.uid.is_empty() {
+                return Ok(Written::Gone);
+            }
+            n = &adopted;
+        }
         Ok(Some(o)) if o.metadata.uid.as_deref() != Some(r.uid.as_str()) => return Ok(Written::Gone),
         Ok(Some(_)) => {}
         // Verno may not read every kind (Secrets are outside the `view` role): the request
@@ -163,6 +182,7 @@ async fn write(client: &kube::Client, n: &ReportNotice) -> Result<Written, kube:
         Err(kube::Error::Api(e)) if e.code == 403 => {}
         Err(e) => return Err(e),
     }
+    let r = &n.resource;
     let reports = report_api(client, &r.namespace);
     for _ in 0..5 {
         let stored = reports.get_opt(&r.uid).await?;
@@ -190,17 +210,21 @@ async fn write(client: &kube::Client, n: &ReportNotice) -> Result<Written, kube:
     Ok(Written::NotYet)
 }
 
-/// Drops from `n` the policies background scans report.
+/// Drops from `n` the rules background scans report.
 fn leave_scanned(n: &mut ReportNotice, set: &verno_engine::PolicySet) {
-    let scanned = |policy: &str, source: &str| {
-        set.policies()
-            .iter()
-            .any(|p| p.in_background_scan() && report::source(p.kind) == source && report::report_key(p) == policy)
+    let scanned = |policy: &str, source: &str, rule: &str| {
+        set.policies().iter().any(|p| {
+            report::source(p.kind) == source && report::report_key(p) == policy && report::scanned_rule(p, rule)
+        })
     };
-    n.evaluated.retain(|(p, s)| !scanned(p, s));
+    for e in &mut n.evaluated {
+        let (policy, source) = (e.policy.clone(), e.source);
+        e.rules.retain(|rule| !scanned(&policy, source, rule));
+    }
+    n.evaluated.retain(|e| !e.rules.is_empty());
     n.results.retain(|r| {
         let s = |k: &str| r.get(k).and_then(Value::as_str).unwrap_or("");
-        !scanned(s("policy"), s("source"))
+        !scanned(s("policy"), s("source"), s("rule"))
     });
 }
 
@@ -226,11 +250,12 @@ pub async fn run(
                     }
                 }
                 let full = pending.len() >= limits.max_pending;
-                match pending.get_mut(&n.resource.uid) {
+                let key = pending_key(&n);
+                match pending.get_mut(&key) {
                     Some(p) => merge(&mut p.notice, n),
                     None if full => server.report_dropped(),
                     None => {
-                        pending.insert(n.resource.uid.clone(), Pending { notice: n, since: Instant::now() });
+                        pending.insert(key, Pending { notice: n, since: Instant::now() });
                     }
                 }
                 server.set_report_backlog(pending.len());
@@ -286,7 +311,7 @@ mod tests {
             group: "apps".into(),
             version: "v1".into(),
             plural: "deployments".into(),
-            evaluated: vec![(policy.into(), "kyverno")],
+            evaluated: vec![report::Evaluated { policy: policy.into(), source: "kyverno", rules: vec!["r".into()] }],
             results: vec![json!({"source": "kyverno", "policy": policy, "rule": "r", "result": result})],
         }
     }

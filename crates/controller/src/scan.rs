@@ -72,8 +72,9 @@ impl Default for ScanOptions {
     fn default() -> Self {
         ScanOptions {
             page_size: 500,
-            writes_per_second: 200.0,
-            burst: 400.0,
+            // Kyverno's reports controller allows its client 300 queries per second.
+            writes_per_second: 300.0,
+            burst: 300.0,
             rescan: None,
             deadline: Duration::from_secs(10),
         }
@@ -154,26 +155,26 @@ fn object_hash(o: &Value) -> u64 {
     h.finish().max(1)
 }
 
-/// A result's owner: its policy (report key) and source.
-fn owner_of(r: &Value) -> (String, String) {
-    let s = |k: &str| r.get(k).and_then(Value::as_str).unwrap_or("").to_string();
-    (s("policy"), s("source"))
+/// The hash of a result's owner: its policy (report key), source and rule.
+fn owner_of(r: &Value) -> u64 {
+    let s = |k: &str| r.get(k).and_then(Value::as_str).unwrap_or("");
+    owner_hash(s("policy"), s("source"), s("rule"))
 }
 
-fn owner_hash(policy: &str, source: &str) -> u64 {
-    hash_of(&(policy, source))
+fn owner_hash(policy: &str, source: &str, rule: &str) -> u64 {
+    hash_of(&(policy, source, rule))
 }
 
 /// Per owner, a hash of its results without their timestamps; sorted by owner.
 fn fingerprint(results: &[Value]) -> Vec<(u64, u64)> {
     let mut groups: BTreeMap<u64, Vec<String>> = BTreeMap::new();
     for r in results {
-        let (p, s) = owner_of(r);
+        let owner = owner_of(r);
         let mut r = r.clone();
         if let Some(m) = r.as_object_mut() {
             m.remove("timestamp");
         }
-        groups.entry(owner_hash(&p, &s)).or_default().push(r.to_string());
+        groups.entry(owner).or_default().push(r.to_string());
     }
     groups
         .into_iter()
@@ -184,43 +185,38 @@ fn fingerprint(results: &[Value]) -> Vec<(u64, u64)> {
         .collect()
 }
 
-/// Which results belong to whom in the set in force.
+/// Which results belong to whom in the set in force, by owner hash (policy, source, rule).
 #[derive(Default)]
 struct Owners {
-    /// Background-scanned policies: their results are the scan's.
+    /// Rules background scans evaluate: their results are the scan's.
     scanned: HashSet<u64>,
-    /// Every policy in force, by owner hash, with its rule names (a result of another rule is
-    /// stale).
-    live: HashMap<u64, HashSet<String>>,
+    /// Every rule of every policy in force (a result of anything else is stale).
+    live: HashSet<u64>,
 }
 
 impl Owners {
     fn of(set: &PolicySet) -> Owners {
         let mut o = Owners::default();
         for p in set.policies() {
-            let key = owner_hash(&report::report_key(p), report::source(p.kind));
-            if p.in_background_scan() {
-                o.scanned.insert(key);
+            let (policy, source) = (report::report_key(p), report::source(p.kind));
+            // A CEL policy's results may carry no rule.
+            o.live.insert(owner_hash(&policy, source, ""));
+            for r in &p.rules {
+                let key = owner_hash(&policy, source, &r.name);
+                o.live.insert(key);
+                if report::scanned_rule(p, &r.name) {
+                    o.scanned.insert(key);
+                }
             }
-            let mut rules: HashSet<String> = p.rules.iter().map(|r| r.name.clone()).collect();
-            // Autogen rules are named after their source rule (`autogen-…`).
-            for r in p.rules.iter() {
-                rules.insert(format!("autogen-{}", r.name));
-                rules.insert(format!("autogen-cronjob-{}", r.name));
-            }
-            rules.insert(String::new());
-            o.live.entry(key).or_default().extend(rules);
         }
         o
     }
 
     /// Whether a stored result stays when the scan results are replaced: it is an admission
-    /// result of a policy (and rule) still in force that scans do not evaluate.
+    /// result of a rule still in force that scans do not evaluate.
     fn keeps(&self, r: &Value) -> bool {
-        let (p, s) = owner_of(r);
-        let key = owner_hash(&p, &s);
-        let rule = r.get("rule").and_then(Value::as_str).unwrap_or("");
-        !self.scanned.contains(&key) && self.live.get(&key).is_some_and(|rules| rules.contains(rule))
+        let key = owner_of(r);
+        !self.scanned.contains(&key) && self.live.contains(&key)
     }
 }
 
@@ -453,8 +449,13 @@ impl Scanner {
         if uid.is_empty() || s("/scope/uid") != uid {
             return;
         }
-        let kind = self.kind_id(s("/scope/apiVersion"), s("/scope/kind"));
         let results: Vec<Value> = v.get("results").and_then(Value::as_array).cloned().unwrap_or_default();
+        if let Some(t) = self.tracked.get_mut(uid) {
+            t.report = true;
+            t.results = fingerprint(&results);
+            return;
+        }
+        let kind = self.kind_id(s("/scope/apiVersion"), s("/scope/kind"));
         self.tracked.insert(
             uid.to_string(),
             Tracked {
@@ -586,26 +587,55 @@ impl Scanner {
             .iter()
             .filter(|(_, t)| {
                 t.report
-                    && (t.results.iter().any(|(k, _)| !self.owners.live.contains_key(k))
+                    && (t.results.iter().any(|(k, _)| !self.owners.live.contains(k))
                         || (!self.watches.contains_key(&t.kind)
                             && t.results.iter().any(|(k, _)| self.owners.scanned.contains(k))))
             })
             .map(|(uid, _)| uid.clone())
             .collect();
-        let rules_shrank = previous_owners
-            .live
-            .iter()
-            .any(|(k, rules)| self.owners.live.get(k).is_some_and(|now| rules.iter().any(|r| !now.contains(r))));
         for uid in ids {
             self.rewrite_without_scan_or_stale(&uid).await;
         }
-        if rules_shrank && !first {
-            // A rule of a policy scans do not evaluate went away: its admission results go.
-            let all: Vec<String> = self.tracked.iter().filter(|(_, t)| t.report).map(|(u, _)| u.clone()).collect();
-            for uid in all {
-                self.rewrite_without_scan_or_stale(&uid).await;
+        // A rule went away: its results go from every report, also those the admission writer
+        // wrote since the leader last read them.
+        if !first
+            && previous_owners.live.iter().any(|k| !self.owners.live.contains(k))
+            && let Err(e) = self.sweep_reports().await
+        {
+            tracing::warn!(error = %e, "reports not swept of deleted rules' results (next policy change retries)");
+        }
+    }
+
+    /// Lists every report (in pages) and rewrites those holding results of rules gone.
+    async fn sweep_reports(&mut self) -> Result<(), kube::Error> {
+        for cluster in [false, true] {
+            let api = crate::reports::all_reports(&self.client, cluster);
+            let mut lp =
+                ListParams::default().labels("app.kubernetes.io/managed-by=kyverno").limit(self.opts.page_size);
+            loop {
+                let page = api.list(&lp).await?;
+                let mut stale = Vec::new();
+                for r in &page.items {
+                    let Ok(v) = serde_json::to_value(r) else { continue };
+                    let dead = v
+                        .get("results")
+                        .and_then(Value::as_array)
+                        .is_some_and(|rs| rs.iter().any(|x| !self.owners.live.contains(&owner_of(x))));
+                    if dead {
+                        self.track_report(&v);
+                        stale.push(v.pointer("/metadata/name").and_then(Value::as_str).unwrap_or("").to_string());
+                    }
+                }
+                for uid in stale {
+                    self.rewrite_without_scan_or_stale(&uid).await;
+                }
+                match page.metadata.continue_.as_deref() {
+                    Some(c) if !c.is_empty() => lp = lp.continue_token(c),
+                    _ => break,
+                }
             }
         }
+        Ok(())
     }
 
     fn start_watch(&mut self, id: u32, ar: ApiResource, namespaced: bool) {
@@ -740,7 +770,7 @@ impl Scanner {
         let new = fingerprint(&scan.results);
         let owners = &self.owners;
         let old: Vec<(u64, u64)> = t.results.iter().filter(|(k, _)| owners.scanned.contains(k)).copied().collect();
-        let stale = t.results.iter().any(|(k, _)| !owners.live.contains_key(k));
+        let stale = t.results.iter().any(|(k, _)| !owners.live.contains(k));
         if new == old && !stale && !t.pending {
             return;
         }
@@ -771,10 +801,10 @@ impl Scanner {
         self.stats.backlog.store(n as u64, Ordering::Relaxed);
     }
 
-    fn send_events(&self, notices: &[(u64, Notice)], changed: &HashSet<u64>) {
+    fn send_events(&self, notices: &[(Vec<u64>, Notice)], changed: &HashSet<u64>) {
         let Some(tx) = &self.events else { return };
-        for (owner, n) in notices {
-            if changed.contains(owner) && tx.try_send(n.clone()).is_err() {
+        for (owners, n) in notices {
+            if owners.iter().any(|o| changed.contains(o)) && tx.try_send(n.clone()).is_err() {
                 self.server.event_dropped();
             }
         }
@@ -806,25 +836,26 @@ impl Scanner {
                     results.extend(report::results(p, r));
                 }
             }
-            let owner = |i: usize| {
-                set.policies().get(i).map_or(0, |p| owner_hash(&report::report_key(p), report::source(p.kind)))
+            let owner = |i: usize, rule: &str| {
+                set.policies().get(i).map_or(0, |p| owner_hash(&report::report_key(p), report::source(p.kind), rule))
             };
-            let mut notices: Vec<(u64, Notice)> = outcome
+            let mut notices: Vec<(Vec<u64>, Notice)> = outcome
                 .violations_of(&set, &about)
                 .into_iter()
                 .zip(outcome.violations.iter().map(|v| v.policy))
                 .map(|(mut v, i)| {
                     // A scan blocks nothing.
                     v.blocked = false;
-                    (owner(i), Notice::Violation(v))
+                    (vec![owner(i, &v.rule)], Notice::Violation(v))
                 })
                 .collect();
             notices.extend(
-                outcome
-                    .applied_of(&set, &about)
-                    .into_iter()
-                    .zip(outcome.applied.iter().map(|a| a.policy))
-                    .map(|(a, i)| (owner(i), Notice::Applied(a))),
+                outcome.applied_of(&set, &about).into_iter().zip(outcome.applied.iter().map(|a| a.policy)).map(
+                    |(a, i)| {
+                        let rules = set.policies().get(i).map(|p| p.rules.iter().map(|r| owner(i, &r.name)).collect());
+                        (rules.unwrap_or_default(), Notice::Applied(a))
+                    },
+                ),
             );
             Some(Scanned { results, notices })
         })
@@ -847,8 +878,15 @@ impl Scanner {
     /// keeps); returns the fingerprint of what the report now holds.
     async fn write(&mut self, resource: &ResourceRef, scan: Vec<Value>) -> Result<Vec<(u64, u64)>, String> {
         let api = crate::reports::report_api(&self.client, &resource.namespace);
+        // A report the leader knows to be absent (it listed them all, and it writes them) is
+        // created without reading it first; a conflict reads it.
+        let mut absent = self.tracked.get(&resource.uid).is_some_and(|t| !t.report && !t.pending);
         for _ in 0..5 {
-            let stored = api.get_opt(&resource.uid).await.map_err(|e| e.to_string())?;
+            let stored = if std::mem::take(&mut absent) {
+                None
+            } else {
+                api.get_opt(&resource.uid).await.map_err(|e| e.to_string())?
+            };
             let stored = stored.map(|s| serde_json::to_value(s).unwrap_or(Value::Null));
             let stored_results: Vec<Value> =
                 stored.as_ref().and_then(|s| s.get("results")).and_then(Value::as_array).cloned().unwrap_or_default();
@@ -929,32 +967,24 @@ impl Scanner {
                 return;
             }
         };
-        let scan: Vec<Value> =
-            if watched {
-                stored
-                    .get("results")
-                    .and_then(Value::as_array)
-                    .into_iter()
-                    .flatten()
-                    .filter(|r| {
-                        let (p, s) = owner_of(r);
-                        let key = owner_hash(&p, &s);
-                        self.owners.scanned.contains(&key)
-                            && self.owners.live.get(&key).is_some_and(|rules| {
-                                rules.contains(r.get("rule").and_then(Value::as_str).unwrap_or(""))
-                            })
-                    })
-                    .cloned()
-                    .map(|mut r| {
-                        if let Some(m) = r.as_object_mut() {
-                            m.remove("timestamp");
-                        }
-                        r
-                    })
-                    .collect()
-            } else {
-                Vec::new()
-            };
+        let scan: Vec<Value> = if watched {
+            stored
+                .get("results")
+                .and_then(Value::as_array)
+                .into_iter()
+                .flatten()
+                .filter(|r| self.owners.scanned.contains(&owner_of(r)))
+                .cloned()
+                .map(|mut r| {
+                    if let Some(m) = r.as_object_mut() {
+                        m.remove("timestamp");
+                    }
+                    r
+                })
+                .collect()
+        } else {
+            Vec::new()
+        };
         match self.write(&resource, scan).await {
             Ok(fp) => {
                 if let Some(t) = self.tracked.get_mut(uid) {
@@ -979,7 +1009,7 @@ impl Scanner {
 }
 
 fn key_of(p: &verno_engine::CompiledPolicy) -> u64 {
-    owner_hash(&report::report_key(p), report::source(p.kind))
+    owner_hash(&report::report_key(p), report::source(p.kind), "")
 }
 
 fn exceptions_fingerprint(set: &PolicySet) -> Vec<String> {
@@ -1000,8 +1030,8 @@ fn same_result(a: &Value, b: &Value) -> bool {
 struct Scanned {
     /// Report results (no timestamps).
     results: Vec<Value>,
-    /// Events, each with the owner hash of its policy.
-    notices: Vec<(u64, Notice)>,
+    /// Events, each with the owner hashes of the rules it is about.
+    notices: Vec<(Vec<u64>, Notice)>,
 }
 
 /// The clock, randomness and deadline of a scan evaluation.
@@ -1080,8 +1110,8 @@ mod tests {
         assert_eq!(fingerprint(&a), fingerprint(&b));
         let c = vec![r("q", "a", "pass", 9), r("p", "b", "pass", 9), r("p", "a", "pass", 9)];
         let (fa, fc) = (fingerprint(&a), fingerprint(&c));
-        assert_eq!(fa.len(), 2);
-        // Only p's results changed.
+        assert_eq!(fa.len(), 3);
+        // Only the results of p's rule b changed.
         assert_eq!(fa.iter().filter(|e| !fc.contains(e)).count(), 1);
     }
 

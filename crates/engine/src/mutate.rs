@@ -313,11 +313,11 @@ impl Mutator<'_> {
             return match self.foreach(foreach, resource, ctx, 0) {
                 Err(r) => (r, None),
                 Ok(None) => (self.resp(Status::Skip, "no patches applied"), None),
-                Ok(Some(v)) => (self.resp(Status::Pass, "resource patched"), Some(v)),
+                Ok(Some(v)) => (self.resp(Status::Pass, mutated(&v)), Some(v)),
             };
         }
         match apply_patches(patches, resource, ctx) {
-            Patched::Changed(v) => (self.resp(Status::Pass, "resource patched"), Some(v)),
+            Patched::Changed(v) => (self.resp(Status::Pass, mutated(&v)), Some(v)),
             Patched::Unchanged(m) => (self.resp(Status::Skip, m), None),
             Patched::Error(e) => (self.resp(Status::Error, e), None),
         }
@@ -389,7 +389,7 @@ impl Mutator<'_> {
         if patched.is_empty() {
             return self.resp(Status::Skip, "no patches applied");
         }
-        let mut r = self.resp(Status::Pass, "resource patched");
+        let mut r = self.resp(Status::Pass, patched.first().map_or_else(|| "mutated resource".to_string(), mutated));
         r.patched_targets = patched;
         r
     }
@@ -597,6 +597,16 @@ pub(crate) fn compile_mutation(m: &verno_api::Mutation, path: &str) -> Result<Co
         });
     }
     Ok(CompiledMutation { patches, foreach, targets, cel: None })
+}
+
+/// Kyverno's message for a mutation that applied: `mutated Pod/web in namespace shop`
+/// (`mutated Namespace/web` when cluster-scoped).
+fn mutated(v: &Value) -> String {
+    let s = |p: &str| v.pointer(p).and_then(Value::as_str).unwrap_or("");
+    match s("/metadata/namespace") {
+        "" => format!("mutated {}/{}", s("/kind"), s("/metadata/name")),
+        ns => format!("mutated {}/{} in namespace {ns}", s("/kind"), s("/metadata/name")),
+    }
 }
 
 #[cfg(test)]

@@ -3,7 +3,7 @@
 //! resource. The engine has no clock: the caller stamps `timestamp`.
 
 use crate::outcome::{PolicyResponse, Status};
-use crate::policy::CompiledPolicy;
+use crate::policy::{CompiledPolicy, RuleBody};
 use serde_json::{Map, Value, json};
 use verno_api::Kind;
 
@@ -16,10 +16,47 @@ pub struct ReportNotice {
     pub group: String,
     pub version: String,
     pub plural: String,
-    /// The policies evaluated (key and source): their earlier results are replaced.
-    pub evaluated: Vec<(String, &'static str)>,
+    /// What was evaluated: the earlier results of these rules are replaced.
+    pub evaluated: Vec<Evaluated>,
     /// The new results, without `timestamp`.
     pub results: Vec<Value>,
+}
+
+/// The rules of one policy a webhook call or a scan evaluated, by report key and source.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Evaluated {
+    pub policy: String,
+    pub source: &'static str,
+    pub rules: Vec<String>,
+}
+
+impl Evaluated {
+    /// The rules of `p` that `phase` evaluates: its validation rules (and the rules this build
+    /// answers with an error, which run with validation), or its mutation rules.
+    pub fn of(p: &CompiledPolicy, phase: crate::Phase) -> Evaluated {
+        let rules = p
+            .rules
+            .iter()
+            .filter(|r| match phase {
+                crate::Phase::Mutate => matches!(r.body, RuleBody::Mutate(_)),
+                _ => matches!(r.body, RuleBody::Validate(_) | RuleBody::Unsupported { .. }),
+            })
+            .map(|r| r.name.clone())
+            .collect();
+        Evaluated { policy: report_key(p), source: source(p.kind), rules }
+    }
+
+    /// Whether a stored result is one of these rules' (and so replaced by their new results).
+    pub fn covers(&self, result: &Value) -> bool {
+        let s = |k: &str| result.get(k).and_then(Value::as_str).unwrap_or("");
+        s("policy") == self.policy && s("source") == self.source && self.rules.iter().any(|r| r == s("rule"))
+    }
+}
+
+/// Whether background scans report this rule of `p` (a validation rule of a background-scanned
+/// policy): its admission results are left to the scan.
+pub fn scanned_rule(p: &CompiledPolicy, rule: &str) -> bool {
+    p.in_background_scan() && p.rules.iter().any(|r| r.name == rule && matches!(r.body, RuleBody::Validate(_)))
 }
 
 /// The `source` of a policy kind's results.
@@ -263,7 +300,10 @@ mod tests {
                     "validate": {"message": "m", "pattern": {"metadata": {"labels": {"owner": "?*"}}}}}]}}),
             json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "bar", "labels": {"owner": "d"}}}),
         );
-        assert_eq!(got[0]["properties"], json!({"objName": "bar", "operation": "CREATE", "process": "background scan"}));
+        assert_eq!(
+            got[0]["properties"],
+            json!({"objName": "bar", "operation": "CREATE", "process": "background scan"})
+        );
 
         let got = scanned(
             json!({"apiVersion": "kyverno.io/v1", "kind": "ClusterPolicy", "metadata": {"name": "pss"},

@@ -98,8 +98,7 @@ pub(crate) async fn admit(
         for (plural, mutating) in [("mutatingwebhookconfigurations", true), ("validatingwebhookconfigurations", false)]
         {
             let k = format!("admissionregistration.k8s.io/{plural}");
-            for ((rk, _, _), cfg) in s.objects.iter().filter(|((rk, _, _), _)| *rk == k) {
-                let _ = rk;
+            for (_, cfg) in crate::objects_of(&s.objects, &k) {
                 for w in cfg.get("webhooks").and_then(Value::as_array).into_iter().flatten() {
                     hooks.push(Hook {
                         name: w.get("name").and_then(Value::as_str).unwrap_or("").to_string(),

@@ -372,13 +372,13 @@ impl FakeApiServer {
     /// Every stored object of a resource (all namespaces), read without a request.
     pub fn objects(&self, group: &str, plural: &str) -> Vec<Value> {
         let k = format!("{group}/{plural}");
-        lock(&self.inner.store).objects.iter().filter(|((r, _, _), _)| *r == k).map(|(_, o)| o.clone()).collect()
+        objects_of(&lock(&self.inner.store).objects, &k).map(|(_, o)| o.clone()).collect()
     }
 
     /// How many objects of a resource are stored.
     pub fn count(&self, group: &str, plural: &str) -> usize {
         let k = format!("{group}/{plural}");
-        lock(&self.inner.store).objects.keys().filter(|(r, _, _)| *r == k).count()
+        objects_of(&lock(&self.inner.store).objects, &k).count()
     }
 
     pub fn get(&self, group: &str, plural: &str, namespace: &str, name: &str) -> Option<Value> {
@@ -577,6 +577,17 @@ fn record(inner: &Inner, s: &mut Store, t: &Resource, kind: &'static str, mut ob
 }
 
 type ObjKey = (String, String, String);
+
+/// The stored objects of one resource (`group/plural`), in (namespace, name) order: a range of
+/// the ordered map, so a request touches only its own resource's objects.
+pub(crate) fn objects_of<'a>(
+    objects: &'a BTreeMap<ObjKey, Value>,
+    resource: &'a str,
+) -> impl Iterator<Item = (&'a ObjKey, &'a Value)> + 'a {
+    objects
+        .range((resource.to_string(), String::new(), String::new())..)
+        .take_while(move |((r, _, _), _)| r == resource)
+}
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Operation {
@@ -939,7 +950,10 @@ fn commit_stored(inner: &Inner, s: &mut Store, c: Change) -> Response {
             s.appliers.insert(c.k.clone(), appliers);
             let stored = record(inner, s, &c.resource, "ADDED", o);
             s.objects.insert(c.k, stored.clone());
-            collect_garbage(inner, s);
+            // Only an object created with owners can be an orphan at once.
+            if stored.pointer("/metadata/ownerReferences").and_then(Value::as_array).is_some_and(|r| !r.is_empty()) {
+                collect_garbage(inner, s);
+            }
             ok_json(StatusCode::CREATED, &stored)
         }
         (Operation::Update, Some(old), Some(new)) => {

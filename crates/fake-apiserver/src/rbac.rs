@@ -132,10 +132,11 @@ pub(crate) fn authorize(s: &Store, user: &str, groups: &[String], a: &Attributes
             _ => format!("{kind} \"{name}\""),
         }
     };
-    let bindings = s.objects.iter().filter(|((k, ns, _), _)| {
-        k == &format!("{GROUP}/clusterrolebindings")
-            || (k == &format!("{GROUP}/rolebindings") && !a.namespace.is_empty() && *ns == a.namespace)
-    });
+    let (cluster_bindings, bindings) = (format!("{GROUP}/clusterrolebindings"), format!("{GROUP}/rolebindings"));
+    let bindings = crate::objects_of(&s.objects, &cluster_bindings).chain(
+        crate::objects_of(&s.objects, &bindings)
+            .filter(|((_, ns, _), _)| !a.namespace.is_empty() && *ns == a.namespace),
+    );
     for ((k, ns, name), binding) in bindings {
         let namespaced = k.ends_with("/rolebindings");
         let Some(subject) = binding

@@ -146,12 +146,9 @@ pub(crate) fn list(inner: &Inner, t: &Target, q: &HashMap<String, String>, meta_
     let limit: usize = q.get("limit").and_then(|l| l.parse().ok()).filter(|l| *l > 0).unwrap_or(usize::MAX);
     // `continue`: the page starts after this `namespace/name`.
     let after: Option<(&str, &str)> = q.get("continue").filter(|c| !c.is_empty()).and_then(|c| c.split_once('/'));
-    let mut matching = s
-        .objects
-        .iter()
-        .filter(|((r, ns, name), o)| {
-            *r == k
-                && (t.namespace.is_empty() || *ns == t.namespace)
+    let mut matching = crate::objects_of(&s.objects, &k)
+        .filter(|((_, ns, name), o)| {
+            (t.namespace.is_empty() || *ns == t.namespace)
                 && after.is_none_or(|a| (ns.as_str(), name.as_str()) > a)
                 && filter.matches(o)
         })
@@ -164,19 +161,17 @@ pub(crate) fn list(inner: &Inner, t: &Target, q: &HashMap<String, String>, meta_
         last = Some((ns.as_str(), name.as_str()));
     }
     let more = matching.peek().is_some();
-    let mut metadata = json!({"resourceVersion": s.rv.to_string()});
+    let mut metadata = serde_json::Map::new();
+    metadata.insert("resourceVersion".into(), json!(s.rv.to_string()));
     if let (true, Some((ns, name))) = (more, last) {
-        metadata["continue"] = json!(format!("{ns}/{name}"));
+        metadata.insert("continue".into(), json!(format!("{ns}/{name}")));
     }
     let (api_version, kind) = if meta_only {
         ("meta.k8s.io/v1".to_string(), "PartialObjectMetadataList".to_string())
     } else {
         (t.resource.api_version(), format!("{}List", t.resource.kind))
     };
-    ok_json(
-        StatusCode::OK,
-        &json!({"apiVersion": api_version, "kind": kind, "metadata": metadata, "items": items}),
-    )
+    ok_json(StatusCode::OK, &json!({"apiVersion": api_version, "kind": kind, "metadata": metadata, "items": items}))
 }
 
 /// `o` as the version `r` serves it: objects are stored once per group and resource, and
@@ -233,12 +228,9 @@ pub(crate) fn watch(inner: Arc<Inner>, t: &Target, q: &HashMap<String, String>, 
     let (replay, last, expired): (Vec<Bytes>, u64, bool) = {
         let s = lock(&inner.store);
         if initial || from == 0 {
-            let items = s
-                .objects
-                .iter()
-                .filter(|((r, ns, _), o)| {
-                    *r == key(&resource) && (t.namespace.is_empty() || *ns == t.namespace) && filter.matches(o)
-                })
+            let k = key(&resource);
+            let items = crate::objects_of(&s.objects, &k)
+                .filter(|((_, ns, _), o)| (t.namespace.is_empty() || *ns == t.namespace) && filter.matches(o))
                 .map(|(_, o)| frame_as("ADDED", &in_version(o, &resource), meta_only));
             let mut v: Vec<Bytes> = items.collect();
             if initial {

@@ -484,7 +484,11 @@ async fn lists_come_in_pages_when_a_limit_is_given() {
         let page = all.list(&lp).await.unwrap();
         pages += 1;
         assert!(page.items.len() <= 4);
-        seen.extend(page.items.iter().map(|c| format!("{}/{}", c.metadata.namespace.clone().unwrap(), c.metadata.name.clone().unwrap())));
+        seen.extend(
+            page.items
+                .iter()
+                .map(|c| format!("{}/{}", c.metadata.namespace.clone().unwrap(), c.metadata.name.clone().unwrap())),
+        );
         match page.metadata.continue_ {
             Some(c) if !c.is_empty() => lp = lp.continue_token(&c),
             _ => break,

@@ -125,7 +125,8 @@ struct Recorder<'s> {
     policy_seconds: Vec<(Arc<PolicyMeta>, f64)>,
     /// Report results, when the request is reported.
     report: Option<Vec<Value>>,
-    evaluated: Vec<(String, &'static str)>,
+    evaluated: Vec<verno_engine::report::Evaluated>,
+    phase: verno_engine::Phase,
 }
 
 impl Observer for Recorder<'_> {
@@ -138,7 +139,7 @@ impl Observer for Recorder<'_> {
         let seconds = self.started.take().map_or(0.0, |s| s.elapsed().as_secs_f64());
         self.policy_seconds.push((m.clone(), seconds));
         if let (Some(out), Some(p)) = (self.report.as_mut(), self.set.policies().get(policy)) {
-            self.evaluated.push((verno_engine::report::report_key(p), verno_engine::report::source(p.kind)));
+            self.evaluated.push(verno_engine::report::Evaluated::of(p, self.phase));
             out.extend(verno_engine::report::results(p, r));
         }
         for rr in &r.rules {
@@ -233,8 +234,9 @@ pub fn review_with(
         };
     }
     let hook = route.hook().unwrap_or(Hook::Validate);
+    // Mutating webhooks see no uid on CREATE (the API server assigns it later): the writer
+    // finds the object by name.
     let reporting = reports
-        && hook == Hook::Validate
         && matches!(req.operation.as_str(), "CREATE" | "UPDATE")
         && req.sub_resource.is_empty()
         && !req.object_name().is_empty();
@@ -245,6 +247,7 @@ pub fn review_with(
         policy_seconds: Vec::new(),
         report: reporting.then(Vec::new),
         evaluated: Vec::new(),
+        phase: if hook == Hook::Mutate { verno_engine::Phase::Mutate } else { verno_engine::Phase::Validate },
     };
     let cel = matches!(route, Route::Cel { .. });
     let outcome = set.review(req, route, &ServerEnv { cancel }, data, &mut recorder);

@@ -50,16 +50,17 @@ fn args() -> Result<Args> {
 
 /// A hardened Pod, or (every third) one that breaks several Pod Security controls.
 fn pod(ns: &str, i: usize) -> Value {
-    let mut p = json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": format!("pod-{i}"), "namespace": ns, "labels": {"app": "web"}},
-        "spec": {"securityContext": {"runAsNonRoot": true, "runAsUser": 1000, "seccompProfile": {"type": "RuntimeDefault"}},
-            "containers": [{"name": "web", "image": "ghcr.io/example/web:1.2.3",
-                "securityContext": {"allowPrivilegeEscalation": false, "capabilities": {"drop": ["ALL"]}, "runAsNonRoot": true,
-                    "seccompProfile": {"type": "RuntimeDefault"}}}]}});
-    if i % 3 == 0 {
-        p["spec"]["hostNetwork"] = json!(true);
-        p["spec"]["containers"][0]["securityContext"] = json!({"privileged": true});
-    }
-    p
+    let bad = i.is_multiple_of(3);
+    let container_context = if bad {
+        json!({"privileged": true})
+    } else {
+        json!({"allowPrivilegeEscalation": false, "capabilities": {"drop": ["ALL"]}, "runAsNonRoot": true,
+            "seccompProfile": {"type": "RuntimeDefault"}})
+    };
+    json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": format!("pod-{i}"), "namespace": ns, "labels": {"app": "web"}},
+        "spec": {"hostNetwork": bad,
+            "securityContext": {"runAsNonRoot": true, "runAsUser": 1000, "seccompProfile": {"type": "RuntimeDefault"}},
+            "containers": [{"name": "web", "image": "ghcr.io/example/web:1.2.3", "securityContext": container_context}]}})
 }
 
 /// The policies of `dir`, Audit instead of Enforce.
@@ -95,7 +96,7 @@ fn snapshot(fake: &FakeApiServer) -> HashMap<String, Value> {
         .into_iter()
         .map(|mut r| {
             let uid = r.pointer("/metadata/name").and_then(Value::as_str).unwrap_or("").to_string();
-            let mut results = r["results"].take();
+            let mut results = r.get_mut("results").map(Value::take).unwrap_or(Value::Null);
             for x in results.as_array_mut().into_iter().flatten() {
                 if let Some(m) = x.as_object_mut() {
                     m.remove("timestamp");
@@ -132,9 +133,12 @@ async fn main() -> Result<()> {
     }
     // The objects, before Verno starts: only a background scan can report them.
     let started = Instant::now();
-    let ns_api: Api<DynamicObject> = Api::all_with(admin.clone(), &ApiResource::erase::<k8s_openapi::api::core::v1::Namespace>(&()));
+    let ns_api: Api<DynamicObject> =
+        Api::all_with(admin.clone(), &ApiResource::erase::<k8s_openapi::api::core::v1::Namespace>(&()));
     for n in 0..a.namespaces {
-        let ns: DynamicObject = serde_json::from_value(json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": format!("ns-{n}")}}))?;
+        let ns: DynamicObject = serde_json::from_value(
+            json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": format!("ns-{n}")}}),
+        )?;
         ns_api.create(&PostParams::default(), &ns).await?;
     }
     let pods = a.pods;
@@ -144,7 +148,8 @@ async fn main() -> Result<()> {
             let admin = admin.clone();
             async move {
                 let ns = format!("ns-{}", i % namespaces);
-                let api: Api<DynamicObject> = Api::namespaced_with(admin, &ns, &ApiResource::erase::<k8s_openapi::api::core::v1::Pod>(&()));
+                let api: Api<DynamicObject> =
+                    Api::namespaced_with(admin, &ns, &ApiResource::erase::<k8s_openapi::api::core::v1::Pod>(&()));
                 let obj: DynamicObject = serde_json::from_value(pod(&ns, i))?;
                 api.create(&PostParams::default(), &obj).await.map(|_| ()).map_err(anyhow::Error::from)
             }
@@ -161,7 +166,13 @@ async fn main() -> Result<()> {
         let name = p.pointer("/metadata/name").and_then(Value::as_str).unwrap_or("").to_string();
         cpol.patch(&name, &PatchParams::apply("bench").force(), &Patch::Apply(p)).await?;
     }
-    eprintln!("{} Pods in {} namespaces and {} policies created in {:.1} s", pods, namespaces, policies.len(), started.elapsed().as_secs_f64());
+    eprintln!(
+        "{} Pods in {} namespaces and {} policies created in {:.1} s",
+        pods,
+        namespaces,
+        policies.len(),
+        started.elapsed().as_secs_f64()
+    );
 
     // Verno, as its ServiceAccount.
     let config = dir.path().join("kubeconfig");
@@ -213,10 +224,15 @@ async fn main() -> Result<()> {
     // One rule of one policy edited (its message): writes at most the reports it changes.
     let before = snapshot(&fake);
     let edit_start = report_writes(&fake).0;
-    let mut edited =
-        policies.iter().find(|p| p.to_string().contains("privileged")).cloned().unwrap_or_else(|| policies[0].clone());
-    let msg = edited.pointer("/spec/rules/0/validate/message").and_then(Value::as_str).unwrap_or("").to_string();
-    edited["spec"]["rules"][0]["validate"]["message"] = json!(format!("{msg} (edited)"));
+    let mut edited = policies
+        .iter()
+        .find(|p| p.pointer("/metadata/name").and_then(Value::as_str) == Some("disallow-privileged-containers"))
+        .or(policies.first())
+        .cloned()
+        .ok_or_else(|| anyhow!("no policy in {}", a.policies.display()))?;
+    if let Some(m) = edited.pointer_mut("/spec/rules/0/validate/message") {
+        *m = json!(format!("{} (edited)", m.as_str().unwrap_or("")));
+    }
     let name = edited.pointer("/metadata/name").and_then(Value::as_str).unwrap_or("").to_string();
     cpol.patch(&name, &PatchParams::apply("bench").force(), &Patch::Apply(&edited)).await?;
     tokio::time::sleep(Duration::from_secs(2)).await;
