@@ -802,3 +802,56 @@ async fn mutating(c: &kube::Client) -> Option<Value> {
     let api: Api<MutatingWebhookConfiguration> = Api::all(c.clone());
     api.get_opt(webhooks::MUTATING_CONFIG).await.unwrap().map(|o| serde_json::to_value(o).unwrap())
 }
+
+#[tokio::test]
+async fn labelled_admission_policies_are_reported_by_scans() {
+    let (fake, admin, replica) = setup().await;
+    let deployments: Api<k8s_openapi::api::apps::v1::Deployment> = Api::namespaced(admin.clone(), "shop");
+    let deployment = |name: &str, replicas: i32| -> k8s_openapi::api::apps::v1::Deployment {
+        serde_json::from_value(json!({"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": name},
+            "spec": {"replicas": replicas, "selector": {"matchLabels": {"app": name}},
+                "template": {"metadata": {"labels": {"app": name}}, "spec": {"containers": [{"name": "c", "image": "nginx"}]}}}}))
+        .unwrap()
+    };
+    let small = deployments.create(&PostParams::default(), &deployment("small", 2)).await.unwrap();
+    let big = deployments.create(&PostParams::default(), &deployment("big", 9)).await.unwrap();
+    let vap = |name: &str, labelled: bool| {
+        let labels = if labelled { json!({"reports.kyverno.io/enabled": "true"}) } else { json!({}) };
+        json!({"apiVersion": "admissionregistration.k8s.io/v1", "kind": "ValidatingAdmissionPolicy",
+            "metadata": {"name": name, "labels": labels},
+            "spec": {"matchConstraints": {"resourceRules": [{"apiGroups": ["apps"], "apiVersions": ["v1"],
+                "operations": ["CREATE", "UPDATE"], "resources": ["deployments"]}]},
+                "validations": [{"expression": "object.spec.replicas <= 5"}]}})
+    };
+    let binding = |name: &str| {
+        json!({"apiVersion": "admissionregistration.k8s.io/v1", "kind": "ValidatingAdmissionPolicyBinding",
+            "metadata": {"name": format!("{name}-binding")}, "spec": {"policyName": name, "validationActions": ["Audit"]}})
+    };
+    for doc in [vap("max-replicas", true), binding("max-replicas"), vap("unreported", false), binding("unreported")] {
+        fake.apply(&admin, &doc).await.unwrap();
+    }
+    let report = |uid: String| {
+        let fake = fake.clone();
+        async move { report_of(&fake, "shop", &uid) }
+    };
+    let failing = eventually("big's report", || report(big.metadata.uid.clone().unwrap())).await;
+    assert_eq!(failing["results"][0]["source"], "ValidatingAdmissionPolicy");
+    assert_eq!(failing["results"][0]["policy"], "max-replicas");
+    assert_eq!(failing["results"][0]["result"], "fail");
+    assert_eq!(failing["results"].as_array().unwrap().len(), 1, "the unlabelled policy is not reported: {failing}");
+    let passing = eventually("small's report", || report(small.metadata.uid.clone().unwrap())).await;
+    assert_eq!(passing["results"][0]["result"], "pass");
+    // The failure is a scan event on the admission policy.
+    let events = events_api(&admin);
+    eventually("an event on the admission policy", || async {
+        events.list(&Default::default()).await.ok()?.items.into_iter().find(|e| {
+            e.data["regarding"]["kind"] == "ValidatingAdmissionPolicy"
+                && e.data["reportingController"] == "kyverno-scan"
+        })
+    })
+    .await;
+    // Admission policies are the API server's: no webhook rule, no status written.
+    let cfg = vwc(&admin).await.unwrap();
+    assert!(!cfg.to_string().contains("deployments"), "{cfg}");
+    replica.controller.stop().await;
+}

@@ -317,7 +317,12 @@ pub async fn start(client: kube::Client, server: Arc<dyn Serving>, opts: Options
         // One reflector per watched kind (policies and exceptions).
         let mut stores: Vec<(Kind, reflector::Store<DynamicObject>)> = Vec::new();
         let mut streams = Vec::new();
-        for kind in served_kinds(&client, &opts.kinds).await {
+        let mut kinds = opts.kinds.clone();
+        if opts.background_scan.is_some() {
+            // Admission policies are the API server's; background scans report them.
+            kinds.extend([Kind::ValidatingAdmissionPolicy, Kind::ValidatingAdmissionPolicyBinding]);
+        }
+        for kind in served_kinds(&client, &kinds).await {
             let ar = policies::resource(kind);
             let writer = reflector::store::Writer::<DynamicObject>::new(ar.clone());
             stores.push((kind, writer.as_reader()));
@@ -412,12 +417,18 @@ pub async fn start(client: kube::Client, server: Arc<dyn Serving>, opts: Options
                 _ = stop.wait_for(|s| *s) => return,
             }
             loop {
-                let (mut ps, mut es) = (Vec::new(), Vec::new());
+                let (mut ps, mut es, mut bs) = (Vec::new(), Vec::new(), Vec::new());
                 for (kind, store) in &stores {
-                    let into = if kind.is_exception() { &mut es } else { &mut ps };
+                    let into = if kind.is_exception() {
+                        &mut es
+                    } else if *kind == Kind::ValidatingAdmissionPolicyBinding {
+                        &mut bs
+                    } else {
+                        &mut ps
+                    };
                     into.extend(store.state().into_iter().map(|o| (*kind, o)));
                 }
-                let (set, statuses) = compiler.build(&ps, &es, namespaces.clone());
+                let (set, statuses) = compiler.build_with(&ps, &es, &bs, namespaces.clone());
                 server.install(set);
                 server.set_ready(ReadyPart::Policies, true);
                 generation += 1;

@@ -401,7 +401,9 @@ pub fn render(v: &Values) -> Vec<Value> {
                 {"apiGroups": ["rbac.authorization.k8s.io"], "resources": ["clusterroles"], "resourceNames": [CLUSTER_ROLE], "verbs": ["get", "list", "watch"]},
                 {"apiGroups": ["rbac.authorization.k8s.io"], "resources": ["clusterroles"], "verbs": ["list", "watch"]},
                 {"apiGroups": ["events.k8s.io"], "resources": ["events"], "verbs": ["create", "patch"]},
-                // PolicyReports from admission results.
+                // Admission policies and their bindings, which background scans report.
+                {"apiGroups": ["admissionregistration.k8s.io"], "resources": ["validatingadmissionpolicies", "validatingadmissionpolicybindings"], "verbs": ["get", "list", "watch"]},
+                // PolicyReports from admission results and background scans.
                 {"apiGroups": ["wgpolicyk8s.io"], "resources": ["policyreports", "clusterpolicyreports"], "verbs": ["get", "list", "watch", "create", "update", "delete"]},
                 // The CEL authorizer library (`authorizer.….check(verb)`).
                 {"apiGroups": ["authorization.k8s.io"], "resources": ["subjectaccessreviews"], "verbs": ["create"]},

@@ -52,6 +52,8 @@ pub fn object_key(kind: Kind, o: &DynamicObject) -> String {
 struct Entry {
     uid: String,
     generation: i64,
+    /// A ValidatingAdmissionPolicy's bindings (name and resourceVersion): they compile with it.
+    bindings: Vec<(String, String)>,
     result: Result<Arc<CompiledPolicy>, DocumentError>,
     /// The last version that compiled, kept in force while a newer one is broken.
     last_good: Option<Arc<CompiledPolicy>>,
@@ -123,6 +125,32 @@ fn compile(kind: Kind, o: &DynamicObject) -> Result<CompiledPolicy, DocumentErro
     }
 }
 
+/// Compiles a ValidatingAdmissionPolicy with its first binding (Verno's engine evaluates one
+/// binding per policy; further bindings are not used).
+fn compile_admission(o: &DynamicObject, bindings: &[&Arc<DynamicObject>]) -> Result<CompiledPolicy, DocumentError> {
+    let mut v = serde_json::to_value(o).map_err(|e| DocumentError::Decode(e.to_string()))?;
+    if let Some(m) = v.as_object_mut() {
+        m.insert("apiVersion".into(), json!("admissionregistration.k8s.io/v1"));
+        m.insert("kind".into(), json!("ValidatingAdmissionPolicy"));
+    }
+    let docs: Vec<Value> = bindings
+        .iter()
+        .take(1)
+        .filter_map(|b| serde_json::to_value(&***b).ok())
+        .map(|mut b| {
+            if let Some(m) = b.as_object_mut() {
+                m.insert("apiVersion".into(), json!("admissionregistration.k8s.io/v1"));
+                m.insert("kind".into(), json!("ValidatingAdmissionPolicyBinding"));
+            }
+            b
+        })
+        .collect();
+    match verno_engine::compile(&v, &docs)? {
+        Compiled::Policy(p) => Ok(p),
+        Compiled::Exception(_) => Err(DocumentError::Decode("a ValidatingAdmissionPolicy is not an exception".into())),
+    }
+}
+
 fn rule_counts(p: Option<&CompiledPolicy>) -> Value {
     let (mut validate, mut mutate, mut generate, mut verify) = (0, 0, 0, 0);
     for r in p.map(|p| p.rules.as_slice()).unwrap_or(&[]).iter().filter(|r| r.autogen_of.is_none()) {
@@ -145,6 +173,20 @@ impl Compiler {
         exceptions: &[(Kind, Arc<DynamicObject>)],
         namespaces: Arc<NamespaceLabels>,
     ) -> (PolicySet, Vec<PolicyStatus>) {
+        self.build_with(policies, exceptions, &[], namespaces)
+    }
+
+    /// [`Compiler::build`], with the ValidatingAdmissionPolicyBindings the admission policies
+    /// among `policies` compile with. The API server enforces admission policies; Verno only
+    /// scans with those labelled `reports.kyverno.io/enabled: "true"` (as Kyverno reports
+    /// them), and writes no status for them.
+    pub fn build_with(
+        &mut self,
+        policies: &[(Kind, Arc<DynamicObject>)],
+        exceptions: &[(Kind, Arc<DynamicObject>)],
+        bindings: &[(Kind, Arc<DynamicObject>)],
+        namespaces: Arc<NamespaceLabels>,
+    ) -> (PolicySet, Vec<PolicyStatus>) {
         let mut compiled = Vec::new();
         let mut statuses = Vec::new();
         let mut seen = std::collections::HashSet::new();
@@ -163,18 +205,50 @@ impl Compiler {
             )
         });
         for (kind, o) in ordered {
+            let admission_policy = *kind == Kind::ValidatingAdmissionPolicy;
+            if admission_policy
+                && o.metadata.labels.as_ref().and_then(|l| l.get("reports.kyverno.io/enabled")).map(String::as_str)
+                    != Some("true")
+            {
+                continue;
+            }
             let key = object_key(*kind, o);
             seen.insert(key.clone());
             let uid = o.metadata.uid.clone().unwrap_or_default();
             let generation = o.metadata.generation.unwrap_or(0);
-            let fresh = self.cache.get(&key).is_some_and(|e| e.uid == uid && e.generation == generation);
+            let mine: Vec<&Arc<DynamicObject>> = if admission_policy {
+                bindings
+                    .iter()
+                    .filter(|(k, b)| {
+                        *k == Kind::ValidatingAdmissionPolicyBinding
+                            && b.data.pointer("/spec/policyName").and_then(Value::as_str) == o.metadata.name.as_deref()
+                    })
+                    .map(|(_, b)| b)
+                    .collect()
+            } else {
+                Vec::new()
+            };
+            let binding_versions: Vec<(String, String)> = mine
+                .iter()
+                .map(|b| {
+                    (
+                        b.metadata.name.clone().unwrap_or_default(),
+                        b.metadata.resource_version.clone().unwrap_or_default(),
+                    )
+                })
+                .collect();
+            let fresh = self
+                .cache
+                .get(&key)
+                .is_some_and(|e| e.uid == uid && e.generation == generation && e.bindings == binding_versions);
             if !fresh {
                 let last_good = self
                     .cache
                     .get(&key)
                     .filter(|e| e.uid == uid)
                     .and_then(|e| e.result.as_ref().ok().cloned().or_else(|| e.last_good.clone()));
-                let result = compile(*kind, o).map(Arc::new);
+                let result =
+                    if admission_policy { compile_admission(o, &mine) } else { compile(*kind, o) }.map(Arc::new);
                 if let Err(e) = &result {
                     tracing::warn!(policy = %key, error = %e.with_path(), "policy does not compile; its previous version stays in force");
                 }
@@ -189,12 +263,18 @@ impl Compiler {
                     m.insert("autogen".into(), verno_engine::vpol_autogen_status(&doc));
                 }
                 let reporting = if result.is_ok() { reporting(*kind, &spec) } else { Reporting::None };
-                self.cache.insert(key.clone(), Entry { uid, generation, result, last_good, status, error, reporting });
+                self.cache.insert(
+                    key.clone(),
+                    Entry { uid, generation, bindings: binding_versions, result, last_good, status, error, reporting },
+                );
             }
             let Some(entry) = self.cache.get(&key) else { continue };
             let in_force = entry.result.as_ref().ok().or(entry.last_good.as_ref());
             if let Some(p) = in_force {
                 compiled.push(p.clone());
+            }
+            if admission_policy {
+                continue;
             }
             statuses.push(PolicyStatus {
                 kind: *kind,

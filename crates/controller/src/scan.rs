@@ -321,7 +321,8 @@ pub async fn run(
             _ = stop.wait_for(|s| *s) => return,
         }
         tracing::info!("background scans start (this replica leads)");
-        let (tx, rx) = mpsc::channel(1024);
+        // Bounded: a watcher waits while the scanner works (each event holds a whole object).
+        let (tx, rx) = mpsc::channel(64);
         let mut scanner = Scanner {
             client: client.clone(),
             server: server.clone(),

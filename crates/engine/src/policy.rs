@@ -73,15 +73,16 @@ impl CompiledPolicy {
     }
 
     /// Whether background scans evaluate this policy and report its results: validation
-    /// policies with background processing on (ClusterPolicy, Policy, ValidatingPolicy and
-    /// NamespacedValidatingPolicy, as Kyverno's reports controller scans them).
+    /// policies with background processing on (ClusterPolicy, Policy, ValidatingPolicy,
+    /// NamespacedValidatingPolicy and ValidatingAdmissionPolicy, as Kyverno's reports
+    /// controller scans them).
     pub fn in_background_scan(&self) -> bool {
         self.background
             && match self.kind {
                 Kind::ClusterPolicy | Kind::Policy => {
                     self.rules.iter().any(|r| matches!(r.body, RuleBody::Validate(_)))
                 }
-                Kind::ValidatingPolicy | Kind::NamespacedValidatingPolicy => true,
+                Kind::ValidatingPolicy | Kind::NamespacedValidatingPolicy | Kind::ValidatingAdmissionPolicy => true,
                 _ => false,
             }
     }

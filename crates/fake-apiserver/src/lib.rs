@@ -949,9 +949,13 @@ fn commit_stored(inner: &Inner, s: &mut Store, c: Change) -> Response {
             s.owners.insert(c.k.clone(), owners);
             s.appliers.insert(c.k.clone(), appliers);
             let stored = record(inner, s, &c.resource, "ADDED", o);
+            let namespace = c.k.1.clone();
             s.objects.insert(c.k, stored.clone());
-            // Only an object created with owners can be an orphan at once.
-            if stored.pointer("/metadata/ownerReferences").and_then(Value::as_array).is_some_and(|r| !r.is_empty()) {
+            // Only an object created with owners, none of which exists, is an orphan at once.
+            // The owners are looked up by the kind and name their references give (as the
+            // garbage collector resolves them), not by a scan of every object.
+            let refs = stored.pointer("/metadata/ownerReferences").and_then(Value::as_array);
+            if refs.is_some_and(|r| !r.is_empty() && r.iter().all(|r| !owner_exists(inner, s, r, &namespace))) {
                 collect_garbage(inner, s);
             }
             ok_json(StatusCode::CREATED, &stored)
@@ -1013,6 +1017,21 @@ fn remove_object(inner: &Inner, s: &mut Store, r: &Resource, k: &ObjKey, o: Valu
     s.owners.remove(k);
     s.appliers.remove(k);
     record(inner, s, r, "DELETED", o)
+}
+
+/// Whether the object an ownerReference names (in `namespace` when its kind is namespaced)
+/// exists with the uid it gives.
+fn owner_exists(inner: &Inner, s: &Store, r: &Value, namespace: &str) -> bool {
+    let f = |k: &str| r.get(k).and_then(Value::as_str).unwrap_or("");
+    let group = f("apiVersion").rsplit_once('/').map_or("", |(g, _)| g);
+    inner.resources().iter().filter(|res| res.group == group && res.kind == f("kind")).any(|res| {
+        let ns = if res.namespaced { namespace } else { "" };
+        s.objects
+            .get(&(key(res), ns.to_string(), f("name").to_string()))
+            .and_then(|o| o.pointer("/metadata/uid"))
+            .and_then(Value::as_str)
+            == Some(f("uid"))
+    })
 }
 
 /// Background garbage collection: an object whose ownerReferences all name absent UIDs is

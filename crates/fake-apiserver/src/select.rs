@@ -96,6 +96,7 @@ pub fn parse_selector(s: &str) -> Result<Vec<Req>, String> {
 
 pub struct Filter {
     labels: Vec<Req>,
+    /// (JSON pointer of the field, value, equal).
     fields: Vec<(String, String, bool)>,
 }
 
@@ -114,7 +115,7 @@ impl Filter {
             if !matches!(k, "metadata.name" | "metadata.namespace") {
                 return Err(format!("field label not supported: {k}"));
             }
-            fields.push((k.to_string(), v.to_string(), eq));
+            fields.push((format!("/{}", k.replace('.', "/")), v.to_string(), eq));
         }
         Ok(Filter { labels, fields })
     }
@@ -131,7 +132,7 @@ impl Filter {
         });
         labels_ok
             && self.fields.iter().all(|(k, v, eq)| {
-                let actual = o.pointer(&format!("/{}", k.replace('.', "/"))).and_then(Value::as_str).unwrap_or("");
+                let actual = o.pointer(k).and_then(Value::as_str).unwrap_or("");
                 (actual == v) == *eq
             })
     }
