@@ -44,6 +44,21 @@ impl Serving for Webhook {
     fn set_report_backlog(&self, n: usize) {
         self.0.set_report_backlog(n);
     }
+    fn report_written(&self, bytes: u64) {
+        self.0.report_written(bytes);
+    }
+    fn set_scan_backlog(&self, n: usize) {
+        self.0.set_scan_backlog(n);
+    }
+    fn scan_results(
+        &self,
+        kind: &str,
+        namespace: &str,
+        set: &PolicySet,
+        responses: &[(usize, verno_engine::PolicyResponse)],
+    ) {
+        self.0.scan_results(kind, namespace, set, responses);
+    }
     fn set_data(&self, data: Arc<dyn verno_engine::Data + Send + Sync>) {
         self.0.set_data(data);
     }

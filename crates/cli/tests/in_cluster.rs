@@ -733,6 +733,15 @@ async fn background_scans_keep_reports_exact_and_write_only_changes() {
     })
     .await;
 
+    // Kyverno's results metric counts the scan's results; Verno's counts its writes.
+    let metrics = replica.server.metrics_text();
+    assert!(
+        metrics.lines().any(|l| l.starts_with("kyverno_policy_results_total{")
+            && l.contains(r#"rule_execution_cause="background_scan""#)
+            && l.contains(r#"policy_name="audit-owner""#)),
+        "{metrics}"
+    );
+    assert!(metrics.lines().any(|l| l.starts_with("verno_report_writes_total ") && !l.ends_with(" 0")), "{metrics}");
     // A Pod deleted while no leader runs has no report once a new leader has listed Pods.
     replica.controller.abort();
     pods.delete("owned", &DeleteParams::default()).await.unwrap();

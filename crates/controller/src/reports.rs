@@ -147,7 +147,7 @@ pub fn all_reports(client: &kube::Client, cluster: bool) -> Api<DynamicObject> {
     Api::all_with(client.clone(), &report_resource(cluster))
 }
 
-async fn write(client: &kube::Client, n: &ReportNotice) -> Result<Written, kube::Error> {
+async fn write(client: &kube::Client, n: &ReportNotice, server: &dyn Serving) -> Result<Written, kube::Error> {
     let r = &n.resource;
     let ar = ApiResource {
         group: n.group.clone(),
@@ -190,18 +190,22 @@ async fn write(client: &kube::Client, n: &ReportNotice) -> Result<Written, kube:
         let now = chrono::Utc::now().timestamp();
         let result = match (merged_report(n, stored_json.as_ref(), now), stored.is_some()) {
             (None, false) => return Ok(Written::Done),
-            (None, true) => reports.delete(&r.uid, &Default::default()).await.map(|_| ()),
+            (None, true) => reports.delete(&r.uid, &Default::default()).await.map(|_| 0),
             (Some(doc), exists) => {
+                let bytes = doc.to_string().len() as u64;
                 let obj: DynamicObject = serde_json::from_value(doc).map_err(kube::Error::SerdeError)?;
                 if exists {
-                    reports.replace(&r.uid, &PostParams::default(), &obj).await.map(|_| ())
+                    reports.replace(&r.uid, &PostParams::default(), &obj).await.map(|_| bytes)
                 } else {
-                    reports.create(&PostParams::default(), &obj).await.map(|_| ())
+                    reports.create(&PostParams::default(), &obj).await.map(|_| bytes)
                 }
             }
         };
         match result {
-            Ok(()) => return Ok(Written::Done),
+            Ok(bytes) => {
+                server.report_written(bytes);
+                return Ok(Written::Done);
+            }
             // Another replica wrote it meanwhile: read it again and merge.
             Err(kube::Error::Api(e)) if e.code == 409 || e.code == 404 => continue,
             Err(e) => return Err(e),
@@ -269,7 +273,7 @@ pub async fn run(
         for uid in due {
             let Some(p) = pending.get(&uid) else { continue };
             let outcome = tokio::select! {
-                w = write(&client, &p.notice) => w,
+                w = write(&client, &p.notice, server.as_ref()) => w,
                 _ = stop.wait_for(|s| *s) => return,
             };
             let done = match outcome {

@@ -724,6 +724,7 @@ impl Scanner {
             match api.delete(uid, &DeleteParams::default()).await {
                 Ok(_) => {
                     self.stats.writes.fetch_add(1, Ordering::Relaxed);
+                    self.server.report_written(0);
                 }
                 Err(kube::Error::Api(e)) if e.code == 404 => {}
                 Err(e) => tracing::debug!(error = %e, uid, "report of a deleted object not deleted"),
@@ -800,6 +801,7 @@ impl Scanner {
     fn update_backlog(&self) {
         let n = self.tracked.values().filter(|t| t.pending).count();
         self.stats.backlog.store(n as u64, Ordering::Relaxed);
+        self.server.set_scan_backlog(n);
     }
 
     fn send_events(&self, notices: &[(Vec<u64>, Notice)], changed: &HashSet<u64>) {
@@ -816,6 +818,7 @@ impl Scanner {
     async fn evaluate(&self, object: Value, resource: &ResourceRef) -> Option<Scanned> {
         let set = self.set.clone();
         let data = self.data.clone();
+        let server = self.server.clone();
         let about = resource.clone();
         let cancel = Arc::new(AtomicBool::new(false));
         let flag = cancel.clone();
@@ -831,6 +834,7 @@ impl Scanner {
             if outcome.cancelled {
                 return None;
             }
+            server.scan_results(&about.kind, &about.namespace, &set, &outcome.responses);
             let mut results = Vec::new();
             for (i, r) in &outcome.responses {
                 if let Some(p) = set.policies().get(*i) {
@@ -930,6 +934,7 @@ impl Scanner {
                 Ok(bytes) => {
                     self.stats.writes.fetch_add(1, Ordering::Relaxed);
                     self.stats.write_bytes.fetch_add(bytes, Ordering::Relaxed);
+                    self.server.report_written(bytes);
                     return Ok(fp);
                 }
                 // Another writer (an admission writer) got there first: read again.

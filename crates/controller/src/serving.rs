@@ -3,7 +3,7 @@
 //! puts a server behind this trait and hands it to [`crate::start`].
 
 use std::sync::Arc;
-use verno_engine::{Notice, PolicySet};
+use verno_engine::{Notice, PolicyResponse, PolicySet};
 
 /// The parts readiness waits for in a cluster.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -37,6 +37,13 @@ pub trait Serving: Send + Sync + 'static {
     fn report_dropped(&self);
     /// How many admission results wait to be written into reports.
     fn set_report_backlog(&self, n: usize);
+    /// Counts one PolicyReport write (admission results or a scan) and its request bytes.
+    fn report_written(&self, bytes: u64);
+    /// How many objects' background scan results wait to be written.
+    fn set_scan_backlog(&self, n: usize);
+    /// The rule results of one background scan evaluation of a `kind` object in `namespace`
+    /// (Kyverno's policy results metric, `rule_execution_cause="background_scan"`).
+    fn scan_results(&self, kind: &str, namespace: &str, set: &PolicySet, responses: &[(usize, PolicyResponse)]);
     /// Where context entries (ConfigMaps, API calls) read the cluster.
     fn set_data(&self, data: Arc<dyn verno_engine::Data + Send + Sync>);
 }

@@ -424,6 +424,33 @@ impl Running {
         self.state.metrics.reports_backlog.set(i64::try_from(n).unwrap_or(i64::MAX));
     }
 
+    /// The `/metrics` text, as the metrics endpoint serves it.
+    pub fn metrics_text(&self) -> String {
+        self.state.metrics.encode()
+    }
+
+    /// Counts one PolicyReport write and its request bytes.
+    pub fn report_written(&self, bytes: u64) {
+        self.state.metrics.report_writes.inc();
+        self.state.metrics.report_write_bytes.inc_by(bytes);
+    }
+
+    /// How many objects' background scan results wait to be written.
+    pub fn set_scan_backlog(&self, n: usize) {
+        self.state.metrics.scan_backlog.set(i64::try_from(n).unwrap_or(i64::MAX));
+    }
+
+    /// Records the rule results of a background scan evaluation.
+    pub fn scan_results(
+        &self,
+        kind: &str,
+        namespace: &str,
+        set: &PolicySet,
+        responses: &[(usize, verno_engine::PolicyResponse)],
+    ) {
+        self.state.metrics.observe_scan(kind, namespace, set, responses);
+    }
+
     /// Counts a violation event that was not written (rate limit) in
     /// `verno_events_dropped_total`.
     pub fn event_dropped(&self) {

@@ -10,7 +10,7 @@ use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
 use prometheus_client::registry::Registry;
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
-use verno_engine::{PolicyMeta, PolicySet};
+use verno_engine::{PolicyMeta, PolicyResponse, PolicySet};
 use verno_engine::{RuleType, Status};
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -56,6 +56,8 @@ struct ResultKey {
     rule_result: &'static str,
     rule_type: &'static str,
     dry_run: bool,
+    /// `admission_request` or `background_scan`.
+    cause: &'static str,
 }
 
 #[derive(Debug, Default)]
@@ -84,7 +86,7 @@ impl Collector for Results {
                     k.rule_name.0.to_string(),
                     k.rule_result.to_string(),
                     k.rule_type.to_string(),
-                    "admission_request".to_string(),
+                    k.cause.to_string(),
                     b(k.dry_run).to_string(),
                 ];
                 *series.entry(labels).or_insert(0) += v;
@@ -107,7 +109,7 @@ impl Collector for Results {
         ];
         let mut family = encoder.encode_descriptor(
             "kyverno_policy_results",
-            "Rule results of policies applied to admission requests",
+            "Rule results of policies applied to admission requests and in background scans",
             None,
             MetricType::Counter,
         )?;
@@ -254,6 +256,11 @@ pub struct Metrics {
     pub reports_dropped: Counter,
     /// Admission results waiting to be written into PolicyReports.
     pub reports_backlog: prometheus_client::metrics::gauge::Gauge,
+    /// PolicyReport creates, replaces and deletes, and their request bytes.
+    pub report_writes: Counter,
+    pub report_write_bytes: Counter,
+    /// Objects whose background scan results wait to be written.
+    pub scan_backlog: prometheus_client::metrics::gauge::Gauge,
 }
 
 impl Default for Metrics {
@@ -292,6 +299,24 @@ impl Default for Metrics {
             "Admission results waiting to be written into PolicyReports",
             reports_backlog.clone(),
         );
+        let report_writes = Counter::default();
+        registry.register(
+            "verno_report_writes",
+            "PolicyReport creates, replaces and deletes (admission results and background scans)",
+            report_writes.clone(),
+        );
+        let report_write_bytes = Counter::default();
+        registry.register(
+            "verno_report_write_bytes",
+            "Request bytes of PolicyReport writes",
+            report_write_bytes.clone(),
+        );
+        let scan_backlog = prometheus_client::metrics::gauge::Gauge::default();
+        registry.register(
+            "verno_background_scan_backlog",
+            "Objects whose background scan results wait to be written (failed or paced writes)",
+            scan_backlog.clone(),
+        );
         Metrics {
             registry,
             policy_info,
@@ -303,6 +328,9 @@ impl Default for Metrics {
             events_dropped,
             reports_dropped,
             reports_backlog,
+            report_writes,
+            report_write_bytes,
+            scan_backlog,
         }
     }
 }
@@ -417,6 +445,7 @@ impl Metrics {
                     rule_result: status(r.status),
                     rule_type: rule_type(r.rule_type),
                     dry_run,
+                    cause: "admission_request",
                 };
                 *map.entry(key).or_insert(0) += 1;
             }
@@ -434,6 +463,38 @@ impl Metrics {
                     operation: Name(operation.clone()),
                 };
                 map.entry(key).or_insert_with(duration_histogram).observe(*secs);
+            }
+        }
+    }
+
+    /// Records the rule results of one background scan evaluation of a `kind` object in
+    /// `namespace` (`rule_execution_cause="background_scan"`, no request operation).
+    pub fn observe_scan(&self, kind: &str, namespace: &str, set: &PolicySet, responses: &[(usize, PolicyResponse)]) {
+        let (kind, ns, operation) = (self.intern(kind), self.intern(namespace), self.intern(""));
+        let mut map = match self.results.0.lock() {
+            Ok(m) => m,
+            Err(p) => p.into_inner(),
+        };
+        for (i, r) in responses {
+            let Some(m) = set.meta(*i) else { continue };
+            for rr in &r.rules {
+                let (rule, enforce) = m.rule(&rr.name);
+                let key = ResultKey {
+                    enforce,
+                    namespaced: m.namespaced,
+                    background: m.background,
+                    policy_namespace: Name(m.namespace.clone()),
+                    policy_name: Name(m.name.clone()),
+                    resource_kind: Name(kind.clone()),
+                    resource_namespace: Name(ns.clone()),
+                    operation: Name(operation.clone()),
+                    rule_name: Name(rule),
+                    rule_result: status(rr.status),
+                    rule_type: rule_type(rr.rule_type),
+                    dry_run: false,
+                    cause: "background_scan",
+                };
+                *map.entry(key).or_insert(0) += 1;
             }
         }
     }
