@@ -49,6 +49,10 @@ pub struct ServeArgs {
     /// In-cluster: write PolicyReports from admission results (Kyverno's --admissionReports).
     #[arg(long = "admission-reports", default_value_t = true, action = clap::ArgAction::Set)]
     pub admission_reports: bool,
+    /// In-cluster: write `openreports.io/v1alpha1` Reports and ClusterReports instead of
+    /// `wgpolicyk8s.io` PolicyReports (Kyverno's --openreportsEnabled).
+    #[arg(long = "openreports", default_value_t = false, action = clap::ArgAction::Set, num_args = 0..=1, default_missing_value = "true")]
+    pub openreports: bool,
     /// In-cluster: the leader scans stored objects against background policies and keeps their
     /// PolicyReports (Kyverno's --backgroundScan).
     #[arg(long = "background-scan", default_value_t = true, action = clap::ArgAction::Set)]
@@ -194,6 +198,7 @@ pub fn run(args: &ServeArgs) -> i32 {
         if !args.admission_reports {
             opts.admission_reports = None;
         }
+        opts.openreports = args.openreports;
         opts.background_scan = args.background_scan.then(|| verno_controller::scan::ScanOptions {
             rescan: (args.background_scan_interval_seconds > 0)
                 .then(|| Duration::from_secs(args.background_scan_interval_seconds)),

@@ -182,24 +182,16 @@ fn report_columns() -> Value {
 
 /// Every CRD, in a stable order.
 pub fn all() -> Vec<Value> {
-    let report = |kind: &str, plural: &str, singular: &str, short: &str, scope: &str| {
-        let mut c = crd(
-            "wgpolicyk8s.io",
-            kind,
-            plural,
-            singular,
-            &[short],
-            scope,
-            "v1alpha2",
-            report_schema(),
-            None,
-            report_columns(),
-            &[],
-        );
+    let report_in = |group: &str, version: &str, kind: &str, plural: &str, singular: &str, short: &str, scope: &str| {
+        let mut c =
+            crd(group, kind, plural, singular, &[short], scope, version, report_schema(), None, report_columns(), &[]);
         // Reports keep their results and summary at the top level, beside metadata.
         c["spec"]["versions"][0]["schema"]["openAPIV3Schema"] =
             json!({"type": "object", "x-kubernetes-preserve-unknown-fields": true});
         c
+    };
+    let report = |kind: &str, plural: &str, singular: &str, short: &str, scope: &str| {
+        report_in("wgpolicyk8s.io", "v1alpha2", kind, plural, singular, short, scope)
     };
     vec![
         policy_crd("ClusterPolicy", "clusterpolicies", "clusterpolicy", "cpol", "Cluster"),
@@ -227,6 +219,9 @@ pub fn all() -> Vec<Value> {
         cel("PolicyException", &[], "Namespaced", true),
         report("ClusterPolicyReport", "clusterpolicyreports", "clusterpolicyreport", "cpolr", "Cluster"),
         report("PolicyReport", "policyreports", "policyreport", "polr", "Namespaced"),
+        // Kyverno's `--openreportsEnabled` output (Verno's `--openreports`).
+        report_in("openreports.io", "v1alpha1", "ClusterReport", "clusterreports", "clusterreport", "creps", "Cluster"),
+        report_in("openreports.io", "v1alpha1", "Report", "reports", "report", "reps", "Namespaced"),
     ]
 }
 

@@ -128,6 +128,8 @@ pub struct Options {
     /// Background scans by the leader (Kyverno's `--backgroundScan`); `None` turns them off.
     /// With scans on, admission results of background-scanned policies are left to the scan.
     pub background_scan: Option<scan::ScanOptions>,
+    /// Reports are `openreports.io/v1alpha1` Reports (Kyverno's `--openreportsEnabled`).
+    pub openreports: bool,
     /// What the scanner has done (shared with metrics).
     pub scan_stats: Arc<scan::ScanStats>,
     /// Event reasons never written (Kyverno's `--omitEvents`).
@@ -164,6 +166,7 @@ impl Options {
             max_queued_events: 1000,
             admission_reports: Some(reports::Limits::default()),
             background_scan: Some(scan::ScanOptions::default()),
+            openreports: false,
             scan_stats: Arc::default(),
             omit_events: ["PolicyApplied", "PolicySkipped"].into_iter().map(str::to_string).collect(),
             config_map: None,
@@ -335,6 +338,7 @@ pub async fn start(client: kube::Client, server: Arc<dyn Serving>, opts: Options
         // PolicyReports for the requests this replica serves.
         if let Some(mut limits) = opts.admission_reports {
             limits.leave_scanned = opts.background_scan.is_some();
+            limits.openreports = opts.openreports;
             let (reports_tx, reports_rx) = tokio::sync::mpsc::channel(limits.max_pending.max(1));
             server.report_results(reports_tx);
             tasks.push(tokio::spawn(reports::run(client.clone(), reports_rx, server.clone(), limits, stop_rx.clone())));
@@ -371,7 +375,8 @@ pub async fn start(client: kube::Client, server: Arc<dyn Serving>, opts: Options
             )));
         }
         // Background scans (leader only), with their own events (`kyverno-scan`).
-        if let Some(scan_opts) = opts.background_scan {
+        if let Some(mut scan_opts) = opts.background_scan {
+            scan_opts.openreports = opts.openreports;
             let scan_events = if opts.max_queued_events > 0 {
                 let (tx, rx) = tokio::sync::mpsc::channel(opts.max_queued_events);
                 let stores = events::PolicyStores(stores.clone());

@@ -58,6 +58,12 @@ pub struct Values {
     pub success_event_actions: String,
     /// Kyverno's `features.omitEvents.eventTypes` (`--omit-events`).
     pub omit_events: Vec<String>,
+    /// Kyverno's `features.backgroundScan.enabled` (`--background-scan`) and
+    /// `features.admissionReports.enabled` (`--admission-reports`).
+    pub background_scan: bool,
+    pub admission_reports: bool,
+    /// Kyverno's `openreports.enabled` (`--openreports`).
+    pub openreports: bool,
 }
 
 impl Default for Values {
@@ -79,6 +85,9 @@ impl Default for Values {
             generate_success_events: false,
             success_event_actions: String::new(),
             omit_events: vec!["PolicyApplied".into(), "PolicySkipped".into()],
+            background_scan: true,
+            admission_reports: true,
+            openreports: false,
         }
     }
 }
@@ -91,7 +100,7 @@ pub const CLUSTER_ROLE: &str = "verno:admission-controller";
 pub const OPT_OUT_LABEL: &str = "verno.io/ignore";
 
 /// Chart values `verno manifests` renders the same way the chart does.
-const KNOWN: &str = "admissionController.replicas, admissionController.rbac.createViewRoleBinding, admissionController.rbac.viewRoleName, image.repository, image.tag, config.webhooks.failTimeoutSeconds, config.webhooks.ignoreTimeoutSeconds, config.webhooks.namespaceSelector, config.webhooks.objectSelector, config.matchConditions, config.excludedNamespaces, config.name, config.generateSuccessEvents, config.successEventActions, features.omitEvents.eventTypes";
+const KNOWN: &str = "admissionController.replicas, admissionController.rbac.createViewRoleBinding, admissionController.rbac.viewRoleName, image.repository, image.tag, config.webhooks.failTimeoutSeconds, config.webhooks.ignoreTimeoutSeconds, config.webhooks.namespaceSelector, config.webhooks.objectSelector, config.matchConditions, config.excludedNamespaces, config.name, config.generateSuccessEvents, config.successEventActions, features.omitEvents.eventTypes, features.backgroundScan.enabled, features.admissionReports.enabled, openreports.enabled";
 /// Chart values for objects `verno manifests` does not render (the ServiceMonitor needs the
 /// Prometheus Operator's CRD), or whose chart defaults it renders as they are.
 const CHART_ONLY: &[&str] = &[
@@ -263,6 +272,9 @@ impl Values {
                 }
                 self.omit_events = list;
             }
+            "features.backgroundScan.enabled" => self.background_scan = boolean(v)?,
+            "features.admissionReports.enabled" => self.admission_reports = boolean(v)?,
+            "openreports.enabled" => self.openreports = boolean(v)?,
             other if CHART_ONLY.iter().any(|p| other == *p || (p.ends_with('.') && other.starts_with(p))) => {
                 return Ok(Some(format!(
                     "{other} is used by the Helm chart only; verno manifests renders the chart's default"
@@ -405,6 +417,7 @@ pub fn render(v: &Values) -> Vec<Value> {
                 {"apiGroups": ["admissionregistration.k8s.io"], "resources": ["validatingadmissionpolicies", "validatingadmissionpolicybindings"], "verbs": ["get", "list", "watch"]},
                 // PolicyReports from admission results and background scans.
                 {"apiGroups": ["wgpolicyk8s.io"], "resources": ["policyreports", "clusterpolicyreports"], "verbs": ["get", "list", "watch", "create", "update", "delete"]},
+                {"apiGroups": ["openreports.io"], "resources": ["reports", "clusterreports"], "verbs": ["get", "list", "watch", "create", "update", "delete"]},
                 // The CEL authorizer library (`authorizer.….check(verb)`).
                 {"apiGroups": ["authorization.k8s.io"], "resources": ["subjectaccessreviews"], "verbs": ["create"]},
             ]}),
@@ -453,7 +466,9 @@ pub fn render(v: &Values) -> Vec<Value> {
                             "image": format!("{}:{}", v.image_repository, v.image_tag),
                             "imagePullPolicy": "IfNotPresent",
                             "args": ["serve", "--kube", "--service", SERVICE, "--deployment", DEPLOYMENT, "--owner-cluster-role", CLUSTER_ROLE,
-                        "--config-map", v.config_name, "--omit-events", v.omit_events.join(",")],
+                        "--config-map", v.config_name, "--omit-events", v.omit_events.join(","),
+                        "--background-scan", v.background_scan.to_string(), "--admission-reports", v.admission_reports.to_string(),
+                        "--openreports", v.openreports.to_string()],
                             "env": [
                                 {"name": "POD_NAME", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}},
                                 {"name": "POD_NAMESPACE", "valueFrom": {"fieldRef": {"fieldPath": "metadata.namespace"}}},

@@ -41,6 +41,8 @@ pub struct Limits {
     /// not written (the scan's replace them moments later, and two writers of one result
     /// would race).
     pub leave_scanned: bool,
+    /// Write `openreports.io` Reports instead of `wgpolicyk8s.io` PolicyReports.
+    pub openreports: bool,
 }
 
 impl Default for Limits {
@@ -50,6 +52,7 @@ impl Default for Limits {
             delay: Duration::from_millis(300),
             give_up: Duration::from_secs(15),
             leave_scanned: false,
+            openreports: false,
         }
     }
 }
@@ -121,8 +124,8 @@ enum Written {
 }
 
 /// The report API for a resource in `namespace` (cluster-scoped: empty).
-pub fn report_api(client: &kube::Client, namespace: &str) -> Api<DynamicObject> {
-    let ar = report_resource(namespace.is_empty());
+pub fn report_api(client: &kube::Client, namespace: &str, open: bool) -> Api<DynamicObject> {
+    let ar = report_resource(namespace.is_empty(), open);
     if namespace.is_empty() {
         Api::all_with(client.clone(), &ar)
     } else {
@@ -130,24 +133,35 @@ pub fn report_api(client: &kube::Client, namespace: &str) -> Api<DynamicObject> 
     }
 }
 
-fn report_resource(cluster: bool) -> ApiResource {
-    let (kind, plural) =
-        if cluster { ("ClusterPolicyReport", "clusterpolicyreports") } else { ("PolicyReport", "policyreports") };
+/// Where reports live: `wgpolicyk8s.io/v1alpha2` PolicyReports, or with `open`
+/// `openreports.io/v1alpha1` Reports (Kyverno's `--openreportsEnabled`).
+fn report_resource(cluster: bool, open: bool) -> ApiResource {
+    let (group, version, kind, plural) = match (open, cluster) {
+        (false, true) => ("wgpolicyk8s.io", "v1alpha2", "ClusterPolicyReport", "clusterpolicyreports"),
+        (false, false) => ("wgpolicyk8s.io", "v1alpha2", "PolicyReport", "policyreports"),
+        (true, true) => ("openreports.io", "v1alpha1", "ClusterReport", "clusterreports"),
+        (true, false) => ("openreports.io", "v1alpha1", "Report", "reports"),
+    };
     ApiResource {
-        group: "wgpolicyk8s.io".into(),
-        version: "v1alpha2".into(),
-        api_version: "wgpolicyk8s.io/v1alpha2".into(),
+        group: group.into(),
+        version: version.into(),
+        api_version: format!("{group}/{version}"),
         kind: kind.into(),
         plural: plural.into(),
     }
 }
 
 /// Every PolicyReport (or every ClusterPolicyReport), in all namespaces.
-pub fn all_reports(client: &kube::Client, cluster: bool) -> Api<DynamicObject> {
-    Api::all_with(client.clone(), &report_resource(cluster))
+pub fn all_reports(client: &kube::Client, cluster: bool, open: bool) -> Api<DynamicObject> {
+    Api::all_with(client.clone(), &report_resource(cluster, open))
 }
 
-async fn write(client: &kube::Client, n: &ReportNotice, server: &dyn Serving) -> Result<Written, kube::Error> {
+async fn write(
+    client: &kube::Client,
+    n: &ReportNotice,
+    server: &dyn Serving,
+    limits: &Limits,
+) -> Result<Written, kube::Error> {
     let r = &n.resource;
     let ar = ApiResource {
         group: n.group.clone(),
@@ -183,7 +197,7 @@ async fn write(client: &kube::Client, n: &ReportNotice, server: &dyn Serving) ->
         Err(e) => return Err(e),
     }
     let r = &n.resource;
-    let reports = report_api(client, &r.namespace);
+    let reports = report_api(client, &r.namespace, limits.openreports);
     for _ in 0..5 {
         let stored = reports.get_opt(&r.uid).await?;
         let stored_json = stored.as_ref().map(serde_json::to_value).transpose().map_err(kube::Error::SerdeError)?;
@@ -191,7 +205,10 @@ async fn write(client: &kube::Client, n: &ReportNotice, server: &dyn Serving) ->
         let result = match (merged_report(n, stored_json.as_ref(), now), stored.is_some()) {
             (None, false) => return Ok(Written::Done),
             (None, true) => reports.delete(&r.uid, &Default::default()).await.map(|_| 0),
-            (Some(doc), exists) => {
+            (Some(mut doc), exists) => {
+                if limits.openreports {
+                    report::to_openreports(&mut doc);
+                }
                 let bytes = doc.to_string().len() as u64;
                 let obj: DynamicObject = serde_json::from_value(doc).map_err(kube::Error::SerdeError)?;
                 if exists {
@@ -273,7 +290,7 @@ pub async fn run(
         for uid in due {
             let Some(p) = pending.get(&uid) else { continue };
             let outcome = tokio::select! {
-                w = write(&client, &p.notice, server.as_ref()) => w,
+                w = write(&client, &p.notice, server.as_ref(), &limits) => w,
                 _ = stop.wait_for(|s| *s) => return,
             };
             let done = match outcome {

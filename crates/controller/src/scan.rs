@@ -66,6 +66,8 @@ pub struct ScanOptions {
     pub rescan: Option<Duration>,
     /// The longest one object's evaluation may take before it is cancelled.
     pub deadline: Duration,
+    /// Write `openreports.io` Reports instead of `wgpolicyk8s.io` PolicyReports.
+    pub openreports: bool,
 }
 
 impl Default for ScanOptions {
@@ -77,6 +79,7 @@ impl Default for ScanOptions {
             burst: 300.0,
             rescan: None,
             deadline: Duration::from_secs(10),
+            openreports: false,
         }
     }
 }
@@ -425,7 +428,7 @@ impl Scanner {
     async fn load_reports(&mut self) -> Result<(), kube::Error> {
         self.tracked.clear();
         for cluster in [false, true] {
-            let api = crate::reports::all_reports(&self.client, cluster);
+            let api = crate::reports::all_reports(&self.client, cluster, self.opts.openreports);
             let mut lp =
                 ListParams::default().labels("app.kubernetes.io/managed-by=kyverno").limit(self.opts.page_size);
             loop {
@@ -610,7 +613,7 @@ impl Scanner {
     /// Lists every report (in pages) and rewrites those holding results of rules gone.
     async fn sweep_reports(&mut self) -> Result<(), kube::Error> {
         for cluster in [false, true] {
-            let api = crate::reports::all_reports(&self.client, cluster);
+            let api = crate::reports::all_reports(&self.client, cluster, self.opts.openreports);
             let mut lp =
                 ListParams::default().labels("app.kubernetes.io/managed-by=kyverno").limit(self.opts.page_size);
             loop {
@@ -720,7 +723,7 @@ impl Scanner {
         let Some(t) = self.tracked.remove(uid) else { return };
         if t.report {
             self.bucket.take().await;
-            let api = crate::reports::report_api(&self.client, &t.namespace);
+            let api = crate::reports::report_api(&self.client, &t.namespace, self.opts.openreports);
             match api.delete(uid, &DeleteParams::default()).await {
                 Ok(_) => {
                     self.stats.writes.fetch_add(1, Ordering::Relaxed);
@@ -882,7 +885,7 @@ impl Scanner {
     /// Writes the report of `resource` with these scan results (and the admission results it
     /// keeps); returns the fingerprint of what the report now holds.
     async fn write(&mut self, resource: &ResourceRef, scan: Vec<Value>) -> Result<Vec<(u64, u64)>, String> {
-        let api = crate::reports::report_api(&self.client, &resource.namespace);
+        let api = crate::reports::report_api(&self.client, &resource.namespace, self.opts.openreports);
         // A report the leader knows to be absent (it listed them all, and it writes them) is
         // created without reading it first; a conflict reads it.
         let mut absent = self.tracked.get(&resource.uid).is_some_and(|t| !t.report && !t.pending);
@@ -915,6 +918,9 @@ impl Scanner {
                 (None, None) => return Ok(Vec::new()),
                 (None, Some(_)) => api.delete(&resource.uid, &DeleteParams::default()).await.map(|_| 0),
                 (Some(mut doc), stored) => {
+                    if self.opts.openreports {
+                        report::to_openreports(&mut doc);
+                    }
                     if let (Some(rv), Some(m)) = (
                         stored.as_ref().and_then(|s| s.pointer("/metadata/resourceVersion")).cloned(),
                         doc.get_mut("metadata").and_then(Value::as_object_mut),
@@ -958,7 +964,7 @@ impl Scanner {
             uid: uid.to_string(),
         };
         let watched = self.watches.contains_key(&t.kind);
-        let api = crate::reports::report_api(&self.client, &resource.namespace);
+        let api = crate::reports::report_api(&self.client, &resource.namespace, self.opts.openreports);
         let stored = match api.get_opt(uid).await {
             Ok(Some(s)) => serde_json::to_value(s).unwrap_or(Value::Null),
             Ok(None) => {

@@ -259,7 +259,9 @@ fn the_charts_crds_are_the_ones_verno_generates() {
             "namespacedmutatingpolicies.policies.kyverno.io",
             "policyexceptions.policies.kyverno.io",
             "clusterpolicyreports.wgpolicyk8s.io",
-            "policyreports.wgpolicyk8s.io"
+            "policyreports.wgpolicyk8s.io",
+            "clusterreports.openreports.io",
+            "reports.openreports.io"
         ]
     );
     // Helm installs crds/ but never deletes them: an uninstall keeps every policy.

@@ -87,6 +87,8 @@ pub struct Cluster {
 pub struct Options<'a> {
     pub verno: &'a Path,
     pub dir: &'a Path,
+    /// More `verno serve` arguments (a Kyverno configuration's flags).
+    pub extra_args: &'a [String],
 }
 
 fn free_port() -> Result<u16> {
@@ -121,6 +123,7 @@ impl Cluster {
             .args(["--addr", &format!("127.0.0.1:{port}"), "--metrics-addr", "127.0.0.1:0"])
             .arg("--tls-dir")
             .arg(opts.dir.join("tls"))
+            .args(opts.extra_args)
             .env("KUBECONFIG", &verno_config)
             .env("RUST_LOG", std::env::var("VERNO_LOG").unwrap_or_else(|_| "info".into()))
             .stdin(std::process::Stdio::null())

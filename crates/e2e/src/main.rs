@@ -113,11 +113,13 @@ fn namespace_name() -> String {
     format!("chainsaw-{a}-{b}")
 }
 
-/// The Helm value sets Verno can be configured from; `Err`: the test needs one it cannot.
-fn check_configs(case_json: Option<&Value>) -> Result<(), String> {
+/// The Helm value sets Verno can be configured from, as the extra `verno serve` arguments
+/// each needs; `Err`: the test needs one it cannot.
+fn check_configs(case_json: Option<&Value>) -> Result<Vec<String>, String> {
     let Some(configs) = case_json.and_then(|c| c.get("kyverno_configs")).and_then(Value::as_array) else {
-        return Ok(());
+        return Ok(Vec::new());
     };
+    let mut args = Vec::new();
     if configs.is_empty() {
         return Err("the test runs the kyverno CLI without an installation (the cli job)".into());
     }
@@ -126,10 +128,12 @@ fn check_configs(case_json: Option<&Value>) -> Result<(), String> {
             // standard: exceptions enabled in every namespace, no omitted events, the VAP
             // reports flag; Verno's defaults.
             "standard" | "default" => {}
+            // openreports: the standard values with `--openreportsEnabled`.
+            "openreports" => args.push("--openreports".to_string()),
             other => return Err(format!("Kyverno configuration {other:?} has no Verno equivalent yet")),
         }
     }
-    Ok(())
+    Ok(args)
 }
 
 fn emit(v: &Value) {
@@ -186,9 +190,10 @@ async fn main() -> std::process::ExitCode {
         return report("error", Vec::new(), "chainsaw-test.yaml holds no Test");
     };
     let names = step_names(&test, case_json.as_ref());
-    if let Err(why) = check_configs(case_json.as_ref()) {
-        return report("unsupported", skipped(&names), &why);
-    }
+    let extra_args = match check_configs(case_json.as_ref()) {
+        Ok(a) => a,
+        Err(why) => return report("unsupported", skipped(&names), &why),
+    };
     let config = match find_config(&case).map(|p| read_yaml(&p)) {
         None => run::Config::load(None),
         Some(Ok(d)) => run::Config::load(d.first()),
@@ -203,10 +208,13 @@ async fn main() -> std::process::ExitCode {
         Err(e) => return report("error", skipped(&names), &format!("temporary directory: {e}")),
     };
     let verno = find_verno(args.verno);
-    let mut cluster = match cluster::Cluster::start(cluster::Options { verno: &verno, dir: dir.path() }).await {
-        Ok(c) => c,
-        Err(e) => return report("error", skipped(&names), &format!("starting the cluster: {e:#}")),
-    };
+    let mut cluster =
+        match cluster::Cluster::start(cluster::Options { verno: &verno, dir: dir.path(), extra_args: &extra_args })
+            .await
+        {
+            Ok(c) => c,
+            Err(e) => return report("error", skipped(&names), &format!("starting the cluster: {e:#}")),
+        };
     // The test namespace: `spec.namespace`, or a fresh chainsaw-<adjective>-<animal>.
     let fixed = test.pointer("/spec/namespace").and_then(Value::as_str).map(str::to_string);
     let namespace = fixed.unwrap_or_else(namespace_name);

@@ -72,7 +72,8 @@ impl PodSecurityCheck {
         if failed.is_empty() {
             return Vec::new();
         }
-        let controls: Vec<Value> = failed
+        // Go's encoding of Kyverno's Control struct: fields in declaration order.
+        let controls: Vec<String> = failed
             .iter()
             .map(|r| {
                 let mut images: Vec<String> = Vec::new();
@@ -83,17 +84,19 @@ impl PodSecurityCheck {
                         images.push(image);
                     }
                 }
-                serde_json::json!({
-                    "ID": r.id,
-                    "Name": control_name(r.id),
-                    "Images": if images.is_empty() { Value::Null } else { serde_json::json!(images) },
-                })
+                let images = if images.is_empty() { Value::Null } else { serde_json::json!(images) };
+                format!(
+                    r#"{{"ID":{},"Name":{},"Images":{}}}"#,
+                    Value::from(r.id),
+                    Value::from(control_name(r.id)),
+                    images
+                )
             })
             .collect();
         let ids: Vec<&str> = failed.iter().map(|r| r.id).collect();
         vec![
             ("controls".to_string(), ids.join(",")),
-            ("controlsJSON".to_string(), Value::Array(controls).to_string()),
+            ("controlsJSON".to_string(), format!("[{}]", controls.join(","))),
             ("standard".to_string(), self.level_name().to_string()),
             ("version".to_string(), self.version.clone()),
         ]

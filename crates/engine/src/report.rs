@@ -38,7 +38,9 @@ impl Evaluated {
             .rules
             .iter()
             .filter(|r| match phase {
-                crate::Phase::Mutate => matches!(r.body, RuleBody::Mutate(_)),
+                // Mutate-existing rules are reported by the background controller once their
+                // targets are patched, not when the trigger is admitted.
+                crate::Phase::Mutate => matches!(&r.body, RuleBody::Mutate(m) if m.targets.is_empty()),
                 _ => matches!(r.body, RuleBody::Validate(_) | RuleBody::Unsupported { .. }),
             })
             .map(|r| r.name.clone())
@@ -200,6 +202,18 @@ pub fn document(resource: &crate::ResourceRef, mut results: Vec<Value>) -> Optio
     }))
 }
 
+/// The same report as `openreports.io/v1alpha1` Report / ClusterReport (Kyverno's
+/// `--openreportsEnabled`): the shape is the same, only the API and kind change.
+pub fn to_openreports(doc: &mut Value) {
+    let Some(m) = doc.as_object_mut() else { return };
+    let kind = match m.get("kind").and_then(Value::as_str) {
+        Some("ClusterPolicyReport") => "ClusterReport",
+        _ => "Report",
+    };
+    m.insert("apiVersion".into(), json!("openreports.io/v1alpha1"));
+    m.insert("kind".into(), json!(kind));
+}
+
 /// Kyverno's order of results: policy, rule, source, then timestamp.
 pub fn sort(results: &mut [Value]) {
     let key = |v: &Value| {
@@ -319,6 +333,13 @@ mod tests {
         assert_eq!((&props["standard"], &props["version"]), (&json!("restricted"), &json!("latest")));
         // In the order the message lists the failed checks.
         assert_eq!(props["controls"], "capabilities_restricted,hostNamespaces");
+        // Keys in Go's field order.
+        assert!(
+            props["controlsJSON"]
+                .as_str()
+                .unwrap()
+                .starts_with(r#"[{"ID":"capabilities_restricted","Name":"Capabilities","Images":["#)
+        );
         let controls: Value = serde_json::from_str(props["controlsJSON"].as_str().unwrap()).unwrap();
         assert_eq!(
             controls,

@@ -139,8 +139,9 @@ impl Observer for Recorder<'_> {
         let seconds = self.started.take().map_or(0.0, |s| s.elapsed().as_secs_f64());
         self.policy_seconds.push((m.clone(), seconds));
         if let (Some(out), Some(p)) = (self.report.as_mut(), self.set.policies().get(policy)) {
-            self.evaluated.push(verno_engine::report::Evaluated::of(p, self.phase));
-            out.extend(verno_engine::report::results(p, r));
+            let evaluated = verno_engine::report::Evaluated::of(p, self.phase);
+            out.extend(verno_engine::report::results(p, r).into_iter().filter(|x| evaluated.covers(x)));
+            self.evaluated.push(evaluated);
         }
         for rr in &r.rules {
             let (rule, enforce) = m.rule(&rr.name);
