@@ -33,7 +33,8 @@ pub struct ApplyArgs {
     /// Exit with this code when there are warnings (and no failures).
     #[arg(long)]
     pub warn_exit_code: Option<i32>,
-    /// Print a ClusterPolicyReport of the results.
+    /// Print the results as reports, as Kyverno's CLI does (`openreports.io/v1alpha1`
+    /// ClusterReport `merged`, one report per namespaced policy).
     #[arg(short = 'p', long = "policy-report")]
     pub policy_report: bool,
     /// `json` or `yaml`: machine-readable results. Anything else is a path: mutated and
@@ -125,6 +126,9 @@ fn run_inner(args: &ApplyArgs) -> Result<i32> {
     }
     let (mut pass, mut fail, mut warn, mut error, mut skip) = (0, 0, 0, 0, 0);
     let mut results: Vec<Value> = Vec::new();
+    // `--policy-report`: per policy, its results as the reports controller writes them.
+    let mut report_results: Vec<(usize, Value)> = Vec::new();
+    let now = chrono::Utc::now().timestamp();
     let total = resources.len();
     for (n, r) in resources.iter().enumerate() {
         if total >= 200 && n % 100 == 0 {
@@ -135,7 +139,18 @@ fn run_inner(args: &ApplyArgs) -> Result<i32> {
         let ns = r.pointer("/metadata/namespace").and_then(Value::as_str).unwrap_or("default");
         let key =
             format!("{ns}/{}/{}", load::kind(r), r.pointer("/metadata/name").and_then(Value::as_str).unwrap_or(""));
-        for (p, resp) in policies.compiled.iter().zip(&responses) {
+        for (i, (p, resp)) in policies.compiled.iter().zip(&responses).enumerate() {
+            if args.policy_report {
+                report_results.extend(
+                    verno_engine::report::results(p, resp)
+                        .into_iter()
+                        .map(|mut x| {
+                            subject_result(&mut x, p, r, args.audit_warn, now);
+                            x
+                        })
+                        .map(|x| (i, x)),
+                );
+            }
             let mut failures = Vec::new();
             let mut as_warning = false;
             for rr in &resp.rules {
@@ -207,20 +222,18 @@ fn run_inner(args: &ApplyArgs) -> Result<i32> {
     }
     let summary = json!({"pass": pass, "fail": fail, "warn": warn, "error": error, "skip": skip});
     if args.policy_report {
-        let report = json!({
-            "apiVersion": "wgpolicyk8s.io/v1alpha2",
-            "kind": "ClusterPolicyReport",
-            "metadata": {"name": "merged"},
-            "results": results.iter().map(|r| json!({
-                "policy": r["policy"], "rule": r["rule"], "result": r["result"], "message": r["message"], "scored": r["scored"],
-                "source": "kyverno", "resources": [{"name": r["resource"]}],
-            })).collect::<Vec<_>>(),
-            "summary": summary,
-        });
-        if args.output.as_deref() == Some("json") {
-            println!("{}", serde_json::to_string_pretty(&report).unwrap_or_default());
-        } else {
-            print!("{}", serde_saphyr::to_string(&report).unwrap_or_default());
+        let text = |v: &Value| {
+            if args.output.as_deref() == Some("json") {
+                serde_json::to_string_pretty(v).unwrap_or_default()
+            } else {
+                serde_saphyr::to_string(v).unwrap_or_default()
+            }
+        };
+        for (n, report) in cli_reports(&policies.compiled, report_results).iter().enumerate() {
+            if n > 0 || report.get("kind").and_then(Value::as_str) != Some("ClusterReport") {
+                println!("---");
+            }
+            println!("{}", text(report));
         }
     } else if let Some(fmt) = format {
         let doc = json!({"results": results, "summary": summary});
@@ -253,6 +266,65 @@ fn run_inner(args: &ApplyArgs) -> Result<i32> {
         return Ok(c);
     }
     Ok(0)
+}
+
+/// A report result as `kyverno apply --policy-report` prints it: the controller's result
+/// (`verno_engine::report::results`) stamped `now`, with the resource it is about in
+/// `resources`, and a failure of an Audit rule as `warn` under `--audit-warn`.
+fn subject_result(x: &mut Value, p: &verno_engine::CompiledPolicy, resource: &Value, audit_warn: bool, now: i64) {
+    let Some(m) = x.as_object_mut() else { return };
+    let rule = m.get("rule").and_then(Value::as_str).unwrap_or("");
+    if audit_warn
+        && m.get("result").and_then(Value::as_str) == Some("fail")
+        && p.rule_action(rule) == verno_engine::Action::Audit
+    {
+        m.insert("result".into(), json!("warn"));
+    }
+    m.insert("timestamp".into(), json!({"seconds": now, "nanos": 0}));
+    let mut subject = serde_json::Map::new();
+    for (field, at) in [
+        ("kind", "/kind"),
+        ("namespace", "/metadata/namespace"),
+        ("name", "/metadata/name"),
+        ("uid", "/metadata/uid"),
+        ("apiVersion", "/apiVersion"),
+        ("resourceVersion", "/metadata/resourceVersion"),
+    ] {
+        if let Some(v) = resource.pointer(at).and_then(Value::as_str).filter(|v| !v.is_empty()) {
+            subject.insert(field.into(), json!(v));
+        }
+    }
+    m.insert("resources".into(), json!([subject]));
+}
+
+/// The reports `kyverno apply --policy-report` prints (Kyverno 1.19's CLI): the results of the
+/// cluster-wide policies merged into one `openreports.io/v1alpha1` ClusterReport `merged`, then
+/// one report per namespaced policy (which Kyverno's CLI labels `kind: PolicyReport`), each with
+/// its summary.
+fn cli_reports(policies: &[std::sync::Arc<verno_engine::CompiledPolicy>], results: Vec<(usize, Value)>) -> Vec<Value> {
+    let report = |kind: &str, metadata: Value, results: Vec<Value>| {
+        let summary = verno_engine::report::summary(&results);
+        json!({"apiVersion": "openreports.io/v1alpha1", "kind": kind, "metadata": metadata, "results": results, "summary": summary})
+    };
+    let mut out = Vec::new();
+    let (cluster, namespaced): (Vec<_>, Vec<_>) =
+        results.into_iter().partition(|(i, _)| policies.get(*i).is_none_or(|p| !p.kind.is_namespaced()));
+    if !cluster.is_empty() {
+        out.push(report("ClusterReport", json!({"name": "merged"}), cluster.into_iter().map(|(_, x)| x).collect()));
+    }
+    let mut per_policy: Vec<(usize, Vec<Value>)> = Vec::new();
+    for (i, x) in namespaced {
+        match per_policy.iter_mut().find(|(j, _)| *j == i) {
+            Some((_, v)) => v.push(x),
+            None => per_policy.push((i, vec![x])),
+        }
+    }
+    for (i, xs) in per_policy {
+        let Some(p) = policies.get(i) else { continue };
+        let metadata = json!({"name": p.name, "namespace": p.namespace.clone().unwrap_or_default()});
+        out.push(report("PolicyReport", metadata, xs));
+    }
+    out
 }
 
 /// Writes mutated and generated resources: one file per resource into a directory, or all of

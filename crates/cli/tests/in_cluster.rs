@@ -864,3 +864,29 @@ async fn labelled_admission_policies_are_reported_by_scans() {
     assert!(!cfg.to_string().contains("deployments"), "{cfg}");
     replica.controller.stop().await;
 }
+
+#[tokio::test]
+async fn a_periodic_rescan_of_an_unchanged_cluster_writes_nothing() {
+    init_logs();
+    let fake = FakeApiServer::start(default_resources()).await.unwrap();
+    let admin = client(&fake, None).await;
+    install(&fake, &admin, &manifests::Values::default()).await;
+    let pods: Api<Pod> = Api::namespaced(admin.clone(), "shop");
+    let p = pods.create(&PostParams::default(), &pod("bare", json!({}))).await.unwrap();
+    apply_policy(&admin, AUDIT_OWNER).await;
+    let replica = start_replica_with(&fake, "verno-0", |o| {
+        o.background_scan =
+            Some(verno_controller::scan::ScanOptions { rescan: Some(Duration::from_secs(1)), ..Default::default() });
+    })
+    .await;
+    fake.set_service(NS, manifests::SERVICE, Some(replica.server.addr));
+    let uid = p.metadata.uid.unwrap();
+    eventually("the report", || async { report_of(&fake, "shop", &uid) }).await;
+    let lists = || fake.requests().iter().filter(|r| r.method == "GET" && r.path == "/api/v1/pods").count();
+    let (writes, listed) = (report_writes(&fake), lists());
+    // Several rescans (every second, checked every 5 s): Pods listed again, nothing written.
+    tokio::time::sleep(Duration::from_secs(11)).await;
+    assert!(lists() > listed, "no rescan happened");
+    assert_eq!(report_writes(&fake), writes, "a rescan of an unchanged cluster wrote reports");
+    replica.controller.stop().await;
+}

@@ -286,3 +286,30 @@ fn yaml_errors_name_the_place_not_the_contents() {
     assert!(all.contains("secret.txt: invalid YAML: unclosed bracket '[' at line 2, column 7"), "{all}");
     assert!(!all.contains("s3cr3t"), "{all}");
 }
+
+#[test]
+fn apply_policy_report_prints_the_controllers_results_in_kyvernos_cli_reports() {
+    let dir = testdata().join("validate/require-labels");
+    let out = verno(&[
+        "apply",
+        dir.join("policy.yaml").to_str().unwrap_or(""),
+        "--resource",
+        dir.join("resources.yaml").to_str().unwrap_or(""),
+        "--policy-report",
+        "--output",
+        "json",
+    ]);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let report: serde_json::Value = serde_json::from_str(&stdout).unwrap_or_else(|e| panic!("{e}: {stdout}"));
+    assert_eq!(report["apiVersion"], "openreports.io/v1alpha1", "{stdout}");
+    assert_eq!(report["kind"], "ClusterReport");
+    assert_eq!(report["metadata"]["name"], "merged");
+    assert_eq!(report["summary"], serde_json::json!({"pass": 1, "fail": 2, "warn": 0, "error": 0, "skip": 0}));
+    let failed = report["results"].as_array().unwrap().iter().find(|r| r["result"] == "fail").unwrap();
+    // The same fields as the controller's reports, plus the resource the result is about.
+    assert_eq!(failed["source"], "kyverno");
+    assert_eq!(failed["policy"], "team-label");
+    assert_eq!(failed["scored"], true);
+    assert!(failed["timestamp"]["seconds"].is_i64());
+    assert!(failed["resources"][0]["kind"].is_string(), "{failed}");
+}
