@@ -323,6 +323,18 @@ pub fn evaluate_phase(
             return resp;
         }
     }
+    if !policy.match_conditions.is_empty() {
+        let vars = cel_vars(ctx, data);
+        if let Some(name) =
+            policy.match_conditions.iter().find(|(_, e)| !matches!(e.eval_bool(&vars), Ok(true))).map(|(n, _)| n)
+        {
+            resp.not_applied.push(NotApplied {
+                rule: String::new(),
+                reason: format!("webhookConfiguration.matchConditions {name} does not hold").into(),
+            });
+            return resp;
+        }
+    }
     let mut current: Option<Value> = None;
     for rule in &policy.rules {
         if !phase.runs(&rule.body) {

@@ -47,6 +47,11 @@ pub struct CompiledPolicy {
     pub emit_warning: bool,
     pub failure_policy_ignore: bool,
     pub rules: Vec<CompiledRule>,
+    /// A ClusterPolicy's or Policy's `spec.webhookConfiguration.matchConditions`: unless all
+    /// hold (an error counts as not holding), the policy does not apply to the request, as
+    /// Kyverno's engine checks them before any rule — at admission, in background scans (whose
+    /// request has no user) and in the CLI.
+    pub match_conditions: Vec<(String, verno_cel::Expr)>,
     /// The document as it was compiled (`status` dropped): what changed between two versions,
     /// and the autogen rules a ClusterPolicy's status lists.
     pub document: Value,
@@ -529,6 +534,10 @@ pub fn compile_policy(p: &ClusterPolicy) -> Result<CompiledPolicy, CompileError>
         scored: p.metadata.annotations.get("policies.kyverno.io/scored").map(String::as_str) != Some("false"),
         emit_warning: spec.emit_warning.unwrap_or(false),
         failure_policy_ignore: failure_policy == "Ignore",
+        match_conditions: compile_cel_preconditions(
+            spec.webhook_configuration.as_ref().map(|w| w.match_conditions.as_slice()).unwrap_or(&[]),
+            "spec.webhookConfiguration.matchConditions",
+        )?,
         rules,
         document: serde_json::to_value(p).unwrap_or(Value::Null),
     })

@@ -359,4 +359,30 @@ mod tests {
         );
         assert!(got.is_empty());
     }
+
+    #[test]
+    fn webhook_match_conditions_decide_whether_a_policy_applies_with_or_without_a_user() {
+        let doc = json!({"apiVersion": "kyverno.io/v1", "kind": "ClusterPolicy", "metadata": {"name": "tags"},
+            "spec": {"webhookConfiguration": {"matchConditions": [
+                    {"name": "ns", "expression": "object.metadata.namespace == 'picked'"},
+                    {"name": "admins", "expression": "'system:masters' in request.userInfo.groups"}]},
+                "rules": [{"name": "tag", "match": {"any": [{"resources": {"kinds": ["Pod"]}}]},
+                    "validate": {"message": "m", "pattern": {"spec": {"containers": [{"image": "*:*"}]}}}}]}});
+        let pod = |ns: &str| {
+            json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p", "namespace": ns},
+            "spec": {"containers": [{"name": "c", "image": "nginx"}]}})
+        };
+        // A background scan has no user: the user condition does not hold.
+        assert!(scanned(doc.clone(), pod("picked")).is_empty());
+        let set = crate::PolicySet::new(vec![std::sync::Arc::new(policy(doc))], Vec::new());
+        let admin = json!({"username": "kubernetes-admin", "groups": ["system:masters"]});
+        let results = |ns: &str| {
+            let object = pod(ns);
+            let req = crate::Request { user_info: Some(&admin), ..crate::Request::new("CREATE", &object) };
+            let out = set.evaluate(&req, crate::Scope::ALL, &verno_jmespath::NoEnv, &crate::NoData, &mut ());
+            out.responses.iter().map(|(_, r)| r.rules.len()).sum::<usize>()
+        };
+        assert_eq!(results("picked"), 1);
+        assert_eq!(results("other"), 0);
+    }
 }

@@ -167,6 +167,8 @@ pub(crate) fn cel_policy(
         scored: true,
         emit_warning,
         failure_policy_ignore: doc.pointer("/spec/failurePolicy").and_then(Value::as_str) == Some("Ignore"),
+        // The CEL kinds' matchConditions are compiled into their rules.
+        match_conditions: Vec::new(),
         rules,
         document: doc.clone(),
     })
