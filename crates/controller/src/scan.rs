@@ -247,9 +247,8 @@ struct Watch {
     task: JoinHandle<()>,
     /// Bumped on every restart: events of an older watcher are ignored.
     generation: u64,
-    /// The current list (`Init` … `InitDone`) number, and whether it is complete.
+    /// The current list (`Init` … `InitDone`) number.
     list: u64,
-    listed: bool,
 }
 
 type WatchEvent = (u32, u64, watcher::Event<DynamicObject>);
@@ -664,7 +663,7 @@ impl Scanner {
             }
         });
         tracing::info!(kind = %ar.kind, api_version = %ar.api_version, "background scans watch this kind");
-        self.watches.insert(id, Watch { ar, namespaced, task, generation, list: 0, listed: false });
+        self.watches.insert(id, Watch { ar, namespaced, task, generation, list: 0 });
     }
 
     /// Lists these kinds again and evaluates every object of them.
@@ -688,14 +687,12 @@ impl Scanner {
         match ev {
             watcher::Event::Init => {
                 w.list += 1;
-                w.listed = false;
             }
             watcher::Event::InitApply(o) | watcher::Event::Apply(o) => {
                 let list = w.list;
                 self.on_object(kind, list, o).await;
             }
             watcher::Event::InitDone => {
-                w.listed = true;
                 let list = w.list;
                 // Objects of this kind the list did not return are gone: so are their reports.
                 let gone: Vec<String> = self
@@ -782,13 +779,15 @@ impl Scanner {
         // Events for the policies whose results changed.
         let changed: HashSet<u64> = new.iter().filter(|e| !old.contains(e)).map(|(k, _)| *k).collect();
         self.send_events(&scan.notices, &changed);
-        match self.write(&resource, scan.results).await {
+        let was_pending = self.tracked.get(&uid).is_some_and(|t| t.pending);
+        let pending = match self.write(&resource, scan.results).await {
             Ok(results) => {
                 if let Some(t) = self.tracked.get_mut(&uid) {
                     t.report = !results.is_empty();
                     t.results = results;
                     t.pending = false;
                 }
+                false
             }
             Err(e) => {
                 tracing::debug!(error = %e, uid, "report not written (retrying)");
@@ -796,9 +795,13 @@ impl Scanner {
                     t.pending = true;
                     t.object = 0;
                 }
+                true
             }
+        };
+        // Counted again only when it moves (a count walks every tracked object).
+        if pending != was_pending {
+            self.update_backlog();
         }
-        self.update_backlog();
     }
 
     fn update_backlog(&self) {
