@@ -142,10 +142,10 @@ fn run_inner(args: &ApplyArgs) -> Result<i32> {
         for (i, (p, resp)) in policies.compiled.iter().zip(&responses).enumerate() {
             if args.policy_report {
                 report_results.extend(
-                    verno_engine::report::results(p, resp)
+                    verno_engine::report::results_with(p, resp, args.audit_warn)
                         .into_iter()
                         .map(|mut x| {
-                            subject_result(&mut x, p, r, args.audit_warn, now);
+                            subject_result(&mut x, r, now);
                             x
                         })
                         .map(|x| (i, x)),
@@ -269,17 +269,9 @@ fn run_inner(args: &ApplyArgs) -> Result<i32> {
 }
 
 /// A report result as `kyverno apply --policy-report` prints it: the controller's result
-/// (`verno_engine::report::results`) stamped `now`, with the resource it is about in
-/// `resources`, and a failure of an Audit rule as `warn` under `--audit-warn`.
-fn subject_result(x: &mut Value, p: &verno_engine::CompiledPolicy, resource: &Value, audit_warn: bool, now: i64) {
+/// stamped `now`, with the resource it is about in `resources`.
+fn subject_result(x: &mut Value, resource: &Value, now: i64) {
     let Some(m) = x.as_object_mut() else { return };
-    let rule = m.get("rule").and_then(Value::as_str).unwrap_or("");
-    if audit_warn
-        && m.get("result").and_then(Value::as_str) == Some("fail")
-        && p.rule_action(rule) == verno_engine::Action::Audit
-    {
-        m.insert("result".into(), json!("warn"));
-    }
     m.insert("timestamp".into(), json!({"seconds": now, "nanos": 0}));
     let mut subject = serde_json::Map::new();
     for (field, at) in [

@@ -130,8 +130,6 @@ pub struct Options {
     pub background_scan: Option<scan::ScanOptions>,
     /// Reports are `openreports.io/v1alpha1` Reports (Kyverno's `--openreportsEnabled`).
     pub openreports: bool,
-    /// What the scanner has done (shared with metrics).
-    pub scan_stats: Arc<scan::ScanStats>,
     /// Event reasons never written (Kyverno's `--omitEvents`).
     pub omit_events: std::collections::BTreeSet<String>,
     /// The ConfigMap in Verno's namespace holding Kyverno's dynamic configuration (its
@@ -167,7 +165,6 @@ impl Options {
             admission_reports: Some(reports::Limits::default()),
             background_scan: Some(scan::ScanOptions::default()),
             openreports: false,
-            scan_stats: Arc::default(),
             omit_events: ["PolicyApplied", "PolicySkipped"].into_iter().map(str::to_string).collect(),
             config_map: None,
             event_limits: events::Limits::default(),
@@ -401,7 +398,7 @@ pub async fn start(client: kube::Client, server: Arc<dyn Serving>, opts: Options
                 server.clone(),
                 installed_rx.clone(),
                 leader_rx.clone(),
-                scan::Outputs { events: scan_events, stats: opts.scan_stats.clone() },
+                scan_events,
                 scan_opts,
                 stop_rx.clone(),
             )));

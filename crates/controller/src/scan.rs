@@ -45,7 +45,7 @@ use std::collections::hash_map::DefaultHasher;
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::hash::{Hash, Hasher};
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 use tokio::sync::{mpsc, watch};
 use tokio::task::JoinHandle;
@@ -82,19 +82,6 @@ impl Default for ScanOptions {
             openreports: false,
         }
     }
-}
-
-/// What the scanner has done, for metrics and benchmarks.
-#[derive(Debug, Default)]
-pub struct ScanStats {
-    /// Objects evaluated.
-    pub evaluated: AtomicU64,
-    /// Report creates, replaces and deletes.
-    pub writes: AtomicU64,
-    /// Bytes of their request bodies.
-    pub write_bytes: AtomicU64,
-    /// Objects whose results wait to be written (failed writes, paced writes).
-    pub backlog: AtomicU64,
 }
 
 /// Kinds a background scan never watches: reports (a report about a report would feed
@@ -282,7 +269,6 @@ struct Scanner {
     client: kube::Client,
     server: Arc<dyn Serving>,
     opts: ScanOptions,
-    stats: Arc<ScanStats>,
     events: Option<mpsc::Sender<Notice>>,
     data: crate::cluster_data::ClusterData,
     /// (apiVersion, kind) interned; `Tracked::kind` indexes it.
@@ -301,19 +287,13 @@ struct Scanner {
     set: Arc<PolicySet>,
 }
 
-/// Where a scan's side effects go: failed rules for events, and its counters.
-pub struct Outputs {
-    pub events: Option<mpsc::Sender<Notice>>,
-    pub stats: Arc<ScanStats>,
-}
-
 /// Runs background scans while this replica leads, until `stop`.
 pub async fn run(
     client: kube::Client,
     server: Arc<dyn Serving>,
     installed: watch::Receiver<u64>,
     mut leader: watch::Receiver<bool>,
-    Outputs { events, stats }: Outputs,
+    events: Option<mpsc::Sender<Notice>>,
     opts: ScanOptions,
     mut stop: watch::Receiver<bool>,
 ) {
@@ -329,7 +309,6 @@ pub async fn run(
             client: client.clone(),
             server: server.clone(),
             opts,
-            stats: stats.clone(),
             events: events.clone(),
             data: crate::cluster_data::ClusterData::new(client.clone()),
             kinds: Vec::new(),
@@ -368,7 +347,7 @@ impl Scanner {
             w.task.abort();
         }
         self.watches.clear();
-        self.stats.backlog.store(0, Ordering::Relaxed);
+        self.server.set_scan_backlog(0);
     }
 
     fn kind_id(&mut self, api_version: &str, kind: &str) -> u32 {
@@ -423,24 +402,39 @@ impl Scanner {
         }
     }
 
+    /// One page of the reports Verno (or Kyverno) manages — namespaced ones first, then
+    /// cluster-scoped — from `at` (`None`: the start); also where the next page starts.
+    async fn report_page(
+        &self,
+        at: Option<(bool, String)>,
+    ) -> Result<(Vec<Value>, Option<(bool, String)>), kube::Error> {
+        let (cluster, token) = at.unwrap_or((false, String::new()));
+        let api = crate::reports::all_reports(&self.client, cluster, self.opts.openreports);
+        let mut lp = ListParams::default().labels("app.kubernetes.io/managed-by=kyverno").limit(self.opts.page_size);
+        if !token.is_empty() {
+            lp = lp.continue_token(&token);
+        }
+        let page = api.list(&lp).await?;
+        let items = page.items.iter().filter_map(|r| serde_json::to_value(r).ok()).collect();
+        let next = match page.metadata.continue_ {
+            Some(c) if !c.is_empty() => Some((cluster, c)),
+            _ if !cluster => Some((true, String::new())),
+            _ => None,
+        };
+        Ok((items, next))
+    }
+
     /// Lists every report Verno (or Kyverno) manages, in pages, into the tracked state.
     async fn load_reports(&mut self) -> Result<(), kube::Error> {
         self.tracked.clear();
-        for cluster in [false, true] {
-            let api = crate::reports::all_reports(&self.client, cluster, self.opts.openreports);
-            let mut lp =
-                ListParams::default().labels("app.kubernetes.io/managed-by=kyverno").limit(self.opts.page_size);
-            loop {
-                let page = api.list(&lp).await?;
-                for r in &page.items {
-                    let Ok(v) = serde_json::to_value(r) else { continue };
-                    self.track_report(&v);
-                }
-                match page.metadata.continue_.as_deref() {
-                    Some(c) if !c.is_empty() => lp = lp.continue_token(c),
-                    _ => break,
-                }
+        let mut at = None;
+        loop {
+            let (items, next) = self.report_page(at).await?;
+            for v in &items {
+                self.track_report(v);
             }
+            let Some(n) = next else { break };
+            at = Some(n);
         }
         tracing::info!(reports = self.tracked.len(), "existing reports read");
         Ok(())
@@ -523,8 +517,8 @@ impl Scanner {
     async fn reconcile_policies(&mut self, first: bool) {
         let Some(wanted) = self.policy_kinds().await else { return };
         let previous_owners = std::mem::replace(&mut self.owners, Owners::of(&self.set));
-        let exceptions = hash_of(&self.set.exceptions().iter().map(|e| e.key.clone()).collect::<Vec<_>>())
-            ^ hash_of(&exceptions_fingerprint(&self.set));
+        // The compiled exceptions as a whole (their debug form covers every field).
+        let exceptions = hash_of(&self.set.exceptions().iter().map(|e| format!("{e:?}")).collect::<Vec<_>>());
         let exceptions_changed = exceptions != self.exceptions;
         self.exceptions = exceptions;
         let mut policies: HashMap<u64, (u64, HashSet<u32>)> = HashMap::new();
@@ -611,32 +605,25 @@ impl Scanner {
 
     /// Lists every report (in pages) and rewrites those holding results of rules gone.
     async fn sweep_reports(&mut self) -> Result<(), kube::Error> {
-        for cluster in [false, true] {
-            let api = crate::reports::all_reports(&self.client, cluster, self.opts.openreports);
-            let mut lp =
-                ListParams::default().labels("app.kubernetes.io/managed-by=kyverno").limit(self.opts.page_size);
-            loop {
-                let page = api.list(&lp).await?;
-                let mut stale = Vec::new();
-                for r in &page.items {
-                    let Ok(v) = serde_json::to_value(r) else { continue };
-                    let dead = v
-                        .get("results")
-                        .and_then(Value::as_array)
-                        .is_some_and(|rs| rs.iter().any(|x| !self.owners.live.contains(&owner_of(x))));
-                    if dead {
-                        self.track_report(&v);
-                        stale.push(v.pointer("/metadata/name").and_then(Value::as_str).unwrap_or("").to_string());
-                    }
-                }
-                for uid in stale {
-                    self.rewrite_without_scan_or_stale(&uid).await;
-                }
-                match page.metadata.continue_.as_deref() {
-                    Some(c) if !c.is_empty() => lp = lp.continue_token(c),
-                    _ => break,
+        let mut at = None;
+        loop {
+            let (items, next) = self.report_page(at).await?;
+            let mut stale = Vec::new();
+            for v in &items {
+                let dead = v
+                    .get("results")
+                    .and_then(Value::as_array)
+                    .is_some_and(|rs| rs.iter().any(|x| !self.owners.live.contains(&owner_of(x))));
+                if dead {
+                    self.track_report(v);
+                    stale.push(v.pointer("/metadata/name").and_then(Value::as_str).unwrap_or("").to_string());
                 }
             }
+            for uid in stale {
+                self.rewrite_without_scan_or_stale(&uid).await;
+            }
+            let Some(n) = next else { break };
+            at = Some(n);
         }
         Ok(())
     }
@@ -723,7 +710,6 @@ impl Scanner {
             let api = crate::reports::report_api(&self.client, &t.namespace, self.opts.openreports);
             match api.delete(uid, &DeleteParams::default()).await {
                 Ok(_) => {
-                    self.stats.writes.fetch_add(1, Ordering::Relaxed);
                     self.server.report_written(0);
                 }
                 Err(kube::Error::Api(e)) if e.code == 404 => {}
@@ -756,7 +742,6 @@ impl Scanner {
             uid: uid.clone(),
         };
         let Some(scan) = self.evaluate(value, &resource).await else { return };
-        self.stats.evaluated.fetch_add(1, Ordering::Relaxed);
         let t = self.tracked.entry(uid.clone()).or_insert_with(|| Tracked {
             kind,
             namespace: Arc::from(resource.namespace.as_str()),
@@ -778,7 +763,7 @@ impl Scanner {
         }
         // Events for the policies whose results changed.
         let changed: HashSet<u64> = new.iter().filter(|e| !old.contains(e)).map(|(k, _)| *k).collect();
-        self.send_events(&scan.notices, &changed);
+        self.send_events(&scan.notices, &scan.results, &changed);
         let was_pending = self.tracked.get(&uid).is_some_and(|t| t.pending);
         let pending = match self.write(&resource, scan.results).await {
             Ok(results) => {
@@ -806,14 +791,39 @@ impl Scanner {
 
     fn update_backlog(&self) {
         let n = self.tracked.values().filter(|t| t.pending).count();
-        self.stats.backlog.store(n as u64, Ordering::Relaxed);
         self.server.set_scan_backlog(n);
     }
 
-    fn send_events(&self, notices: &[(Vec<u64>, Notice)], changed: &HashSet<u64>) {
+    /// Sends the events of the rules whose results changed (`changed`: owner hashes; a policy's
+    /// success event goes when any of its results changed).
+    fn send_events(&self, notices: &[Notice], results: &[Value], changed: &HashSet<u64>) {
         let Some(tx) = &self.events else { return };
-        for (owners, n) in notices {
-            if owners.iter().any(|o| changed.contains(o)) && tx.try_send(n.clone()).is_err() {
+        let policies: HashSet<u64> = results
+            .iter()
+            .filter(|r| changed.contains(&owner_of(r)))
+            .map(|r| {
+                let s = |k: &str| r.get(k).and_then(Value::as_str).unwrap_or("");
+                owner_hash(s("policy"), s("source"), "")
+            })
+            .collect();
+        let key = |kind: verno_engine::Kind, name: &str, namespace: &Option<String>| match namespace {
+            Some(ns) if kind.is_namespaced() => format!("{ns}/{name}"),
+            _ => name.to_string(),
+        };
+        for n in notices {
+            let due = match n {
+                Notice::Violation(v) => changed.contains(&owner_hash(
+                    &key(v.policy_kind, &v.policy_name, &v.policy_namespace),
+                    report::source(v.policy_kind),
+                    &v.rule,
+                )),
+                Notice::Applied(a) => policies.contains(&owner_hash(
+                    &key(a.policy_kind, &a.policy_name, &a.policy_namespace),
+                    report::source(a.policy_kind),
+                    "",
+                )),
+            };
+            if due && tx.try_send(n.clone()).is_err() {
                 self.server.event_dropped();
             }
         }
@@ -847,27 +857,9 @@ impl Scanner {
                     results.extend(report::results(p, r));
                 }
             }
-            let owner = |i: usize, rule: &str| {
-                set.policies().get(i).map_or(0, |p| owner_hash(&report::report_key(p), report::source(p.kind), rule))
-            };
-            let mut notices: Vec<(Vec<u64>, Notice)> = outcome
-                .violations_of(&set, &about)
-                .into_iter()
-                .zip(outcome.violations.iter().map(|v| v.policy))
-                .map(|(mut v, i)| {
-                    // A scan blocks nothing.
-                    v.blocked = false;
-                    (vec![owner(i, &v.rule)], Notice::Violation(v))
-                })
-                .collect();
-            notices.extend(
-                outcome.applied_of(&set, &about).into_iter().zip(outcome.applied.iter().map(|a| a.policy)).map(
-                    |(a, i)| {
-                        let rules = set.policies().get(i).map(|p| p.rules.iter().map(|r| owner(i, &r.name)).collect());
-                        (rules.unwrap_or_default(), Notice::Applied(a))
-                    },
-                ),
-            );
+            let mut notices: Vec<Notice> =
+                outcome.violations_of(&set, &about).into_iter().map(Notice::Violation).collect();
+            notices.extend(outcome.applied_of(&set, &about).into_iter().map(Notice::Applied));
             Some(Scanned { results, notices })
         })
         .await;
@@ -941,8 +933,6 @@ impl Scanner {
             };
             match outcome {
                 Ok(bytes) => {
-                    self.stats.writes.fetch_add(1, Ordering::Relaxed);
-                    self.stats.write_bytes.fetch_add(bytes, Ordering::Relaxed);
                     self.server.report_written(bytes);
                     return Ok(fp);
                 }
@@ -1027,10 +1017,6 @@ fn key_of(p: &verno_engine::CompiledPolicy) -> u64 {
     owner_hash(&report::report_key(p), report::source(p.kind), "")
 }
 
-fn exceptions_fingerprint(set: &PolicySet) -> Vec<String> {
-    set.exceptions().iter().map(|e| format!("{e:?}")).collect()
-}
-
 /// The same result but for its timestamp.
 fn same_result(a: &Value, b: &Value) -> bool {
     match (a.as_object(), b.as_object()) {
@@ -1045,8 +1031,8 @@ fn same_result(a: &Value, b: &Value) -> bool {
 struct Scanned {
     /// Report results (no timestamps).
     results: Vec<Value>,
-    /// Events, each with the owner hashes of the rules it is about.
-    notices: Vec<(Vec<u64>, Notice)>,
+    /// What becomes events (the engine marks nothing a scan finds as blocking).
+    notices: Vec<Notice>,
 }
 
 /// The clock, randomness and deadline of a scan evaluation.

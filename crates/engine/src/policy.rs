@@ -52,6 +52,8 @@ pub struct CompiledPolicy {
     /// Kyverno's engine checks them before any rule — at admission, in background scans (whose
     /// request has no user) and in the CLI.
     pub match_conditions: Vec<(String, verno_cel::Expr)>,
+    /// What reports say about the policy, read once from its labels and annotations.
+    pub report_meta: crate::report::ReportMeta,
     /// The document as it was compiled (`status` dropped): what changed between two versions,
     /// and the autogen rules a ClusterPolicy's status lists.
     pub document: Value,
@@ -514,6 +516,7 @@ pub fn compile_policy(p: &ClusterPolicy) -> Result<CompiledPolicy, CompileError>
         .and_then(|w| w.failure_policy.clone())
         .or_else(|| spec.failure_policy.clone())
         .unwrap_or_else(|| "Fail".into());
+    let document = serde_json::to_value(p).unwrap_or(Value::Null);
     let kind = if p.kind == "Policy" { Kind::Policy } else { Kind::ClusterPolicy };
     let namespace = match kind {
         // A Policy without a namespace lives in `default`, as the API server would put it.
@@ -538,8 +541,9 @@ pub fn compile_policy(p: &ClusterPolicy) -> Result<CompiledPolicy, CompileError>
             spec.webhook_configuration.as_ref().map(|w| w.match_conditions.as_slice()).unwrap_or(&[]),
             "spec.webhookConfiguration.matchConditions",
         )?,
+        report_meta: crate::report::ReportMeta::of(&document),
         rules,
-        document: serde_json::to_value(p).unwrap_or(Value::Null),
+        document,
     })
 }
 

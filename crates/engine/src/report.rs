@@ -71,8 +71,33 @@ pub fn source(kind: Kind) -> &'static str {
     }
 }
 
-fn annotation<'a>(p: &'a CompiledPolicy, key: &str) -> Option<&'a str> {
-    p.document.pointer("/metadata/annotations").and_then(|a| a.get(key)).and_then(Value::as_str)
+/// What a policy's labels and annotations say about its report results, read once when the
+/// policy is compiled.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct ReportMeta {
+    /// `reports.kyverno.io/disabled` (any value, Kyverno 1.16): no results at all.
+    pub disabled: bool,
+    /// `policies.kyverno.io/scored` is not `"false"`: failures stay failures.
+    pub scored: bool,
+    /// `policies.kyverno.io/severity`, when one of Kyverno's five values.
+    pub severity: Option<String>,
+    /// `policies.kyverno.io/category`, when not empty.
+    pub category: Option<String>,
+}
+
+impl ReportMeta {
+    pub fn of(document: &Value) -> ReportMeta {
+        let annotation =
+            |key: &str| document.pointer("/metadata/annotations").and_then(|a| a.get(key)).and_then(Value::as_str);
+        ReportMeta {
+            disabled: document.pointer("/metadata/labels").and_then(|l| l.get("reports.kyverno.io/disabled")).is_some(),
+            scored: annotation("policies.kyverno.io/scored") != Some("false"),
+            severity: annotation("policies.kyverno.io/severity")
+                .filter(|s| matches!(*s, "critical" | "high" | "medium" | "low" | "info"))
+                .map(str::to_string),
+            category: annotation("policies.kyverno.io/category").filter(|c| !c.is_empty()).map(str::to_string),
+        }
+    }
 }
 
 /// Kyverno's `properties.process`: a policy scanned in the background reports as such, even
@@ -94,14 +119,18 @@ pub fn report_key(p: &CompiledPolicy) -> String {
 
 /// The report results of one policy's response (rules that did not apply leave none).
 pub fn results(p: &CompiledPolicy, r: &PolicyResponse) -> Vec<Value> {
-    // Kyverno 1.16: the label (any value) turns reporting off for the policy.
-    if p.document.pointer("/metadata/labels").and_then(|l| l.get("reports.kyverno.io/disabled")).is_some() {
+    results_with(p, r, false)
+}
+
+/// [`results`], with `audit_warn` (the CLI's `--audit-warn`): a failure of an Audit rule is
+/// reported as `warn`.
+pub fn results_with(p: &CompiledPolicy, r: &PolicyResponse, audit_warn: bool) -> Vec<Value> {
+    let meta = &p.report_meta;
+    if meta.disabled {
         return Vec::new();
     }
-    let scored = annotation(p, "policies.kyverno.io/scored") != Some("false");
-    let severity = annotation(p, "policies.kyverno.io/severity")
-        .filter(|s| matches!(*s, "critical" | "high" | "medium" | "low" | "info"));
-    let category = annotation(p, "policies.kyverno.io/category").filter(|c| !c.is_empty());
+    let scored = meta.scored;
+    let (severity, category) = (meta.severity.as_deref(), meta.category.as_deref());
     let src = source(p.kind);
     let policy = report_key(p);
     r.rules
@@ -119,7 +148,8 @@ pub fn results(p: &CompiledPolicy, r: &PolicyResponse) -> Vec<Value> {
             if src == "KyvernoValidatingPolicy" && result == "pass" && message.is_empty() && rr.exceptions.is_empty() {
                 message = "success".into();
             }
-            if result == "fail" && !scored {
+            if result == "fail" && (!scored || (audit_warn && p.rule_action(&rr.name) == crate::policy::Action::Audit))
+            {
                 result = "warn";
             }
             let mut out = Map::new();

@@ -391,6 +391,14 @@ impl PolicySet {
                 }
             }
         }
+        // A background scan answers no request: nothing it finds blocks anything.
+        if scope.route == Route::Background {
+            out.blocked.clear();
+            out.cel_denials.clear();
+            for v in &mut out.violations {
+                v.blocked = false;
+            }
+        }
         out.patched = seq.patched().cloned();
         out
     }
