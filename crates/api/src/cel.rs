@@ -66,6 +66,32 @@ pub struct CelPolicySpec {
     pub target_match_constraints: Option<Value>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub target_match_conditions: Option<Value>,
+    /// GeneratingPolicy: what to generate, each a CEL `expression` (calling `generator.Apply`)
+    /// or a YAML `template`.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub generate: Vec<Generation>,
+    /// GeneratingPolicy: server-side apply for generated objects.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub use_server_side_apply: Option<bool>,
+}
+
+/// One `spec.generate` entry of a GeneratingPolicy.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+pub struct Generation {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub expression: Option<Value>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub template: Option<GenerationTemplate>,
+}
+
+/// A generation template: YAML documents, with `(( expr ))` placeholders when `interpolate` is
+/// `cel`.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+pub struct GenerationTemplate {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub interpolate: Option<String>,
+    #[serde(default)]
+    pub value: String,
 }
 
 /// Kubernetes `MatchResources`.
@@ -160,6 +186,15 @@ pub struct Evaluation {
     pub skip_background_requests: Option<bool>,
     #[serde(default, rename = "useServerSideApply", skip_serializing_if = "Option::is_none")]
     pub use_server_side_apply: Option<bool>,
+    /// GeneratingPolicy: generate for triggers that exist when the policy is created.
+    #[serde(default, rename = "generateExisting", skip_serializing_if = "Option::is_none")]
+    pub generate_existing: Option<Switch>,
+    /// GeneratingPolicy: keep generated objects in sync with the policy, trigger and source.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub synchronize: Option<Switch>,
+    /// GeneratingPolicy: keep generated objects when the policy is deleted.
+    #[serde(default, rename = "orphanDownstreamOnPolicyDelete", skip_serializing_if = "Option::is_none")]
+    pub orphan_downstream_on_policy_delete: Option<Switch>,
 }
 
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]

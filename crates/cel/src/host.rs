@@ -72,6 +72,13 @@ pub trait Host: Send + Sync {
     fn now(&self) -> Option<i64> {
         None
     }
+    /// GeneratingPolicy's `generator.Apply(namespace, resources)` (`namespace` is `None` in
+    /// the namespaced form `generator.Apply(resources)`): hands the objects to generate to the
+    /// host, which collects them.
+    fn generate(&self, namespace: Option<&str>, resources: Vec<Json>) -> Result<(), String> {
+        let _ = (namespace, resources);
+        Err("generator.Apply is only available in a GeneratingPolicy".into())
+    }
 }
 
 /// The host, as the opaque value bound to `@host`.
@@ -186,6 +193,17 @@ fn image_metadata<'b, 'v>(args: Args<'b, 'v>) -> Ret<'b, 'v> {
     ret(&h.image_metadata(s(&a, 0)).map_err(fail("image.GetMetadata"))?)
 }
 
+fn generator_apply<'b, 'v>(args: Args<'b, 'v>) -> Ret<'b, 'v> {
+    let (h, mut a) = split(&args, "generator.Apply")?;
+    let list = a.pop().unwrap_or(Json::Null);
+    let Json::Array(resources) = list else {
+        return Err(ExecutionError::function_error("generator.Apply", "the resources must be a list of objects"));
+    };
+    let namespace = a.first().map(|n| n.as_str().unwrap_or(""));
+    h.generate(namespace, resources).map_err(|e| ExecutionError::function_error("generator.Apply", e))?;
+    ret(&Json::Bool(true))
+}
+
 fn time_now<'b, 'v>(args: Args<'b, 'v>) -> Ret<'b, 'v> {
     let (h, _) = split(&args, "time.now")?;
     let secs = h.now().ok_or_else(|| ExecutionError::function_error("time.now", "no clock here"))?;
@@ -205,10 +223,11 @@ const CALLS: &[(&str, &[&str], &[usize], &str)] = &[
     ("globalContext", &["Get", "get"], &[1, 2], "@global_context"),
     ("image", &["GetMetadata", "getMetadata"], &[1], "@image_metadata"),
     ("time", &["now", "Now"], &[0], "@time_now"),
+    ("generator", &["Apply", "apply"], &[1, 2], "@generator_apply"),
 ];
 
 pub fn register(env: &mut Env) -> Result<(), DeclarationError> {
-    let fns: [(&str, cel::common::functions::Function); 8] = [
+    let fns: [(&str, cel::common::functions::Function); 9] = [
         ("@resource_get", resource_get),
         ("@resource_to_gvr", resource_to_gvr),
         ("@resource_list", resource_list),
@@ -217,6 +236,7 @@ pub fn register(env: &mut Env) -> Result<(), DeclarationError> {
         ("@global_context", global_context),
         ("@image_metadata", image_metadata),
         ("@time_now", time_now),
+        ("@generator_apply", generator_apply),
     ];
     for (name, f) in fns {
         for n in 1..=5 {

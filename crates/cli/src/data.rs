@@ -141,7 +141,7 @@ fn str_at<'v>(v: &'v Value, p: &str) -> &'v str {
 
 /// Kind, apiVersion (when given) and namespace (when given) select an object.
 fn selects(o: &Value, api_version: &str, kind: &str, namespace: &str) -> bool {
-    str_at(o, "/kind") == kind
+    (kind.is_empty() || str_at(o, "/kind") == kind)
         && (api_version.is_empty() || str_at(o, "/apiVersion") == api_version)
         && (namespace.is_empty() || str_at(o, "/metadata/namespace") == namespace)
 }
@@ -149,7 +149,10 @@ fn selects(o: &Value, api_version: &str, kind: &str, namespace: &str) -> bool {
 impl CliData {
     /// Snapshots the data for the Kyverno CEL libraries; call once everything is loaded.
     pub fn build_cel_host(&mut self) {
-        let objects: Vec<Value> = self.clone_sources.iter().chain(self.cluster.iter().flatten()).cloned().collect();
+        // `targetResources` too: a MutatingPolicy's target expression reads them with
+        // `resource.Get`, as Kyverno's CLI registers them with its fake cluster.
+        let objects: Vec<Value> =
+            self.clone_sources.iter().chain(self.cluster.iter().flatten()).chain(&self.targets).cloned().collect();
         let now = std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
             .ok()
@@ -388,6 +391,7 @@ impl Requests<'_> {
             subresource: "",
             kind: None,
             variables: &globals,
+            existing: true,
         };
         self.set.evaluate(&req, Scope::ALL, &CliEnv, self.data, &mut ()).into_responses()
     }

@@ -79,9 +79,10 @@ pub fn compile(doc: &Value, bindings: &[Value]) -> Result<Compiled, DocumentErro
         Kind::ValidatingAdmissionPolicyBinding | Kind::MutatingAdmissionPolicyBinding => {
             return Err(DocumentError::Binding(kind));
         }
-        Kind::GeneratingPolicy
-        | Kind::NamespacedGeneratingPolicy
-        | Kind::DeletingPolicy
+        Kind::GeneratingPolicy | Kind::NamespacedGeneratingPolicy => {
+            Compiled::Policy(crate::gpol::compile_generating_policy(doc)?)
+        }
+        Kind::DeletingPolicy
         | Kind::NamespacedDeletingPolicy
         | Kind::ImageValidatingPolicy
         | Kind::NamespacedImageValidatingPolicy
@@ -209,10 +210,10 @@ mod tests {
     #[test]
     fn every_kind_is_compiled_or_named_as_unsupported() {
         let unsupported =
-            json!({"apiVersion": "policies.kyverno.io/v1", "kind": "GeneratingPolicy", "metadata": {"name": "g"}});
+            json!({"apiVersion": "policies.kyverno.io/v1", "kind": "DeletingPolicy", "metadata": {"name": "g"}});
         assert_eq!(
             compile(&unsupported, &[]).err().map(|e| e.to_string()).as_deref(),
-            Some("GeneratingPolicy policies are not supported by this build of verno yet")
+            Some("DeletingPolicy policies are not supported by this build of verno yet")
         );
         let pod = json!({"apiVersion": "v1", "kind": "Pod"});
         assert!(matches!(compile(&pod, &[]), Err(DocumentError::NotAPolicy { .. })));

@@ -69,6 +69,26 @@ pub trait Data: Sync {
     fn cel_host(&self) -> Option<std::sync::Arc<dyn verno_cel::Host>> {
         None
     }
+    /// Whether objects of a kind live in namespaces (generated objects of cluster-scoped kinds
+    /// get none). By default, every kind but Kubernetes' own cluster-scoped ones.
+    fn is_namespaced(&self, api_version: &str, kind: &str) -> bool {
+        !crate::gpol::cluster_scoped(api_version, kind)
+    }
+    /// Objects of a resource (plural) and apiVersion, in a namespace (empty: all): the
+    /// candidates of a MutatingPolicy's mutate-existing targets. By default, the
+    /// [`Data::targets`] of that resource.
+    fn resource_objects(&self, api_version: &str, resource: &str, namespace: &str) -> Vec<Value> {
+        self.targets("", "", namespace)
+            .into_iter()
+            .filter(|o| {
+                let kind = str_at(o, "/kind");
+                (crate::matching::plural(kind) == resource || resource == "*")
+                    && (api_version.is_empty()
+                        || str_at(o, "/apiVersion") == api_version
+                        || api_version.ends_with("/*"))
+            })
+            .collect()
+    }
     /// Candidates for mutate-existing targets; the cluster by default.
     fn targets(&self, api_version: &str, kind: &str, namespace: &str) -> Vec<Value> {
         self.list(api_version, kind, namespace)
@@ -121,6 +141,9 @@ pub struct Request<'a> {
     pub kind: Option<&'a verno_api::admission::GroupVersionKind>,
     /// Extra variables (dotted keys allowed), applied after the request context.
     pub variables: &'a [(String, Value)],
+    /// Whether mutate-existing rules patch their targets in this evaluation (the CLI and the
+    /// background controller; never a webhook). Set from the [`crate::Scope`].
+    pub existing: bool,
 }
 
 impl<'a> Request<'a> {
@@ -137,6 +160,7 @@ impl<'a> Request<'a> {
             subresource: "",
             kind: None,
             variables: &[],
+            existing: false,
         }
     }
 
@@ -562,28 +586,45 @@ fn evaluate_rule(
                     Ok(v) => v,
                     Err(e) => return Some(RuleResponse::new(&rule.name, rt, Status::Error, e)),
                 };
+                let base = (req.existing && c.targets.is_some()).then(|| {
+                    let mut v = vars.clone();
+                    for (name, e) in &c.variables {
+                        let _ = e.eval_into_variable(name, &mut v);
+                    }
+                    v
+                });
                 // A CEL mutation that applies passes, whether or not it changed anything.
-                Some(match crate::mpol::run(c, object, &mut vars) {
+                let mut r = match crate::mpol::run(c, object, &mut vars) {
                     Ok(Some(v)) => {
                         *patched = Some(v);
                         RuleResponse::new(&rule.name, rt, Status::Pass, "resource patched")
                     }
                     Ok(None) => RuleResponse::new(&rule.name, rt, Status::Pass, "resource unchanged"),
                     Err(e) => RuleResponse::new(&rule.name, rt, Status::Error, e),
-                })
+                };
+                if let (Some(t), Some(base)) = (c.targets.as_deref(), base) {
+                    match crate::mpol::run_targets(c, t, &base, data) {
+                        Ok(targets) => r.patched_targets = targets,
+                        Err(e) => return Some(RuleResponse::new(&rule.name, rt, Status::Error, e)),
+                    }
+                }
+                Some(r)
             }
             RuleBody::Mutate(m) => {
                 let mu = crate::mutate::Mutator { rule: &rule.name, data, policy, provided: &provided };
                 if !m.targets.is_empty() {
-                    return Some(mu.run_targets(m, ctx));
+                    // Existing objects are patched by the background controller and the CLI,
+                    // never while a webhook waits.
+                    return req.existing.then(|| mu.run_targets(m, ctx));
                 }
                 let (r, v) = mu.run(&m.patches, &m.foreach, object, ctx);
                 *patched = v;
                 Some(r)
             }
-            RuleBody::Generate(g) => {
-                Some(crate::generate::generate(g, policy, &rule.name, object, ctx, data, &provided))
-            }
+            RuleBody::Generate(g) => match g.cel.as_deref() {
+                Some(c) => Some(crate::gpol::generate(g, c, policy, object, ctx, data)),
+                None => Some(crate::generate::generate(g, policy, &rule.name, object, ctx, data, &provided)),
+            },
             RuleBody::Validate(v) => {
                 let foreach_values = data.foreach_values(&policy.name, origin);
                 let mut vc = ValidateCtx {

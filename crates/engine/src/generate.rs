@@ -238,7 +238,13 @@ pub struct CompiledGeneration {
     pub target: GenerateTarget,
     pub synchronize: bool,
     pub orphan_downstream: bool,
+    /// Generate for triggers that exist when the policy arrives (`generateExisting`).
+    pub generate_existing: bool,
+    /// Whether the rule itself set `generateExisting` (it wins over the policy's).
+    pub generate_existing_set: bool,
     pub foreach: Vec<CompiledGenerateForeach>,
+    /// A GeneratingPolicy's CEL generation (then `target` and `foreach` are empty).
+    pub cel: Option<Box<crate::gpol::CompiledCelGeneration>>,
 }
 
 #[derive(Debug, Clone)]
@@ -361,7 +367,11 @@ pub(crate) fn compile_generation(g: &verno_api::Generation, path: &str) -> Resul
         target,
         synchronize: g.synchronize.unwrap_or(false),
         orphan_downstream: g.orphan_downstream_on_policy_delete.unwrap_or(false),
+        // The policy's `spec.generateExisting` fills this in when the rule does not say.
+        generate_existing: g.generate_existing.unwrap_or(false),
+        generate_existing_set: g.generate_existing.is_some(),
         foreach,
+        cel: None,
     })
 }
 

@@ -26,6 +26,7 @@ mod document;
 mod error;
 mod evaluate;
 mod generate;
+mod gpol;
 mod images;
 pub mod jsonpatch;
 mod matching;

@@ -34,6 +34,68 @@ pub struct CompiledCelMutation {
     pub variables: Vec<(String, verno_cel::Expr)>,
     pub mutations: Vec<CelPatch>,
     pub params: Option<ParamRef>,
+    /// MutatingPolicy `evaluation.mutateExisting`: the existing objects to patch (the trigger
+    /// is left as it is).
+    pub targets: Option<Box<CelTargets>>,
+}
+
+/// Which existing objects a mutate-existing MutatingPolicy patches: those
+/// `targetMatchConstraints` matches (any operation; `matchConstraints` when it names no
+/// resources), or those its CEL `expression` returns, and for which every
+/// `targetMatchConditions` holds.
+#[derive(Debug, Clone)]
+pub struct CelTargets {
+    pub matcher: Matcher,
+    /// The (group, version, plural resource) the constraints name, for listing candidates.
+    pub resources: Vec<(String, String, String)>,
+    pub expression: Option<verno_cel::Expr>,
+    pub conditions: Vec<(String, verno_cel::Expr)>,
+}
+
+fn compile_targets(spec: &cel::CelPolicySpec) -> Result<Option<Box<CelTargets>>, CompileError> {
+    let enabled = spec.evaluation.as_ref().and_then(|e| e.mutate_existing.as_ref()).and_then(|s| s.enabled);
+    if enabled != Some(true) {
+        return Ok(None);
+    }
+    let tmc = spec.target_match_constraints.clone().unwrap_or(Value::Null);
+    let expression = match tmc.get("expression") {
+        Some(e) => Some(cel_expr(Some(e), "spec.targetMatchConstraints.expression")?),
+        None => None,
+    };
+    let mut declared: Option<cel::MatchResources> = None;
+    if tmc.is_object() {
+        let mut m = tmc.clone();
+        if let Some(o) = m.as_object_mut() {
+            o.remove("expression");
+        }
+        declared = Some(
+            serde_json::from_value(m).map_err(|e| CompileError::new("spec.targetMatchConstraints", e.to_string()))?,
+        );
+    }
+    let mr = match declared.filter(|d| !d.resource_rules.is_empty()) {
+        Some(d) => d,
+        None => spec.match_constraints.clone().unwrap_or_default(),
+    };
+    let mut c = constraints(Some(&mr));
+    // Operations say nothing about a target (it is not being admitted).
+    for r in &mut c.rules {
+        r.operations = vec!["*".into()];
+    }
+    let mut resources = Vec::new();
+    for r in &mr.resource_rules {
+        for g in &r.api_groups {
+            for v in &r.api_versions {
+                for res in &r.resources {
+                    resources.push((g.clone(), v.clone(), res.clone()));
+                }
+            }
+        }
+    }
+    let conditions = match &spec.target_match_conditions {
+        Some(Value::Array(a)) => compile_cel_preconditions(a, "spec.targetMatchConditions")?,
+        _ => Vec::new(),
+    };
+    Ok(Some(Box::new(CelTargets { matcher: Matcher::constraints(c), resources, expression, conditions })))
 }
 
 fn compile_mutations(spec: &cel::CelPolicySpec) -> Result<CompiledCelMutation, CompileError> {
@@ -68,7 +130,7 @@ fn compile_mutations(spec: &cel::CelPolicySpec) -> Result<CompiledCelMutation, C
     if mutations.is_empty() {
         return Err(CompileError::new("spec.mutations", "at least one mutation is required"));
     }
-    Ok(CompiledCelMutation { variables, mutations, params: None })
+    Ok(CompiledCelMutation { variables, mutations, params: None, targets: compile_targets(spec)? })
 }
 
 fn rule(matcher: Matcher, conditions: &[Value], cel: CompiledCelMutation) -> Result<CompiledRule, CompileError> {
@@ -166,6 +228,95 @@ pub fn run(m: &CompiledCelMutation, object: &Value, vars: &mut verno_cel::Vars) 
         }
     }
     Ok(if crate::equal(&cur, object) { None } else { Some(cur) })
+}
+
+/// Mutate-existing: the objects `t` selects for the trigger in `vars`, each patched by the
+/// mutations (with the target as `object`). Every selected target is returned, changed or not
+/// (Kyverno's CLI shows each); callers write only the changed ones.
+pub fn run_targets(
+    m: &CompiledCelMutation,
+    t: &CelTargets,
+    vars: &verno_cel::Vars,
+    data: &dyn crate::evaluate::Data,
+) -> Result<Vec<Value>, String> {
+    let candidates: Vec<Value> = match &t.expression {
+        Some(e) => {
+            let found =
+                e.eval(vars).map_err(|err| format!("failed to evaluate targetMatchConstraints.expression: {err}"))?;
+            match found {
+                Value::Object(mut o) if o.get("items").is_some_and(Value::is_array) => match o.remove("items") {
+                    Some(Value::Array(items)) => items,
+                    _ => Vec::new(),
+                },
+                Value::Null => Vec::new(),
+                other => vec![other],
+            }
+        }
+        None => {
+            let mut all: Vec<Value> = Vec::new();
+            for (g, v, res) in &t.resources {
+                let api_version = if g.is_empty() { v.clone() } else { format!("{g}/{v}") };
+                for o in data.resource_objects(&api_version, res, "") {
+                    let key = |x: &Value| {
+                        (
+                            x.pointer("/apiVersion").cloned(),
+                            x.pointer("/kind").cloned(),
+                            x.pointer("/metadata/namespace").cloned(),
+                            x.pointer("/metadata/name").cloned(),
+                        )
+                    };
+                    if !all.iter().any(|a| key(a) == key(&o)) {
+                        all.push(o);
+                    }
+                }
+            }
+            all.retain(|o| target_matches(&t.matcher, o, data));
+            all
+        }
+    };
+    let mut out = Vec::new();
+    for target in candidates {
+        let mut vars = vars.clone();
+        vars.set("object", &target);
+        vars.set("oldObject", &Value::Null);
+        let mut holds = true;
+        for (name, c) in &t.conditions {
+            match c.eval_bool(&vars) {
+                Ok(true) => {}
+                Ok(false) => {
+                    holds = false;
+                    break;
+                }
+                Err(e) => return Err(format!("failed to evaluate targetMatchConditions {name}: {e}")),
+            }
+        }
+        if !holds {
+            continue;
+        }
+        out.push(run(m, &target, &mut vars)?.unwrap_or(target));
+    }
+    Ok(out)
+}
+
+fn target_matches(matcher: &Matcher, o: &Value, data: &dyn crate::evaluate::Data) -> bool {
+    let s = |p: &str| o.pointer(p).and_then(Value::as_str).unwrap_or("");
+    let (group, version) = s("/apiVersion").rsplit_once('/').unwrap_or(("", s("/apiVersion")));
+    let ns = s("/metadata/namespace");
+    let ns_labels = if ns.is_empty() { None } else { data.namespace_labels(ns) };
+    let input = crate::matching::MatchInput {
+        group,
+        version,
+        kind: s("/kind"),
+        subresource: "",
+        name: s("/metadata/name"),
+        namespace: ns,
+        labels: o.pointer("/metadata/labels").and_then(Value::as_object),
+        annotations: o.pointer("/metadata/annotations").and_then(Value::as_object),
+        operation: "UPDATE",
+        namespace_labels: ns_labels.as_ref(),
+        user: None,
+    };
+    matcher.matches(&input).is_ok()
 }
 
 /// Merges an apply configuration into `obj` the way server-side apply merges (structured merge):

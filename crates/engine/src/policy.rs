@@ -94,6 +94,16 @@ impl CompiledPolicy {
             }
     }
 
+    /// Whether the background controller works for this policy: it has generate rules or
+    /// mutate-existing rules (ClusterPolicy `targets`, MutatingPolicy `mutateExisting`).
+    pub fn in_background_apply(&self) -> bool {
+        self.rules.iter().any(|r| match &r.body {
+            RuleBody::Generate(_) => true,
+            RuleBody::Mutate(m) => !m.targets.is_empty() || m.cel.as_ref().is_some_and(|c| c.targets.is_some()),
+            _ => false,
+        })
+    }
+
     /// A rule's effective failure action: its own `failureAction`, else the policy's.
     pub fn rule_action(&self, rule: &str) -> Action {
         self.rules
@@ -509,6 +519,14 @@ pub fn compile_policy(p: &ClusterPolicy) -> Result<CompiledPolicy, CompileError>
         let origin = r.name.trim_start_matches("autogen-cronjob-").trim_start_matches("autogen-").to_string();
         let path = format!("status.autogen.rules[{}]", r.name);
         rules.push(compile_rule(&r, &path, Some(origin))?);
+    }
+    let generate_existing = spec.generate_existing.or(spec.generate_existing_on_policy_update).unwrap_or(false);
+    for r in &mut rules {
+        if let RuleBody::Generate(g) = &mut r.body
+            && !g.generate_existing_set
+        {
+            g.generate_existing = generate_existing;
+        }
     }
     let failure_policy = spec
         .webhook_configuration

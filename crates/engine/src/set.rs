@@ -114,6 +114,8 @@ pub enum Route {
     All,
     /// A background scan: the policies [`CompiledPolicy::in_background_scan`] keeps.
     Background,
+    /// The background controller: the policies [`CompiledPolicy::in_background_apply`] keeps.
+    Apply,
     /// Kyverno's `/validate…` and `/mutate…` webhooks: ClusterPolicy and Policy only.
     Kyverno(Hook, Filter),
     /// Kyverno's `/vpol`, `/nvpol`, `/mpol` and `/nmpol` webhooks: the validating (or mutating)
@@ -127,7 +129,7 @@ impl Route {
     pub fn hook(&self) -> Option<Hook> {
         match self {
             Route::Kyverno(hook, _) | Route::Cel { hook, .. } => Some(*hook),
-            Route::All | Route::Background => None,
+            Route::All | Route::Background | Route::Apply => None,
         }
     }
 
@@ -136,6 +138,7 @@ impl Route {
         match self {
             Route::All => true,
             Route::Background => p.in_background_scan(),
+            Route::Apply => p.in_background_apply(),
             // A policy with admission processing off is left to background scans.
             Route::Kyverno(..) | Route::Cel { .. } if !p.admission => false,
             Route::Kyverno(hook, filter) => {
@@ -163,16 +166,28 @@ pub struct Scope {
     /// need them (its verdict, warnings and violations are worked out as each policy ends, and
     /// an [`Observer`] sees each response), and dropping each at once keeps the allocator warm.
     keep_responses: bool,
+    /// Whether mutate-existing rules patch their targets ([`Request::existing`]).
+    existing: bool,
 }
 
 impl Scope {
     /// Every phase, every policy: `verno test`, `verno apply`.
-    pub const ALL: Scope =
-        Scope { phases: &[Phase::Mutate, Phase::Validate, Phase::Generate], route: Route::All, keep_responses: true };
+    pub const ALL: Scope = Scope {
+        phases: &[Phase::Mutate, Phase::Validate, Phase::Generate],
+        route: Route::All,
+        keep_responses: true,
+        existing: true,
+    };
 
     /// A background scan of a stored object, as Kyverno's reports controller runs it: the
     /// validation phase of the background-scanned policies, every response kept for reports.
-    pub const BACKGROUND: Scope = Scope { phases: &[Phase::Validate], route: Route::Background, keep_responses: true };
+    pub const BACKGROUND: Scope =
+        Scope { phases: &[Phase::Validate], route: Route::Background, keep_responses: true, existing: false };
+
+    /// The background controller's work on one trigger: the generate rules and mutate-existing
+    /// targets of the policies [`CompiledPolicy::in_background_apply`] keeps, every response kept.
+    pub const APPLY: Scope =
+        Scope { phases: &[Phase::Mutate, Phase::Generate], route: Route::Apply, keep_responses: true, existing: true };
 
     /// One webhook call: the phase of the route's hook, the policies it keeps.
     pub fn webhook(route: Route) -> Scope {
@@ -181,7 +196,7 @@ impl Scope {
             Hook::Mutate => &[Phase::Mutate],
             Hook::Validate => &[Phase::Validate],
         };
-        Scope { phases, route, keep_responses: false }
+        Scope { phases, route, keep_responses: false, existing: false }
     }
 
     /// The same scope, keeping every policy's response in [`Outcome::responses`].
@@ -354,7 +369,11 @@ impl PolicySet {
                 if ns.is_empty() { None } else { self.labels_of_namespace(ns, data) }
             }
         };
-        let req = Request { namespace_labels: req.namespace_labels.or(looked_up.as_ref()), ..req.clone() };
+        let req = Request {
+            namespace_labels: req.namespace_labels.or(looked_up.as_ref()),
+            existing: scope.existing,
+            ..req.clone()
+        };
         let name = str_at(subject, "/metadata/name");
         let mut ctx = build_context(&req, env);
         let mut seq = Sequence::new(req.clone());
@@ -392,7 +411,7 @@ impl PolicySet {
             }
         }
         // A background scan answers no request: nothing it finds blocks anything.
-        if scope.route == Route::Background {
+        if matches!(scope.route, Route::Background | Route::Apply) {
             out.blocked.clear();
             out.cel_denials.clear();
             for v in &mut out.violations {
@@ -430,6 +449,7 @@ impl PolicySet {
             subresource: &req.sub_resource,
             kind: Some(&req.kind),
             variables: &[],
+            existing: false,
         };
         self.evaluate(&request, Scope::webhook(route), env, data, observer)
     }

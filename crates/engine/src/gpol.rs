@@ -1,0 +1,605 @@
+//! GeneratingPolicy and NamespacedGeneratingPolicy (`policies.kyverno.io`): CEL generation.
+//!
+//! A policy's `generate` entries are CEL expressions that call `generator.Apply(namespace,
+//! [objects])` (the namespaced kind: `generator.Apply([objects])`) or YAML templates with
+//! `(( expr ))` placeholders. They compile into the same [`CompiledPolicy`] as ClusterPolicies:
+//! one generate rule named `""` whose match is `matchConstraints`, with `matchConditions` as CEL
+//! preconditions. Evaluation collects the objects `generator.Apply` receives (through a host that
+//! wraps the caller's, so `resource.*` keeps working) and returns them, with Kyverno's labels,
+//! in the rule response: creating them in a cluster is the background controller's job.
+
+use crate::error::CompileError;
+use crate::generate::{CompiledGeneration, GenerateSource, GenerateTarget};
+use crate::matching::Matcher;
+use crate::outcome::{RuleResponse, RuleType, Status};
+use crate::policy::{
+    Action, CompiledPolicy, CompiledRule, RuleBody, cel_expr, compile_cel_preconditions, compile_cel_variables,
+};
+use crate::vpol::{cel_policy, constraints, decode, json_of, policy_name};
+use serde_json::{Map, Value};
+use std::sync::{Arc, Mutex};
+use verno_api::cel;
+use verno_cel::Host;
+
+/// One `generate` entry.
+#[derive(Debug, Clone)]
+pub enum CelGenerate {
+    /// An expression evaluated for its calls to `generator.Apply`.
+    Expression(verno_cel::Expr),
+    /// YAML documents, rendered and generated into their own `metadata.namespace`.
+    Template(Vec<Tpl>),
+}
+
+/// The CEL part of a generate rule.
+#[derive(Debug, Clone)]
+pub struct CompiledCelGeneration {
+    pub variables: Vec<(String, verno_cel::Expr)>,
+    pub generate: Vec<CelGenerate>,
+    pub use_server_side_apply: bool,
+}
+
+/// A compiled template node: literal values, whole-value placeholders (any CEL value, spliced),
+/// and strings mixing text and placeholders (each placeholder a scalar).
+#[derive(Debug, Clone)]
+pub enum Tpl {
+    Literal(Value),
+    Splice(verno_cel::Expr),
+    Interpolate(Vec<Segment>),
+    Map(Vec<(String, Tpl)>),
+    List(Vec<Tpl>),
+}
+
+#[derive(Debug, Clone)]
+pub enum Segment {
+    Text(String),
+    Expr(verno_cel::Expr),
+}
+
+/// Splits a string into text and `(( expr ))` placeholders; `\((` is a literal `((`. Quotes and
+/// nested parentheses inside a placeholder are skipped over, as Kyverno's scanner does.
+fn scan(s: &str) -> Result<Vec<(bool, String)>, String> {
+    let b = s.as_bytes();
+    let mut out: Vec<(bool, String)> = Vec::new();
+    let mut text = String::new();
+    let mut i = 0;
+    while i < b.len() {
+        if s.get(i..).is_some_and(|r| r.starts_with("\\((")) {
+            text.push_str("((");
+            i += 3;
+            continue;
+        }
+        if s.get(i..).is_some_and(|r| r.starts_with("((")) {
+            let (expr, next) = placeholder(s, i)?;
+            if !text.is_empty() {
+                out.push((false, std::mem::take(&mut text)));
+            }
+            out.push((true, expr));
+            i = next;
+            continue;
+        }
+        let ch = s.get(i..).and_then(|r| r.chars().next()).unwrap_or('\u{fffd}');
+        text.push(ch);
+        i += ch.len_utf8().max(1);
+    }
+    if !text.is_empty() {
+        out.push((false, text));
+    }
+    Ok(out)
+}
+
+fn placeholder(s: &str, start: usize) -> Result<(String, usize), String> {
+    let b = s.as_bytes();
+    let mut depth = 0usize;
+    let mut quote: Option<u8> = None;
+    let mut i = start + 2;
+    while let Some(&c) = b.get(i) {
+        if let Some(q) = quote {
+            if c == b'\\' {
+                i += 2;
+                continue;
+            }
+            if c == q {
+                quote = None;
+            }
+            i += 1;
+            continue;
+        }
+        match c {
+            b'"' | b'\'' => quote = Some(c),
+            b'(' => depth += 1,
+            b')' if depth > 0 => depth -= 1,
+            b')' if b.get(i + 1) == Some(&b')') => {
+                let expr = s.get(start + 2..i).unwrap_or("").trim().to_string();
+                if expr.is_empty() {
+                    return Err(format!("empty placeholder at offset {start}"));
+                }
+                return Ok((expr, i + 2));
+            }
+            b')' => return Err(format!("unbalanced parenthesis in placeholder starting at offset {start}")),
+            _ => {}
+        }
+        i += 1;
+    }
+    if quote.is_some() {
+        return Err(format!("unterminated string literal in placeholder starting at offset {start}"));
+    }
+    Err(format!("unterminated placeholder starting at offset {start}: missing closing '))'"))
+}
+
+fn compile_node(v: &Value, interpolate: bool) -> Result<Tpl, String> {
+    Ok(match v {
+        Value::Object(m) => {
+            let mut out = Vec::with_capacity(m.len());
+            for (k, x) in m {
+                if interpolate && k.contains("((") && !k.contains("\\((") {
+                    return Err(format!(
+                        "placeholders are not supported in mapping keys ({k:?}); use a whole-value placeholder on the parent field instead (e.g. `labels: (( variables.labels ))`)"
+                    ));
+                }
+                out.push((k.clone(), compile_node(x, interpolate)?));
+            }
+            Tpl::Map(out)
+        }
+        Value::Array(a) => Tpl::List(a.iter().map(|x| compile_node(x, interpolate)).collect::<Result<_, _>>()?),
+        Value::String(s) if interpolate && s.contains("((") => {
+            let segs = scan(s)?;
+            let compile = |e: &str| verno_cel::Expr::compile(e).map_err(|err| format!("placeholder {e:?}: {err}"));
+            match segs.as_slice() {
+                [(true, e)] => Tpl::Splice(compile(e)?),
+                _ if segs.iter().all(|(is_expr, _)| !is_expr) => {
+                    Tpl::Literal(Value::String(segs.into_iter().map(|(_, t)| t).collect()))
+                }
+                _ => Tpl::Interpolate(
+                    segs.iter()
+                        .map(
+                            |(is_expr, t)| {
+                                if *is_expr { compile(t).map(Segment::Expr) } else { Ok(Segment::Text(t.clone())) }
+                            },
+                        )
+                        .collect::<Result<_, _>>()?,
+                ),
+            }
+        }
+        other => Tpl::Literal(other.clone()),
+    })
+}
+
+fn render(t: &Tpl, vars: &verno_cel::Vars) -> Result<Value, String> {
+    Ok(match t {
+        Tpl::Literal(v) => v.clone(),
+        Tpl::Splice(e) => {
+            e.eval(vars).map_err(|err| format!("failed to evaluate placeholder {:?}: {err}", e.source()))?
+        }
+        Tpl::Interpolate(segs) => {
+            let mut s = String::new();
+            for seg in segs {
+                match seg {
+                    Segment::Text(t) => s.push_str(t),
+                    Segment::Expr(e) => match e
+                        .eval(vars)
+                        .map_err(|err| format!("failed to evaluate placeholder {:?}: {err}", e.source()))?
+                    {
+                        Value::String(x) => s.push_str(&x),
+                        Value::Null => s.push_str("null"),
+                        v @ (Value::Bool(_) | Value::Number(_)) => s.push_str(&v.to_string()),
+                        _ => {
+                            return Err(format!(
+                                "placeholder {:?} embedded in a string must evaluate to a scalar; use a whole-value placeholder for structured results",
+                                e.source()
+                            ));
+                        }
+                    },
+                }
+            }
+            Value::String(s)
+        }
+        Tpl::Map(m) => {
+            let mut out = Map::new();
+            for (k, x) in m {
+                out.insert(k.clone(), render(x, vars).map_err(|e| format!("field {k:?}: {e}"))?);
+            }
+            Value::Object(out)
+        }
+        Tpl::List(a) => Value::Array(
+            a.iter()
+                .enumerate()
+                .map(|(i, x)| render(x, vars).map_err(|e| format!("item {i}: {e}")))
+                .collect::<Result<_, _>>()?,
+        ),
+    })
+}
+
+fn compile_template(t: &cel::GenerationTemplate, path: &str) -> Result<Vec<Tpl>, CompileError> {
+    let path = format!("{path}.value");
+    let interpolate = match t.interpolate.as_deref() {
+        None | Some("") | Some("None") | Some("none") => false,
+        Some("cel") | Some("CEL") => true,
+        Some(other) => {
+            return Err(CompileError::new(
+                path.trim_end_matches(".value").to_string() + ".interpolate",
+                format!("unknown interpolation mode {other:?}: expected cel"),
+            ));
+        }
+    };
+    let docs = verno_jmespath::yaml::parse_all(&t.value)
+        .map_err(|e| CompileError::new(&path, format!("failed to parse YAML: {e}")))?;
+    let mut out = Vec::new();
+    for (i, d) in docs.iter().enumerate() {
+        if d.is_null() {
+            continue;
+        }
+        if !d.is_object() {
+            return Err(CompileError::new(
+                &path,
+                format!("document {}: document must be a mapping describing a resource", i + 1),
+            ));
+        }
+        out.push(
+            compile_node(d, interpolate).map_err(|e| CompileError::new(&path, format!("document {}: {e}", i + 1)))?,
+        );
+    }
+    if out.is_empty() {
+        return Err(CompileError::new(&path, "template must contain at least one YAML document"));
+    }
+    Ok(out)
+}
+
+/// Compiles a GeneratingPolicy or NamespacedGeneratingPolicy document.
+pub fn compile_generating_policy(doc: &Value) -> Result<CompiledPolicy, CompileError> {
+    policy_name(doc)?;
+    let kind = match verno_api::Kind::of_document(doc) {
+        Some(verno_api::Kind::NamespacedGeneratingPolicy) => verno_api::Kind::NamespacedGeneratingPolicy,
+        _ => verno_api::Kind::GeneratingPolicy,
+    };
+    let policy: cel::CelPolicy = decode(doc)?;
+    let spec = &policy.spec;
+    let base = constraints(spec.match_constraints.as_ref());
+    if base.rules.is_empty() {
+        return Err(CompileError::new("spec.matchConstraints.resourceRules", "at least one resource rule is required"));
+    }
+    let variables = compile_cel_variables(Some(&json_of(&spec.variables)), "spec")?;
+    let mut generate = Vec::new();
+    for (i, g) in spec.generate.iter().enumerate() {
+        let p = format!("spec.generate[{i}]");
+        generate.push(match (&g.expression, &g.template) {
+            (Some(e), None) => CelGenerate::Expression(cel_expr(Some(e), &format!("{p}.expression"))?),
+            (None, Some(t)) => CelGenerate::Template(compile_template(t, &format!("{p}.template"))?),
+            _ => return Err(CompileError::new(p, "exactly one of expression and template is required")),
+        });
+    }
+    if generate.is_empty() {
+        return Err(CompileError::new("spec.generate", "at least one generate entry is required"));
+    }
+    let on = |s: Option<&cel::Switch>| s.and_then(|s| s.enabled).unwrap_or(false);
+    let eval = spec.evaluation.clone().unwrap_or_default();
+    let conditions: Vec<Value> = spec.match_conditions.iter().map(json_of).collect();
+    let rule = CompiledRule {
+        name: String::new(),
+        autogen_of: None,
+        matcher: Matcher::constraints(base),
+        exclude: None,
+        context: Vec::new(),
+        preconditions: None,
+        cel_preconditions: compile_cel_preconditions(&conditions, "spec.matchConditions")?,
+        report_properties: Vec::new(),
+        body: RuleBody::Generate(Box::new(CompiledGeneration {
+            target: GenerateTarget {
+                api_version: None,
+                kind: None,
+                name: None,
+                namespace: None,
+                source: GenerateSource::None,
+            },
+            synchronize: on(eval.synchronize.as_ref()),
+            orphan_downstream: on(eval.orphan_downstream_on_policy_delete.as_ref()),
+            generate_existing: on(eval.generate_existing.as_ref()),
+            generate_existing_set: true,
+            foreach: Vec::new(),
+            cel: Some(Box::new(CompiledCelGeneration {
+                variables,
+                generate,
+                use_server_side_apply: spec.use_server_side_apply.or(eval.use_server_side_apply).unwrap_or(false),
+            })),
+        })),
+    };
+    cel_policy(doc, kind, Action::Audit, false, false, vec![rule])
+}
+
+/// The host during a generation: the caller's host for everything else, and a collector for
+/// `generator.Apply`.
+struct Collector {
+    inner: Option<Arc<dyn Host>>,
+    out: Mutex<Vec<(Option<String>, Value)>>,
+}
+
+impl Host for Collector {
+    fn resource_get(&self, a: &str, r: &str, ns: &str, n: &str) -> Result<Value, String> {
+        match &self.inner {
+            Some(h) => h.resource_get(a, r, ns, n),
+            None => Err("resource.Get is not available here (no cluster)".into()),
+        }
+    }
+    fn resource_list(&self, a: &str, r: &str, ns: &str) -> Result<Vec<Value>, String> {
+        match &self.inner {
+            Some(h) => h.resource_list(a, r, ns),
+            None => Err("resource.List is not available here (no cluster)".into()),
+        }
+    }
+    fn to_gvr(&self, a: &str, k: &str) -> Result<Value, String> {
+        match &self.inner {
+            Some(h) => h.to_gvr(a, k),
+            None => NoHost.to_gvr(a, k),
+        }
+    }
+    fn http(&self, m: &str, u: &str, b: Option<&Value>) -> Result<Value, String> {
+        self.inner.as_ref().map_or_else(|| NoHost.http(m, u, b), |h| h.http(m, u, b))
+    }
+    fn global_context(&self, n: &str, p: &str) -> Result<Value, String> {
+        self.inner.as_ref().map_or_else(|| NoHost.global_context(n, p), |h| h.global_context(n, p))
+    }
+    fn image_metadata(&self, r: &str) -> Result<Value, String> {
+        self.inner.as_ref().map_or_else(|| NoHost.image_metadata(r), |h| h.image_metadata(r))
+    }
+    fn authorize(&self, r: &Value) -> Result<Value, String> {
+        self.inner.as_ref().map_or_else(|| NoHost.authorize(r), |h| h.authorize(r))
+    }
+    fn now(&self) -> Option<i64> {
+        self.inner.as_ref().and_then(|h| h.now())
+    }
+    fn generate(&self, namespace: Option<&str>, resources: Vec<Value>) -> Result<(), String> {
+        let mut out = self.out.lock().map_err(|_| "generator state poisoned".to_string())?;
+        // Bounded: a runaway expression cannot make the engine hold an unbounded list.
+        if out.len() + resources.len() > MAX_GENERATED {
+            return Err(format!("a policy may generate at most {MAX_GENERATED} objects per trigger"));
+        }
+        out.extend(resources.into_iter().map(|r| (namespace.map(str::to_string), r)));
+        Ok(())
+    }
+}
+
+/// The most objects one evaluation may generate (list items counted one by one later).
+const MAX_GENERATED: usize = 10_000;
+
+struct NoHost;
+impl Host for NoHost {}
+
+/// Kinds Kubernetes serves cluster-scoped (the built-in API groups); any other kind is taken to
+/// be namespaced unless the caller's data says otherwise.
+pub fn cluster_scoped(api_version: &str, kind: &str) -> bool {
+    let group = api_version.rsplit_once('/').map_or("", |(g, _)| g);
+    matches!(
+        (group, kind),
+        ("", "Namespace" | "Node" | "PersistentVolume" | "ComponentStatus")
+            | ("rbac.authorization.k8s.io", "ClusterRole" | "ClusterRoleBinding")
+            | (
+                "storage.k8s.io",
+                "StorageClass" | "CSIDriver" | "CSINode" | "VolumeAttachment" | "VolumeAttributesClass"
+            )
+            | ("apiextensions.k8s.io", "CustomResourceDefinition")
+            | ("scheduling.k8s.io", "PriorityClass")
+            | ("node.k8s.io", "RuntimeClass")
+            | ("networking.k8s.io", "IngressClass" | "IPAddress" | "ServiceCIDR")
+            | (
+                "admissionregistration.k8s.io",
+                "ValidatingWebhookConfiguration"
+                    | "MutatingWebhookConfiguration"
+                    | "ValidatingAdmissionPolicy"
+                    | "ValidatingAdmissionPolicyBinding"
+                    | "MutatingAdmissionPolicy"
+                    | "MutatingAdmissionPolicyBinding"
+            )
+            | ("apiregistration.k8s.io", "APIService")
+            | ("certificates.k8s.io", "CertificateSigningRequest" | "ClusterTrustBundle")
+            | ("flowcontrol.apiserver.k8s.io", "FlowSchema" | "PriorityLevelConfiguration")
+            | (
+                "policies.kyverno.io",
+                "ValidatingPolicy" | "MutatingPolicy" | "GeneratingPolicy" | "DeletingPolicy" | "ImageValidatingPolicy"
+            )
+            | ("kyverno.io", "ClusterPolicy" | "ClusterCleanupPolicy")
+            | ("wgpolicyk8s.io", "ClusterPolicyReport")
+    )
+}
+
+/// Runs a GeneratingPolicy's generate entries for `trigger`.
+pub(crate) fn generate(
+    g: &CompiledGeneration,
+    c: &CompiledCelGeneration,
+    policy: &CompiledPolicy,
+    trigger: &Value,
+    ctx: &crate::context::Context,
+    data: &dyn crate::evaluate::Data,
+) -> RuleResponse {
+    let resp = |status: Status, msg: String| RuleResponse::new("", RuleType::Generation, status, msg);
+    let collector = Arc::new(Collector { inner: data.cel_host(), out: Mutex::new(Vec::new()) });
+    let mut vars = match crate::evaluate::cel_env(ctx, data, None, &[]) {
+        Ok(v) => v,
+        Err(e) => return resp(Status::Error, e),
+    };
+    vars.set_host(collector.clone());
+    for (name, e) in &c.variables {
+        let _ = e.eval_into_variable(name, &mut vars);
+    }
+    let policy_ns = if policy.kind.is_namespaced() { policy.namespace.clone() } else { None };
+    for entry in &c.generate {
+        match entry {
+            CelGenerate::Expression(e) => {
+                if let Err(err) = e.eval(&vars) {
+                    return resp(Status::Error, format!("failed to evaluate policy: {err}"));
+                }
+            }
+            CelGenerate::Template(docs) => {
+                let mut grouped: Vec<(Option<String>, Value)> = Vec::new();
+                for (i, d) in docs.iter().enumerate() {
+                    let obj = match render(d, &vars) {
+                        Ok(o) => o,
+                        Err(e) => {
+                            return resp(
+                                Status::Error,
+                                format!(
+                                    "failed to evaluate policy: failed to render generation template: document {}: {e}",
+                                    i + 1
+                                ),
+                            );
+                        }
+                    };
+                    let ns = obj.pointer("/metadata/namespace").and_then(Value::as_str).unwrap_or("").to_string();
+                    let ns = match &policy_ns {
+                        Some(p) if ns.is_empty() => p.clone(),
+                        Some(p) if &ns != p => {
+                            return resp(
+                                Status::Error,
+                                format!(
+                                    "failed to evaluate policy: cross-namespace generation denied: a policy in namespace {p:?} cannot generate resources into namespace {ns:?}"
+                                ),
+                            );
+                        }
+                        _ => ns,
+                    };
+                    grouped.push((Some(ns), obj));
+                }
+                match collector.out.lock() {
+                    Ok(mut out) => out.extend(grouped),
+                    Err(_) => return resp(Status::Error, "generator state poisoned".into()),
+                }
+            }
+        }
+    }
+    let collected = match collector.out.lock() {
+        Ok(mut out) => std::mem::take(&mut *out),
+        Err(_) => return resp(Status::Error, "generator state poisoned".into()),
+    };
+    let mut objects = Vec::new();
+    for (ns, obj) in collected {
+        // The namespaced form names no namespace: the policy's own.
+        let ns = ns.or_else(|| policy_ns.clone()).unwrap_or_default();
+        let items = match obj {
+            Value::Object(mut m) if m.get("items").is_some_and(Value::is_array) => match m.remove("items") {
+                Some(Value::Array(items)) => items,
+                _ => Vec::new(),
+            },
+            other => vec![other],
+        };
+        for item in items {
+            match downstream(item, &ns, policy, trigger, data) {
+                Ok(o) => objects.push(o),
+                Err(e) => {
+                    return resp(Status::Error, format!("failed to evaluate policy: failed to generate resources: {e}"));
+                }
+            }
+            if objects.len() > MAX_GENERATED {
+                return resp(
+                    Status::Error,
+                    format!("a policy may generate at most {MAX_GENERATED} objects per trigger"),
+                );
+            }
+        }
+    }
+    let mut r = resp(Status::Pass, "policy evaluated successfully".into());
+    r.generated = objects;
+    r.synchronize = g.synchronize;
+    r.orphan_downstream = g.orphan_downstream;
+    r
+}
+
+/// One object as Kyverno generates it: placed in `namespace` (none for cluster-scoped kinds),
+/// the server's metadata dropped, owner references dropped when it comes from another
+/// namespace, Kyverno's labels added.
+fn downstream(
+    item: Value,
+    namespace: &str,
+    policy: &CompiledPolicy,
+    trigger: &Value,
+    data: &dyn crate::evaluate::Data,
+) -> Result<Value, String> {
+    let Value::Object(mut obj) = item else {
+        return Err("a generated resource must be an object".into());
+    };
+    let s = |o: &Map<String, Value>, p: &str| o.get(p).and_then(Value::as_str).unwrap_or("").to_string();
+    let (api_version, kind) = (s(&obj, "apiVersion"), s(&obj, "kind"));
+    if api_version.is_empty() || kind.is_empty() {
+        return Err("a generated resource needs apiVersion and kind".into());
+    }
+    let mut target_ns = namespace.to_string();
+    if !data.is_namespaced(&api_version, &kind) {
+        if !namespace.is_empty() && policy.kind.is_namespaced() {
+            return Err(format!(
+                "cross-scope generation denied: a policy scoped to namespace {namespace:?} cannot generate cluster-scoped resource {api_version}/{kind}"
+            ));
+        }
+        target_ns.clear();
+    }
+    obj.remove("status");
+    let meta = obj.entry("metadata").or_insert_with(|| Value::Object(Map::new()));
+    if !meta.is_object() {
+        *meta = Value::Object(Map::new());
+    }
+    let Some(meta) = meta.as_object_mut() else { return Err("metadata must be an object".into()) };
+    let source_ns = s(meta, "namespace");
+    if !source_ns.is_empty() && source_ns != target_ns {
+        meta.remove("ownerReferences");
+    }
+    let source_uid = if s(meta, "resourceVersion").is_empty() { None } else { Some(s(meta, "uid")) };
+    for f in ["uid", "selfLink", "creationTimestamp", "managedFields", "resourceVersion", "generation"] {
+        meta.remove(f);
+    }
+    if target_ns.is_empty() {
+        meta.remove("namespace");
+    } else {
+        meta.insert("namespace".into(), Value::String(target_ns));
+    }
+    let labels = meta.entry("labels").or_insert_with(|| Value::Object(Map::new()));
+    if !labels.is_object() {
+        *labels = Value::Object(Map::new());
+    }
+    if let Some(l) = labels.as_object_mut() {
+        let t = |p: &str| trigger.pointer(p).and_then(Value::as_str).unwrap_or("").to_string();
+        let av = t("/apiVersion");
+        let (group, version) = av.rsplit_once('/').map_or((String::new(), av.clone()), |(g, v)| (g.into(), v.into()));
+        let mut put = |k: &str, v: String| {
+            l.insert(k.into(), Value::String(v));
+        };
+        put("app.kubernetes.io/managed-by", "kyverno".into());
+        put("generate.kyverno.io/policy-name", policy.name.clone());
+        put("generate.kyverno.io/trigger-name", t("/metadata/name"));
+        put("generate.kyverno.io/trigger-namespace", t("/metadata/namespace"));
+        put("generate.kyverno.io/trigger-uid", t("/metadata/uid"));
+        put("generate.kyverno.io/trigger-kind", t("/kind"));
+        put("generate.kyverno.io/trigger-group", group);
+        put("generate.kyverno.io/trigger-version", version);
+        if let Some(uid) = source_uid {
+            put("generate.kyverno.io/source-uid", uid);
+        }
+    }
+    Ok(Value::Object(obj))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn the_scanner_splits_placeholders_and_keeps_escapes() {
+        let segs = scan("a-(( variables.x + ')' ))-b \\((c").expect("scans");
+        assert_eq!(segs, vec![(false, "a-".into()), (true, "variables.x + ')'".into()), (false, "-b ((c".into())]);
+        assert!(scan("(( x ").unwrap_err().contains("missing closing"));
+        assert!(scan("(( ))").unwrap_err().contains("empty placeholder"));
+    }
+
+    #[test]
+    fn templates_splice_whole_values_and_interpolate_strings() {
+        let t = cel::GenerationTemplate {
+            interpolate: Some("cel".into()),
+            value: "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: (( variables.n ))-cm\n  labels: (( variables.l ))\n".into(),
+        };
+        let docs = compile_template(&t, "spec.generate[0].template").expect("compiles");
+        let mut vars = verno_cel::Vars::default();
+        vars.set_variable("n", &json!("team"));
+        vars.set_variable("l", &json!({"a": "b"}));
+        let out = render(&docs[0], &vars).expect("renders");
+        assert_eq!(out["metadata"], json!({"name": "team-cm", "labels": {"a": "b"}}));
+        let bad = cel::GenerationTemplate { interpolate: Some("cel".into()), value: "metadata:\n  ((x)): y\n".into() };
+        let err = compile_template(&bad, "spec.generate[0].template").expect_err("a key placeholder");
+        assert!(err.to_string().contains("mapping keys"), "{err}");
+    }
+}
