@@ -16,6 +16,11 @@ pub struct ObjectMeta {
     pub annotations: BTreeMap<String, String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub resource_version: Option<String>,
+    /// When the API server stored the object (RFC 3339); the background controller compares
+    /// it with its triggers' (a trigger created before its policy is generated for only with
+    /// `generateExisting`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub creation_timestamp: Option<String>,
 }
 
 #[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]

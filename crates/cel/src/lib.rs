@@ -121,6 +121,15 @@ impl Expr {
         Ok(Expr { ast: Arc::new(ast), source: source.to_string(), uses_host, loop_depth: depth })
     }
 
+    /// How many arguments each `generator.Apply`/`generator.apply` call in the expression
+    /// passes (the kinds differ: GeneratingPolicy takes a namespace and a list,
+    /// NamespacedGeneratingPolicy only the list).
+    pub fn generator_apply_arities(&self) -> Vec<usize> {
+        let mut out = Vec::new();
+        rewrite::call_arities(&self.ast, "@generator_apply", &mut out);
+        out.into_iter().map(|n| n.saturating_sub(1)).collect()
+    }
+
     pub fn source(&self) -> &str {
         &self.source
     }

@@ -82,6 +82,18 @@ pub fn mentions(e: &IdedExpr, name: &str) -> bool {
     matches!(&e.expr, Expr::Ident(n) if n == name) || children(e).into_iter().any(|c| mentions(c, name))
 }
 
+/// The argument counts of every call of the global function `name` in `e` (host calls count
+/// the host argument the macro adds).
+pub fn call_arities(e: &IdedExpr, name: &str, out: &mut Vec<usize>) {
+    if let Expr::Call(c) = &e.expr
+        && c.target.is_none()
+        && c.func_name == name
+    {
+        out.push(c.args.len());
+    }
+    children(e).into_iter().for_each(|c| call_arities(c, name, out));
+}
+
 /// The identifier `variables.<name>` reads become: the evaluation serves each composition
 /// variable directly, without building the `variables` map (still there for other uses).
 pub fn variable_ident(name: &str) -> String {

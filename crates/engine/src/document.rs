@@ -143,8 +143,142 @@ pub fn compile_stored(kind: Kind, api_version: &str, object: &Value) -> Result<C
     let compiled = compile(&doc, &[])?;
     if matches!(kind, Kind::ClusterPolicy | Kind::Policy) {
         background_subresources(&doc)?;
+        generate_scopes(&doc, kind)?;
     }
     Ok(compiled)
+}
+
+/// A stored policy's generate rules must place what they generate where it can live, as
+/// Kyverno's policy validation requires (kyverno/kyverno#7038, #7470, #7801): a namespace for
+/// a namespaced kind and none for a cluster-wide one; a `cloneList` of one scope, with a source
+/// namespace exactly when its kinds are namespaced; a namespaced Policy generates only
+/// namespaced objects. Kinds Verno does not know as cluster-wide count as namespaced. (Not
+/// in `verno test`, as Kyverno's CLI.)
+fn generate_scopes(doc: &Value, kind: Kind) -> Result<(), CompileError> {
+    let rules = doc.pointer("/spec/rules").and_then(Value::as_array).map(Vec::as_slice).unwrap_or_default();
+    let templated = |s: &str| s.contains("{{");
+    let policy_ns =
+        doc.pointer("/metadata/namespace").and_then(Value::as_str).filter(|n| !n.is_empty()).unwrap_or("default");
+    // A namespaced Policy stays in its namespace: what it generates, and what it clones from
+    // (kyverno/kyverno#5099).
+    let outside = |ns: &str| kind == Kind::Policy && !ns.is_empty() && !templated(ns) && ns != policy_ns;
+    for (i, rule) in rules.iter().enumerate() {
+        let Some(g) = rule.get("generate") else { continue };
+        for (field, ns) in [
+            ("namespace", g.get("namespace")),
+            ("clone.namespace", g.pointer("/clone/namespace")),
+            ("cloneList.namespace", g.pointer("/cloneList/namespace")),
+        ] {
+            let ns = ns.and_then(Value::as_str).unwrap_or("");
+            if outside(ns) {
+                return Err(CompileError::new(
+                    format!("spec.rules[{i}].generate.{field}"),
+                    format!("a Policy in namespace {policy_ns:?} cannot generate into or clone from namespace {ns:?}"),
+                ));
+            }
+        }
+        let mut targets: Vec<(String, &Value)> = vec![(format!("spec.rules[{i}].generate"), g)];
+        for (j, f) in g.get("foreach").and_then(Value::as_array).into_iter().flatten().enumerate() {
+            targets.push((format!("spec.rules[{i}].generate.foreach[{j}]"), f));
+        }
+        for (path, t) in targets {
+            let s = |k: &str| t.get(k).and_then(Value::as_str).unwrap_or("");
+            let (api_version, target_kind, namespace) = (s("apiVersion"), s("kind"), s("namespace"));
+            if !target_kind.is_empty() && !templated(target_kind) && !templated(api_version) {
+                let cluster = crate::gpol::cluster_scoped(api_version, target_kind);
+                if cluster && kind == Kind::Policy {
+                    return Err(CompileError::new(
+                        format!("{path}.kind"),
+                        format!("a namespaced Policy cannot generate the cluster-wide resource {target_kind}"),
+                    ));
+                }
+                if cluster && !namespace.is_empty() {
+                    return Err(CompileError::new(
+                        format!("{path}.namespace"),
+                        format!("the target namespace must not be set for the cluster-wide resource {target_kind}"),
+                    ));
+                }
+                if !cluster && namespace.is_empty() {
+                    return Err(CompileError::new(
+                        format!("{path}.namespace"),
+                        format!("the target namespace must be set for the namespaced resource {target_kind}"),
+                    ));
+                }
+            }
+            let Some(list) = t.get("cloneList") else { continue };
+            let kinds: Vec<&str> =
+                list.get("kinds").and_then(Value::as_array).into_iter().flatten().filter_map(Value::as_str).collect();
+            let scopes: Vec<bool> = kinds
+                .iter()
+                .map(|k| {
+                    let (av, kd) = k.rsplit_once('/').unwrap_or(("v1", k));
+                    crate::gpol::cluster_scoped(av, kd)
+                })
+                .collect();
+            let source_ns = list.get("namespace").and_then(Value::as_str).unwrap_or("");
+            if scopes.iter().any(|c| *c) && scopes.iter().any(|c| !*c) {
+                return Err(CompileError::new(
+                    format!("{path}.cloneList.kinds"),
+                    "cloneList kinds must all be namespaced or all be cluster-wide",
+                ));
+            }
+            match scopes.first() {
+                Some(true) if !source_ns.is_empty() => {
+                    return Err(CompileError::new(
+                        format!("{path}.cloneList.namespace"),
+                        "the source namespace must not be set when cloning cluster-wide resources",
+                    ));
+                }
+                Some(false) if source_ns.is_empty() => {
+                    return Err(CompileError::new(
+                        format!("{path}.cloneList.namespace"),
+                        "the source namespace must be set when cloning namespaced resources",
+                    ));
+                }
+                _ => {}
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Kyverno refuses an update of a policy that changes a generate rule's own spec (its name,
+/// match, exclude, preconditions, context: what decides which downstream belongs to which
+/// trigger) — everything but the `generate` block, and `match` too while no generate rule of
+/// the old policy synchronizes (kyverno/kyverno#6440). Removing a rule is allowed.
+pub fn generate_update_allowed(old: &Value, new: &Value) -> Result<(), String> {
+    let generate_rules = |p: &Value| -> Vec<Value> {
+        p.pointer("/spec/rules")
+            .and_then(Value::as_array)
+            .into_iter()
+            .flatten()
+            .filter(|r| r.get("generate").is_some())
+            .cloned()
+            .collect()
+    };
+    let (old_rules, new_rules) = (generate_rules(old), generate_rules(new));
+    let synchronizing =
+        old_rules.iter().any(|r| r.pointer("/generate/synchronize").and_then(Value::as_bool).unwrap_or(false));
+    let fixed = |r: &Value| {
+        let mut r = r.clone();
+        if let Some(m) = r.as_object_mut() {
+            m.remove("generate");
+            if !synchronizing {
+                m.remove("match");
+            }
+        }
+        r
+    };
+    let name = |r: &Value| r.get("name").and_then(Value::as_str).unwrap_or("").to_string();
+    for o in &old_rules {
+        match new_rules.iter().find(|n| name(n) == name(o)) {
+            Some(n) if fixed(n) == fixed(o) => {}
+            // Fewer generate rules: this one was removed.
+            None if new_rules.len() < old_rules.len() => {}
+            _ => return Err("changes of immutable fields of a rule spec in a generate rule is disallowed".into()),
+        }
+    }
+    Ok(())
 }
 
 /// Kinds the API serves only as subresources (`deployments/scale` is a `Scale`, …): what
@@ -206,6 +340,45 @@ fn background_subresources(doc: &Value) -> Result<(), CompileError> {
 mod tests {
     use super::*;
     use serde_json::json;
+
+    #[test]
+    fn stored_generate_rules_must_fit_their_targets_scope_and_keep_their_spec() {
+        let policy = |generate: Value| {
+            json!({"apiVersion": "kyverno.io/v1", "kind": "ClusterPolicy", "metadata": {"name": "g"},
+                "spec": {"rules": [{"name": "r", "match": {"any": [{"resources": {"kinds": ["Namespace"]}}]}, "generate": generate}]}})
+        };
+        let stored = |doc: &Value| {
+            compile_stored(Kind::ClusterPolicy, "kyverno.io/v1", doc).map(|_| ()).map_err(|e| e.with_path())
+        };
+        let no_ns = policy(json!({"apiVersion": "v1", "kind": "ConfigMap", "name": "c", "data": {}}));
+        assert!(stored(&no_ns).unwrap_err().contains("spec.rules[0].generate.namespace"));
+        // The CLI does not check it (Kyverno's CLI does not either).
+        assert!(compile(&no_ns, &[]).is_ok());
+        let cluster_ns = policy(
+            json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole", "name": "c", "namespace": "x", "data": {}}),
+        );
+        assert!(stored(&cluster_ns).is_err());
+        let mixed = policy(
+            json!({"namespace": "{{request.object.metadata.name}}", "cloneList": {"namespace": "default", "kinds": ["v1/Secret", "rbac.authorization.k8s.io/v1/ClusterRole"]}}),
+        );
+        assert!(stored(&mixed).unwrap_err().contains("cloneList.kinds"));
+        let ok = policy(
+            json!({"apiVersion": "v1", "kind": "ConfigMap", "name": "c", "namespace": "{{request.object.metadata.name}}", "synchronize": true, "data": {}}),
+        );
+        assert!(stored(&ok).is_ok());
+        // An update may change the generate block, not the rule around it; a rule may go.
+        let mut new = ok.clone();
+        new["spec"]["rules"][0]["generate"]["data"] = json!({"data": {"k": "v"}});
+        assert!(generate_update_allowed(&ok, &new).is_ok());
+        new["spec"]["rules"][0]["name"] = json!("renamed");
+        assert!(generate_update_allowed(&ok, &new).is_err());
+        let mut other = ok.clone();
+        other["spec"]["rules"][0]["match"] = json!({"any": [{"resources": {"kinds": ["Pod"]}}]});
+        assert!(generate_update_allowed(&ok, &other).is_err());
+        let mut removed = ok.clone();
+        removed["spec"]["rules"] = json!([]);
+        assert!(generate_update_allowed(&ok, &removed).is_ok());
+    }
 
     #[test]
     fn every_kind_is_compiled_or_named_as_unsupported() {

@@ -364,7 +364,12 @@ pub fn evaluate_phase(
         if !phase.runs(&rule.body) {
             continue;
         }
-        if matches!(rule.body, RuleBody::Mutate(_)) && req.is_delete() {
+        // Nothing to patch on a DELETE, but mutate-existing rules that list it patch their
+        // targets (the background controller evaluates the deleted object).
+        if let RuleBody::Mutate(m) = &rule.body
+            && req.is_delete()
+            && !(req.existing && (!m.targets.is_empty() || m.cel.as_ref().is_some_and(|c| c.targets.is_some())))
+        {
             continue;
         }
         if let Err(reason) = rule.matcher.matches(&input) {
@@ -568,12 +573,33 @@ fn evaluate_rule(
             return Some(RuleResponse::new(&rule.name, rt, Status::Fail, waived.message(&rule.name, &left)));
         }
         if !hits.is_empty() {
-            let mut r = RuleResponse::new(
-                &rule.name,
-                rt,
-                Status::Skip,
-                format!("rule is skipped due to policy exceptions{}", hits.join(", ")),
-            );
+            let cel_kind = !matches!(policy.kind, crate::Kind::ClusterPolicy | crate::Kind::Policy);
+            let mut r = if cel_kind {
+                // Kyverno's CEL engines: the exception with the highest priority (the first
+                // among equals) decides between skip and its `reportResult: pass`.
+                let top = applying.iter().fold(None::<&&CompiledException>, |best, e| match best {
+                    Some(b) if b.priority >= e.priority => Some(b),
+                    _ => Some(e),
+                });
+                let (status, word) = if top.is_some_and(|e| e.report_pass) {
+                    (Status::Pass, "passed")
+                } else {
+                    (Status::Skip, "skipped")
+                };
+                RuleResponse::new(
+                    &rule.name,
+                    rt,
+                    status,
+                    format!("rule is {word} due to policy exception: {}", hits.join(", ")),
+                )
+            } else {
+                RuleResponse::new(
+                    &rule.name,
+                    rt,
+                    Status::Skip,
+                    format!("rule is skipped due to policy exceptions{}", hits.join(", ")),
+                )
+            };
             r.exceptions = hits;
             return Some(r);
         }
@@ -597,9 +623,10 @@ fn evaluate_rule(
                 let mut r = match crate::mpol::run(c, object, &mut vars) {
                     Ok(Some(v)) => {
                         *patched = Some(v);
-                        RuleResponse::new(&rule.name, rt, Status::Pass, "resource patched")
+                        RuleResponse::new(&rule.name, rt, Status::Pass, "success")
                     }
-                    Ok(None) => RuleResponse::new(&rule.name, rt, Status::Pass, "resource unchanged"),
+                    // Kyverno's MutatingPolicy engine says `success` either way.
+                    Ok(None) => RuleResponse::new(&rule.name, rt, Status::Pass, "success"),
                     Err(e) => RuleResponse::new(&rule.name, rt, Status::Error, e),
                 };
                 if let (Some(t), Some(base)) = (c.targets.as_deref(), base) {

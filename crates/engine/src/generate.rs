@@ -52,11 +52,28 @@ fn set_meta(obj: &mut Value, key: &str, v: &str) {
     }
 }
 
+/// Labels and annotations are strings in Kubernetes: a number or boolean a variable put there
+/// (`elementIndex: '{{ elementIndex }}'`) is written as its text, as Kyverno's generated
+/// objects have it.
+fn string_metadata(obj: &mut Value) {
+    for field in ["labels", "annotations"] {
+        if let Some(m) = obj.pointer_mut(&format!("/metadata/{field}")).and_then(Value::as_object_mut) {
+            for v in m.values_mut() {
+                if matches!(v, Value::Number(_) | Value::Bool(_)) {
+                    *v = Value::String(v.to_string());
+                }
+            }
+        }
+    }
+}
+
 struct Gen<'a> {
     policy: &'a CompiledPolicy,
     rule: &'a str,
     trigger: &'a Value,
     data: &'a dyn Data,
+    /// Where clones were read from (see [`RuleResponse::clone_sources`]).
+    sources: std::cell::RefCell<Vec<(String, String, String, String)>>,
 }
 
 impl Gen<'_> {
@@ -143,12 +160,14 @@ impl Gen<'_> {
                 }
                 set_meta(&mut obj, "name", &name);
                 set_meta(&mut obj, "namespace", &namespace);
+                string_metadata(&mut obj);
                 self.label(&mut obj, None);
                 Ok(vec![obj])
             }
             GenerateSource::Clone { namespace: sns, name: sname } => {
                 let sns = render_str(&Some(sns.clone()), ctx, "clone.namespace")?;
                 let sname = render_str(&Some(sname.clone()), ctx, "clone.name")?;
+                self.sources.borrow_mut().push((api_version.clone(), kind.clone(), sns.clone(), sname.clone()));
                 let Some(src) = self.data.resource(&api_version, &kind, &sns, &sname) else {
                     return Err(format!("source resource {api_version}/{kind} {sns}/{sname} not found"));
                 };
@@ -162,6 +181,7 @@ impl Gen<'_> {
                         Some((av, kd)) => (av, kd),
                         None => ("", k.as_str()),
                     };
+                    self.sources.borrow_mut().push((av.to_string(), kd.to_string(), sns.clone(), String::new()));
                     for src in self.data.list(av, kd, &sns) {
                         if let Some(sel) = selector
                             && !crate::matching::selector_matches(sel, &crate::matching::labels_of(&src), false)
@@ -188,8 +208,12 @@ pub(crate) fn generate(
     data: &dyn Data,
     provided: &[String],
 ) -> RuleResponse {
-    let builder = Gen { policy, rule, trigger, data };
-    let resp = |status: Status, msg: String| RuleResponse::new(rule, RuleType::Generation, status, msg);
+    let builder = Gen { policy, rule, trigger, data, sources: std::cell::RefCell::new(Vec::new()) };
+    let resp = |status: Status, msg: String| {
+        let mut r = RuleResponse::new(rule, RuleType::Generation, status, msg);
+        r.clone_sources = builder.sources.borrow().clone();
+        r
+    };
     let mut objects = match builder.build(&g.target, ctx) {
         Ok(o) => o,
         Err(e) => return resp(Status::Error, e),

@@ -245,6 +245,23 @@ fn compile_template(t: &cel::GenerationTemplate, path: &str) -> Result<Vec<Tpl>,
 }
 
 /// Compiles a GeneratingPolicy or NamespacedGeneratingPolicy document.
+/// Kyverno declares `generator.Apply(namespace, list)` for GeneratingPolicy and
+/// `generator.Apply(list)` for NamespacedGeneratingPolicy; the other form does not type-check.
+fn apply_arity(kind: verno_api::Kind, expr: &verno_cel::Expr, path: &str) -> Result<(), CompileError> {
+    let want = if kind == verno_api::Kind::NamespacedGeneratingPolicy { 1 } else { 2 };
+    match expr.generator_apply_arities().into_iter().find(|n| *n != want) {
+        Some(n) => Err(CompileError::new(
+            path,
+            format!(
+                "compilation failed: generator.Apply takes {want} argument{} in a {}, not {n}",
+                if want == 1 { "" } else { "s" },
+                kind.name()
+            ),
+        )),
+        None => Ok(()),
+    }
+}
+
 pub fn compile_generating_policy(doc: &Value) -> Result<CompiledPolicy, CompileError> {
     policy_name(doc)?;
     let kind = match verno_api::Kind::of_document(doc) {
@@ -258,11 +275,22 @@ pub fn compile_generating_policy(doc: &Value) -> Result<CompiledPolicy, CompileE
         return Err(CompileError::new("spec.matchConstraints.resourceRules", "at least one resource rule is required"));
     }
     let variables = compile_cel_variables(Some(&json_of(&spec.variables)), "spec")?;
+    for (i, (_, e)) in variables.iter().enumerate() {
+        apply_arity(kind, e, &format!("spec.variables[{i}].expression"))?;
+    }
     let mut generate = Vec::new();
     for (i, g) in spec.generate.iter().enumerate() {
         let p = format!("spec.generate[{i}]");
         generate.push(match (&g.expression, &g.template) {
-            (Some(e), None) => CelGenerate::Expression(cel_expr(Some(e), &format!("{p}.expression"))?),
+            (Some(e), None) => {
+                let path = format!("{p}.expression");
+                let expr = cel_expr(Some(e), &path)?;
+                // Kyverno declares `generator.Apply(namespace, list)` for GeneratingPolicy and
+                // `generator.Apply(list)` for NamespacedGeneratingPolicy; the other form does
+                // not type-check there.
+                apply_arity(kind, &expr, &path)?;
+                CelGenerate::Expression(expr)
+            }
             (None, Some(t)) => CelGenerate::Template(compile_template(t, &format!("{p}.template"))?),
             _ => return Err(CompileError::new(p, "exactly one of expression and template is required")),
         });
@@ -310,16 +338,34 @@ pub fn compile_generating_policy(doc: &Value) -> Result<CompiledPolicy, CompileE
 struct Collector {
     inner: Option<Arc<dyn Host>>,
     out: Mutex<Vec<(Option<String>, Value)>>,
+    /// What `resource.Get/List` read: (apiVersion, plural resource, namespace, name — empty
+    /// for a list); the cluster controller follows these sources.
+    reads: Mutex<Vec<(String, String, String, String)>>,
+}
+
+impl Collector {
+    fn read(&self, a: &str, r: &str, ns: &str, n: &str) {
+        if let Ok(mut reads) = self.reads.lock()
+            && reads.len() < 256
+        {
+            let entry = (a.to_string(), r.to_string(), ns.to_string(), n.to_string());
+            if !reads.contains(&entry) {
+                reads.push(entry);
+            }
+        }
+    }
 }
 
 impl Host for Collector {
     fn resource_get(&self, a: &str, r: &str, ns: &str, n: &str) -> Result<Value, String> {
+        self.read(a, r, ns, n);
         match &self.inner {
             Some(h) => h.resource_get(a, r, ns, n),
             None => Err("resource.Get is not available here (no cluster)".into()),
         }
     }
     fn resource_list(&self, a: &str, r: &str, ns: &str) -> Result<Vec<Value>, String> {
+        self.read(a, r, ns, "");
         match &self.inner {
             Some(h) => h.resource_list(a, r, ns),
             None => Err("resource.List is not available here (no cluster)".into()),
@@ -409,8 +455,13 @@ pub(crate) fn generate(
     ctx: &crate::context::Context,
     data: &dyn crate::evaluate::Data,
 ) -> RuleResponse {
-    let resp = |status: Status, msg: String| RuleResponse::new("", RuleType::Generation, status, msg);
-    let collector = Arc::new(Collector { inner: data.cel_host(), out: Mutex::new(Vec::new()) });
+    let collector =
+        Arc::new(Collector { inner: data.cel_host(), out: Mutex::new(Vec::new()), reads: Mutex::new(Vec::new()) });
+    let resp = |status: Status, msg: String| {
+        let mut r = RuleResponse::new("", RuleType::Generation, status, msg);
+        r.clone_sources = collector.reads.lock().map(|r| r.clone()).unwrap_or_default();
+        r
+    };
     let mut vars = match crate::evaluate::cel_env(ctx, data, None, &[]) {
         Ok(v) => v,
         Err(e) => return resp(Status::Error, e),
@@ -483,7 +534,10 @@ pub(crate) fn generate(
             match downstream(item, &ns, policy, trigger, data) {
                 Ok(o) => objects.push(o),
                 Err(e) => {
-                    return resp(Status::Error, format!("failed to evaluate policy: failed to generate resources: {e}"));
+                    return resp(
+                        Status::Error,
+                        format!("failed to evaluate policy: failed to generate resources: {e}"),
+                    );
                 }
             }
             if objects.len() > MAX_GENERATED {
@@ -560,6 +614,9 @@ fn downstream(
         };
         put("app.kubernetes.io/managed-by", "kyverno".into());
         put("generate.kyverno.io/policy-name", policy.name.clone());
+        if policy.kind.is_namespaced() {
+            put("generate.kyverno.io/policy-namespace", policy.namespace.clone().unwrap_or_default());
+        }
         put("generate.kyverno.io/trigger-name", t("/metadata/name"));
         put("generate.kyverno.io/trigger-namespace", t("/metadata/namespace"));
         put("generate.kyverno.io/trigger-uid", t("/metadata/uid"));
@@ -584,6 +641,62 @@ mod tests {
         assert_eq!(segs, vec![(false, "a-".into()), (true, "variables.x + ')'".into()), (false, "-b ((c".into())]);
         assert!(scan("(( x ").unwrap_err().contains("missing closing"));
         assert!(scan("(( ))").unwrap_err().contains("empty placeholder"));
+    }
+
+    fn run_policy(doc: Value, trigger: Value) -> RuleResponse {
+        let p = compile_generating_policy(&doc).expect("compiles");
+        let set = crate::PolicySet::new(vec![Arc::new(p)], Vec::new());
+        let req = crate::Request::new("CREATE", &trigger);
+        let out = set.evaluate(&req, crate::Scope::ALL, &verno_jmespath::NoEnv, &crate::NoData, &mut ());
+        out.responses.into_iter().flat_map(|(_, r)| r.rules).next().expect("a rule response")
+    }
+
+    #[test]
+    fn generator_apply_places_objects_and_labels_them_as_kyverno() {
+        let doc = json!({"apiVersion": "policies.kyverno.io/v1", "kind": "GeneratingPolicy", "metadata": {"name": "g"},
+            "spec": {"matchConstraints": {"resourceRules": [{"apiGroups": [""], "apiVersions": ["v1"], "operations": ["CREATE"], "resources": ["namespaces"]}]},
+                "generate": [{"expression": "generator.Apply(object.metadata.name, [{'apiVersion': dyn('v1'), 'kind': dyn('ConfigMap'), 'metadata': dyn({'name': 'cm', 'namespace': 'elsewhere', 'ownerReferences': [{'uid': 'x'}]})}, {'apiVersion': dyn('rbac.authorization.k8s.io/v1'), 'kind': dyn('ClusterRole'), 'metadata': dyn({'name': 'role'})}])"}]}});
+        let ns = json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "team", "uid": "u-1"}});
+        let r = run_policy(doc, ns);
+        assert_eq!(r.status, Status::Pass, "{}", r.message);
+        let cm = &r.generated[0];
+        // Into the namespace given to Apply; owner references from another namespace dropped.
+        assert_eq!(cm["metadata"]["namespace"], "team");
+        assert!(cm["metadata"].get("ownerReferences").is_none());
+        assert_eq!(cm["metadata"]["labels"]["generate.kyverno.io/trigger-uid"], "u-1");
+        assert_eq!(cm["metadata"]["labels"]["generate.kyverno.io/policy-name"], "g");
+        // A cluster-scoped kind gets no namespace.
+        assert!(r.generated[1]["metadata"].get("namespace").is_none());
+    }
+
+    #[test]
+    fn generator_apply_arity_follows_the_kind() {
+        let doc = |kind: &str, expr: &str| {
+            json!({"apiVersion": "policies.kyverno.io/v1", "kind": kind, "metadata": {"name": "g", "namespace": "team"},
+                "spec": {"matchConstraints": {"resourceRules": [{"apiGroups": [""], "apiVersions": ["v1"], "operations": ["CREATE"], "resources": ["configmaps"]}]},
+                    "variables": [{"name": "objs", "expression": "[{'kind': dyn('ConfigMap')}]"}],
+                    "generate": [{"expression": expr}]}})
+        };
+        let one = "generator.apply(variables.objs)";
+        let two = "generator.Apply('ns', variables.objs)";
+        let e = compile_generating_policy(&doc("GeneratingPolicy", one)).expect_err("one argument is refused");
+        assert_eq!(e.path, "spec.generate[0].expression");
+        assert!(e.message.contains("takes 2 arguments in a GeneratingPolicy, not 1"), "{}", e.message);
+        assert!(compile_generating_policy(&doc("GeneratingPolicy", two)).is_ok());
+        assert!(compile_generating_policy(&doc("NamespacedGeneratingPolicy", one)).is_ok());
+        let e = compile_generating_policy(&doc("NamespacedGeneratingPolicy", two)).expect_err("two are refused");
+        assert!(e.message.contains("takes 1 argument in a NamespacedGeneratingPolicy, not 2"), "{}", e.message);
+    }
+
+    #[test]
+    fn a_failing_generate_expression_is_an_error_result() {
+        let doc = json!({"apiVersion": "policies.kyverno.io/v1", "kind": "GeneratingPolicy", "metadata": {"name": "g"},
+            "spec": {"matchConstraints": {"resourceRules": [{"apiGroups": [""], "apiVersions": ["v1"], "operations": ["CREATE"], "resources": ["namespaces"]}]},
+                "generate": [{"expression": "generator.Apply('x', [{'apiVersion': dyn('v1'), 'kind': dyn('ConfigMap'), 'metadata': dyn({'name': object.metadata.uid})}])"}]}});
+        let r = run_policy(doc, json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "team"}}));
+        assert_eq!(r.status, Status::Error);
+        assert!(r.message.starts_with("failed to evaluate policy:"), "{}", r.message);
+        assert!(r.generated.is_empty());
     }
 
     #[test]

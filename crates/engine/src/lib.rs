@@ -44,7 +44,7 @@ mod validate;
 mod verdict;
 mod vpol;
 
-pub use document::{Compiled, DocumentError, compile, compile_stored};
+pub use document::{Compiled, DocumentError, compile, compile_stored, generate_update_allowed};
 pub use error::{CompileError, EvalError};
 pub use evaluate::{Data, Loaded, NoData, Phase, Request};
 pub use images::image_info;

@@ -57,6 +57,12 @@ pub struct RuleResponse {
     /// were evaluated (Kyverno copies them into the report result's `properties`).
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub properties: Vec<(String, String)>,
+    /// Generate rules: where `clone` / `cloneList` read their sources — (apiVersion, kind,
+    /// namespace, name; no name for a `cloneList`) — also when a source was missing, so the
+    /// cluster controller can watch for it. A GeneratingPolicy's `resource.Get/List` reads are
+    /// listed with the plural resource in place of the kind.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub clone_sources: Vec<(String, String, String, String)>,
 }
 
 impl RuleResponse {
@@ -72,6 +78,7 @@ impl RuleResponse {
             synchronize: false,
             orphan_downstream: false,
             properties: Vec::new(),
+            clone_sources: Vec::new(),
         }
     }
 }

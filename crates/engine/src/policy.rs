@@ -583,6 +583,12 @@ pub struct CompiledException {
     /// the policy; its CEL reads them as `exceptions.allowedImages` / `.allowedValues`.
     pub allowed_images: Vec<String>,
     pub allowed_values: Vec<String>,
+    /// A CEL exception's `reportResult: pass`: the rule passes (reported as such) instead of
+    /// being skipped.
+    pub report_pass: bool,
+    /// The `polex.kyverno.io/priority` label: among several matching CEL exceptions, the
+    /// highest decides the result.
+    pub priority: i64,
 }
 
 impl CompiledException {
@@ -631,6 +637,8 @@ pub fn compile_exception(e: &PolicyException) -> Result<CompiledException, Compi
         pod_security: e.spec.pod_security.clone(),
         allowed_images: Vec::new(),
         allowed_values: Vec::new(),
+        report_pass: false,
+        priority: 0,
     })
 }
 
@@ -653,6 +661,8 @@ pub fn compile_cel_exception(doc: &Value) -> Result<CompiledException, CompileEr
         pod_security: Vec::new(),
         allowed_images: strings(e.spec.images.as_ref()),
         allowed_values: strings(e.spec.allowed_values.as_ref()),
+        report_pass: e.spec.report_result.as_ref().and_then(Value::as_str) == Some("pass"),
+        priority: e.metadata.labels.get("polex.kyverno.io/priority").and_then(|p| p.parse().ok()).unwrap_or(0),
     })
 }
 
