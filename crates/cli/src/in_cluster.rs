@@ -50,6 +50,12 @@ impl Serving for Webhook {
     fn set_scan_backlog(&self, n: usize) {
         self.0.set_scan_backlog(n);
     }
+    fn set_background_backlog(&self, n: usize) {
+        self.0.set_background_backlog(n);
+    }
+    fn background_work(&self, ok: bool) {
+        self.0.background_work(ok);
+    }
     fn scan_results(
         &self,
         kind: &str,

@@ -57,6 +57,13 @@ pub struct ServeArgs {
     /// PolicyReports (Kyverno's --backgroundScan).
     #[arg(long = "background-scan", default_value_t = true, action = clap::ArgAction::Set)]
     pub background_scan: bool,
+    /// In-cluster: the leader applies generate and mutate-existing rules (Kyverno's background
+    /// controller), level-based, without UpdateRequests.
+    #[arg(long = "background-controller", default_value_t = true, action = clap::ArgAction::Set)]
+    pub background_controller: bool,
+    /// In-cluster: the background controller's writes per second (creates, updates, deletes).
+    #[arg(long = "background-writes-per-second", default_value_t = 300.0)]
+    pub background_writes_per_second: f64,
     /// In-cluster: seconds between full rescans of every watched kind (Kyverno's
     /// --backgroundScanInterval, there an hour); 0, the default, evaluates only changes.
     #[arg(long = "background-scan-interval-seconds", default_value_t = 0)]
@@ -202,6 +209,11 @@ pub fn run(args: &ServeArgs) -> i32 {
         opts.background_scan = args.background_scan.then(|| verno_controller::scan::ScanOptions {
             rescan: (args.background_scan_interval_seconds > 0)
                 .then(|| Duration::from_secs(args.background_scan_interval_seconds)),
+            ..Default::default()
+        });
+        opts.background = args.background_controller.then(|| verno_controller::background::BackgroundOptions {
+            writes_per_second: args.background_writes_per_second.max(1.0),
+            burst: args.background_writes_per_second.max(1.0),
             ..Default::default()
         });
         opts.config_map = (!args.config_map.is_empty()).then(|| args.config_map.clone());

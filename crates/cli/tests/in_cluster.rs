@@ -890,3 +890,256 @@ async fn a_periodic_rescan_of_an_unchanged_cluster_writes_nothing() {
     assert_eq!(report_writes(&fake), writes, "a rescan of an unchanged cluster wrote reports");
     replica.controller.stop().await;
 }
+
+// ---- The background controller (issue 17): generate and mutate-existing, level-based ----
+
+fn secret_api(c: &kube::Client, ns: &str) -> Api<k8s_openapi::api::core::v1::Secret> {
+    Api::namespaced(c.clone(), ns)
+}
+
+async fn create_namespace(c: &kube::Client, name: &str, labels: Value) {
+    let api: Api<k8s_openapi::api::core::v1::Namespace> = Api::all(c.clone());
+    let ns = serde_json::from_value(
+        json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name, "labels": labels}}),
+    )
+    .unwrap();
+    api.create(&PostParams::default(), &ns).await.unwrap();
+}
+
+async fn secret_names(c: &kube::Client, ns: &str) -> Vec<String> {
+    let mut names: Vec<String> = secret_api(c, ns)
+        .list(&Default::default())
+        .await
+        .unwrap()
+        .items
+        .into_iter()
+        .filter_map(|s| s.metadata.name)
+        .collect();
+    names.sort();
+    names
+}
+
+/// Waits until the set in force holds `name` (its status says ready).
+async fn wait_ready(admin: &kube::Client, name: &str) {
+    eventually("the policy is ready", || async {
+        policy_api(admin).get(name).await.ok().filter(|p| p.data["status"]["ready"] == true)
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn deleting_one_clone_list_source_removes_only_its_own_copies() {
+    let (_fake, admin, replica) = setup().await;
+    create_namespace(&admin, "platform", json!({})).await;
+    for name in ["alpha", "beta"] {
+        let s = serde_json::from_value(json!({"metadata": {"name": name, "namespace": "platform", "labels": {"share": "yes"}}, "data": {"k": "dg=="}})).unwrap();
+        secret_api(&admin, "platform").create(&PostParams::default(), &s).await.unwrap();
+    }
+    apply_policy(&admin, &json!({"apiVersion": "kyverno.io/v1", "kind": "ClusterPolicy", "metadata": {"name": "share-secrets"},
+        "spec": {"rules": [{"name": "share", "match": {"any": [{"resources": {"kinds": ["Namespace"], "selector": {"matchLabels": {"team": "yes"}}}}]},
+            "generate": {"synchronize": true, "namespace": "{{request.object.metadata.name}}",
+                "cloneList": {"namespace": "platform", "kinds": ["v1/Secret"], "selector": {"matchLabels": {"share": "yes"}}}}}]}}).to_string()).await;
+    wait_ready(&admin, "share-secrets").await;
+    for ns in ["team-1", "team-2"] {
+        create_namespace(&admin, ns, json!({"team": "yes"})).await;
+    }
+    for ns in ["team-1", "team-2"] {
+        eventually("both copies", || async { (secret_names(&admin, ns).await == ["alpha", "beta"]).then_some(()) })
+            .await;
+    }
+    secret_api(&admin, "platform").delete("alpha", &DeleteParams::default()).await.unwrap();
+    for ns in ["team-1", "team-2"] {
+        eventually("alpha's copy gone", || async { (secret_names(&admin, ns).await == ["beta"]).then_some(()) }).await;
+    }
+    // And it stays that way: beta's copies are left alone.
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    assert_eq!(secret_names(&admin, "team-1").await, ["beta"]);
+    assert_eq!(secret_names(&admin, "team-2").await, ["beta"]);
+    replica.controller.stop().await;
+}
+
+const DATA_SYNC: &str = r#"{"apiVersion": "kyverno.io/v1", "kind": "ClusterPolicy", "metadata": {"name": "team-credentials"},
+  "spec": {"rules": [{"name": "cred", "match": {"any": [{"resources": {"kinds": ["ConfigMap"], "selector": {"matchLabels": {"wants": "cred"}}}}]},
+    "generate": {"synchronize": true, "apiVersion": "v1", "kind": "Secret",
+      "name": "{{request.object.metadata.namespace}}-cred", "namespace": "shared",
+      "data": {"data": {"team": "{{ base64_encode(request.object.metadata.namespace) }}"}}}}]}}"#;
+
+async fn trigger_cm(c: &kube::Client, ns: &str, extra: Value) {
+    let cm: ConfigMap = serde_json::from_value(
+        json!({"metadata": {"name": "trigger", "namespace": ns, "labels": {"wants": "cred"}, "annotations": extra}}),
+    )
+    .unwrap();
+    Api::<ConfigMap>::namespaced(c.clone(), ns)
+        .patch("trigger", &PatchParams::apply("kubectl").force(), &Patch::Apply(&cm))
+        .await
+        .unwrap();
+}
+
+#[tokio::test]
+async fn a_no_op_trigger_update_never_deletes_and_a_namespace_deletion_touches_only_its_own() {
+    let (fake, admin, replica) = setup().await;
+    create_namespace(&admin, "shared", json!({})).await;
+    apply_policy(&admin, DATA_SYNC).await;
+    wait_ready(&admin, "team-credentials").await;
+    for ns in ["team-1", "team-2"] {
+        create_namespace(&admin, ns, json!({})).await;
+        trigger_cm(&admin, ns, json!({})).await;
+    }
+    eventually("both credentials", || async {
+        (secret_names(&admin, "shared").await == ["team-1-cred", "team-2-cred"]).then_some(())
+    })
+    .await;
+    let uid = secret_api(&admin, "shared").get("team-1-cred").await.unwrap().metadata.uid;
+    let deletes = |fake: &FakeApiServer| {
+        fake.writes().iter().filter(|w| w.method == "DELETE" && w.path.contains("/secrets")).count()
+    };
+    // No-op and unrelated updates of the trigger: nothing is deleted or recreated.
+    trigger_cm(&admin, "team-1", json!({})).await;
+    trigger_cm(&admin, "team-1", json!({"note": "unrelated"})).await;
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    assert_eq!(secret_api(&admin, "shared").get("team-1-cred").await.unwrap().metadata.uid, uid);
+    assert_eq!(deletes(&fake), 0);
+    // A synchronized downstream edited by hand is put back.
+    let mut edited = secret_api(&admin, "shared").get("team-1-cred").await.unwrap();
+    edited.data = Some(std::collections::BTreeMap::from([("team".into(), k8s_openapi::ByteString(b"other".to_vec()))]));
+    secret_api(&admin, "shared").replace("team-1-cred", &PostParams::default(), &edited).await.unwrap();
+    eventually("the edit reverted", || async {
+        let s = secret_api(&admin, "shared").get("team-1-cred").await.ok()?;
+        (s.data?.get("team")?.0 == b"team-1").then_some(())
+    })
+    .await;
+    // The trigger stops matching: its downstream goes, the other stays.
+    let cm: ConfigMap = serde_json::from_value(
+        json!({"metadata": {"name": "trigger", "namespace": "team-2", "labels": {"wants": "nothing"}}}),
+    )
+    .unwrap();
+    Api::<ConfigMap>::namespaced(admin.clone(), "team-2")
+        .replace("trigger", &PostParams::default(), &{
+            let mut cur = Api::<ConfigMap>::namespaced(admin.clone(), "team-2").get("trigger").await.unwrap();
+            cur.metadata.labels = cm.metadata.labels;
+            cur
+        })
+        .await
+        .unwrap();
+    eventually("team-2's credential deleted", || async {
+        (secret_names(&admin, "shared").await == ["team-1-cred"]).then_some(())
+    })
+    .await;
+    trigger_cm(&admin, "team-2", json!({})).await;
+    eventually("team-2's credential back", || async {
+        (secret_names(&admin, "shared").await == ["team-1-cred", "team-2-cred"]).then_some(())
+    })
+    .await;
+    // Deleting team-1 (and with it its trigger) deletes team-1's credential only.
+    Api::<k8s_openapi::api::core::v1::Namespace>::all(admin.clone())
+        .delete("team-1", &DeleteParams::default())
+        .await
+        .unwrap();
+    eventually("team-1's credential deleted", || async {
+        (secret_names(&admin, "shared").await == ["team-2-cred"]).then_some(())
+    })
+    .await;
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    assert_eq!(secret_names(&admin, "shared").await, ["team-2-cred"]);
+    // Deleting the synchronized policy deletes what it generated.
+    policy_api(&admin).delete("team-credentials", &DeleteParams::default()).await.unwrap();
+    eventually("every credential deleted", || async { secret_names(&admin, "shared").await.is_empty().then_some(()) })
+        .await;
+    let metrics = replica.server.metrics_text();
+    assert!(metrics.lines().any(|l| l.starts_with("verno_background_work_total{result=\"done\"}")), "{metrics}");
+    replica.controller.stop().await;
+}
+
+#[tokio::test]
+async fn a_leader_change_during_a_fan_out_ends_with_every_downstream_exactly_once() {
+    let (fake, admin, first) = setup().await;
+    create_namespace(&admin, "shared", json!({})).await;
+    apply_policy(&admin, DATA_SYNC).await;
+    wait_ready(&admin, "team-credentials").await;
+    const N: usize = 150;
+    let creates = futures_util::future::join_all((0..N).map(|i| {
+        let admin = admin.clone();
+        async move {
+            let ns = format!("fan-{i}");
+            create_namespace(&admin, &ns, json!({})).await;
+            trigger_cm(&admin, &ns, json!({})).await;
+        }
+    }));
+    creates.await;
+    // The leader dies while it works through the fan-out.
+    eventually("some credentials", || async { (secret_names(&admin, "shared").await.len() >= 10).then_some(()) }).await;
+    first.controller.abort();
+    let second = start_replica(&fake, "verno-1").await;
+    let names = eventually("every credential", || async {
+        let n = secret_names(&admin, "shared").await;
+        (n.len() == N).then_some(n)
+    })
+    .await;
+    let expected: std::collections::BTreeSet<String> = (0..N).map(|i| format!("fan-{i}-cred")).collect();
+    assert_eq!(names.into_iter().collect::<std::collections::BTreeSet<_>>(), expected);
+    // Exactly once: no downstream was deleted and created again, none twice.
+    let secret_writes: Vec<_> =
+        fake.writes().into_iter().filter(|w| w.path.starts_with("/api/v1/namespaces/shared/secrets")).collect();
+    assert!(
+        secret_writes.iter().all(|w| w.method == "POST"),
+        "{:?}",
+        secret_writes.iter().map(|w| &w.method).collect::<Vec<_>>()
+    );
+    second.controller.stop().await;
+}
+
+#[tokio::test]
+async fn generating_policies_and_mutate_existing_policies_act_in_the_cluster() {
+    let (_fake, admin, replica) = setup().await;
+    let gpol = json!({"apiVersion": "policies.kyverno.io/v1", "kind": "GeneratingPolicy", "metadata": {"name": "quota"},
+        "spec": {"evaluation": {"synchronize": {"enabled": true}},
+            "matchConstraints": {"resourceRules": [{"apiGroups": [""], "apiVersions": ["v1"], "operations": ["CREATE"], "resources": ["namespaces"]}]},
+            "matchConditions": [{"name": "team", "expression": "has(object.metadata.labels) && 'team' in object.metadata.labels"}],
+            "generate": [{"expression": "generator.Apply(object.metadata.name, [{'apiVersion': dyn('v1'), 'kind': dyn('ConfigMap'), 'metadata': dyn({'name': 'team-info'}), 'data': dyn({'team': object.metadata.labels['team']})}])"}]}});
+    let gpols: Api<DynamicObject> =
+        Api::all_with(admin.clone(), &policies::resource(verno_engine::Kind::GeneratingPolicy));
+    gpols.patch("quota", &PatchParams::apply("kubectl").force(), &Patch::Apply(&gpol)).await.unwrap();
+    eventually("the GeneratingPolicy is ready", || async {
+        gpols.get("quota").await.ok().filter(|p| p.data["status"]["conditionStatus"]["ready"] == true)
+    })
+    .await;
+    create_namespace(&admin, "blue", json!({"team": "blue"})).await;
+    let cms: Api<ConfigMap> = Api::namespaced(admin.clone(), "blue");
+    let cm = eventually("the generated ConfigMap", || async { cms.get("team-info").await.ok() }).await;
+    assert_eq!(cm.data.unwrap()["team"], "blue");
+    let labels = cm.metadata.labels.unwrap();
+    assert_eq!(labels["generate.kyverno.io/policy-name"], "quota");
+    assert_eq!(labels["generate.kyverno.io/trigger-kind"], "Namespace");
+    // Deleted by hand: put back (synchronize).
+    cms.delete("team-info", &DeleteParams::default()).await.unwrap();
+    eventually("the ConfigMap regenerated", || async { cms.get("team-info").await.ok() }).await;
+
+    // A MutatingPolicy that labels existing ConfigMaps of a namespace when a ServiceAccount is
+    // created there.
+    let mpol = json!({"apiVersion": "policies.kyverno.io/v1", "kind": "MutatingPolicy", "metadata": {"name": "touch"},
+        "spec": {"evaluation": {"mutateExisting": {"enabled": true}},
+            "matchConstraints": {"resourceRules": [{"apiGroups": [""], "apiVersions": ["v1"], "operations": ["CREATE"], "resources": ["serviceaccounts"]}]},
+            "targetMatchConstraints": {"resourceRules": [{"apiGroups": [""], "apiVersions": ["v1"], "operations": ["CREATE", "UPDATE"], "resources": ["configmaps"]}]},
+            "targetMatchConditions": [{"name": "same-namespace", "expression": "object.metadata.namespace == 'blue'"}],
+            "mutations": [{"patchType": "ApplyConfiguration", "applyConfiguration": {"expression": "Object{metadata: Object.metadata{labels: Object.metadata.labels{touched: \"yes\"}}}"}}]}});
+    let mpols: Api<DynamicObject> =
+        Api::all_with(admin.clone(), &policies::resource(verno_engine::Kind::MutatingPolicy));
+    mpols.patch("touch", &PatchParams::apply("kubectl").force(), &Patch::Apply(&mpol)).await.unwrap();
+    eventually("the MutatingPolicy is ready", || async {
+        mpols.get("touch").await.ok().filter(|p| p.data["status"]["conditionStatus"]["ready"] == true)
+    })
+    .await;
+    let sa = serde_json::from_value(json!({"metadata": {"name": "go", "namespace": "blue"}})).unwrap();
+    Api::<k8s_openapi::api::core::v1::ServiceAccount>::namespaced(admin.clone(), "blue")
+        .create(&PostParams::default(), &sa)
+        .await
+        .unwrap();
+    eventually("the existing ConfigMap labelled", || async {
+        cms.get("team-info")
+            .await
+            .ok()
+            .filter(|c| c.metadata.labels.as_ref().is_some_and(|l| l.get("touched").is_some_and(|v| v == "yes")))
+    })
+    .await;
+    replica.controller.stop().await;
+}

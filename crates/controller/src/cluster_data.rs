@@ -66,7 +66,7 @@ impl verno_cel::Host for ClusterData {
 
     fn resource_list(&self, api_version: &str, resource: &str, namespace: &str) -> Result<Vec<Value>, String> {
         let l = self.call("GET", &format!("{}?limit=500", resource_path(api_version, resource, namespace)), None)?;
-        Ok(l.get("items").and_then(Value::as_array).cloned().unwrap_or_default())
+        Ok(typed_items(&l))
     }
 
     fn authorize(&self, review: &Value) -> Result<Value, String> {
@@ -78,6 +78,25 @@ impl verno_cel::Host for ClusterData {
     fn now(&self) -> Option<i64> {
         Some(chrono::Utc::now().timestamp())
     }
+}
+
+/// A list's items with their `apiVersion` and `kind` (the API server leaves them out of each
+/// item; Kubernetes' dynamic client puts them back, and policies read them).
+fn typed_items(list: &Value) -> Vec<Value> {
+    let api_version = list.get("apiVersion").cloned().unwrap_or(Value::Null);
+    let kind = list.get("kind").and_then(Value::as_str).and_then(|k| k.strip_suffix("List")).map(str::to_string);
+    let mut items = list.get("items").and_then(Value::as_array).cloned().unwrap_or_default();
+    for i in &mut items {
+        if let Some(o) = i.as_object_mut() {
+            if !o.contains_key("apiVersion") && !api_version.is_null() {
+                o.insert("apiVersion".into(), api_version.clone());
+            }
+            if let (false, Some(k)) = (o.contains_key("kind"), &kind) {
+                o.insert("kind".into(), Value::String(k.clone()));
+            }
+        }
+    }
+    items
 }
 
 /// The API path of a resource's objects (`resource` is the plural).
@@ -105,12 +124,22 @@ impl Data for ClusterData {
     }
 
     fn list(&self, api_version: &str, kind: &str, namespace: &str) -> Vec<Value> {
-        let api_version = if api_version.is_empty() { "v1" } else { api_version };
+        // Any version (`*`, as mutate-existing targets may say): the core group's `v1` (no
+        // discovery here).
+        let api_version = if api_version.is_empty() || api_version == "*" { "v1" } else { api_version };
         // One page: lists are bounded by the response limit of `call`.
         match self.call("GET", &format!("{}?limit=500", collection(api_version, kind, namespace)), None) {
-            Ok(l) => l.get("items").and_then(Value::as_array).cloned().unwrap_or_default(),
+            Ok(l) => typed_items(&l),
             Err(_) => Vec::new(),
         }
+    }
+
+    fn resource_objects(&self, api_version: &str, resource: &str, namespace: &str) -> Vec<Value> {
+        if resource.contains('*') || api_version.contains('*') {
+            // Wildcards need discovery; a MutatingPolicy's targets name their resources.
+            return Vec::new();
+        }
+        verno_cel::Host::resource_list(self, api_version, resource, namespace).unwrap_or_default()
     }
 
     fn config_map(&self, namespace: &str, name: &str) -> Loaded {

@@ -9,6 +9,7 @@
 //! The engine and admission server are unchanged: this crate only feeds them from the API.
 
 pub mod access;
+pub mod background;
 pub mod certs;
 pub mod cluster_data;
 pub mod crds;
@@ -42,7 +43,7 @@ use tokio::task::JoinHandle;
 use verno_engine::{Kind, NamespaceLabels};
 
 /// The kinds Verno watches and puts in force by default.
-pub const WATCHED: [Kind; 8] = [
+pub const WATCHED: [Kind; 10] = [
     Kind::ClusterPolicy,
     Kind::Policy,
     Kind::PolicyException,
@@ -50,6 +51,8 @@ pub const WATCHED: [Kind; 8] = [
     Kind::NamespacedValidatingPolicy,
     Kind::MutatingPolicy,
     Kind::NamespacedMutatingPolicy,
+    Kind::GeneratingPolicy,
+    Kind::NamespacedGeneratingPolicy,
     Kind::CelPolicyException,
 ];
 
@@ -128,6 +131,9 @@ pub struct Options {
     /// Background scans by the leader (Kyverno's `--backgroundScan`); `None` turns them off.
     /// With scans on, admission results of background-scanned policies are left to the scan.
     pub background_scan: Option<scan::ScanOptions>,
+    /// The background controller (generate, mutate-existing) on the leader; `None` turns it
+    /// off.
+    pub background: Option<background::BackgroundOptions>,
     /// Reports are `openreports.io/v1alpha1` Reports (Kyverno's `--openreportsEnabled`).
     pub openreports: bool,
     /// Event reasons never written (Kyverno's `--omitEvents`).
@@ -164,6 +170,7 @@ impl Options {
             max_queued_events: 1000,
             admission_reports: Some(reports::Limits::default()),
             background_scan: Some(scan::ScanOptions::default()),
+            background: Some(background::BackgroundOptions::default()),
             openreports: false,
             omit_events: ["PolicyApplied", "PolicySkipped"].into_iter().map(str::to_string).collect(),
             config_map: None,
@@ -368,6 +375,17 @@ pub async fn start(client: kube::Client, server: Arc<dyn Serving>, opts: Options
                 events::Sources { stores, config: config_rx },
                 server.clone(),
                 opts.event_limits,
+                stop_rx.clone(),
+            )));
+        }
+        // The background controller (leader only): generate and mutate-existing.
+        if let Some(bg) = opts.background {
+            tasks.push(tokio::spawn(background::run(
+                client.clone(),
+                server.clone(),
+                installed_rx.clone(),
+                leader_rx.clone(),
+                bg,
                 stop_rx.clone(),
             )));
         }

@@ -13,9 +13,14 @@
 use crate::probe::{PROBE_LABEL, VERIFY_PATH};
 use crate::webhooks::{CEL_RESOURCES, MONITOR, MUTATING_CONFIG, POLICY_ENTRIES, POLICY_VALIDATE, VALIDATING_CONFIG};
 
+/// The ClusterRole aggregating the background controller's permissions.
+pub const BACKGROUND_ROLE: &str = "verno:background-controller";
+
 /// The `status` subresources of the CEL policy kinds Verno writes.
-const CEL_STATUS: [&str; 4] = [
+const CEL_STATUS: [&str; 6] = [
+    "generatingpolicies/status",
     "mutatingpolicies/status",
+    "namespacedgeneratingpolicies/status",
     "namespacedmutatingpolicies/status",
     "namespacedvalidatingpolicies/status",
     "validatingpolicies/status",
@@ -64,6 +69,9 @@ pub struct Values {
     pub admission_reports: bool,
     /// Kyverno's `openreports.enabled` (`--openreports`).
     pub openreports: bool,
+    /// Kyverno's `backgroundController.enabled` (`--background-controller`): generate and
+    /// mutate-existing rules applied by the leader.
+    pub background_controller: bool,
 }
 
 impl Default for Values {
@@ -88,6 +96,7 @@ impl Default for Values {
             background_scan: true,
             admission_reports: true,
             openreports: false,
+            background_controller: true,
         }
     }
 }
@@ -100,7 +109,7 @@ pub const CLUSTER_ROLE: &str = "verno:admission-controller";
 pub const OPT_OUT_LABEL: &str = "verno.io/ignore";
 
 /// Chart values `verno manifests` renders the same way the chart does.
-const KNOWN: &str = "admissionController.replicas, admissionController.rbac.createViewRoleBinding, admissionController.rbac.viewRoleName, image.repository, image.tag, config.webhooks.failTimeoutSeconds, config.webhooks.ignoreTimeoutSeconds, config.webhooks.namespaceSelector, config.webhooks.objectSelector, config.matchConditions, config.excludedNamespaces, config.name, config.generateSuccessEvents, config.successEventActions, features.omitEvents.eventTypes, features.backgroundScan.enabled, features.admissionReports.enabled, openreports.enabled";
+const KNOWN: &str = "admissionController.replicas, admissionController.rbac.createViewRoleBinding, admissionController.rbac.viewRoleName, image.repository, image.tag, config.webhooks.failTimeoutSeconds, config.webhooks.ignoreTimeoutSeconds, config.webhooks.namespaceSelector, config.webhooks.objectSelector, config.matchConditions, config.excludedNamespaces, config.name, config.generateSuccessEvents, config.successEventActions, features.omitEvents.eventTypes, features.backgroundScan.enabled, features.admissionReports.enabled, openreports.enabled, backgroundController.enabled";
 /// Chart values for objects `verno manifests` does not render (the ServiceMonitor needs the
 /// Prometheus Operator's CRD), or whose chart defaults it renders as they are.
 const CHART_ONLY: &[&str] = &[
@@ -275,6 +284,7 @@ impl Values {
             "features.backgroundScan.enabled" => self.background_scan = boolean(v)?,
             "features.admissionReports.enabled" => self.admission_reports = boolean(v)?,
             "openreports.enabled" => self.openreports = boolean(v)?,
+            "backgroundController.enabled" => self.background_controller = boolean(v)?,
             other if CHART_ONLY.iter().any(|p| other == *p || (p.ends_with('.') && other.starts_with(p))) => {
                 return Ok(Some(format!(
                     "{other} is used by the Helm chart only; verno manifests renders the chart's default"
@@ -425,6 +435,20 @@ pub fn render(v: &Values) -> Vec<Value> {
             "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": CLUSTER_ROLE},
             "subjects": [{"kind": "ServiceAccount", "name": SERVICE_ACCOUNT, "namespace": ns}]}),
     ]);
+    // The background controller creates, updates and deletes what generate and mutate-existing
+    // rules name. As Kyverno's chart, the permissions come from ClusterRoles the user labels
+    // `rbac.kyverno.io/aggregate-to-background-controller: "true"` (so the ones written for
+    // Kyverno work unchanged), aggregated into one role bound to Verno's account.
+    docs.extend([
+        json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole", "metadata": {"name": BACKGROUND_ROLE, "labels": labels()},
+            "aggregationRule": {"clusterRoleSelectors": [
+                {"matchLabels": {"rbac.kyverno.io/aggregate-to-background-controller": "true"}},
+                {"matchLabels": {"rbac.verno.io/aggregate-to-background-controller": "true"}}]},
+            "rules": []}),
+        json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding", "metadata": {"name": BACKGROUND_ROLE, "labels": labels()},
+            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": BACKGROUND_ROLE},
+            "subjects": [{"kind": "ServiceAccount", "name": SERVICE_ACCOUNT, "namespace": ns}]}),
+    ]);
     if v.view_role_binding {
         // Read access for background scans (the policies' RBACPermissionsGranted condition).
         docs.push(json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding", "metadata": {"name": format!("{CLUSTER_ROLE}:view"), "labels": labels()},
@@ -468,7 +492,7 @@ pub fn render(v: &Values) -> Vec<Value> {
                             "args": ["serve", "--kube", "--service", SERVICE, "--deployment", DEPLOYMENT, "--owner-cluster-role", CLUSTER_ROLE,
                         "--config-map", v.config_name, "--omit-events", v.omit_events.join(","),
                         "--background-scan", v.background_scan.to_string(), "--admission-reports", v.admission_reports.to_string(),
-                        "--openreports", v.openreports.to_string()],
+                        "--openreports", v.openreports.to_string(), "--background-controller", v.background_controller.to_string()],
                             "env": [
                                 {"name": "POD_NAME", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}},
                                 {"name": "POD_NAMESPACE", "valueFrom": {"fieldRef": {"fieldPath": "metadata.namespace"}}},

@@ -100,7 +100,7 @@ fn hash_of(v: &impl Hash) -> u64 {
 
 /// Hashes a JSON value; with `top` the object's `status` and bookkeeping metadata are left
 /// out (what Kyverno's resource hash leaves out: policies see neither).
-fn hash_json(v: &Value, h: &mut DefaultHasher, top: bool) {
+pub(crate) fn hash_json(v: &Value, h: &mut DefaultHasher, top: bool) {
     match v {
         Value::Null => 0u8.hash(h),
         Value::Bool(b) => (1u8, b).hash(h),
@@ -138,7 +138,7 @@ fn hash_json(v: &Value, h: &mut DefaultHasher, top: bool) {
     }
 }
 
-fn object_hash(o: &Value) -> u64 {
+pub(crate) fn object_hash(o: &Value) -> u64 {
     let mut h = DefaultHasher::new();
     hash_json(o, &mut h, true);
     // 0 means "not evaluated yet".
@@ -240,16 +240,16 @@ struct Watch {
 
 type WatchEvent = (u32, u64, watcher::Event<DynamicObject>);
 
-struct Bucket {
-    tokens: f64,
-    at: Instant,
-    per_second: f64,
-    burst: f64,
+pub(crate) struct Bucket {
+    pub(crate) tokens: f64,
+    pub(crate) at: Instant,
+    pub(crate) per_second: f64,
+    pub(crate) burst: f64,
 }
 
 impl Bucket {
     /// Waits until a write may go.
-    async fn take(&mut self) {
+    pub(crate) async fn take(&mut self) {
         loop {
             let now = Instant::now();
             self.tokens = (self.tokens + now.duration_since(self.at).as_secs_f64() * self.per_second).min(self.burst);
@@ -1036,8 +1036,8 @@ struct Scanned {
 }
 
 /// The clock, randomness and deadline of a scan evaluation.
-struct ScanEnv {
-    cancel: Arc<AtomicBool>,
+pub(crate) struct ScanEnv {
+    pub(crate) cancel: Arc<AtomicBool>,
 }
 
 impl verno_jmespath::Env for ScanEnv {
@@ -1058,7 +1058,7 @@ impl verno_jmespath::Env for ScanEnv {
 
 /// The listable, watchable resources of `scope` (a policy's match): its group (any with `*`),
 /// its version (the group's preferred one with `*`), its kind or resource (globs allowed).
-fn resolve(d: &Discovery, scope: &verno_engine::WebhookScope) -> Vec<(ApiResource, ApiCapabilities)> {
+pub(crate) fn resolve(d: &Discovery, scope: &verno_engine::WebhookScope) -> Vec<(ApiResource, ApiCapabilities)> {
     let mut out = Vec::new();
     for g in d.groups() {
         if scope.group != "*" && scope.group != g.name() {

@@ -41,6 +41,14 @@ pub trait Serving: Send + Sync + 'static {
     fn report_written(&self, bytes: u64);
     /// How many objects' background scan results wait to be written.
     fn set_scan_backlog(&self, n: usize);
+    /// How many triggers wait for the background controller.
+    fn set_background_backlog(&self, n: usize) {
+        let _ = n;
+    }
+    /// One trigger converged (`true`) or failed (`false`) by the background controller.
+    fn background_work(&self, ok: bool) {
+        let _ = ok;
+    }
     /// The rule results of one background scan evaluation of a `kind` object in `namespace`
     /// (Kyverno's policy results metric, `rule_execution_cause="background_scan"`).
     fn scan_results(&self, kind: &str, namespace: &str, set: &PolicySet, responses: &[(usize, PolicyResponse)]);

@@ -17,8 +17,10 @@ use verno_engine::RuleBody;
 use verno_engine::{Hook, Kind, PolicySet, fail_closed};
 
 /// The `policies.kyverno.io` resources Verno serves and validates.
-pub const CEL_RESOURCES: [&str; 5] = [
+pub const CEL_RESOURCES: [&str; 7] = [
+    "generatingpolicies",
     "mutatingpolicies",
+    "namespacedgeneratingpolicies",
     "namespacedmutatingpolicies",
     "namespacedvalidatingpolicies",
     "policyexceptions",
@@ -234,11 +236,12 @@ pub fn desired_rules(set: &PolicySet) -> BTreeMap<&'static str, Vec<Value>> {
             (entry, rules)
         })
         .collect();
-    // Verno's own kinds, validated on write.
+    // Verno's own kinds, validated on write, in every version they are served in (`v2beta1`,
+    // `v1beta1` … manifests keep working, and are validated the same).
     out.insert(POLICY_VALIDATE, vec![
-        json!({"apiGroups": ["kyverno.io"], "apiVersions": ["v1"], "operations": ["CREATE", "UPDATE"], "resources": ["clusterpolicies", "policies"], "scope": "*"}),
-        json!({"apiGroups": ["kyverno.io"], "apiVersions": ["v2"], "operations": ["CREATE", "UPDATE"], "resources": ["policyexceptions"], "scope": "*"}),
-        json!({"apiGroups": ["policies.kyverno.io"], "apiVersions": ["v1"], "operations": ["CREATE", "UPDATE"], "resources": CEL_RESOURCES, "scope": "*"}),
+        json!({"apiGroups": ["kyverno.io"], "apiVersions": ["*"], "operations": ["CREATE", "UPDATE"], "resources": ["clusterpolicies", "policies"], "scope": "*"}),
+        json!({"apiGroups": ["kyverno.io"], "apiVersions": ["*"], "operations": ["CREATE", "UPDATE"], "resources": ["policyexceptions"], "scope": "*"}),
+        json!({"apiGroups": ["policies.kyverno.io"], "apiVersions": ["*"], "operations": ["CREATE", "UPDATE"], "resources": CEL_RESOURCES, "scope": "*"}),
     ]);
     // The probe's entry (its namespace and object selectors narrow it to the probe Lease).
     out.insert(MONITOR, vec![json!({"apiGroups": ["coordination.k8s.io"], "apiVersions": ["v1"], "operations": ["UPDATE"], "resources": ["leases"], "scope": "Namespaced"})]);

@@ -313,7 +313,14 @@ pub fn validate_policy_review(review: &AdmissionReview) -> AdmissionReview {
     let req = review.request.as_ref().unwrap_or(&empty);
     let error = match (Kind::of(&req.kind.api_version(), &req.kind.kind), req.object.is_object()) {
         (Some(kind), true) if !kind.is_binding() => {
-            verno_engine::compile_stored(kind, &req.kind.api_version(), &req.object).err().map(|e| e.with_path())
+            verno_engine::compile_stored(kind, &req.kind.api_version(), &req.object)
+                .err()
+                .map(|e| e.with_path())
+                .or_else(|| {
+                    (req.operation == "UPDATE" && req.old_object.is_object())
+                        .then(|| verno_engine::generate_update_allowed(&req.old_object, &req.object).err())
+                        .flatten()
+                })
         }
         _ => None,
     };

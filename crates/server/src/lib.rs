@@ -440,6 +440,17 @@ impl Running {
         self.state.metrics.scan_backlog.set(i64::try_from(n).unwrap_or(i64::MAX));
     }
 
+    /// How many triggers wait for the background controller.
+    pub fn set_background_backlog(&self, n: usize) {
+        self.state.metrics.background_backlog.set(i64::try_from(n).unwrap_or(i64::MAX));
+    }
+
+    /// Counts one trigger the background controller converged (or failed to).
+    pub fn background_work(&self, ok: bool) {
+        let result = if ok { "done" } else { "failed" };
+        self.state.metrics.background_work.get_or_create(&vec![("result", result)]).inc();
+    }
+
     /// Records the rule results of a background scan evaluation.
     pub fn scan_results(
         &self,

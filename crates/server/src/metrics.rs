@@ -261,6 +261,10 @@ pub struct Metrics {
     pub report_write_bytes: Counter,
     /// Objects whose background scan results wait to be written.
     pub scan_backlog: prometheus_client::metrics::gauge::Gauge,
+    /// Triggers the background controller has yet to work on (generate, mutate-existing).
+    pub background_backlog: prometheus_client::metrics::gauge::Gauge,
+    /// Triggers the background controller worked on, by result (`done`, `failed`).
+    pub background_work: Family<Vec<(&'static str, &'static str)>, Counter>,
 }
 
 impl Default for Metrics {
@@ -317,8 +321,22 @@ impl Default for Metrics {
             "Objects whose background scan results wait to be written (failed or paced writes)",
             scan_backlog.clone(),
         );
+        let background_backlog = prometheus_client::metrics::gauge::Gauge::default();
+        registry.register(
+            "verno_background_backlog",
+            "Triggers whose generate or mutate-existing work waits (queued or backing off)",
+            background_backlog.clone(),
+        );
+        let background_work = Family::<Vec<(&'static str, &'static str)>, Counter>::default();
+        registry.register(
+            "verno_background_work",
+            "Triggers the background controller converged (result=done) or failed to (result=failed)",
+            background_work.clone(),
+        );
         Metrics {
             registry,
+            background_backlog,
+            background_work,
             policy_info,
             names: Mutex::new(HashMap::new()),
             requests,

@@ -1,0 +1,1170 @@
+//! The background controller: generate rules (ClusterPolicy/Policy `data`, `clone`,
+//! `cloneList`, `foreach`; GeneratingPolicy) and mutate-existing rules (ClusterPolicy `targets`,
+//! MutatingPolicy `mutateExisting`) applied in the cluster by the leader.
+//!
+//! How it differs from Kyverno's UpdateRequest pipeline (`../shared/research/controllers.md`
+//! §B), whose failure modes users report:
+//!
+//! - **Level-based, no UpdateRequests.** Nothing is persisted as a work item. The leader
+//!   watches the kinds the policies' rules match (the triggers, listed in pages), the objects
+//!   it generated (label-selected: `generate.kyverno.io/policy-name`) and the namespaces its
+//!   clone sources live in. For each trigger it recomputes through the engine's front door
+//!   ([`Scope::APPLY`]) what should exist, compares with what does, and writes only the
+//!   difference. A restart or a leader change re-lists and converges; a 1,000-namespace
+//!   fan-out interrupted half-way is finished by the next leader, each object exactly once
+//!   (creates are by name; an existing one is compared, not created again).
+//! - **Bounded.** One in-memory queue of trigger keys (deduplicated), a bounded channel from
+//!   the watchers, retries with exponential backoff (1 s → 5 min, at most 10 attempts per
+//!   change), writes paced by a token bucket.
+//! - **Deletes are narrow.** A downstream is deleted only for its own (policy, rule,
+//!   trigger uid): a trigger deleted, a trigger that no longer matches (its conditions or
+//!   labels changed — never its operation, so a no-op update deletes nothing), a synchronized
+//!   rule or policy removed (unless `orphanDownstreamOnPolicyDelete`), or a clone source gone
+//!   (only that source's copies, also for `cloneList`). Nothing is deleted while the watch of
+//!   the downstream kind has not finished its first list.
+//!
+//! When a trigger is acted on, as Kyverno: a trigger admitted while the policy is in force
+//! (created or changed after the policy: a watch event, or a creation timestamp not older
+//! than the policy's), every existing trigger with `generateExisting` (and, for mutate-
+//! existing, `mutateExistingOnPolicyUpdate`), and with `synchronize` every trigger that
+//! already has downstream objects (so a policy edit reaches them).
+//!
+//! Not yet: sources read through a GeneratingPolicy's `resource.*` calls are not watched (a
+//! change reaches their copies on the trigger's next event or a policy change); rules that
+//! generate on trigger DELETE; downstream kinds this leader has not generated yet are not
+//! looked at when a policy is deleted; no policy status or events on failure (logged and
+//! counted).
+
+use crate::scan::{Bucket, ScanEnv};
+use crate::serving::Serving;
+use futures_util::StreamExt;
+use kube::api::{Api, DeleteParams, DynamicObject, Patch, PatchParams, PostParams};
+use kube::discovery::{ApiResource, Discovery, Scope as DiscoveryScope};
+use kube::runtime::{WatchStreamExt, watcher};
+use serde_json::Value;
+use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
+use std::sync::Arc;
+use std::sync::atomic::AtomicBool;
+use std::time::Duration;
+use tokio::sync::{mpsc, watch};
+use tokio::task::JoinHandle;
+use tokio::time::Instant;
+use verno_engine::{PolicySet, Request, RuleType, Scope, Status};
+
+/// How the background controller runs.
+#[derive(Debug, Clone, Copy)]
+pub struct BackgroundOptions {
+    pub page_size: u32,
+    /// Sustained writes per second and the burst after a quiet spell.
+    pub writes_per_second: f64,
+    pub burst: f64,
+    /// The longest one trigger's evaluation may take.
+    pub deadline: Duration,
+    /// Attempts per trigger change before it is given up (logged and counted).
+    pub max_attempts: u32,
+}
+
+impl Default for BackgroundOptions {
+    fn default() -> Self {
+        BackgroundOptions {
+            page_size: 500,
+            writes_per_second: 300.0,
+            burst: 300.0,
+            deadline: Duration::from_secs(10),
+            max_attempts: 10,
+        }
+    }
+}
+
+/// The field manager of server-side applied generated objects (Kyverno's).
+const FIELD_MANAGER: &str = "kyverno-generate";
+
+/// (apiVersion, kind, namespace, name) of an object.
+type Key = (String, String, String, String);
+
+fn key_of(o: &Value) -> Key {
+    let s = |p: &str| o.pointer(p).and_then(Value::as_str).unwrap_or("").to_string();
+    (s("/apiVersion"), s("/kind"), s("/metadata/namespace"), s("/metadata/name"))
+}
+
+fn label<'v>(o: &'v Value, k: &str) -> &'v str {
+    o.pointer("/metadata/labels").and_then(|l| l.get(k)).and_then(Value::as_str).unwrap_or("")
+}
+
+#[derive(Clone, Copy, PartialEq, Eq, Hash, Debug)]
+enum Role {
+    Trigger,
+    Downstream,
+    Source,
+}
+
+struct Watch {
+    role: Role,
+    task: JoinHandle<()>,
+    generation: u64,
+    synced: bool,
+}
+
+/// What a watch event is about: watch id, its generation, the event.
+type WatchEvent = (u32, u64, watcher::Event<DynamicObject>);
+
+/// A generated object Verno knows of.
+struct Downstream {
+    object: Value,
+    policy: String,
+    rule: String,
+    trigger_uid: String,
+}
+
+/// Per generate / mutate-existing rule of a policy: what deletion and acting need to know.
+#[derive(Clone, Debug, PartialEq)]
+struct RuleInfo {
+    /// The rule acts when its trigger is deleted (it lists the DELETE operation).
+    on_delete: bool,
+    synchronize: bool,
+    orphan: bool,
+    generate_existing: bool,
+    mutate_existing_on_update: bool,
+    /// A GeneratingPolicy: an existing downstream of its own is updated on every evaluation
+    /// (synchronized or not), by server-side apply when `ssa`.
+    cel: bool,
+    ssa: bool,
+}
+
+#[derive(Clone, Debug)]
+struct PolicyInfo {
+    created: String,
+    hash: u64,
+    rules: BTreeMap<String, RuleInfo>,
+}
+
+struct Pending {
+    live: bool,
+    attempts: u32,
+    at: Instant,
+}
+
+/// The leader's state; dropped when leadership is lost.
+struct Controller {
+    client: kube::Client,
+    server: Arc<dyn Serving>,
+    opts: BackgroundOptions,
+    data: crate::cluster_data::ClusterData,
+    tx: mpsc::Sender<WatchEvent>,
+    bucket: Bucket,
+    set: Arc<PolicySet>,
+    policies: HashMap<String, PolicyInfo>,
+    /// Watch id → (apiVersion, kind, namespace or empty) and its state.
+    watch_keys: Vec<(Role, String, String, String)>,
+    watches: HashMap<u32, Watch>,
+    resources: HashMap<(String, String), (ApiResource, bool)>,
+    discovery: Option<(Instant, Arc<Discovery>)>,
+    /// Triggers by key, as last seen.
+    triggers: HashMap<Key, Arc<Value>>,
+    /// Trigger uid → key.
+    trigger_uids: HashMap<String, Key>,
+    downstreams: HashMap<Key, Downstream>,
+    by_trigger: HashMap<String, HashSet<Key>>,
+    /// Clone sources (apiVersion, kind, namespace) → the triggers whose copies came from there.
+    sources: HashMap<(String, String, String), HashSet<Key>>,
+    queue: VecDeque<Key>,
+    pending: HashMap<Key, Pending>,
+    /// Uids of triggers worked on during this leadership: a re-list (a policy changed) does
+    /// not count as their admission.
+    seen: HashSet<String>,
+    /// (trigger uid, policy, rule) this leader generated for: a synchronized downstream deleted
+    /// by hand is put back even though none is left to show the link.
+    acted: HashSet<(String, String, String)>,
+    done: u64,
+    failed: u64,
+}
+
+/// Runs the background controller while this replica leads, until `stop`.
+pub async fn run(
+    client: kube::Client,
+    server: Arc<dyn Serving>,
+    installed: watch::Receiver<u64>,
+    mut leader: watch::Receiver<bool>,
+    opts: BackgroundOptions,
+    mut stop: watch::Receiver<bool>,
+) {
+    loop {
+        tokio::select! {
+            r = leader.wait_for(|l| *l) => if r.is_err() { return },
+            _ = stop.wait_for(|s| *s) => return,
+        }
+        tracing::info!("background controller starts (this replica leads)");
+        let (tx, rx) = mpsc::channel(64);
+        let mut c = Controller {
+            client: client.clone(),
+            server: server.clone(),
+            opts,
+            data: crate::cluster_data::ClusterData::new(client.clone()),
+            tx,
+            bucket: Bucket {
+                tokens: opts.burst,
+                at: Instant::now(),
+                per_second: opts.writes_per_second,
+                burst: opts.burst,
+            },
+            set: Arc::new(PolicySet::default()),
+            policies: HashMap::new(),
+            watch_keys: Vec::new(),
+            watches: HashMap::new(),
+            resources: HashMap::new(),
+            discovery: None,
+            triggers: HashMap::new(),
+            trigger_uids: HashMap::new(),
+            downstreams: HashMap::new(),
+            by_trigger: HashMap::new(),
+            sources: HashMap::new(),
+            queue: VecDeque::new(),
+            pending: HashMap::new(),
+            seen: HashSet::new(),
+            acted: HashSet::new(),
+            done: 0,
+            failed: 0,
+        };
+        let mut installed = installed.clone();
+        tokio::select! {
+            _ = c.lead(rx, &mut installed) => {}
+            _ = leader.wait_for(|l| !*l) => tracing::info!("background controller stops (leadership lost)"),
+            _ = stop.wait_for(|s| *s) => {}
+        }
+        for w in c.watches.values() {
+            w.task.abort();
+        }
+        server.set_background_backlog(0);
+        if *stop.borrow() {
+            return;
+        }
+    }
+}
+
+fn policy_infos(set: &PolicySet) -> HashMap<String, PolicyInfo> {
+    let mut out = HashMap::new();
+    for p in set.policies().iter().filter(|p| p.in_background_apply()) {
+        let doc = &p.document;
+        let created = doc.pointer("/metadata/creationTimestamp").and_then(Value::as_str).unwrap_or("").to_string();
+        let on_update = doc.pointer("/spec/mutateExistingOnPolicyUpdate").and_then(Value::as_bool).unwrap_or(false);
+        let mut rules = BTreeMap::new();
+        for r in &p.rules {
+            let on_delete = lists_delete(doc, &r.name);
+            let info = match &r.body {
+                verno_engine::RuleBody::Generate(g) => RuleInfo {
+                    on_delete,
+                    synchronize: g.synchronize,
+                    orphan: g.orphan_downstream,
+                    generate_existing: g.generate_existing,
+                    mutate_existing_on_update: false,
+                    cel: g.cel.is_some(),
+                    ssa: g.cel.as_ref().is_some_and(|c| c.use_server_side_apply),
+                },
+                verno_engine::RuleBody::Mutate(_) => RuleInfo {
+                    on_delete,
+                    synchronize: false,
+                    orphan: true,
+                    generate_existing: false,
+                    // The rule's own setting wins over the policy's.
+                    mutate_existing_on_update: rule_doc(doc, r.autogen_of.as_deref().unwrap_or(&r.name))
+                        .and_then(|d| d.pointer("/mutate/mutateExistingOnPolicyUpdate"))
+                        .and_then(Value::as_bool)
+                        .unwrap_or(on_update),
+                    cel: false,
+                    ssa: false,
+                },
+                _ => continue,
+            };
+            rules.insert(r.name.clone(), info);
+        }
+        let mut h = std::collections::hash_map::DefaultHasher::new();
+        crate::scan::hash_json(doc, &mut h, true);
+        out.insert(policy_id(p), PolicyInfo { created, hash: std::hash::Hasher::finish(&h), rules });
+    }
+    out
+}
+
+impl Controller {
+    fn backlog(&self) {
+        self.server.set_background_backlog(self.queue.len());
+    }
+
+    async fn lead(&mut self, mut rx: mpsc::Receiver<WatchEvent>, installed: &mut watch::Receiver<u64>) {
+        if installed.wait_for(|g| *g > 0).await.is_err() {
+            return;
+        }
+        installed.mark_unchanged();
+        self.set = self.server.current();
+        self.reconcile_policies(true).await;
+        let mut tick = tokio::time::interval(Duration::from_millis(200));
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            // Work the queue between events, a few at a time, so watch events keep flowing.
+            if !self.queue.is_empty() {
+                for _ in 0..16 {
+                    let Some(k) = self.queue.pop_front() else { break };
+                    self.process(k).await;
+                }
+                self.backlog();
+                while let Ok((id, generation, ev)) = rx.try_recv() {
+                    self.on_event(id, generation, ev).await;
+                }
+                continue;
+            }
+            tokio::select! {
+                ev = rx.recv() => match ev {
+                    Some((id, generation, ev)) => self.on_event(id, generation, ev).await,
+                    None => return,
+                },
+                r = installed.changed() => {
+                    if r.is_err() { return }
+                    self.set = self.server.current();
+                    self.reconcile_policies(false).await;
+                }
+                _ = tick.tick() => self.requeue_due(),
+            }
+        }
+    }
+
+    fn requeue_due(&mut self) {
+        let now = Instant::now();
+        let due: Vec<Key> = self
+            .pending
+            .iter()
+            .filter(|(k, p)| p.attempts > 0 && p.at <= now && !self.queue.contains(k))
+            .map(|(k, _)| k.clone())
+            .collect();
+        for k in due {
+            self.queue.push_back(k);
+        }
+        self.backlog();
+    }
+
+    fn enqueue(&mut self, k: Key, live: bool) {
+        match self.pending.get_mut(&k) {
+            Some(p) => {
+                p.live |= live;
+                p.attempts = 0;
+                p.at = Instant::now();
+            }
+            None => {
+                self.pending.insert(k.clone(), Pending { live, attempts: 0, at: Instant::now() });
+            }
+        }
+        if !self.queue.contains(&k) {
+            self.queue.push_back(k);
+        }
+    }
+
+    async fn discovery(&mut self, fresh: bool) -> Option<Arc<Discovery>> {
+        if let Some((at, d)) = &self.discovery
+            && (!fresh || at.elapsed() < Duration::from_secs(10))
+        {
+            return Some(d.clone());
+        }
+        match Discovery::new(self.client.clone()).run().await {
+            Ok(d) => {
+                let d = Arc::new(d);
+                self.discovery = Some((Instant::now(), d.clone()));
+                Some(d)
+            }
+            Err(e) => {
+                tracing::warn!(error = %e, "discovery failed; the background controller keeps what it watches");
+                self.discovery.as_ref().map(|(_, d)| d.clone())
+            }
+        }
+    }
+
+    /// The API resource of (apiVersion, kind), from discovery.
+    async fn resource(&mut self, api_version: &str, kind: &str) -> Option<(ApiResource, bool)> {
+        let key = (api_version.to_string(), kind.to_string());
+        if let Some(r) = self.resources.get(&key) {
+            return Some(r.clone());
+        }
+        for fresh in [false, true] {
+            let d = self.discovery(fresh).await?;
+            for g in d.groups() {
+                for v in g.versions() {
+                    for (ar, caps) in g.versioned_resources(v) {
+                        // A kind, or (GeneratingPolicy reads) a plural resource.
+                        if ar.api_version == api_version && (ar.kind == kind || ar.plural == kind) {
+                            let r = (ar, caps.scope == DiscoveryScope::Namespaced);
+                            self.resources.insert(key, r.clone());
+                            return Some(r);
+                        }
+                    }
+                }
+            }
+        }
+        None
+    }
+
+    fn watch_id(&mut self, role: Role, api_version: &str, kind: &str, ns: &str) -> (u32, bool) {
+        let key = (role, api_version.to_string(), kind.to_string(), ns.to_string());
+        if let Some(i) = self.watch_keys.iter().position(|k| *k == key) {
+            let id = u32::try_from(i).unwrap_or(u32::MAX);
+            return (id, self.watches.contains_key(&id));
+        }
+        self.watch_keys.push(key);
+        (u32::try_from(self.watch_keys.len() - 1).unwrap_or(u32::MAX), false)
+    }
+
+    fn start_watch(&mut self, id: u32, role: Role, ar: &ApiResource, ns: &str) {
+        let generation = self.watches.get(&id).map_or(0, |w| w.generation + 1);
+        if let Some(w) = self.watches.get(&id) {
+            w.task.abort();
+        }
+        let api: Api<DynamicObject> = if ns.is_empty() {
+            Api::all_with(self.client.clone(), ar)
+        } else {
+            Api::namespaced_with(self.client.clone(), ns, ar)
+        };
+        let mut cfg = watcher::Config::default().page_size(self.opts.page_size);
+        if role == Role::Downstream {
+            cfg = cfg.labels("generate.kyverno.io/policy-name");
+        }
+        if role == Role::Trigger {
+            // A re-list evaluates every trigger again (a policy changed): forget what was seen.
+            self.triggers.retain(|k, _| !(k.0 == ar.api_version && k.1 == ar.kind));
+        }
+        let tx = self.tx.clone();
+        let task = tokio::spawn(async move {
+            let mut s = watcher(api, cfg).default_backoff().boxed();
+            while let Some(ev) = s.next().await {
+                match ev {
+                    Ok(ev) => {
+                        if tx.send((id, generation, ev)).await.is_err() {
+                            return;
+                        }
+                    }
+                    Err(e) => tracing::debug!(error = %e, "background controller watch error (retrying)"),
+                }
+            }
+        });
+        tracing::info!(kind = %ar.kind, api_version = %ar.api_version, ?role, namespace = ns, "the background controller watches this kind");
+        self.watches.insert(id, Watch { role, task, generation, synced: false });
+    }
+
+    /// Starts watching a kind in a role if not watched yet; whether its first list is done.
+    async fn ensure_watch(&mut self, role: Role, api_version: &str, kind: &str, ns: &str) -> bool {
+        let (id, running) = self.watch_id(role, api_version, kind, ns);
+        if running {
+            return self.watches.get(&id).is_some_and(|w| w.synced);
+        }
+        match self.resource(api_version, kind).await {
+            Some((ar, namespaced)) => {
+                let ns = if namespaced { ns } else { "" };
+                self.start_watch(id, role, &ar, ns);
+            }
+            None => {
+                tracing::warn!(%api_version, %kind, "the background controller cannot watch this kind: discovery does not serve it")
+            }
+        }
+        false
+    }
+
+    /// Brings the watched trigger kinds in step with the set; deletes what removed synchronized
+    /// rules and policies generated; re-lists the triggers of changed policies.
+    async fn reconcile_policies(&mut self, first: bool) {
+        let infos = policy_infos(&self.set);
+        // Removed policies and rules: their synchronized downstreams go (unless orphaned).
+        let mut gone: Vec<(String, Option<String>)> = Vec::new();
+        for (name, old) in &self.policies {
+            match infos.get(name) {
+                None => gone.push((name.clone(), None)),
+                Some(new) => {
+                    for r in old.rules.keys().filter(|r| !new.rules.contains_key(*r)) {
+                        gone.push((name.clone(), Some(r.clone())));
+                    }
+                }
+            }
+        }
+        for (policy, rule) in gone {
+            let old = self.policies.get(&policy).cloned();
+            let doomed: Vec<Key> = self
+                .downstreams
+                .iter()
+                .filter(|(_, d)| d.policy == policy && rule.as_ref().is_none_or(|r| *r == d.rule))
+                .filter(|(_, d)| {
+                    old.as_ref().and_then(|o| o.rules.get(&d.rule)).is_some_and(|i| i.synchronize && !i.orphan)
+                })
+                // Copies of a clone source are kept, as Kyverno keeps them (the source is the
+                // user's; only data the policy itself held goes with it).
+                .filter(|(_, d)| {
+                    label(&d.object, "generate.kyverno.io/source-name").is_empty()
+                        && label(&d.object, "generate.kyverno.io/source-uid").is_empty()
+                })
+                .map(|(k, _)| k.clone())
+                .collect();
+            for k in doomed {
+                self.delete(&k).await;
+            }
+        }
+        let changed: Vec<String> = infos
+            .iter()
+            .filter(|(n, i)| self.policies.get(*n).is_none_or(|o| o.hash != i.hash))
+            .map(|(n, _)| n.clone())
+            .collect();
+        self.policies = infos;
+        // The kinds generate rules name outright: watched from the start, so what they
+        // generated is known before any trigger is compared (and orphans can be swept).
+        let statics: Vec<(String, String)> = self
+            .set
+            .policies()
+            .iter()
+            .filter(|p| p.in_background_apply())
+            .flat_map(|p| static_kinds(&p.document))
+            .collect();
+        for (av, kind) in statics {
+            self.ensure_watch(Role::Downstream, &av, &kind, "").await;
+        }
+        // The trigger kinds.
+        let mut wanted: HashSet<(String, String)> = HashSet::new();
+        let mut of_changed: HashSet<(String, String)> = HashSet::new();
+        let Some(d) = self.discovery(!changed.is_empty() || first).await else { return };
+        for p in self.set.policies().iter().filter(|p| p.in_background_apply()) {
+            for r in &p.rules {
+                for scope in r.matcher.webhook_scope() {
+                    if !scope.subresource.is_empty() {
+                        continue;
+                    }
+                    for (ar, caps) in crate::scan::resolve(&d, &scope) {
+                        let k = (ar.api_version.clone(), ar.kind.clone());
+                        if changed.contains(&policy_id(p)) {
+                            of_changed.insert(k.clone());
+                        }
+                        self.resources.entry(k.clone()).or_insert((ar, caps.scope == DiscoveryScope::Namespaced));
+                        wanted.insert(k);
+                    }
+                }
+            }
+        }
+        for (i, key) in self.watch_keys.clone().into_iter().enumerate() {
+            let id = u32::try_from(i).unwrap_or(u32::MAX);
+            if key.0 == Role::Trigger && !wanted.contains(&(key.1.clone(), key.2.clone())) {
+                if let Some(w) = self.watches.remove(&id) {
+                    w.task.abort();
+                }
+                self.triggers.retain(|k, _| !(k.0 == key.1 && k.1 == key.2));
+            }
+        }
+        for (av, kind) in wanted {
+            let (id, running) = self.watch_id(Role::Trigger, &av, &kind, "");
+            if (!running || of_changed.contains(&(av.clone(), kind.clone())))
+                && let Some((ar, _)) = self.resource(&av, &kind).await
+            {
+                self.start_watch(id, Role::Trigger, &ar, "");
+            }
+        }
+    }
+
+    async fn on_event(&mut self, id: u32, generation: u64, ev: watcher::Event<DynamicObject>) {
+        let Some(w) = self.watches.get_mut(&id) else { return };
+        if w.generation != generation {
+            return;
+        }
+        let role = w.role;
+        // Listed items may come without their type: put it back from the watch's kind.
+        let (wav, wkind) = self.watch_keys.get(id as usize).map(|k| (k.1.clone(), k.2.clone())).unwrap_or_default();
+        let typed = |o: &DynamicObject| -> Option<Value> {
+            let mut v = serde_json::to_value(o).ok()?;
+            if let Some(m) = v.as_object_mut() {
+                m.entry("apiVersion").or_insert_with(|| Value::String(wav.clone()));
+                m.entry("kind").or_insert_with(|| Value::String(wkind.clone()));
+            }
+            Some(v)
+        };
+        match ev {
+            watcher::Event::Init => {}
+            watcher::Event::InitApply(o) | watcher::Event::Apply(o) => {
+                let live = w.synced;
+                let Some(v) = typed(&o) else { return };
+                match role {
+                    Role::Trigger => self.on_trigger(v, live),
+                    Role::Downstream => self.on_downstream(v, false),
+                    Role::Source => {
+                        if live {
+                            self.on_source(&v);
+                        }
+                    }
+                }
+            }
+            watcher::Event::Delete(o) => {
+                let Some(v) = typed(&o) else { return };
+                match role {
+                    Role::Trigger => self.on_trigger_deleted(&v).await,
+                    Role::Downstream => self.on_downstream(v, true),
+                    Role::Source => self.on_source(&v),
+                }
+            }
+            watcher::Event::InitDone => {
+                w.synced = true;
+                if role != Role::Source {
+                    self.sweep_orphans().await;
+                }
+            }
+        }
+    }
+
+    fn on_trigger(&mut self, v: Value, live: bool) {
+        let k = key_of(&v);
+        tracing::debug!(kind = %k.1, namespace = %k.2, name = %k.3, live, "trigger event");
+        let uid = v.pointer("/metadata/uid").and_then(Value::as_str).unwrap_or("").to_string();
+        if let Some(old) = self.triggers.get(&k)
+            && crate::scan::object_hash(old) == crate::scan::object_hash(&v)
+        {
+            // Status or bookkeeping only: nothing a policy reads changed.
+            return;
+        }
+        if !uid.is_empty() {
+            self.trigger_uids.insert(uid, k.clone());
+        }
+        self.triggers.insert(k.clone(), Arc::new(v));
+        self.enqueue(k, live);
+    }
+
+    async fn on_trigger_deleted(&mut self, v: &Value) {
+        let k = key_of(v);
+        self.triggers.remove(&k);
+        self.pending.remove(&k);
+        let uid = v.pointer("/metadata/uid").and_then(Value::as_str).unwrap_or("").to_string();
+        self.trigger_uids.remove(&uid);
+        self.seen.remove(&uid);
+        self.acted.retain(|(u, _, _)| *u != uid);
+        self.delete_for_trigger(&uid, |_| true).await;
+        // Rules that act on the trigger's deletion (they list DELETE).
+        if self.policies.values().any(|p| p.rules.values().any(|r| r.on_delete)) {
+            let gone = Arc::new(v.clone());
+            let mut attempts = 0;
+            while let Err(e) = self.apply(&gone, true, true).await {
+                attempts += 1;
+                self.server.background_work(false);
+                tracing::warn!(error = %e, attempts, "background work on a deleted trigger failed");
+                if attempts >= 3 {
+                    break;
+                }
+                tokio::time::sleep(Duration::from_secs(1)).await;
+            }
+        }
+    }
+
+    /// Downstreams whose trigger is gone (deleted while no leader watched): once the
+    /// trigger kind's and every downstream kind's first list is done, a downstream whose
+    /// trigger uid no watched trigger has is deleted (synchronized rules only).
+    async fn sweep_orphans(&mut self) {
+        if self.watches.values().any(|w| w.role == Role::Downstream && !w.synced) {
+            return;
+        }
+        let synced_triggers: HashSet<(String, String)> = self
+            .watches
+            .iter()
+            .filter(|(_, w)| w.role == Role::Trigger && w.synced)
+            .filter_map(|(id, _)| self.watch_keys.get(*id as usize).map(|k| (k.1.clone(), k.2.clone())))
+            .collect();
+        let orphans: HashSet<String> = self
+            .downstreams
+            .values()
+            .filter(|d| {
+                let (g, v, kind) = (
+                    label(&d.object, "generate.kyverno.io/trigger-group"),
+                    label(&d.object, "generate.kyverno.io/trigger-version"),
+                    label(&d.object, "generate.kyverno.io/trigger-kind"),
+                );
+                let av = if g.is_empty() { v.to_string() } else { format!("{g}/{v}") };
+                synced_triggers.contains(&(av, kind.to_string()))
+                    && !d.trigger_uid.is_empty()
+                    && !self.trigger_uids.contains_key(&d.trigger_uid)
+            })
+            .map(|d| d.trigger_uid.clone())
+            .collect();
+        for uid in orphans {
+            self.delete_for_trigger(&uid, |_| true).await;
+        }
+    }
+
+    /// Deletes the synchronized downstreams of trigger `uid` that `pick` selects.
+    async fn delete_for_trigger(&mut self, uid: &str, pick: impl Fn(&Downstream) -> bool) {
+        if uid.is_empty() {
+            return;
+        }
+        let doomed: Vec<Key> = self
+            .by_trigger
+            .get(uid)
+            .into_iter()
+            .flatten()
+            .filter(|k| {
+                self.downstreams.get(*k).is_some_and(|d| {
+                    pick(d)
+                        && self
+                            .policies
+                            .get(&d.policy)
+                            .and_then(|p| p.rules.get(&d.rule))
+                            .is_some_and(|r| r.synchronize && !r.on_delete)
+                })
+            })
+            .cloned()
+            .collect();
+        for k in doomed {
+            self.delete(&k).await;
+        }
+    }
+
+    fn on_downstream(&mut self, v: Value, deleted: bool) {
+        let k = key_of(&v);
+        let (policy, rule) = (downstream_policy(&v), label(&v, "generate.kyverno.io/rule-name").to_string());
+        let uid = label(&v, "generate.kyverno.io/trigger-uid").to_string();
+        if deleted {
+            self.downstreams.remove(&k);
+            if let Some(s) = self.by_trigger.get_mut(&uid) {
+                s.remove(&k);
+            }
+        } else {
+            let d = Downstream { policy: policy.clone(), rule: rule.clone(), trigger_uid: uid.clone(), object: v };
+            self.by_trigger.entry(uid.clone()).or_default().insert(k.clone());
+            self.downstreams.insert(k, d);
+        }
+        // A synchronized downstream edited or deleted by someone: its trigger puts it back
+        // (one that is not synchronized is left as the user made it).
+        let synchronized = self.policies.get(&policy).and_then(|p| p.rules.get(&rule)).is_some_and(|r| r.synchronize);
+        if synchronized
+            && let Some(t) = self.trigger_uids.get(&uid).cloned()
+            && self.triggers.contains_key(&t)
+        {
+            let watched_synced = self.watches.values().all(|w| w.role != Role::Downstream || w.synced);
+            if watched_synced {
+                self.enqueue(t, false);
+            }
+        }
+    }
+
+    fn on_source(&mut self, v: &Value) {
+        let (av, kind, ns, _) = key_of(v);
+        let triggers: Vec<Key> = self.sources.get(&(av, kind, ns)).into_iter().flatten().cloned().collect();
+        for t in triggers {
+            if self.triggers.contains_key(&t) {
+                self.enqueue(t, false);
+            }
+        }
+    }
+
+    async fn delete(&mut self, k: &Key) {
+        let Some((ar, namespaced)) = self.resource(&k.0, &k.1).await else { return };
+        let api: Api<DynamicObject> = if namespaced {
+            Api::namespaced_with(self.client.clone(), &k.2, &ar)
+        } else {
+            Api::all_with(self.client.clone(), &ar)
+        };
+        self.bucket.take().await;
+        match api.delete(&k.3, &DeleteParams::background()).await {
+            Ok(_) => tracing::info!(kind = %k.1, namespace = %k.2, name = %k.3, "generated object deleted"),
+            Err(kube::Error::Api(e)) if e.code == 404 => {}
+            Err(e) => tracing::warn!(error = %e, kind = %k.1, name = %k.3, "deleting a generated object failed"),
+        }
+        if let Some(d) = self.downstreams.remove(k)
+            && let Some(s) = self.by_trigger.get_mut(&d.trigger_uid)
+        {
+            s.remove(k);
+        }
+    }
+
+    /// Evaluates one trigger and converges its downstreams and targets.
+    async fn process(&mut self, k: Key) {
+        let Some(obj) = self.triggers.get(&k).cloned() else {
+            self.pending.remove(&k);
+            return;
+        };
+        let live = self.pending.get(&k).is_some_and(|p| p.live);
+        match self.apply(&obj, live, false).await {
+            Ok(true) => {
+                self.pending.remove(&k);
+                self.done += 1;
+                self.server.background_work(true);
+            }
+            Ok(false) => {
+                // Waiting for a watch's first list: again shortly, not counted as a failure.
+                if let Some(p) = self.pending.get_mut(&k) {
+                    p.at = Instant::now() + Duration::from_millis(200);
+                    p.attempts = p.attempts.max(1);
+                }
+            }
+            Err(e) => {
+                let max = self.opts.max_attempts;
+                let attempts = {
+                    let p = self.pending.entry(k.clone()).or_insert(Pending { live, attempts: 0, at: Instant::now() });
+                    p.attempts += 1;
+                    let backoff = Duration::from_secs(1u64 << p.attempts.min(8)).min(Duration::from_secs(300));
+                    p.at = Instant::now() + backoff;
+                    p.attempts
+                };
+                self.server.background_work(false);
+                self.failed += 1;
+                tracing::warn!(error = %e, kind = %k.1, namespace = %k.2, name = %k.3, attempts, "background work failed");
+                if attempts >= max {
+                    tracing::error!(kind = %k.1, namespace = %k.2, name = %k.3, "background work given up after {max} attempts");
+                    self.pending.remove(&k);
+                }
+            }
+        }
+    }
+
+    /// `Ok(false)`: not done yet (a watch has not synced).
+    async fn apply(&mut self, trigger: &Arc<Value>, live: bool, deleted: bool) -> Result<bool, String> {
+        let set = self.set.clone();
+        let data = self.data.clone();
+        let object = trigger.clone();
+        let cancel = Arc::new(AtomicBool::new(false));
+        let flag = cancel.clone();
+        let deadline = self.opts.deadline;
+        let timer = tokio::spawn(async move {
+            tokio::time::sleep(deadline).await;
+            flag.store(true, std::sync::atomic::Ordering::Relaxed);
+        });
+        let out = tokio::task::spawn_blocking(move || {
+            let env = ScanEnv { cancel };
+            let req = if deleted {
+                Request { old_object: Some(&object), ..Request::new("DELETE", &Value::Null) }
+            } else {
+                Request::new("CREATE", &object)
+            };
+            let outcome = set.evaluate(&req, Scope::APPLY, &env, &data, &mut ());
+            (!outcome.cancelled).then_some(outcome.responses)
+        })
+        .await;
+        timer.abort();
+        let responses = match out {
+            Ok(Some(r)) => r,
+            Ok(None) => return Err("the evaluation was cancelled at its deadline".into()),
+            Err(e) => return Err(format!("the evaluation panicked: {e}")),
+        };
+        let created = trigger.pointer("/metadata/creationTimestamp").and_then(Value::as_str).unwrap_or("");
+        let uid = trigger.pointer("/metadata/uid").and_then(Value::as_str).unwrap_or("").to_string();
+        let tkey = key_of(trigger);
+        let mut ok = true;
+        let mut errors: Vec<String> = Vec::new();
+        for (i, pr) in &responses {
+            let Some(p) = self.set.policies().get(*i).cloned() else { continue };
+            let pid = policy_id(&p);
+            let Some(info) = self.policies.get(&pid).cloned() else { continue };
+            // Admitted while the policy is in force: a watch event, or (first time this leader
+            // sees it) created after the policy.
+            let admitted =
+                live || (!self.seen.contains(&uid) && !info.created.is_empty() && created >= info.created.as_str());
+            // Rules that answered and apply (a skipped rule does not apply to the trigger).
+            let mut applying: HashSet<&str> = HashSet::new();
+            for r in &pr.rules {
+                if deleted && !info.rules.get(&r.name).is_some_and(|ri| ri.on_delete) {
+                    continue;
+                }
+                tracing::debug!(policy = %p.name, rule = %r.name, status = ?r.status, message = %r.message, generated = r.generated.len(), targets = r.patched_targets.len(), admitted, policy_created = %info.created, trigger_created = %created, "background evaluation");
+                let Some(ri) = info.rules.get(&r.name) else { continue };
+                for (av, kind, ns, _) in &r.clone_sources {
+                    let av = if av.is_empty() { "v1".to_string() } else { av.clone() };
+                    // Watched and indexed by kind (a GeneratingPolicy names the plural).
+                    let Some((ar, _)) = self.resource(&av, kind).await else { continue };
+                    self.ensure_watch(Role::Source, &av, &ar.kind, ns).await;
+                    self.sources.entry((av, ar.kind.clone(), ns.clone())).or_default().insert(tkey.clone());
+                }
+                if r.status != Status::Skip {
+                    applying.insert(r.name.as_str());
+                }
+                match r.rule_type {
+                    RuleType::Generation => {
+                        let source_gone = r.status == Status::Error && r.message.starts_with("source resource ");
+                        if r.status == Status::Error && !source_gone {
+                            errors.push(format!("{}/{}: {}", p.name, r.name, r.message));
+                            continue;
+                        }
+                        if r.status != Status::Pass && !source_gone {
+                            continue;
+                        }
+                        // The downstream kinds must be known before comparing.
+                        let mut ready = true;
+                        for g in &r.generated {
+                            let (av, kind, _, _) = key_of(g);
+                            ready &= self.ensure_watch(Role::Downstream, &av, &kind, "").await;
+                        }
+                        if !ready {
+                            ok = false;
+                            continue;
+                        }
+                        let mine: Vec<Key> = self
+                            .by_trigger
+                            .get(&uid)
+                            .into_iter()
+                            .flatten()
+                            .filter(|k| self.downstreams.get(*k).is_some_and(|d| d.policy == pid && d.rule == r.name))
+                            .cloned()
+                            .collect();
+                        let link = (uid.clone(), pid.clone(), r.name.clone());
+                        let act = admitted
+                            || ri.generate_existing
+                            || (ri.synchronize && (!mine.is_empty() || self.acted.contains(&link)));
+                        if !act {
+                            continue;
+                        }
+                        if self.acted.len() < 1_000_000 {
+                            self.acted.insert(link);
+                        }
+                        let wanted: Vec<Key> = r.generated.iter().map(key_of).collect();
+                        for g in &r.generated {
+                            if let Err(e) = self.converge(g, ri, &pid).await {
+                                errors.push(e);
+                            }
+                        }
+                        if ri.synchronize {
+                            for k in mine.iter().filter(|k| !wanted.contains(k)) {
+                                self.delete(k).await;
+                            }
+                        }
+                    }
+                    RuleType::Mutation if r.status == Status::Error && info.rules.contains_key(&r.name) => {
+                        errors.push(format!("{}/{}: {}", p.name, r.name, r.message));
+                    }
+                    RuleType::Mutation if r.status == Status::Pass && !r.patched_targets.is_empty() => {
+                        if !(admitted || ri.mutate_existing_on_update) {
+                            continue;
+                        }
+                        for t in &r.patched_targets {
+                            if let Err(e) = self.patch_target(t).await {
+                                errors.push(e);
+                            }
+                        }
+                    }
+                    _ => {}
+                }
+            }
+            // Synchronized generate rules of this policy that no longer apply to the trigger
+            // (its labels or conditions changed — its operation is not looked at).
+            for (rule, ri) in &info.rules {
+                if !deleted && ri.synchronize && !applying.contains(rule.as_str()) {
+                    let policy = pid.clone();
+                    let rule = rule.clone();
+                    self.delete_for_trigger(&uid, |d| d.policy == policy && d.rule == rule).await;
+                }
+            }
+        }
+        if deleted {
+            return if errors.is_empty() { Ok(ok) } else { Err(errors.join("; ")) };
+        }
+        // Policies that no longer answer at all (not matched): their synchronized copies go.
+        let answering: HashSet<String> =
+            responses.iter().filter_map(|(i, _)| self.set.policies().get(*i).map(|p| policy_id(p))).collect();
+        let stale: Vec<String> = self
+            .by_trigger
+            .get(&uid)
+            .into_iter()
+            .flatten()
+            .filter_map(|k| self.downstreams.get(k))
+            .filter(|d| !answering.contains(&d.policy) && self.policies.contains_key(&d.policy))
+            .map(|d| d.policy.clone())
+            .collect();
+        for policy in stale.into_iter().collect::<HashSet<_>>() {
+            self.delete_for_trigger(&uid, |d| d.policy == policy).await;
+        }
+        if !errors.is_empty() {
+            return Err(errors.join("; "));
+        }
+        if ok && !uid.is_empty() {
+            self.seen.insert(uid);
+        }
+        Ok(ok)
+    }
+
+    /// Creates a generated object that is missing; with `synchronize` (or for a
+    /// GeneratingPolicy) puts back what differs in one this policy generated.
+    async fn converge(&mut self, desired: &Value, ri: &RuleInfo, policy: &str) -> Result<(), String> {
+        let k = key_of(desired);
+        let Some((ar, namespaced)) = self.resource(&k.0, &k.1).await else {
+            return Err(format!("the cluster does not serve {}/{}", k.0, k.1));
+        };
+        let api: Api<DynamicObject> = if namespaced {
+            Api::namespaced_with(self.client.clone(), &k.2, &ar)
+        } else {
+            Api::all_with(self.client.clone(), &ar)
+        };
+        let existing = self.downstreams.get(&k).map(|d| d.object.clone());
+        let obj: DynamicObject = serde_json::from_value(desired.clone()).map_err(|e| e.to_string())?;
+        let what = || format!("{}/{} {}/{}", k.0, k.1, k.2, k.3);
+        let written = match existing {
+            None => {
+                self.bucket.take().await;
+                let made = if ri.ssa {
+                    api.patch(&k.3, &PatchParams::apply(FIELD_MANAGER).force(), &Patch::Apply(desired)).await
+                } else {
+                    api.create(&PostParams::default(), &obj).await
+                };
+                match made {
+                    Ok(o) => Some(o),
+                    // Created meanwhile, or not ours: never adopted, never overwritten here;
+                    // the watch tells what it is.
+                    Err(kube::Error::Api(e)) if e.code == 409 => None,
+                    Err(e) => return Err(format!("creating {}: {e}", what())),
+                }
+            }
+            Some(cur)
+                if (ri.synchronize || ri.cel) && downstream_policy(&cur) == policy && !contains(&cur, desired) =>
+            {
+                self.bucket.take().await;
+                let updated = if ri.ssa {
+                    api.patch(&k.3, &PatchParams::apply(FIELD_MANAGER).force(), &Patch::Apply(desired)).await
+                } else {
+                    let mut next = desired.clone();
+                    if let (Some(m), Some(rv)) = (
+                        next.pointer_mut("/metadata").and_then(Value::as_object_mut),
+                        cur.pointer("/metadata/resourceVersion"),
+                    ) {
+                        m.insert("resourceVersion".into(), rv.clone());
+                    }
+                    let obj: DynamicObject = serde_json::from_value(next).map_err(|e| e.to_string())?;
+                    api.replace(&k.3, &PostParams::default(), &obj).await
+                };
+                Some(updated.map_err(|e| format!("updating {}: {e}", what()))?)
+            }
+            Some(_) => None,
+        };
+        if let Some(o) = written
+            && let Ok(v) = serde_json::to_value(&o)
+        {
+            tracing::info!(kind = %k.1, namespace = %k.2, name = %k.3, "generated");
+            self.on_downstream(v, false);
+        }
+        Ok(())
+    }
+
+    /// Writes a mutate-existing target when the patch changed it.
+    async fn patch_target(&mut self, patched: &Value) -> Result<(), String> {
+        let k = key_of(patched);
+        let Some((ar, namespaced)) = self.resource(&k.0, &k.1).await else {
+            return Err(format!("the cluster does not serve {}/{}", k.0, k.1));
+        };
+        let api: Api<DynamicObject> = if namespaced {
+            Api::namespaced_with(self.client.clone(), &k.2, &ar)
+        } else {
+            Api::all_with(self.client.clone(), &ar)
+        };
+        let current = match api.get(&k.3).await {
+            Ok(c) => serde_json::to_value(&c).map_err(|e| e.to_string())?,
+            Err(kube::Error::Api(e)) if e.code == 404 => return Ok(()),
+            Err(e) => return Err(e.to_string()),
+        };
+        if crate::scan::object_hash(&current) == crate::scan::object_hash(patched) {
+            return Ok(());
+        }
+        let mut body = patched.clone();
+        if let Some(m) = body.pointer_mut("/metadata").and_then(Value::as_object_mut) {
+            m.remove("managedFields");
+        }
+        self.bucket.take().await;
+        let pp = PatchParams::default();
+        api.patch(&k.3, &pp, &Patch::Merge(&body))
+            .await
+            .map(|_| tracing::info!(kind = %k.1, namespace = %k.2, name = %k.3, "mutate-existing target patched"))
+            .map_err(|e| format!("patching {}/{} {}/{}: {e}", k.0, k.1, k.2, k.3))
+    }
+}
+
+/// A policy's identity here: `namespace/name` for the namespaced kinds, else its name.
+fn policy_id(p: &verno_engine::CompiledPolicy) -> String {
+    match &p.namespace {
+        Some(ns) if p.kind.is_namespaced() => format!("{ns}/{}", p.name),
+        _ => p.name.clone(),
+    }
+}
+
+/// The [`policy_id`] of the policy a generated object carries in its labels.
+fn downstream_policy(o: &Value) -> String {
+    let (ns, name) = (label(o, "generate.kyverno.io/policy-namespace"), label(o, "generate.kyverno.io/policy-name"));
+    if ns.is_empty() { name.to_string() } else { format!("{ns}/{name}") }
+}
+
+/// A ClusterPolicy/Policy rule of a document, by name.
+fn rule_doc<'d>(doc: &'d Value, rule: &str) -> Option<&'d Value> {
+    doc.pointer("/spec/rules")?.as_array()?.iter().find(|r| r.get("name").and_then(Value::as_str) == Some(rule))
+}
+
+/// Whether rule `rule` of a policy document names the DELETE operation (ClusterPolicy match
+/// blocks; the CEL kinds' `matchConstraints`, where `*` counts too).
+fn lists_delete(doc: &Value, rule: &str) -> bool {
+    let has = |ops: Option<&Value>, star: bool| {
+        ops.and_then(Value::as_array).into_iter().flatten().any(|o| o == "DELETE" || (star && o == "*"))
+    };
+    if let Some(rules) = doc.pointer("/spec/rules").and_then(Value::as_array) {
+        return rules.iter().filter(|r| r.get("name").and_then(Value::as_str) == Some(rule)).any(|r| {
+            let m = r.get("match");
+            has(m.and_then(|m| m.pointer("/resources/operations")), false)
+                || ["any", "all"].iter().any(|k| {
+                    m.and_then(|m| m.get(*k))
+                        .and_then(Value::as_array)
+                        .into_iter()
+                        .flatten()
+                        .any(|f| has(f.pointer("/resources/operations"), false))
+                })
+        });
+    }
+    doc.pointer("/spec/matchConstraints/resourceRules")
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+        .any(|r| has(r.get("operations"), true))
+}
+
+/// The (apiVersion, kind) a ClusterPolicy/Policy's generate rules name without variables.
+fn static_kinds(doc: &Value) -> Vec<(String, String)> {
+    let mut out = Vec::new();
+    let mut add = |g: &Value| {
+        let s = |k: &str| g.get(k).and_then(Value::as_str).unwrap_or("");
+        let (av, kind) = (s("apiVersion"), s("kind"));
+        if !av.is_empty() && !kind.is_empty() && !av.contains("{{") && !kind.contains("{{") {
+            out.push((av.to_string(), kind.to_string()));
+        }
+        for k in g.pointer("/cloneList/kinds").and_then(Value::as_array).into_iter().flatten().filter_map(Value::as_str)
+        {
+            let (av, kind) = k.rsplit_once('/').unwrap_or(("v1", k));
+            out.push((av.to_string(), kind.to_string()));
+        }
+    };
+    for r in doc.pointer("/spec/rules").and_then(Value::as_array).into_iter().flatten() {
+        if let Some(g) = r.get("generate") {
+            add(g);
+            for f in g.get("foreach").and_then(Value::as_array).into_iter().flatten() {
+                add(f);
+            }
+        }
+    }
+    out.sort();
+    out.dedup();
+    out
+}
+
+/// Whether `have` holds everything `want` sets (maps compared key by key; lists and scalars
+/// whole). The API server adds defaults and bookkeeping; those do not count as a difference.
+fn contains(have: &Value, want: &Value) -> bool {
+    match (have, want) {
+        (Value::Object(h), Value::Object(w)) => w.iter().all(|(k, wv)| match h.get(k) {
+            Some(hv) => contains(hv, wv),
+            None => wv.is_null() || wv.as_object().is_some_and(|o| o.is_empty()),
+        }),
+        (Value::Array(h), Value::Array(w)) => h.len() == w.len() && h.iter().zip(w).all(|(a, b)| contains(a, b)),
+        (h, w) => h == w,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn a_downstream_with_defaults_added_still_counts_as_converged() {
+        let want = json!({"kind": "ConfigMap", "metadata": {"name": "a", "labels": {"x": "1"}}, "data": {"k": "v"}});
+        let mut have = want.clone();
+        have["metadata"]["uid"] = json!("u");
+        have["metadata"]["resourceVersion"] = json!("7");
+        assert!(contains(&have, &want));
+        have["data"]["k"] = json!("edited");
+        assert!(!contains(&have, &want));
+        let mut extra = want.clone();
+        extra["data"]["other"] = json!("added by a user");
+        assert!(contains(&extra, &want), "keys the policy does not set are left alone");
+    }
+}
