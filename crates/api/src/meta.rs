@@ -16,6 +16,9 @@ pub struct ObjectMeta {
     pub annotations: BTreeMap<String, String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub resource_version: Option<String>,
+    /// The stored object's uid (events name the policy by it).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub uid: Option<String>,
     /// When the API server stored the object (RFC 3339); the background controller compares
     /// it with its triggers' (a trigger created before its policy is generated for only with
     /// `generateExisting`).

@@ -3,6 +3,7 @@
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic, clippy::indexing_slicing, clippy::disallowed_methods)] // a test fails by panicking
 
 use fake_apiserver::{FakeApiServer, default_resources};
+use futures_util::StreamExt;
 use k8s_openapi::api::admissionregistration::v1::{MutatingWebhookConfiguration, ValidatingWebhookConfiguration};
 use k8s_openapi::api::core::v1::{ConfigMap, Pod};
 use kube::api::{Api, DeleteParams, DynamicObject, Patch, PatchParams, PostParams};
@@ -111,11 +112,15 @@ fn entry_rules(cfg: &Value, entry: &str) -> Option<Value> {
 }
 
 async fn setup() -> (FakeApiServer, kube::Client, Replica) {
+    setup_with(|_| {}).await
+}
+
+async fn setup_with(tweak: impl FnOnce(&mut Options)) -> (FakeApiServer, kube::Client, Replica) {
     init_logs();
     let fake = FakeApiServer::start(default_resources()).await.unwrap();
     let admin = client(&fake, None).await;
     install(&fake, &admin, &manifests::Values::default()).await;
-    let replica = start_replica(&fake, "verno-0").await;
+    let replica = start_replica_with(&fake, "verno-0", tweak).await;
     fake.set_service(NS, manifests::SERVICE, Some(replica.server.addr));
     // The leader made the certificates and wrote the caBundle; the replica serves the pair.
     eventually("the caBundle", || async {
@@ -1052,23 +1057,36 @@ async fn a_no_op_trigger_update_never_deletes_and_a_namespace_deletion_touches_o
 
 #[tokio::test]
 async fn a_leader_change_during_a_fan_out_ends_with_every_downstream_exactly_once() {
-    let (fake, admin, first) = setup().await;
+    // The first leader writes slowly, so it is surely half-way when it dies.
+    let (fake, admin, first) = setup_with(|o| {
+        o.background = Some(verno_controller::background::BackgroundOptions {
+            writes_per_second: 40.0,
+            burst: 10.0,
+            ..Default::default()
+        })
+    })
+    .await;
     create_namespace(&admin, "shared", json!({})).await;
     apply_policy(&admin, DATA_SYNC).await;
     wait_ready(&admin, "team-credentials").await;
-    const N: usize = 150;
-    let creates = futures_util::future::join_all((0..N).map(|i| {
-        let admin = admin.clone();
-        async move {
-            let ns = format!("fan-{i}");
-            create_namespace(&admin, &ns, json!({})).await;
-            trigger_cm(&admin, &ns, json!({})).await;
-        }
-    }));
+    const N: usize = 1000;
+    let creates = futures_util::stream::iter(0..N)
+        .map(|i| {
+            let admin = admin.clone();
+            async move {
+                let ns = format!("fan-{i}");
+                create_namespace(&admin, &ns, json!({})).await;
+                trigger_cm(&admin, &ns, json!({})).await;
+            }
+        })
+        .buffer_unordered(32)
+        .collect::<Vec<()>>();
     creates.await;
     // The leader dies while it works through the fan-out.
-    eventually("some credentials", || async { (secret_names(&admin, "shared").await.len() >= 10).then_some(()) }).await;
+    eventually("some credentials", || async { (secret_names(&admin, "shared").await.len() >= 20).then_some(()) }).await;
     first.controller.abort();
+    let at_abort = secret_names(&admin, "shared").await.len();
+    assert!(at_abort < N, "the first leader finished the fan-out before it died ({at_abort} of {N})");
     let second = start_replica(&fake, "verno-1").await;
     let names = eventually("every credential", || async {
         let n = secret_names(&admin, "shared").await;
@@ -1077,7 +1095,8 @@ async fn a_leader_change_during_a_fan_out_ends_with_every_downstream_exactly_onc
     .await;
     let expected: std::collections::BTreeSet<String> = (0..N).map(|i| format!("fan-{i}-cred")).collect();
     assert_eq!(names.into_iter().collect::<std::collections::BTreeSet<_>>(), expected);
-    // Exactly once: no downstream was deleted and created again, none twice.
+    // Exactly once: no downstream was deleted and created again, none written twice (a create
+    // the second leader repeated would show as a second POST of the same name).
     let secret_writes: Vec<_> =
         fake.writes().into_iter().filter(|w| w.path.starts_with("/api/v1/namespaces/shared/secrets")).collect();
     assert!(
@@ -1085,6 +1104,7 @@ async fn a_leader_change_during_a_fan_out_ends_with_every_downstream_exactly_onc
         "{:?}",
         secret_writes.iter().map(|w| &w.method).collect::<Vec<_>>()
     );
+    assert_eq!(secret_writes.len(), N, "one create per downstream");
     second.controller.stop().await;
 }
 
@@ -1141,5 +1161,37 @@ async fn generating_policies_and_mutate_existing_policies_act_in_the_cluster() {
             .filter(|c| c.metadata.labels.as_ref().is_some_and(|l| l.get("touched").is_some_and(|v| v == "yes")))
     })
     .await;
+    replica.controller.stop().await;
+}
+
+#[tokio::test]
+async fn a_generate_rule_that_cannot_be_applied_becomes_a_policy_error_event() {
+    let (_fake, admin, replica) = setup().await;
+    apply_policy(&admin, &json!({"apiVersion": "kyverno.io/v1", "kind": "ClusterPolicy", "metadata": {"name": "widgets"},
+        "spec": {"rules": [{"name": "widget", "match": {"any": [{"resources": {"kinds": ["Namespace"], "names": ["needs-widget"]}}]},
+            "generate": {"apiVersion": "example.com/v1", "kind": "Widget", "name": "w", "namespace": "{{request.object.metadata.name}}",
+                "data": {"spec": {"size": 1}}}}]}}).to_string()).await;
+    wait_ready(&admin, "widgets").await;
+    let policy_uid = policy_api(&admin).get("widgets").await.unwrap().metadata.uid.unwrap();
+    create_namespace(&admin, "needs-widget", json!({})).await;
+    let ns_uid = Api::<k8s_openapi::api::core::v1::Namespace>::all(admin.clone())
+        .get("needs-widget")
+        .await
+        .unwrap()
+        .metadata
+        .uid
+        .unwrap();
+    let ev =
+        event_with_note(&admin, "policy widgets/widget error: the cluster does not serve example.com/v1/Widget").await;
+    // As Kyverno's background controller: on the policy (a ClusterPolicy's go to `default`),
+    // related to the trigger, reported by `kyverno-generate`.
+    assert_eq!(ev["metadata"]["namespace"], "default");
+    assert_eq!((&ev["type"], &ev["reason"], &ev["action"]), (&json!("Warning"), &json!("PolicyError"), &json!("None")));
+    assert_eq!(ev["reportingController"], "kyverno-generate");
+    assert_eq!(ev["regarding"]["kind"], "ClusterPolicy");
+    assert_eq!(ev["regarding"]["uid"], policy_uid.as_str());
+    assert_eq!(ev["related"]["kind"], "Namespace");
+    assert_eq!(ev["related"]["name"], "needs-widget");
+    assert_eq!(ev["related"]["uid"], ns_uid.as_str());
     replica.controller.stop().await;
 }

@@ -29,17 +29,25 @@
 //! existing, `mutateExistingOnPolicyUpdate`), and with `synchronize` every trigger that
 //! already has downstream objects (so a policy edit reaches them).
 //!
-//! Not yet: sources read through a GeneratingPolicy's `resource.*` calls are not watched (a
-//! change reaches their copies on the trigger's next event or a policy change); rules that
-//! generate on trigger DELETE; downstream kinds this leader has not generated yet are not
-//! looked at when a policy is deleted; no policy status or events on failure (logged and
-//! counted).
+//! Not yet: downstream kinds this leader has not generated yet are not looked at when a
+//! policy is deleted; no policy status or events on failure (logged and counted); no
+//! PolicyReport results for generate and mutate-existing rules; `skipBackgroundRequests` is
+//! not read.
+//!
+//! Sources are followed: clone/cloneList sources and whatever a GeneratingPolicy read with
+//! `resource.Get`/`resource.List` are watched, and a change re-evaluates the triggers that
+//! read them.
+//!
+//! Rules that list `DELETE` run on a trigger's deletion with the deleted object (Kyverno's
+//! `request.oldObject`); their downstream is not deleted with the trigger.
 
 use crate::scan::{Bucket, ScanEnv};
 use crate::serving::Serving;
 use futures_util::StreamExt;
+use k8s_openapi::api::core::v1::ObjectReference;
 use kube::api::{Api, DeleteParams, DynamicObject, Patch, PatchParams, PostParams};
 use kube::discovery::{ApiResource, Discovery, Scope as DiscoveryScope};
+use kube::runtime::events::{Event, EventType, Recorder, Reporter};
 use kube::runtime::{WatchStreamExt, watcher};
 use serde_json::Value;
 use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
@@ -141,6 +149,9 @@ struct PolicyInfo {
 struct Pending {
     live: bool,
     attempts: u32,
+    /// Times the trigger waited for a watch's first list (the wait doubles: a watch that
+    /// cannot list, e.g. forbidden, must not make the trigger spin).
+    waits: u32,
     at: Instant,
 }
 
@@ -177,15 +188,95 @@ struct Controller {
     acted: HashSet<(String, String, String)>,
     done: u64,
     failed: u64,
+    /// `PolicyError` events on the policy when a rule fails for a trigger (`None` when
+    /// `--omit-events` lists `PolicyError`).
+    events: Option<FailureEvents>,
+}
+
+/// Kyverno's failure events of the background controller: Warning `PolicyError` on the policy,
+/// related to the trigger, note `policy <name>/<rule> error: <message>`, reported by
+/// `kyverno-generate` or `kyverno-mutate` as Kyverno's. Paced as the admission events are;
+/// what does not fit is dropped and counted.
+struct FailureEvents {
+    generate: Recorder,
+    mutate: Recorder,
+    bucket: crate::events::Bucket,
+}
+
+/// One rule's failure for one trigger.
+struct Failure {
+    policy: Arc<verno_engine::CompiledPolicy>,
+    rule: String,
+    mutate: bool,
+    message: String,
+}
+
+impl FailureEvents {
+    fn new(client: &kube::Client, identity: &str) -> FailureEvents {
+        let reporter = |c: &str| Reporter { controller: c.into(), instance: Some(identity.to_string()) };
+        FailureEvents {
+            generate: Recorder::new(client.clone(), reporter(GENERATE_CONTROLLER)),
+            mutate: Recorder::new(client.clone(), reporter(MUTATE_CONTROLLER)),
+            bucket: crate::events::Bucket::new(crate::events::Limits::default()),
+        }
+    }
+}
+
+/// Kyverno's event sources for the two halves of its background controller.
+pub const GENERATE_CONTROLLER: &str = "kyverno-generate";
+pub const MUTATE_CONTROLLER: &str = "kyverno-mutate";
+
+/// The `PolicyError` event of `f` for `trigger`, with the object it is about (the policy).
+fn failure_event(f: &Failure, trigger: &Value) -> (Event, ObjectReference) {
+    let doc = &f.policy.document;
+    let meta = |k: &str| doc.pointer(&format!("/metadata/{k}")).and_then(Value::as_str).map(str::to_string);
+    let regarding = ObjectReference {
+        api_version: doc.get("apiVersion").and_then(Value::as_str).map(str::to_string),
+        kind: Some(f.policy.kind.name().to_string()),
+        name: Some(f.policy.name.clone()),
+        namespace: f.policy.namespace.clone(),
+        uid: meta("uid"),
+        ..Default::default()
+    };
+    let tmeta = |k: &str| trigger.pointer(&format!("/metadata/{k}")).and_then(Value::as_str).map(str::to_string);
+    let related = ObjectReference {
+        api_version: trigger.get("apiVersion").and_then(Value::as_str).map(str::to_string),
+        kind: trigger.get("kind").and_then(Value::as_str).map(str::to_string),
+        name: tmeta("name"),
+        namespace: tmeta("namespace"),
+        uid: tmeta("uid"),
+        ..Default::default()
+    };
+    let rule = if f.rule.is_empty() { String::new() } else { format!("/{}", f.rule) };
+    // Event notes are bounded by the API server (1 kB for events.k8s.io).
+    let mut note = format!("policy {}{rule} error: {}", f.policy.name, f.message);
+    if note.len() > 1000 {
+        let mut end = 1000;
+        while !note.is_char_boundary(end) {
+            end -= 1;
+        }
+        note.truncate(end);
+    }
+    let ev = Event {
+        type_: EventType::Warning,
+        reason: "PolicyError".into(),
+        note: Some(note),
+        action: "None".into(),
+        secondary: Some(related),
+    };
+    (ev, regarding)
 }
 
 /// Runs the background controller while this replica leads, until `stop`.
+#[allow(clippy::too_many_arguments)]
 pub async fn run(
     client: kube::Client,
     server: Arc<dyn Serving>,
     installed: watch::Receiver<u64>,
     mut leader: watch::Receiver<bool>,
     opts: BackgroundOptions,
+    identity: String,
+    error_events: bool,
     mut stop: watch::Receiver<bool>,
 ) {
     loop {
@@ -224,6 +315,7 @@ pub async fn run(
             acted: HashSet::new(),
             done: 0,
             failed: 0,
+            events: error_events.then(|| FailureEvents::new(&client, &identity)),
         };
         let mut installed = installed.clone();
         tokio::select! {
@@ -345,10 +437,11 @@ impl Controller {
             Some(p) => {
                 p.live |= live;
                 p.attempts = 0;
+                p.waits = 0;
                 p.at = Instant::now();
             }
             None => {
-                self.pending.insert(k.clone(), Pending { live, attempts: 0, at: Instant::now() });
+                self.pending.insert(k.clone(), Pending { live, attempts: 0, waits: 0, at: Instant::now() });
             }
         }
         if !self.queue.contains(&k) {
@@ -446,21 +539,22 @@ impl Controller {
     }
 
     /// Starts watching a kind in a role if not watched yet; whether its first list is done.
-    async fn ensure_watch(&mut self, role: Role, api_version: &str, kind: &str, ns: &str) -> bool {
+    async fn ensure_watch(&mut self, role: Role, api_version: &str, kind: &str, ns: &str) -> Result<bool, String> {
         let (id, running) = self.watch_id(role, api_version, kind, ns);
         if running {
-            return self.watches.get(&id).is_some_and(|w| w.synced);
+            return Ok(self.watches.get(&id).is_some_and(|w| w.synced));
         }
         match self.resource(api_version, kind).await {
             Some((ar, namespaced)) => {
                 let ns = if namespaced { ns } else { "" };
                 self.start_watch(id, role, &ar, ns);
+                Ok(false)
             }
             None => {
-                tracing::warn!(%api_version, %kind, "the background controller cannot watch this kind: discovery does not serve it")
+                tracing::warn!(%api_version, %kind, "the background controller cannot watch this kind: discovery does not serve it");
+                Err(format!("the cluster does not serve {api_version}/{kind}"))
             }
         }
-        false
     }
 
     /// Brings the watched trigger kinds in step with the set; deletes what removed synchronized
@@ -516,7 +610,8 @@ impl Controller {
             .flat_map(|p| static_kinds(&p.document))
             .collect();
         for (av, kind) in statics {
-            self.ensure_watch(Role::Downstream, &av, &kind, "").await;
+            // A kind the cluster does not serve is reported when a trigger needs it.
+            let _ = self.ensure_watch(Role::Downstream, &av, &kind, "").await;
         }
         // The trigger kinds.
         let mut wanted: HashSet<(String, String)> = HashSet::new();
@@ -783,14 +878,21 @@ impl Controller {
             Ok(false) => {
                 // Waiting for a watch's first list: again shortly, not counted as a failure.
                 if let Some(p) = self.pending.get_mut(&k) {
-                    p.at = Instant::now() + Duration::from_millis(200);
+                    let wait = Duration::from_millis(200u64 << p.waits.min(8)).min(Duration::from_secs(30));
+                    p.waits += 1;
+                    p.at = Instant::now() + wait;
                     p.attempts = p.attempts.max(1);
                 }
             }
             Err(e) => {
                 let max = self.opts.max_attempts;
                 let attempts = {
-                    let p = self.pending.entry(k.clone()).or_insert(Pending { live, attempts: 0, at: Instant::now() });
+                    let p = self.pending.entry(k.clone()).or_insert(Pending {
+                        live,
+                        attempts: 0,
+                        waits: 0,
+                        at: Instant::now(),
+                    });
                     p.attempts += 1;
                     let backoff = Duration::from_secs(1u64 << p.attempts.min(8)).min(Duration::from_secs(300));
                     p.at = Instant::now() + backoff;
@@ -841,6 +943,15 @@ impl Controller {
         let tkey = key_of(trigger);
         let mut ok = true;
         let mut errors: Vec<String> = Vec::new();
+        let mut failures: Vec<Failure> = Vec::new();
+        let mut fail = |errors: &mut Vec<String>,
+                        p: &Arc<verno_engine::CompiledPolicy>,
+                        rule: &str,
+                        mutate: bool,
+                        message: String| {
+            errors.push(format!("{}/{}: {}", p.name, rule, message));
+            failures.push(Failure { policy: p.clone(), rule: rule.to_string(), mutate, message });
+        };
         for (i, pr) in &responses {
             let Some(p) = self.set.policies().get(*i).cloned() else { continue };
             let pid = policy_id(&p);
@@ -861,7 +972,8 @@ impl Controller {
                     let av = if av.is_empty() { "v1".to_string() } else { av.clone() };
                     // Watched and indexed by kind (a GeneratingPolicy names the plural).
                     let Some((ar, _)) = self.resource(&av, kind).await else { continue };
-                    self.ensure_watch(Role::Source, &av, &ar.kind, ns).await;
+                    // Served (resolved just above), so only "not synced yet" can come back.
+                    let _ = self.ensure_watch(Role::Source, &av, &ar.kind, ns).await;
                     self.sources.entry((av, ar.kind.clone(), ns.clone())).or_default().insert(tkey.clone());
                 }
                 if r.status != Status::Skip {
@@ -871,7 +983,7 @@ impl Controller {
                     RuleType::Generation => {
                         let source_gone = r.status == Status::Error && r.message.starts_with("source resource ");
                         if r.status == Status::Error && !source_gone {
-                            errors.push(format!("{}/{}: {}", p.name, r.name, r.message));
+                            fail(&mut errors, &p, &r.name, false, r.message.clone());
                             continue;
                         }
                         if r.status != Status::Pass && !source_gone {
@@ -879,9 +991,17 @@ impl Controller {
                         }
                         // The downstream kinds must be known before comparing.
                         let mut ready = true;
+                        let mut unserved = None;
                         for g in &r.generated {
                             let (av, kind, _, _) = key_of(g);
-                            ready &= self.ensure_watch(Role::Downstream, &av, &kind, "").await;
+                            match self.ensure_watch(Role::Downstream, &av, &kind, "").await {
+                                Ok(synced) => ready &= synced,
+                                Err(e) => unserved = Some(e),
+                            }
+                        }
+                        if let Some(e) = unserved {
+                            fail(&mut errors, &p, &r.name, false, e);
+                            continue;
                         }
                         if !ready {
                             ok = false;
@@ -908,7 +1028,7 @@ impl Controller {
                         let wanted: Vec<Key> = r.generated.iter().map(key_of).collect();
                         for g in &r.generated {
                             if let Err(e) = self.converge(g, ri, &pid).await {
-                                errors.push(e);
+                                fail(&mut errors, &p, &r.name, false, e);
                             }
                         }
                         if ri.synchronize {
@@ -918,7 +1038,7 @@ impl Controller {
                         }
                     }
                     RuleType::Mutation if r.status == Status::Error && info.rules.contains_key(&r.name) => {
-                        errors.push(format!("{}/{}: {}", p.name, r.name, r.message));
+                        fail(&mut errors, &p, &r.name, true, r.message.clone());
                     }
                     RuleType::Mutation if r.status == Status::Pass && !r.patched_targets.is_empty() => {
                         if !(admitted || ri.mutate_existing_on_update) {
@@ -926,7 +1046,7 @@ impl Controller {
                         }
                         for t in &r.patched_targets {
                             if let Err(e) = self.patch_target(t).await {
-                                errors.push(e);
+                                fail(&mut errors, &p, &r.name, true, e);
                             }
                         }
                     }
@@ -943,6 +1063,7 @@ impl Controller {
                 }
             }
         }
+        self.publish(trigger, failures).await;
         if deleted {
             return if errors.is_empty() { Ok(ok) } else { Err(errors.join("; ")) };
         }
@@ -968,6 +1089,22 @@ impl Controller {
             self.seen.insert(uid);
         }
         Ok(ok)
+    }
+
+    /// Writes the `PolicyError` events of `failures` (paced; dropped and counted beyond).
+    async fn publish(&mut self, trigger: &Value, failures: Vec<Failure>) {
+        let Some(ev) = self.events.as_mut() else { return };
+        for f in &failures {
+            if !ev.bucket.take() {
+                self.server.event_dropped();
+                continue;
+            }
+            let (event, regarding) = failure_event(f, trigger);
+            let recorder = if f.mutate { &ev.mutate } else { &ev.generate };
+            if let Err(e) = recorder.publish(&event, &regarding).await {
+                tracing::debug!(error = %e, "event not written");
+            }
+        }
     }
 
     /// Creates a generated object that is missing; with `synchronize` (or for a

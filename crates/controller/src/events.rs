@@ -54,14 +54,19 @@ impl Default for Limits {
     }
 }
 
-struct Bucket {
+pub(crate) struct Bucket {
     tokens: f64,
     at: Instant,
     limits: Limits,
 }
 
 impl Bucket {
-    fn take(&mut self) -> bool {
+    pub(crate) fn new(limits: Limits) -> Bucket {
+        Bucket { tokens: limits.burst, at: Instant::now(), limits }
+    }
+
+    /// Whether an event may be written now (never waits).
+    pub(crate) fn take(&mut self) -> bool {
         let now = Instant::now();
         self.tokens =
             (self.tokens + now.duration_since(self.at).as_secs_f64() * self.limits.per_second).min(self.limits.burst);
@@ -282,7 +287,7 @@ pub async fn run(
     mut stop: watch::Receiver<bool>,
 ) {
     let recorder = Recorder::new(client, Reporter { controller: controller.into(), instance: Some(identity) });
-    let mut bucket = Bucket { tokens: limits.burst, at: Instant::now(), limits };
+    let mut bucket = Bucket::new(limits);
     loop {
         // Take the next notice first: the stop future must not live across the writes.
         let n = tokio::select! {

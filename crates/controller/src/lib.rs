@@ -386,6 +386,8 @@ pub async fn start(client: kube::Client, server: Arc<dyn Serving>, opts: Options
                 installed_rx.clone(),
                 leader_rx.clone(),
                 bg,
+                opts.identity.clone(),
+                !opts.omit_events.contains("PolicyError"),
                 stop_rx.clone(),
             )));
         }
