@@ -84,6 +84,10 @@ impl Default for BackgroundOptions {
     }
 }
 
+/// Deleted triggers waiting for their DELETE rules, at most (beyond, a deletion's rules are
+/// dropped, logged and counted as failed work).
+const MAX_GONE: usize = 10_000;
+
 /// The field manager of server-side applied generated objects (Kyverno's).
 const FIELD_MANAGER: &str = "kyverno-generate";
 
@@ -172,6 +176,8 @@ struct Controller {
     discovery: Option<(Instant, Arc<Discovery>)>,
     /// Triggers by key, as last seen.
     triggers: HashMap<Key, Arc<Value>>,
+    /// Deleted triggers whose DELETE rules have not run yet (at most [`MAX_GONE`]).
+    gone: HashMap<Key, Arc<Value>>,
     /// Trigger uid → key.
     trigger_uids: HashMap<String, Key>,
     downstreams: HashMap<Key, Downstream>,
@@ -305,6 +311,7 @@ pub async fn run(
             resources: HashMap::new(),
             discovery: None,
             triggers: HashMap::new(),
+            gone: HashMap::new(),
             trigger_uids: HashMap::new(),
             downstreams: HashMap::new(),
             by_trigger: HashMap::new(),
@@ -727,19 +734,16 @@ impl Controller {
         self.seen.remove(&uid);
         self.acted.retain(|(u, _, _)| *u != uid);
         self.delete_for_trigger(&uid, |_| true).await;
-        // Rules that act on the trigger's deletion (they list DELETE).
+        // Rules that act on the trigger's deletion (they list DELETE) run from the queue, like
+        // any other work: they may have to wait for a downstream watch's first list.
         if self.policies.values().any(|p| p.rules.values().any(|r| r.on_delete)) {
-            let gone = Arc::new(v.clone());
-            let mut attempts = 0;
-            while let Err(e) = self.apply(&gone, true, true).await {
-                attempts += 1;
+            if self.gone.len() >= MAX_GONE {
+                tracing::warn!(kind = %k.1, namespace = %k.2, name = %k.3, "too many deleted triggers waiting; this deletion's rules are not run");
                 self.server.background_work(false);
-                tracing::warn!(error = %e, attempts, "background work on a deleted trigger failed");
-                if attempts >= 3 {
-                    break;
-                }
-                tokio::time::sleep(Duration::from_secs(1)).await;
+                return;
             }
+            self.gone.insert(k.clone(), Arc::new(v.clone()));
+            self.enqueue(k, true);
         }
     }
 
@@ -864,16 +868,29 @@ impl Controller {
 
     /// Evaluates one trigger and converges its downstreams and targets.
     async fn process(&mut self, k: Key) {
-        let Some(obj) = self.triggers.get(&k).cloned() else {
-            self.pending.remove(&k);
-            return;
-        };
-        let live = self.pending.get(&k).is_some_and(|p| p.live);
-        match self.apply(&obj, live, false).await {
-            Ok(true) => {
+        // A deleted trigger's DELETE rules first (the same name may exist again meanwhile).
+        let (obj, deleted) = match (self.gone.get(&k), self.triggers.get(&k)) {
+            (Some(g), _) => (g.clone(), true),
+            (None, Some(t)) => (t.clone(), false),
+            (None, None) => {
                 self.pending.remove(&k);
+                return;
+            }
+        };
+        let live = deleted || self.pending.get(&k).is_some_and(|p| p.live);
+        match self.apply(&obj, live, deleted).await {
+            Ok(true) => {
                 self.done += 1;
                 self.server.background_work(true);
+                if deleted {
+                    self.gone.remove(&k);
+                    if self.triggers.contains_key(&k) {
+                        // The new object of the same name is next.
+                        self.enqueue(k, false);
+                        return;
+                    }
+                }
+                self.pending.remove(&k);
             }
             Ok(false) => {
                 // Waiting for a watch's first list: again shortly, not counted as a failure.
@@ -904,6 +921,7 @@ impl Controller {
                 if attempts >= max {
                     tracing::error!(kind = %k.1, namespace = %k.2, name = %k.3, "background work given up after {max} attempts");
                     self.pending.remove(&k);
+                    self.gone.remove(&k);
                 }
             }
         }

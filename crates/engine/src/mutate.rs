@@ -324,8 +324,13 @@ impl Mutator<'_> {
     }
 
     /// Mutate existing: patches each target (available as `target`) instead of the trigger.
+    ///
+    /// As Kyverno's handler, a target whose context, preconditions or patch fail does not stop
+    /// the others: the rule passes with the targets that were patched, and is an error (the
+    /// first one) only when none was.
     pub fn run_targets(&self, m: &CompiledMutation, ctx: &mut Context) -> RuleResponse {
         let mut patched = Vec::new();
+        let mut first_error: Option<RuleResponse> = None;
         for t in &m.targets {
             let render = |v: &Option<crate::template::TValue>, ctx: &Context| -> Result<String, String> {
                 match v {
@@ -380,14 +385,19 @@ impl Mutator<'_> {
                 })();
                 ctx.restore(saved);
                 match outcome {
-                    Err(r) => return r,
+                    Err(r) => {
+                        if ctx.env().cancelled() {
+                            return r;
+                        }
+                        first_error.get_or_insert(r);
+                    }
                     Ok(Some(v)) => patched.push(v),
                     Ok(None) => {}
                 }
             }
         }
         if patched.is_empty() {
-            return self.resp(Status::Skip, "no patches applied");
+            return first_error.unwrap_or_else(|| self.resp(Status::Skip, "no patches applied"));
         }
         let mut r = self.resp(Status::Pass, patched.first().map_or_else(|| "mutated resource".to_string(), mutated));
         r.patched_targets = patched;
@@ -613,6 +623,45 @@ fn mutated(v: &Value) -> String {
 mod tests {
     use super::*;
     use serde_json::json;
+
+    struct Pods(Vec<Value>);
+
+    impl crate::Data for Pods {
+        fn list(&self, _api_version: &str, _kind: &str, _namespace: &str) -> Vec<Value> {
+            self.0.clone()
+        }
+    }
+
+    #[test]
+    fn a_target_whose_preconditions_fail_does_not_stop_the_others() {
+        let doc = json!({"apiVersion": "kyverno.io/v1", "kind": "ClusterPolicy", "metadata": {"name": "p"},
+            "spec": {"rules": [{"name": "r", "match": {"any": [{"resources": {"kinds": ["Namespace"]}}]},
+                "mutate": {"targets": [{"apiVersion": "v1", "kind": "Pod", "namespace": "{{request.object.metadata.name}}",
+                    "preconditions": {"all": [{"key": "{{ target.metadata.annotations.mark }}", "operator": "Equals", "value": "yes"}]}}],
+                    "patchStrategicMerge": {"metadata": {"labels": {"done": "true"}}}}}]}});
+        let Ok(crate::Compiled::Policy(policy)) = crate::compile(&doc, &[]) else { panic!("compiles to a policy") };
+        let set = crate::PolicySet::new(vec![std::sync::Arc::new(policy)], Vec::new());
+        let pod = |name: &str, annotations: Value| json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name, "namespace": "team", "annotations": annotations}});
+        let mut bare = pod("bare", json!({}));
+        bare["metadata"].as_object_mut().map(|m| m.remove("annotations"));
+        let run = |pods: Vec<Value>| {
+            let ns = json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "team"}});
+            let req = crate::Request::new("CREATE", &ns);
+            let out = set.evaluate(&req, crate::Scope::APPLY, &verno_jmespath::NoEnv, &Pods(pods), &mut ());
+            out.responses.into_iter().flat_map(|(_, r)| r.rules).next().expect("a rule response")
+        };
+        // `bare` has no annotations (its precondition cannot be resolved), `no` fails it.
+        let r = run(vec![bare.clone(), pod("marked", json!({"mark": "yes"})), pod("no", json!({"mark": "no"}))]);
+        assert_eq!(r.status, crate::Status::Pass, "{}", r.message);
+        let names: Vec<&str> =
+            r.patched_targets.iter().filter_map(|t| t.pointer("/metadata/name").and_then(Value::as_str)).collect();
+        assert_eq!(names, ["marked"]);
+        assert_eq!(r.patched_targets[0].pointer("/metadata/labels/done"), Some(&json!("true")));
+        // Only the unresolvable one: the rule is that error.
+        let r = run(vec![bare]);
+        assert_eq!(r.status, crate::Status::Error);
+        assert!(r.message.starts_with("failed to evaluate target preconditions"), "{}", r.message);
+    }
 
     #[test]
     fn add_if_not_present_only_adds_missing_keys() {
