@@ -1195,3 +1195,43 @@ async fn a_generate_rule_that_cannot_be_applied_becomes_a_policy_error_event() {
     assert_eq!(ev["related"]["uid"], ns_uid.as_str());
     replica.controller.stop().await;
 }
+
+#[tokio::test]
+async fn a_synchronized_rule_takes_over_an_existing_object_no_policy_generated_and_leaves_others() {
+    let (_fake, admin, replica) = setup().await;
+    create_namespace(&admin, "shared", json!({})).await;
+    // Already there, by hand: `team-1-cred` (the synchronized rule's name) and `team-1-keep`
+    // (the same rule without synchronize).
+    for name in ["team-1-cred", "team-1-keep"] {
+        let s = serde_json::from_value(
+            json!({"metadata": {"name": name, "namespace": "shared"}, "data": {"team": "aGFuZA=="}}),
+        )
+        .unwrap();
+        secret_api(&admin, "shared").create(&PostParams::default(), &s).await.unwrap();
+    }
+    apply_policy(&admin, DATA_SYNC).await;
+    let keep = DATA_SYNC
+        .replace("team-credentials", "team-keep")
+        .replace("-cred\"", "-keep\"")
+        .replace("\"synchronize\": true", "\"synchronize\": false");
+    apply_policy(&admin, &keep).await;
+    wait_ready(&admin, "team-credentials").await;
+    wait_ready(&admin, "team-keep").await;
+    create_namespace(&admin, "team-1", json!({})).await;
+    trigger_cm(&admin, "team-1", json!({})).await;
+    // Kyverno's synchronize: the existing object is overwritten with the rule's content and
+    // labelled as generated.
+    let taken = eventually("the synchronized copy", || async {
+        let s = secret_api(&admin, "shared").get("team-1-cred").await.ok()?;
+        (s.data.as_ref()?.get("team")?.0 == b"team-1").then_some(s)
+    })
+    .await;
+    let labels = taken.metadata.labels.unwrap_or_default();
+    assert_eq!(labels.get("generate.kyverno.io/policy-name").map(String::as_str), Some("team-credentials"));
+    // Without synchronize, the existing object is left as it is.
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let kept = secret_api(&admin, "shared").get("team-1-keep").await.unwrap();
+    assert_eq!(kept.data.unwrap()["team"].0, b"hand");
+    assert!(kept.metadata.labels.unwrap_or_default().is_empty());
+    replica.controller.stop().await;
+}
