@@ -26,13 +26,16 @@
 //! When a trigger is acted on, as Kyverno: a trigger admitted while the policy is in force
 //! (created or changed after the policy: a watch event, or a creation timestamp not older
 //! than the policy's), every existing trigger with `generateExisting` (and, for mutate-
-//! existing, `mutateExistingOnPolicyUpdate`), and with `synchronize` every trigger that
-//! already has downstream objects (so a policy edit reaches them).
+//! existing, `mutateExistingOnPolicyUpdate`; a MutatingPolicy with `mutateExisting` always, as
+//! Kyverno queues the whole policy when it is created or changed), and with `synchronize`
+//! every trigger that already has downstream objects (so a policy edit reaches them). A
+//! synchronized rule whose downstream name is taken by an object no policy generated
+//! overwrites it (Kyverno's documented behaviour); without `synchronize` it is left alone.
 //!
 //! Not yet: downstream kinds this leader has not generated yet are not looked at when a
-//! policy is deleted; no policy status or events on failure (logged and counted); no
-//! PolicyReport results for generate and mutate-existing rules; `skipBackgroundRequests` is
-//! not read.
+//! policy is deleted; no failure state beyond logs, metrics and `PolicyError` events (Kyverno
+//! keeps it in UpdateRequest status); no PolicyReport results for generate and
+//! mutate-existing rules; `skipBackgroundRequests` is not read.
 //!
 //! Sources are followed: clone/cloneList sources and whatever a GeneratingPolicy read with
 //! `resource.Get`/`resource.List` are watched, and a change re-evaluates the triggers that
@@ -87,6 +90,9 @@ impl Default for BackgroundOptions {
 /// Deleted triggers waiting for their DELETE rules, at most (beyond, a deletion's rules are
 /// dropped, logged and counted as failed work).
 const MAX_GONE: usize = 10_000;
+
+/// How long a deleted synchronized downstream stays deleted before it is put back.
+const RESTORE_DELAY: Duration = Duration::from_secs(1);
 
 /// The field manager of server-side applied generated objects (Kyverno's).
 const FIELD_MANAGER: &str = "kyverno-generate";
@@ -440,6 +446,20 @@ impl Controller {
             self.queue.push_back(k);
         }
         self.backlog();
+    }
+
+    /// Queues `k` after `delay` (sooner if it is already waiting for less; at once if queued).
+    fn enqueue_after(&mut self, k: Key, delay: Duration) {
+        let at = Instant::now() + delay;
+        match self.pending.get_mut(&k) {
+            Some(p) if p.attempts > 0 => p.at = p.at.min(at),
+            Some(_) => {}
+            None => {
+                // `attempts: 1` makes `requeue_due` pick it up when it is due.
+                self.pending.insert(k, Pending { live: false, attempts: 1, waits: 0, at });
+                self.backlog();
+            }
+        }
     }
 
     fn enqueue(&mut self, k: Key, live: bool) {
@@ -833,7 +853,12 @@ impl Controller {
             && self.triggers.contains_key(&t)
         {
             let watched_synced = self.watches.values().all(|w| w.role != Role::Downstream || w.synced);
-            if watched_synced {
+            if watched_synced && deleted {
+                // Put back a moment later, not at once: the client that deleted it sees the
+                // deletion finish (`kubectl delete --wait`, a test waiting for NotFound), as
+                // with Kyverno, whose update request takes about that long.
+                self.enqueue_after(t, RESTORE_DELAY);
+            } else if watched_synced {
                 self.enqueue(t, false);
             }
         }
