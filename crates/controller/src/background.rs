@@ -44,7 +44,7 @@
 //! Rules that list `DELETE` run on a trigger's deletion with the deleted object (Kyverno's
 //! `request.oldObject`); their downstream is not deleted with the trigger.
 
-use crate::scan::{Bucket, ScanEnv};
+use crate::scan::{Bucket, DiscoveryCache, ScanEnv};
 use crate::serving::Serving;
 use futures_util::StreamExt;
 use k8s_openapi::api::core::v1::ObjectReference;
@@ -179,7 +179,7 @@ struct Controller {
     watch_keys: Vec<(Role, String, String, String)>,
     watches: HashMap<u32, Watch>,
     resources: HashMap<(String, String), (ApiResource, bool)>,
-    discovery: Option<(Instant, Arc<Discovery>)>,
+    discovery: DiscoveryCache,
     /// Triggers by key, as last seen.
     triggers: HashMap<Key, Arc<Value>>,
     /// Deleted triggers whose DELETE rules have not run yet (at most [`MAX_GONE`]).
@@ -315,7 +315,7 @@ pub async fn run(
             watch_keys: Vec::new(),
             watches: HashMap::new(),
             resources: HashMap::new(),
-            discovery: None,
+            discovery: DiscoveryCache::new(Duration::from_secs(10)),
             triggers: HashMap::new(),
             gone: HashMap::new(),
             trigger_uids: HashMap::new(),
@@ -480,22 +480,7 @@ impl Controller {
     }
 
     async fn discovery(&mut self, fresh: bool) -> Option<Arc<Discovery>> {
-        if let Some((at, d)) = &self.discovery
-            && (!fresh || at.elapsed() < Duration::from_secs(10))
-        {
-            return Some(d.clone());
-        }
-        match Discovery::new(self.client.clone()).run().await {
-            Ok(d) => {
-                let d = Arc::new(d);
-                self.discovery = Some((Instant::now(), d.clone()));
-                Some(d)
-            }
-            Err(e) => {
-                tracing::warn!(error = %e, "discovery failed; the background controller keeps what it watches");
-                self.discovery.as_ref().map(|(_, d)| d.clone())
-            }
-        }
+        self.discovery.get(&self.client, fresh, "the background controller keeps what it watches").await
     }
 
     /// The API resource of (apiVersion, kind), from discovery.
@@ -874,13 +859,20 @@ impl Controller {
         }
     }
 
-    async fn delete(&mut self, k: &Key) {
-        let Some((ar, namespaced)) = self.resource(&k.0, &k.1).await else { return };
-        let api: Api<DynamicObject> = if namespaced {
+    /// The API of the object `k` names (namespaced or not, as discovery says).
+    async fn api_for(&mut self, k: &Key) -> Result<Api<DynamicObject>, String> {
+        let Some((ar, namespaced)) = self.resource(&k.0, &k.1).await else {
+            return Err(format!("the cluster does not serve {}/{}", k.0, k.1));
+        };
+        Ok(if namespaced {
             Api::namespaced_with(self.client.clone(), &k.2, &ar)
         } else {
             Api::all_with(self.client.clone(), &ar)
-        };
+        })
+    }
+
+    async fn delete(&mut self, k: &Key) {
+        let Ok(api) = self.api_for(k).await else { return };
         self.bucket.take().await;
         match api.delete(&k.3, &DeleteParams::background()).await {
             Ok(_) => tracing::info!(kind = %k.1, namespace = %k.2, name = %k.3, "generated object deleted"),
@@ -1170,13 +1162,7 @@ impl Controller {
         if !label(&cur, "generate.kyverno.io/policy-name").is_empty() {
             return Ok(None);
         }
-        let mut next = desired.clone();
-        if let (Some(m), Some(rv)) =
-            (next.pointer_mut("/metadata").and_then(Value::as_object_mut), cur.pointer("/metadata/resourceVersion"))
-        {
-            m.insert("resourceVersion".into(), rv.clone());
-        }
-        let obj: DynamicObject = serde_json::from_value(next).map_err(|e| e.to_string())?;
+        let obj = replacement(desired, &cur)?;
         self.bucket.take().await;
         api.replace(name, &PostParams::default(), &obj).await.map(Some).map_err(|e| format!("updating {name}: {e}"))
     }
@@ -1185,14 +1171,7 @@ impl Controller {
     /// GeneratingPolicy) puts back what differs in one this policy generated.
     async fn converge(&mut self, desired: &Value, ri: &RuleInfo, policy: &str) -> Result<(), String> {
         let k = key_of(desired);
-        let Some((ar, namespaced)) = self.resource(&k.0, &k.1).await else {
-            return Err(format!("the cluster does not serve {}/{}", k.0, k.1));
-        };
-        let api: Api<DynamicObject> = if namespaced {
-            Api::namespaced_with(self.client.clone(), &k.2, &ar)
-        } else {
-            Api::all_with(self.client.clone(), &ar)
-        };
+        let api = self.api_for(&k).await?;
         let existing = self.downstreams.get(&k).map(|d| d.object.clone());
         let obj: DynamicObject = serde_json::from_value(desired.clone()).map_err(|e| e.to_string())?;
         let what = || format!("{}/{} {}/{}", k.0, k.1, k.2, k.3);
@@ -1228,15 +1207,7 @@ impl Controller {
                 let updated = if ri.ssa {
                     api.patch(&k.3, &PatchParams::apply(FIELD_MANAGER).force(), &Patch::Apply(desired)).await
                 } else {
-                    let mut next = desired.clone();
-                    if let (Some(m), Some(rv)) = (
-                        next.pointer_mut("/metadata").and_then(Value::as_object_mut),
-                        cur.pointer("/metadata/resourceVersion"),
-                    ) {
-                        m.insert("resourceVersion".into(), rv.clone());
-                    }
-                    let obj: DynamicObject = serde_json::from_value(next).map_err(|e| e.to_string())?;
-                    api.replace(&k.3, &PostParams::default(), &obj).await
+                    api.replace(&k.3, &PostParams::default(), &replacement(desired, &cur)?).await
                 };
                 Some(updated.map_err(|e| format!("updating {}: {e}", what()))?)
             }
@@ -1254,14 +1225,7 @@ impl Controller {
     /// Writes a mutate-existing target when the patch changed it.
     async fn patch_target(&mut self, patched: &Value) -> Result<(), String> {
         let k = key_of(patched);
-        let Some((ar, namespaced)) = self.resource(&k.0, &k.1).await else {
-            return Err(format!("the cluster does not serve {}/{}", k.0, k.1));
-        };
-        let api: Api<DynamicObject> = if namespaced {
-            Api::namespaced_with(self.client.clone(), &k.2, &ar)
-        } else {
-            Api::all_with(self.client.clone(), &ar)
-        };
+        let api = self.api_for(&k).await?;
         let current = match api.get(&k.3).await {
             Ok(c) => serde_json::to_value(&c).map_err(|e| e.to_string())?,
             Err(kube::Error::Api(e)) if e.code == 404 => return Ok(()),
@@ -1295,6 +1259,18 @@ fn policy_id(p: &verno_engine::CompiledPolicy) -> String {
 fn downstream_policy(o: &Value) -> String {
     let (ns, name) = (label(o, "generate.kyverno.io/policy-namespace"), label(o, "generate.kyverno.io/policy-name"));
     if ns.is_empty() { name.to_string() } else { format!("{ns}/{name}") }
+}
+
+/// `desired` as the replacement of `cur`: with `cur`'s resourceVersion (the update fails if
+/// the object changed meanwhile).
+fn replacement(desired: &Value, cur: &Value) -> Result<DynamicObject, String> {
+    let mut next = desired.clone();
+    if let (Some(m), Some(rv)) =
+        (next.pointer_mut("/metadata").and_then(Value::as_object_mut), cur.pointer("/metadata/resourceVersion"))
+    {
+        m.insert("resourceVersion".into(), rv.clone());
+    }
+    serde_json::from_value(next).map_err(|e| e.to_string())
 }
 
 /// A ClusterPolicy/Policy rule of a document, by name.

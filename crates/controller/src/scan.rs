@@ -240,6 +240,40 @@ struct Watch {
 
 type WatchEvent = (u32, u64, watcher::Event<DynamicObject>);
 
+/// The API server's discovery, kept and refreshed at most once per `max_age` (a leader's
+/// controllers resolve kinds often; discovery is dozens of requests).
+pub(crate) struct DiscoveryCache {
+    cached: Option<(Instant, Arc<Discovery>)>,
+    max_age: Duration,
+}
+
+impl DiscoveryCache {
+    pub(crate) fn new(max_age: Duration) -> DiscoveryCache {
+        DiscoveryCache { cached: None, max_age }
+    }
+
+    /// The cached discovery; with `fresh`, run again unless younger than `max_age`. On failure
+    /// the last one (logged with `keeps`, what the caller goes on with).
+    pub(crate) async fn get(&mut self, client: &kube::Client, fresh: bool, keeps: &str) -> Option<Arc<Discovery>> {
+        if let Some((at, d)) = &self.cached
+            && (!fresh || at.elapsed() < self.max_age)
+        {
+            return Some(d.clone());
+        }
+        match Discovery::new(client.clone()).run().await {
+            Ok(d) => {
+                let d = Arc::new(d);
+                self.cached = Some((Instant::now(), d.clone()));
+                Some(d)
+            }
+            Err(e) => {
+                tracing::warn!(error = %e, "discovery failed; {keeps}");
+                self.cached.as_ref().map(|(_, d)| d.clone())
+            }
+        }
+    }
+}
+
 pub(crate) struct Bucket {
     pub(crate) tokens: f64,
     pub(crate) at: Instant,
@@ -283,7 +317,7 @@ struct Scanner {
     owners: Owners,
     tx: mpsc::Sender<WatchEvent>,
     bucket: Bucket,
-    discovery: Option<(Instant, Arc<Discovery>)>,
+    discovery: DiscoveryCache,
     set: Arc<PolicySet>,
 }
 
@@ -325,7 +359,7 @@ pub async fn run(
                 per_second: opts.writes_per_second,
                 burst: opts.burst,
             },
-            discovery: None,
+            discovery: DiscoveryCache::new(Duration::from_secs(30)),
             set: Arc::new(PolicySet::default()),
         };
         let mut installed = installed.clone();
@@ -469,22 +503,7 @@ impl Scanner {
     }
 
     async fn discovery(&mut self, fresh: bool) -> Option<Arc<Discovery>> {
-        if let Some((at, d)) = &self.discovery
-            && (!fresh || at.elapsed() < Duration::from_secs(30))
-        {
-            return Some(d.clone());
-        }
-        match Discovery::new(self.client.clone()).run().await {
-            Ok(d) => {
-                let d = Arc::new(d);
-                self.discovery = Some((Instant::now(), d.clone()));
-                Some(d)
-            }
-            Err(e) => {
-                tracing::warn!(error = %e, "discovery failed; background scans keep the kinds they watch");
-                self.discovery.as_ref().map(|(_, d)| d.clone())
-            }
-        }
+        self.discovery.get(&self.client, fresh, "background scans keep the kinds they watch").await
     }
 
     /// The kinds (apiVersion, kind → resource) each background policy matches.
