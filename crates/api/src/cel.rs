@@ -267,3 +267,35 @@ pub struct PolicyRef {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub kind: Option<String>,
 }
+
+/// `policies.kyverno.io` DeletingPolicy / NamespacedDeletingPolicy.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct DeletingPolicy {
+    #[serde(default)]
+    pub api_version: String,
+    #[serde(default)]
+    pub kind: String,
+    #[serde(default)]
+    pub metadata: ObjectMeta,
+    #[serde(default)]
+    pub spec: DeletingPolicySpec,
+}
+
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct DeletingPolicySpec {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub match_constraints: Option<MatchResources>,
+    /// CEL conditions; an object is deleted when all hold.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub conditions: Vec<NamedExpression>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub variables: Vec<NamedExpression>,
+    /// Cron schedule (required).
+    #[serde(default)]
+    pub schedule: String,
+    /// `Foreground`, `Background` or `Orphan`; unset: the API server's default.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub deletion_propagation_policy: Option<String>,
+}

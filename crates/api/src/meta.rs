@@ -35,6 +35,35 @@ pub struct LabelSelector {
     pub match_expressions: Option<Vec<LabelSelectorRequirement>>,
 }
 
+impl LabelSelector {
+    /// The selector in the API's `labelSelector` query syntax (`a=b,c in (d,e),!f`); `None`
+    /// when it cannot be said there (an unknown operator, Kyverno's `*`/`?` wildcards in a
+    /// value, an `In` without values). An empty selector is `Some("")`: everything.
+    pub fn to_query(&self) -> Option<String> {
+        let plain = |s: &str| !s.is_empty() && !s.contains(['*', '?', ',', '(', ')', '=', '!', ' ']);
+        let mut parts = Vec::new();
+        for (k, v) in self.match_labels.iter().flatten() {
+            if !plain(k) || v.contains(['*', '?', ',', '(', ')', '=', '!', ' ']) {
+                return None;
+            }
+            parts.push(format!("{k}={v}"));
+        }
+        for e in self.match_expressions.iter().flatten() {
+            if !plain(&e.key) || e.values.iter().any(|v| !plain(v)) {
+                return None;
+            }
+            parts.push(match e.operator.as_str() {
+                "In" if !e.values.is_empty() => format!("{} in ({})", e.key, e.values.join(",")),
+                "NotIn" if !e.values.is_empty() => format!("{} notin ({})", e.key, e.values.join(",")),
+                "Exists" => e.key.clone(),
+                "DoesNotExist" => format!("!{}", e.key),
+                _ => return None,
+            });
+        }
+        Some(parts.join(","))
+    }
+}
+
 #[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
 #[serde(rename_all = "camelCase")]
 pub struct LabelSelectorRequirement {

@@ -481,3 +481,37 @@ pub struct ForEachGeneration {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub clone_list: Option<CloneList>,
 }
+
+/// `kyverno.io/v2` CleanupPolicy / ClusterCleanupPolicy.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct CleanupPolicy {
+    #[serde(default)]
+    pub api_version: String,
+    #[serde(default)]
+    pub kind: String,
+    #[serde(default)]
+    pub metadata: ObjectMeta,
+    #[serde(default)]
+    pub spec: CleanupPolicySpec,
+}
+
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct CleanupPolicySpec {
+    /// Loaded once per run, before any target (no `configMap` or `imageRegistry` entries).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub context: Vec<ContextEntry>,
+    #[serde(default, rename = "match")]
+    pub match_: MatchResources,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub exclude: Option<MatchResources>,
+    /// `any` / `all` conditions; each candidate object is `target`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub conditions: Option<Conditions>,
+    /// Cron schedule (required).
+    #[serde(default)]
+    pub schedule: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub deletion_propagation_policy: Option<String>,
+}

@@ -159,6 +159,7 @@ fn rule_counts(p: Option<&CompiledPolicy>) -> Value {
             RuleBody::Mutate(_) => mutate += 1,
             RuleBody::Generate(_) => generate += 1,
             RuleBody::Unsupported { .. } => verify += 1,
+            RuleBody::Cleanup(_) => {}
         }
     }
     json!({"validate": validate, "mutate": mutate, "generate": generate, "verifyimages": verify})

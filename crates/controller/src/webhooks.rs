@@ -188,6 +188,8 @@ fn entry_for(p: &CompiledPolicy, body: &RuleBody) -> Option<&'static str> {
         RuleBody::Mutate(_) => Hook::Mutate,
         // Generate rules run in the background controller, not at admission.
         RuleBody::Generate(_) => return None,
+        // Cleanup policies run on their schedule, never at admission.
+        RuleBody::Cleanup(_) => return None,
         // Unsupported rule types answer with an error result: route them with validation.
         RuleBody::Unsupported { .. } => Hook::Validate,
     };

@@ -82,12 +82,15 @@ pub fn compile(doc: &Value, bindings: &[Value]) -> Result<Compiled, DocumentErro
         Kind::GeneratingPolicy | Kind::NamespacedGeneratingPolicy => {
             Compiled::Policy(crate::gpol::compile_generating_policy(doc)?)
         }
-        Kind::DeletingPolicy
-        | Kind::NamespacedDeletingPolicy
-        | Kind::ImageValidatingPolicy
-        | Kind::NamespacedImageValidatingPolicy
-        | Kind::CleanupPolicy
-        | Kind::ClusterCleanupPolicy => return Err(DocumentError::Unsupported(kind)),
+        Kind::DeletingPolicy | Kind::NamespacedDeletingPolicy => {
+            Compiled::Policy(crate::cleanup::compile_deleting_policy(doc)?)
+        }
+        Kind::CleanupPolicy | Kind::ClusterCleanupPolicy => {
+            Compiled::Policy(crate::cleanup::compile_cleanup_policy(doc)?)
+        }
+        Kind::ImageValidatingPolicy | Kind::NamespacedImageValidatingPolicy => {
+            return Err(DocumentError::Unsupported(kind));
+        }
     })
 }
 

@@ -102,6 +102,8 @@ pub enum Phase {
     Mutate,
     Validate,
     Generate,
+    /// Cleanup and deleting policies: is a stored object due for deletion?
+    Cleanup,
     All,
 }
 
@@ -112,6 +114,7 @@ impl Phase {
             (Phase::All, _)
                 | (Phase::Mutate, RuleBody::Mutate(_))
                 | (Phase::Generate, RuleBody::Generate(_))
+                | (Phase::Cleanup, RuleBody::Cleanup(_))
                 | (Phase::Validate, RuleBody::Validate(_) | RuleBody::Unsupported { .. })
         )
     }
@@ -605,6 +608,7 @@ fn evaluate_rule(
         }
         match &rule.body {
             RuleBody::Unsupported { what, .. } => Some(RuleResponse::new(&rule.name, rt, Status::Error, *what)),
+            RuleBody::Cleanup(c) => Some(c.decide(&rule.name, req.subject(), ctx, data, &mut saved)),
             RuleBody::Mutate(m) if m.cel.is_some() => {
                 let c = m.cel.as_deref()?;
                 // The variables are evaluated by `mpol::run`, against each mutation's object.

@@ -19,9 +19,11 @@
 
 mod anchor;
 mod autogen;
+mod cleanup;
 mod condition;
 mod context;
 mod context_entry;
+pub mod cron;
 mod document;
 mod error;
 mod evaluate;
@@ -40,10 +42,12 @@ pub mod report;
 mod set;
 mod smp;
 mod template;
+pub mod ttl;
 mod validate;
 mod verdict;
 mod vpol;
 
+pub use cleanup::{CleanupTargets, CompiledCleanup, Decision};
 pub use document::{Compiled, DocumentError, compile, compile_stored, generate_update_allowed};
 pub use error::{CompileError, EvalError};
 pub use evaluate::{Data, Loaded, NoData, Phase, Request};

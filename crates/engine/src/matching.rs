@@ -379,6 +379,20 @@ impl Matcher {
         out
     }
 
+    /// A label selector every object this matcher matches satisfies, for listing candidates
+    /// with the selector pushed down to the API server: a `matchConstraints.objectSelector`,
+    /// the selector of one `all` entry, or the one selector every `any` entry shares.
+    pub fn pushdown_selector(&self) -> Option<&LabelSelector> {
+        match &self.mode {
+            Mode::Constraints(cs) => cs.first().and_then(|c| c.object_selector.as_ref()),
+            Mode::All(fs) => fs.iter().find_map(|f| f.desc.selector.as_ref()),
+            Mode::Any(fs) => {
+                let first = fs.first()?.desc.selector.as_ref()?;
+                fs.iter().all(|f| f.desc.selector.as_ref() == Some(first)).then_some(first)
+            }
+        }
+    }
+
     pub fn is_empty(&self) -> bool {
         match &self.mode {
             Mode::Any(v) | Mode::All(v) => v.iter().all(|f| f.is_empty()),

@@ -30,6 +30,8 @@ pub enum RuleType {
     Mutation,
     Generation,
     ImageVerify,
+    /// Cleanup and deleting policies (Kyverno's `Deletion`).
+    Deletion,
 }
 
 /// The result of one rule on one resource.

@@ -163,6 +163,7 @@ impl CompiledRule {
             RuleBody::Mutate(_) => RuleType::Mutation,
             RuleBody::Generate(_) => RuleType::Generation,
             RuleBody::Unsupported { rule_type, .. } => *rule_type,
+            RuleBody::Cleanup(_) => RuleType::Deletion,
         }
     }
 }
@@ -172,6 +173,8 @@ pub enum RuleBody {
     Validate(Box<CompiledValidation>),
     Mutate(Box<CompiledMutation>),
     Generate(Box<CompiledGeneration>),
+    /// A cleanup policy's decision (CleanupPolicy, DeletingPolicy and their scoped forms).
+    Cleanup(Box<crate::cleanup::CompiledCleanup>),
     /// Rule types this build does not evaluate yet; they yield an `error` result saying so.
     Unsupported {
         rule_type: crate::outcome::RuleType,

@@ -118,6 +118,8 @@ pub enum Route {
     Apply,
     /// Kyverno's `/validate…` and `/mutate…` webhooks: ClusterPolicy and Policy only.
     Kyverno(Hook, Filter),
+    /// The cleanup controller: one cleanup or deleting policy.
+    Cleanup { kind: Kind, namespace: Option<String>, name: String },
     /// Kyverno's `/vpol`, `/nvpol`, `/mpol` and `/nmpol` webhooks: the validating (or mutating)
     /// CEL policies of one scope — cluster-wide or namespaced — named in the path (all of them
     /// when `names` is empty) that `filter` keeps.
@@ -129,7 +131,7 @@ impl Route {
     pub fn hook(&self) -> Option<Hook> {
         match self {
             Route::Kyverno(hook, _) | Route::Cel { hook, .. } => Some(*hook),
-            Route::All | Route::Background | Route::Apply => None,
+            Route::All | Route::Background | Route::Apply | Route::Cleanup { .. } => None,
         }
     }
 
@@ -139,6 +141,9 @@ impl Route {
             Route::All => true,
             Route::Background => p.in_background_scan(),
             Route::Apply => p.in_background_apply(),
+            Route::Cleanup { kind, namespace, name } => {
+                p.kind == *kind && p.name == *name && (!kind.is_namespaced() || p.namespace == *namespace)
+            }
             // A policy with admission processing off is left to background scans.
             Route::Kyverno(..) | Route::Cel { .. } if !p.admission => false,
             Route::Kyverno(hook, filter) => {
@@ -173,7 +178,7 @@ pub struct Scope {
 impl Scope {
     /// Every phase, every policy: `verno test`, `verno apply`.
     pub const ALL: Scope = Scope {
-        phases: &[Phase::Mutate, Phase::Validate, Phase::Generate],
+        phases: &[Phase::Mutate, Phase::Validate, Phase::Generate, Phase::Cleanup],
         route: Route::All,
         keep_responses: true,
         existing: true,
@@ -188,6 +193,17 @@ impl Scope {
     /// targets of the policies [`CompiledPolicy::in_background_apply`] keeps, every response kept.
     pub const APPLY: Scope =
         Scope { phases: &[Phase::Mutate, Phase::Generate], route: Route::Apply, keep_responses: true, existing: true };
+
+    /// The cleanup controller's question about one stored object: is it due for deletion under
+    /// the cleanup or deleting policy `kind` `namespace`/`name`? The policy's response is kept.
+    pub fn cleanup(kind: Kind, namespace: Option<&str>, name: &str) -> Scope {
+        Scope {
+            phases: &[Phase::Cleanup],
+            route: Route::Cleanup { kind, namespace: namespace.map(str::to_string), name: name.to_string() },
+            keep_responses: true,
+            existing: false,
+        }
+    }
 
     /// One webhook call: the phase of the route's hook, the policies it keeps.
     pub fn webhook(route: Route) -> Scope {
@@ -411,7 +427,7 @@ impl PolicySet {
             }
         }
         // A background scan answers no request: nothing it finds blocks anything.
-        if matches!(scope.route, Route::Background | Route::Apply) {
+        if matches!(scope.route, Route::Background | Route::Apply | Route::Cleanup { .. }) {
             out.blocked.clear();
             out.cel_denials.clear();
             for v in &mut out.violations {
@@ -525,7 +541,7 @@ fn judge_cel(out: &mut Outcome, i: usize, p: &CompiledPolicy, phase: Phase, r: &
                 }
             }
         }
-        Phase::Generate | Phase::All => {}
+        Phase::Generate | Phase::Cleanup | Phase::All => {}
     }
 }
 
@@ -565,6 +581,6 @@ fn judge_kyverno(out: &mut Outcome, i: usize, p: &CompiledPolicy, phase: Phase, 
                 }
             }
         }
-        Phase::Generate | Phase::All => {}
+        Phase::Generate | Phase::Cleanup | Phase::All => {}
     }
 }

@@ -176,7 +176,7 @@ pub fn cel_route(hook: Hook, namespaced: bool, path: &str) -> Route {
 /// policy of the webhook entry behind the route.
 pub fn allows_on_error(set: &PolicySet, route: &Route) -> bool {
     match route {
-        Route::All | Route::Background | Route::Apply => false,
+        Route::All | Route::Background | Route::Apply | Route::Cleanup { .. } => false,
         Route::Kyverno(_, filter) => *filter == Filter::Ignore,
         Route::Cel { filter: Filter::Fail, .. } => false,
         Route::Cel { filter: Filter::Ignore, .. } => true,

@@ -359,6 +359,7 @@ fn rule_type(t: RuleType) -> &'static str {
         RuleType::Mutation => "mutate",
         RuleType::Generation => "generate",
         RuleType::ImageVerify => "imageVerify",
+        RuleType::Deletion => "deletion",
     }
 }
 
@@ -379,6 +380,7 @@ impl Metrics {
                     verno_engine::RuleBody::Mutate(_) => "mutate",
                     verno_engine::RuleBody::Generate(_) => "generate",
                     verno_engine::RuleBody::Unsupported { .. } => "imageVerify",
+                    verno_engine::RuleBody::Cleanup(_) => "deletion",
                 };
                 rules.push([
                     mode.clone(),
