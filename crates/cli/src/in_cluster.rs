@@ -56,6 +56,23 @@ impl Serving for Webhook {
     fn background_work(&self, ok: bool) {
         self.0.background_work(ok);
     }
+    fn cleanup_counted(
+        &self,
+        counter: verno_controller::serving::CleanupCounter,
+        ok: bool,
+        labels: Vec<(&'static str, String)>,
+    ) {
+        use verno_controller::serving::CleanupCounter as C;
+        let i = match counter {
+            C::Cleanup => 0,
+            C::Deleting => 1,
+            C::Ttl => 2,
+        };
+        self.0.cleanup_counted(i, ok, labels);
+    }
+    fn set_ttl_watched(&self, resources: Vec<(String, String, String)>) {
+        self.0.set_ttl_watched(resources);
+    }
     fn scan_results(
         &self,
         kind: &str,

@@ -61,6 +61,21 @@ pub struct ServeArgs {
     /// controller), level-based, without UpdateRequests.
     #[arg(long = "background-controller", default_value_t = true, action = clap::ArgAction::Set)]
     pub background_controller: bool,
+    /// In-cluster: the leader runs cleanup and deleting policies on their schedules and deletes
+    /// objects whose cleanup.kyverno.io/ttl label expired (Kyverno's cleanup controller).
+    #[arg(long = "cleanup-controller", default_value_t = true, action = clap::ArgAction::Set)]
+    pub cleanup_controller: bool,
+    /// In-cluster: cleanup and deleting policies never delete objects labelled
+    /// app.kubernetes.io/managed-by=kyverno (Kyverno's --protectManagedResources).
+    #[arg(long = "protect-managed-resources", default_value_t = false, action = clap::ArgAction::Set)]
+    pub protect_managed_resources: bool,
+    /// In-cluster: seconds between re-discoveries of the resources the TTL controller watches
+    /// (Kyverno's --ttlReconciliationInterval, 1 minute).
+    #[arg(long = "ttl-reconciliation-interval-seconds", default_value_t = 60)]
+    pub ttl_reconciliation_interval_seconds: u64,
+    /// In-cluster: deletions per second of the cleanup and TTL controllers.
+    #[arg(long = "cleanup-deletes-per-second", default_value_t = 100.0)]
+    pub cleanup_deletes_per_second: f64,
     /// In-cluster: the background controller's writes per second (creates, updates, deletes).
     #[arg(long = "background-writes-per-second", default_value_t = 300.0)]
     pub background_writes_per_second: f64,
@@ -214,6 +229,19 @@ pub fn run(args: &ServeArgs) -> i32 {
         opts.background = args.background_controller.then(|| verno_controller::background::BackgroundOptions {
             writes_per_second: args.background_writes_per_second.max(1.0),
             burst: args.background_writes_per_second.max(1.0),
+            ..Default::default()
+        });
+        let deletes = args.cleanup_deletes_per_second.max(1.0);
+        opts.cleanup = args.cleanup_controller.then(|| verno_controller::cleanup::CleanupOptions {
+            protect_managed: args.protect_managed_resources,
+            deletes_per_second: deletes,
+            burst: deletes * 2.0,
+            ..Default::default()
+        });
+        opts.ttl = args.cleanup_controller.then(|| verno_controller::ttl::TtlOptions {
+            interval: Duration::from_secs(args.ttl_reconciliation_interval_seconds.max(1)),
+            deletes_per_second: deletes,
+            burst: deletes * 2.0,
             ..Default::default()
         });
         opts.config_map = (!args.config_map.is_empty()).then(|| args.config_map.clone());

@@ -71,3 +71,8 @@ async fn ask(client: &kube::Client, verb: &str, gvr: &Gvr) -> Result<(bool, Stri
     let status = answer.status.unwrap_or_default();
     Ok((status.allowed, status.reason.unwrap_or_default()))
 }
+
+/// Whether Verno may `verb` the resource `gvr` cluster-wide.
+pub async fn allowed(client: &kube::Client, verb: &str, gvr: &Gvr) -> Result<bool, kube::Error> {
+    ask(client, verb, gvr).await.map(|(ok, _)| ok)
+}

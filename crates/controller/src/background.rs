@@ -262,13 +262,7 @@ fn failure_event(f: &Failure, trigger: &Value) -> (Event, ObjectReference) {
     let rule = if f.rule.is_empty() { String::new() } else { format!("/{}", f.rule) };
     // Event notes are bounded by the API server (1 kB for events.k8s.io).
     let mut note = format!("policy {}{rule} error: {}", f.policy.name, f.message);
-    if note.len() > 1000 {
-        let mut end = 1000;
-        while !note.is_char_boundary(end) {
-            end -= 1;
-        }
-        note.truncate(end);
-    }
+    crate::events::truncate_note(&mut note);
     let ev = Event {
         type_: EventType::Warning,
         reason: "PolicyError".into(),

@@ -163,6 +163,37 @@ fn also_serve(mut crd: Value, versions: &[&str]) -> Value {
     crd
 }
 
+/// (Cluster)CleanupPolicy: `kyverno.io/v2` stored, `v2beta1` served; Kyverno's columns.
+fn cleanup_crd(kind: &str, plural: &str, short: &str, scope: &str) -> Value {
+    let spec = json!({"type": "object", "required": ["match", "schedule"], "properties": {
+        "schedule": {"type": "string"}, "match": free(), "exclude": free(), "conditions": free(),
+        "context": {"type": "array", "items": free()},
+        "deletionPropagationPolicy": {"type": "string", "enum": ["Foreground", "Background", "Orphan"]},
+    }, "x-kubernetes-preserve-unknown-fields": true});
+    let status = json!({"type": "object", "properties": {
+        "conditions": {"type": "array", "items": free()},
+        "lastExecutionTime": {"type": "string", "format": "date-time"},
+    }, "x-kubernetes-preserve-unknown-fields": true});
+    let columns = json!([
+        {"name": "Schedule", "type": "string", "jsonPath": ".spec.schedule"},
+        {"name": "Age", "type": "date", "jsonPath": ".metadata.creationTimestamp"},
+    ]);
+    let c = crd(
+        "kyverno.io",
+        kind,
+        plural,
+        &kind.to_lowercase(),
+        &[short],
+        scope,
+        "v2",
+        spec,
+        Some(status),
+        columns,
+        &["kyverno"],
+    );
+    also_serve(c, &["v2beta1"])
+}
+
 fn report_schema() -> Value {
     json!({"type": "object", "x-kubernetes-preserve-unknown-fields": true})
 }
@@ -245,6 +276,10 @@ pub fn all() -> Vec<Value> {
         cel("NamespacedMutatingPolicy", &["nmpol"], "Namespaced", false),
         cel("GeneratingPolicy", &["gpol"], "Cluster", true),
         cel("NamespacedGeneratingPolicy", &["ngpol"], "Namespaced", false),
+        cel("DeletingPolicy", &["dpol"], "Cluster", true),
+        cel("NamespacedDeletingPolicy", &["ndpol"], "Namespaced", false),
+        cleanup_crd("ClusterCleanupPolicy", "clustercleanuppolicies", "ccleanpol", "Cluster"),
+        cleanup_crd("CleanupPolicy", "cleanuppolicies", "cleanpol", "Namespaced"),
         cel("PolicyException", &[], "Namespaced", true),
         report("ClusterPolicyReport", "clusterpolicyreports", "clusterpolicyreport", "cpolr", "Cluster"),
         report("PolicyReport", "policyreports", "policyreport", "polr", "Namespaced"),

@@ -325,6 +325,18 @@ pub fn resource_event(v: &Violation) -> Option<(Event, ObjectReference)> {
     Some((ev, regarding))
 }
 
+/// Cuts an event note to the API server's bound (1 kB for events.k8s.io), on a character
+/// boundary.
+pub(crate) fn truncate_note(note: &mut String) {
+    if note.len() > 1000 {
+        let mut end = 1000;
+        while !note.is_char_boundary(end) {
+            end -= 1;
+        }
+        note.truncate(end);
+    }
+}
+
 #[cfg(test)]
 mod tests {
     #![allow(clippy::unwrap_used)]

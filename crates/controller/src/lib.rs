@@ -11,6 +11,7 @@
 pub mod access;
 pub mod background;
 pub mod certs;
+pub mod cleanup;
 pub mod cluster_data;
 pub mod crds;
 pub mod events;
@@ -22,6 +23,7 @@ pub mod probe;
 pub mod reports;
 pub mod scan;
 pub mod serving;
+pub mod ttl;
 pub mod webhooks;
 
 use futures_util::StreamExt;
@@ -43,7 +45,7 @@ use tokio::task::JoinHandle;
 use verno_engine::{Kind, NamespaceLabels};
 
 /// The kinds Verno watches and puts in force by default.
-pub const WATCHED: [Kind; 10] = [
+pub const WATCHED: [Kind; 14] = [
     Kind::ClusterPolicy,
     Kind::Policy,
     Kind::PolicyException,
@@ -53,6 +55,10 @@ pub const WATCHED: [Kind; 10] = [
     Kind::NamespacedMutatingPolicy,
     Kind::GeneratingPolicy,
     Kind::NamespacedGeneratingPolicy,
+    Kind::DeletingPolicy,
+    Kind::NamespacedDeletingPolicy,
+    Kind::CleanupPolicy,
+    Kind::ClusterCleanupPolicy,
     Kind::CelPolicyException,
 ];
 
@@ -134,6 +140,11 @@ pub struct Options {
     /// The background controller (generate, mutate-existing) on the leader; `None` turns it
     /// off.
     pub background: Option<background::BackgroundOptions>,
+    /// The cleanup controller (cleanup and deleting policies) on the leader; `None` turns it
+    /// off.
+    pub cleanup: Option<cleanup::CleanupOptions>,
+    /// The TTL label controller on the leader; `None` turns it off.
+    pub ttl: Option<ttl::TtlOptions>,
     /// Reports are `openreports.io/v1alpha1` Reports (Kyverno's `--openreportsEnabled`).
     pub openreports: bool,
     /// Event reasons never written (Kyverno's `--omitEvents`).
@@ -171,6 +182,8 @@ impl Options {
             admission_reports: Some(reports::Limits::default()),
             background_scan: Some(scan::ScanOptions::default()),
             background: Some(background::BackgroundOptions::default()),
+            cleanup: Some(cleanup::CleanupOptions::default()),
+            ttl: Some(ttl::TtlOptions::default()),
             openreports: false,
             omit_events: ["PolicyApplied", "PolicySkipped"].into_iter().map(str::to_string).collect(),
             config_map: None,
@@ -388,6 +401,31 @@ pub async fn start(client: kube::Client, server: Arc<dyn Serving>, opts: Options
                 bg,
                 opts.identity.clone(),
                 !opts.omit_events.contains("PolicyError"),
+                stop_rx.clone(),
+            )));
+        }
+        // The cleanup controller (leader only): cleanup and deleting policies on schedule.
+        if let Some(mut c) = opts.cleanup {
+            c.applied_events = !opts.omit_events.contains("PolicyApplied");
+            c.error_events = !opts.omit_events.contains("PolicyError");
+            tasks.push(tokio::spawn(cleanup::run(
+                client.clone(),
+                server.clone(),
+                installed_rx.clone(),
+                leader_rx.clone(),
+                c,
+                opts.identity.clone(),
+                stop_rx.clone(),
+            )));
+        }
+        // The TTL label controller (leader only).
+        if let Some(t) = opts.ttl {
+            tasks.push(tokio::spawn(ttl::run(
+                client.clone(),
+                server.clone(),
+                leader_rx.clone(),
+                t,
+                opts.identity.clone(),
                 stop_rx.clone(),
             )));
         }

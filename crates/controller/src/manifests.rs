@@ -17,9 +17,11 @@ use crate::webhooks::{CEL_RESOURCES, MONITOR, MUTATING_CONFIG, POLICY_ENTRIES, P
 pub const BACKGROUND_ROLE: &str = "verno:background-controller";
 
 /// The `status` subresources of the CEL policy kinds Verno writes.
-const CEL_STATUS: [&str; 6] = [
+const CEL_STATUS: [&str; 8] = [
+    "deletingpolicies/status",
     "generatingpolicies/status",
     "mutatingpolicies/status",
+    "namespaceddeletingpolicies/status",
     "namespacedgeneratingpolicies/status",
     "namespacedmutatingpolicies/status",
     "namespacedvalidatingpolicies/status",
@@ -72,6 +74,13 @@ pub struct Values {
     /// Kyverno's `backgroundController.enabled` (`--background-controller`): generate and
     /// mutate-existing rules applied by the leader.
     pub background_controller: bool,
+    /// Kyverno's `cleanupController.enabled` (`--cleanup-controller`): cleanup and deleting
+    /// policies and the TTL label, run by the leader.
+    pub cleanup_controller: bool,
+    /// Kyverno's `cleanupController.rbac.clusterRole.extraResources`: rules of one more
+    /// ClusterRole aggregated into the cleanup role (what the TTL label and cleanup policies
+    /// may delete, besides ClusterRoles labelled `rbac.kyverno.io/aggregate-to-cleanup-controller`).
+    pub cleanup_extra_resources: Vec<Value>,
 }
 
 impl Default for Values {
@@ -97,6 +106,8 @@ impl Default for Values {
             admission_reports: true,
             openreports: false,
             background_controller: true,
+            cleanup_controller: true,
+            cleanup_extra_resources: Vec::new(),
         }
     }
 }
@@ -106,10 +117,11 @@ pub const METRICS_SERVICE: &str = "verno-svc-metrics";
 pub const DEPLOYMENT: &str = "verno-admission-controller";
 pub const SERVICE_ACCOUNT: &str = "verno-admission-controller";
 pub const CLUSTER_ROLE: &str = "verno:admission-controller";
+pub const CLEANUP_ROLE: &str = "verno:cleanup-controller";
 pub const OPT_OUT_LABEL: &str = "verno.io/ignore";
 
 /// Chart values `verno manifests` renders the same way the chart does.
-const KNOWN: &str = "admissionController.replicas, admissionController.rbac.createViewRoleBinding, admissionController.rbac.viewRoleName, image.repository, image.tag, config.webhooks.failTimeoutSeconds, config.webhooks.ignoreTimeoutSeconds, config.webhooks.namespaceSelector, config.webhooks.objectSelector, config.matchConditions, config.excludedNamespaces, config.name, config.generateSuccessEvents, config.successEventActions, features.omitEvents.eventTypes, features.backgroundScan.enabled, features.admissionReports.enabled, openreports.enabled, backgroundController.enabled";
+const KNOWN: &str = "admissionController.replicas, admissionController.rbac.createViewRoleBinding, admissionController.rbac.viewRoleName, image.repository, image.tag, config.webhooks.failTimeoutSeconds, config.webhooks.ignoreTimeoutSeconds, config.webhooks.namespaceSelector, config.webhooks.objectSelector, config.matchConditions, config.excludedNamespaces, config.name, config.generateSuccessEvents, config.successEventActions, features.omitEvents.eventTypes, features.backgroundScan.enabled, features.admissionReports.enabled, openreports.enabled, backgroundController.enabled, cleanupController.enabled, cleanupController.rbac.clusterRole.extraResources";
 /// Chart values for objects `verno manifests` does not render (the ServiceMonitor needs the
 /// Prometheus Operator's CRD), or whose chart defaults it renders as they are.
 const CHART_ONLY: &[&str] = &[
@@ -285,6 +297,20 @@ impl Values {
             "features.admissionReports.enabled" => self.admission_reports = boolean(v)?,
             "openreports.enabled" => self.openreports = boolean(v)?,
             "backgroundController.enabled" => self.background_controller = boolean(v)?,
+            "cleanupController.enabled" => self.cleanup_controller = boolean(v)?,
+            "cleanupController.rbac.clusterRole.extraResources" => {
+                let list = match v {
+                    Value::Null => Vec::new(),
+                    Value::Array(a) => a.clone(),
+                    _ => return Err(format!("{k}: expected a list of RBAC rules")),
+                };
+                for (i, r) in list.iter().enumerate() {
+                    if !r.is_object() || r.get("verbs").and_then(Value::as_array).is_none() {
+                        return Err(format!("{k}[{i}]: an RBAC rule needs apiGroups, resources and verbs"));
+                    }
+                }
+                self.cleanup_extra_resources = list;
+            }
             other if CHART_ONLY.iter().any(|p| other == *p || (p.ends_with('.') && other.starts_with(p))) => {
                 return Ok(Some(format!(
                     "{other} is used by the Helm chart only; verno manifests renders the chart's default"
@@ -414,6 +440,8 @@ pub fn render(v: &Values) -> Vec<Value> {
             "rules": [
                 {"apiGroups": ["kyverno.io"], "resources": ["clusterpolicies", "policies", "policyexceptions"], "verbs": ["get", "list", "watch"]},
                 {"apiGroups": ["kyverno.io"], "resources": ["clusterpolicies/status", "policies/status"], "verbs": ["get", "patch", "update"]},
+                {"apiGroups": ["kyverno.io"], "resources": ["cleanuppolicies", "clustercleanuppolicies"], "verbs": ["get", "list", "watch"]},
+                {"apiGroups": ["kyverno.io"], "resources": ["cleanuppolicies/status", "clustercleanuppolicies/status"], "verbs": ["get", "patch", "update"]},
                 {"apiGroups": ["policies.kyverno.io"], "resources": CEL_RESOURCES, "verbs": ["get", "list", "watch"]},
                 {"apiGroups": ["policies.kyverno.io"], "resources": CEL_STATUS, "verbs": ["get", "patch", "update"]},
                 // Namespace labels for matching; ConfigMaps for `configMap` context entries.
@@ -449,6 +477,25 @@ pub fn render(v: &Values) -> Vec<Value> {
             "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": BACKGROUND_ROLE},
             "subjects": [{"kind": "ServiceAccount", "name": SERVICE_ACCOUNT, "namespace": ns}]}),
     ]);
+    // The cleanup controller deletes what cleanup and deleting policies and the TTL label
+    // select; its permissions come, as in Kyverno's chart, from ClusterRoles labelled
+    // `rbac.kyverno.io/aggregate-to-cleanup-controller: "true"` plus the chart's extra rules.
+    docs.extend([
+        json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole", "metadata": {"name": CLEANUP_ROLE, "labels": labels()},
+            "aggregationRule": {"clusterRoleSelectors": [
+                {"matchLabels": {"rbac.kyverno.io/aggregate-to-cleanup-controller": "true"}},
+                {"matchLabels": {"rbac.verno.io/aggregate-to-cleanup-controller": "true"}}]},
+            "rules": []}),
+        json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding", "metadata": {"name": CLEANUP_ROLE, "labels": labels()},
+            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": CLEANUP_ROLE},
+            "subjects": [{"kind": "ServiceAccount", "name": SERVICE_ACCOUNT, "namespace": ns}]}),
+    ]);
+    if !v.cleanup_extra_resources.is_empty() {
+        let mut l = labels();
+        l["rbac.verno.io/aggregate-to-cleanup-controller"] = json!("true");
+        docs.push(json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole", "metadata": {"name": format!("{CLEANUP_ROLE}:additional"), "labels": l},
+            "rules": v.cleanup_extra_resources}));
+    }
     if v.view_role_binding {
         // Read access for background scans (the policies' RBACPermissionsGranted condition).
         docs.push(json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding", "metadata": {"name": format!("{CLUSTER_ROLE}:view"), "labels": labels()},
@@ -492,7 +539,8 @@ pub fn render(v: &Values) -> Vec<Value> {
                             "args": ["serve", "--kube", "--service", SERVICE, "--deployment", DEPLOYMENT, "--owner-cluster-role", CLUSTER_ROLE,
                         "--config-map", v.config_name, "--omit-events", v.omit_events.join(","),
                         "--background-scan", v.background_scan.to_string(), "--admission-reports", v.admission_reports.to_string(),
-                        "--openreports", v.openreports.to_string(), "--background-controller", v.background_controller.to_string()],
+                        "--openreports", v.openreports.to_string(), "--background-controller", v.background_controller.to_string(),
+                        "--cleanup-controller", v.cleanup_controller.to_string()],
                             "env": [
                                 {"name": "POD_NAME", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}},
                                 {"name": "POD_NAMESPACE", "valueFrom": {"fieldRef": {"fieldPath": "metadata.namespace"}}},

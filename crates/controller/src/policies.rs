@@ -307,7 +307,7 @@ impl Compiler {
 /// in `status.conditionStatus.conditions`.
 fn conditions_at(kind: Kind) -> &'static str {
     match kind {
-        Kind::ClusterPolicy | Kind::Policy => "/conditions",
+        Kind::ClusterPolicy | Kind::Policy | Kind::CleanupPolicy | Kind::ClusterCleanupPolicy => "/conditions",
         _ => "/conditionStatus/conditions",
     }
 }
@@ -320,7 +320,7 @@ fn enabled(spec: &Value, mode: &str) -> bool {
 /// `matchConstraints.resourceRules`, as Kyverno checks them), or `Disabled` when it has no
 /// background scan.
 fn reporting(kind: Kind, spec: &Value) -> Reporting {
-    if matches!(kind, Kind::ClusterPolicy | Kind::Policy) || kind.is_exception() {
+    if matches!(kind, Kind::ClusterPolicy | Kind::Policy) || kind.is_exception() || is_cleanup(kind) {
         return Reporting::None;
     }
     if !enabled(spec, "background") {
@@ -356,6 +356,14 @@ fn background_only(kind: Kind, spec: &Value) -> bool {
     }
 }
 
+/// The cleanup kinds: scheduled, no webhook, no background scan.
+pub fn is_cleanup(kind: Kind) -> bool {
+    matches!(
+        kind,
+        Kind::CleanupPolicy | Kind::ClusterCleanupPolicy | Kind::DeletingPolicy | Kind::NamespacedDeletingPolicy
+    )
+}
+
 /// The status a compile result should show, and the error text when it failed.
 fn desired_status(
     kind: Kind,
@@ -372,6 +380,17 @@ fn desired_status(
             (false, "Failed", format!("policy is invalid: {text}{kept}"), Some(text))
         }
     };
+    if is_cleanup(kind) {
+        // Kyverno writes only `lastExecutionTime` (the cleanup controller's, beside this);
+        // Verno adds readiness and the compile error where the kind's schema has room: the
+        // DeletingPolicies' `conditionStatus`, the CleanupPolicies' `conditions`.
+        let status = if kind.group() == verno_api::Group::Kyverno {
+            json!({"conditions": [{"type": "Ready", "status": if ready { "True" } else { "False" }, "reason": reason, "message": message, "observedGeneration": generation}]})
+        } else {
+            json!({"conditionStatus": {"ready": ready, "conditions": [], "message": if ready { String::new() } else { message }}})
+        };
+        return (status, error);
+    }
     if !matches!(kind, Kind::ClusterPolicy | Kind::Policy) {
         // As Kyverno writes a CEL policy's status: `conditionStatus` with a WebhookConfigured
         // condition (Verno serves every policy that compiles); the error, if any, in `message`.

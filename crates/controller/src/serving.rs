@@ -14,6 +14,17 @@ pub enum ReadyPart {
     Certificate,
 }
 
+/// Kyverno's three families of cleanup metrics.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CleanupCounter {
+    /// `kyverno_cleanup_controller_*` (CleanupPolicy, ClusterCleanupPolicy).
+    Cleanup,
+    /// `kyverno_deleting_controller_*` (DeletingPolicy, NamespacedDeletingPolicy).
+    Deleting,
+    /// `kyverno_ttl_controller_*` (the `cleanup.kyverno.io/ttl` label).
+    Ttl,
+}
+
 /// What the controller asks of the admission server.
 pub trait Serving: Send + Sync + 'static {
     /// Puts a new policy set in force (swapped whole).
@@ -48,6 +59,14 @@ pub trait Serving: Send + Sync + 'static {
     /// One trigger converged (`true`) or failed (`false`) by the background controller.
     fn background_work(&self, ok: bool) {
         let _ = ok;
+    }
+    /// One object deleted (`ok`) or not by the cleanup controller, with Kyverno's labels.
+    fn cleanup_counted(&self, counter: CleanupCounter, ok: bool, labels: Vec<(&'static str, String)>) {
+        let _ = (counter, ok, labels);
+    }
+    /// The resources the TTL controller watches (Kyverno's `kyverno_ttl_controller_info`).
+    fn set_ttl_watched(&self, resources: Vec<(String, String, String)>) {
+        let _ = resources;
     }
     /// The rule results of one background scan evaluation of a `kind` object in `namespace`
     /// (Kyverno's policy results metric, `rule_execution_cause="background_scan"`).

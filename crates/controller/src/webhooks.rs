@@ -17,9 +17,11 @@ use verno_engine::RuleBody;
 use verno_engine::{Hook, Kind, PolicySet, fail_closed};
 
 /// The `policies.kyverno.io` resources Verno serves and validates.
-pub const CEL_RESOURCES: [&str; 7] = [
+pub const CEL_RESOURCES: [&str; 9] = [
+    "deletingpolicies",
     "generatingpolicies",
     "mutatingpolicies",
+    "namespaceddeletingpolicies",
     "namespacedgeneratingpolicies",
     "namespacedmutatingpolicies",
     "namespacedvalidatingpolicies",
@@ -243,6 +245,7 @@ pub fn desired_rules(set: &PolicySet) -> BTreeMap<&'static str, Vec<Value>> {
     out.insert(POLICY_VALIDATE, vec![
         json!({"apiGroups": ["kyverno.io"], "apiVersions": ["*"], "operations": ["CREATE", "UPDATE"], "resources": ["clusterpolicies", "policies"], "scope": "*"}),
         json!({"apiGroups": ["kyverno.io"], "apiVersions": ["*"], "operations": ["CREATE", "UPDATE"], "resources": ["policyexceptions"], "scope": "*"}),
+        json!({"apiGroups": ["kyverno.io"], "apiVersions": ["*"], "operations": ["CREATE", "UPDATE"], "resources": ["cleanuppolicies", "clustercleanuppolicies"], "scope": "*"}),
         json!({"apiGroups": ["policies.kyverno.io"], "apiVersions": ["*"], "operations": ["CREATE", "UPDATE"], "resources": CEL_RESOURCES, "scope": "*"}),
     ]);
     // The probe's entry (its namespace and object selectors narrow it to the probe Lease).

@@ -18,11 +18,12 @@ use verno_controller::{crds, manifests, webhooks};
 const NAMESPACE: &str = "kyverno";
 const CONFIG_MAP: &str = "kyverno";
 
-fn install_values() -> manifests::Values {
+fn install_values(cleanup_extra_resources: &[serde_json::Value]) -> manifests::Values {
     manifests::Values {
         namespace: NAMESPACE.into(),
         config_name: CONFIG_MAP.into(),
         omit_events: Vec::new(),
+        cleanup_extra_resources: cleanup_extra_resources.to_vec(),
         ..manifests::Values::default()
     }
 }
@@ -89,6 +90,8 @@ pub struct Options<'a> {
     pub dir: &'a Path,
     /// More `verno serve` arguments (a Kyverno configuration's flags).
     pub extra_args: &'a [String],
+    /// The install's `cleanupController.rbac.clusterRole.extraResources`.
+    pub cleanup_extra_resources: &'a [serde_json::Value],
 }
 
 fn free_port() -> Result<u16> {
@@ -100,7 +103,7 @@ impl Cluster {
     pub async fn start(opts: Options<'_>) -> Result<Cluster> {
         let fake = FakeApiServer::start(fake_apiserver::default_resources()).await?;
         let client = fake.client(None).map_err(|e| anyhow!(e))?;
-        for doc in crds::all().into_iter().chain(manifests::render(&install_values())) {
+        for doc in crds::all().into_iter().chain(manifests::render(&install_values(opts.cleanup_extra_resources))) {
             fake.apply(&client, &doc).await.map_err(|e| anyhow!("installing Verno: {e}"))?;
         }
         let kubeconfig = opts.dir.join("kubeconfig");
@@ -173,6 +176,22 @@ impl Cluster {
     /// Writes so far, leaving out Leases and Events (see `FakeApiServer::activity`).
     pub fn activity(&self) -> usize {
         self._fake.activity()
+    }
+
+    /// Whether the cluster holds work Verno does on a clock rather than on a write: a cleanup
+    /// or deleting policy (cron schedules) or an object with a `cleanup.kyverno.io/ttl` label.
+    /// `--settle` (give up after a quiet spell) cannot apply then: nothing is written until the
+    /// time comes.
+    pub fn scheduled_work(&self) -> bool {
+        [
+            ("kyverno.io", "cleanuppolicies"),
+            ("kyverno.io", "clustercleanuppolicies"),
+            ("policies.kyverno.io", "deletingpolicies"),
+            ("policies.kyverno.io", "namespaceddeletingpolicies"),
+        ]
+        .iter()
+        .any(|(g, p)| self._fake.count(g, p) > 0)
+            || self._fake.any_labelled("cleanup.kyverno.io/ttl")
     }
 
     pub async fn stop(&mut self) {

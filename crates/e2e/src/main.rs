@@ -12,7 +12,9 @@
 //! not hold after the cluster has taken no write (Leases and Events aside) for S seconds fails
 //! then, rather than polling to its timeout (Kyverno's suite sets 90 s). It can only turn a
 //! pass into a fail (a test waiting on something that writes later, such as a schedule), never
-//! the reverse: an assertion passes only on what the cluster holds. Off by default.
+//! the reverse: an assertion passes only on what the cluster holds. It does not apply while
+//! the cluster holds scheduled work (cleanup or deleting policies, `cleanup.kyverno.io/ttl`
+//! labels), which writes nothing until its time. Off by default.
 
 // The runner reads chainsaw documents as `serde_json::Value`s by key (`v["spec"]`), which
 // never panics (a missing key or a non-object reads as Null); it never writes through `[]`.
@@ -113,27 +115,40 @@ fn namespace_name() -> String {
     format!("chainsaw-{a}-{b}")
 }
 
-/// The Helm value sets Verno can be configured from, as the extra `verno serve` arguments
-/// each needs; `Err`: the test needs one it cannot.
-fn check_configs(case_json: Option<&Value>) -> Result<Vec<String>, String> {
+/// What a Kyverno value set means for Verno: extra `verno serve` arguments, and the install's
+/// `cleanupController.rbac.clusterRole.extraResources` (a later set's list replaces an
+/// earlier one's, as Helm merges lists).
+struct ConfigEffects {
+    args: Vec<String>,
+    cleanup_extra_resources: Vec<Value>,
+}
+
+/// The Helm value sets Verno can be configured from; `Err`: the test needs one it cannot.
+fn check_configs(case_json: Option<&Value>) -> Result<ConfigEffects, String> {
+    let none = ConfigEffects { args: Vec::new(), cleanup_extra_resources: Vec::new() };
     let Some(configs) = case_json.and_then(|c| c.get("kyverno_configs")).and_then(Value::as_array) else {
-        return Ok(Vec::new());
+        return Ok(none);
     };
     let mut args = Vec::new();
+    let mut cleanup_extra_resources = Vec::new();
+    let pods = |verbs: &[&str]| vec![json!({"apiGroups": [""], "resources": ["pods"], "verbs": verbs})];
     if configs.is_empty() {
         return Err("the test runs the kyverno CLI without an installation (the cli job)".into());
     }
     for c in configs {
         match c.as_str().unwrap_or_default() {
             // standard: exceptions enabled in every namespace, no omitted events, the VAP
-            // reports flag; Verno's defaults.
-            "standard" | "default" => {}
+            // reports flag (Verno's defaults); the cleanup controller may list and delete Pods.
+            "standard" => cleanup_extra_resources = pods(&["list", "delete"]),
+            "default" => {}
+            // ttl: the cleanup controller may also watch Pods (what the TTL label needs).
+            "ttl" => cleanup_extra_resources = pods(&["list", "delete", "watch"]),
             // openreports: the standard values with `--openreportsEnabled`.
             "openreports" => args.push("--openreports".to_string()),
             other => return Err(format!("Kyverno configuration {other:?} has no Verno equivalent yet")),
         }
     }
-    Ok(args)
+    Ok(ConfigEffects { args, cleanup_extra_resources })
 }
 
 fn emit(v: &Value) {
@@ -190,7 +205,7 @@ async fn main() -> std::process::ExitCode {
         return report("error", Vec::new(), "chainsaw-test.yaml holds no Test");
     };
     let names = step_names(&test, case_json.as_ref());
-    let extra_args = match check_configs(case_json.as_ref()) {
+    let effects = match check_configs(case_json.as_ref()) {
         Ok(a) => a,
         Err(why) => return report("unsupported", skipped(&names), &why),
     };
@@ -208,13 +223,17 @@ async fn main() -> std::process::ExitCode {
         Err(e) => return report("error", skipped(&names), &format!("temporary directory: {e}")),
     };
     let verno = find_verno(args.verno);
-    let mut cluster =
-        match cluster::Cluster::start(cluster::Options { verno: &verno, dir: dir.path(), extra_args: &extra_args })
-            .await
-        {
-            Ok(c) => c,
-            Err(e) => return report("error", skipped(&names), &format!("starting the cluster: {e:#}")),
-        };
+    let mut cluster = match cluster::Cluster::start(cluster::Options {
+        verno: &verno,
+        dir: dir.path(),
+        extra_args: &effects.args,
+        cleanup_extra_resources: &effects.cleanup_extra_resources,
+    })
+    .await
+    {
+        Ok(c) => c,
+        Err(e) => return report("error", skipped(&names), &format!("starting the cluster: {e:#}")),
+    };
     // The test namespace: `spec.namespace`, or a fresh chainsaw-<adjective>-<animal>.
     let fixed = test.pointer("/spec/namespace").and_then(Value::as_str).map(str::to_string);
     let namespace = fixed.unwrap_or_else(namespace_name);

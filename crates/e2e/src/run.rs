@@ -614,6 +614,8 @@ impl<'a> Runner<'a> {
             let doc = if templating { expr::template_lookup(&doc, bindings).map_err(Fail)? } else { doc };
             let start = Instant::now();
             let (mut seen, mut quiet_since) = (self.cluster.activity(), Instant::now());
+            // Scheduled work writes nothing until its time: no giving up on a quiet spell then.
+            let settle = if self.cluster.scheduled_work() { None } else { self.settle };
             let what = format!(
                 "{} {} {}",
                 if negate { "error" } else { "assert" },
@@ -630,7 +632,7 @@ impl<'a> Runner<'a> {
                 if now != seen {
                     (seen, quiet_since) = (now, Instant::now());
                 }
-                let settled = self.settle.is_some_and(|s| quiet_since.elapsed() >= s);
+                let settled = settle.is_some_and(|s| quiet_since.elapsed() >= s);
                 if start.elapsed() >= timeout || settled {
                     let why = if negate { "a matching resource still exists".to_string() } else { last };
                     let when = if settled && start.elapsed() < timeout {

@@ -386,10 +386,10 @@ mod tests {
     #[test]
     fn every_kind_is_compiled_or_named_as_unsupported() {
         let unsupported =
-            json!({"apiVersion": "policies.kyverno.io/v1", "kind": "DeletingPolicy", "metadata": {"name": "g"}});
+            json!({"apiVersion": "policies.kyverno.io/v1", "kind": "ImageValidatingPolicy", "metadata": {"name": "g"}});
         assert_eq!(
             compile(&unsupported, &[]).err().map(|e| e.to_string()).as_deref(),
-            Some("DeletingPolicy policies are not supported by this build of verno yet")
+            Some("ImageValidatingPolicy policies are not supported by this build of verno yet")
         );
         let pod = json!({"apiVersion": "v1", "kind": "Pod"});
         assert!(matches!(compile(&pod, &[]), Err(DocumentError::NotAPolicy { .. })));

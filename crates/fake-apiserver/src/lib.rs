@@ -375,6 +375,14 @@ impl FakeApiServer {
         objects_of(&lock(&self.inner.store).objects, &k).map(|(_, o)| o.clone()).collect()
     }
 
+    /// Whether any stored object carries the label `key`.
+    pub fn any_labelled(&self, key: &str) -> bool {
+        lock(&self.inner.store)
+            .objects
+            .values()
+            .any(|o| o.pointer("/metadata/labels").and_then(|l| l.get(key)).is_some())
+    }
+
     /// How many objects of a resource are stored.
     pub fn count(&self, group: &str, plural: &str) -> usize {
         let k = format!("{group}/{plural}");
@@ -651,7 +659,37 @@ pub(crate) fn user(headers: &HeaderMap) -> (String, Vec<String>) {
     (name, groups)
 }
 
+/// A write. A PATCH or DELETE that finds the object changed while its admission round trip ran
+/// is tried again on the new object, as the API server's `GuaranteedUpdate` retries (only a
+/// write whose own precondition fails is a client's conflict); a POST or PUT is not.
 async fn write(
+    inner: &Arc<Inner>,
+    t: &Target<'_>,
+    method: &Method,
+    headers: &HeaderMap,
+    q: &HashMap<String, String>,
+    body: &Bytes,
+) -> Response {
+    let retries = if matches!(*method, Method::PATCH | Method::DELETE) { 5 } else { 0 };
+    let mut attempt = 0;
+    loop {
+        let r = write_once(inner, t, method, headers, q, body).await;
+        if r.status() != StatusCode::CONFLICT || attempt >= retries || !raced(&r) {
+            return r;
+        }
+        attempt += 1;
+    }
+}
+
+/// Whether a conflict answer is the admission round trip's race (not a precondition's).
+fn raced(r: &Response) -> bool {
+    r.extensions().get::<Raced>().is_some()
+}
+
+#[derive(Clone, Copy)]
+struct Raced;
+
+async fn write_once(
     inner: &Arc<Inner>,
     t: &Target<'_>,
     method: &Method,
@@ -699,7 +737,9 @@ async fn write(
     // Optimistic concurrency across the admission round trip.
     let rv = |o: Option<&Value>| o.and_then(|o| o.pointer("/metadata/resourceVersion")).cloned();
     if rv(s.objects.get(&change.k)) != rv(change.old.as_ref()) {
-        return conflict_on(&change.resource, &change.k.2);
+        let mut r = conflict_on(&change.resource, &change.k.2);
+        r.extensions_mut().insert(Raced);
+        return r;
     }
     let mut response = commit(inner, &mut s, change);
     add_warnings(&mut response, &warnings);

@@ -445,6 +445,23 @@ impl Running {
         self.state.metrics.background_backlog.set(i64::try_from(n).unwrap_or(i64::MAX));
     }
 
+    /// Counts one object the cleanup controller deleted (`ok`) or failed to; `counter` 0 is
+    /// cleanup policies, 1 deleting policies, 2 the TTL label.
+    pub fn cleanup_counted(&self, counter: usize, ok: bool, labels: Vec<(&'static str, String)>) {
+        if let Some(family) = self.state.metrics.cleanup.get(counter).and_then(|pair| pair.get(usize::from(!ok))) {
+            family.get_or_create(&labels).inc();
+        }
+    }
+
+    /// The resources the TTL controller watches (`kyverno_ttl_controller_info`).
+    pub fn set_ttl_watched(&self, resources: Vec<(String, String, String)>) {
+        let info = &self.state.metrics.ttl_info;
+        info.clear();
+        for (g, v, r) in resources {
+            info.get_or_create(&vec![("resource_group", g), ("resource_version", v), ("resource_resource", r)]).set(1);
+        }
+    }
+
     /// Counts one trigger the background controller converged (or failed to).
     pub fn background_work(&self, ok: bool) {
         let result = if ok { "done" } else { "failed" };

@@ -265,7 +265,14 @@ pub struct Metrics {
     pub background_backlog: prometheus_client::metrics::gauge::Gauge,
     /// Triggers the background controller worked on, by result (`done`, `failed`).
     pub background_work: Family<Vec<(&'static str, &'static str)>, Counter>,
+    /// Kyverno's cleanup counters: `[cleanup, deleting, ttl]` × `[deleted objects, errors]`.
+    pub cleanup: [[CleanupFamily; 2]; 3],
+    /// `kyverno_ttl_controller_info`: 1 per resource the TTL controller watches.
+    pub ttl_info: Family<Vec<(&'static str, String)>, prometheus_client::metrics::gauge::Gauge>,
 }
+
+/// A cleanup counter family, labelled as Kyverno labels it.
+pub type CleanupFamily = Family<Vec<(&'static str, String)>, Counter>;
 
 impl Default for Metrics {
     fn default() -> Self {
@@ -333,8 +340,51 @@ impl Default for Metrics {
             "Triggers the background controller converged (result=done) or failed to (result=failed)",
             background_work.clone(),
         );
+        let family = |registry: &mut Registry, name: &str, help: &str| {
+            let f = Family::<Vec<(&'static str, String)>, Counter>::default();
+            registry.register(name, help, f.clone());
+            f
+        };
+        let cleanup = [
+            [
+                family(
+                    &mut registry,
+                    "kyverno_cleanup_controller_deletedobjects",
+                    "Objects deleted by cleanup policies",
+                ),
+                family(&mut registry, "kyverno_cleanup_controller_errors", "Objects cleanup policies failed to delete"),
+            ],
+            [
+                family(
+                    &mut registry,
+                    "kyverno_deleting_controller_deletedobjects",
+                    "Objects deleted by deleting policies",
+                ),
+                family(
+                    &mut registry,
+                    "kyverno_deleting_controller_errors",
+                    "Objects deleting policies failed to delete",
+                ),
+            ],
+            [
+                family(
+                    &mut registry,
+                    "kyverno_ttl_controller_deletedobjects",
+                    "Objects deleted for their cleanup.kyverno.io/ttl label",
+                ),
+                family(
+                    &mut registry,
+                    "kyverno_ttl_controller_errors",
+                    "Objects whose cleanup.kyverno.io/ttl deletion failed",
+                ),
+            ],
+        ];
+        let ttl_info = Family::<Vec<(&'static str, String)>, prometheus_client::metrics::gauge::Gauge>::default();
+        registry.register("kyverno_ttl_controller_info", "Resources the TTL controller watches", ttl_info.clone());
         Metrics {
             registry,
+            cleanup,
+            ttl_info,
             background_backlog,
             background_work,
             policy_info,
