@@ -3,6 +3,7 @@
 //! File loading and output live here; evaluation is the engine's.
 
 pub mod apply_cmd;
+pub mod cleanup_cmd;
 pub mod cluster_cmd;
 pub mod compare;
 pub mod data;
@@ -40,6 +41,9 @@ enum Command {
     BreakGlass(cluster_cmd::BreakGlassArgs),
     /// Show Verno's webhook entries, ready endpoints and leader.
     Doctor(cluster_cmd::DoctorArgs),
+    /// Preview what cleanup and deleting policies and the cleanup.kyverno.io/ttl label would
+    /// delete now (--dry-run), against manifests or a cluster.
+    Cleanup(cleanup_cmd::CleanupArgs),
     /// JMESPath playground with Kyverno's functions.
     Jp {
         #[command(subcommand)]
@@ -60,6 +64,7 @@ pub fn main() -> i32 {
     match &cli.command {
         Command::Test(a) => test_cmd::run(a),
         Command::Apply(a) => apply_cmd::run(a),
+        Command::Cleanup(a) => cleanup_cmd::run(a),
         Command::Serve(a) => serve_cmd::run(a),
         Command::Manifests(a) => cluster_cmd::manifests(a),
         Command::BreakGlass(a) => cluster_cmd::break_glass(a),

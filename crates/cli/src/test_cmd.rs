@@ -584,7 +584,13 @@ fn check_row(
         })
         .map(|(i, _)| i)
         .collect();
-    let rule_names = [entry.rule.clone(), format!("autogen-{}", entry.rule), format!("autogen-cronjob-{}", entry.rule)];
+    let mut rule_names =
+        vec![entry.rule.clone(), format!("autogen-{}", entry.rule), format!("autogen-cronjob-{}", entry.rule)];
+    // A cleanup or deleting policy's one rule carries the policy's name (as Kyverno's CLI
+    // names it); a row without a rule means it.
+    if entry.rule.is_empty() && policy.cleanup().is_some() {
+        rule_names.push(policy.name.clone());
+    }
     if candidates.is_empty() {
         // Mutate-existing rows name the patched target (or nothing): look through the triggers.
         for (i, r) in resources.iter().enumerate() {

@@ -232,20 +232,16 @@ impl Controller {
 
     async fn run_due(&mut self, set: &Arc<PolicySet>, p: &Arc<CompiledPolicy>) {
         let started = Utc::now();
+        let mut sink =
+            Sink { server: &*self.server, recorder: &self.recorder, bucket: &mut self.event_bucket, opts: &self.opts };
         let counts = run_policy(
             &self.client,
             set,
             p,
             &mut self.discovery,
             &self.data,
-            &mut self.bucket,
             &self.opts,
-            &mut Sink {
-                server: &*self.server,
-                recorder: &self.recorder,
-                bucket: &mut self.event_bucket,
-                opts: &self.opts,
-            },
+            Act::Delete { bucket: &mut self.bucket, sink: &mut sink },
         )
         .await;
         tracing::info!(policy = %p.name, kind = %p.kind, listed = counts.listed, deleted = counts.deleted, errors = counts.errors, "cleanup policy ran");
@@ -382,17 +378,82 @@ fn resources(d: &kube::Discovery, p: &CompiledPolicy) -> Vec<(ApiResource, bool)
     out
 }
 
-/// One run of one cleanup policy: list, evaluate, delete.
-#[allow(clippy::too_many_arguments)]
+/// What a run does with the objects that are due.
+pub(crate) enum Act<'a, 'b> {
+    /// Deletes them (paced), reporting to `sink`.
+    Delete { bucket: &'a mut Bucket, sink: &'a mut Sink<'b> },
+    /// Only collects them (`verno cleanup --dry-run`).
+    Preview(&'a mut Found),
+}
+
+/// What a preview found.
+#[derive(Debug, Default)]
+pub struct Found {
+    pub listed: usize,
+    pub due: Vec<Value>,
+    pub undecided: Vec<(Value, String)>,
+}
+
+/// What `policy` would delete now in the cluster: the controller's run without deletions.
+pub async fn preview(client: &kube::Client, set: &Arc<PolicySet>, p: &Arc<CompiledPolicy>) -> Result<Found, String> {
+    let mut found = Found::default();
+    let mut discovery = DiscoveryCache::new(Duration::from_secs(30));
+    let data = crate::cluster_data::ClusterData::new(client.clone());
+    let counts =
+        run_policy(client, set, p, &mut discovery, &data, &CleanupOptions::default(), Act::Preview(&mut found)).await;
+    found.listed = counts.listed;
+    if counts.errors > found.undecided.len() {
+        return Err(format!("listing the candidates of {} failed (see the log)", p.name));
+    }
+    Ok(found)
+}
+
+/// Every object (metadata only) carrying the TTL label, over every listable resource, in
+/// label-selected pages.
+pub async fn ttl_labelled(client: &kube::Client) -> Result<Vec<Value>, String> {
+    use kube::core::PartialObjectMeta;
+    let d = kube::Discovery::new(client.clone()).run().await.map_err(|e| format!("discovery: {e}"))?;
+    let mut out = Vec::new();
+    for g in d.groups() {
+        for (ar, caps) in g.recommended_resources() {
+            if !caps.supports_operation(kube::discovery::verbs::LIST) || ar.plural.contains('/') {
+                continue;
+            }
+            let api: Api<PartialObjectMeta<DynamicObject>> = Api::all_with(client.clone(), &ar);
+            let mut lp = ListParams::default().limit(500).labels(verno_engine::ttl::TTL_LABEL);
+            loop {
+                let page = match api.list_metadata(&lp).await {
+                    Ok(p) => p,
+                    Err(kube::Error::Api(e)) if e.code == 403 || e.code == 404 || e.code == 405 => break,
+                    Err(e) => return Err(format!("listing {}: {e}", ar.plural)),
+                };
+                let token = page.metadata.continue_.clone().filter(|t| !t.is_empty());
+                for o in page.items {
+                    let mut v = json!({"apiVersion": ar.api_version, "kind": ar.kind});
+                    if let (Some(m), Ok(meta)) = (v.as_object_mut(), serde_json::to_value(&o.metadata)) {
+                        m.insert("metadata".into(), meta);
+                    }
+                    out.push(v);
+                }
+                match token {
+                    Some(t) => lp = lp.continue_token(&t),
+                    None => break,
+                }
+            }
+        }
+    }
+    Ok(out)
+}
+
+/// One run of one cleanup policy: list, evaluate, and delete (or collect) what is due.
 pub(crate) async fn run_policy(
     client: &kube::Client,
     set: &Arc<PolicySet>,
     p: &Arc<CompiledPolicy>,
     discovery: &mut DiscoveryCache,
     data: &crate::cluster_data::ClusterData,
-    bucket: &mut Bucket,
     opts: &CleanupOptions,
-    sink: &mut Sink<'_>,
+    mut act: Act<'_, '_>,
 ) -> RunCounts {
     let mut counts = RunCounts::default();
     let Some(d) = discovery.get(client, true, "using the last discovery").await else {
@@ -461,8 +522,18 @@ pub(crate) async fn run_policy(
                 if let Err(e) = verdict {
                     tracing::debug!(policy = %p.name, error = %e, "object not evaluated");
                     counts.errors += 1;
+                    if let Act::Preview(found) = &mut act {
+                        found.undecided.push((obj, e));
+                    }
                     continue;
                 }
+                let (bucket, sink) = match &mut act {
+                    Act::Preview(found) => {
+                        found.due.push(obj);
+                        continue;
+                    }
+                    Act::Delete { bucket, sink } => (&mut **bucket, &mut **sink),
+                };
                 bucket.take().await;
                 let name = obj.pointer("/metadata/name").and_then(Value::as_str).unwrap_or("");
                 let ns = obj.pointer("/metadata/namespace").and_then(Value::as_str).unwrap_or("");

@@ -207,6 +207,40 @@ pub(crate) struct Store {
     services: BTreeMap<(String, String), Option<SocketAddr>>,
     /// Every webhook call made by admission emulation.
     admission_log: Vec<admission::Call>,
+    /// The uids of stored objects, and the objects that have ownerReferences: garbage
+    /// collection looks at those only (a delete among 50,000 objects must not scan them all).
+    uids: HashMap<String, ObjKey>,
+    owned: std::collections::BTreeSet<ObjKey>,
+}
+
+impl Store {
+    /// Stores `o` under `k`, keeping the uid and owner indexes.
+    fn put(&mut self, k: ObjKey, o: Value) {
+        if let Some(old) = self.objects.get(&k)
+            && let Some(u) = old.pointer("/metadata/uid").and_then(Value::as_str)
+        {
+            self.uids.remove(u);
+        }
+        if let Some(u) = o.pointer("/metadata/uid").and_then(Value::as_str) {
+            self.uids.insert(u.to_string(), k.clone());
+        }
+        if o.pointer("/metadata/ownerReferences").and_then(Value::as_array).is_some_and(|r| !r.is_empty()) {
+            self.owned.insert(k.clone());
+        } else {
+            self.owned.remove(&k);
+        }
+        self.objects.insert(k, o);
+    }
+
+    /// Removes the object under `k`, keeping the indexes.
+    fn take(&mut self, k: &ObjKey) -> Option<Value> {
+        let o = self.objects.remove(k)?;
+        if let Some(u) = o.pointer("/metadata/uid").and_then(Value::as_str) {
+            self.uids.remove(u);
+        }
+        self.owned.remove(k);
+        Some(o)
+    }
 }
 
 pub(crate) struct Inner {
@@ -264,6 +298,8 @@ impl FakeApiServer {
                 appliers: BTreeMap::new(),
                 services: BTreeMap::new(),
                 admission_log: Vec::new(),
+                uids: HashMap::new(),
+                owned: Default::default(),
             }),
             events,
             bookmark_interval: Duration::from_millis(500),
@@ -924,7 +960,7 @@ fn mirror_event(inner: &Inner, s: &mut Store, r: &Resource, k: &ObjKey) {
             let converted = convert_event(&o, to_core, &other.api_version());
             let kind = if s.objects.contains_key(&ok) { "MODIFIED" } else { "ADDED" };
             let stored = record(inner, s, other, kind, converted);
-            s.objects.insert(ok, stored);
+            s.put(ok, stored);
         }
         None => {
             if let Some(o) = s.objects.get(&ok).cloned() {
@@ -990,7 +1026,7 @@ fn commit_stored(inner: &Inner, s: &mut Store, c: Change) -> Response {
             s.appliers.insert(c.k.clone(), appliers);
             let stored = record(inner, s, &c.resource, "ADDED", o);
             let namespace = c.k.1.clone();
-            s.objects.insert(c.k, stored.clone());
+            s.put(c.k, stored.clone());
             // Only an object created with owners, none of which exists, is an orphan at once.
             // The owners are looked up by the kind and name their references give (as the
             // garbage collector resolves them), not by a scan of every object.
@@ -1048,12 +1084,12 @@ fn mark_deleting(inner: &Inner, s: &mut Store, r: &Resource, k: ObjKey, mut o: V
         );
     }
     let stored = record(inner, s, r, "MODIFIED", o);
-    s.objects.insert(k, stored.clone());
+    s.put(k, stored.clone());
     stored
 }
 
 fn remove_object(inner: &Inner, s: &mut Store, r: &Resource, k: &ObjKey, o: Value) -> Value {
-    s.objects.remove(k);
+    s.take(k);
     s.owners.remove(k);
     s.appliers.remove(k);
     record(inner, s, r, "DELETED", o)
@@ -1078,23 +1114,19 @@ fn owner_exists(inner: &Inner, s: &Store, r: &Value, namespace: &str) -> bool {
 /// deleted (its finalizers honoured), and so on down the chain.
 fn collect_garbage(inner: &Inner, s: &mut Store) {
     loop {
-        let uids: std::collections::HashSet<String> = s
-            .objects
-            .values()
-            .filter_map(|o| o.pointer("/metadata/uid").and_then(Value::as_str))
-            .map(str::to_string)
-            .collect();
         let orphans: Vec<ObjKey> = s
-            .objects
+            .owned
             .iter()
-            .filter(|(_, o)| {
+            .filter(|k| {
+                let Some(o) = s.objects.get(*k) else { return false };
                 let refs = o.pointer("/metadata/ownerReferences").and_then(Value::as_array);
                 refs.is_some_and(|r| {
                     !r.is_empty()
-                        && r.iter().all(|r| r.get("uid").and_then(Value::as_str).is_none_or(|u| !uids.contains(u)))
+                        && r.iter()
+                            .all(|r| r.get("uid").and_then(Value::as_str).is_none_or(|u| !s.uids.contains_key(u)))
                 }) && o.pointer("/metadata/deletionTimestamp").is_none()
             })
-            .map(|(k, _)| k.clone())
+            .cloned()
             .collect();
         if orphans.is_empty() {
             return;
@@ -1164,6 +1196,6 @@ fn update(
         return (ok_json(StatusCode::OK, old), None);
     }
     let stored = record(inner, s, t.resource, "MODIFIED", new);
-    s.objects.insert(k, stored.clone());
+    s.put(k, stored.clone());
     (ok_json(StatusCode::OK, &stored), Some(stored))
 }

@@ -26,7 +26,7 @@ fn test_command_passes_the_projects_own_suites() {
     let out = verno(&["test", testdata().to_str().unwrap_or(".")]);
     let stdout = String::from_utf8_lossy(&out.stdout);
     assert_eq!(out.status.code(), Some(0), "{stdout}\n{}", String::from_utf8_lossy(&out.stderr));
-    assert!(stdout.contains("Test Summary: 47 tests passed and 0 tests failed"), "{stdout}");
+    assert!(stdout.contains("Test Summary: 50 tests passed and 0 tests failed"), "{stdout}");
     assert!(stdout.contains("│ ID │ POLICY"), "{stdout}");
 }
 
@@ -312,4 +312,50 @@ fn apply_policy_report_prints_the_controllers_results_in_kyvernos_cli_reports() 
     assert_eq!(failed["scored"], true);
     assert!(failed["timestamp"]["seconds"].is_i64());
     assert!(failed["resources"][0]["kind"].is_string(), "{failed}");
+}
+
+#[test]
+fn cleanup_dry_run_lists_what_a_deleting_policy_and_the_ttl_label_would_delete() {
+    let dir = testdata().join("cleanup/expired-jobs");
+    let tmp = tempfile::tempdir().unwrap();
+    write(
+        tmp.path(),
+        "ttl.yaml",
+        "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: old, namespace: ci, creationTimestamp: '2020-01-01T00:00:00Z', labels: {cleanup.kyverno.io/ttl: 2d}}\n---\napiVersion: v1\nkind: ConfigMap\nmetadata: {name: later, namespace: ci, labels: {cleanup.kyverno.io/ttl: '2999-01-01'}}\n---\napiVersion: v1\nkind: ConfigMap\nmetadata: {name: odd, namespace: ci, labels: {cleanup.kyverno.io/ttl: someday}}\n",
+    );
+    let policy = dir.join("policy.yaml");
+    let resources = dir.join("resources.yaml");
+    let ttl = tmp.path().join("ttl.yaml");
+    let out = verno(&[
+        "cleanup",
+        "--dry-run",
+        "-p",
+        policy.to_str().unwrap(),
+        "-r",
+        resources.to_str().unwrap(),
+        "-r",
+        ttl.to_str().unwrap(),
+        "--ttl",
+    ]);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(out.status.code(), Some(0), "{stdout}{}", String::from_utf8_lossy(&out.stderr));
+    assert!(stdout.starts_with("DeletingPolicy expired-jobs (schedule \"0 */6 * * *\", next run "), "{stdout}");
+    assert!(stdout.contains("  would delete Job ci/done\n"), "{stdout}");
+    for kept in ["running", "pinned", "permanent"] {
+        assert!(!stdout.contains(&format!("Job ci/{kept}")), "{stdout}");
+    }
+    assert!(stdout.contains("  1 of 7 resource(s) would be deleted"), "{stdout}");
+    assert!(
+        stdout.contains("  ConfigMap ci/old (cleanup.kyverno.io/ttl=2d, due 2020-01-03T00:00:00+00:00)"),
+        "{stdout}"
+    );
+    assert!(!stdout.contains("ConfigMap ci/later"), "{stdout}");
+    assert!(
+        stdout.contains("  ConfigMap ci/odd: never deleted: the value of cleanup.kyverno.io/ttl, \"someday\""),
+        "{stdout}"
+    );
+    // Without --dry-run nothing runs.
+    let out = verno(&["cleanup", "-p", policy.to_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("only previews (--dry-run)"));
 }
