@@ -167,7 +167,8 @@ impl Ttl {
                 }
                 let gvr = Gvr { group: ar.group.clone(), version: ar.version.clone(), resource: ar.plural.clone() };
                 let mut permitted = true;
-                for verb in ["list", "watch", "delete"] {
+                // `delete` first: it is the one usually missing, so most resources cost one review.
+                for verb in ["delete", "list", "watch"] {
                     match crate::access::allowed(&self.client, verb, &gvr).await {
                         Ok(true) => {}
                         Ok(false) => {
