@@ -77,8 +77,9 @@ fn run_inner(args: &ApplyArgs) -> Result<i32> {
     }
     let mut resources: Vec<Value> = Vec::new();
     for p in &args.resources {
-        for d in load::read_docs(p)? {
+        for mut d in load::read_docs(p)? {
             if !load::is_kyverno_policy(&d.value) {
+                load::as_kyverno_reads(&mut d.value);
                 resources.push(d.value);
             }
         }

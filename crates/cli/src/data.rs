@@ -5,7 +5,7 @@ use serde_json::{Value, json};
 use std::collections::BTreeMap;
 use std::sync::Arc;
 use verno_api::Values;
-use verno_engine::{Data, Loaded, PolicyResponse, PolicySet, Request, RequestUser, Scope};
+use verno_engine::{Data, Loaded, NamespaceView, PolicyResponse, PolicySet, Request, RequestUser, Scope};
 
 #[derive(Default)]
 pub struct CliData {
@@ -182,14 +182,16 @@ impl Data for CliData {
     }
 
     /// Namespace labels from `namespaceSelector` entries and `namespaces` objects.
+    /// A namespace's labels as the values give them: `namespaces` first (Kyverno gives them
+    /// precedence), then `namespaceSelector`.
     fn namespace_labels(&self, ns: &str) -> Option<BTreeMap<String, String>> {
-        if let Some(s) = self.values.namespace_selector.iter().find(|s| s.name == ns) {
-            return Some(s.labels.clone());
-        }
         for n in &self.values.namespaces {
             if n.pointer("/metadata/name").and_then(Value::as_str) == Some(ns) {
                 return Some(verno_engine::labels_of(n));
             }
+        }
+        if let Some(s) = self.values.namespace_selector.iter().find(|s| s.name == ns) {
+            return Some(s.labels.clone());
         }
         None
     }
@@ -289,6 +291,26 @@ impl Data for CliData {
         self.namespace_labels(name).map(
             |labels| json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name, "labels": labels}}),
         )
+    }
+
+    /// Kyverno's CLI: `validate.cel` sees a Namespace with only the request's namespace name,
+    /// the admission policies one with the name and the labels the values give it, and the
+    /// `policies.kyverno.io` kinds only a namespace the values describe (null otherwise).
+    fn namespace_object_as(&self, view: NamespaceView, name: &str) -> Option<Value> {
+        match view {
+            NamespaceView::Rule => Some(NamespaceView::made_up(name, None)),
+            NamespaceView::ValidatingAdmission | NamespaceView::MutatingAdmission => {
+                Some(NamespaceView::made_up(name, self.namespace_labels(name).as_ref()))
+            }
+            NamespaceView::Policy => {
+                let named = |o: &&Value| o.pointer("/metadata/name").and_then(Value::as_str) == Some(name);
+                if let Some(n) = self.values.namespaces.iter().find(named) {
+                    return Some(n.clone());
+                }
+                let s = self.values.namespace_selector.iter().find(|s| s.name == name)?;
+                Some(json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name, "labels": s.labels}}))
+            }
+        }
     }
 
     fn resource(&self, api_version: &str, kind: &str, namespace: &str, name: &str) -> Option<Value> {

@@ -123,6 +123,77 @@ pub fn read_docs(path: &Path) -> Result<Vec<Doc>> {
     Ok(out)
 }
 
+/// A resource as Kyverno's CLI reads it from a file: a namespaced kind without a namespace is put
+/// in `default`, and map fields written empty (`annotations:`, which some Helm charts produce)
+/// are empty maps rather than null. Which kinds are cluster-scoped is Kyverno's built-in list
+/// of Kubernetes' own kinds, so every other kind, custom resources included, counts as
+/// namespaced, as it does for Kyverno.
+pub fn as_kyverno_reads(v: &mut Value) {
+    fn empty_maps(v: &mut Value) {
+        match v {
+            Value::Object(m) => {
+                for (k, x) in m.iter_mut() {
+                    if x.is_null()
+                        && matches!(
+                            k.as_str(),
+                            "annotations" | "labels" | "matchLabels" | "nodeSelector" | "data" | "stringData"
+                        )
+                    {
+                        *x = Value::Object(serde_json::Map::new());
+                    } else {
+                        empty_maps(x);
+                    }
+                }
+            }
+            Value::Array(a) => a.iter_mut().for_each(empty_maps),
+            _ => {}
+        }
+    }
+    if !v.is_object() {
+        return;
+    }
+    empty_maps(v);
+    let has_ns = v.pointer("/metadata/namespace").and_then(Value::as_str).is_some_and(|n| !n.is_empty());
+    if !has_ns
+        && !kyverno_cluster_scoped(api_version(v), kind(v))
+        && let Some(m) = v.get_mut("metadata").and_then(Value::as_object_mut)
+    {
+        m.insert("namespace".into(), Value::String("default".into()));
+    }
+}
+
+/// The cluster-scoped kinds of the API group list built into Kyverno's CLI (the group matters,
+/// not the version).
+fn kyverno_cluster_scoped(api_version: &str, kind: &str) -> bool {
+    let group = api_version.rsplit_once('/').map_or("", |(g, _)| g);
+    matches!(
+        (group, kind),
+        ("", "ComponentStatus" | "Namespace" | "Node" | "PersistentVolume")
+            | (
+                "admissionregistration.k8s.io",
+                "MutatingWebhookConfiguration"
+                    | "ValidatingAdmissionPolicy"
+                    | "ValidatingAdmissionPolicyBinding"
+                    | "ValidatingWebhookConfiguration"
+            )
+            | ("apiextensions.k8s.io", "CustomResourceDefinition")
+            | ("apiregistration.k8s.io", "APIService")
+            | ("authentication.k8s.io", "SelfSubjectReview" | "TokenReview")
+            | ("authorization.k8s.io", "SelfSubjectAccessReview" | "SelfSubjectRulesReview" | "SubjectAccessReview")
+            | ("certificates.k8s.io", "CertificateSigningRequest")
+            | ("flowcontrol.apiserver.k8s.io", "FlowSchema" | "PriorityLevelConfiguration")
+            | ("networking.k8s.io", "IPAddress" | "IngressClass" | "ServiceCIDR")
+            | ("node.k8s.io", "RuntimeClass")
+            | ("rbac.authorization.k8s.io", "ClusterRole" | "ClusterRoleBinding")
+            | ("resource.k8s.io", "DeviceClass" | "ResourceSlice")
+            | ("scheduling.k8s.io", "PriorityClass")
+            | (
+                "storage.k8s.io",
+                "CSIDriver" | "CSINode" | "StorageClass" | "VolumeAttachment" | "VolumeAttributesClass"
+            )
+    )
+}
+
 pub fn kind(v: &Value) -> &str {
     v.get("kind").and_then(Value::as_str).unwrap_or("")
 }

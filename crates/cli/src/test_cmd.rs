@@ -334,6 +334,46 @@ impl Roots {
     }
 }
 
+/// The test's `globalContextEntries`, each with one source of data: `data`, inline `resources`,
+/// or `resourceFiles` (YAML files beside the test, read here into `resources`), as Kyverno's
+/// CLI checks them.
+fn global_entries(entries: &[Value], roots: &Roots, base: &Path) -> Result<Vec<Value>> {
+    let mut out = Vec::with_capacity(entries.len());
+    for e in entries {
+        let name = e.get("name").and_then(Value::as_str).unwrap_or("");
+        let mut e = e.clone();
+        let sources =
+            ["data", "resources", "resourceFiles"].iter().filter(|k| e.get(**k).is_some_and(|v| !v.is_null())).count();
+        if sources > 1 {
+            bail!("globalContextEntries entry {name:?}: data, resources, and resourceFiles are mutually exclusive");
+        }
+        if sources == 0 {
+            bail!("globalContextEntries entry {name:?}: one of data, resources, or resourceFiles is required");
+        }
+        if let Some(files) = e.get("resourceFiles").and_then(Value::as_array).cloned() {
+            let mut resources = Vec::new();
+            for (j, f) in files.iter().enumerate() {
+                let f = f.as_str().unwrap_or("").trim();
+                let escapes = Path::new(f).components().next() == Some(std::path::Component::ParentDir);
+                if f.is_empty() || Path::new(f).is_absolute() || escapes {
+                    bail!(
+                        "globalContextEntries entry {name:?} resourceFiles[{j}]: a file path relative to the test's directory is required, not {f:?}"
+                    );
+                }
+                for d in load::read_docs(&roots.rel(base, f)?)? {
+                    resources.push(d.value);
+                }
+            }
+            if let Some(m) = e.as_object_mut() {
+                m.remove("resourceFiles");
+                m.insert("resources".into(), Value::Array(resources));
+            }
+        }
+        out.push(e);
+    }
+    Ok(out)
+}
+
 /// Parses a test document strictly, as Kyverno does.
 pub fn parse_test(v: &Value, file: &Path) -> Result<Test> {
     let obj = v.as_object().ok_or_else(|| anyhow!("{}: a test document must be a mapping", file.display()))?;
@@ -400,7 +440,8 @@ fn run_test(
     log("  Loading resources ...".into());
     let mut resources: Vec<Value> = Vec::new();
     for p in &test.resources {
-        for d in load::read_docs(&roots.rel(base, p)?)? {
+        for mut d in load::read_docs(&roots.rel(base, p)?)? {
+            load::as_kyverno_reads(&mut d.value);
             resources.push(d.value);
         }
     }
@@ -440,13 +481,15 @@ fn run_test(
         data.cluster = Some(cluster);
     }
     for p in &test.target_resources {
-        for d in load::read_docs(&roots.rel(base, p)?)? {
+        for mut d in load::read_docs(&roots.rel(base, p)?)? {
+            load::as_kyverno_reads(&mut d.value);
             data.targets.push(d.value);
         }
     }
     // `paramResources` (policy params) are looked up like clone sources.
     for p in &test.param_resources {
-        for d in load::read_docs(&roots.rel(base, p)?)? {
+        for mut d in load::read_docs(&roots.rel(base, p)?)? {
+            load::as_kyverno_reads(&mut d.value);
             data.clone_sources.push(d.value);
         }
     }
@@ -472,7 +515,7 @@ fn run_test(
         }
     }
     data.api_mocks = test.api_call_responses.clone();
-    data.global_entries = test.global_context_entries.clone();
+    data.global_entries = global_entries(&test.global_context_entries, roots, base)?;
     data.build_cel_host();
     let globals: Vec<(String, Value)> = data.values.global_values.iter().map(|(k, v)| (k.clone(), v.clone())).collect();
     log(format!(

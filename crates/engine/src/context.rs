@@ -12,6 +12,8 @@ pub struct Context<'e> {
     /// The request's CEL variables, converted once and reused by every CEL rule until
     /// `request` changes.
     cel: std::cell::RefCell<Option<verno_cel::Vars>>,
+    /// Whose `namespaceObject` those variables carry (the policy being evaluated decides).
+    ns_view: crate::evaluate::NamespaceView,
 }
 
 /// Saved top-level entries, restored by [`Context::restore`].
@@ -28,7 +30,13 @@ impl Saved {
 
 impl<'e> Context<'e> {
     pub fn new(root: Map<String, Value>, delete: bool, env: &'e dyn Env) -> Self {
-        Context { root: Value::Object(root), delete, env, cel: std::cell::RefCell::new(None) }
+        Context {
+            root: Value::Object(root),
+            delete,
+            env,
+            cel: std::cell::RefCell::new(None),
+            ns_view: crate::evaluate::NamespaceView::default(),
+        }
     }
 
     pub fn is_delete(&self) -> bool {
@@ -80,6 +88,18 @@ impl<'e> Context<'e> {
         saved.absorb(self.set(&format!("element{nesting}"), element.clone()));
         saved.absorb(self.set(&format!("elementIndex{nesting}"), Value::from(index as i64)));
         saved
+    }
+
+    /// Makes the CEL variables carry `namespaceObject` as policies of `view` see it.
+    pub fn set_namespace_view(&mut self, view: crate::evaluate::NamespaceView) {
+        if self.ns_view != view {
+            self.ns_view = view;
+            *self.cel.get_mut() = None;
+        }
+    }
+
+    pub fn namespace_view(&self) -> crate::evaluate::NamespaceView {
+        self.ns_view
     }
 
     /// The cached CEL variables, or those `build` makes (then cached).

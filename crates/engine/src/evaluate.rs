@@ -56,6 +56,13 @@ pub trait Data: Sync {
     fn namespace_object(&self, _name: &str) -> Option<Value> {
         None
     }
+    /// `namespaceObject` as a policy of this view sees it. In a cluster every kind sees the
+    /// Namespace itself (the default); Kyverno's CLI builds it differently per kind (see
+    /// [`NamespaceView`]), so the CLI's data answers each view.
+    fn namespace_object_as(&self, view: NamespaceView, name: &str) -> Option<Value> {
+        let _ = view;
+        self.namespace_object(name)
+    }
     /// One object from the cluster (clone sources).
     fn resource(&self, _api_version: &str, _kind: &str, _namespace: &str, _name: &str) -> Option<Value> {
         None
@@ -92,6 +99,56 @@ pub trait Data: Sync {
     /// Candidates for mutate-existing targets; the cluster by default.
     fn targets(&self, api_version: &str, kind: &str, namespace: &str) -> Vec<Value> {
         self.list(api_version, kind, namespace)
+    }
+}
+
+/// Whose `namespaceObject` a CEL expression reads: Kyverno builds it per policy kind, and the
+/// kinds differ where the request has no namespace and (in its CLI) where the namespace is not
+/// described by the test's values.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum NamespaceView {
+    /// `validate.cel` in a ClusterPolicy / Policy: null for cluster-scoped requests; offline, a
+    /// Namespace carrying only the request's namespace name.
+    #[default]
+    Rule,
+    /// ValidatingAdmissionPolicy: an empty Namespace (not null) for cluster-scoped requests;
+    /// offline, the name and the labels the values give it.
+    ValidatingAdmission,
+    /// MutatingAdmissionPolicy: as ValidatingAdmissionPolicy, but null for cluster-scoped
+    /// requests.
+    MutatingAdmission,
+    /// The `policies.kyverno.io` kinds: null for cluster-scoped requests; offline, only a
+    /// namespace the values describe (`namespaces` or `namespaceSelector`), null otherwise.
+    Policy,
+}
+
+impl NamespaceView {
+    pub fn of(kind: verno_api::Kind) -> Self {
+        use verno_api::Kind;
+        match kind {
+            Kind::ClusterPolicy | Kind::Policy | Kind::CleanupPolicy | Kind::ClusterCleanupPolicy => {
+                NamespaceView::Rule
+            }
+            Kind::ValidatingAdmissionPolicy | Kind::ValidatingAdmissionPolicyBinding => {
+                NamespaceView::ValidatingAdmission
+            }
+            Kind::MutatingAdmissionPolicy | Kind::MutatingAdmissionPolicyBinding => NamespaceView::MutatingAdmission,
+            _ => NamespaceView::Policy,
+        }
+    }
+
+    /// A Namespace as Kubernetes' typed object turns into JSON: what Kyverno hands CEL when it
+    /// makes one up from a name (and labels) rather than reading it.
+    pub fn made_up(name: &str, labels: Option<&std::collections::BTreeMap<String, String>>) -> Value {
+        let mut meta = Map::new();
+        if !name.is_empty() {
+            meta.insert("name".into(), Value::String(name.into()));
+        }
+        if let Some(l) = labels.filter(|l| !l.is_empty()) {
+            meta.insert("labels".into(), json!(l));
+        }
+        meta.insert("creationTimestamp".into(), Value::Null);
+        json!({"metadata": meta, "spec": {}, "status": {}})
     }
 }
 
@@ -319,6 +376,7 @@ pub fn evaluate_phase(
     data: &dyn Data,
 ) -> PolicyResponse {
     let mut resp = PolicyResponse { policy: policy.key(), ..Default::default() };
+    ctx.set_namespace_view(NamespaceView::of(policy.kind));
     let subject = req.subject();
     let (group, version, kind) = req.group_version_kind();
     let name = {
@@ -719,17 +777,35 @@ fn exception_applies(
 /// The variables Kubernetes CEL expressions read: `object`, `oldObject`, `request`, and
 /// (unavailable offline, so null) `namespaceObject` and `params`.
 fn cel_vars(ctx: &Context, data: &dyn Data) -> verno_cel::Vars {
-    ctx.cel_vars(|root| build_cel_vars(root, data, ctx.env()))
+    ctx.cel_vars(|root| build_cel_vars(root, data, ctx.env(), ctx.namespace_view()))
 }
 
-fn build_cel_vars(root: &Value, data: &dyn Data, env: &dyn verno_jmespath::Env) -> verno_cel::Vars {
+fn build_cel_vars(
+    root: &Value,
+    data: &dyn Data,
+    env: &dyn verno_jmespath::Env,
+    view: NamespaceView,
+) -> verno_cel::Vars {
     let null = Value::Null;
     let req = root.get("request").unwrap_or(&null);
     let mut vars = verno_cel::Vars::default();
     vars.set("object", req.get("object").unwrap_or(&Value::Null));
     vars.set("oldObject", req.get("oldObject").unwrap_or(&Value::Null));
-    let ns = req.get("namespace").and_then(Value::as_str).unwrap_or("");
-    let ns_obj = if ns.is_empty() { None } else { data.namespace_object(ns) };
+    let mut ns = req.get("namespace").and_then(Value::as_str).unwrap_or("");
+    // A Namespace is not in itself (Kyverno unsets it for the kinds it builds the object for).
+    if view != NamespaceView::Policy
+        && req.pointer("/kind/kind").and_then(Value::as_str) == Some("Namespace")
+        && req.pointer("/kind/group").and_then(Value::as_str).unwrap_or("").is_empty()
+    {
+        ns = "";
+    }
+    let ns_obj = if !ns.is_empty() {
+        data.namespace_object_as(view, ns)
+    } else if view == NamespaceView::ValidatingAdmission {
+        Some(NamespaceView::made_up("", None))
+    } else {
+        None
+    };
     vars.set("request", req);
     vars.set("namespaceObject", ns_obj.as_ref().unwrap_or(&Value::Null));
     vars.set("params", &Value::Null);

@@ -66,22 +66,34 @@ fn index(tok: &str, len: usize, path: &str) -> Result<usize, String> {
     Ok(j as usize)
 }
 
+/// What `add` puts where a parent is missing (Kyverno applies patches with json-patch's
+/// `EnsurePathExistsOnAdd`): a list when the next token is an index or `-` (padded with nulls
+/// up to that index), an object otherwise.
+fn new_parent(next: Option<&String>, path: &str) -> Result<Value, String> {
+    match next.map(String::as_str) {
+        Some("-") => Ok(Value::Array(Vec::new())),
+        Some(t) => match t.parse::<i64>() {
+            Ok(i) if i >= -1 => Ok(Value::Array(vec![Value::Null; i.max(0) as usize])),
+            Ok(i) => Err(format!("unable to ensure path for negative index other than -1: {i} in {path}")),
+            Err(_) => Ok(Value::Object(Map::new())),
+        },
+        None => Ok(Value::Object(Map::new())),
+    }
+}
+
 /// The container holding the last token of `toks` (all tokens but the last are walked).
 fn parent<'a>(doc: &'a mut Value, toks: &[String], path: &str, create: bool) -> Result<Option<&'a mut Value>, String> {
     let mut cur = doc;
     let walk = toks.len().saturating_sub(1);
     for (n, t) in toks.iter().take(walk).enumerate() {
-        let next_is_index = toks.get(n + 1).is_some_and(|x| x == "-" || x.parse::<i64>().is_ok());
+        let next = toks.get(n + 1);
         cur = match cur {
             Value::Object(m) => {
                 if !m.contains_key(t) {
                     if !create {
                         return Ok(None);
                     }
-                    m.insert(
-                        t.clone(),
-                        if next_is_index { Value::Array(Vec::new()) } else { Value::Object(Map::new()) },
-                    );
+                    m.insert(t.clone(), new_parent(next, path)?);
                 }
                 match m.get_mut(t) {
                     Some(v) => v,
@@ -91,6 +103,13 @@ fn parent<'a>(doc: &'a mut Value, toks: &[String], path: &str, create: bool) -> 
             Value::Array(a) => {
                 let i = match index(t, a.len(), path) {
                     Ok(i) => i,
+                    // Past the end: pad with nulls up to the index and put the parent there.
+                    Err(_) if create && t.parse::<usize>().is_ok_and(|i| i >= a.len()) => {
+                        let i = t.parse::<usize>().unwrap_or_default();
+                        a.resize(i, Value::Null);
+                        a.push(new_parent(next, path)?);
+                        i
+                    }
                     Err(e) => return if create { Err(e) } else { Ok(None) },
                 };
                 match a.get_mut(i) {
@@ -99,7 +118,11 @@ fn parent<'a>(doc: &'a mut Value, toks: &[String], path: &str, create: bool) -> 
                 }
             }
             Value::Null if create => {
-                *cur = if next_is_index { Value::Array(Vec::new()) } else { Value::Object(Map::new()) };
+                *cur = if next.is_some_and(|x| x == "-" || x.parse::<i64>().is_ok()) {
+                    Value::Array(Vec::new())
+                } else {
+                    Value::Object(Map::new())
+                };
                 match cur {
                     Value::Object(m) => m.entry(t.clone()).or_insert(Value::Null),
                     _ => return Err(format!("cannot create {path}")),
@@ -319,6 +342,24 @@ mod tests {
         let out = run(json!({}), json!([{"op": "add", "path": "/spec/tolerations/-", "value": {"key": "a"}}]))
             .unwrap_or_default();
         assert_eq!(out, json!({"spec": {"tolerations": [{"key": "a"}]}}));
+        // A missing list is made for an index, padded with nulls up to it, and an element
+        // past the end of a list is made too (json-patch's EnsurePathExistsOnAdd).
+        let out = run(
+            json!({"spec": {}}),
+            json!([
+                {"op": "add", "path": "/spec/imagePullSecrets/0/name", "value": "regcred"},
+                {"op": "add", "path": "/spec/l/2", "value": "x"},
+                {"op": "add", "path": "/spec/imagePullSecrets/2/name", "value": "other"},
+            ]),
+        )
+        .unwrap_or_default();
+        assert_eq!(
+            out,
+            json!({"spec": {"imagePullSecrets": [{"name": "regcred"}, null, {"name": "other"}], "l": [null, null, "x"]}})
+        );
+        assert!(run(json!({}), json!([{"op": "add", "path": "/a/-2/b", "value": 1}])).is_err());
+        // The last index still has to be inside the list.
+        assert!(run(json!({"l": [1]}), json!([{"op": "add", "path": "/l/3", "value": 1}])).is_err());
     }
 
     #[test]

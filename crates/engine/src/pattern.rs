@@ -253,8 +253,12 @@ fn expand_metadata(
             if wildcard::has_wildcard(k) {
                 let (prefix, bare) = split_anchor(k);
                 match rdata.keys().find(|rk| wildcard::matches(bare, rk)) {
+                    // The anchor stays around the expanded key: `=(a/*)` -> `=(a/b)`.
+                    Some(rk) if prefix.is_empty() => {
+                        out.insert(rk.clone(), v.clone());
+                    }
                     Some(rk) => {
-                        out.insert(format!("{prefix}{rk}"), v.clone());
+                        out.insert(format!("{prefix}{rk})"), v.clone());
                     }
                     None => {
                         out.insert(k.clone(), v.clone());
@@ -733,5 +737,14 @@ mod tests {
         let p = json!({"metadata": {"labels": {"app.kubernetes.io/*": "?*"}}});
         assert!(match_pattern(&json!({"metadata": {"labels": {"app.kubernetes.io/name": "x"}}}), &p).is_ok());
         assert!(match_pattern(&json!({"metadata": {"labels": {"other": "x"}}}), &p).is_err());
+        // An anchored wildcard key keeps its anchor once expanded: the equality anchor checks
+        // the value only where the annotation exists.
+        let p = json!({"metadata": {"annotations": {"=(container.apparmor.security.beta.kubernetes.io/*)": "runtime/default"}}});
+        let with =
+            |v: &str| json!({"metadata": {"annotations": {"container.apparmor.security.beta.kubernetes.io/c": v}}});
+        assert!(match_pattern(&with("runtime/default"), &p).is_ok());
+        let err = match_pattern(&with("unconfined"), &p).err().map(|e| e.path).unwrap_or_default();
+        assert_eq!(err, "/metadata/annotations/container.apparmor.security.beta.kubernetes.io/c/");
+        assert!(match_pattern(&json!({"metadata": {"annotations": {"other": "x"}}}), &p).is_ok());
     }
 }

@@ -48,6 +48,10 @@ pub struct CompiledCel {
     pub uses_params: bool,
     /// Where `params` comes from (a ValidatingAdmissionPolicy's paramKind + its binding's paramRef).
     pub params: Option<ParamRef>,
+    /// What an expression that cannot be evaluated gives: `fail` in a ClusterPolicy's
+    /// `validate.cel` (Kyverno runs it with the Fail failure policy, which denies), `error` in
+    /// the CEL policy kinds and ValidatingAdmissionPolicy.
+    pub on_error: Status,
 }
 
 #[derive(Debug, Clone)]
@@ -80,6 +84,7 @@ pub(crate) fn compile_cel(c: &Value, path: &str) -> Result<Check, CompileError> 
             (Some(kind), Some(r)) => Some(crate::policy::ParamRef::from_binding(kind, r)),
             _ => None,
         },
+        on_error: Status::Fail,
     })))
 }
 
@@ -406,11 +411,9 @@ impl ValidateCtx<'_> {
                             };
                             return Some(self.resp(Status::Fail, msg));
                         }
-                        // As with ValidatingAdmissionPolicy, an expression that cannot be
-                        // evaluated fails the validation.
                         Err(err) => {
                             return Some(self.resp(
-                                Status::Fail,
+                                c.on_error,
                                 format!("expression '{}' resulted in error: {err}", x.expr.source()),
                             ));
                         }

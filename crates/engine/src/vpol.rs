@@ -129,7 +129,14 @@ fn rule(
             failure_action: Some(action),
             overrides: Vec::new(),
             allow_existing_violations: true,
-            check: compile_cel(cel, "spec")?,
+            check: match compile_cel(cel, "spec")? {
+                // An expression that cannot be evaluated is an `error` result here.
+                crate::validate::Check::Cel(mut c) => {
+                    c.on_error = crate::outcome::Status::Error;
+                    crate::validate::Check::Cel(c)
+                }
+                other => other,
+            },
         })),
     })
 }
