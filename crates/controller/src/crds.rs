@@ -85,7 +85,7 @@ fn policy_columns() -> Value {
         {"name": "MUTATE", "type": "integer", "jsonPath": ".status.rulecount.mutate", "priority": 1},
         {"name": "GENERATE", "type": "integer", "jsonPath": ".status.rulecount.generate", "priority": 1},
         {"name": "VERIFY IMAGES", "type": "integer", "jsonPath": ".status.rulecount.verifyimages", "priority": 1},
-        {"name": "MESSAGE", "type": "string", "jsonPath": format!("{ready}.message"), "priority": 1},
+        {"name": "MESSAGE", "type": "string", "jsonPath": format!("{ready}.message")},
     ])
 }
 
@@ -200,8 +200,8 @@ fn report_schema() -> Value {
 
 fn report_columns() -> Value {
     json!([
-        {"name": "Kind", "type": "string", "jsonPath": ".scope.kind", "priority": 1},
-        {"name": "Name", "type": "string", "jsonPath": ".scope.name", "priority": 1},
+        {"name": "Kind", "type": "string", "jsonPath": ".scope.kind"},
+        {"name": "Name", "type": "string", "jsonPath": ".scope.name"},
         {"name": "Pass", "type": "integer", "jsonPath": ".summary.pass"},
         {"name": "Fail", "type": "integer", "jsonPath": ".summary.fail"},
         {"name": "Warn", "type": "integer", "jsonPath": ".summary.warn"},
@@ -209,6 +209,63 @@ fn report_columns() -> Value {
         {"name": "Skip", "type": "integer", "jsonPath": ".summary.skip"},
         {"name": "Age", "type": "date", "jsonPath": ".metadata.creationTimestamp"},
     ])
+}
+
+/// GlobalContextEntry (`kyverno.io`, `v2beta1` stored as Kyverno stores it, `v2` and
+/// `v2alpha1` served). Verno does not fill global context entries in the cluster yet: the CRD
+/// is installed so a Kyverno cluster's entries stay readable, and the controller logs and marks
+/// them as not supported.
+fn global_context_entry_crd() -> Value {
+    let c = crd(
+        "kyverno.io",
+        "GlobalContextEntry",
+        "globalcontextentries",
+        "globalcontextentry",
+        &["gctxentry"],
+        "Cluster",
+        "v2beta1",
+        json!({"type": "object", "x-kubernetes-preserve-unknown-fields": true}),
+        Some(json!({"type": "object", "x-kubernetes-preserve-unknown-fields": true})),
+        json!([
+            {"name": "AGE", "type": "date", "jsonPath": ".metadata.creationTimestamp"},
+            {"name": "REFRESH INTERVAL", "type": "string", "jsonPath": ".spec.apiCall.refreshInterval"},
+            {"name": "LAST REFRESH", "type": "date", "jsonPath": ".status.lastRefreshTime"},
+        ]),
+        &["kyverno"],
+    );
+    also_serve(c, &["v2", "v2alpha1"])
+}
+
+/// (Cluster)EphemeralReport (`reports.kyverno.io/v1`), with Kyverno's columns.
+fn ephemeral_report_crd(kind: &str, plural: &str, short: &str, scope: &str) -> Value {
+    let label = |k: &str| format!(".metadata.labels['audit\\.kyverno\\.io/{k}']");
+    crd(
+        "reports.kyverno.io",
+        kind,
+        plural,
+        &kind.to_lowercase(),
+        &[short],
+        scope,
+        "v1",
+        json!({"type": "object", "x-kubernetes-preserve-unknown-fields": true}),
+        None,
+        json!([
+            {"name": "Source", "type": "string", "jsonPath": label("source")},
+            {"name": "Group", "type": "string", "jsonPath": label("resource\\.group")},
+            {"name": "Kind", "type": "string", "jsonPath": label("resource\\.kind")},
+            {"name": "Owner", "type": "string", "jsonPath": ".metadata.annotations['audit\\.kyverno\\.io/resource\\.name']"},
+            {"name": "Pass", "type": "integer", "jsonPath": ".spec.summary.pass"},
+            {"name": "Fail", "type": "integer", "jsonPath": ".spec.summary.fail"},
+            {"name": "Warn", "type": "integer", "jsonPath": ".spec.summary.warn"},
+            {"name": "Error", "type": "integer", "jsonPath": ".spec.summary.error"},
+            {"name": "Skip", "type": "integer", "jsonPath": ".spec.summary.skip"},
+            {"name": "Age", "type": "date", "jsonPath": ".metadata.creationTimestamp"},
+            // Kyverno shows the uid by default for cluster reports only.
+            {"name": "Uid", "type": "string", "jsonPath": label("resource\\.uid"), "priority": i32::from(scope != "Cluster")},
+            {"name": "Hash", "type": "string", "jsonPath": label("resource\\.hash"), "priority": 1},
+        ]),
+        &["kyverno"],
+    )
 }
 
 /// Every CRD, in a stable order.
@@ -238,7 +295,7 @@ pub fn all() -> Vec<Value> {
                 "v2",
                 json!({"type": "object", "required": ["exceptions", "match"], "properties": {"exceptions": {"type": "array", "items": free()}, "match": free(), "conditions": free(), "background": {"type": "boolean"}, "podSecurity": {"type": "array", "items": free()}}, "x-kubernetes-preserve-unknown-fields": true}),
                 None,
-                json!([{"name": "AGE", "type": "date", "jsonPath": ".metadata.creationTimestamp"}]),
+                json!([]),
                 &["kyverno"],
             ),
             &["v2beta1"],
@@ -278,6 +335,11 @@ pub fn all() -> Vec<Value> {
         cel("NamespacedGeneratingPolicy", &["ngpol"], "Namespaced", false),
         cel("DeletingPolicy", &["dpol"], "Cluster", true),
         cel("NamespacedDeletingPolicy", &["ndpol"], "Namespaced", false),
+        // Installed so that a Kyverno cluster's objects stay readable; Verno reports them as
+        // not supported yet (the policy controller writes so into their status).
+        cel("ImageValidatingPolicy", &["ivpol"], "Cluster", true),
+        cel("NamespacedImageValidatingPolicy", &["nivpol"], "Namespaced", false),
+        global_context_entry_crd(),
         cleanup_crd("ClusterCleanupPolicy", "clustercleanuppolicies", "ccleanpol", "Cluster"),
         cleanup_crd("CleanupPolicy", "cleanuppolicies", "cleanpol", "Namespaced"),
         cel("PolicyException", &[], "Namespaced", true),
@@ -286,12 +348,17 @@ pub fn all() -> Vec<Value> {
         // Kyverno's `--openreportsEnabled` output (Verno's `--openreports`).
         report_in("openreports.io", "v1alpha1", "ClusterReport", "clusterreports", "clusterreport", "creps", "Cluster"),
         report_in("openreports.io", "v1alpha1", "Report", "reports", "report", "reps", "Namespaced"),
+        // Kyverno's intermediate reports: Verno aggregates in memory and writes none, but a
+        // cluster upgraded from Kyverno holds them (and `kubectl get ephr` should answer).
+        ephemeral_report_crd("ClusterEphemeralReport", "clusterephemeralreports", "cephr", "Cluster"),
+        ephemeral_report_crd("EphemeralReport", "ephemeralreports", "ephr", "Namespaced"),
     ]
 }
 
-/// A `policies.kyverno.io` kind Verno serves: `v1` stored, and Kyverno's older versions
-/// (`v1beta1`, and `v1alpha1` where Kyverno had it) served with the same schema, so manifests
-/// written for any of them apply. Policies show READY from `status.conditionStatus`, as Kyverno's.
+/// A `policies.kyverno.io` kind: `v1beta1` stored (as Kyverno 1.19 stores it, so a cluster
+/// moving between Kyverno and Verno needs no storage migration), `v1` (what Verno reads) and
+/// `v1alpha1` where Kyverno had it served with the same schema, so manifests written for any
+/// of them apply. Policies show READY from `status.conditionStatus`, as Kyverno's.
 fn cel(kind: &str, short: &[&str], scope: &str, had_alpha: bool) -> Value {
     let plural = crate::policies::resource(
         verno_engine::Kind::of("policies.kyverno.io/v1", kind).unwrap_or(verno_engine::Kind::ValidatingPolicy),
@@ -300,6 +367,8 @@ fn cel(kind: &str, short: &[&str], scope: &str, had_alpha: bool) -> Value {
     let is_exception = kind == "PolicyException";
     let status = (!is_exception).then(|| json!({"type": "object", "x-kubernetes-preserve-unknown-fields": true}));
     let columns = if is_exception {
+        json!([])
+    } else if kind.ends_with("GeneratingPolicy") {
         json!([{"name": "AGE", "type": "date", "jsonPath": ".metadata.creationTimestamp"}])
     } else {
         json!([
@@ -315,13 +384,14 @@ fn cel(kind: &str, short: &[&str], scope: &str, had_alpha: bool) -> Value {
         &kind.to_lowercase(),
         short,
         scope,
-        "v1",
+        // Kyverno 1.19 stores v1beta1 and serves v1 with the same schema.
+        "v1beta1",
         free(),
         status,
         columns,
         categories,
     );
-    let older: &[&str] = if had_alpha { &["v1beta1", "v1alpha1"] } else { &["v1beta1"] };
+    let older: &[&str] = if had_alpha { &["v1", "v1alpha1"] } else { &["v1"] };
     let stored = c["spec"]["versions"][0].clone();
     for version in older {
         let mut v = stored.clone();

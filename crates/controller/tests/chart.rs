@@ -262,13 +262,18 @@ fn the_charts_crds_are_the_ones_verno_generates() {
             "namespacedgeneratingpolicies.policies.kyverno.io",
             "deletingpolicies.policies.kyverno.io",
             "namespaceddeletingpolicies.policies.kyverno.io",
+            "imagevalidatingpolicies.policies.kyverno.io",
+            "namespacedimagevalidatingpolicies.policies.kyverno.io",
+            "globalcontextentries.kyverno.io",
             "clustercleanuppolicies.kyverno.io",
             "cleanuppolicies.kyverno.io",
             "policyexceptions.policies.kyverno.io",
             "clusterpolicyreports.wgpolicyk8s.io",
             "policyreports.wgpolicyk8s.io",
             "clusterreports.openreports.io",
-            "reports.openreports.io"
+            "reports.openreports.io",
+            "clusterephemeralreports.reports.kyverno.io",
+            "ephemeralreports.reports.kyverno.io"
         ]
     );
     // Helm installs crds/ but never deletes them: an uninstall keeps every policy.

@@ -19,8 +19,55 @@ fn intern(s: &str) -> &'static str {
     leaked
 }
 
-/// The status of an accepted CRD, set on every write of its spec.
-pub(crate) fn accept(crd: &mut Value) {
+/// `status.storedVersions` of a CRD as written.
+pub(crate) fn stored_versions(crd: Option<&Value>) -> Vec<String> {
+    strings(crd.and_then(|c| c.pointer("/status/storedVersions")))
+}
+
+/// The status of an accepted CRD, set on every write: `storedVersions` keeps `stored` and adds
+/// the storage version. Refused (422, as the API server's CRD validation) when a version that
+/// objects may still be stored at is no longer in `spec.versions`.
+pub(crate) fn accept(crd: &mut Value, stored: Vec<String>) -> Result<(), Response> {
+    let versions = strings(Some(&json!(
+        crd.pointer("/spec/versions")
+            .and_then(Value::as_array)
+            .into_iter()
+            .flatten()
+            .filter_map(|v| v.get("name").cloned())
+            .collect::<Vec<_>>()
+    )));
+    let name = crd.pointer("/metadata/name").and_then(Value::as_str).unwrap_or("").to_string();
+    let mut stored = stored;
+    for v in crd
+        .pointer("/spec/versions")
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+        .filter(|v| v.get("storage").and_then(Value::as_bool) == Some(true))
+        .filter_map(|v| v.get("name").and_then(Value::as_str))
+    {
+        if !stored.iter().any(|s| s == v) {
+            stored.push(v.to_string());
+        }
+    }
+    let missing: Vec<String> = stored
+        .iter()
+        .enumerate()
+        .filter(|(_, s)| !versions.contains(s))
+        .map(|(i, s)| format!("status.storedVersions[{i}]: Invalid value: \"{s}\": must appear in spec.versions"))
+        .collect();
+    if !missing.is_empty() {
+        return Err(status(
+            StatusCode::UNPROCESSABLE_ENTITY,
+            "Invalid",
+            format!("CustomResourceDefinition.apiextensions.k8s.io \"{name}\" is invalid: {}", missing.join(", ")),
+        ));
+    }
+    accept_names(crd, stored);
+    Ok(())
+}
+
+fn accept_names(crd: &mut Value, stored: Vec<String>) {
     let names = crd.pointer("/spec/names").cloned().unwrap_or(json!({}));
     let mut accepted = names.clone();
     if let Some(m) = accepted.as_object_mut() {
@@ -28,14 +75,6 @@ pub(crate) fn accept(crd: &mut Value) {
         m.entry("singular").or_insert_with(|| json!(kind.to_lowercase()));
         m.entry("listKind").or_insert_with(|| json!(format!("{kind}List")));
     }
-    let stored: Vec<Value> = crd
-        .pointer("/spec/versions")
-        .and_then(Value::as_array)
-        .into_iter()
-        .flatten()
-        .filter(|v| v.get("storage").and_then(Value::as_bool) == Some(true))
-        .filter_map(|v| v.get("name").cloned())
-        .collect();
     let now = chrono::Utc::now().format("%Y-%m-%dT%H:%M:%SZ").to_string();
     let cond = |t: &str, reason: &str, msg: &str| json!({"type": t, "status": "True", "reason": reason, "message": msg, "lastTransitionTime": now});
     if let Some(m) = crd.as_object_mut() {

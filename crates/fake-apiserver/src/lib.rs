@@ -864,7 +864,13 @@ fn validate(t: &Resource, o: &Value) -> Result<(), Response> {
 fn commit(inner: &Inner, s: &mut Store, mut c: Change) -> Response {
     let is_crd = c.resource.group == "apiextensions.k8s.io" && c.resource.kind == "CustomResourceDefinition";
     if is_crd && let Some(new) = c.new.as_mut() {
-        crd::accept(new);
+        // What was stored stays listed (a status write may add to it, as an upgrade tool
+        // does), and every stored version must still be in the spec.
+        let from = if c.status { Some(&*new) } else { c.old.as_ref() };
+        let stored = crd::stored_versions(from);
+        if let Err(e) = crd::accept(new, stored) {
+            return e;
+        }
     }
     let namespace = (c.resource.group.is_empty() && c.resource.kind == "Namespace").then(|| (c.op, c.k.2.clone()));
     if let (Some((Operation::Create, _)), Some(Value::Object(o))) = (&namespace, c.new.as_mut()) {
