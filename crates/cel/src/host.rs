@@ -204,6 +204,18 @@ fn generator_apply<'b, 'v>(args: Args<'b, 'v>) -> Ret<'b, 'v> {
     ret(&Json::Bool(true))
 }
 
+fn jwt_decode<'b, 'v>(args: Args<'b, 'v>) -> Ret<'b, 'v> {
+    let (h, a) = split(&args, "jwt.Decode")?;
+    let Some(Json::String(key)) = a.get(1) else {
+        return Err(ExecutionError::function_error(
+            "jwt.Decode",
+            "the key must be a string (JWK sets are not supported)",
+        ));
+    };
+    let now = h.now().ok_or_else(|| ExecutionError::function_error("jwt.Decode", "no clock here"))?;
+    ret(&crate::jwt::decode(s(&a, 0), key, now).map_err(fail("jwt.Decode"))?)
+}
+
 fn time_now<'b, 'v>(args: Args<'b, 'v>) -> Ret<'b, 'v> {
     let (h, _) = split(&args, "time.now")?;
     let secs = h.now().ok_or_else(|| ExecutionError::function_error("time.now", "no clock here"))?;
@@ -224,10 +236,11 @@ const CALLS: &[(&str, &[&str], &[usize], &str)] = &[
     ("image", &["GetMetadata", "getMetadata"], &[1], "@image_metadata"),
     ("time", &["now", "Now"], &[0], "@time_now"),
     ("generator", &["Apply", "apply"], &[1, 2], "@generator_apply"),
+    ("jwt", &["Decode"], &[2], "@jwt_decode"),
 ];
 
 pub fn register(env: &mut Env) -> Result<(), DeclarationError> {
-    let fns: [(&str, cel::common::functions::Function); 9] = [
+    let fns: [(&str, cel::common::functions::Function); 10] = [
         ("@resource_get", resource_get),
         ("@resource_to_gvr", resource_to_gvr),
         ("@resource_list", resource_list),
@@ -237,6 +250,7 @@ pub fn register(env: &mut Env) -> Result<(), DeclarationError> {
         ("@image_metadata", image_metadata),
         ("@time_now", time_now),
         ("@generator_apply", generator_apply),
+        ("@jwt_decode", jwt_decode),
     ];
     for (name, f) in fns {
         for n in 1..=5 {

@@ -5,8 +5,10 @@
 //! and results convert back to JSON. Programs compile once; evaluation is pure.
 
 mod authz;
+pub mod envoy;
 mod host;
 mod image;
+mod jwt;
 mod kube;
 mod rewrite;
 
@@ -34,6 +36,7 @@ fn env() -> Option<&'static Arc<Env>> {
         host::register(&mut env).ok()?;
         authz::register(&mut env).ok()?;
         image::register(&mut env).ok()?;
+        envoy::register(&mut env).ok()?;
         Some(Arc::new(env))
     })
     .as_ref()
@@ -164,9 +167,12 @@ impl Expr {
         let out = Value::resolve(&self.ast, &ctx).map_err(|e| {
             let msg = e.to_string();
             match msg.strip_prefix("Undeclared reference to '@var:").and_then(|r| r.strip_suffix('\'')) {
-                Some(name) => {
-                    format!("composited variable \"{name}\" is not available: it failed to evaluate or is not defined")
-                }
+                Some(name) => match vars.failed.iter().find(|(n, _)| n == name) {
+                    Some((_, why)) => format!("composited variable \"{name}\" failed to evaluate: {why}"),
+                    None => format!(
+                        "composited variable \"{name}\" is not available: it failed to evaluate or is not defined"
+                    ),
+                },
                 None => msg,
             }
         })?;
@@ -178,7 +184,7 @@ impl Expr {
 
     /// Evaluates and binds the result as `variables.<name>`, without a round trip through JSON.
     pub fn eval_into_variable(&self, name: &str, vars: &mut Vars) -> Result<(), String> {
-        let v = self.eval_cel(vars)?;
+        let v = self.eval_cel(vars).inspect_err(|e| vars.failed.push((name.to_string(), e.clone())))?;
         // A variable built by the policy (`a.map(x, a)`) is an input of later expressions: its
         // width counts in their estimates, so doubling through variables meets the budget.
         vars.widest = vars.widest.max(widest_cel(&v)?);
@@ -267,6 +273,8 @@ pub struct Vars {
     /// Set by the caller when it gives up (its deadline passed): evaluations not yet started
     /// fail at once. One running evaluation is bounded by [`MAX_ITERATIONS`] instead.
     cancel: Option<Arc<std::sync::atomic::AtomicBool>>,
+    /// Why composition variables failed, for the message of an expression that reads one.
+    failed: Vec<(String, String)>,
 }
 
 impl VariableResolver for Vars {

@@ -394,6 +394,17 @@ fn resource_name(r: &Value) -> &str {
 impl Requests<'_> {
     /// Every policy's response to one resource under one operation, in policy order.
     pub fn run(&self, resource: &Value, operation: &str) -> Vec<PolicyResponse> {
+        self.run_as(resource, operation, None)
+    }
+
+    /// [`Requests::run`] for a payload that is not a Kubernetes object (an Envoy
+    /// `CheckRequest`): `kind` says what it is, for matching.
+    pub fn run_as(
+        &self,
+        resource: &Value,
+        operation: &str,
+        kind: Option<&verno_api::admission::GroupVersionKind>,
+    ) -> Vec<PolicyResponse> {
         let op = operation.to_uppercase();
         // DELETE is about the old object; UPDATE compares the resource with itself.
         let (object, old): (&Value, Option<&Value>) = match op.as_str() {
@@ -411,7 +422,7 @@ impl Requests<'_> {
             user_info: self.user.map(|u| &u.1),
             namespace_labels: None,
             subresource: "",
-            kind: None,
+            kind,
             variables: &globals,
             existing: true,
         };

@@ -454,6 +454,27 @@ fn run_test(
             aliases.push(Some(p.trim_start_matches("./").to_string()));
         }
     }
+    // `envoyPayloads` / `httpPayloads`: Envoy's and Kyverno's HTTP `CheckRequest`s for
+    // ValidatingPolicies in Envoy or HTTP mode, evaluated as that kind; rows without resources
+    // check every payload of their policy's mode.
+    let mut payload_kinds: Vec<Option<Authz>> = vec![None; resources.len()];
+    for (files, mode, what) in
+        [(&test.envoy_payloads, Authz::Envoy, "Envoy"), (&test.http_payloads, Authz::Http, "HTTP")]
+    {
+        if !files.is_empty() {
+            log(format!("  Loading {what} payloads ..."));
+        }
+        for p in files {
+            for d in load::read_docs(&roots.rel(base, p)?)? {
+                if !d.value.is_object() {
+                    bail!("{p}: an {what} payload must be a CheckRequest object");
+                }
+                resources.push(d.value);
+                aliases.push(Some(p.trim_start_matches("./").to_string()));
+                payload_kinds.push(Some(mode));
+            }
+        }
+    }
     let mut edocs = Vec::new();
     for p in &test.exceptions {
         edocs.extend(load::read_docs(&roots.rel(base, p)?)?);
@@ -541,6 +562,22 @@ fn run_test(
             names.push(entry.resource.clone());
         }
         if names.is_empty() {
+            let mode = policies
+                .compiled
+                .iter()
+                .find(|p| p.key() == entry.policy || p.name == entry.policy)
+                .and_then(|p| Authz::of(p.document.pointer("/spec/evaluation/mode").and_then(Value::as_str)));
+            if let Some(mode) = mode {
+                names.extend(
+                    aliases
+                        .iter()
+                        .zip(&payload_kinds)
+                        .filter(|(_, k)| **k == Some(mode))
+                        .filter_map(|(a, _)| a.clone()),
+                );
+            }
+        }
+        if names.is_empty() {
             names.push(String::new());
         }
         for name in names {
@@ -549,7 +586,12 @@ fn run_test(
             {
                 continue;
             }
-            let mut row = check_row(entry, &name, &resources, &aliases, &policies, &runner, &mut cache);
+            let mut row =
+                check_row(entry, &name, (&resources, &aliases, &payload_kinds), &policies, &runner, &mut cache);
+            // A payload (JSON, Envoy) is shown by its file.
+            if !name.is_empty() && aliases.iter().flatten().any(|a| *a == name) {
+                row.display = name.clone();
+            }
             if row.source.is_some() || row.pass {
                 // A produced resource that differs from the file makes the result `fail`, as
                 // with Kyverno: a test may expect exactly that.
@@ -570,8 +612,7 @@ fn run_test(
 fn check_row(
     entry: &TestResult,
     name: &str,
-    resources: &[Value],
-    aliases: &[Option<String>],
+    (resources, aliases, payloads): (&[Value], &[Option<String>], &[Option<Authz>]),
     policies: &LoadedPolicies,
     runner: &Requests,
     cache: &mut HashMap<(usize, String), Vec<PolicyResponse>>,
@@ -629,16 +670,18 @@ fn check_row(
         .collect();
     let mut rule_names =
         vec![entry.rule.clone(), format!("autogen-{}", entry.rule), format!("autogen-cronjob-{}", entry.rule)];
-    // A cleanup or deleting policy's one rule carries the policy's name (as Kyverno's CLI
-    // names it); a row without a rule means it.
-    if entry.rule.is_empty() && policy.cleanup().is_some() {
+    // A cleanup, deleting or Envoy-mode policy's one rule carries the policy's name (as
+    // Kyverno's CLI names it); a row without a rule means it.
+    if entry.rule.is_empty() {
         rule_names.push(policy.name.clone());
     }
     if candidates.is_empty() {
         // Mutate-existing rows name the patched target (or nothing): look through the triggers.
         for (i, r) in resources.iter().enumerate() {
             let op = entry.operation.clone().unwrap_or_else(|| runner.operation_for(Some(&policy.name), r));
-            let responses = cache.entry((i, op.clone())).or_insert_with(|| runner.run(r, &op));
+            let responses = cache
+                .entry((i, op.clone()))
+                .or_insert_with(|| runner.run_as(r, &op, payload_kind(payloads, i).as_ref()));
             let Some(rr) =
                 responses.get(policy_idx).and_then(|pr| pr.rules.iter().find(|rr| rule_names.contains(&rr.name)))
             else {
@@ -666,7 +709,8 @@ fn check_row(
     for &i in &candidates {
         let Some(r) = resources.get(i) else { continue };
         let op = entry.operation.clone().unwrap_or_else(|| runner.operation_for(Some(&policy.name), r));
-        let responses = cache.entry((i, op.clone())).or_insert_with(|| runner.run(r, &op));
+        let responses =
+            cache.entry((i, op.clone())).or_insert_with(|| runner.run_as(r, &op, payload_kind(payloads, i).as_ref()));
         if let Some(pr) = responses.get(policy_idx)
             && let Some(rr) = pr.rules.iter().find(|rr| rule_names.contains(&rr.name))
         {
@@ -689,6 +733,32 @@ fn check_row(
         }
         Some((i, rr)) => judge(row, policy, &rr, &expected, (i, found_op, policy_idx), resources.get(i)),
     }
+}
+
+/// The authorization payloads a test can give, and the evaluation mode that reads them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Authz {
+    Envoy,
+    Http,
+}
+
+impl Authz {
+    fn of(mode: Option<&str>) -> Option<Authz> {
+        match mode {
+            Some("Envoy") => Some(Authz::Envoy),
+            Some("HTTP") => Some(Authz::Http),
+            _ => None,
+        }
+    }
+}
+
+/// The kind a payload is evaluated as (`None`: a Kubernetes object or a JSON payload).
+fn payload_kind(payloads: &[Option<Authz>], i: usize) -> Option<verno_api::admission::GroupVersionKind> {
+    let (group, version, kind) = match payloads.get(i).copied().flatten()? {
+        Authz::Envoy => verno_engine::ENVOY_CHECK_REQUEST,
+        Authz::Http => verno_engine::HTTP_CHECK_REQUEST,
+    };
+    Some(verno_api::admission::GroupVersionKind { group: group.into(), version: version.into(), kind: kind.into() })
 }
 
 /// Fills a row from the rule response that answers it; `shown` is the resource the row displays.

@@ -66,6 +66,7 @@ pub use verdict::{
 };
 pub use verno_api::Kind;
 pub use vpol::autogen_status as vpol_autogen_status;
+pub use vpol::{ENVOY_CHECK_REQUEST, HTTP_CHECK_REQUEST};
 
 /// JSON equality where numbers compare by value (`1` equals `1.0`), as Go's decoded maps do.
 pub fn equal(a: &serde_json::Value, b: &serde_json::Value) -> bool {

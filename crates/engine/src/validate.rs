@@ -52,6 +52,18 @@ pub struct CompiledCel {
     /// `validate.cel` (Kyverno runs it with the Fail failure policy, which denies), `error` in
     /// the CEL policy kinds and ValidatingAdmissionPolicy.
     pub on_error: Status,
+    /// ValidatingPolicy `evaluation.mode: Envoy` or `HTTP`: the expressions return responses
+    /// (or null) and the first response decides.
+    pub authz: Option<Authz>,
+}
+
+/// An authorization-mode ValidatingPolicy's evaluation.
+#[derive(Debug, Clone, Copy)]
+pub struct Authz {
+    /// Envoy `CheckResponse`s rather than Kyverno's HTTP ones.
+    pub envoy: bool,
+    /// `failurePolicy: Ignore`: an expression that fails decides nothing.
+    pub ignore_errors: bool,
 }
 
 #[derive(Debug, Clone)]
@@ -85,6 +97,7 @@ pub(crate) fn compile_cel(c: &Value, path: &str) -> Result<Check, CompileError> 
             _ => None,
         },
         on_error: Status::Fail,
+        authz: None,
     })))
 }
 
@@ -252,6 +265,29 @@ impl ValidateCtx<'_> {
         RuleResponse::new(self.rule, RuleType::Validation, status, msg)
     }
 
+    /// An Envoy- or HTTP-mode ValidatingPolicy, as Kyverno's authorization engine runs it:
+    /// expressions in order, the first that returns a response decides (allowed: pass, denied:
+    /// fail); null goes on to the next; none deciding is a skip. An expression that fails is an
+    /// error, or (`failurePolicy: Ignore`) decides nothing.
+    fn authz(&self, c: &CompiledCel, vars: &verno_cel::Vars, a: Authz) -> RuleResponse {
+        use verno_cel::envoy::{Decision, decision, http_decision};
+        for x in &c.expressions {
+            let decided = x.expr.eval(vars).and_then(|v| match v {
+                Value::Null => Ok(None),
+                v if a.envoy => decision(&v).map(Some),
+                v => http_decision(&v).map(Some),
+            });
+            match decided {
+                Ok(None) => {}
+                Ok(Some(Decision::Allowed)) => return self.resp(Status::Pass, "request allowed"),
+                Ok(Some(Decision::Denied(why))) => return self.resp(Status::Fail, why),
+                Err(_) if a.ignore_errors => break,
+                Err(e) => return self.resp(Status::Error, e),
+            }
+        }
+        self.resp(Status::Skip, "request does not match")
+    }
+
     fn message(&self, ctx: &Context) -> Result<Option<String>, String> {
         match &self.v.message {
             None => Ok(None),
@@ -394,6 +430,9 @@ impl ValidateCtx<'_> {
                     Ok(v) => v,
                     Err(e) => return Some(self.resp(Status::Error, e)),
                 };
+                if let Some(a) = c.authz {
+                    return Some(self.authz(c, &vars, a));
+                }
                 for x in &c.expressions {
                     match x.expr.eval_bool(&vars) {
                         Ok(true) => {}

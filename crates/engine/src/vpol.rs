@@ -197,7 +197,14 @@ pub fn compile_validating_policy(doc: &Value) -> Result<CompiledPolicy, CompileE
         if actions.is_empty() || actions.iter().any(|a| a == "Deny") { Action::Enforce } else { Action::Audit };
     let base = constraints(spec.match_constraints.as_ref());
     // JSON mode evaluates arbitrary JSON payloads: there are no Kubernetes resources to match.
-    let json_mode = spec.evaluation.as_ref().and_then(|e| e.mode.as_deref()) == Some("JSON");
+    let mode = spec.evaluation.as_ref().and_then(|e| e.mode.as_deref());
+    let json_mode = mode == Some("JSON");
+    if mode == Some("Envoy") {
+        return compile_authz_policy(doc, kind, &policy, true);
+    }
+    if mode == Some("HTTP") {
+        return compile_authz_policy(doc, kind, &policy, false);
+    }
     if base.rules.is_empty() && !json_mode {
         return Err(CompileError::new("spec.matchConstraints.resourceRules", "at least one resource rule is required"));
     }
@@ -235,6 +242,49 @@ pub fn compile_validating_policy(doc: &Value) -> Result<CompiledPolicy, CompileE
     let background =
         spec.evaluation.as_ref().and_then(|e| e.background.as_ref()).and_then(|b| b.enabled).unwrap_or(true);
     cel_policy(doc, kind, action, actions.iter().any(|a| a == "Warn"), background, rules_out)
+}
+
+/// What an Envoy-mode ValidatingPolicy is about: Envoy's external authorization
+/// `CheckRequest` (callers evaluate such payloads with this kind, never a Kubernetes object).
+pub const ENVOY_CHECK_REQUEST: (&str, &str, &str) = ("envoy.service.auth", "v3", "CheckRequest");
+/// What an HTTP-mode ValidatingPolicy is about: Kyverno's HTTP authorization `CheckRequest`.
+pub const HTTP_CHECK_REQUEST: (&str, &str, &str) = ("http.authz.kyverno.io", "v1", "CheckRequest");
+
+/// A ValidatingPolicy in `Envoy` or `HTTP` evaluation mode: one rule (named after the policy,
+/// as Kyverno's CLI reports it) over the mode's `CheckRequest`s, its `matchConditions` as CEL
+/// preconditions, its validations returning responses (`envoy.Allowed()...Response()`,
+/// `http.Denied(reason).Response()`, …) or null.
+fn compile_authz_policy(
+    doc: &Value,
+    kind: Kind,
+    policy: &cel::CelPolicy,
+    envoy: bool,
+) -> Result<CompiledPolicy, CompileError> {
+    let spec = &policy.spec;
+    let (group, version, request_kind) = if envoy { ENVOY_CHECK_REQUEST } else { HTTP_CHECK_REQUEST };
+    let matcher = Matcher::constraints(Constraints {
+        rules: vec![ResourceRule {
+            api_groups: vec![group.into()],
+            api_versions: vec![version.into()],
+            resources: vec![crate::matching::plural(request_kind)],
+            operations: vec!["*".into()],
+            resource_names: Vec::new(),
+        }],
+        exclude: Vec::new(),
+        namespace_selector: None,
+        object_selector: None,
+    });
+    let cel = json!({"variables": json_of(&spec.variables), "expressions": json_of(&spec.validations)});
+    let conditions: Vec<Value> = spec.match_conditions.iter().map(json_of).collect();
+    let mut r = rule(policy_name(doc)?, matcher, &cel, &conditions, Action::Enforce)?;
+    r.autogen_of = None;
+    let ignore = doc.pointer("/spec/failurePolicy").and_then(Value::as_str) == Some("Ignore");
+    if let RuleBody::Validate(v) = &mut r.body
+        && let crate::validate::Check::Cel(c) = &mut v.check
+    {
+        c.authz = Some(crate::validate::Authz { envoy, ignore_errors: ignore });
+    }
+    cel_policy(doc, kind, Action::Enforce, false, false, vec![r])
 }
 
 /// Compiles a Kubernetes ValidatingAdmissionPolicy with its binding (the first one naming it):

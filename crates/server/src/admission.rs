@@ -428,6 +428,32 @@ mod tests {
         assert!(!o.allowed);
     }
 
+    /// Kyverno 1.19 answers every create/update of a ClusterPolicy, Policy or (Cluster)CleanupPolicy
+    /// with a deprecation warning; Verno keeps these kinds for the long run and warns for none.
+    #[test]
+    fn kyverno_io_policies_are_admitted_without_a_deprecation_warning() {
+        let rule = json!({"name": "r", "match": {"any": [{"resources": {"kinds": ["Pod"]}}]},
+            "validate": {"message": "m", "pattern": {"metadata": {"labels": {"team": "?*"}}}}});
+        let cleanup = json!({"schedule": "*/5 * * * *", "match": {"any": [{"resources": {"kinds": ["Pod"]}}]}});
+        for (version, kind, ns, spec) in [
+            ("v1", "ClusterPolicy", "", json!({"rules": [rule.clone()]})),
+            ("v1", "Policy", "team", json!({"rules": [rule.clone()]})),
+            ("v2", "CleanupPolicy", "team", cleanup.clone()),
+            ("v2beta1", "ClusterCleanupPolicy", "", cleanup.clone()),
+        ] {
+            for operation in ["CREATE", "UPDATE"] {
+                let object = json!({"apiVersion": format!("kyverno.io/{version}"), "kind": kind,
+                    "metadata": {"name": "p", "namespace": ns}, "spec": spec});
+                let r = review_of(json!({"request": {"uid": "u", "operation": operation,
+                    "kind": {"group": "kyverno.io", "version": version, "kind": kind},
+                    "object": object, "oldObject": if operation == "UPDATE" { object.clone() } else { Value::Null }}}));
+                let answer = validate_policy_review(&r).response.unwrap_or_default();
+                assert!(answer.allowed, "{kind} {operation}: {:?}", answer.status);
+                assert!(answer.warnings.is_empty(), "{kind} {operation}: {:?}", answer.warnings);
+            }
+        }
+    }
+
     /// Issue 14, item 8: a CREATE without an object matched no policy and was admitted.
     #[test]
     fn a_create_without_an_object_is_refused() {
