@@ -1235,3 +1235,28 @@ async fn a_synchronized_rule_takes_over_an_existing_object_no_policy_generated_a
     assert!(kept.metadata.labels.unwrap_or_default().is_empty());
     replica.controller.stop().await;
 }
+
+/// An ImageValidatingPolicy a Kyverno cluster holds is kept (its CRD is Verno's too) and told,
+/// in its status, that Verno does not enforce it yet; its images are not checked.
+#[tokio::test]
+async fn image_validating_policies_are_reported_as_not_supported_in_their_status() {
+    let (_fake, admin, replica) = setup().await;
+    let ivpol = json!({"apiVersion": "policies.kyverno.io/v1", "kind": "ImageValidatingPolicy", "metadata": {"name": "signed"},
+        "spec": {"matchConstraints": {"resourceRules": [{"apiGroups": [""], "apiVersions": ["v1"], "operations": ["CREATE"], "resources": ["pods"]}]},
+            "attestors": [{"name": "cosign", "cosign": {"key": {"data": "-----BEGIN PUBLIC KEY-----\nMFk=\n-----END PUBLIC KEY-----"}}}],
+            "validations": [{"expression": "images.containers.map(i, verifyImageSignatures(i, [attestors.cosign])).all(e, e > 0)"}]}});
+    let api: Api<DynamicObject> =
+        Api::all_with(admin.clone(), &policies::resource(verno_engine::Kind::ImageValidatingPolicy));
+    api.patch("signed", &PatchParams::apply("kubectl").force(), &Patch::Apply(&ivpol)).await.unwrap();
+    let status = eventually("the status says not supported", || async {
+        api.get("signed").await.ok().map(|p| p.data["status"].clone()).filter(|s| {
+            s["conditionStatus"]["ready"] == false && s.to_string().contains("not supported by this build of verno")
+        })
+    })
+    .await;
+    assert_eq!(status["conditionStatus"]["ready"], false, "{status}");
+    // Not enforced: an unsigned image is admitted.
+    let pods: Api<Pod> = Api::namespaced(admin.clone(), "default");
+    pods.create(&PostParams::default(), &pod("unsigned", json!({}))).await.unwrap();
+    replica.controller.stop().await;
+}

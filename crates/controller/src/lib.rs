@@ -44,8 +44,9 @@ use tokio::sync::watch;
 use tokio::task::JoinHandle;
 use verno_engine::{Kind, NamespaceLabels};
 
-/// The kinds Verno watches and puts in force by default.
-pub const WATCHED: [Kind; 14] = [
+/// The kinds Verno watches and puts in force by default (ImageValidatingPolicies are watched
+/// only to report in their status that Verno does not enforce them yet).
+pub const WATCHED: [Kind; 16] = [
     Kind::ClusterPolicy,
     Kind::Policy,
     Kind::PolicyException,
@@ -60,6 +61,8 @@ pub const WATCHED: [Kind; 14] = [
     Kind::CleanupPolicy,
     Kind::ClusterCleanupPolicy,
     Kind::CelPolicyException,
+    Kind::ImageValidatingPolicy,
+    Kind::NamespacedImageValidatingPolicy,
 ];
 
 /// The kinds of `wanted` this cluster serves. `kyverno.io` kinds are always kept (their CRDs

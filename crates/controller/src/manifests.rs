@@ -17,17 +17,27 @@ use crate::webhooks::{CEL_RESOURCES, MONITOR, MUTATING_CONFIG, POLICY_ENTRIES, P
 pub const BACKGROUND_ROLE: &str = "verno:background-controller";
 
 /// The `status` subresources of the CEL policy kinds Verno writes.
-const CEL_STATUS: [&str; 8] = [
+const CEL_STATUS: [&str; 10] = [
     "deletingpolicies/status",
     "generatingpolicies/status",
+    "imagevalidatingpolicies/status",
     "mutatingpolicies/status",
     "namespaceddeletingpolicies/status",
     "namespacedgeneratingpolicies/status",
+    "namespacedimagevalidatingpolicies/status",
     "namespacedmutatingpolicies/status",
     "namespacedvalidatingpolicies/status",
     "validatingpolicies/status",
 ];
 use serde_json::{Value, json};
+
+/// The `policies.kyverno.io` resources Verno reads, sorted.
+fn cel_read() -> Vec<&'static str> {
+    let mut r: Vec<&str> =
+        CEL_RESOURCES.iter().copied().chain(["imagevalidatingpolicies", "namespacedimagevalidatingpolicies"]).collect();
+    r.sort_unstable();
+    r
+}
 
 /// Values, named as in the Helm chart (`--set key=value`, or a values file with `-f`).
 #[derive(Debug, Clone)]
@@ -442,7 +452,9 @@ pub fn render(v: &Values) -> Vec<Value> {
                 {"apiGroups": ["kyverno.io"], "resources": ["clusterpolicies/status", "policies/status"], "verbs": ["get", "patch", "update"]},
                 {"apiGroups": ["kyverno.io"], "resources": ["cleanuppolicies", "clustercleanuppolicies"], "verbs": ["get", "list", "watch"]},
                 {"apiGroups": ["kyverno.io"], "resources": ["cleanuppolicies/status", "clustercleanuppolicies/status"], "verbs": ["get", "patch", "update"]},
-                {"apiGroups": ["policies.kyverno.io"], "resources": CEL_RESOURCES, "verbs": ["get", "list", "watch"]},
+                // The kinds Verno enforces, and the ImageValidatingPolicies it reports as not
+                // supported yet (in their status; they are not sent to policy validation).
+                {"apiGroups": ["policies.kyverno.io"], "resources": cel_read(), "verbs": ["get", "list", "watch"]},
                 {"apiGroups": ["policies.kyverno.io"], "resources": CEL_STATUS, "verbs": ["get", "patch", "update"]},
                 // Namespace labels for matching; ConfigMaps for `configMap` context entries.
                 {"apiGroups": [""], "resources": ["namespaces", "configmaps"], "verbs": ["get", "list", "watch"]},

@@ -250,8 +250,14 @@ impl Compiler {
                     .and_then(|e| e.result.as_ref().ok().cloned().or_else(|| e.last_good.clone()));
                 let result =
                     if admission_policy { compile_admission(o, &mine) } else { compile(*kind, o) }.map(Arc::new);
-                if let Err(e) = &result {
-                    tracing::warn!(policy = %key, error = %e.with_path(), "policy does not compile; its previous version stays in force");
+                match &result {
+                    Err(e @ verno_engine::DocumentError::Unsupported(_)) => {
+                        tracing::warn!(policy = %key, error = %e, "policy kind not supported by Verno yet: not enforced");
+                    }
+                    Err(e) => {
+                        tracing::warn!(policy = %key, error = %e.with_path(), "policy does not compile; its previous version stays in force");
+                    }
+                    Ok(_) => {}
                 }
                 let spec = o.data.get("spec").cloned().unwrap_or(Value::Null);
                 let (mut status, error) = desired_status(*kind, generation, &result, last_good.is_some(), &spec);
