@@ -264,6 +264,15 @@ pub fn register(env: &mut Env) -> Result<(), DeclarationError> {
         env.add_macro(Macro::receiver_var_arg(m, move |helper, target, args| {
             let lib = match target.as_ref().map(|t| &t.expr) {
                 Some(Ast::Ident(name)) => name.clone(),
+                // `http.Client(caBundle).Get(…)`: the CA bundle only matters to a real
+                // connection; the host answers as for `http.Get`.
+                Some(Ast::Call(c))
+                    if matches!(c.func_name.as_str(), "Client" | "client")
+                        && c.args.len() == 1
+                        && matches!(c.target.as_deref().map(|t| &t.expr), Some(Ast::Ident(n)) if n == "http") =>
+                {
+                    "http".to_string()
+                }
                 _ => return Ok(None),
             };
             let Some(call) = CALLS.iter().find(|c| c.0 == lib && c.1.contains(&m) && c.2.contains(&args.len())) else {

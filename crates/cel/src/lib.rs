@@ -613,6 +613,9 @@ mod tests {
         );
         assert_eq!(t("time.now() > timestamp('2023-01-01T00:00:00Z')", &v), Ok(json!(true)));
         assert!(t("http.Get('https://x')", &v).is_err());
+        // Through a client with its own CA bundle: still the host's answer.
+        let via_client = t("http.Client('-----BEGIN CERTIFICATE-----').Get('https://x')", &v);
+        assert!(via_client.as_ref().is_err_and(|e| e.contains("http call to https://x")), "{via_client:?}");
         // A kind's GVR (Kubernetes' guess of the plural) stands for apiVersion and resource.
         assert_eq!(
             t("resource.ToGVR('networking.k8s.io/v1', 'NetworkPolicy')", &v),

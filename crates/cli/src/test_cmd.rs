@@ -561,21 +561,35 @@ fn run_test(
         if !entry.resource.is_empty() && names.is_empty() {
             names.push(entry.resource.clone());
         }
-        if names.is_empty() {
-            let mode = policies
-                .compiled
-                .iter()
-                .find(|p| p.key() == entry.policy || p.name == entry.policy)
-                .and_then(|p| Authz::of(p.document.pointer("/spec/evaluation/mode").and_then(Value::as_str)));
-            if let Some(mode) = mode {
-                names.extend(
-                    aliases
-                        .iter()
-                        .zip(&payload_kinds)
-                        .filter(|(_, k)| **k == Some(mode))
-                        .filter_map(|(a, _)| a.clone()),
-                );
+        // An Envoy/HTTP-mode policy's entry names no payload: it is about every payload of its
+        // mode, one row (as the conformance contract counts rows) that holds when each does.
+        let mode = policies
+            .compiled
+            .iter()
+            .find(|p| p.key() == entry.policy || p.name == entry.policy)
+            .and_then(|p| Authz::of(p.document.pointer("/spec/evaluation/mode").and_then(Value::as_str)));
+        if let (true, Some(mode)) = (names.is_empty(), mode) {
+            if selector.is_some_and(|sel| !sel.keep(&entry.policy, &entry.rule, "")) {
+                continue;
             }
+            let files: Vec<String> = aliases
+                .iter()
+                .zip(&payload_kinds)
+                .filter(|(_, k)| **k == Some(mode))
+                .filter_map(|(a, _)| a.clone())
+                .collect();
+            let each: Vec<Row> = files
+                .iter()
+                .map(|f| check_row(entry, f, (&resources, &aliases, &payload_kinds), &policies, &runner, &mut cache))
+                .collect();
+            let mut row = match each.iter().find(|r| !r.pass).or(each.first()) {
+                Some(r) => r.clone(),
+                None => check_row(entry, "", (&resources, &aliases, &payload_kinds), &policies, &runner, &mut cache),
+            };
+            row.resource = String::new();
+            row.display = files.join(", ");
+            rows.push(row);
+            continue;
         }
         if names.is_empty() {
             names.push(String::new());
