@@ -1260,3 +1260,22 @@ async fn image_validating_policies_are_reported_as_not_supported_in_their_status
     pods.create(&PostParams::default(), &pod("unsigned", json!({}))).await.unwrap();
     replica.controller.stop().await;
 }
+
+/// A GlobalContextEntry (Kyverno's; Verno does not fill them yet) is marked in its status, once.
+#[tokio::test]
+async fn global_context_entries_are_marked_as_not_supported_once() {
+    let (_fake, admin, replica) = setup().await;
+    let api: Api<DynamicObject> =
+        Api::all_with(admin.clone(), &verno_controller::unsupported::global_context_entries());
+    let entry = json!({"apiVersion": "kyverno.io/v2beta1", "kind": "GlobalContextEntry", "metadata": {"name": "deployments"},
+        "spec": {"kubernetesResource": {"group": "apps", "version": "v1", "resource": "deployments"}}});
+    api.patch("deployments", &PatchParams::apply("kubectl").force(), &Patch::Apply(&entry)).await.unwrap();
+    assert_eq!(verno_controller::unsupported::mark_all(&admin, "verno").await.unwrap(), 1);
+    let status = api.get("deployments").await.unwrap().data["status"].clone();
+    assert_eq!(status["conditions"][0]["reason"], "Unsupported", "{status}");
+    assert_eq!(status["conditions"][0]["status"], "False");
+    assert_eq!(status["ready"], false);
+    // Already marked: nothing written the next time.
+    assert_eq!(verno_controller::unsupported::mark_all(&admin, "verno").await.unwrap(), 0);
+    replica.controller.stop().await;
+}

@@ -24,6 +24,7 @@ pub mod reports;
 pub mod scan;
 pub mod serving;
 pub mod ttl;
+pub mod unsupported;
 pub mod webhooks;
 
 use futures_util::StreamExt;
@@ -394,6 +395,13 @@ pub async fn start(client: kube::Client, server: Arc<dyn Serving>, opts: Options
                 stop_rx.clone(),
             )));
         }
+        // Kinds installed but not run yet, told so in their status (leader only).
+        tasks.push(tokio::spawn(unsupported::run(
+            client.clone(),
+            leader_rx.clone(),
+            webhooks::MANAGER.to_string(),
+            stop_rx.clone(),
+        )));
         // The background controller (leader only): generate and mutate-existing.
         if let Some(bg) = opts.background {
             tasks.push(tokio::spawn(background::run(

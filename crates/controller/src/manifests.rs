@@ -452,6 +452,9 @@ pub fn render(v: &Values) -> Vec<Value> {
                 {"apiGroups": ["kyverno.io"], "resources": ["clusterpolicies/status", "policies/status"], "verbs": ["get", "patch", "update"]},
                 {"apiGroups": ["kyverno.io"], "resources": ["cleanuppolicies", "clustercleanuppolicies"], "verbs": ["get", "list", "watch"]},
                 {"apiGroups": ["kyverno.io"], "resources": ["cleanuppolicies/status", "clustercleanuppolicies/status"], "verbs": ["get", "patch", "update"]},
+                // GlobalContextEntries: read, and marked as not supported in their status.
+                {"apiGroups": ["kyverno.io"], "resources": ["globalcontextentries"], "verbs": ["get", "list", "watch"]},
+                {"apiGroups": ["kyverno.io"], "resources": ["globalcontextentries/status"], "verbs": ["get", "patch", "update"]},
                 // The kinds Verno enforces, and the ImageValidatingPolicies it reports as not
                 // supported yet (in their status; they are not sent to policy validation).
                 {"apiGroups": ["policies.kyverno.io"], "resources": cel_read(), "verbs": ["get", "list", "watch"]},
