@@ -28,14 +28,13 @@ pub(crate) fn stored_versions(crd: Option<&Value>) -> Vec<String> {
 /// the storage version. Refused (422, as the API server's CRD validation) when a version that
 /// objects may still be stored at is no longer in `spec.versions`.
 pub(crate) fn accept(crd: &mut Value, stored: Vec<String>) -> Result<(), Response> {
-    let versions = strings(Some(&json!(
-        crd.pointer("/spec/versions")
-            .and_then(Value::as_array)
-            .into_iter()
-            .flatten()
-            .filter_map(|v| v.get("name").cloned())
-            .collect::<Vec<_>>()
-    )));
+    let versions: Vec<String> = crd
+        .pointer("/spec/versions")
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+        .filter_map(|v| v.get("name").and_then(Value::as_str).map(str::to_string))
+        .collect();
     let name = crd.pointer("/metadata/name").and_then(Value::as_str).unwrap_or("").to_string();
     let mut stored = stored;
     for v in crd
