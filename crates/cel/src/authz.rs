@@ -22,7 +22,7 @@ type Ret<'b, 'v> = Result<CowVal<'b, 'v>, ExecutionError>;
 
 const TAG: &str = "@authz";
 
-fn json_args(args: &[CowVal<'_, '_>], f: &str) -> Result<Vec<Json>, ExecutionError> {
+pub(crate) fn json_args(args: &[CowVal<'_, '_>], f: &str) -> Result<Vec<Json>, ExecutionError> {
     args.iter()
         .map(|a| {
             Value::try_from(&**a).and_then(|v| crate::to_json(&v).map_err(|e| ExecutionError::function_error(f, e)))
@@ -30,7 +30,7 @@ fn json_args(args: &[CowVal<'_, '_>], f: &str) -> Result<Vec<Json>, ExecutionErr
         .collect()
 }
 
-fn ret<'b, 'v>(v: &Json) -> Ret<'b, 'v> {
+pub(crate) fn ret<'b, 'v>(v: &Json) -> Ret<'b, 'v> {
     Ok(CowVal::Owned(crate::json_val(v)))
 }
 

@@ -12,25 +12,14 @@
 //! `okResponse`, or 7, PERMISSION_DENIED, with `deniedResponse`). Ours because no crate offers
 //! Envoy's types as CEL values, and the JSON forms are all a policy can observe.
 
+use crate::authz::{json_args as args, ret};
 use cel::common::types::{BOOL_TYPE, INT_TYPE, MAP_TYPE, STRING_TYPE};
 use cel::common::value::CowVal;
-use cel::{DeclarationError, Env, ExecutionError, Value};
+use cel::{DeclarationError, Env, ExecutionError};
 use serde_json::{Map, Value as Json, json};
 
 type Args<'b, 'v> = Vec<CowVal<'b, 'v>>;
 type Ret<'b, 'v> = Result<CowVal<'b, 'v>, ExecutionError>;
-
-fn args(a: &[CowVal<'_, '_>], f: &str) -> Result<Vec<Json>, ExecutionError> {
-    a.iter()
-        .map(|v| {
-            Value::try_from(&**v).and_then(|v| crate::to_json(&v).map_err(|e| ExecutionError::function_error(f, e)))
-        })
-        .collect()
-}
-
-fn ret<'b, 'v>(v: &Json) -> Ret<'b, 'v> {
-    Ok(CowVal::Owned(crate::json_val(v)))
-}
 
 fn string(a: &[Json], i: usize, f: &str) -> Result<String, ExecutionError> {
     a.get(i)

@@ -277,22 +277,6 @@ impl Data for CliData {
         }
     }
 
-    fn namespace_object(&self, name: &str) -> Option<Value> {
-        let by_name = |o: &&Value| {
-            crate::load::kind(o) == "Namespace" && o.pointer("/metadata/name").and_then(Value::as_str) == Some(name)
-        };
-        if let Some(n) = self.values.namespaces.iter().find(by_name) {
-            return Some(n.clone());
-        }
-        if let Some(n) = self.cluster.iter().flatten().find(by_name) {
-            return Some(n.clone());
-        }
-        // A namespace known only by its labels (`namespaceSelector` values).
-        self.namespace_labels(name).map(
-            |labels| json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name, "labels": labels}}),
-        )
-    }
-
     /// Kyverno's CLI: `validate.cel` sees a Namespace with only the request's namespace name,
     /// the admission policies one with the name and the labels the values give it, and the
     /// `policies.kyverno.io` kinds only a namespace the values describe (null otherwise).

@@ -457,10 +457,11 @@ fn run_test(
     // `envoyPayloads` / `httpPayloads`: Envoy's and Kyverno's HTTP `CheckRequest`s for
     // ValidatingPolicies in Envoy or HTTP mode, evaluated as that kind; rows without resources
     // check every payload of their policy's mode.
-    let mut payload_kinds: Vec<Option<Authz>> = vec![None; resources.len()];
-    for (files, mode, what) in
-        [(&test.envoy_payloads, Authz::Envoy, "Envoy"), (&test.http_payloads, Authz::Http, "HTTP")]
-    {
+    let mut payload_kinds: Vec<Option<PayloadKind>> = vec![None; resources.len()];
+    for (files, mode, what) in [
+        (&test.envoy_payloads, verno_engine::ENVOY_CHECK_REQUEST, "Envoy"),
+        (&test.http_payloads, verno_engine::HTTP_CHECK_REQUEST, "HTTP"),
+    ] {
         if !files.is_empty() {
             log(format!("  Loading {what} payloads ..."));
         }
@@ -567,7 +568,7 @@ fn run_test(
             .compiled
             .iter()
             .find(|p| p.key() == entry.policy || p.name == entry.policy)
-            .and_then(|p| Authz::of(p.document.pointer("/spec/evaluation/mode").and_then(Value::as_str)));
+            .and_then(|p| p.authz_request());
         if let (true, Some(mode)) = (names.is_empty(), mode) {
             if selector.is_some_and(|sel| !sel.keep(&entry.policy, &entry.rule, "")) {
                 continue;
@@ -626,7 +627,7 @@ fn run_test(
 fn check_row(
     entry: &TestResult,
     name: &str,
-    (resources, aliases, payloads): (&[Value], &[Option<String>], &[Option<Authz>]),
+    (resources, aliases, payloads): (&[Value], &[Option<String>], &[Option<PayloadKind>]),
     policies: &LoadedPolicies,
     runner: &Requests,
     cache: &mut HashMap<(usize, String), Vec<PolicyResponse>>,
@@ -749,29 +750,12 @@ fn check_row(
     }
 }
 
-/// The authorization payloads a test can give, and the evaluation mode that reads them.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Authz {
-    Envoy,
-    Http,
-}
-
-impl Authz {
-    fn of(mode: Option<&str>) -> Option<Authz> {
-        match mode {
-            Some("Envoy") => Some(Authz::Envoy),
-            Some("HTTP") => Some(Authz::Http),
-            _ => None,
-        }
-    }
-}
+/// What a payload that is not a Kubernetes object is (group, version, kind).
+type PayloadKind = (&'static str, &'static str, &'static str);
 
 /// The kind a payload is evaluated as (`None`: a Kubernetes object or a JSON payload).
-fn payload_kind(payloads: &[Option<Authz>], i: usize) -> Option<verno_api::admission::GroupVersionKind> {
-    let (group, version, kind) = match payloads.get(i).copied().flatten()? {
-        Authz::Envoy => verno_engine::ENVOY_CHECK_REQUEST,
-        Authz::Http => verno_engine::HTTP_CHECK_REQUEST,
-    };
+fn payload_kind(payloads: &[Option<PayloadKind>], i: usize) -> Option<verno_api::admission::GroupVersionKind> {
+    let (group, version, kind) = payloads.get(i).copied().flatten()?;
     Some(verno_api::admission::GroupVersionKind { group: group.into(), version: version.into(), kind: kind.into() })
 }
 

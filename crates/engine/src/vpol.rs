@@ -250,6 +250,22 @@ pub const ENVOY_CHECK_REQUEST: (&str, &str, &str) = ("envoy.service.auth", "v3",
 /// What an HTTP-mode ValidatingPolicy is about: Kyverno's HTTP authorization `CheckRequest`.
 pub const HTTP_CHECK_REQUEST: (&str, &str, &str) = ("http.authz.kyverno.io", "v1", "CheckRequest");
 
+impl CompiledPolicy {
+    /// The request kind an Envoy- or HTTP-mode ValidatingPolicy is about
+    /// ([`ENVOY_CHECK_REQUEST`] or [`HTTP_CHECK_REQUEST`]); `None` for every other policy.
+    pub fn authz_request(&self) -> Option<(&'static str, &'static str, &'static str)> {
+        self.rules.iter().find_map(|r| match &r.body {
+            RuleBody::Validate(v) => match &v.check {
+                crate::validate::Check::Cel(c) => {
+                    c.authz.map(|a| if a.envoy { ENVOY_CHECK_REQUEST } else { HTTP_CHECK_REQUEST })
+                }
+                _ => None,
+            },
+            _ => None,
+        })
+    }
+}
+
 /// A ValidatingPolicy in `Envoy` or `HTTP` evaluation mode: one rule (named after the policy,
 /// as Kyverno's CLI reports it) over the mode's `CheckRequest`s, its `matchConditions` as CEL
 /// preconditions, its validations returning responses (`envoy.Allowed()...Response()`,
