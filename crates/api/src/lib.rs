@@ -7,6 +7,7 @@ pub mod admission;
 pub mod cel;
 pub mod cli;
 pub mod exception;
+pub mod images;
 pub mod kind;
 pub mod meta;
 pub mod policy;

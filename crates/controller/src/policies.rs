@@ -158,7 +158,7 @@ fn rule_counts(p: Option<&CompiledPolicy>) -> Value {
             RuleBody::Validate(_) => validate += 1,
             RuleBody::Mutate(_) => mutate += 1,
             RuleBody::Generate(_) => generate += 1,
-            RuleBody::Unsupported { .. } => verify += 1,
+            RuleBody::Unsupported { .. } | RuleBody::VerifyImages(_) => verify += 1,
             RuleBody::Cleanup(_) => {}
         }
     }

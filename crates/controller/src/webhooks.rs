@@ -179,14 +179,22 @@ fn resources(s: &verno_engine::WebhookScope) -> Vec<(String, String, String)> {
     }
 }
 
-/// Which entry a rule of a policy needs, if any.
-fn entry_for(p: &CompiledPolicy, body: &RuleBody) -> Option<&'static str> {
-    // Admission processing off: only background scans evaluate it.
-    if !p.admission {
-        return None;
+/// Which entries a rule of a policy needs: none, one, or (verifyImages) the mutate entry, where
+/// images are verified and digests pinned, and the validate entry, where `required` and
+/// `verifyDigest` are checked.
+fn entries_for(p: &CompiledPolicy, body: &RuleBody) -> Vec<&'static str> {
+    match body {
+        RuleBody::VerifyImages(_) => {
+            entry_for(p, Hook::Mutate).into_iter().chain(entry_for(p, Hook::Validate)).collect()
+        }
+        _ => hook_for(body).and_then(|h| entry_for(p, h)).into_iter().collect(),
     }
-    let hook = match body {
-        RuleBody::Validate(_) => Hook::Validate,
+}
+
+/// The hook a (non-verifyImages) rule runs on, if any.
+fn hook_for(body: &RuleBody) -> Option<Hook> {
+    Some(match body {
+        RuleBody::Validate(_) | RuleBody::VerifyImages(_) => Hook::Validate,
         RuleBody::Mutate(_) => Hook::Mutate,
         // Generate rules run in the background controller, not at admission.
         RuleBody::Generate(_) => return None,
@@ -194,7 +202,15 @@ fn entry_for(p: &CompiledPolicy, body: &RuleBody) -> Option<&'static str> {
         RuleBody::Cleanup(_) => return None,
         // Unsupported rule types answer with an error result: route them with validation.
         RuleBody::Unsupported { .. } => Hook::Validate,
-    };
+    })
+}
+
+/// The entry of a policy's rules on `hook`, if it is admitted at all.
+fn entry_for(p: &CompiledPolicy, hook: Hook) -> Option<&'static str> {
+    // Admission processing off: only background scans evaluate it.
+    if !p.admission {
+        return None;
+    }
     let fail = fail_closed(hook, p);
     let pick = |f: &'static str, i: &'static str| if fail { f } else { i };
     Some(match (p.kind, hook) {
@@ -217,15 +233,20 @@ pub fn desired_rules(set: &PolicySet) -> BTreeMap<&'static str, Vec<Value>> {
     let mut acc: BTreeMap<&'static str, Groups> = BTreeMap::new();
     for p in set.policies() {
         for r in &p.rules {
-            let Some(entry) = entry_for(p, &r.body) else { continue };
-            for scope in r.matcher.webhook_scope() {
-                let ops: Vec<&'static str> = if scope.operations.is_empty() {
-                    vec!["CREATE", "UPDATE"]
-                } else {
-                    OPERATIONS.iter().copied().filter(|o| scope.operations.iter().any(|x| x == o || x == "*")).collect()
-                };
-                for (g, v, res) in resources(&scope) {
-                    acc.entry(entry).or_default().entry((g, v, ops.clone())).or_default().insert(res);
+            for entry in entries_for(p, &r.body) {
+                for scope in r.matcher.webhook_scope() {
+                    let ops: Vec<&'static str> = if scope.operations.is_empty() {
+                        vec!["CREATE", "UPDATE"]
+                    } else {
+                        OPERATIONS
+                            .iter()
+                            .copied()
+                            .filter(|o| scope.operations.iter().any(|x| x == o || x == "*"))
+                            .collect()
+                    };
+                    for (g, v, res) in resources(&scope) {
+                        acc.entry(entry).or_default().entry((g, v, ops.clone())).or_default().insert(res);
+                    }
                 }
             }
         }

@@ -76,6 +76,11 @@ pub trait Data: Sync {
     fn cel_host(&self) -> Option<std::sync::Arc<dyn verno_cel::Host>> {
         None
     }
+    /// What verifies image signatures and attestations against registries (`verifyImages`);
+    /// none: such rules report that verification is not available here.
+    fn image_verifier(&self) -> Option<&dyn crate::verify_images::ImageVerifier> {
+        None
+    }
     /// Whether objects of a kind live in namespaces (generated objects of cluster-scoped kinds
     /// get none). By default, every kind but Kubernetes' own cluster-scoped ones.
     fn is_namespaced(&self, api_version: &str, kind: &str) -> bool {
@@ -157,6 +162,9 @@ impl NamespaceView {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Phase {
     Mutate,
+    /// verifyImages rules: signatures and attestations checked, digests pinned, outcomes
+    /// recorded in annotations (Kyverno runs it after every mutation, before validation).
+    Verify,
     Validate,
     Generate,
     /// Cleanup and deleting policies: is a stored object due for deletion?
@@ -172,7 +180,8 @@ impl Phase {
                 | (Phase::Mutate, RuleBody::Mutate(_))
                 | (Phase::Generate, RuleBody::Generate(_))
                 | (Phase::Cleanup, RuleBody::Cleanup(_))
-                | (Phase::Validate, RuleBody::Validate(_) | RuleBody::Unsupported { .. })
+                | (Phase::Verify, RuleBody::VerifyImages(_))
+                | (Phase::Validate, RuleBody::Validate(_) | RuleBody::Unsupported { .. } | RuleBody::VerifyImages(_))
         )
     }
 }
@@ -329,7 +338,7 @@ impl<'r> Sequence<'r> {
     ) -> PolicyResponse {
         let req = Request { object: self.patched.as_ref().unwrap_or(self.req.object), ..self.req.clone() };
         let mut r = evaluate_phase(policy, phase, exceptions, &req, ctx, data);
-        if phase == Phase::Mutate || phase == Phase::All {
+        if matches!(phase, Phase::Mutate | Phase::Verify | Phase::All) {
             if let Some(v) = r.patched.take() {
                 self.patched = Some(v);
             }
@@ -442,6 +451,7 @@ pub fn evaluate_phase(
             continue;
         }
         let mut patched: Option<Value> = None;
+        let mut extra: Vec<RuleResponse> = Vec::new();
         let r = evaluate_rule(
             policy,
             rule,
@@ -452,7 +462,9 @@ pub fn evaluate_phase(
             data,
             current.as_ref().unwrap_or(req.object),
             &mut patched,
+            (phase, &mut extra),
         );
+        resp.rules.extend(extra);
         if let Some(v) = patched {
             // Permanent for this request: later rules and policies see the patched object.
             let _kept: Saved = ctx.set_path("request.object", v.clone());
@@ -492,6 +504,7 @@ fn evaluate_rule(
     data: &dyn Data,
     object: &Value,
     patched: &mut Option<Value>,
+    (phase, extra): (Phase, &mut Vec<RuleResponse>),
 ) -> Option<RuleResponse> {
     let rt = rule_type(rule);
     let origin = rule.autogen_of.as_deref().unwrap_or(&rule.name);
@@ -666,6 +679,17 @@ fn evaluate_rule(
         }
         match &rule.body {
             RuleBody::Unsupported { what, .. } => Some(RuleResponse::new(&rule.name, rt, Status::Error, *what)),
+            // A verifyImages rule answers once per image in the verify phase (the last
+            // response is the rule's, the others go before it) and once in the validate phase.
+            RuleBody::VerifyImages(v) if phase == Phase::Verify => {
+                let out = v.verify(&rule.name, policy, req, object, ctx, data)?;
+                *patched = out.patched;
+                let mut responses = out.responses;
+                let last = responses.pop();
+                extra.extend(responses);
+                last
+            }
+            RuleBody::VerifyImages(v) => v.validate(&rule.name, policy, req, object),
             RuleBody::Cleanup(c) => Some(c.decide(&rule.name, req.subject(), ctx, data, &mut saved)),
             RuleBody::Mutate(m) if m.cel.is_some() => {
                 let c = m.cel.as_deref()?;

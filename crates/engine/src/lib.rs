@@ -45,6 +45,7 @@ mod template;
 pub mod ttl;
 mod validate;
 mod verdict;
+pub mod verify_images;
 mod vpol;
 
 pub use cleanup::{CleanupTargets, CompiledCleanup, Decision};

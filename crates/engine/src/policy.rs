@@ -111,6 +111,7 @@ impl CompiledPolicy {
             .find(|r| r.name == rule)
             .and_then(|r| match &r.body {
                 RuleBody::Validate(v) => v.failure_action,
+                RuleBody::VerifyImages(v) => v.failure_action,
                 _ => None,
             })
             .unwrap_or(self.action)
@@ -164,6 +165,7 @@ impl CompiledRule {
             RuleBody::Generate(_) => RuleType::Generation,
             RuleBody::Unsupported { rule_type, .. } => *rule_type,
             RuleBody::Cleanup(_) => RuleType::Deletion,
+            RuleBody::VerifyImages(_) => RuleType::ImageVerify,
         }
     }
 }
@@ -175,6 +177,8 @@ pub enum RuleBody {
     Generate(Box<CompiledGeneration>),
     /// A cleanup policy's decision (CleanupPolicy, DeletingPolicy and their scoped forms).
     Cleanup(Box<crate::cleanup::CompiledCleanup>),
+    /// `verifyImages`: a verify step (between mutate and validate) and a validate step.
+    VerifyImages(Box<crate::verify_images::CompiledVerifyImages>),
     /// Rule types this build does not evaluate yet; they yield an `error` result saying so.
     Unsupported {
         rule_type: crate::outcome::RuleType,
@@ -313,7 +317,12 @@ pub(crate) fn tv(v: &Value, path: &str) -> Result<TValue, CompileError> {
     TValue::compile(v).map_err(|e| CompileError::new(path, e))
 }
 
-fn compile_rule(r: &Rule, path: &str, autogen_of: Option<String>) -> Result<CompiledRule, CompileError> {
+fn compile_rule(
+    r: &Rule,
+    path: &str,
+    autogen_of: Option<String>,
+    policy_action: Option<&str>,
+) -> Result<CompiledRule, CompileError> {
     let kinds = [r.validate.is_some(), r.mutate.is_some(), r.generate.is_some(), r.verify_images.is_some()];
     let n = kinds.iter().filter(|b| **b).count();
     if n == 0 {
@@ -340,11 +349,20 @@ fn compile_rule(r: &Rule, path: &str, autogen_of: Option<String>) -> Result<Comp
         RuleBody::Mutate(Box::new(compile_mutation(m, &format!("{path}.mutate"))?))
     } else if let Some(g) = &r.generate {
         RuleBody::Generate(Box::new(compile_generation(g, &format!("{path}.generate"))?))
-    } else {
-        RuleBody::Unsupported {
-            rule_type: crate::outcome::RuleType::ImageVerify,
-            what: "verifyImages rules are not supported by this build of verno yet",
+    } else if let Some(v) = &r.verify_images {
+        let compiled = crate::verify_images::compile(v, &format!("{path}.verifyImages"), policy_action)?;
+        if r.image_extractors.is_some() {
+            // Custom image extractors are not built: verifying only the standard container
+            // images would pass images the policy means to check.
+            RuleBody::Unsupported {
+                rule_type: crate::outcome::RuleType::ImageVerify,
+                what: "imageExtractors are not supported by this build of verno yet",
+            }
+        } else {
+            RuleBody::VerifyImages(Box::new(compiled))
         }
+    } else {
+        return Err(CompileError::new(path, "a rule needs one of validate, mutate, generate or verifyImages"));
     };
     let matcher = Matcher::compile(&r.match_, &format!("{path}.match"))?;
     if matcher.is_empty() {
@@ -510,7 +528,7 @@ pub fn compile_policy(p: &ClusterPolicy) -> Result<CompiledPolicy, CompileError>
                 format!("duplicate rule name {:?}", r.name),
             ));
         }
-        rules.push(compile_rule(r, &format!("spec.rules[{i}]"), None)?);
+        rules.push(compile_rule(r, &format!("spec.rules[{i}]"), None, spec.validation_failure_action.as_deref())?);
     }
     let generated = autogen::rules(p);
     if spec.background.unwrap_or(true)
@@ -521,7 +539,7 @@ pub fn compile_policy(p: &ClusterPolicy) -> Result<CompiledPolicy, CompileError>
     for r in generated {
         let origin = r.name.trim_start_matches("autogen-cronjob-").trim_start_matches("autogen-").to_string();
         let path = format!("status.autogen.rules[{}]", r.name);
-        rules.push(compile_rule(&r, &path, Some(origin))?);
+        rules.push(compile_rule(&r, &path, Some(origin), spec.validation_failure_action.as_deref())?);
     }
     let generate_existing = spec.generate_existing.or(spec.generate_existing_on_policy_update).unwrap_or(false);
     for r in &mut rules {

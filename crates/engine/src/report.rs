@@ -41,7 +41,7 @@ impl Evaluated {
                 // Mutate-existing rules are reported by the background controller once their
                 // targets are patched, not when the trigger is admitted.
                 crate::Phase::Mutate => matches!(&r.body, RuleBody::Mutate(m) if m.targets.is_empty()),
-                _ => matches!(r.body, RuleBody::Validate(_) | RuleBody::Unsupported { .. }),
+                _ => matches!(r.body, RuleBody::Validate(_) | RuleBody::Unsupported { .. } | RuleBody::VerifyImages(_)),
             })
             .map(|r| r.name.clone())
             .collect();

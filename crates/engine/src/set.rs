@@ -178,7 +178,7 @@ pub struct Scope {
 impl Scope {
     /// Every phase, every policy: `verno test`, `verno apply`.
     pub const ALL: Scope = Scope {
-        phases: &[Phase::Mutate, Phase::Validate, Phase::Generate, Phase::Cleanup],
+        phases: &[Phase::Mutate, Phase::Verify, Phase::Validate, Phase::Generate, Phase::Cleanup],
         route: Route::All,
         keep_responses: true,
         existing: true,
@@ -209,7 +209,8 @@ impl Scope {
     pub fn webhook(route: Route) -> Scope {
         let Some(hook) = route.hook() else { return Scope::ALL };
         let phases: &'static [Phase] = match hook {
-            Hook::Mutate => &[Phase::Mutate],
+            // Kyverno's mutate webhook verifies images after it mutates.
+            Hook::Mutate => &[Phase::Mutate, Phase::Verify],
             Hook::Validate => &[Phase::Validate],
         };
         Scope { phases, route, keep_responses: false, existing: false }
@@ -541,7 +542,7 @@ fn judge_cel(out: &mut Outcome, i: usize, p: &CompiledPolicy, phase: Phase, r: &
                 }
             }
         }
-        Phase::Generate | Phase::Cleanup | Phase::All => {}
+        Phase::Verify | Phase::Generate | Phase::Cleanup | Phase::All => {}
     }
 }
 
@@ -562,7 +563,9 @@ fn judge_kyverno(out: &mut Outcome, i: usize, p: &CompiledPolicy, phase: Phase, 
                 );
             }
         }
-        Phase::Validate => {
+        // verifyImages failures refuse the request as validation failures do (Kyverno's
+        // image verification handler uses the same blocking rule and message).
+        Phase::Validate | Phase::Verify => {
             for rr in &r.rules {
                 let blocks = p.blocks(rr);
                 if matches!(rr.status, Status::Fail | Status::Error) {

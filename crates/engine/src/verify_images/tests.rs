@@ -1,0 +1,321 @@
+//! The verify and validate steps against a scripted verifier (no registry): which images are
+//! checked, attestor set counts, attestation conditions, digests, annotations, the cache and
+//! the messages.
+
+use super::*;
+use crate::{Compiled, NoData, PolicySet, Scope, compile};
+use std::sync::{Arc, Mutex};
+
+/// Answers per (image, key or attestation type); records what it was asked.
+#[derive(Default)]
+struct Scripted {
+    answers: Vec<(String, String, Result<Verified, ImageError>)>,
+    digests: Vec<(String, String)>,
+    asked: Mutex<Vec<String>>,
+    cache: Mutex<Vec<String>>,
+}
+
+impl Scripted {
+    fn answer(mut self, image: &str, who: &str, r: Result<Verified, ImageError>) -> Self {
+        self.answers.push((image.into(), who.into(), r));
+        self
+    }
+}
+
+fn who(check: &SignatureCheck) -> String {
+    if let Some(t) = check.attestation {
+        return t.to_string();
+    }
+    check.attestor.keys.as_ref().map(|k| k.public_keys.clone()).unwrap_or_default()
+}
+
+impl ImageVerifier for Scripted {
+    fn verify(&self, check: &SignatureCheck) -> Result<Verified, ImageError> {
+        let w = who(check);
+        self.asked.lock().map(|mut a| a.push(format!("{} {w}", check.image))).ok();
+        self.answers
+            .iter()
+            .find(|(i, k, _)| i == check.image && *k == w)
+            .map(|(_, _, r)| r.clone())
+            .unwrap_or_else(|| Err(ImageError::Failed("no signatures found".into())))
+    }
+    fn digest(&self, image: &str, _: Option<&RegistryCredentials>, _: &str) -> Result<String, ImageError> {
+        self.digests
+            .iter()
+            .find(|(i, _)| i == image)
+            .map(|(_, d)| d.clone())
+            .ok_or_else(|| ImageError::Unreachable(format!("dial tcp: lookup for {image}")))
+    }
+    fn cached(&self, key: &str) -> bool {
+        self.cache.lock().map(|c| c.iter().any(|k| k == key)).unwrap_or(false)
+    }
+    fn remember(&self, key: &str) {
+        self.cache.lock().map(|mut c| c.push(key.to_string())).ok();
+    }
+}
+
+struct WithVerifier<'a>(&'a Scripted);
+impl Data for WithVerifier<'_> {
+    fn image_verifier(&self) -> Option<&dyn ImageVerifier> {
+        Some(self.0)
+    }
+}
+
+const D: &str = "sha256:1111111111111111111111111111111111111111111111111111111111111111";
+
+fn policy(verify: Value) -> PolicySet {
+    let doc = json!({
+        "apiVersion": "kyverno.io/v1", "kind": "ClusterPolicy",
+        "metadata": {"name": "check-images", "uid": "u1", "resourceVersion": "7"},
+        "spec": {"validationFailureAction": "Enforce", "rules": [{
+            "name": "signed",
+            "match": {"any": [{"resources": {"kinds": ["Pod"]}}]},
+            "verifyImages": verify,
+        }]}
+    });
+    match compile(&doc, &[]) {
+        Ok(Compiled::Policy(p)) => PolicySet::new(vec![Arc::new(p)], Vec::new()),
+        other => panic!("compile: {other:?}"),
+    }
+}
+
+fn pod(images: &[&str]) -> Value {
+    let containers: Vec<Value> =
+        images.iter().enumerate().map(|(i, im)| json!({"name": format!("c{i}"), "image": im})).collect();
+    json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p", "namespace": "ns"}, "spec": {"containers": containers}})
+}
+
+/// (status, message) of every response of the rule, verify phase first.
+fn run(set: &PolicySet, object: &Value, data: &dyn Data) -> (Vec<(Status, String)>, crate::Outcome) {
+    let req = Request::new("CREATE", object);
+    let out = set.evaluate(&req, Scope::ALL, &verno_jmespath::NoEnv, data, &mut ());
+    let rows = out.responses.iter().flat_map(|(_, r)| r.rules.iter().map(|x| (x.status, x.message.clone()))).collect();
+    (rows, out)
+}
+
+fn keyed(key: &str) -> Value {
+    json!({"entries": [{"keys": {"publicKeys": key, "rekor": {"ignoreTlog": true}}}]})
+}
+
+#[test]
+fn required_without_any_verification_fails_as_unverified() {
+    let set =
+        policy(json!([{"imageReferences": ["*"], "mutateDigest": false, "verifyDigest": false, "required": true}]));
+    let (rows, out) = run(&set, &pod(&["ghcr.io/acme/app:v1"]), &NoData);
+    assert_eq!(rows, vec![(Status::Fail, "unverified image ghcr.io/acme/app:v1".to_string())]);
+    assert!(!out.allowed());
+}
+
+#[test]
+fn a_signed_image_gets_its_digest_and_the_annotations() {
+    let set = policy(json!([{"imageReferences": ["ghcr.io/acme/*"], "attestors": [keyed("K1")]}]));
+    let v =
+        Scripted::default().answer("ghcr.io/acme/app:v1", "K1", Ok(Verified { digest: D.into(), statements: vec![] }));
+    let (rows, out) = run(&set, &pod(&["ghcr.io/acme/app:v1", "docker.io/library/busybox"]), &WithVerifier(&v));
+    assert_eq!(
+        rows,
+        vec![
+            (Status::Pass, "verified image signatures for ghcr.io/acme/app:v1".to_string()),
+            (Status::Pass, "image verified".to_string()),
+        ]
+    );
+    let patched = out.patched.clone().expect("patched");
+    assert_eq!(patched.pointer("/spec/containers/0/image"), Some(&json!(format!("ghcr.io/acme/app:v1@{D}"))));
+    assert_eq!(patched.pointer("/spec/containers/1/image"), Some(&json!("docker.io/library/busybox")));
+    let ann = patched.pointer("/metadata/annotations").expect("annotations");
+    let image = format!("ghcr.io/acme/app@{D}");
+    assert_eq!(ann[ANNOTATION], json!(json!({image.clone(): "pass"}).to_string()));
+    assert_eq!(
+        ann[ANNOTATION_SCOPED],
+        json!(json!({"version": 1, "policies": {"/check-images": {"signed": {image: "pass"}}}}).to_string())
+    );
+    assert!(out.allowed());
+}
+
+#[test]
+fn wrong_key_fails_and_blocks_with_the_attestor_path() {
+    let set = policy(json!([{"imageReferences": ["*"], "attestors": [keyed("K2")]}]));
+    let v = Scripted::default();
+    let (rows, out) = run(&set, &pod(&["ghcr.io/acme/app:v1"]), &WithVerifier(&v));
+    // As Kyverno: the digest is still looked up for mutateDigest, and its error comes first.
+    assert_eq!(rows[0].1, "failed to update digest: dial tcp: lookup for ghcr.io/acme/app:v1");
+    assert_eq!(
+        rows[1],
+        (
+            Status::Fail,
+            "failed to verify image ghcr.io/acme/app:v1: .attestors[0].entries[0].keys: no signatures found"
+                .to_string()
+        )
+    );
+    assert!(!out.allowed());
+    assert!(out.blocked.contains_key("check-images"));
+}
+
+#[test]
+fn an_unreachable_registry_is_an_error_not_a_failure() {
+    let set = policy(json!([{"imageReferences": ["*"], "attestors": [keyed("K1")], "mutateDigest": false}]));
+    let v = Scripted::default().answer(
+        "ghcr.io/acme/app:v1",
+        "K1",
+        Err(ImageError::Unreachable("connection refused".into())),
+    );
+    let (rows, _) = run(&set, &pod(&["ghcr.io/acme/app:v1"]), &WithVerifier(&v));
+    assert_eq!(rows[0].0, Status::Error);
+    assert_eq!(
+        rows[0].1,
+        "failed to verify image ghcr.io/acme/app:v1: .attestors[0].entries[0].keys: connection refused"
+    );
+    // Without a verifier at all (no registry access): an error too.
+    let (rows, _) = run(&set, &pod(&["ghcr.io/acme/app:v1"]), &NoData);
+    assert_eq!(rows[0].0, Status::Error);
+}
+
+#[test]
+fn count_one_of_two_keys_passes_when_either_signed() {
+    let keys = "-----BEGIN PUBLIC KEY-----\nAAA\n-----END PUBLIC KEY-----\n-----BEGIN PUBLIC KEY-----\nBBB\n-----END PUBLIC KEY-----";
+    let set = policy(json!([{"imageReferences": ["*"], "mutateDigest": false, "verifyDigest": false,
+        "attestors": [{"count": 1, "entries": [{"keys": {"publicKeys": keys}}]}]}]));
+    let second = "-----BEGIN PUBLIC KEY-----\nBBB\n-----END PUBLIC KEY-----";
+    let v = Scripted::default().answer(
+        "ghcr.io/acme/app:v1",
+        second,
+        Ok(Verified { digest: D.into(), statements: vec![] }),
+    );
+    let (rows, _) = run(&set, &pod(&["ghcr.io/acme/app:v1"]), &WithVerifier(&v));
+    assert_eq!(rows[0].0, Status::Pass, "{rows:?}");
+    // Without a count both must verify.
+    let set = policy(json!([{"imageReferences": ["*"], "mutateDigest": false, "verifyDigest": false,
+        "attestors": [{"entries": [{"keys": {"publicKeys": keys}}]}]}]));
+    let v = Scripted::default().answer(
+        "ghcr.io/acme/app:v1",
+        second,
+        Ok(Verified { digest: D.into(), statements: vec![] }),
+    );
+    let (rows, _) = run(&set, &pod(&["ghcr.io/acme/app:v1"]), &WithVerifier(&v));
+    assert_eq!(rows[0].0, Status::Fail, "{rows:?}");
+}
+
+#[test]
+fn attestation_conditions_read_the_predicate() {
+    let set = policy(json!([{"imageReferences": ["*"], "mutateDigest": false, "verifyDigest": false,
+        "attestations": [{"type": "https://example.com/scan/v1", "name": "scan",
+            "conditions": [{"all": [{"key": "{{ vulnerabilities }}", "operator": "Equals", "value": 0}]}]}]}]));
+    let statement = |n: i64| {
+        Ok(Verified {
+            digest: D.into(),
+            statements: vec![
+                json!({"predicateType": "https://example.com/scan/v1", "predicate": {"vulnerabilities": n}}),
+            ],
+        })
+    };
+    let v = Scripted::default().answer("ghcr.io/acme/app:v1", "https://example.com/scan/v1", statement(0));
+    let (rows, _) = run(&set, &pod(&["ghcr.io/acme/app:v1"]), &WithVerifier(&v));
+    assert_eq!(rows[0], (Status::Pass, format!("verified image attestations for ghcr.io/acme/app@{D}")));
+    let v = Scripted::default().answer("ghcr.io/acme/app:v1", "https://example.com/scan/v1", statement(3));
+    let (rows, _) = run(&set, &pod(&["ghcr.io/acme/app:v1"]), &WithVerifier(&v));
+    assert_eq!(rows[0].0, Status::Fail);
+    assert!(
+        rows[0].1.starts_with("image attestations verification failed, verifiedCount: 0, requiredCount: 1, error: .attestations[0].attestors[0].entries[0]: attestation checks failed for ghcr.io/acme/app@sha256:"),
+        "{}",
+        rows[0].1
+    );
+    // A statement of another type is not there.
+    let v = Scripted::default().answer(
+        "ghcr.io/acme/app:v1",
+        "https://example.com/scan/v1",
+        Ok(Verified { digest: D.into(), statements: vec![json!({"predicateType": "https://other", "predicate": {}})] }),
+    );
+    let (rows, _) = run(&set, &pod(&["ghcr.io/acme/app:v1"]), &WithVerifier(&v));
+    assert!(rows[0].1.contains("attestions not found for predicate type https://example.com/scan/v1"), "{}", rows[0].1);
+}
+
+#[test]
+fn skipped_references_and_digest_checks() {
+    let set = policy(json!([{"imageReferences": ["*"], "skipImageReferences": ["ghcr.io/trusted/*"],
+        "attestors": [keyed("K1")], "mutateDigest": false}]));
+    let v = Scripted::default();
+    let (rows, _) = run(&set, &pod(&["ghcr.io/trusted/app:v1"]), &WithVerifier(&v));
+    assert_eq!(
+        rows[0],
+        (
+            Status::Skip,
+            "skipping image reference image ghcr.io/trusted/app:v1, policy check-images ruleName signed".to_string()
+        )
+    );
+    // verifyDigest: an image without a digest fails validation.
+    assert_eq!(rows[1], (Status::Fail, "missing digest for ghcr.io/trusted/app:v1".to_string()));
+}
+
+#[test]
+fn the_cache_answers_the_second_request() {
+    let set = policy(
+        json!([{"imageReferences": ["*"], "attestors": [keyed("K1")], "mutateDigest": false, "verifyDigest": false}]),
+    );
+    let v =
+        Scripted::default().answer("ghcr.io/acme/app:v1", "K1", Ok(Verified { digest: D.into(), statements: vec![] }));
+    let (first, _) = run(&set, &pod(&["ghcr.io/acme/app:v1"]), &WithVerifier(&v));
+    let (second, _) = run(&set, &pod(&["ghcr.io/acme/app:v1"]), &WithVerifier(&v));
+    assert_eq!(first[0].1, "verified image signatures for ghcr.io/acme/app:v1");
+    assert_eq!(second[0], (Status::Pass, "verified from cache".to_string()));
+    assert_eq!(v.asked.lock().map(|a| a.len()).unwrap_or(0), 1);
+    assert_eq!(
+        v.cache.lock().map(|c| c.clone()).unwrap_or_default(),
+        vec!["u1;7;signed;ghcr.io/acme/app:v1".to_string()]
+    );
+    // useCache: false never asks the cache.
+    let set = policy(
+        json!([{"imageReferences": ["*"], "attestors": [keyed("K1")], "mutateDigest": false, "verifyDigest": false, "useCache": false}]),
+    );
+    let (third, _) = run(&set, &pod(&["ghcr.io/acme/app:v1"]), &WithVerifier(&v));
+    assert_eq!(third[0].1, "verified image signatures for ghcr.io/acme/app:v1");
+}
+
+#[test]
+fn an_unchanged_image_verified_before_is_not_checked_again() {
+    let set = policy(
+        json!([{"imageReferences": ["*"], "attestors": [keyed("K1")], "mutateDigest": false, "verifyDigest": false}]),
+    );
+    let mut old = pod(&["ghcr.io/acme/app:v1"]);
+    old["metadata"]["annotations"] = json!({ANNOTATION_SCOPED: json!({"version": 1, "policies": {"/check-images": {"signed": {"ghcr.io/acme/app:v1": "pass"}}}}).to_string()});
+    let new = old.clone();
+    let v = Scripted::default();
+    let req = Request { old_object: Some(&old), ..Request::new("UPDATE", &new) };
+    let out = set.evaluate(&req, Scope::ALL, &verno_jmespath::NoEnv, &WithVerifier(&v), &mut ());
+    assert!(out.allowed(), "{:?}", out.responses);
+    assert!(v.asked.lock().map(|a| a.is_empty()).unwrap_or(false));
+}
+
+#[test]
+fn policy_checks_as_kyverno() {
+    let bad = |verify: Value| {
+        let doc = json!({"apiVersion": "kyverno.io/v1", "kind": "ClusterPolicy", "metadata": {"name": "x"},
+            "spec": {"validationFailureAction": "Audit", "rules": [{"name": "r", "match": {"any": [{"resources": {"kinds": ["Pod"]}}]}, "verifyImages": verify}]}});
+        match compile(&doc, &[]) {
+            Err(e) => e.to_string(),
+            Ok(_) => String::new(),
+        }
+    };
+    assert!(
+        bad(json!([{"imageReferences": ["*"]}]))
+            .contains("mutateDigest must be set to false for ‘Audit’ failure action")
+    );
+    assert!(bad(json!([{"mutateDigest": false}])).contains("An image reference is required"));
+    assert!(bad(json!([{"imageReferences": ["*"], "mutateDigest": false, "attestors": [{"count": 2, "entries": [{"keys": {"publicKeys": "k"}}]}]}])).contains("Count cannot exceed length of entries"));
+    assert!(
+        bad(json!([{"imageReferences": ["*"], "mutateDigest": false, "attestors": [{"entries": [{}]}]}]))
+            .contains("keys, certificates, keyless, or a nested attestor is required")
+    );
+    assert!(bad(json!([{"imageReferences": ["*"], "mutateDigest": false, "bogus": 1}])).contains("bogus"));
+    assert_eq!(bad(json!([{"imageReferences": ["*"], "mutateDigest": false}])), "");
+}
+
+#[test]
+fn nested_attestor_sets() {
+    let nested = json!({"count": 1, "entries": [{"keys": {"publicKeys": "K1"}}, {"keys": {"publicKeys": "K2"}}]});
+    let set = policy(json!([{"imageReferences": ["*"], "mutateDigest": false, "verifyDigest": false,
+        "attestors": [{"entries": [{"attestor": nested}]}]}]));
+    let v =
+        Scripted::default().answer("ghcr.io/acme/app:v1", "K2", Ok(Verified { digest: D.into(), statements: vec![] }));
+    let (rows, _) = run(&set, &pod(&["ghcr.io/acme/app:v1"]), &WithVerifier(&v));
+    assert_eq!(rows[0].0, Status::Pass, "{rows:?}");
+}
