@@ -1,0 +1,293 @@
+//! Image verification for `verifyImages` rules: the engine's [`ImageVerifier`] port on a real
+//! OCI registry. The engine decides which images, attestor set counts, conditions and
+//! messages; this crate reads signatures and attestations (cosign's formats) and checks them.
+//!
+//! Built here: cosign signatures and in-toto attestations (DSSE) with public keys (PEM, or a
+//! Secret's `cosign.pub`), certificates (with a chain), keyless certificates against given
+//! roots with subject / issuer / extension rules, Rekor bundles against a given Rekor key,
+//! registry auth from docker config Secrets, plain HTTP for `allowInsecureRegistry`, and a
+//! cache of passes (Kyverno's `--imageVerifyCacheTTLDuration` / `--imageVerifyCacheMaxSize`).
+//! Not built: KMS keys, Notary, Sigstore bundles (`type: SigstoreBundle`, `cosignOCI11`),
+//! certificate transparency (SCT) checks, Sigstore's TUF trust root (public Fulcio roots and
+//! Rekor key), cloud credential providers; each is refused with a message saying so.
+
+mod cosign;
+pub mod crypto;
+pub mod reference;
+pub mod registry;
+
+use base64::Engine as _;
+use reference::Reference;
+use registry::{Credentials, Session};
+use serde_json::Value;
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+use verno_api::images::RegistryCredentials;
+use verno_engine::verify_images::{ImageError, ImageVerifier, SignatureCheck, Verified};
+
+/// Reads a Secret (`namespace` empty: Verno's own namespace) as the API returns it.
+pub type SecretReader = Arc<dyn Fn(&str, &str) -> Result<Value, String> + Send + Sync>;
+
+/// Kyverno's cache defaults.
+pub const DEFAULT_CACHE_TTL: Duration = Duration::from_secs(60 * 60);
+pub const DEFAULT_CACHE_SIZE: usize = 1000;
+
+/// The verification cache: passes only, by Kyverno's key, for a TTL, at most `size` entries.
+pub struct Cache {
+    ttl: Duration,
+    size: usize,
+    entries: Mutex<HashMap<String, Instant>>,
+}
+
+impl Cache {
+    pub fn new(ttl: Duration, size: usize) -> Cache {
+        Cache { ttl: if ttl.is_zero() { DEFAULT_CACHE_TTL } else { ttl }, size, entries: Mutex::new(HashMap::new()) }
+    }
+
+    fn get(&self, key: &str) -> bool {
+        let Ok(mut m) = self.entries.lock() else { return false };
+        match m.get(key) {
+            Some(t) if t.elapsed() < self.ttl => true,
+            Some(_) => {
+                m.remove(key);
+                false
+            }
+            None => false,
+        }
+    }
+
+    fn put(&self, key: &str) {
+        if self.size == 0 {
+            return;
+        }
+        let Ok(mut m) = self.entries.lock() else { return };
+        if m.len() >= self.size && !m.contains_key(key) {
+            let ttl = self.ttl;
+            m.retain(|_, t| t.elapsed() < ttl);
+            if m.len() >= self.size
+                && let Some(oldest) = m.iter().min_by_key(|(_, t)| **t).map(|(k, _)| k.clone())
+            {
+                m.remove(&oldest);
+            }
+        }
+        m.insert(key.to_string(), Instant::now());
+    }
+
+    pub fn len(&self) -> usize {
+        self.entries.lock().map(|m| m.len()).unwrap_or(0)
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}
+
+enum Exec {
+    Own(tokio::runtime::Runtime),
+    Handle(tokio::runtime::Handle),
+}
+
+/// Verifies images against their registries.
+pub struct Verifier {
+    http: reqwest::Client,
+    exec: Exec,
+    secrets: Option<SecretReader>,
+    cache: Option<Cache>,
+}
+
+impl Verifier {
+    /// A verifier with its own single-thread runtime (the CLI): no cache, as Kyverno's CLI.
+    pub fn new() -> Result<Verifier, String> {
+        let rt = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(1)
+            .thread_name("verno-registry")
+            .enable_all()
+            .build()
+            .map_err(|e| format!("cannot start the registry client: {e}"))?;
+        Ok(Verifier { http: client()?, exec: Exec::Own(rt), secrets: None, cache: None })
+    }
+
+    /// A verifier on a running runtime (the server); its calls block the calling thread, which
+    /// must not be one of the runtime's workers (the server evaluates on the blocking pool).
+    pub fn on(handle: tokio::runtime::Handle) -> Result<Verifier, String> {
+        Ok(Verifier { http: client()?, exec: Exec::Handle(handle), secrets: None, cache: None })
+    }
+
+    pub fn with_secrets(mut self, reader: SecretReader) -> Verifier {
+        self.secrets = Some(reader);
+        self
+    }
+
+    pub fn with_cache(mut self, cache: Cache) -> Verifier {
+        self.cache = Some(cache);
+        self
+    }
+
+    pub fn cache(&self) -> Option<&Cache> {
+        self.cache.as_ref()
+    }
+
+    fn handle(&self) -> &tokio::runtime::Handle {
+        match &self.exec {
+            Exec::Own(rt) => rt.handle(),
+            Exec::Handle(h) => h,
+        }
+    }
+
+    fn secret(&self, namespace: &str, name: &str) -> Result<Value, String> {
+        match &self.secrets {
+            Some(read) => read(namespace, name),
+            None => Err(format!("secret {namespace}/{name} cannot be read here (no cluster)")),
+        }
+    }
+
+    /// `cosign.pub` of a Secret.
+    fn secret_key(&self, namespace: &str, name: &str) -> Result<String, String> {
+        let s = self.secret(namespace, name)?;
+        let raw = s.pointer("/data/cosign.pub").and_then(Value::as_str).ok_or("the secret has no cosign.pub")?;
+        let bytes = base64::engine::general_purpose::STANDARD.decode(raw).map_err(|e| format!("cosign.pub is not base64: {e}"))?;
+        String::from_utf8(bytes).map_err(|_| "cosign.pub is not text".to_string())
+    }
+
+    /// Credentials for `registry` from the docker config Secrets the policy names.
+    fn credentials(&self, creds: Option<&RegistryCredentials>, registry: &str) -> Result<Option<Credentials>, ImageError> {
+        let Some(c) = creds else { return Ok(None) };
+        for p in &c.providers {
+            if p != "default" {
+                tracing::debug!(provider = %p, "image registry credential providers other than `default` are not supported");
+            }
+        }
+        for s in &c.secrets {
+            let (ns, name) = s.split_once('/').unwrap_or(("", s));
+            let secret = self.secret(ns, name).map_err(|e| ImageError::Failed(format!("failed to fetch secrets: {e}")))?;
+            if let Some(found) = docker_config_auth(&secret, registry) {
+                return Ok(Some(found));
+            }
+        }
+        Ok(None)
+    }
+
+    fn session(&self, creds: Option<&RegistryCredentials>, registry: &str) -> Result<Session<'_>, ImageError> {
+        let insecure = creds.is_some_and(|c| c.allow_insecure_registry);
+        Ok(Session::new(&self.http, self.handle(), insecure, self.credentials(creds, registry)?))
+    }
+}
+
+/// The reqwest client: rustls on ring with the system's roots.
+fn client() -> Result<reqwest::Client, String> {
+    let mut roots = rustls::RootCertStore::empty();
+    for c in rustls_native_certs::load_native_certs().certs {
+        let _ = roots.add(c);
+    }
+    let tls = rustls::ClientConfig::builder_with_provider(Arc::new(rustls::crypto::ring::default_provider()))
+        .with_safe_default_protocol_versions()
+        .map_err(|e| e.to_string())?
+        .with_root_certificates(roots)
+        .with_no_client_auth();
+    reqwest::Client::builder()
+        .use_preconfigured_tls(tls)
+        .connect_timeout(Duration::from_secs(5))
+        .redirect(reqwest::redirect::Policy::limited(5))
+        .build()
+        .map_err(|e| format!("cannot build the registry client: {e}"))
+}
+
+/// The basic credentials a docker config Secret holds for `registry`.
+fn docker_config_auth(secret: &Value, registry: &str) -> Option<Credentials> {
+    let data = secret.get("data")?;
+    let raw = data.get(".dockerconfigjson").or_else(|| data.get(".dockercfg"))?.as_str()?;
+    let bytes = base64::engine::general_purpose::STANDARD.decode(raw).ok()?;
+    let cfg: Value = serde_json::from_slice(&bytes).ok()?;
+    let auths = cfg.get("auths").unwrap_or(&cfg).as_object()?;
+    let hub = registry == "docker.io" || registry == "index.docker.io";
+    let entry = auths.iter().find_map(|(k, v)| {
+        let host = k.trim_start_matches("https://").trim_start_matches("http://").split('/').next().unwrap_or("");
+        (host == registry || (hub && (host == "index.docker.io" || host == "docker.io"))).then_some(v)
+    })?;
+    if let (Some(u), Some(p)) = (entry.get("username").and_then(Value::as_str), entry.get("password").and_then(Value::as_str)) {
+        return Some(Credentials { username: u.into(), password: p.into() });
+    }
+    let decoded = base64::engine::general_purpose::STANDARD.decode(entry.get("auth")?.as_str()?).ok()?;
+    let text = String::from_utf8(decoded).ok()?;
+    let (u, p) = text.split_once(':')?;
+    Some(Credentials { username: u.into(), password: p.into() })
+}
+
+impl ImageVerifier for Verifier {
+    fn verify(&self, check: &SignatureCheck) -> Result<Verified, ImageError> {
+        match check.kind {
+            "Notary" => return Err(ImageError::Failed("Notary signatures are not supported by this build of verno".into())),
+            "SigstoreBundle" => {
+                return Err(ImageError::Failed("Sigstore bundles are not supported by this build of verno".into()));
+            }
+            _ => {}
+        }
+        if check.cosign_oci11 {
+            return Err(ImageError::Failed("cosignOCI11 (OCI 1.1 referrers) is not supported by this build of verno".into()));
+        }
+        let image = Reference::parse(check.image).map_err(ImageError::Failed)?;
+        let session = self.session(check.credentials, &image.registry)?;
+        let digest = cosign::resolve(&session, &image)?;
+        let (signer, tlog, algorithm) =
+            cosign::signer(check.attestor, &|ns, name| self.secret_key(ns, name)).map_err(ImageError::Failed)?;
+        let expect = cosign::Expect { signer: &signer, tlog: &tlog, algorithm: &algorithm, annotations: check.annotations };
+        let (sigs, sig_session) = if check.repository.is_empty() {
+            (image.clone(), None)
+        } else {
+            let r = image
+                .in_repository(check.repository)
+                .map_err(|e| ImageError::Failed(format!("failed to parse signature repository {}: {e}", check.repository)))?;
+            let s = self.session(check.credentials, &r.registry)?;
+            (r, Some(s))
+        };
+        let session = sig_session.as_ref().unwrap_or(&session);
+        match check.attestation {
+            None => cosign::verify_signatures(session, &sigs, &digest, &expect),
+            Some(_) => cosign::verify_attestations(session, &sigs, &digest, &expect),
+        }
+    }
+
+    fn digest(&self, image: &str, credentials: Option<&RegistryCredentials>, _namespace: &str) -> Result<String, ImageError> {
+        let r = Reference::parse(image).map_err(ImageError::Failed)?;
+        let session = self.session(credentials, &r.registry)?;
+        cosign::resolve(&session, &r)
+    }
+
+    fn cached(&self, key: &str) -> bool {
+        self.cache.as_ref().is_some_and(|c| c.get(key))
+    }
+
+    fn remember(&self, key: &str) {
+        if let Some(c) = &self.cache {
+            c.put(key);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn docker_config_secrets() {
+        let cfg = serde_json::json!({"auths": {"127.0.0.1:5000": {"auth": base64::engine::general_purpose::STANDARD.encode("u:p")}}});
+        let secret = serde_json::json!({"data": {".dockerconfigjson": base64::engine::general_purpose::STANDARD.encode(cfg.to_string())}});
+        assert_eq!(docker_config_auth(&secret, "127.0.0.1:5000"), Some(Credentials { username: "u".into(), password: "p".into() }));
+        assert_eq!(docker_config_auth(&secret, "ghcr.io"), None);
+    }
+
+    #[test]
+    fn cache_keeps_passes_for_a_while_and_is_bounded() {
+        let c = Cache::new(Duration::from_secs(60), 2);
+        c.put("a");
+        c.put("b");
+        c.put("c");
+        assert_eq!(c.len(), 2);
+        assert!(c.get("c"));
+        let short = Cache::new(Duration::from_millis(1), 10);
+        short.put("a");
+        std::thread::sleep(Duration::from_millis(5));
+        assert!(!short.get("a"));
+    }
+}
