@@ -1,0 +1,236 @@
+//! verno-images against a real registry (docker-registry on loopback, images pushed by
+//! skopeo, signatures and attestations made by the rig): what Kyverno's verifyImages asks of
+//! cosign, entry by entry.
+
+mod rig;
+
+use rig::{Key, Registry, SignOpts, attest, ca, sign};
+use serde_json::json;
+use std::collections::BTreeMap;
+use verno_api::images::{Attestor, Certificates, CtLog, Keyless, RegistryCredentials, Rekor, StaticKeys};
+use verno_engine::verify_images::{ImageError, ImageVerifier, SignatureCheck, Verified};
+use verno_images::Verifier;
+
+fn insecure() -> RegistryCredentials {
+    RegistryCredentials { allow_insecure_registry: true, ..Default::default() }
+}
+
+fn keys(pem: &str) -> Attestor {
+    Attestor {
+        keys: Some(StaticKeys {
+            public_keys: pem.to_string(),
+            rekor: Some(Rekor { ignore_tlog: true, ..Default::default() }),
+            ..Default::default()
+        }),
+        ..Default::default()
+    }
+}
+
+fn check<'a>(image: &'a str, attestor: &'a Attestor, creds: &'a RegistryCredentials, ann: &'a BTreeMap<String, String>) -> SignatureCheck<'a> {
+    SignatureCheck {
+        image,
+        attestor,
+        repository: "",
+        annotations: ann,
+        credentials: Some(creds),
+        namespace: "default",
+        kind: "Cosign",
+        cosign_oci11: false,
+        attestation: None,
+    }
+}
+
+fn failed(r: Result<Verified, ImageError>) -> String {
+    match r {
+        Err(ImageError::Failed(m)) => m,
+        other => panic!("expected a verification failure, got {other:?}"),
+    }
+}
+
+#[test]
+fn keys_signed_unsigned_wrong_key_tampered_wrong_digest() {
+    let reg = Registry::start(None);
+    let key = Key::generate();
+    let other = Key::generate();
+    let digest = reg.push_image("acme/app", "v1", "signed");
+    sign(&reg, "acme/app", &digest, &key, &SignOpts { optional: Some(json!({"env": "prod"})), ..Default::default() });
+    let unsigned = reg.push_image("acme/plain", "v1", "unsigned");
+    let v = Verifier::new().unwrap();
+    let creds = insecure();
+    let none = BTreeMap::new();
+    let image = format!("{}/acme/app:v1", reg.addr);
+    let att = keys(&key.pem);
+
+    let ok = v.verify(&check(&image, &att, &creds, &none)).unwrap();
+    assert_eq!(ok.digest, digest);
+    // By digest too.
+    let by_digest = format!("{}/acme/app@{digest}", reg.addr);
+    assert_eq!(v.verify(&check(&by_digest, &att, &creds, &none)).unwrap().digest, digest);
+    // The digest alone (mutateDigest).
+    assert_eq!(v.digest(&image, Some(&creds), "default").unwrap(), digest);
+    assert_eq!(v.digest(&format!("{}/acme/plain:v1", reg.addr), Some(&creds), "default").unwrap(), unsigned);
+
+    // Annotations must match the payload's optional fields.
+    let prod: BTreeMap<String, String> = [("env".to_string(), "prod".to_string())].into();
+    assert!(v.verify(&check(&image, &att, &creds, &prod)).is_ok());
+    let dev: BTreeMap<String, String> = [("env".to_string(), "dev".to_string())].into();
+    assert_eq!(failed(v.verify(&check(&image, &att, &creds, &dev))), "no matching signatures: missing or incorrect annotation: env=dev");
+
+    // Unsigned.
+    let plain = format!("{}/acme/plain:v1", reg.addr);
+    assert_eq!(failed(v.verify(&check(&plain, &att, &creds, &none))), "no signatures found");
+    // Wrong key.
+    let wrong = keys(&other.pem);
+    assert_eq!(
+        failed(v.verify(&check(&image, &wrong, &creds, &none))),
+        "no matching signatures: invalid signature when validating ASN.1 encoded signature"
+    );
+
+    // A tampered payload and a payload claiming another digest.
+    let t = reg.push_image("acme/tampered", "v1", "tampered");
+    sign(&reg, "acme/tampered", &t, &key, &SignOpts { tamper: true, ..Default::default() });
+    assert!(failed(v.verify(&check(&format!("{}/acme/tampered:v1", reg.addr), &att, &creds, &none))).contains("invalid signature"));
+    let w = reg.push_image("acme/wrongdigest", "v1", "wrongdigest");
+    sign(&reg, "acme/wrongdigest", &w, &key, &SignOpts { claim_digest: Some(unsigned.clone()), ..Default::default() });
+    assert_eq!(
+        failed(v.verify(&check(&format!("{}/acme/wrongdigest:v1", reg.addr), &att, &creds, &none))),
+        format!("no matching signatures: invalid or missing digest in claim: {unsigned}")
+    );
+    // A missing image.
+    assert!(failed(v.verify(&check(&format!("{}/acme/nothing:v1", reg.addr), &att, &creds, &none))).contains("not found"));
+
+    // The transparency log is required unless ignored.
+    let tlog = Attestor { keys: Some(StaticKeys { public_keys: key.pem.clone(), ..Default::default() }), ..Default::default() };
+    assert!(failed(v.verify(&check(&image, &tlog, &creds, &none))).contains("signature not found in transparency log"));
+
+    // A second signer appended to the same image: each key verifies on its own.
+    sign(&reg, "acme/app", &digest, &other, &SignOpts::default());
+    assert!(v.verify(&check(&image, &wrong, &creds, &none)).is_ok());
+    assert!(v.verify(&check(&image, &att, &creds, &none)).is_ok());
+}
+
+#[test]
+fn certificates_chains_keyless_and_expired_leaves() {
+    let reg = Registry::start(None);
+    let digest = reg.push_image("acme/keyless", "v1", "keyless");
+    let good = ca("signer@example.com", "https://issuer.example.com", false);
+    sign(&reg, "acme/keyless", &digest, &good.leaf, &SignOpts { cert: Some(good.leaf_pem.clone()), chain: Some(good.root_pem.clone()), ..Default::default() });
+    let v = Verifier::new().unwrap();
+    let creds = insecure();
+    let none = BTreeMap::new();
+    let image = format!("{}/acme/keyless:v1", reg.addr);
+    let no_tlog = Some(Rekor { ignore_tlog: true, ..Default::default() });
+    let no_sct = Some(CtLog { ignore_sct: true, ..Default::default() });
+    let keyless = |subject: &str, issuer: &str| Attestor {
+        keyless: Some(Keyless {
+            subject: subject.into(),
+            issuer: issuer.into(),
+            roots: good.root_pem.clone(),
+            rekor: no_tlog.clone(),
+            ctlog: no_sct.clone(),
+            ..Default::default()
+        }),
+        ..Default::default()
+    };
+    assert!(v.verify(&check(&image, &keyless("signer@example.com", "https://issuer.example.com"), &creds, &none)).is_ok());
+    assert!(v.verify(&check(&image, &keyless("*@example.com", "https://issuer.*"), &creds, &none)).is_ok());
+    assert!(failed(v.verify(&check(&image, &keyless("other@example.com", ""), &creds, &none))).contains("subject mismatch"));
+    assert!(failed(v.verify(&check(&image, &keyless("", "https://evil.example.com"), &creds, &none))).contains("issuer mismatch"));
+    // Other roots.
+    let stranger = ca("signer@example.com", "https://issuer.example.com", false);
+    let other_roots = Attestor {
+        keyless: Some(Keyless { roots: stranger.root_pem.clone(), rekor: no_tlog.clone(), ctlog: no_sct.clone(), ..Default::default() }),
+        ..Default::default()
+    };
+    assert!(failed(v.verify(&check(&image, &other_roots, &creds, &none))).contains("certificate chain verification failed"));
+    // SCTs are not checked by this build: said, not skipped.
+    let with_sct = Attestor {
+        keyless: Some(Keyless { roots: good.root_pem.clone(), rekor: no_tlog.clone(), ..Default::default() }),
+        ..Default::default()
+    };
+    assert!(failed(v.verify(&check(&image, &with_sct, &creds, &none))).contains("ctlog.ignoreSCT"));
+    // certificates: the leaf's key, with and without the chain.
+    let cert = |chain: &str| Attestor {
+        certificates: Some(Certificates { certificate: good.leaf_pem.clone(), certificate_chain: chain.into(), rekor: no_tlog.clone(), ..Default::default() }),
+        ..Default::default()
+    };
+    assert!(v.verify(&check(&image, &cert(""), &creds, &none)).is_ok());
+    assert!(v.verify(&check(&image, &cert(&good.root_pem), &creds, &none)).is_ok());
+    assert!(failed(v.verify(&check(&image, &cert(&stranger.root_pem), &creds, &none))).contains("chain"));
+
+    // An expired leaf fails.
+    let old = ca("signer@example.com", "https://issuer.example.com", true);
+    let d2 = reg.push_image("acme/expired", "v1", "expired");
+    sign(&reg, "acme/expired", &d2, &old.leaf, &SignOpts { cert: Some(old.leaf_pem.clone()), chain: Some(old.root_pem.clone()), ..Default::default() });
+    let expired = Attestor {
+        keyless: Some(Keyless { roots: old.root_pem.clone(), rekor: no_tlog.clone(), ctlog: no_sct.clone(), ..Default::default() }),
+        ..Default::default()
+    };
+    let msg = failed(v.verify(&check(&format!("{}/acme/expired:v1", reg.addr), &expired, &creds, &none)));
+    assert!(msg.contains("expired") || msg.contains("Expired"), "{msg}");
+}
+
+#[test]
+fn attestations_are_read_from_dsse_envelopes() {
+    let reg = Registry::start(None);
+    let key = Key::generate();
+    let digest = reg.push_image("acme/attested", "v1", "attested");
+    attest(&reg, "acme/attested", &digest, &key, "https://slsa.dev/provenance/v0.2", json!({"builder": {"id": "ci"}}));
+    let v = Verifier::new().unwrap();
+    let creds = insecure();
+    let none = BTreeMap::new();
+    let image = format!("{}/acme/attested:v1", reg.addr);
+    let att = keys(&key.pem);
+    let mut c = check(&image, &att, &creds, &none);
+    c.attestation = Some("https://slsa.dev/provenance/v0.2");
+    let got = v.verify(&c).unwrap();
+    assert_eq!(got.statements.len(), 1);
+    assert_eq!(got.statements[0]["predicate"]["builder"]["id"], "ci");
+    // Another key's attestations do not count.
+    let other = keys(&Key::generate().pem);
+    let mut c2 = check(&image, &other, &creds, &none);
+    c2.attestation = Some("https://slsa.dev/provenance/v0.2");
+    assert!(failed(v.verify(&c2)).starts_with("no matching attestations"));
+    // No attestor: read without checking the signer.
+    let anyone = Attestor::default();
+    let mut c3 = check(&image, &anyone, &creds, &none);
+    c3.attestation = Some("https://slsa.dev/provenance/v0.2");
+    assert_eq!(v.verify(&c3).unwrap().statements.len(), 1);
+}
+
+#[test]
+fn auth_required_and_registry_down() {
+    let reg = Registry::start(Some(("alice", "s3cret")));
+    let key = Key::generate();
+    let digest = reg.push_image("private/app", "v1", "private");
+    sign(&reg, "private/app", &digest, &key, &SignOpts::default());
+    let image = format!("{}/private/app:v1", reg.addr);
+    let none = BTreeMap::new();
+    let att = keys(&key.pem);
+    let creds = RegistryCredentials { allow_insecure_registry: true, secrets: vec!["regcred".into()], ..Default::default() };
+    // Without the secret's credentials: refused.
+    let anonymous = Verifier::new().unwrap();
+    let msg = failed(anonymous.verify(&check(&image, &att, &insecure(), &none)));
+    assert!(msg.contains("401"), "{msg}");
+    // With a docker config Secret.
+    let cfg = json!({"auths": {reg.addr.clone(): {"auth": rig::b64(b"alice:s3cret")}}});
+    let secret = json!({"data": {".dockerconfigjson": rig::b64(cfg.to_string().as_bytes())}});
+    let reader: verno_images::SecretReader = std::sync::Arc::new(move |_ns: &str, name: &str| {
+        if name == "regcred" { Ok(secret.clone()) } else { Err(format!("secrets \"{name}\" not found")) }
+    });
+    let v = Verifier::new().unwrap().with_secrets(reader);
+    assert_eq!(v.verify(&check(&image, &att, &creds, &none)).unwrap().digest, digest);
+    // A missing secret is a failure saying so.
+    let missing = RegistryCredentials { allow_insecure_registry: true, secrets: vec!["nope".into()], ..Default::default() };
+    assert!(failed(v.verify(&check(&image, &att, &missing, &none))).contains("failed to fetch secrets"));
+
+    // The registry goes away: unreachable, an error and not a failure.
+    drop(reg);
+    match v.verify(&check(&image, &att, &creds, &none)) {
+        Err(ImageError::Unreachable(m)) => assert!(m.contains("GET http://"), "{m}"),
+        other => panic!("expected unreachable, got {other:?}"),
+    }
+    // Plain HTTP is used only where allowed: without allowInsecureRegistry the client speaks TLS.
+    let secure = RegistryCredentials::default();
+    assert!(v.verify(&check(&image, &att, &secure, &none)).is_err());
+}
