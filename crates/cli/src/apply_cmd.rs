@@ -174,10 +174,13 @@ fn run_inner(args: &ApplyArgs) -> Result<i32> {
                     "scored": p.scored,
                 }));
             }
-            let mutated = resp
-                .rules
-                .iter()
-                .any(|rr| rr.rule_type == verno_engine::RuleType::Mutation && rr.status == Status::Pass);
+            // verifyImages rules that pinned a digest (or recorded their outcome in the
+            // annotations) changed the resource too: print it as a mutation.
+            let mutated = resp.rules.iter().any(|rr| {
+                rr.status == Status::Pass
+                    && (rr.rule_type == verno_engine::RuleType::Mutation
+                        || (rr.rule_type == verno_engine::RuleType::ImageVerify && resp.patched.is_some()))
+            });
             let mut outputs: Vec<Value> = Vec::new();
             if mutated {
                 mutated_any = true;

@@ -387,7 +387,8 @@ impl Metadata {
             if !self.policies.is_empty() {
                 a.insert(
                     ANNOTATION_SCOPED.into(),
-                    Value::String(json!({"version": 1, "policies": self.policies}).to_string()),
+                    // Kyverno's struct writes `version` before `policies`.
+                    Value::String(format!("{{\"version\":1,\"policies\":{}}}", json!(self.policies))),
                 );
             }
         }

@@ -67,15 +67,23 @@ impl Tlog {
 }
 
 /// The `Signer` of a leaf attestor entry; `secret_key` reads `keys.secret` (`cosign.pub`).
-pub fn signer(a: &Attestor, secret_key: &dyn Fn(&str, &str) -> Result<String, String>) -> Result<(Signer, Tlog, String), String> {
+pub fn signer(
+    a: &Attestor,
+    secret_key: &dyn Fn(&str, &str) -> Result<String, String>,
+) -> Result<(Signer, Tlog, String), String> {
     if let Some(k) = &a.keys {
-        let alg = if k.signature_algorithm.is_empty() { a.signature_algorithm.clone() } else { k.signature_algorithm.clone() };
+        let alg = if k.signature_algorithm.is_empty() {
+            a.signature_algorithm.clone()
+        } else {
+            k.signature_algorithm.clone()
+        };
         let key = if !k.public_keys.trim().is_empty() {
             PublicKey::from_pem(&k.public_keys)?
         } else if let Some(s) = &k.secret {
             let pem = secret_key(&s.namespace, &s.name)
                 .map_err(|e| format!("failed to load public key from k8s://{}/{}: {e}", s.namespace, s.name))?;
-            PublicKey::from_pem(&pem).map_err(|e| format!("failed to load public key from k8s://{}/{}: {e}", s.namespace, s.name))?
+            PublicKey::from_pem(&pem)
+                .map_err(|e| format!("failed to load public key from k8s://{}/{}: {e}", s.namespace, s.name))?
         } else {
             return Err(format!(
                 "failed to load public key from {}: KMS keys are not supported by this build of verno",
@@ -87,10 +95,12 @@ pub fn signer(a: &Attestor, secret_key: &dyn Fn(&str, &str) -> Result<String, St
     if let Some(c) = &a.certificates {
         let tlog = Tlog::of(c.rekor.as_ref())?;
         if !c.certificate.trim().is_empty() {
-            let cert = certificates(&c.certificate).map_err(|e| format!("failed to load certificate from {}: {e}", "cert"))?;
+            let cert =
+                certificates(&c.certificate).map_err(|e| format!("failed to load certificate from {}: {e}", "cert"))?;
             let leaf = cert.into_iter().next().ok_or("no certs found in pem file")?;
             if !c.certificate_chain.trim().is_empty() {
-                let chain = certificates(&c.certificate_chain).map_err(|e| format!("failed to load certificate chain: {e}"))?;
+                let chain =
+                    certificates(&c.certificate_chain).map_err(|e| format!("failed to load certificate chain: {e}"))?;
                 let (roots, inter) = split_chain(chain);
                 verify_chain(&leaf, &inter, &roots, now())
                     .map_err(|e| format!("failed to load validate certificate chain: {e}"))?;
@@ -165,9 +175,17 @@ pub fn resolve(session: &Session, r: &Reference) -> Result<String, ImageError> {
     }
 }
 
+/// A signature or attestation layer: (mediaType, blob digest, annotations).
+type Layer = (String, String, BTreeMap<String, String>);
+
 /// The layers of the signature (or attestation) manifest of `digest`: (mediaType, digest,
 /// annotations). `None`: there is no such manifest.
-fn layers(session: &Session, sigs: &Reference, digest: &str, suffix: &str) -> Result<Option<Vec<(String, String, BTreeMap<String, String>)>>, ImageError> {
+fn layers(
+    session: &Session,
+    sigs: &Reference,
+    digest: &str,
+    suffix: &str,
+) -> Result<Option<Vec<Layer>>, ImageError> {
     let Some(m) = session.manifest(sigs, &tag_for(digest, suffix))? else { return Ok(None) };
     let v = m.json()?;
     let list = v.get("layers").and_then(Value::as_array).cloned().unwrap_or_default();
@@ -197,7 +215,12 @@ pub struct Expect<'a> {
 
 /// Verifies the cosign signatures of `image` (digest `digest`), read from `sigs` (the image's
 /// repository or the policy's `repository`): one signature that verifies is enough.
-pub fn verify_signatures(session: &Session, sigs: &Reference, digest: &str, expect: &Expect) -> Result<Verified, ImageError> {
+pub fn verify_signatures(
+    session: &Session,
+    sigs: &Reference,
+    digest: &str,
+    expect: &Expect,
+) -> Result<Verified, ImageError> {
     let Some(layers) = layers(session, sigs, digest, "sig")? else {
         return Err(ImageError::Failed("no signatures found".into()));
     };
@@ -215,7 +238,12 @@ pub fn verify_signatures(session: &Session, sigs: &Reference, digest: &str, expe
     Err(ImageError::Failed(format!("no matching signatures: {last}")))
 }
 
-fn check_signature_layer(payload: &[u8], ann: &BTreeMap<String, String>, digest: &str, expect: &Expect) -> Result<(), String> {
+fn check_signature_layer(
+    payload: &[u8],
+    ann: &BTreeMap<String, String>,
+    digest: &str,
+    expect: &Expect,
+) -> Result<(), String> {
     let sig = b64(ann.get(SIGNATURE).map(String::as_str).unwrap_or(""))
         .map_err(|e| format!("the signature annotation is not base64: {e}"))?;
     let time = check_signer(expect, ann, payload, &sig)?;
@@ -310,7 +338,10 @@ fn check_identity(leaf: &Certificate, rule: &IdentityRule) -> Result<(), String>
 /// the canonical JSON of the entry) with the configured Rekor key, and that the entry is about
 /// this signature and payload. Returns the entry's integrated time.
 fn check_bundle(tlog: &Tlog, ann: &BTreeMap<String, String>, msg: &[u8], sig: &[u8]) -> Result<i64, String> {
-    let raw = ann.get(BUNDLE).filter(|s| !s.is_empty()).ok_or("signature not found in transparency log (no Rekor bundle; set rekor.ignoreTlog to skip the check)")?;
+    let raw = ann
+        .get(BUNDLE)
+        .filter(|s| !s.is_empty())
+        .ok_or("signature not found in transparency log (no Rekor bundle; set rekor.ignoreTlog to skip the check)")?;
     let key = tlog.key.as_ref().ok_or("no Rekor public key to check the transparency log entry with: this build of verno does not fetch Sigstore's trust root, give rekor.pubkey")?;
     let bundle: Value = serde_json::from_str(raw).map_err(|e| format!("invalid Rekor bundle: {e}"))?;
     let set = b64(bundle.get("SignedEntryTimestamp").and_then(Value::as_str).unwrap_or(""))
@@ -318,8 +349,10 @@ fn check_bundle(tlog: &Tlog, ann: &BTreeMap<String, String>, msg: &[u8], sig: &[
     let payload = bundle.get("Payload").ok_or("invalid Rekor bundle: no Payload")?;
     // Canonical JSON: keys sorted, no spaces (serde_json's map is ordered by key here).
     let canonical = serde_json::to_vec(&canonical(payload)).map_err(|e| e.to_string())?;
-    key.verify("sha256", &canonical, &set).map_err(|_| "unable to verify the Rekor bundle: invalid signed entry timestamp".to_string())?;
-    let body = b64(payload.get("body").and_then(Value::as_str).unwrap_or("")).map_err(|e| format!("invalid Rekor bundle body: {e}"))?;
+    key.verify("sha256", &canonical, &set)
+        .map_err(|_| "unable to verify the Rekor bundle: invalid signed entry timestamp".to_string())?;
+    let body = b64(payload.get("body").and_then(Value::as_str).unwrap_or(""))
+        .map_err(|e| format!("invalid Rekor bundle body: {e}"))?;
     let entry: Value = serde_json::from_slice(&body).map_err(|e| format!("invalid Rekor bundle body: {e}"))?;
     let hash = entry.pointer("/spec/data/hash/value").and_then(Value::as_str).unwrap_or("");
     let content = entry.pointer("/spec/signature/content").and_then(Value::as_str).unwrap_or("");
@@ -342,7 +375,12 @@ fn canonical(v: &Value) -> Value {
 
 /// Fetches the attestations of `digest` and verifies their envelopes: the statements of
 /// envelopes a signer vouches for (all of them for [`Signer::Anyone`]), about this digest.
-pub fn verify_attestations(session: &Session, sigs: &Reference, digest: &str, expect: &Expect) -> Result<Verified, ImageError> {
+pub fn verify_attestations(
+    session: &Session,
+    sigs: &Reference,
+    digest: &str,
+    expect: &Expect,
+) -> Result<Verified, ImageError> {
     let Some(layers) = layers(session, sigs, digest, "att")? else {
         return Err(ImageError::Failed("no signatures found".into()));
     };
@@ -361,10 +399,16 @@ pub fn verify_attestations(session: &Session, sigs: &Reference, digest: &str, ex
     Ok(Verified { digest: digest.to_string(), statements })
 }
 
-fn check_envelope(envelope: &[u8], ann: &BTreeMap<String, String>, digest: &str, expect: &Expect) -> Result<Value, String> {
+fn check_envelope(
+    envelope: &[u8],
+    ann: &BTreeMap<String, String>,
+    digest: &str,
+    expect: &Expect,
+) -> Result<Value, String> {
     let env: Value = serde_json::from_slice(envelope).map_err(|e| format!("failed to decode envelope: {e}"))?;
     let payload_type = env.get("payloadType").and_then(Value::as_str).unwrap_or("");
-    let body = b64(env.get("payload").and_then(Value::as_str).unwrap_or("")).map_err(|e| format!("failed to decode payload: {e}"))?;
+    let body = b64(env.get("payload").and_then(Value::as_str).unwrap_or(""))
+        .map_err(|e| format!("failed to decode payload: {e}"))?;
     // DSSE's pre-authentication encoding is what is signed.
     let mut pae = format!("DSSEv1 {} {payload_type} {} ", payload_type.len(), body.len()).into_bytes();
     pae.extend_from_slice(&body);

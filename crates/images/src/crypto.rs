@@ -81,12 +81,13 @@ impl PublicKey {
                 UnparsedPublicKey::new(v, k).verify(msg, sig).is_ok()
             }
             PublicKey::Rsa(k) => {
-                let (pkcs1, pss): (&dyn signature::VerificationAlgorithm, &dyn signature::VerificationAlgorithm) = match alg {
-                    "sha256" => (&signature::RSA_PKCS1_2048_8192_SHA256, &signature::RSA_PSS_2048_8192_SHA256),
-                    "sha384" => (&signature::RSA_PKCS1_2048_8192_SHA384, &signature::RSA_PSS_2048_8192_SHA384),
-                    "sha512" => (&signature::RSA_PKCS1_2048_8192_SHA512, &signature::RSA_PSS_2048_8192_SHA512),
-                    _ => return Err(unsupported()),
-                };
+                let (pkcs1, pss): (&dyn signature::VerificationAlgorithm, &dyn signature::VerificationAlgorithm) =
+                    match alg {
+                        "sha256" => (&signature::RSA_PKCS1_2048_8192_SHA256, &signature::RSA_PSS_2048_8192_SHA256),
+                        "sha384" => (&signature::RSA_PKCS1_2048_8192_SHA384, &signature::RSA_PSS_2048_8192_SHA384),
+                        "sha512" => (&signature::RSA_PKCS1_2048_8192_SHA512, &signature::RSA_PSS_2048_8192_SHA512),
+                        _ => return Err(unsupported()),
+                    };
                 UnparsedPublicKey::new(pkcs1, k).verify(msg, sig).is_ok()
                     || UnparsedPublicKey::new(pss, k).verify(msg, sig).is_ok()
             }
@@ -98,7 +99,8 @@ impl PublicKey {
 
 /// Every `CERTIFICATE` block of a PEM text, in order.
 pub fn certificates(text: &str) -> Result<Vec<Certificate>, String> {
-    let blocks = ::pem::parse_many(text.trim()).map_err(|e| format!("failed to unmarshal certificate from PEM format: {e}"))?;
+    let blocks =
+        ::pem::parse_many(text.trim()).map_err(|e| format!("failed to unmarshal certificate from PEM format: {e}"))?;
     let certs: Vec<Certificate> = blocks
         .into_iter()
         .filter(|b| b.tag() == "CERTIFICATE")
@@ -212,7 +214,12 @@ fn other_name_value(v: &[u8]) -> &[u8] {
 }
 
 /// Checks `leaf` up to one of `roots` through `intermediates`, for code signing, at `now`.
-pub fn verify_chain(leaf: &Certificate, intermediates: &[Certificate], roots: &[Certificate], now: i64) -> Result<(), String> {
+pub fn verify_chain(
+    leaf: &Certificate,
+    intermediates: &[Certificate],
+    roots: &[Certificate],
+    now: i64,
+) -> Result<(), String> {
     let root_ders: Vec<CertificateDer<'_>> = roots.iter().map(|c| CertificateDer::from(c.der.as_slice())).collect();
     let anchors: Vec<_> = root_ders
         .iter()

@@ -146,12 +146,18 @@ impl Verifier {
     fn secret_key(&self, namespace: &str, name: &str) -> Result<String, String> {
         let s = self.secret(namespace, name)?;
         let raw = s.pointer("/data/cosign.pub").and_then(Value::as_str).ok_or("the secret has no cosign.pub")?;
-        let bytes = base64::engine::general_purpose::STANDARD.decode(raw).map_err(|e| format!("cosign.pub is not base64: {e}"))?;
+        let bytes = base64::engine::general_purpose::STANDARD
+            .decode(raw)
+            .map_err(|e| format!("cosign.pub is not base64: {e}"))?;
         String::from_utf8(bytes).map_err(|_| "cosign.pub is not text".to_string())
     }
 
     /// Credentials for `registry` from the docker config Secrets the policy names.
-    fn credentials(&self, creds: Option<&RegistryCredentials>, registry: &str) -> Result<Option<Credentials>, ImageError> {
+    fn credentials(
+        &self,
+        creds: Option<&RegistryCredentials>,
+        registry: &str,
+    ) -> Result<Option<Credentials>, ImageError> {
         let Some(c) = creds else { return Ok(None) };
         for p in &c.providers {
             if p != "default" {
@@ -160,7 +166,8 @@ impl Verifier {
         }
         for s in &c.secrets {
             let (ns, name) = s.split_once('/').unwrap_or(("", s));
-            let secret = self.secret(ns, name).map_err(|e| ImageError::Failed(format!("failed to fetch secrets: {e}")))?;
+            let secret =
+                self.secret(ns, name).map_err(|e| ImageError::Failed(format!("failed to fetch secrets: {e}")))?;
             if let Some(found) = docker_config_auth(&secret, registry) {
                 return Ok(Some(found));
             }
@@ -205,7 +212,9 @@ fn docker_config_auth(secret: &Value, registry: &str) -> Option<Credentials> {
         let host = k.trim_start_matches("https://").trim_start_matches("http://").split('/').next().unwrap_or("");
         (host == registry || (hub && (host == "index.docker.io" || host == "docker.io"))).then_some(v)
     })?;
-    if let (Some(u), Some(p)) = (entry.get("username").and_then(Value::as_str), entry.get("password").and_then(Value::as_str)) {
+    if let (Some(u), Some(p)) =
+        (entry.get("username").and_then(Value::as_str), entry.get("password").and_then(Value::as_str))
+    {
         return Some(Credentials { username: u.into(), password: p.into() });
     }
     let decoded = base64::engine::general_purpose::STANDARD.decode(entry.get("auth")?.as_str()?).ok()?;
@@ -217,27 +226,32 @@ fn docker_config_auth(secret: &Value, registry: &str) -> Option<Credentials> {
 impl ImageVerifier for Verifier {
     fn verify(&self, check: &SignatureCheck) -> Result<Verified, ImageError> {
         match check.kind {
-            "Notary" => return Err(ImageError::Failed("Notary signatures are not supported by this build of verno".into())),
+            "Notary" => {
+                return Err(ImageError::Failed("Notary signatures are not supported by this build of verno".into()));
+            }
             "SigstoreBundle" => {
                 return Err(ImageError::Failed("Sigstore bundles are not supported by this build of verno".into()));
             }
             _ => {}
         }
         if check.cosign_oci11 {
-            return Err(ImageError::Failed("cosignOCI11 (OCI 1.1 referrers) is not supported by this build of verno".into()));
+            return Err(ImageError::Failed(
+                "cosignOCI11 (OCI 1.1 referrers) is not supported by this build of verno".into(),
+            ));
         }
         let image = Reference::parse(check.image).map_err(ImageError::Failed)?;
         let session = self.session(check.credentials, &image.registry)?;
         let digest = cosign::resolve(&session, &image)?;
         let (signer, tlog, algorithm) =
             cosign::signer(check.attestor, &|ns, name| self.secret_key(ns, name)).map_err(ImageError::Failed)?;
-        let expect = cosign::Expect { signer: &signer, tlog: &tlog, algorithm: &algorithm, annotations: check.annotations };
+        let expect =
+            cosign::Expect { signer: &signer, tlog: &tlog, algorithm: &algorithm, annotations: check.annotations };
         let (sigs, sig_session) = if check.repository.is_empty() {
             (image.clone(), None)
         } else {
-            let r = image
-                .in_repository(check.repository)
-                .map_err(|e| ImageError::Failed(format!("failed to parse signature repository {}: {e}", check.repository)))?;
+            let r = image.in_repository(check.repository).map_err(|e| {
+                ImageError::Failed(format!("failed to parse signature repository {}: {e}", check.repository))
+            })?;
             let s = self.session(check.credentials, &r.registry)?;
             (r, Some(s))
         };
@@ -248,7 +262,12 @@ impl ImageVerifier for Verifier {
         }
     }
 
-    fn digest(&self, image: &str, credentials: Option<&RegistryCredentials>, _namespace: &str) -> Result<String, ImageError> {
+    fn digest(
+        &self,
+        image: &str,
+        credentials: Option<&RegistryCredentials>,
+        _namespace: &str,
+    ) -> Result<String, ImageError> {
         let r = Reference::parse(image).map_err(ImageError::Failed)?;
         let session = self.session(credentials, &r.registry)?;
         cosign::resolve(&session, &r)
@@ -273,7 +292,10 @@ mod tests {
     fn docker_config_secrets() {
         let cfg = serde_json::json!({"auths": {"127.0.0.1:5000": {"auth": base64::engine::general_purpose::STANDARD.encode("u:p")}}});
         let secret = serde_json::json!({"data": {".dockerconfigjson": base64::engine::general_purpose::STANDARD.encode(cfg.to_string())}});
-        assert_eq!(docker_config_auth(&secret, "127.0.0.1:5000"), Some(Credentials { username: "u".into(), password: "p".into() }));
+        assert_eq!(
+            docker_config_auth(&secret, "127.0.0.1:5000"),
+            Some(Credentials { username: "u".into(), password: "p".into() })
+        );
         assert_eq!(docker_config_auth(&secret, "ghcr.io"), None);
     }
 

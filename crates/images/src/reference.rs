@@ -49,7 +49,11 @@ impl Reference {
 
     /// The host to talk to: Docker Hub's API lives at `registry-1.docker.io`.
     pub fn host(&self) -> &str {
-        if self.registry == "docker.io" || self.registry == "index.docker.io" { "registry-1.docker.io" } else { &self.registry }
+        if self.registry == "docker.io" || self.registry == "index.docker.io" {
+            "registry-1.docker.io"
+        } else {
+            &self.registry
+        }
     }
 
     /// The digest if the reference has one, else the tag.
@@ -69,7 +73,8 @@ impl Reference {
 
 /// `sha256:` and 64 lower-case hex digits (the only algorithm registries use for images).
 pub fn valid_digest(d: &str) -> bool {
-    d.strip_prefix("sha256:").is_some_and(|h| h.len() == 64 && h.bytes().all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b)))
+    d.strip_prefix("sha256:")
+        .is_some_and(|h| h.len() == 64 && h.bytes().all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b)))
 }
 
 #[cfg(test)]
@@ -79,7 +84,10 @@ mod tests {
     #[test]
     fn references() {
         let r = Reference::parse("busybox").unwrap();
-        assert_eq!((r.registry.as_str(), r.repository.as_str(), r.tag.as_str()), ("docker.io", "library/busybox", "latest"));
+        assert_eq!(
+            (r.registry.as_str(), r.repository.as_str(), r.tag.as_str()),
+            ("docker.io", "library/busybox", "latest")
+        );
         assert_eq!(r.host(), "registry-1.docker.io");
         let r = Reference::parse("127.0.0.1:5000/acme/app:v1").unwrap();
         assert_eq!((r.registry.as_str(), r.repository.as_str(), r.tag.as_str()), ("127.0.0.1:5000", "acme/app", "v1"));
@@ -89,6 +97,9 @@ mod tests {
         assert!(Reference::parse("ghcr.io/acme/app@sha256:xyz").is_err());
         assert!(Reference::parse("").is_err());
         let moved = Reference::parse("ghcr.io/acme/app:v1").unwrap().in_repository("127.0.0.1:5000/sigs").unwrap();
-        assert_eq!((moved.registry.as_str(), moved.repository.as_str(), moved.tag.as_str()), ("127.0.0.1:5000", "sigs", "v1"));
+        assert_eq!(
+            (moved.registry.as_str(), moved.repository.as_str(), moved.tag.as_str()),
+            ("127.0.0.1:5000", "sigs", "v1")
+        );
     }
 }

@@ -39,7 +39,8 @@ pub struct Manifest {
 
 impl Manifest {
     pub fn json(&self) -> Result<serde_json::Value, ImageError> {
-        serde_json::from_slice(&self.bytes).map_err(|e| ImageError::Failed(format!("the manifest {} is not JSON: {e}", self.digest)))
+        serde_json::from_slice(&self.bytes)
+            .map_err(|e| ImageError::Failed(format!("the manifest {} is not JSON: {e}", self.digest)))
     }
 }
 
@@ -72,7 +73,9 @@ impl<'a> Session<'a> {
         let Some((bytes, headers)) = self.get(r, &url, Some(MANIFEST_TYPES), MAX_MANIFEST)? else { return Ok(None) };
         let computed = format!("sha256:{:x}", sha2::Sha256::digest(&bytes));
         if valid_digest(version) && computed != version {
-            return Err(ImageError::Failed(format!("the registry answered {url} with a manifest whose digest is {computed}")));
+            return Err(ImageError::Failed(format!(
+                "the registry answered {url} with a manifest whose digest is {computed}"
+            )));
         }
         let media_type = headers
             .get("content-type")
@@ -124,7 +127,10 @@ impl<'a> Session<'a> {
                 status,
                 if self.credentials.is_some() { " (the credentials were refused)" } else { "" }
             ))),
-            s => Err(ImageError::Failed(format!("GET {url}: unexpected status {s}: {}", String::from_utf8_lossy(&bytes).chars().take(200).collect::<String>()))),
+            s => Err(ImageError::Failed(format!(
+                "GET {url}: unexpected status {s}: {}",
+                String::from_utf8_lossy(&bytes).chars().take(200).collect::<String>()
+            ))),
         }
     }
 
@@ -192,7 +198,10 @@ impl<'a> Session<'a> {
             Auth::None => req,
             Auth::Basic(c) => req.header(
                 "Authorization",
-                format!("Basic {}", base64::engine::general_purpose::STANDARD.encode(format!("{}:{}", c.username, c.password))),
+                format!(
+                    "Basic {}",
+                    base64::engine::general_purpose::STANDARD.encode(format!("{}:{}", c.username, c.password))
+                ),
             ),
             Auth::Bearer(t) => req.bearer_auth(t),
         };
@@ -276,7 +285,9 @@ fn challenge_params(s: &str) -> Vec<(String, String)> {
 mod tests {
     #[test]
     fn challenges() {
-        let p = super::challenge_params(r#" realm="https://auth.example/token",service="registry.example",scope="repository:a/b:pull""#);
+        let p = super::challenge_params(
+            r#" realm="https://auth.example/token",service="registry.example",scope="repository:a/b:pull""#,
+        );
         assert_eq!(p[0], ("realm".into(), "https://auth.example/token".into()));
         assert_eq!(p[1], ("service".into(), "registry.example".into()));
         assert_eq!(p[2], ("scope".into(), "repository:a/b:pull".into()));

@@ -1,6 +1,7 @@
 //! verno-images against a real registry (docker-registry on loopback, images pushed by
 //! skopeo, signatures and attestations made by the rig): what Kyverno's verifyImages asks of
 //! cosign, entry by entry.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic, clippy::indexing_slicing)] // a test fails by panicking
 
 mod rig;
 
@@ -26,7 +27,12 @@ fn keys(pem: &str) -> Attestor {
     }
 }
 
-fn check<'a>(image: &'a str, attestor: &'a Attestor, creds: &'a RegistryCredentials, ann: &'a BTreeMap<String, String>) -> SignatureCheck<'a> {
+fn check<'a>(
+    image: &'a str,
+    attestor: &'a Attestor,
+    creds: &'a RegistryCredentials,
+    ann: &'a BTreeMap<String, String>,
+) -> SignatureCheck<'a> {
     SignatureCheck {
         image,
         attestor,
@@ -74,7 +80,10 @@ fn keys_signed_unsigned_wrong_key_tampered_wrong_digest() {
     let prod: BTreeMap<String, String> = [("env".to_string(), "prod".to_string())].into();
     assert!(v.verify(&check(&image, &att, &creds, &prod)).is_ok());
     let dev: BTreeMap<String, String> = [("env".to_string(), "dev".to_string())].into();
-    assert_eq!(failed(v.verify(&check(&image, &att, &creds, &dev))), "no matching signatures: missing or incorrect annotation: env=dev");
+    assert_eq!(
+        failed(v.verify(&check(&image, &att, &creds, &dev))),
+        "no matching signatures: missing or incorrect annotation: env=dev"
+    );
 
     // Unsigned.
     let plain = format!("{}/acme/plain:v1", reg.addr);
@@ -89,7 +98,10 @@ fn keys_signed_unsigned_wrong_key_tampered_wrong_digest() {
     // A tampered payload and a payload claiming another digest.
     let t = reg.push_image("acme/tampered", "v1", "tampered");
     sign(&reg, "acme/tampered", &t, &key, &SignOpts { tamper: true, ..Default::default() });
-    assert!(failed(v.verify(&check(&format!("{}/acme/tampered:v1", reg.addr), &att, &creds, &none))).contains("invalid signature"));
+    assert!(
+        failed(v.verify(&check(&format!("{}/acme/tampered:v1", reg.addr), &att, &creds, &none)))
+            .contains("invalid signature")
+    );
     let w = reg.push_image("acme/wrongdigest", "v1", "wrongdigest");
     sign(&reg, "acme/wrongdigest", &w, &key, &SignOpts { claim_digest: Some(unsigned.clone()), ..Default::default() });
     assert_eq!(
@@ -97,10 +109,15 @@ fn keys_signed_unsigned_wrong_key_tampered_wrong_digest() {
         format!("no matching signatures: invalid or missing digest in claim: {unsigned}")
     );
     // A missing image.
-    assert!(failed(v.verify(&check(&format!("{}/acme/nothing:v1", reg.addr), &att, &creds, &none))).contains("not found"));
+    assert!(
+        failed(v.verify(&check(&format!("{}/acme/nothing:v1", reg.addr), &att, &creds, &none))).contains("not found")
+    );
 
     // The transparency log is required unless ignored.
-    let tlog = Attestor { keys: Some(StaticKeys { public_keys: key.pem.clone(), ..Default::default() }), ..Default::default() };
+    let tlog = Attestor {
+        keys: Some(StaticKeys { public_keys: key.pem.clone(), ..Default::default() }),
+        ..Default::default()
+    };
     assert!(failed(v.verify(&check(&image, &tlog, &creds, &none))).contains("signature not found in transparency log"));
 
     // A second signer appended to the same image: each key verifies on its own.
@@ -114,7 +131,13 @@ fn certificates_chains_keyless_and_expired_leaves() {
     let reg = Registry::start(None);
     let digest = reg.push_image("acme/keyless", "v1", "keyless");
     let good = ca("signer@example.com", "https://issuer.example.com", false);
-    sign(&reg, "acme/keyless", &digest, &good.leaf, &SignOpts { cert: Some(good.leaf_pem.clone()), chain: Some(good.root_pem.clone()), ..Default::default() });
+    sign(
+        &reg,
+        "acme/keyless",
+        &digest,
+        &good.leaf,
+        &SignOpts { cert: Some(good.leaf_pem.clone()), chain: Some(good.root_pem.clone()), ..Default::default() },
+    );
     let v = Verifier::new().unwrap();
     let creds = insecure();
     let none = BTreeMap::new();
@@ -132,17 +155,31 @@ fn certificates_chains_keyless_and_expired_leaves() {
         }),
         ..Default::default()
     };
-    assert!(v.verify(&check(&image, &keyless("signer@example.com", "https://issuer.example.com"), &creds, &none)).is_ok());
+    assert!(
+        v.verify(&check(&image, &keyless("signer@example.com", "https://issuer.example.com"), &creds, &none)).is_ok()
+    );
     assert!(v.verify(&check(&image, &keyless("*@example.com", "https://issuer.*"), &creds, &none)).is_ok());
-    assert!(failed(v.verify(&check(&image, &keyless("other@example.com", ""), &creds, &none))).contains("subject mismatch"));
-    assert!(failed(v.verify(&check(&image, &keyless("", "https://evil.example.com"), &creds, &none))).contains("issuer mismatch"));
+    assert!(
+        failed(v.verify(&check(&image, &keyless("other@example.com", ""), &creds, &none))).contains("subject mismatch")
+    );
+    assert!(
+        failed(v.verify(&check(&image, &keyless("", "https://evil.example.com"), &creds, &none)))
+            .contains("issuer mismatch")
+    );
     // Other roots.
     let stranger = ca("signer@example.com", "https://issuer.example.com", false);
     let other_roots = Attestor {
-        keyless: Some(Keyless { roots: stranger.root_pem.clone(), rekor: no_tlog.clone(), ctlog: no_sct.clone(), ..Default::default() }),
+        keyless: Some(Keyless {
+            roots: stranger.root_pem.clone(),
+            rekor: no_tlog.clone(),
+            ctlog: no_sct.clone(),
+            ..Default::default()
+        }),
         ..Default::default()
     };
-    assert!(failed(v.verify(&check(&image, &other_roots, &creds, &none))).contains("certificate chain verification failed"));
+    assert!(
+        failed(v.verify(&check(&image, &other_roots, &creds, &none))).contains("certificate chain verification failed")
+    );
     // SCTs are not checked by this build: said, not skipped.
     let with_sct = Attestor {
         keyless: Some(Keyless { roots: good.root_pem.clone(), rekor: no_tlog.clone(), ..Default::default() }),
@@ -151,7 +188,12 @@ fn certificates_chains_keyless_and_expired_leaves() {
     assert!(failed(v.verify(&check(&image, &with_sct, &creds, &none))).contains("ctlog.ignoreSCT"));
     // certificates: the leaf's key, with and without the chain.
     let cert = |chain: &str| Attestor {
-        certificates: Some(Certificates { certificate: good.leaf_pem.clone(), certificate_chain: chain.into(), rekor: no_tlog.clone(), ..Default::default() }),
+        certificates: Some(Certificates {
+            certificate: good.leaf_pem.clone(),
+            certificate_chain: chain.into(),
+            rekor: no_tlog.clone(),
+            ..Default::default()
+        }),
         ..Default::default()
     };
     assert!(v.verify(&check(&image, &cert(""), &creds, &none)).is_ok());
@@ -161,9 +203,20 @@ fn certificates_chains_keyless_and_expired_leaves() {
     // An expired leaf fails.
     let old = ca("signer@example.com", "https://issuer.example.com", true);
     let d2 = reg.push_image("acme/expired", "v1", "expired");
-    sign(&reg, "acme/expired", &d2, &old.leaf, &SignOpts { cert: Some(old.leaf_pem.clone()), chain: Some(old.root_pem.clone()), ..Default::default() });
+    sign(
+        &reg,
+        "acme/expired",
+        &d2,
+        &old.leaf,
+        &SignOpts { cert: Some(old.leaf_pem.clone()), chain: Some(old.root_pem.clone()), ..Default::default() },
+    );
     let expired = Attestor {
-        keyless: Some(Keyless { roots: old.root_pem.clone(), rekor: no_tlog.clone(), ctlog: no_sct.clone(), ..Default::default() }),
+        keyless: Some(Keyless {
+            roots: old.root_pem.clone(),
+            rekor: no_tlog.clone(),
+            ctlog: no_sct.clone(),
+            ..Default::default()
+        }),
         ..Default::default()
     };
     let msg = failed(v.verify(&check(&format!("{}/acme/expired:v1", reg.addr), &expired, &creds, &none)));
@@ -207,7 +260,8 @@ fn auth_required_and_registry_down() {
     let image = format!("{}/private/app:v1", reg.addr);
     let none = BTreeMap::new();
     let att = keys(&key.pem);
-    let creds = RegistryCredentials { allow_insecure_registry: true, secrets: vec!["regcred".into()], ..Default::default() };
+    let creds =
+        RegistryCredentials { allow_insecure_registry: true, secrets: vec!["regcred".into()], ..Default::default() };
     // Without the secret's credentials: refused.
     let anonymous = Verifier::new().unwrap();
     let msg = failed(anonymous.verify(&check(&image, &att, &insecure(), &none)));
@@ -221,7 +275,8 @@ fn auth_required_and_registry_down() {
     let v = Verifier::new().unwrap().with_secrets(reader);
     assert_eq!(v.verify(&check(&image, &att, &creds, &none)).unwrap().digest, digest);
     // A missing secret is a failure saying so.
-    let missing = RegistryCredentials { allow_insecure_registry: true, secrets: vec!["nope".into()], ..Default::default() };
+    let missing =
+        RegistryCredentials { allow_insecure_registry: true, secrets: vec!["nope".into()], ..Default::default() };
     assert!(failed(v.verify(&check(&image, &att, &missing, &none))).contains("failed to fetch secrets"));
 
     // The registry goes away: unreachable, an error and not a failure.

@@ -429,7 +429,9 @@ impl Metrics {
                     verno_engine::RuleBody::Validate(_) => "validate",
                     verno_engine::RuleBody::Mutate(_) => "mutate",
                     verno_engine::RuleBody::Generate(_) => "generate",
-                    verno_engine::RuleBody::Unsupported { .. } | verno_engine::RuleBody::VerifyImages(_) => "imageVerify",
+                    verno_engine::RuleBody::Unsupported { .. } | verno_engine::RuleBody::VerifyImages(_) => {
+                        "imageVerify"
+                    }
                     verno_engine::RuleBody::Cleanup(_) => "deletion",
                 };
                 rules.push([

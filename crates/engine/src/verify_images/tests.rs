@@ -127,7 +127,7 @@ fn a_signed_image_gets_its_digest_and_the_annotations() {
     assert_eq!(ann[ANNOTATION], json!(json!({image.clone(): "pass"}).to_string()));
     assert_eq!(
         ann[ANNOTATION_SCOPED],
-        json!(json!({"version": 1, "policies": {"/check-images": {"signed": {image: "pass"}}}}).to_string())
+        json!(format!(r#"{{"version":1,"policies":{{"/check-images":{{"signed":{{"{image}":"pass"}}}}}}}}"#))
     );
     assert!(out.allowed());
 }

@@ -2,7 +2,7 @@
 //! optionally htpasswd auth), images pushed with `skopeo` from OCI layouts written here, and
 //! cosign-format signatures and attestations made and pushed by this code (ring and rcgen).
 //! `scripts/install-registry.sh` installs the two tools when they are missing.
-#![allow(dead_code)]
+#![allow(dead_code, clippy::unwrap_used, clippy::expect_used, clippy::panic, clippy::indexing_slicing, clippy::disallowed_methods)] // test code fails by panicking
 
 use base64::Engine as _;
 use ring::rand::SystemRandom;
@@ -27,11 +27,16 @@ fn repo_root() -> PathBuf {
 
 /// Installs docker-registry and skopeo when they are missing (the project's script).
 pub fn ensure_tools() {
-    let have = |t: &str| Command::new("sh").arg("-c").arg(format!("command -v {t}")).output().is_ok_and(|o| o.status.success());
+    let have = |t: &str| {
+        Command::new("sh").arg("-c").arg(format!("command -v {t}")).output().is_ok_and(|o| o.status.success())
+    };
     if have("docker-registry") && have("skopeo") {
         return;
     }
-    let out = Command::new("bash").arg(repo_root().join("scripts/install-registry.sh")).output().expect("run install-registry.sh");
+    let out = Command::new("bash")
+        .arg(repo_root().join("scripts/install-registry.sh"))
+        .output()
+        .expect("run install-registry.sh");
     assert!(
         out.status.success(),
         "scripts/install-registry.sh could not install docker-registry and skopeo: {}",
@@ -116,7 +121,11 @@ impl Registry {
     pub fn put_blob(&self, repo: &str, bytes: &[u8]) -> String {
         let digest = sha(bytes);
         self.rt.block_on(async {
-            let start = self.req(reqwest::Method::POST, &format!("http://{}/v2/{repo}/blobs/uploads/", self.addr)).send().await.expect("upload");
+            let start = self
+                .req(reqwest::Method::POST, &format!("http://{}/v2/{repo}/blobs/uploads/", self.addr))
+                .send()
+                .await
+                .expect("upload");
             assert_eq!(start.status().as_u16(), 202, "start upload");
             let loc = start.headers().get("location").and_then(|l| l.to_str().ok()).expect("location").to_string();
             let url = if loc.starts_with("http") { loc } else { format!("http://{}{loc}", self.addr) };
@@ -136,7 +145,11 @@ impl Registry {
     /// Stores a manifest under a tag (or digest) and returns its digest.
     pub fn put_manifest(&self, repo: &str, reference: &str, manifest: &Value) -> String {
         let bytes = serde_json::to_vec(manifest).expect("json");
-        let media = manifest.get("mediaType").and_then(Value::as_str).unwrap_or("application/vnd.oci.image.manifest.v1+json").to_string();
+        let media = manifest
+            .get("mediaType")
+            .and_then(Value::as_str)
+            .unwrap_or("application/vnd.oci.image.manifest.v1+json")
+            .to_string();
         self.rt.block_on(async {
             let r = self
                 .req(reqwest::Method::PUT, &format!("http://{}/v2/{repo}/manifests/{reference}", self.addr))
@@ -281,8 +294,13 @@ pub fn sign(reg: &Registry, repo: &str, digest: &str, key: &Key, opts: &SignOpts
     if let Some(b) = &opts.bundle {
         ann["dev.sigstore.cosign/bundle"] = json!(b);
     }
-    reg.add_layers(repo, digest, "sig", vec![json!({"mediaType": "application/vnd.dev.cosign.simplesigning.v1+json",
-        "digest": blob, "size": stored.len(), "annotations": ann})]);
+    reg.add_layers(
+        repo,
+        digest,
+        "sig",
+        vec![json!({"mediaType": "application/vnd.dev.cosign.simplesigning.v1+json",
+        "digest": blob, "size": stored.len(), "annotations": ann})],
+    );
     sig
 }
 
@@ -311,7 +329,9 @@ pub struct Ca {
 }
 
 pub fn ca(email: &str, issuer: &str, expired: bool) -> Ca {
-    use rcgen::{CertificateParams, CustomExtension, DnType, ExtendedKeyUsagePurpose, IsCa, BasicConstraints, KeyPair, SanType};
+    use rcgen::{
+        BasicConstraints, CertificateParams, CustomExtension, DnType, ExtendedKeyUsagePurpose, IsCa, KeyPair, SanType,
+    };
     let root_key = KeyPair::generate().expect("root key");
     let mut rp = CertificateParams::new(Vec::<String>::new()).expect("params");
     rp.distinguished_name.push(DnType::CommonName, "verno test root");
@@ -322,7 +342,8 @@ pub fn ca(email: &str, issuer: &str, expired: bool) -> Ca {
     lp.distinguished_name.push(DnType::CommonName, "signer");
     lp.subject_alt_names = vec![SanType::Rfc822Name(email.try_into().expect("email"))];
     lp.extended_key_usages = vec![ExtendedKeyUsagePurpose::CodeSigning];
-    lp.custom_extensions = vec![CustomExtension::from_oid_content(&[1, 3, 6, 1, 4, 1, 57264, 1, 1], issuer.as_bytes().to_vec())];
+    lp.custom_extensions =
+        vec![CustomExtension::from_oid_content(&[1, 3, 6, 1, 4, 1, 57264, 1, 1], issuer.as_bytes().to_vec())];
     let now = time_now();
     if expired {
         lp.not_before = now - time::Duration::days(30);
