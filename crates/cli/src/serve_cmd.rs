@@ -91,6 +91,16 @@ pub struct ServeArgs {
     /// Lease through the monitor webhook); 0 turns the probe off.
     #[arg(long = "probe-interval-seconds", default_value_t = 30)]
     pub probe_interval_seconds: u64,
+    /// Cache passing image verifications (Kyverno's `--imageVerifyCacheEnabled`).
+    #[arg(long = "image-verify-cache", default_value_t = true, action = clap::ArgAction::Set)]
+    pub image_verify_cache: bool,
+    /// How long a cached image verification holds (Kyverno's `--imageVerifyCacheTTLDuration`,
+    /// 60 minutes; 0: the default).
+    #[arg(long = "image-verify-cache-ttl-seconds", default_value_t = 3600)]
+    pub image_verify_cache_ttl_seconds: u64,
+    /// The most cached image verifications (Kyverno's `--imageVerifyCacheMaxSize`).
+    #[arg(long = "image-verify-cache-max-size", default_value_t = 1000)]
+    pub image_verify_cache_max_size: usize,
     /// HTTPS address for the webhook endpoints and health probes.
     #[arg(long, default_value = "0.0.0.0:9443")]
     pub addr: SocketAddr,
@@ -245,6 +255,7 @@ pub fn run(args: &ServeArgs) -> i32 {
             ..Default::default()
         });
         opts.config_map = (!args.config_map.is_empty()).then(|| args.config_map.clone());
+        opts.image_verify_cache = image_cache(&args);
         opts.probe_interval =
             (args.probe_interval_seconds > 0).then(|| Duration::from_secs(args.probe_interval_seconds));
         let rt = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
@@ -265,7 +276,37 @@ pub fn run(args: &ServeArgs) -> i32 {
     let paths = args.policies.clone();
     let ns = args.namespace_labels.clone();
     let loader: Loader = Arc::new(move || load_set(&paths, ns.as_deref()));
-    verno_server::run(cfg, loader, args.log_format == "json")
+    // verifyImages rules talk to registries; passes are cached as in a cluster (no Secrets
+    // here: registry credentials and `keys.secret` need `--kube`).
+    let data: Option<Arc<dyn verno_engine::Data + Send + Sync>> = match verno_images::Verifier::new() {
+        Ok(v) => {
+            let v = match image_cache(&args) {
+                Some((ttl, size)) => v.with_cache(verno_images::Cache::new(ttl, size)),
+                None => v,
+            };
+            Some(Arc::new(ImagesOnly(v)))
+        }
+        Err(e) => {
+            eprintln!("warning: image verification is not available: {e}");
+            None
+        }
+    };
+    verno_server::run_with(cfg, loader, args.log_format == "json", data)
+}
+
+/// The image verification cache the flags ask for (TTL, entries).
+fn image_cache(args: &ServeArgs) -> Option<(Duration, usize)> {
+    args.image_verify_cache
+        .then(|| (Duration::from_secs(args.image_verify_cache_ttl_seconds), args.image_verify_cache_max_size))
+}
+
+/// `verno serve --policies`: the engine's data port knows registries only.
+struct ImagesOnly(verno_images::Verifier);
+
+impl verno_engine::Data for ImagesOnly {
+    fn image_verifier(&self) -> Option<&dyn verno_engine::verify_images::ImageVerifier> {
+        Some(&self.0)
+    }
 }
 
 /// `--omit-events`: a comma-separated list of Kyverno's event reasons.

@@ -8,6 +8,7 @@
 //! keeps an informer cache; ours is future work, see docs/architecture.md).
 
 use serde_json::{Value, json};
+use std::sync::Arc;
 use std::time::Duration;
 use verno_engine::{Data, Loaded};
 
@@ -20,12 +21,38 @@ pub const MAX_BYTES: usize = 16 << 20;
 pub struct ClusterData {
     client: kube::Client,
     runtime: tokio::runtime::Handle,
+    /// Verifies `verifyImages` rules against registries (admission only).
+    images: Option<Arc<verno_images::Verifier>>,
 }
 
 impl ClusterData {
     /// Reads through `client`; must be created inside the runtime whose threads it will block.
     pub fn new(client: kube::Client) -> ClusterData {
-        ClusterData { client, runtime: tokio::runtime::Handle::current() }
+        ClusterData { client, runtime: tokio::runtime::Handle::current(), images: None }
+    }
+
+    /// Adds image verification: registry credentials and `keys.secret` are read from Secrets
+    /// (a Secret named without a namespace lives in Verno's `namespace`), passes are cached
+    /// for `cache` (TTL, entries) when set.
+    pub fn with_image_verifier(mut self, namespace: &str, cache: Option<(Duration, usize)>) -> ClusterData {
+        let reader_data = self.clone();
+        let own = namespace.to_string();
+        let reader: verno_images::SecretReader = Arc::new(move |ns: &str, name: &str| {
+            let ns = if ns.is_empty() { own.as_str() } else { ns };
+            reader_data.call("GET", &format!("/api/v1/namespaces/{ns}/secrets/{name}"), None)
+        });
+        match verno_images::Verifier::on(self.runtime.clone()) {
+            Ok(v) => {
+                let v = v.with_secrets(reader);
+                let v = match cache {
+                    Some((ttl, size)) => v.with_cache(verno_images::Cache::new(ttl, size)),
+                    None => v,
+                };
+                self.images = Some(Arc::new(v));
+            }
+            Err(e) => tracing::warn!(error = %e, "image verification is not available"),
+        }
+        self
     }
 
     fn call(&self, method: &str, path: &str, body: Option<&Value>) -> Result<Value, String> {
@@ -110,6 +137,10 @@ fn resource_path(api_version: &str, resource: &str, namespace: &str) -> String {
 }
 
 impl Data for ClusterData {
+    fn image_verifier(&self) -> Option<&dyn verno_engine::verify_images::ImageVerifier> {
+        self.images.as_deref().map(|v| v as &dyn verno_engine::verify_images::ImageVerifier)
+    }
+
     fn cel_host(&self) -> Option<std::sync::Arc<dyn verno_cel::Host>> {
         Some(std::sync::Arc::new(self.clone()))
     }

@@ -165,6 +165,10 @@ pub struct Options {
     /// The policy and exception kinds watched and put in force (the `policies.kyverno.io`
     /// ones only when the cluster serves them).
     pub kinds: Vec<Kind>,
+    /// The image verification cache (Kyverno's `--imageVerifyCacheEnabled`,
+    /// `--imageVerifyCacheTTLDuration`, `--imageVerifyCacheMaxSize`): TTL and size; `None`
+    /// turns it off.
+    pub image_verify_cache: Option<(Duration, usize)>,
 }
 
 impl Options {
@@ -195,6 +199,7 @@ impl Options {
             probe_interval: Some(Duration::from_secs(30)),
             probe_deadline: probe::IDLE_DEADLINE,
             kinds: WATCHED.to_vec(),
+            image_verify_cache: Some((verno_images::DEFAULT_CACHE_TTL, verno_images::DEFAULT_CACHE_SIZE)),
         }
     }
 
@@ -287,7 +292,9 @@ pub async fn start(client: kube::Client, server: Arc<dyn Serving>, opts: Options
     let (kick_tx, kick_rx) = watch::channel(0u64);
     let kick = Kick(Arc::new(kick_tx));
     let mut tasks = Vec::new();
-    server.set_data(Arc::new(cluster_data::ClusterData::new(client.clone())));
+    server.set_data(Arc::new(
+        cluster_data::ClusterData::new(client.clone()).with_image_verifier(&opts.namespace, opts.image_verify_cache),
+    ));
 
     // Leadership.
     tasks.push(tokio::spawn(leader::run(

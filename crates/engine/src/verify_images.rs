@@ -635,7 +635,16 @@ const UNAVAILABLE: &str = "image verification is not available here (no registry
 fn cache_key(policy: &CompiledPolicy, rule: &str, image: &str) -> String {
     let meta = policy.document.get("metadata");
     let s = |k: &str| meta.and_then(|m| m.get(k)).and_then(Value::as_str).unwrap_or("");
-    let uid = if s("uid").is_empty() { policy.key() } else { s("uid").to_string() };
+    // Policies read from files have no uid: their key and a hash of the document stand in
+    // for uid and resourceVersion, so an edited policy does not reuse the old one's passes.
+    let uid = if s("uid").is_empty() {
+        use std::hash::{Hash as _, Hasher as _};
+        let mut h = std::collections::hash_map::DefaultHasher::new();
+        policy.document.to_string().hash(&mut h);
+        format!("{}#{:016x}", policy.key(), h.finish())
+    } else {
+        s("uid").to_string()
+    };
     format!("{uid};{};{rule};{image}", s("resourceVersion"))
 }
 

@@ -180,12 +180,7 @@ type Layer = (String, String, BTreeMap<String, String>);
 
 /// The layers of the signature (or attestation) manifest of `digest`: (mediaType, digest,
 /// annotations). `None`: there is no such manifest.
-fn layers(
-    session: &Session,
-    sigs: &Reference,
-    digest: &str,
-    suffix: &str,
-) -> Result<Option<Vec<Layer>>, ImageError> {
+fn layers(session: &Session, sigs: &Reference, digest: &str, suffix: &str) -> Result<Option<Vec<Layer>>, ImageError> {
     let Some(m) = session.manifest(sigs, &tag_for(digest, suffix))? else { return Ok(None) };
     let v = m.json()?;
     let list = v.get("layers").and_then(Value::as_array).cloned().unwrap_or_default();

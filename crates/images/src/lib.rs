@@ -84,8 +84,20 @@ impl Cache {
 }
 
 enum Exec {
-    Own(tokio::runtime::Runtime),
+    /// Kept in an Option so that drop can shut it down without blocking (a verifier may be
+    /// dropped inside another runtime, where a blocking drop panics).
+    Own(Option<tokio::runtime::Runtime>, tokio::runtime::Handle),
     Handle(tokio::runtime::Handle),
+}
+
+impl Drop for Exec {
+    fn drop(&mut self) {
+        if let Exec::Own(rt, _) = self
+            && let Some(rt) = rt.take()
+        {
+            rt.shutdown_background();
+        }
+    }
 }
 
 /// Verifies images against their registries.
@@ -105,7 +117,8 @@ impl Verifier {
             .enable_all()
             .build()
             .map_err(|e| format!("cannot start the registry client: {e}"))?;
-        Ok(Verifier { http: client()?, exec: Exec::Own(rt), secrets: None, cache: None })
+        let handle = rt.handle().clone();
+        Ok(Verifier { http: client()?, exec: Exec::Own(Some(rt), handle), secrets: None, cache: None })
     }
 
     /// A verifier on a running runtime (the server); its calls block the calling thread, which
@@ -130,7 +143,7 @@ impl Verifier {
 
     fn handle(&self) -> &tokio::runtime::Handle {
         match &self.exec {
-            Exec::Own(rt) => rt.handle(),
+            Exec::Own(_, h) => h,
             Exec::Handle(h) => h,
         }
     }

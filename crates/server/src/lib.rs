@@ -656,7 +656,19 @@ pub async fn start(cfg: Config, loader: Loader) -> Result<Running, ServerError> 
 
 /// Runs until SIGTERM or Ctrl-C, reloading policies on SIGHUP; drains in-flight requests.
 pub async fn serve(cfg: Config, loader: Loader) -> Result<(), ServerError> {
+    serve_with(cfg, loader, None).await
+}
+
+/// [`serve`], with what the engine reads from outside (image verification, for one).
+pub async fn serve_with(
+    cfg: Config,
+    loader: Loader,
+    data: Option<Arc<dyn verno_engine::Data + Send + Sync>>,
+) -> Result<(), ServerError> {
     let running = start(cfg, loader).await?;
+    if let Some(d) = data {
+        running.set_data(d);
+    }
     tracing::info!(addr = %running.addr, metrics = ?running.metrics_addr, "verno admission server listening");
     if let Some(ca) = &running.ca_path {
         eprintln!("CA bundle for the webhook caBundle: {}", ca.display());
@@ -718,6 +730,16 @@ pub fn init_logging(json_logs: bool) {
 /// Sets up logging (`RUST_LOG`, default info; JSON when asked) and runs the server on a
 /// multi-threaded runtime. Returns the process exit code.
 pub fn run(cfg: Config, loader: Loader, json_logs: bool) -> i32 {
+    run_with(cfg, loader, json_logs, None)
+}
+
+/// [`run`], with what the engine reads from outside.
+pub fn run_with(
+    cfg: Config,
+    loader: Loader,
+    json_logs: bool,
+    data: Option<Arc<dyn verno_engine::Data + Send + Sync>>,
+) -> i32 {
     init_logging(json_logs);
     let rt = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
         Ok(rt) => rt,
@@ -726,7 +748,7 @@ pub fn run(cfg: Config, loader: Loader, json_logs: bool) -> i32 {
             return 2;
         }
     };
-    match rt.block_on(serve(cfg, loader)) {
+    match rt.block_on(serve_with(cfg, loader, data)) {
         Ok(()) => 0,
         Err(e) => {
             // Each error's message carries its cause.

@@ -95,3 +95,126 @@ fn apply_verifies_signatures_in_a_local_registry() {
     assert_ne!(code, Some(0), "{out}");
     assert!(out.contains(".attestors[0].entries[0].keys: no signatures found"), "{out}");
 }
+
+/// The webhook path: the mutate webhook verifies and pins the digest, the validate webhook
+/// checks `required`; a second request for the same image is answered from the cache (the
+/// registry is gone by then). Prints what a verification and a cached answer cost.
+#[test]
+fn webhook_denies_unsigned_admits_signed_and_caches() {
+    use base64::Engine as _;
+    use std::sync::Arc;
+    use std::sync::atomic::AtomicBool;
+    use verno_engine::{Compiled, Filter, Hook, PolicySet, Route};
+
+    struct Images(verno_images::Verifier);
+    impl verno_engine::Data for Images {
+        fn image_verifier(&self) -> Option<&dyn verno_engine::verify_images::ImageVerifier> {
+            Some(&self.0)
+        }
+    }
+
+    let reg = Registry::start(None);
+    let key = Key::generate();
+    let signed = reg.push_image("acme/web", "v1", "web");
+    sign(&reg, "acme/web", &signed, &key, &SignOpts::default());
+    reg.push_image("acme/bare", "v1", "bare");
+    let doc: serde_json::Value = serde_saphyr::from_str(&policy(&key, true)).unwrap();
+    let set = match verno_engine::compile(&doc, &[]).unwrap() {
+        Compiled::Policy(p) => PolicySet::new(vec![Arc::new(p)], Vec::new()),
+        _ => panic!("a policy"),
+    };
+    let data = Images(
+        verno_images::Verifier::new()
+            .unwrap()
+            .with_cache(verno_images::Cache::new(std::time::Duration::from_secs(3600), 1000)),
+    );
+    let review = |object: &serde_json::Value| -> verno_api::AdmissionReview {
+        serde_json::from_value(serde_json::json!({
+            "apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview",
+            "request": {"uid": "u-1", "kind": {"group": "", "version": "v1", "kind": "Pod"},
+                "resource": {"group": "", "version": "v1", "resource": "pods"},
+                "namespace": "default", "name": "app", "operation": "CREATE",
+                "userInfo": {"username": "alice"}, "object": object}
+        }))
+        .unwrap()
+    };
+    let call = |hook: Hook, object: &serde_json::Value| {
+        verno_server::admission::review_with(
+            &set,
+            Route::Kyverno(hook, Filter::All),
+            &review(object),
+            Arc::new(AtomicBool::new(false)),
+            &data,
+            false,
+        )
+    };
+    let pod_of = |image: &str| serde_saphyr::from_str::<serde_json::Value>(&pod(image)).unwrap();
+
+    // Unsigned: refused by the mutate webhook with Kyverno's message.
+    let bare = format!("{}/acme/bare:v1", reg.addr);
+    let out = call(Hook::Mutate, &pod_of(&bare));
+    let resp = out.review.response.clone().unwrap();
+    assert!(!resp.allowed);
+    let msg = resp.status.map(|s| s.message).unwrap_or_default();
+    assert!(msg.contains("resource Pod/default/app was blocked due to the following policies"), "{msg}");
+    assert!(
+        msg.contains(&format!(
+            "check-signature: 'failed to verify image {bare}: .attestors[0].entries[0].keys: no signatures found'"
+        )) || msg.contains(&format!("failed to verify image {bare}")),
+        "{msg}"
+    );
+
+    // Signed: admitted with the digest and the annotations as a JSON patch.
+    let image = format!("{}/acme/web:v1", reg.addr);
+    let out = call(Hook::Mutate, &pod_of(&image));
+    let resp = out.review.response.clone().unwrap();
+    assert!(resp.allowed, "{resp:?}");
+    let patch =
+        String::from_utf8(base64::engine::general_purpose::STANDARD.decode(resp.patch.unwrap()).unwrap()).unwrap();
+    assert!(patch.contains(&format!("{image}@{signed}")), "{patch}");
+    assert!(
+        patch.contains("kyverno.io/verify-images-scoped") || patch.contains("kyverno.io~1verify-images-scoped"),
+        "{patch}"
+    );
+    // The validate webhook sees the patched Pod and finds it verified.
+    let mut patched = pod_of(&format!("{image}@{signed}"));
+    let ops: Vec<serde_json::Value> = serde_json::from_str(&patch).unwrap();
+    for op in &ops {
+        if op["path"] == "/metadata/annotations" {
+            patched["metadata"]["annotations"] = op["value"].clone();
+        } else if let Some(k) = op["path"].as_str().and_then(|p| p.strip_prefix("/metadata/annotations/")) {
+            patched["metadata"]["annotations"][k.replace("~1", "/")] = op["value"].clone();
+        }
+    }
+    let out = call(Hook::Validate, &patched);
+    assert!(out.review.response.unwrap().allowed);
+    assert_eq!(data.0.cache().map(|c| c.len()), Some(1));
+
+    // The cache: with mutateDigest off nothing but the signatures needs the registry, so once
+    // the registry is gone a second Pod with the same image is answered from the cache.
+    let doc: serde_json::Value = serde_saphyr::from_str(&policy(&key, false)).unwrap();
+    let set = match verno_engine::compile(&doc, &[]).unwrap() {
+        Compiled::Policy(p) => PolicySet::new(vec![Arc::new(p)], Vec::new()),
+        _ => panic!("a policy"),
+    };
+    let call = |object: &serde_json::Value| {
+        verno_server::admission::review_with(
+            &set,
+            Route::Kyverno(Hook::Mutate, Filter::All),
+            &review(object),
+            Arc::new(AtomicBool::new(false)),
+            &data,
+            false,
+        )
+    };
+    let started = std::time::Instant::now();
+    assert!(call(&pod_of(&image)).review.response.unwrap().allowed);
+    let first = started.elapsed();
+    drop(reg);
+    let started = std::time::Instant::now();
+    assert!(call(&pod_of(&image)).review.response.unwrap().allowed);
+    let cached = started.elapsed();
+    // A different image is not in the cache and cannot be verified now.
+    assert!(!call(&pod_of(&bare)).review.response.unwrap().allowed);
+    println!("verifyImages webhook: first verification {first:?}, cached {cached:?}");
+}

@@ -2,7 +2,14 @@
 //! optionally htpasswd auth), images pushed with `skopeo` from OCI layouts written here, and
 //! cosign-format signatures and attestations made and pushed by this code (ring and rcgen).
 //! `scripts/install-registry.sh` installs the two tools when they are missing.
-#![allow(dead_code, clippy::unwrap_used, clippy::expect_used, clippy::panic, clippy::indexing_slicing, clippy::disallowed_methods)] // test code fails by panicking
+#![allow(
+    dead_code,
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::panic,
+    clippy::indexing_slicing,
+    clippy::disallowed_methods
+)] // test code fails by panicking
 
 use base64::Engine as _;
 use ring::rand::SystemRandom;
