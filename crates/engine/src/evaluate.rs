@@ -338,7 +338,13 @@ impl<'r> Sequence<'r> {
     ) -> PolicyResponse {
         let req = Request { object: self.patched.as_ref().unwrap_or(self.req.object), ..self.req.clone() };
         let mut r = evaluate_phase(policy, phase, exceptions, &req, ctx, data);
-        if matches!(phase, Phase::Mutate | Phase::Verify | Phase::All) {
+        if phase == Phase::Verify {
+            // Only a policy whose images were verified carries the object on: the others'
+            // responses keep what their own mutations made.
+            if let Some(v) = &r.patched {
+                self.patched = Some(v.clone());
+            }
+        } else if matches!(phase, Phase::Mutate | Phase::All) {
             if let Some(v) = r.patched.take() {
                 self.patched = Some(v);
             }
