@@ -255,7 +255,7 @@ pub fn run(args: &ServeArgs) -> i32 {
             ..Default::default()
         });
         opts.config_map = (!args.config_map.is_empty()).then(|| args.config_map.clone());
-        opts.image_verify_cache = image_cache(&args);
+        opts.image_verify_cache = image_cache(args);
         opts.probe_interval =
             (args.probe_interval_seconds > 0).then(|| Duration::from_secs(args.probe_interval_seconds));
         let rt = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
@@ -280,7 +280,7 @@ pub fn run(args: &ServeArgs) -> i32 {
     // here: registry credentials and `keys.secret` need `--kube`).
     let data: Option<Arc<dyn verno_engine::Data + Send + Sync>> = match verno_images::Verifier::new() {
         Ok(v) => {
-            let v = match image_cache(&args) {
+            let v = match image_cache(args) {
                 Some((ttl, size)) => v.with_cache(verno_images::Cache::new(ttl, size)),
                 None => v,
             };
