@@ -8,6 +8,7 @@ mod encoding;
 pub use encoding::normalize_image;
 mod strings;
 mod time;
+mod x509;
 
 use crate::Env;
 use crate::ast::Ast;

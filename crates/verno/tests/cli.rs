@@ -26,7 +26,7 @@ fn test_command_passes_the_projects_own_suites() {
     let out = verno(&["test", testdata().to_str().unwrap_or(".")]);
     let stdout = String::from_utf8_lossy(&out.stdout);
     assert_eq!(out.status.code(), Some(0), "{stdout}\n{}", String::from_utf8_lossy(&out.stderr));
-    assert!(stdout.contains("Test Summary: 73 tests passed and 0 tests failed"), "{stdout}");
+    assert!(stdout.contains("Test Summary: 77 tests passed and 0 tests failed"), "{stdout}");
     assert!(stdout.contains("│ ID │ POLICY"), "{stdout}");
 }
 
@@ -193,7 +193,7 @@ fn jp_query_and_function_listing() {
     assert_eq!(String::from_utf8_lossy(&out.stdout), "# sum(a.b)\n3\n");
     let out = verno(&["jp", "function"]);
     let s = String::from_utf8_lossy(&out.stdout);
-    assert_eq!(s.matches("Name: ").count(), 50, "{s}");
+    assert_eq!(s.matches("Name: ").count(), 51, "{s}");
     assert!(s.contains("Name: semver_compare"));
 }
 

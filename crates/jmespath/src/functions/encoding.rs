@@ -24,6 +24,13 @@ pub(crate) static FUNCTIONS: &[Function] = &[
             .map_err(|e| RuntimeError::func(c.name, format!("illegal base64 data: {e}")))?;
         Ok(Value::String(String::from_utf8_lossy(&bytes).into_owned()))
     }),
+    f!(
+        "x509_decode",
+        [S],
+        "object",
+        "decodes an x.509 certificate or certificate request (PEM, RSA keys) to an object",
+        |c, a| super::x509::decode(str_arg(c, a, 0)?).map_err(|e| RuntimeError::func(c.name, e))
+    ),
     f!("base64_encode", [S], "string", "encodes a regular, plaintext and unencoded string to base64", |c, a| {
         Ok(Value::String(base64::engine::general_purpose::STANDARD.encode(str_arg(c, a, 0)?)))
     }),
