@@ -350,17 +350,11 @@ fn compile_rule(
     } else if let Some(g) = &r.generate {
         RuleBody::Generate(Box::new(compile_generation(g, &format!("{path}.generate"))?))
     } else if let Some(v) = &r.verify_images {
-        let compiled = crate::verify_images::compile(v, &format!("{path}.verifyImages"), policy_action)?;
-        if r.image_extractors.is_some() {
-            // Custom image extractors are not built: verifying only the standard container
-            // images would pass images the policy means to check.
-            RuleBody::Unsupported {
-                rule_type: crate::outcome::RuleType::ImageVerify,
-                what: "imageExtractors are not supported by this build of verno yet",
-            }
-        } else {
-            RuleBody::VerifyImages(Box::new(compiled))
+        let mut compiled = crate::verify_images::compile(v, &format!("{path}.verifyImages"), policy_action)?;
+        if let Some(x) = &r.image_extractors {
+            compiled.extractors = Some(crate::images::compile_extractors(x, &format!("{path}.imageExtractors"))?);
         }
+        RuleBody::VerifyImages(Box::new(compiled))
     } else {
         return Err(CompileError::new(path, "a rule needs one of validate, mutate, generate or verifyImages"));
     };

@@ -112,6 +112,8 @@ pub trait ImageVerifier: Sync {
 #[derive(Debug, Clone)]
 pub struct CompiledVerifyImages {
     entries: Vec<Entry>,
+    /// The rule's `imageExtractors` (custom resources' image fields).
+    pub(crate) extractors: Option<crate::images::Extractors>,
     /// The first entry's `failureAction`, which Kyverno applies to the rule.
     pub failure_action: Option<Action>,
 }
@@ -217,7 +219,7 @@ pub(crate) fn compile(
         };
         entries.push(Entry { spec, template, conditions, deny });
     }
-    Ok(CompiledVerifyImages { entries, failure_action })
+    Ok(CompiledVerifyImages { entries, failure_action, extractors: None })
 }
 
 fn check_set(set: &AttestorSet, path: &str, depth: usize) -> Result<(), CompileError> {
@@ -312,17 +314,27 @@ impl Image {
     }
 }
 
-/// Every image of a resource (containers, init containers, ephemeral containers; Pod templates
-/// of controllers and CronJobs), in Kyverno's order of kinds.
-fn images_of(object: &Value) -> Vec<Image> {
-    let all = crate::images::extract(object);
+/// Every image of a resource: the rule's `imageExtractors` for its kind, else the standard
+/// ones (containers, init containers, ephemeral containers of Pods and Pod templates).
+fn images_of(object: &Value, extractors: Option<&crate::images::Extractors>) -> Result<Vec<Image>, String> {
+    let all = match extractors.and_then(|x| crate::images::extract_custom(object, x)) {
+        Some(r) => r?,
+        None => crate::images::extract(object),
+    };
     let mut out = Vec::new();
-    for group in ["initContainers", "containers", "ephemeralContainers"] {
-        if let Some(m) = all.get(group).and_then(Value::as_object) {
-            out.extend(m.values().filter_map(Image::from_info));
+    if let Some(groups) = all.as_object() {
+        // Kyverno's order of the standard groups, then custom ones by name.
+        let mut names: Vec<&String> = groups.keys().collect();
+        let rank =
+            |n: &str| ["initContainers", "containers", "ephemeralContainers"].iter().position(|g| *g == n).unwrap_or(3);
+        names.sort_by_key(|n| (rank(n), (*n).clone()));
+        for n in names {
+            if let Some(m) = groups.get(n).and_then(Value::as_object) {
+                out.extend(m.values().filter_map(Image::from_info));
+            }
         }
     }
-    out
+    Ok(out)
 }
 
 fn references_match(refs: &[String], image: &str) -> bool {
@@ -448,11 +460,25 @@ impl CompiledVerifyImages {
         if req.is_delete() {
             return None;
         }
-        let matched = self.matched(&images_of(object));
+        let rt = RuleType::ImageVerify;
+        let images = match images_of(object, self.extractors.as_ref()) {
+            Ok(i) => i,
+            Err(e) => {
+                return Some(Verification {
+                    responses: vec![RuleResponse::new(
+                        rule,
+                        rt,
+                        Status::Error,
+                        format!("failed to extract images: {e}"),
+                    )],
+                    patched: None,
+                });
+            }
+        };
+        let matched = self.matched(&images);
         if matched.is_empty() {
             return None;
         }
-        let rt = RuleType::ImageVerify;
         let namespace = crate::evaluate::str_at(object, "/metadata/namespace");
         let pkey = policy_key(policy);
         let mut meta = Metadata::load(ctx);
@@ -573,11 +599,16 @@ impl CompiledVerifyImages {
         if req.is_delete() {
             return None;
         }
-        let images = images_of(object);
+        let rt = RuleType::ImageVerify;
+        let images = match images_of(object, self.extractors.as_ref()) {
+            Ok(i) => i,
+            Err(e) => {
+                return Some(RuleResponse::new(rule, rt, Status::Error, format!("failed to extract images: {e}")));
+            }
+        };
         if self.matched(&images).is_empty() {
             return None;
         }
-        let rt = RuleType::ImageVerify;
         let pkey = policy_key(policy);
         let mut skipped = Vec::new();
         let mut passed = 0usize;

@@ -319,3 +319,37 @@ fn nested_attestor_sets() {
     let (rows, _) = run(&set, &pod(&["ghcr.io/acme/app:v1"]), &WithVerifier(&v));
     assert_eq!(rows[0].0, Status::Pass, "{rows:?}");
 }
+
+#[test]
+fn image_extractors_find_images_in_custom_resources() {
+    let doc = json!({
+        "apiVersion": "kyverno.io/v1", "kind": "ClusterPolicy",
+        "metadata": {"name": "tasks"},
+        "spec": {"validationFailureAction": "Enforce", "rules": [{
+            "name": "signed-steps",
+            "match": {"any": [{"resources": {"kinds": ["tekton.dev/v1beta1/Task"]}}]},
+            "imageExtractors": {"Task": [
+                {"path": "/spec/steps/*/image", "name": "steps"},
+                {"path": "/spec/sidecars/*", "value": "ref", "key": "name", "jmesPath": "trim_prefix(@, 'oci://')"}
+            ]},
+            "verifyImages": [{"imageReferences": ["ghcr.io/*"], "verifyDigest": false, "attestors": [keyed("K1")]}],
+        }]}
+    });
+    let set = match compile(&doc, &[]) {
+        Ok(Compiled::Policy(p)) => PolicySet::new(vec![Arc::new(p)], Vec::new()),
+        other => panic!("compile: {other:?}"),
+    };
+    let task = json!({"apiVersion": "tekton.dev/v1beta1", "kind": "Task", "metadata": {"name": "t", "namespace": "ci"},
+        "spec": {"steps": [{"name": "a", "image": "ghcr.io/acme/step:v1"}, {"name": "b", "image": "docker.io/library/alpine"}],
+                 "sidecars": [{"name": "s", "ref": "oci://ghcr.io/acme/side:v2"}]}});
+    let v = Scripted::default()
+        .answer("ghcr.io/acme/step:v1", "K1", Ok(Verified { digest: D.into(), statements: vec![] }))
+        .answer("ghcr.io/acme/side:v2", "K1", Ok(Verified { digest: D.into(), statements: vec![] }));
+    let (rows, out) = run(&set, &task, &WithVerifier(&v));
+    assert_eq!(rows.iter().filter(|r| r.0 == Status::Pass).count(), 3, "{rows:?}");
+    let patched = out.patched.clone().expect("patched");
+    assert_eq!(patched.pointer("/spec/steps/0/image"), Some(&json!(format!("ghcr.io/acme/step:v1@{D}"))));
+    assert_eq!(patched.pointer("/spec/steps/1/image"), Some(&json!("docker.io/library/alpine")));
+    // The sidecar's image came through jmesPath: its digest goes where the reference was read.
+    assert_eq!(patched.pointer("/spec/sidecars/0/ref"), Some(&json!(format!("ghcr.io/acme/side:v2@{D}"))));
+}
