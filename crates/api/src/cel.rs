@@ -73,6 +73,24 @@ pub struct CelPolicySpec {
     /// GeneratingPolicy: server-side apply for generated objects.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub use_server_side_apply: Option<bool>,
+    /// ImageValidatingPolicy: which images the policy is about (`glob` or `expression`).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub match_image_references: Vec<Value>,
+    /// ImageValidatingPolicy: image lists by name (`name`, `expression`), beside the Pod ones.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub images: Vec<NamedExpression>,
+    /// ImageValidatingPolicy: who signs (`cosign` or `notary`), by name.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub attestors: Vec<Value>,
+    /// ImageValidatingPolicy: attestations by name (`intoto` or `referrer`, with a `type`).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub attestations: Vec<Value>,
+    /// ImageValidatingPolicy: `mutateDigest`, `verifyDigest`, `required` (all true by default).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub validation_configurations: Option<Value>,
+    /// ImageValidatingPolicy: registry access (`allowInsecureRegistry`, `providers`, `secrets`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub credentials: Option<Value>,
 }
 
 /// One `spec.generate` entry of a GeneratingPolicy.

@@ -72,6 +72,24 @@ pub trait Host: Send + Sync {
     fn now(&self) -> Option<i64> {
         None
     }
+    /// ImageValidatingPolicy's `verifyImageSignatures(image, attestors)`: how many of the
+    /// attestors (as the policy writes them) verified the image's signatures.
+    fn verify_image_signatures(&self, image: &str, attestors: &[Json]) -> Result<i64, String> {
+        let _ = (image, attestors);
+        Err("verifyImageSignatures is only available in an ImageValidatingPolicy".into())
+    }
+    /// `verifyAttestationSignatures(image, attestation, attestors)`: how many attestors signed
+    /// the image's attestation of that name.
+    fn verify_attestation_signatures(&self, image: &str, attestation: &str, attestors: &[Json]) -> Result<i64, String> {
+        let _ = (image, attestation, attestors);
+        Err("verifyAttestationSignatures is only available in an ImageValidatingPolicy".into())
+    }
+    /// `extractPayload(image, attestation)`: the predicate of the image's attestation, once a
+    /// verification of it succeeded.
+    fn extract_payload(&self, image: &str, attestation: &str) -> Result<Json, String> {
+        let _ = (image, attestation);
+        Err("extractPayload is only available in an ImageValidatingPolicy".into())
+    }
     /// GeneratingPolicy's `generator.Apply(namespace, resources)` (`namespace` is `None` in
     /// the namespaced form `generator.Apply(resources)`): hands the objects to generate to the
     /// host, which collects them.
@@ -216,6 +234,34 @@ fn jwt_decode<'b, 'v>(args: Args<'b, 'v>) -> Ret<'b, 'v> {
     ret(&crate::jwt::decode(s(&a, 0), key, now).map_err(fail("jwt.Decode"))?)
 }
 
+/// A CEL list of attestors as JSON values.
+fn attestor_list(a: &[Json], i: usize, f: &str) -> Result<Vec<Json>, ExecutionError> {
+    match a.get(i) {
+        Some(Json::Array(l)) => Ok(l.clone()),
+        _ => Err(ExecutionError::function_error(f, "the attestors must be a list")),
+    }
+}
+
+fn verify_image_signatures<'b, 'v>(args: Args<'b, 'v>) -> Ret<'b, 'v> {
+    const F: &str = "verifyImageSignatures";
+    let (h, a) = split(&args, F)?;
+    let attestors = attestor_list(&a, 1, F)?;
+    ret(&Json::from(h.verify_image_signatures(s(&a, 0), &attestors).map_err(fail(F))?))
+}
+
+fn verify_attestation_signatures<'b, 'v>(args: Args<'b, 'v>) -> Ret<'b, 'v> {
+    const F: &str = "verifyAttestationSignatures";
+    let (h, a) = split(&args, F)?;
+    let attestors = attestor_list(&a, 2, F)?;
+    ret(&Json::from(h.verify_attestation_signatures(s(&a, 0), s(&a, 1), &attestors).map_err(fail(F))?))
+}
+
+fn extract_payload<'b, 'v>(args: Args<'b, 'v>) -> Ret<'b, 'v> {
+    const F: &str = "extractPayload";
+    let (h, a) = split(&args, F)?;
+    ret(&h.extract_payload(s(&a, 0), s(&a, 1)).map_err(fail(F))?)
+}
+
 fn time_now<'b, 'v>(args: Args<'b, 'v>) -> Ret<'b, 'v> {
     let (h, _) = split(&args, "time.now")?;
     let secs = h.now().ok_or_else(|| ExecutionError::function_error("time.now", "no clock here"))?;
@@ -240,7 +286,10 @@ const CALLS: &[(&str, &[&str], &[usize], &str)] = &[
 ];
 
 pub fn register(env: &mut Env) -> Result<(), DeclarationError> {
-    let fns: [(&str, cel::common::functions::Function); 10] = [
+    let fns: [(&str, cel::common::functions::Function); 13] = [
+        ("@verify_image_signatures", verify_image_signatures),
+        ("@verify_attestation_signatures", verify_attestation_signatures),
+        ("@extract_payload", extract_payload),
         ("@resource_get", resource_get),
         ("@resource_to_gvr", resource_to_gvr),
         ("@resource_list", resource_list),
@@ -256,6 +305,20 @@ pub fn register(env: &mut Env) -> Result<(), DeclarationError> {
         for n in 1..=5 {
             env.add_overload(name, &format!("{name}_{n}"), (0..n).map(|_| DYN).collect(), f)?;
         }
+    }
+    // ImageValidatingPolicy's global functions, with the host as a hidden first argument.
+    for (name, arity, f) in [
+        ("verifyImageSignatures", 2, "@verify_image_signatures"),
+        ("verifyAttestationSignatures", 3, "@verify_attestation_signatures"),
+        ("extractPayload", 2, "@extract_payload"),
+        ("getImageData", 1, "@image_metadata"),
+    ] {
+        env.add_macro(Macro::global(name, arity, move |helper, _target, args| {
+            let host = helper.next_expr(Ast::Ident(HOST_VAR.to_string()));
+            let mut all: Vec<IdedExpr> = vec![host];
+            all.append(args);
+            Ok(Some(helper.next_expr(Ast::Call(CallExpr { func_name: f.to_string(), target: None, args: all }))))
+        }))?;
     }
     let mut members: Vec<&str> = CALLS.iter().flat_map(|c| c.1.iter().copied()).collect();
     members.sort_unstable();

@@ -24,7 +24,7 @@ pub struct CliData {
     pub cel_host: Option<Arc<dyn verno_cel::Host>>,
     /// The registry client of `verifyImages` rules, started on first use (as Kyverno's CLI, it
     /// talks to the real registries and keeps no cache).
-    pub registry: std::sync::OnceLock<Option<verno_images::Verifier>>,
+    pub registry: std::sync::OnceLock<Option<Arc<verno_images::Verifier>>>,
 }
 
 /// A snapshot of the test's data for the Kyverno CEL libraries.
@@ -177,17 +177,17 @@ impl CliData {
 use verno_engine::plural;
 
 impl Data for CliData {
-    fn image_verifier(&self) -> Option<&dyn verno_engine::verify_images::ImageVerifier> {
+    fn image_verifier(&self) -> Option<Arc<dyn verno_engine::verify_images::ImageVerifier>> {
         self.registry
             .get_or_init(|| match verno_images::Verifier::new() {
-                Ok(v) => Some(v),
+                Ok(v) => Some(Arc::new(v)),
                 Err(e) => {
                     tracing::warn!("image verification is not available: {e}");
                     None
                 }
             })
-            .as_ref()
-            .map(|v| v as &dyn verno_engine::verify_images::ImageVerifier)
+            .clone()
+            .map(|v| v as Arc<dyn verno_engine::verify_images::ImageVerifier>)
     }
 
     fn resource_values(&self, policy: &str, resource: &str) -> Vec<(String, Value)> {

@@ -284,7 +284,7 @@ pub fn run(args: &ServeArgs) -> i32 {
                 Some((ttl, size)) => v.with_cache(verno_images::Cache::new(ttl, size)),
                 None => v,
             };
-            Some(Arc::new(ImagesOnly(v)))
+            Some(Arc::new(ImagesOnly(Arc::new(v))))
         }
         Err(e) => {
             eprintln!("warning: image verification is not available: {e}");
@@ -301,11 +301,11 @@ fn image_cache(args: &ServeArgs) -> Option<(Duration, usize)> {
 }
 
 /// `verno serve --policies`: the engine's data port knows registries only.
-struct ImagesOnly(verno_images::Verifier);
+struct ImagesOnly(Arc<verno_images::Verifier>);
 
 impl verno_engine::Data for ImagesOnly {
-    fn image_verifier(&self) -> Option<&dyn verno_engine::verify_images::ImageVerifier> {
-        Some(&self.0)
+    fn image_verifier(&self) -> Option<Arc<dyn verno_engine::verify_images::ImageVerifier>> {
+        Some(self.0.clone())
     }
 }
 

@@ -137,8 +137,8 @@ fn resource_path(api_version: &str, resource: &str, namespace: &str) -> String {
 }
 
 impl Data for ClusterData {
-    fn image_verifier(&self) -> Option<&dyn verno_engine::verify_images::ImageVerifier> {
-        self.images.as_deref().map(|v| v as &dyn verno_engine::verify_images::ImageVerifier)
+    fn image_verifier(&self) -> Option<Arc<dyn verno_engine::verify_images::ImageVerifier>> {
+        self.images.clone().map(|v| v as Arc<dyn verno_engine::verify_images::ImageVerifier>)
     }
 
     fn cel_host(&self) -> Option<std::sync::Arc<dyn verno_cel::Host>> {

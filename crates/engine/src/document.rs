@@ -89,7 +89,7 @@ pub fn compile(doc: &Value, bindings: &[Value]) -> Result<Compiled, DocumentErro
             Compiled::Policy(crate::cleanup::compile_cleanup_policy(doc)?)
         }
         Kind::ImageValidatingPolicy | Kind::NamespacedImageValidatingPolicy => {
-            return Err(DocumentError::Unsupported(kind));
+            Compiled::Policy(crate::ivpol::compile_image_validating_policy(doc)?)
         }
     })
 }
@@ -384,12 +384,12 @@ mod tests {
     }
 
     #[test]
-    fn every_kind_is_compiled_or_named_as_unsupported() {
-        let unsupported =
+    fn every_kind_is_compiled() {
+        let ivpol =
             json!({"apiVersion": "policies.kyverno.io/v1", "kind": "ImageValidatingPolicy", "metadata": {"name": "g"}});
         assert_eq!(
-            compile(&unsupported, &[]).err().map(|e| e.to_string()).as_deref(),
-            Some("ImageValidatingPolicy policies are not supported by this build of verno yet")
+            compile(&ivpol, &[]).err().map(|e| e.to_string()).as_deref(),
+            Some("spec.matchConstraints.resourceRules: at least one resource rule is required")
         );
         let pod = json!({"apiVersion": "v1", "kind": "Pod"});
         assert!(matches!(compile(&pod, &[]), Err(DocumentError::NotAPolicy { .. })));

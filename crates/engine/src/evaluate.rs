@@ -78,7 +78,7 @@ pub trait Data: Sync {
     }
     /// What verifies image signatures and attestations against registries (`verifyImages`);
     /// none: such rules report that verification is not available here.
-    fn image_verifier(&self) -> Option<&dyn crate::verify_images::ImageVerifier> {
+    fn image_verifier(&self) -> Option<std::sync::Arc<dyn crate::verify_images::ImageVerifier>> {
         None
     }
     /// Whether objects of a kind live in namespaces (generated objects of cluster-scoped kinds

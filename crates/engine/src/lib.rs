@@ -30,6 +30,7 @@ mod evaluate;
 mod generate;
 mod gpol;
 mod images;
+mod ivpol;
 pub mod jsonpatch;
 mod matching;
 mod mpol;

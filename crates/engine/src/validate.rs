@@ -55,6 +55,8 @@ pub struct CompiledCel {
     /// ValidatingPolicy `evaluation.mode: Envoy` or `HTTP`: the expressions return responses
     /// (or null) and the first response decides.
     pub authz: Option<Authz>,
+    /// ImageValidatingPolicy: images, attestors and the verify functions.
+    pub image: Option<std::sync::Arc<crate::ivpol::ImageCel>>,
 }
 
 /// An authorization-mode ValidatingPolicy's evaluation.
@@ -98,6 +100,7 @@ pub(crate) fn compile_cel(c: &Value, path: &str) -> Result<Check, CompileError> 
         },
         on_error: Status::Fail,
         authz: None,
+        image: None,
     })))
 }
 
@@ -426,12 +429,36 @@ impl ValidateCtx<'_> {
                 Some(self.resp(Status::Fail, msg))
             }
             Check::Cel(c) => {
-                let vars = match cel_env(ctx, self.data, c.params.as_ref(), &c.variables) {
+                #[allow(unused_mut)]
+                let mut vars = match cel_env(ctx, self.data, c.params.as_ref(), &c.variables) {
                     Ok(v) => v,
                     Err(e) => return Some(self.resp(Status::Error, e)),
                 };
                 if let Some(a) = c.authz {
                     return Some(self.authz(c, &vars, a));
+                }
+                let mut images_seen = None;
+                if let Some(img) = &c.image {
+                    if delete {
+                        return None;
+                    }
+                    let images = match img.images(target, &vars) {
+                        Ok(i) => i,
+                        Err(e) => return Some(self.resp(Status::Error, e)),
+                    };
+                    if let Some(i) = img.missing_digest(&images) {
+                        return Some(self.resp(Status::Fail, format!("image {i} does not have a digest")));
+                    }
+                    let namespace = crate::evaluate::str_at(target, "/metadata/namespace");
+                    let host = std::sync::Arc::new(crate::ivpol::ImageHost::new(
+                        self.data.cel_host(),
+                        self.data.image_verifier(),
+                        img.clone(),
+                        namespace,
+                    ));
+                    vars.set_host(host.clone());
+                    img.set_vars(&mut vars, &images);
+                    images_seen = Some((img, host, images));
                 }
                 for x in &c.expressions {
                     match x.expr.eval_bool(&vars) {
@@ -457,6 +484,13 @@ impl ValidateCtx<'_> {
                             ));
                         }
                     }
+                }
+                if let Some((img, host, images)) = &images_seen {
+                    if let Some(why) = img.unverified(host, images) {
+                        return Some(self.resp(Status::Fail, why));
+                    }
+                    // Kyverno's ImageValidatingPolicy engine says `success`.
+                    return Some(self.resp(Status::Pass, "success"));
                 }
                 Some(self.resp(Status::Pass, ""))
             }

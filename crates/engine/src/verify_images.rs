@@ -86,7 +86,7 @@ impl ImageError {
 
 /// The registry side of image verification: what the CLI and the server plug in. The engine
 /// never talks to a registry itself.
-pub trait ImageVerifier: Sync {
+pub trait ImageVerifier: Send + Sync {
     /// Verifies one leaf attestor entry on one image.
     fn verify(&self, check: &SignatureCheck) -> Result<Verified, ImageError>;
     /// The digest of an image's manifest (for `mutateDigest` when nothing was verified).
@@ -516,15 +516,16 @@ impl CompiledVerifyImages {
                     continue;
                 }
                 let key = cache_key(policy, rule, &image);
-                let cacheable = spec.use_cache && data.image_verifier().is_some();
-                let from_cache = cacheable && data.image_verifier().is_some_and(|v| v.cached(&key));
+                let verifier_port = data.image_verifier();
+                let cacheable = spec.use_cache && verifier_port.is_some();
+                let from_cache = cacheable && verifier_port.as_ref().is_some_and(|v| v.cached(&key));
                 let (mut resp, digest) = if from_cache {
                     (Some(RuleResponse::new(rule, rt, Status::Pass, "verified from cache")), info.digest.clone())
                 } else {
                     let (r, d) = verifier.image(&info, ctx);
                     if cacheable
                         && r.as_ref().is_some_and(|r| r.status == Status::Pass)
-                        && let Some(v) = data.image_verifier()
+                        && let Some(v) = &verifier_port
                     {
                         v.remember(&key);
                     }
@@ -532,7 +533,7 @@ impl CompiledVerifyImages {
                 };
                 if spec.mutate_digest && info.digest.is_empty() {
                     let digest = if digest.is_empty() {
-                        match data.image_verifier() {
+                        match &verifier_port {
                             Some(v) => v.digest(&info.tagged(), spec.image_registry_credentials.as_ref(), namespace),
                             None => Err(ImageError::Unreachable(UNAVAILABLE.into())),
                         }

@@ -54,10 +54,11 @@ impl ImageVerifier for Scripted {
     }
 }
 
-struct WithVerifier<'a>(&'a Scripted);
-impl Data for WithVerifier<'_> {
-    fn image_verifier(&self) -> Option<&dyn ImageVerifier> {
-        Some(self.0)
+/// A data port whose verifier is the scripted one (shared, so the test can look at it after).
+struct WithVerifier(Arc<Scripted>);
+impl Data for WithVerifier {
+    fn image_verifier(&self) -> Option<Arc<dyn ImageVerifier>> {
+        Some(self.0.clone())
     }
 }
 
@@ -109,9 +110,12 @@ fn required_without_any_verification_fails_as_unverified() {
 #[test]
 fn a_signed_image_gets_its_digest_and_the_annotations() {
     let set = policy(json!([{"imageReferences": ["ghcr.io/acme/*"], "attestors": [keyed("K1")]}]));
-    let v =
-        Scripted::default().answer("ghcr.io/acme/app:v1", "K1", Ok(Verified { digest: D.into(), statements: vec![] }));
-    let (rows, out) = run(&set, &pod(&["ghcr.io/acme/app:v1", "docker.io/library/busybox"]), &WithVerifier(&v));
+    let v = Arc::new(Scripted::default().answer(
+        "ghcr.io/acme/app:v1",
+        "K1",
+        Ok(Verified { digest: D.into(), statements: vec![] }),
+    ));
+    let (rows, out) = run(&set, &pod(&["ghcr.io/acme/app:v1", "docker.io/library/busybox"]), &WithVerifier(v.clone()));
     assert_eq!(
         rows,
         vec![
@@ -135,8 +139,8 @@ fn a_signed_image_gets_its_digest_and_the_annotations() {
 #[test]
 fn wrong_key_fails_and_blocks_with_the_attestor_path() {
     let set = policy(json!([{"imageReferences": ["*"], "attestors": [keyed("K2")]}]));
-    let v = Scripted::default();
-    let (rows, out) = run(&set, &pod(&["ghcr.io/acme/app:v1"]), &WithVerifier(&v));
+    let v = Arc::new(Scripted::default());
+    let (rows, out) = run(&set, &pod(&["ghcr.io/acme/app:v1"]), &WithVerifier(v.clone()));
     // As Kyverno: the digest is still looked up for mutateDigest, and its error comes first.
     assert_eq!(rows[0].1, "failed to update digest: dial tcp: lookup for ghcr.io/acme/app:v1");
     assert_eq!(
@@ -154,12 +158,12 @@ fn wrong_key_fails_and_blocks_with_the_attestor_path() {
 #[test]
 fn an_unreachable_registry_is_an_error_not_a_failure() {
     let set = policy(json!([{"imageReferences": ["*"], "attestors": [keyed("K1")], "mutateDigest": false}]));
-    let v = Scripted::default().answer(
+    let v = Arc::new(Scripted::default().answer(
         "ghcr.io/acme/app:v1",
         "K1",
         Err(ImageError::Unreachable("connection refused".into())),
-    );
-    let (rows, _) = run(&set, &pod(&["ghcr.io/acme/app:v1"]), &WithVerifier(&v));
+    ));
+    let (rows, _) = run(&set, &pod(&["ghcr.io/acme/app:v1"]), &WithVerifier(v.clone()));
     assert_eq!(rows[0].0, Status::Error);
     assert_eq!(
         rows[0].1,
@@ -176,22 +180,22 @@ fn count_one_of_two_keys_passes_when_either_signed() {
     let set = policy(json!([{"imageReferences": ["*"], "mutateDigest": false, "verifyDigest": false,
         "attestors": [{"count": 1, "entries": [{"keys": {"publicKeys": keys}}]}]}]));
     let second = "-----BEGIN PUBLIC KEY-----\nBBB\n-----END PUBLIC KEY-----";
-    let v = Scripted::default().answer(
+    let v = Arc::new(Scripted::default().answer(
         "ghcr.io/acme/app:v1",
         second,
         Ok(Verified { digest: D.into(), statements: vec![] }),
-    );
-    let (rows, _) = run(&set, &pod(&["ghcr.io/acme/app:v1"]), &WithVerifier(&v));
+    ));
+    let (rows, _) = run(&set, &pod(&["ghcr.io/acme/app:v1"]), &WithVerifier(v.clone()));
     assert_eq!(rows[0].0, Status::Pass, "{rows:?}");
     // Without a count both must verify.
     let set = policy(json!([{"imageReferences": ["*"], "mutateDigest": false, "verifyDigest": false,
         "attestors": [{"entries": [{"keys": {"publicKeys": keys}}]}]}]));
-    let v = Scripted::default().answer(
+    let v = Arc::new(Scripted::default().answer(
         "ghcr.io/acme/app:v1",
         second,
         Ok(Verified { digest: D.into(), statements: vec![] }),
-    );
-    let (rows, _) = run(&set, &pod(&["ghcr.io/acme/app:v1"]), &WithVerifier(&v));
+    ));
+    let (rows, _) = run(&set, &pod(&["ghcr.io/acme/app:v1"]), &WithVerifier(v.clone()));
     assert_eq!(rows[0].0, Status::Fail, "{rows:?}");
 }
 
@@ -208,11 +212,11 @@ fn attestation_conditions_read_the_predicate() {
             ],
         })
     };
-    let v = Scripted::default().answer("ghcr.io/acme/app:v1", "https://example.com/scan/v1", statement(0));
-    let (rows, _) = run(&set, &pod(&["ghcr.io/acme/app:v1"]), &WithVerifier(&v));
+    let v = Arc::new(Scripted::default().answer("ghcr.io/acme/app:v1", "https://example.com/scan/v1", statement(0)));
+    let (rows, _) = run(&set, &pod(&["ghcr.io/acme/app:v1"]), &WithVerifier(v.clone()));
     assert_eq!(rows[0], (Status::Pass, format!("verified image attestations for ghcr.io/acme/app@{D}")));
-    let v = Scripted::default().answer("ghcr.io/acme/app:v1", "https://example.com/scan/v1", statement(3));
-    let (rows, _) = run(&set, &pod(&["ghcr.io/acme/app:v1"]), &WithVerifier(&v));
+    let v = Arc::new(Scripted::default().answer("ghcr.io/acme/app:v1", "https://example.com/scan/v1", statement(3)));
+    let (rows, _) = run(&set, &pod(&["ghcr.io/acme/app:v1"]), &WithVerifier(v.clone()));
     assert_eq!(rows[0].0, Status::Fail);
     assert!(
         rows[0].1.starts_with("image attestations verification failed, verifiedCount: 0, requiredCount: 1, error: .attestations[0].attestors[0].entries[0]: attestation checks failed for ghcr.io/acme/app@sha256:"),
@@ -220,12 +224,12 @@ fn attestation_conditions_read_the_predicate() {
         rows[0].1
     );
     // A statement of another type is not there.
-    let v = Scripted::default().answer(
+    let v = Arc::new(Scripted::default().answer(
         "ghcr.io/acme/app:v1",
         "https://example.com/scan/v1",
         Ok(Verified { digest: D.into(), statements: vec![json!({"predicateType": "https://other", "predicate": {}})] }),
-    );
-    let (rows, _) = run(&set, &pod(&["ghcr.io/acme/app:v1"]), &WithVerifier(&v));
+    ));
+    let (rows, _) = run(&set, &pod(&["ghcr.io/acme/app:v1"]), &WithVerifier(v.clone()));
     assert!(rows[0].1.contains("attestions not found for predicate type https://example.com/scan/v1"), "{}", rows[0].1);
 }
 
@@ -233,8 +237,8 @@ fn attestation_conditions_read_the_predicate() {
 fn skipped_references_and_digest_checks() {
     let set = policy(json!([{"imageReferences": ["*"], "skipImageReferences": ["ghcr.io/trusted/*"],
         "attestors": [keyed("K1")], "mutateDigest": false}]));
-    let v = Scripted::default();
-    let (rows, _) = run(&set, &pod(&["ghcr.io/trusted/app:v1"]), &WithVerifier(&v));
+    let v = Arc::new(Scripted::default());
+    let (rows, _) = run(&set, &pod(&["ghcr.io/trusted/app:v1"]), &WithVerifier(v.clone()));
     assert_eq!(
         rows[0],
         (
@@ -251,10 +255,13 @@ fn the_cache_answers_the_second_request() {
     let set = policy(
         json!([{"imageReferences": ["*"], "attestors": [keyed("K1")], "mutateDigest": false, "verifyDigest": false}]),
     );
-    let v =
-        Scripted::default().answer("ghcr.io/acme/app:v1", "K1", Ok(Verified { digest: D.into(), statements: vec![] }));
-    let (first, _) = run(&set, &pod(&["ghcr.io/acme/app:v1"]), &WithVerifier(&v));
-    let (second, _) = run(&set, &pod(&["ghcr.io/acme/app:v1"]), &WithVerifier(&v));
+    let v = Arc::new(Scripted::default().answer(
+        "ghcr.io/acme/app:v1",
+        "K1",
+        Ok(Verified { digest: D.into(), statements: vec![] }),
+    ));
+    let (first, _) = run(&set, &pod(&["ghcr.io/acme/app:v1"]), &WithVerifier(v.clone()));
+    let (second, _) = run(&set, &pod(&["ghcr.io/acme/app:v1"]), &WithVerifier(v.clone()));
     assert_eq!(first[0].1, "verified image signatures for ghcr.io/acme/app:v1");
     assert_eq!(second[0], (Status::Pass, "verified from cache".to_string()));
     assert_eq!(v.asked.lock().map(|a| a.len()).unwrap_or(0), 1);
@@ -266,7 +273,7 @@ fn the_cache_answers_the_second_request() {
     let set = policy(
         json!([{"imageReferences": ["*"], "attestors": [keyed("K1")], "mutateDigest": false, "verifyDigest": false, "useCache": false}]),
     );
-    let (third, _) = run(&set, &pod(&["ghcr.io/acme/app:v1"]), &WithVerifier(&v));
+    let (third, _) = run(&set, &pod(&["ghcr.io/acme/app:v1"]), &WithVerifier(v.clone()));
     assert_eq!(third[0].1, "verified image signatures for ghcr.io/acme/app:v1");
 }
 
@@ -278,9 +285,9 @@ fn an_unchanged_image_verified_before_is_not_checked_again() {
     let mut old = pod(&["ghcr.io/acme/app:v1"]);
     old["metadata"]["annotations"] = json!({ANNOTATION_SCOPED: json!({"version": 1, "policies": {"/check-images": {"signed": {"ghcr.io/acme/app:v1": "pass"}}}}).to_string()});
     let new = old.clone();
-    let v = Scripted::default();
+    let v = Arc::new(Scripted::default());
     let req = Request { old_object: Some(&old), ..Request::new("UPDATE", &new) };
-    let out = set.evaluate(&req, Scope::ALL, &verno_jmespath::NoEnv, &WithVerifier(&v), &mut ());
+    let out = set.evaluate(&req, Scope::ALL, &verno_jmespath::NoEnv, &WithVerifier(v.clone()), &mut ());
     assert!(out.allowed(), "{:?}", out.responses);
     assert!(v.asked.lock().map(|a| a.is_empty()).unwrap_or(false));
 }
@@ -314,9 +321,12 @@ fn nested_attestor_sets() {
     let nested = json!({"count": 1, "entries": [{"keys": {"publicKeys": "K1"}}, {"keys": {"publicKeys": "K2"}}]});
     let set = policy(json!([{"imageReferences": ["*"], "mutateDigest": false, "verifyDigest": false,
         "attestors": [{"entries": [{"attestor": nested}]}]}]));
-    let v =
-        Scripted::default().answer("ghcr.io/acme/app:v1", "K2", Ok(Verified { digest: D.into(), statements: vec![] }));
-    let (rows, _) = run(&set, &pod(&["ghcr.io/acme/app:v1"]), &WithVerifier(&v));
+    let v = Arc::new(Scripted::default().answer(
+        "ghcr.io/acme/app:v1",
+        "K2",
+        Ok(Verified { digest: D.into(), statements: vec![] }),
+    ));
+    let (rows, _) = run(&set, &pod(&["ghcr.io/acme/app:v1"]), &WithVerifier(v.clone()));
     assert_eq!(rows[0].0, Status::Pass, "{rows:?}");
 }
 
@@ -342,14 +352,114 @@ fn image_extractors_find_images_in_custom_resources() {
     let task = json!({"apiVersion": "tekton.dev/v1beta1", "kind": "Task", "metadata": {"name": "t", "namespace": "ci"},
         "spec": {"steps": [{"name": "a", "image": "ghcr.io/acme/step:v1"}, {"name": "b", "image": "docker.io/library/alpine"}],
                  "sidecars": [{"name": "s", "ref": "oci://ghcr.io/acme/side:v2"}]}});
-    let v = Scripted::default()
-        .answer("ghcr.io/acme/step:v1", "K1", Ok(Verified { digest: D.into(), statements: vec![] }))
-        .answer("ghcr.io/acme/side:v2", "K1", Ok(Verified { digest: D.into(), statements: vec![] }));
-    let (rows, out) = run(&set, &task, &WithVerifier(&v));
+    let v = Arc::new(
+        Scripted::default()
+            .answer("ghcr.io/acme/step:v1", "K1", Ok(Verified { digest: D.into(), statements: vec![] }))
+            .answer("ghcr.io/acme/side:v2", "K1", Ok(Verified { digest: D.into(), statements: vec![] })),
+    );
+    let (rows, out) = run(&set, &task, &WithVerifier(v.clone()));
     assert_eq!(rows.iter().filter(|r| r.0 == Status::Pass).count(), 3, "{rows:?}");
     let patched = out.patched.clone().expect("patched");
     assert_eq!(patched.pointer("/spec/steps/0/image"), Some(&json!(format!("ghcr.io/acme/step:v1@{D}"))));
     assert_eq!(patched.pointer("/spec/steps/1/image"), Some(&json!("docker.io/library/alpine")));
     // The sidecar's image came through jmesPath: its digest goes where the reference was read.
     assert_eq!(patched.pointer("/spec/sidecars/0/ref"), Some(&json!(format!("ghcr.io/acme/side:v2@{D}"))));
+}
+
+// ---- ImageValidatingPolicy ----
+
+fn ivpol(spec: Value) -> PolicySet {
+    let mut spec = spec;
+    spec["matchConstraints"] = json!({"resourceRules": [{"apiGroups": [""], "apiVersions": ["v1"], "operations": ["CREATE"], "resources": ["pods"]}]});
+    let doc = json!({"apiVersion": "policies.kyverno.io/v1beta1", "kind": "ImageValidatingPolicy",
+        "metadata": {"name": "signed"}, "spec": spec});
+    match compile(&doc, &[]) {
+        Ok(Compiled::Policy(p)) => PolicySet::new(vec![Arc::new(p)], Vec::new()),
+        other => panic!("compile: {other:?}"),
+    }
+}
+
+fn cosign_key(key: &str) -> Value {
+    json!({"name": "k", "cosign": {"key": {"data": key}, "ctlog": {"insecureIgnoreTlog": true}}})
+}
+
+#[test]
+fn image_validating_policy_verifies_through_the_port() {
+    let set = ivpol(json!({
+        "validationConfigurations": {"verifyDigest": false},
+        "matchImageReferences": [{"glob": "ghcr.io/*"}],
+        "attestors": [cosign_key("K1")],
+        "validations": [{"expression": "images.containers.map(i, verifyImageSignatures(i, [attestors.k])).all(n, n > 0)",
+            "message": "unsigned"}],
+    }));
+    let v = Arc::new(Scripted::default().answer(
+        "ghcr.io/acme/app:v1",
+        "K1",
+        Ok(Verified { digest: D.into(), statements: vec![] }),
+    ));
+    let (rows, _) = run(&set, &pod(&["ghcr.io/acme/app:v1", "docker.io/library/busybox:1"]), &WithVerifier(v.clone()));
+    assert_eq!(rows, vec![(Status::Pass, "success".to_string())]);
+    let (rows, out) = run(&set, &pod(&["ghcr.io/acme/other:v1"]), &WithVerifier(v.clone()));
+    assert_eq!(rows, vec![(Status::Fail, "unsigned".to_string())]);
+    assert!(!out.allowed());
+    // No registry access at all: an error, not a failure.
+    let (rows, _) = run(&set, &pod(&["ghcr.io/acme/app:v1"]), &NoData);
+    assert_eq!(rows[0].0, Status::Error, "{rows:?}");
+    assert!(rows[0].1.contains("failed to get imagedata"), "{rows:?}");
+}
+
+#[test]
+fn image_validating_policy_digests_required_and_attestations() {
+    // verifyDigest (the default): a tag is not enough.
+    let set = ivpol(json!({"attestors": [cosign_key("K1")], "validations": [{"expression": "true"}]}));
+    let (rows, _) = run(&set, &pod(&["ghcr.io/acme/app:v1"]), &NoData);
+    assert_eq!(rows, vec![(Status::Fail, "image ghcr.io/acme/app:v1 does not have a digest".to_string())]);
+    // required (the default): validations that verify nothing do not pass an image.
+    let set =
+        ivpol(json!({"validationConfigurations": {"verifyDigest": false}, "validations": [{"expression": "true"}]}));
+    let (rows, _) = run(&set, &pod(&["ghcr.io/acme/app:v1"]), &NoData);
+    assert_eq!(
+        rows,
+        vec![(
+            Status::Fail,
+            "image ghcr.io/acme/app:v1 is not verified: no policy performed a signature or attestation check on it"
+                .to_string()
+        )]
+    );
+    // Attestations: verified, then their payload read.
+    let set = ivpol(json!({
+        "validationConfigurations": {"verifyDigest": false},
+        "attestors": [cosign_key("K1")],
+        "attestations": [{"name": "sbom", "intoto": {"type": "https://cyclonedx.org/bom"}}],
+        "validations": [
+            {"expression": "images.containers.all(i, verifyAttestationSignatures(i, attestations.sbom, [attestors.k]) > 0)", "message": "no sbom"},
+            {"expression": "images.containers.all(i, extractPayload(i, attestations.sbom).bomFormat == 'CycloneDX')", "message": "not cyclonedx"},
+        ],
+    }));
+    let stmt = |fmt: &str| {
+        Ok(Verified {
+            digest: D.into(),
+            statements: vec![json!({"predicateType": "https://cyclonedx.org/bom", "predicate": {"bomFormat": fmt}})],
+        })
+    };
+    let v = Arc::new(Scripted::default().answer("ghcr.io/acme/app:v1", "https://cyclonedx.org/bom", stmt("CycloneDX")));
+    let (rows, _) = run(&set, &pod(&["ghcr.io/acme/app:v1"]), &WithVerifier(v));
+    assert_eq!(rows, vec![(Status::Pass, "success".to_string())]);
+    let v = Arc::new(Scripted::default().answer("ghcr.io/acme/app:v1", "https://cyclonedx.org/bom", stmt("SPDX")));
+    let (rows, _) = run(&set, &pod(&["ghcr.io/acme/app:v1"]), &WithVerifier(v));
+    assert_eq!(rows, vec![(Status::Fail, "not cyclonedx".to_string())]);
+}
+
+#[test]
+fn image_validating_policy_checks() {
+    let bad = |spec: Value| {
+        let mut spec = spec;
+        spec["matchConstraints"] = json!({"resourceRules": [{"apiGroups": [""], "apiVersions": ["v1"], "operations": ["CREATE"], "resources": ["pods"]}]});
+        let doc = json!({"apiVersion": "policies.kyverno.io/v1beta1", "kind": "ImageValidatingPolicy", "metadata": {"name": "x"}, "spec": spec});
+        compile(&doc, &[]).err().map(|e| e.to_string()).unwrap_or_default()
+    };
+    assert!(bad(json!({"attestors": [{"name": "a"}]})).contains("exactly one of cosign or notary"));
+    assert!(bad(json!({"matchImageReferences": [{}]})).contains("exactly one of glob or expression"));
+    assert!(bad(json!({"bogus": 1})).contains("unknown field"));
+    assert_eq!(bad(json!({"validations": [{"expression": "true"}]})), "");
 }
