@@ -32,6 +32,7 @@ mod gpol;
 mod images;
 mod ivpol;
 pub mod jsonpatch;
+mod manifests;
 mod matching;
 mod mpol;
 mod mutate;

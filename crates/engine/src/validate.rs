@@ -35,6 +35,8 @@ pub enum Check {
     Foreach(Vec<CompiledForeach>),
     PodSecurity(crate::pss::PodSecurityCheck),
     Cel(Box<CompiledCel>),
+    /// `validate.manifests`: signed Kubernetes manifests.
+    Manifests(Box<crate::manifests::CompiledManifests>),
     Unsupported(&'static str),
     Nothing,
 }
@@ -224,8 +226,8 @@ pub(crate) fn compile_validation(v: &Validation, path: &str) -> Result<CompiledV
             }
         }
         check
-    } else if v.manifests.is_some() {
-        Check::Unsupported("validate.manifests (signed manifests) is not supported by this build of verno yet")
+    } else if let Some(m) = &v.manifests {
+        Check::Manifests(Box::new(crate::manifests::compile(m, &format!("{path}.manifests"))?))
     } else {
         compile_check_parts(v.pattern.as_ref(), v.any_pattern.as_ref(), v.deny.as_ref(), v.foreach.as_ref(), path)?
             .unwrap_or(Check::Nothing)
@@ -493,6 +495,16 @@ impl ValidateCtx<'_> {
                     return Some(self.resp(Status::Pass, "success"));
                 }
                 Some(self.resp(Status::Pass, ""))
+            }
+            Check::Manifests(m) => {
+                if delete {
+                    return None;
+                }
+                Some(match m.verify(target, self.data) {
+                    Err(e) => self.resp(Status::Error, format!("error occurred during manifest verification: {e}")),
+                    Ok((true, reason)) => self.resp(Status::Pass, reason),
+                    Ok((false, reason)) => self.resp(Status::Fail, reason),
+                })
             }
             Check::PodSecurity(pss) => {
                 if delete {

@@ -96,6 +96,19 @@ pub trait ImageVerifier: Send + Sync {
         credentials: Option<&RegistryCredentials>,
         namespace: &str,
     ) -> Result<String, ImageError>;
+    /// Checks a detached signature over `message` by one leaf attestor entry (signed
+    /// manifests); `certificate` is the PEM the signature carries, if any. Returns the signer's
+    /// name (empty for a key).
+    fn verify_blob(
+        &self,
+        attestor: &Attestor,
+        message: &[u8],
+        signature: &[u8],
+        certificate: Option<&str>,
+    ) -> Result<String, ImageError> {
+        let _ = (attestor, message, signature, certificate);
+        Err(ImageError::Unreachable("signature verification is not available here".into()))
+    }
     /// Whether a passing verification is remembered under this key (Kyverno's
     /// `policyUID;resourceVersion;rule;image`). The CLI keeps no cache.
     fn cached(&self, key: &str) -> bool {

@@ -294,6 +294,34 @@ fn check_signer(expect: &Expect, ann: &BTreeMap<String, String>, msg: &[u8], sig
     Ok(at)
 }
 
+/// A detached signature over a blob (signed Kubernetes manifests). The transparency log is not
+/// consulted: manifest signatures carry no Rekor bundle Verno reads (as k8s-manifest-sigstore,
+/// which skips the log for key signatures). Returns the signer's name (a certificate's first
+/// identity; empty for a key).
+pub fn verify_blob(
+    signer: &Signer,
+    algorithm: &str,
+    msg: &[u8],
+    sig: &[u8],
+    certificate: Option<&str>,
+) -> Result<String, String> {
+    match signer {
+        Signer::Anyone => Err("no attestor to verify the signature with".into()),
+        Signer::Key(k) => k.verify(algorithm, msg, sig).map(|_| String::new()),
+        Signer::Roots { roots, identity, .. } => {
+            let pem = certificate.filter(|c| !c.trim().is_empty()).ok_or("no certificate found with the signature")?;
+            let leaf = certificates(pem)?.into_iter().next().ok_or("no certificate found with the signature")?;
+            verify_chain(&leaf, &[], roots, now())?;
+            leaf.valid_at(now())?;
+            if let Some(rule) = identity {
+                check_identity(&leaf, rule)?;
+            }
+            leaf.public_key()?.verify(algorithm, msg, sig)?;
+            Ok(leaf.identity().map(|i| i.sans.join(",")).unwrap_or_default())
+        }
+    }
+}
+
 fn check_identity(leaf: &Certificate, rule: &IdentityRule) -> Result<(), String> {
     let id = leaf.identity()?;
     if !rule.subject.is_empty() && !id.sans.iter().any(|s| verno_jmespath::wildcard::matches(&rule.subject, s)) {

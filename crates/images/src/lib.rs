@@ -286,6 +286,18 @@ impl ImageVerifier for Verifier {
         cosign::resolve(&session, &r)
     }
 
+    fn verify_blob(
+        &self,
+        attestor: &verno_api::images::Attestor,
+        message: &[u8],
+        signature: &[u8],
+        certificate: Option<&str>,
+    ) -> Result<String, ImageError> {
+        let (signer, _tlog, algorithm) =
+            cosign::signer(attestor, &|ns, name| self.secret_key(ns, name)).map_err(ImageError::Failed)?;
+        cosign::verify_blob(&signer, &algorithm, message, signature, certificate).map_err(ImageError::Failed)
+    }
+
     fn cached(&self, key: &str) -> bool {
         self.cache.as_ref().is_some_and(|c| c.get(key))
     }

@@ -298,3 +298,81 @@ results:
     assert!(text.contains("not signed by our key"), "{text}");
     assert!(text.contains("pass: 2, fail: 1"), "{text}");
 }
+
+/// `validate.manifests`: a Service signed in sigstore's k8s-manifest format (the YAML gzipped
+/// and base64-encoded in `cosign.sigstore.dev/message`, one signature per signer) verifies with
+/// both keys; a changed field, a missing second signature or another key does not.
+#[test]
+fn signed_manifests_verify_with_the_policy_keys() {
+    use std::io::Write as _;
+    let (alice, bob) = (Key::generate(), Key::generate());
+    let manifest = "apiVersion: v1\nkind: Service\nmetadata:\n  name: web\nspec:\n  ports:\n  - port: 80\n    targetPort: 8080\n  selector:\n    app: web\n";
+    let mut gz = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::default());
+    gz.write_all(manifest.as_bytes()).unwrap();
+    let message = rig::b64(&gz.finish().unwrap());
+    let sig = |k: &Key| rig::b64(&k.sign(manifest.as_bytes()));
+    let signed = |sigs: &[String], selector: &str| {
+        let mut ann = format!("    cosign.sigstore.dev/message: {message}\n");
+        for (i, s) in sigs.iter().enumerate() {
+            let suffix = if i == 0 { String::new() } else { format!("_{i}") };
+            ann.push_str(&format!("    cosign.sigstore.dev/signature{suffix}: {s}\n"));
+        }
+        format!(
+            "apiVersion: v1\nkind: Service\nmetadata:\n  name: web\n  namespace: default\n  annotations:\n{ann}spec:\n  type: ClusterIP\n  ports:\n  - port: 80\n    targetPort: 8080\n  selector:\n    app: {selector}\n"
+        )
+    };
+    let keys = |k: &Key| k.pem.lines().map(|l| format!("                    {l}\n")).collect::<String>();
+    let policy = format!(
+        r#"apiVersion: kyverno.io/v1
+kind: ClusterPolicy
+metadata:
+  name: signed-services
+spec:
+  background: false
+  rules:
+    - name: both-signed
+      match:
+        any:
+          - resources:
+              kinds: [Service]
+      validate:
+        failureAction: Enforce
+        manifests:
+          attestors:
+            - entries:
+              - keys:
+                  publicKeys: |-
+{}              - keys:
+                  publicKeys: |-
+{}"#,
+        keys(&alice),
+        keys(&bob)
+    );
+    let dir = tempfile::tempdir().unwrap();
+    let run = |resource: &str| {
+        std::fs::write(dir.path().join("policy.yaml"), &policy).unwrap();
+        std::fs::write(dir.path().join("svc.yaml"), resource).unwrap();
+        let out = Command::new(env!("CARGO_BIN_EXE_verno"))
+            .args(["apply", "policy.yaml", "-r", "svc.yaml"])
+            .current_dir(dir.path())
+            .output()
+            .unwrap();
+        format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr))
+    };
+    // Both signatures, the object as admitted (with `type`, which the API server defaults).
+    let out = run(&signed(&[sig(&alice), sig(&bob)], "web"));
+    assert!(out.contains("pass: 1, fail: 0"), "{out}");
+    // A field changed after signing.
+    let out = run(&signed(&[sig(&alice), sig(&bob)], "other"));
+    assert!(out.contains("pass: 0, fail: 1"), "{out}");
+    assert!(out.contains(r#"diff found; {"items":[{"key":"spec.selector.app""#), "{out}");
+    // Only one of the two signers.
+    let out = run(&signed(&[sig(&alice)], "web"));
+    assert!(out.contains("manifest verification failed; verifiedCount 1; requiredCount 2"), "{out}");
+    // Signed by someone else.
+    let out = run(&signed(&[sig(&Key::generate())], "web"));
+    assert!(out.contains("verifiedCount 0; requiredCount 2"), "{out}");
+    // No signature at all.
+    let out = run("apiVersion: v1\nkind: Service\nmetadata:\n  name: web\nspec:\n  selector:\n    app: web\n");
+    assert!(out.contains("YAML manifest not found for this resource"), "{out}");
+}
