@@ -1250,7 +1250,7 @@ async fn a_synchronized_rule_takes_over_an_existing_object_no_policy_generated_a
 /// An ImageValidatingPolicy a Kyverno cluster holds is kept (its CRD is Verno's too) and told,
 /// in its status, that Verno does not enforce it yet; its images are not checked.
 #[tokio::test]
-async fn image_validating_policies_are_reported_as_not_supported_in_their_status() {
+async fn image_validating_policies_are_enforced_at_admission() {
     let (_fake, admin, replica) = setup().await;
     let ivpol = json!({"apiVersion": "policies.kyverno.io/v1", "kind": "ImageValidatingPolicy", "metadata": {"name": "signed"},
         "spec": {"matchConstraints": {"resourceRules": [{"apiGroups": [""], "apiVersions": ["v1"], "operations": ["CREATE"], "resources": ["pods"]}]},
@@ -1259,16 +1259,24 @@ async fn image_validating_policies_are_reported_as_not_supported_in_their_status
     let api: Api<DynamicObject> =
         Api::all_with(admin.clone(), &policies::resource(verno_engine::Kind::ImageValidatingPolicy));
     api.patch("signed", &PatchParams::apply("kubectl").force(), &Patch::Apply(&ivpol)).await.unwrap();
-    let status = eventually("the status says not supported", || async {
-        api.get("signed").await.ok().map(|p| p.data["status"].clone()).filter(|s| {
-            s["conditionStatus"]["ready"] == false && s.to_string().contains("not supported by this build of verno")
-        })
+    let status = eventually("the status says ready", || async {
+        api.get("signed").await.ok().map(|p| p.data["status"].clone()).filter(|s| s["conditionStatus"]["ready"] == true)
     })
     .await;
-    assert_eq!(status["conditionStatus"]["ready"], false, "{status}");
-    // Not enforced: an unsigned image is admitted.
+    assert_eq!(status["conditionStatus"]["ready"], true, "{status}");
+    // Both entries carry the policy's resources: verification and digest pinning.
+    let mwc: Api<MutatingWebhookConfiguration> = Api::all(admin.clone());
+    eventually("the entries", || async {
+        let v = entry_rules(&vwc(&admin).await?, webhooks::IVPOL_VALIDATE_FAIL)?;
+        let m = serde_json::to_value(mwc.get_opt(webhooks::MUTATING_CONFIG).await.ok()??).ok()?;
+        let m = entry_rules(&m, webhooks::IVPOL_MUTATE_FAIL)?;
+        (v.to_string().contains("pods") && m.to_string().contains("pods")).then_some(())
+    })
+    .await;
+    // Enforced: an image whose digest cannot be had (no registry here) is refused, by name.
     let pods: Api<Pod> = Api::namespaced(admin.clone(), "default");
-    pods.create(&PostParams::default(), &pod("unsigned", json!({}))).await.unwrap();
+    let err = pods.create(&PostParams::default(), &pod("unsigned", json!({}))).await.unwrap_err().to_string();
+    assert!(err.contains("Policy signed error"), "{err}");
     replica.controller.stop().await;
 }
 

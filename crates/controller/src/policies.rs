@@ -248,17 +248,8 @@ impl Compiler {
                     .get(&key)
                     .filter(|e| e.uid == uid)
                     .and_then(|e| e.result.as_ref().ok().cloned().or_else(|| e.last_good.clone()));
-                // ImageValidatingPolicies are evaluated by `verno test` / `verno apply`, but no
-                // admission entry serves them yet: in a cluster they stay marked unsupported
-                // rather than claim to be enforced.
-                let result = if matches!(kind, Kind::ImageValidatingPolicy | Kind::NamespacedImageValidatingPolicy) {
-                    Err(verno_engine::DocumentError::Unsupported(*kind))
-                } else if admission_policy {
-                    compile_admission(o, &mine)
-                } else {
-                    compile(*kind, o)
-                }
-                .map(Arc::new);
+                let result =
+                    if admission_policy { compile_admission(o, &mine) } else { compile(*kind, o) }.map(Arc::new);
                 match &result {
                     Err(e @ verno_engine::DocumentError::Unsupported(_)) => {
                         tracing::warn!(policy = %key, error = %e, "policy kind not supported by Verno yet: not enforced");

@@ -54,21 +54,38 @@ pub const MPOL_FAIL: &str = "mpol.validate.kyverno.svc-fail";
 pub const MPOL_IGNORE: &str = "mpol.validate.kyverno.svc-ignore";
 pub const NMPOL_FAIL: &str = "nmpol.validate.kyverno.svc-fail";
 pub const NMPOL_IGNORE: &str = "nmpol.validate.kyverno.svc-ignore";
+/// ImageValidatingPolicy entries: the validating ones verify, the mutating ones pin digests.
+pub const IVPOL_VALIDATE_FAIL: &str = "ivpol.validate.kyverno.svc-fail";
+pub const IVPOL_VALIDATE_IGNORE: &str = "ivpol.validate.kyverno.svc-ignore";
+pub const NIVPOL_VALIDATE_FAIL: &str = "nivpol.validate.kyverno.svc-fail";
+pub const NIVPOL_VALIDATE_IGNORE: &str = "nivpol.validate.kyverno.svc-ignore";
+pub const IVPOL_MUTATE_FAIL: &str = "ivpol.mutate.kyverno.svc-fail";
+pub const IVPOL_MUTATE_IGNORE: &str = "ivpol.mutate.kyverno.svc-ignore";
+pub const NIVPOL_MUTATE_FAIL: &str = "nivpol.mutate.kyverno.svc-fail";
+pub const NIVPOL_MUTATE_IGNORE: &str = "nivpol.mutate.kyverno.svc-ignore";
 /// Every policy entry: name, path, fail-closed, and whether it is in the validating (or the
 /// mutating) configuration, in the order the installer renders them.
-pub const POLICY_ENTRIES: [(&str, &str, bool, bool); 12] = [
+pub const POLICY_ENTRIES: [(&str, &str, bool, bool); 20] = [
     (VALIDATE_FAIL, "/validate/fail", true, true),
     (VALIDATE_IGNORE, "/validate/ignore", false, true),
     (VPOL_FAIL, "/vpol/_fail", true, true),
     (VPOL_IGNORE, "/vpol/_ignore", false, true),
     (NVPOL_FAIL, "/nvpol/_fail", true, true),
     (NVPOL_IGNORE, "/nvpol/_ignore", false, true),
+    (IVPOL_VALIDATE_FAIL, "/ivpol/validate/_fail", true, true),
+    (IVPOL_VALIDATE_IGNORE, "/ivpol/validate/_ignore", false, true),
+    (NIVPOL_VALIDATE_FAIL, "/nivpol/validate/_fail", true, true),
+    (NIVPOL_VALIDATE_IGNORE, "/nivpol/validate/_ignore", false, true),
     (MUTATE_FAIL, "/mutate/fail", true, false),
     (MUTATE_IGNORE, "/mutate/ignore", false, false),
     (MPOL_FAIL, "/mpol/_fail", true, false),
     (MPOL_IGNORE, "/mpol/_ignore", false, false),
     (NMPOL_FAIL, "/nmpol/_fail", true, false),
     (NMPOL_IGNORE, "/nmpol/_ignore", false, false),
+    (IVPOL_MUTATE_FAIL, "/ivpol/mutate/_fail", true, false),
+    (IVPOL_MUTATE_IGNORE, "/ivpol/mutate/_ignore", false, false),
+    (NIVPOL_MUTATE_FAIL, "/nivpol/mutate/_fail", true, false),
+    (NIVPOL_MUTATE_IGNORE, "/nivpol/mutate/_ignore", false, false),
 ];
 /// The end-to-end probe's entry (Kyverno's verify webhook): fail-open, it matches only
 /// updates of the probe Lease in Verno's namespace, and Verno stamps the time it was called.
@@ -82,12 +99,36 @@ pub const CONFIGS: [(&str, &str, &[&str]); 2] = [
     (
         "ValidatingWebhookConfiguration",
         VALIDATING_CONFIG,
-        &[VALIDATE_FAIL, VALIDATE_IGNORE, VPOL_FAIL, VPOL_IGNORE, NVPOL_FAIL, NVPOL_IGNORE, POLICY_VALIDATE],
+        &[
+            VALIDATE_FAIL,
+            VALIDATE_IGNORE,
+            VPOL_FAIL,
+            VPOL_IGNORE,
+            NVPOL_FAIL,
+            NVPOL_IGNORE,
+            IVPOL_VALIDATE_FAIL,
+            IVPOL_VALIDATE_IGNORE,
+            NIVPOL_VALIDATE_FAIL,
+            NIVPOL_VALIDATE_IGNORE,
+            POLICY_VALIDATE,
+        ],
     ),
     (
         "MutatingWebhookConfiguration",
         MUTATING_CONFIG,
-        &[MUTATE_FAIL, MUTATE_IGNORE, MPOL_FAIL, MPOL_IGNORE, NMPOL_FAIL, NMPOL_IGNORE, MONITOR],
+        &[
+            MUTATE_FAIL,
+            MUTATE_IGNORE,
+            MPOL_FAIL,
+            MPOL_IGNORE,
+            NMPOL_FAIL,
+            NMPOL_IGNORE,
+            IVPOL_MUTATE_FAIL,
+            IVPOL_MUTATE_IGNORE,
+            NIVPOL_MUTATE_FAIL,
+            NIVPOL_MUTATE_IGNORE,
+            MONITOR,
+        ],
     ),
 ];
 
@@ -183,6 +224,12 @@ fn resources(s: &verno_engine::WebhookScope) -> Vec<(String, String, String)> {
 /// images are verified and digests pinned, and the validate entry, where `required` and
 /// `verifyDigest` are checked.
 fn entries_for(p: &CompiledPolicy, body: &RuleBody) -> Vec<&'static str> {
+    // An ImageValidatingPolicy is verified on the validating entry and has its digests pinned
+    // on the mutating one (unless `mutateDigest` is off).
+    if matches!(p.kind, Kind::ImageValidatingPolicy | Kind::NamespacedImageValidatingPolicy) {
+        let mutate = if p.pins_digests() { entry_for(p, Hook::Mutate) } else { None };
+        return entry_for(p, Hook::Validate).into_iter().chain(mutate).collect();
+    }
     match body {
         RuleBody::VerifyImages(_) => {
             entry_for(p, Hook::Mutate).into_iter().chain(entry_for(p, Hook::Validate)).collect()
@@ -220,6 +267,10 @@ fn entry_for(p: &CompiledPolicy, hook: Hook) -> Option<&'static str> {
         (Kind::NamespacedValidatingPolicy, Hook::Validate) => pick(NVPOL_FAIL, NVPOL_IGNORE),
         (Kind::MutatingPolicy, Hook::Mutate) => pick(MPOL_FAIL, MPOL_IGNORE),
         (Kind::NamespacedMutatingPolicy, Hook::Mutate) => pick(NMPOL_FAIL, NMPOL_IGNORE),
+        (Kind::ImageValidatingPolicy, Hook::Validate) => pick(IVPOL_VALIDATE_FAIL, IVPOL_VALIDATE_IGNORE),
+        (Kind::NamespacedImageValidatingPolicy, Hook::Validate) => pick(NIVPOL_VALIDATE_FAIL, NIVPOL_VALIDATE_IGNORE),
+        (Kind::ImageValidatingPolicy, Hook::Mutate) => pick(IVPOL_MUTATE_FAIL, IVPOL_MUTATE_IGNORE),
+        (Kind::NamespacedImageValidatingPolicy, Hook::Mutate) => pick(NIVPOL_MUTATE_FAIL, NIVPOL_MUTATE_IGNORE),
         // Admission policies are the API server's; other kinds are not served at admission.
         _ => return None,
     })

@@ -77,7 +77,13 @@ pub fn parse(input: &str) -> Parsed {
             s = s[..arrow].trim_end();
         }
     }
-    // 3. `\text\` escapes; else `(compiler;statement)` / `(statement)`
+    // 3. `\text\` escapes; else `(compiler;statement)` / `(statement)`. Chainsaw matches both
+    // with Go regular expressions whose `.` stops at a line break: a multi-line string is never
+    // an expression (a CEL policy's `(a + b)\n  .map(…)` is applied as written).
+    if s.contains('\n') {
+        p.statement = s.to_string();
+        return p;
+    }
     if s.len() >= 3 && s.starts_with('\\') && s.ends_with('\\') {
         p.statement = s[1..s.len() - 1].to_string();
         return p;
@@ -185,6 +191,9 @@ mod tests {
         assert_eq!((p.compiler, p.statement.as_str()), (None, "(not evaluated)"));
         assert_eq!(parse("plain").compiler, None);
         assert_eq!(parse("()").compiler, None);
+        // Go's `.` stops at a line break: a multi-line value is text.
+        let cel = "(images.containers + images.init)\n  .all(i, i != '')";
+        assert_eq!((parse(cel).compiler, parse(cel).statement.as_str()), (None, cel));
     }
 
     #[test]

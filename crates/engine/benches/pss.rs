@@ -81,7 +81,7 @@ fn kyverno_route() -> Route {
 }
 
 fn cel_route() -> Route {
-    Route::Cel { hook: Hook::Validate, namespaced: false, names: Vec::new(), filter: Filter::All }
+    Route::Cel { hook: Hook::Validate, namespaced: false, names: Vec::new(), filter: Filter::All, image: false }
 }
 
 fn main() {

@@ -165,6 +165,9 @@ pub enum Phase {
     /// verifyImages rules: signatures and attestations checked, digests pinned, outcomes
     /// recorded in annotations (Kyverno runs it after every mutation, before validation).
     Verify,
+    /// ImageValidatingPolicies' mutating webhook: image tags pinned to their digests
+    /// (`mutateDigest`), nothing verified.
+    PinDigests,
     Validate,
     Generate,
     /// Cleanup and deleting policies: is a stored object due for deletion?
@@ -181,6 +184,7 @@ impl Phase {
                 | (Phase::Generate, RuleBody::Generate(_))
                 | (Phase::Cleanup, RuleBody::Cleanup(_))
                 | (Phase::Verify, RuleBody::VerifyImages(_))
+                | (Phase::PinDigests, RuleBody::Validate(_))
                 | (Phase::Validate, RuleBody::Validate(_) | RuleBody::Unsupported { .. } | RuleBody::VerifyImages(_))
         )
     }
@@ -338,7 +342,7 @@ impl<'r> Sequence<'r> {
     ) -> PolicyResponse {
         let req = Request { object: self.patched.as_ref().unwrap_or(self.req.object), ..self.req.clone() };
         let mut r = evaluate_phase(policy, phase, exceptions, &req, ctx, data);
-        if phase == Phase::Verify {
+        if matches!(phase, Phase::Verify | Phase::PinDigests) {
             // Only a policy whose images were verified carries the object on: the others'
             // responses keep what their own mutations made.
             if let Some(v) = &r.patched {
@@ -687,6 +691,13 @@ fn evaluate_rule(
             RuleBody::Unsupported { what, .. } => Some(RuleResponse::new(&rule.name, rt, Status::Error, *what)),
             // A verifyImages rule answers once per image in the verify phase (the last
             // response is the rule's, the others go before it) and once in the validate phase.
+            RuleBody::Validate(v) if phase == Phase::PinDigests => {
+                let crate::validate::Check::Cel(c) = &v.check else { return None };
+                let img = c.image.as_ref()?;
+                let (r, p) = img.pin_digests(&rule.name, object, data);
+                *patched = p;
+                r
+            }
             RuleBody::VerifyImages(v) if phase == Phase::Verify => {
                 let out = v.verify(&rule.name, policy, req, object, ctx, data)?;
                 *patched = out.patched;

@@ -37,6 +37,7 @@ pub struct ImageCel {
     refs: Vec<ImageRef>,
     verify_digest: bool,
     required: bool,
+    mutate_digest: bool,
     /// Attestors by name, as written.
     attestors: Map<String, Value>,
     /// Attestations by name, as written.
@@ -46,6 +47,19 @@ pub struct ImageCel {
 
 fn flag(v: Option<&Value>, key: &str) -> bool {
     v.and_then(|c| c.get(key)).and_then(Value::as_bool).unwrap_or(true)
+}
+
+impl CompiledPolicy {
+    /// Whether this is an ImageValidatingPolicy that pins digests (`mutateDigest`, the default).
+    pub fn pins_digests(&self) -> bool {
+        self.rules.iter().any(|r| match &r.body {
+            RuleBody::Validate(v) => match &v.check {
+                crate::validate::Check::Cel(c) => c.image.as_ref().is_some_and(|i| i.mutate_digest),
+                _ => false,
+            },
+            _ => false,
+        })
+    }
 }
 
 /// Compiles an ImageValidatingPolicy or NamespacedImageValidatingPolicy document.
@@ -118,6 +132,7 @@ pub fn compile_image_validating_policy(doc: &Value) -> Result<CompiledPolicy, Co
         extractors,
         refs,
         verify_digest: flag(vc, "verifyDigest"),
+        mutate_digest: flag(vc, "mutateDigest"),
         required: flag(vc, "required"),
         attestors,
         attestations,
@@ -230,6 +245,68 @@ impl ImageCel {
             *list = kept;
         }
         Ok(out)
+    }
+
+    /// `mutateDigest` (the ImageValidatingPolicy mutating webhook): every selected container
+    /// image without a digest gets the registry's (`image:tag@sha256:…`, tag kept). Images the
+    /// registry cannot resolve keep their tag and make an `error` result (which denies under
+    /// `Deny`); the others are still pinned.
+    pub(crate) fn pin_digests(
+        &self,
+        rule: &str,
+        object: &Value,
+        data: &dyn crate::evaluate::Data,
+    ) -> (Option<crate::outcome::RuleResponse>, Option<Value>) {
+        if !self.mutate_digest {
+            return (None, None);
+        }
+        let all = crate::images::extract(object);
+        let verifier = data.image_verifier();
+        let mut patched = object.clone();
+        let (mut changed, mut errors) = (false, Vec::new());
+        for group in ["initContainers", "containers", "ephemeralContainers"] {
+            for info in all.get(group).and_then(Value::as_object).into_iter().flat_map(|m| m.values()) {
+                let s = |k: &str| info.get(k).and_then(Value::as_str).unwrap_or("");
+                if !s("digest").is_empty() {
+                    continue;
+                }
+                let pointer = s("jsonPointer");
+                let tagged = s("referenceWithTag");
+                match self.selects(tagged) {
+                    Ok(true) => {}
+                    Ok(false) => continue,
+                    Err(e) => {
+                        errors.push(e);
+                        continue;
+                    }
+                }
+                let digest = match &verifier {
+                    Some(v) => v.digest(tagged, self.credentials.as_ref(), ""),
+                    None => Err(ImageError::Unreachable(
+                        "image verification is not available here (no registry access)".into(),
+                    )),
+                };
+                match digest {
+                    Ok(d) => {
+                        if let Some(slot) = patched.pointer_mut(pointer) {
+                            // As Kyverno: the normalized image, tag kept, then the digest.
+                            *slot = Value::String(format!("{tagged}@{d}"));
+                            changed = true;
+                        }
+                    }
+                    Err(e) => errors.push(format!("failed to resolve digest for image {tagged}: {}", e.message())),
+                }
+            }
+        }
+        let resp = (!errors.is_empty()).then(|| {
+            crate::outcome::RuleResponse::new(
+                rule,
+                crate::outcome::RuleType::ImageVerify,
+                Status::Error,
+                format!("failed to update digest: {}", errors.join("; ")),
+            )
+        });
+        (resp, changed.then_some(patched))
     }
 
     /// The first selected image without a digest, when digests are required.

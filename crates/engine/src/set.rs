@@ -123,7 +123,9 @@ pub enum Route {
     /// Kyverno's `/vpol`, `/nvpol`, `/mpol` and `/nmpol` webhooks: the validating (or mutating)
     /// CEL policies of one scope — cluster-wide or namespaced — named in the path (all of them
     /// when `names` is empty) that `filter` keeps.
-    Cel { hook: Hook, namespaced: bool, names: Vec<String>, filter: Filter },
+    /// `image`: Kyverno's `/ivpol/validate…` and `/ivpol/mutate…` (ImageValidatingPolicies;
+    /// the mutating one only pins digests).
+    Cel { hook: Hook, namespaced: bool, names: Vec<String>, filter: Filter, image: bool },
 }
 
 impl Route {
@@ -149,12 +151,14 @@ impl Route {
             Route::Kyverno(hook, filter) => {
                 matches!(p.kind, Kind::ClusterPolicy | Kind::Policy) && filter.keeps(*hook, p)
             }
-            Route::Cel { hook, namespaced, names, filter } => {
-                let kind = match (hook, namespaced) {
-                    (Hook::Validate, false) => Kind::ValidatingPolicy,
-                    (Hook::Validate, true) => Kind::NamespacedValidatingPolicy,
-                    (Hook::Mutate, false) => Kind::MutatingPolicy,
-                    (Hook::Mutate, true) => Kind::NamespacedMutatingPolicy,
+            Route::Cel { hook, namespaced, names, filter, image } => {
+                let kind = match (image, hook, namespaced) {
+                    (true, _, false) => Kind::ImageValidatingPolicy,
+                    (true, _, true) => Kind::NamespacedImageValidatingPolicy,
+                    (false, Hook::Validate, false) => Kind::ValidatingPolicy,
+                    (false, Hook::Validate, true) => Kind::NamespacedValidatingPolicy,
+                    (false, Hook::Mutate, false) => Kind::MutatingPolicy,
+                    (false, Hook::Mutate, true) => Kind::NamespacedMutatingPolicy,
                 };
                 p.kind == kind && (names.is_empty() || names.contains(&p.name)) && filter.keeps(*hook, p)
             }
@@ -208,7 +212,9 @@ impl Scope {
     /// One webhook call: the phase of the route's hook, the policies it keeps.
     pub fn webhook(route: Route) -> Scope {
         let Some(hook) = route.hook() else { return Scope::ALL };
+        let image = matches!(route, Route::Cel { image: true, .. });
         let phases: &'static [Phase] = match hook {
+            Hook::Mutate if image => &[Phase::PinDigests],
             // Kyverno's mutate webhook verifies images after it mutates.
             Hook::Mutate => &[Phase::Mutate, Phase::Verify],
             Hook::Validate => &[Phase::Validate],
@@ -542,6 +548,17 @@ fn judge_cel(out: &mut Outcome, i: usize, p: &CompiledPolicy, phase: Phase, r: &
                 }
             }
         }
+        // An ImageValidatingPolicy that cannot pin a digest refuses when it denies.
+        Phase::PinDigests => {
+            for rr in r.rules.iter().filter(|rr| rr.status == Status::Error) {
+                if p.action == Action::Enforce {
+                    out.cel_denials.push(said(rr.status, &rr.message));
+                }
+                if p.emit_warning {
+                    out.warnings.push(said(rr.status, &rr.message));
+                }
+            }
+        }
         Phase::Verify | Phase::Generate | Phase::Cleanup | Phase::All => {}
     }
 }
@@ -584,6 +601,6 @@ fn judge_kyverno(out: &mut Outcome, i: usize, p: &CompiledPolicy, phase: Phase, 
                 }
             }
         }
-        Phase::Generate | Phase::Cleanup | Phase::All => {}
+        Phase::PinDigests | Phase::Generate | Phase::Cleanup | Phase::All => {}
     }
 }

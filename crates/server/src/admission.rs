@@ -160,6 +160,15 @@ impl Observer for Recorder<'_> {
 /// segments `_fail` and `_ignore`, which cannot be policy names, pick the policies by failure
 /// policy (Verno's installer owns its paths, so it cannot list names).
 pub fn cel_route(hook: Hook, namespaced: bool, path: &str) -> Route {
+    policy_route(hook, namespaced, path, false)
+}
+
+/// The route of an ImageValidatingPolicy path (`/ivpol/validate/…`, `/ivpol/mutate/…`).
+pub fn image_route(hook: Hook, namespaced: bool, path: &str) -> Route {
+    policy_route(hook, namespaced, path, true)
+}
+
+fn policy_route(hook: Hook, namespaced: bool, path: &str, image: bool) -> Route {
     let mut filter = Filter::All;
     let mut names = Vec::new();
     for segment in path.split('/').filter(|s| !s.is_empty()) {
@@ -169,7 +178,7 @@ pub fn cel_route(hook: Hook, namespaced: bool, path: &str) -> Route {
             name => names.push(name.to_string()),
         }
     }
-    Route::Cel { hook, namespaced, names, filter }
+    Route::Cel { hook, namespaced, names, filter, image }
 }
 
 /// Whether a request this route cannot evaluate (deadline, panic) is allowed: the failure

@@ -270,17 +270,29 @@ fn router(state: Arc<AppState>, body_limit: usize, body_timeout: Duration) -> Ro
         post(move |headers: HeaderMap, body: Bytes| handle(st, Route::Kyverno(hook, filter), webhook, headers, body))
     };
     // Kyverno's CEL policy paths: `/vpol/<name>/<name>…` names the policies an entry serves.
-    let cel = |hook: Hook, namespaced: bool, webhook: &'static str| {
+    let policies = |hook: Hook, namespaced: bool, image: bool, webhook: &'static str| {
+        let pick = move |path: &str| {
+            if image {
+                admission::image_route(hook, namespaced, path)
+            } else {
+                admission::cel_route(hook, namespaced, path)
+            }
+        };
         let st = state.clone();
         let named = post(move |Path(path): Path<String>, headers: HeaderMap, body: Bytes| {
-            handle(st, admission::cel_route(hook, namespaced, &path), webhook, headers, body)
+            handle(st, pick(&path), webhook, headers, body)
         });
         let st = state.clone();
-        let all = post(move |headers: HeaderMap, body: Bytes| {
-            handle(st, admission::cel_route(hook, namespaced, ""), webhook, headers, body)
-        });
+        let all = post(move |headers: HeaderMap, body: Bytes| handle(st, pick(""), webhook, headers, body));
         (all, named)
     };
+    let cel = |hook: Hook, namespaced: bool, webhook: &'static str| policies(hook, namespaced, false, webhook);
+    // Kyverno's ImageValidatingPolicy paths: `/ivpol/validate/…` verifies, `/ivpol/mutate/…`
+    // pins digests.
+    let (ivpol_v, ivpol_v_named) = policies(Hook::Validate, false, true, "ivpol-validate");
+    let (nivpol_v, nivpol_v_named) = policies(Hook::Validate, true, true, "nivpol-validate");
+    let (ivpol_m, ivpol_m_named) = policies(Hook::Mutate, false, true, "ivpol-mutate");
+    let (nivpol_m, nivpol_m_named) = policies(Hook::Mutate, true, true, "nivpol-mutate");
     let (vpol, vpol_named) = cel(Hook::Validate, false, "vpol");
     let (nvpol, nvpol_named) = cel(Hook::Validate, true, "nvpol");
     let (mpol, mpol_named) = cel(Hook::Mutate, false, "mpol");
@@ -300,6 +312,14 @@ fn router(state: Arc<AppState>, body_limit: usize, body_timeout: Duration) -> Ro
         .route("/mpol/{*policies}", mpol_named)
         .route("/nmpol", nmpol)
         .route("/nmpol/{*policies}", nmpol_named)
+        .route("/ivpol/validate", ivpol_v)
+        .route("/ivpol/validate/{*policies}", ivpol_v_named)
+        .route("/nivpol/validate", nivpol_v)
+        .route("/nivpol/validate/{*policies}", nivpol_v_named)
+        .route("/ivpol/mutate", ivpol_m)
+        .route("/ivpol/mutate/{*policies}", ivpol_m_named)
+        .route("/nivpol/mutate", nivpol_m)
+        .route("/nivpol/mutate/{*policies}", nivpol_m_named)
         .route("/verifymutate", post(verify))
         .route("/policyvalidate", post(policy_validate))
         .route("/health/liveness", get(|| async { "ok" }))

@@ -376,3 +376,86 @@ spec:
     let out = run("apiVersion: v1\nkind: Service\nmetadata:\n  name: web\nspec:\n  selector:\n    app: web\n");
     assert!(out.contains("YAML manifest not found for this resource"), "{out}");
 }
+
+/// ImageValidatingPolicy at admission: the mutating entry pins the digest (tag kept), the
+/// validating entry verifies the pinned image; an unsigned image is refused with Kyverno's
+/// `Policy <name> failed: <message>`.
+#[test]
+fn image_validating_policy_webhooks_pin_then_verify() {
+    use base64::Engine as _;
+    use std::sync::Arc;
+    use std::sync::atomic::AtomicBool;
+    use verno_engine::{Compiled, Filter, Hook, PolicySet, Route};
+
+    struct Images(Arc<verno_images::Verifier>);
+    impl verno_engine::Data for Images {
+        fn image_verifier(&self) -> Option<Arc<dyn verno_engine::verify_images::ImageVerifier>> {
+            Some(self.0.clone())
+        }
+    }
+    let reg = Registry::start(None);
+    let key = Key::generate();
+    let signed = reg.push_image("acme/app", "v1", "signed");
+    sign(&reg, "acme/app", &signed, &key, &SignOpts::default());
+    reg.push_image("acme/unsigned", "v1", "unsigned");
+    let doc = serde_json::json!({
+        "apiVersion": "policies.kyverno.io/v1beta1", "kind": "ImageValidatingPolicy",
+        "metadata": {"name": "signed-only"},
+        "spec": {
+            "matchConstraints": {"resourceRules": [{"apiGroups": [""], "apiVersions": ["v1"], "operations": ["CREATE"], "resources": ["pods"]}]},
+            "credentials": {"allowInsecureRegistry": true},
+            "matchImageReferences": [{"glob": format!("{}/*", reg.addr)}],
+            "attestors": [{"name": "ours", "cosign": {"key": {"data": key.pem}, "ctlog": {"insecureIgnoreTlog": true}}}],
+            "validations": [{"expression": "images.containers.all(i, verifyImageSignatures(i, [attestors.ours]) > 0)", "message": "not signed by our key"}],
+        }
+    });
+    let set = match verno_engine::compile(&doc, &[]).unwrap() {
+        Compiled::Policy(p) => PolicySet::new(vec![Arc::new(p)], Vec::new()),
+        _ => panic!("a policy"),
+    };
+    let data = Images(Arc::new(verno_images::Verifier::new().unwrap()));
+    let call = |hook: Hook, object: &serde_json::Value| {
+        let review: verno_api::AdmissionReview = serde_json::from_value(serde_json::json!({
+            "apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview",
+            "request": {"uid": "u-1", "kind": {"group": "", "version": "v1", "kind": "Pod"},
+                "resource": {"group": "", "version": "v1", "resource": "pods"},
+                "namespace": "default", "name": "app", "operation": "CREATE",
+                "userInfo": {"username": "alice"}, "object": object}
+        }))
+        .unwrap();
+        let route = Route::Cel { hook, namespaced: false, names: Vec::new(), filter: Filter::All, image: true };
+        verno_server::admission::review_with(&set, route, &review, Arc::new(AtomicBool::new(false)), &data, false)
+            .review
+            .response
+            .unwrap()
+    };
+    let pod_of = |image: &str| serde_saphyr::from_str::<serde_json::Value>(&pod(image)).unwrap();
+    let image = format!("{}/acme/app:v1", reg.addr);
+    // Mutating entry: the digest pinned, nothing verified yet.
+    let resp = call(Hook::Mutate, &pod_of(&image));
+    assert!(resp.allowed, "{resp:?}");
+    let patch =
+        String::from_utf8(base64::engine::general_purpose::STANDARD.decode(resp.patch.unwrap()).unwrap()).unwrap();
+    assert!(patch.contains(&format!("{image}@{signed}")), "{patch}");
+    // Validating entry, on the pinned Pod: verified.
+    let resp = call(Hook::Validate, &pod_of(&format!("{image}@{signed}")));
+    assert!(resp.allowed, "{resp:?}");
+    // Without the pin, verifyDigest refuses.
+    let resp = call(Hook::Validate, &pod_of(&image));
+    assert!(!resp.allowed);
+    assert!(
+        resp.status
+            .unwrap()
+            .message
+            .contains(&format!("Policy signed-only failed: image {image} does not have a digest"))
+    );
+    // An unsigned image, pinned: refused with the validation's message.
+    let bare = format!("{}/acme/unsigned:v1", reg.addr);
+    let resp = call(Hook::Mutate, &pod_of(&bare));
+    let patch =
+        String::from_utf8(base64::engine::general_purpose::STANDARD.decode(resp.patch.unwrap()).unwrap()).unwrap();
+    let pinned = patch.split("\"value\":\"").nth(1).unwrap().split('"').next().unwrap().to_string();
+    let resp = call(Hook::Validate, &pod_of(&pinned));
+    assert!(!resp.allowed);
+    assert_eq!(resp.status.unwrap().message, "Policy signed-only failed: not signed by our key");
+}
