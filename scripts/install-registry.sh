@@ -7,6 +7,14 @@ set -euo pipefail
 if command -v docker-registry >/dev/null && command -v skopeo >/dev/null; then
     exit 0
 fi
+# Tests run in parallel and may all ask at once: one installs, the others wait and find it done.
+if command -v flock >/dev/null; then
+    exec 9>"${TMPDIR:-/tmp}/verno-install-registry.lock"
+    flock 9
+    if command -v docker-registry >/dev/null && command -v skopeo >/dev/null; then
+        exit 0
+    fi
+fi
 sudo=""
 if [ "$(id -u)" != 0 ]; then
     command -v sudo >/dev/null || { echo "install-registry.sh: run as root or install sudo" >&2; exit 1; }

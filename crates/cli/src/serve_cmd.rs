@@ -277,21 +277,11 @@ pub fn run(args: &ServeArgs) -> i32 {
     let ns = args.namespace_labels.clone();
     let loader: Loader = Arc::new(move || load_set(&paths, ns.as_deref()));
     // verifyImages rules talk to registries; passes are cached as in a cluster (no Secrets
-    // here: registry credentials and `keys.secret` need `--kube`).
-    let data: Option<Arc<dyn verno_engine::Data + Send + Sync>> = match verno_images::Verifier::new() {
-        Ok(v) => {
-            let v = match image_cache(args) {
-                Some((ttl, size)) => v.with_cache(verno_images::Cache::new(ttl, size)),
-                None => v,
-            };
-            Some(Arc::new(ImagesOnly(Arc::new(v))))
-        }
-        Err(e) => {
-            eprintln!("warning: image verification is not available: {e}");
-            None
-        }
-    };
-    verno_server::run_with(cfg, loader, args.log_format == "json", data)
+    // here: registry credentials and `keys.secret` need `--kube`). The registry client starts
+    // on the first image to verify.
+    let data: Arc<dyn verno_engine::Data + Send + Sync> =
+        Arc::new(ImagesOnly { cache: image_cache(args), verifier: std::sync::OnceLock::new() });
+    verno_server::run_with(cfg, loader, args.log_format == "json", Some(data))
 }
 
 /// The image verification cache the flags ask for (TTL, entries).
@@ -301,11 +291,26 @@ fn image_cache(args: &ServeArgs) -> Option<(Duration, usize)> {
 }
 
 /// `verno serve --policies`: the engine's data port knows registries only.
-struct ImagesOnly(Arc<verno_images::Verifier>);
+struct ImagesOnly {
+    cache: Option<(Duration, usize)>,
+    verifier: std::sync::OnceLock<Option<Arc<verno_images::Verifier>>>,
+}
 
 impl verno_engine::Data for ImagesOnly {
     fn image_verifier(&self) -> Option<Arc<dyn verno_engine::verify_images::ImageVerifier>> {
-        Some(self.0.clone())
+        self.verifier
+            .get_or_init(|| match verno_images::Verifier::new() {
+                Ok(v) => Some(Arc::new(match self.cache {
+                    Some((ttl, size)) => v.with_cache(verno_images::Cache::new(ttl, size)),
+                    None => v,
+                })),
+                Err(e) => {
+                    tracing::warn!("image verification is not available: {e}");
+                    None
+                }
+            })
+            .clone()
+            .map(|v| v as Arc<dyn verno_engine::verify_images::ImageVerifier>)
     }
 }
 

@@ -351,6 +351,19 @@ fn compile_rule(
         RuleBody::Generate(Box::new(compile_generation(g, &format!("{path}.generate"))?))
     } else if let Some(v) = &r.verify_images {
         let mut compiled = crate::verify_images::compile(v, &format!("{path}.verifyImages"), policy_action)?;
+        // Kyverno's `validateWildcard`: a rule matching every kind cannot verify images.
+        let m = &r.match_;
+        let kinds = m
+            .any
+            .iter()
+            .chain(m.all.iter())
+            .flatten()
+            .map(|f| &f.resources)
+            .chain(m.resources.iter())
+            .flat_map(|d| d.kinds.iter());
+        if kinds.into_iter().any(|k| k == "*") {
+            return Err(CompileError::new(format!("{path}.match"), "wildcard policy does not support rule type"));
+        }
         if let Some(x) = &r.image_extractors {
             compiled.extractors = Some(crate::images::compile_extractors(x, &format!("{path}.imageExtractors"))?);
         }

@@ -168,9 +168,10 @@ pub(crate) fn compile(
         if i == 0 {
             failure_action = action;
         }
+        // A policy without validationFailureAction audits (Kyverno's `Audit()` is "not Enforce").
         let audit = match action {
             Some(a) => a == Action::Audit,
-            None => policy_action.and_then(Action::parse) == Some(Action::Audit),
+            None => policy_action.and_then(Action::parse) != Some(Action::Enforce),
         };
         if audit && written.mutate_digest {
             return Err(CompileError::new(

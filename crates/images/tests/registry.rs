@@ -289,3 +289,42 @@ fn auth_required_and_registry_down() {
     let secure = RegistryCredentials::default();
     assert!(v.verify(&check(&image, &att, &secure, &none)).is_err());
 }
+
+#[test]
+fn rekor_bundles_are_checked_against_the_given_log_key() {
+    let reg = Registry::start(None);
+    let key = Key::generate();
+    let log = std::sync::Arc::new(Key::generate());
+    let digest = reg.push_image("acme/logged", "v1", "logged");
+    sign(&reg, "acme/logged", &digest, &key, &SignOpts { rekor: Some(log.clone()), ..Default::default() });
+    let plain = reg.push_image("acme/unlogged", "v1", "unlogged");
+    sign(&reg, "acme/unlogged", &plain, &key, &SignOpts::default());
+    let v = Verifier::new().unwrap();
+    let creds = insecure();
+    let none = BTreeMap::new();
+    let with_log = |pubkey: &str| Attestor {
+        keys: Some(StaticKeys {
+            public_keys: key.pem.clone(),
+            rekor: Some(Rekor { pubkey: pubkey.to_string(), ..Default::default() }),
+            ..Default::default()
+        }),
+        ..Default::default()
+    };
+    let image = format!("{}/acme/logged:v1", reg.addr);
+    // The log's key: verified, tlog included.
+    assert!(v.verify(&check(&image, &with_log(&log.pem), &creds, &none)).is_ok());
+    // Another log's key: the signed entry timestamp does not verify.
+    let other = Key::generate();
+    assert!(
+        failed(v.verify(&check(&image, &with_log(&other.pem), &creds, &none)))
+            .contains("invalid signed entry timestamp")
+    );
+    // A signature that was never logged.
+    let unlogged = format!("{}/acme/unlogged:v1", reg.addr);
+    assert!(
+        failed(v.verify(&check(&unlogged, &with_log(&log.pem), &creds, &none)))
+            .contains("signature not found in transparency log")
+    );
+    // No log key: said, not skipped.
+    assert!(failed(v.verify(&check(&image, &with_log(""), &creds, &none))).contains("rekor.pubkey"));
+}

@@ -459,3 +459,90 @@ fn image_validating_policy_webhooks_pin_then_verify() {
     assert!(!resp.allowed);
     assert_eq!(resp.status.unwrap().message, "Policy signed-only failed: not signed by our key");
 }
+
+/// Attestor set counts and attestation conditions through `verno apply`, against the registry:
+/// one of two keys is enough with `count: 1`, not without it; an attestation's predicate must
+/// satisfy the conditions.
+#[test]
+fn counts_and_attestation_conditions_against_the_registry() {
+    let reg = Registry::start(None);
+    let (ours, theirs) = (Key::generate(), Key::generate());
+    let digest = reg.push_image("acme/app", "v1", "app");
+    sign(&reg, "acme/app", &digest, &ours, &SignOpts::default());
+    rig::attest(
+        &reg,
+        "acme/app",
+        &digest,
+        &ours,
+        "https://example.com/scan/v1",
+        serde_json::json!({"critical": 0, "high": 2}),
+    );
+    let image = format!("{}/acme/app@{digest}", reg.addr);
+    let keys = format!("{}{}", ours.pem, theirs.pem);
+    let block =
+        |text: &str, indent: usize| text.lines().map(|l| format!("{}{l}\n", " ".repeat(indent))).collect::<String>();
+    let policy = |count: &str, max_high: u32| {
+        format!(
+            r#"apiVersion: kyverno.io/v1
+kind: ClusterPolicy
+metadata:
+  name: supply-chain
+spec:
+  validationFailureAction: Enforce
+  rules:
+    - name: signed-and-scanned
+      match:
+        any:
+          - resources:
+              kinds: [Pod]
+      verifyImages:
+        - imageReferences: ["127.0.0.1:*"]
+          imageRegistryCredentials:
+            allowInsecureRegistry: true
+          attestors:
+            - {count}entries:
+                - keys:
+                    publicKeys: |-
+{keys}                    rekor:
+                      ignoreTlog: true
+          attestations:
+            - type: https://example.com/scan/v1
+              attestors:
+                - entries:
+                    - keys:
+                        publicKeys: |-
+{ours}                        rekor:
+                          ignoreTlog: true
+              conditions:
+                - all:
+                    - key: "{{{{ high }}}}"
+                      operator: LessThanOrEquals
+                      value: {max_high}
+"#,
+            keys = block(&keys, 22),
+            ours = block(&ours.pem, 26),
+        )
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let run = |policy: &str| {
+        std::fs::write(dir.path().join("policy.yaml"), policy).unwrap();
+        std::fs::write(dir.path().join("pod.yaml"), pod(&image)).unwrap();
+        let out = Command::new(env!("CARGO_BIN_EXE_verno"))
+            .args(["apply", "policy.yaml", "--resource", "pod.yaml"])
+            .current_dir(dir.path())
+            .output()
+            .unwrap();
+        format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr))
+    };
+    // count 1: our key is enough; the scan allows 2 high findings.
+    let out = run(&policy("count: 1\n              ", 2));
+    assert!(out.contains("pass: 2, fail: 0"), "{out}");
+    // No count: both keys must have signed.
+    let out = run(&policy("", 2));
+    assert!(out.contains("failed to verify image"), "{out}");
+    assert!(out.contains(".attestors[0].entries[1].keys: no matching signatures"), "{out}");
+    // The scan's predicate does not satisfy a stricter condition.
+    let out = run(&policy("count: 1\n              ", 1));
+    assert!(out.contains("image attestations verification failed, verifiedCount: 0, requiredCount: 1"), "{out}");
+    assert!(out.contains("attestation checks failed"), "{out}");
+}

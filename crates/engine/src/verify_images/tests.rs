@@ -314,6 +314,19 @@ fn policy_checks_as_kyverno() {
     );
     assert!(bad(json!([{"imageReferences": ["*"], "mutateDigest": false, "bogus": 1}])).contains("bogus"));
     assert_eq!(bad(json!([{"imageReferences": ["*"], "mutateDigest": false}])), "");
+    // No validationFailureAction is Audit too; a rule matching every kind cannot verify images.
+    let doc = |kinds: Value, action: Value| {
+        let mut d = json!({"apiVersion": "kyverno.io/v1", "kind": "ClusterPolicy", "metadata": {"name": "x"},
+            "spec": {"background": false, "rules": [{"name": "r", "match": {"any": [{"resources": {"kinds": kinds}}]},
+                "verifyImages": [{"imageReferences": ["*"]}]}]}});
+        if !action.is_null() {
+            d["spec"]["validationFailureAction"] = action;
+        }
+        compile(&d, &[]).err().map(|e| e.to_string()).unwrap_or_default()
+    };
+    assert!(doc(json!(["Pod"]), Value::Null).contains("mutateDigest must be set to false"));
+    assert_eq!(doc(json!(["Pod"]), json!("Enforce")), "");
+    assert!(doc(json!(["*"]), json!("Enforce")).contains("wildcard policy does not support rule type"));
 }
 
 #[test]

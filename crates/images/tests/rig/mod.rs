@@ -116,6 +116,11 @@ impl Registry {
         reg
     }
 
+    /// The registry process (a static registry is never dropped: kill it by pid).
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
     fn req(&self, method: reqwest::Method, url: &str) -> reqwest::RequestBuilder {
         let r = self.http.request(method, url);
         match &self.creds {
@@ -275,6 +280,27 @@ pub struct SignOpts {
     /// Store a payload that differs from the signed one.
     pub tamper: bool,
     pub bundle: Option<String>,
+    /// Log the signature in a (test) transparency log: a Rekor bundle signed by this key.
+    pub rekor: Option<std::sync::Arc<Key>>,
+}
+
+/// A Rekor bundle for a signature over `payload`: the entry (a hashedrekord body) and its signed
+/// entry timestamp, Rekor's signature over the canonical JSON of the entry.
+pub fn rekor_bundle(rekor: &Key, payload: &[u8], sig: &[u8]) -> String {
+    let body = json!({"apiVersion": "0.0.1", "kind": "hashedrekord", "spec": {
+        "data": {"hash": {"algorithm": "sha256", "value": sha(payload).trim_start_matches("sha256:")}},
+        "signature": {"content": b64(sig)}}});
+    // Keys in canonical (sorted) order.
+    let entry = format!(
+        r#"{{"body":"{}","integratedTime":{},"logID":"{}","logIndex":{}}}"#,
+        b64(body.to_string().as_bytes()),
+        std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_secs()).unwrap_or(0),
+        "c0ffee",
+        42
+    );
+    let set = rekor.sign(entry.as_bytes());
+    let payload: Value = serde_json::from_str(&entry).expect("entry");
+    json!({"SignedEntryTimestamp": b64(&set), "Payload": payload}).to_string()
 }
 
 /// Adds a cosign signature of `digest` to `repo` (under `sha256-<hex>.sig`).
@@ -300,6 +326,9 @@ pub fn sign(reg: &Registry, repo: &str, digest: &str, key: &Key, opts: &SignOpts
     }
     if let Some(b) = &opts.bundle {
         ann["dev.sigstore.cosign/bundle"] = json!(b);
+    }
+    if let Some(r) = &opts.rekor {
+        ann["dev.sigstore.cosign/bundle"] = json!(rekor_bundle(r, &bytes, &sig));
     }
     reg.add_layers(
         repo,
