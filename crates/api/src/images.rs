@@ -163,6 +163,22 @@ pub struct Attestor {
     pub signature_algorithm: String,
 }
 
+impl Attestor {
+    /// The part of an error path that names the attestor's type (`.keys`, `.certificates`,
+    /// `.keyless`; nothing for a nested set), as Kyverno's messages have it.
+    pub fn path_suffix(&self) -> &'static str {
+        if self.keys.is_some() {
+            ".keys"
+        } else if self.certificates.is_some() {
+            ".certificates"
+        } else if self.keyless.is_some() {
+            ".keyless"
+        } else {
+            ""
+        }
+    }
+}
+
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct StaticKeys {

@@ -286,7 +286,7 @@ impl CompiledManifests {
         data: &dyn Data,
         depth: usize,
     ) -> Result<(bool, String), String> {
-        let entries = expand(set);
+        let entries = crate::verify_images::expand_keys(set);
         let required = match set.count {
             Some(n) if n > 0 => n as usize,
             _ => entries.len(),
@@ -349,16 +349,7 @@ impl CompiledManifests {
                 ));
             }
         }
-        let sub = if a.keys.is_some() {
-            ".keys"
-        } else if a.certificates.is_some() {
-            ".certificates"
-        } else if a.keyless.is_some() {
-            ".keyless"
-        } else {
-            ""
-        };
-        let p = format!("{path}{sub}");
+        let p = format!("{path}{}", a.path_suffix());
         let d = &self.domain;
         let message = get(&format!("{d}/message"));
         if message.is_empty() {
@@ -494,27 +485,4 @@ fn gunzip(gz: &[u8]) -> Result<Vec<u8>, String> {
         return Err(format!("the signed message is over {} MiB", MAX_MESSAGE >> 20));
     }
     Ok(out)
-}
-
-/// Several PEM keys in one entry become one entry per key.
-fn expand(set: &AttestorSet) -> Vec<Attestor> {
-    let mut out = Vec::new();
-    for e in &set.entries {
-        match &e.keys {
-            Some(k) if k.public_keys.matches("-----END PUBLIC KEY-----").count() > 1 => {
-                for part in k.public_keys.split_inclusive("-----END PUBLIC KEY-----") {
-                    if part.trim().is_empty() {
-                        continue;
-                    }
-                    let mut one = e.clone();
-                    if let Some(kk) = one.keys.as_mut() {
-                        kk.public_keys = part.trim().to_string();
-                    }
-                    out.push(one);
-                }
-            }
-            _ => out.push(e.clone()),
-        }
-    }
-    out
 }

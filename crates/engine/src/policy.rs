@@ -564,6 +564,12 @@ pub fn compile_policy(p: &ClusterPolicy) -> Result<CompiledPolicy, CompileError>
         .unwrap_or_else(|| "Fail".into());
     let document = serde_json::to_value(p).unwrap_or(Value::Null);
     let kind = if p.kind == "Policy" { Kind::Policy } else { Kind::ClusterPolicy };
+    let cache_id = crate::verify_images::cache_id(&document, kind, p.metadata.namespace.as_deref(), &p.metadata.name);
+    for r in &mut rules {
+        if let RuleBody::VerifyImages(v) = &mut r.body {
+            v.cache_id = cache_id.clone();
+        }
+    }
     let namespace = match kind {
         // A Policy without a namespace lives in `default`, as the API server would put it.
         Kind::Policy => {

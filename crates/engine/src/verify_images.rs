@@ -127,6 +127,9 @@ pub struct CompiledVerifyImages {
     entries: Vec<Entry>,
     /// The rule's `imageExtractors` (custom resources' image fields).
     pub(crate) extractors: Option<crate::images::Extractors>,
+    /// The policy's part of the cache key (Kyverno's `policyUID;resourceVersion`), set once
+    /// the policy is compiled.
+    pub(crate) cache_id: String,
     /// The first entry's `failureAction`, which Kyverno applies to the rule.
     pub failure_action: Option<Action>,
 }
@@ -233,7 +236,7 @@ pub(crate) fn compile(
         };
         entries.push(Entry { spec, template, conditions, deny });
     }
-    Ok(CompiledVerifyImages { entries, failure_action, extractors: None })
+    Ok(CompiledVerifyImages { entries, failure_action, extractors: None, cache_id: String::new() })
 }
 
 fn check_set(set: &AttestorSet, path: &str, depth: usize) -> Result<(), CompileError> {
@@ -313,18 +316,19 @@ impl Image {
         Some(Image { registry: s("registry"), path: s("path"), tag: s("tag"), digest: s("digest"), pointer })
     }
 
+    /// `registry/path` (just `path` without a registry).
+    fn base(&self) -> String {
+        if self.registry.is_empty() { self.path.clone() } else { format!("{}/{}", self.registry, self.path) }
+    }
+
     /// Kyverno's `ImageInfo.String()`: the tag is dropped when there is a digest.
     fn name(&self) -> String {
-        let base =
-            if self.registry.is_empty() { self.path.clone() } else { format!("{}/{}", self.registry, self.path) };
-        if self.digest.is_empty() { format!("{base}:{}", self.tag) } else { format!("{base}@{}", self.digest) }
+        if self.digest.is_empty() { self.tagged() } else { format!("{}@{}", self.base(), self.digest) }
     }
 
     /// The image with its tag and without a digest (what a digest is appended to).
     fn tagged(&self) -> String {
-        let base =
-            if self.registry.is_empty() { self.path.clone() } else { format!("{}/{}", self.registry, self.path) };
-        format!("{base}:{}", self.tag)
+        format!("{}:{}", self.base(), self.tag)
     }
 }
 
@@ -529,7 +533,7 @@ impl CompiledVerifyImages {
                     touched = true;
                     continue;
                 }
-                let key = cache_key(policy, rule, &image);
+                let key = format!("{};{rule};{image}", self.cache_id);
                 let verifier_port = data.image_verifier();
                 let cacheable = spec.use_cache && verifier_port.is_some();
                 let from_cache = cacheable && verifier_port.as_ref().is_some_and(|v| v.cached(&key));
@@ -677,21 +681,26 @@ impl CompiledVerifyImages {
 
 const UNAVAILABLE: &str = "image verification is not available here (no registry access)";
 
-/// Kyverno's cache key: `policyUID;resourceVersion;rule;image`.
-fn cache_key(policy: &CompiledPolicy, rule: &str, image: &str) -> String {
-    let meta = policy.document.get("metadata");
+/// The policy's part of Kyverno's cache key `policyUID;resourceVersion;rule;image`. Policies
+/// read from files have no uid: their key and a hash of the document stand in for uid and
+/// resourceVersion, so an edited policy does not reuse the old one's passes.
+pub(crate) fn cache_id(document: &Value, kind: crate::Kind, namespace: Option<&str>, name: &str) -> String {
+    let meta = document.get("metadata");
     let s = |k: &str| meta.and_then(|m| m.get(k)).and_then(Value::as_str).unwrap_or("");
-    // Policies read from files have no uid: their key and a hash of the document stand in
-    // for uid and resourceVersion, so an edited policy does not reuse the old one's passes.
     let uid = if s("uid").is_empty() {
         use std::hash::{Hash as _, Hasher as _};
         let mut h = std::collections::hash_map::DefaultHasher::new();
-        policy.document.to_string().hash(&mut h);
-        format!("{}#{:016x}", policy.key(), h.finish())
+        document.to_string().hash(&mut h);
+        let key = match (kind, namespace) {
+            (crate::Kind::Policy, Some(ns)) if !ns.is_empty() => format!("{ns}/{name}"),
+            (crate::Kind::Policy, _) => format!("default/{name}"),
+            _ => name.to_string(),
+        };
+        format!("{key}#{:016x}", h.finish())
     } else {
         s("uid").to_string()
     };
-    format!("{uid};{};{rule};{image}", s("resourceVersion"))
+    format!("{uid};{}", s("resourceVersion"))
 }
 
 /// One verifyImages entry at work on one rule.
@@ -709,6 +718,27 @@ impl Verifier<'_> {
         RuleResponse::new(self.rule, RuleType::ImageVerify, status, message)
     }
 
+    /// One leaf attestor on one image through the port (signatures, or the attestations of a
+    /// statement type): the entry's repository and annotations, else the rule's.
+    fn check(&self, image: &str, a: &Attestor, attestation: Option<&str>) -> Result<Verified, ImageError> {
+        let spec = self.spec;
+        let check = SignatureCheck {
+            image,
+            attestor: a,
+            repository: if a.repository.is_empty() { &spec.repository } else { &a.repository },
+            annotations: if a.annotations.is_empty() { &spec.annotations } else { &a.annotations },
+            credentials: spec.image_registry_credentials.as_ref(),
+            namespace: self.namespace,
+            kind: if spec.kind.is_empty() { "Cosign" } else { &spec.kind },
+            cosign_oci11: spec.cosign_oci11,
+            attestation,
+        };
+        match self.data.image_verifier() {
+            Some(v) => v.verify(&check),
+            None => Err(ImageError::Unreachable(UNAVAILABLE.into())),
+        }
+    }
+
     /// Attestors, then attestations, for one image: the response (none when the entry has
     /// neither) and the digest the signatures vouch for.
     fn image(&self, info: &Image, ctx: &mut Context) -> (Option<RuleResponse>, String) {
@@ -717,19 +747,7 @@ impl Verifier<'_> {
             return (None, String::new());
         }
         let image = info.name();
-        if !references_match(&spec.image_references, &image) {
-            return (
-                Some(self.resp(
-                    Status::Skip,
-                    format!(
-                        "skipping image reference image {image}, policy {} ruleName {}",
-                        self.policy.name, self.rule
-                    ),
-                )),
-                String::new(),
-            );
-        }
-        if references_match(&spec.skip_image_references, &image) {
+        if !references_match(&spec.image_references, &image) || references_match(&spec.skip_image_references, &image) {
             return (
                 Some(self.resp(
                     Status::Skip,
@@ -804,33 +822,8 @@ impl Verifier<'_> {
                     }
                 }
             } else {
-                let sub = if a.keys.is_some() {
-                    ".keys"
-                } else if a.certificates.is_some() {
-                    ".certificates"
-                } else if a.keyless.is_some() {
-                    ".keyless"
-                } else {
-                    ""
-                };
-                let repository = if a.repository.is_empty() { &self.spec.repository } else { &a.repository };
-                let annotations = if a.annotations.is_empty() { &self.spec.annotations } else { &a.annotations };
-                let check = SignatureCheck {
-                    image,
-                    attestor: a,
-                    repository,
-                    annotations,
-                    credentials: self.spec.image_registry_credentials.as_ref(),
-                    namespace: self.namespace,
-                    kind: if self.spec.kind.is_empty() { "Cosign" } else { &self.spec.kind },
-                    cosign_oci11: self.spec.cosign_oci11,
-                    attestation,
-                };
-                match self.data.image_verifier() {
-                    Some(v) => v.verify(&check),
-                    None => Err(ImageError::Unreachable(UNAVAILABLE.into())),
-                }
-                .map_err(|e| match e {
+                let sub = a.path_suffix();
+                self.check(image, a, attestation).map_err(|e| match e {
                     ImageError::Unreachable(m) => ImageError::Unreachable(format!("{p}{sub}: {m}")),
                     ImageError::Failed(m) => ImageError::Failed(format!("{p}{sub}: {m}")),
                 })
@@ -875,24 +868,7 @@ impl Verifier<'_> {
                 let mut errors: Vec<String> = Vec::new();
                 for (k, a) in expand_keys(set).iter().enumerate() {
                     let entry_path = format!("{set_path}.entries[{k}]");
-                    let repository = if a.repository.is_empty() { &spec.repository } else { &a.repository };
-                    let annotations = if a.annotations.is_empty() { &spec.annotations } else { &a.annotations };
-                    let check = SignatureCheck {
-                        image: &image,
-                        attestor: a,
-                        repository,
-                        annotations,
-                        credentials: spec.image_registry_credentials.as_ref(),
-                        namespace: self.namespace,
-                        kind: if spec.kind.is_empty() { "Cosign" } else { &spec.kind },
-                        cosign_oci11: spec.cosign_oci11,
-                        attestation: Some(kind),
-                    };
-                    let fetched = match self.data.image_verifier() {
-                        Some(v) => v.verify(&check),
-                        None => Err(ImageError::Unreachable(UNAVAILABLE.into())),
-                    };
-                    let fetched = match fetched {
+                    let fetched = match self.check(&image, a, Some(kind)) {
                         Ok(f) => f,
                         Err(ImageError::Unreachable(m)) => {
                             return (
@@ -1045,7 +1021,7 @@ impl Verifier<'_> {
 
 /// An entry whose `keys.publicKeys` holds several PEM keys becomes one entry per key (the
 /// set's count then applies across them), as Kyverno's `ExpandStaticKeys`.
-fn expand_keys(set: &AttestorSet) -> Vec<Attestor> {
+pub(crate) fn expand_keys(set: &AttestorSet) -> Vec<Attestor> {
     let mut out = Vec::with_capacity(set.entries.len());
     for e in &set.entries {
         let Some(k) = &e.keys else {
