@@ -152,6 +152,9 @@ struct RuleInfo {
 #[derive(Clone, Debug)]
 struct PolicyInfo {
     created: String,
+    /// The policy-set generation of this controller in which the policy (with this creation
+    /// time) first took part.
+    arrived: u64,
     hash: u64,
     rules: BTreeMap<String, RuleInfo>,
 }
@@ -192,9 +195,13 @@ struct Controller {
     sources: HashMap<(String, String, String), HashSet<Key>>,
     queue: VecDeque<Key>,
     pending: HashMap<Key, Pending>,
-    /// Uids of triggers worked on during this leadership: a re-list (a policy changed) does
-    /// not count as their admission.
-    seen: HashSet<String>,
+    /// Trigger uid → the policy-set generation it was first worked on with during this
+    /// leadership: a re-list (a policy changed) does not count as its admission under the
+    /// policies of that set — but a policy that reached this controller later (the admission
+    /// controller may well have had it when it admitted the trigger) still counts it as admitted.
+    seen: HashMap<String, u64>,
+    /// The policy-set generation: bumped whenever the set is taken in.
+    set_generation: u64,
     /// (trigger uid, policy, rule) this leader generated for: a synchronized downstream deleted
     /// by hand is put back even though none is left to show the link.
     acted: HashSet<(String, String, String)>,
@@ -318,7 +325,8 @@ pub async fn run(
             sources: HashMap::new(),
             queue: VecDeque::new(),
             pending: HashMap::new(),
-            seen: HashSet::new(),
+            seen: HashMap::new(),
+            set_generation: 0,
             acted: HashSet::new(),
             done: 0,
             failed: 0,
@@ -381,7 +389,7 @@ fn policy_infos(set: &PolicySet) -> HashMap<String, PolicyInfo> {
         }
         let mut h = std::collections::hash_map::DefaultHasher::new();
         crate::scan::hash_json(doc, &mut h, true);
-        out.insert(policy_id(p), PolicyInfo { created, hash: std::hash::Hasher::finish(&h), rules });
+        out.insert(policy_id(p), PolicyInfo { created, arrived: 0, hash: std::hash::Hasher::finish(&h), rules });
     }
     out
 }
@@ -403,6 +411,13 @@ impl Controller {
         loop {
             // Work the queue between events, a few at a time, so watch events keep flowing.
             if !self.queue.is_empty() {
+                // A busy queue still takes a new policy set first: a trigger admitted under a
+                // policy is evaluated with it.
+                if installed.has_changed().unwrap_or(false) {
+                    installed.mark_unchanged();
+                    self.set = self.server.current();
+                    self.reconcile_policies(false).await;
+                }
                 for _ in 0..16 {
                     let Some(k) = self.queue.pop_front() else { break };
                     self.process(k).await;
@@ -608,6 +623,14 @@ impl Controller {
             .filter(|(n, i)| self.policies.get(*n).is_none_or(|o| o.hash != i.hash))
             .map(|(n, _)| n.clone())
             .collect();
+        self.set_generation += 1;
+        let mut infos = infos;
+        for (name, info) in &mut infos {
+            info.arrived = match self.policies.get(name) {
+                Some(old) if old.created == info.created => old.arrived,
+                _ => self.set_generation,
+            };
+        }
         self.policies = infos;
         // The kinds generate rules name outright: watched from the start, so what they
         // generated is known before any trigger is compared (and orphans can be swept).
@@ -944,6 +967,7 @@ impl Controller {
     /// `Ok(false)`: not done yet (a watch has not synced).
     async fn apply(&mut self, trigger: &Arc<Value>, live: bool, deleted: bool) -> Result<bool, String> {
         let set = self.set.clone();
+        let generation = self.set_generation;
         let data = self.data.clone();
         let object = trigger.clone();
         let cancel = Arc::new(AtomicBool::new(false));
@@ -991,7 +1015,9 @@ impl Controller {
             // Admitted while the policy is in force: a watch event, or (first time this leader
             // sees it) created after the policy.
             let admitted =
-                live || (!self.seen.contains(&uid) && !info.created.is_empty() && created >= info.created.as_str());
+                live || (self.seen.get(&uid).is_none_or(|g| *g < info.arrived)
+                    && !info.created.is_empty()
+                    && created >= info.created.as_str());
             // Rules that answered and apply (a skipped rule does not apply to the trigger).
             let mut applying: HashSet<&str> = HashSet::new();
             for r in &pr.rules {
@@ -1118,7 +1144,7 @@ impl Controller {
             return Err(errors.join("; "));
         }
         if ok && !uid.is_empty() {
-            self.seen.insert(uid);
+            self.seen.entry(uid).or_insert(generation);
         }
         Ok(ok)
     }
