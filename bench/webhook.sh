@@ -1,20 +1,31 @@
 #!/usr/bin/env bash
-# Benchmark of `verno serve`: the busybox AdmissionReview posted to /validate over TLS
-# keep-alive (HTTP/1.1, as the kube-apiserver does), first with the 17 PSS policies of
-# Kyverno's load test, then with no policies, back to back. Reports req/s, p50, p99, peak RSS
-# and the ratio pss17/empty.
+# `verno serve` against the HTTPS floor, side by side: the busybox AdmissionReview posted to
+# /validate over TLS keep-alive (HTTP/1.1, as the kube-apiserver does) by wrk, against
+#   floor  — crates/floor's webhook-floor: axum + rustls, parse to a Value, answer allowed;
+#   empty  — verno serve with no policies;
+#   pss17  — verno serve with the 17 Pod Security policies of Kyverno's load test.
+# The three run in interleaved rounds (floor, empty, pss17, floor, …) so the machine's drift hits
+# them alike; each run starts a fresh server, warms up 2 s, then measures. Prints every run,
+# then per server the medians of req/s, p50, p99 and peak RSS (VmHWM), and the ratios to the floor.
 #
-#   bench/webhook.sh [--connections 64] [--duration 10] [--shared ../shared]
+#   bench/webhook.sh [--rounds 3] [--connections 64] [--threads 2] [--duration 10] [--shared ../shared]
+#                    [--verno PATH]   (another verno binary, e.g. an older build to compare; not rebuilt)
 set -euo pipefail
 cd "$(dirname "$0")/.."
+ROUNDS=3
 CONNS=64
+THREADS=2
 DURATION=10
 SHARED=../shared
+BIN=
 while [ $# -gt 0 ]; do
   case "$1" in
+    --rounds) ROUNDS=$2; shift 2 ;;
     --connections) CONNS=$2; shift 2 ;;
+    --threads) THREADS=$2; shift 2 ;;
     --duration) DURATION=$2; shift 2 ;;
     --shared) SHARED=$2; shift 2 ;;
+    --verno) BIN=$2; shift 2 ;;
     *) echo "unknown argument $1" >&2; exit 2 ;;
   esac
 done
@@ -22,8 +33,13 @@ if ! command -v wrk >/dev/null; then
   echo "installing wrk (Debian package)" >&2
   apt-get install -y wrk >/dev/null
 fi
-cargo build --release -p verno >&2
-BIN=target/release/verno
+if [ -z "$BIN" ]; then
+  cargo build --release -p verno -p verno-floor >&2
+  BIN=target/release/verno
+else
+  cargo build --release -p verno-floor >&2
+fi
+FLOOR=target/release/webhook-floor
 BODY="$SHARED/bench/requests/pod-busybox-create.json"
 PSS="$SHARED/bench/policies/pss-17"
 [ -f "$BODY" ] && [ -d "$PSS" ] || { echo "need $BODY and $PSS" >&2; exit 2; }
@@ -43,24 +59,46 @@ done = function(summary, latency, requests)
 end
 LUA
 
-run() { # name policies-dir port
-  local name=$1 dir=$2 port=$3
-  "$BIN" serve --policies "$dir" --addr "127.0.0.1:$port" --metrics-addr off --tls-dir "$WORK/tls" 2>"$WORK/$name.log" &
-  local pid=$!
-  for _ in $(seq 50); do curl -sk "https://127.0.0.1:$port/health/readiness" >/dev/null 2>&1 && break; sleep 0.1; done
-  # warm-up
-  wrk -t1 -c"$CONNS" -d2s -s "$WORK/post.lua" "https://127.0.0.1:$port/validate" >/dev/null
-  local line
-  line=$(wrk -t1 -c"$CONNS" -d"${DURATION}s" --latency -s "$WORK/post.lua" "https://127.0.0.1:$port/validate" | grep '^RESULT')
-  local rss
+run() { # name port
+  local name=$1 port=$2 pid
+  case "$name" in
+    floor) "$FLOOR" "127.0.0.1:$port" 2>"$WORK/$name.log" & pid=$! ;;
+    empty) "$BIN" serve --policies "$WORK/empty" --addr "127.0.0.1:$port" --metrics-addr off --tls-dir "$WORK/tls" 2>"$WORK/$name.log" & pid=$! ;;
+    pss17) "$BIN" serve --policies "$PSS" --addr "127.0.0.1:$port" --metrics-addr off --tls-dir "$WORK/tls" 2>"$WORK/$name.log" & pid=$! ;;
+  esac
+  for _ in $(seq 100); do curl -sk "https://127.0.0.1:$port/health/readiness" >/dev/null 2>&1 && break; sleep 0.1; done
+  wrk -t"$THREADS" -c"$CONNS" -d2s -s "$WORK/post.lua" "https://127.0.0.1:$port/validate" >/dev/null
+  local line rss
+  line=$(wrk -t"$THREADS" -c"$CONNS" -d"${DURATION}s" --latency -s "$WORK/post.lua" "https://127.0.0.1:$port/validate" | grep '^RESULT')
   rss=$(awk '/VmHWM/ {printf "%.1f", $2/1024}' "/proc/$pid/status")
   kill -TERM "$pid"; wait "$pid" 2>/dev/null || true
   read -r _ rps p50 p99 errs <<<"$line"
-  printf '%-6s  %8s req/s  p50 %6s ms  p99 %6s ms  peak RSS %5s MiB  errors %s\n' "$name" "$rps" "$p50" "$p99" "$rss" "$errs"
-  eval "${name}_rps=$rps"
+  printf '%-6s %8s req/s  p50 %6s ms  p99 %6s ms  peak RSS %5s MiB  errors %s\n' "$name" "$rps" "$p50" "$p99" "$rss" "$errs"
+  echo "$name $rps $p50 $p99 $rss" >> "$WORK/results"
 }
 
-echo "verno serve, $CONNS connections, ${DURATION}s, $(nproc) CPUs, $(date -u +%F)"
-run pss17 "$PSS" 19443
-run empty "$WORK/empty" 19444
-awk -v a="$pss17_rps" -v b="$empty_rps" 'BEGIN {printf "ratio pss17/empty: %.2f\n", a / b}'
+echo "wrk -t$THREADS -c$CONNS, ${DURATION}s per run, $ROUNDS interleaved rounds, $(nproc) CPUs, $(date -u +%F)"
+port=19440
+for r in $(seq "$ROUNDS"); do
+  for name in floor empty pss17; do
+    port=$((port + 1))
+    run "$name" "$port"
+  done
+done
+echo "medians:"
+awk '
+  { n[$1]++; rps[$1, n[$1]] = $2; p50[$1, n[$1]] = $3; p99[$1, n[$1]] = $4; rss[$1, n[$1]] = $5 }
+  function med(a, name, k,   i, j, t, v) {
+    for (i = 1; i <= k; i++) v[i] = a[name, i]
+    for (i = 1; i <= k; i++) for (j = i + 1; j <= k; j++) if (v[j] + 0 < v[i] + 0) { t = v[i]; v[i] = v[j]; v[j] = t }
+    return (k % 2) ? v[(k + 1) / 2] : (v[k / 2] + v[k / 2 + 1]) / 2
+  }
+  END {
+    f = med(rps, "floor", n["floor"])
+    split("floor empty pss17", names, " ")
+    for (x = 1; x <= 3; x++) {
+      s = names[x]; k = n[s]
+      r = med(rps, s, k)
+      printf "%-6s %8.0f req/s  %.2f of the floor  p50 %6.3f ms  p99 %6.3f ms  peak RSS %5.1f MiB\n", s, r, r / f, med(p50, s, k), med(p99, s, k), med(rss, s, k)
+    }
+  }' "$WORK/results"

@@ -131,6 +131,12 @@ pub struct ServeArgs {
     /// Evaluations running at once (default: twice the CPUs).
     #[arg(long = "max-concurrency")]
     pub max_concurrency: Option<usize>,
+    /// Requests up to this many bytes are evaluated where they arrive, without a hand-off to
+    /// the blocking pool, when every policy that answers them is self-contained (ClusterPolicy
+    /// and Policy rules without apiCall, configMap, globalReference or imageRegistry context,
+    /// image verification or generate); 0 sends every request to the pool.
+    #[arg(long = "inline-max-body-bytes", default_value_t = verno_server::INLINE_BODY_MAX)]
+    pub inline_max_body_bytes: usize,
     /// Seconds a connection may take for its TLS handshake or a request's headers, and the
     /// HTTP/2 keep-alive interval; idle connections are closed after it.
     #[arg(long = "idle-timeout-seconds", default_value_t = 10)]
@@ -215,6 +221,7 @@ pub fn run(args: &ServeArgs) -> i32 {
         max_concurrency: args
             .max_concurrency
             .unwrap_or_else(|| std::thread::available_parallelism().map(|n| n.get() * 2).unwrap_or(4)),
+        inline_body_max: args.inline_max_body_bytes,
         idle_timeout: Duration::from_secs(args.idle_timeout_seconds.max(1)),
         watch,
         poll_interval: Duration::from_secs(2),

@@ -52,6 +52,7 @@ async fn start_replica_with(fake: &FakeApiServer, identity: &str, tweak: impl Fn
         body_limit: 3 << 20,
         deadline: Duration::from_secs(5),
         max_concurrency: 4,
+        inline_body_max: verno_server::INLINE_BODY_MAX,
         idle_timeout: Duration::from_secs(10),
         watch: Vec::new(),
         poll_interval: Duration::from_secs(3600),

@@ -1014,8 +1014,8 @@ impl Controller {
             let Some(info) = self.policies.get(&pid).cloned() else { continue };
             // Admitted while the policy is in force: a watch event, or (first time this leader
             // sees it) created after the policy.
-            let admitted =
-                live || (self.seen.get(&uid).is_none_or(|g| *g < info.arrived)
+            let admitted = live
+                || (self.seen.get(&uid).is_none_or(|g| *g < info.arrived)
                     && !info.created.is_empty()
                     && created >= info.created.as_str());
             // Rules that answered and apply (a skipped rule does not apply to the trigger).

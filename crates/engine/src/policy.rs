@@ -104,6 +104,38 @@ impl CompiledPolicy {
         })
     }
 
+    /// Whether evaluating the policy needs nothing from outside the request and the set: a
+    /// ClusterPolicy or Policy whose context entries (rule, foreach or target level) are all
+    /// `variable`s, with no image verification, signed manifests, generate or mutate-existing
+    /// rules. Such a policy does no I/O through the [`crate::Data`] port and costs CPU in
+    /// proportion to the request; the CEL kinds do not qualify (their libraries and
+    /// `namespaceObject` may read the cluster). The server evaluates sets of these without
+    /// handing the request to another thread.
+    pub fn self_contained(&self) -> bool {
+        fn plain(v: &Value) -> bool {
+            match v {
+                Value::Object(m) => m.iter().all(|(k, v)| match k.as_str() {
+                    "context" => v.as_array().is_none_or(|entries| {
+                        entries.iter().all(|e| {
+                            e.as_object().is_none_or(|e| {
+                                !["configMap", "apiCall", "globalReference", "imageRegistry"]
+                                    .iter()
+                                    .any(|k| e.contains_key(*k))
+                            }) && plain(e)
+                        })
+                    }),
+                    "verifyImages" => v.as_array().is_none_or(Vec::is_empty),
+                    "manifests" | "generate" | "targets" => v.is_null(),
+                    _ => plain(v),
+                }),
+                Value::Array(a) => a.iter().all(plain),
+                _ => true,
+            }
+        }
+        matches!(self.kind, Kind::ClusterPolicy | Kind::Policy)
+            && self.document.pointer("/spec/rules").is_none_or(plain)
+    }
+
     /// A rule's effective failure action: its own `failureAction`, else the policy's.
     pub fn rule_action(&self, rule: &str) -> Action {
         self.rules

@@ -322,7 +322,6 @@ impl Outcome {
 }
 
 /// The policies in force. Swapped whole on every change; evaluation takes `&self`.
-#[derive(Default)]
 pub struct PolicySet {
     policies: Vec<Arc<CompiledPolicy>>,
     exceptions: Vec<CompiledException>,
@@ -332,12 +331,39 @@ pub struct PolicySet {
     /// Namespace labels kept current from the cluster, consulted after `namespace_labels`;
     /// shared so that a label change does not rebuild the set.
     live_namespaces: Option<Arc<NamespaceLabels>>,
+    /// Every ClusterPolicy and Policy of the set is [`CompiledPolicy::self_contained`].
+    self_contained: bool,
+}
+
+impl Default for PolicySet {
+    fn default() -> PolicySet {
+        PolicySet::new(Vec::new(), Vec::new())
+    }
 }
 
 impl PolicySet {
     pub fn new(policies: Vec<Arc<CompiledPolicy>>, exceptions: Vec<CompiledException>) -> PolicySet {
         let meta = policies.iter().map(|p| Arc::new(PolicyMeta::of(p))).collect();
-        PolicySet { policies, exceptions, meta, namespace_labels: BTreeMap::new(), live_namespaces: None }
+        let self_contained = policies
+            .iter()
+            .filter(|p| matches!(p.kind, Kind::ClusterPolicy | Kind::Policy))
+            .all(|p| p.self_contained());
+        PolicySet {
+            policies,
+            exceptions,
+            meta,
+            namespace_labels: BTreeMap::new(),
+            live_namespaces: None,
+            self_contained,
+        }
+    }
+
+    /// Whether a request on `route` is answered by self-contained policies only (see
+    /// [`CompiledPolicy::self_contained`]): the Kyverno routes of a set whose ClusterPolicies
+    /// and Policies all are. Such an evaluation is CPU in proportion to the request, with no
+    /// I/O: a server may run it where it stands instead of on a pool meant for blocking work.
+    pub fn self_contained(&self, route: &Route) -> bool {
+        matches!(route, Route::Kyverno(..)) && self.self_contained
     }
 
     /// Labels of namespaces known up front (Namespace objects or a name → labels file).

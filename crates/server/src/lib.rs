@@ -2,8 +2,10 @@
 //!
 //! Policies come from a [`Loader`] (the CLI reads files); the compiled set is swapped as a
 //! whole when the files change or on SIGHUP, and a broken set never replaces a working one.
-//! Evaluation runs on the blocking pool, bounded by a semaphore, under a deadline; a panic or a
-//! timeout becomes an answer governed by the webhook's failure policy, never a dead server.
+//! A set of self-contained policies (no I/O: microseconds of CPU) is evaluated on the executor
+//! for requests of bounded size; anything else runs on the blocking pool, bounded by a
+//! semaphore, under a deadline. A panic or a timeout becomes an answer governed by the
+//! webhook's failure policy, never a dead server.
 
 pub mod admission;
 pub mod metrics;
@@ -53,8 +55,11 @@ pub struct Config {
     pub body_limit: usize,
     /// Per-request evaluation deadline (shorter than the API server's webhook timeout).
     pub deadline: Duration,
-    /// Evaluations running at once.
+    /// Evaluations running at once (on the blocking pool).
     pub max_concurrency: usize,
+    /// Requests up to this many bytes whose policies are all self-contained are evaluated on
+    /// the executor, without the hand-off to the blocking pool (0: every request takes the pool).
+    pub inline_body_max: usize,
     /// How long a connection may take to finish its TLS handshake or send a request's headers
     /// (also between requests on a kept-alive HTTP/1 connection), and the HTTP/2 keep-alive
     /// ping interval and timeout: idle connections are closed instead of holding descriptors.
@@ -72,6 +77,7 @@ struct AppState {
     metrics: metrics::Metrics,
     permits: Arc<Semaphore>,
     deadline: Duration,
+    inline_body_max: usize,
     /// Requests waiting for an evaluation slot, and how many may wait before the rest are shed.
     waiting: std::sync::atomic::AtomicUsize,
     max_waiting: usize,
@@ -83,7 +89,76 @@ struct AppState {
     /// Where context entries read the cluster (ConfigMaps, API calls); none: they are not
     /// available (`verno serve --policies`).
     data: std::sync::OnceLock<Arc<dyn verno_engine::Data + Send + Sync>>,
+    /// The set (its address) that took longer than [`INLINE_SLOW`] on the executor once: its
+    /// requests go to the blocking pool from then on.
+    slow_set: std::sync::atomic::AtomicUsize,
+    /// Cancels evaluations on the executor at their deadline.
+    watchdog: Arc<Watchdog>,
 }
+
+/// Evaluations running on the executor, each with its deadline and cancel flag. A thread of its
+/// own (not a task: the executor's workers may all be busy evaluating) sets the flags of those
+/// past their deadline every few milliseconds; the evaluation stops at its next check. It ends
+/// when the server is dropped.
+#[derive(Default)]
+struct Watchdog {
+    running: std::sync::Mutex<Vec<(u64, Instant, Arc<std::sync::atomic::AtomicBool>)>>,
+    next: std::sync::atomic::AtomicU64,
+}
+
+impl Watchdog {
+    fn start() -> Arc<Watchdog> {
+        let dog = Arc::new(Watchdog::default());
+        let weak = Arc::downgrade(&dog);
+        let spawned = std::thread::Builder::new().name("verno-watchdog".into()).spawn(move || {
+            while let Some(dog) = weak.upgrade() {
+                let now = Instant::now();
+                if let Ok(running) = dog.running.lock() {
+                    for (_, _, flag) in running.iter().filter(|(_, d, _)| *d <= now) {
+                        flag.store(true, std::sync::atomic::Ordering::Relaxed);
+                    }
+                }
+                drop(dog);
+                std::thread::sleep(Duration::from_millis(10));
+            }
+        });
+        if let Err(e) = spawned {
+            tracing::error!(error = %e, "the evaluation watchdog could not start: evaluations on the executor have no deadline");
+        }
+        dog
+    }
+
+    /// Watches an evaluation until the guard is dropped.
+    fn watch(&self, deadline: Instant, flag: Arc<std::sync::atomic::AtomicBool>) -> Watched<'_> {
+        let id = self.next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        if let Ok(mut running) = self.running.lock() {
+            running.push((id, deadline, flag));
+        }
+        Watched { dog: self, id }
+    }
+}
+
+struct Watched<'a> {
+    dog: &'a Watchdog,
+    id: u64,
+}
+
+impl Drop for Watched<'_> {
+    fn drop(&mut self) {
+        if let Ok(mut running) = self.dog.running.lock()
+            && let Some(i) = running.iter().position(|(id, _, _)| *id == self.id)
+        {
+            running.swap_remove(i);
+        }
+    }
+}
+
+/// The default largest body evaluated on the executor (larger ones take the blocking pool): the
+/// cost of a self-contained set grows with the object.
+pub const INLINE_BODY_MAX: usize = 128 * 1024;
+/// An evaluation on the executor that took longer than this sends the set's later requests to
+/// the blocking pool (generous: on a busy machine a thread is also descheduled for milliseconds).
+const INLINE_SLOW: Duration = Duration::from_millis(50);
 
 impl AppState {
     fn current(&self) -> Arc<PolicySet> {
@@ -158,13 +233,21 @@ async fn handle(
             &format!("invalid Content-Type {ct:?}, expected application/json"),
         );
     }
+    let set = state.current();
+    // A set of self-contained policies (no I/O, CPU in proportion to the request: microseconds)
+    // is evaluated right here: a hand-off to the blocking pool would cost more than the work.
+    if body.len() <= state.inline_body_max
+        && set.self_contained(&route)
+        && state.slow_set.load(std::sync::atomic::Ordering::Relaxed) != Arc::as_ptr(&set) as usize
+    {
+        return inline(&state, set, route, webhook, started, &body);
+    }
     // Only the identity is read before the request waits: the full document is built once it
     // has a slot, so a burst holds bodies, not parsed trees.
     let (api_version, uid) = match admission::identify(&body) {
         Ok(id) => id,
         Err(e) => return text(StatusCode::BAD_REQUEST, &e.to_string()),
     };
-    let set = state.current();
     // On failure the webhook's failure policy decides: `/…/ignore` allows, `/…/fail` denies,
     // and a CEL policy path allows only when every policy it names is failurePolicy Ignore.
     let allow_on_error = admission::allows_on_error(&set, &route);
@@ -214,24 +297,7 @@ async fn handle(
     drop(cancel);
     match outcome {
         Ok(Ok(Err(e))) => text(StatusCode::BAD_REQUEST, &e.to_string()),
-        Ok(Ok(Ok((o, dry_run)))) => {
-            state.metrics.observe(webhook, &o, started.elapsed().as_secs_f64(), dry_run, &o.policy_seconds);
-            // A dry run changes nothing, so it leaves no events (as Kyverno).
-            if let (false, Some(tx), Some(report)) = (dry_run, state.reports.get(), &o.report)
-                && tx.try_send(report.clone()).is_err()
-            {
-                state.metrics.reports_dropped.inc();
-            }
-            if let (false, Some(tx)) = (dry_run, state.notices.get()) {
-                for v in &o.notices {
-                    if tx.try_send(v.clone()).is_err() {
-                        state.metrics.events_dropped.inc();
-                    }
-                }
-            }
-            tracing::debug!(uid = %uid, kind = %o.kind, namespace = %o.namespace, allowed = o.allowed, "reviewed");
-            json_response(StatusCode::OK, &o.review)
-        }
+        Ok(Ok(Ok((o, dry_run)))) => reviewed(&state, webhook, started, &o, dry_run),
         Ok(Err(join)) => {
             tracing::error!(uid = %uid, error = %join, "evaluation panicked");
             answer("verno: internal error while evaluating policies")
@@ -241,6 +307,85 @@ async fn handle(
             answer(&format!("verno: policy evaluation exceeded the {} ms deadline", state.deadline.as_millis()))
         }
     }
+}
+
+/// Evaluates a request on the executor (a self-contained set, a body of bounded size): no
+/// slot, no hand-off, no deadline — the work is microseconds of CPU. A panic still becomes the
+/// failure policy's answer; an evaluation that took long sends the set to the blocking pool.
+fn inline(
+    state: &AppState,
+    set: Arc<PolicySet>,
+    route: Route,
+    webhook: &'static str,
+    started: Instant,
+    body: &[u8],
+) -> Response {
+    let review = match admission::parse(body) {
+        Ok(r) => r,
+        Err(e) => return text(StatusCode::BAD_REQUEST, &e.to_string()),
+    };
+    let allow_on_error = admission::allows_on_error(&set, &route);
+    let dry_run = review.request.as_ref().is_some_and(|r| r.dry_run);
+    let reports = state.reports.get().is_some() && !dry_run;
+    let data: &dyn verno_engine::Data = match state.data.get() {
+        Some(d) => &**d,
+        None => &verno_engine::NoData,
+    };
+    let cancel = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let evaluated = {
+        let _watched = state.watchdog.watch(started + state.deadline, cancel.clone());
+        std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            admission::review_with(&set, route, &review, cancel.clone(), data, reports)
+        }))
+    };
+    if started.elapsed() > INLINE_SLOW {
+        tracing::warn!(
+            ms = started.elapsed().as_millis(),
+            "an evaluation took long on the executor: this policy set's requests go to the blocking pool from now on"
+        );
+        state.slow_set.store(Arc::as_ptr(&set) as usize, std::sync::atomic::Ordering::Relaxed);
+    }
+    let uid = review.request.as_ref().map_or("", |r| r.uid.as_str());
+    let answer = |msg: &str| {
+        json_response(StatusCode::OK, &admission::error_review(&review.api_version, uid, allow_on_error, msg))
+    };
+    match evaluated {
+        Ok(_) if cancel.load(std::sync::atomic::Ordering::Relaxed) => {
+            tracing::warn!(uid = %uid, "evaluation deadline exceeded");
+            answer(&format!("verno: policy evaluation exceeded the {} ms deadline", state.deadline.as_millis()))
+        }
+        Ok(o) => reviewed(state, webhook, started, &o, dry_run),
+        Err(_) => {
+            tracing::error!(uid = %uid, "evaluation panicked");
+            answer("verno: internal error while evaluating policies")
+        }
+    }
+}
+
+/// The answer of an evaluated request, with its metrics, report results and events.
+fn reviewed(
+    state: &AppState,
+    webhook: &'static str,
+    started: Instant,
+    o: &admission::Outcome,
+    dry_run: bool,
+) -> Response {
+    state.metrics.observe(webhook, o, started.elapsed().as_secs_f64(), dry_run, &o.policy_seconds);
+    // A dry run changes nothing, so it leaves no events (as Kyverno).
+    if let (false, Some(tx), Some(report)) = (dry_run, state.reports.get(), &o.report)
+        && tx.try_send(report.clone()).is_err()
+    {
+        state.metrics.reports_dropped.inc();
+    }
+    if let (false, Some(tx)) = (dry_run, state.notices.get()) {
+        for v in &o.notices {
+            if tx.try_send(v.clone()).is_err() {
+                state.metrics.events_dropped.inc();
+            }
+        }
+    }
+    tracing::debug!(kind = %o.kind, namespace = %o.namespace, allowed = o.allowed, "reviewed");
+    json_response(StatusCode::OK, &o.review)
 }
 
 /// Reads the whole body before the handlers see it, within `timeout` and `limit`: a client that
@@ -591,6 +736,7 @@ pub async fn start(cfg: Config, loader: Loader) -> Result<Running, ServerError> 
         metrics,
         permits: Arc::new(Semaphore::new(cfg.max_concurrency.max(1))),
         deadline: cfg.deadline,
+        inline_body_max: cfg.inline_body_max,
         waiting: std::sync::atomic::AtomicUsize::new(0),
         // Enough for a burst (an evaluation takes tens of microseconds), small enough that the
         // bodies held stay bounded (body limit × this).
@@ -598,6 +744,8 @@ pub async fn start(cfg: Config, loader: Loader) -> Result<Running, ServerError> 
         notices: std::sync::OnceLock::new(),
         reports: std::sync::OnceLock::new(),
         data: std::sync::OnceLock::new(),
+        slow_set: std::sync::atomic::AtomicUsize::new(0),
+        watchdog: Watchdog::start(),
     });
     let app = router(state.clone(), cfg.body_limit, cfg.idle_timeout);
     let handle: axum_server::Handle<SocketAddr> = axum_server::Handle::new();

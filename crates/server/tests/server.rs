@@ -100,6 +100,7 @@ impl Harness {
             body_limit: 64 * 1024,
             deadline: Duration::from_secs(5),
             max_concurrency: 4,
+            inline_body_max: verno_server::INLINE_BODY_MAX,
             idle_timeout: Duration::from_secs(10),
             watch: vec![pdir.clone()],
             poll_interval: Duration::from_millis(100),
@@ -428,6 +429,7 @@ async fn an_idle_connection_is_closed_after_the_idle_timeout() {
         body_limit: 64 * 1024,
         deadline: Duration::from_secs(5),
         max_concurrency: 2,
+        inline_body_max: verno_server::INLINE_BODY_MAX,
         idle_timeout: Duration::from_secs(1),
         watch: Vec::new(),
         poll_interval: Duration::from_secs(3600),
@@ -479,14 +481,65 @@ spec:
                 value: never
 "#;
 
-/// A server with [`PAIRWISE`], one evaluation slot and the given deadline.
+/// A server with [`PAIRWISE`], one evaluation slot on the blocking pool (no request is evaluated
+/// on the executor) and the given deadline.
 async fn one_slot_pairwise(deadline: Duration) -> Result<Harness, String> {
     Harness::start_with(&[("pairwise.yaml", PAIRWISE)], |cfg| {
         cfg.deadline = deadline;
         cfg.max_concurrency = 1;
+        cfg.inline_body_max = 0;
         cfg.body_limit = 4 << 20;
     })
     .await
+}
+
+/// Issue 21: a self-contained set is evaluated on the executor, without the hand-off to the
+/// blocking pool. Work that turns out slow there is still cut at the deadline (a watchdog thread
+/// cancels it), light requests are answered meanwhile, and the set's later requests go to the
+/// pool, where the deadline and the slots hold as before.
+#[tokio::test]
+async fn slow_work_on_the_executor_is_cut_at_the_deadline_and_sends_the_set_to_the_pool() -> Result<(), String> {
+    let h = Harness::start_with(&[("pairwise.yaml", PAIRWISE)], |cfg| {
+        cfg.deadline = Duration::from_millis(700);
+        cfg.max_concurrency = 1;
+        cfg.inline_body_max = 4 << 20;
+        cfg.body_limit = 4 << 20;
+    })
+    .await?;
+    let light = review_of(&pod_in_default("light", 1));
+    let heavy = review_of(&pod_in_default("heavy", 4000));
+    // Before anything slow: evaluated on the executor, answered.
+    let (code, body) = h.post("/validate/fail", &light).await?;
+    assert_eq!((code, &body["response"]["allowed"]), (200, &json!(true)), "{body}");
+    let started = std::time::Instant::now();
+    let (first, during) = tokio::join!(h.post("/validate/fail", &heavy), async {
+        tokio::time::sleep(Duration::from_millis(150)).await;
+        let t = std::time::Instant::now();
+        let r = h.post("/validate/fail", &light).await;
+        (r, t.elapsed())
+    });
+    let (code, body) = first?;
+    assert_eq!(code, 200);
+    assert_eq!(body["response"]["allowed"], false, "{body}");
+    let msg = body["response"]["status"]["message"].as_str().unwrap_or_default();
+    assert!(msg.contains("exceeded the 700 ms deadline"), "{msg}");
+    // 16 million pairs take far longer than the deadline: the work was cut, not finished.
+    assert!(started.elapsed() < Duration::from_secs(5), "the heavy request ran for {:?}", started.elapsed());
+    // The light request was not stuck behind the heavy one (the other worker answered it).
+    let (light_answer, light_took) = during;
+    assert_eq!(light_answer?.1["response"]["allowed"], true);
+    assert!(light_took < Duration::from_millis(500), "the light request took {light_took:?}");
+    // The set now takes the pool: a second heavy request is cut there, and holds the only slot
+    // until it stops, as on the pool.
+    let (code, body) = h.post("/validate/fail", &heavy).await?;
+    assert_eq!(code, 200);
+    assert!(body["response"]["status"]["message"].as_str().unwrap_or_default().contains("deadline"), "{body}");
+    let (code, body) = h.post("/validate/fail", &light).await?;
+    assert_eq!((code, &body["response"]["allowed"]), (200, &json!(true)), "{body}");
+    if let Some(r) = h.running {
+        r.shutdown(Duration::from_secs(1)).await;
+    }
+    Ok(())
 }
 
 /// A Pod `name` in `default` with `containers` containers `c0`, `c1`, ….
