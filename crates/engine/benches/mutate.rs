@@ -6,6 +6,11 @@
 //! Run: `cargo bench -p verno-engine --bench mutate`
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic, clippy::indexing_slicing, clippy::disallowed_methods)] // a test fails by panicking and may read files and clocks
 
+/// The allocator the `verno` binary ships with (`crates/verno/src/main.rs`): the engine is
+/// measured as users run it.
+#[global_allocator]
+static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 use serde_json::{Value, json};
 use std::path::Path;
 use std::sync::Arc;

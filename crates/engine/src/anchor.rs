@@ -13,6 +13,12 @@ pub enum Anchor {
 
 /// Splits a pattern key into its anchor and bare key; `None` for a plain key.
 pub fn parse(key: &str) -> Option<(Anchor, &str)> {
+    // Most keys are plain: an anchor ends with `)` (before any trailing space).
+    match key.as_bytes().last() {
+        Some(b')') => {}
+        Some(b) if b.is_ascii_whitespace() || !b.is_ascii() => {}
+        _ => return None,
+    }
     let k = key.trim();
     let (modifier, rest) = match k.chars().next() {
         Some(c @ ('+' | '<' | '=' | 'X' | '^')) => (Some(c), &k[1..]),

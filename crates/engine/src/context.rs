@@ -14,6 +14,8 @@ pub struct Context<'e> {
     cel: std::cell::RefCell<Option<verno_cel::Vars>>,
     /// Whose `namespaceObject` those variables carry (the policy being evaluated decides).
     ns_view: crate::evaluate::NamespaceView,
+    /// Whether the `images` variable is kept (no policy of the set reads it: not worked out).
+    images: bool,
 }
 
 /// Saved top-level entries, restored by [`Context::restore`].
@@ -36,7 +38,17 @@ impl<'e> Context<'e> {
             env,
             cel: std::cell::RefCell::new(None),
             ns_view: crate::evaluate::NamespaceView::default(),
+            images: true,
         }
+    }
+
+    pub fn set_serves_images(&mut self, images: bool) {
+        self.images = images;
+    }
+
+    /// Whether the `images` variable is served (see [`crate::evaluate::build_context_with`]).
+    pub fn serves_images(&self) -> bool {
+        self.images
     }
 
     pub fn is_delete(&self) -> bool {
@@ -83,10 +95,20 @@ impl<'e> Context<'e> {
     /// Sets a foreach element: `element`, `elementIndex` and their `element<N>` /
     /// `elementIndex<N>` forms for the nesting level.
     pub fn set_element(&mut self, element: &Value, index: usize, nesting: usize) -> Saved {
+        const ELEMENT: [&str; 4] = ["element0", "element1", "element2", "element3"];
+        const INDEX: [&str; 4] = ["elementIndex0", "elementIndex1", "elementIndex2", "elementIndex3"];
         let mut saved = self.set("element", element.clone());
         saved.absorb(self.set("elementIndex", Value::from(index as i64)));
-        saved.absorb(self.set(&format!("element{nesting}"), element.clone()));
-        saved.absorb(self.set(&format!("elementIndex{nesting}"), Value::from(index as i64)));
+        match (ELEMENT.get(nesting), INDEX.get(nesting)) {
+            (Some(e), Some(i)) => {
+                saved.absorb(self.set(e, element.clone()));
+                saved.absorb(self.set(i, Value::from(index as i64)));
+            }
+            _ => {
+                saved.absorb(self.set(&format!("element{nesting}"), element.clone()));
+                saved.absorb(self.set(&format!("elementIndex{nesting}"), Value::from(index as i64)));
+            }
+        }
         saved
     }
 

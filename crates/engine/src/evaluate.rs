@@ -280,7 +280,14 @@ fn obj_at<'v>(v: &'v Value, a: &str, b: &str) -> Option<&'v Map<String, Value>> 
 }
 
 /// Builds the variable context for a request (shared by all policies of one evaluation).
+#[cfg(test)]
 pub fn build_context<'e>(req: &Request, env: &'e dyn Env) -> Context<'e> {
+    build_context_with(req, env, true)
+}
+
+/// [`build_context`]; without `images` the `images` variable (the request's images, parsed) is
+/// not worked out — for a set no policy of which reads it.
+pub fn build_context_with<'e>(req: &Request, env: &'e dyn Env, images: bool) -> Context<'e> {
     let subject = req.subject();
     let (group, version, kind) = req.group_version_kind();
     let username = req.user_info.and_then(|u| u.get("username")).and_then(Value::as_str).unwrap_or("");
@@ -288,28 +295,32 @@ pub fn build_context<'e>(req: &Request, env: &'e dyn Env) -> Context<'e> {
         Some((ns, n)) => (ns.to_string(), n.to_string()),
         None => (String::new(), String::new()),
     };
-    let mut request = json!({
-        "operation": req.operation,
-        "object": req.object,
-        "oldObject": req.old_object.cloned().unwrap_or(Value::Null),
-        "namespace": str_at(subject, "/metadata/namespace"),
-        "name": str_at(subject, "/metadata/name"),
-        "kind": {"group": group, "version": version, "kind": kind},
-        "userInfo": req.user_info.cloned().unwrap_or_else(|| json!({})),
-        "roles": req.user.map(|u| u.roles.clone()).unwrap_or_default(),
-        "clusterRoles": req.user.map(|u| u.cluster_roles.clone()).unwrap_or_default(),
-    });
-    if !req.subresource.is_empty()
-        && let Some(m) = request.as_object_mut()
-    {
-        m.insert("subResource".into(), Value::String(req.subresource.into()));
+    // Built field by field: `json!` would copy the object through serde's serializer, several
+    // times slower than a clone.
+    let mut request = Map::new();
+    request.insert("operation".into(), Value::String(req.operation.into()));
+    request.insert("object".into(), req.object.clone());
+    request.insert("oldObject".into(), req.old_object.cloned().unwrap_or(Value::Null));
+    request.insert("namespace".into(), Value::String(str_at(subject, "/metadata/namespace").into()));
+    request.insert("name".into(), Value::String(str_at(subject, "/metadata/name").into()));
+    request.insert("kind".into(), json!({"group": group, "version": version, "kind": kind}));
+    request.insert("userInfo".into(), req.user_info.cloned().unwrap_or_else(|| Value::Object(Map::new())));
+    let strings =
+        |v: Option<&Vec<String>>| Value::Array(v.into_iter().flatten().map(|s| Value::String(s.clone())).collect());
+    request.insert("roles".into(), strings(req.user.map(|u| &u.roles)));
+    request.insert("clusterRoles".into(), strings(req.user.map(|u| &u.cluster_roles)));
+    if !req.subresource.is_empty() {
+        request.insert("subResource".into(), Value::String(req.subresource.into()));
     }
     let mut root = Map::new();
-    root.insert("request".into(), request);
+    root.insert("request".into(), Value::Object(request));
     root.insert("serviceAccountName".into(), Value::String(sa_name));
     root.insert("serviceAccountNamespace".into(), Value::String(sa_ns));
-    root.insert("images".into(), images::extract(subject));
+    if images {
+        root.insert("images".into(), images::extract(subject));
+    }
     let mut ctx = Context::new(root, req.is_delete(), env);
+    ctx.set_serves_images(images);
     for (k, v) in req.variables {
         // Values are permanent for this request: nothing to restore.
         let _kept: Saved = ctx.set_path(k, v.clone());
@@ -478,7 +489,9 @@ pub fn evaluate_phase(
         if let Some(v) = patched {
             // Permanent for this request: later rules and policies see the patched object.
             let _kept: Saved = ctx.set_path("request.object", v.clone());
-            let _kept: Saved = ctx.set("images", images::extract(&v));
+            if ctx.serves_images() {
+                let _kept: Saved = ctx.set("images", images::extract(&v));
+            }
             current = Some(v);
         }
         if let Some(r) = r {

@@ -495,6 +495,9 @@ fn validate_string_patterns(value: &Value, pattern: &str) -> bool {
     if value.as_str() == Some(pattern) {
         return true;
     }
+    if !pattern.contains(['|', '&']) {
+        return validate_string_pattern(value, pattern.trim_matches(' '));
+    }
     pattern
         .split('|')
         .any(|cond| cond.trim_matches(' ').split('&').all(|c| validate_string_pattern(value, c.trim_matches(' '))))
@@ -508,6 +511,12 @@ static NOT_IN_RANGE: LazyLock<Option<regex::Regex>> =
 
 /// A range pattern (`1-10`, `1Gi!-4Gi`): (negated, low, high).
 pub fn parse_range(p: &str) -> Option<(bool, String, String)> {
+    // Both forms start with a number (optionally signed) and have a `-` after it: most patterns
+    // are turned away here, without the regexes.
+    let first = p.as_bytes().first()?;
+    if !(first.is_ascii_digit() || matches!(first, b'-' | b'+' | b'|')) || !p.get(1..)?.contains('-') {
+        return None;
+    }
     if let Some(c) = NOT_IN_RANGE.as_ref().and_then(|r| r.captures(p)) {
         return Some((true, c.get(1)?.as_str().to_string(), c.get(2)?.as_str().to_string()));
     }
@@ -592,12 +601,12 @@ fn compare_string(value: &Value, pattern: &str, op: Op) -> bool {
     if !matches!(op, Op::Equal | Op::NotEqual) {
         return false;
     }
-    let s = match value {
-        Value::String(s) => s.clone(),
-        Value::Bool(b) => b.to_string(),
+    let s: std::borrow::Cow<str> = match value {
+        Value::String(s) => s.as_str().into(),
+        Value::Bool(b) => if *b { "true" } else { "false" }.into(),
         Value::Number(n) => match n.as_i64() {
-            Some(i) => i.to_string(),
-            None => go_format_e(n.as_f64().unwrap_or(0.0)),
+            Some(i) => i.to_string().into(),
+            None => go_format_e(n.as_f64().unwrap_or(0.0)).into(),
         },
         _ => return false,
     };

@@ -12,7 +12,7 @@
 //! ([`Filter`]). Time is the caller's: an [`Observer`] hears when each policy starts and ends.
 
 use crate::context::Saved;
-use crate::evaluate::{Data, Phase, Request, Sequence, build_context, str_at};
+use crate::evaluate::{Data, Phase, Request, Sequence, build_context_with, str_at};
 use crate::matching::{RequestUser, labels_of};
 use crate::outcome::{PolicyResponse, Status};
 use crate::policy::{Action, CompiledException, CompiledPolicy};
@@ -333,6 +333,8 @@ pub struct PolicySet {
     live_namespaces: Option<Arc<NamespaceLabels>>,
     /// Every ClusterPolicy and Policy of the set is [`CompiledPolicy::self_contained`].
     self_contained: bool,
+    /// Some policy or exception may read the `images` variable (a string of it says `images`).
+    reads_images: bool,
 }
 
 impl Default for PolicySet {
@@ -348,6 +350,17 @@ impl PolicySet {
             .iter()
             .filter(|p| matches!(p.kind, Kind::ClusterPolicy | Kind::Policy))
             .all(|p| p.self_contained());
+        fn says_images(v: &Value) -> bool {
+            match v {
+                Value::String(s) => s.contains("images"),
+                Value::Array(a) => a.iter().any(says_images),
+                Value::Object(m) => m.values().any(says_images),
+                _ => false,
+            }
+        }
+        // Exceptions keep no document: any with conditions may read it.
+        let reads_images = policies.iter().any(|p| says_images(&p.document))
+            || exceptions.iter().any(|e| e.conditions.is_some() || !e.cel_conditions.is_empty());
         PolicySet {
             policies,
             exceptions,
@@ -355,6 +368,7 @@ impl PolicySet {
             namespace_labels: BTreeMap::new(),
             live_namespaces: None,
             self_contained,
+            reads_images,
         }
     }
 
@@ -424,7 +438,7 @@ impl PolicySet {
             ..req.clone()
         };
         let name = str_at(subject, "/metadata/name");
-        let mut ctx = build_context(&req, env);
+        let mut ctx = build_context_with(&req, env, self.reads_images);
         let mut seq = Sequence::new(req.clone());
         let kept: Vec<(usize, &Arc<CompiledPolicy>)> =
             self.policies.iter().enumerate().filter(|(_, p)| scope.keeps(p)).collect();
