@@ -16,7 +16,17 @@ pub struct Context<'e> {
     ns_view: crate::evaluate::NamespaceView,
     /// Whether the `images` variable is kept (no policy of the set reads it: not worked out).
     images: bool,
+    /// Bumped whenever the `request` entry changes (a mutation patched the object, a scope
+    /// set or restored it).
+    request_version: u64,
+    /// Results of list queries that read only `request` (`request.object.spec.[…][]`, the
+    /// foreach lists many policies share), by request version and source; see
+    /// [`Context::query_list`].
+    lists: std::cell::RefCell<Vec<(u64, String, std::rc::Rc<Value>)>>,
 }
+
+/// How many shared list results a context keeps (oldest dropped first).
+const MAX_LISTS: usize = 16;
 
 /// Saved top-level entries, restored by [`Context::restore`].
 #[must_use]
@@ -39,6 +49,8 @@ impl<'e> Context<'e> {
             cel: std::cell::RefCell::new(None),
             ns_view: crate::evaluate::NamespaceView::default(),
             images: true,
+            request_version: 0,
+            lists: std::cell::RefCell::new(Vec::new()),
         }
     }
 
@@ -69,6 +81,32 @@ impl<'e> Context<'e> {
 
     pub fn query(&self, e: &Expression) -> Result<Value, RuntimeError> {
         e.search(&self.root, self.env).map(std::borrow::Cow::into_owned)
+    }
+
+    /// [`Context::query`] for a foreach list, shared: an expression that reads only `request`
+    /// (it starts with `request.` and names no `$` variable, so everything after its first
+    /// field is read from inside `request`) gives the same result until `request` changes, so
+    /// the policies of a request that iterate the same list evaluate it once.
+    pub fn query_list(&self, e: &Expression) -> Result<std::rc::Rc<Value>, RuntimeError> {
+        let src = e.source();
+        let shareable =
+            e.dialect() == verno_jmespath::Dialect::Kyverno && src.starts_with("request.") && !src.contains('$');
+        if !shareable {
+            return self.query(e).map(std::rc::Rc::new);
+        }
+        if let Some((_, _, v)) =
+            self.lists.borrow().iter().find(|(version, s, _)| *version == self.request_version && s == src)
+        {
+            return Ok(v.clone());
+        }
+        let v = std::rc::Rc::new(self.query(e)?);
+        let mut lists = self.lists.borrow_mut();
+        lists.retain(|(version, _, _)| *version == self.request_version);
+        if lists.len() >= MAX_LISTS {
+            lists.remove(0);
+        }
+        lists.push((self.request_version, src.to_string(), v.clone()));
+        Ok(v)
     }
 
     /// Sets a top-level key, returning a handle that restores the previous value.
@@ -135,6 +173,9 @@ impl<'e> Context<'e> {
     }
 
     fn touch(&mut self, key: &str) {
+        if key == "request" {
+            self.request_version += 1;
+        }
         if key == "request" || key == crate::evaluate::EXCEPTIONS_KEY {
             *self.cel.get_mut() = None;
         }
@@ -143,6 +184,7 @@ impl<'e> Context<'e> {
     pub fn restore(&mut self, saved: Saved) {
         if saved.0.iter().any(|(k, _)| k == "request") {
             *self.cel.get_mut() = None;
+            self.request_version += 1;
         }
         if let Some(m) = self.root.as_object_mut() {
             for (k, old) in saved.0.into_iter().rev() {

@@ -522,16 +522,16 @@ impl ValidateCtx<'_> {
             Check::Foreach(fs) => {
                 let mut applied = 0usize;
                 for f in fs {
-                    let list = match ctx.query(f.list.pick(delete)) {
+                    let list = match ctx.query_list(f.list.pick(delete)) {
                         Ok(v) => v,
                         Err(_) => continue,
                     };
-                    let elements: Vec<Value> = match list {
+                    let elements: &[Value] = match &*list {
                         Value::Array(a) => a,
-                        Value::Null => Vec::new(),
-                        other => vec![other],
+                        Value::Null => &[],
+                        other => std::slice::from_ref(other),
                     };
-                    let (resp, count) = self.foreach_elements(f, &elements, ctx, nesting, delete);
+                    let (resp, count) = self.foreach_elements(f, elements, ctx, nesting, delete);
                     if let Some(r) = resp
                         && r.status != Status::Pass
                     {

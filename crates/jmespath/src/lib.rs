@@ -90,6 +90,10 @@ impl Expression {
         Ok(Expression { source: src.to_string(), ast: parser::parse(src, dialect)?, dialect })
     }
 
+    pub fn dialect(&self) -> Dialect {
+        self.dialect
+    }
+
     pub fn source(&self) -> &str {
         &self.source
     }

@@ -12,17 +12,26 @@ pub fn matches(pattern: &str, text: &str) -> bool {
     if !pattern.contains(['*', '?']) {
         return pattern == text;
     }
+    // `?` is one character: ASCII text can be matched byte by byte, without decoding.
+    if pattern.is_ascii() && text.is_ascii() {
+        return glob(pattern.as_bytes(), text.as_bytes());
+    }
     let p: Vec<char> = pattern.chars().collect();
     let t: Vec<char> = text.chars().collect();
+    glob(&p, &t)
+}
+
+/// `*` any run, `?` any one element; the greedy match with one backtrack point.
+fn glob<T: PartialEq + Copy + Wild>(p: &[T], t: &[T]) -> bool {
     let (mut pi, mut ti) = (0usize, 0usize);
     let mut star: Option<(usize, usize)> = None;
     while ti < t.len() {
         match p.get(pi) {
-            Some('*') => {
+            Some(c) if c.is_star() => {
                 star = Some((pi, ti));
                 pi += 1;
             }
-            Some(&c) if c == '?' || Some(&c) == t.get(ti) => {
+            Some(&c) if c.is_any() || Some(&c) == t.get(ti) => {
                 pi += 1;
                 ti += 1;
             }
@@ -36,10 +45,33 @@ pub fn matches(pattern: &str, text: &str) -> bool {
             },
         }
     }
-    while p.get(pi) == Some(&'*') {
+    while p.get(pi).is_some_and(|c| c.is_star()) {
         pi += 1;
     }
     pi == p.len()
+}
+
+trait Wild {
+    fn is_star(&self) -> bool;
+    fn is_any(&self) -> bool;
+}
+
+impl Wild for u8 {
+    fn is_star(&self) -> bool {
+        *self == b'*'
+    }
+    fn is_any(&self) -> bool {
+        *self == b'?'
+    }
+}
+
+impl Wild for char {
+    fn is_star(&self) -> bool {
+        *self == '*'
+    }
+    fn is_any(&self) -> bool {
+        *self == '?'
+    }
 }
 
 /// True when the string contains a wildcard character.

@@ -228,6 +228,20 @@ pub fn review_with(
     data: &dyn verno_engine::Data,
     reports: bool,
 ) -> Outcome {
+    review_wanting(set, route, review, cancel, data, reports, true)
+}
+
+/// [`review_with`]; the events' notices are worked out only with `want_notices` (something
+/// publishes them: in a cluster).
+pub fn review_wanting(
+    set: &PolicySet,
+    route: Route,
+    review: &AdmissionReview,
+    cancel: Arc<AtomicBool>,
+    data: &dyn verno_engine::Data,
+    reports: bool,
+    want_notices: bool,
+) -> Outcome {
     let empty = AdmissionRequest::default();
     let req = review.request.as_ref().unwrap_or(&empty);
     if let Some(why) = missing_object(req) {
@@ -281,15 +295,18 @@ pub fn review_with(
     if allowed || cel {
         response.warnings = outcome.warnings.clone();
     }
-    let resource = ResourceRef::of_request(req);
-    let mut notices: Vec<Notice> = outcome.violations_of(set, &resource).into_iter().map(Notice::Violation).collect();
-    notices.extend(
-        outcome
-            .applied_of(set, &resource)
-            .into_iter()
-            .filter(|a| allowed || a.exempted.is_empty())
-            .map(Notice::Applied),
-    );
+    let mut notices: Vec<Notice> = Vec::new();
+    if want_notices {
+        let resource = ResourceRef::of_request(req);
+        notices.extend(outcome.violations_of(set, &resource).into_iter().map(Notice::Violation));
+        notices.extend(
+            outcome
+                .applied_of(set, &resource)
+                .into_iter()
+                .filter(|a| allowed || a.exempted.is_empty())
+                .map(Notice::Applied),
+        );
+    }
     Outcome {
         review: AdmissionReview::answer(&review.api_version, response),
         allowed,

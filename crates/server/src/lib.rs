@@ -282,6 +282,7 @@ async fn handle(
     let data = state.data.get().cloned();
     // Report results are only worked out when something writes them.
     let reported = state.reports.get().is_some();
+    let notices = state.notices.get().is_some();
     let job = tokio::task::spawn_blocking(move || {
         let _permit = permit;
         let review = admission::parse(&body)?;
@@ -291,7 +292,11 @@ async fn handle(
             None => &verno_engine::NoData,
         };
         let reports = reported && !dry_run;
-        Ok::<_, admission::ParseError>((admission::review_with(&set, route, &review, flag, data, reports), dry_run))
+        let notices = notices && !dry_run;
+        Ok::<_, admission::ParseError>((
+            admission::review_wanting(&set, route, &review, flag, data, reports, notices),
+            dry_run,
+        ))
     });
     let outcome = tokio::time::timeout(state.deadline.saturating_sub(started.elapsed()), job).await;
     drop(cancel);
@@ -327,6 +332,7 @@ fn inline(
     let allow_on_error = admission::allows_on_error(&set, &route);
     let dry_run = review.request.as_ref().is_some_and(|r| r.dry_run);
     let reports = state.reports.get().is_some() && !dry_run;
+    let notices = state.notices.get().is_some() && !dry_run;
     let data: &dyn verno_engine::Data = match state.data.get() {
         Some(d) => &**d,
         None => &verno_engine::NoData,
@@ -335,7 +341,7 @@ fn inline(
     let evaluated = {
         let _watched = state.watchdog.watch(started + state.deadline, cancel.clone());
         std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-            admission::review_with(&set, route, &review, cancel.clone(), data, reports)
+            admission::review_wanting(&set, route, &review, cancel.clone(), data, reports, notices)
         }))
     };
     if started.elapsed() > INLINE_SLOW {

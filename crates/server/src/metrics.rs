@@ -61,7 +61,12 @@ struct ResultKey {
 }
 
 #[derive(Debug, Default)]
-struct Results(Mutex<HashMap<ResultKey, u64>>);
+struct Results(Mutex<FastMap<ResultKey, u64>>);
+
+/// The series maps are looked up for every rule result of every request: keys hash by pointer
+/// and flags, so a fast non-cryptographic hasher (foldhash, randomly seeded) fits; SipHash was
+/// a visible part of a request's cost.
+type FastMap<K, V> = HashMap<K, V, foldhash::fast::RandomState>;
 
 impl Collector for Results {
     fn encode(&self, mut encoder: DescriptorEncoder) -> Result<(), std::fmt::Error> {
@@ -131,7 +136,7 @@ struct TimeKey {
 }
 
 #[derive(Debug, Default)]
-struct Times(Mutex<HashMap<TimeKey, Histogram>>);
+struct Times(Mutex<FastMap<TimeKey, Histogram>>);
 
 impl Collector for Times {
     fn encode(&self, mut encoder: DescriptorEncoder) -> Result<(), std::fmt::Error> {
