@@ -206,21 +206,37 @@ impl Violation {
 
 /// Formats a string as a yaml.v3 scalar (the denial message is yaml.v3 output in Kyverno).
 pub fn yaml_scalar(text: &str) -> String {
+    let mut out = String::with_capacity(text.len() + 2);
+    push_yaml_scalar(&mut out, text);
+    out
+}
+
+/// [`yaml_scalar`], appended to `out`.
+fn push_yaml_scalar(out: &mut String, text: &str) {
     let special_start = text
         .starts_with(['-', '?', ':', ',', '[', ']', '{', '}', '#', '&', '*', '!', '|', '>', '\'', '"', '%', '@', '`']);
-    let looks_typed = matches!(
-        text.to_ascii_lowercase().as_str(),
-        "true" | "false" | "yes" | "no" | "on" | "off" | "null" | "~" | "y" | "n"
-    ) || text.parse::<f64>().is_ok();
-    if text.contains(['\n', '\t', '\r']) || text.chars().any(char::is_control) || looks_typed || text.is_empty() {
-        return serde_json::to_string(text).unwrap_or_default();
+    // The words YAML reads as booleans or null are at most five letters long.
+    let looks_typed = (text.len() <= 5
+        && ["true", "false", "yes", "no", "on", "off", "null", "~", "y", "n"]
+            .iter()
+            .any(|w| text.eq_ignore_ascii_case(w)))
+        || text.parse::<f64>().is_ok();
+    if text.chars().any(char::is_control) || looks_typed || text.is_empty() {
+        out.push_str(&serde_json::to_string(text).unwrap_or_default());
+        return;
     }
     let plain_ok = !special_start
         && !text.contains(": ")
         && !text.contains(" #")
         && !text.ends_with([' ', ':'])
         && !text.starts_with(' ');
-    if plain_ok { text.to_string() } else { format!("'{}'", text.replace('\'', "''")) }
+    if plain_ok {
+        out.push_str(text);
+    } else {
+        out.push('\'');
+        out.push_str(&text.replace('\'', "''"));
+        out.push('\'');
+    }
 }
 
 /// Kyverno's denial message: the blocked resource, then policy → rule → message as YAML.
@@ -232,9 +248,14 @@ pub fn blocked_message(
 ) -> String {
     let mut out = format!("\n\nresource {kind}/{namespace}/{name} was blocked due to the following policies \n\n");
     for (policy, rules) in failures {
-        out.push_str(&format!("{}:\n", yaml_scalar(policy)));
+        push_yaml_scalar(&mut out, policy);
+        out.push_str(":\n");
         for (rule, msg) in rules {
-            out.push_str(&format!("  {}: {}\n", yaml_scalar(rule), yaml_scalar(msg)));
+            out.push_str("  ");
+            push_yaml_scalar(&mut out, rule);
+            out.push_str(": ");
+            push_yaml_scalar(&mut out, msg);
+            out.push('\n');
         }
     }
     out

@@ -4,6 +4,10 @@
 //! Run: `cargo bench -p verno-server --bench review`
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic, clippy::indexing_slicing, clippy::disallowed_methods)] // a test fails by panicking and may read files and clocks
 
+/// The allocator the `verno` binary ships with: measured as users run it.
+#[global_allocator]
+static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 use std::path::{Path, PathBuf};
 use verno_engine::{Filter, Hook, PolicySet, Route};
 use verno_server::admission::{parse, review};
