@@ -107,10 +107,11 @@ impl CompiledPolicy {
     /// Whether evaluating the policy needs nothing from outside the request and the set: a
     /// ClusterPolicy or Policy whose context entries (rule, foreach or target level) are all
     /// `variable`s, with no image verification, signed manifests, generate or mutate-existing
-    /// rules. Such a policy does no I/O through the [`crate::Data`] port and costs CPU in
-    /// proportion to the request; the CEL kinds do not qualify (their libraries and
-    /// `namespaceObject` may read the cluster). The server evaluates sets of these without
-    /// handing the request to another thread.
+    /// rules, and no CEL anywhere (`validate.cel`, `celPreconditions`, webhook
+    /// `matchConditions`: CEL may read `namespaceObject`, parameter resources or the
+    /// authorizer from the cluster). Such a policy does no I/O through the [`crate::Data`]
+    /// port and costs CPU in proportion to the request; the CEL kinds do not qualify either.
+    /// The server evaluates sets of these without handing the request to another thread.
     pub fn self_contained(&self) -> bool {
         fn plain(v: &Value) -> bool {
             match v {
@@ -125,7 +126,7 @@ impl CompiledPolicy {
                         })
                     }),
                     "verifyImages" => v.as_array().is_none_or(Vec::is_empty),
-                    "manifests" | "generate" | "targets" => v.is_null(),
+                    "manifests" | "generate" | "targets" | "cel" | "celPreconditions" => v.is_null(),
                     _ => plain(v),
                 }),
                 Value::Array(a) => a.iter().all(plain),
@@ -133,6 +134,8 @@ impl CompiledPolicy {
             }
         }
         matches!(self.kind, Kind::ClusterPolicy | Kind::Policy)
+            && self.match_conditions.is_empty()
+            && self.rules.iter().all(|r| r.cel_preconditions.is_empty())
             && self.document.pointer("/spec/rules").is_none_or(plain)
     }
 

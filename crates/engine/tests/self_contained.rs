@@ -62,9 +62,18 @@ fn reading_the_cluster_verifying_images_or_generating_is_not() {
             "validate": {"deny": {"conditions": {"any": [{"key": "{{ i }}", "operator": "Equals", "value": "y"}]}}}}),
         json!({"verifyImages": [{"imageReferences": ["*"], "attestors": [{"entries": [{"keys": {"publicKeys": "-----BEGIN PUBLIC KEY-----\nMFkwEwYHKoZIzj0CAQYIKoZIzj0DAQcDQgAE8nXRh950IZbRj8Ra/N9sbqOPZrfM\n5/KAQN0/KjHcorm/J5yQtVgOr5BnHa6sEH0o4ZkzCm4jwrwJBGhcuKqYaQ==\n-----END PUBLIC KEY-----"}}]}]}]}),
         json!({"generate": {"apiVersion": "v1", "kind": "ConfigMap", "name": "x", "namespace": "default", "data": {"data": {"a": "b"}}}}),
+        // CEL may read namespaceObject, parameter resources or the authorizer.
+        json!({"validate": {"cel": {"expressions": [{"expression": "namespaceObject.metadata.name != 'x'"}]}}}),
+        json!({"celPreconditions": [{"name": "p", "expression": "true"}],
+            "validate": {"cel": {"expressions": [{"expression": "true"}]}}}),
     ];
     for rule in reads {
         let s = set(&[pattern.clone(), cpol("reads", rule.clone())]);
         assert!(!s.self_contained(&KYVERNO), "{rule}");
     }
+    // The policy's webhook matchConditions are CEL too.
+    let mut conditioned = pattern.clone();
+    conditioned["spec"]["webhookConfiguration"] =
+        json!({"matchConditions": [{"name": "m", "expression": "object.metadata.name != 'x'"}]});
+    assert!(!set(&[pattern, conditioned]).self_contained(&KYVERNO));
 }

@@ -239,8 +239,9 @@ async fn handle(
     if body.len() <= state.inline_body_max
         && set.self_contained(&route)
         && state.slow_set.load(std::sync::atomic::Ordering::Relaxed) != Arc::as_ptr(&set) as usize
+        && let Some(answer) = inline(&state, set.clone(), route.clone(), webhook, started, &body)
     {
-        return inline(&state, set, route, webhook, started, &body);
+        return answer;
     }
     // Only the identity is read before the request waits: the full document is built once it
     // has a slot, so a burst holds bodies, not parsed trees.
@@ -315,8 +316,11 @@ async fn handle(
 }
 
 /// Evaluates a request on the executor (a self-contained set, a body of bounded size): no
-/// slot, no hand-off, no deadline — the work is microseconds of CPU. A panic still becomes the
-/// failure policy's answer; an evaluation that took long sends the set to the blocking pool.
+/// slot, no hand-off — the work is microseconds of CPU; a watchdog thread still cancels it at
+/// the deadline. An evaluation that took long sends the set to the blocking pool. A panic sends
+/// the set there too, and this request with it (`None`: evaluate it on the pool, where a panic
+/// becomes the failure policy's answer): evaluating has no effect outside its answer, and
+/// something the set does may not belong on the executor after all (a blocking read).
 fn inline(
     state: &AppState,
     set: Arc<PolicySet>,
@@ -324,10 +328,10 @@ fn inline(
     webhook: &'static str,
     started: Instant,
     body: &[u8],
-) -> Response {
+) -> Option<Response> {
     let review = match admission::parse(body) {
         Ok(r) => r,
-        Err(e) => return text(StatusCode::BAD_REQUEST, &e.to_string()),
+        Err(e) => return Some(text(StatusCode::BAD_REQUEST, &e.to_string())),
     };
     let allow_on_error = admission::allows_on_error(&set, &route);
     let dry_run = review.request.as_ref().is_some_and(|r| r.dry_run);
@@ -344,27 +348,26 @@ fn inline(
             admission::review_wanting(&set, route, &review, cancel.clone(), data, reports, notices)
         }))
     };
-    if started.elapsed() > INLINE_SLOW {
+    if started.elapsed() > INLINE_SLOW || evaluated.is_err() {
         tracing::warn!(
             ms = started.elapsed().as_millis(),
-            "an evaluation took long on the executor: this policy set's requests go to the blocking pool from now on"
+            panicked = evaluated.is_err(),
+            "an evaluation took long or panicked on the executor: this policy set's requests go to the blocking pool from now on"
         );
         state.slow_set.store(Arc::as_ptr(&set) as usize, std::sync::atomic::Ordering::Relaxed);
     }
     let uid = review.request.as_ref().map_or("", |r| r.uid.as_str());
-    let answer = |msg: &str| {
-        json_response(StatusCode::OK, &admission::error_review(&review.api_version, uid, allow_on_error, msg))
-    };
     match evaluated {
         Ok(_) if cancel.load(std::sync::atomic::Ordering::Relaxed) => {
             tracing::warn!(uid = %uid, "evaluation deadline exceeded");
-            answer(&format!("verno: policy evaluation exceeded the {} ms deadline", state.deadline.as_millis()))
+            let msg = format!("verno: policy evaluation exceeded the {} ms deadline", state.deadline.as_millis());
+            Some(json_response(
+                StatusCode::OK,
+                &admission::error_review(&review.api_version, uid, allow_on_error, &msg),
+            ))
         }
-        Ok(o) => reviewed(state, webhook, started, &o, dry_run),
-        Err(_) => {
-            tracing::error!(uid = %uid, "evaluation panicked");
-            answer("verno: internal error while evaluating policies")
-        }
+        Ok(o) => Some(reviewed(state, webhook, started, &o, dry_run)),
+        Err(_) => None,
     }
 }
 
