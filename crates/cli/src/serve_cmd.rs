@@ -134,7 +134,7 @@ pub struct ServeArgs {
     /// Requests up to this many bytes are evaluated where they arrive, without a hand-off to
     /// the blocking pool, when every policy that answers them is self-contained (ClusterPolicy
     /// and Policy rules without apiCall, configMap, globalReference or imageRegistry context,
-    /// image verification or generate); 0 sends every request to the pool.
+    /// image verification, generate or CEL); 0 sends every request to the pool.
     #[arg(long = "inline-max-body-bytes", default_value_t = verno_server::INLINE_BODY_MAX)]
     pub inline_max_body_bytes: usize,
     /// Seconds a connection may take for its TLS handshake or a request's headers, and the
