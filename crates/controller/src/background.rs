@@ -195,10 +195,11 @@ struct Controller {
     sources: HashMap<(String, String, String), HashSet<Key>>,
     queue: VecDeque<Key>,
     pending: HashMap<Key, Pending>,
-    /// Trigger uid → the policy-set generation it was first worked on with during this
-    /// leadership: a re-list (a policy changed) does not count as its admission under the
+    /// Trigger uid → the policy-set generation it was last worked on with (successfully) during
+    /// this leadership: a re-list (a policy changed) does not count as its admission under the
     /// policies of that set — but a policy that reached this controller later (the admission
-    /// controller may well have had it when it admitted the trigger) still counts it as admitted.
+    /// controller may well have had it when it admitted the trigger) still counts it as admitted,
+    /// once.
     seen: HashMap<String, u64>,
     /// The policy-set generation: bumped whenever the set is taken in.
     set_generation: u64,
@@ -1144,7 +1145,7 @@ impl Controller {
             return Err(errors.join("; "));
         }
         if ok && !uid.is_empty() {
-            self.seen.entry(uid).or_insert(generation);
+            self.seen.insert(uid, generation);
         }
         Ok(ok)
     }
