@@ -161,6 +161,20 @@ pub const INLINE_BODY_MAX: usize = 128 * 1024;
 const INLINE_SLOW: Duration = Duration::from_millis(50);
 
 impl AppState {
+    /// What context entries read (the cluster in-cluster; nothing for `serve --policies`).
+    fn data(&self) -> &dyn verno_engine::Data {
+        match self.data.get() {
+            Some(d) => &**d,
+            None => &verno_engine::NoData,
+        }
+    }
+
+    /// Whether a review works out report results and event notices: only when something
+    /// publishes them, and never for a dry run (it changes nothing, so it leaves no trace).
+    fn wants(&self, dry_run: bool) -> (bool, bool) {
+        (!dry_run && self.reports.get().is_some(), !dry_run && self.notices.get().is_some())
+    }
+
     fn current(&self) -> Arc<PolicySet> {
         match self.set.read() {
             Ok(g) => g.clone(),
@@ -280,22 +294,14 @@ async fn handle(
     // the concurrency bound holds for work the answer no longer waits for.
     let cancel = CancelOnDrop(Arc::new(std::sync::atomic::AtomicBool::new(false)));
     let flag = cancel.0.clone();
-    let data = state.data.get().cloned();
-    // Report results are only worked out when something writes them.
-    let reported = state.reports.get().is_some();
-    let notices = state.notices.get().is_some();
+    let st = state.clone();
     let job = tokio::task::spawn_blocking(move || {
         let _permit = permit;
         let review = admission::parse(&body)?;
         let dry_run = review.request.as_ref().is_some_and(|r| r.dry_run);
-        let data: &dyn verno_engine::Data = match &data {
-            Some(d) => &**d,
-            None => &verno_engine::NoData,
-        };
-        let reports = reported && !dry_run;
-        let notices = notices && !dry_run;
+        let (reports, notices) = st.wants(dry_run);
         Ok::<_, admission::ParseError>((
-            admission::review_wanting(&set, route, &review, flag, data, reports, notices),
+            admission::review_wanting(&set, route, &review, flag, st.data(), reports, notices),
             dry_run,
         ))
     });
@@ -335,12 +341,8 @@ fn inline(
     };
     let allow_on_error = admission::allows_on_error(&set, &route);
     let dry_run = review.request.as_ref().is_some_and(|r| r.dry_run);
-    let reports = state.reports.get().is_some() && !dry_run;
-    let notices = state.notices.get().is_some() && !dry_run;
-    let data: &dyn verno_engine::Data = match state.data.get() {
-        Some(d) => &**d,
-        None => &verno_engine::NoData,
-    };
+    let (reports, notices) = state.wants(dry_run);
+    let data = state.data();
     let cancel = Arc::new(std::sync::atomic::AtomicBool::new(false));
     let evaluated = {
         let _watched = state.watchdog.watch(started + state.deadline, cancel.clone());
