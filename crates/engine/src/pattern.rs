@@ -48,20 +48,139 @@ pub struct PatternError {
     pub skip: bool,
 }
 
+/// A validate pattern compiled once: anchors parsed, the order Kyverno visits a map's keys in
+/// worked out, string operators, ranges, durations and quantities parsed. Matching walks this
+/// tree beside the resource; a pattern with variables is compiled after they are substituted.
+#[derive(Debug, Clone)]
+pub struct Pattern {
+    root: Node,
+}
+
+#[derive(Debug, Clone)]
+enum Node {
+    Map(Box<MapNode>),
+    Array(Vec<Node>),
+    Scalar(Box<Scalar>),
+}
+
+#[derive(Debug, Clone)]
+struct MapNode {
+    /// In the map's key order (serde_json keeps keys sorted).
+    entries: Vec<Entry>,
+    /// Condition and existence anchors: (key as written, bare key), for [`AnchorMap`].
+    anchor_keys: Vec<(String, String)>,
+    /// No anchor at this level and none below: every key in order, one phase.
+    plain: bool,
+    /// Phase 1: condition, existence, equality and negation anchors, in key order.
+    first: Vec<usize>,
+    /// Phase 2: global anchors and keys with nested anchors (reverse key order), then the rest.
+    second: Vec<usize>,
+    /// The map as written, when wildcard label or annotation keys under `metadata` are
+    /// expanded to the resource's keys before matching.
+    expand: Option<serde_json::Map<String, Value>>,
+}
+
+#[derive(Debug, Clone)]
+struct Entry {
+    /// The key as written (anchor included).
+    raw: String,
+    anchor: Option<(Anchor, String)>,
+    value: Node,
+    /// The value is exactly `"*"`.
+    star: bool,
+    /// The value has anchors somewhere below.
+    nested: bool,
+}
+
+#[derive(Debug, Clone)]
+struct Scalar {
+    /// As written, for messages.
+    source: Value,
+    kind: ScalarKind,
+}
+
+#[derive(Debug, Clone)]
+enum ScalarKind {
+    Bool(bool),
+    /// `None`: a number that is not an f64 (matches nothing).
+    Number(serde_json::Number, Option<f64>),
+    Null,
+    Str(StrPattern),
+    Object,
+    Array,
+}
+
+/// A string pattern: `a | b & c` alternatives of conditions.
+#[derive(Debug, Clone)]
+struct StrPattern {
+    raw: String,
+    any_of: Vec<Vec<Cond>>,
+}
+
+/// One condition of a string pattern: an operator and operand, or a range.
+#[derive(Debug, Clone)]
+enum Cond {
+    Compare {
+        op: Op,
+        operand: String,
+        duration: Option<i64>,
+        quantity: Option<Quantity>,
+    },
+    /// `lo-hi` (`>= lo` and `<= hi`) or `lo!-hi` (`< lo` or `> hi`).
+    Range {
+        negated: bool,
+        lo: Box<Cond>,
+        hi: Box<Cond>,
+    },
+}
+
+impl Pattern {
+    pub fn compile(pattern: &Value) -> Pattern {
+        Pattern { root: Node::compile(pattern) }
+    }
+
+    /// Matches `resource` against the pattern from the root, as `validate.MatchPattern` does.
+    pub fn matches(&self, resource: &Value) -> Result<(), PatternError> {
+        let mut ac = AnchorMap::default();
+        let mut path = String::with_capacity(64);
+        path.push('/');
+        match self.root.element(resource, &mut path, &mut ac) {
+            Ok(()) => Ok(()),
+            Err((path, m)) => {
+                if m.is_skip() {
+                    return Err(PatternError { message: m.message(), path: String::new(), skip: true });
+                }
+                if matches!(m, Mismatch::Negation(_)) {
+                    return Err(PatternError { message: m.message(), path, skip: false });
+                }
+                if ac.keys_missing() {
+                    return Err(PatternError { message: m.message(), path: String::new(), skip: false });
+                }
+                Err(PatternError { message: m.message(), path, skip: false })
+            }
+        }
+    }
+}
+
+/// Matches `resource` against `pattern` from the root (compiling the pattern first).
+pub fn match_pattern(resource: &Value, pattern: &Value) -> Result<(), PatternError> {
+    Pattern::compile(pattern).matches(resource)
+}
+
+/// Condition and existence anchor keys seen so far, and whether any resource map had them.
 #[derive(Default)]
 struct AnchorMap {
     seen: BTreeMap<String, bool>,
 }
 
 impl AnchorMap {
-    fn check(&mut self, pattern: &serde_json::Map<String, Value>, resource: &serde_json::Map<String, Value>) {
-        for k in pattern.keys() {
-            if let Some((a, key)) = anchor::parse(k)
-                && matches!(a, Anchor::Condition | Anchor::Existence)
-            {
-                let e = self.seen.entry(k.clone()).or_insert(false);
-                if !*e && resource.contains_key(key) {
-                    *e = true;
+    fn check(&mut self, keys: &[(String, String)], resource: &serde_json::Map<String, Value>) {
+        for (raw, bare) in keys {
+            let hit = resource.contains_key(bare);
+            match self.seen.get_mut(raw) {
+                Some(e) => *e |= hit,
+                None => {
+                    self.seen.insert(raw.clone(), hit);
                 }
             }
         }
@@ -74,28 +193,6 @@ impl AnchorMap {
 type Res = Result<(), (String, Mismatch)>;
 
 static NULL: Value = Value::Null;
-
-/// Matches `resource` against `pattern` from the root.
-pub fn match_pattern(resource: &Value, pattern: &Value) -> Result<(), PatternError> {
-    let mut ac = AnchorMap::default();
-    let mut path = String::with_capacity(64);
-    path.push('/');
-    match element(resource, pattern, &mut path, &mut ac) {
-        Ok(()) => Ok(()),
-        Err((path, m)) => {
-            if m.is_skip() {
-                return Err(PatternError { message: m.message(), path: String::new(), skip: true });
-            }
-            if matches!(m, Mismatch::Negation(_)) {
-                return Err(PatternError { message: m.message(), path, skip: false });
-            }
-            if ac.keys_missing() {
-                return Err(PatternError { message: m.message(), path: String::new(), skip: false });
-            }
-            Err(PatternError { message: m.message(), path, skip: false })
-        }
-    }
-}
 
 fn go_type(v: &Value) -> &'static str {
     match v {
@@ -120,46 +217,84 @@ fn with_seg<T>(path: &mut String, seg: &str, f: impl FnOnce(&mut String) -> T) -
     r
 }
 
-fn element(resource: &Value, pattern: &Value, path: &mut String, ac: &mut AnchorMap) -> Res {
-    match pattern {
-        Value::Object(pm) => {
-            let Value::Object(rm) = resource else {
-                return Err((
-                    path.clone(),
-                    Mismatch::Fail(format!(
-                        "pattern and resource have different structures. Path: {path}. Expected {}, found {}",
-                        go_type(pattern),
-                        go_type(resource)
-                    )),
-                ));
-            };
-            ac.check(pm, rm);
-            validate_map(rm, pm, path, ac)
+fn with_index<T>(path: &mut String, i: usize, f: impl FnOnce(&mut String) -> T) -> T {
+    let len = path.len();
+    {
+        use std::fmt::Write;
+        let _ = write!(path, "{i}/");
+    }
+    let r = f(path);
+    path.truncate(len);
+    r
+}
+
+impl Node {
+    fn compile(v: &Value) -> Node {
+        match v {
+            Value::Object(m) => Node::Map(Box::new(MapNode::compile(m))),
+            Value::Array(a) => Node::Array(a.iter().map(Node::compile).collect()),
+            other => Node::Scalar(Box::new(Scalar::compile(other))),
         }
-        Value::Array(pa) => {
-            let Value::Array(ra) = resource else {
-                return Err((
-                    path.clone(),
-                    Mismatch::Fail(format!(
-                        "validation rule failed at path {path}, resource does not satisfy the expected overlay pattern"
-                    )),
-                ));
-            };
-            validate_array(ra, pa, path, ac)
+    }
+
+    /// Whether a key below (this map included) has an anchor.
+    fn has_anchors(&self) -> bool {
+        match self {
+            Node::Map(m) => m.entries.iter().any(|e| e.anchor.is_some() || e.nested),
+            Node::Array(a) => a.iter().any(Node::has_anchors),
+            Node::Scalar(_) => false,
         }
-        _ => {
-            if let Value::Array(ra) = resource {
-                for r in ra {
-                    if !validate_scalar(r, pattern) {
-                        return Err((path.clone(), scalar_mismatch(resource, pattern, path)));
+    }
+
+    fn go_type(&self) -> &'static str {
+        match self {
+            Node::Map(_) => "map[string]interface {}",
+            Node::Array(_) => "[]interface {}",
+            Node::Scalar(s) => go_type(&s.source),
+        }
+    }
+
+    fn element(&self, resource: &Value, path: &mut String, ac: &mut AnchorMap) -> Res {
+        match self {
+            Node::Map(pm) => {
+                let Value::Object(rm) = resource else {
+                    return Err((
+                        path.clone(),
+                        Mismatch::Fail(format!(
+                            "pattern and resource have different structures. Path: {path}. Expected {}, found {}",
+                            self.go_type(),
+                            go_type(resource)
+                        )),
+                    ));
+                };
+                ac.check(&pm.anchor_keys, rm);
+                pm.validate(rm, path, ac)
+            }
+            Node::Array(pa) => {
+                let Value::Array(ra) = resource else {
+                    return Err((
+                        path.clone(),
+                        Mismatch::Fail(format!(
+                            "validation rule failed at path {path}, resource does not satisfy the expected overlay pattern"
+                        )),
+                    ));
+                };
+                validate_array(ra, pa, path, ac)
+            }
+            Node::Scalar(s) => {
+                if let Value::Array(ra) = resource {
+                    for r in ra {
+                        if !s.matches(r) {
+                            return Err((path.clone(), scalar_mismatch(resource, &s.source, path)));
+                        }
                     }
+                    return Ok(());
                 }
-                return Ok(());
+                if !s.matches(resource) {
+                    return Err((path.clone(), scalar_mismatch(resource, &s.source, path)));
+                }
+                Ok(())
             }
-            if !validate_scalar(resource, pattern) {
-                return Err((path.clone(), scalar_mismatch(resource, pattern, path)));
-            }
-            Ok(())
         }
     }
 }
@@ -181,20 +316,16 @@ fn go_value(v: &Value) -> String {
     }
 }
 
-fn index_seg(i: usize) -> String {
-    i.to_string()
-}
-
-fn validate_array(ra: &[Value], pa: &[Value], path: &mut String, ac: &mut AnchorMap) -> Res {
+fn validate_array(ra: &[Value], pa: &[Node], path: &mut String, ac: &mut AnchorMap) -> Res {
     let Some(first) = pa.first() else {
         return Err((path.clone(), Mismatch::Fail("pattern Array empty".into())));
     };
     match first {
-        Value::Object(_) => {
+        Node::Map(_) => {
             let mut applied = 0;
             let mut skips: Vec<String> = Vec::new();
             for (i, r) in ra.iter().enumerate() {
-                match with_seg(path, &index_seg(i), |p| element(r, first, p, ac)) {
+                match with_index(path, i, |p| first.element(r, p, ac)) {
                     Ok(()) => applied += 1,
                     Err((_, m)) if m.is_skip() => skips.push(m.message()),
                     Err(e) => return Err(e),
@@ -205,7 +336,7 @@ fn validate_array(ra: &[Value], pa: &[Value], path: &mut String, ac: &mut Anchor
             }
             Ok(())
         }
-        Value::Array(_) => {
+        Node::Array(_) => {
             if ra.len() < pa.len() {
                 return Err((
                     path.clone(),
@@ -218,17 +349,35 @@ fn validate_array(ra: &[Value], pa: &[Value], path: &mut String, ac: &mut Anchor
             }
             for (i, p) in pa.iter().enumerate() {
                 let r = ra.get(i).unwrap_or(&NULL);
-                with_seg(path, &index_seg(i), |pp| element(r, p, pp, ac))?;
+                with_index(path, i, |pp| p.element(r, pp, ac))?;
             }
             Ok(())
         }
-        scalar => {
+        Node::Scalar(_) => {
             for (i, r) in ra.iter().enumerate() {
-                with_seg(path, &index_seg(i), |pp| element(r, scalar, pp, ac))?;
+                with_index(path, i, |pp| first.element(r, pp, ac))?;
             }
             Ok(())
         }
     }
+}
+
+/// Whether matching `pm` first expands wildcard keys under `metadata.labels` or
+/// `metadata.annotations` (see [`expand_metadata`]).
+fn expands_metadata(pm: &serde_json::Map<String, Value>) -> bool {
+    if !(pm.contains_key("metadata") || pm.keys().any(|k| k.ends_with("(metadata)"))) {
+        return false;
+    }
+    let Some(pmeta) = pm.iter().find(|(k, _)| strip_anchor(k) == "metadata").and_then(|(_, v)| v.as_object()) else {
+        return false;
+    };
+    ["labels", "annotations"].iter().any(|tag| {
+        pmeta
+            .iter()
+            .find(|(k, _)| strip_anchor(k) == *tag)
+            .and_then(|(_, v)| v.as_object())
+            .is_some_and(|d| d.keys().any(|k| wildcard::has_wildcard(k)))
+    })
 }
 
 /// Expands wildcard keys under `metadata.labels` / `metadata.annotations` to the resource's keys.
@@ -295,101 +444,115 @@ fn split_anchor(k: &str) -> (String, &str) {
     }
 }
 
-fn has_nested_anchors(v: &Value) -> bool {
-    match v {
-        Value::Object(m) => m.iter().any(|(k, x)| anchor::parse(k).is_some() || has_nested_anchors(x)),
-        Value::Array(a) => a.iter().any(has_nested_anchors),
-        _ => false,
-    }
-}
-
-fn validate_map(
-    rm: &serde_json::Map<String, Value>,
-    pm_in: &serde_json::Map<String, Value>,
-    path: &mut String,
-    ac: &mut AnchorMap,
-) -> Res {
-    let expanded = if pm_in.contains_key("metadata") || pm_in.keys().any(|k| k.ends_with("(metadata)")) {
-        expand_metadata(pm_in, rm)
-    } else {
-        None
-    };
-    let pm = expanded.as_ref().unwrap_or(pm_in);
-    // Fast path: no anchors at this level and none below: keys in sorted order (serde_json's
-    // maps are already sorted).
-    let any_anchor_here = pm.keys().any(|k| k.ends_with(')'));
-    if !any_anchor_here && !pm.values().any(has_nested_anchors) {
-        for (k, v) in pm {
-            handle(k, v, rm, path, ac)?;
-        }
-        return Ok(());
-    }
-    // Phase 1: condition, existence, equality and negation anchors, sorted by key. As Kyverno:
-    // anchors that skip are gathered; the map skips when none applied, or when one of them
-    // is a direct conditional (or global) mismatch, which also hides a later failure; skipped
-    // arrays beside anchors that applied are ignored.
-    let mut rest: Vec<(&String, &Value)> = Vec::new();
-    let mut skips: Vec<Mismatch> = Vec::new();
-    let mut applied = 0;
-    let direct = |skips: &[Mismatch]| skips.iter().any(|m| !matches!(m, Mismatch::Skipped(_)));
-    for (k, v) in pm {
-        match anchor::parse(k) {
-            Some((Anchor::Condition | Anchor::Existence | Anchor::Equality | Anchor::Negation, _)) => {
-                match handle(k, v, rm, path, ac) {
-                    Ok(()) => applied += 1,
-                    Err((_, m)) if m.is_skip() => skips.push(m),
-                    Err(e) if !direct(&skips) => return Err(e),
-                    Err(_) => {}
+impl MapNode {
+    fn compile(pm: &serde_json::Map<String, Value>) -> MapNode {
+        let entries: Vec<Entry> = pm
+            .iter()
+            .map(|(k, v)| {
+                let value = Node::compile(v);
+                Entry {
+                    raw: k.clone(),
+                    anchor: anchor::parse(k).map(|(a, bare)| (a, bare.to_string())),
+                    star: v.as_str() == Some("*"),
+                    nested: value.has_anchors(),
+                    value,
                 }
+            })
+            .collect();
+        let anchor_keys = entries
+            .iter()
+            .filter_map(|e| match &e.anchor {
+                Some((Anchor::Condition | Anchor::Existence, bare)) => Some((e.raw.clone(), bare.clone())),
+                _ => None,
+            })
+            .collect();
+        let plain = !entries.iter().any(|e| e.raw.ends_with(')') || e.nested);
+        let mut first = Vec::new();
+        let mut front = Vec::new();
+        let mut back = Vec::new();
+        for (i, e) in entries.iter().enumerate() {
+            match e.anchor {
+                Some((Anchor::Condition | Anchor::Existence | Anchor::Equality | Anchor::Negation, _)) => first.push(i),
+                Some((Anchor::Global, _)) => front.push(i),
+                _ if e.nested => front.push(i),
+                _ => back.push(i),
             }
-            _ => rest.push((k, v)),
         }
+        front.reverse();
+        front.extend(back);
+        MapNode { entries, anchor_keys, plain, first, second: front, expand: expands_metadata(pm).then(|| pm.clone()) }
     }
-    if !skips.is_empty() && (applied == 0 || direct(&skips)) {
-        let message = skips.iter().map(Mismatch::message).collect::<Vec<_>>().join("; ");
-        return Err((path.clone(), Mismatch::Skipped(message)));
-    }
-    // Phase 2: global anchors and keys with nested anchors first (reverse-sorted), then the rest sorted.
-    let mut front: Vec<(&String, &Value)> = Vec::new();
-    let mut back: Vec<(&String, &Value)> = Vec::new();
-    for (k, v) in rest {
-        let global = matches!(anchor::parse(k), Some((Anchor::Global, _)));
-        if global || has_nested_anchors(v) {
-            front.insert(0, (k, v));
-        } else {
-            back.push((k, v));
+
+    fn validate(&self, rm: &serde_json::Map<String, Value>, path: &mut String, ac: &mut AnchorMap) -> Res {
+        if let Some(source) = &self.expand
+            && let Some(expanded) = expand_metadata(source, rm)
+        {
+            let mut node = MapNode::compile(&expanded);
+            node.expand = None;
+            return node.validate(rm, path, ac);
         }
+        if self.plain {
+            for e in &self.entries {
+                e.handle(rm, path, ac)?;
+            }
+            return Ok(());
+        }
+        // Phase 1: condition, existence, equality and negation anchors, sorted by key. As Kyverno:
+        // anchors that skip are gathered; the map skips when none applied, or when one of them
+        // is a direct conditional (or global) mismatch, which also hides a later failure; skipped
+        // arrays beside anchors that applied are ignored.
+        let mut skips: Vec<Mismatch> = Vec::new();
+        let mut applied = 0;
+        let direct = |skips: &[Mismatch]| skips.iter().any(|m| !matches!(m, Mismatch::Skipped(_)));
+        for &i in &self.first {
+            let Some(e) = self.entries.get(i) else { continue };
+            match e.handle(rm, path, ac) {
+                Ok(()) => applied += 1,
+                Err((_, m)) if m.is_skip() => skips.push(m),
+                Err(e) if !direct(&skips) => return Err(e),
+                Err(_) => {}
+            }
+        }
+        if !skips.is_empty() && (applied == 0 || direct(&skips)) {
+            let message = skips.iter().map(Mismatch::message).collect::<Vec<_>>().join("; ");
+            return Err((path.clone(), Mismatch::Skipped(message)));
+        }
+        // Phase 2: global anchors and keys with nested anchors first (reverse-sorted), then the rest sorted.
+        for &i in &self.second {
+            if let Some(e) = self.entries.get(i) {
+                e.handle(rm, path, ac)?;
+            }
+        }
+        Ok(())
     }
-    for (k, v) in front.into_iter().chain(back) {
-        handle(k, v, rm, path, ac)?;
-    }
-    Ok(())
 }
 
-fn handle(k: &str, pattern: &Value, rm: &serde_json::Map<String, Value>, path: &mut String, ac: &mut AnchorMap) -> Res {
-    match anchor::parse(k) {
-        Some((Anchor::Condition, key)) => with_seg(path, key, |cur| match rm.get(key) {
-            Some(v) => element(v, pattern, cur, ac).map_err(|(p, m)| (p, Mismatch::Conditional(m.message()))),
-            None => {
-                Err((cur.clone(), Mismatch::Conditional("conditional anchor key doesn't exist in the resource".into())))
-            }
-        }),
-        Some((Anchor::Global, key)) => with_seg(path, key, |cur| match rm.get(key) {
-            Some(v) => element(v, pattern, cur, ac).map_err(|(p, m)| (p, Mismatch::Global(m.message()))),
-            None => Ok(()),
-        }),
-        Some((Anchor::Equality, key)) => with_seg(path, key, |cur| match rm.get(key) {
-            Some(v) => element(v, pattern, cur, ac),
-            None => Ok(()),
-        }),
-        Some((Anchor::Negation, key)) => with_seg(path, key, |cur| {
-            if rm.contains_key(key) {
-                return Err((cur.clone(), Mismatch::Negation(format!("{cur} is not allowed"))));
-            }
-            Ok(())
-        }),
-        Some((Anchor::Existence, key)) => {
-            with_seg(path, key, |cur| {
+impl Entry {
+    fn handle(&self, rm: &serde_json::Map<String, Value>, path: &mut String, ac: &mut AnchorMap) -> Res {
+        let pattern = &self.value;
+        match &self.anchor {
+            Some((Anchor::Condition, key)) => with_seg(path, key, |cur| match rm.get(key) {
+                Some(v) => pattern.element(v, cur, ac).map_err(|(p, m)| (p, Mismatch::Conditional(m.message()))),
+                None => Err((
+                    cur.clone(),
+                    Mismatch::Conditional("conditional anchor key doesn't exist in the resource".into()),
+                )),
+            }),
+            Some((Anchor::Global, key)) => with_seg(path, key, |cur| match rm.get(key) {
+                Some(v) => pattern.element(v, cur, ac).map_err(|(p, m)| (p, Mismatch::Global(m.message()))),
+                None => Ok(()),
+            }),
+            Some((Anchor::Equality, key)) => with_seg(path, key, |cur| match rm.get(key) {
+                Some(v) => pattern.element(v, cur, ac),
+                None => Ok(()),
+            }),
+            Some((Anchor::Negation, key)) => with_seg(path, key, |cur| {
+                if rm.contains_key(key) {
+                    return Err((cur.clone(), Mismatch::Negation(format!("{cur} is not allowed"))));
+                }
+                Ok(())
+            }),
+            Some((Anchor::Existence, key)) => with_seg(path, key, |cur| {
                 let Some(v) = rm.get(key) else { return Ok(()) };
                 let Value::Array(ra) = v else {
                     return Err((
@@ -400,7 +563,7 @@ fn handle(k: &str, pattern: &Value, rm: &serde_json::Map<String, Value>, path: &
                         )),
                     ));
                 };
-                let Value::Array(pa) = pattern else {
+                let Node::Array(pa) = pattern else {
                     return Err((
                         cur.clone(),
                         Mismatch::Fail(
@@ -409,16 +572,17 @@ fn handle(k: &str, pattern: &Value, rm: &serde_json::Map<String, Value>, path: &
                     ));
                 };
                 for p in pa {
-                    if !p.is_object() {
+                    if !matches!(p, Node::Map(_)) {
                         return Err((
-                        cur.clone(),
-                        Mismatch::Fail("invalid pattern type: Pattern has to be of type map to compare against items in resource".into()),
-                    ));
+                            cur.clone(),
+                            Mismatch::Fail(
+                                "invalid pattern type: Pattern has to be of type map to compare against items in resource"
+                                    .into(),
+                            ),
+                        ));
                     }
-                    let found = ra
-                        .iter()
-                        .enumerate()
-                        .any(|(i, r)| with_seg(cur, &index_seg(i), |pp| element(r, p, pp, ac)).is_ok());
+                    let found =
+                        ra.iter().enumerate().any(|(i, r)| with_index(cur, i, |pp| p.element(r, pp, ac)).is_ok());
                     if !found {
                         return Err((
                             cur.clone(),
@@ -427,17 +591,18 @@ fn handle(k: &str, pattern: &Value, rm: &serde_json::Map<String, Value>, path: &
                     }
                 }
                 Ok(())
-            })
-        }
-        Some((Anchor::AddIfNotPresent, _)) | None => {
-            let rv = rm.get(k).unwrap_or(&NULL);
-            if pattern.as_str() == Some("*") {
-                if rv.is_null() {
-                    return Err((path.clone(), Mismatch::Fail(format!("{path}/{k} not found"))));
+            }),
+            Some((Anchor::AddIfNotPresent, _)) | None => {
+                let k = &self.raw;
+                let rv = rm.get(k).unwrap_or(&NULL);
+                if self.star {
+                    if rv.is_null() {
+                        return Err((path.clone(), Mismatch::Fail(format!("{path}/{k} not found"))));
+                    }
+                    return Ok(());
                 }
-                return Ok(());
+                with_seg(path, k, |cur| pattern.element(rv, cur, ac))
             }
-            with_seg(path, k, |cur| element(rv, pattern, cur, ac))
         }
     }
 }
@@ -466,41 +631,70 @@ pub fn number_equals_string(n: &serde_json::Number, s: &str) -> bool {
     }
 }
 
-/// `pattern.Validate`: one resource value against one scalar (or map) pattern.
-pub fn validate_scalar(value: &Value, pattern: &Value) -> bool {
-    match pattern {
-        Value::Bool(b) => value.as_bool() == Some(*b),
-        Value::Number(n) => {
-            let Some(p) = n.as_f64() else { return false };
-            match value {
-                Value::Number(v) => v.as_f64() == Some(p),
-                Value::String(s) => number_equals_string(n, s),
-                _ => false,
+impl Scalar {
+    fn compile(pattern: &Value) -> Scalar {
+        let kind = match pattern {
+            Value::Bool(b) => ScalarKind::Bool(*b),
+            Value::Number(n) => ScalarKind::Number(n.clone(), n.as_f64()),
+            Value::Null => ScalarKind::Null,
+            Value::String(p) => ScalarKind::Str(StrPattern::compile(p)),
+            Value::Object(_) => ScalarKind::Object,
+            Value::Array(_) => ScalarKind::Array,
+        };
+        Scalar { source: pattern.clone(), kind }
+    }
+
+    /// `pattern.Validate`: one resource value against this pattern.
+    fn matches(&self, value: &Value) -> bool {
+        match &self.kind {
+            ScalarKind::Bool(b) => value.as_bool() == Some(*b),
+            ScalarKind::Number(n, p) => {
+                let Some(p) = p else { return false };
+                match value {
+                    Value::Number(v) => v.as_f64() == Some(*p),
+                    Value::String(s) => number_equals_string(n, s),
+                    _ => false,
+                }
             }
+            ScalarKind::Null => match value {
+                Value::Null => true,
+                Value::Number(n) => n.as_f64() == Some(0.0),
+                Value::String(s) => s.is_empty(),
+                Value::Bool(b) => !*b,
+                _ => false,
+            },
+            ScalarKind::Object => value.is_object(),
+            ScalarKind::Str(p) => p.matches(value),
+            ScalarKind::Array => false,
         }
-        Value::Null => match value {
-            Value::Null => true,
-            Value::Number(n) => n.as_f64() == Some(0.0),
-            Value::String(s) => s.is_empty(),
-            Value::Bool(b) => !*b,
-            _ => false,
-        },
-        Value::Object(_) => value.is_object(),
-        Value::String(p) => validate_string_patterns(value, p),
-        Value::Array(_) => false,
     }
 }
 
-fn validate_string_patterns(value: &Value, pattern: &str) -> bool {
-    if value.as_str() == Some(pattern) {
-        return true;
+/// `pattern.Validate`: one resource value against one scalar (or map) pattern.
+#[cfg(test)]
+fn validate_scalar(value: &Value, pattern: &Value) -> bool {
+    Scalar::compile(pattern).matches(value)
+}
+
+impl StrPattern {
+    fn compile(pattern: &str) -> StrPattern {
+        let any_of = if pattern.contains(['|', '&']) {
+            pattern
+                .split('|')
+                .map(|alt| alt.trim_matches(' ').split('&').map(|c| Cond::compile(c.trim_matches(' '))).collect())
+                .collect()
+        } else {
+            vec![vec![Cond::compile(pattern.trim_matches(' '))]]
+        };
+        StrPattern { raw: pattern.to_string(), any_of }
     }
-    if !pattern.contains(['|', '&']) {
-        return validate_string_pattern(value, pattern.trim_matches(' '));
+
+    fn matches(&self, value: &Value) -> bool {
+        if value.as_str() == Some(self.raw.as_str()) {
+            return true;
+        }
+        self.any_of.iter().any(|all| all.iter().all(|c| c.matches(value)))
     }
-    pattern
-        .split('|')
-        .any(|cond| cond.trim_matches(' ').split('&').all(|c| validate_string_pattern(value, c.trim_matches(' '))))
 }
 
 const NUM: &str = r"[-|\+]?\d+(?:\.\d+)?[A-Za-z]*";
@@ -526,48 +720,71 @@ pub fn parse_range(p: &str) -> Option<(bool, String, String)> {
     None
 }
 
-/// One condition of a string pattern: an optional operator, a range, or a plain value.
-pub fn validate_string_pattern(value: &Value, pattern: &str) -> bool {
-    let op = if pattern.len() < 2 {
-        Op::Equal
-    } else if pattern.starts_with(">=") {
-        Op::MoreEqual
-    } else if pattern.starts_with("<=") {
-        Op::LessEqual
-    } else if pattern.starts_with('>') {
-        Op::More
-    } else if pattern.starts_with('<') {
-        Op::Less
-    } else if pattern.starts_with('!') {
-        Op::NotEqual
-    } else {
-        if let Some((neg, lo, hi)) = parse_range(pattern) {
-            return if neg {
-                validate_string_pattern(value, &format!("< {lo}")) || validate_string_pattern(value, &format!("> {hi}"))
-            } else {
-                validate_string_pattern(value, &format!(">= {lo}"))
-                    && validate_string_pattern(value, &format!("<= {hi}"))
-            };
+impl Cond {
+    fn compile(pattern: &str) -> Cond {
+        let op = if pattern.len() < 2 {
+            Op::Equal
+        } else if pattern.starts_with(">=") {
+            Op::MoreEqual
+        } else if pattern.starts_with("<=") {
+            Op::LessEqual
+        } else if pattern.starts_with('>') {
+            Op::More
+        } else if pattern.starts_with('<') {
+            Op::Less
+        } else if pattern.starts_with('!') {
+            Op::NotEqual
+        } else {
+            if let Some((negated, lo, hi)) = parse_range(pattern) {
+                let (lo, hi) = if negated {
+                    (Cond::compile(&format!("< {lo}")), Cond::compile(&format!("> {hi}")))
+                } else {
+                    (Cond::compile(&format!(">= {lo}")), Cond::compile(&format!("<= {hi}")))
+                };
+                return Cond::Range { negated, lo: Box::new(lo), hi: Box::new(hi) };
+            }
+            Op::Equal
+        };
+        let skip = match op {
+            Op::MoreEqual | Op::LessEqual => 2,
+            Op::More | Op::Less | Op::NotEqual => 1,
+            Op::Equal => 0,
+        };
+        let operand = pattern.get(skip..).unwrap_or("").trim();
+        Cond::Compare {
+            op,
+            operand: operand.to_string(),
+            duration: duration::parse(operand),
+            quantity: Quantity::parse(operand),
         }
-        Op::Equal
-    };
-    let skip = match op {
-        Op::MoreEqual | Op::LessEqual => 2,
-        Op::More | Op::Less | Op::NotEqual => 1,
-        Op::Equal => 0,
-    };
-    let p = pattern.get(skip..).unwrap_or("").trim();
-    compare_duration(value, p, op) || compare_quantity(value, p, op) || compare_string(value, p, op)
+    }
+
+    fn matches(&self, value: &Value) -> bool {
+        match self {
+            Cond::Range { negated: true, lo, hi } => lo.matches(value) || hi.matches(value),
+            Cond::Range { negated: false, lo, hi } => lo.matches(value) && hi.matches(value),
+            Cond::Compare { op, operand, duration, quantity } => {
+                compare_duration(value, *duration, *op)
+                    || compare_quantity(value, quantity.as_ref(), *op)
+                    || compare_string(value, operand, *op)
+            }
+        }
+    }
 }
 
-fn number_to_string(v: &Value) -> Option<String> {
+/// One condition of a string pattern: an optional operator, a range, or a plain value.
+pub fn validate_string_pattern(value: &Value, pattern: &str) -> bool {
+    Cond::compile(pattern).matches(value)
+}
+
+fn number_to_string(v: &Value) -> Option<std::borrow::Cow<'_, str>> {
     match v {
         Value::Null => Some("0".into()),
         Value::Number(n) => Some(match n.as_i64() {
-            Some(i) => i.to_string(),
-            None => format!("{:.6}", n.as_f64().unwrap_or(0.0)),
+            Some(i) => i.to_string().into(),
+            None => format!("{:.6}", n.as_f64().unwrap_or(0.0)).into(),
         }),
-        Value::String(s) => Some(s.clone()),
+        Value::String(s) => Some(s.as_str().into()),
         _ => None,
     }
 }
@@ -583,18 +800,18 @@ fn apply(o: Ordering, op: Op) -> bool {
     }
 }
 
-fn compare_duration(value: &Value, pattern: &str, op: Op) -> bool {
-    let Some(p) = duration::parse(pattern) else { return false };
+fn compare_duration(value: &Value, pattern: Option<i64>, op: Op) -> bool {
+    let Some(p) = pattern else { return false };
     let Some(vs) = number_to_string(value) else { return false };
     let Some(v) = duration::parse(&vs) else { return false };
     apply(v.cmp(&p), op)
 }
 
-fn compare_quantity(value: &Value, pattern: &str, op: Op) -> bool {
-    let Some(p) = Quantity::parse(pattern) else { return false };
+fn compare_quantity(value: &Value, pattern: Option<&Quantity>, op: Op) -> bool {
+    let Some(p) = pattern else { return false };
     let Some(vs) = number_to_string(value) else { return false };
     let Some(v) = Quantity::parse(&vs) else { return false };
-    apply(v.cmp(&p), op)
+    apply(v.cmp(p), op)
 }
 
 fn compare_string(value: &Value, pattern: &str, op: Op) -> bool {

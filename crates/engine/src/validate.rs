@@ -25,10 +25,41 @@ pub struct CompiledValidation {
     pub check: Check,
 }
 
+/// A `pattern` (or one `anyPattern` entry): compiled once when it has no variables, else
+/// compiled after they are substituted.
+#[derive(Debug, Clone)]
+pub struct PatternCheck {
+    value: TValue,
+    compiled: Option<pattern::Pattern>,
+}
+
+impl PatternCheck {
+    fn new(value: TValue) -> PatternCheck {
+        let compiled = match &value {
+            TValue::Static(v) => Some(pattern::Pattern::compile(v)),
+            _ => None,
+        };
+        PatternCheck { value, compiled }
+    }
+
+    /// Matches `target`; `Err` when a variable could not be substituted (`at`: where).
+    fn matches(
+        &self,
+        target: &Value,
+        ctx: &Context,
+        at: &str,
+    ) -> Result<Result<(), pattern::PatternError>, crate::error::EvalError> {
+        match &self.compiled {
+            Some(p) => Ok(p.matches(target)),
+            None => Ok(pattern::match_pattern(target, &*self.value.render(ctx, at)?)),
+        }
+    }
+}
+
 #[derive(Debug, Clone)]
 pub enum Check {
-    Pattern(TValue),
-    AnyPattern(Vec<TValue>),
+    Pattern(PatternCheck),
+    AnyPattern(Vec<PatternCheck>),
     /// `anyPattern` that is not a list: an error at evaluation, as Kyverno reports it.
     BadAnyPattern(String),
     Deny(CompiledConditions),
@@ -131,14 +162,14 @@ pub(crate) fn compile_check_parts(
         return Ok(Some(Check::Deny(c)));
     }
     if let Some(p) = pattern {
-        return Ok(Some(Check::Pattern(tv(p, &format!("{path}.pattern"))?)));
+        return Ok(Some(Check::Pattern(PatternCheck::new(tv(p, &format!("{path}.pattern"))?))));
     }
     if let Some(ap) = any_pattern {
         return Ok(Some(match ap {
             Value::Array(a) => Check::AnyPattern(
                 a.iter()
                     .enumerate()
-                    .map(|(i, x)| tv(x, &format!("{path}.anyPattern[{i}]")))
+                    .map(|(i, x)| tv(x, &format!("{path}.anyPattern[{i}]")).map(PatternCheck::new))
                     .collect::<Result<_, _>>()?,
             ),
             other => Check::BadAnyPattern(format!(
@@ -369,11 +400,11 @@ impl ValidateCtx<'_> {
                 if delete {
                     return None;
                 }
-                let p = match p.render(ctx, "/validate/pattern") {
-                    Ok(p) => p,
+                let matched = match p.matches(target, ctx, "/validate/pattern") {
+                    Ok(m) => m,
                     Err(e) => return Some(self.resp(Status::Error, format!("variable substitution failed: {e}"))),
                 };
-                match pattern::match_pattern(target, &p) {
+                match matched {
                     Ok(()) => Some(self.resp(Status::Pass, format!("validation rule '{}' passed.", self.rule))),
                     Err(pe) if pe.skip => Some(self.resp(Status::Skip, pe.message)),
                     Err(pe) if pe.path.is_empty() => {
@@ -389,11 +420,11 @@ impl ValidateCtx<'_> {
                 let mut errs: Vec<String> = Vec::new();
                 let mut all_skip = true;
                 for (i, p) in ps.iter().enumerate() {
-                    let p = match p.render(ctx, &format!("/validate/anyPattern/{i}")) {
-                        Ok(p) => p,
+                    let matched = match p.matches(target, ctx, &format!("/validate/anyPattern/{i}")) {
+                        Ok(m) => m,
                         Err(e) => return Some(self.resp(Status::Error, format!("variable substitution failed: {e}"))),
                     };
-                    match pattern::match_pattern(target, &p) {
+                    match matched {
                         Ok(()) => {
                             return Some(self.resp(
                                 Status::Pass,
