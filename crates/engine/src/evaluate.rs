@@ -334,11 +334,14 @@ pub fn build_context_with<'e>(req: &Request, env: &'e dyn Env, images: bool) -> 
 pub struct Sequence<'r> {
     req: Request<'r>,
     patched: Option<Value>,
+    /// What matching reads from the request's own object, worked out at the first policy
+    /// (used while no mutation changed the object).
+    facts: Option<MatchInput<'r>>,
 }
 
 impl<'r> Sequence<'r> {
     pub fn new(req: Request<'r>) -> Self {
-        Sequence { req, patched: None }
+        Sequence { req, patched: None, facts: None }
     }
 
     /// Runs one phase of one policy on the object as patched so far. A Mutate response's
@@ -352,7 +355,11 @@ impl<'r> Sequence<'r> {
         data: &dyn Data,
     ) -> PolicyResponse {
         let req = Request { object: self.patched.as_ref().unwrap_or(self.req.object), ..self.req.clone() };
-        let mut r = evaluate_phase(policy, phase, exceptions, &req, ctx, data);
+        let facts = match self.patched {
+            None => Some(&*self.facts.get_or_insert_with(|| match_input(&self.req))),
+            Some(_) => None,
+        };
+        let mut r = evaluate_phase_with(policy, phase, exceptions, &req, facts, ctx, data);
         if matches!(phase, Phase::Verify | Phase::PinDigests) {
             // Only a policy whose images were verified carries the object on: the others'
             // responses keep what their own mutations made.
@@ -391,47 +398,60 @@ pub fn evaluate_policy(
     ctx: &mut Context,
     data: &dyn Data,
 ) -> PolicyResponse {
-    evaluate_phase(policy, Phase::All, exceptions, req, ctx, data)
+    evaluate_phase_with(policy, Phase::All, exceptions, req, None, ctx, data)
 }
 
-/// Evaluates the rules of one phase. Mutate rules patch `request.object` in `ctx` as they go,
-/// so later rules (and the caller's later policies) see the patched resource; the response's
-/// `patched` holds it.
-pub fn evaluate_phase(
-    policy: &CompiledPolicy,
-    phase: Phase,
-    exceptions: &[CompiledException],
-    req: &Request,
-    ctx: &mut Context,
-    data: &dyn Data,
-) -> PolicyResponse {
-    let mut resp = PolicyResponse { policy: policy.key(), ..Default::default() };
-    ctx.set_namespace_view(NamespaceView::of(policy.kind));
+/// What matching reads from the request and the object it is about.
+fn match_input<'a>(req: &Request<'a>) -> MatchInput<'a> {
     let subject = req.subject();
     let (group, version, kind) = req.group_version_kind();
     let name = {
         let n = str_at(subject, "/metadata/name");
         if n.is_empty() { str_at(subject, "/metadata/generateName") } else { n }
     };
-    let namespace = str_at(subject, "/metadata/namespace");
-    let input = MatchInput {
+    MatchInput {
         group,
         version,
         kind,
         subresource: req.subresource,
         name,
-        namespace,
+        namespace: str_at(subject, "/metadata/namespace"),
         labels: obj_at(subject, "metadata", "labels"),
         annotations: obj_at(subject, "metadata", "annotations"),
         operation: req.operation,
         namespace_labels: req.namespace_labels,
         user: req.user,
+    }
+}
+
+/// Evaluates the rules of one phase. Mutate rules patch `request.object` in `ctx` as they go,
+/// so later rules (and the caller's later policies) see the patched resource; the response's
+/// `patched` holds it. `facts`: what matching reads, when the caller has it for `req`.
+fn evaluate_phase_with(
+    policy: &CompiledPolicy,
+    phase: Phase,
+    exceptions: &[CompiledException],
+    req: &Request,
+    facts: Option<&MatchInput>,
+    ctx: &mut Context,
+    data: &dyn Data,
+) -> PolicyResponse {
+    let mut resp = PolicyResponse { policy: policy.key(), ..Default::default() };
+    ctx.set_namespace_view(NamespaceView::of(policy.kind));
+    let own;
+    let input = match facts {
+        Some(f) => f,
+        None => {
+            own = match_input(req);
+            &own
+        }
     };
+    let namespace = input.namespace;
     if policy.kind.is_namespaced() {
         let pns = policy.namespace.as_deref().unwrap_or("default");
         if namespace.is_empty() || namespace != pns {
             resp.not_applied.push(NotApplied {
-                rule: String::new(),
+                rule: None,
                 reason: format!("namespaced policy {pns}/{} does not apply to namespace {namespace:?}", policy.name)
                     .into(),
             });
@@ -444,14 +464,14 @@ pub fn evaluate_phase(
             policy.match_conditions.iter().find(|(_, e)| !matches!(e.eval_bool(&vars), Ok(true))).map(|(n, _)| n)
         {
             resp.not_applied.push(NotApplied {
-                rule: String::new(),
+                rule: None,
                 reason: format!("webhookConfiguration.matchConditions {name} does not hold").into(),
             });
             return resp;
         }
     }
     let mut current: Option<Value> = None;
-    for rule in &policy.rules {
+    for (index, rule) in policy.rules.iter().enumerate() {
         if !phase.runs(&rule.body) {
             continue;
         }
@@ -463,12 +483,12 @@ pub fn evaluate_phase(
         {
             continue;
         }
-        if let Err(reason) = rule.matcher.matches(&input) {
-            resp.not_applied.push(NotApplied { rule: rule.name.clone(), reason });
+        if let Err(reason) = rule.matcher.matches(input) {
+            resp.not_applied.push(NotApplied { rule: Some(index), reason });
             continue;
         }
-        if rule.exclude.as_ref().is_some_and(|e| e.excludes(&input)) {
-            resp.not_applied.push(NotApplied { rule: rule.name.clone(), reason: "excluded".into() });
+        if rule.exclude.as_ref().is_some_and(|e| e.excludes(input)) {
+            resp.not_applied.push(NotApplied { rule: Some(index), reason: "excluded".into() });
             continue;
         }
         let mut patched: Option<Value> = None;
@@ -478,7 +498,7 @@ pub fn evaluate_phase(
             rule,
             exceptions,
             req,
-            &input,
+            input,
             ctx,
             data,
             current.as_ref().unwrap_or(req.object),
@@ -501,7 +521,7 @@ pub fn evaluate_phase(
                 break;
             }
         } else {
-            resp.not_applied.push(NotApplied { rule: rule.name.clone(), reason: "the rule produced no result".into() });
+            resp.not_applied.push(NotApplied { rule: Some(index), reason: "the rule produced no result".into() });
         }
     }
     resp.patched = current;

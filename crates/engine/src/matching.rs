@@ -50,6 +50,37 @@ pub struct KindSelector {
     sub: String,
     /// `*/*`: every kind including subresources.
     all: bool,
+    /// How `group`, `version` and `kind` match, worked out once.
+    shape: [Glob; 3],
+}
+
+/// How a selector field matches: anything (`*`), exactly, or as a wildcard pattern.
+#[derive(Debug, Clone, Copy, PartialEq)]
+enum Glob {
+    Any,
+    Exact,
+    Wild,
+}
+
+impl Glob {
+    fn of(pattern: &str) -> Glob {
+        if pattern == "*" {
+            Glob::Any
+        } else if pattern.contains(['*', '?']) {
+            Glob::Wild
+        } else {
+            Glob::Exact
+        }
+    }
+
+    /// `wildcard::matches(pattern, text)` for a pattern of this shape.
+    fn matches(self, pattern: &str, text: &str) -> bool {
+        match self {
+            Glob::Any => true,
+            Glob::Exact => pattern == text,
+            Glob::Wild => wildcard::matches(pattern, text),
+        }
+    }
 }
 
 static VERSION: LazyLock<Option<regex::Regex>> =
@@ -80,6 +111,7 @@ impl KindSelector {
         let mk = |g: &str, v: &str, k: String, sub: String| KindSelector {
             group: g.into(),
             version: v.into(),
+            shape: [Glob::of(g), Glob::of(v), Glob::of(&k)],
             kind: k,
             sub,
             all: false,
@@ -89,9 +121,14 @@ impl KindSelector {
                 let (k, sub) = split_last(k);
                 mk("*", "*", k, sub)
             }
-            ["*", "*"] => {
-                KindSelector { group: "*".into(), version: "*".into(), kind: "*".into(), sub: "*".into(), all: true }
-            }
+            ["*", "*"] => KindSelector {
+                group: "*".into(),
+                version: "*".into(),
+                kind: "*".into(),
+                sub: "*".into(),
+                all: true,
+                shape: [Glob::Any; 3],
+            },
             ["*", sub] if sub.chars().next().is_some_and(|c| c.is_lowercase()) => {
                 mk("*", "*", "*".into(), (*sub).to_string())
             }
@@ -114,10 +151,8 @@ impl KindSelector {
         if self.all {
             return true;
         }
-        if !wildcard::matches(&self.group, group)
-            || !wildcard::matches(&self.version, version)
-            || !wildcard::matches(&self.kind, kind)
-        {
+        let [g, v, k] = self.shape;
+        if !k.matches(&self.kind, kind) || !g.matches(&self.group, group) || !v.matches(&self.version, version) {
             return false;
         }
         if self.sub.is_empty() {

@@ -85,10 +85,11 @@ impl RuleResponse {
     }
 }
 
-/// A rule that did not apply, and why (for `--explain` and debugging).
+/// A rule that did not apply, and why (for debugging). Written while rules are matched, so
+/// it holds the rule's index in the policy (`None`: the whole policy), not a copy of its name.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct NotApplied {
-    pub rule: String,
+    pub rule: Option<usize>,
     pub reason: std::borrow::Cow<'static, str>,
 }
 
