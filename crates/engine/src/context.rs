@@ -130,13 +130,16 @@ impl<'e> Context<'e> {
         Saved(vec![(first, old)])
     }
 
-    /// Sets a foreach element: `element`, `elementIndex` and their `element<N>` /
-    /// `elementIndex<N>` forms for the nesting level.
-    pub fn set_element(&mut self, element: &Value, index: usize, nesting: usize) -> Saved {
+    /// Sets a foreach element: `element`, `elementIndex` and, when `numbered`, their
+    /// `element<N>` / `elementIndex<N>` forms for the nesting level.
+    pub fn set_element(&mut self, element: &Value, index: usize, nesting: usize, numbered: bool) -> Saved {
         const ELEMENT: [&str; 4] = ["element0", "element1", "element2", "element3"];
         const INDEX: [&str; 4] = ["elementIndex0", "elementIndex1", "elementIndex2", "elementIndex3"];
         let mut saved = self.set("element", element.clone());
         saved.absorb(self.set("elementIndex", Value::from(index as i64)));
+        if !numbered {
+            return saved;
+        }
         match (ELEMENT.get(nesting), INDEX.get(nesting)) {
             (Some(e), Some(i)) => {
                 saved.absorb(self.set(e, element.clone()));

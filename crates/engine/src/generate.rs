@@ -229,7 +229,7 @@ pub(crate) fn generate(
             if element.is_null() {
                 continue;
             }
-            let mut saved = ctx.set_element(element, index, 0);
+            let mut saved = ctx.set_element(element, index, 0, true);
             let step = (|| {
                 match enter(&f.context, f.preconditions.as_ref(), ctx, data, provided, policy, &mut saved) {
                     Ok(()) => {}

@@ -159,6 +159,7 @@ pub fn compile_image_validating_policy(doc: &Value) -> Result<CompiledPolicy, Co
             failure_action: Some(action),
             overrides: Vec::new(),
             allow_existing_violations: true,
+            numbered_elements: false,
             check,
         })),
     };

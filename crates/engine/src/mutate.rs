@@ -429,7 +429,7 @@ impl Mutator<'_> {
                 if ctx.env().cancelled() {
                     return Err(self.resp(Status::Error, crate::validate::CANCELLED));
                 }
-                let mut saved = ctx.set_element(element, index, nesting);
+                let mut saved = ctx.set_element(element, index, nesting, true);
                 let base = cur.as_ref().unwrap_or(resource);
                 let step = (|| {
                     match self.enter_scope(&f.context, f.preconditions.as_ref(), ctx, &mut saved) {

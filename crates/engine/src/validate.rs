@@ -23,6 +23,18 @@ pub struct CompiledValidation {
     pub overrides: Vec<FailureActionOverride>,
     pub allow_existing_violations: bool,
     pub check: Check,
+    /// Whether anything in the rule's validation names a numbered foreach variable
+    /// (`element0`, `elementIndex1`, …): only then are they set beside `element`.
+    pub numbered_elements: bool,
+}
+
+/// Whether `text` names `element<N>` or `elementIndex<N>`.
+pub(crate) fn names_numbered_element(text: &str) -> bool {
+    text.match_indices("element").any(|(i, _)| {
+        let rest = text.get(i + "element".len()..).unwrap_or("");
+        let rest = rest.strip_prefix("Index").unwrap_or(rest);
+        rest.as_bytes().first().is_some_and(u8::is_ascii_digit)
+    })
 }
 
 /// A `pattern` (or one `anyPattern` entry): compiled once when it has no variables, else
@@ -282,6 +294,7 @@ pub(crate) fn compile_validation(v: &Validation, path: &str) -> Result<CompiledV
         overrides: v.failure_action_overrides.clone(),
         allow_existing_violations: v.allow_existing_violations.unwrap_or(true),
         check,
+        numbered_elements: serde_json::to_string(v).map_or(true, |t| names_numbered_element(&t)),
     })
 }
 
@@ -595,7 +608,7 @@ impl ValidateCtx<'_> {
             if ctx.env().cancelled() {
                 return (Some(self.resp(Status::Error, CANCELLED)), applied);
             }
-            let mut saved = ctx.set_element(element, index, nesting);
+            let mut saved = ctx.set_element(element, index, nesting, self.v.numbered_elements);
             for (k, vals) in self.foreach_values {
                 if let Some(v) = vals.get(index) {
                     saved.absorb(ctx.set_path(k, v.clone()));
@@ -654,5 +667,20 @@ impl ValidateCtx<'_> {
         }
         let target: &Value = if scoped { element } else { self.subject };
         self.validate(&f.check, target, ctx, nesting + 1, delete)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::names_numbered_element;
+
+    #[test]
+    fn numbered_foreach_variables_are_found_in_the_rule_text() {
+        assert!(names_numbered_element("{{ element0.name }}"));
+        assert!(names_numbered_element("x {{ elementIndex1 }}"));
+        assert!(names_numbered_element("element.name element2"));
+        assert!(!names_numbered_element("{{ element.name }} {{ elementIndex }}"));
+        assert!(!names_numbered_element("elements elementIndexes element_0"));
+        assert!(!names_numbered_element(""));
     }
 }

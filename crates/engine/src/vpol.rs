@@ -129,6 +129,7 @@ fn rule(
             failure_action: Some(action),
             overrides: Vec::new(),
             allow_existing_violations: true,
+            numbered_elements: false,
             check: match compile_cel(cel, "spec")? {
                 // An expression that cannot be evaluated is an `error` result here.
                 crate::validate::Check::Cel(mut c) => {
