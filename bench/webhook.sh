@@ -74,6 +74,10 @@ run() { # name port
   kill -TERM "$pid"; wait "$pid" 2>/dev/null || true
   read -r _ rps p50 p99 errs <<<"$line"
   printf '%-6s %8s req/s  p50 %6s ms  p99 %6s ms  peak RSS %5s MiB  errors %s\n' "$name" "$rps" "$p50" "$p99" "$rss" "$errs"
+  # The server moves a set whose evaluation once took long on the executor to the blocking pool.
+  if grep -q "blocking pool from now on" "$WORK/$name.log"; then
+    echo "  note: $name: an evaluation took long on the executor; the set went to the blocking pool"
+  fi
   echo "$name $rps $p50 $p99 $rss" >> "$WORK/results"
 }
 

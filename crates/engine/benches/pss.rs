@@ -120,3 +120,20 @@ fn cel_pss17(bencher: divan::Bencher, file: &str) {
 fn compile_pss17(bencher: divan::Bencher) {
     bencher.bench(policies);
 }
+
+/// Each of the 17 policies alone on the busybox Pod: where the time of `pss17` goes.
+#[divan::bench(args = [
+    "disallow-capabilities-strict", "disallow-capabilities", "disallow-host-namespaces", "disallow-host-path",
+    "disallow-host-ports", "disallow-host-process", "disallow-privilege-escalation",
+    "disallow-privileged-containers", "disallow-proc-mount", "disallow-selinux", "require-run-as-non-root-user",
+    "require-run-as-nonroot", "restrict-apparmor-profiles", "restrict-seccomp-strict", "restrict-seccomp",
+    "restrict-sysctls", "restrict-volume-types",
+])]
+fn pss17_each(bencher: divan::Bencher, name: &str) {
+    let all = policies();
+    let one: Vec<_> = all.policies().iter().filter(|p| p.name == name).cloned().collect();
+    let ps = PolicySet::new(one, Vec::new());
+    let review = request("pod-busybox-create.json");
+    let route = kyverno_route();
+    bencher.bench(|| run(divan::black_box(&ps), &route, divan::black_box(&review)));
+}

@@ -19,14 +19,17 @@ pub struct Context<'e> {
     /// Bumped whenever the `request` entry changes (a mutation patched the object, a scope
     /// set or restored it).
     request_version: u64,
-    /// Results of list queries that read only `request` (`request.object.spec.[…][]`, the
-    /// foreach lists many policies share), by request version and source; see
-    /// [`Context::query_list`].
-    lists: std::cell::RefCell<Vec<(u64, String, std::rc::Rc<Value>)>>,
+    /// Results of queries that read only `request`, by source, for `shared_version` of it:
+    /// foreach lists (`request.object.spec.[…][]`, which many policies iterate) and scalar
+    /// results (`request.operation || 'BACKGROUND'`, many policies' precondition); see
+    /// [`Context::query`] and [`Context::query_list`].
+    shared: std::cell::RefCell<Vec<(String, std::rc::Rc<Value>)>>,
+    shared_version: std::cell::Cell<u64>,
 }
 
-/// How many shared list results a context keeps (oldest dropped first).
-const MAX_LISTS: usize = 16;
+/// How many shared results a context keeps (oldest dropped first): each holds at most a copy
+/// of part of the request.
+const MAX_SHARED: usize = 16;
 
 /// Saved top-level entries, restored by [`Context::restore`].
 #[must_use]
@@ -50,7 +53,8 @@ impl<'e> Context<'e> {
             ns_view: crate::evaluate::NamespaceView::default(),
             images: true,
             request_version: 0,
-            lists: std::cell::RefCell::new(Vec::new()),
+            shared: std::cell::RefCell::new(Vec::new()),
+            shared_version: std::cell::Cell::new(0),
         }
     }
 
@@ -79,34 +83,62 @@ impl<'e> Context<'e> {
         self.root.get(k).is_some()
     }
 
+    /// Evaluates `e` against the context. A query that reads only `request` and gives a
+    /// scalar is evaluated once per version of `request` and shared.
     pub fn query(&self, e: &Expression) -> Result<Value, RuntimeError> {
+        if !Self::shareable(e) {
+            return self.search(e);
+        }
+        if let Some(v) = self.shared_result(e.source()) {
+            return Ok(Value::clone(&v));
+        }
+        let v = self.search(e)?;
+        if !matches!(v, Value::Array(_) | Value::Object(_)) {
+            self.keep_shared(e.source(), std::rc::Rc::new(v.clone()));
+        }
+        Ok(v)
+    }
+
+    fn search(&self, e: &Expression) -> Result<Value, RuntimeError> {
         e.search(&self.root, self.env).map(std::borrow::Cow::into_owned)
     }
 
-    /// [`Context::query`] for a foreach list, shared: an expression that reads only `request`
-    /// (it starts with `request.` and names no `$` variable, so everything after its first
-    /// field is read from inside `request`) gives the same result until `request` changes, so
-    /// the policies of a request that iterate the same list evaluate it once.
+    /// [`Context::query`] for a foreach list, shared whatever it holds: an expression that
+    /// reads only `request` gives the same result until `request` changes, so the policies of a
+    /// request that iterate the same list evaluate it once.
     pub fn query_list(&self, e: &Expression) -> Result<std::rc::Rc<Value>, RuntimeError> {
-        let src = e.source();
-        let shareable =
-            e.dialect() == verno_jmespath::Dialect::Kyverno && src.starts_with("request.") && !src.contains('$');
-        if !shareable {
-            return self.query(e).map(std::rc::Rc::new);
+        if !Self::shareable(e) {
+            return self.search(e).map(std::rc::Rc::new);
         }
-        if let Some((_, _, v)) =
-            self.lists.borrow().iter().find(|(version, s, _)| *version == self.request_version && s == src)
-        {
-            return Ok(v.clone());
+        if let Some(v) = self.shared_result(e.source()) {
+            return Ok(v);
         }
-        let v = std::rc::Rc::new(self.query(e)?);
-        let mut lists = self.lists.borrow_mut();
-        lists.retain(|(version, _, _)| *version == self.request_version);
-        if lists.len() >= MAX_LISTS {
-            lists.remove(0);
-        }
-        lists.push((self.request_version, src.to_string(), v.clone()));
+        let v = std::rc::Rc::new(self.search(e)?);
+        self.keep_shared(e.source(), v.clone());
         Ok(v)
+    }
+
+    fn shareable(e: &Expression) -> bool {
+        e.sole_root_field() == Some("request")
+    }
+
+    fn shared_result(&self, src: &str) -> Option<std::rc::Rc<Value>> {
+        if self.shared_version.get() != self.request_version {
+            return None;
+        }
+        self.shared.borrow().iter().find(|(s, _)| s == src).map(|(_, v)| v.clone())
+    }
+
+    fn keep_shared(&self, src: &str, v: std::rc::Rc<Value>) {
+        let mut shared = self.shared.borrow_mut();
+        if self.shared_version.get() != self.request_version {
+            shared.clear();
+            self.shared_version.set(self.request_version);
+        }
+        if shared.len() >= MAX_SHARED {
+            shared.remove(0);
+        }
+        shared.push((src.to_string(), v));
     }
 
     /// Sets a top-level key, returning a handle that restores the previous value.
@@ -232,4 +264,38 @@ pub fn split_dotted(path: &str) -> Vec<String> {
     }
     out.push(cur);
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn expr(s: &str) -> Expression {
+        Expression::compile(s).unwrap_or_else(|e| panic!("{s}: {e}"))
+    }
+
+    #[test]
+    fn shared_results_follow_the_request() {
+        let root = json!({"request": {"operation": "CREATE", "object": {"spec": {"containers": [{"name": "a"}]}}}});
+        let mut ctx = Context::new(root.as_object().cloned().unwrap_or_default(), false, &verno_jmespath::NoEnv);
+        let op = expr("request.operation || 'BACKGROUND'");
+        let list = expr("request.object.spec.containers[].name");
+        assert_eq!(ctx.query(&op), Ok(json!("CREATE")));
+        assert_eq!(ctx.query_list(&list).map(|v| (*v).clone()), Ok(json!(["a"])));
+        // A patch of the object, a scope that sets `request` and its restoring: each is seen.
+        let _kept = ctx.set_path("request.object.spec.containers", json!([{"name": "b"}]));
+        assert_eq!(ctx.query_list(&list).map(|v| (*v).clone()), Ok(json!(["b"])));
+        let saved = ctx.set_path("request.operation", json!("UPDATE"));
+        assert_eq!(ctx.query(&op), Ok(json!("UPDATE")));
+        ctx.restore(saved);
+        assert_eq!(ctx.query(&op), Ok(json!("CREATE")));
+        // An expression that also reads the element is never shared.
+        let mixed = expr("request.operation == element");
+        let saved = ctx.set("element", json!("CREATE"));
+        assert_eq!(ctx.query(&mixed), Ok(json!(true)));
+        ctx.restore(saved);
+        let _e = ctx.set("element", json!("x"));
+        assert_eq!(ctx.query(&mixed), Ok(json!(false)));
+    }
 }

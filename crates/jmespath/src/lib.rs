@@ -68,6 +68,49 @@ pub enum Dialect {
     Community,
 }
 
+/// See [`Expression::sole_root_field`]. A Kyverno-dialect expression only: the community
+/// dialect reads `$` variables from the caller.
+fn sole_root_field(ast: &Ast, dialect: Dialect) -> Option<String> {
+    /// Walks `a`, evaluated against the root when `at_root`; records the root fields read;
+    /// `false` when something else is read (the whole root, a variable, the clock, randomness).
+    fn walk<'a>(a: &'a Ast, at_root: bool, fields: &mut Option<&'a str>) -> bool {
+        match a {
+            Ast::Field(f) if at_root => match fields {
+                Some(g) => *g == f.as_str(),
+                None => {
+                    *fields = Some(f);
+                    true
+                }
+            },
+            Ast::Identity | Ast::Index(_) | Ast::Slice { .. } => !at_root,
+            Ast::Field(_) | Ast::Literal(_) => true,
+            Ast::Variable(_) => false,
+            Ast::Subexpr(l, r) | Ast::Projection(l, r) | Ast::ValueProjection(l, r) | Ast::Pipe(l, r) => {
+                walk(l, at_root, fields) && walk(r, false, fields)
+            }
+            Ast::FilterProjection { lhs, rhs, cond } => {
+                walk(lhs, at_root, fields) && walk(rhs, false, fields) && walk(cond, false, fields)
+            }
+            Ast::Flatten(x) | Ast::Not(x) => walk(x, at_root, fields),
+            Ast::Expref(x) => walk(x, false, fields),
+            Ast::MultiList(xs) => xs.iter().all(|x| walk(x, at_root, fields)),
+            Ast::MultiHash(xs) => xs.iter().all(|(_, x)| walk(x, at_root, fields)),
+            Ast::And(l, r) | Ast::Or(l, r) | Ast::Compare(_, l, r) => {
+                walk(l, at_root, fields) && walk(r, at_root, fields)
+            }
+            Ast::Call(f, args) => {
+                !(f.name.contains("random") || f.name.starts_with("time_now"))
+                    && args.iter().all(|x| walk(x, at_root, fields))
+            }
+        }
+    }
+    if dialect != Dialect::Kyverno {
+        return None;
+    }
+    let mut fields = None;
+    if walk(ast, true, &mut fields) { fields.map(str::to_string) } else { None }
+}
+
 /// An environment with no clock and no DNS.
 pub struct NoEnv;
 impl Env for NoEnv {}
@@ -78,6 +121,9 @@ pub struct Expression {
     source: String,
     ast: Ast,
     dialect: Dialect,
+    /// The one field of the data's root every read goes through, when there is one (see
+    /// [`Expression::sole_root_field`]).
+    root_field: Option<String>,
 }
 
 impl Expression {
@@ -87,7 +133,17 @@ impl Expression {
 
     /// Compiles in the given dialect.
     pub fn compile_in(src: &str, dialect: Dialect) -> Result<Expression, ParseError> {
-        Ok(Expression { source: src.to_string(), ast: parser::parse(src, dialect)?, dialect })
+        let ast = parser::parse(src, dialect)?;
+        Ok(Expression { source: src.to_string(), root_field: sole_root_field(&ast, dialect), ast, dialect })
+    }
+
+    /// The one field of the data's root that everything the expression reads is under
+    /// (`request` for `request.object.spec.containers[].image` or
+    /// `request.operation || 'BACKGROUND'`), when there is one and the result depends on
+    /// nothing else: no variables, no randomness, no clock. Two evaluations against data whose
+    /// `field` is the same give the same result.
+    pub fn sole_root_field(&self) -> Option<&str> {
+        self.root_field.as_deref()
     }
 
     pub fn dialect(&self) -> Dialect {
@@ -116,7 +172,7 @@ impl Expression {
         };
         let ast = self.ast.rewrite(&rename)?;
         let source = self.source.replace(&format!("{root}.{field}"), &format!("{root}.{renamed}"));
-        Some(Expression { source, ast, dialect: self.dialect })
+        Some(Expression { source, root_field: sole_root_field(&ast, self.dialect), ast, dialect: self.dialect })
     }
 
     /// Evaluates against `data`; the result may borrow from it.
@@ -135,4 +191,37 @@ impl Expression {
 pub fn search(expr: &str, data: &Value) -> Result<Value, String> {
     let e = Expression::compile(expr).map_err(|e| e.to_string())?;
     e.search(data, &NoEnv).map(Cow::into_owned).map_err(|e| e.to_string())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{Dialect, Expression};
+
+    fn field(src: &str) -> Option<String> {
+        Expression::compile(src).ok().and_then(|e| e.sole_root_field().map(str::to_string))
+    }
+
+    #[test]
+    fn the_sole_root_field_is_found_through_every_form() {
+        let request = Some("request".to_string());
+        assert_eq!(field("request.object.spec.[ephemeralContainers, initContainers, containers][]"), request);
+        assert_eq!(field("request.operation || 'BACKGROUND'"), request);
+        assert_eq!(field("request.object.spec.volumes[].keys(@)[] || ''"), request);
+        assert_eq!(field("request.object.spec.containers[?name == 'a'].image | [0]"), request);
+        assert_eq!(field("sort_by(request.object.spec.containers, &name)[].name"), request);
+        assert_eq!(field("length(request.object.metadata.labels) > `0` && request.operation == 'CREATE'"), request);
+        // Something else is read from the root: the element, the whole root, two fields.
+        assert_eq!(field("request.operation || element.name"), None);
+        assert_eq!(field("request.operation == element.name"), None);
+        assert_eq!(field("[request.name, element.name]"), None);
+        assert_eq!(field("@"), None);
+        assert_eq!(field("length(@)"), None);
+        assert_eq!(field("element.image"), Some("element".to_string()));
+        // Nothing from the root, randomness, the clock, the caller's variables.
+        assert_eq!(field("'literal'"), None);
+        assert_eq!(field("random('[a-z]{4}')"), None);
+        assert_eq!(field("time_now_utc()"), None);
+        let community = Expression::compile_in("request.name", Dialect::Community).ok();
+        assert_eq!(community.and_then(|e| e.sole_root_field().map(str::to_string)), None);
+    }
 }
