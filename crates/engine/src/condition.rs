@@ -6,6 +6,7 @@ use crate::error::{CompileError, EvalError};
 use crate::pattern;
 use crate::template::TValue;
 use serde_json::Value;
+use std::borrow::Cow;
 use std::cmp::Ordering;
 use verno_api::{Condition, Conditions};
 use verno_jmespath::{duration, quantity::Quantity, semver, value::go_sprint, wildcard};
@@ -278,12 +279,33 @@ enum SetOp {
     AllNotIn,
 }
 
-fn key_elements(key: &Value) -> Option<Vec<(String, Value)>> {
+/// `%v` of a value, borrowed when it is a string.
+fn sprint(v: &Value) -> Cow<'_, str> {
+    match v {
+        Value::String(s) => Cow::Borrowed(s),
+        other => Cow::Owned(go_sprint(other)),
+    }
+}
+
+/// A string holding a JSON array (`'["a", "b"]'`), decoded; `None` for any other string
+/// (turned away without the parser when it does not start with `[`).
+fn json_array(s: &str) -> Option<Vec<Value>> {
+    if !s.trim_start().starts_with('[') {
+        return None;
+    }
+    match serde_json::from_str::<Value>(s) {
+        Ok(Value::Array(a)) => Some(a),
+        _ => None,
+    }
+}
+
+fn key_elements(key: &Value) -> Option<Vec<(Cow<'_, str>, &Value)>> {
+    static NULL: Value = Value::Null;
     match key {
-        Value::Array(a) => Some(a.iter().map(|v| (go_sprint(v), v.clone())).collect()),
+        Value::Array(a) => Some(a.iter().map(|v| (sprint(v), v)).collect()),
         Value::Object(_) => None,
-        Value::Null => Some(vec![(String::new(), Value::Null)]),
-        other => Some(vec![(go_sprint(other), other.clone())]),
+        Value::Null => Some(vec![(Cow::Borrowed(""), &NULL)]),
+        other => Some(vec![(sprint(other), other)]),
     }
 }
 
@@ -306,22 +328,26 @@ fn set_op(key: &Value, value: &Value, op: SetOp) -> bool {
             SetOp::AllNotIn => inside.iter().all(|b| !*b),
         };
     }
-    let (values, exact): (Vec<String>, bool) = match value {
-        Value::Array(a) => (a.iter().map(go_sprint).collect(), false),
-        Value::String(s) => match serde_json::from_str::<Value>(s) {
-            Ok(Value::Array(a)) => (a.iter().map(go_sprint).collect(), true),
-            _ => (vec![s.clone()], false),
+    let decoded;
+    let (values, exact): (Vec<Cow<'_, str>>, bool) = match value {
+        Value::Array(a) => (a.iter().map(sprint).collect(), false),
+        Value::String(s) => match json_array(s) {
+            Some(a) => {
+                decoded = a;
+                (decoded.iter().map(sprint).collect(), true)
+            }
+            None => (vec![Cow::Borrowed(s.as_str())], false),
         },
-        Value::Number(_) | Value::Bool(_) if key_is_array => (vec![go_sprint(value)], false),
+        Value::Number(_) | Value::Bool(_) if key_is_array => (vec![sprint(value)], false),
         _ => return false,
     };
     let matches = |k: &str, v: &str| if exact { k == v } else { wildcard::matches(v, k) || wildcard::matches(k, v) };
-    let found: Vec<bool> = keys.iter().map(|(k, _)| values.iter().any(|v| matches(k, v))).collect();
+    let mut found = keys.iter().map(|(k, _)| values.iter().any(|v| matches(k, v)));
     match op {
-        SetOp::AnyIn => found.iter().any(|b| *b),
-        SetOp::AllIn => found.iter().all(|b| *b),
-        SetOp::AnyNotIn => found.iter().any(|b| !*b),
-        SetOp::AllNotIn => found.iter().all(|b| !*b),
+        SetOp::AnyIn => found.any(|b| b),
+        SetOp::AllIn => found.all(|b| b),
+        SetOp::AnyNotIn => found.any(|b| !b),
+        SetOp::AllNotIn => found.all(|b| !b),
     }
 }
 

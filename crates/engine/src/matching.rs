@@ -438,6 +438,8 @@ impl Matcher {
     /// For `match`: does the resource match? `Err` carries the reason it does not.
     pub fn matches(&self, input: &MatchInput) -> Result<(), Reason> {
         match &self.mode {
+            // One filter (the usual `match.any` of one entry): its reason as it is.
+            Mode::Any(fs) if fs.len() == 1 => fs.iter().try_for_each(|f| f.matches(input, false)),
             Mode::Any(fs) => {
                 let mut reasons: Vec<Reason> = Vec::new();
                 for f in fs {

@@ -141,10 +141,18 @@ impl Pattern {
 
     /// Matches `resource` against the pattern from the root, as `validate.MatchPattern` does.
     pub fn matches(&self, resource: &Value) -> Result<(), PatternError> {
+        // The path buffer is reused from one match to the next (a pattern match takes a few
+        // hundred nanoseconds: its own allocation showed in profiles).
+        thread_local! {
+            static PATH: std::cell::Cell<String> = const { std::cell::Cell::new(String::new()) };
+        }
         let mut ac = AnchorMap::default();
-        let mut path = String::with_capacity(64);
+        let mut path = PATH.take();
+        path.clear();
         path.push('/');
-        match self.root.element(resource, &mut path, &mut ac) {
+        let walked = self.root.element(resource, &mut path, &mut ac);
+        PATH.set(path);
+        match walked {
             Ok(()) => Ok(()),
             Err((path, m)) => {
                 if m.is_skip() {
