@@ -141,7 +141,22 @@ pub(crate) fn eval<'a>(ast: &Ast, data: &'a Value, env: &Meter<'_>) -> Result<Cv
             chain(env, l, |v| eval(rhs, v, env))
         }
         Ast::Projection(lhs, rhs) => {
-            let l = eval(lhs, data, env).unwrap_or(Cow::Borrowed(&NULL));
+            let l = match (eval(lhs, data, env).unwrap_or(Cow::Borrowed(&NULL)), &**rhs) {
+                // `x[]` over a list made for this expression: the elements are moved, not copied
+                // (the budget is charged as for the general case below).
+                (Cow::Owned(Value::Array(arr)), Ast::Identity) => {
+                    let mut out = Vec::with_capacity(arr.len());
+                    for el in arr {
+                        if env.charge(1).is_err() || el.is_null() {
+                            continue;
+                        }
+                        env.charge_copy(&el)?;
+                        out.push(el);
+                    }
+                    return Ok(Cow::Owned(Value::Array(out)));
+                }
+                (l, _) => l,
+            };
             let arr = match l.as_ref() {
                 Value::Array(a) => a,
                 _ => return Ok(Cow::Borrowed(&NULL)),
@@ -190,17 +205,31 @@ pub(crate) fn eval<'a>(ast: &Ast, data: &'a Value, env: &Meter<'_>) -> Result<Cv
         }
         Ast::Flatten(inner) => {
             let l = eval(inner, data, env).unwrap_or(Cow::Borrowed(&NULL));
-            let arr = match l.as_ref() {
-                Value::Array(a) => a,
-                _ => return Ok(Cow::Borrowed(&NULL)),
-            };
-            let mut out = Vec::with_capacity(arr.len());
-            for el in arr {
-                env.charge_copy(el)?;
-                match el {
-                    Value::Array(inner) => out.extend(inner.iter().cloned()),
-                    other => out.push(other.clone()),
+            let mut out = Vec::new();
+            match l {
+                // A list made for this expression (`spec.[a, b][]`): its elements are moved, not
+                // copied again (charged all the same, so the budget is the same either way).
+                Cow::Owned(Value::Array(arr)) => {
+                    out.reserve(arr.len());
+                    for el in arr {
+                        env.charge_copy(&el)?;
+                        match el {
+                            Value::Array(inner) => out.extend(inner),
+                            other => out.push(other),
+                        }
+                    }
                 }
+                Cow::Borrowed(Value::Array(arr)) => {
+                    out.reserve(arr.len());
+                    for el in arr {
+                        env.charge_copy(el)?;
+                        match el {
+                            Value::Array(inner) => out.extend(inner.iter().cloned()),
+                            other => out.push(other.clone()),
+                        }
+                    }
+                }
+                _ => return Ok(Cow::Borrowed(&NULL)),
             }
             Ok(Cow::Owned(Value::Array(out)))
         }

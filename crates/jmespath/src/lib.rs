@@ -201,6 +201,19 @@ mod tests {
         Expression::compile(src).ok().and_then(|e| e.sole_root_field().map(str::to_string))
     }
 
+    /// Flattening a list the expression made (moved) and one read from the data (copied) give
+    /// the same: one level flattened, `null` dropped by the projection.
+    #[test]
+    fn flattening_made_and_read_lists() {
+        let data = serde_json::json!({"a": [1, null, [2, [3]]], "b": 4, "c": [{"n": 1}, {"m": 2}]});
+        let q = |e: &str| super::search(e, &data);
+        assert_eq!(q("[a, b][]"), Ok(serde_json::json!([1, [2, [3]], 4])));
+        assert_eq!(q("a[]"), Ok(serde_json::json!([1, 2, [3]])));
+        assert_eq!(q("[a, b][][]"), Ok(serde_json::json!([1, 2, [3], 4])));
+        assert_eq!(q("[c, c][].n"), Ok(serde_json::json!([1, 1])));
+        assert_eq!(q("[c][]"), Ok(serde_json::json!([{"n": 1}, {"m": 2}])));
+    }
+
     #[test]
     fn the_sole_root_field_is_found_through_every_form() {
         let request = Some("request".to_string());
