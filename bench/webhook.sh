@@ -68,17 +68,23 @@ run() { # name port
   esac
   for _ in $(seq 100); do curl -sk "https://127.0.0.1:$port/health/readiness" >/dev/null 2>&1 && break; sleep 0.1; done
   wrk -t"$THREADS" -c"$CONNS" -d2s -s "$WORK/post.lua" "https://127.0.0.1:$port/validate" >/dev/null
-  local line rss
+  local line rss t0 t1 cpu
+  # The server's own CPU time (user + system ticks) over the measured run, per request.
+  t0=$(awk '{print $14 + $15}' "/proc/$pid/stat")
   line=$(wrk -t"$THREADS" -c"$CONNS" -d"${DURATION}s" --latency -s "$WORK/post.lua" "https://127.0.0.1:$port/validate" | grep '^RESULT')
+  t1=$(awk '{print $14 + $15}' "/proc/$pid/stat")
   rss=$(awk '/VmHWM/ {printf "%.1f", $2/1024}' "/proc/$pid/status")
   kill -TERM "$pid"; wait "$pid" 2>/dev/null || true
   read -r _ rps p50 p99 errs <<<"$line"
-  printf '%-6s %8s req/s  p50 %6s ms  p99 %6s ms  peak RSS %5s MiB  errors %s\n' "$name" "$rps" "$p50" "$p99" "$rss" "$errs"
+  cpu=$(awk -v t="$((t1 - t0))" -v hz="$(getconf CLK_TCK)" -v r="$rps" -v d="$DURATION" \
+    'BEGIN { printf "%.1f", (r > 0) ? t / hz * 1e6 / (r * d) : 0 }')
+  printf '%-6s %8s req/s  p50 %6s ms  p99 %6s ms  peak RSS %5s MiB  server CPU %6s us/req  errors %s\n' \
+    "$name" "$rps" "$p50" "$p99" "$rss" "$cpu" "$errs"
   # The server moves a set whose evaluation once took long on the executor to the blocking pool.
   if grep -q "blocking pool from now on" "$WORK/$name.log"; then
     echo "  note: $name: an evaluation took long on the executor; the set went to the blocking pool"
   fi
-  echo "$name $rps $p50 $p99 $rss" >> "$WORK/results"
+  echo "$name $rps $p50 $p99 $rss $cpu" >> "$WORK/results"
 }
 
 echo "wrk -t$THREADS -c$CONNS, ${DURATION}s per run, $ROUNDS interleaved rounds, $(nproc) CPUs, $(date -u +%F)"
@@ -91,7 +97,7 @@ for r in $(seq "$ROUNDS"); do
 done
 echo "medians:"
 awk '
-  { n[$1]++; rps[$1, n[$1]] = $2; p50[$1, n[$1]] = $3; p99[$1, n[$1]] = $4; rss[$1, n[$1]] = $5 }
+  { n[$1]++; rps[$1, n[$1]] = $2; p50[$1, n[$1]] = $3; p99[$1, n[$1]] = $4; rss[$1, n[$1]] = $5; cpu[$1, n[$1]] = $6 }
   function med(a, name, k,   i, j, t, v) {
     for (i = 1; i <= k; i++) v[i] = a[name, i]
     for (i = 1; i <= k; i++) for (j = i + 1; j <= k; j++) if (v[j] + 0 < v[i] + 0) { t = v[i]; v[i] = v[j]; v[j] = t }
@@ -103,6 +109,6 @@ awk '
     for (x = 1; x <= 3; x++) {
       s = names[x]; k = n[s]
       r = med(rps, s, k)
-      printf "%-6s %8.0f req/s  %.2f of the floor  p50 %6.3f ms  p99 %6.3f ms  peak RSS %5.1f MiB\n", s, r, r / f, med(p50, s, k), med(p99, s, k), med(rss, s, k)
+      printf "%-6s %8.0f req/s  %.2f of the floor  p50 %6.3f ms  p99 %6.3f ms  peak RSS %5.1f MiB  server CPU %6.1f us/req\n", s, r, r / f, med(p50, s, k), med(p99, s, k), med(rss, s, k), med(cpu, s, k)
     }
   }' "$WORK/results"
