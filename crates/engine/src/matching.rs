@@ -66,7 +66,7 @@ impl Glob {
     fn of(pattern: &str) -> Glob {
         if pattern == "*" {
             Glob::Any
-        } else if pattern.contains(['*', '?']) {
+        } else if wildcard::has_wildcard(pattern) {
             Glob::Wild
         } else {
             Glob::Exact

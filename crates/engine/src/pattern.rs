@@ -110,10 +110,10 @@ enum ScalarKind {
     Array,
 }
 
-/// A string pattern: `a | b & c` alternatives of conditions.
+/// A string pattern: `a | b & c` alternatives of conditions (the text itself is the
+/// [`Scalar`]'s source).
 #[derive(Debug, Clone)]
 struct StrPattern {
-    raw: String,
     any_of: Vec<Vec<Cond>>,
 }
 
@@ -672,7 +672,8 @@ impl Scalar {
                 _ => false,
             },
             ScalarKind::Object => value.is_object(),
-            ScalarKind::Str(p) => p.matches(value),
+            // The value equal to the pattern's text matches whatever operators it spells.
+            ScalarKind::Str(p) => value.as_str().is_some_and(|v| self.source.as_str() == Some(v)) || p.matches(value),
             ScalarKind::Array => false,
         }
     }
@@ -694,13 +695,10 @@ impl StrPattern {
         } else {
             vec![vec![Cond::compile(pattern.trim_matches(' '))]]
         };
-        StrPattern { raw: pattern.to_string(), any_of }
+        StrPattern { any_of }
     }
 
     fn matches(&self, value: &Value) -> bool {
-        if value.as_str() == Some(self.raw.as_str()) {
-            return true;
-        }
         self.any_of.iter().any(|all| all.iter().all(|c| c.matches(value)))
     }
 }
