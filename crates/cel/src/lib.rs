@@ -11,14 +11,16 @@ mod image;
 mod jwt;
 mod kube;
 mod rewrite;
+mod shared;
 
 pub use host::Host;
 
 use cel::common::types::{CelBool, CelDouble, CelInt, CelList, CelMap, CelMapKey, CelNull, CelString, CelUInt};
-use cel::common::value::{CowVal, Val};
+use cel::common::value::{BuiltinRef, CowVal, Val};
 use cel::context::VariableResolver;
 use cel::objects::Key;
 use cel::{Context, Env, IdedExpr, Value};
+use shared::SharedVal;
 use std::collections::HashMap;
 use std::sync::{Arc, OnceLock};
 
@@ -100,6 +102,10 @@ pub struct Expr {
     uses_host: bool,
     /// How deeply comprehensions nest (the exponent of the runtime estimate).
     loop_depth: usize,
+    /// Reads nothing a policy adds to the request's variables (`params`, composition
+    /// variables, the host): as a composition variable its value can be shared between the
+    /// policies evaluating one request (see [`Vars::share_results`]).
+    shareable: bool,
 }
 
 impl std::fmt::Debug for Expr {
@@ -121,7 +127,9 @@ impl Expr {
             ));
         }
         let uses_host = rewrite::mentions(&ast, host::HOST_VAR);
-        Ok(Expr { ast: Arc::new(ast), source: source.to_string(), uses_host, loop_depth: depth })
+        let per_policy = |n: &str| n == "params" || n == "variables" || n.starts_with("@var:") || n == host::HOST_VAR;
+        let shareable = !uses_host && !rewrite::reads_any(&ast, &per_policy);
+        Ok(Expr { ast: Arc::new(ast), source: source.to_string(), uses_host, loop_depth: depth, shareable })
     }
 
     /// How many arguments each `generator.Apply`/`generator.apply` call in the expression
@@ -143,7 +151,8 @@ impl Expr {
         to_json(&v)
     }
 
-    fn eval_cel(&self, vars: &Vars) -> Result<Value, String> {
+    /// May an evaluation with `vars` start: not cancelled, and within the cost estimate.
+    fn admit(&self, vars: &Vars) -> Result<(), String> {
         if vars.cancel.as_ref().is_some_and(|c| c.load(std::sync::atomic::Ordering::Relaxed)) {
             return Err("the evaluation was cancelled (its deadline passed)".to_string());
         }
@@ -156,6 +165,12 @@ impl Expr {
                 ));
             }
         }
+        Ok(())
+    }
+
+    /// Evaluates, handing the result (borrowed where the interpreter could) to `then`.
+    fn with_result<T>(&self, vars: &Vars, then: impl FnOnce(&dyn Val) -> Result<T, String>) -> Result<T, String> {
+        self.admit(vars)?;
         let env = env().ok_or("the CEL environment could not be built")?;
         let mut ctx = Context::with_env(env.clone());
         // Variables are served by reference: nothing is copied per evaluation.
@@ -164,7 +179,7 @@ impl Expr {
             // No host: the library functions then say they are not available here.
             ctx.add_variable_from_value(host::HOST_VAR, Value::Null);
         }
-        let out = Value::resolve(&self.ast, &ctx).map_err(|e| {
+        let out = Value::resolve_val(&self.ast, &ctx).map_err(|e| {
             let msg = e.to_string();
             match msg.strip_prefix("Undeclared reference to '@var:").and_then(|r| r.strip_suffix('\'')) {
                 Some(name) => match vars.failed.iter().find(|(n, _)| n == name) {
@@ -176,20 +191,51 @@ impl Expr {
                 None => msg,
             }
         })?;
-        if matches!(out, Value::List(_) | Value::Map(_) | Value::String(_) | Value::Bytes(_)) {
-            widest_cel(&out)?;
-        }
-        Ok(out)
+        then(out.as_ref())
+    }
+
+    fn eval_cel(&self, vars: &Vars) -> Result<Value, String> {
+        self.with_result(vars, |v| {
+            let out = Value::try_from(v).map_err(|e| e.to_string())?;
+            if matches!(out, Value::List(_) | Value::Map(_) | Value::String(_) | Value::Bytes(_)) {
+                widest_cel(&out)?;
+            }
+            Ok(out)
+        })
     }
 
     /// Evaluates and binds the result as `variables.<name>`, without a round trip through JSON.
+    ///
+    /// When `vars` share results ([`Vars::share_results`]) and the expression reads only the
+    /// request's variables, another policy's evaluation of the same expression is reused
+    /// (after the same admission checks a fresh evaluation would make).
     pub fn eval_into_variable(&self, name: &str, vars: &mut Vars) -> Result<(), String> {
-        let v = self.eval_cel(vars).inspect_err(|e| vars.failed.push((name.to_string(), e.clone())))?;
+        let shared = if self.shareable { vars.shared.clone() } else { None };
+        if let Some(shared) = &shared {
+            self.admit(vars).inspect_err(|e| vars.failed.push((name.to_string(), e.clone())))?;
+            let hit = shared
+                .lock()
+                .ok()
+                .and_then(|s| s.iter().find(|r| r.source == self.source).map(|r| (r.value.clone(), r.widest)));
+            if let Some((value, widest)) = hit {
+                vars.widest = vars.widest.max(widest);
+                vars.set_variable_val(name, value);
+                return Ok(());
+            }
+        }
         // A variable built by the policy (`a.map(x, a)`) is an input of later expressions: its
         // width counts in their estimates, so doubling through variables meets the budget.
-        vars.widest = vars.widest.max(widest_cel(&v)?);
-        let v = Box::<dyn Val>::try_from(v).map_err(|e| e.to_string())?;
-        vars.set_variable_val(name, Arc::from(v));
+        let (v, widest) = self
+            .with_result(vars, |v| Ok((shared::to_static(v).map_err(|e| e.to_string())?, widest_val(v)?)))
+            .inspect_err(|e| vars.failed.push((name.to_string(), e.clone())))?;
+        vars.widest = vars.widest.max(widest);
+        let v: Arc<dyn Val> = Arc::from(v);
+        if let Some(mut s) = shared.as_ref().and_then(|s| s.lock().ok())
+            && s.len() < MAX_SHARED_RESULTS
+        {
+            s.push(SharedResult { source: self.source.clone(), value: v.clone(), widest });
+        }
+        vars.set_variable_val(name, v);
         Ok(())
     }
 
@@ -260,6 +306,47 @@ fn widest_cel(v: &Value) -> Result<usize, String> {
     Ok(most)
 }
 
+/// How many composition-variable results one set of [`Vars`] shares (see
+/// [`Vars::share_results`]); later ones are evaluated per policy.
+pub const MAX_SHARED_RESULTS: usize = 64;
+
+/// A composition variable's value, computed by one policy and read by the next that defines a
+/// variable by the same expression.
+struct SharedResult {
+    source: String,
+    value: Arc<dyn Val>,
+    widest: usize,
+}
+
+/// [`widest_cel`] for an interpreter value (a variable's, before it is kept).
+fn widest_val(v: &dyn Val) -> Result<usize, String> {
+    let (mut most, mut nodes, mut bytes) = (0usize, 0u128, 0usize);
+    let mut stack = vec![v];
+    while let Some(v) = stack.pop() {
+        nodes += 1;
+        if nodes > MAX_ITERATIONS {
+            return Err(format!("the result has over {MAX_ITERATIONS} elements; the cost budget refuses it"));
+        }
+        match v.as_builtin() {
+            BuiltinRef::String(s) => bytes += s.inner().len(),
+            BuiltinRef::Bytes(b) => bytes += b.inner().len(),
+            BuiltinRef::List(l) => {
+                most = most.max(l.inner().len());
+                stack.extend(l.inner().iter().map(|x| x.as_ref()));
+            }
+            BuiltinRef::Map(m) => {
+                most = most.max(m.inner().len());
+                stack.extend(m.inner().values().map(|x| x.as_ref()));
+            }
+            _ => {}
+        }
+        if bytes > MAX_RESULT_BYTES {
+            return Err(format!("the result holds over {MAX_RESULT_BYTES} bytes of text; the cost budget refuses it"));
+        }
+    }
+    Ok(most)
+}
+
 /// Variables for an evaluation, converted to CEL once and shared (cloning is cheap).
 #[derive(Default, Clone)]
 pub struct Vars {
@@ -275,6 +362,9 @@ pub struct Vars {
     cancel: Option<Arc<std::sync::atomic::AtomicBool>>,
     /// Why composition variables failed, for the message of an expression that reads one.
     failed: Vec<(String, String)>,
+    /// Composition-variable results shared by the clones of these variables, keyed by
+    /// expression source; dropped by any change of an input but `params`.
+    shared: Option<Arc<std::sync::Mutex<Vec<SharedResult>>>>,
 }
 
 impl VariableResolver for Vars {
@@ -301,10 +391,24 @@ impl Vars {
     }
 
     fn set_val(&mut self, name: &str, v: Arc<dyn Val>) {
+        // Shared results read none of `params` (see `Expr::shareable`); any other input that
+        // changes makes them stale for these variables.
+        if name != "params" {
+            self.shared = None;
+        }
         match self.vals.iter_mut().find(|(k, _)| k == name) {
             Some(slot) => slot.1 = v,
             None => self.vals.push((name.to_string(), v)),
         }
+    }
+
+    /// From here on, these variables and their clones share the values of composition
+    /// variables that read only these inputs (`object`, `request`, `namespaceObject`, ...; not
+    /// `params`, other variables or the host): a request's policies that define the same
+    /// variable (`containers: object.spec.containers + ...`) evaluate it once. Setting an
+    /// input other than `params` afterwards stops the sharing for that copy.
+    pub fn share_results(&mut self) {
+        self.shared = Some(Arc::default());
     }
 
     /// Makes `host` answer the Kyverno libraries (`resource.*`, `http.*`, `globalContext.Get`,
@@ -345,10 +449,13 @@ pub(crate) fn json_val(v: &serde_json::Value) -> Box<dyn Val> {
             _ => Box::new(CelDouble::from(n.as_f64().unwrap_or(0.0))),
         },
         serde_json::Value::String(s) => Box::new(CelString::from(s.clone())),
-        serde_json::Value::Array(a) => Box::new(CelList::from(a.iter().map(json_val).collect::<Vec<_>>())),
-        serde_json::Value::Object(m) => Box::new(CelMap::from(
+        // Lists and maps are shared (see `shared`): the interpreter clones what it binds.
+        serde_json::Value::Array(a) => {
+            SharedVal::wrap(Box::new(CelList::from(a.iter().map(json_val).collect::<Vec<_>>())))
+        }
+        serde_json::Value::Object(m) => SharedVal::wrap(Box::new(CelMap::from(
             m.iter().map(|(k, v)| (CelMapKey::from(k.clone()), json_val(v))).collect::<HashMap<_, _>>(),
-        )),
+        ))),
     }
 }
 
@@ -487,6 +594,42 @@ mod tests {
         // Doubling a list through variables stops at the element budget.
         let err = doubling("l", json!((0..1000).collect::<Vec<_>>()), 30);
         assert!(err.contains("elements"), "{err}");
+    }
+
+    /// Policies evaluating one request share the variables they define by the same expression
+    /// over the request; a variable reading `params` or another variable is each policy's own,
+    /// and a changed input is never served a stale value.
+    #[test]
+    fn composition_variables_are_shared_between_clones() {
+        let mut base = vars(json!({"spec": {"containers": [{"name": "a"}], "initContainers": [{"name": "i"}]}}));
+        base.share_results();
+        let all = Expr::compile("object.spec.containers + object.spec.?initContainers.orValue([])").unwrap();
+        let names = Expr::compile("variables.all.map(c, c.name)").unwrap();
+        let with_params = Expr::compile("object.spec.containers.map(c, c.name + params)").unwrap();
+        assert!(all.shareable && !names.shareable && !with_params.shareable);
+        let eval = |v: &mut Vars, p: &str| {
+            v.set("params", &json!(p));
+            all.eval_into_variable("all", v).unwrap();
+            names.eval_into_variable("names", v).unwrap();
+            with_params.eval_into_variable("p", v).unwrap();
+            let read = |e: &str| Expr::compile(e).and_then(|e| e.eval(v)).unwrap();
+            (read("variables.names"), read("variables.p"))
+        };
+        let (mut first, mut second) = (base.clone(), base.clone());
+        assert_eq!(eval(&mut first, "-1"), (json!(["a", "i"]), json!(["a-1"])));
+        assert_eq!(eval(&mut second, "-2"), (json!(["a", "i"]), json!(["a-2"])));
+        assert_eq!(base.shared.as_ref().and_then(|s| s.lock().ok().map(|s| s.len())), Some(1));
+        // Changing the object (as a mutation does) stops the sharing for that copy.
+        let mut changed = base.clone();
+        changed.set("object", &json!({"spec": {"containers": [{"name": "b"}]}}));
+        assert_eq!(eval(&mut changed, "-3"), (json!(["b"]), json!(["b-3"])));
+        // The budget still applies to a shared value: a wide earlier variable refuses it.
+        let looping = Expr::compile("object.spec.containers.filter(c, c.name != '')").unwrap();
+        let mut wide = base.clone();
+        looping.eval_into_variable("l", &mut base.clone()).unwrap();
+        wide.widest = 20_000_000;
+        let err = looping.eval_into_variable("l", &mut wide).err().unwrap_or_default();
+        assert!(err.contains("exceeds the budget"), "{err}");
     }
 
     #[test]

@@ -82,6 +82,11 @@ pub fn mentions(e: &IdedExpr, name: &str) -> bool {
     matches!(&e.expr, Expr::Ident(n) if n == name) || children(e).into_iter().any(|c| mentions(c, name))
 }
 
+/// Does `e` read an identifier `pred` accepts anywhere (bound by a loop or not)?
+pub fn reads_any(e: &IdedExpr, pred: &dyn Fn(&str) -> bool) -> bool {
+    matches!(&e.expr, Expr::Ident(n) if pred(n)) || children(e).into_iter().any(|c| reads_any(c, pred))
+}
+
 /// The argument counts of every call of the global function `name` in `e` (host calls count
 /// the host argument the macro adds).
 pub fn call_arities(e: &IdedExpr, name: &str, out: &mut Vec<usize>) {

@@ -94,7 +94,7 @@ pub trait Data: Sync {
             .into_iter()
             .filter(|o| {
                 let kind = str_at(o, "/kind");
-                (crate::matching::plural(kind) == resource || resource == "*")
+                (crate::matching::is_plural_of(resource, kind) || resource == "*")
                     && (api_version.is_empty()
                         || str_at(o, "/apiVersion") == api_version
                         || api_version.ends_with("/*"))
@@ -891,6 +891,9 @@ fn build_cel_vars(
     if let Some(flag) = env.cancel_flag() {
         vars.set_cancel(flag);
     }
+    // The context keeps these per request (rebuilt when `request` changes): the policies
+    // evaluating it share their common composition variables.
+    vars.share_results();
     vars
 }
 

@@ -205,16 +205,16 @@ pub struct ResourceRule {
 impl ResourceRule {
     fn matches(&self, i: &MatchInput) -> bool {
         let any = |list: &[String], v: &str| list.iter().any(|x| x == "*" || x == v);
-        let plural = plural(i.kind);
-        let res = if i.subresource.is_empty() { plural.clone() } else { format!("{plural}/{}", i.subresource) };
+        // `resources` entries: `*`, `*/*`, `<plural>`, `<plural>/<subresource>`, `<plural>/*`.
+        let resource = |r: &str| match r.split_once('/') {
+            None => i.subresource.is_empty() && is_plural_of(r, i.kind),
+            Some((p, sub)) => {
+                !i.subresource.is_empty() && (sub == i.subresource || sub == "*") && is_plural_of(p, i.kind)
+            }
+        };
         any(&self.api_groups, i.group)
             && any(&self.api_versions, i.version)
-            && self.resources.iter().any(|r| {
-                r == "*"
-                    || *r == res
-                    || (r.ends_with("/*") && !i.subresource.is_empty() && r.trim_end_matches("/*") == plural)
-                    || r == "*/*"
-            })
+            && self.resources.iter().any(|r| r == "*" || r == "*/*" || resource(r))
             && (self.operations.is_empty() || any(&self.operations, i.operation))
             && (self.resource_names.is_empty() || self.resource_names.iter().any(|n| n == i.name))
     }
@@ -251,6 +251,31 @@ impl Constraints {
             }
         }
         Ok(())
+    }
+}
+
+/// Is `resource` [`plural`]`(kind)`? Without building the plural: matching runs per policy
+/// per request.
+pub fn is_plural_of(resource: &str, kind: &str) -> bool {
+    if !kind.is_ascii() {
+        return plural(kind) == resource;
+    }
+    let ends = |suffix: &str| {
+        kind.len() >= suffix.len()
+            && kind.get(kind.len() - suffix.len()..).is_some_and(|e| e.eq_ignore_ascii_case(suffix))
+    };
+    let (stem, suffix) = if ends("s") || ends("sh") || ends("ch") || ends("x") {
+        (kind, "es")
+    } else if ends("y") && !ends("ey") {
+        (kind.get(..kind.len() - 1).unwrap_or_default(), "ies")
+    } else {
+        (kind, "s")
+    };
+    match (resource.get(..stem.len()), resource.get(stem.len()..)) {
+        (Some(head), Some(tail)) => {
+            tail == suffix && head.bytes().zip(stem.bytes()).all(|(a, b)| a == b.to_ascii_lowercase())
+        }
+        _ => false,
     }
 }
 
@@ -633,6 +658,27 @@ pub fn selector_matches(sel: &LabelSelector, labels: &BTreeMap<String, String>, 
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn plurals_are_recognised_without_building_them() {
+        let kinds =
+            ["Pod", "NetworkPolicy", "Ingress", "Gateway", "Mesh", "Batch", "Box", "Key", "CRD", "Ä", "x", "y", ""];
+        let tries = |k: &str| {
+            let p = super::plural(k);
+            vec![
+                p.clone(),
+                p.to_uppercase(),
+                format!("{p}s"),
+                p[..p.len().saturating_sub(1)].to_string(),
+                k.to_string(),
+            ]
+        };
+        for k in kinds {
+            for r in tries(k) {
+                assert_eq!(super::is_plural_of(&r, k), super::plural(k) == r, "{k} / {r}");
+            }
+        }
+    }
+
     use super::*;
 
     #[test]
