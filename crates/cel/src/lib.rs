@@ -175,7 +175,7 @@ impl Expr {
         let mut ctx = Context::with_env(env.clone());
         // Variables are served by reference: nothing is copied per evaluation.
         ctx.set_variable_resolver(vars);
-        if self.uses_host && !vars.vals.iter().any(|(k, _)| k == host::HOST_VAR) {
+        if self.uses_host && !vars.vals.iter().any(|(k, _)| **k == *host::HOST_VAR) {
             // No host: the library functions then say they are not available here.
             ctx.add_variable_from_value(host::HOST_VAR, Value::Null);
         }
@@ -350,7 +350,8 @@ fn widest_val(v: &dyn Val) -> Result<usize, String> {
 /// Variables for an evaluation, converted to CEL once and shared (cloning is cheap).
 #[derive(Default, Clone)]
 pub struct Vars {
-    vals: Vec<(String, Arc<dyn Val>)>,
+    /// Shared between clones (one per policy), copied when a clone sets one.
+    vals: Arc<Vec<(Arc<str>, Arc<dyn Val>)>>,
     /// Composition variables, and the `variables` map built from them when an expression
     /// reads the map itself (`variables.<name>` reads the variable directly).
     variables: Vec<(String, Arc<dyn Val>)>,
@@ -380,7 +381,7 @@ impl VariableResolver for Vars {
             });
             return Some(CowVal::Borrowed(&**map));
         }
-        self.vals.iter().find(|(k, _)| k == name).map(|(_, v)| CowVal::Borrowed(&**v))
+        self.vals.iter().find(|(k, _)| **k == *name).map(|(_, v)| CowVal::Borrowed(&**v))
     }
 }
 
@@ -396,9 +397,10 @@ impl Vars {
         if name != "params" {
             self.shared = None;
         }
-        match self.vals.iter_mut().find(|(k, _)| k == name) {
+        let vals = Arc::make_mut(&mut self.vals);
+        match vals.iter_mut().find(|(k, _)| **k == *name) {
             Some(slot) => slot.1 = v,
-            None => self.vals.push((name.to_string(), v)),
+            None => vals.push((Arc::from(name), v)),
         }
     }
 
@@ -409,6 +411,26 @@ impl Vars {
     /// input other than `params` afterwards stops the sharing for that copy.
     pub fn share_results(&mut self) {
         self.shared = Some(Arc::default());
+    }
+
+    /// Sets `name` to the field `field` of the variable `source` (a map) without converting it
+    /// again: `object` is `request.object`, shared. Returns false (and sets nothing) when
+    /// `source` has no such field.
+    pub fn set_field_of(&mut self, name: &str, source: &str, field: &str) -> bool {
+        let found = self.vals.iter().find(|(k, _)| **k == *source).and_then(|(_, v)| {
+            let key = CelString::from(field);
+            let got = v.as_indexer()?.get(&key).ok()?;
+            let widest = widest_val(got.as_ref()).ok()?;
+            Some((shared::to_static(got.as_ref()).ok()?, widest))
+        });
+        match found {
+            Some((v, widest)) => {
+                self.widest = self.widest.max(widest);
+                self.set_val(name, Arc::from(v));
+                true
+            }
+            None => false,
+        }
     }
 
     /// Makes `host` answer the Kyverno libraries (`resource.*`, `http.*`, `globalContext.Get`,

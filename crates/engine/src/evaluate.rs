@@ -863,8 +863,13 @@ fn build_cel_vars(
     let null = Value::Null;
     let req = root.get("request").unwrap_or(&null);
     let mut vars = verno_cel::Vars::default();
-    vars.set("object", req.get("object").unwrap_or(&Value::Null));
-    vars.set("oldObject", req.get("oldObject").unwrap_or(&Value::Null));
+    // `request` is converted once; `object` and `oldObject` share its fields.
+    vars.set("request", req);
+    for (name, field) in [("object", "object"), ("oldObject", "oldObject")] {
+        if !vars.set_field_of(name, "request", field) {
+            vars.set(name, &Value::Null);
+        }
+    }
     let mut ns = req.get("namespace").and_then(Value::as_str).unwrap_or("");
     // A Namespace is not in itself (Kyverno unsets it for the kinds it builds the object for).
     if view != NamespaceView::Policy
@@ -880,7 +885,6 @@ fn build_cel_vars(
     } else {
         None
     };
-    vars.set("request", req);
     vars.set("namespaceObject", ns_obj.as_ref().unwrap_or(&Value::Null));
     vars.set("params", &Value::Null);
     let no_exceptions = serde_json::json!({"allowedImages": [], "allowedValues": []});
