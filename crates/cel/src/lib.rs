@@ -347,11 +347,14 @@ fn widest_val(v: &dyn Val) -> Result<usize, String> {
     Ok(most)
 }
 
+/// A variable's name and value.
+type Binding = (Arc<str>, Arc<dyn Val>);
+
 /// Variables for an evaluation, converted to CEL once and shared (cloning is cheap).
 #[derive(Default, Clone)]
 pub struct Vars {
     /// Shared between clones (one per policy), copied when a clone sets one.
-    vals: Arc<Vec<(Arc<str>, Arc<dyn Val>)>>,
+    vals: Arc<Vec<Binding>>,
     /// Composition variables, and the `variables` map built from them when an expression
     /// reads the map itself (`variables.<name>` reads the variable directly).
     variables: Vec<(String, Arc<dyn Val>)>,
