@@ -69,11 +69,11 @@ impl PatternCheck {
         &self,
         target: &Value,
         ctx: &Context,
-        at: &str,
+        at: impl FnOnce() -> String,
     ) -> Result<Result<(), pattern::PatternError>, crate::error::EvalError> {
         match &self.compiled {
             Some(p) => Ok(p.matches(target)),
-            None => Ok(pattern::match_pattern(target, &*self.value.render(ctx, at)?)),
+            None => Ok(pattern::match_pattern(target, &*self.value.render(ctx, &at())?)),
         }
     }
 }
@@ -423,7 +423,7 @@ impl ValidateCtx<'_> {
                 if delete {
                     return None;
                 }
-                let matched = match p.matches(target, ctx, "/validate/pattern") {
+                let matched = match p.matches(target, ctx, || "/validate/pattern".to_string()) {
                     Ok(m) => m,
                     Err(e) => return Some(self.resp(Status::Error, format!("variable substitution failed: {e}"))),
                 };
@@ -440,10 +440,10 @@ impl ValidateCtx<'_> {
                 if delete {
                     return None;
                 }
-                let mut errs: Vec<String> = Vec::new();
-                let mut all_skip = true;
+                // Each alternative's failure is spelled out only when none passes.
+                let mut failures = Vec::new();
                 for (i, p) in ps.iter().enumerate() {
-                    let matched = match p.matches(target, ctx, &format!("/validate/anyPattern/{i}")) {
+                    let matched = match p.matches(target, ctx, || format!("/validate/anyPattern/{i}")) {
                         Ok(m) => m,
                         Err(e) => return Some(self.resp(Status::Error, format!("variable substitution failed: {e}"))),
                     };
@@ -454,20 +454,25 @@ impl ValidateCtx<'_> {
                                 format!("validation rule '{}' anyPattern[{i}] passed.", self.rule),
                             ));
                         }
-                        Err(pe) if pe.skip => errs.push(format!("rule {}[{i}] skipped: {}", self.rule, pe.message)),
-                        Err(pe) => {
-                            all_skip = false;
-                            if pe.path.is_empty() {
-                                errs.push(format!("rule {}[{i}] failed: {}", self.rule, pe.message));
-                            } else {
-                                errs.push(format!("rule {}[{i}] failed at path {}", self.rule, pe.path));
-                            }
-                        }
+                        Err(pe) => failures.push((i, pe)),
                     }
                 }
-                if errs.is_empty() {
+                if failures.is_empty() {
                     return None;
                 }
+                let all_skip = failures.iter().all(|(_, pe)| pe.skip);
+                let errs: Vec<String> = failures
+                    .iter()
+                    .map(|(i, pe)| {
+                        if pe.skip {
+                            format!("rule {}[{i}] skipped: {}", self.rule, pe.message)
+                        } else if pe.path.is_empty() {
+                            format!("rule {}[{i}] failed: {}", self.rule, pe.message)
+                        } else {
+                            format!("rule {}[{i}] failed at path {}", self.rule, pe.path)
+                        }
+                    })
+                    .collect();
                 let joined = errs.join(" ");
                 if all_skip {
                     return Some(self.resp(Status::Skip, joined));
