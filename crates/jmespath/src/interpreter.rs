@@ -141,6 +141,28 @@ pub(crate) fn eval<'a>(ast: &Ast, data: &'a Value, env: &Meter<'_>) -> Result<Cv
             chain(env, l, |v| eval(rhs, v, env))
         }
         Ast::Projection(lhs, rhs) => {
+            // `spec.[a, b][].x`: the flattened elements are visited where they are.
+            let elements = match elements(lhs, data, env)? {
+                Elements::Other => None,
+                Elements::Null => {
+                    env.charge(1)?; // the flatten node, as evaluating it charges
+                    return Ok(Cow::Borrowed(&NULL));
+                }
+                Elements::List(l) => {
+                    env.charge(1)?;
+                    Some(l)
+                }
+            };
+            if let Some(elements) = elements {
+                let mut out = Vec::with_capacity(elements.len());
+                for el in &elements {
+                    let r = eval(rhs, el, env).unwrap_or(Cow::Borrowed(&NULL));
+                    if !r.is_null() {
+                        out.push(env.own(r)?);
+                    }
+                }
+                return Ok(Cow::Owned(Value::Array(out)));
+            }
             let l = match (eval(lhs, data, env).unwrap_or(Cow::Borrowed(&NULL)), &**rhs) {
                 // `x[]` over a list made for this expression: the elements are moved, not copied
                 // (the budget is charged as for the general case below).
@@ -204,6 +226,11 @@ pub(crate) fn eval<'a>(ast: &Ast, data: &'a Value, env: &Meter<'_>) -> Result<Cv
             Ok(Cow::Owned(Value::Array(out)))
         }
         Ast::Flatten(inner) => {
+            match elements(ast, data, env)? {
+                Elements::Other => {}
+                Elements::Null => return Ok(Cow::Borrowed(&NULL)),
+                Elements::List(l) => return Ok(Cow::Owned(Value::Array(l.into_iter().map(Cow::into_owned).collect()))),
+            }
             let l = eval(inner, data, env).unwrap_or(Cow::Borrowed(&NULL));
             let mut out = Vec::new();
             match l {
@@ -312,6 +339,75 @@ pub(crate) fn eval<'a>(ast: &Ast, data: &'a Value, env: &Meter<'_>) -> Result<Cv
 }
 
 /// Evaluates `f` on a value that may be borrowed from the input or owned by this call.
+/// What [`elements`] found.
+enum Elements<'a> {
+    /// Not a flattened multiselect over a field path: evaluate as usual.
+    Other,
+    /// The flatten gives `null` (the multiselect ran over `null`, or the path failed).
+    Null,
+    List(Vec<Cv<'a>>),
+}
+
+/// Is `ast` a plain field path (`a`, `a.b.c`)? Its value is always borrowed from the data.
+fn is_field_path(ast: &Ast) -> bool {
+    match ast {
+        Ast::Field(_) => true,
+        Ast::Subexpr(lhs, rhs) => matches!(&**rhs, Ast::Field(_)) && is_field_path(lhs),
+        _ => false,
+    }
+}
+
+/// The elements of a flattened multiselect (`spec.[a, b][]`, also below a field path) without
+/// building the intermediate lists: each element is borrowed from the data where it lives. The
+/// budget is charged as building them charges it (each node visited; the multiselect's copies,
+/// then the flatten's), so limits do not depend on the shortcut. The `Flatten` node itself is
+/// the caller's to charge.
+fn elements<'a>(flatten: &Ast, data: &'a Value, env: &Meter<'_>) -> Result<Elements<'a>, RuntimeError> {
+    let Ast::Flatten(inner) = flatten else { return Ok(Elements::Other) };
+    #[cfg(test)]
+    if tests::NO_SHORTCUT.with(std::cell::Cell::get) {
+        return Ok(Elements::Other);
+    }
+    let (base, items) = match &**inner {
+        Ast::MultiList(items) => (Ok(Cow::Borrowed(data)), items),
+        Ast::Subexpr(lhs, rhs) if is_field_path(lhs) => match &**rhs {
+            Ast::MultiList(items) => {
+                env.charge(1)?; // the subexpression node
+                (eval(lhs, data, env), items)
+            }
+            _ => return Ok(Elements::Other),
+        },
+        _ => return Ok(Elements::Other),
+    };
+    let base = match base {
+        Ok(Cow::Borrowed(v)) => v,
+        // A field path only borrows; a missing key (Kyverno's dialect) reads as null here, as
+        // the flatten's operand does.
+        Ok(Cow::Owned(_)) | Err(_) => return Ok(Elements::Null),
+    };
+    env.charge(1)?; // the multiselect node
+    #[cfg(test)]
+    tests::TAKEN.with(|n| n.set(n.get() + 1));
+    if base.is_null() {
+        return Ok(Elements::Null);
+    }
+    let mut out = Vec::new();
+    for it in items {
+        let v = eval(it, base, env).unwrap_or(Cow::Borrowed(&NULL));
+        // Charged as the multiselect copies it, then as the flatten copies it again.
+        if let Cow::Borrowed(b) = &v {
+            env.charge_copy(b)?;
+        }
+        env.charge_copy(&v)?;
+        match v {
+            Cow::Borrowed(Value::Array(a)) => out.extend(a.iter().map(Cow::Borrowed)),
+            Cow::Owned(Value::Array(a)) => out.extend(a.into_iter().map(Cow::Owned)),
+            other => out.push(other),
+        }
+    }
+    Ok(Elements::List(out))
+}
+
 fn chain<'a>(
     env: &Meter<'_>,
     l: Cv<'a>,
@@ -385,4 +481,72 @@ fn slice(
 /// Evaluates an expression reference (`&expr`) on one element, as `sort_by` and friends do.
 pub(crate) fn eval_expref(ast: &Ast, data: &Value, env: &Meter<'_>) -> Result<Value, RuntimeError> {
     eval(ast, data, env).and_then(|v| env.own(v))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    thread_local! {
+        /// Evaluates without [`elements`]: the reference its results and charges must equal.
+        pub(super) static NO_SHORTCUT: Cell<bool> = const { Cell::new(false) };
+        /// How often the shortcut ran.
+        pub(super) static TAKEN: Cell<usize> = const { Cell::new(0) };
+    }
+
+    /// Result and work charged, with or without the flattened-multiselect shortcut.
+    fn run(src: &str, data: &Value, shortcut: bool) -> (Result<Value, String>, u64) {
+        NO_SHORTCUT.with(|f| f.set(!shortcut));
+        let ast = crate::parser::parse(src, crate::Dialect::Kyverno).unwrap_or(Ast::Identity);
+        let meter = Meter::new(&crate::NoEnv, crate::Dialect::Kyverno);
+        let out = eval(&ast, data, &meter).map(Cow::into_owned).map_err(|e| e.to_string());
+        NO_SHORTCUT.with(|f| f.set(false));
+        (out, meter.left.get())
+    }
+
+    #[test]
+    fn flattened_multiselects_read_in_place_give_the_same_results_and_charges() {
+        let data = json!({"spec": {
+            "containers": [{"name": "a", "sc": {"add": ["X", "Y"]}}, {"name": "b"}],
+            "initContainers": [{"name": "i", "sc": {"add": ["Z"]}}],
+            "one": {"name": "o"},
+            "empty": [],
+            "nil": null,
+            "n": 3
+        }});
+        let cases = [
+            "[spec][]",
+            "spec.[n][]",
+            "spec.[containers, initContainers][]",
+            "spec.[containers, initContainers][].name",
+            "spec.[containers, initContainers, ephemeral][].sc.add[]",
+            "spec.[containers, one, n, nil, empty][]",
+            "spec.[containers, one][].name",
+            "spec.[length(containers), containers][]",
+            "spec.[containers[].name, initContainers[].name][]",
+            "[spec.containers, spec.initContainers][].name",
+            "nothing.[a, b][]",
+            "nothing.[a, b][].c",
+            "spec.nil.[a][]",
+            "spec.nil.[a][].b",
+            "spec.[containers, initContainers][] | length(@)",
+            "spec.[containers][][]",
+        ];
+        for src in cases {
+            let with = run(src, &data, true);
+            let without = run(src, &data, false);
+            assert_eq!(with, without, "{src}");
+        }
+        // The shortcut is taken where it applies, and only there.
+        let taken = |src: &str| {
+            TAKEN.with(|n| n.set(0));
+            let _ = run(src, &data, true);
+            TAKEN.with(Cell::get)
+        };
+        assert_eq!(taken("spec.[containers, initContainers][].name"), 1);
+        assert_eq!(taken("spec.[containers, initContainers][]"), 1);
+        assert_eq!(taken("spec.containers[].name"), 0);
+        assert_eq!(taken("length(spec).[a][]"), 0);
+    }
 }
