@@ -60,8 +60,70 @@ struct ResultKey {
     cause: &'static str,
 }
 
+impl ResultKey {
+    /// The key by identity (what its `Eq` compares), for [`count_result`].
+    fn id(&self) -> ResultId {
+        ResultId::new(
+            [self.enforce, self.namespaced, self.background, self.dry_run],
+            [
+                &self.policy_namespace.0,
+                &self.policy_name.0,
+                &self.resource_kind.0,
+                &self.resource_namespace.0,
+                &self.operation.0,
+                &self.rule_name.0,
+            ],
+            [self.rule_result, self.rule_type, self.cause],
+        )
+    }
+}
+
+/// A [`ResultKey`] without the references: looking a series up (every rule result of every
+/// request) takes no reference counts — on two threads those were shared cache lines bouncing
+/// between the cores. The map's value keeps the key, so its names stay alive and no other name
+/// can take their addresses while the series exists.
+#[derive(Clone, Copy, Debug, Hash, PartialEq, Eq)]
+struct ResultId {
+    flags: [bool; 4],
+    names: [usize; 6],
+    words: [&'static str; 3],
+}
+
+impl ResultId {
+    /// `flags`: enforce, namespaced, background, dry run; `names`: policy namespace and name,
+    /// resource kind and namespace, operation, rule; `words`: rule result, rule type, cause.
+    fn new(flags: [bool; 4], names: [&Arc<str>; 6], words: [&'static str; 3]) -> ResultId {
+        ResultId { flags, names: names.map(|n| Arc::as_ptr(n) as *const u8 as usize), words }
+    }
+}
+
+/// Looks up a series by a key's identity and adds one, building the key (with its references)
+/// only for a new series.
+fn count_result(map: &mut FastMap<ResultId, (ResultKey, u64)>, id: ResultId, key: impl FnOnce() -> ResultKey) {
+    match map.get_mut(&id) {
+        Some((_, n)) => *n += 1,
+        None => {
+            map.insert(id, (key(), 1));
+        }
+    }
+}
+
 #[derive(Debug, Default)]
-struct Results(Mutex<FastMap<ResultKey, u64>>);
+struct Results(Mutex<FastMap<ResultId, (ResultKey, u64)>>);
+
+/// [`Metrics::intern`] with the table already locked (one lock for a request's policies).
+fn intern_in(names: &mut FastMap<String, Arc<str>>, s: &str) -> Arc<str> {
+    if let Some(a) = names.get(s) {
+        return a.clone();
+    }
+    let key = if names.len() >= MAX_LABEL_VALUES { OVERFLOW_LABEL } else { s };
+    if let Some(a) = names.get(key) {
+        return a.clone();
+    }
+    let a: Arc<str> = Arc::from(key);
+    names.insert(key.to_string(), a.clone());
+    a
+}
 
 /// The series maps are looked up for every rule result of every request: keys hash by pointer
 /// and flags, so a fast non-cryptographic hasher (foldhash, randomly seeded) fits; SipHash was
@@ -78,7 +140,7 @@ impl Collector for Results {
                 Ok(m) => m,
                 Err(p) => p.into_inner(),
             };
-            for (k, v) in map.iter() {
+            for (k, v) in map.values() {
                 let labels = [
                     if k.enforce { "enforce" } else { "audit" }.to_string(),
                     if k.namespaced { "namespaced" } else { "cluster" }.to_string(),
@@ -249,7 +311,7 @@ pub struct Metrics {
     registry: Registry,
     policy_info: Arc<PolicyInfo>,
     /// Resource kinds, namespaces and operations seen, shared so keys compare by pointer.
-    names: Mutex<HashMap<String, Arc<str>>>,
+    names: Mutex<FastMap<String, Arc<str>>>,
     requests: Family<AdmissionLabels, Counter>,
     review_duration: Family<AdmissionLabels, Histogram>,
     results: Arc<Results>,
@@ -393,7 +455,7 @@ impl Default for Metrics {
             background_backlog,
             background_work,
             policy_info,
-            names: Mutex::new(HashMap::new()),
+            names: Mutex::new(FastMap::default()),
             requests,
             review_duration,
             results,
@@ -509,7 +571,13 @@ impl Metrics {
                 Err(p) => p.into_inner(),
             };
             for r in &o.results {
-                let key = ResultKey {
+                let (result, kind_of_rule) = (status(r.status), rule_type(r.rule_type));
+                let id = ResultId::new(
+                    [r.enforce, r.policy.namespaced, r.policy.background, dry_run],
+                    [&r.policy.namespace, &r.policy.name, &kind, &ns, &operation, &r.rule],
+                    [result, kind_of_rule, "admission_request"],
+                );
+                count_result(&mut map, id, || ResultKey {
                     enforce: r.enforce,
                     namespaced: r.policy.namespaced,
                     background: r.policy.background,
@@ -519,15 +587,18 @@ impl Metrics {
                     resource_namespace: Name(ns.clone()),
                     operation: Name(operation.clone()),
                     rule_name: Name(r.rule.clone()),
-                    rule_result: status(r.status),
-                    rule_type: rule_type(r.rule_type),
+                    rule_result: result,
+                    rule_type: kind_of_rule,
                     dry_run,
                     cause: "admission_request",
-                };
-                *map.entry(key).or_insert(0) += 1;
+                });
             }
         }
         if !policy_seconds.is_empty() {
+            let mut names = match self.names.lock() {
+                Ok(m) => m,
+                Err(p) => p.into_inner(),
+            };
             let mut map = match self.policy_duration.0.lock() {
                 Ok(m) => m,
                 Err(p) => p.into_inner(),
@@ -535,7 +606,7 @@ impl Metrics {
             for (m, secs) in policy_seconds {
                 let key = TimeKey {
                     namespaced: m.namespaced,
-                    policy_name: Name(self.intern(&m.name)),
+                    policy_name: Name(intern_in(&mut names, &m.name)),
                     resource_kind: Name(kind.clone()),
                     operation: Name(operation.clone()),
                 };
@@ -571,7 +642,7 @@ impl Metrics {
                     dry_run: false,
                     cause: "background_scan",
                 };
-                *map.entry(key).or_insert(0) += 1;
+                count_result(&mut map, key.id(), || key);
             }
         }
     }
@@ -585,16 +656,7 @@ impl Metrics {
             Ok(m) => m,
             Err(p) => p.into_inner(),
         };
-        if let Some(a) = names.get(s) {
-            return a.clone();
-        }
-        let key = if names.len() >= MAX_LABEL_VALUES { OVERFLOW_LABEL } else { s };
-        if let Some(a) = names.get(key) {
-            return a.clone();
-        }
-        let a: Arc<str> = Arc::from(key);
-        names.insert(key.to_string(), a.clone());
-        a
+        intern_in(&mut names, s)
     }
 
     /// The Prometheus text exposition.
@@ -627,5 +689,51 @@ mod tests {
         let text = metrics.encode();
         assert!(text.contains("resource_namespace=\"_overflow\""));
         assert!(text.len() < 8 << 20, "{} bytes", text.len());
+    }
+
+    fn require_team() -> PolicySet {
+        let doc = serde_json::json!({"apiVersion": "kyverno.io/v1", "kind": "ClusterPolicy", "metadata": {"name": "require-team"},
+            "spec": {"validationFailureAction": "Enforce", "rules": [{"name": "team",
+                "match": {"any": [{"resources": {"kinds": ["Pod"]}}]},
+                "validate": {"message": "team label", "pattern": {"metadata": {"labels": {"team": "?*"}}}}}]}});
+        match verno_engine::compile(&doc, &[]) {
+            Ok(verno_engine::Compiled::Policy(p)) => PolicySet::new(vec![Arc::new(p)], Vec::new()),
+            _ => PolicySet::default(),
+        }
+    }
+
+    /// Series are found by their names' identity (no reference counting per lookup): the same
+    /// result counts up one series, another result is its own series, and a reloaded set (new
+    /// copies of the same names) adds to the same series in the exposition.
+    #[test]
+    fn rule_results_count_up_their_series_across_requests_and_reloads() {
+        let metrics = Metrics::default();
+        let pod = |labels: serde_json::Value| {
+            serde_json::from_value(serde_json::json!({"request": {"uid": "u", "operation": "CREATE",
+                "kind": {"group": "", "version": "v1", "kind": "Pod"}, "namespace": "default",
+                "object": {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p", "namespace": "default", "labels": labels}}}}))
+            .unwrap_or_default()
+        };
+        let route = Route::Kyverno(Hook::Validate, Filter::All);
+        let (bad, good) = (pod(serde_json::json!({})), pod(serde_json::json!({"team": "a"})));
+        let first = require_team();
+        for review in [&bad, &bad, &good] {
+            let o = crate::admission::review(&first, route.clone(), review);
+            metrics.observe("validate", &o, 0.001, false, &o.policy_seconds);
+        }
+        let reloaded = require_team();
+        let o = crate::admission::review(&reloaded, route, &bad);
+        metrics.observe("validate", &o, 0.001, false, &o.policy_seconds);
+        let text = metrics.encode();
+        let count = |result: &str| {
+            text.lines()
+                .find(|l| {
+                    l.starts_with("kyverno_policy_results_total{") && l.contains(&format!("rule_result=\"{result}\""))
+                })
+                .and_then(|l| l.rsplit(' ').next())
+                .map(str::to_string)
+        };
+        assert_eq!(count("fail").as_deref(), Some("3"), "{text}");
+        assert_eq!(count("pass").as_deref(), Some("1"), "{text}");
     }
 }
