@@ -105,7 +105,8 @@ impl Template {
             {
                 let out = resolve(v, ctx, at)?;
                 return Ok(match out {
-                    Value::String(s) if !v.shallow => Value::String(unescape(&s)),
+                    // Copied for unescaping only when it holds an escaped `\{{`.
+                    Value::String(s) if !v.shallow && s.contains("\\{{") => Value::String(unescape(&s)),
                     other => other,
                 });
             }
