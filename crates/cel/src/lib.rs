@@ -196,11 +196,9 @@ impl Expr {
 
     fn eval_cel(&self, vars: &Vars) -> Result<Value, String> {
         self.with_result(vars, |v| {
-            let out = Value::try_from(v).map_err(|e| e.to_string())?;
-            if matches!(out, Value::List(_) | Value::Map(_) | Value::String(_) | Value::Bytes(_)) {
-                widest_cel(&out)?;
-            }
-            Ok(out)
+            // The result's own size is bounded before it is copied out.
+            widest_val(v)?;
+            Value::try_from(v).map_err(|e| e.to_string())
         })
     }
 
@@ -272,40 +270,6 @@ fn widest(v: &serde_json::Value) -> usize {
 /// doubling a string through variables (`v2 = v1 + v1`) stops here.
 pub const MAX_RESULT_BYTES: usize = 16 << 20;
 
-/// [`widest`] for a CEL value; an error when the value holds more than [`MAX_ITERATIONS`]
-/// elements or [`MAX_RESULT_BYTES`] of text (counted as the value reads, shared parts each
-/// time: the walk stops at the limit).
-fn widest_cel(v: &Value) -> Result<usize, String> {
-    let (mut most, mut nodes, mut bytes) = (0usize, 0u128, 0usize);
-    let mut stack = vec![v];
-    while let Some(v) = stack.pop() {
-        nodes += 1;
-        if nodes > MAX_ITERATIONS {
-            return Err(format!("the result has over {MAX_ITERATIONS} elements; the cost budget refuses it"));
-        }
-        match v {
-            Value::String(s) => bytes += s.len(),
-            Value::Bytes(b) => bytes += b.len(),
-            _ => {}
-        }
-        if bytes > MAX_RESULT_BYTES {
-            return Err(format!("the result holds over {MAX_RESULT_BYTES} bytes of text; the cost budget refuses it"));
-        }
-        match v {
-            Value::List(l) => {
-                most = most.max(l.len());
-                stack.extend(l.iter());
-            }
-            Value::Map(m) => {
-                most = most.max(m.map.len());
-                stack.extend(m.map.values());
-            }
-            _ => {}
-        }
-    }
-    Ok(most)
-}
-
 /// How many composition-variable results one set of [`Vars`] shares (see
 /// [`Vars::share_results`]); later ones are evaluated per policy.
 pub const MAX_SHARED_RESULTS: usize = 64;
@@ -318,7 +282,9 @@ struct SharedResult {
     widest: usize,
 }
 
-/// [`widest_cel`] for an interpreter value (a variable's, before it is kept).
+/// [`widest`] for a CEL value (a result, or a variable's value before it is kept); an error
+/// when the value holds more than [`MAX_ITERATIONS`] elements or [`MAX_RESULT_BYTES`] of text
+/// (counted as the value reads, shared parts each time: the walk stops at the limit).
 fn widest_val(v: &dyn Val) -> Result<usize, String> {
     let (mut most, mut nodes, mut bytes) = (0usize, 0u128, 0usize);
     let mut stack = vec![v];
