@@ -34,6 +34,26 @@ impl SharedVal {
     }
 }
 
+/// The `Val` accessors that hand out the value's operator traits, each answered by the shared
+/// value: `bound` ones carry the trait object's lifetime, the others do not.
+macro_rules! delegate_accessors {
+    (bound: $($bound:ident => $btrait:ident),*; plain: $($plain:ident => $ptrait:ident),*) => {
+        $(
+            fn $bound<'b, 'v>(&'b self) -> Option<&'b (dyn $btrait + 'v)>
+            where
+                Self: 'v,
+            {
+                self.0.$bound()
+            }
+        )*
+        $(
+            fn $plain(&self) -> Option<&dyn $ptrait> {
+                self.0.$plain()
+            }
+        )*
+    };
+}
+
 impl Val for SharedVal {
     fn get_type(&self) -> &Type {
         self.0.get_type()
@@ -48,34 +68,11 @@ impl Val for SharedVal {
         &cel::common::types::DYN_TYPE
     }
 
-    fn as_adder<'b, 'v>(&'b self) -> Option<&'b (dyn Adder + 'v)>
-    where
-        Self: 'v,
-    {
-        self.0.as_adder()
-    }
-
-    fn as_comparer(&self) -> Option<&dyn Comparer> {
-        self.0.as_comparer()
-    }
-
-    fn as_container(&self) -> Option<&dyn Container> {
-        self.0.as_container()
-    }
-
-    fn as_divider<'b, 'v>(&'b self) -> Option<&'b (dyn Divider + 'v)>
-    where
-        Self: 'v,
-    {
-        self.0.as_divider()
-    }
-
-    fn as_indexer<'b, 'v>(&'b self) -> Option<&'b (dyn Indexer + 'v)>
-    where
-        Self: 'v,
-    {
-        self.0.as_indexer()
-    }
+    delegate_accessors!(
+        bound: as_adder => Adder, as_divider => Divider, as_indexer => Indexer, as_iterable => Iterable,
+            as_modder => Modder, as_multiplier => Multiplier, as_negator => Negator, as_subtractor => Subtractor;
+        plain: as_comparer => Comparer, as_container => Container, as_sizer => Sizer, as_zeroer => Zeroer
+    );
 
     fn into_indexer<'v>(self: Box<Self>) -> Option<Box<dyn Indexer + 'v>>
     where
@@ -83,49 +80,6 @@ impl Val for SharedVal {
     {
         // The interpreter moves elements out of owned built-ins; a shared one lends them.
         Some(self)
-    }
-
-    fn as_iterable<'b, 'v>(&'b self) -> Option<&'b (dyn Iterable + 'v)>
-    where
-        Self: 'v,
-    {
-        self.0.as_iterable()
-    }
-
-    fn as_modder<'b, 'v>(&'b self) -> Option<&'b (dyn Modder + 'v)>
-    where
-        Self: 'v,
-    {
-        self.0.as_modder()
-    }
-
-    fn as_multiplier<'b, 'v>(&'b self) -> Option<&'b (dyn Multiplier + 'v)>
-    where
-        Self: 'v,
-    {
-        self.0.as_multiplier()
-    }
-
-    fn as_negator<'b, 'v>(&'b self) -> Option<&'b (dyn Negator + 'v)>
-    where
-        Self: 'v,
-    {
-        self.0.as_negator()
-    }
-
-    fn as_sizer(&self) -> Option<&dyn Sizer> {
-        self.0.as_sizer()
-    }
-
-    fn as_subtractor<'b, 'v>(&'b self) -> Option<&'b (dyn Subtractor + 'v)>
-    where
-        Self: 'v,
-    {
-        self.0.as_subtractor()
-    }
-
-    fn as_zeroer(&self) -> Option<&dyn Zeroer> {
-        self.0.as_zeroer()
     }
 
     fn equals(&self, other: &dyn Val) -> bool {

@@ -41,8 +41,8 @@ impl std::hash::Hash for Name {
 }
 
 /// One `kyverno_policy_results_total` series. Labels are spelled out only when Prometheus
-/// scrapes.
-#[derive(Clone, Debug, Hash, PartialEq, Eq)]
+/// scrapes; the series is found by its [`ResultId`].
+#[derive(Clone, Debug)]
 struct ResultKey {
     enforce: bool,
     namespaced: bool,
@@ -61,7 +61,7 @@ struct ResultKey {
 }
 
 impl ResultKey {
-    /// The key by identity (what its `Eq` compares), for [`count_result`].
+    /// The key by identity (its names' addresses, its flags and words), for [`count_result`].
     fn id(&self) -> ResultId {
         ResultId::new(
             [self.enforce, self.namespaced, self.background, self.dry_run],
@@ -100,12 +100,7 @@ impl ResultId {
 /// Looks up a series by a key's identity and adds one, building the key (with its references)
 /// only for a new series.
 fn count_result(map: &mut FastMap<ResultId, (ResultKey, u64)>, id: ResultId, key: impl FnOnce() -> ResultKey) {
-    match map.get_mut(&id) {
-        Some((_, n)) => *n += 1,
-        None => {
-            map.insert(id, (key(), 1));
-        }
-    }
+    map.entry(id).or_insert_with(|| (key(), 0)).1 += 1;
 }
 
 #[derive(Debug, Default)]
