@@ -132,6 +132,13 @@ impl Expr {
         Ok(Expr { ast: Arc::new(ast), source: source.to_string(), uses_host, loop_depth: depth, shareable })
     }
 
+    /// Whether the expression calls a library that reads the world through the host
+    /// (`resource.*`, `http.*`, `globalContext.Get`, `image.GetMetadata`, the authorizer's
+    /// checks, `time.now()`, image verification).
+    pub fn uses_host(&self) -> bool {
+        self.uses_host
+    }
+
     /// How many arguments each `generator.Apply`/`generator.apply` call in the expression
     /// passes (the kinds differ: GeneratingPolicy takes a namespace and a list,
     /// NamespacedGeneratingPolicy only the list).
@@ -470,6 +477,12 @@ fn type_name(v: &Value) -> &'static str {
 
 /// CEL → JSON (durations as Go-style strings, timestamps as RFC 3339, bytes as base64 is not
 /// needed by any caller yet and is an error).
+/// Whether `source`, read as a CEL expression, calls a library that needs the host (see
+/// [`Expr::uses_host`]); text that does not parse as CEL does not.
+pub fn calls_host(source: &str) -> bool {
+    env().and_then(|env| env.parser().parse(source).ok()).is_some_and(|ast| rewrite::mentions(&ast, host::HOST_VAR))
+}
+
 pub fn to_json(v: &Value) -> Result<serde_json::Value, String> {
     Ok(match v {
         Value::Null => serde_json::Value::Null,

@@ -1299,3 +1299,49 @@ async fn global_context_entries_are_marked_as_not_supported_once() {
     assert_eq!(verno_controller::unsupported::mark_all(&admin, "verno").await.unwrap(), 0);
     replica.controller.stop().await;
 }
+
+/// Issue 21: a ValidatingPolicy's `namespaceObject` comes from the namespace watch, as Kyverno
+/// reads its namespace lister: admission makes no API call for it (before, every request GET
+/// its Namespace), and a label change is seen by the next request.
+#[tokio::test]
+async fn namespace_objects_come_from_the_watch_not_an_api_call_per_request() {
+    let (fake, admin, replica) = setup().await;
+    create_namespace(&admin, "team-a", json!({"team": "a"})).await;
+    let vpol = json!({"apiVersion": "policies.kyverno.io/v1", "kind": "ValidatingPolicy", "metadata": {"name": "team-a-only"},
+        "spec": {"matchConstraints": {"resourceRules": [{"apiGroups": [""], "apiVersions": ["v1"], "operations": ["CREATE"], "resources": ["pods"]}]},
+            "validations": [{"expression": "namespaceObject.metadata.labels.team == 'a'",
+                "messageExpression": "'team is ' + namespaceObject.metadata.labels.team"}]}});
+    let api: Api<DynamicObject> =
+        Api::all_with(admin.clone(), &policies::resource(verno_engine::Kind::ValidatingPolicy));
+    api.patch("team-a-only", &PatchParams::apply("kubectl").force(), &Patch::Apply(&vpol)).await.unwrap();
+    eventually("the entry", || async {
+        entry_rules(&vwc(&admin).await?, webhooks::VPOL_FAIL).filter(|r| r.to_string().contains("pods"))
+    })
+    .await;
+    let pods: Api<Pod> = Api::namespaced(admin.clone(), "team-a");
+    // The first creations may race the policy reaching the server: retry until the set is in force.
+    eventually("a pod admitted in team-a", || async {
+        pods.create(&PostParams::default(), &pod("first", json!({}))).await.ok()
+    })
+    .await;
+    let namespace_gets =
+        || fake.requests().iter().filter(|r| r.method == "GET" && r.path == "/api/v1/namespaces/team-a").count();
+    let before = namespace_gets();
+    for i in 0..5 {
+        pods.create(&PostParams::default(), &pod(&format!("p{i}"), json!({}))).await.unwrap();
+    }
+    assert_eq!(namespace_gets(), before, "admission read the Namespace from the API server");
+    // A label change reaches the policy through the watch.
+    let ns_api: Api<k8s_openapi::api::core::v1::Namespace> = Api::all(admin.clone());
+    ns_api
+        .patch("team-a", &PatchParams::default(), &Patch::Merge(json!({"metadata": {"labels": {"team": "b"}}})))
+        .await
+        .unwrap();
+    let err = eventually("a pod refused after the label change", || async {
+        pods.create(&PostParams::default(), &pod("late", json!({}))).await.err().map(|e| e.to_string())
+    })
+    .await;
+    assert!(err.contains("Policy team-a-only failed: team is b"), "{err}");
+    assert_eq!(namespace_gets(), before, "admission read the Namespace from the API server");
+    replica.controller.stop().await;
+}

@@ -145,8 +145,16 @@ impl Data for ClusterData {
         Some(std::sync::Arc::new(self.clone()))
     }
 
+    /// Only for a namespace the watch has not delivered yet (the policy set answers from its
+    /// [`verno_engine::LiveNamespaces`] first), as Kyverno falls back from its lister to the
+    /// API. Without `apiVersion` and `kind`, as Kyverno's typed client hands it to CEL.
     fn namespace_object(&self, name: &str) -> Option<Value> {
-        self.call("GET", &format!("/api/v1/namespaces/{name}"), None).ok()
+        let mut ns = self.call("GET", &format!("/api/v1/namespaces/{name}"), None).ok()?;
+        if let Some(m) = ns.as_object_mut() {
+            m.remove("apiVersion");
+            m.remove("kind");
+        }
+        Some(ns)
     }
 
     fn resource(&self, api_version: &str, kind: &str, namespace: &str, name: &str) -> Option<Value> {

@@ -1,6 +1,6 @@
 //! Verno in a cluster: `verno serve --kube`.
 //!
-//! Every replica watches ClusterPolicy / Policy / PolicyException objects and Namespace labels,
+//! Every replica watches ClusterPolicy / Policy / PolicyException objects and Namespaces,
 //! compiles on generation changes and swaps the compiled set into the admission server; every
 //! replica reads the serving certificate from its Secret and hot-swaps it. One replica, the
 //! Lease holder, writes: the certificate Secrets, the webhook configurations' rules and
@@ -33,7 +33,6 @@ use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::{Namespace, Secret};
 use k8s_openapi::api::rbac::v1::ClusterRole;
 use kube::api::{Api, DynamicObject, Patch, PatchParams};
-use kube::core::PartialObjectMeta;
 use kube::runtime::events::{Event as KubeEvent, EventType, Recorder, Reporter};
 use kube::runtime::reflector;
 use kube::runtime::{WatchStreamExt, watcher};
@@ -43,7 +42,7 @@ use std::sync::Arc;
 use std::time::Duration;
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
-use verno_engine::{Kind, NamespaceLabels};
+use verno_engine::{Kind, LiveNamespaces};
 
 /// The kinds Verno watches and puts in force by default (ImageValidatingPolicies are watched
 /// only to report in their status that Verno does not enforce them yet).
@@ -310,28 +309,38 @@ pub async fn start(client: kube::Client, server: Arc<dyn Serving>, opts: Options
         stop_rx.clone(),
     )));
 
-    // Namespace labels (metadata only).
-    let namespaces: Arc<NamespaceLabels> = Arc::default();
+    // Namespaces: labels for namespaceSelectors, objects for CEL's `namespaceObject` (read
+    // per request from here instead of the API server, as Kyverno reads its namespace lister).
+    let namespaces: Arc<LiveNamespaces> = Arc::default();
     {
-        let ns_api: Api<PartialObjectMeta<Namespace>> = Api::all(client.clone());
-        let labels = namespaces.clone();
+        let ns_api: Api<Namespace> = Api::all(client.clone());
+        let live = namespaces.clone();
         let mut stop = stop_rx.clone();
         tasks.push(tokio::spawn(async move {
             let mut s = watcher(ns_api, watcher::Config::default()).default_backoff().boxed();
+            // The names a (re-)list delivered: what it did not list was deleted meanwhile.
+            let mut listed: Option<std::collections::HashSet<String>> = None;
             loop {
                 tokio::select! {
                     ev = s.next() => match ev {
-                        Some(Ok(watcher::Event::Apply(m) | watcher::Event::InitApply(m))) => {
-                            if let (Some(name), Ok(mut map)) = (m.metadata.name.clone(), labels.write()) {
-                                map.insert(name, m.metadata.labels.clone().unwrap_or_default());
+                        Some(Ok(watcher::Event::Init)) => listed = Some(Default::default()),
+                        Some(Ok(watcher::Event::InitApply(ns))) => {
+                            if let (Some(l), Some(name)) = (listed.as_mut(), ns.metadata.name.clone()) {
+                                l.insert(name);
+                            }
+                            live.upsert(serde_json::to_value(&ns).unwrap_or_default());
+                        }
+                        Some(Ok(watcher::Event::InitDone)) => {
+                            if let Some(l) = listed.take() {
+                                live.retain(|name| l.contains(name));
                             }
                         }
-                        Some(Ok(watcher::Event::Delete(m))) => {
-                            if let (Some(name), Ok(mut map)) = (m.metadata.name.as_ref(), labels.write()) {
-                                map.remove(name);
+                        Some(Ok(watcher::Event::Apply(ns))) => live.upsert(serde_json::to_value(&ns).unwrap_or_default()),
+                        Some(Ok(watcher::Event::Delete(ns))) => {
+                            if let Some(name) = ns.metadata.name.as_deref() {
+                                live.remove(name);
                             }
                         }
-                        Some(Ok(_)) => {}
                         Some(Err(e)) => tracing::debug!(error = %e, "namespace watch error (retrying)"),
                         None => return,
                     },

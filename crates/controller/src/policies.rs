@@ -11,7 +11,7 @@ use serde_json::{Value, json};
 use std::collections::HashMap;
 use std::sync::Arc;
 use verno_engine::RuleBody;
-use verno_engine::{Compiled, CompiledException, CompiledPolicy, DocumentError, Kind, NamespaceLabels, PolicySet};
+use verno_engine::{Compiled, CompiledException, CompiledPolicy, DocumentError, Kind, LiveNamespaces, PolicySet};
 
 /// The API resource (served version and plural) Verno watches for a kind.
 pub fn resource(kind: Kind) -> ApiResource {
@@ -166,13 +166,13 @@ fn rule_counts(p: Option<&CompiledPolicy>) -> Value {
 }
 
 impl Compiler {
-    /// Compiles what changed and returns the set (with `exceptions` and the live namespace
-    /// labels) plus every policy's desired status.
+    /// Compiles what changed and returns the set (with `exceptions` and the live namespaces)
+    /// plus every policy's desired status.
     pub fn build(
         &mut self,
         policies: &[(Kind, Arc<DynamicObject>)],
         exceptions: &[(Kind, Arc<DynamicObject>)],
-        namespaces: Arc<NamespaceLabels>,
+        namespaces: Arc<LiveNamespaces>,
     ) -> (PolicySet, Vec<PolicyStatus>) {
         self.build_with(policies, exceptions, &[], namespaces)
     }
@@ -186,7 +186,7 @@ impl Compiler {
         policies: &[(Kind, Arc<DynamicObject>)],
         exceptions: &[(Kind, Arc<DynamicObject>)],
         bindings: &[(Kind, Arc<DynamicObject>)],
-        namespaces: Arc<NamespaceLabels>,
+        namespaces: Arc<LiveNamespaces>,
     ) -> (PolicySet, Vec<PolicyStatus>) {
         let mut compiled = Vec::new();
         let mut statuses = Vec::new();

@@ -16,6 +16,9 @@ pub struct Context<'e> {
     ns_view: crate::evaluate::NamespaceView,
     /// Whether the `images` variable is kept (no policy of the set reads it: not worked out).
     images: bool,
+    /// The request's Namespace as the caller already holds it (a cluster's namespace watch):
+    /// CEL's `namespaceObject` without asking the data port.
+    live_namespace: Option<std::sync::Arc<Value>>,
     /// Bumped whenever the `request` entry changes (a mutation patched the object, a scope
     /// set or restored it).
     request_version: u64,
@@ -52,6 +55,7 @@ impl<'e> Context<'e> {
             cel: std::cell::RefCell::new(None),
             ns_view: crate::evaluate::NamespaceView::default(),
             images: true,
+            live_namespace: None,
             request_version: 0,
             shared: std::cell::RefCell::new(Vec::new()),
             shared_version: std::cell::Cell::new(0),
@@ -195,6 +199,16 @@ impl<'e> Context<'e> {
 
     pub fn namespace_view(&self) -> crate::evaluate::NamespaceView {
         self.ns_view
+    }
+
+    /// The request's Namespace, held by the caller (see [`crate::LiveNamespaces`]).
+    pub fn set_live_namespace(&mut self, namespace: Option<std::sync::Arc<Value>>) {
+        self.live_namespace = namespace;
+        *self.cel.get_mut() = None;
+    }
+
+    pub fn live_namespace(&self) -> Option<&Value> {
+        self.live_namespace.as_deref()
     }
 
     /// The cached CEL variables, or those `build` makes (then cached).

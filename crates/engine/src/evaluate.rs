@@ -851,7 +851,7 @@ fn exception_applies(
 /// The variables Kubernetes CEL expressions read: `object`, `oldObject`, `request`, and
 /// (unavailable offline, so null) `namespaceObject` and `params`.
 fn cel_vars(ctx: &Context, data: &dyn Data) -> verno_cel::Vars {
-    ctx.cel_vars(|root| build_cel_vars(root, data, ctx.env(), ctx.namespace_view()))
+    ctx.cel_vars(|root| build_cel_vars(root, data, ctx.env(), ctx.namespace_view(), ctx.live_namespace()))
 }
 
 fn build_cel_vars(
@@ -859,6 +859,7 @@ fn build_cel_vars(
     data: &dyn Data,
     env: &dyn verno_jmespath::Env,
     view: NamespaceView,
+    live: Option<&Value>,
 ) -> verno_cel::Vars {
     let null = Value::Null;
     let req = root.get("request").unwrap_or(&null);
@@ -878,14 +879,19 @@ fn build_cel_vars(
     {
         ns = "";
     }
-    let ns_obj = if !ns.is_empty() {
+    // The caller's copy of the Namespace (a cluster's watch) when it holds this one; else the
+    // data port's.
+    let held = live.filter(|o| !ns.is_empty() && str_at(o, "/metadata/name") == ns);
+    let ns_obj = if held.is_some() {
+        None
+    } else if !ns.is_empty() {
         data.namespace_object_as(view, ns)
     } else if view == NamespaceView::ValidatingAdmission {
         Some(NamespaceView::made_up("", None))
     } else {
         None
     };
-    vars.set("namespaceObject", ns_obj.as_ref().unwrap_or(&Value::Null));
+    vars.set("namespaceObject", held.or(ns_obj.as_ref()).unwrap_or(&Value::Null));
     vars.set("params", &Value::Null);
     let no_exceptions = serde_json::json!({"allowedImages": [], "allowedValues": []});
     vars.set("exceptions", root.get(EXCEPTIONS_KEY).unwrap_or(&no_exceptions));

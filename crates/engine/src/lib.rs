@@ -59,7 +59,7 @@ pub use matching::{Matcher, RequestUser, WebhookScope, labels_of, plural, string
 pub use outcome::{NotApplied, PolicyResponse, RuleResponse, RuleType, Status};
 pub use policy::{Action, CompiledException, CompiledPolicy, CompiledRule, RuleBody};
 pub use set::{
-    Filter, Hook, Labels, NamespaceLabels, Observer, Outcome, PolicyMeta, PolicySet, Route, Scope, fail_closed,
+    Filter, Hook, Labels, LiveNamespaces, Observer, Outcome, PolicyMeta, PolicySet, Route, Scope, fail_closed,
 };
 /// Kubernetes' strategic merge patch of `patch` into `doc` (an object of `kind`), with the
 /// built-in kinds' merge keys; errors say where and why.

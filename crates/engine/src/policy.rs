@@ -104,14 +104,22 @@ impl CompiledPolicy {
         })
     }
 
-    /// Whether evaluating the policy needs nothing from outside the request and the set: a
-    /// ClusterPolicy or Policy whose context entries (rule, foreach or target level) are all
-    /// `variable`s, with no image verification, signed manifests, generate or mutate-existing
-    /// rules, and no CEL anywhere (`validate.cel`, `celPreconditions`, webhook
-    /// `matchConditions`: CEL may read `namespaceObject`, parameter resources or the
-    /// authorizer from the cluster). Such a policy does no I/O through the [`crate::Data`]
-    /// port and costs CPU in proportion to the request; the CEL kinds do not qualify either.
-    /// The server evaluates sets of these without handing the request to another thread.
+    /// Whether evaluating the policy at admission needs nothing from outside the request and
+    /// the set. Such a policy does no I/O through the [`crate::Data`] port and costs CPU in
+    /// proportion to the request; the server evaluates sets of these without handing the
+    /// request to another thread.
+    ///
+    /// - A ClusterPolicy or Policy whose context entries (rule, foreach or target level) are all
+    ///   `variable`s, with no image verification, signed manifests, generate or mutate-existing
+    ///   rules, and no CEL anywhere (`validate.cel`, `celPreconditions`, webhook
+    ///   `matchConditions`: CEL there may read parameter resources or the authorizer).
+    /// - A ValidatingPolicy or MutatingPolicy (and their namespaced kinds) with no parameters
+    ///   (`paramKind`, `paramRef`), no mutate-existing targets, and no expression that calls a
+    ///   library reading the world (`resource.*`, `http.*`, `globalContext`, `image.GetMetadata`,
+    ///   the authorizer, `time.now()`). Its `namespaceObject` is read through the data port
+    ///   unless the set holds the namespace ([`crate::LiveNamespaces`]): a caller that wants no
+    ///   I/O checks [`crate::PolicySet::holds_namespace_of`] first.
+    /// - No other kind (image verification, generation, cleanup).
     pub fn self_contained(&self) -> bool {
         fn plain(v: &Value) -> bool {
             match v {
@@ -133,10 +141,33 @@ impl CompiledPolicy {
                 _ => true,
             }
         }
-        matches!(self.kind, Kind::ClusterPolicy | Kind::Policy)
-            && self.match_conditions.is_empty()
-            && self.rules.iter().all(|r| r.cel_preconditions.is_empty())
-            && self.document.pointer("/spec/rules").is_none_or(plain)
+        /// Parameters, or an expression (the fields CEL kinds evaluate are all named
+        /// `…expression`/`…Expression`) that calls a host library.
+        fn reads_world(v: &Value) -> bool {
+            match v {
+                Value::Object(m) => m.iter().any(|(k, v)| match (k.as_str(), v) {
+                    ("paramKind" | "paramRef", v) => !v.is_null(),
+                    (k, Value::String(src)) if k.ends_with("xpression") => verno_cel::calls_host(src),
+                    _ => reads_world(v),
+                }),
+                Value::Array(a) => a.iter().any(reads_world),
+                _ => false,
+            }
+        }
+        match self.kind {
+            Kind::ClusterPolicy | Kind::Policy => {
+                self.match_conditions.is_empty()
+                    && self.rules.iter().all(|r| r.cel_preconditions.is_empty())
+                    && self.document.pointer("/spec/rules").is_none_or(plain)
+            }
+            Kind::ValidatingPolicy
+            | Kind::NamespacedValidatingPolicy
+            | Kind::MutatingPolicy
+            | Kind::NamespacedMutatingPolicy => {
+                !self.in_background_apply() && self.document.get("spec").is_none_or(|s| !reads_world(s))
+            }
+            _ => false,
+        }
     }
 
     /// A rule's effective failure action: its own `failureAction`, else the policy's.

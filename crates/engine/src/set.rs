@@ -27,8 +27,69 @@ use verno_jmespath::Env;
 /// Label key → value.
 pub type Labels = BTreeMap<String, String>;
 
-/// Namespace name → labels, kept current from a watch (in a cluster) and read per request.
-pub type NamespaceLabels = RwLock<HashMap<String, Labels>>;
+/// The cluster's Namespaces, kept current from a watch (in a cluster) and read per request:
+/// their labels for `namespaceSelector`s, the objects as CEL policies' `namespaceObject`.
+/// Shared with the set (`Arc`) so that a namespace change does not rebuild it.
+#[derive(Debug, Default)]
+pub struct LiveNamespaces {
+    map: RwLock<HashMap<String, Arc<LiveNamespace>>>,
+}
+
+/// One Namespace of [`LiveNamespaces`].
+#[derive(Debug)]
+pub struct LiveNamespace {
+    pub labels: Labels,
+    pub object: Arc<Value>,
+}
+
+impl LiveNamespaces {
+    /// Adds or replaces a Namespace from the watch. It is kept as Kyverno's namespace lister
+    /// hands it to CEL: without `apiVersion` and `kind` (a typed object from an informer has
+    /// no type fields). An object without a name is ignored.
+    pub fn upsert(&self, mut object: Value) {
+        let Some(name) = object.pointer("/metadata/name").and_then(Value::as_str).map(str::to_string) else {
+            return;
+        };
+        if let Some(m) = object.as_object_mut() {
+            m.remove("apiVersion");
+            m.remove("kind");
+        }
+        let labels = labels_of(&object);
+        if let Ok(mut map) = self.map.write() {
+            map.insert(name, Arc::new(LiveNamespace { labels, object: Arc::new(object) }));
+        }
+    }
+
+    pub fn remove(&self, name: &str) {
+        if let Ok(mut map) = self.map.write() {
+            map.remove(name);
+        }
+    }
+
+    /// Keeps only the namespaces `keep` accepts (after a re-list: the ones it listed).
+    pub fn retain(&self, mut keep: impl FnMut(&str) -> bool) {
+        if let Ok(mut map) = self.map.write() {
+            map.retain(|name, _| keep(name));
+        }
+    }
+
+    pub fn contains(&self, name: &str) -> bool {
+        self.map.read().is_ok_and(|m| m.contains_key(name))
+    }
+
+    /// The Namespace: its labels and its object as CEL policies see it.
+    pub fn get(&self, name: &str) -> Option<Arc<LiveNamespace>> {
+        self.map.read().ok()?.get(name).cloned()
+    }
+
+    pub fn len(&self) -> usize {
+        self.map.read().map_or(0, |m| m.len())
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}
 
 /// What metrics and reports say about a policy, made once per set and shared by pointer.
 #[derive(Debug)]
@@ -321,6 +382,14 @@ impl Outcome {
     }
 }
 
+/// Which of a set's policy families are all self-contained.
+#[derive(Debug, Clone, Copy)]
+struct SelfContained {
+    kyverno: bool,
+    validating: bool,
+    mutating: bool,
+}
+
 /// The policies in force. Swapped whole on every change; evaluation takes `&self`.
 pub struct PolicySet {
     policies: Vec<Arc<CompiledPolicy>>,
@@ -328,11 +397,11 @@ pub struct PolicySet {
     meta: Vec<Arc<PolicyMeta>>,
     /// Namespace labels known without a cluster (`--namespace-labels`).
     namespace_labels: BTreeMap<String, Labels>,
-    /// Namespace labels kept current from the cluster, consulted after `namespace_labels`;
-    /// shared so that a label change does not rebuild the set.
-    live_namespaces: Option<Arc<NamespaceLabels>>,
-    /// Every ClusterPolicy and Policy of the set is [`CompiledPolicy::self_contained`].
-    self_contained: bool,
+    /// Namespaces kept current from the cluster: labels consulted after `namespace_labels`,
+    /// objects before [`Data::namespace_object`].
+    live_namespaces: Option<Arc<LiveNamespaces>>,
+    /// Which families of the set's policies are all [`CompiledPolicy::self_contained`].
+    self_contained: SelfContained,
     /// Some policy or exception may read the `images` variable (a string of it says `images`).
     reads_images: bool,
 }
@@ -346,10 +415,14 @@ impl Default for PolicySet {
 impl PolicySet {
     pub fn new(policies: Vec<Arc<CompiledPolicy>>, exceptions: Vec<CompiledException>) -> PolicySet {
         let meta = policies.iter().map(|p| Arc::new(PolicyMeta::of(p))).collect();
-        let self_contained = policies
-            .iter()
-            .filter(|p| matches!(p.kind, Kind::ClusterPolicy | Kind::Policy))
-            .all(|p| p.self_contained());
+        let all_of = |kinds: &[Kind]| policies.iter().filter(|p| kinds.contains(&p.kind)).all(|p| p.self_contained());
+        // A CEL PolicyException's conditions run with the policies it exempts.
+        let exceptions_plain = exceptions.iter().all(|e| e.cel_conditions.iter().all(|(_, c)| !c.uses_host()));
+        let self_contained = SelfContained {
+            kyverno: all_of(&[Kind::ClusterPolicy, Kind::Policy]),
+            validating: exceptions_plain && all_of(&[Kind::ValidatingPolicy, Kind::NamespacedValidatingPolicy]),
+            mutating: exceptions_plain && all_of(&[Kind::MutatingPolicy, Kind::NamespacedMutatingPolicy]),
+        };
         fn says_images(v: &Value) -> bool {
             match v {
                 Value::String(s) => s.contains("images"),
@@ -374,10 +447,28 @@ impl PolicySet {
 
     /// Whether a request on `route` is answered by self-contained policies only (see
     /// [`CompiledPolicy::self_contained`]): the Kyverno routes of a set whose ClusterPolicies
-    /// and Policies all are. Such an evaluation is CPU in proportion to the request, with no
-    /// I/O: a server may run it where it stands instead of on a pool meant for blocking work.
+    /// and Policies all are; the ValidatingPolicy (MutatingPolicy) routes of a set whose
+    /// validating (mutating) CEL policies all are — those read the request's Namespace, at hand
+    /// without I/O only when [`PolicySet::holds_namespace_of`] says so. Such an evaluation is
+    /// CPU in proportion to the request, with no I/O: a server may run it where it stands
+    /// instead of on a pool meant for blocking work.
     pub fn self_contained(&self, route: &Route) -> bool {
-        matches!(route, Route::Kyverno(..)) && self.self_contained
+        match route {
+            Route::Kyverno(..) => self.self_contained.kyverno,
+            Route::Cel { image: true, .. } => false,
+            Route::Cel { hook: Hook::Validate, .. } => self.self_contained.validating,
+            Route::Cel { hook: Hook::Mutate, .. } => self.self_contained.mutating,
+            Route::All | Route::Background | Route::Apply | Route::Cleanup { .. } => false,
+        }
+    }
+
+    /// Whether the Namespace CEL policies see as `namespaceObject` for `req` is at hand without
+    /// I/O: the request is cluster-scoped, or the set holds the namespace (a cluster's watch),
+    /// or the set has no watch (no cluster: nothing to read).
+    pub fn holds_namespace_of(&self, req: &AdmissionRequest) -> bool {
+        let subject = if req.object.is_null() { &req.old_object } else { &req.object };
+        let ns = str_at(subject, "/metadata/namespace");
+        ns.is_empty() || self.live_namespaces.as_ref().is_none_or(|l| l.contains(ns))
     }
 
     /// Labels of namespaces known up front (Namespace objects or a name → labels file).
@@ -386,8 +477,8 @@ impl PolicySet {
         self
     }
 
-    /// Labels of namespaces kept current by a watch.
-    pub fn with_live_namespaces(mut self, live: Arc<NamespaceLabels>) -> PolicySet {
+    /// Namespaces kept current by a watch.
+    pub fn with_live_namespaces(mut self, live: Arc<LiveNamespaces>) -> PolicySet {
         self.live_namespaces = Some(live);
         self
     }
@@ -404,14 +495,6 @@ impl PolicySet {
         self.meta.get(policy)
     }
 
-    fn labels_of_namespace(&self, ns: &str, data: &dyn Data) -> Option<Labels> {
-        if let Some(l) = self.namespace_labels.get(ns) {
-            return Some(l.clone());
-        }
-        let live = self.live_namespaces.as_ref().and_then(|live| live.read().ok().and_then(|m| m.get(ns).cloned()));
-        live.or_else(|| data.namespace_labels(ns))
-    }
-
     /// Runs one request through the phases of `scope`. `req.namespace_labels`, when unset, is
     /// looked up: a Namespace's own labels, then the set's namespaces, then `data`.
     pub fn evaluate(
@@ -423,22 +506,30 @@ impl PolicySet {
         observer: &mut dyn Observer,
     ) -> Outcome {
         let subject = req.subject();
-        let looked_up = match req.namespace_labels {
-            Some(_) => None,
-            None if subject.get("kind").and_then(Value::as_str) == Some("Namespace") => Some(labels_of(subject)),
-            None => {
-                // `str_at`, not `pointer`: no allocation on the request path.
-                let ns = str_at(subject, "/metadata/namespace");
-                if ns.is_empty() { None } else { self.labels_of_namespace(ns, data) }
+        // `str_at`, not `pointer`: no allocation on the request path.
+        let ns = str_at(subject, "/metadata/namespace");
+        let held = if ns.is_empty() { None } else { self.live_namespaces.as_ref().and_then(|l| l.get(ns)) };
+        let own;
+        let labels = match req.namespace_labels {
+            Some(l) => Some(l),
+            None if subject.get("kind").and_then(Value::as_str) == Some("Namespace") => {
+                own = Some(labels_of(subject));
+                own.as_ref()
             }
+            None if ns.is_empty() => None,
+            None => match (self.namespace_labels.get(ns), &held) {
+                (Some(l), _) => Some(l),
+                (None, Some(h)) => Some(&h.labels),
+                (None, None) => {
+                    own = data.namespace_labels(ns);
+                    own.as_ref()
+                }
+            },
         };
-        let req = Request {
-            namespace_labels: req.namespace_labels.or(looked_up.as_ref()),
-            existing: scope.existing,
-            ..req.clone()
-        };
+        let req = Request { namespace_labels: labels, existing: scope.existing, ..req.clone() };
         let name = str_at(subject, "/metadata/name");
         let mut ctx = build_context_with(&req, env, self.reads_images);
+        ctx.set_live_namespace(held.as_ref().map(|h| h.object.clone()));
         let mut seq = Sequence::new(req.clone());
         let kept: Vec<(usize, &Arc<CompiledPolicy>)> =
             self.policies.iter().enumerate().filter(|(_, p)| scope.keeps(p)).collect();

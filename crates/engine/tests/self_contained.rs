@@ -40,10 +40,92 @@ fn patterns_conditions_and_variables_are_self_contained() {
     );
     assert!(set(&[]).self_contained(&KYVERNO), "an empty set");
     assert!(set(&[pattern.clone(), variables]).self_contained(&KYVERNO));
-    // The CEL policy routes never are (their libraries may read the cluster).
-    let cel =
-        Route::Cel { hook: Hook::Validate, namespaced: false, names: Vec::new(), filter: Filter::All, image: false };
-    assert!(!set(&[pattern]).self_contained(&cel));
+    // Background and CLI routes are not the server's question.
+    assert!(!set(&[pattern]).self_contained(&Route::All));
+}
+
+fn cel_route(hook: Hook, image: bool) -> Route {
+    Route::Cel { hook, namespaced: false, names: Vec::new(), filter: Filter::All, image }
+}
+
+fn vpol(name: &str, spec: Value) -> Value {
+    let mut s = json!({"matchConstraints": {"resourceRules": [{"apiGroups": [""], "apiVersions": ["v1"],
+        "operations": ["CREATE"], "resources": ["pods"]}]},
+        "validations": [{"expression": "object.spec.containers.all(c, c.image != 'bad')"}]});
+    if let (Some(s), Some(extra)) = (s.as_object_mut(), spec.as_object()) {
+        s.extend(extra.clone());
+    }
+    json!({"apiVersion": "policies.kyverno.io/v1", "kind": "ValidatingPolicy", "metadata": {"name": name}, "spec": s})
+}
+
+fn mpol(name: &str, spec: Value) -> Value {
+    let mut s = json!({"matchConstraints": {"resourceRules": [{"apiGroups": [""], "apiVersions": ["v1"],
+        "operations": ["CREATE"], "resources": ["pods"]}]},
+        "mutations": [{"patchType": "ApplyConfiguration", "applyConfiguration": {"expression":
+            "Object{metadata: Object.metadata{labels: Object.metadata.labels{seen: 'yes'}}}"}}]});
+    if let (Some(s), Some(extra)) = (s.as_object_mut(), spec.as_object()) {
+        s.extend(extra.clone());
+    }
+    json!({"apiVersion": "policies.kyverno.io/v1", "kind": "MutatingPolicy", "metadata": {"name": name}, "spec": s})
+}
+
+#[test]
+fn cel_policies_without_parameters_or_host_libraries_are_self_contained() {
+    let validate = cel_route(Hook::Validate, false);
+    let mutate = cel_route(Hook::Mutate, false);
+    let plain = vpol(
+        "plain",
+        json!({"variables": [{"name": "images", "expression": "object.spec.containers.map(c, c.image)"}],
+            "matchConditions": [{"name": "named", "expression": "has(object.metadata.name)"}],
+            "validations": [{"expression": "variables.images.all(i, i != 'bad')",
+                "messageExpression": "'bad image in ' + namespaceObject.metadata.name"}]}),
+    );
+    assert!(set(std::slice::from_ref(&plain)).self_contained(&validate));
+    assert!(set(&[mpol("m", json!({}))]).self_contained(&mutate));
+    // Each family is judged on its own policies.
+    assert!(
+        set(&[plain.clone(), mpol("m", json!({"paramKind": {"apiVersion": "v1", "kind": "ConfigMap"}}))])
+            .self_contained(&validate)
+    );
+    // Image verification reaches registries: never.
+    assert!(!set(std::slice::from_ref(&plain)).self_contained(&cel_route(Hook::Validate, true)));
+    // Anything that reads the world, wherever the expression sits.
+    let world = [
+        json!({"variables": [{"name": "cm", "expression": "resource.Get('v1', 'configmaps', 'default', 'x')"}]}),
+        json!({"validations": [{"expression": "true", "messageExpression": "string(http.Get('https://x'))"}]}),
+        json!({"matchConditions": [{"name": "g", "expression": "globalContext.Get('e', '') != null"}]}),
+        json!({"validations": [{"expression": "authorizer.group('').resource('pods').check('get').allowed()"}]}),
+        json!({"validations": [{"expression": "image.GetMetadata('nginx') != null"}]}),
+        json!({"auditAnnotations": [{"key": "k", "valueExpression": "string(time.now())"}]}),
+        json!({"paramKind": {"apiVersion": "v1", "kind": "ConfigMap"}}),
+    ];
+    for spec in world {
+        assert!(!set(&[plain.clone(), vpol("reads", spec.clone())]).self_contained(&validate), "{spec}");
+    }
+    // A MutatingPolicy that patches existing objects lists them from the cluster.
+    let existing = mpol(
+        "existing",
+        json!({"evaluation": {"mutateExisting": {"enabled": true}},
+            "targetMatchConstraints": {"resourceRules": [{"apiGroups": [""], "apiVersions": ["v1"],
+                "operations": ["CREATE"], "resources": ["configmaps"]}]}}),
+    );
+    assert!(!set(&[existing]).self_contained(&mutate));
+    // A CEL PolicyException's conditions run with the policies it exempts.
+    let exception = |expression: &str| match compile(
+        &json!({"apiVersion": "policies.kyverno.io/v1", "kind": "PolicyException", "metadata": {"name": "e", "namespace": "default"},
+                "spec": {"policyRefs": [{"name": "plain", "kind": "ValidatingPolicy"}],
+                    "matchConditions": [{"name": "c", "expression": expression}]}}),
+        &[],
+    ) {
+        Ok(Compiled::Exception(e)) => e,
+        other => panic!("the exception does not compile: {:?}", other.err()),
+    };
+    let with = |e| {
+        let Ok(Compiled::Policy(p)) = compile(&plain, &[]) else { panic!("plain compiles") };
+        PolicySet::new(vec![Arc::new(p)], vec![e])
+    };
+    assert!(with(exception("object.metadata.name == 'x'")).self_contained(&validate));
+    assert!(!with(exception("resource.Get('v1', 'namespaces', '', 'x') != null")).self_contained(&validate));
 }
 
 #[test]

@@ -542,6 +542,103 @@ async fn slow_work_on_the_executor_is_cut_at_the_deadline_and_sends_the_set_to_t
     Ok(())
 }
 
+/// A ClusterPolicy that reads a ConfigMap: its family is evaluated on the blocking pool.
+const READS_CONFIG_MAP: &str = r#"
+apiVersion: kyverno.io/v1
+kind: ClusterPolicy
+metadata:
+  name: reads-config-map
+spec:
+  validationFailureAction: Audit
+  rules:
+  - name: cm
+    match:
+      any:
+      - resources:
+          kinds: [Pod]
+    context:
+    - name: cm
+      configMap: {name: settings, namespace: default}
+    validate:
+      deny:
+        conditions:
+          any:
+          - key: "{{ cm.data.mode || '' }}"
+            operator: Equals
+            value: closed
+"#;
+
+/// A ValidatingPolicy that reads only the request.
+const NO_BAD_IMAGES: &str = r#"
+apiVersion: policies.kyverno.io/v1
+kind: ValidatingPolicy
+metadata:
+  name: no-bad-images
+spec:
+  matchConstraints:
+    resourceRules:
+    - apiGroups: [""]
+      apiVersions: [v1]
+      operations: [CREATE]
+      resources: [pods]
+  variables:
+  - name: images
+    expression: object.spec.containers.map(c, c.image)
+  validations:
+  - expression: variables.images.all(i, i != 'bad')
+    message: bad image
+"#;
+
+/// Issue 21: ValidatingPolicies that read nothing but the request (no parameters, no library
+/// that reads the cluster) are evaluated on the executor too: with the only evaluation slot
+/// held by a ClusterPolicy request on the pool, a `/vpol` request is answered before it, where
+/// it would otherwise wait for the slot.
+#[tokio::test]
+async fn self_contained_cel_policies_are_answered_without_an_evaluation_slot() -> Result<(), String> {
+    let h = Harness::start_with(
+        &[("pairwise.yaml", PAIRWISE), ("reads.yaml", READS_CONFIG_MAP), ("vpol.yaml", NO_BAD_IMAGES)],
+        |cfg| {
+            cfg.deadline = Duration::from_millis(1500);
+            cfg.max_concurrency = 1;
+            cfg.body_limit = 4 << 20;
+        },
+    )
+    .await?;
+    let heavy = review_of(&pod_in_default("heavy", 4000));
+    let light = review_of(&pod_in_default("light", 1));
+    let order = std::sync::Mutex::new(Vec::new());
+    let (first, second) = tokio::join!(
+        async {
+            let r = h.post("/validate/fail", &heavy).await;
+            order.lock().map_err(|e| e.to_string())?.push("heavy");
+            r
+        },
+        async {
+            tokio::time::sleep(Duration::from_millis(200)).await;
+            let r = h.post("/vpol", &light).await;
+            order.lock().map_err(|e| e.to_string())?.push("light");
+            r
+        }
+    );
+    let (code, body) = first?;
+    assert_eq!(code, 200);
+    assert!(body["response"]["status"]["message"].as_str().unwrap_or_default().contains("deadline"), "{body}");
+    let (code, body) = second?;
+    assert_eq!((code, &body["response"]["allowed"]), (200, &json!(true)), "{body}");
+    assert_eq!(*order.lock().map_err(|e| e.to_string())?, ["light", "heavy"]);
+    // The CEL verdicts are the pool's: a bad image is refused with the policy's message.
+    let bad = json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "b", "namespace": "default"},
+        "spec": {"containers": [{"name": "c", "image": "bad"}]}});
+    let (code, body) = h.post("/vpol", &review_of(&bad)).await?;
+    assert_eq!((code, &body["response"]["allowed"]), (200, &json!(false)), "{body}");
+    let msg = body["response"]["status"]["message"].as_str().unwrap_or_default();
+    assert!(msg.contains("Policy no-bad-images failed: bad image"), "{msg}");
+    if let Some(r) = h.running {
+        r.shutdown(Duration::from_secs(1)).await;
+    }
+    Ok(())
+}
+
 /// A Pod `name` in `default` with `containers` containers `c0`, `c1`, ….
 fn pod_in_default(name: &str, containers: usize) -> Value {
     let containers: Vec<Value> = (0..containers).map(|i| json!({"name": format!("c{i}"), "image": "nginx"})).collect();
