@@ -211,30 +211,49 @@ pub fn yaml_scalar(text: &str) -> String {
     out
 }
 
-/// [`yaml_scalar`], appended to `out`.
+/// [`yaml_scalar`], appended to `out`. One pass over the bytes finds what decides the style
+/// (denial messages run to kilobytes and are written for every refused request).
 fn push_yaml_scalar(out: &mut String, text: &str) {
+    let bytes = text.as_bytes();
     let special_start = text
         .starts_with(['-', '?', ':', ',', '[', ']', '{', '}', '#', '&', '*', '!', '|', '>', '\'', '"', '%', '@', '`']);
-    // The words YAML reads as booleans or null are at most five letters long.
+    // The words YAML reads as booleans or null are at most five letters long; a number
+    // (`f64`'s syntax, with `inf` and `nan`) starts with a digit, a sign, a dot, `i` or `n`.
     let looks_typed = (text.len() <= 5
         && ["true", "false", "yes", "no", "on", "off", "null", "~", "y", "n"]
             .iter()
             .any(|w| text.eq_ignore_ascii_case(w)))
-        || text.parse::<f64>().is_ok();
-    if text.chars().any(char::is_control) || looks_typed || text.is_empty() {
+        || (bytes.first().is_some_and(|b| b.is_ascii_digit() || b"+-.iInN".contains(b)) && text.parse::<f64>().is_ok());
+    let (mut control, mut colon_space, mut space_hash) = (false, false, false);
+    for (i, &b) in bytes.iter().enumerate() {
+        match b {
+            // C0 controls and DEL; C1 controls are U+0080..U+009F, `C2 80`..`C2 9F` in UTF-8.
+            0..=0x1F | 0x7F => control = true,
+            0xC2 if matches!(bytes.get(i + 1), Some(0x80..=0x9F)) => control = true,
+            b':' if bytes.get(i + 1) == Some(&b' ') => colon_space = true,
+            b'#' if i > 0 && bytes.get(i - 1) == Some(&b' ') => space_hash = true,
+            _ => {}
+        }
+        if control {
+            break;
+        }
+    }
+    if control || looks_typed || text.is_empty() {
         out.push_str(&serde_json::to_string(text).unwrap_or_default());
         return;
     }
-    let plain_ok = !special_start
-        && !text.contains(": ")
-        && !text.contains(" #")
-        && !text.ends_with([' ', ':'])
-        && !text.starts_with(' ');
+    let plain_ok =
+        !special_start && !colon_space && !space_hash && !text.ends_with([' ', ':']) && !text.starts_with(' ');
     if plain_ok {
         out.push_str(text);
     } else {
         out.push('\'');
-        out.push_str(&text.replace('\'', "''"));
+        for (i, part) in text.split('\'').enumerate() {
+            if i > 0 {
+                out.push_str("''");
+            }
+            out.push_str(part);
+        }
         out.push('\'');
     }
 }
@@ -273,5 +292,17 @@ mod tests {
         assert_eq!(yaml_scalar("true"), "\"true\"");
         assert_eq!(yaml_scalar("a\nb"), "\"a\\nb\"");
         assert_eq!(yaml_scalar("-leading"), "'-leading'");
+        assert_eq!(yaml_scalar("a # b"), "'a # b'");
+        assert_eq!(yaml_scalar("a#b"), "a#b");
+        assert_eq!(yaml_scalar("a:b"), "a:b");
+        assert_eq!(yaml_scalar("ends:"), "'ends:'");
+        assert_eq!(yaml_scalar("1.5e3"), "\"1.5e3\"");
+        assert_eq!(yaml_scalar("inf"), "\"inf\"");
+        assert_eq!(yaml_scalar("NaN"), "\"NaN\"");
+        // A C1 control makes the scalar double-quoted (JSON leaves it unescaped).
+        assert_eq!(yaml_scalar("x\u{85}y"), "\"x\u{85}y\"");
+        assert_eq!(yaml_scalar("é: ü"), "'é: ü'");
+        assert_eq!(yaml_scalar("it's"), "it's");
+        assert_eq!(yaml_scalar("it's: 'x'"), "'it''s: ''x'''");
     }
 }
