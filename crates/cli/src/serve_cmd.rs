@@ -91,6 +91,10 @@ pub struct ServeArgs {
     /// Lease through the monitor webhook); 0 turns the probe off.
     #[arg(long = "probe-interval-seconds", default_value_t = 30)]
     pub probe_interval_seconds: u64,
+    /// In-cluster: answer `configMap` context entries for ConfigMaps labelled
+    /// `cache.kyverno.io/enabled` from a watch (Kyverno's `--enableConfigMapCaching`).
+    #[arg(long = "config-map-caching", default_value_t = true, action = clap::ArgAction::Set)]
+    pub config_map_caching: bool,
     /// Cache passing image verifications (Kyverno's `--imageVerifyCacheEnabled`).
     #[arg(long = "image-verify-cache", default_value_t = true, action = clap::ArgAction::Set)]
     pub image_verify_cache: bool,
@@ -263,6 +267,7 @@ pub fn run(args: &ServeArgs) -> i32 {
         });
         opts.config_map = (!args.config_map.is_empty()).then(|| args.config_map.clone());
         opts.image_verify_cache = image_cache(args);
+        opts.config_map_cache = args.config_map_caching;
         opts.probe_interval =
             (args.probe_interval_seconds > 0).then(|| Duration::from_secs(args.probe_interval_seconds));
         let rt = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {

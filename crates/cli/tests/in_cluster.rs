@@ -1345,3 +1345,54 @@ async fn namespace_objects_come_from_the_watch_not_an_api_call_per_request() {
     assert_eq!(namespace_gets(), before, "admission read the Namespace from the API server");
     replica.controller.stop().await;
 }
+
+/// A ConfigMap labelled `cache.kyverno.io/enabled` is read from a watch, as Kyverno's informer
+/// reads it: admission makes no API call for it and sees its changes; an unlabelled one is
+/// read from the API server for each request (Kyverno's client-based resolver).
+#[tokio::test]
+async fn labelled_config_maps_are_cached_and_others_are_read_each_time() {
+    let (fake, admin, replica) = setup().await;
+    let cms: Api<ConfigMap> = Api::namespaced(admin.clone(), "shop");
+    for (name, labels) in [("cached", json!({"cache.kyverno.io/enabled": "true"})), ("plain", json!({}))] {
+        let cm = serde_json::from_value(json!({"metadata": {"name": name, "labels": labels}, "data": {"team": "a"}}))
+            .unwrap();
+        cms.create(&PostParams::default(), &cm).await.unwrap();
+    }
+    let policy = r#"{
+      "apiVersion": "kyverno.io/v1", "kind": "ClusterPolicy", "metadata": {"name": "teams"},
+      "spec": {"validationFailureAction": "Enforce", "background": false, "rules": [{
+        "name": "team-from-configmaps",
+        "match": {"any": [{"resources": {"kinds": ["Pod"]}}]},
+        "context": [{"name": "cached", "configMap": {"name": "cached", "namespace": "shop"}},
+                    {"name": "plain", "configMap": {"name": "plain", "namespace": "shop"}}],
+        "validate": {"message": "team must be {{ cached.data.team }} and {{ plain.data.team }}",
+          "deny": {"conditions": {"any": [
+            {"key": "{{ request.object.metadata.labels.team || '' }}", "operator": "NotEquals", "value": "{{ cached.data.team }}"},
+            {"key": "{{ request.object.metadata.labels.team || '' }}", "operator": "NotEquals", "value": "{{ plain.data.team }}"}]}}}}]}}"#;
+    apply_policy(&admin, policy).await;
+    wait_ready(&admin, "teams").await;
+    let pods: Api<Pod> = Api::namespaced(admin.clone(), "shop");
+    let gets = |name: &str| {
+        let path = format!("/api/v1/namespaces/shop/configmaps/{name}");
+        fake.requests().iter().filter(|r| r.method == "GET" && r.path == path).count()
+    };
+    eventually("a pod admitted", || async {
+        pods.create(&PostParams::default(), &pod("first", json!({"team": "a"}))).await.ok()
+    })
+    .await;
+    let (cached, plain) = (gets("cached"), gets("plain"));
+    for i in 0..3 {
+        pods.create(&PostParams::default(), &pod(&format!("p{i}"), json!({"team": "a"}))).await.unwrap();
+    }
+    assert_eq!(gets("cached"), cached, "the labelled ConfigMap was read from the API server");
+    assert_eq!(gets("plain"), plain + 3, "the unlabelled ConfigMap is read for each request");
+    // A change to the cached one reaches admission through the watch.
+    cms.patch("cached", &PatchParams::default(), &Patch::Merge(json!({"data": {"team": "b"}}))).await.unwrap();
+    let err = eventually("the change is seen", || async {
+        pods.create(&PostParams::default(), &pod("late", json!({"team": "a"}))).await.err().map(|e| e.to_string())
+    })
+    .await;
+    assert!(err.contains("team must be b and a"), "{err}");
+    assert_eq!(gets("cached"), cached, "the labelled ConfigMap was read from the API server");
+    replica.controller.stop().await;
+}

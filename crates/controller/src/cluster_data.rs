@@ -4,11 +4,13 @@
 //! The engine is synchronous and runs on the server's blocking pool, so each read blocks that
 //! thread on the runtime (`Handle::block_on`) for at most [`TIMEOUT`]; the admission deadline
 //! and the evaluation slots bound how many wait at once. Responses over [`MAX_BYTES`] are
-//! refused. Reads are not cached yet: every evaluation that needs a ConfigMap GETs it (Kyverno
-//! keeps an informer cache; ours is future work, see docs/architecture.md).
+//! refused. ConfigMaps labelled `cache.kyverno.io/enabled` are answered from a watch
+//! ([`CachedConfigMaps`], as Kyverno's informer-based resolver); any other ConfigMap is read
+//! from the API server each time, as Kyverno's client-based resolver does.
 
 use serde_json::{Value, json};
-use std::sync::Arc;
+use std::collections::HashMap;
+use std::sync::{Arc, RwLock};
 use std::time::Duration;
 use verno_engine::{Data, Loaded};
 
@@ -17,18 +19,75 @@ pub const TIMEOUT: Duration = Duration::from_secs(5);
 /// The largest response accepted.
 pub const MAX_BYTES: usize = 16 << 20;
 
+/// The label that puts a ConfigMap in the cache (Kyverno's `LabelCacheEnabled`; any value).
+pub const CACHE_LABEL: &str = "cache.kyverno.io/enabled";
+
+/// ConfigMaps labelled [`CACHE_LABEL`], kept current by a watch: (namespace, name) → what a
+/// `configMap` context entry sees (`data` and `metadata`).
+#[derive(Debug, Default)]
+pub struct CachedConfigMaps {
+    map: RwLock<HashMap<(String, String), Value>>,
+}
+
+impl CachedConfigMaps {
+    pub fn key_of(cm: &k8s_openapi::api::core::v1::ConfigMap) -> (String, String) {
+        (cm.metadata.namespace.clone().unwrap_or_default(), cm.metadata.name.clone().unwrap_or_default())
+    }
+
+    pub fn upsert(&self, cm: &k8s_openapi::api::core::v1::ConfigMap) {
+        let Ok(v) = serde_json::to_value(cm) else { return };
+        if let Ok(mut map) = self.map.write() {
+            map.insert(Self::key_of(cm), context_value(&v));
+        }
+    }
+
+    pub fn remove(&self, key: &(String, String)) {
+        if let Ok(mut map) = self.map.write() {
+            map.remove(key);
+        }
+    }
+
+    /// Keeps only the ConfigMaps `keep` accepts (after a re-list: the ones it listed).
+    pub fn retain(&self, mut keep: impl FnMut(&(String, String)) -> bool) {
+        if let Ok(mut map) = self.map.write() {
+            map.retain(|k, _| keep(k));
+        }
+    }
+
+    fn get(&self, namespace: &str, name: &str) -> Option<Value> {
+        // One lookup key allocated per read; reads are per request and policy.
+        self.map.read().ok()?.get(&(namespace.to_string(), name.to_string())).cloned()
+    }
+}
+
+/// What a `configMap` context entry sees of a ConfigMap: its `data` and `metadata`.
+fn context_value(cm: &Value) -> Value {
+    json!({
+        "data": cm.get("data").cloned().unwrap_or(json!({})),
+        "metadata": cm.get("metadata").cloned().unwrap_or(json!({})),
+    })
+}
+
 #[derive(Clone)]
 pub struct ClusterData {
     client: kube::Client,
     runtime: tokio::runtime::Handle,
     /// Verifies `verifyImages` rules against registries (admission only).
     images: Option<Arc<verno_images::Verifier>>,
+    /// ConfigMaps labelled for caching, when the cache is on.
+    config_maps: Option<Arc<CachedConfigMaps>>,
 }
 
 impl ClusterData {
     /// Reads through `client`; must be created inside the runtime whose threads it will block.
     pub fn new(client: kube::Client) -> ClusterData {
-        ClusterData { client, runtime: tokio::runtime::Handle::current(), images: None }
+        ClusterData { client, runtime: tokio::runtime::Handle::current(), images: None, config_maps: None }
+    }
+
+    /// Answers `configMap` entries for the ConfigMaps `cache` holds from it.
+    pub fn with_config_map_cache(mut self, cache: Arc<CachedConfigMaps>) -> ClusterData {
+        self.config_maps = Some(cache);
+        self
     }
 
     /// Adds image verification: registry credentials and `keys.secret` are read from Secrets
@@ -182,11 +241,11 @@ impl Data for ClusterData {
     }
 
     fn config_map(&self, namespace: &str, name: &str) -> Loaded {
+        if let Some(cm) = self.config_maps.as_ref().and_then(|c| c.get(namespace, name)) {
+            return Loaded::Value(cm);
+        }
         match self.call("GET", &format!("/api/v1/namespaces/{namespace}/configmaps/{name}"), None) {
-            Ok(cm) => Loaded::Value(json!({
-                "data": cm.get("data").cloned().unwrap_or(json!({})),
-                "metadata": cm.get("metadata").cloned().unwrap_or(json!({})),
-            })),
+            Ok(cm) => Loaded::Value(context_value(&cm)),
             Err(e) => Loaded::Error(e),
         }
     }

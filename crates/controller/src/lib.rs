@@ -168,6 +168,10 @@ pub struct Options {
     /// `--imageVerifyCacheTTLDuration`, `--imageVerifyCacheMaxSize`): TTL and size; `None`
     /// turns it off.
     pub image_verify_cache: Option<(Duration, usize)>,
+    /// Keep ConfigMaps labelled `cache.kyverno.io/enabled` from a watch and answer `configMap`
+    /// context entries from it (Kyverno's `--enableConfigMapCaching`, on by default); other
+    /// ConfigMaps are read from the API server each time, as Kyverno reads them.
+    pub config_map_cache: bool,
 }
 
 impl Options {
@@ -199,6 +203,7 @@ impl Options {
             probe_deadline: probe::IDLE_DEADLINE,
             kinds: WATCHED.to_vec(),
             image_verify_cache: Some((verno_images::DEFAULT_CACHE_TTL, verno_images::DEFAULT_CACHE_SIZE)),
+            config_map_cache: true,
         }
     }
 
@@ -291,9 +296,13 @@ pub async fn start(client: kube::Client, server: Arc<dyn Serving>, opts: Options
     let (kick_tx, kick_rx) = watch::channel(0u64);
     let kick = Kick(Arc::new(kick_tx));
     let mut tasks = Vec::new();
-    server.set_data(Arc::new(
-        cluster_data::ClusterData::new(client.clone()).with_image_verifier(&opts.namespace, opts.image_verify_cache),
-    ));
+    let config_maps = opts.config_map_cache.then(|| Arc::new(cluster_data::CachedConfigMaps::default()));
+    let mut data =
+        cluster_data::ClusterData::new(client.clone()).with_image_verifier(&opts.namespace, opts.image_verify_cache);
+    if let Some(cache) = &config_maps {
+        data = data.with_config_map_cache(cache.clone());
+    }
+    server.set_data(Arc::new(data));
 
     // Leadership.
     tasks.push(tokio::spawn(leader::run(
@@ -342,6 +351,40 @@ pub async fn start(client: kube::Client, server: Arc<dyn Serving>, opts: Options
                             }
                         }
                         Some(Err(e)) => tracing::debug!(error = %e, "namespace watch error (retrying)"),
+                        None => return,
+                    },
+                    _ = stop.wait_for(|s| *s) => return,
+                }
+            }
+        }));
+    }
+
+    // ConfigMaps labelled for caching (Kyverno's informer with the same label selector).
+    if let Some(cache) = config_maps {
+        let api: Api<k8s_openapi::api::core::v1::ConfigMap> = Api::all(client.clone());
+        let mut stop = stop_rx.clone();
+        tasks.push(tokio::spawn(async move {
+            let config = watcher::Config::default().labels(cluster_data::CACHE_LABEL);
+            let mut s = watcher(api, config).default_backoff().boxed();
+            let mut listed: Option<std::collections::HashSet<(String, String)>> = None;
+            loop {
+                tokio::select! {
+                    ev = s.next() => match ev {
+                        Some(Ok(watcher::Event::Init)) => listed = Some(Default::default()),
+                        Some(Ok(watcher::Event::InitApply(cm))) => {
+                            if let Some(l) = listed.as_mut() {
+                                l.insert(cluster_data::CachedConfigMaps::key_of(&cm));
+                            }
+                            cache.upsert(&cm);
+                        }
+                        Some(Ok(watcher::Event::InitDone)) => {
+                            if let Some(l) = listed.take() {
+                                cache.retain(|k| l.contains(k));
+                            }
+                        }
+                        Some(Ok(watcher::Event::Apply(cm))) => cache.upsert(&cm),
+                        Some(Ok(watcher::Event::Delete(cm))) => cache.remove(&cluster_data::CachedConfigMaps::key_of(&cm)),
+                        Some(Err(e)) => tracing::debug!(error = %e, "cached ConfigMap watch error (retrying)"),
                         None => return,
                     },
                     _ = stop.wait_for(|s| *s) => return,
