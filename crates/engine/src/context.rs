@@ -3,6 +3,7 @@
 //! rule context entries) are set and restored explicitly.
 
 use serde_json::{Map, Value};
+use std::borrow::Cow;
 use verno_jmespath::{Env, Expression, RuntimeError};
 
 pub struct Context<'e> {
@@ -37,7 +38,7 @@ const MAX_SHARED: usize = 16;
 /// Saved top-level entries, restored by [`Context::restore`].
 #[must_use]
 #[derive(Default)]
-pub struct Saved(Vec<(String, Option<Value>)>);
+pub struct Saved(Vec<(Cow<'static, str>, Option<Value>)>);
 
 impl Saved {
     /// Adds what `other` must restore; restoring undoes both, latest first.
@@ -147,9 +148,24 @@ impl<'e> Context<'e> {
 
     /// Sets a top-level key, returning a handle that restores the previous value.
     pub fn set(&mut self, key: &str, v: Value) -> Saved {
-        self.touch(key);
-        let old = self.root.as_object_mut().and_then(|m| m.insert(key.to_string(), v));
-        Saved(vec![(key.to_string(), old)])
+        let mut saved = Saved(Vec::with_capacity(1));
+        self.put(&mut saved, Cow::Owned(key.to_string()), v);
+        saved
+    }
+
+    /// Sets a top-level entry, noting in `saved` what restores it. An entry that exists is
+    /// replaced in place (its key is not allocated again).
+    fn put(&mut self, saved: &mut Saved, key: Cow<'static, str>, v: Value) {
+        self.touch(&key);
+        let Some(m) = self.root.as_object_mut() else { return };
+        let old = match m.get_mut(&*key) {
+            Some(slot) => Some(std::mem::replace(slot, v)),
+            None => {
+                m.insert(key.to_string(), v);
+                None
+            }
+        };
+        saved.0.push((key, old));
     }
 
     /// Sets a dotted path (`request.operation`, `a.b.c`), creating objects on the way.
@@ -163,7 +179,7 @@ impl<'e> Context<'e> {
             let slot = m.entry(first.clone()).or_insert(Value::Null);
             set_in(slot, segs.get(1..).unwrap_or_default(), v);
         }
-        Saved(vec![(first, old)])
+        Saved(vec![(Cow::Owned(first), old)])
     }
 
     /// Sets a foreach element: `element`, `elementIndex` and, when `numbered`, their
@@ -171,21 +187,18 @@ impl<'e> Context<'e> {
     pub fn set_element(&mut self, element: &Value, index: usize, nesting: usize, numbered: bool) -> Saved {
         const ELEMENT: [&str; 4] = ["element0", "element1", "element2", "element3"];
         const INDEX: [&str; 4] = ["elementIndex0", "elementIndex1", "elementIndex2", "elementIndex3"];
-        let mut saved = self.set("element", element.clone());
-        saved.absorb(self.set("elementIndex", Value::from(index as i64)));
+        let mut saved = Saved(Vec::with_capacity(if numbered { 4 } else { 2 }));
+        self.put(&mut saved, Cow::Borrowed("element"), element.clone());
+        self.put(&mut saved, Cow::Borrowed("elementIndex"), Value::from(index as i64));
         if !numbered {
             return saved;
         }
-        match (ELEMENT.get(nesting), INDEX.get(nesting)) {
-            (Some(e), Some(i)) => {
-                saved.absorb(self.set(e, element.clone()));
-                saved.absorb(self.set(i, Value::from(index as i64)));
-            }
-            _ => {
-                saved.absorb(self.set(&format!("element{nesting}"), element.clone()));
-                saved.absorb(self.set(&format!("elementIndex{nesting}"), Value::from(index as i64)));
-            }
-        }
+        let (e, i): (Cow<'static, str>, Cow<'static, str>) = match (ELEMENT.get(nesting), INDEX.get(nesting)) {
+            (Some(e), Some(i)) => (Cow::Borrowed(*e), Cow::Borrowed(*i)),
+            _ => (Cow::Owned(format!("element{nesting}")), Cow::Owned(format!("elementIndex{nesting}"))),
+        };
+        self.put(&mut saved, e, element.clone());
+        self.put(&mut saved, i, Value::from(index as i64));
         saved
     }
 
@@ -237,12 +250,13 @@ impl<'e> Context<'e> {
         }
         if let Some(m) = self.root.as_object_mut() {
             for (k, old) in saved.0.into_iter().rev() {
-                match old {
-                    Some(v) => {
-                        m.insert(k, v);
+                match (old, m.get_mut(&*k)) {
+                    (Some(v), Some(slot)) => *slot = v,
+                    (Some(v), None) => {
+                        m.insert(k.into_owned(), v);
                     }
-                    None => {
-                        m.remove(&k);
+                    (None, _) => {
+                        m.remove(&*k);
                     }
                 }
             }

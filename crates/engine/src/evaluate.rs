@@ -337,11 +337,20 @@ pub struct Sequence<'r> {
     /// What matching reads from the request's own object, worked out at the first policy
     /// (used while no mutation changed the object).
     facts: Option<MatchInput<'r>>,
+    /// Whether responses say why rules did not apply ([`PolicyResponse::not_applied`]).
+    explain: bool,
 }
 
 impl<'r> Sequence<'r> {
     pub fn new(req: Request<'r>) -> Self {
-        Sequence { req, patched: None, facts: None }
+        Sequence { req, patched: None, facts: None, explain: true }
+    }
+
+    /// Leaves [`PolicyResponse::not_applied`] empty: a caller that drops the responses (a
+    /// webhook call) does not need to know why rules did not apply.
+    pub fn without_explanations(mut self) -> Self {
+        self.explain = false;
+        self
     }
 
     /// Runs one phase of one policy on the object as patched so far. A Mutate response's
@@ -359,7 +368,7 @@ impl<'r> Sequence<'r> {
             None => Some(&*self.facts.get_or_insert_with(|| match_input(&self.req))),
             Some(_) => None,
         };
-        let mut r = evaluate_phase_with(policy, phase, exceptions, &req, facts, ctx, data);
+        let mut r = evaluate_phase_with(policy, phase, exceptions, &req, facts, ctx, data, self.explain);
         if matches!(phase, Phase::Verify | Phase::PinDigests) {
             // Only a policy whose images were verified carries the object on: the others'
             // responses keep what their own mutations made.
@@ -398,7 +407,7 @@ pub fn evaluate_policy(
     ctx: &mut Context,
     data: &dyn Data,
 ) -> PolicyResponse {
-    evaluate_phase_with(policy, Phase::All, exceptions, req, None, ctx, data)
+    evaluate_phase_with(policy, Phase::All, exceptions, req, None, ctx, data, true)
 }
 
 /// What matching reads from the request and the object it is about.
@@ -427,6 +436,8 @@ fn match_input<'a>(req: &Request<'a>) -> MatchInput<'a> {
 /// Evaluates the rules of one phase. Mutate rules patch `request.object` in `ctx` as they go,
 /// so later rules (and the caller's later policies) see the patched resource; the response's
 /// `patched` holds it. `facts`: what matching reads, when the caller has it for `req`.
+/// `explain`: note why rules did not apply.
+#[allow(clippy::too_many_arguments)]
 fn evaluate_phase_with(
     policy: &CompiledPolicy,
     phase: Phase,
@@ -435,8 +446,14 @@ fn evaluate_phase_with(
     facts: Option<&MatchInput>,
     ctx: &mut Context,
     data: &dyn Data,
+    explain: bool,
 ) -> PolicyResponse {
     let mut resp = PolicyResponse { policy: policy.key(), ..Default::default() };
+    fn note(resp: &mut PolicyResponse, explain: bool, why: impl FnOnce() -> NotApplied) {
+        if explain {
+            resp.not_applied.push(why());
+        }
+    }
     ctx.set_namespace_view(NamespaceView::of(policy.kind));
     let own;
     let input = match facts {
@@ -450,7 +467,7 @@ fn evaluate_phase_with(
     if policy.kind.is_namespaced() {
         let pns = policy.namespace.as_deref().unwrap_or("default");
         if namespace.is_empty() || namespace != pns {
-            resp.not_applied.push(NotApplied {
+            note(&mut resp, explain, || NotApplied {
                 rule: None,
                 reason: format!("namespaced policy {pns}/{} does not apply to namespace {namespace:?}", policy.name)
                     .into(),
@@ -463,7 +480,7 @@ fn evaluate_phase_with(
         if let Some(name) =
             policy.match_conditions.iter().find(|(_, e)| !matches!(e.eval_bool(&vars), Ok(true))).map(|(n, _)| n)
         {
-            resp.not_applied.push(NotApplied {
+            note(&mut resp, explain, || NotApplied {
                 rule: None,
                 reason: format!("webhookConfiguration.matchConditions {name} does not hold").into(),
             });
@@ -484,11 +501,11 @@ fn evaluate_phase_with(
             continue;
         }
         if let Err(reason) = rule.matcher.matches(input) {
-            resp.not_applied.push(NotApplied { rule: Some(index), reason });
+            note(&mut resp, explain, || NotApplied { rule: Some(index), reason });
             continue;
         }
         if rule.exclude.as_ref().is_some_and(|e| e.excludes(input)) {
-            resp.not_applied.push(NotApplied { rule: Some(index), reason: "excluded".into() });
+            note(&mut resp, explain, || NotApplied { rule: Some(index), reason: "excluded".into() });
             continue;
         }
         let mut patched: Option<Value> = None;
@@ -521,7 +538,7 @@ fn evaluate_phase_with(
                 break;
             }
         } else {
-            resp.not_applied.push(NotApplied { rule: Some(index), reason: "the rule produced no result".into() });
+            note(&mut resp, explain, || NotApplied { rule: Some(index), reason: "the rule produced no result".into() });
         }
     }
     resp.patched = current;

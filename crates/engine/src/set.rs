@@ -531,6 +531,9 @@ impl PolicySet {
         let mut ctx = build_context_with(&req, env, self.reads_images);
         ctx.set_live_namespace(held.as_ref().map(|h| h.object.clone()));
         let mut seq = Sequence::new(req.clone());
+        if !scope.keep_responses {
+            seq = seq.without_explanations();
+        }
         let kept: Vec<(usize, &Arc<CompiledPolicy>)> =
             self.policies.iter().enumerate().filter(|(_, p)| scope.keeps(p)).collect();
         let capacity = if scope.keep_responses { kept.len() } else { 0 };
