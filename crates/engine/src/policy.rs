@@ -111,14 +111,16 @@ impl CompiledPolicy {
     ///
     /// - A ClusterPolicy or Policy whose context entries (rule, foreach or target level) are all
     ///   `variable`s, with no image verification, signed manifests, generate or mutate-existing
-    ///   rules, and no CEL anywhere (`validate.cel`, `celPreconditions`, webhook
-    ///   `matchConditions`: CEL there may read parameter resources or the authorizer).
+    ///   rules, and whose CEL (`validate.cel`, `celPreconditions`, webhook `matchConditions`)
+    ///   has no parameters and no expression that reads the world (below).
     /// - A ValidatingPolicy or MutatingPolicy (and their namespaced kinds) with no parameters
     ///   (`paramKind`, `paramRef`), no mutate-existing targets, and no expression that calls a
     ///   library reading the world (`resource.*`, `http.*`, `globalContext`, `image.GetMetadata`,
-    ///   the authorizer, `time.now()`). Its `namespaceObject` is read through the data port
-    ///   unless the set holds the namespace ([`crate::LiveNamespaces`]): a caller that wants no
-    ///   I/O checks [`crate::PolicySet::holds_namespace_of`] first.
+    ///   the authorizer, `time.now()`).
+    ///
+    /// CEL's `namespaceObject` is read through the data port unless the set holds the
+    /// namespace ([`crate::LiveNamespaces`]): a caller that wants no I/O checks
+    /// [`crate::PolicySet::holds_namespace_of`] first.
     /// - No other kind (image verification, generation, cleanup).
     pub fn self_contained(&self) -> bool {
         fn plain(v: &Value) -> bool {
@@ -134,7 +136,8 @@ impl CompiledPolicy {
                         })
                     }),
                     "verifyImages" => v.as_array().is_none_or(Vec::is_empty),
-                    "manifests" | "generate" | "targets" | "cel" | "celPreconditions" => v.is_null(),
+                    "manifests" | "generate" | "targets" => v.is_null(),
+                    "cel" | "celPreconditions" => !reads_world(v),
                     _ => plain(v),
                 }),
                 Value::Array(a) => a.iter().all(plain),
@@ -156,8 +159,8 @@ impl CompiledPolicy {
         }
         match self.kind {
             Kind::ClusterPolicy | Kind::Policy => {
-                self.match_conditions.is_empty()
-                    && self.rules.iter().all(|r| r.cel_preconditions.is_empty())
+                self.match_conditions.iter().all(|(_, e)| !e.uses_host())
+                    && self.rules.iter().all(|r| r.cel_preconditions.iter().all(|(_, e)| !e.uses_host()))
                     && self.document.pointer("/spec/rules").is_none_or(plain)
             }
             Kind::ValidatingPolicy

@@ -30,11 +30,9 @@ fn reasons_are_given_to_callers_that_keep_responses() {
     let pod = json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "x", "namespace": "default"}});
     let req = Request::new("CREATE", &pod);
     let route = || Route::Kyverno(Hook::Validate, Filter::All);
-    for (scope, explained) in [
-        (Scope::ALL, true),
-        (Scope::webhook(route()).keeping_responses(), true),
-        (Scope::webhook(route()), false),
-    ] {
+    for (scope, explained) in
+        [(Scope::ALL, true), (Scope::webhook(route()).keeping_responses(), true), (Scope::webhook(route()), false)]
+    {
         let mut seen = Seen::default();
         let out = set.evaluate(&req, scope, &verno_jmespath::NoEnv, &NoData, &mut seen);
         assert!(out.allowed());

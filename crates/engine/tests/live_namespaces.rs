@@ -123,3 +123,25 @@ fn a_request_is_answerable_without_io_when_its_namespace_is_held() {
     let offline = PolicySet::new(vec![team_policy()], Vec::new());
     assert!(offline.holds_namespace_of(&review(pod("fresh"), Value::Null)));
 }
+
+#[test]
+fn validate_cel_in_a_cluster_policy_reads_a_held_namespace_too() {
+    let doc = json!({"apiVersion": "kyverno.io/v1", "kind": "ClusterPolicy", "metadata": {"name": "team"},
+        "spec": {"validationFailureAction": "Enforce", "rules": [{"name": "r",
+            "match": {"any": [{"resources": {"kinds": ["Pod"]}}]},
+            "validate": {"cel": {"expressions": [{"expression": "namespaceObject.metadata.labels.team == 'a'",
+                "messageExpression": "'team ' + namespaceObject.metadata.labels.team"}]}}}]}});
+    let Ok(Compiled::Policy(p)) = compile(&doc, &[]) else { panic!("compiles") };
+    let set = PolicySet::new(vec![Arc::new(p)], Vec::new()).with_live_namespaces(live());
+    let port = Port::default();
+    let run = |ns: &str| {
+        let object = pod(ns);
+        let route = Route::Kyverno(Hook::Validate, Filter::All);
+        set.evaluate(&Request::new("CREATE", &object), Scope::webhook(route), &verno_jmespath::NoEnv, &port, &mut ())
+            .denial("Pod", ns, "p")
+    };
+    assert_eq!(run("held"), None);
+    assert!(port.0.lock().unwrap().is_empty());
+    assert!(run("fresh").unwrap().contains("team from-port"));
+    assert_eq!(*port.0.lock().unwrap(), ["fresh"]);
+}

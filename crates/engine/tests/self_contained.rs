@@ -144,9 +144,11 @@ fn reading_the_cluster_verifying_images_or_generating_is_not() {
             "validate": {"deny": {"conditions": {"any": [{"key": "{{ i }}", "operator": "Equals", "value": "y"}]}}}}),
         json!({"verifyImages": [{"imageReferences": ["*"], "attestors": [{"entries": [{"keys": {"publicKeys": "-----BEGIN PUBLIC KEY-----\nMFkwEwYHKoZIzj0CAQYIKoZIzj0DAQcDQgAE8nXRh950IZbRj8Ra/N9sbqOPZrfM\n5/KAQN0/KjHcorm/J5yQtVgOr5BnHa6sEH0o4ZkzCm4jwrwJBGhcuKqYaQ==\n-----END PUBLIC KEY-----"}}]}]}]}),
         json!({"generate": {"apiVersion": "v1", "kind": "ConfigMap", "name": "x", "namespace": "default", "data": {"data": {"a": "b"}}}}),
-        // CEL may read namespaceObject, parameter resources or the authorizer.
-        json!({"validate": {"cel": {"expressions": [{"expression": "namespaceObject.metadata.name != 'x'"}]}}}),
-        json!({"celPreconditions": [{"name": "p", "expression": "true"}],
+        // CEL that reads parameter resources, the authorizer or a library reading the cluster.
+        json!({"validate": {"cel": {"paramKind": {"apiVersion": "v1", "kind": "ConfigMap"},
+            "expressions": [{"expression": "params.data.x == 'y'"}]}}}),
+        json!({"validate": {"cel": {"expressions": [{"expression": "authorizer.group('').resource('pods').check('get').allowed()"}]}}}),
+        json!({"celPreconditions": [{"name": "p", "expression": "resource.List('v1', 'pods', '') != null"}],
             "validate": {"cel": {"expressions": [{"expression": "true"}]}}}),
     ];
     for rule in reads {
@@ -156,6 +158,23 @@ fn reading_the_cluster_verifying_images_or_generating_is_not() {
     // The policy's webhook matchConditions are CEL too.
     let mut conditioned = pattern.clone();
     conditioned["spec"]["webhookConfiguration"] =
-        json!({"matchConditions": [{"name": "m", "expression": "object.metadata.name != 'x'"}]});
+        json!({"matchConditions": [{"name": "m", "expression": "http.Get('https://x') != null"}]});
     assert!(!set(&[pattern, conditioned]).self_contained(&KYVERNO));
+}
+
+#[test]
+fn cel_in_cluster_policies_reading_only_the_request_is_self_contained() {
+    let plain = [
+        json!({"validate": {"cel": {"expressions": [{"expression": "namespaceObject.metadata.name != 'x'"}]}}}),
+        json!({"celPreconditions": [{"name": "p", "expression": "object.metadata.name != 'y'"}],
+            "validate": {"cel": {"variables": [{"name": "n", "expression": "object.metadata.name"}],
+                "expressions": [{"expression": "variables.n != 'x'", "messageExpression": "'name ' + variables.n"}]}}}),
+    ];
+    for rule in plain {
+        assert!(set(&[cpol("cel", rule.clone())]).self_contained(&KYVERNO), "{rule}");
+    }
+    let mut conditioned = cpol("p", json!({"validate": {"pattern": {"spec": {"=(hostNetwork)": false}}}}));
+    conditioned["spec"]["webhookConfiguration"] =
+        json!({"matchConditions": [{"name": "m", "expression": "object.metadata.name != 'x'"}]});
+    assert!(set(&[conditioned]).self_contained(&KYVERNO));
 }

@@ -326,8 +326,9 @@ async fn handle(
 /// the deadline. An evaluation that took long sends the set to the blocking pool. A panic sends
 /// the set there too, and this request with it (`None`: evaluate it on the pool, where a panic
 /// becomes the failure policy's answer): evaluating has no effect outside its answer, and
-/// something the set does may not belong on the executor after all (a blocking read). A CEL
-/// request whose Namespace the set does not hold goes to the pool as well (`None`).
+/// something the set does may not belong on the executor after all (a blocking read). A
+/// request whose Namespace the set does not hold (CEL may read it) goes to the pool as well
+/// (`None`).
 fn inline(
     state: &AppState,
     set: Arc<PolicySet>,
@@ -340,9 +341,9 @@ fn inline(
         Ok(r) => r,
         Err(e) => return Some(text(StatusCode::BAD_REQUEST, &e.to_string())),
     };
-    // CEL policies read the request's Namespace: one the watch has not delivered yet is read
-    // from the API server, on the pool.
-    if matches!(route, Route::Cel { .. }) && review.request.as_ref().is_some_and(|r| !set.holds_namespace_of(r)) {
+    // CEL expressions read the request's Namespace: one the watch has not delivered yet is
+    // read from the API server, on the pool.
+    if review.request.as_ref().is_some_and(|r| !set.holds_namespace_of(r)) {
         return None;
     }
     let allow_on_error = admission::allows_on_error(&set, &route);
