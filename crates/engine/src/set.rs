@@ -554,10 +554,11 @@ impl PolicySet {
                         saved.absorb(ctx.set_path(&k, v));
                     }
                 }
-                let r = seq.evaluate(p, phase, &self.exceptions, &mut ctx, data);
+                let mut r = seq.evaluate(p, phase, &self.exceptions, &mut ctx, data);
                 seq.restore(&mut ctx, saved);
                 observer.policy_finished(i, &r);
-                judge(&mut out, i, p, phase, &r);
+                // A response nobody keeps gives its strings to the verdict instead of copies.
+                judge(&mut out, i, p, phase, &mut r, !scope.keep_responses);
                 if !scope.keep_responses {
                     continue;
                 }
@@ -612,13 +613,19 @@ impl PolicySet {
     }
 }
 
-/// What one policy's phase means for the request: refusals, warnings and violations.
-fn judge(out: &mut Outcome, i: usize, p: &CompiledPolicy, phase: Phase, r: &PolicyResponse) {
+/// What one policy's phase means for the request: refusals, warnings and violations. With
+/// `take`, the response is dropped afterwards: its names and messages are moved, not copied.
+fn judge(out: &mut Outcome, i: usize, p: &CompiledPolicy, phase: Phase, r: &mut PolicyResponse, take: bool) {
     note_applied(out, i, phase, r);
     match p.kind {
-        Kind::ClusterPolicy | Kind::Policy => judge_kyverno(out, i, p, phase, r),
+        Kind::ClusterPolicy | Kind::Policy => judge_kyverno(out, i, p, phase, r, take),
         _ => judge_cel(out, i, p, phase, r),
     }
+}
+
+/// `s` itself when the response it belongs to is dropped afterwards (`take`), else a copy.
+fn grab(s: &mut String, take: bool) -> String {
+    if take { std::mem::take(s) } else { s.clone() }
 }
 
 /// A policy whose rules ran without a failure or an error, as Kyverno's admission events see
@@ -698,7 +705,7 @@ fn judge_cel(out: &mut Outcome, i: usize, p: &CompiledPolicy, phase: Phase, r: &
 }
 
 /// ClusterPolicy and Policy, as Kyverno's `/validate` and `/mutate` handlers answer.
-fn judge_kyverno(out: &mut Outcome, i: usize, p: &CompiledPolicy, phase: Phase, r: &PolicyResponse) {
+fn judge_kyverno(out: &mut Outcome, i: usize, p: &CompiledPolicy, phase: Phase, r: &mut PolicyResponse, take: bool) {
     match phase {
         Phase::Mutate => {
             let bad: Vec<&str> = r.rules.iter().filter(|x| p.blocks(x)).map(|x| x.name.as_str()).collect();
@@ -717,7 +724,9 @@ fn judge_kyverno(out: &mut Outcome, i: usize, p: &CompiledPolicy, phase: Phase, 
         // verifyImages failures refuse the request as validation failures do (Kyverno's
         // image verification handler uses the same blocking rule and message).
         Phase::Validate | Phase::Verify => {
-            for rr in &r.rules {
+            // The policy's entry, made (its key spelled out) once per policy.
+            let mut blocked = r.rules.iter().any(|rr| p.blocks(rr)).then(|| out.blocked.entry(p.key()).or_default());
+            for rr in &mut r.rules {
                 let blocks = p.blocks(rr);
                 if matches!(rr.status, Status::Fail | Status::Error) {
                     out.violations.push(RuleViolation {
@@ -729,7 +738,9 @@ fn judge_kyverno(out: &mut Outcome, i: usize, p: &CompiledPolicy, phase: Phase, 
                     });
                 }
                 if blocks {
-                    out.blocked.entry(p.key()).or_default().insert(rr.name.clone(), rr.message.clone());
+                    if let Some(rules) = blocked.as_mut() {
+                        rules.insert(grab(&mut rr.name, take), grab(&mut rr.message, take));
+                    }
                 } else if p.emit_warning && rr.status != Status::Skip && rr.status != Status::Pass {
                     out.warnings.push(format!("policy {}.{}: {}", p.key(), rr.name, rr.message));
                 }
