@@ -22,11 +22,11 @@ pub const MAX_BYTES: usize = 16 << 20;
 /// The label that puts a ConfigMap in the cache (Kyverno's `LabelCacheEnabled`; any value).
 pub const CACHE_LABEL: &str = "cache.kyverno.io/enabled";
 
-/// ConfigMaps labelled [`CACHE_LABEL`], kept current by a watch: (namespace, name) → what a
+/// ConfigMaps labelled [`CACHE_LABEL`], kept current by a watch: namespace → name → what a
 /// `configMap` context entry sees (`data` and `metadata`).
 #[derive(Debug, Default)]
 pub struct CachedConfigMaps {
-    map: RwLock<HashMap<(String, String), Value>>,
+    map: RwLock<HashMap<String, HashMap<String, Value>>>,
 }
 
 impl CachedConfigMaps {
@@ -36,27 +36,36 @@ impl CachedConfigMaps {
 
     pub fn upsert(&self, cm: &k8s_openapi::api::core::v1::ConfigMap) {
         let Ok(v) = serde_json::to_value(cm) else { return };
+        let (namespace, name) = Self::key_of(cm);
         if let Ok(mut map) = self.map.write() {
-            map.insert(Self::key_of(cm), context_value(&v));
+            map.entry(namespace).or_default().insert(name, context_value(&v));
         }
     }
 
-    pub fn remove(&self, key: &(String, String)) {
-        if let Ok(mut map) = self.map.write() {
-            map.remove(key);
+    pub fn remove(&self, (namespace, name): &(String, String)) {
+        if let Ok(mut map) = self.map.write()
+            && let Some(names) = map.get_mut(namespace)
+        {
+            names.remove(name);
+            if names.is_empty() {
+                map.remove(namespace);
+            }
         }
     }
 
     /// Keeps only the ConfigMaps `keep` accepts (after a re-list: the ones it listed).
     pub fn retain(&self, mut keep: impl FnMut(&(String, String)) -> bool) {
         if let Ok(mut map) = self.map.write() {
-            map.retain(|k, _| keep(k));
+            for (namespace, names) in map.iter_mut() {
+                // The pair is rebuilt per entry: a re-list is rare.
+                names.retain(|name, _| keep(&(namespace.clone(), name.clone())));
+            }
+            map.retain(|_, names| !names.is_empty());
         }
     }
 
     fn get(&self, namespace: &str, name: &str) -> Option<Value> {
-        // One lookup key allocated per read; reads are per request and policy.
-        self.map.read().ok()?.get(&(namespace.to_string(), name.to_string())).cloned()
+        self.map.read().ok()?.get(namespace)?.get(name).cloned()
     }
 }
 
@@ -259,5 +268,38 @@ impl Data for ClusterData {
             Ok(v) => Loaded::Value(v),
             Err(e) => Loaded::Error(e),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)] // a test fails by panicking
+    use super::*;
+
+    fn cm(namespace: &str, name: &str, team: &str) -> k8s_openapi::api::core::v1::ConfigMap {
+        serde_json::from_value(json!({"metadata": {"name": name, "namespace": namespace,
+            "labels": {CACHE_LABEL: "true"}}, "data": {"team": team}}))
+        .unwrap()
+    }
+
+    #[test]
+    fn the_cache_follows_its_watch_and_answers_as_a_config_map_entry_sees_it() {
+        let cache = CachedConfigMaps::default();
+        cache.upsert(&cm("a", "one", "x"));
+        cache.upsert(&cm("a", "two", "y"));
+        cache.upsert(&cm("b", "one", "z"));
+        let got = cache.get("a", "one").unwrap();
+        assert_eq!(got["data"], json!({"team": "x"}));
+        assert_eq!(got["metadata"]["name"], "one");
+        assert!(got.get("apiVersion").is_none() && got.get("kind").is_none(), "{got}");
+        cache.upsert(&cm("a", "one", "changed"));
+        assert_eq!(cache.get("a", "one").unwrap()["data"]["team"], "changed");
+        cache.remove(&("a".to_string(), "two".to_string()));
+        assert!(cache.get("a", "two").is_none());
+        // A re-list that no longer lists b/one drops it.
+        cache.retain(|(ns, name)| !(ns == "b" && name == "one"));
+        assert!(cache.get("b", "one").is_none());
+        assert!(cache.get("a", "one").is_some());
+        assert!(cache.get("c", "one").is_none());
     }
 }
