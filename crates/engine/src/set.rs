@@ -81,14 +81,6 @@ impl LiveNamespaces {
     pub fn get(&self, name: &str) -> Option<Arc<LiveNamespace>> {
         self.map.read().ok()?.get(name).cloned()
     }
-
-    pub fn len(&self) -> usize {
-        self.map.read().map_or(0, |m| m.len())
-    }
-
-    pub fn is_empty(&self) -> bool {
-        self.len() == 0
-    }
 }
 
 /// What metrics and reports say about a policy, made once per set and shared by pointer.
