@@ -4,13 +4,14 @@
 //! The engine is synchronous and runs on the server's blocking pool, so each read blocks that
 //! thread on the runtime (`Handle::block_on`) for at most [`TIMEOUT`]; the admission deadline
 //! and the evaluation slots bound how many wait at once. Responses over [`MAX_BYTES`] are
-//! refused. ConfigMaps labelled `cache.kyverno.io/enabled` are answered from a watch
-//! ([`CachedConfigMaps`], as Kyverno's informer-based resolver); any other ConfigMap is read
-//! from the API server each time, as Kyverno's client-based resolver does.
+//! refused. ConfigMaps labelled `cache.kyverno.io/enabled` are answered from a reflector store
+//! fed by a label-selected watch (as Kyverno's informer-based resolver); any other ConfigMap
+//! is read from the API server each time, as Kyverno's client-based resolver does.
 
+use k8s_openapi::api::core::v1::ConfigMap;
+use kube::runtime::reflector::{ObjectRef, Store};
 use serde_json::{Value, json};
-use std::collections::HashMap;
-use std::sync::{Arc, RwLock};
+use std::sync::Arc;
 use std::time::Duration;
 use verno_engine::{Data, Loaded};
 
@@ -21,53 +22,6 @@ pub const MAX_BYTES: usize = 16 << 20;
 
 /// The label that puts a ConfigMap in the cache (Kyverno's `LabelCacheEnabled`; any value).
 pub const CACHE_LABEL: &str = "cache.kyverno.io/enabled";
-
-/// ConfigMaps labelled [`CACHE_LABEL`], kept current by a watch: namespace → name → what a
-/// `configMap` context entry sees (`data` and `metadata`).
-#[derive(Debug, Default)]
-pub struct CachedConfigMaps {
-    map: RwLock<HashMap<String, HashMap<String, Value>>>,
-}
-
-impl CachedConfigMaps {
-    pub fn key_of(cm: &k8s_openapi::api::core::v1::ConfigMap) -> (String, String) {
-        (cm.metadata.namespace.clone().unwrap_or_default(), cm.metadata.name.clone().unwrap_or_default())
-    }
-
-    pub fn upsert(&self, cm: &k8s_openapi::api::core::v1::ConfigMap) {
-        let Ok(v) = serde_json::to_value(cm) else { return };
-        let (namespace, name) = Self::key_of(cm);
-        if let Ok(mut map) = self.map.write() {
-            map.entry(namespace).or_default().insert(name, context_value(&v));
-        }
-    }
-
-    pub fn remove(&self, (namespace, name): &(String, String)) {
-        if let Ok(mut map) = self.map.write()
-            && let Some(names) = map.get_mut(namespace)
-        {
-            names.remove(name);
-            if names.is_empty() {
-                map.remove(namespace);
-            }
-        }
-    }
-
-    /// Keeps only the ConfigMaps `keep` accepts (after a re-list: the ones it listed).
-    pub fn retain(&self, mut keep: impl FnMut(&(String, String)) -> bool) {
-        if let Ok(mut map) = self.map.write() {
-            for (namespace, names) in map.iter_mut() {
-                // The pair is rebuilt per entry: a re-list is rare.
-                names.retain(|name, _| keep(&(namespace.clone(), name.clone())));
-            }
-            map.retain(|_, names| !names.is_empty());
-        }
-    }
-
-    fn get(&self, namespace: &str, name: &str) -> Option<Value> {
-        self.map.read().ok()?.get(namespace)?.get(name).cloned()
-    }
-}
 
 /// What a `configMap` context entry sees of a ConfigMap: its `data` and `metadata`.
 fn context_value(cm: &Value) -> Value {
@@ -83,8 +37,8 @@ pub struct ClusterData {
     runtime: tokio::runtime::Handle,
     /// Verifies `verifyImages` rules against registries (admission only).
     images: Option<Arc<verno_images::Verifier>>,
-    /// ConfigMaps labelled for caching, when the cache is on.
-    config_maps: Option<Arc<CachedConfigMaps>>,
+    /// ConfigMaps labelled [`CACHE_LABEL`], when the cache is on.
+    config_maps: Option<Store<ConfigMap>>,
 }
 
 impl ClusterData {
@@ -94,7 +48,7 @@ impl ClusterData {
     }
 
     /// Answers `configMap` entries for the ConfigMaps `cache` holds from it.
-    pub fn with_config_map_cache(mut self, cache: Arc<CachedConfigMaps>) -> ClusterData {
+    pub fn with_config_map_cache(mut self, cache: Store<ConfigMap>) -> ClusterData {
         self.config_maps = Some(cache);
         self
     }
@@ -215,13 +169,10 @@ impl Data for ClusterData {
 
     /// Only for a namespace the watch has not delivered yet (the policy set answers from its
     /// [`verno_engine::LiveNamespaces`] first), as Kyverno falls back from its lister to the
-    /// API. Without `apiVersion` and `kind`, as Kyverno's typed client hands it to CEL.
+    /// API; shaped as the watch's.
     fn namespace_object(&self, name: &str) -> Option<Value> {
         let mut ns = self.call("GET", &format!("/api/v1/namespaces/{name}"), None).ok()?;
-        if let Some(m) = ns.as_object_mut() {
-            m.remove("apiVersion");
-            m.remove("kind");
-        }
+        verno_engine::LiveNamespaces::as_cel_sees_it(&mut ns);
         Some(ns)
     }
 
@@ -250,8 +201,9 @@ impl Data for ClusterData {
     }
 
     fn config_map(&self, namespace: &str, name: &str) -> Loaded {
-        if let Some(cm) = self.config_maps.as_ref().and_then(|c| c.get(namespace, name)) {
-            return Loaded::Value(cm);
+        let cached = self.config_maps.as_ref().and_then(|c| c.get(&ObjectRef::new(name).within(namespace)));
+        if let Some(cm) = cached.and_then(|cm| serde_json::to_value(&*cm).ok()) {
+            return Loaded::Value(context_value(&cm));
         }
         match self.call("GET", &format!("/api/v1/namespaces/{namespace}/configmaps/{name}"), None) {
             Ok(cm) => Loaded::Value(context_value(&cm)),
@@ -268,38 +220,5 @@ impl Data for ClusterData {
             Ok(v) => Loaded::Value(v),
             Err(e) => Loaded::Error(e),
         }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    #![allow(clippy::unwrap_used)] // a test fails by panicking
-    use super::*;
-
-    fn cm(namespace: &str, name: &str, team: &str) -> k8s_openapi::api::core::v1::ConfigMap {
-        serde_json::from_value(json!({"metadata": {"name": name, "namespace": namespace,
-            "labels": {CACHE_LABEL: "true"}}, "data": {"team": team}}))
-        .unwrap()
-    }
-
-    #[test]
-    fn the_cache_follows_its_watch_and_answers_as_a_config_map_entry_sees_it() {
-        let cache = CachedConfigMaps::default();
-        cache.upsert(&cm("a", "one", "x"));
-        cache.upsert(&cm("a", "two", "y"));
-        cache.upsert(&cm("b", "one", "z"));
-        let got = cache.get("a", "one").unwrap();
-        assert_eq!(got["data"], json!({"team": "x"}));
-        assert_eq!(got["metadata"]["name"], "one");
-        assert!(got.get("apiVersion").is_none() && got.get("kind").is_none(), "{got}");
-        cache.upsert(&cm("a", "one", "changed"));
-        assert_eq!(cache.get("a", "one").unwrap()["data"]["team"], "changed");
-        cache.remove(&("a".to_string(), "two".to_string()));
-        assert!(cache.get("a", "two").is_none());
-        // A re-list that no longer lists b/one drops it.
-        cache.retain(|(ns, name)| !(ns == "b" && name == "one"));
-        assert!(cache.get("b", "one").is_none());
-        assert!(cache.get("a", "one").is_some());
-        assert!(cache.get("c", "one").is_none());
     }
 }

@@ -30,7 +30,7 @@ pub mod webhooks;
 use futures_util::StreamExt;
 use k8s_openapi::api::admissionregistration::v1::{MutatingWebhookConfiguration, ValidatingWebhookConfiguration};
 use k8s_openapi::api::apps::v1::Deployment;
-use k8s_openapi::api::core::v1::{Namespace, Secret};
+use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Secret};
 use k8s_openapi::api::rbac::v1::ClusterRole;
 use kube::api::{Api, DynamicObject, Patch, PatchParams};
 use kube::runtime::events::{Event as KubeEvent, EventType, Recorder, Reporter};
@@ -296,11 +296,11 @@ pub async fn start(client: kube::Client, server: Arc<dyn Serving>, opts: Options
     let (kick_tx, kick_rx) = watch::channel(0u64);
     let kick = Kick(Arc::new(kick_tx));
     let mut tasks = Vec::new();
-    let config_maps = opts.config_map_cache.then(|| Arc::new(cluster_data::CachedConfigMaps::default()));
+    let config_maps = opts.config_map_cache.then(reflector::store::Writer::<ConfigMap>::default);
     let mut data =
         cluster_data::ClusterData::new(client.clone()).with_image_verifier(&opts.namespace, opts.image_verify_cache);
-    if let Some(cache) = &config_maps {
-        data = data.with_config_map_cache(cache.clone());
+    if let Some(writer) = &config_maps {
+        data = data.with_config_map_cache(writer.as_reader());
     }
     server.set_data(Arc::new(data));
 
@@ -360,31 +360,17 @@ pub async fn start(client: kube::Client, server: Arc<dyn Serving>, opts: Options
     }
 
     // ConfigMaps labelled for caching (Kyverno's informer with the same label selector).
-    if let Some(cache) = config_maps {
-        let api: Api<k8s_openapi::api::core::v1::ConfigMap> = Api::all(client.clone());
+    if let Some(writer) = config_maps {
+        let api: Api<ConfigMap> = Api::all(client.clone());
         let mut stop = stop_rx.clone();
         tasks.push(tokio::spawn(async move {
             let config = watcher::Config::default().labels(cluster_data::CACHE_LABEL);
-            let mut s = watcher(api, config).default_backoff().boxed();
-            let mut listed: Option<std::collections::HashSet<(String, String)>> = None;
+            let mut s = watcher(api, config).default_backoff().reflect(writer).boxed();
             loop {
                 tokio::select! {
                     ev = s.next() => match ev {
-                        Some(Ok(watcher::Event::Init)) => listed = Some(Default::default()),
-                        Some(Ok(watcher::Event::InitApply(cm))) => {
-                            if let Some(l) = listed.as_mut() {
-                                l.insert(cluster_data::CachedConfigMaps::key_of(&cm));
-                            }
-                            cache.upsert(&cm);
-                        }
-                        Some(Ok(watcher::Event::InitDone)) => {
-                            if let Some(l) = listed.take() {
-                                cache.retain(|k| l.contains(k));
-                            }
-                        }
-                        Some(Ok(watcher::Event::Apply(cm))) => cache.upsert(&cm),
-                        Some(Ok(watcher::Event::Delete(cm))) => cache.remove(&cluster_data::CachedConfigMaps::key_of(&cm)),
                         Some(Err(e)) => tracing::debug!(error = %e, "cached ConfigMap watch error (retrying)"),
+                        Some(Ok(_)) => {}
                         None => return,
                     },
                     _ = stop.wait_for(|s| *s) => return,

@@ -57,6 +57,9 @@ pub struct CompiledPolicy {
     /// The document as it was compiled (`status` dropped): what changed between two versions,
     /// and the autogen rules a ClusterPolicy's status lists.
     pub document: Value,
+    /// [`CompiledPolicy::self_contained`], worked out once (it parses the policy's CEL) and
+    /// kept for every set the policy is built into.
+    pub(crate) self_contained_memo: std::sync::OnceLock<bool>,
 }
 
 impl CompiledPolicy {
@@ -123,6 +126,10 @@ impl CompiledPolicy {
     /// [`crate::PolicySet::holds_namespace_of`] first.
     /// - No other kind (image verification, generation, cleanup).
     pub fn self_contained(&self) -> bool {
+        *self.self_contained_memo.get_or_init(|| self.work_out_self_contained())
+    }
+
+    fn work_out_self_contained(&self) -> bool {
         fn plain(v: &Value) -> bool {
             match v {
                 Value::Object(m) => m.iter().all(|(k, v)| match k.as_str() {
@@ -665,6 +672,7 @@ pub fn compile_policy(p: &ClusterPolicy) -> Result<CompiledPolicy, CompileError>
         report_meta: crate::report::ReportMeta::of(&document),
         rules,
         document,
+        self_contained_memo: std::sync::OnceLock::new(),
     })
 }
 

@@ -43,17 +43,22 @@ pub struct LiveNamespace {
 }
 
 impl LiveNamespaces {
-    /// Adds or replaces a Namespace from the watch. It is kept as Kyverno's namespace lister
-    /// hands it to CEL: without `apiVersion` and `kind` (a typed object from an informer has
-    /// no type fields). An object without a name is ignored.
-    pub fn upsert(&self, mut object: Value) {
-        let Some(name) = object.pointer("/metadata/name").and_then(Value::as_str).map(str::to_string) else {
-            return;
-        };
+    /// A Namespace as Kyverno hands it to CEL: without `apiVersion` and `kind` (a typed object
+    /// from its lister, or from its client's GET, has no type fields).
+    pub fn as_cel_sees_it(object: &mut Value) {
         if let Some(m) = object.as_object_mut() {
             m.remove("apiVersion");
             m.remove("kind");
         }
+    }
+
+    /// Adds or replaces a Namespace from the watch, kept as CEL sees it
+    /// ([`LiveNamespaces::as_cel_sees_it`]). An object without a name is ignored.
+    pub fn upsert(&self, mut object: Value) {
+        let Some(name) = object.pointer("/metadata/name").and_then(Value::as_str).map(str::to_string) else {
+            return;
+        };
+        Self::as_cel_sees_it(&mut object);
         let labels = labels_of(&object);
         if let Ok(mut map) = self.map.write() {
             map.insert(name, Arc::new(LiveNamespace { labels, object: Arc::new(object) }));

@@ -180,6 +180,7 @@ pub(crate) fn cel_policy(
         report_meta: crate::report::ReportMeta::of(doc),
         rules,
         document: doc.clone(),
+        self_contained_memo: std::sync::OnceLock::new(),
     })
 }
 
