@@ -475,14 +475,14 @@ fn type_name(v: &Value) -> &'static str {
     }
 }
 
-/// CEL → JSON (durations as Go-style strings, timestamps as RFC 3339, bytes as base64 is not
-/// needed by any caller yet and is an error).
 /// Whether `source`, read as a CEL expression, calls a library that needs the host (see
-/// [`Expr::uses_host`]); text that does not parse as CEL does not.
+/// [`Expr::uses_host`]); text that does not compile as CEL does not.
 pub fn calls_host(source: &str) -> bool {
-    env().and_then(|env| env.parser().parse(source).ok()).is_some_and(|ast| rewrite::mentions(&ast, host::HOST_VAR))
+    Expr::compile(source).is_ok_and(|e| e.uses_host)
 }
 
+/// CEL → JSON (durations as Go-style strings, timestamps as RFC 3339, bytes as base64 is not
+/// needed by any caller yet and is an error).
 pub fn to_json(v: &Value) -> Result<serde_json::Value, String> {
     Ok(match v {
         Value::Null => serde_json::Value::Null,
