@@ -367,6 +367,24 @@ impl Vars {
         self.set_val(name, Arc::from(json_val(v)));
     }
 
+    /// [`Vars::set`] of the map `v` as if it also held `extra`'s fields: a caller that keeps
+    /// a large field apart (the engine lends the request's object to its context instead of
+    /// copying it in) converts it without first copying it into `v`. A `v` that is not a map
+    /// is set as it is.
+    pub fn set_with_fields(&mut self, name: &str, v: &serde_json::Value, extra: &[(&str, &serde_json::Value)]) {
+        let serde_json::Value::Object(m) = v else { return self.set(name, v) };
+        let width = m.len() + extra.iter().filter(|(k, _)| !m.contains_key(*k)).count();
+        let deepest = extra.iter().map(|(_, x)| widest(x)).fold(widest(v), usize::max);
+        self.widest = self.widest.max(width).max(deepest);
+        let fields = m
+            .iter()
+            .filter(|(k, _)| !extra.iter().any(|(x, _)| x == k))
+            .map(|(k, v)| (CelMapKey::from(k.clone()), json_val(v)))
+            .chain(extra.iter().map(|(k, v)| (CelMapKey::from(k.to_string()), json_val(v))))
+            .collect::<HashMap<_, _>>();
+        self.set_val(name, Arc::from(SharedVal::wrap(Box::new(CelMap::from(fields)))));
+    }
+
     fn set_val(&mut self, name: &str, v: Arc<dyn Val>) {
         // Shared results read none of `params` (see `Expr::shareable`); any other input that
         // changes makes them stale for these variables.

@@ -7,7 +7,16 @@ use std::borrow::Cow;
 use verno_jmespath::{Env, Expression, RuntimeError};
 
 pub struct Context<'e> {
-    root: Value,
+    /// In a cell so that an expression needing the whole of `request` can take the lent object
+    /// in (see `lent`) while the context is shared.
+    root: std::cell::RefCell<Value>,
+    /// The request's object, lent by the caller instead of copied into `request.object` (the
+    /// largest part of the context, copied and dropped per request otherwise): while it is
+    /// lent, `request` has no `object` entry; expressions reading only through
+    /// `request.object` are evaluated against it, those that never read it against the root,
+    /// and anything else (or any change to `request`) first copies it in
+    /// ([`Context::take_in`]).
+    lent: std::cell::Cell<Option<&'e Value>>,
     delete: bool,
     env: &'e dyn Env,
     /// The request's CEL variables, converted once and reused by every CEL rule until
@@ -50,7 +59,8 @@ impl Saved {
 impl<'e> Context<'e> {
     pub fn new(root: Map<String, Value>, delete: bool, env: &'e dyn Env) -> Self {
         Context {
-            root: Value::Object(root),
+            root: std::cell::RefCell::new(Value::Object(root)),
+            lent: std::cell::Cell::new(None),
             delete,
             env,
             cel: std::cell::RefCell::new(None),
@@ -80,12 +90,38 @@ impl<'e> Context<'e> {
         self.env
     }
 
-    pub fn root(&self) -> &Value {
-        &self.root
+    /// The whole data (the lent object copied in first). Not to be held across a query.
+    pub fn root(&self) -> std::cell::Ref<'_, Value> {
+        self.take_in();
+        self.root.borrow()
+    }
+
+    /// `f` on the data as it is: `request` without its `object` while that is lent.
+    pub fn read<R>(&self, f: impl FnOnce(&Value) -> R) -> R {
+        f(&self.root.borrow())
     }
 
     pub fn has_key(&self, k: &str) -> bool {
-        self.root.get(k).is_some()
+        self.root.borrow().get(k).is_some()
+    }
+
+    /// Lends the request's object: `request.object` reads it where it is (see `lent`).
+    /// `request` must have no `object` entry of its own.
+    pub fn lend_object(&mut self, object: &'e Value) {
+        if let Some(r) = self.root.get_mut().get_mut("request").and_then(Value::as_object_mut) {
+            r.remove("object");
+        }
+        self.lent.set(Some(object));
+    }
+
+    /// Copies the lent object into `request.object` (once): before `request` changes or is
+    /// read as a whole.
+    fn take_in(&self) {
+        let Some(object) = self.lent.take() else { return };
+        let mut root = self.root.borrow_mut();
+        if let Some(r) = root.get_mut("request").and_then(Value::as_object_mut) {
+            r.insert("object".into(), object.clone());
+        }
     }
 
     /// Evaluates `e` against the context. A query that reads only `request` and gives a
@@ -105,7 +141,16 @@ impl<'e> Context<'e> {
     }
 
     fn search(&self, e: &Expression) -> Result<Value, RuntimeError> {
-        e.search(&self.root, self.env).map(std::borrow::Cow::into_owned)
+        use verno_jmespath::ObjectReads;
+        if let Some(object) = self.lent.get() {
+            match e.request_object() {
+                ObjectReads::Only(at) => return at.search(object, self.env).map(std::borrow::Cow::into_owned),
+                ObjectReads::No => {}
+                ObjectReads::Whole => self.take_in(),
+            }
+        }
+        let root = self.root.borrow();
+        e.search(&root, self.env).map(std::borrow::Cow::into_owned)
     }
 
     /// [`Context::query`] for a foreach list, shared whatever it holds: an expression that
@@ -157,7 +202,7 @@ impl<'e> Context<'e> {
     /// replaced in place (its key is not allocated again).
     fn put(&mut self, saved: &mut Saved, key: Cow<'static, str>, v: Value) {
         self.touch(&key);
-        let Some(m) = self.root.as_object_mut() else { return };
+        let Some(m) = self.root.get_mut().as_object_mut() else { return };
         let old = match m.get_mut(&*key) {
             Some(slot) => Some(std::mem::replace(slot, v)),
             None => {
@@ -174,8 +219,9 @@ impl<'e> Context<'e> {
         let segs = split_dotted(path);
         let Some(first) = segs.first().cloned() else { return Saved(Vec::new()) };
         self.touch(&first);
-        let old = self.root.get(&first).cloned();
-        if let Some(m) = self.root.as_object_mut() {
+        let root = self.root.get_mut();
+        let old = root.get(&first).cloned();
+        if let Some(m) = root.as_object_mut() {
             let slot = m.entry(first.clone()).or_insert(Value::Null);
             set_in(slot, segs.get(1..).unwrap_or_default(), v);
         }
@@ -224,18 +270,21 @@ impl<'e> Context<'e> {
         self.live_namespace.as_deref()
     }
 
-    /// The cached CEL variables, or those `build` makes (then cached).
-    pub fn cel_vars(&self, build: impl FnOnce(&Value) -> verno_cel::Vars) -> verno_cel::Vars {
+    /// The cached CEL variables, or those `build` makes (then cached) from the data and the
+    /// lent object (`None`: `request.object` is in the data).
+    pub fn cel_vars(&self, build: impl FnOnce(&Value, Option<&Value>) -> verno_cel::Vars) -> verno_cel::Vars {
         if let Some(v) = self.cel.borrow().as_ref() {
             return v.clone();
         }
-        let v = build(&self.root);
+        let v = build(&self.root.borrow(), self.lent.get());
         *self.cel.borrow_mut() = Some(v.clone());
         v
     }
 
     fn touch(&mut self, key: &str) {
         if key == "request" {
+            // What is saved for restoring, and what is changed, is the whole of it.
+            self.take_in();
             self.request_version += 1;
         }
         if key == "request" || key == crate::evaluate::EXCEPTIONS_KEY {
@@ -248,7 +297,7 @@ impl<'e> Context<'e> {
             *self.cel.get_mut() = None;
             self.request_version += 1;
         }
-        if let Some(m) = self.root.as_object_mut() {
+        if let Some(m) = self.root.get_mut().as_object_mut() {
             for (k, old) in saved.0.into_iter().rev() {
                 match (old, m.get_mut(&*k)) {
                     (Some(v), Some(slot)) => *slot = v,
@@ -325,5 +374,52 @@ mod tests {
         ctx.restore(saved);
         let _e = ctx.set("element", json!("x"));
         assert_eq!(ctx.query(&mixed), Ok(json!(false)));
+    }
+
+    /// A context that is lent the request's object answers every kind of expression as one
+    /// that holds a copy: reads only through `request.object`, reads that never touch it,
+    /// reads of `request` as a whole or mixed with other entries; and a change to `request`
+    /// (a mutation's patched object, a scope's restore) is seen as with a copy.
+    #[test]
+    fn a_lent_object_is_read_as_a_copied_one() {
+        let object = json!({"metadata": {"name": "p"}, "spec": {"containers": [{"name": "a"}, {"name": "b"}]}});
+        let root = json!({"request": {"operation": "CREATE", "name": "p"}, "element": {"name": "a"}});
+        let mut copied_root = root.clone();
+        if let Some(r) = copied_root.get_mut("request").and_then(Value::as_object_mut) {
+            r.insert("object".into(), object.clone());
+        }
+        let new = |r: &Value| Context::new(r.as_object().cloned().unwrap_or_default(), false, &verno_jmespath::NoEnv);
+        let copied = new(&copied_root);
+        let mut lent = new(&root);
+        lent.lend_object(&object);
+        let sources = [
+            "request.object.spec.containers[].name",
+            "request.object.metadata.name",
+            "request.operation || 'BACKGROUND'",
+            "element.name",
+            "request.object.spec.containers[?name == element.name] | length(@)",
+            "request.object.metadata.name == request.name",
+            "keys(request)",
+            "request.object.spec.containers[0].request.object",
+        ];
+        for src in sources {
+            assert_eq!(lent.query(&expr(src)), copied.query(&expr(src)), "{src}");
+        }
+        assert_eq!(lent.query(&expr("keys(request)")), Ok(json!(["name", "object", "operation"])));
+        // A patched object replaces the lent one; restoring a scope that set `request` keeps it.
+        let _kept = lent.set_path("request.object.metadata.name", json!("q"));
+        assert_eq!(lent.query(&expr("request.object.metadata.name")), Ok(json!("q")));
+        assert_eq!(lent.query(&expr("request.object.spec.containers[].name")), Ok(json!(["a", "b"])));
+        let saved = lent.set_path("request.operation", json!("UPDATE"));
+        lent.restore(saved);
+        assert_eq!(lent.query(&expr("request.object.metadata.name")), Ok(json!("q")));
+        assert_eq!(lent.query(&expr("request.operation")), Ok(json!("CREATE")));
+        // Restoring a change made while the object was still lent gives the object back.
+        let mut lent = new(&root);
+        lent.lend_object(&object);
+        let saved = lent.set_path("request.operation", json!("UPDATE"));
+        lent.restore(saved);
+        assert_eq!(lent.query(&expr("request.object.metadata.name")), Ok(json!("p")));
+        assert_eq!(lent.root().pointer("/request/object/metadata/name"), Some(&json!("p")));
     }
 }

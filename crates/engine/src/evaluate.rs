@@ -281,13 +281,13 @@ fn obj_at<'v>(v: &'v Value, a: &str, b: &str) -> Option<&'v Map<String, Value>> 
 
 /// Builds the variable context for a request (shared by all policies of one evaluation).
 #[cfg(test)]
-pub fn build_context<'e>(req: &Request, env: &'e dyn Env) -> Context<'e> {
+pub fn build_context<'e>(req: &Request<'e>, env: &'e dyn Env) -> Context<'e> {
     build_context_with(req, env, true)
 }
 
 /// [`build_context`]; without `images` the `images` variable (the request's images, parsed) is
 /// not worked out — for a set no policy of which reads it.
-pub fn build_context_with<'e>(req: &Request, env: &'e dyn Env, images: bool) -> Context<'e> {
+pub fn build_context_with<'e>(req: &Request<'e>, env: &'e dyn Env, images: bool) -> Context<'e> {
     let subject = req.subject();
     let (group, version, kind) = req.group_version_kind();
     let username = req.user_info.and_then(|u| u.get("username")).and_then(Value::as_str).unwrap_or("");
@@ -299,7 +299,7 @@ pub fn build_context_with<'e>(req: &Request, env: &'e dyn Env, images: bool) -> 
     // times slower than a clone.
     let mut request = Map::new();
     request.insert("operation".into(), Value::String(req.operation.into()));
-    request.insert("object".into(), req.object.clone());
+    // `object` is lent to the context below, not copied.
     request.insert("oldObject".into(), req.old_object.cloned().unwrap_or(Value::Null));
     request.insert("namespace".into(), Value::String(str_at(subject, "/metadata/namespace").into()));
     request.insert("name".into(), Value::String(str_at(subject, "/metadata/name").into()));
@@ -320,6 +320,7 @@ pub fn build_context_with<'e>(req: &Request, env: &'e dyn Env, images: bool) -> 
         root.insert("images".into(), images::extract(subject));
     }
     let mut ctx = Context::new(root, req.is_delete(), env);
+    ctx.lend_object(req.object);
     ctx.set_serves_images(images);
     for (k, v) in req.variables {
         // Values are permanent for this request: nothing to restore.
@@ -868,11 +869,15 @@ fn exception_applies(
 /// The variables Kubernetes CEL expressions read: `object`, `oldObject`, `request`, and
 /// (unavailable offline, so null) `namespaceObject` and `params`.
 fn cel_vars(ctx: &Context, data: &dyn Data) -> verno_cel::Vars {
-    ctx.cel_vars(|root| build_cel_vars(root, data, ctx.env(), ctx.namespace_view(), ctx.live_namespace()))
+    ctx.cel_vars(|root, object| {
+        build_cel_vars(root, object, data, ctx.env(), ctx.namespace_view(), ctx.live_namespace())
+    })
 }
 
+/// `object`: the request's object when the context lends it (not in `root`'s `request`).
 fn build_cel_vars(
     root: &Value,
+    object: Option<&Value>,
     data: &dyn Data,
     env: &dyn verno_jmespath::Env,
     view: NamespaceView,
@@ -882,7 +887,10 @@ fn build_cel_vars(
     let req = root.get("request").unwrap_or(&null);
     let mut vars = verno_cel::Vars::default();
     // `request` is converted once; `object` and `oldObject` share its fields.
-    vars.set("request", req);
+    match object {
+        Some(o) => vars.set_with_fields("request", req, &[("object", o)]),
+        None => vars.set("request", req),
+    }
     for (name, field) in [("object", "object"), ("oldObject", "oldObject")] {
         if !vars.set_field_of(name, "request", field) {
             vars.set(name, &Value::Null);
@@ -934,8 +942,8 @@ pub(crate) fn cel_env(
 ) -> Result<verno_cel::Vars, String> {
     let mut vars = cel_vars(ctx, data);
     if let Some(p) = params {
-        let ns = ctx.root().pointer("/request/namespace").and_then(Value::as_str).unwrap_or("");
-        vars.set("params", &p.resolve(data, ns)?);
+        let ns = ctx.read(|root| str_at(root, "/request/namespace").to_string());
+        vars.set("params", &p.resolve(data, &ns)?);
     }
     for (name, e) in variables {
         let _ = e.eval_into_variable(name, &mut vars);

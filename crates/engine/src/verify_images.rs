@@ -392,7 +392,8 @@ impl Metadata {
     }
 
     fn load(ctx: &Context) -> Metadata {
-        let v = ctx.root().get(METADATA_KEY);
+        let root = ctx.root();
+        let v = root.get(METADATA_KEY);
         let data =
             v.and_then(|v| v.get("data")).and_then(|d| serde_json::from_value(d.clone()).ok()).unwrap_or_default();
         let policies =

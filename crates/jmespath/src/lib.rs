@@ -115,6 +115,21 @@ fn sole_root_field(ast: &Ast, dialect: Dialect) -> Option<String> {
 pub struct NoEnv;
 impl Env for NoEnv {}
 
+/// How an expression reads `request.object` of the data it is evaluated against (see
+/// [`Expression::request_object`]).
+#[derive(Debug, Clone)]
+pub enum ObjectReads {
+    /// Never: neither `request.object` nor `request` or the root as a whole. Evaluated against
+    /// data without `request.object` it gives the same result.
+    No,
+    /// Only through `request.object`: this expression, evaluated against `request.object`'s
+    /// value, gives the same result as the whole expression against the data.
+    Only(Box<Expression>),
+    /// `request.object` and something else, or `request` or the root as a whole (or the
+    /// expression reads variables, or is in the community dialect): it needs the whole data.
+    Whole,
+}
+
 /// A compiled expression.
 #[derive(Debug, Clone)]
 pub struct Expression {
@@ -124,6 +139,108 @@ pub struct Expression {
     /// The one field of the data's root every read goes through, when there is one (see
     /// [`Expression::sole_root_field`]).
     root_field: Option<String>,
+    /// How it reads `request.object` (see [`Expression::request_object`]).
+    object: ObjectReads,
+}
+
+/// Works out [`ObjectReads`] for `ast`: the tree is walked with whether each node is evaluated
+/// against the root; `request.object` at the root becomes the current node of the copy.
+fn object_reads(ast: &Ast, dialect: Dialect) -> ObjectReads {
+    #[derive(Default)]
+    struct Seen {
+        object: bool,
+        other: bool,
+        whole: bool,
+    }
+    fn walk(a: &Ast, at_root: bool, seen: &mut Seen) -> Ast {
+        let two =
+            |l: &Ast, r: &Ast, seen: &mut Seen| (Box::new(walk(l, at_root, seen)), Box::new(walk(r, false, seen)));
+        match a {
+            Ast::Subexpr(l, r) if at_root && matches!(&**l, Ast::Field(f) if f == "request") => {
+                match &**r {
+                    Ast::Field(f) if f == "object" => {
+                        seen.object = true;
+                        Ast::Identity
+                    }
+                    // `request.operation`, `request.namespace`…: read from the data as it is.
+                    Ast::Field(_) => {
+                        seen.other = true;
+                        a.clone()
+                    }
+                    _ => {
+                        seen.whole = true;
+                        a.clone()
+                    }
+                }
+            }
+            Ast::Field(f) if at_root => {
+                if f == "request" {
+                    seen.whole = true;
+                } else {
+                    seen.other = true;
+                }
+                a.clone()
+            }
+            Ast::Identity | Ast::Index(_) | Ast::Slice { .. } | Ast::Variable(_) if at_root => {
+                seen.whole = true;
+                a.clone()
+            }
+            Ast::Variable(_) => {
+                seen.whole = true;
+                a.clone()
+            }
+            Ast::Identity | Ast::Index(_) | Ast::Slice { .. } | Ast::Field(_) | Ast::Literal(_) => a.clone(),
+            Ast::Subexpr(l, r) => {
+                let (l, r) = two(l, r, seen);
+                Ast::Subexpr(l, r)
+            }
+            Ast::Projection(l, r) => {
+                let (l, r) = two(l, r, seen);
+                Ast::Projection(l, r)
+            }
+            Ast::ValueProjection(l, r) => {
+                let (l, r) = two(l, r, seen);
+                Ast::ValueProjection(l, r)
+            }
+            Ast::Pipe(l, r) => {
+                let (l, r) = two(l, r, seen);
+                Ast::Pipe(l, r)
+            }
+            Ast::FilterProjection { lhs, rhs, cond } => Ast::FilterProjection {
+                lhs: Box::new(walk(lhs, at_root, seen)),
+                rhs: Box::new(walk(rhs, false, seen)),
+                cond: Box::new(walk(cond, false, seen)),
+            },
+            Ast::Flatten(x) => Ast::Flatten(Box::new(walk(x, at_root, seen))),
+            Ast::Not(x) => Ast::Not(Box::new(walk(x, at_root, seen))),
+            Ast::Expref(x) => Ast::Expref(Box::new(walk(x, false, seen))),
+            Ast::MultiList(xs) => Ast::MultiList(xs.iter().map(|x| walk(x, at_root, seen)).collect()),
+            Ast::MultiHash(xs) => Ast::MultiHash(xs.iter().map(|(k, x)| (k.clone(), walk(x, at_root, seen))).collect()),
+            Ast::Call(f, args) => Ast::Call(f, args.iter().map(|x| walk(x, at_root, seen)).collect()),
+            Ast::And(l, r) => Ast::And(Box::new(walk(l, at_root, seen)), Box::new(walk(r, at_root, seen))),
+            Ast::Or(l, r) => Ast::Or(Box::new(walk(l, at_root, seen)), Box::new(walk(r, at_root, seen))),
+            Ast::Compare(c, l, r) => {
+                Ast::Compare(*c, Box::new(walk(l, at_root, seen)), Box::new(walk(r, at_root, seen)))
+            }
+        }
+    }
+    if dialect != Dialect::Kyverno {
+        return ObjectReads::Whole;
+    }
+    let mut seen = Seen::default();
+    let rewritten = walk(ast, true, &mut seen);
+    match seen {
+        Seen { whole: true, .. } | Seen { object: true, other: true, .. } => ObjectReads::Whole,
+        Seen { object: false, .. } => ObjectReads::No,
+        Seen { object: true, .. } => ObjectReads::Only(Box::new(Expression {
+            source: String::new(),
+            root_field: sole_root_field(&rewritten, dialect),
+            ast: rewritten,
+            dialect,
+            // Evaluated against the object itself: its own `request.object` means nothing here.
+            object: ObjectReads::Whole,
+        })),
+    }
 }
 
 impl Expression {
@@ -134,7 +251,25 @@ impl Expression {
     /// Compiles in the given dialect.
     pub fn compile_in(src: &str, dialect: Dialect) -> Result<Expression, ParseError> {
         let ast = parser::parse(src, dialect)?;
-        Ok(Expression { source: src.to_string(), root_field: sole_root_field(&ast, dialect), ast, dialect })
+        Ok(Expression::of(src.to_string(), ast, dialect))
+    }
+
+    fn of(source: String, ast: Ast, dialect: Dialect) -> Expression {
+        Expression {
+            root_field: sole_root_field(&ast, dialect),
+            object: object_reads(&ast, dialect),
+            source,
+            ast,
+            dialect,
+        }
+    }
+
+    /// How the expression reads `request.object`: a caller whose data lacks it (the engine's
+    /// context lends the request's object instead of copying it in) evaluates an
+    /// [`ObjectReads::Only`] expression against the object and an [`ObjectReads::No`] one
+    /// against the data as it is.
+    pub fn request_object(&self) -> &ObjectReads {
+        &self.object
     }
 
     /// The one field of the data's root that everything the expression reads is under
@@ -172,7 +307,7 @@ impl Expression {
         };
         let ast = self.ast.rewrite(&rename)?;
         let source = self.source.replace(&format!("{root}.{field}"), &format!("{root}.{renamed}"));
-        Some(Expression { source, root_field: sole_root_field(&ast, self.dialect), ast, dialect: self.dialect })
+        Some(Expression::of(source, ast, self.dialect))
     }
 
     /// Evaluates against `data`; the result may borrow from it.
@@ -236,5 +371,61 @@ mod tests {
         assert_eq!(field("time_now_utc()"), None);
         let community = Expression::compile_in("request.name", Dialect::Community).ok();
         assert_eq!(community.and_then(|e| e.sole_root_field().map(str::to_string)), None);
+    }
+
+    /// An expression that reads the root only through `request.object` gives, evaluated against
+    /// the object, what it gives against the whole data; one that never reads it gives the same
+    /// against data without it; anything else is `Whole`.
+    #[test]
+    fn reads_of_request_object_are_classified_and_rewritten() {
+        use super::ObjectReads;
+        let object = serde_json::json!({"metadata": {"name": "p", "labels": {"a": "1"}},
+            "spec": {"containers": [{"name": "c", "image": "busybox"}, {"name": "d", "image": "nginx"}],
+                "volumes": [{"name": "v", "emptyDir": {}}]}});
+        let data = serde_json::json!({"request": {"operation": "CREATE", "name": "p", "object": object},
+            "element": {"name": "c"}, "images": {"x": 1}});
+        let mut without = data.clone();
+        if let Some(r) = without.get_mut("request").and_then(serde_json::Value::as_object_mut) {
+            r.remove("object");
+        }
+        let only = [
+            "request.object.spec.[ephemeralContainers, initContainers, containers][]",
+            "request.object.spec.volumes[].keys(@)[] || ''",
+            "request.object.spec.containers[?name == 'c'].image | [0]",
+            "sort_by(request.object.spec.containers, &name)[].name",
+            "length(request.object.metadata.labels) > `0`",
+            "request.object",
+            "request.object.metadata.missing",
+            "{n: request.object.metadata.name, c: length(request.object.spec.containers)}",
+            "request.object.spec.containers[*].request.object",
+        ];
+        for src in only {
+            let Ok(e) = Expression::compile(src) else { panic!("{src} compiles") };
+            let ObjectReads::Only(at) = e.request_object() else { panic!("{src}: {:?}", e.request_object()) };
+            let whole = e.search(&data, &super::NoEnv).map(|v| v.into_owned());
+            assert_eq!(at.search(&object, &super::NoEnv).map(|v| v.into_owned()), whole, "{src}");
+        }
+        for src in ["request.operation || 'BACKGROUND'", "element.name", "'literal'", "images.x", "request.name"] {
+            let Ok(e) = Expression::compile(src) else { panic!("{src} compiles") };
+            assert!(matches!(e.request_object(), ObjectReads::No), "{src}: {:?}", e.request_object());
+            let whole = e.search(&data, &super::NoEnv).map(|v| v.into_owned());
+            assert_eq!(e.search(&without, &super::NoEnv).map(|v| v.into_owned()), whole, "{src}");
+        }
+        for src in [
+            "request",
+            "request.object.metadata.name == element.name",
+            "request.object.metadata.name == request.name",
+            "@",
+            "length(@)",
+            "keys(request)",
+            "request | object",
+            "request[0]",
+            "request.*",
+        ] {
+            let Ok(e) = Expression::compile(src) else { panic!("{src} compiles") };
+            assert!(matches!(e.request_object(), ObjectReads::Whole), "{src}: {:?}", e.request_object());
+        }
+        let community = Expression::compile_in("request.object.name", Dialect::Community).ok();
+        assert!(community.is_some_and(|e| matches!(e.request_object(), ObjectReads::Whole)));
     }
 }
