@@ -49,7 +49,7 @@ fn parse_review_metrics(bencher: divan::Bencher, set: &str) {
     bencher.bench(|| {
         let Ok(r) = parse(divan::black_box(&body)) else { return false };
         let o = review(&set, Route::Kyverno(Hook::Validate, Filter::All), &r);
-        metrics.observe("validate", &o, 0.001, false, &o.policy_seconds);
+        metrics.observe("validate", &o, 0.001, false, &set);
         serde_json::to_vec(&o.review).map(|v| v.len()).unwrap_or(0) > 0
     });
 }

@@ -15,14 +15,32 @@ use verno_engine::{
     Status, jsonpatch,
 };
 
-/// One rule result, for metrics.
+/// One rule result, for metrics: the policy and rule by their places in the set that evaluated
+/// the request (read with [`RuleResult::names`]), not by shared names — under load on several
+/// threads, counting references on the set's names kept their cache lines moving between the
+/// cores.
 #[derive(Debug, Clone)]
 pub struct RuleResult {
-    pub policy: Arc<PolicyMeta>,
-    pub rule: Arc<str>,
+    /// The policy's index in the set.
+    pub policy: usize,
+    /// The rule's index in the policy's [`PolicyMeta::rules`], or its own name when the set
+    /// does not know it.
+    pub rule: Result<usize, Arc<str>>,
     pub enforce: bool,
     pub rule_type: RuleType,
     pub status: Status,
+}
+
+impl RuleResult {
+    /// The policy's names and the rule's name, from the set that evaluated the request.
+    pub fn names<'a>(&'a self, set: &'a PolicySet) -> Option<(&'a PolicyMeta, &'a Arc<str>)> {
+        let m = set.meta(self.policy)?;
+        let rule = match &self.rule {
+            Ok(i) => &m.rules.get(*i)?.0,
+            Err(name) => name,
+        };
+        Some((m, rule))
+    }
 }
 
 /// What a review produced.
@@ -34,8 +52,8 @@ pub struct Outcome {
     pub namespace: String,
     pub operation: String,
     pub results: Vec<RuleResult>,
-    /// Per policy: seconds spent evaluating it.
-    pub policy_seconds: Vec<(Arc<PolicyMeta>, f64)>,
+    /// Per policy (its index in the set): seconds spent evaluating it.
+    pub policy_seconds: Vec<(usize, f64)>,
     /// What becomes events: failed and errored rules, and policies that applied (or that
     /// PolicyExceptions made skip; only for requests that went through, as Kyverno).
     pub notices: Vec<Notice>,
@@ -122,7 +140,7 @@ struct Recorder<'s> {
     set: &'s PolicySet,
     started: Option<Instant>,
     results: Vec<RuleResult>,
-    policy_seconds: Vec<(Arc<PolicyMeta>, f64)>,
+    policy_seconds: Vec<(usize, f64)>,
     /// Report results, when the request is reported.
     report: Option<Vec<Value>>,
     evaluated: Vec<verno_engine::report::Evaluated>,
@@ -137,21 +155,18 @@ impl Observer for Recorder<'_> {
     fn policy_finished(&mut self, policy: usize, r: &PolicyResponse) {
         let Some(m) = self.set.meta(policy) else { return };
         let seconds = self.started.take().map_or(0.0, |s| s.elapsed().as_secs_f64());
-        self.policy_seconds.push((m.clone(), seconds));
+        self.policy_seconds.push((policy, seconds));
         if let (Some(out), Some(p)) = (self.report.as_mut(), self.set.policies().get(policy)) {
             let evaluated = verno_engine::report::Evaluated::of(p, self.phase);
             out.extend(verno_engine::report::results(p, r).into_iter().filter(|x| evaluated.covers(x)));
             self.evaluated.push(evaluated);
         }
         for rr in &r.rules {
-            let (rule, enforce) = m.rule(&rr.name);
-            self.results.push(RuleResult {
-                policy: m.clone(),
-                rule,
-                enforce,
-                rule_type: rr.rule_type,
-                status: rr.status,
-            });
+            let (rule, enforce) = match m.rules.iter().position(|(n, _)| **n == *rr.name) {
+                Some(i) => (Ok(i), m.rules.get(i).is_some_and(|r| r.1)),
+                None => (Err(Arc::from(rr.name.as_str())), false),
+            };
+            self.results.push(RuleResult { policy, rule, enforce, rule_type: rr.rule_type, status: rr.status });
         }
     }
 }

@@ -300,16 +300,14 @@ async fn handle(
         let review = admission::parse(&body)?;
         let dry_run = review.request.as_ref().is_some_and(|r| r.dry_run);
         let (reports, notices) = st.wants(dry_run);
-        Ok::<_, admission::ParseError>((
-            admission::review_wanting(&set, route, &review, flag, st.data(), reports, notices),
-            dry_run,
-        ))
+        let o = admission::review_wanting(&set, route, &review, flag, st.data(), reports, notices);
+        Ok::<_, admission::ParseError>((o, dry_run, set))
     });
     let outcome = tokio::time::timeout(state.deadline.saturating_sub(started.elapsed()), job).await;
     drop(cancel);
     match outcome {
         Ok(Ok(Err(e))) => text(StatusCode::BAD_REQUEST, &e.to_string()),
-        Ok(Ok(Ok((o, dry_run)))) => reviewed(&state, webhook, started, &o, dry_run),
+        Ok(Ok(Ok((o, dry_run, set)))) => reviewed(&state, webhook, started, &o, dry_run, &set),
         Ok(Err(join)) => {
             tracing::error!(uid = %uid, error = %join, "evaluation panicked");
             answer("verno: internal error while evaluating policies")
@@ -375,7 +373,7 @@ fn inline(
                 &admission::error_review(&review.api_version, uid, allow_on_error, &msg),
             ))
         }
-        Ok(o) => Some(reviewed(state, webhook, started, &o, dry_run)),
+        Ok(o) => Some(reviewed(state, webhook, started, &o, dry_run, &set)),
         Err(_) => None,
     }
 }
@@ -387,8 +385,9 @@ fn reviewed(
     started: Instant,
     o: &admission::Outcome,
     dry_run: bool,
+    set: &PolicySet,
 ) -> Response {
-    state.metrics.observe(webhook, o, started.elapsed().as_secs_f64(), dry_run, &o.policy_seconds);
+    state.metrics.observe(webhook, o, started.elapsed().as_secs_f64(), dry_run, set);
     // A dry run changes nothing, so it leaves no events (as Kyverno).
     if let (false, Some(tx), Some(report)) = (dry_run, state.reports.get(), &o.report)
         && tx.try_send(report.clone()).is_err()

@@ -10,7 +10,7 @@ use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
 use prometheus_client::registry::Registry;
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
-use verno_engine::{PolicyMeta, PolicyResponse, PolicySet};
+use verno_engine::{PolicyResponse, PolicySet};
 use verno_engine::{RuleType, Status};
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -93,7 +93,7 @@ impl ResultId {
     /// `flags`: enforce, namespaced, background, dry run; `names`: policy namespace and name,
     /// resource kind and namespace, operation, rule; `words`: rule result, rule type, cause.
     fn new(flags: [bool; 4], names: [&Arc<str>; 6], words: [&'static str; 3]) -> ResultId {
-        ResultId { flags, names: names.map(|n| Arc::as_ptr(n) as *const u8 as usize), words }
+        ResultId { flags, names: names.map(address), words }
     }
 }
 
@@ -105,6 +105,19 @@ fn count_result(map: &mut FastMap<ResultId, (ResultKey, u64)>, id: ResultId, key
 
 #[derive(Debug, Default)]
 struct Results(Mutex<FastMap<ResultId, (ResultKey, u64)>>);
+
+/// The address of `s`'s shared copy (made if need be), without taking a reference: it
+/// identifies the name while the table keeps it (names are never removed).
+fn interned_address(names: &mut FastMap<String, Arc<str>>, s: &str) -> usize {
+    match names.get(s) {
+        Some(a) => address(a),
+        None => address(&intern_in(names, s)),
+    }
+}
+
+fn address(a: &Arc<str>) -> usize {
+    Arc::as_ptr(a) as *const u8 as usize
+}
 
 /// [`Metrics::intern`] with the table already locked (one lock for a request's policies).
 fn intern_in(names: &mut FastMap<String, Arc<str>>, s: &str) -> Arc<str> {
@@ -192,14 +205,21 @@ struct TimeKey {
     operation: Name,
 }
 
+/// A [`TimeKey`] by its names' addresses (see [`ResultId`]).
+#[derive(Clone, Copy, Debug, Hash, PartialEq, Eq)]
+struct TimeId {
+    namespaced: bool,
+    names: [usize; 3],
+}
+
 #[derive(Debug, Default)]
-struct Times(Mutex<FastMap<TimeKey, Histogram>>);
+struct Times(Mutex<FastMap<TimeId, (TimeKey, Histogram)>>);
 
 impl Collector for Times {
     fn encode(&self, mut encoder: DescriptorEncoder) -> Result<(), std::fmt::Error> {
         let snapshot: Vec<(TimeKey, Histogram)> = match self.0.lock() {
-            Ok(m) => m.iter().map(|(k, v)| (k.clone(), v.clone())).collect(),
-            Err(p) => p.into_inner().iter().map(|(k, v)| (k.clone(), v.clone())).collect(),
+            Ok(m) => m.values().cloned().collect(),
+            Err(p) => p.into_inner().values().cloned().collect(),
         };
         let mut family = encoder.encode_descriptor(
             "kyverno_policy_execution_duration_seconds",
@@ -540,17 +560,16 @@ impl Metrics {
         }
     }
 
-    /// Records one reviewed request and its rule results.
-    pub fn observe(
-        &self,
-        webhook: &str,
-        o: &Outcome,
-        seconds: f64,
-        dry_run: bool,
-        policy_seconds: &[(Arc<PolicyMeta>, f64)],
-    ) {
+    /// Records one reviewed request and its rule results; `set` evaluated it.
+    pub fn observe(&self, webhook: &str, o: &Outcome, seconds: f64, dry_run: bool, set: &PolicySet) {
         let op = o.operation.to_lowercase();
-        let (kind, operation, ns) = (self.intern(&o.kind), self.intern(&op), self.intern(&o.namespace));
+        let (kind, operation, ns) = {
+            let mut names = match self.names.lock() {
+                Ok(m) => m,
+                Err(p) => p.into_inner(),
+            };
+            (intern_in(&mut names, &o.kind), intern_in(&mut names, &op), intern_in(&mut names, &o.namespace))
+        };
         let labels = AdmissionLabels {
             resource_kind: kind.to_string(),
             resource_namespace: ns.to_string(),
@@ -566,22 +585,23 @@ impl Metrics {
                 Err(p) => p.into_inner(),
             };
             for r in &o.results {
+                let Some((policy, rule)) = r.names(set) else { continue };
                 let (result, kind_of_rule) = (status(r.status), rule_type(r.rule_type));
                 let id = ResultId::new(
-                    [r.enforce, r.policy.namespaced, r.policy.background, dry_run],
-                    [&r.policy.namespace, &r.policy.name, &kind, &ns, &operation, &r.rule],
+                    [r.enforce, policy.namespaced, policy.background, dry_run],
+                    [&policy.namespace, &policy.name, &kind, &ns, &operation, rule],
                     [result, kind_of_rule, "admission_request"],
                 );
                 count_result(&mut map, id, || ResultKey {
                     enforce: r.enforce,
-                    namespaced: r.policy.namespaced,
-                    background: r.policy.background,
-                    policy_namespace: Name(r.policy.namespace.clone()),
-                    policy_name: Name(r.policy.name.clone()),
+                    namespaced: policy.namespaced,
+                    background: policy.background,
+                    policy_namespace: Name(policy.namespace.clone()),
+                    policy_name: Name(policy.name.clone()),
                     resource_kind: Name(kind.clone()),
                     resource_namespace: Name(ns.clone()),
                     operation: Name(operation.clone()),
-                    rule_name: Name(r.rule.clone()),
+                    rule_name: Name(rule.clone()),
                     rule_result: result,
                     rule_type: kind_of_rule,
                     dry_run,
@@ -589,7 +609,7 @@ impl Metrics {
                 });
             }
         }
-        if !policy_seconds.is_empty() {
+        if !o.policy_seconds.is_empty() {
             let mut names = match self.names.lock() {
                 Ok(m) => m,
                 Err(p) => p.into_inner(),
@@ -598,14 +618,26 @@ impl Metrics {
                 Ok(m) => m,
                 Err(p) => p.into_inner(),
             };
-            for (m, secs) in policy_seconds {
-                let key = TimeKey {
+            for &(i, secs) in &o.policy_seconds {
+                let Some(m) = set.meta(i) else { continue };
+                // Series found by the names' addresses; the key (with references) is made only
+                // for a new series.
+                let id = TimeId {
                     namespaced: m.namespaced,
-                    policy_name: Name(intern_in(&mut names, &m.name)),
-                    resource_kind: Name(kind.clone()),
-                    operation: Name(operation.clone()),
+                    names: [interned_address(&mut names, &m.name), address(&kind), address(&operation)],
                 };
-                map.entry(key).or_insert_with(duration_histogram).observe(*secs);
+                map.entry(id)
+                    .or_insert_with(|| {
+                        let key = TimeKey {
+                            namespaced: m.namespaced,
+                            policy_name: Name(intern_in(&mut names, &m.name)),
+                            resource_kind: Name(kind.clone()),
+                            operation: Name(operation.clone()),
+                        };
+                        (key, duration_histogram())
+                    })
+                    .1
+                    .observe(secs);
             }
         }
     }
@@ -679,7 +711,7 @@ mod tests {
                 "object": {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "c", "namespace": format!("ns-{i}")}}}}))
             .unwrap_or_default();
             let o = crate::admission::review(&set, Route::Kyverno(Hook::Validate, Filter::All), &review);
-            metrics.observe("validate", &o, 0.001, false, &o.policy_seconds);
+            metrics.observe("validate", &o, 0.001, false, &set);
         }
         let text = metrics.encode();
         assert!(text.contains("resource_namespace=\"_overflow\""));
@@ -714,11 +746,11 @@ mod tests {
         let first = require_team();
         for review in [&bad, &bad, &good] {
             let o = crate::admission::review(&first, route.clone(), review);
-            metrics.observe("validate", &o, 0.001, false, &o.policy_seconds);
+            metrics.observe("validate", &o, 0.001, false, &first);
         }
         let reloaded = require_team();
         let o = crate::admission::review(&reloaded, route, &bad);
-        metrics.observe("validate", &o, 0.001, false, &o.policy_seconds);
+        metrics.observe("validate", &o, 0.001, false, &reloaded);
         let text = metrics.encode();
         let count = |result: &str| {
             text.lines()
@@ -730,5 +762,10 @@ mod tests {
         };
         assert_eq!(count("fail").as_deref(), Some("3"), "{text}");
         assert_eq!(count("pass").as_deref(), Some("1"), "{text}");
+        // The policy's evaluation times: one series for both sets, four observations.
+        let times: Vec<&str> =
+            text.lines().filter(|l| l.starts_with("kyverno_policy_execution_duration_seconds_count{")).collect();
+        assert_eq!(times.len(), 1, "{text}");
+        assert!(times.iter().all(|l| l.contains("policy_name=\"require-team\"") && l.ends_with(" 4")), "{text}");
     }
 }
