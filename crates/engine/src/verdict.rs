@@ -211,8 +211,9 @@ pub fn yaml_scalar(text: &str) -> String {
     out
 }
 
-/// [`yaml_scalar`], appended to `out`. One pass over the bytes finds what decides the style
-/// (denial messages run to kilobytes and are written for every refused request).
+/// [`yaml_scalar`], appended to `out`. What decides the style is found with passes the
+/// compiler vectorizes and std's substring search, not a byte-by-byte branchy loop (denial
+/// messages run to kilobytes and are written for every refused request).
 fn push_yaml_scalar(out: &mut String, text: &str) {
     let bytes = text.as_bytes();
     let special_start = text
@@ -224,20 +225,12 @@ fn push_yaml_scalar(out: &mut String, text: &str) {
             .iter()
             .any(|w| text.eq_ignore_ascii_case(w)))
         || (bytes.first().is_some_and(|b| b.is_ascii_digit() || b"+-.iInN".contains(b)) && text.parse::<f64>().is_ok());
-    let (mut control, mut colon_space, mut space_hash) = (false, false, false);
-    for (i, &b) in bytes.iter().enumerate() {
-        match b {
-            // C0 controls and DEL; C1 controls are U+0080..U+009F, `C2 80`..`C2 9F` in UTF-8.
-            0..=0x1F | 0x7F => control = true,
-            0xC2 if matches!(bytes.get(i + 1), Some(0x80..=0x9F)) => control = true,
-            b':' if bytes.get(i + 1) == Some(&b' ') => colon_space = true,
-            b'#' if i > 0 && bytes.get(i - 1) == Some(&b' ') => space_hash = true,
-            _ => {}
-        }
-        if control {
-            break;
-        }
-    }
+    // C0 controls and DEL (no early exit: the fold vectorizes); C1 controls are
+    // U+0080..U+009F, `C2 80`..`C2 9F` in UTF-8.
+    let control = bytes.iter().fold(false, |seen, &b| seen | (b < 0x20) | (b == 0x7F))
+        || (bytes.contains(&0xC2) && bytes.windows(2).any(|w| w[0] == 0xC2 && (0x80..=0x9F).contains(&w[1])));
+    let colon_space = text.contains(": ");
+    let space_hash = text.contains(" #");
     if control || looks_typed || text.is_empty() {
         out.push_str(&serde_json::to_string(text).unwrap_or_default());
         return;
@@ -301,6 +294,10 @@ mod tests {
         assert_eq!(yaml_scalar("NaN"), "\"NaN\"");
         // A C1 control makes the scalar double-quoted (JSON leaves it unescaped).
         assert_eq!(yaml_scalar("x\u{85}y"), "\"x\u{85}y\"");
+        // DEL and a tab are controls too; U+00A0 (`C2 A0`) is not a C1 control.
+        assert_eq!(yaml_scalar("x\u{7f}y"), "\"x\u{7f}y\"");
+        assert_eq!(yaml_scalar("a\tb"), "\"a\\tb\"");
+        assert_eq!(yaml_scalar("a\u{a0}b"), "a\u{a0}b");
         assert_eq!(yaml_scalar("é: ü"), "'é: ü'");
         assert_eq!(yaml_scalar("it's"), "it's");
         assert_eq!(yaml_scalar("it's: 'x'"), "'it''s: ''x'''");
