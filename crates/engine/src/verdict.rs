@@ -228,7 +228,7 @@ fn push_yaml_scalar(out: &mut String, text: &str) {
     // C0 controls and DEL (no early exit: the fold vectorizes); C1 controls are
     // U+0080..U+009F, `C2 80`..`C2 9F` in UTF-8.
     let control = bytes.iter().fold(false, |seen, &b| seen | (b < 0x20) | (b == 0x7F))
-        || (bytes.contains(&0xC2) && bytes.windows(2).any(|w| w[0] == 0xC2 && (0x80..=0x9F).contains(&w[1])));
+        || (bytes.contains(&0xC2) && bytes.windows(2).any(|w| matches!(w, [0xC2, 0x80..=0x9F])));
     let colon_space = text.contains(": ");
     let space_hash = text.contains(" #");
     if control || looks_typed || text.is_empty() {
