@@ -30,10 +30,14 @@ cargo +nightly fuzz build -O
 for t in "${targets[@]}"; do
     mkdir -p "$work/$t"
     echo "fuzz: $t for ${secs}s"
+    # libFuzzer's output goes to a file and its exit status is kept as such: read through a
+    # pipe with `|| true`, the status was that of `true` and a failing target passed.
+    status=0
     cargo +nightly fuzz run -O "$t" "$work/$t" "corpus/$t" -- \
         -max_total_time="$secs" -timeout=10 -rss_limit_mb=2048 -max_len=65536 -print_final_stats=1 \
-        2>&1 | grep -E '^(#[0-9]+.*(DONE|pulse)|stat::|==[0-9]+==|SUMMARY|artifact|Done|INFO: (Loaded|seed))' || true
-    # grep hides libFuzzer's chatter; its exit status is what counts.
-    [ "${PIPESTATUS[0]}" -eq 0 ] || { echo "fuzz: $t FAILED (input in fuzz/artifacts/$t/)" >&2; exit 1; }
+        >"$work/$t.log" 2>&1 || status=$?
+    # grep hides libFuzzer's chatter.
+    grep -E '^(#[0-9]+.*(DONE|pulse)|stat::|==[0-9]+==|SUMMARY|artifact|Done|INFO: (Loaded|seed))' "$work/$t.log" || true
+    [ "$status" -eq 0 ] || { echo "fuzz: $t FAILED (input in fuzz/artifacts/$t/)" >&2; exit 1; }
 done
 echo "fuzz: ${#targets[@]} targets ran ${secs}s each, clean"

@@ -66,14 +66,34 @@ fn index(tok: &str, len: usize, path: &str) -> Result<usize, String> {
     Ok(j as usize)
 }
 
+/// How many nulls the `add` operations of one [`apply`] may pad lists with, all together
+/// (missing parents are made as Kyverno's json-patch `EnsurePathExistsOnAdd` makes them, lists
+/// padded up to the index a path names): `/a/4294967295/b` must be an error, not an attempt to
+/// allocate a hundred gigabytes. Far more than any list of an object the API server accepts
+/// is padded by a real patch.
+const MAX_PADDING: usize = 10_000;
+
+/// Takes `n` nulls of padding out of what is left of the budget.
+fn pad(left: &mut usize, n: usize, path: &str) -> Result<(), String> {
+    if n > *left {
+        return Err(format!("cannot add {path}: it would pad lists with more than {MAX_PADDING} null elements"));
+    }
+    *left -= n;
+    Ok(())
+}
+
 /// What `add` puts where a parent is missing (Kyverno applies patches with json-patch's
 /// `EnsurePathExistsOnAdd`): a list when the next token is an index or `-` (padded with nulls
-/// up to that index), an object otherwise.
-fn new_parent(next: Option<&String>, path: &str) -> Result<Value, String> {
+/// up to that index, out of `left`), an object otherwise.
+fn new_parent(next: Option<&String>, path: &str, left: &mut usize) -> Result<Value, String> {
     match next.map(String::as_str) {
         Some("-") => Ok(Value::Array(Vec::new())),
         Some(t) => match t.parse::<i64>() {
-            Ok(i) if i >= -1 => Ok(Value::Array(vec![Value::Null; i.max(0) as usize])),
+            Ok(i) if i >= -1 => {
+                let n = usize::try_from(i.max(0)).unwrap_or(usize::MAX);
+                pad(left, n, path)?;
+                Ok(Value::Array(vec![Value::Null; n]))
+            }
             Ok(i) => Err(format!("unable to ensure path for negative index other than -1: {i} in {path}")),
             Err(_) => Ok(Value::Object(Map::new())),
         },
@@ -82,7 +102,14 @@ fn new_parent(next: Option<&String>, path: &str) -> Result<Value, String> {
 }
 
 /// The container holding the last token of `toks` (all tokens but the last are walked).
-fn parent<'a>(doc: &'a mut Value, toks: &[String], path: &str, create: bool) -> Result<Option<&'a mut Value>, String> {
+/// `left`: the padding budget (see [`MAX_PADDING`]) when `create`.
+fn parent<'a>(
+    doc: &'a mut Value,
+    toks: &[String],
+    path: &str,
+    create: bool,
+    left: &mut usize,
+) -> Result<Option<&'a mut Value>, String> {
     let mut cur = doc;
     let walk = toks.len().saturating_sub(1);
     for (n, t) in toks.iter().take(walk).enumerate() {
@@ -93,7 +120,7 @@ fn parent<'a>(doc: &'a mut Value, toks: &[String], path: &str, create: bool) -> 
                     if !create {
                         return Ok(None);
                     }
-                    m.insert(t.clone(), new_parent(next, path)?);
+                    m.insert(t.clone(), new_parent(next, path, left)?);
                 }
                 match m.get_mut(t) {
                     Some(v) => v,
@@ -106,8 +133,9 @@ fn parent<'a>(doc: &'a mut Value, toks: &[String], path: &str, create: bool) -> 
                     // Past the end: pad with nulls up to the index and put the parent there.
                     Err(_) if create && t.parse::<usize>().is_ok_and(|i| i >= a.len()) => {
                         let i = t.parse::<usize>().unwrap_or_default();
+                        pad(left, i.saturating_sub(a.len()), path)?;
                         a.resize(i, Value::Null);
-                        a.push(new_parent(next, path)?);
+                        a.push(new_parent(next, path, left)?);
                         i
                     }
                     Err(e) => return if create { Err(e) } else { Ok(None) },
@@ -146,13 +174,13 @@ fn get<'a>(doc: &'a Value, path: &str) -> Option<&'a Value> {
     Some(cur)
 }
 
-fn add(doc: &mut Value, path: &str, value: Value) -> Result<(), String> {
+fn add(doc: &mut Value, path: &str, value: Value, left: &mut usize) -> Result<(), String> {
     let toks = tokens(path);
     let Some(last) = toks.last() else {
         *doc = value;
         return Ok(());
     };
-    let Some(p) = parent(doc, &toks, path, true)? else { return Err(format!("missing parent for {path}")) };
+    let Some(p) = parent(doc, &toks, path, true, left)? else { return Err(format!("missing parent for {path}")) };
     match p {
         Value::Object(m) => {
             m.insert(last.clone(), value);
@@ -188,7 +216,7 @@ fn remove(doc: &mut Value, path: &str) -> Result<Option<Value>, String> {
     let Some(last) = toks.last() else {
         return Ok(Some(std::mem::take(doc)));
     };
-    let Some(p) = parent(doc, &toks, path, false)? else { return Ok(None) };
+    let Some(p) = parent(doc, &toks, path, false, &mut 0)? else { return Ok(None) };
     match p {
         Value::Object(m) => Ok(m.remove(last)),
         Value::Array(a) => match index(last, a.len(), path) {
@@ -205,7 +233,7 @@ fn replace(doc: &mut Value, path: &str, value: Value) -> Result<(), String> {
         *doc = value;
         return Ok(());
     };
-    let Some(p) = parent(doc, &toks, path, false)? else {
+    let Some(p) = parent(doc, &toks, path, false, &mut 0)? else {
         return Err(format!("replace operation does not apply: doc is missing path: {path}"));
     };
     match p {
@@ -229,9 +257,10 @@ fn replace(doc: &mut Value, path: &str, value: Value) -> Result<(), String> {
 
 /// Applies operations in order with Kyverno's options.
 pub fn apply(doc: &mut Value, ops: &[Op]) -> Result<(), String> {
+    let mut left = MAX_PADDING;
     for op in ops {
         match op {
-            Op::Add { path, value } => add(doc, path, value.clone())?,
+            Op::Add { path, value } => add(doc, path, value.clone(), &mut left)?,
             Op::Remove { path } => {
                 remove(doc, path)?;
             }
@@ -239,13 +268,13 @@ pub fn apply(doc: &mut Value, ops: &[Op]) -> Result<(), String> {
             Op::Move { from, path } => {
                 let v = remove(doc, from)?
                     .ok_or_else(|| format!("move operation does not apply: doc is missing from path: {from}"))?;
-                add(doc, path, v)?;
+                add(doc, path, v, &mut left)?;
             }
             Op::Copy { from, path } => {
                 let v = get(doc, from)
                     .cloned()
                     .ok_or_else(|| format!("copy operation does not apply: doc is missing from path: {from}"))?;
-                add(doc, path, v)?;
+                add(doc, path, v, &mut left)?;
             }
             Op::Test { path, value } => {
                 let ok = get(doc, path).is_some_and(|v| crate::equal(v, value));
@@ -326,6 +355,24 @@ mod tests {
         let mut d = doc;
         apply(&mut d, &ops)?;
         Ok(d)
+    }
+
+    /// Found by the `patch` fuzz target (its corpus held it; the fuzz script did not report
+    /// the failure): a missing parent named by a huge index made a list of that many nulls.
+    /// Padding is bounded per `apply`, across its operations; within the bound it is as before.
+    #[test]
+    fn padding_lists_is_bounded() {
+        for path in ["/a/3333333333/b", "/a/9223372036854775807", "/l/4294967295/x"] {
+            let err = run(json!({"l": []}), json!([{"op": "add", "path": path, "value": 1}]));
+            assert!(err.as_ref().is_err_and(|e| e.contains("more than 10000 null elements")), "{path}: {err:?}");
+        }
+        let out = run(json!({}), json!([{"op": "add", "path": "/a/9999/b", "value": 1}]));
+        assert_eq!(out.map(|v| v.pointer("/a/9999/b").cloned()), Ok(Some(json!(1))));
+        let ops =
+            json!([{"op": "add", "path": "/a/6000/b", "value": 1}, {"op": "add", "path": "/c/6000/d", "value": 2}]);
+        assert!(run(json!({}), ops).is_err_and(|e| e.contains("/c/6000/d")));
+        let past_end = json!([{"op": "add", "path": "/l/20000/x", "value": 1}]);
+        assert!(run(json!({"l": [1]}), past_end).is_err());
     }
 
     #[test]
