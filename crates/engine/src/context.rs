@@ -105,8 +105,8 @@ impl<'e> Context<'e> {
         self.root.borrow().get(k).is_some()
     }
 
-    /// Lends the request's object: `request.object` reads it where it is (see `lent`).
-    /// `request` must have no `object` entry of its own.
+    /// Lends the request's object: `request.object` reads it where it is (see `lent`); an
+    /// `object` entry `request` had is dropped.
     pub fn lend_object(&mut self, object: &'e Value) {
         if let Some(r) = self.root.get_mut().get_mut("request").and_then(Value::as_object_mut) {
             r.remove("object");

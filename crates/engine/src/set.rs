@@ -118,7 +118,12 @@ impl PolicyMeta {
 
     /// The shared name of a rule and whether it enforces (a rule the set does not know: not).
     pub fn rule(&self, name: &str) -> (Arc<str>, bool) {
-        self.rules.iter().find(|(n, _)| **n == *name).cloned().unwrap_or_else(|| (Arc::from(name), false))
+        self.rule_index(name).and_then(|i| self.rules.get(i)).cloned().unwrap_or_else(|| (Arc::from(name), false))
+    }
+
+    /// Where the rule `name` is in [`PolicyMeta::rules`].
+    pub fn rule_index(&self, name: &str) -> Option<usize> {
+        self.rules.iter().position(|(n, _)| **n == *name)
     }
 }
 

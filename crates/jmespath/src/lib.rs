@@ -153,8 +153,14 @@ fn object_reads(ast: &Ast, dialect: Dialect) -> ObjectReads {
         whole: bool,
     }
     fn walk(a: &Ast, at_root: bool, seen: &mut Seen) -> Ast {
-        let two =
-            |l: &Ast, r: &Ast, seen: &mut Seen| (Box::new(walk(l, at_root, seen)), Box::new(walk(r, false, seen)));
+        // `l` read where this node is, `r` against `l`'s result.
+        let chain = |make: fn(Box<Ast>, Box<Ast>) -> Ast, l: &Ast, r: &Ast, seen: &mut Seen| {
+            make(Box::new(walk(l, at_root, seen)), Box::new(walk(r, false, seen)))
+        };
+        // Both operands read where this node is.
+        let both = |make: fn(Box<Ast>, Box<Ast>) -> Ast, l: &Ast, r: &Ast, seen: &mut Seen| {
+            make(Box::new(walk(l, at_root, seen)), Box::new(walk(r, at_root, seen)))
+        };
         match a {
             Ast::Subexpr(l, r) if at_root && matches!(&**l, Ast::Field(f) if f == "request") => {
                 match &**r {
@@ -181,7 +187,7 @@ fn object_reads(ast: &Ast, dialect: Dialect) -> ObjectReads {
                 }
                 a.clone()
             }
-            Ast::Identity | Ast::Index(_) | Ast::Slice { .. } | Ast::Variable(_) if at_root => {
+            Ast::Identity | Ast::Index(_) | Ast::Slice { .. } if at_root => {
                 seen.whole = true;
                 a.clone()
             }
@@ -190,22 +196,10 @@ fn object_reads(ast: &Ast, dialect: Dialect) -> ObjectReads {
                 a.clone()
             }
             Ast::Identity | Ast::Index(_) | Ast::Slice { .. } | Ast::Field(_) | Ast::Literal(_) => a.clone(),
-            Ast::Subexpr(l, r) => {
-                let (l, r) = two(l, r, seen);
-                Ast::Subexpr(l, r)
-            }
-            Ast::Projection(l, r) => {
-                let (l, r) = two(l, r, seen);
-                Ast::Projection(l, r)
-            }
-            Ast::ValueProjection(l, r) => {
-                let (l, r) = two(l, r, seen);
-                Ast::ValueProjection(l, r)
-            }
-            Ast::Pipe(l, r) => {
-                let (l, r) = two(l, r, seen);
-                Ast::Pipe(l, r)
-            }
+            Ast::Subexpr(l, r) => chain(Ast::Subexpr, l, r, seen),
+            Ast::Projection(l, r) => chain(Ast::Projection, l, r, seen),
+            Ast::ValueProjection(l, r) => chain(Ast::ValueProjection, l, r, seen),
+            Ast::Pipe(l, r) => chain(Ast::Pipe, l, r, seen),
             Ast::FilterProjection { lhs, rhs, cond } => Ast::FilterProjection {
                 lhs: Box::new(walk(lhs, at_root, seen)),
                 rhs: Box::new(walk(rhs, false, seen)),
@@ -217,8 +211,8 @@ fn object_reads(ast: &Ast, dialect: Dialect) -> ObjectReads {
             Ast::MultiList(xs) => Ast::MultiList(xs.iter().map(|x| walk(x, at_root, seen)).collect()),
             Ast::MultiHash(xs) => Ast::MultiHash(xs.iter().map(|(k, x)| (k.clone(), walk(x, at_root, seen))).collect()),
             Ast::Call(f, args) => Ast::Call(f, args.iter().map(|x| walk(x, at_root, seen)).collect()),
-            Ast::And(l, r) => Ast::And(Box::new(walk(l, at_root, seen)), Box::new(walk(r, at_root, seen))),
-            Ast::Or(l, r) => Ast::Or(Box::new(walk(l, at_root, seen)), Box::new(walk(r, at_root, seen))),
+            Ast::And(l, r) => both(Ast::And, l, r, seen),
+            Ast::Or(l, r) => both(Ast::Or, l, r, seen),
             Ast::Compare(c, l, r) => {
                 Ast::Compare(*c, Box::new(walk(l, at_root, seen)), Box::new(walk(r, at_root, seen)))
             }

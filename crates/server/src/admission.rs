@@ -162,7 +162,7 @@ impl Observer for Recorder<'_> {
             self.evaluated.push(evaluated);
         }
         for rr in &r.rules {
-            let (rule, enforce) = match m.rules.iter().position(|(n, _)| **n == *rr.name) {
+            let (rule, enforce) = match m.rule_index(&rr.name) {
                 Some(i) => (Ok(i), m.rules.get(i).is_some_and(|r| r.1)),
                 None => (Err(Arc::from(rr.name.as_str())), false),
             };

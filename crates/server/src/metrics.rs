@@ -36,7 +36,7 @@ impl PartialEq for Name {
 impl Eq for Name {}
 impl std::hash::Hash for Name {
     fn hash<H: std::hash::Hasher>(&self, h: &mut H) {
-        (Arc::as_ptr(&self.0) as *const u8 as usize).hash(h);
+        address(&self.0).hash(h);
     }
 }
 
