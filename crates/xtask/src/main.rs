@@ -5,7 +5,10 @@
 //! - `clippy` `cargo clippy --workspace --all-targets --locked -- -D warnings`
 //! - `test`   `cargo test --workspace --locked` (the README's test command)
 //! - `fuzz`   `scripts/fuzz.sh 15`: every fuzz target for 15 s (nightly; skipped without it)
-//! - `ci`     all four, in that order, stopping at the first failure
+//! - `ci`     all four, in that order, stopping at the first failure; between the tests and
+//!   the fuzz run it deletes the test build (`target/debug/{deps,build,incremental}`), which the
+//!   fuzz build (its own target folder, `fuzz/target`) does not use: the two together need about
+//!   6 GB, and a CI run failed with "No space left on device" building the fuzz targets
 
 use std::process::{Command, ExitCode};
 
@@ -39,6 +42,25 @@ fn fuzz() -> bool {
     }
 }
 
+/// Deletes the test build's bulk (not the running `xtask` binary, a separate hard link) and
+/// says how much disk is left, so that the fuzz build has the room the tests used.
+fn free_test_build() {
+    let target = std::env::var_os("CARGO_TARGET_DIR").map_or_else(
+        || std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../target"),
+        std::path::PathBuf::from,
+    );
+    for dir in ["deps", "build", "incremental"] {
+        let path = target.join("debug").join(dir);
+        if let Err(e) = std::fs::remove_dir_all(&path)
+            && e.kind() != std::io::ErrorKind::NotFound
+        {
+            eprintln!("xtask: cannot delete {}: {e}", path.display());
+        }
+    }
+    eprintln!("xtask: deleted the test build in {}/debug", target.display());
+    let _ = Command::new("df").args(["-h", "."]).status();
+}
+
 fn main() -> ExitCode {
     let recipe = std::env::args().nth(1).unwrap_or_default();
     if recipe == "fuzz" {
@@ -60,8 +82,11 @@ fn main() -> ExitCode {
             return ExitCode::FAILURE;
         }
     }
-    if recipe == "ci" && !fuzz() {
-        return ExitCode::FAILURE;
+    if recipe == "ci" {
+        free_test_build();
+        if !fuzz() {
+            return ExitCode::FAILURE;
+        }
     }
     ExitCode::SUCCESS
 }
