@@ -6,6 +6,52 @@ use serde_json::{Map, Value};
 use std::borrow::Cow;
 use verno_jmespath::{Env, Expression, RuntimeError};
 
+/// What [`Context::query_list`] found (shared by the policies of the request).
+#[derive(Clone)]
+pub enum ForeachList<'e> {
+    /// The list's elements, borrowed from the request's object where they are there.
+    Items(std::rc::Rc<Vec<Cow<'e, Value>>>),
+    /// The query's result, shared with the other policies of the request.
+    Shared(std::rc::Rc<Value>),
+}
+
+impl<'e> ForeachList<'e> {
+    /// The elements to iterate: a list's, none for null, the value itself otherwise.
+    pub fn elements(&self) -> Vec<ForeachElement<'_, 'e>> {
+        match self {
+            ForeachList::Items(l) => l
+                .iter()
+                .map(|c| match c {
+                    Cow::Borrowed(b) => ForeachElement::Lent(b),
+                    Cow::Owned(o) => ForeachElement::Held(o),
+                })
+                .collect(),
+            ForeachList::Shared(v) => match &**v {
+                Value::Array(a) => a.iter().map(ForeachElement::Held).collect(),
+                Value::Null => Vec::new(),
+                other => vec![ForeachElement::Held(other)],
+            },
+        }
+    }
+}
+
+/// One element of a [`ForeachList`]: one that lives as long as the context is lent to it as
+/// `element` ([`Context::enter_element`]), another is copied in.
+#[derive(Clone, Copy)]
+pub enum ForeachElement<'l, 'e> {
+    Lent(&'e Value),
+    Held(&'l Value),
+}
+
+impl<'l, 'e: 'l> ForeachElement<'l, 'e> {
+    pub fn value(self) -> &'l Value {
+        match self {
+            ForeachElement::Lent(v) => v,
+            ForeachElement::Held(v) => v,
+        }
+    }
+}
+
 pub struct Context<'e> {
     /// In a cell so that an expression needing the whole of `request` can take the lent object
     /// in (see `lent`) while the context is shared.
@@ -17,6 +63,11 @@ pub struct Context<'e> {
     /// and anything else (or any change to `request`) first copies it in
     /// ([`Context::take_in`]).
     lent: std::cell::Cell<Option<&'e Value>>,
+    /// The foreach element, lent the same way (see [`Context::enter_element`]): while it is,
+    /// the root has no `element` entry; expressions reading the root only through `element`
+    /// are evaluated against it, and anything else reading `element` (or setting it) first
+    /// copies it in ([`Context::take_in_element`]).
+    lent_element: std::cell::Cell<Option<&'e Value>>,
     delete: bool,
     env: &'e dyn Env,
     /// The request's CEL variables, converted once and reused by every CEL rule until
@@ -36,7 +87,7 @@ pub struct Context<'e> {
     /// foreach lists (`request.object.spec.[…][]`, which many policies iterate) and scalar
     /// results (`request.operation || 'BACKGROUND'`, many policies' precondition); see
     /// [`Context::query`] and [`Context::query_list`].
-    shared: std::cell::RefCell<Vec<(String, std::rc::Rc<Value>)>>,
+    shared: std::cell::RefCell<Vec<(String, ForeachList<'e>)>>,
     shared_version: std::cell::Cell<u64>,
 }
 
@@ -61,6 +112,7 @@ impl<'e> Context<'e> {
         Context {
             root: std::cell::RefCell::new(Value::Object(root)),
             lent: std::cell::Cell::new(None),
+            lent_element: std::cell::Cell::new(None),
             delete,
             env,
             cel: std::cell::RefCell::new(None),
@@ -90,13 +142,16 @@ impl<'e> Context<'e> {
         self.env
     }
 
-    /// The whole data (the lent object copied in first). Not to be held across a query.
+    /// The whole data (the lent object and element copied in first). Not to be held across a
+    /// query.
     pub fn root(&self) -> std::cell::Ref<'_, Value> {
         self.take_in();
+        self.take_in_element();
         self.root.borrow()
     }
 
-    /// `f` on the data as it is: `request` without its `object` while that is lent.
+    /// `f` on the data as it is: `request` without its `object` while that is lent, no
+    /// `element` while that is.
     pub fn read<R>(&self, f: impl FnOnce(&Value) -> R) -> R {
         f(&self.root.borrow())
     }
@@ -124,18 +179,27 @@ impl<'e> Context<'e> {
         }
     }
 
+    /// Copies the lent element into the root's `element` (once): before it is set or read as
+    /// part of something else.
+    fn take_in_element(&self) {
+        let Some(element) = self.lent_element.take() else { return };
+        if let Some(m) = self.root.borrow_mut().as_object_mut() {
+            m.insert("element".into(), element.clone());
+        }
+    }
+
     /// Evaluates `e` against the context. A query that reads only `request` and gives a
     /// scalar is evaluated once per version of `request` and shared.
     pub fn query(&self, e: &Expression) -> Result<Value, RuntimeError> {
         if !Self::shareable(e) {
             return self.search(e);
         }
-        if let Some(v) = self.shared_result(e.source()) {
+        if let Some(ForeachList::Shared(v)) = self.shared_result(e.source()) {
             return Ok(Value::clone(&v));
         }
         let v = self.search(e)?;
         if !matches!(v, Value::Array(_) | Value::Object(_)) {
-            self.keep_shared(e.source(), std::rc::Rc::new(v.clone()));
+            self.keep_shared(e.source(), ForeachList::Shared(std::rc::Rc::new(v.clone())));
         }
         Ok(v)
     }
@@ -149,37 +213,54 @@ impl<'e> Context<'e> {
                 ObjectReads::Whole => self.take_in(),
             }
         }
+        if let Some(element) = self.lent_element.get() {
+            match e.element() {
+                ObjectReads::Only(at) => return at.search(element, self.env).map(std::borrow::Cow::into_owned),
+                ObjectReads::No => {}
+                ObjectReads::Whole => self.take_in_element(),
+            }
+        }
         let root = self.root.borrow();
         e.search(&root, self.env).map(std::borrow::Cow::into_owned)
     }
 
-    /// [`Context::query`] for a foreach list, shared whatever it holds: an expression that
-    /// reads only `request` gives the same result until `request` changes, so the policies of a
-    /// request that iterate the same list evaluate it once.
-    pub fn query_list(&self, e: &Expression) -> Result<std::rc::Rc<Value>, RuntimeError> {
-        if !Self::shareable(e) {
-            return self.search(e).map(std::rc::Rc::new);
+    /// A foreach list. Elements the expression picks from the lent object (`request.object.
+    /// spec.[initContainers, containers][]`) are borrowed there rather than copied. An
+    /// expression that reads only `request` gives the same list until `request` changes, so
+    /// the policies of a request that iterate the same list evaluate it once.
+    pub fn query_list(&self, e: &Expression) -> Result<ForeachList<'e>, RuntimeError> {
+        let shareable = Self::shareable(e);
+        if shareable && let Some(l) = self.shared_result(e.source()) {
+            return Ok(l);
         }
-        if let Some(v) = self.shared_result(e.source()) {
-            return Ok(v);
+        let l = match (self.lent.get(), e.request_object()) {
+            (Some(object), verno_jmespath::ObjectReads::Only(at)) => {
+                ForeachList::Items(std::rc::Rc::new(match at.search_items(object, self.env)? {
+                    verno_jmespath::Items::List(l) => l,
+                    verno_jmespath::Items::Other(v) if v.is_null() => Vec::new(),
+                    verno_jmespath::Items::Other(v) => vec![v],
+                }))
+            }
+            _ => ForeachList::Shared(std::rc::Rc::new(self.search(e)?)),
+        };
+        if shareable {
+            self.keep_shared(e.source(), l.clone());
         }
-        let v = std::rc::Rc::new(self.search(e)?);
-        self.keep_shared(e.source(), v.clone());
-        Ok(v)
+        Ok(l)
     }
 
     fn shareable(e: &Expression) -> bool {
         e.sole_root_field() == Some("request")
     }
 
-    fn shared_result(&self, src: &str) -> Option<std::rc::Rc<Value>> {
+    fn shared_result(&self, src: &str) -> Option<ForeachList<'e>> {
         if self.shared_version.get() != self.request_version {
             return None;
         }
         self.shared.borrow().iter().find(|(s, _)| s == src).map(|(_, v)| v.clone())
     }
 
-    fn keep_shared(&self, src: &str, v: std::rc::Rc<Value>) {
+    fn keep_shared(&self, src: &str, v: ForeachList<'e>) {
         let mut shared = self.shared.borrow_mut();
         if self.shared_version.get() != self.request_version {
             shared.clear();
@@ -229,23 +310,44 @@ impl<'e> Context<'e> {
     }
 
     /// Sets a foreach element: `element`, `elementIndex` and, when `numbered`, their
-    /// `element<N>` / `elementIndex<N>` forms for the nesting level.
-    pub fn set_element(&mut self, element: &Value, index: usize, nesting: usize, numbered: bool) -> Saved {
-        const ELEMENT: [&str; 4] = ["element0", "element1", "element2", "element3"];
-        const INDEX: [&str; 4] = ["elementIndex0", "elementIndex1", "elementIndex2", "elementIndex3"];
+    /// `element<N>` / `elementIndex<N>` forms for the nesting level. An element that lives as
+    /// long as the context is lent rather than copied (its `element<N>` form is copied).
+    pub fn enter_element(
+        &mut self,
+        element: ForeachElement<'_, 'e>,
+        index: usize,
+        nesting: usize,
+        numbered: bool,
+    ) -> Saved {
         let mut saved = Saved(Vec::with_capacity(if numbered { 4 } else { 2 }));
-        self.put(&mut saved, Cow::Borrowed("element"), element.clone());
+        match element {
+            ForeachElement::Lent(v) => {
+                // An outer element still lent is copied in, to be saved and restored as an entry.
+                self.touch("element");
+                let old = self.root.get_mut().as_object_mut().and_then(|m| m.remove("element"));
+                saved.0.push((Cow::Borrowed("element"), old));
+                self.lent_element.set(Some(v));
+            }
+            ForeachElement::Held(v) => self.put(&mut saved, Cow::Borrowed("element"), v.clone()),
+        }
         self.put(&mut saved, Cow::Borrowed("elementIndex"), Value::from(index as i64));
         if !numbered {
             return saved;
         }
+        const ELEMENT: [&str; 4] = ["element0", "element1", "element2", "element3"];
+        const INDEX: [&str; 4] = ["elementIndex0", "elementIndex1", "elementIndex2", "elementIndex3"];
         let (e, i): (Cow<'static, str>, Cow<'static, str>) = match (ELEMENT.get(nesting), INDEX.get(nesting)) {
             (Some(e), Some(i)) => (Cow::Borrowed(*e), Cow::Borrowed(*i)),
             _ => (Cow::Owned(format!("element{nesting}")), Cow::Owned(format!("elementIndex{nesting}"))),
         };
-        self.put(&mut saved, e, element.clone());
+        self.put(&mut saved, e, element.value().clone());
         self.put(&mut saved, i, Value::from(index as i64));
         saved
+    }
+
+    /// [`Context::enter_element`] for an element that is copied in.
+    pub fn set_element(&mut self, element: &Value, index: usize, nesting: usize, numbered: bool) -> Saved {
+        self.enter_element(ForeachElement::Held(element), index, nesting, numbered)
     }
 
     /// Makes the CEL variables carry `namespaceObject` as policies of `view` see it.
@@ -282,6 +384,9 @@ impl<'e> Context<'e> {
     }
 
     fn touch(&mut self, key: &str) {
+        if key == "element" {
+            self.take_in_element();
+        }
         if key == "request" {
             // What is saved for restoring, and what is changed, is the whole of it.
             self.take_in();
@@ -296,6 +401,10 @@ impl<'e> Context<'e> {
         if saved.0.iter().any(|(k, _)| k == "request") {
             *self.cel.get_mut() = None;
             self.request_version += 1;
+        }
+        // What was saved had no element lent (entering one copies an outer one in first).
+        if saved.0.iter().any(|(k, _)| k == "element") {
+            self.lent_element.set(None);
         }
         if let Some(m) = self.root.get_mut().as_object_mut() {
             for (k, old) in saved.0.into_iter().rev() {
@@ -352,6 +461,11 @@ mod tests {
         Expression::compile(s).unwrap_or_else(|e| panic!("{s}: {e}"))
     }
 
+    /// A foreach list's elements as one list.
+    fn listed(l: Result<ForeachList<'_>, RuntimeError>) -> Result<Value, RuntimeError> {
+        l.map(|l| Value::Array(l.elements().into_iter().map(|e| e.value().clone()).collect()))
+    }
+
     #[test]
     fn shared_results_follow_the_request() {
         let root = json!({"request": {"operation": "CREATE", "object": {"spec": {"containers": [{"name": "a"}]}}}});
@@ -359,10 +473,10 @@ mod tests {
         let op = expr("request.operation || 'BACKGROUND'");
         let list = expr("request.object.spec.containers[].name");
         assert_eq!(ctx.query(&op), Ok(json!("CREATE")));
-        assert_eq!(ctx.query_list(&list).map(|v| (*v).clone()), Ok(json!(["a"])));
+        assert_eq!(listed(ctx.query_list(&list)), Ok(json!(["a"])));
         // A patch of the object, a scope that sets `request` and its restoring: each is seen.
         let _kept = ctx.set_path("request.object.spec.containers", json!([{"name": "b"}]));
-        assert_eq!(ctx.query_list(&list).map(|v| (*v).clone()), Ok(json!(["b"])));
+        assert_eq!(listed(ctx.query_list(&list)), Ok(json!(["b"])));
         let saved = ctx.set_path("request.operation", json!("UPDATE"));
         assert_eq!(ctx.query(&op), Ok(json!("UPDATE")));
         ctx.restore(saved);
@@ -405,6 +519,33 @@ mod tests {
         for src in sources {
             assert_eq!(lent.query(&expr(src)), copied.query(&expr(src)), "{src}");
         }
+        // Foreach lists: the elements picked from the lent object are borrowed there (`lent`
+        // has taken its object in by now: `keys(request)` reads `request` whole).
+        let mut lent = new(&root);
+        lent.lend_object(&object);
+        let borrowed = |src: &str| match lent.query_list(&expr(src)) {
+            Ok(ForeachList::Items(l)) => l.iter().all(|c| matches!(c, Cow::Borrowed(_))),
+            _ => false,
+        };
+        assert!(borrowed("request.object.spec.[initContainers, containers][]"));
+        assert!(borrowed("request.object.spec.containers"));
+        assert!(!borrowed("request.object.spec.containers[].name"));
+        assert!(!borrowed("[request.object.spec.containers, element][]"));
+        let mut lent = new(&root);
+        lent.lend_object(&object);
+        let lists = [
+            "request.object.spec.[ephemeralContainers, initContainers, containers][]",
+            "request.object.spec.containers",
+            "request.object.spec.containers[].name",
+            "request.object.metadata",
+            "request.object.spec.nothing",
+            "request.object.spec.containers[?name == element.name]",
+        ];
+        for src in lists {
+            assert_eq!(listed(lent.query_list(&expr(src))), listed(copied.query_list(&expr(src))), "{src}");
+        }
+        let mut lent = new(&root);
+        lent.lend_object(&object);
         assert_eq!(lent.query(&expr("keys(request)")), Ok(json!(["name", "object", "operation"])));
         // A patched object replaces the lent one; restoring a scope that set `request` keeps it.
         let _kept = lent.set_path("request.object.metadata.name", json!("q"));
@@ -421,5 +562,76 @@ mod tests {
         lent.restore(saved);
         assert_eq!(lent.query(&expr("request.object.metadata.name")), Ok(json!("p")));
         assert_eq!(lent.root().pointer("/request/object/metadata/name"), Some(&json!("p")));
+    }
+
+    /// A context lent a foreach element answers as one it was copied into, through nesting,
+    /// a scope that sets `element`, and restoring.
+    #[test]
+    fn a_lent_element_is_read_as_a_copied_one() {
+        let outer = json!({"name": "a", "ports": [{"p": 1}, {"p": 2}], "sc": {"drop": ["ALL"]}});
+        let inner = json!({"p": 2});
+        let root = json!({"request": {"operation": "CREATE", "object": {"metadata": {"name": "a"}}}});
+        let new = || Context::new(root.as_object().cloned().unwrap_or_default(), false, &verno_jmespath::NoEnv);
+        let sources = [
+            "element.sc.drop[] || `[]`",
+            "element.name",
+            "element",
+            "elementIndex",
+            "element.name == request.object.metadata.name",
+            "keys(@)",
+            "request.operation",
+            "element.ports[?p == `2`] | length(@)",
+        ];
+        let (mut lent, mut copied) = (new(), new());
+        let answers = |lent: &Context, copied: &Context| {
+            for src in sources {
+                assert_eq!(lent.query(&expr(src)), copied.query(&expr(src)), "{src}");
+            }
+        };
+        let saved_lent = lent.enter_element(ForeachElement::Lent(&outer), 0, 0, false);
+        let saved_copied = copied.set_element(&outer, 0, 0, false);
+        assert!(!lent.read(|r| r.get("element").is_some()), "lent, not copied");
+        assert_eq!(lent.query(&expr("element.name")), Ok(json!("a")));
+        assert!(!lent.read(|r| r.get("element").is_some()), "an element-only read copies nothing");
+        // A nested element, then the outer one back.
+        let lent_inner = lent.enter_element(ForeachElement::Lent(&inner), 1, 1, true);
+        let copied_inner = copied.set_element(&inner, 1, 1, true);
+        assert_eq!(lent.query(&expr("element.p")), Ok(json!(2)));
+        assert_eq!(lent.query(&expr("element1.p")), Ok(json!(2)));
+        lent.restore(lent_inner);
+        copied.restore(copied_inner);
+        assert_eq!(lent.query(&expr("element.name")), Ok(json!("a")));
+        answers(&lent, &copied);
+        let lent_inner = lent.enter_element(ForeachElement::Lent(&inner), 1, 1, false);
+        let copied_inner = copied.set_element(&inner, 1, 1, false);
+        answers(&lent, &copied);
+        lent.restore(lent_inner);
+        copied.restore(copied_inner);
+        answers(&lent, &copied);
+        // A scope that sets `element` itself, restored.
+        let mut lent2 = new();
+        let outer_saved = lent2.enter_element(ForeachElement::Lent(&outer), 0, 0, false);
+        let scope = lent2.set_path("element.name", json!("z"));
+        assert_eq!(lent2.query(&expr("element.name")), Ok(json!("z")));
+        assert_eq!(lent2.query(&expr("element.sc.drop[0]")), Ok(json!("ALL")));
+        lent2.restore(scope);
+        assert_eq!(lent2.query(&expr("element.name")), Ok(json!("a")));
+        lent2.restore(outer_saved);
+        assert_eq!(lent2.query(&expr("element")), copied_after_restore());
+        // Leaving the element leaves nothing behind.
+        lent.restore(saved_lent);
+        copied.restore(saved_copied);
+        answers(&lent, &copied);
+        assert_eq!(*lent.root(), *copied.root());
+        let held = lent.enter_element(ForeachElement::Held(&inner), 0, 0, false);
+        assert!(lent.read(|r| r.get("element") == Some(&inner)), "a held element is copied in");
+        lent.restore(held);
+        assert_eq!(*lent.root(), *copied.root());
+    }
+
+    /// `element` once no foreach element is set: Kyverno's missing-key error.
+    fn copied_after_restore() -> Result<Value, RuntimeError> {
+        let ctx = Context::new(Map::new(), false, &verno_jmespath::NoEnv);
+        ctx.query(&expr("element"))
     }
 }

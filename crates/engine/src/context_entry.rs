@@ -49,8 +49,8 @@ pub enum ContextSource {
 pub enum JmesField {
     /// Compiled once, with its DELETE reading (`request.object` as `request.oldObject`).
     Static {
-        expr: Expression,
-        delete: Option<Expression>,
+        expr: Box<Expression>,
+        delete: Option<Box<Expression>>,
     },
     Templated(Template),
 }
@@ -61,7 +61,7 @@ impl JmesField {
             return Template::compile(s).map(JmesField::Templated).map_err(|e| CompileError::new(path, e));
         }
         let q = Query::compile(s, path)?;
-        Ok(JmesField::Static { expr: q.expr, delete: q.delete })
+        Ok(JmesField::Static { expr: Box::new(q.expr), delete: q.delete.map(Box::new) })
     }
 }
 

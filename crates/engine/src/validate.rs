@@ -1,7 +1,7 @@
 //! Validate rules: the compiled checks (`pattern`, `anyPattern`, `deny`, `foreach`,
 //! `podSecurity`, `cel`) and their evaluation with Kyverno's messages and failure paths.
 use crate::condition::CompiledConditions;
-use crate::context::{Context, Saved};
+use crate::context::{Context, ForeachElement, Saved};
 use crate::context_entry::{CompiledContextEntry, Stop, compile_context, enter};
 use crate::error::CompileError;
 use crate::evaluate::{Data, cel_env};
@@ -585,12 +585,7 @@ impl ValidateCtx<'_> {
                         Ok(v) => v,
                         Err(_) => continue,
                     };
-                    let elements: &[Value] = match &*list {
-                        Value::Array(a) => a,
-                        Value::Null => &[],
-                        other => std::slice::from_ref(other),
-                    };
-                    let (resp, count) = self.foreach_elements(f, elements, ctx, nesting, delete);
+                    let (resp, count) = self.foreach_elements(f, &list.elements(), ctx, nesting, delete);
                     if let Some(r) = resp
                         && r.status != Status::Pass
                     {
@@ -606,24 +601,25 @@ impl ValidateCtx<'_> {
         }
     }
 
-    fn foreach_elements(
+    fn foreach_elements<'e>(
         &mut self,
         f: &CompiledForeach,
-        elements: &[Value],
-        ctx: &mut Context,
+        elements: &[ForeachElement<'_, 'e>],
+        ctx: &mut Context<'e>,
         nesting: usize,
         delete: bool,
     ) -> (Option<RuleResponse>, usize) {
         let mut applied = 0;
         let n = elements.len();
-        for (index, element) in elements.iter().enumerate() {
+        for (index, &lendable) in elements.iter().enumerate() {
+            let element = lendable.value();
             if element.is_null() {
                 continue;
             }
             if ctx.env().cancelled() {
                 return (Some(self.resp(Status::Error, CANCELLED)), applied);
             }
-            let mut saved = ctx.set_element(element, index, nesting, self.v.numbered_elements);
+            let mut saved = ctx.enter_element(lendable, index, nesting, self.v.numbered_elements);
             for (k, vals) in self.foreach_values {
                 if let Some(v) = vals.get(index) {
                     saved.absorb(ctx.set_path(k, v.clone()));

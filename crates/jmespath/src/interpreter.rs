@@ -225,41 +225,14 @@ pub(crate) fn eval<'a>(ast: &Ast, data: &'a Value, env: &Meter<'_>) -> Result<Cv
             }
             Ok(Cow::Owned(Value::Array(out)))
         }
-        Ast::Flatten(inner) => {
-            match elements(ast, data, env)? {
-                Elements::Other => {}
-                Elements::Null => return Ok(Cow::Borrowed(&NULL)),
-                Elements::List(l) => return Ok(Cow::Owned(Value::Array(l.into_iter().map(Cow::into_owned).collect()))),
-            }
-            let l = eval(inner, data, env).unwrap_or(Cow::Borrowed(&NULL));
-            let mut out = Vec::new();
-            match l {
-                // A list made for this expression (`spec.[a, b][]`): its elements are moved, not
-                // copied again (charged all the same, so the budget is the same either way).
-                Cow::Owned(Value::Array(arr)) => {
-                    out.reserve(arr.len());
-                    for el in arr {
-                        env.charge_copy(&el)?;
-                        match el {
-                            Value::Array(inner) => out.extend(inner),
-                            other => out.push(other),
-                        }
-                    }
-                }
-                Cow::Borrowed(Value::Array(arr)) => {
-                    out.reserve(arr.len());
-                    for el in arr {
-                        env.charge_copy(el)?;
-                        match el {
-                            Value::Array(inner) => out.extend(inner.iter().cloned()),
-                            other => out.push(other.clone()),
-                        }
-                    }
-                }
-                _ => return Ok(Cow::Borrowed(&NULL)),
-            }
-            Ok(Cow::Owned(Value::Array(out)))
-        }
+        Ast::Flatten(inner) => match elements(ast, data, env)? {
+            Elements::Other => Ok(match flattened(inner, data, env)? {
+                Some(l) => Cow::Owned(Value::Array(l.into_iter().map(Cow::into_owned).collect())),
+                None => Cow::Borrowed(&NULL),
+            }),
+            Elements::Null => Ok(Cow::Borrowed(&NULL)),
+            Elements::List(l) => Ok(Cow::Owned(Value::Array(l.into_iter().map(Cow::into_owned).collect()))),
+        },
         Ast::Literal(v) => env.own(Cow::Borrowed(v)).map(Cow::Owned),
         Ast::MultiList(items) => {
             if data.is_null() {
@@ -334,6 +307,93 @@ pub(crate) fn eval<'a>(ast: &Ast, data: &'a Value, env: &Meter<'_>) -> Result<Cv
         Ast::Pipe(a, b) => {
             let l = eval(a, data, env).unwrap_or(Cow::Borrowed(&NULL));
             chain(env, l, |v| eval(b, v, env))
+        }
+    }
+}
+
+/// `inner[]` where `inner` is not a field path's multiselect (see [`elements`]): the
+/// elements of the list `inner` gives, one level flattened, borrowed where they are in `data`
+/// (`None` when `inner` gives no list). Charged as copies either way.
+fn flattened<'a>(inner: &Ast, data: &'a Value, env: &Meter<'_>) -> Result<Option<Vec<Cv<'a>>>, RuntimeError> {
+    let mut out = Vec::new();
+    match eval(inner, data, env).unwrap_or(Cow::Borrowed(&NULL)) {
+        // A list made for this expression (`spec.[a, b][]`): its elements are moved.
+        Cow::Owned(Value::Array(arr)) => {
+            out.reserve(arr.len());
+            for el in arr {
+                env.charge_copy(&el)?;
+                match el {
+                    Value::Array(inner) => out.extend(inner.into_iter().map(Cow::Owned)),
+                    other => out.push(Cow::Owned(other)),
+                }
+            }
+        }
+        Cow::Borrowed(Value::Array(arr)) => {
+            out.reserve(arr.len());
+            for el in arr {
+                env.charge_copy(el)?;
+                match el {
+                    Value::Array(inner) => out.extend(inner.iter().map(Cow::Borrowed)),
+                    other => out.push(Cow::Borrowed(other)),
+                }
+            }
+        }
+        _ => return Ok(None),
+    }
+    Ok(Some(out))
+}
+
+/// What [`items`] found: a list's elements, each where it is when the expression only picks
+/// them, or a value that is not a list.
+pub enum Items<'a> {
+    List(Vec<Cv<'a>>),
+    Other(Cv<'a>),
+}
+
+/// [`eval`] for a caller that iterates the result: a list's elements one by one, those a
+/// flatten picks from `data` (`spec.containers[]`, `spec.[a, b][]`) borrowed rather than
+/// copied into a new list. Charged as [`eval`] charges, errors read as [`eval`] reads them.
+pub(crate) fn items<'a>(ast: &Ast, data: &'a Value, env: &Meter<'_>) -> Result<Items<'a>, RuntimeError> {
+    // `x[]` is a projection of the flatten of `x` that keeps each element as it is.
+    let (flatten, inner) = match ast {
+        Ast::Projection(lhs, rhs) if matches!(**rhs, Ast::Identity) => match &**lhs {
+            Ast::Flatten(inner) => (&**lhs, inner),
+            _ => return eval(ast, data, env).map(Items::of),
+        },
+        _ => return eval(ast, data, env).map(Items::of),
+    };
+    env.charge(1)?; // the projection node
+    let list = match elements(flatten, data, env)? {
+        Elements::Null => {
+            env.charge(1)?; // the flatten node, as evaluating it charges
+            None
+        }
+        Elements::List(l) => {
+            env.charge(1)?;
+            Some(l)
+        }
+        // As the projection evaluates its left side: an error there reads as null.
+        Elements::Other => env.charge(1).and_then(|()| flattened(inner, data, env)).unwrap_or(None),
+    };
+    let Some(list) = list else { return Ok(Items::Other(Cow::Borrowed(&NULL))) };
+    let mut out = Vec::with_capacity(list.len());
+    for el in list {
+        // Each element through the projection's right side (`@`): charged, nulls dropped.
+        if env.charge(1).is_err() || el.is_null() {
+            continue;
+        }
+        env.charge_copy(&el)?;
+        out.push(el);
+    }
+    Ok(Items::List(out))
+}
+
+impl<'a> Items<'a> {
+    fn of(v: Cv<'a>) -> Items<'a> {
+        match v {
+            Cow::Borrowed(Value::Array(a)) => Items::List(a.iter().map(Cow::Borrowed).collect()),
+            Cow::Owned(Value::Array(a)) => Items::List(a.into_iter().map(Cow::Owned).collect()),
+            other => Items::Other(other),
         }
     }
 }
@@ -548,5 +608,62 @@ mod tests {
         assert_eq!(taken("spec.[containers, initContainers][]"), 1);
         assert_eq!(taken("spec.containers[].name"), 0);
         assert_eq!(taken("length(spec).[a][]"), 0);
+    }
+
+    /// Items as a list and work charged, through [`items`].
+    fn run_items(src: &str, data: &Value) -> (Result<Value, String>, u64, usize) {
+        let ast = crate::parser::parse(src, crate::Dialect::Kyverno).unwrap_or(Ast::Identity);
+        let meter = Meter::new(&crate::NoEnv, crate::Dialect::Kyverno);
+        let mut borrowed = 0;
+        let out = items(&ast, data, &meter)
+            .map(|found| match found {
+                Items::List(l) => {
+                    borrowed = l.iter().filter(|c| matches!(c, Cow::Borrowed(_))).count();
+                    Value::Array(l.into_iter().map(Cow::into_owned).collect())
+                }
+                Items::Other(v) => {
+                    assert!(!v.is_array(), "{src}: a list given as one item");
+                    v.into_owned()
+                }
+            })
+            .map_err(|e| e.to_string());
+        (out, meter.left.get(), borrowed)
+    }
+
+    /// A foreach's list read element by element gives what evaluating it gives, charged the
+    /// same, with the elements a flatten picks from the data borrowed.
+    #[test]
+    fn items_are_the_result_list_with_the_same_charges() {
+        let data = json!({"spec": {
+            "containers": [{"name": "a", "sc": {"add": ["X"]}}, {"name": "b"}, null],
+            "initContainers": [{"name": "i"}],
+            "nested": [[1, 2], 3, [[4]]],
+            "one": {"name": "o"},
+            "nil": null,
+            "n": 3
+        }});
+        let cases = [
+            ("spec.[ephemeralContainers, initContainers, containers][]", 3),
+            ("spec.[containers, one, n, nil][]", 4),
+            ("spec.containers[]", 2),
+            ("spec.nested[]", 4),
+            ("spec.containers", 3),
+            ("spec.containers[].name", 0),
+            ("spec.[containers[].name][]", 0),
+            ("[spec.containers, spec.initContainers][]", 3),
+            ("spec.one", 0),
+            ("spec.nil[]", 0),
+            ("spec.n[]", 0),
+            ("nothing.[a][]", 0),
+            ("spec.nothing", 0),
+            ("spec.containers[?name == 'a']", 0),
+            ("to_array(spec.n)", 0),
+        ];
+        for (src, borrowed) in cases {
+            let (out, left, b) = run_items(src, &data);
+            let (want, want_left) = run(src, &data, true);
+            assert_eq!((out, left), (want, want_left), "{src}");
+            assert_eq!(b, borrowed, "{src}: elements borrowed");
+        }
     }
 }

@@ -22,6 +22,7 @@ pub use ast::Ast;
 pub use error::{ParseError, RuntimeError};
 pub use functions::normalize_image;
 pub use functions::{Function, all as all_functions};
+pub use interpreter::Items;
 
 use serde_json::Value;
 use std::borrow::Cow;
@@ -141,13 +142,18 @@ pub struct Expression {
     root_field: Option<String>,
     /// How it reads `request.object` (see [`Expression::request_object`]).
     object: ObjectReads,
+    /// How it reads `element` (see [`Expression::element`]).
+    element: ObjectReads,
 }
 
 /// Works out [`ObjectReads`] for `ast`: the tree is walked with whether each node is evaluated
-/// against the root; `request.object` at the root becomes the current node of the copy.
-fn object_reads(ast: &Ast, dialect: Dialect) -> ObjectReads {
+/// against the root; `request.object` at the root becomes the current node of the copy. With
+/// `element`, the same for the root's `element` (a foreach element lent the same way).
+fn object_reads(ast: &Ast, dialect: Dialect, element: bool) -> ObjectReads {
     #[derive(Default)]
     struct Seen {
+        /// What is looked for: `element`, else `request.object`.
+        element: bool,
         object: bool,
         other: bool,
         whole: bool,
@@ -162,7 +168,7 @@ fn object_reads(ast: &Ast, dialect: Dialect) -> ObjectReads {
             make(Box::new(walk(l, at_root, seen)), Box::new(walk(r, at_root, seen)))
         };
         match a {
-            Ast::Subexpr(l, r) if at_root && matches!(&**l, Ast::Field(f) if f == "request") => {
+            Ast::Subexpr(l, r) if at_root && !seen.element && matches!(&**l, Ast::Field(f) if f == "request") => {
                 match &**r {
                     Ast::Field(f) if f == "object" => {
                         seen.object = true;
@@ -179,8 +185,12 @@ fn object_reads(ast: &Ast, dialect: Dialect) -> ObjectReads {
                     }
                 }
             }
+            Ast::Field(f) if at_root && seen.element && f == "element" => {
+                seen.object = true;
+                Ast::Identity
+            }
             Ast::Field(f) if at_root => {
-                if f == "request" {
+                if f == "request" && !seen.element {
                     seen.whole = true;
                 } else {
                     seen.other = true;
@@ -196,7 +206,12 @@ fn object_reads(ast: &Ast, dialect: Dialect) -> ObjectReads {
                 a.clone()
             }
             Ast::Identity | Ast::Index(_) | Ast::Slice { .. } | Ast::Field(_) | Ast::Literal(_) => a.clone(),
-            Ast::Subexpr(l, r) => chain(Ast::Subexpr, l, r, seen),
+            // `request.object.x` is read as `x` against the object (not `@.x`: the interpreter's
+            // shortcuts recognise field paths).
+            Ast::Subexpr(l, r) => match walk(l, at_root, seen) {
+                Ast::Identity => walk(r, false, seen),
+                l => Ast::Subexpr(Box::new(l), Box::new(walk(r, false, seen))),
+            },
             Ast::Projection(l, r) => chain(Ast::Projection, l, r, seen),
             Ast::ValueProjection(l, r) => chain(Ast::ValueProjection, l, r, seen),
             Ast::Pipe(l, r) => chain(Ast::Pipe, l, r, seen),
@@ -221,7 +236,7 @@ fn object_reads(ast: &Ast, dialect: Dialect) -> ObjectReads {
     if dialect != Dialect::Kyverno {
         return ObjectReads::Whole;
     }
-    let mut seen = Seen::default();
+    let mut seen = Seen { element, ..Seen::default() };
     let rewritten = walk(ast, true, &mut seen);
     match seen {
         Seen { whole: true, .. } | Seen { object: true, other: true, .. } => ObjectReads::Whole,
@@ -233,6 +248,7 @@ fn object_reads(ast: &Ast, dialect: Dialect) -> ObjectReads {
             dialect,
             // Evaluated against the object itself: its own `request.object` means nothing here.
             object: ObjectReads::Whole,
+            element: ObjectReads::Whole,
         })),
     }
 }
@@ -251,7 +267,8 @@ impl Expression {
     fn of(source: String, ast: Ast, dialect: Dialect) -> Expression {
         Expression {
             root_field: sole_root_field(&ast, dialect),
-            object: object_reads(&ast, dialect),
+            object: object_reads(&ast, dialect, false),
+            element: object_reads(&ast, dialect, true),
             source,
             ast,
             dialect,
@@ -264,6 +281,12 @@ impl Expression {
     /// against the data as it is.
     pub fn request_object(&self) -> &ObjectReads {
         &self.object
+    }
+
+    /// How the expression reads the root's `element`, as [`Expression::request_object`] tells
+    /// for `request.object` (`Only`: evaluated against the element it gives the same result).
+    pub fn element(&self) -> &ObjectReads {
+        &self.element
     }
 
     /// The one field of the data's root that everything the expression reads is under
@@ -309,6 +332,18 @@ impl Expression {
         let meter = interpreter::Meter::new(env, self.dialect);
         let out = interpreter::eval(&self.ast, data, &meter);
         // Running out is sticky: operators that read errors as null must not hide it.
+        match meter.exhausted() {
+            Some(e) => Err(e),
+            None => out,
+        }
+    }
+
+    /// [`Expression::search`] for a caller that iterates a list result (a foreach): the
+    /// elements a flatten picks from `data` are borrowed there instead of copied into a new
+    /// list; the budget is charged the same.
+    pub fn search_items<'a>(&self, data: &'a Value, env: &dyn Env) -> Result<Items<'a>, RuntimeError> {
+        let meter = interpreter::Meter::new(env, self.dialect);
+        let out = interpreter::items(&self.ast, data, &meter);
         match meter.exhausted() {
             Some(e) => Err(e),
             None => out,
@@ -421,5 +456,46 @@ mod tests {
         }
         let community = Expression::compile_in("request.object.name", Dialect::Community).ok();
         assert!(community.is_some_and(|e| matches!(e.request_object(), ObjectReads::Whole)));
+    }
+
+    /// The same for the root's `element`: `Only` expressions give against the element what the
+    /// whole gives against the data, `No` ones the same without it.
+    #[test]
+    fn reads_of_the_element_are_classified_and_rewritten() {
+        use super::ObjectReads;
+        let element = serde_json::json!({"name": "c", "securityContext": {"capabilities": {"drop": ["ALL"]}},
+            "ports": [{"containerPort": 80}, {"containerPort": 8080}]});
+        let data = serde_json::json!({"request": {"operation": "CREATE", "object": {"metadata": {"name": "p"}}},
+            "element": element, "elementIndex": 0});
+        let mut without = data.clone();
+        if let Some(m) = without.as_object_mut() {
+            m.remove("element");
+        }
+        let only = [
+            "element.securityContext.capabilities.drop[] || `[]`",
+            "element.securityContext.capabilities.add[] || `[]`",
+            "element",
+            "element.ports[?containerPort > `100`].containerPort | [0]",
+            "length(element.ports)",
+            "element.missing.deeper",
+            "{n: element.name, p: element.ports[].containerPort}",
+            "element.ports[*].element",
+        ];
+        for src in only {
+            let Ok(e) = Expression::compile(src) else { panic!("{src} compiles") };
+            let ObjectReads::Only(at) = e.element() else { panic!("{src}: {:?}", e.element()) };
+            let whole = e.search(&data, &super::NoEnv).map(|v| v.into_owned());
+            assert_eq!(at.search(&element, &super::NoEnv).map(|v| v.into_owned()), whole, "{src}");
+        }
+        for src in ["request.operation || 'BACKGROUND'", "request.object.metadata.name", "elementIndex", "request"] {
+            let Ok(e) = Expression::compile(src) else { panic!("{src} compiles") };
+            assert!(matches!(e.element(), ObjectReads::No), "{src}: {:?}", e.element());
+            let whole = e.search(&data, &super::NoEnv).map(|v| v.into_owned());
+            assert_eq!(e.search(&without, &super::NoEnv).map(|v| v.into_owned()), whole, "{src}");
+        }
+        for src in ["element.name == request.object.metadata.name", "element.name == elementIndex", "@", "keys(@)"] {
+            let Ok(e) = Expression::compile(src) else { panic!("{src} compiles") };
+            assert!(matches!(e.element(), ObjectReads::Whole), "{src}: {:?}", e.element());
+        }
     }
 }
