@@ -340,11 +340,13 @@ pub struct Sequence<'r> {
     facts: Option<MatchInput<'r>>,
     /// Whether responses say why rules did not apply ([`PolicyResponse::not_applied`]).
     explain: bool,
+    /// A response the caller is done with, emptied, for the next one ([`Sequence::recycle`]).
+    spare: PolicyResponse,
 }
 
 impl<'r> Sequence<'r> {
     pub fn new(req: Request<'r>) -> Self {
-        Sequence { req, patched: None, facts: None, explain: true }
+        Sequence { req, patched: None, facts: None, explain: true, spare: PolicyResponse::default() }
     }
 
     /// Leaves [`PolicyResponse::not_applied`] empty: a caller that drops the responses (a
@@ -369,7 +371,8 @@ impl<'r> Sequence<'r> {
             None => Some(&*self.facts.get_or_insert_with(|| match_input(&self.req))),
             Some(_) => None,
         };
-        let mut r = evaluate_phase_with(policy, phase, exceptions, &req, facts, ctx, data, self.explain);
+        let blank = std::mem::take(&mut self.spare);
+        let mut r = evaluate_phase_with(policy, phase, exceptions, &req, facts, ctx, data, self.explain, blank);
         if matches!(phase, Phase::Verify | Phase::PinDigests) {
             // Only a policy whose images were verified carries the object on: the others'
             // responses keep what their own mutations made.
@@ -383,6 +386,15 @@ impl<'r> Sequence<'r> {
             r.patched = self.patched.clone();
         }
         r
+    }
+
+    /// Takes back a response the caller is done with: emptied, it holds the next policy's
+    /// name and rules (no allocations per policy).
+    pub fn recycle(&mut self, mut r: PolicyResponse) {
+        r.rules.clear();
+        r.not_applied.clear();
+        r.patched = None;
+        self.spare = r;
     }
 
     /// Restores caller-set values without undoing the mutations made so far.
@@ -408,7 +420,7 @@ pub fn evaluate_policy(
     ctx: &mut Context,
     data: &dyn Data,
 ) -> PolicyResponse {
-    evaluate_phase_with(policy, Phase::All, exceptions, req, None, ctx, data, true)
+    evaluate_phase_with(policy, Phase::All, exceptions, req, None, ctx, data, true, PolicyResponse::default())
 }
 
 /// What matching reads from the request and the object it is about.
@@ -437,7 +449,7 @@ fn match_input<'a>(req: &Request<'a>) -> MatchInput<'a> {
 /// Evaluates the rules of one phase. Mutate rules patch `request.object` in `ctx` as they go,
 /// so later rules (and the caller's later policies) see the patched resource; the response's
 /// `patched` holds it. `facts`: what matching reads, when the caller has it for `req`.
-/// `explain`: note why rules did not apply.
+/// `explain`: note why rules did not apply. `blank`: an empty response to fill in.
 #[allow(clippy::too_many_arguments)]
 fn evaluate_phase_with(
     policy: &CompiledPolicy,
@@ -448,8 +460,10 @@ fn evaluate_phase_with(
     ctx: &mut Context,
     data: &dyn Data,
     explain: bool,
+    blank: PolicyResponse,
 ) -> PolicyResponse {
-    let mut resp = PolicyResponse { policy: policy.key(), ..Default::default() };
+    let mut resp = blank;
+    policy.write_key(&mut resp.policy);
     fn note(resp: &mut PolicyResponse, explain: bool, why: impl FnOnce() -> NotApplied) {
         if explain {
             resp.not_applied.push(why());

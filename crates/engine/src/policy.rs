@@ -65,10 +65,19 @@ pub struct CompiledPolicy {
 impl CompiledPolicy {
     /// `name`, or `namespace/name` for a namespaced Policy.
     pub fn key(&self) -> String {
-        match &self.namespace {
-            Some(ns) if self.kind == Kind::Policy => format!("{ns}/{}", self.name),
-            _ => self.name.clone(),
+        let mut key = String::new();
+        self.write_key(&mut key);
+        key
+    }
+
+    /// [`CompiledPolicy::key`] into `out`, in place of what it held.
+    pub fn write_key(&self, out: &mut String) {
+        out.clear();
+        if let Some(ns) = self.namespace.as_deref().filter(|_| self.kind == Kind::Policy) {
+            out.push_str(ns);
+            out.push('/');
         }
+        out.push_str(&self.name);
     }
 
     /// The rules autogen added to a ClusterPolicy or Policy (what its `status.autogen` lists);

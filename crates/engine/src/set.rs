@@ -562,6 +562,7 @@ impl PolicySet {
                 // A response nobody keeps gives its strings to the verdict instead of copies.
                 judge(&mut out, i, p, phase, &mut r, !scope.keep_responses);
                 if !scope.keep_responses {
+                    seq.recycle(r);
                     continue;
                 }
                 match out.responses.iter_mut().find(|(j, _)| *j == i) {
