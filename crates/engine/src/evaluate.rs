@@ -515,6 +515,11 @@ fn evaluate_phase_with(
         {
             continue;
         }
+        // Most rules of a set name kinds the request is not (autogen's for controllers): without
+        // a reason to note, the kind alone rules them out.
+        if !explain && rule.matcher.rules_out_kind(input.kind) {
+            continue;
+        }
         if let Err(reason) = rule.matcher.matches(input) {
             note(&mut resp, explain, || NotApplied { rule: Some(index), reason });
             continue;

@@ -191,6 +191,26 @@ enum Mode {
     Constraints(Vec<Constraints>),
 }
 
+/// The kinds of [`Matcher::rules_out_kind`]: with `any`, a filter matches only requests of one
+/// of its kinds when it has kinds and each is an exact name (`Pod`, `apps/v1/Deployment`,
+/// `Pod/status`); a filter without kinds (or with a wildcard) may match any kind.
+fn exact_kinds(mode: &Mode) -> Option<Vec<String>> {
+    let Mode::Any(filters) = mode else { return None };
+    let mut kinds = Vec::new();
+    for f in filters {
+        if f.desc.kinds.is_empty() {
+            return None;
+        }
+        for k in &f.desc.kinds {
+            if k.all || k.shape[2] != Glob::Exact {
+                return None;
+            }
+            kinds.push(k.kind.clone());
+        }
+    }
+    Some(kinds)
+}
+
 /// One Kubernetes `resourceRules` / `excludeResourceRules` entry.
 #[derive(Debug, Clone, Default)]
 pub struct ResourceRule {
@@ -318,6 +338,9 @@ pub struct WebhookScope {
 #[derive(Debug, Clone)]
 pub struct Matcher {
     mode: Mode,
+    /// The kinds a request must be of for this matcher to match, when its kinds alone say so
+    /// (see [`Matcher::rules_out_kind`]); `None`: any kind may match.
+    kinds: Option<Vec<String>>,
 }
 
 fn compile_desc(d: &ResourceDescription, path: &str) -> Result<Description, CompileError> {
@@ -351,12 +374,12 @@ fn compile_filter(f: &ResourceFilter, path: &str) -> Result<Filter, CompileError
 impl Matcher {
     /// A matcher for Kubernetes `MatchResources`.
     pub fn constraints(c: Constraints) -> Matcher {
-        Matcher { mode: Mode::Constraints(vec![c]) }
+        Matcher { mode: Mode::Constraints(vec![c]), kinds: None }
     }
 
     /// Several `MatchResources` that must all match.
     pub fn all_constraints(c: Vec<Constraints>) -> Matcher {
-        Matcher { mode: Mode::Constraints(c) }
+        Matcher { mode: Mode::Constraints(c), kinds: None }
     }
 
     pub fn compile(m: &MatchResources, path: &str) -> Result<Matcher, CompileError> {
@@ -382,7 +405,16 @@ impl Matcher {
             };
             Mode::Any(vec![f])
         };
-        Ok(Matcher { mode })
+        let kinds = exact_kinds(&mode);
+        Ok(Matcher { mode, kinds })
+    }
+
+    /// Whether a request of kind `kind` cannot match, known from the kinds alone: every filter
+    /// of the `any` list names its kinds exactly (no wildcard, not `*/*`) and none is `kind`.
+    /// [`Matcher::matches`] gives an error for such a request whatever else it holds; a caller
+    /// that needs no reason skips it on this word.
+    pub fn rules_out_kind(&self, kind: &str) -> bool {
+        self.kinds.as_ref().is_some_and(|ks| !ks.iter().any(|k| k == kind))
     }
 
     /// What a webhook must send for this matcher to see a request: one entry per kind (or
@@ -712,5 +744,63 @@ mod tests {
         let labels: BTreeMap<String, String> = [("app".to_string(), "web-1".to_string())].into();
         assert!(selector_matches(&sel, &labels, true));
         assert!(!selector_matches(&sel, &BTreeMap::new(), true));
+    }
+
+    /// The kind gate rules out only requests the matcher refuses, and rules out those whose
+    /// kind no filter of an `any` list names exactly.
+    #[test]
+    fn the_kind_gate_rules_out_only_what_the_matcher_refuses() {
+        let matchers = [
+            serde_json::json!({"any": [{"resources": {"kinds": ["Pod"]}}]}),
+            serde_json::json!({"any": [{"resources": {"kinds": ["Pod"]}}, {"resources": {"kinds": ["apps/v1/Deployment", "Job"]}}]}),
+            serde_json::json!({"any": [{"resources": {"kinds": ["Pod/status"]}}]}),
+            serde_json::json!({"any": [{"resources": {"kinds": ["Pod"]}}, {"resources": {"names": ["x"]}}]}),
+            serde_json::json!({"any": [{"resources": {"kinds": ["P*"]}}]}),
+            serde_json::json!({"any": [{"resources": {"kinds": ["*/*"]}}]}),
+            serde_json::json!({"all": [{"resources": {"kinds": ["Pod"]}}]}),
+            serde_json::json!({"resources": {"kinds": ["Pod"], "namespaces": ["d"]}}),
+            serde_json::json!({"any": []}),
+        ];
+        // (group, version, kind, subresource)
+        let requests = [
+            ("", "v1", "Pod", ""),
+            ("", "v1", "Pod", "status"),
+            ("apps", "v1", "Deployment", ""),
+            ("extensions", "v1beta1", "Deployment", ""),
+            ("batch", "v1", "Job", ""),
+            ("", "v1", "Service", ""),
+            ("", "v1", "pod", ""),
+        ];
+        let mut ruled_out = 0;
+        for m in &matchers {
+            let resources: MatchResources = serde_json::from_value(m.clone()).unwrap_or_else(|e| panic!("{m}: {e}"));
+            let matcher = Matcher::compile(&resources, "match").unwrap_or_else(|e| panic!("{m}: {e}"));
+            for (group, version, kind, subresource) in requests {
+                let input = MatchInput {
+                    group,
+                    version,
+                    kind,
+                    subresource,
+                    name: "x",
+                    namespace: "d",
+                    labels: None,
+                    annotations: None,
+                    operation: "CREATE",
+                    namespace_labels: None,
+                    user: None,
+                };
+                if matcher.rules_out_kind(kind) {
+                    ruled_out += 1;
+                    assert!(matcher.matches(&input).is_err(), "{m} ruled {kind}/{subresource} out but matches it");
+                }
+            }
+        }
+        // `Pod`-only matchers rule out the other kinds; wildcards, `all`, kindless filters never.
+        let first: MatchResources = serde_json::from_value(matchers[0].clone()).unwrap_or_default();
+        let first = Matcher::compile(&first, "match").unwrap_or_else(|e| panic!("{e}"));
+        assert!(first.rules_out_kind("Service") && first.rules_out_kind("pod") && !first.rules_out_kind("Pod"));
+        // Pod: 5 of the 7 requests; Pod, Deployment, Job: 2; Pod/status: 5; the legacy form: 5;
+        // an empty `any`: all 7.
+        assert_eq!(ruled_out, 5 + 2 + 5 + 5 + 7, "rulings");
     }
 }
