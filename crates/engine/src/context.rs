@@ -206,18 +206,17 @@ impl<'e> Context<'e> {
 
     fn search(&self, e: &Expression) -> Result<Value, RuntimeError> {
         use verno_jmespath::ObjectReads;
-        if let Some(object) = self.lent.get() {
-            match e.request_object() {
-                ObjectReads::Only(at) => return at.search(object, self.env).map(std::borrow::Cow::into_owned),
+        // What is lent, how `e` reads it, and what copies it in.
+        let loans: [(_, _, fn(&Self)); 2] = [
+            (self.lent.get(), e.request_object(), Self::take_in),
+            (self.lent_element.get(), e.element(), Self::take_in_element),
+        ];
+        for (lent, reads, take_in) in loans {
+            let Some(lent) = lent else { continue };
+            match reads {
+                ObjectReads::Only(at) => return at.search(lent, self.env).map(std::borrow::Cow::into_owned),
                 ObjectReads::No => {}
-                ObjectReads::Whole => self.take_in(),
-            }
-        }
-        if let Some(element) = self.lent_element.get() {
-            match e.element() {
-                ObjectReads::Only(at) => return at.search(element, self.env).map(std::borrow::Cow::into_owned),
-                ObjectReads::No => {}
-                ObjectReads::Whole => self.take_in_element(),
+                ObjectReads::Whole => take_in(self),
             }
         }
         let root = self.root.borrow();
@@ -504,8 +503,12 @@ mod tests {
         }
         let new = |r: &Value| Context::new(r.as_object().cloned().unwrap_or_default(), false, &verno_jmespath::NoEnv);
         let copied = new(&copied_root);
-        let mut lent = new(&root);
-        lent.lend_object(&object);
+        let lending = || {
+            let mut c = new(&root);
+            c.lend_object(&object);
+            c
+        };
+        let lent = lending();
         let sources = [
             "request.object.spec.containers[].name",
             "request.object.metadata.name",
@@ -521,8 +524,7 @@ mod tests {
         }
         // Foreach lists: the elements picked from the lent object are borrowed there (`lent`
         // has taken its object in by now: `keys(request)` reads `request` whole).
-        let mut lent = new(&root);
-        lent.lend_object(&object);
+        let lent = lending();
         let borrowed = |src: &str| match lent.query_list(&expr(src)) {
             Ok(ForeachList::Items(l)) => l.iter().all(|c| matches!(c, Cow::Borrowed(_))),
             _ => false,
@@ -531,8 +533,7 @@ mod tests {
         assert!(borrowed("request.object.spec.containers"));
         assert!(!borrowed("request.object.spec.containers[].name"));
         assert!(!borrowed("[request.object.spec.containers, element][]"));
-        let mut lent = new(&root);
-        lent.lend_object(&object);
+        let lent = lending();
         let lists = [
             "request.object.spec.[ephemeralContainers, initContainers, containers][]",
             "request.object.spec.containers",
@@ -544,8 +545,7 @@ mod tests {
         for src in lists {
             assert_eq!(listed(lent.query_list(&expr(src))), listed(copied.query_list(&expr(src))), "{src}");
         }
-        let mut lent = new(&root);
-        lent.lend_object(&object);
+        let mut lent = lending();
         assert_eq!(lent.query(&expr("keys(request)")), Ok(json!(["name", "object", "operation"])));
         // A patched object replaces the lent one; restoring a scope that set `request` keeps it.
         let _kept = lent.set_path("request.object.metadata.name", json!("q"));
@@ -556,8 +556,7 @@ mod tests {
         assert_eq!(lent.query(&expr("request.object.metadata.name")), Ok(json!("q")));
         assert_eq!(lent.query(&expr("request.operation")), Ok(json!("CREATE")));
         // Restoring a change made while the object was still lent gives the object back.
-        let mut lent = new(&root);
-        lent.lend_object(&object);
+        let mut lent = lending();
         let saved = lent.set_path("request.operation", json!("UPDATE"));
         lent.restore(saved);
         assert_eq!(lent.query(&expr("request.object.metadata.name")), Ok(json!("p")));

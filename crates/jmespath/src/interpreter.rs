@@ -167,15 +167,7 @@ pub(crate) fn eval<'a>(ast: &Ast, data: &'a Value, env: &Meter<'_>) -> Result<Cv
                 // `x[]` over a list made for this expression: the elements are moved, not copied
                 // (the budget is charged as for the general case below).
                 (Cow::Owned(Value::Array(arr)), Ast::Identity) => {
-                    let mut out = Vec::with_capacity(arr.len());
-                    for el in arr {
-                        if env.charge(1).is_err() || el.is_null() {
-                            continue;
-                        }
-                        env.charge_copy(&el)?;
-                        out.push(el);
-                    }
-                    return Ok(Cow::Owned(Value::Array(out)));
+                    return Ok(Cow::Owned(Value::Array(kept_as_they_are(arr, env)?)));
                 }
                 (l, _) => l,
             };
@@ -376,16 +368,21 @@ pub(crate) fn items<'a>(ast: &Ast, data: &'a Value, env: &Meter<'_>) -> Result<I
         Elements::Other => env.charge(1).and_then(|()| flattened(inner, data, env)).unwrap_or(None),
     };
     let Some(list) = list else { return Ok(Items::Other(Cow::Borrowed(&NULL))) };
+    Ok(Items::List(kept_as_they_are(list, env)?))
+}
+
+/// The elements of a projection whose right side is `@`, without copying them: each charged as
+/// evaluating `@` on it and keeping its result charges, nulls dropped.
+fn kept_as_they_are<T: std::borrow::Borrow<Value>>(list: Vec<T>, env: &Meter<'_>) -> Result<Vec<T>, RuntimeError> {
     let mut out = Vec::with_capacity(list.len());
     for el in list {
-        // Each element through the projection's right side (`@`): charged, nulls dropped.
-        if env.charge(1).is_err() || el.is_null() {
+        if env.charge(1).is_err() || el.borrow().is_null() {
             continue;
         }
-        env.charge_copy(&el)?;
+        env.charge_copy(el.borrow())?;
         out.push(el);
     }
-    Ok(Items::List(out))
+    Ok(out)
 }
 
 impl<'a> Items<'a> {

@@ -402,6 +402,35 @@ mod tests {
         assert_eq!(community.and_then(|e| e.sole_root_field().map(str::to_string)), None);
     }
 
+    /// How a set of expressions read one lent part of the data (`reads`: `request.object` or
+    /// `element`): each of `only` gives against `part` what it gives against `data`, each of `no`
+    /// the same against `without` (the data lacking the part), each of `whole` needs all of it.
+    fn check_reads(
+        reads: fn(&Expression) -> &super::ObjectReads,
+        (part, data, without): (&serde_json::Value, &serde_json::Value, &serde_json::Value),
+        only: &[&str],
+        no: &[&str],
+        whole: &[&str],
+    ) {
+        use super::ObjectReads;
+        let compile = |src: &str| Expression::compile(src).unwrap_or_else(|e| panic!("{src} compiles: {e}"));
+        let search = |e: &Expression, v| e.search(v, &super::NoEnv).map(|v| v.into_owned());
+        for &src in only {
+            let e = compile(src);
+            let ObjectReads::Only(at) = reads(&e) else { panic!("{src}: {:?}", reads(&e)) };
+            assert_eq!(search(at, part), search(&e, data), "{src}");
+        }
+        for &src in no {
+            let e = compile(src);
+            assert!(matches!(reads(&e), ObjectReads::No), "{src}: {:?}", reads(&e));
+            assert_eq!(search(&e, without), search(&e, data), "{src}");
+        }
+        for &src in whole {
+            let e = compile(src);
+            assert!(matches!(reads(&e), ObjectReads::Whole), "{src}: {:?}", reads(&e));
+        }
+    }
+
     /// An expression that reads the root only through `request.object` gives, evaluated against
     /// the object, what it gives against the whole data; one that never reads it gives the same
     /// against data without it; anything else is `Whole`.
@@ -417,43 +446,33 @@ mod tests {
         if let Some(r) = without.get_mut("request").and_then(serde_json::Value::as_object_mut) {
             r.remove("object");
         }
-        let only = [
-            "request.object.spec.[ephemeralContainers, initContainers, containers][]",
-            "request.object.spec.volumes[].keys(@)[] || ''",
-            "request.object.spec.containers[?name == 'c'].image | [0]",
-            "sort_by(request.object.spec.containers, &name)[].name",
-            "length(request.object.metadata.labels) > `0`",
-            "request.object",
-            "request.object.metadata.missing",
-            "{n: request.object.metadata.name, c: length(request.object.spec.containers)}",
-            "request.object.spec.containers[*].request.object",
-        ];
-        for src in only {
-            let Ok(e) = Expression::compile(src) else { panic!("{src} compiles") };
-            let ObjectReads::Only(at) = e.request_object() else { panic!("{src}: {:?}", e.request_object()) };
-            let whole = e.search(&data, &super::NoEnv).map(|v| v.into_owned());
-            assert_eq!(at.search(&object, &super::NoEnv).map(|v| v.into_owned()), whole, "{src}");
-        }
-        for src in ["request.operation || 'BACKGROUND'", "element.name", "'literal'", "images.x", "request.name"] {
-            let Ok(e) = Expression::compile(src) else { panic!("{src} compiles") };
-            assert!(matches!(e.request_object(), ObjectReads::No), "{src}: {:?}", e.request_object());
-            let whole = e.search(&data, &super::NoEnv).map(|v| v.into_owned());
-            assert_eq!(e.search(&without, &super::NoEnv).map(|v| v.into_owned()), whole, "{src}");
-        }
-        for src in [
-            "request",
-            "request.object.metadata.name == element.name",
-            "request.object.metadata.name == request.name",
-            "@",
-            "length(@)",
-            "keys(request)",
-            "request | object",
-            "request[0]",
-            "request.*",
-        ] {
-            let Ok(e) = Expression::compile(src) else { panic!("{src} compiles") };
-            assert!(matches!(e.request_object(), ObjectReads::Whole), "{src}: {:?}", e.request_object());
-        }
+        check_reads(
+            Expression::request_object,
+            (&object, &data, &without),
+            &[
+                "request.object.spec.[ephemeralContainers, initContainers, containers][]",
+                "request.object.spec.volumes[].keys(@)[] || ''",
+                "request.object.spec.containers[?name == 'c'].image | [0]",
+                "sort_by(request.object.spec.containers, &name)[].name",
+                "length(request.object.metadata.labels) > `0`",
+                "request.object",
+                "request.object.metadata.missing",
+                "{n: request.object.metadata.name, c: length(request.object.spec.containers)}",
+                "request.object.spec.containers[*].request.object",
+            ],
+            &["request.operation || 'BACKGROUND'", "element.name", "'literal'", "images.x", "request.name"],
+            &[
+                "request",
+                "request.object.metadata.name == element.name",
+                "request.object.metadata.name == request.name",
+                "@",
+                "length(@)",
+                "keys(request)",
+                "request | object",
+                "request[0]",
+                "request.*",
+            ],
+        );
         let community = Expression::compile_in("request.object.name", Dialect::Community).ok();
         assert!(community.is_some_and(|e| matches!(e.request_object(), ObjectReads::Whole)));
     }
@@ -462,7 +481,6 @@ mod tests {
     /// whole gives against the data, `No` ones the same without it.
     #[test]
     fn reads_of_the_element_are_classified_and_rewritten() {
-        use super::ObjectReads;
         let element = serde_json::json!({"name": "c", "securityContext": {"capabilities": {"drop": ["ALL"]}},
             "ports": [{"containerPort": 80}, {"containerPort": 8080}]});
         let data = serde_json::json!({"request": {"operation": "CREATE", "object": {"metadata": {"name": "p"}}},
@@ -471,31 +489,21 @@ mod tests {
         if let Some(m) = without.as_object_mut() {
             m.remove("element");
         }
-        let only = [
-            "element.securityContext.capabilities.drop[] || `[]`",
-            "element.securityContext.capabilities.add[] || `[]`",
-            "element",
-            "element.ports[?containerPort > `100`].containerPort | [0]",
-            "length(element.ports)",
-            "element.missing.deeper",
-            "{n: element.name, p: element.ports[].containerPort}",
-            "element.ports[*].element",
-        ];
-        for src in only {
-            let Ok(e) = Expression::compile(src) else { panic!("{src} compiles") };
-            let ObjectReads::Only(at) = e.element() else { panic!("{src}: {:?}", e.element()) };
-            let whole = e.search(&data, &super::NoEnv).map(|v| v.into_owned());
-            assert_eq!(at.search(&element, &super::NoEnv).map(|v| v.into_owned()), whole, "{src}");
-        }
-        for src in ["request.operation || 'BACKGROUND'", "request.object.metadata.name", "elementIndex", "request"] {
-            let Ok(e) = Expression::compile(src) else { panic!("{src} compiles") };
-            assert!(matches!(e.element(), ObjectReads::No), "{src}: {:?}", e.element());
-            let whole = e.search(&data, &super::NoEnv).map(|v| v.into_owned());
-            assert_eq!(e.search(&without, &super::NoEnv).map(|v| v.into_owned()), whole, "{src}");
-        }
-        for src in ["element.name == request.object.metadata.name", "element.name == elementIndex", "@", "keys(@)"] {
-            let Ok(e) = Expression::compile(src) else { panic!("{src} compiles") };
-            assert!(matches!(e.element(), ObjectReads::Whole), "{src}: {:?}", e.element());
-        }
+        check_reads(
+            Expression::element,
+            (&element, &data, &without),
+            &[
+                "element.securityContext.capabilities.drop[] || `[]`",
+                "element.securityContext.capabilities.add[] || `[]`",
+                "element",
+                "element.ports[?containerPort > `100`].containerPort | [0]",
+                "length(element.ports)",
+                "element.missing.deeper",
+                "{n: element.name, p: element.ports[].containerPort}",
+                "element.ports[*].element",
+            ],
+            &["request.operation || 'BACKGROUND'", "request.object.metadata.name", "elementIndex", "request"],
+            &["element.name == request.object.metadata.name", "element.name == elementIndex", "@", "keys(@)"],
+        );
     }
 }
