@@ -262,7 +262,7 @@ impl<'a> Request<'a> {
 pub(crate) fn str_at<'v>(v: &'v Value, p: &str) -> &'v str {
     let mut cur = v;
     for seg in p.split('/').filter(|s| !s.is_empty()) {
-        match cur.get(seg) {
+        match cur.as_object().and_then(|m| verno_jmespath::value::get(m, seg)) {
             Some(x) => cur = x,
             None => return "",
         }
@@ -276,7 +276,8 @@ fn group_version(api_version: &str) -> (&str, &str) {
 }
 
 fn obj_at<'v>(v: &'v Value, a: &str, b: &str) -> Option<&'v Map<String, Value>> {
-    v.get(a)?.get(b)?.as_object()
+    let at = |v: &'v Value, k: &str| v.as_object().and_then(|m| verno_jmespath::value::get(m, k));
+    at(at(v, a)?, b)?.as_object()
 }
 
 /// Builds the variable context for a request (shared by all policies of one evaluation).
@@ -826,7 +827,11 @@ fn evaluate_rule(
                 None => Some(crate::generate::generate(g, policy, &rule.name, object, ctx, data, &provided)),
             },
             RuleBody::Validate(v) => {
-                let foreach_values = data.foreach_values(&policy.name, origin);
+                // Only a foreach reads them (the call and the empty map's drop showed per rule).
+                let foreach_values = match v.check {
+                    crate::validate::Check::Foreach(_) => data.foreach_values(&policy.name, origin),
+                    _ => BTreeMap::new(),
+                };
                 let mut vc = ValidateCtx {
                     rule: &rule.name,
                     v,

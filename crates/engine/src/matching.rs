@@ -6,6 +6,7 @@ use std::borrow::Cow;
 use std::collections::BTreeMap;
 use std::sync::LazyLock;
 use verno_api::{LabelSelector, MatchResources, ResourceDescription, ResourceFilter, Subject};
+use verno_jmespath::value::same;
 use verno_jmespath::wildcard;
 
 /// Why a resource does not match (static text on the hot path: no allocation).
@@ -77,7 +78,7 @@ impl Glob {
     fn matches(self, pattern: &str, text: &str) -> bool {
         match self {
             Glob::Any => true,
-            Glob::Exact => pattern == text,
+            Glob::Exact => same(pattern, text),
             Glob::Wild => wildcard::matches(pattern, text),
         }
     }
@@ -220,12 +221,6 @@ pub struct ResourceRule {
     pub resources: Vec<String>,
     pub operations: Vec<String>,
     pub resource_names: Vec<String>,
-}
-
-/// `a == b` for the short names of resource rules (groups, versions, operations), compared in
-/// line: a call to `memcmp` per entry was most of matching a CEL policy's rules.
-fn same(a: &str, b: &str) -> bool {
-    a.len() == b.len() && a.bytes().zip(b.bytes()).all(|(x, y)| x == y)
 }
 
 impl ResourceRule {
@@ -414,7 +409,7 @@ impl Matcher {
     /// [`Matcher::matches`] gives an error for such a request whatever else it holds; a caller
     /// that needs no reason skips it on this word.
     pub fn rules_out_kind(&self, kind: &str) -> bool {
-        self.kinds.as_ref().is_some_and(|ks| !ks.iter().any(|k| k == kind))
+        self.kinds.as_ref().is_some_and(|ks| !ks.iter().any(|k| same(k, kind)))
     }
 
     /// What a webhook must send for this matcher to see a request: one entry per kind (or

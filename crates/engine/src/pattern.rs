@@ -6,6 +6,7 @@ use serde_json::Value;
 use std::cmp::Ordering;
 use std::collections::BTreeMap;
 use std::sync::LazyLock;
+use verno_jmespath::value::get;
 use verno_jmespath::{duration, quantity::Quantity, wildcard};
 
 /// Why a pattern did not match.
@@ -26,12 +27,13 @@ pub enum Mismatch {
 }
 
 impl Mismatch {
-    pub fn message(&self) -> String {
+    /// The message Kyverno gives for this mismatch.
+    pub fn into_message(self) -> String {
         match self {
-            Mismatch::Conditional(m) => format!("conditional anchor mismatch: {m}"),
-            Mismatch::Global(m) => format!("global anchor mismatch: {m}"),
-            Mismatch::Negation(m) => format!("negation anchor matched in resource: {m}"),
-            Mismatch::Fail(m) | Mismatch::Skipped(m) => m.clone(),
+            Mismatch::Conditional(m) => crate::cat(&["conditional anchor mismatch: ", &m]),
+            Mismatch::Global(m) => crate::cat(&["global anchor mismatch: ", &m]),
+            Mismatch::Negation(m) => crate::cat(&["negation anchor matched in resource: ", &m]),
+            Mismatch::Fail(m) | Mismatch::Skipped(m) => m,
         }
     }
     fn is_skip(&self) -> bool {
@@ -156,15 +158,15 @@ impl Pattern {
             Ok(()) => Ok(()),
             Err((path, m)) => {
                 if m.is_skip() {
-                    return Err(PatternError { message: m.message(), path: String::new(), skip: true });
+                    return Err(PatternError { message: m.into_message(), path: String::new(), skip: true });
                 }
                 if matches!(m, Mismatch::Negation(_)) {
-                    return Err(PatternError { message: m.message(), path, skip: false });
+                    return Err(PatternError { message: m.into_message(), path, skip: false });
                 }
                 if ac.keys_missing() {
-                    return Err(PatternError { message: m.message(), path: String::new(), skip: false });
+                    return Err(PatternError { message: m.into_message(), path: String::new(), skip: false });
                 }
-                Err(PatternError { message: m.message(), path, skip: false })
+                Err(PatternError { message: m.into_message(), path, skip: false })
             }
         }
     }
@@ -184,7 +186,7 @@ struct AnchorMap {
 impl AnchorMap {
     fn check(&mut self, keys: &[(String, String)], resource: &serde_json::Map<String, Value>) {
         for (raw, bare) in keys {
-            let hit = resource.contains_key(bare);
+            let hit = get(resource, bare).is_some();
             match self.seen.get_mut(raw) {
                 Some(e) => *e |= hit,
                 None => {
@@ -272,11 +274,14 @@ impl Node {
                 let Value::Object(rm) = resource else {
                     return Err((
                         path.clone(),
-                        Mismatch::Fail(format!(
-                            "pattern and resource have different structures. Path: {path}. Expected {}, found {}",
+                        Mismatch::Fail(crate::cat(&[
+                            "pattern and resource have different structures. Path: ",
+                            path,
+                            ". Expected ",
                             self.go_type(),
-                            go_type(resource)
-                        )),
+                            ", found ",
+                            go_type(resource),
+                        ])),
                     ));
                 };
                 ac.check(&pm.anchor_keys, rm);
@@ -286,9 +291,11 @@ impl Node {
                 let Value::Array(ra) = resource else {
                     return Err((
                         path.clone(),
-                        Mismatch::Fail(format!(
-                            "validation rule failed at path {path}, resource does not satisfy the expected overlay pattern"
-                        )),
+                        Mismatch::Fail(crate::cat(&[
+                            "validation rule failed at path ",
+                            path,
+                            ", resource does not satisfy the expected overlay pattern",
+                        ])),
                     ));
                 };
                 validate_array(ra, pa, path, ac)
@@ -312,19 +319,22 @@ impl Node {
 }
 
 fn scalar_mismatch(resource: &Value, pattern: &Value, path: &str) -> Mismatch {
-    Mismatch::Fail(format!(
-        "resource value '{}' does not match '{}' at path {path}",
-        go_value(resource),
-        go_value(pattern)
-    ))
+    Mismatch::Fail(crate::cat(&[
+        "resource value '",
+        &go_value(resource),
+        "' does not match '",
+        &go_value(pattern),
+        "' at path ",
+        path,
+    ]))
 }
 
 /// `%v` of a decoded JSON value, close enough for messages.
-fn go_value(v: &Value) -> String {
+fn go_value(v: &Value) -> std::borrow::Cow<'_, str> {
     match v {
         Value::Null => "<nil>".into(),
-        Value::String(s) => s.clone(),
-        other => verno_jmespath::value::go_sprint(other),
+        Value::String(s) => s.as_str().into(),
+        other => verno_jmespath::value::go_sprint(other).into(),
     }
 }
 
@@ -339,7 +349,7 @@ fn validate_array(ra: &[Value], pa: &[Node], path: &mut String, ac: &mut AnchorM
             for (i, r) in ra.iter().enumerate() {
                 match with_index(path, i, |p| first.element(r, p, ac)) {
                     Ok(()) => applied += 1,
-                    Err((_, m)) if m.is_skip() => skips.push(m.message()),
+                    Err((_, m)) if m.is_skip() => skips.push(m.into_message()),
                     Err(e) => return Err(e),
                 }
             }
@@ -526,7 +536,7 @@ impl MapNode {
             }
         }
         if !skips.is_empty() && (applied == 0 || direct(&skips)) {
-            let message = skips.iter().map(Mismatch::message).collect::<Vec<_>>().join("; ");
+            let message = skips.into_iter().map(Mismatch::into_message).collect::<Vec<_>>().join("; ");
             return Err((path.clone(), Mismatch::Skipped(message)));
         }
         // Phase 2: global anchors and keys with nested anchors first (reverse-sorted), then the rest sorted.
@@ -543,29 +553,29 @@ impl Entry {
     fn handle(&self, rm: &serde_json::Map<String, Value>, path: &mut String, ac: &mut AnchorMap) -> Res {
         let pattern = &self.value;
         match &self.anchor {
-            Some((Anchor::Condition, key)) => with_seg(path, key, |cur| match rm.get(key) {
-                Some(v) => pattern.element(v, cur, ac).map_err(|(p, m)| (p, Mismatch::Conditional(m.message()))),
+            Some((Anchor::Condition, key)) => with_seg(path, key, |cur| match get(rm, key) {
+                Some(v) => pattern.element(v, cur, ac).map_err(|(p, m)| (p, Mismatch::Conditional(m.into_message()))),
                 None => Err((
                     cur.clone(),
                     Mismatch::Conditional("conditional anchor key doesn't exist in the resource".into()),
                 )),
             }),
-            Some((Anchor::Global, key)) => with_seg(path, key, |cur| match rm.get(key) {
-                Some(v) => pattern.element(v, cur, ac).map_err(|(p, m)| (p, Mismatch::Global(m.message()))),
+            Some((Anchor::Global, key)) => with_seg(path, key, |cur| match get(rm, key) {
+                Some(v) => pattern.element(v, cur, ac).map_err(|(p, m)| (p, Mismatch::Global(m.into_message()))),
                 None => Ok(()),
             }),
-            Some((Anchor::Equality, key)) => with_seg(path, key, |cur| match rm.get(key) {
+            Some((Anchor::Equality, key)) => with_seg(path, key, |cur| match get(rm, key) {
                 Some(v) => pattern.element(v, cur, ac),
                 None => Ok(()),
             }),
             Some((Anchor::Negation, key)) => with_seg(path, key, |cur| {
-                if rm.contains_key(key) {
-                    return Err((cur.clone(), Mismatch::Negation(format!("{cur} is not allowed"))));
+                if get(rm, key).is_some() {
+                    return Err((cur.clone(), Mismatch::Negation(crate::cat(&[cur, " is not allowed"]))));
                 }
                 Ok(())
             }),
             Some((Anchor::Existence, key)) => with_seg(path, key, |cur| {
-                let Some(v) = rm.get(key) else { return Ok(()) };
+                let Some(v) = get(rm, key) else { return Ok(()) };
                 let Value::Array(ra) = v else {
                     return Err((
                         cur.clone(),
@@ -598,7 +608,7 @@ impl Entry {
                     if !found {
                         return Err((
                             cur.clone(),
-                            Mismatch::Fail(format!("existence anchor validation failed at path {cur}")),
+                            Mismatch::Fail(crate::cat(&["existence anchor validation failed at path ", cur])),
                         ));
                     }
                 }
@@ -606,10 +616,10 @@ impl Entry {
             }),
             Some((Anchor::AddIfNotPresent, _)) | None => {
                 let k = &self.raw;
-                let rv = rm.get(k).unwrap_or(&NULL);
+                let rv = get(rm, k).unwrap_or(&NULL);
                 if self.star {
                     if rv.is_null() {
-                        return Err((path.clone(), Mismatch::Fail(format!("{path}/{k} not found"))));
+                        return Err((path.clone(), Mismatch::Fail(crate::cat(&[path, "/", k, " not found"]))));
                     }
                     return Ok(());
                 }

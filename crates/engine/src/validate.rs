@@ -360,27 +360,18 @@ impl ValidateCtx<'_> {
     }
 
     fn error_message(&self, ctx: &Context, err: &str, path: &str) -> String {
-        let msg = match self.message(ctx) {
-            Ok(Some(m)) if !m.is_empty() => m,
-            Ok(_) => {
-                return if path.is_empty() {
-                    format!("validation error: rule {} execution error: {err}", self.rule)
-                } else {
-                    format!("validation error: rule {} failed at path {path}", self.rule)
-                };
+        use crate::cat;
+        let (err_or_path, what) =
+            if path.is_empty() { (err, " execution error: ") } else { (path, " failed at path ") };
+        match self.message(ctx) {
+            Ok(Some(m)) if !m.is_empty() => {
+                let dot = if m.ends_with('.') { "" } else { "." };
+                cat(&["validation error: ", &m, dot, " rule ", self.rule, what, err_or_path])
             }
+            Ok(_) => cat(&["validation error: rule ", self.rule, what, err_or_path]),
             Err(_) => {
-                return format!(
-                    "validation error: variables substitution error in rule {} execution error: {err}",
-                    self.rule
-                );
+                cat(&["validation error: variables substitution error in rule ", self.rule, " execution error: ", err])
             }
-        };
-        let msg = if msg.ends_with('.') { msg } else { format!("{msg}.") };
-        if path.is_empty() {
-            format!("validation error: {msg} rule {} execution error: {err}", self.rule)
-        } else {
-            format!("validation error: {msg} rule {} failed at path {path}", self.rule)
         }
     }
 
@@ -408,13 +399,13 @@ impl ValidateCtx<'_> {
                         Err(_) => self.v.message.as_ref().map(|t| t.source().to_string()).unwrap_or_default(),
                     };
                     let msg = if base.is_empty() && cond_msg.is_empty() {
-                        format!("validation error: rule {} failed", self.rule)
+                        crate::cat(&["validation error: rule ", self.rule, " failed"])
                     } else if cond_msg.is_empty() {
                         base
                     } else if base.is_empty() {
                         cond_msg
                     } else {
-                        format!("{base}; {cond_msg}")
+                        crate::cat(&[&base, "; ", &cond_msg])
                     };
                     Some(self.resp(Status::Fail, msg))
                 }
@@ -461,33 +452,39 @@ impl ValidateCtx<'_> {
                     return None;
                 }
                 let all_skip = failures.iter().all(|(_, pe)| pe.skip);
-                let errs: Vec<String> = failures
-                    .iter()
-                    .map(|(i, pe)| {
-                        if pe.skip {
-                            format!("rule {}[{i}] skipped: {}", self.rule, pe.message)
-                        } else if pe.path.is_empty() {
-                            format!("rule {}[{i}] failed: {}", self.rule, pe.message)
-                        } else {
-                            format!("rule {}[{i}] failed at path {}", self.rule, pe.path)
-                        }
-                    })
-                    .collect();
-                let joined = errs.join(" ");
-                if all_skip {
-                    return Some(self.resp(Status::Skip, joined));
-                }
-                let msg = match self.message(ctx) {
-                    Ok(Some(m)) if !m.is_empty() => {
-                        if m.ends_with('.') {
-                            format!("validation error: {m} {joined}")
-                        } else {
-                            format!("validation error: {m}. {joined}")
-                        }
+                // `rule <name>[<i>] failed at path <path>` (or `failed: <why>`, `skipped: <why>`)
+                // for each alternative, space-separated, after the rule's message.
+                let mut msg = String::new();
+                if !all_skip {
+                    msg.push_str("validation error: ");
+                    if let Ok(Some(m)) = self.message(ctx)
+                        && !m.is_empty()
+                    {
+                        msg.push_str(&m);
+                        msg.push_str(if m.ends_with('.') { " " } else { ". " });
                     }
-                    _ => format!("validation error: {joined}"),
-                };
-                Some(self.resp(Status::Fail, msg))
+                }
+                for (n, (i, pe)) in failures.iter().enumerate() {
+                    if n > 0 {
+                        msg.push(' ');
+                    }
+                    msg.push_str("rule ");
+                    msg.push_str(self.rule);
+                    msg.push('[');
+                    crate::push_index(&mut msg, *i);
+                    msg.push(']');
+                    if pe.skip {
+                        msg.push_str(" skipped: ");
+                        msg.push_str(&pe.message);
+                    } else if pe.path.is_empty() {
+                        msg.push_str(" failed: ");
+                        msg.push_str(&pe.message);
+                    } else {
+                        msg.push_str(" failed at path ");
+                        msg.push_str(&pe.path);
+                    }
+                }
+                Some(self.resp(if all_skip { Status::Skip } else { Status::Fail }, msg))
             }
             Check::Cel(c) => {
                 #[allow(unused_mut)]

@@ -109,7 +109,7 @@ pub(crate) fn eval<'a>(ast: &Ast, data: &'a Value, env: &Meter<'_>) -> Result<Cv
     match ast {
         Ast::Identity => Ok(Cow::Borrowed(data)),
         Ast::Field(name) => match data {
-            Value::Object(m) => match m.get(name) {
+            Value::Object(m) => match crate::value::get(m, name) {
                 Some(v) => Ok(Cow::Borrowed(v)),
                 None if env.dialect == crate::Dialect::Community => Ok(Cow::Borrowed(&NULL)),
                 None => Err(RuntimeError::NotFound(name.clone())),

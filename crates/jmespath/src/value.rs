@@ -102,3 +102,119 @@ pub fn go_format_g(f: f64) -> String {
 pub fn to_json(v: &Value) -> String {
     serde_json::to_string(v).unwrap_or_default()
 }
+
+/// A map key looked up with the comparison in line. serde_json's `Map` is a `BTreeMap`:
+/// a lookup compares the key with a node's keys one after another through `str`'s `Ord`,
+/// a call to libc's `memcmp` each — most of the cost of matching a pattern's keys against
+/// a resource's (Kubernetes keys are short and usually differ in their first bytes). The
+/// order is `str`'s (bytes, then length), as `BTreeMap` requires of a borrowed form.
+/// (`ref-cast` gives the `&str` → `&Key` view without unsafe code of ours.)
+#[derive(ref_cast::RefCast, PartialEq, Eq)]
+#[repr(transparent)]
+pub struct Key(str);
+
+impl Key {
+    pub fn new(k: &str) -> &Key {
+        <Key as ref_cast::RefCast>::ref_cast(k)
+    }
+}
+
+impl std::borrow::Borrow<Key> for String {
+    fn borrow(&self) -> &Key {
+        Key::new(self)
+    }
+}
+
+impl Ord for Key {
+    #[inline]
+    fn cmp(&self, other: &Self) -> std::cmp::Ordering {
+        let (a, b) = (self.0.as_bytes(), other.0.as_bytes());
+        for (x, y) in a.iter().zip(b) {
+            if x != y {
+                return x.cmp(y);
+            }
+        }
+        a.len().cmp(&b.len())
+    }
+}
+
+impl PartialOrd for Key {
+    fn partial_cmp(&self, other: &Self) -> Option<std::cmp::Ordering> {
+        Some(self.cmp(other))
+    }
+}
+
+impl std::hash::Hash for Key {
+    fn hash<H: std::hash::Hasher>(&self, state: &mut H) {
+        self.0.hash(state)
+    }
+}
+
+/// `m.get(k)` with the comparison in line (see [`Key`]).
+#[inline]
+pub fn get<'m>(m: &'m serde_json::Map<String, Value>, k: &str) -> Option<&'m Value> {
+    m.get(Key::new(k))
+}
+
+/// `a == b` compared in line, for short names (kinds, keys, groups, operations): `str`'s `==`
+/// calls libc's `memcmp` whenever the lengths agree, and the call costs more than comparing
+/// a few bytes here.
+#[inline]
+pub fn same(a: &str, b: &str) -> bool {
+    a.len() == b.len() && a.bytes().zip(b.bytes()).all(|(x, y)| x == y)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Keys that order differently by bytes and by length, share prefixes, are empty or not
+    /// ASCII: `Key`'s order must be `str`'s exactly, or `BTreeMap` lookups miss keys.
+    const KEYS: &[&str] = &[
+        "",
+        "a",
+        "b",
+        "ab",
+        "abc",
+        "abd",
+        "ba",
+        "spec",
+        "spec2",
+        "specs",
+        "status",
+        "metadata",
+        "kind",
+        "z",
+        "Z",
+        "é",
+        "e\u{301}",
+        "ÿ",
+        "app.kubernetes.io/name",
+        "app.kubernetes.io/nam",
+        "\u{10000}",
+        "~0",
+        "a b",
+    ];
+
+    #[test]
+    fn keys_order_as_str_orders_them() {
+        for a in KEYS {
+            for b in KEYS {
+                assert_eq!(Key::new(a).cmp(Key::new(b)), a.cmp(b), "{a:?} vs {b:?}");
+                assert_eq!(same(a, b), a == b, "{a:?} vs {b:?}");
+            }
+        }
+    }
+
+    #[test]
+    fn lookups_find_what_map_get_finds() {
+        // Maps of every size up to past a B-tree node's capacity (11), so inner nodes are searched.
+        for n in 0..=KEYS.len() {
+            let m: serde_json::Map<String, Value> =
+                KEYS.iter().take(n).enumerate().map(|(i, k)| (k.to_string(), Value::from(i))).collect();
+            for k in KEYS.iter().chain(&["absent", "spe", "zz", "0"]) {
+                assert_eq!(get(&m, k), m.get(*k), "{k:?} in a map of {n}");
+            }
+        }
+    }
+}
