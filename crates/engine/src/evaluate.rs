@@ -261,7 +261,18 @@ impl<'a> Request<'a> {
 /// A string at a `/`-separated path (no JSON-pointer escapes, no allocation).
 pub(crate) fn str_at<'v>(v: &'v Value, p: &str) -> &'v str {
     let mut cur = v;
-    for seg in p.split('/').filter(|s| !s.is_empty()) {
+    // Segments found byte by byte, not with `split('/')`: the searcher's set-up cost more than
+    // these short paths' whole walk (hundreds of instructions per call, several per request).
+    let mut rest = p;
+    while !rest.is_empty() {
+        let (seg, tail) = match rest.bytes().position(|b| b == b'/') {
+            Some(i) => (rest.get(..i).unwrap_or_default(), rest.get(i + 1..).unwrap_or_default()),
+            None => (rest, ""),
+        };
+        rest = tail;
+        if seg.is_empty() {
+            continue;
+        }
         match cur.as_object().and_then(|m| verno_jmespath::value::get(m, seg)) {
             Some(x) => cur = x,
             None => return "",
@@ -828,14 +839,19 @@ fn evaluate_rule(
             },
             RuleBody::Validate(v) => {
                 // Only a foreach reads them (the call and the empty map's drop showed per rule).
+                static NO_VALUES: BTreeMap<String, Vec<Value>> = BTreeMap::new();
+                let fetched;
                 let foreach_values = match v.check {
-                    crate::validate::Check::Foreach(_) => data.foreach_values(&policy.name, origin),
-                    _ => BTreeMap::new(),
+                    crate::validate::Check::Foreach(_) => {
+                        fetched = data.foreach_values(&policy.name, origin);
+                        &fetched
+                    }
+                    _ => &NO_VALUES,
                 };
                 let mut vc = ValidateCtx {
                     rule: &rule.name,
                     v,
-                    foreach_values: &foreach_values,
+                    foreach_values,
                     data,
                     policy,
                     provided: &provided,

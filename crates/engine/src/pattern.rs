@@ -409,16 +409,17 @@ fn expand_metadata(
 ) -> Option<serde_json::Map<String, Value>> {
     let (meta_key, pmeta) = pm.iter().find(|(k, _)| strip_anchor(k) == "metadata")?;
     let pmeta = pmeta.as_object()?;
-    let rmeta = rm.get("metadata")?.as_object()?;
-    let mut changed = false;
-    let mut new_meta = pmeta.clone();
+    let rmeta = get(rm, "metadata")?.as_object()?;
+    // The pattern's metadata is copied only once a resource map is there to expand against
+    // (most resources have no annotations: the copy per request showed in profiles).
+    let mut new_meta: Option<serde_json::Map<String, Value>> = None;
     for tag in ["labels", "annotations"] {
+        let Some(rdata) = get(rmeta, tag).and_then(Value::as_object) else { continue };
         let Some((tkey, pdata)) = pmeta.iter().find(|(k, _)| strip_anchor(k) == tag) else { continue };
         let Some(pdata) = pdata.as_object() else { continue };
         if !pdata.keys().any(|k| wildcard::has_wildcard(k)) {
             continue;
         }
-        let Some(rdata) = rmeta.get(tag).and_then(Value::as_object) else { continue };
         let mut out = serde_json::Map::new();
         for (k, v) in pdata {
             if wildcard::has_wildcard(k) {
@@ -439,14 +440,10 @@ fn expand_metadata(
                 out.insert(k.clone(), v.clone());
             }
         }
-        new_meta.insert(tkey.clone(), Value::Object(out));
-        changed = true;
-    }
-    if !changed {
-        return None;
+        new_meta.get_or_insert_with(|| pmeta.clone()).insert(tkey.clone(), Value::Object(out));
     }
     let mut np = pm.clone();
-    np.insert(meta_key.clone(), Value::Object(new_meta));
+    np.insert(meta_key.clone(), Value::Object(new_meta?));
     Some(np)
 }
 

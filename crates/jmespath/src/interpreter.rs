@@ -64,24 +64,48 @@ impl<'e> Meter<'e> {
 
     /// Charges for a deep copy of `v` (its node count), counting no further than what is left.
     fn charge_copy(&self, v: &Value) -> Result<(), RuntimeError> {
-        /// Nodes of `v`, counting no further than `limit` (no allocation: this runs for every
-        /// copied value; the depth is bounded by the data's, which serde_json caps at 128).
-        fn nodes(v: &Value, limit: u64) -> u64 {
-            let mut n = 1;
-            let children: &mut dyn Iterator<Item = &Value> = match v {
-                Value::Array(a) => &mut a.iter(),
-                Value::Object(m) => &mut m.values(),
-                _ => return 1,
-            };
-            for c in children {
-                if n > limit {
-                    break;
-                }
-                n += nodes(c, limit - n);
-            }
-            n
+        self.charge(Self::nodes(v, self.left.get()))
+    }
+
+    /// Charges for `times` deep copies of `v`, counting its nodes once: the same charges as
+    /// `times` calls of [`Meter::charge_copy`] (the count is capped at what is left, so a
+    /// second copy that would not fit fails as it would counted again).
+    fn charge_copies(&self, v: &Value, times: u32) -> Result<(), RuntimeError> {
+        let n = Self::nodes(v, self.left.get());
+        for _ in 0..times {
+            self.charge(n)?;
         }
-        self.charge(nodes(v, self.left.get()))
+        Ok(())
+    }
+
+    /// Nodes of `v`, counting no further than `limit` (no allocation: this runs for every
+    /// copied value; the depth is bounded by the data's, which serde_json caps at 128).
+    /// Scalars are counted without a call (most children are), and no iterator is boxed.
+    fn nodes(v: &Value, limit: u64) -> u64 {
+        fn leaf(v: &Value) -> bool {
+            !matches!(v, Value::Array(_) | Value::Object(_))
+        }
+        let mut n = 1;
+        match v {
+            Value::Array(a) => {
+                for c in a {
+                    if n > limit {
+                        break;
+                    }
+                    n += if leaf(c) { 1 } else { Self::nodes(c, limit - n) };
+                }
+            }
+            Value::Object(m) => {
+                for c in m.values() {
+                    if n > limit {
+                        break;
+                    }
+                    n += if leaf(c) { 1 } else { Self::nodes(c, limit - n) };
+                }
+            }
+            _ => {}
+        }
+        n
     }
 
     /// `v` as an owned value; copying a borrowed one is charged.
@@ -112,7 +136,7 @@ pub(crate) fn eval<'a>(ast: &Ast, data: &'a Value, env: &Meter<'_>) -> Result<Cv
             Value::Object(m) => match crate::value::get(m, name) {
                 Some(v) => Ok(Cow::Borrowed(v)),
                 None if env.dialect == crate::Dialect::Community => Ok(Cow::Borrowed(&NULL)),
-                None => Err(RuntimeError::NotFound(name.clone())),
+                None => Err(RuntimeError::NotFound(compact_str::CompactString::new(name))),
             },
             _ => Ok(Cow::Borrowed(&NULL)),
         },
@@ -452,10 +476,7 @@ fn elements<'a>(flatten: &Ast, data: &'a Value, env: &Meter<'_>) -> Result<Eleme
     for it in items {
         let v = eval(it, base, env).unwrap_or(Cow::Borrowed(&NULL));
         // Charged as the multiselect copies it, then as the flatten copies it again.
-        if let Cow::Borrowed(b) = &v {
-            env.charge_copy(b)?;
-        }
-        env.charge_copy(&v)?;
+        env.charge_copies(&v, if matches!(v, Cow::Borrowed(_)) { 2 } else { 1 })?;
         match v {
             Cow::Borrowed(Value::Array(a)) => out.extend(a.iter().map(Cow::Borrowed)),
             Cow::Owned(Value::Array(a)) => out.extend(a.into_iter().map(Cow::Owned)),
