@@ -442,8 +442,9 @@ fn expand_metadata(
         }
         new_meta.get_or_insert_with(|| pmeta.clone()).insert(tkey.clone(), Value::Object(out));
     }
+    let new_meta = new_meta?;
     let mut np = pm.clone();
-    np.insert(meta_key.clone(), Value::Object(new_meta?));
+    np.insert(meta_key.clone(), Value::Object(new_meta));
     Some(np)
 }
 

@@ -454,13 +454,16 @@ impl ValidateCtx<'_> {
                 let all_skip = failures.iter().all(|(_, pe)| pe.skip);
                 // `rule <name>[<i>] failed at path <path>` (or `failed: <why>`, `skipped: <why>`)
                 // for each alternative, space-separated, after the rule's message.
-                let mut msg = String::new();
+                let rule_message =
+                    if all_skip { None } else { self.message(ctx).ok().flatten().filter(|m| !m.is_empty()) };
+                // Sized up front: growing it piece by piece was a reallocation per alternative.
+                let parts: usize =
+                    failures.iter().map(|(_, pe)| self.rule.len() + 32 + pe.message.len() + pe.path.len()).sum();
+                let mut msg = String::with_capacity(parts + 24 + rule_message.as_ref().map_or(0, String::len));
                 if !all_skip {
                     msg.push_str("validation error: ");
-                    if let Ok(Some(m)) = self.message(ctx)
-                        && !m.is_empty()
-                    {
-                        msg.push_str(&m);
+                    if let Some(m) = &rule_message {
+                        msg.push_str(m);
                         msg.push_str(if m.ends_with('.') { " " } else { ". " });
                     }
                 }
