@@ -71,7 +71,6 @@ pub use verno_api::Kind;
 pub use vpol::autogen_status as vpol_autogen_status;
 pub use vpol::{ENVOY_CHECK_REQUEST, HTTP_CHECK_REQUEST};
 
-/// JSON equality where numbers compare by value (`1` equals `1.0`), as Go's decoded maps do.
 /// `parts` joined into one string allocated once. The failure messages of the engine's hot
 /// path are built with it: `format!` goes through the formatting machinery (a padding check
 /// and a dynamic call per piece), several times the cost of copying the pieces.
@@ -93,6 +92,7 @@ pub(crate) fn push_index(s: &mut String, n: usize) {
     }
 }
 
+/// JSON equality where numbers compare by value (`1` equals `1.0`), as Go's decoded maps do.
 pub fn equal(a: &serde_json::Value, b: &serde_json::Value) -> bool {
     use serde_json::Value;
     match (a, b) {
