@@ -273,7 +273,7 @@ pub(crate) fn str_at<'v>(v: &'v Value, p: &str) -> &'v str {
         if seg.is_empty() {
             continue;
         }
-        match cur.as_object().and_then(|m| verno_jmespath::value::get(m, seg)) {
+        match member(cur, seg) {
             Some(x) => cur = x,
             None => return "",
         }
@@ -287,8 +287,12 @@ fn group_version(api_version: &str) -> (&str, &str) {
 }
 
 fn obj_at<'v>(v: &'v Value, a: &str, b: &str) -> Option<&'v Map<String, Value>> {
-    let at = |v: &'v Value, k: &str| v.as_object().and_then(|m| verno_jmespath::value::get(m, k));
-    at(at(v, a)?, b)?.as_object()
+    member(member(v, a)?, b)?.as_object()
+}
+
+/// `v[k]` when `v` is an object (the key compared in line, see `verno_jmespath::value::Key`).
+fn member<'v>(v: &'v Value, k: &str) -> Option<&'v Value> {
+    v.as_object().and_then(|m| verno_jmespath::value::get(m, k))
 }
 
 /// Builds the variable context for a request (shared by all policies of one evaluation).

@@ -230,13 +230,12 @@ fn with_seg<T>(path: &mut String, seg: &str, f: impl FnOnce(&mut String) -> T) -
 fn with_index<T>(path: &mut String, i: usize, f: impl FnOnce(&mut String) -> T) -> T {
     let len = path.len();
     if i < 10 {
-        // Most lists are short: no formatter for one digit.
+        // Most lists are short: one digit pushed here (`push_index` is not inlined).
         path.push(char::from(b'0' + i as u8));
-        path.push('/');
     } else {
-        use std::fmt::Write;
-        let _ = write!(path, "{i}/");
+        crate::push_index(path, i);
     }
+    path.push('/');
     let r = f(path);
     path.truncate(len);
     r

@@ -82,30 +82,24 @@ impl<'e> Meter<'e> {
     /// copied value; the depth is bounded by the data's, which serde_json caps at 128).
     /// Scalars are counted without a call (most children are), and no iterator is boxed.
     fn nodes(v: &Value, limit: u64) -> u64 {
-        fn leaf(v: &Value) -> bool {
-            !matches!(v, Value::Array(_) | Value::Object(_))
+        fn children<'v>(values: impl Iterator<Item = &'v Value>, limit: u64) -> u64 {
+            let mut n = 1;
+            for c in values {
+                if n > limit {
+                    break;
+                }
+                n += match c {
+                    Value::Array(_) | Value::Object(_) => Meter::nodes(c, limit - n),
+                    _ => 1,
+                };
+            }
+            n
         }
-        let mut n = 1;
         match v {
-            Value::Array(a) => {
-                for c in a {
-                    if n > limit {
-                        break;
-                    }
-                    n += if leaf(c) { 1 } else { Self::nodes(c, limit - n) };
-                }
-            }
-            Value::Object(m) => {
-                for c in m.values() {
-                    if n > limit {
-                        break;
-                    }
-                    n += if leaf(c) { 1 } else { Self::nodes(c, limit - n) };
-                }
-            }
-            _ => {}
+            Value::Array(a) => children(a.iter(), limit),
+            Value::Object(m) => children(m.values(), limit),
+            _ => 1,
         }
-        n
     }
 
     /// `v` as an owned value; copying a borrowed one is charged.
