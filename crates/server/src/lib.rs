@@ -197,6 +197,12 @@ fn json_response(status: StatusCode, body: &impl serde::Serialize) -> Response {
         .into_response()
 }
 
+/// An AdmissionReview answer (200), written by [`admission::answer_json`].
+fn review_response(review: &verno_api::AdmissionReview) -> Response {
+    (StatusCode::OK, [(header::CONTENT_TYPE, "application/json; charset=utf-8")], admission::answer_json(review))
+        .into_response()
+}
+
 fn text(status: StatusCode, msg: &str) -> Response {
     (status, [(header::CONTENT_TYPE, "text/plain; charset=utf-8")], msg.to_string()).into_response()
 }
@@ -266,8 +272,7 @@ async fn handle(
     // On failure the webhook's failure policy decides: `/…/ignore` allows, `/…/fail` denies,
     // and a CEL policy path allows only when every policy it names is failurePolicy Ignore.
     let allow_on_error = admission::allows_on_error(&set, &route);
-    let answer =
-        |msg: &str| json_response(StatusCode::OK, &admission::error_review(&api_version, &uid, allow_on_error, msg));
+    let answer = |msg: &str| review_response(&admission::error_review(&api_version, &uid, allow_on_error, msg));
     // The deadline runs from arrival: waiting for a slot counts. A queue longer than can be
     // served in time is shed at once, answered by the failure policy.
     let queued = Waiting::join(&state.waiting);
@@ -368,10 +373,7 @@ fn inline(
         Ok(_) if cancel.load(std::sync::atomic::Ordering::Relaxed) => {
             tracing::warn!(uid = %uid, "evaluation deadline exceeded");
             let msg = format!("verno: policy evaluation exceeded the {} ms deadline", state.deadline.as_millis());
-            Some(json_response(
-                StatusCode::OK,
-                &admission::error_review(&review.api_version, uid, allow_on_error, &msg),
-            ))
+            Some(review_response(&admission::error_review(&review.api_version, uid, allow_on_error, &msg)))
         }
         Ok(o) => Some(reviewed(state, webhook, started, &o, dry_run, &set)),
         Err(_) => None,
@@ -402,7 +404,7 @@ fn reviewed(
         }
     }
     tracing::debug!(kind = %o.kind, namespace = %o.namespace, allowed = o.allowed, "reviewed");
-    json_response(StatusCode::OK, &o.review)
+    review_response(&o.review)
 }
 
 /// Reads the whole body before the handlers see it, within `timeout` and `limit`: a client that

@@ -82,19 +82,36 @@ impl ResultKey {
 /// request) takes no reference counts — on two threads those were shared cache lines bouncing
 /// between the cores. The map's value keeps the key, so its names stay alive and no other name
 /// can take their addresses while the series exists.
+///
+/// The label words (result, rule type, cause) are `'static` strings, identified by address as
+/// well: hashing their text was most of a lookup. Two copies of one word at two addresses
+/// would make two series with the same labels, which the exposition merges by label text.
 #[derive(Clone, Copy, Debug, Hash, PartialEq, Eq)]
 struct ResultId {
-    flags: [bool; 4],
+    /// enforce, namespaced, background, dry run: one bit each.
+    flags: u8,
     names: [usize; 6],
-    words: [&'static str; 3],
+    /// Address and length: the same bytes, whatever the linker merged.
+    words: [(usize, usize); 3],
 }
 
 impl ResultId {
     /// `flags`: enforce, namespaced, background, dry run; `names`: policy namespace and name,
     /// resource kind and namespace, operation, rule; `words`: rule result, rule type, cause.
     fn new(flags: [bool; 4], names: [&Arc<str>; 6], words: [&'static str; 3]) -> ResultId {
-        ResultId { flags, names: names.map(address), words }
+        let flags = flags.iter().enumerate().fold(0u8, |acc, (i, &f)| acc | (u8::from(f) << i));
+        ResultId { flags, names: names.map(address), words: words.map(|w| (w.as_ptr() as usize, w.len())) }
     }
+}
+
+/// An admission request's label set by its interned names' addresses (kind, namespace,
+/// operation; never removed from the table, so an address names one text), the verdict and the
+/// webhook's `'static` name (address and length).
+#[derive(Clone, Copy, Debug, Hash, PartialEq, Eq)]
+struct AdmissionId {
+    names: [usize; 3],
+    allowed: bool,
+    webhook: (usize, usize),
 }
 
 /// Looks up a series by a key's identity and adds one, building the key (with its references)
@@ -329,6 +346,9 @@ pub struct Metrics {
     names: Mutex<FastMap<String, Arc<str>>>,
     requests: Family<AdmissionLabels, Counter>,
     review_duration: Family<AdmissionLabels, Histogram>,
+    /// The two admission series of a label set, found by the names' addresses: a request
+    /// neither spells its labels out nor hashes their text (see [`ResultId`]).
+    admission: Mutex<FastMap<AdmissionId, (Counter, Histogram)>>,
     results: Arc<Results>,
     policy_duration: Arc<Times>,
     /// Violation events not handed to the controller because its queue was full.
@@ -473,6 +493,7 @@ impl Default for Metrics {
             names: Mutex::new(FastMap::default()),
             requests,
             review_duration,
+            admission: Mutex::new(FastMap::default()),
             results,
             policy_duration,
             events_dropped,
@@ -561,7 +582,7 @@ impl Metrics {
     }
 
     /// Records one reviewed request and its rule results; `set` evaluated it.
-    pub fn observe(&self, webhook: &str, o: &Outcome, seconds: f64, dry_run: bool, set: &PolicySet) {
+    pub fn observe(&self, webhook: &'static str, o: &Outcome, seconds: f64, dry_run: bool, set: &PolicySet) {
         let op = o.operation.to_lowercase();
         let (kind, operation, ns) = {
             let mut names = match self.names.lock() {
@@ -570,15 +591,29 @@ impl Metrics {
             };
             (intern_in(&mut names, &o.kind), intern_in(&mut names, &op), intern_in(&mut names, &o.namespace))
         };
-        let labels = AdmissionLabels {
-            resource_kind: kind.to_string(),
-            resource_namespace: ns.to_string(),
-            resource_request_operation: operation.to_string(),
-            request_allowed: o.allowed.to_string(),
-            request_webhook: webhook.to_string(),
-        };
-        self.requests.get_or_create(&labels).inc();
-        self.review_duration.get_or_create(&labels).observe(seconds);
+        {
+            let id = AdmissionId {
+                names: [address(&kind), address(&ns), address(&operation)],
+                allowed: o.allowed,
+                webhook: (webhook.as_ptr() as usize, webhook.len()),
+            };
+            let mut series = match self.admission.lock() {
+                Ok(m) => m,
+                Err(p) => p.into_inner(),
+            };
+            let (count, duration) = series.entry(id).or_insert_with(|| {
+                let labels = AdmissionLabels {
+                    resource_kind: kind.to_string(),
+                    resource_namespace: ns.to_string(),
+                    resource_request_operation: operation.to_string(),
+                    request_allowed: o.allowed.to_string(),
+                    request_webhook: webhook.to_string(),
+                };
+                (self.requests.get_or_create(&labels).clone(), self.review_duration.get_or_create(&labels).clone())
+            });
+            count.inc();
+            duration.observe(seconds);
+        }
         if !o.results.is_empty() {
             let mut map = match self.results.0.lock() {
                 Ok(m) => m,
@@ -767,5 +802,33 @@ mod tests {
             text.lines().filter(|l| l.starts_with("kyverno_policy_execution_duration_seconds_count{")).collect();
         assert_eq!(times.len(), 1, "{text}");
         assert!(times.iter().all(|l| l.contains("policy_name=\"require-team\"") && l.ends_with(" 4")), "{text}");
+        // The requests by verdict and webhook: one series per label set, counted up.
+        let requests = |allowed: &str, webhook: &str| {
+            let line = format!(
+                "kyverno_admission_requests_total{{resource_kind=\"Pod\",resource_namespace=\"default\",resource_request_operation=\"create\",request_allowed=\"{allowed}\",request_webhook=\"{webhook}\"}} "
+            );
+            text.lines().find_map(|l| l.strip_prefix(line.as_str())).map(str::to_string)
+        };
+        assert_eq!(requests("false", "validate").as_deref(), Some("3"), "{text}");
+        assert_eq!(requests("true", "validate").as_deref(), Some("1"), "{text}");
+        let durations = text
+            .lines()
+            .filter(|l| {
+                l.starts_with("kyverno_admission_review_duration_seconds_count{")
+                    && l.contains("request_allowed=\"false\"")
+            })
+            .collect::<Vec<_>>();
+        assert!(durations.len() == 1 && durations.iter().all(|l| l.ends_with(" 3")), "{text}");
+        let o = crate::admission::review(&first, Route::Kyverno(Hook::Validate, Filter::All), &good);
+        metrics.observe("mutate", &o, 0.001, false, &first);
+        let text = metrics.encode();
+        let requests = |webhook: &str| {
+            let line = format!(
+                "kyverno_admission_requests_total{{resource_kind=\"Pod\",resource_namespace=\"default\",resource_request_operation=\"create\",request_allowed=\"true\",request_webhook=\"{webhook}\"}} "
+            );
+            text.lines().find_map(|l| l.strip_prefix(line.as_str())).map(str::to_string)
+        };
+        assert_eq!(requests("mutate").as_deref(), Some("1"), "{text}");
+        assert_eq!(requests("validate").as_deref(), Some("1"), "{text}");
     }
 }
