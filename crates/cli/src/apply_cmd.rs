@@ -188,13 +188,13 @@ fn run_inner(args: &ApplyArgs) -> Result<i32> {
                     outputs.push(v.clone());
                 }
                 for rr in &resp.rules {
-                    outputs.extend(rr.patched_targets.iter().cloned());
+                    outputs.extend(rr.patched_targets().iter().cloned());
                 }
             }
             for rr in &resp.rules {
-                if !rr.generated.is_empty() {
+                if !rr.generated().is_empty() {
                     generated_any = true;
-                    outputs.extend(rr.generated.iter().cloned());
+                    outputs.extend(rr.generated().iter().cloned());
                 }
             }
             for o in outputs {

@@ -128,13 +128,13 @@ pub fn check_resources(
     let rr = pr.rules.iter().find(|r| rule_names.contains(&r.name));
     if let Some(f) = &entry.patched_resources {
         let expected = read(base, f)?;
-        match rr.filter(|r| !r.patched_targets.is_empty()) {
+        match rr.filter(|r| !r.patched_targets().is_empty()) {
             Some(r) => {
                 // The file may also hold the (unchanged) trigger.
                 let trigger = pr.patched.as_ref().or_else(|| resources.get(*i));
                 for e in &expected {
                     let a = r
-                        .patched_targets
+                        .patched_targets()
                         .iter()
                         .chain(trigger)
                         .find(|t| same(t, e))
@@ -162,7 +162,7 @@ pub fn check_resources(
         }
     }
     for f in generated_files {
-        let generated: &[Value] = rr.map(|r| r.generated.as_slice()).unwrap_or_default();
+        let generated: &[Value] = rr.map(|r| r.generated()).unwrap_or_default();
         for e in read(base, f)? {
             let a = generated
                 .iter()

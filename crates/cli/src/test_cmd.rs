@@ -702,7 +702,7 @@ fn check_row(
             else {
                 continue;
             };
-            let names_target = rr.patched_targets.iter().any(|t| {
+            let names_target = rr.patched_targets().iter().any(|t| {
                 t.pointer("/metadata/name").and_then(Value::as_str) == Some(want_name)
                     && want_ns.is_none_or(|ns| {
                         t.pointer("/metadata/namespace").and_then(Value::as_str).unwrap_or("default") == ns
@@ -710,7 +710,7 @@ fn check_row(
             });
             if name.is_empty() || names_target {
                 let shown = rr
-                    .patched_targets
+                    .patched_targets()
                     .iter()
                     .find(|t| t.pointer("/metadata/name").and_then(Value::as_str) == Some(want_name));
                 let rr = rr.clone();

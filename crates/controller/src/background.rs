@@ -1025,9 +1025,9 @@ impl Controller {
                 if deleted && !info.rules.get(&r.name).is_some_and(|ri| ri.on_delete) {
                     continue;
                 }
-                tracing::debug!(policy = %p.name, rule = %r.name, status = ?r.status, message = %r.message, generated = r.generated.len(), targets = r.patched_targets.len(), admitted, policy_created = %info.created, trigger_created = %created, "background evaluation");
+                tracing::debug!(policy = %p.name, rule = %r.name, status = ?r.status, message = %r.message, generated = r.generated().len(), targets = r.patched_targets().len(), admitted, policy_created = %info.created, trigger_created = %created, "background evaluation");
                 let Some(ri) = info.rules.get(&r.name) else { continue };
-                for (av, kind, ns, _) in &r.clone_sources {
+                for (av, kind, ns, _) in r.clone_sources() {
                     let av = if av.is_empty() { "v1".to_string() } else { av.clone() };
                     // Watched and indexed by kind (a GeneratingPolicy names the plural).
                     let Some((ar, _)) = self.resource(&av, kind).await else { continue };
@@ -1051,7 +1051,7 @@ impl Controller {
                         // The downstream kinds must be known before comparing.
                         let mut ready = true;
                         let mut unserved = None;
-                        for g in &r.generated {
+                        for g in r.generated() {
                             let (av, kind, _, _) = key_of(g);
                             match self.ensure_watch(Role::Downstream, &av, &kind, "").await {
                                 Ok(synced) => ready &= synced,
@@ -1084,8 +1084,8 @@ impl Controller {
                         if self.acted.len() < 1_000_000 {
                             self.acted.insert(link);
                         }
-                        let wanted: Vec<Key> = r.generated.iter().map(key_of).collect();
-                        for g in &r.generated {
+                        let wanted: Vec<Key> = r.generated().iter().map(key_of).collect();
+                        for g in r.generated() {
                             if let Err(e) = self.converge(g, ri, &pid).await {
                                 fail(&mut errors, &p, &r.name, false, e);
                             }
@@ -1099,11 +1099,11 @@ impl Controller {
                     RuleType::Mutation if r.status == Status::Error && info.rules.contains_key(&r.name) => {
                         fail(&mut errors, &p, &r.name, true, r.message.clone());
                     }
-                    RuleType::Mutation if r.status == Status::Pass && !r.patched_targets.is_empty() => {
+                    RuleType::Mutation if r.status == Status::Pass && !r.patched_targets().is_empty() => {
                         if !(admitted || ri.mutate_existing_on_update) {
                             continue;
                         }
-                        for t in &r.patched_targets {
+                        for t in r.patched_targets() {
                             if let Err(e) = self.patch_target(t).await {
                                 fail(&mut errors, &p, &r.name, true, e);
                             }

@@ -737,7 +737,7 @@ fn evaluate_rule(
                     Status::Skip,
                     format!("rule is skipped due to policy exceptions {}", hits.join(", ")),
                 );
-                r.exceptions = hits;
+                r.extra_mut().exceptions = hits;
                 return Some(r);
             }
             return Some(RuleResponse::new(&rule.name, rt, Status::Fail, waived.message(&rule.name, &left)));
@@ -770,7 +770,7 @@ fn evaluate_rule(
                     format!("rule is skipped due to policy exceptions{}", hits.join(", ")),
                 )
             };
-            r.exceptions = hits;
+            r.extra_mut().exceptions = hits;
             return Some(r);
         }
         match &rule.body {
@@ -820,7 +820,7 @@ fn evaluate_rule(
                 };
                 if let (Some(t), Some(base)) = (c.targets.as_deref(), base) {
                     match crate::mpol::run_targets(c, t, &base, data) {
-                        Ok(targets) => r.patched_targets = targets,
+                        Ok(targets) => r.extra_mut().patched_targets = targets,
                         Err(e) => return Some(RuleResponse::new(&rule.name, rt, Status::Error, e)),
                     }
                 }
@@ -872,9 +872,10 @@ fn evaluate_rule(
             let mut all = properties.unwrap_or_else(|| {
                 rule.report_properties.iter().map(|(k, t)| (k.clone(), t.source().to_string())).collect()
             });
-            all.retain(|(k, _)| !r.properties.iter().any(|(q, _)| q == k));
-            all.append(&mut r.properties);
-            r.properties = all;
+            let own = &mut r.extra_mut().properties;
+            all.retain(|(k, _)| !own.iter().any(|(q, _)| q == k));
+            all.append(own);
+            *own = all;
         }
         r
     })

@@ -211,7 +211,7 @@ pub(crate) fn generate(
     let builder = Gen { policy, rule, trigger, data, sources: std::cell::RefCell::new(Vec::new()) };
     let resp = |status: Status, msg: String| {
         let mut r = RuleResponse::new(rule, RuleType::Generation, status, msg);
-        r.clone_sources = builder.sources.borrow().clone();
+        r.extra_mut().clone_sources = builder.sources.borrow().clone();
         r
     };
     let mut objects = match builder.build(&g.target, ctx) {
@@ -249,7 +249,7 @@ pub(crate) fn generate(
         }
     }
     let mut r = resp(Status::Pass, String::new());
-    r.generated = objects;
+    r.extra_mut().generated = objects;
     r.synchronize = g.synchronize;
     r.orphan_downstream = g.orphan_downstream;
     r
@@ -436,13 +436,13 @@ mod tests {
         assert_eq!(r.status, Status::Pass);
         assert!(r.synchronize);
         let names: Vec<&str> =
-            r.generated.iter().filter_map(|g| g.pointer("/metadata/name").and_then(Value::as_str)).collect();
+            r.generated().iter().filter_map(|g| g.pointer("/metadata/name").and_then(Value::as_str)).collect();
         assert_eq!(names, ["tier-gold", "tier-silver"]);
-        assert_eq!(r.generated[1].pointer("/data/index"), Some(&json!(1)));
-        assert_eq!(r.generated[0].pointer("/metadata/namespace"), Some(&json!("team-a")));
-        assert_eq!(r.generated[0].pointer("/metadata/labels/app.kubernetes.io~1managed-by"), Some(&json!("kyverno")));
+        assert_eq!(r.generated()[1].pointer("/data/index"), Some(&json!(1)));
+        assert_eq!(r.generated()[0].pointer("/metadata/namespace"), Some(&json!("team-a")));
+        assert_eq!(r.generated()[0].pointer("/metadata/labels/app.kubernetes.io~1managed-by"), Some(&json!("kyverno")));
         assert_eq!(
-            r.generated[0].pointer("/metadata/labels/generate.kyverno.io~1trigger-name"),
+            r.generated()[0].pointer("/metadata/labels/generate.kyverno.io~1trigger-name"),
             Some(&json!("team-a"))
         );
     }

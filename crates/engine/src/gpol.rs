@@ -459,7 +459,7 @@ pub(crate) fn generate(
         Arc::new(Collector { inner: data.cel_host(), out: Mutex::new(Vec::new()), reads: Mutex::new(Vec::new()) });
     let resp = |status: Status, msg: String| {
         let mut r = RuleResponse::new("", RuleType::Generation, status, msg);
-        r.clone_sources = collector.reads.lock().map(|r| r.clone()).unwrap_or_default();
+        r.extra_mut().clone_sources = collector.reads.lock().map(|r| r.clone()).unwrap_or_default();
         r
     };
     let mut vars = match crate::evaluate::cel_env(ctx, data, None, &[]) {
@@ -549,7 +549,7 @@ pub(crate) fn generate(
         }
     }
     let mut r = resp(Status::Pass, "policy evaluated successfully".into());
-    r.generated = objects;
+    r.extra_mut().generated = objects;
     r.synchronize = g.synchronize;
     r.orphan_downstream = g.orphan_downstream;
     r
@@ -659,14 +659,14 @@ mod tests {
         let ns = json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "team", "uid": "u-1"}});
         let r = run_policy(doc, ns);
         assert_eq!(r.status, Status::Pass, "{}", r.message);
-        let cm = &r.generated[0];
+        let cm = &r.generated()[0];
         // Into the namespace given to Apply; owner references from another namespace dropped.
         assert_eq!(cm["metadata"]["namespace"], "team");
         assert!(cm["metadata"].get("ownerReferences").is_none());
         assert_eq!(cm["metadata"]["labels"]["generate.kyverno.io/trigger-uid"], "u-1");
         assert_eq!(cm["metadata"]["labels"]["generate.kyverno.io/policy-name"], "g");
         // A cluster-scoped kind gets no namespace.
-        assert!(r.generated[1]["metadata"].get("namespace").is_none());
+        assert!(r.generated()[1]["metadata"].get("namespace").is_none());
     }
 
     #[test]
@@ -696,7 +696,7 @@ mod tests {
         let r = run_policy(doc, json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "team"}}));
         assert_eq!(r.status, Status::Error);
         assert!(r.message.starts_with("failed to evaluate policy:"), "{}", r.message);
-        assert!(r.generated.is_empty());
+        assert!(r.generated().is_empty());
     }
 
     #[test]

@@ -400,7 +400,7 @@ impl Mutator<'_> {
             return first_error.unwrap_or_else(|| self.resp(Status::Skip, "no patches applied"));
         }
         let mut r = self.resp(Status::Pass, patched.first().map_or_else(|| "mutated resource".to_string(), mutated));
-        r.patched_targets = patched;
+        r.extra_mut().patched_targets = patched;
         r
     }
 
@@ -654,9 +654,9 @@ mod tests {
         let r = run(vec![bare.clone(), pod("marked", json!({"mark": "yes"})), pod("no", json!({"mark": "no"}))]);
         assert_eq!(r.status, crate::Status::Pass, "{}", r.message);
         let names: Vec<&str> =
-            r.patched_targets.iter().filter_map(|t| t.pointer("/metadata/name").and_then(Value::as_str)).collect();
+            r.patched_targets().iter().filter_map(|t| t.pointer("/metadata/name").and_then(Value::as_str)).collect();
         assert_eq!(names, ["marked"]);
-        assert_eq!(r.patched_targets[0].pointer("/metadata/labels/done"), Some(&json!("true")));
+        assert_eq!(r.patched_targets()[0].pointer("/metadata/labels/done"), Some(&json!("true")));
         // Only the unresolvable one: the rule is that error.
         let r = run(vec![bare]);
         assert_eq!(r.status, crate::Status::Error);

@@ -145,7 +145,8 @@ pub fn results_with(p: &CompiledPolicy, r: &PolicyResponse, audit_warn: bool) ->
             };
             let mut message = rr.message.clone();
             // Kyverno's CEL engines answer "success" for a passing policy.
-            if src == "KyvernoValidatingPolicy" && result == "pass" && message.is_empty() && rr.exceptions.is_empty() {
+            if src == "KyvernoValidatingPolicy" && result == "pass" && message.is_empty() && rr.exceptions().is_empty()
+            {
                 message = "success".into();
             }
             if result == "fail" && (!scored || (audit_warn && p.rule_action(&rr.name) == crate::policy::Action::Audit))
@@ -172,15 +173,15 @@ pub fn results_with(p: &CompiledPolicy, r: &PolicyResponse, audit_warn: bool) ->
                 out.insert("category".into(), json!(c));
             }
             let mut props = Map::new();
-            for (k, v) in &rr.properties {
+            for (k, v) in rr.properties() {
                 props.insert(k.clone(), json!(v));
             }
             let proc = process(p);
             if !proc.is_empty() {
                 props.insert("process".into(), json!(proc));
             }
-            if !rr.exceptions.is_empty() {
-                let names: Vec<&str> = rr.exceptions.iter().map(|k| k.rsplit('/').next().unwrap_or(k)).collect();
+            if !rr.exceptions().is_empty() {
+                let names: Vec<&str> = rr.exceptions().iter().map(|k| k.rsplit('/').next().unwrap_or(k)).collect();
                 props.insert("exceptions".into(), json!(names.join(",")));
             }
             if !props.is_empty() {
@@ -282,7 +283,7 @@ mod tests {
             "spec": {"rules": [{"name": "check", "match": {"any": [{"resources": {"kinds": ["Pod"]}}]},
                 "validate": {"message": "m", "pattern": {"metadata": {"labels": {"team": "?*"}}}}}]}}));
         let mut skip = RuleResponse::new("other", RuleType::Validation, Status::Skip, "rule is skipped");
-        skip.exceptions = vec!["shop/allow".into()];
+        skip.extra_mut().exceptions = vec!["shop/allow".into()];
         let r = PolicyResponse {
             policy: "shop/team".into(),
             rules: vec![RuleResponse::new("check", RuleType::Validation, Status::Fail, "no team"), skip],
@@ -312,7 +313,7 @@ mod tests {
         );
         let mut exempt =
             RuleResponse::new("", RuleType::Validation, Status::Skip, "rule is skipped due to policy exceptions");
-        exempt.exceptions = vec!["ns/skip-this".into()];
+        exempt.extra_mut().exceptions = vec!["ns/skip-this".into()];
         let r = PolicyResponse {
             policy: "v".into(),
             rules: vec![RuleResponse::new("", RuleType::Validation, Status::Pass, ""), exempt],

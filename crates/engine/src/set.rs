@@ -645,8 +645,8 @@ fn note_applied(out: &mut Outcome, i: usize, phase: Phase, r: &PolicyResponse) {
     let exempted: Vec<(String, Vec<String>)> = r
         .rules
         .iter()
-        .filter(|x| x.status == Status::Skip && !x.exceptions.is_empty())
-        .map(|x| (x.name.clone(), x.exceptions.clone()))
+        .filter(|x| x.status == Status::Skip && !x.exceptions().is_empty())
+        .map(|x| (x.name.clone(), x.exceptions().to_vec()))
         .collect();
     if skipped && exempted.is_empty() {
         return;

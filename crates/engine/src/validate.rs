@@ -574,7 +574,7 @@ impl ValidateCtx<'_> {
                     Some(self.resp(Status::Pass, format!("Validation rule '{}' passed.", self.rule)))
                 } else {
                     let mut r = self.resp(Status::Fail, pss.message(self.rule, &v));
-                    r.properties = pss.properties(target);
+                    r.extra_mut().properties = pss.properties(target);
                     Some(r)
                 }
             }
