@@ -106,7 +106,11 @@ impl Template {
                 let out = resolve(v, ctx, at)?;
                 return Ok(match out {
                     // Copied for unescaping only when it holds an escaped `\{{`.
-                    Value::String(s) if !v.shallow && s.contains("\\{{") => Value::String(unescape(&s)),
+                    // (A byte search first: most values hold no backslash, and setting up the
+                    // substring search cost more than the rest of a short value's rendering.)
+                    Value::String(s) if !v.shallow && s.as_bytes().contains(&b'\\') && s.contains("\\{{") => {
+                        Value::String(unescape(&s))
+                    }
                     other => other,
                 });
             }
