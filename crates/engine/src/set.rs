@@ -539,7 +539,12 @@ impl PolicySet {
         let kept: Vec<(usize, &Arc<CompiledPolicy>)> =
             self.policies.iter().enumerate().filter(|(_, p)| scope.keeps(p)).collect();
         let capacity = if scope.keep_responses { kept.len() } else { 0 };
-        let mut out = Outcome { responses: Vec::with_capacity(capacity), ..Outcome::default() };
+        // Most policies apply (each adds an entry): sized once instead of grown four times.
+        let mut out = Outcome {
+            responses: Vec::with_capacity(capacity),
+            applied: Vec::with_capacity(kept.len()),
+            ..Outcome::default()
+        };
         for &phase in scope.phases {
             for &(i, p) in &kept {
                 // The caller gave up (its deadline passed): stop between policies; the work
