@@ -243,11 +243,6 @@ fn push_yaml_scalar(out: &mut String, text: &str) {
         && SPACE_HASH.find(bytes).is_none();
     if plain_ok {
         out.push_str(text);
-    } else if memchr::memchr(b'\'', bytes).is_none() {
-        out.reserve(text.len() + 2);
-        out.push('\'');
-        out.push_str(text);
-        out.push('\'');
     } else {
         out.push('\'');
         for (i, part) in text.split('\'').enumerate() {

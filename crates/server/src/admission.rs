@@ -422,119 +422,6 @@ impl verno_jmespath::Env for ServerEnv {
     }
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use verno_engine::Compiled;
-
-    fn review_of(v: Value) -> AdmissionReview {
-        serde_json::from_value(v).unwrap()
-    }
-
-    #[test]
-    fn the_probe_answer_stamps_the_time_whether_or_not_annotations_exist() {
-        let decode = |r: &AdmissionReview| -> Value {
-            let patch = r.response.as_ref().and_then(|r| r.patch.clone()).unwrap_or_default();
-            let b = base64::engine::general_purpose::STANDARD.decode(patch).unwrap_or_default();
-            serde_json::from_slice(&b).unwrap_or(Value::Null)
-        };
-        let bare = review_of(json!({"request": {"uid": "u1", "object": {"metadata": {"name": "verno-health"}}}}));
-        let r = verify_review(&bare, "2026-11-21T10:00:00Z");
-        assert_eq!(r.response.as_ref().map(|r| (r.uid.as_str(), r.allowed)), Some(("u1", true)));
-        assert_eq!(
-            decode(&r),
-            json!([{"op": "add", "path": "/metadata/annotations", "value": {"verno.io/last-request-time": "2026-11-21T10:00:00Z"}}])
-        );
-        let annotated =
-            review_of(json!({"request": {"uid": "u2", "object": {"metadata": {"annotations": {"a": "b"}}}}}));
-        assert_eq!(
-            decode(&verify_review(&annotated, "t")),
-            json!([{"op": "add", "path": "/metadata/annotations/verno.io~1last-request-time", "value": "t"}])
-        );
-    }
-
-    fn require_team() -> PolicySet {
-        let doc = json!({"apiVersion": "kyverno.io/v1", "kind": "ClusterPolicy", "metadata": {"name": "require-team"},
-            "spec": {"validationFailureAction": "Enforce", "rules": [{"name": "team",
-                "match": {"any": [{"resources": {"kinds": ["Pod"]}}]},
-                "validate": {"message": "team label", "pattern": {"metadata": {"labels": {"team": "?*"}}}}}]}});
-        match verno_engine::compile(&doc, &[]) {
-            Ok(Compiled::Policy(p)) => PolicySet::new(vec![Arc::new(p)], Vec::new()),
-            other => panic!("{other:?}"),
-        }
-    }
-
-    /// Issue 14, item 8: rules matched the object's own `kind`, so a Pod whose body said
-    /// `kind: Deployment` was admitted past every Pod policy.
-    #[test]
-    fn a_pod_that_calls_itself_a_deployment_is_still_matched_as_a_pod() {
-        let r = review_of(json!({"request": {"uid": "u", "operation": "CREATE",
-            "kind": {"group": "", "version": "v1", "kind": "Pod"}, "namespace": "shop",
-            "object": {"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "p", "namespace": "shop"}}}}));
-        let o = review(&require_team(), Route::Kyverno(Hook::Validate, Filter::All), &r);
-        assert!(!o.allowed);
-    }
-
-    /// Kyverno 1.19 answers every create/update of a ClusterPolicy, Policy or (Cluster)CleanupPolicy
-    /// with a deprecation warning; Verno keeps these kinds for the long run and warns for none.
-    #[test]
-    fn kyverno_io_policies_are_admitted_without_a_deprecation_warning() {
-        let rule = json!({"name": "r", "match": {"any": [{"resources": {"kinds": ["Pod"]}}]},
-            "validate": {"message": "m", "pattern": {"metadata": {"labels": {"team": "?*"}}}}});
-        let cleanup = json!({"schedule": "*/5 * * * *", "match": {"any": [{"resources": {"kinds": ["Pod"]}}]}});
-        for (version, kind, ns, spec) in [
-            ("v1", "ClusterPolicy", "", json!({"rules": [rule.clone()]})),
-            ("v1", "Policy", "team", json!({"rules": [rule.clone()]})),
-            ("v2", "CleanupPolicy", "team", cleanup.clone()),
-            ("v2beta1", "ClusterCleanupPolicy", "", cleanup.clone()),
-        ] {
-            for operation in ["CREATE", "UPDATE"] {
-                let object = json!({"apiVersion": format!("kyverno.io/{version}"), "kind": kind,
-                    "metadata": {"name": "p", "namespace": ns}, "spec": spec});
-                let r = review_of(json!({"request": {"uid": "u", "operation": operation,
-                    "kind": {"group": "kyverno.io", "version": version, "kind": kind},
-                    "object": object, "oldObject": if operation == "UPDATE" { object.clone() } else { Value::Null }}}));
-                let answer = validate_policy_review(&r).response.unwrap_or_default();
-                assert!(answer.allowed, "{kind} {operation}: {:?}", answer.status);
-                assert!(answer.warnings.is_empty(), "{kind} {operation}: {:?}", answer.warnings);
-            }
-        }
-    }
-
-    /// Issue 14, item 8: a CREATE without an object matched no policy and was admitted.
-    #[test]
-    fn a_create_without_an_object_is_refused() {
-        for object in [json!(null), json!("Pod"), json!([1])] {
-            let r = review_of(json!({"request": {"uid": "u", "operation": "CREATE",
-                "kind": {"group": "", "version": "v1", "kind": "Pod"}, "object": object}}));
-            let o = review(&require_team(), Route::Kyverno(Hook::Validate, Filter::All), &r);
-            assert!(!o.allowed, "{object}");
-            let msg = o.review.response.and_then(|r| r.status).map(|s| s.message).unwrap_or_default();
-            assert_eq!(msg, "invalid AdmissionReview: request.object must be an object");
-        }
-    }
-
-    #[test]
-    fn identity_is_read_without_the_document_and_bad_bodies_get_the_full_reason() {
-        let body = br#"{"apiVersion": "admission.k8s.io/v1", "request": {"uid": "u-1", "object": {"big": [1, 2, 3]}}}"#;
-        assert_eq!(identify(body), Ok(("admission.k8s.io/v1".into(), "u-1".into())));
-        assert_eq!(identify(br#"{"request": {"uid": "u-2"}}"#), Ok(("admission.k8s.io/v1".into(), "u-2".into())));
-        assert_eq!(identify(b"[]"), Err(ParseError::NotAnObject));
-        assert_eq!(identify(br#"{"request": {}}"#), Err(ParseError::NoUid));
-    }
-
-    #[test]
-    fn envelope_errors_say_what_is_missing() {
-        let err = |b: &[u8]| parse(b).err().map(|e| e.to_string()).unwrap_or_default();
-        assert_eq!(err(b"[]"), "invalid AdmissionReview: expected a JSON object");
-        assert_eq!(err(br#"{"request": {}}"#), "invalid AdmissionReview: request.uid is missing");
-        assert!(
-            err(br#"{"request": {"uid": "1", "operation": 7}}"#).starts_with("invalid AdmissionReview: invalid type")
-        );
-        assert!(parse(br#"{"request": {"uid": "1"}}"#).is_ok());
-    }
-}
-
 /// The answer's JSON, as `serde_json::to_vec` writes it, for an answer (a review with a
 /// response and no request); anything else goes through serde. Written by hand for the strings:
 /// a denial message runs to kilobytes, and serde_json looks every byte up in its escape table
@@ -647,6 +534,119 @@ fn push_json_str(out: &mut Vec<u8>, s: &str) {
     }
     out.extend_from_slice(bytes.get(start..).unwrap_or_default());
     out.push(b'"');
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use verno_engine::Compiled;
+
+    fn review_of(v: Value) -> AdmissionReview {
+        serde_json::from_value(v).unwrap()
+    }
+
+    #[test]
+    fn the_probe_answer_stamps_the_time_whether_or_not_annotations_exist() {
+        let decode = |r: &AdmissionReview| -> Value {
+            let patch = r.response.as_ref().and_then(|r| r.patch.clone()).unwrap_or_default();
+            let b = base64::engine::general_purpose::STANDARD.decode(patch).unwrap_or_default();
+            serde_json::from_slice(&b).unwrap_or(Value::Null)
+        };
+        let bare = review_of(json!({"request": {"uid": "u1", "object": {"metadata": {"name": "verno-health"}}}}));
+        let r = verify_review(&bare, "2026-11-21T10:00:00Z");
+        assert_eq!(r.response.as_ref().map(|r| (r.uid.as_str(), r.allowed)), Some(("u1", true)));
+        assert_eq!(
+            decode(&r),
+            json!([{"op": "add", "path": "/metadata/annotations", "value": {"verno.io/last-request-time": "2026-11-21T10:00:00Z"}}])
+        );
+        let annotated =
+            review_of(json!({"request": {"uid": "u2", "object": {"metadata": {"annotations": {"a": "b"}}}}}));
+        assert_eq!(
+            decode(&verify_review(&annotated, "t")),
+            json!([{"op": "add", "path": "/metadata/annotations/verno.io~1last-request-time", "value": "t"}])
+        );
+    }
+
+    fn require_team() -> PolicySet {
+        let doc = json!({"apiVersion": "kyverno.io/v1", "kind": "ClusterPolicy", "metadata": {"name": "require-team"},
+            "spec": {"validationFailureAction": "Enforce", "rules": [{"name": "team",
+                "match": {"any": [{"resources": {"kinds": ["Pod"]}}]},
+                "validate": {"message": "team label", "pattern": {"metadata": {"labels": {"team": "?*"}}}}}]}});
+        match verno_engine::compile(&doc, &[]) {
+            Ok(Compiled::Policy(p)) => PolicySet::new(vec![Arc::new(p)], Vec::new()),
+            other => panic!("{other:?}"),
+        }
+    }
+
+    /// Issue 14, item 8: rules matched the object's own `kind`, so a Pod whose body said
+    /// `kind: Deployment` was admitted past every Pod policy.
+    #[test]
+    fn a_pod_that_calls_itself_a_deployment_is_still_matched_as_a_pod() {
+        let r = review_of(json!({"request": {"uid": "u", "operation": "CREATE",
+            "kind": {"group": "", "version": "v1", "kind": "Pod"}, "namespace": "shop",
+            "object": {"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "p", "namespace": "shop"}}}}));
+        let o = review(&require_team(), Route::Kyverno(Hook::Validate, Filter::All), &r);
+        assert!(!o.allowed);
+    }
+
+    /// Kyverno 1.19 answers every create/update of a ClusterPolicy, Policy or (Cluster)CleanupPolicy
+    /// with a deprecation warning; Verno keeps these kinds for the long run and warns for none.
+    #[test]
+    fn kyverno_io_policies_are_admitted_without_a_deprecation_warning() {
+        let rule = json!({"name": "r", "match": {"any": [{"resources": {"kinds": ["Pod"]}}]},
+            "validate": {"message": "m", "pattern": {"metadata": {"labels": {"team": "?*"}}}}});
+        let cleanup = json!({"schedule": "*/5 * * * *", "match": {"any": [{"resources": {"kinds": ["Pod"]}}]}});
+        for (version, kind, ns, spec) in [
+            ("v1", "ClusterPolicy", "", json!({"rules": [rule.clone()]})),
+            ("v1", "Policy", "team", json!({"rules": [rule.clone()]})),
+            ("v2", "CleanupPolicy", "team", cleanup.clone()),
+            ("v2beta1", "ClusterCleanupPolicy", "", cleanup.clone()),
+        ] {
+            for operation in ["CREATE", "UPDATE"] {
+                let object = json!({"apiVersion": format!("kyverno.io/{version}"), "kind": kind,
+                    "metadata": {"name": "p", "namespace": ns}, "spec": spec});
+                let r = review_of(json!({"request": {"uid": "u", "operation": operation,
+                    "kind": {"group": "kyverno.io", "version": version, "kind": kind},
+                    "object": object, "oldObject": if operation == "UPDATE" { object.clone() } else { Value::Null }}}));
+                let answer = validate_policy_review(&r).response.unwrap_or_default();
+                assert!(answer.allowed, "{kind} {operation}: {:?}", answer.status);
+                assert!(answer.warnings.is_empty(), "{kind} {operation}: {:?}", answer.warnings);
+            }
+        }
+    }
+
+    /// Issue 14, item 8: a CREATE without an object matched no policy and was admitted.
+    #[test]
+    fn a_create_without_an_object_is_refused() {
+        for object in [json!(null), json!("Pod"), json!([1])] {
+            let r = review_of(json!({"request": {"uid": "u", "operation": "CREATE",
+                "kind": {"group": "", "version": "v1", "kind": "Pod"}, "object": object}}));
+            let o = review(&require_team(), Route::Kyverno(Hook::Validate, Filter::All), &r);
+            assert!(!o.allowed, "{object}");
+            let msg = o.review.response.and_then(|r| r.status).map(|s| s.message).unwrap_or_default();
+            assert_eq!(msg, "invalid AdmissionReview: request.object must be an object");
+        }
+    }
+
+    #[test]
+    fn identity_is_read_without_the_document_and_bad_bodies_get_the_full_reason() {
+        let body = br#"{"apiVersion": "admission.k8s.io/v1", "request": {"uid": "u-1", "object": {"big": [1, 2, 3]}}}"#;
+        assert_eq!(identify(body), Ok(("admission.k8s.io/v1".into(), "u-1".into())));
+        assert_eq!(identify(br#"{"request": {"uid": "u-2"}}"#), Ok(("admission.k8s.io/v1".into(), "u-2".into())));
+        assert_eq!(identify(b"[]"), Err(ParseError::NotAnObject));
+        assert_eq!(identify(br#"{"request": {}}"#), Err(ParseError::NoUid));
+    }
+
+    #[test]
+    fn envelope_errors_say_what_is_missing() {
+        let err = |b: &[u8]| parse(b).err().map(|e| e.to_string()).unwrap_or_default();
+        assert_eq!(err(b"[]"), "invalid AdmissionReview: expected a JSON object");
+        assert_eq!(err(br#"{"request": {}}"#), "invalid AdmissionReview: request.uid is missing");
+        assert!(
+            err(br#"{"request": {"uid": "1", "operation": 7}}"#).starts_with("invalid AdmissionReview: invalid type")
+        );
+        assert!(parse(br#"{"request": {"uid": "1"}}"#).is_ok());
+    }
 }
 
 #[cfg(test)]

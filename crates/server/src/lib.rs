@@ -193,14 +193,16 @@ impl AppState {
 }
 
 fn json_response(status: StatusCode, body: &impl serde::Serialize) -> Response {
-    (status, [(header::CONTENT_TYPE, "application/json; charset=utf-8")], serde_json::to_vec(body).unwrap_or_default())
-        .into_response()
+    json_bytes(status, serde_json::to_vec(body).unwrap_or_default())
 }
 
 /// An AdmissionReview answer (200), written by [`admission::answer_json`].
 fn review_response(review: &verno_api::AdmissionReview) -> Response {
-    (StatusCode::OK, [(header::CONTENT_TYPE, "application/json; charset=utf-8")], admission::answer_json(review))
-        .into_response()
+    json_bytes(StatusCode::OK, admission::answer_json(review))
+}
+
+fn json_bytes(status: StatusCode, body: Vec<u8>) -> Response {
+    (status, [(header::CONTENT_TYPE, "application/json; charset=utf-8")], body).into_response()
 }
 
 fn text(status: StatusCode, msg: &str) -> Response {
