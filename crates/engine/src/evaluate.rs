@@ -311,31 +311,25 @@ pub fn build_context_with<'e>(req: &Request<'e>, env: &'e dyn Env, images: bool)
         Some((ns, n)) => (ns.to_string(), n.to_string()),
         None => (String::new(), String::new()),
     };
-    // Built field by field: `json!` would copy the object through serde's serializer, several
-    // times slower than a clone.
-    let mut request = Map::new();
-    request.insert("operation".into(), Value::String(req.operation.into()));
-    // `object` is lent to the context below, not copied.
-    request.insert("oldObject".into(), req.old_object.cloned().unwrap_or(Value::Null));
-    request.insert("namespace".into(), Value::String(str_at(subject, "/metadata/namespace").into()));
-    request.insert("name".into(), Value::String(str_at(subject, "/metadata/name").into()));
-    request.insert("kind".into(), json!({"group": group, "version": version, "kind": kind}));
-    request.insert("userInfo".into(), req.user_info.cloned().unwrap_or_else(|| Value::Object(Map::new())));
-    let strings =
-        |v: Option<&Vec<String>>| Value::Array(v.into_iter().flatten().map(|s| Value::String(s.clone())).collect());
-    request.insert("roles".into(), strings(req.user.map(|u| &u.roles)));
-    request.insert("clusterRoles".into(), strings(req.user.map(|u| &u.cluster_roles)));
-    if !req.subresource.is_empty() {
-        request.insert("subResource".into(), Value::String(req.subresource.into()));
-    }
+    // `request`'s fields are filled in as expressions read them (`Context::lend_request`).
     let mut root = Map::new();
-    root.insert("request".into(), Value::Object(request));
+    root.insert("request".into(), Value::Object(Map::new()));
     root.insert("serviceAccountName".into(), Value::String(sa_name));
     root.insert("serviceAccountNamespace".into(), Value::String(sa_ns));
     if images {
         root.insert("images".into(), images::extract(subject));
     }
     let mut ctx = Context::new(root, req.is_delete(), env);
+    ctx.lend_request(crate::context::RequestFields {
+        operation: req.operation,
+        old_object: req.old_object,
+        namespace: str_at(subject, "/metadata/namespace"),
+        name: str_at(subject, "/metadata/name"),
+        kind: (group, version, kind),
+        user_info: req.user_info,
+        user: req.user,
+        subresource: req.subresource,
+    });
     ctx.lend_object(req.object);
     ctx.set_serves_images(images);
     for (k, v) in req.variables {

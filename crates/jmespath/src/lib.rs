@@ -112,6 +112,49 @@ fn sole_root_field(ast: &Ast, dialect: Dialect) -> Option<String> {
     if walk(ast, true, &mut fields) { fields.map(str::to_string) } else { None }
 }
 
+/// See [`Expression::request_fields`].
+fn request_fields(ast: &Ast, dialect: Dialect) -> Option<Vec<String>> {
+    /// Walks `a`, evaluated against the root when `at_root`; records the fields of `request`
+    /// read as `request.<field>`; `false` when `request` is read some other way (as a whole,
+    /// through the root itself or a variable).
+    fn walk(a: &Ast, at_root: bool, fields: &mut Vec<String>) -> bool {
+        match a {
+            Ast::Subexpr(l, r) if at_root && matches!(&**l, Ast::Field(f) if f == "request") => match &**r {
+                Ast::Field(f) => {
+                    if !fields.contains(f) {
+                        fields.push(f.clone());
+                    }
+                    true
+                }
+                _ => false,
+            },
+            Ast::Field(f) if at_root => f != "request",
+            Ast::Identity | Ast::Index(_) | Ast::Slice { .. } => !at_root,
+            Ast::Field(_) | Ast::Literal(_) => true,
+            Ast::Variable(_) => false,
+            Ast::Subexpr(l, r) | Ast::Projection(l, r) | Ast::ValueProjection(l, r) | Ast::Pipe(l, r) => {
+                walk(l, at_root, fields) && walk(r, false, fields)
+            }
+            Ast::FilterProjection { lhs, rhs, cond } => {
+                walk(lhs, at_root, fields) && walk(rhs, false, fields) && walk(cond, false, fields)
+            }
+            Ast::Flatten(x) | Ast::Not(x) => walk(x, at_root, fields),
+            Ast::Expref(x) => walk(x, false, fields),
+            Ast::MultiList(xs) => xs.iter().all(|x| walk(x, at_root, fields)),
+            Ast::MultiHash(xs) => xs.iter().all(|(_, x)| walk(x, at_root, fields)),
+            Ast::And(l, r) | Ast::Or(l, r) | Ast::Compare(_, l, r) => {
+                walk(l, at_root, fields) && walk(r, at_root, fields)
+            }
+            Ast::Call(_, args) => args.iter().all(|x| walk(x, at_root, fields)),
+        }
+    }
+    if dialect != Dialect::Kyverno {
+        return None;
+    }
+    let mut fields = Vec::new();
+    walk(ast, true, &mut fields).then_some(fields)
+}
+
 /// An environment with no clock and no DNS.
 pub struct NoEnv;
 impl Env for NoEnv {}
@@ -144,6 +187,8 @@ pub struct Expression {
     object: ObjectReads,
     /// How it reads `element` (see [`Expression::element`]).
     element: ObjectReads,
+    /// The fields of `request` it reads (see [`Expression::request_fields`]).
+    request: Option<Vec<String>>,
 }
 
 /// Works out [`ObjectReads`] for `ast`: the tree is walked with whether each node is evaluated
@@ -249,6 +294,7 @@ fn object_reads(ast: &Ast, dialect: Dialect, element: bool) -> ObjectReads {
             // Evaluated against the object itself: its own `request.object` means nothing here.
             object: ObjectReads::Whole,
             element: ObjectReads::Whole,
+            request: None,
         })),
     }
 }
@@ -269,6 +315,7 @@ impl Expression {
             root_field: sole_root_field(&ast, dialect),
             object: object_reads(&ast, dialect, false),
             element: object_reads(&ast, dialect, true),
+            request: request_fields(&ast, dialect),
             source,
             ast,
             dialect,
@@ -287,6 +334,15 @@ impl Expression {
     /// for `request.object` (`Only`: evaluated against the element it gives the same result).
     pub fn element(&self) -> &ObjectReads {
         &self.element
+    }
+
+    /// The fields of the root's `request` the expression reads, each as `request.<field>`
+    /// (`["operation"]` for `request.operation || 'BACKGROUND'`; empty when it never reads
+    /// `request`); `None` when it reads `request` some other way (`keys(request)`, `@`, a
+    /// variable) or is in the community dialect. Evaluated against data whose `request` has
+    /// these fields as they are in another, it gives the same result as against that other.
+    pub fn request_fields(&self) -> Option<&[String]> {
+        self.request.as_deref()
     }
 
     /// The one field of the data's root that everything the expression reads is under
@@ -475,6 +531,41 @@ mod tests {
         );
         let community = Expression::compile_in("request.object.name", Dialect::Community).ok();
         assert!(community.is_some_and(|e| matches!(e.request_object(), ObjectReads::Whole)));
+    }
+
+    /// The fields of `request` an expression reads: listed when every read is
+    /// `request.<field>`, `None` when `request` is read any other way.
+    #[test]
+    fn the_fields_of_request_read_are_listed() {
+        let fields = |src: &str| {
+            Expression::compile(src)
+                .map(|e| e.request_fields().map(|f| f.iter().map(String::as_str).collect::<Vec<_>>().join(",")))
+                .unwrap_or_else(|e| panic!("{src}: {e}"))
+        };
+        for (src, want) in [
+            ("request.operation || 'BACKGROUND'", "operation"),
+            ("request.object.spec.containers[].name", "object"),
+            ("request.userInfo.username == request.name", "userInfo,name"),
+            ("request.name == request.name", "name"),
+            ("serviceAccountName", ""),
+            ("element.name", ""),
+            ("length(request.object.spec.volumes[?hostPath])", "object"),
+            ("request.object.spec.containers[?name == request.name]", "object"),
+            ("request.kind | kind", "kind"),
+            ("[request.namespace, request.roles]", "namespace,roles"),
+            ("{a: request.clusterRoles}", "clusterRoles"),
+            ("sort_by(request.object.x, &name)", "object"),
+        ] {
+            assert_eq!(fields(src).as_deref(), Some(want), "{src}");
+        }
+        // Filters and projections read their items, not the root: `request` there is an item's.
+        assert_eq!(fields("items[?request == 'x']").as_deref(), Some(""));
+        for src in ["request", "keys(request)", "@", "request[0]", "request.*", "request.[name, kind]", "$x", "[0]"] {
+            let Ok(e) = Expression::compile(src) else { continue };
+            assert_eq!(e.request_fields(), None, "{src}");
+        }
+        let community = Expression::compile_in("request.name", Dialect::Community).ok();
+        assert!(community.is_some_and(|e| e.request_fields().is_none()));
     }
 
     /// The same for the root's `element`: `Only` expressions give against the element what the
