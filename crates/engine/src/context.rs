@@ -106,8 +106,8 @@ const REQUEST_FIELDS: [&str; 9] =
 pub(crate) struct RequestFields<'e> {
     pub operation: &'e str,
     pub old_object: Option<&'e Value>,
-    pub namespace: &'e str,
-    pub name: &'e str,
+    /// The object the request is about (`request.namespace` and `request.name` are its).
+    pub subject: &'e Value,
     /// group, version, kind
     pub kind: (&'e str, &'e str, &'e str),
     pub user_info: Option<&'e Value>,
@@ -127,8 +127,8 @@ impl RequestFields<'_> {
         Some(match i {
             0 => Value::String(self.operation.into()),
             1 => self.old_object.cloned().unwrap_or(Value::Null),
-            2 => Value::String(self.namespace.into()),
-            3 => Value::String(self.name.into()),
+            2 => Value::String(crate::evaluate::str_at(self.subject, "/metadata/namespace").into()),
+            3 => Value::String(crate::evaluate::str_at(self.subject, "/metadata/name").into()),
             4 => {
                 let (group, version, kind) = self.kind;
                 let mut m = Map::new();

@@ -323,8 +323,7 @@ pub fn build_context_with<'e>(req: &Request<'e>, env: &'e dyn Env, images: bool)
     ctx.lend_request(crate::context::RequestFields {
         operation: req.operation,
         old_object: req.old_object,
-        namespace: str_at(subject, "/metadata/namespace"),
-        name: str_at(subject, "/metadata/name"),
+        subject,
         kind: (group, version, kind),
         user_info: req.user_info,
         user: req.user,

@@ -94,10 +94,16 @@ impl Template {
         &self.source
     }
 
+    /// The text, when it has no variables: what it renders to (with no `{{` in it, nested
+    /// or escaped, there is nothing to unescape either).
+    pub fn plain(&self) -> Option<&str> {
+        (self.vars.is_empty() && !self.nested).then_some(self.source.as_str())
+    }
+
     /// Renders to a JSON value. `at` is the JSON pointer of this string for `{{@}}`.
     pub fn render(&self, ctx: &Context, at: &str) -> Result<Value, EvalError> {
-        if self.vars.is_empty() && !self.nested {
-            return Ok(Value::String(unescape(&self.source)));
+        if let Some(plain) = self.plain() {
+            return Ok(Value::String(plain.to_string()));
         }
         if !self.nested {
             if let [v] = self.vars.as_slice()

@@ -347,13 +347,15 @@ impl ValidateCtx<'_> {
         self.resp(Status::Skip, "request does not match")
     }
 
-    fn message(&self, ctx: &Context) -> Result<Option<String>, String> {
+    /// The rule's message rendered (borrowed when it has no variables: most messages).
+    fn message(&self, ctx: &Context) -> Result<Option<std::borrow::Cow<'_, str>>, String> {
         match &self.v.message {
             None => Ok(None),
+            Some(t) if let Some(plain) = t.plain() => Ok(Some(plain.into())),
             Some(t) => match t.render(ctx, "") {
-                Ok(Value::String(s)) => Ok(Some(s)),
-                Ok(Value::Null) => Ok(Some(String::new())),
-                Ok(other) => Ok(Some(other.to_string())),
+                Ok(Value::String(s)) => Ok(Some(s.into())),
+                Ok(Value::Null) => Ok(Some("".into())),
+                Ok(other) => Ok(Some(other.to_string().into())),
                 Err(e) => Err(e.to_string()),
             },
         }
@@ -395,7 +397,7 @@ impl ValidateCtx<'_> {
                 Ok((false, _)) => Some(self.resp(Status::Pass, passed(self.rule))),
                 Ok((true, cond_msg)) => {
                     let base = match self.message(ctx) {
-                        Ok(m) => m.unwrap_or_default(),
+                        Ok(m) => m.map(std::borrow::Cow::into_owned).unwrap_or_default(),
                         Err(_) => self.v.message.as_ref().map(|t| t.source().to_string()).unwrap_or_default(),
                     };
                     let msg = if base.is_empty() && cond_msg.is_empty() {
@@ -459,7 +461,7 @@ impl ValidateCtx<'_> {
                 // Sized up front: growing it piece by piece was a reallocation per alternative.
                 let parts: usize =
                     failures.iter().map(|(_, pe)| self.rule.len() + 32 + pe.message.len() + pe.path.len()).sum();
-                let mut msg = String::with_capacity(parts + 24 + rule_message.as_ref().map_or(0, String::len));
+                let mut msg = String::with_capacity(parts + 24 + rule_message.as_ref().map_or(0, |m| m.len()));
                 if !all_skip {
                     msg.push_str("validation error: ");
                     if let Some(m) = &rule_message {
