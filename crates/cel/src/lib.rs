@@ -6,6 +6,7 @@
 
 mod authz;
 pub mod envoy;
+mod fast;
 mod host;
 mod image;
 mod jwt;
@@ -182,7 +183,7 @@ impl Expr {
         let mut ctx = Context::with_env(env.clone());
         // Variables are served by reference: nothing is copied per evaluation.
         ctx.set_variable_resolver(vars);
-        if self.uses_host && !vars.vals.iter().any(|(k, _)| **k == *host::HOST_VAR) {
+        if self.uses_host && !vars.has(host::HOST_VAR) {
             // No host: the library functions then say they are not available here.
             ctx.add_variable_from_value(host::HOST_VAR, Value::Null);
         }
@@ -216,36 +217,64 @@ impl Expr {
     /// (after the same admission checks a fresh evaluation would make).
     pub fn eval_into_variable(&self, name: &str, vars: &mut Vars) -> Result<(), String> {
         let shared = if self.shareable { vars.shared.clone() } else { None };
+        self.admit(vars).inspect_err(|e| vars.failed.push((name.to_string(), e.clone())))?;
         if let Some(shared) = &shared {
-            self.admit(vars).inspect_err(|e| vars.failed.push((name.to_string(), e.clone())))?;
             let hit = shared
                 .lock()
                 .ok()
                 .and_then(|s| s.iter().find(|r| r.source == self.source).map(|r| (r.value.clone(), r.widest)));
             if let Some((value, widest)) = hit {
                 vars.widest = vars.widest.max(widest);
-                vars.set_variable_val(name, value);
+                vars.set_variable_input(name, value);
                 return Ok(());
             }
         }
+        // Evaluated directly when it can be: the value is kept as JSON (read directly by later
+        // expressions, converted for the crate's only if one reads it).
+        let direct = self.fast(vars, |v| fast::to_json(v).ok()).map(|json| {
+            let widest = widest(&json);
+            (Input::from_json(JsonInput { root: Arc::new(json), field: None }), widest)
+        });
         // A variable built by the policy (`a.map(x, a)`) is an input of later expressions: its
         // width counts in their estimates, so doubling through variables meets the budget.
-        let (v, widest) = self
-            .with_result(vars, |v| Ok((shared::to_static(v).map_err(|e| e.to_string())?, widest_val(v)?)))
-            .inspect_err(|e| vars.failed.push((name.to_string(), e.clone())))?;
+        let (value, widest) = match direct {
+            Some(d) => d,
+            None => {
+                let (v, widest) = self
+                    .with_result(vars, |v| Ok((shared::to_static(v).map_err(|e| e.to_string())?, widest_val(v)?)))
+                    .inspect_err(|e| vars.failed.push((name.to_string(), e.clone())))?;
+                (Input::from_cel(Arc::from(v)), widest)
+            }
+        };
+        let value = Arc::new(value);
         vars.widest = vars.widest.max(widest);
-        let v: Arc<dyn Val> = Arc::from(v);
         if let Some(mut s) = shared.as_ref().and_then(|s| s.lock().ok())
             && s.len() < MAX_SHARED_RESULTS
         {
-            s.push(SharedResult { source: self.source.clone(), value: v.clone(), widest });
+            s.push(SharedResult { source: self.source.clone(), value: value.clone(), widest });
         }
-        vars.set_variable_val(name, v);
+        vars.set_variable_input(name, value);
         Ok(())
+    }
+
+    /// Evaluates over the inputs' JSON where the direct evaluator covers the expression
+    /// (see `fast`); `None`: the crate's interpreter must.
+    fn fast<T>(&self, vars: &Vars, then: impl FnOnce(&fast::V<'_>) -> Option<T>) -> Option<T> {
+        let inputs = |name: &str| vars.json_input(name);
+        let mut scope = fast::Scope::new(&inputs);
+        let v = fast::eval(&self.ast, &mut scope).ok()?;
+        then(&v)
     }
 
     /// Evaluates to a boolean; any other result is an error naming its type.
     pub fn eval_bool(&self, vars: &Vars) -> Result<bool, String> {
+        self.admit(vars)?;
+        if let Some(b) = self.fast(vars, |v| match v {
+            fast::V::Bool(b) => Some(*b),
+            _ => None,
+        }) {
+            return Ok(b);
+        }
         match self.eval_cel(vars)? {
             Value::Bool(b) => Ok(b),
             other => Err(format!("expression must return a boolean, got {}", type_name(&other))),
@@ -285,7 +314,7 @@ pub const MAX_SHARED_RESULTS: usize = 64;
 /// variable by the same expression.
 struct SharedResult {
     source: String,
-    value: Arc<dyn Val>,
+    value: Arc<Input>,
     widest: usize,
 }
 
@@ -320,17 +349,63 @@ fn widest_val(v: &dyn Val) -> Result<usize, String> {
     Ok(most)
 }
 
-/// A variable's name and value.
-type Binding = (Arc<str>, Arc<dyn Val>);
+/// A value given to the evaluator: JSON (converted to the crate's values only when an
+/// expression the direct evaluator does not cover reads it), or a value of the crate's.
+struct Input {
+    json: Option<JsonInput>,
+    cel: std::sync::OnceLock<Arc<dyn Val>>,
+}
 
-/// Variables for an evaluation, converted to CEL once and shared (cloning is cheap).
+impl Input {
+    fn from_json(json: JsonInput) -> Input {
+        Input { json: Some(json), cel: std::sync::OnceLock::new() }
+    }
+
+    fn from_cel(v: Arc<dyn Val>) -> Input {
+        Input { json: None, cel: std::sync::OnceLock::from(v) }
+    }
+
+    fn json(&self) -> Option<&serde_json::Value> {
+        self.json.as_ref().and_then(JsonInput::get)
+    }
+
+    /// The crate's value, converted on first use.
+    fn cel(&self) -> &Arc<dyn Val> {
+        self.cel.get_or_init(|| Arc::from(json_val(self.json().unwrap_or(&serde_json::Value::Null))))
+    }
+}
+
+/// An input's JSON: a value, or a field of one (`object` is `request`'s).
+#[derive(Clone)]
+struct JsonInput {
+    root: Arc<serde_json::Value>,
+    field: Option<Arc<str>>,
+}
+
+impl JsonInput {
+    fn get(&self) -> Option<&serde_json::Value> {
+        match &self.field {
+            None => Some(&self.root),
+            Some(f) => self.root.get(&**f),
+        }
+    }
+}
+
+/// A composition variable.
+struct Variable {
+    name: String,
+    value: Arc<Input>,
+}
+
+/// Variables for an evaluation, converted to CEL when first needed and shared (cloning is
+/// cheap).
 #[derive(Default, Clone)]
 pub struct Vars {
     /// Shared between clones (one per policy), copied when a clone sets one.
-    vals: Arc<Vec<Binding>>,
+    vals: Arc<Vec<(Arc<str>, Arc<Input>)>>,
     /// Composition variables, and the `variables` map built from them when an expression
     /// reads the map itself (`variables.<name>` reads the variable directly).
-    variables: Vec<(String, Arc<dyn Val>)>,
+    variables: Vec<Arc<Variable>>,
     variables_map: std::sync::OnceLock<Arc<dyn Val>>,
     /// The most elements of any list or map among the inputs (see [`MAX_ITERATIONS`]).
     widest: usize,
@@ -347,45 +422,61 @@ pub struct Vars {
 impl VariableResolver for Vars {
     fn resolve<'b>(&'b self, name: &str) -> Option<CowVal<'b, 'b>> {
         if let Some(var) = name.strip_prefix("@var:") {
-            return self.variables.iter().find(|(k, _)| k == var).map(|(_, v)| CowVal::Borrowed(&**v));
+            return self.variables.iter().find(|v| v.name == var).map(|v| CowVal::Borrowed(&**v.value.cel()));
         }
         if name == "variables" {
             let map = self.variables_map.get_or_init(|| {
-                let map: HashMap<CelMapKey<'static>, Box<dyn Val>> =
-                    self.variables.iter().map(|(k, v)| (CelMapKey::from(k.clone()), v.clone_as_boxed())).collect();
+                let map: HashMap<CelMapKey<'static>, Box<dyn Val>> = self
+                    .variables
+                    .iter()
+                    .map(|v| (CelMapKey::from(v.name.clone()), v.value.cel().clone_as_boxed()))
+                    .collect();
                 Arc::new(CelMap::from(map))
             });
             return Some(CowVal::Borrowed(&**map));
         }
-        self.vals.iter().find(|(k, _)| **k == *name).map(|(_, v)| CowVal::Borrowed(&**v))
+        self.vals.iter().find(|(k, _)| **k == *name).map(|(_, v)| CowVal::Borrowed(&**v.cel()))
     }
 }
 
 impl Vars {
     pub fn set(&mut self, name: &str, v: &serde_json::Value) {
         self.widest = self.widest.max(widest(v));
-        self.set_val(name, Arc::from(json_val(v)));
+        self.set_input(name, Input::from_json(JsonInput { root: Arc::new(v.clone()), field: None }));
+    }
+
+    /// The JSON of the input `name` (`@var:<name>`: of a composition variable), when it was
+    /// set from JSON.
+    fn json_input(&self, name: &str) -> Option<&serde_json::Value> {
+        if let Some(var) = name.strip_prefix("@var:") {
+            return self.variables.iter().find(|v| v.name == var).and_then(|v| v.value.json());
+        }
+        self.vals.iter().find(|(k, _)| **k == *name).and_then(|(_, v)| v.json())
+    }
+
+    /// Whether an input `name` is set.
+    fn has(&self, name: &str) -> bool {
+        self.vals.iter().any(|(k, _)| **k == *name)
     }
 
     /// [`Vars::set`] of the map `v` as if it also held `extra`'s fields: a caller that keeps
     /// a large field apart (the engine lends the request's object to its context instead of
-    /// copying it in) converts it without first copying it into `v`. A `v` that is not a map
-    /// is set as it is.
+    /// copying it in) sets it without first copying it into `v`. A `v` that is not a map is
+    /// set as it is.
     pub fn set_with_fields(&mut self, name: &str, v: &serde_json::Value, extra: &[(&str, &serde_json::Value)]) {
         let serde_json::Value::Object(m) = v else { return self.set(name, v) };
         let width = m.len() + extra.iter().filter(|(k, _)| !m.contains_key(*k)).count();
         let deepest = extra.iter().map(|(_, x)| widest(x)).fold(widest(v), usize::max);
         self.widest = self.widest.max(width).max(deepest);
-        let fields = m
-            .iter()
-            .filter(|(k, _)| !extra.iter().any(|(x, _)| x == k))
-            .map(|(k, v)| (CelMapKey::from(k.clone()), json_val(v)))
-            .chain(extra.iter().map(|(k, v)| (CelMapKey::from(k.to_string()), json_val(v))))
-            .collect::<HashMap<_, _>>();
-        self.set_val(name, Arc::from(SharedVal::wrap(Box::new(CelMap::from(fields)))));
+        let mut json = m.clone();
+        for (k, x) in extra {
+            json.insert((*k).to_string(), (*x).clone());
+        }
+        let root = Arc::new(serde_json::Value::Object(json));
+        self.set_input(name, Input::from_json(JsonInput { root, field: None }));
     }
 
-    fn set_val(&mut self, name: &str, v: Arc<dyn Val>) {
+    fn set_input(&mut self, name: &str, v: Input) {
         // Shared results read none of `params` (see `Expr::shareable`); any other input that
         // changes makes them stale for these variables.
         if name != "params" {
@@ -393,8 +484,8 @@ impl Vars {
         }
         let vals = Arc::make_mut(&mut self.vals);
         match vals.iter_mut().find(|(k, _)| **k == *name) {
-            Some(slot) => slot.1 = v,
-            None => vals.push((Arc::from(name), v)),
+            Some(slot) => slot.1 = Arc::new(v),
+            None => vals.push((Arc::from(name), Arc::new(v))),
         }
     }
 
@@ -407,20 +498,19 @@ impl Vars {
         self.shared = Some(Arc::default());
     }
 
-    /// Sets `name` to the field `field` of the variable `source` (a map) without converting it
-    /// again: `object` is `request.object`, shared. Returns false (and sets nothing) when
+    /// Sets `name` to the field `field` of the input `source` (a map set from JSON) without
+    /// copying it: `object` is `request.object`. Returns false (and sets nothing) when
     /// `source` has no such field.
     pub fn set_field_of(&mut self, name: &str, source: &str, field: &str) -> bool {
         let found = self.vals.iter().find(|(k, _)| **k == *source).and_then(|(_, v)| {
-            let key = CelString::from(field);
-            let got = v.as_indexer()?.get(&key).ok()?;
-            let widest = widest_val(got.as_ref()).ok()?;
-            Some((shared::to_static(got.as_ref()).ok()?, widest))
+            let json = v.json.as_ref().filter(|j| j.field.is_none())?;
+            let got = json.root.get(field)?;
+            Some((JsonInput { root: json.root.clone(), field: Some(Arc::from(field)) }, widest(got)))
         });
         match found {
-            Some((v, widest)) => {
+            Some((json, widest)) => {
                 self.widest = self.widest.max(widest);
-                self.set_val(name, Arc::from(v));
+                self.set_input(name, Input::from_json(json));
                 true
             }
             None => false,
@@ -431,7 +521,7 @@ impl Vars {
     /// `image.GetMetadata`, `time.now()`).
     pub fn set_host(&mut self, host: Arc<dyn Host>) {
         if let Ok(v) = Box::<dyn Val>::try_from(Value::Opaque(Arc::new(host::HostValue(host)))) {
-            self.set_val(host::HOST_VAR, Arc::from(v));
+            self.set_input(host::HOST_VAR, Input::from_cel(Arc::from(v)));
         }
     }
 
@@ -442,13 +532,15 @@ impl Vars {
 
     /// Sets `variables.<name>` (Kubernetes' composition variables).
     pub fn set_variable(&mut self, name: &str, v: &serde_json::Value) {
-        self.set_variable_val(name, Arc::from(json_val(v)));
+        let json = JsonInput { root: Arc::new(v.clone()), field: None };
+        self.set_variable_input(name, Arc::new(Input::from_json(json)));
     }
 
-    fn set_variable_val(&mut self, name: &str, v: Arc<dyn Val>) {
-        match self.variables.iter_mut().find(|(k, _)| k == name) {
-            Some(slot) => slot.1 = v,
-            None => self.variables.push((name.to_string(), v)),
+    fn set_variable_input(&mut self, name: &str, value: Arc<Input>) {
+        let var = Arc::new(Variable { name: name.to_string(), value });
+        match self.variables.iter_mut().find(|v| v.name == name) {
+            Some(slot) => *slot = var,
+            None => self.variables.push(var),
         }
         self.variables_map = std::sync::OnceLock::new();
     }

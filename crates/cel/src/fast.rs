@@ -1,0 +1,635 @@
+//! A direct evaluator for the common part of CEL, reading the request's JSON where it is.
+//!
+//! The `cel` crate's interpreter converts every input to its own values first (a boxed value,
+//! a `String` and a SipHash map entry per JSON node) and pays for scopes, qualified-name
+//! resolution and overload look-ups by name at every node: the 17 Pod Security policies took
+//! 3.4 times as long as their pattern versions (`docs/benchmarks.md`). Nothing in the crate
+//! evaluates over borrowed data, so this module walks the crate's own parsed (and
+//! macro-expanded) AST over `serde_json::Value`s, borrowing them.
+//!
+//! It covers a subset: field selection (plain, optional `?.`, `has()`), `orValue`,
+//! comprehensions (`all`, `exists`, `exists_one`, `map`, `filter`), logic, comparisons of two
+//! values of one scalar type, `in`, `+`, `-`, `*` on ints (checked), list and string
+//! concatenation, indexing, `size`, `startsWith`, `endsWith`, `contains`, list and empty-map
+//! literals. It never guesses: whatever it does not cover, and every error (a missing key,
+//! two operand types CEL's rules would have to settle, an overflow), is [`Declined`], and the
+//! caller evaluates the expression with the crate instead. So an answer from here is the
+//! answer the crate gives (a differential test holds the two together), and any expression
+//! still gets the crate's answer and error message.
+
+use cel::IdedExpr;
+use cel::common::ast::{Expr, LiteralValue, operators};
+use serde_json::{Map, Value};
+use std::borrow::Cow;
+use std::rc::Rc;
+
+/// The expression needs the crate's interpreter (see the module's documentation).
+#[derive(Debug, PartialEq)]
+pub(crate) struct Declined;
+
+type R<T> = Result<T, Declined>;
+
+/// A value during evaluation: JSON borrowed from the inputs, or built here.
+#[derive(Clone, Debug)]
+pub(crate) enum V<'a> {
+    Null,
+    Bool(bool),
+    Int(i64),
+    UInt(u64),
+    Double(f64),
+    Str(Cow<'a, str>),
+    /// A JSON object of the inputs (or the empty map literal).
+    Map(&'a Map<String, Value>),
+    /// A JSON array of the inputs.
+    JList(&'a [Value]),
+    /// A list built here.
+    List(Rc<Vec<V<'a>>>),
+    /// An optional: `Some` holds the value.
+    Opt(Option<Rc<V<'a>>>),
+}
+
+static EMPTY_MAP: std::sync::LazyLock<Map<String, Value>> = std::sync::LazyLock::new(Map::new);
+
+/// JSON as CEL sees it, with Kubernetes' number rule (as `json_val` converts): integral
+/// numbers are `int` (`uint` only beyond `int`'s range), others `double`.
+pub(crate) fn from_json(v: &Value) -> V<'_> {
+    match v {
+        Value::Null => V::Null,
+        Value::Bool(b) => V::Bool(*b),
+        Value::Number(n) => match (n.as_i64(), n.as_u64()) {
+            (Some(i), _) => V::Int(i),
+            (None, Some(u)) => V::UInt(u),
+            _ => V::Double(n.as_f64().unwrap_or(0.0)),
+        },
+        Value::String(s) => V::Str(Cow::Borrowed(s)),
+        Value::Array(a) => V::JList(a),
+        Value::Object(m) => V::Map(m),
+    }
+}
+
+/// Where identifiers are looked up: the comprehension variables in scope (innermost last),
+/// then the caller's inputs.
+pub(crate) struct Scope<'a, 'r> {
+    locals: Vec<(&'a str, V<'a>)>,
+    inputs: &'r dyn Fn(&str) -> Option<&'a Value>,
+    /// What may still be built: list elements and string bytes (see [`BUILD_BUDGET`]).
+    budget: usize,
+}
+
+impl<'a, 'r> Scope<'a, 'r> {
+    pub(crate) fn new(inputs: &'r dyn Fn(&str) -> Option<&'a Value>) -> Self {
+        Scope { locals: Vec::new(), inputs, budget: BUILD_BUDGET }
+    }
+
+    /// Counts `n` elements or bytes built; past the budget the crate takes over.
+    fn build(&mut self, n: usize) -> R<()> {
+        self.budget = self.budget.checked_sub(n).ok_or(Declined)?;
+        Ok(())
+    }
+
+    fn lookup(&self, name: &str) -> R<V<'a>> {
+        if let Some((_, v)) = self.locals.iter().rev().find(|(n, _)| *n == name) {
+            return Ok(v.clone());
+        }
+        (self.inputs)(name).map(from_json).ok_or(Declined)
+    }
+
+    /// Takes a local out (leaving null), for an accumulator that is appended to in place.
+    fn take_local(&mut self, name: &str) -> Option<V<'a>> {
+        let slot = self.locals.iter_mut().rev().find(|(n, _)| *n == name)?;
+        Some(std::mem::replace(&mut slot.1, V::Null))
+    }
+
+    fn set_local(&mut self, name: &str, v: V<'a>) {
+        if let Some(slot) = self.locals.iter_mut().rev().find(|(n, _)| *n == name) {
+            slot.1 = v;
+        }
+    }
+}
+
+/// How many list elements and string bytes one evaluation may build here (what the crate's
+/// result budget allows, `MAX_RESULT_BYTES`); an evaluation that would build more is left to
+/// the crate and its budget. Loops are bounded before evaluation starts (`Expr::admit`).
+const BUILD_BUDGET: usize = crate::MAX_RESULT_BYTES;
+
+pub(crate) fn eval<'a>(e: &'a IdedExpr, s: &mut Scope<'a, '_>) -> R<V<'a>> {
+    match &e.expr {
+        Expr::Literal(l) => literal(l),
+        Expr::Ident(name) => s.lookup(name),
+        Expr::Select(sel) => {
+            let operand = eval(&sel.operand, s)?;
+            select(operand, &sel.field, sel.test)
+        }
+        Expr::Call(c) => call(&c.func_name, c.target.as_deref(), &c.args, s),
+        Expr::List(l) => {
+            if !l.optional_indices.is_empty() {
+                return Err(Declined);
+            }
+            s.build(l.elements.len())?;
+            let items = l.elements.iter().map(|x| eval(x, s)).collect::<R<Vec<_>>>()?;
+            Ok(V::List(Rc::new(items)))
+        }
+        Expr::Map(m) if m.entries.is_empty() => Ok(V::Map(&EMPTY_MAP)),
+        Expr::Comprehension(c) => {
+            if c.iter_var2.is_some() {
+                return Err(Declined);
+            }
+            let init = eval(&c.accu_init, s)?;
+            let range = eval(&c.iter_range, s)?;
+            // Map keys come in the JSON's order; the crate's in its hash map's. Only a loop
+            // whose result cannot depend on the order (a boolean fold) runs over a map here.
+            if matches!(range, V::Map(_)) && !matches!(init, V::Bool(_)) {
+                return Err(Declined);
+            }
+            let items: Vec<V<'a>> = match &range {
+                V::JList(a) => a.iter().map(from_json).collect(),
+                V::List(l) => l.as_ref().clone(),
+                V::Map(m) => m.keys().map(|k| V::Str(Cow::Borrowed(k.as_str()))).collect(),
+                _ => return Err(Declined),
+            };
+            s.locals.push((c.accu_var.as_str(), init));
+            let looped = (|| {
+                for item in items {
+                    if !not_strictly_false(eval(&c.loop_cond, s)?) {
+                        break;
+                    }
+                    s.locals.push((c.iter_var.as_str(), item));
+                    let step = eval(&c.loop_step, s);
+                    s.locals.pop();
+                    s.set_local(&c.accu_var, step?);
+                }
+                eval(&c.result, s)
+            })();
+            s.locals.pop();
+            looped
+        }
+        _ => Err(Declined),
+    }
+}
+
+/// `@not_strictly_false`: anything but `false` continues the loop (the crate's `try_bool`
+/// of a non-boolean is an error, which it takes as true).
+fn not_strictly_false(v: V<'_>) -> bool {
+    !matches!(v, V::Bool(false))
+}
+
+fn literal<'a>(l: &'a LiteralValue) -> R<V<'a>> {
+    Ok(match l {
+        LiteralValue::Boolean(b) => V::Bool(*b.inner()),
+        LiteralValue::Int(i) => V::Int(*i.inner()),
+        LiteralValue::UInt(u) => V::UInt(*u.inner()),
+        LiteralValue::Double(d) => V::Double(*d.inner()),
+        LiteralValue::String(s) => V::Str(Cow::Borrowed(s.inner())),
+        LiteralValue::Null => V::Null,
+        LiteralValue::Bytes(_) => return Err(Declined),
+    })
+}
+
+/// `x.f` (or `has(x.f)` with `test`).
+fn select<'a>(operand: V<'a>, field: &str, test: bool) -> R<V<'a>> {
+    match (operand, test) {
+        (V::Map(m), false) => m.get(field).map(from_json).ok_or(Declined),
+        (V::Map(m), true) => Ok(V::Bool(m.contains_key(field))),
+        // `.f` after an optional stays optional; `has()` on an empty one is false.
+        (V::Opt(None), false) => Ok(V::Opt(None)),
+        (V::Opt(None), true) => Ok(V::Bool(false)),
+        (V::Opt(Some(inner)), test) => match &*inner {
+            V::Map(m) if test => Ok(V::Bool(m.contains_key(field))),
+            V::Map(m) => Ok(V::Opt(m.get(field).map(|v| Rc::new(from_json(v))))),
+            _ => Err(Declined),
+        },
+        _ => Err(Declined),
+    }
+}
+
+fn bool_of(v: &V<'_>) -> R<bool> {
+    match v {
+        V::Bool(b) => Ok(*b),
+        _ => Err(Declined),
+    }
+}
+
+fn call<'a>(name: &str, target: Option<&'a IdedExpr>, args: &'a [IdedExpr], s: &mut Scope<'a, '_>) -> R<V<'a>> {
+    match (name, target, args) {
+        (operators::CONDITIONAL, None, [c, a, b]) => {
+            if bool_of(&eval(c, s)?)? {
+                eval(a, s)
+            } else {
+                eval(b, s)
+            }
+        }
+        (operators::LOGICAL_AND, None, [a, b]) => {
+            if !bool_of(&eval(a, s)?)? {
+                return Ok(V::Bool(false));
+            }
+            Ok(V::Bool(bool_of(&eval(b, s)?)?))
+        }
+        (operators::LOGICAL_OR, None, [a, b]) => {
+            if bool_of(&eval(a, s)?)? {
+                return Ok(V::Bool(true));
+            }
+            Ok(V::Bool(bool_of(&eval(b, s)?)?))
+        }
+        (operators::LOGICAL_NOT, None, [a]) => Ok(V::Bool(!bool_of(&eval(a, s)?)?)),
+        (operators::NOT_STRICTLY_FALSE, None, [a]) => Ok(V::Bool(not_strictly_false(eval(a, s)?))),
+        (operators::EQUALS, None, [a, b]) => {
+            let (a, b) = (eval(a, s)?, eval(b, s)?);
+            Ok(V::Bool(equal(&a, &b)?))
+        }
+        (operators::NOT_EQUALS, None, [a, b]) => {
+            let (a, b) = (eval(a, s)?, eval(b, s)?);
+            Ok(V::Bool(!equal(&a, &b)?))
+        }
+        (operators::LESS | operators::LESS_EQUALS | operators::GREATER | operators::GREATER_EQUALS, None, [a, b]) => {
+            let (a, b) = (eval(a, s)?, eval(b, s)?);
+            let o = order(&a, &b)?;
+            use std::cmp::Ordering::*;
+            Ok(V::Bool(match name {
+                operators::LESS => o == Less,
+                operators::LESS_EQUALS => o != Greater,
+                operators::GREATER => o == Greater,
+                _ => o != Less,
+            }))
+        }
+        (operators::IN, None, [a, b]) => {
+            let (a, b) = (eval(a, s)?, eval(b, s)?);
+            match &b {
+                V::Map(m) => match &a {
+                    V::Str(k) => Ok(V::Bool(m.contains_key(k.as_ref()))),
+                    _ => Err(Declined),
+                },
+                V::JList(l) => {
+                    for x in l.iter() {
+                        if equal(&a, &from_json(x))? {
+                            return Ok(V::Bool(true));
+                        }
+                    }
+                    Ok(V::Bool(false))
+                }
+                V::List(l) => {
+                    for x in l.iter() {
+                        if equal(&a, x)? {
+                            return Ok(V::Bool(true));
+                        }
+                    }
+                    Ok(V::Bool(false))
+                }
+                _ => Err(Declined),
+            }
+        }
+        (operators::ADD, None, [a, b]) => {
+            // `@result + [x]` in a loop appends in place (the accumulator is taken out of its
+            // scope, so the list is not shared and is not copied).
+            let taken = match &a.expr {
+                Expr::Ident(n) if n.starts_with("@result") => s.take_local(n),
+                _ => None,
+            };
+            let lhs = match taken {
+                Some(v) => v,
+                None => eval(a, s)?,
+            };
+            let rhs = eval(b, s)?;
+            add(lhs, rhs, s)
+        }
+        (operators::SUBSTRACT, None, [a, b]) => match (eval(a, s)?, eval(b, s)?) {
+            (V::Int(x), V::Int(y)) => x.checked_sub(y).map(V::Int).ok_or(Declined),
+            _ => Err(Declined),
+        },
+        (operators::MULTIPLY, None, [a, b]) => match (eval(a, s)?, eval(b, s)?) {
+            (V::Int(x), V::Int(y)) => x.checked_mul(y).map(V::Int).ok_or(Declined),
+            _ => Err(Declined),
+        },
+        (operators::NEGATE, None, [a]) => match eval(a, s)? {
+            V::Int(x) => x.checked_neg().map(V::Int).ok_or(Declined),
+            V::Double(x) => Ok(V::Double(-x)),
+            _ => Err(Declined),
+        },
+        (operators::INDEX, None, [a, b]) => {
+            let (a, b) = (eval(a, s)?, eval(b, s)?);
+            match (&a, &b) {
+                (V::Map(m), V::Str(k)) => m.get(k.as_ref()).map(from_json).ok_or(Declined),
+                (V::JList(l), V::Int(i)) => {
+                    usize::try_from(*i).ok().and_then(|i| l.get(i)).map(from_json).ok_or(Declined)
+                }
+                (V::List(l), V::Int(i)) => usize::try_from(*i).ok().and_then(|i| l.get(i)).cloned().ok_or(Declined),
+                _ => Err(Declined),
+            }
+        }
+        (operators::OPT_SELECT, None, [a, field]) => {
+            let Expr::Literal(LiteralValue::String(field)) = &field.expr else { return Err(Declined) };
+            Ok(match eval(a, s)? {
+                V::Opt(None) => V::Opt(None),
+                V::Opt(Some(inner)) => opt_field(&inner, field.inner()),
+                v => opt_field(&v, field.inner()),
+            })
+        }
+        // The crate evaluates a call's arguments before its target, the default included.
+        ("orValue", Some(t), [d]) => {
+            let d = eval(d, s)?;
+            match eval(t, s)? {
+                V::Opt(Some(v)) => Ok(v.as_ref().clone()),
+                V::Opt(None) => Ok(d),
+                _ => Err(Declined),
+            }
+        }
+        ("hasValue", Some(t), []) => match eval(t, s)? {
+            V::Opt(v) => Ok(V::Bool(v.is_some())),
+            _ => Err(Declined),
+        },
+        ("size", None, [a]) => size(&eval(a, s)?),
+        ("size", Some(t), []) => size(&eval(t, s)?),
+        ("startsWith" | "endsWith" | "contains", Some(t), [a]) => match (eval(a, s)?, eval(t, s)?) {
+            (V::Str(y), V::Str(x)) => Ok(V::Bool(match name {
+                "startsWith" => x.starts_with(y.as_ref()),
+                "endsWith" => x.ends_with(y.as_ref()),
+                _ => x.contains(y.as_ref()),
+            })),
+            _ => Err(Declined),
+        },
+        _ => Err(Declined),
+    }
+}
+
+/// `.?f`: present → `optional.of`, absent (or not a map: the crate's failed index) → none.
+fn opt_field<'a>(v: &V<'a>, field: &str) -> V<'a> {
+    match v {
+        V::Map(m) => V::Opt(m.get(field).map(|x| Rc::new(from_json(x)))),
+        _ => V::Opt(None),
+    }
+}
+
+fn size(v: &V<'_>) -> R<V<'static>> {
+    let n = match v {
+        V::Str(s) => s.chars().count(),
+        V::JList(l) => l.len(),
+        V::List(l) => l.len(),
+        V::Map(m) => m.len(),
+        _ => return Err(Declined),
+    };
+    i64::try_from(n).map(V::Int).map_err(|_| Declined)
+}
+
+fn add<'a>(a: V<'a>, b: V<'a>, s: &mut Scope<'a, '_>) -> R<V<'a>> {
+    let list_len = |v: &V| match v {
+        V::JList(l) => Some(l.len()),
+        V::List(l) => Some(l.len()),
+        _ => None,
+    };
+    match (a, b) {
+        (V::Int(x), V::Int(y)) => x.checked_add(y).map(V::Int).ok_or(Declined),
+        (V::Str(x), V::Str(y)) => {
+            s.build(x.len() + y.len())?;
+            let mut out = x.into_owned();
+            out.push_str(&y);
+            Ok(V::Str(Cow::Owned(out)))
+        }
+        (a, b) => {
+            let (Some(la), Some(lb)) = (list_len(&a), list_len(&b)) else { return Err(Declined) };
+            // An appended-to accumulator is not built again: only what is added counts.
+            s.build(if matches!(&a, V::List(l) if Rc::strong_count(l) == 1) { lb } else { la + lb })?;
+            let mut out = match a {
+                V::List(l) => Rc::try_unwrap(l).unwrap_or_else(|l| l.as_ref().clone()),
+                V::JList(l) => l.iter().map(from_json).collect(),
+                _ => return Err(Declined),
+            };
+            match b {
+                V::List(l) => out.extend(l.iter().cloned()),
+                V::JList(l) => out.extend(l.iter().map(from_json)),
+                _ => return Err(Declined),
+            }
+            Ok(V::List(Rc::new(out)))
+        }
+    }
+}
+
+/// `==` between two values of one scalar type; anything else is left to the crate's rules
+/// (heterogeneous numbers, lists, maps, optionals).
+fn equal(a: &V<'_>, b: &V<'_>) -> R<bool> {
+    Ok(match (a, b) {
+        (V::Null, V::Null) => true,
+        (V::Bool(x), V::Bool(y)) => x == y,
+        (V::Int(x), V::Int(y)) => x == y,
+        (V::UInt(x), V::UInt(y)) => x == y,
+        (V::Double(x), V::Double(y)) => x == y,
+        (V::Str(x), V::Str(y)) => x == y,
+        _ => return Err(Declined),
+    })
+}
+
+fn order(a: &V<'_>, b: &V<'_>) -> R<std::cmp::Ordering> {
+    match (a, b) {
+        (V::Int(x), V::Int(y)) => Ok(x.cmp(y)),
+        (V::UInt(x), V::UInt(y)) => Ok(x.cmp(y)),
+        (V::Double(x), V::Double(y)) => x.partial_cmp(y).ok_or(Declined),
+        (V::Str(x), V::Str(y)) => Ok(x.as_ref().cmp(y.as_ref())),
+        _ => Err(Declined),
+    }
+}
+
+/// A result as JSON (a composition variable's value): the types whose JSON reads back as
+/// the same CEL value. A `uint` would read back as an `int`, an optional has no JSON form.
+pub(crate) fn to_json(v: &V<'_>) -> R<Value> {
+    Ok(match v {
+        V::Null => Value::Null,
+        V::Bool(b) => Value::Bool(*b),
+        V::Int(i) => Value::from(*i),
+        V::Double(d) => serde_json::Number::from_f64(*d).map(Value::Number).ok_or(Declined)?,
+        V::Str(s) => Value::String(s.to_string()),
+        V::Map(m) => Value::Object((*m).clone()),
+        V::JList(l) => Value::Array(l.to_vec()),
+        V::List(l) => Value::Array(l.iter().map(to_json).collect::<R<_>>()?),
+        V::UInt(_) | V::Opt(_) => return Err(Declined),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::{Expr, Vars};
+    use serde_json::json;
+
+    /// Whether the crate's result and the direct one are the same CEL value (same types).
+    fn same(c: &cel::Value, f: &V<'_>) -> bool {
+        let list = |c: &[cel::Value], f: Vec<V<'_>>| c.len() == f.len() && c.iter().zip(&f).all(|(c, f)| same(c, f));
+        match (c, f) {
+            (cel::Value::Null, V::Null) => true,
+            (cel::Value::Bool(a), V::Bool(b)) => a == b,
+            (cel::Value::Int(a), V::Int(b)) => a == b,
+            (cel::Value::UInt(a), V::UInt(b)) => a == b,
+            (cel::Value::Float(a), V::Double(b)) => a == b || (a.is_nan() && b.is_nan()),
+            (cel::Value::String(a), V::Str(b)) => a.as_str() == b.as_ref(),
+            (cel::Value::List(a), V::JList(b)) => list(a, b.iter().map(from_json).collect()),
+            (cel::Value::List(a), V::List(b)) => list(a, b.as_ref().clone()),
+            (cel::Value::Map(a), V::Map(b)) => {
+                a.map.len() == b.len()
+                    && b.iter().all(|(k, v)| {
+                        a.map
+                            .get(&cel::objects::Key::String(Arc::new(k.clone())))
+                            .is_some_and(|c| same(c, &from_json(v)))
+                    })
+            }
+            (cel::Value::Opaque(o), V::Opt(f)) => match (o.downcast_ref::<cel::objects::OptionalValue>(), f) {
+                (Some(c), None) => c.value().is_none(),
+                (Some(c), Some(f)) => c.value().is_some_and(|c| same(c, f)),
+                (None, _) => false,
+            },
+            _ => false,
+        }
+    }
+    use std::sync::Arc;
+
+    fn inputs() -> Vec<serde_json::Value> {
+        vec![
+            json!({"metadata": {"name": "busybox", "namespace": "ns"},
+                   "spec": {"containers": [{"name": "busybox", "image": "busybox", "command": ["sh"]}]}}),
+            json!({"metadata": {"name": "hardened", "labels": {"app": "x", "tier": "web"},
+                                "annotations": {"container.apparmor.security.beta.kubernetes.io/a": "runtime/default"}},
+                   "spec": {"securityContext": {"runAsNonRoot": true, "seccompProfile": {"type": "RuntimeDefault"}},
+                            "hostNetwork": false, "replicas": 3, "ratio": 0.5,
+                            "volumes": [{"name": "v", "configMap": {"name": "c"}}],
+                            "containers": [{"name": "a", "image": "a:1", "ports": [{"containerPort": 80}],
+                                            "securityContext": {"allowPrivilegeEscalation": false, "runAsUser": 1000,
+                                                                "capabilities": {"drop": ["ALL"], "add": ["NET_BIND_SERVICE"]}}}],
+                            "initContainers": [{"name": "i", "image": "i", "securityContext": {"privileged": false}}]}}),
+            // Shapes that make CEL's rules matter: wrong types, nulls, mixed lists, big numbers.
+            json!({"metadata": {"name": 7, "labels": null, "annotations": {"a": 1}},
+                   "spec": {"securityContext": null, "hostNetwork": "yes", "replicas": 9223372036854775807u64,
+                            "ratio": 1, "volumes": [{"hostPath": {"path": "/"}}, "x"],
+                            "containers": [{"name": "a", "ports": [{"hostPort": 0.0}, {"hostPort": "80"}],
+                                            "securityContext": {"capabilities": {"add": [1, "SYS_ADMIN"], "drop": "ALL"},
+                                                                "runAsUser": 0, "procMount": null}},
+                                           {"name": "b", "securityContext": {"privileged": true, "seLinuxOptions": {"type": "spc_t"}}}]}}),
+            json!({"metadata": {}, "spec": {"containers": "not a list", "replicas": 18446744073709551615u64, "ratio": -0.0}}),
+            json!({"spec": {"containers": [], "hostNetwork": true}}),
+        ]
+    }
+
+    const EXPRESSIONS: &[&str] = &[
+        "variables.containers.all(c, c.?securityContext.?capabilities.?add.orValue([]).all(a, a in ['AUDIT_WRITE', 'CHOWN', 'NET_BIND_SERVICE']))",
+        "variables.containers.all(c, 'ALL' in c.?securityContext.?capabilities.?drop.orValue([]) && c.?securityContext.?capabilities.?add.orValue([]).all(a, a == 'NET_BIND_SERVICE'))",
+        "!object.spec.?hostNetwork.orValue(false) && !object.spec.?hostPID.orValue(false)",
+        "object.spec.?volumes.orValue([]).all(v, !has(v.hostPath))",
+        "variables.containers.all(c, c.?ports.orValue([]).all(p, p.?hostPort.orValue(0) == 0))",
+        "variables.containers.all(c, c.?securityContext.?allowPrivilegeEscalation.orValue(true) == false)",
+        "variables.containers.all(c, !c.?securityContext.?privileged.orValue(false))",
+        "variables.containers.all(c, c.?securityContext.?procMount.orValue('Default') == 'Default')",
+        "([object.spec.?securityContext.?seLinuxOptions.orValue({})] + variables.containers.map(c, c.?securityContext.?seLinuxOptions.orValue({}))).all(o, o.?type.orValue('') in ['', 'container_t'] && !has(o.user))",
+        "object.spec.?securityContext.?runAsUser.orValue(1) != 0 && variables.containers.all(c, c.?securityContext.?runAsUser.orValue(1) != 0)",
+        "variables.containers.all(c, c.?securityContext.?runAsNonRoot.orValue(object.spec.?securityContext.?runAsNonRoot.orValue(false)) == true)",
+        "object.metadata.?annotations.orValue({}).all(k, !k.startsWith('container.apparmor') || object.metadata.annotations[k] == 'runtime/default' || object.metadata.annotations[k].startsWith('localhost/'))",
+        "object.spec.containers.all(c, c.name == 'a')",
+        "object.spec.containers.exists(c, c.name == 'a')",
+        "object.spec.containers.exists_one(c, c.name == 'a')",
+        "object.spec.containers.map(c, c.name)",
+        "object.spec.containers.filter(c, c.name.startsWith('b'))",
+        "object.spec.containers.map(c, c.name).size()",
+        "size(object.spec.containers) > 0",
+        "object.spec.containers[0].name",
+        "object.spec.containers[5].name",
+        "object.spec.containers[-1].name",
+        "object.spec.x == null",
+        "object.spec.x",
+        "object.spec.?x.orValue(1) == 1",
+        "object.spec.?x.hasValue()",
+        "object.spec.?containers.hasValue()",
+        "has(object.spec.x)",
+        "has(object.spec.containers)",
+        "has(object.spec.securityContext.runAsNonRoot)",
+        "object.spec.?securityContext.runAsNonRoot",
+        "has(object.metadata.labels.app)",
+        "'app' in object.metadata.labels",
+        "object.metadata.labels.all(k, k.size() < 5)",
+        "object.metadata.labels.exists(k, object.metadata.labels[k] == 'web')",
+        "object.metadata.labels.map(k, k)",
+        "object.spec.replicas + 1 > 2",
+        "object.spec.replicas * 2",
+        "object.spec.replicas - 1",
+        "-object.spec.replicas",
+        "object.spec.ratio == 0.5",
+        "object.spec.ratio < 1.0",
+        "object.spec.ratio == 1",
+        "-object.spec.ratio",
+        "object.spec.hostNetwork == true",
+        "object.spec.hostNetwork ? 1 : 2",
+        "object.metadata.name + '-x'",
+        "object.metadata.name.size()",
+        "object.metadata.name.contains('box')",
+        "object.metadata.name.endsWith('box')",
+        "object.metadata.name < 'c'",
+        "[1, 2, 3].map(x, x * 2)",
+        "[1, 'a'].exists(x, x == 1)",
+        "1 in [1, 2.0]",
+        "1 == 1.0",
+        "1 == 1u",
+        "1u + 2u",
+        "'abc' < 'abd'",
+        "null == null",
+        "[] + [1] == [1]",
+        "{}.size() == 0",
+        "variables.containers.size()",
+        "variables.containers + object.spec.?initContainers.orValue([])",
+        "object.spec.containers.all(c, c.?image.orValue('').contains(':'))",
+        "object.spec.containers.all(c, c.?ports.orValue([]).all(p, p.containerPort < 1000))",
+        "object.spec.containers.all(c, c.securityContext.runAsUser > 0)",
+        "int(object.spec.replicas) == 3",
+        "object.spec.x || true",
+        "true || object.spec.x",
+        "false && object.spec.x",
+        "object.spec.x && false",
+        "object.spec.hostNetwork || false",
+        "!object.spec.hostNetwork",
+        "request.object.metadata.name == object.metadata.name",
+        "request.operation == 'CREATE'",
+        "object.spec.?x.orValue(object.spec.y)",
+        "object.spec.?containers.orValue([]).size()",
+        "oldObject == null",
+    ];
+
+    /// The direct evaluator answers as the crate's interpreter wherever it answers at all,
+    /// and covers the Pod Security expressions on ordinary Pods.
+    #[test]
+    fn direct_answers_are_the_crates() {
+        let containers = Expr::compile(
+            "object.spec.containers + object.spec.?initContainers.orValue([]) + object.spec.?ephemeralContainers.orValue([])",
+        )
+        .unwrap_or_else(|e| panic!("{e}"));
+        let (mut answered, mut declined) = (0, 0);
+        for (i, object) in inputs().iter().enumerate() {
+            let mut vars = Vars::default();
+            vars.set_with_fields("request", &json!({"operation": "CREATE"}), &[("object", object)]);
+            assert!(vars.set_field_of("object", "request", "object"));
+            vars.set("oldObject", &serde_json::Value::Null);
+            vars.share_results();
+            let _ = containers.eval_into_variable("containers", &mut vars);
+            for src in EXPRESSIONS {
+                let e = Expr::compile(src).unwrap_or_else(|e| panic!("{src}: {e}"));
+                let slow = e.eval_cel(&vars);
+                let direct = e.fast(&vars, |f| Some((slow.as_ref().map(|c| same(c, f)), format!("{f:?}"))));
+                match (direct, &slow) {
+                    (None, _) => declined += 1,
+                    (Some((Ok(same), f)), Ok(c)) => {
+                        assert!(same, "input {i}: {src}: the crate gives {c:?}, the direct evaluator {f}");
+                        answered += 1;
+                    }
+                    (Some((_, f)), Err(c)) => {
+                        panic!("input {i}: {src}: the crate fails ({c}), the direct evaluator gives {f}")
+                    }
+                    (Some((Err(_), _)), Ok(_)) => unreachable!(),
+                }
+            }
+        }
+        assert!(answered > declined, "answered {answered}, declined {declined}");
+        // The Pod Security expressions on the first two (ordinary) Pods: all answered here.
+        for object in inputs().iter().take(2) {
+            let mut vars = Vars::default();
+            vars.set_with_fields("request", &json!({}), &[("object", object)]);
+            assert!(vars.set_field_of("object", "request", "object"));
+            let _ = containers.eval_into_variable("containers", &mut vars);
+            assert!(vars.json_input("@var:containers").is_some());
+            for src in EXPRESSIONS.iter().take(12) {
+                let e = Expr::compile(src).unwrap_or_else(|e| panic!("{src}: {e}"));
+                assert!(e.fast(&vars, |_| Some(())).is_some(), "{src} on {object}");
+            }
+        }
+    }
+}
