@@ -67,17 +67,229 @@ pub(crate) fn from_json(v: &Value) -> V<'_> {
     }
 }
 
+/// An expression compiled for the direct evaluator: operators and functions resolved once,
+/// identifiers sorted into comprehension variables, inputs and composition variables.
+#[derive(Debug)]
+pub(crate) enum Node {
+    Lit(Lit),
+    EmptyMap,
+    /// A comprehension's iteration variable or accumulator.
+    Local(String),
+    /// An input (`object`, `request`, ...).
+    Input(String),
+    /// A composition variable (`variables.<name>`).
+    Var(String),
+    Select(Box<Node>, String),
+    Has(Box<Node>, String),
+    OptSelect(Box<Node>, String),
+    List(Vec<Node>),
+    Comp(Box<Comp>),
+    Cond(Box<[Node; 3]>),
+    And(Box<[Node; 2]>),
+    Or(Box<[Node; 2]>),
+    Not(Box<Node>),
+    NotStrictlyFalse(Box<Node>),
+    Eq(Box<[Node; 2]>),
+    Ne(Box<[Node; 2]>),
+    Cmp(std::cmp::Ordering, bool, Box<[Node; 2]>),
+    In(Box<[Node; 2]>),
+    /// `a + b`; `append`: `a` is a comprehension's accumulator, appended to in place.
+    Add(Box<[Node; 2]>, bool),
+    Sub(Box<[Node; 2]>),
+    Mul(Box<[Node; 2]>),
+    Neg(Box<Node>),
+    Index(Box<[Node; 2]>),
+    /// `target.orValue(default)`, as `[target, default]`.
+    OrValue(Box<[Node; 2]>),
+    HasValue(Box<Node>),
+    Size(Box<Node>),
+    /// `target.startsWith(arg)` and the like, as `[target, arg]`.
+    Str(StrFn, Box<[Node; 2]>),
+}
+
+#[derive(Debug)]
+pub(crate) enum Lit {
+    Null,
+    Bool(bool),
+    Int(i64),
+    UInt(u64),
+    Double(f64),
+    Str(String),
+}
+
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum StrFn {
+    StartsWith,
+    EndsWith,
+    Contains,
+}
+
+#[derive(Debug)]
+pub(crate) struct Comp {
+    range: Node,
+    iter_var: String,
+    accu_var: String,
+    init: Node,
+    cond: Node,
+    step: Node,
+    result: Node,
+}
+
+/// Compiles `e` for the direct evaluator; `None` when it uses anything the evaluator does not
+/// cover (then the crate evaluates it, always).
+pub(crate) fn compile(e: &IdedExpr) -> Option<Node> {
+    compile_in(e, &mut Vec::new())
+}
+
+fn compile_in(e: &IdedExpr, locals: &mut Vec<String>) -> Option<Node> {
+    let two = |a: &IdedExpr, b: &IdedExpr, locals: &mut Vec<String>| -> Option<Box<[Node; 2]>> {
+        Some(Box::new([compile_in(a, locals)?, compile_in(b, locals)?]))
+    };
+    Some(match &e.expr {
+        Expr::Literal(l) => Node::Lit(match l {
+            LiteralValue::Boolean(b) => Lit::Bool(*b.inner()),
+            LiteralValue::Int(i) => Lit::Int(*i.inner()),
+            LiteralValue::UInt(u) => Lit::UInt(*u.inner()),
+            LiteralValue::Double(d) => Lit::Double(*d.inner()),
+            LiteralValue::String(s) => Lit::Str(s.inner().to_string()),
+            LiteralValue::Null => Lit::Null,
+            LiteralValue::Bytes(_) => return None,
+        }),
+        Expr::Ident(name) if locals.iter().any(|l| l == name) => Node::Local(name.clone()),
+        Expr::Ident(name) => match name.strip_prefix("@var:") {
+            Some(var) => Node::Var(var.to_string()),
+            // `variables` as a whole, the host and other internal names: the crate's.
+            None if name == "variables" || name.starts_with('@') => return None,
+            None => Node::Input(name.clone()),
+        },
+        Expr::Select(sel) => {
+            let operand = Box::new(compile_in(&sel.operand, locals)?);
+            if sel.test { Node::Has(operand, sel.field.clone()) } else { Node::Select(operand, sel.field.clone()) }
+        }
+        Expr::List(l) if l.optional_indices.is_empty() => {
+            Node::List(l.elements.iter().map(|x| compile_in(x, locals)).collect::<Option<_>>()?)
+        }
+        Expr::Map(m) if m.entries.is_empty() => Node::EmptyMap,
+        Expr::Comprehension(c) if c.iter_var2.is_none() => {
+            let range = compile_in(&c.iter_range, locals)?;
+            let init = compile_in(&c.accu_init, locals)?;
+            locals.push(c.accu_var.clone());
+            let cond = compile_in(&c.loop_cond, locals);
+            let result = compile_in(&c.result, locals);
+            locals.push(c.iter_var.clone());
+            let step = compile_in(&c.loop_step, locals);
+            locals.truncate(locals.len() - 2);
+            Node::Comp(Box::new(Comp {
+                range,
+                iter_var: c.iter_var.clone(),
+                accu_var: c.accu_var.clone(),
+                init,
+                cond: cond?,
+                step: step?,
+                result: result?,
+            }))
+        }
+        Expr::Call(c) => {
+            use std::cmp::Ordering::*;
+            let name = c.func_name.as_str();
+            match (c.target.as_deref(), c.args.as_slice()) {
+                (None, [x, a, b]) if name == operators::CONDITIONAL => {
+                    Node::Cond(Box::new([compile_in(x, locals)?, compile_in(a, locals)?, compile_in(b, locals)?]))
+                }
+                (None, [a, b]) => match name {
+                    operators::LOGICAL_AND => Node::And(two(a, b, locals)?),
+                    operators::LOGICAL_OR => Node::Or(two(a, b, locals)?),
+                    operators::EQUALS => Node::Eq(two(a, b, locals)?),
+                    operators::NOT_EQUALS => Node::Ne(two(a, b, locals)?),
+                    operators::LESS => Node::Cmp(Less, true, two(a, b, locals)?),
+                    operators::LESS_EQUALS => Node::Cmp(Greater, false, two(a, b, locals)?),
+                    operators::GREATER => Node::Cmp(Greater, true, two(a, b, locals)?),
+                    operators::GREATER_EQUALS => Node::Cmp(Less, false, two(a, b, locals)?),
+                    operators::IN => Node::In(two(a, b, locals)?),
+                    operators::ADD => {
+                        // `@result + [x]` in a loop: the accumulator is appended to in place.
+                        let append = matches!(&a.expr, Expr::Ident(n) if n.starts_with('@') && locals.contains(n));
+                        Node::Add(two(a, b, locals)?, append)
+                    }
+                    operators::SUBSTRACT => Node::Sub(two(a, b, locals)?),
+                    operators::MULTIPLY => Node::Mul(two(a, b, locals)?),
+                    operators::INDEX => Node::Index(two(a, b, locals)?),
+                    operators::OPT_SELECT => match &b.expr {
+                        Expr::Literal(LiteralValue::String(f)) => {
+                            Node::OptSelect(Box::new(compile_in(a, locals)?), f.inner().to_string())
+                        }
+                        _ => return None,
+                    },
+                    _ => return None,
+                },
+                (None, [a]) => match name {
+                    operators::LOGICAL_NOT => Node::Not(Box::new(compile_in(a, locals)?)),
+                    operators::NOT_STRICTLY_FALSE => Node::NotStrictlyFalse(Box::new(compile_in(a, locals)?)),
+                    operators::NEGATE => Node::Neg(Box::new(compile_in(a, locals)?)),
+                    "size" => Node::Size(Box::new(compile_in(a, locals)?)),
+                    _ => return None,
+                },
+                // A target that spells a name (`optional.of(x)`, `math.greatest(…)`) may be a
+                // qualified function: the crate's.
+                (Some(t), _) if !target_is_value(t, locals) => return None,
+                (Some(t), [d]) if name == "orValue" => Node::OrValue(two(t, d, locals)?),
+                (Some(t), []) if name == "hasValue" => Node::HasValue(Box::new(compile_in(t, locals)?)),
+                (Some(t), []) if name == "size" => Node::Size(Box::new(compile_in(t, locals)?)),
+                (Some(t), [a]) => {
+                    let f = match name {
+                        "startsWith" => StrFn::StartsWith,
+                        "endsWith" => StrFn::EndsWith,
+                        "contains" => StrFn::Contains,
+                        _ => return None,
+                    };
+                    Node::Str(f, two(t, a, locals)?)
+                }
+                _ => return None,
+            }
+        }
+        _ => return None,
+    })
+}
+
+/// Whether a call's target is a value rather than (possibly) a qualified function name: the
+/// crate resolves `a.b.f(x)` as the function `a.b.f` when one is declared. Every name it
+/// declares starts with something no input is called (`optional`, `math`, `strings`, ...);
+/// targets rooted at an input, a variable or a comprehension variable are values.
+fn target_is_value(t: &IdedExpr, locals: &[String]) -> bool {
+    let mut e = t;
+    loop {
+        match &e.expr {
+            Expr::Select(s) => e = &s.operand,
+            Expr::Ident(n) => {
+                return locals.contains(n)
+                    || n.starts_with("@var:")
+                    || matches!(
+                        n.as_str(),
+                        "object" | "oldObject" | "request" | "params" | "namespaceObject" | "exceptions"
+                    );
+            }
+            _ => return true,
+        }
+    }
+}
+
+/// The values the inputs have for one evaluation.
+pub(crate) trait Inputs {
+    fn input(&self, name: &str) -> Option<&Value>;
+    fn variable(&self, name: &str) -> Option<&Value>;
+}
+
 /// Where identifiers are looked up: the comprehension variables in scope (innermost last),
 /// then the caller's inputs.
-pub(crate) struct Scope<'a, 'r> {
+pub(crate) struct Scope<'a> {
     locals: Vec<(&'a str, V<'a>)>,
-    inputs: &'r dyn Fn(&str) -> Option<&'a Value>,
+    inputs: &'a dyn Inputs,
     /// What may still be built: list elements and string bytes (see [`BUILD_BUDGET`]).
     budget: usize,
 }
 
-impl<'a, 'r> Scope<'a, 'r> {
-    pub(crate) fn new(inputs: &'r dyn Fn(&str) -> Option<&'a Value>) -> Self {
+impl<'a> Scope<'a> {
+    pub(crate) fn new(inputs: &'a dyn Inputs) -> Self {
         Scope { locals: Vec::new(), inputs, budget: BUILD_BUDGET }
     }
 
@@ -87,17 +299,14 @@ impl<'a, 'r> Scope<'a, 'r> {
         Ok(())
     }
 
-    fn lookup(&self, name: &str) -> R<V<'a>> {
-        if let Some((_, v)) = self.locals.iter().rev().find(|(n, _)| *n == name) {
-            return Ok(v.clone());
-        }
-        (self.inputs)(name).map(from_json).ok_or(Declined)
+    fn local(&self, name: &str) -> R<V<'a>> {
+        self.locals.iter().rev().find(|(n, _)| *n == name).map(|(_, v)| v.clone()).ok_or(Declined)
     }
 
     /// Takes a local out (leaving null), for an accumulator that is appended to in place.
-    fn take_local(&mut self, name: &str) -> Option<V<'a>> {
-        let slot = self.locals.iter_mut().rev().find(|(n, _)| *n == name)?;
-        Some(std::mem::replace(&mut slot.1, V::Null))
+    fn take_local(&mut self, name: &str) -> R<V<'a>> {
+        let slot = self.locals.iter_mut().rev().find(|(n, _)| *n == name).ok_or(Declined)?;
+        Ok(std::mem::replace(&mut slot.1, V::Null))
     }
 
     fn set_local(&mut self, name: &str, v: V<'a>) {
@@ -112,77 +321,169 @@ impl<'a, 'r> Scope<'a, 'r> {
 /// the crate and its budget. Loops are bounded before evaluation starts (`Expr::admit`).
 const BUILD_BUDGET: usize = crate::MAX_RESULT_BYTES;
 
-pub(crate) fn eval<'a>(e: &'a IdedExpr, s: &mut Scope<'a, '_>) -> R<V<'a>> {
-    match &e.expr {
-        Expr::Literal(l) => literal(l),
-        Expr::Ident(name) => s.lookup(name),
-        Expr::Select(sel) => {
-            let operand = eval(&sel.operand, s)?;
-            select(operand, &sel.field, sel.test)
+pub(crate) fn eval<'a>(n: &'a Node, s: &mut Scope<'a>) -> R<V<'a>> {
+    match n {
+        Node::Lit(l) => Ok(match l {
+            Lit::Null => V::Null,
+            Lit::Bool(b) => V::Bool(*b),
+            Lit::Int(i) => V::Int(*i),
+            Lit::UInt(u) => V::UInt(*u),
+            Lit::Double(d) => V::Double(*d),
+            Lit::Str(x) => V::Str(Cow::Borrowed(x)),
+        }),
+        Node::EmptyMap => Ok(V::Map(&EMPTY_MAP)),
+        Node::Local(name) => s.local(name),
+        Node::Input(name) => s.inputs.input(name).map(from_json).ok_or(Declined),
+        Node::Var(name) => s.inputs.variable(name).map(from_json).ok_or(Declined),
+        Node::Select(x, f) => select(eval(x, s)?, f, false),
+        Node::Has(x, f) => select(eval(x, s)?, f, true),
+        Node::OptSelect(x, f) => Ok(match eval(x, s)? {
+            V::Opt(None) => V::Opt(None),
+            V::Opt(Some(inner)) => opt_field(&inner, f),
+            v => opt_field(&v, f),
+        }),
+        Node::List(items) => {
+            s.build(items.len())?;
+            Ok(V::List(Rc::new(items.iter().map(|x| eval(x, s)).collect::<R<Vec<_>>>()?)))
         }
-        Expr::Call(c) => call(&c.func_name, c.target.as_deref(), &c.args, s),
-        Expr::List(l) => {
-            if !l.optional_indices.is_empty() {
-                return Err(Declined);
-            }
-            s.build(l.elements.len())?;
-            let items = l.elements.iter().map(|x| eval(x, s)).collect::<R<Vec<_>>>()?;
-            Ok(V::List(Rc::new(items)))
+        Node::Comp(c) => comprehension(c, s),
+        Node::Cond(x) => {
+            let [c, a, b] = &**x;
+            if bool_of(&eval(c, s)?)? { eval(a, s) } else { eval(b, s) }
         }
-        Expr::Map(m) if m.entries.is_empty() => Ok(V::Map(&EMPTY_MAP)),
-        Expr::Comprehension(c) => {
-            if c.iter_var2.is_some() {
-                return Err(Declined);
+        // `&&`, `||`: a first operand that decides is the answer; else the second must be a
+        // boolean (what the crate answers when an operand fails or is not one is its own).
+        Node::And(x) => {
+            let [a, b] = &**x;
+            if !bool_of(&eval(a, s)?)? {
+                return Ok(V::Bool(false));
             }
-            let init = eval(&c.accu_init, s)?;
-            let range = eval(&c.iter_range, s)?;
-            // Map keys come in the JSON's order; the crate's in its hash map's. Only a loop
-            // whose result cannot depend on the order (a boolean fold) runs over a map here.
-            if matches!(range, V::Map(_)) && !matches!(init, V::Bool(_)) {
-                return Err(Declined);
+            Ok(V::Bool(bool_of(&eval(b, s)?)?))
+        }
+        Node::Or(x) => {
+            let [a, b] = &**x;
+            if bool_of(&eval(a, s)?)? {
+                return Ok(V::Bool(true));
             }
-            let items: Vec<V<'a>> = match &range {
-                V::JList(a) => a.iter().map(from_json).collect(),
-                V::List(l) => l.as_ref().clone(),
-                V::Map(m) => m.keys().map(|k| V::Str(Cow::Borrowed(k.as_str()))).collect(),
-                _ => return Err(Declined),
+            Ok(V::Bool(bool_of(&eval(b, s)?)?))
+        }
+        Node::Not(a) => Ok(V::Bool(!bool_of(&eval(a, s)?)?)),
+        Node::NotStrictlyFalse(a) => Ok(V::Bool(not_strictly_false(eval(a, s)?))),
+        Node::Eq(x) => {
+            let (a, b) = both(x, s)?;
+            Ok(V::Bool(equal(&a, &b)?))
+        }
+        Node::Ne(x) => {
+            let (a, b) = both(x, s)?;
+            Ok(V::Bool(!equal(&a, &b)?))
+        }
+        // `Cmp(o, true, …)`: the ordering is `o`; `Cmp(o, false, …)`: it is not `o`.
+        Node::Cmp(o, is, x) => {
+            let (a, b) = both(x, s)?;
+            Ok(V::Bool((order(&a, &b)? == *o) == *is))
+        }
+        Node::In(x) => {
+            let (a, b) = both(x, s)?;
+            contains(&b, &a).map(V::Bool)
+        }
+        Node::Add(x, append) => {
+            let [a, b] = &**x;
+            let lhs = match (append, a) {
+                (true, Node::Local(name)) => s.take_local(name)?,
+                _ => eval(a, s)?,
             };
-            s.locals.push((c.accu_var.as_str(), init));
-            let looped = (|| {
-                for item in items {
-                    if !not_strictly_false(eval(&c.loop_cond, s)?) {
-                        break;
-                    }
-                    s.locals.push((c.iter_var.as_str(), item));
-                    let step = eval(&c.loop_step, s);
-                    s.locals.pop();
-                    s.set_local(&c.accu_var, step?);
-                }
-                eval(&c.result, s)
-            })();
-            s.locals.pop();
-            looped
+            let rhs = eval(b, s)?;
+            add(lhs, rhs, s)
         }
-        _ => Err(Declined),
+        Node::Sub(x) => match both(x, s)? {
+            (V::Int(a), V::Int(b)) => a.checked_sub(b).map(V::Int).ok_or(Declined),
+            _ => Err(Declined),
+        },
+        Node::Mul(x) => match both(x, s)? {
+            (V::Int(a), V::Int(b)) => a.checked_mul(b).map(V::Int).ok_or(Declined),
+            _ => Err(Declined),
+        },
+        Node::Neg(a) => match eval(a, s)? {
+            V::Int(x) => x.checked_neg().map(V::Int).ok_or(Declined),
+            V::Double(x) => Ok(V::Double(-x)),
+            _ => Err(Declined),
+        },
+        Node::Index(x) => match both(x, s)? {
+            (V::Map(m), V::Str(k)) => m.get(k.as_ref()).map(from_json).ok_or(Declined),
+            (V::JList(l), V::Int(i)) => usize::try_from(i).ok().and_then(|i| l.get(i)).map(from_json).ok_or(Declined),
+            (V::List(l), V::Int(i)) => usize::try_from(i).ok().and_then(|i| l.get(i)).cloned().ok_or(Declined),
+            _ => Err(Declined),
+        },
+        // The crate evaluates a call's arguments before its target, the default included.
+        Node::OrValue(x) => {
+            let [t, d] = &**x;
+            let d = eval(d, s)?;
+            match eval(t, s)? {
+                V::Opt(Some(v)) => Ok(v.as_ref().clone()),
+                V::Opt(None) => Ok(d),
+                _ => Err(Declined),
+            }
+        }
+        Node::HasValue(t) => match eval(t, s)? {
+            V::Opt(v) => Ok(V::Bool(v.is_some())),
+            _ => Err(Declined),
+        },
+        Node::Size(x) => size(&eval(x, s)?),
+        Node::Str(f, x) => {
+            let [t, a] = &**x;
+            let a = eval(a, s)?;
+            match (eval(t, s)?, a) {
+                (V::Str(x), V::Str(y)) => Ok(V::Bool(match f {
+                    StrFn::StartsWith => x.starts_with(y.as_ref()),
+                    StrFn::EndsWith => x.ends_with(y.as_ref()),
+                    StrFn::Contains => x.contains(y.as_ref()),
+                })),
+                _ => Err(Declined),
+            }
+        }
     }
+}
+
+fn both<'a>(x: &'a [Node; 2], s: &mut Scope<'a>) -> R<(V<'a>, V<'a>)> {
+    let [a, b] = x;
+    Ok((eval(a, s)?, eval(b, s)?))
+}
+
+fn comprehension<'a>(c: &'a Comp, s: &mut Scope<'a>) -> R<V<'a>> {
+    let init = eval(&c.init, s)?;
+    let range = eval(&c.range, s)?;
+    // Map keys come in the JSON's order, the crate's in its hash map's: only a loop whose
+    // result cannot depend on the order (a boolean fold) runs over a map here.
+    if matches!(range, V::Map(_)) && !matches!(init, V::Bool(_)) {
+        return Err(Declined);
+    }
+    let items: Vec<V<'a>> = match &range {
+        V::JList(a) => a.iter().map(from_json).collect(),
+        V::List(l) => l.as_ref().clone(),
+        V::Map(m) => m.keys().map(|k| V::Str(Cow::Borrowed(k.as_str()))).collect(),
+        _ => return Err(Declined),
+    };
+    s.locals.push((c.accu_var.as_str(), init));
+    let looped = (|| {
+        for item in items {
+            if !not_strictly_false(eval(&c.cond, s)?) {
+                break;
+            }
+            s.locals.push((c.iter_var.as_str(), item));
+            let step = eval(&c.step, s);
+            s.locals.pop();
+            s.set_local(&c.accu_var, step?);
+        }
+        eval(&c.result, s)
+    })();
+    s.locals.pop();
+    looped
 }
 
 /// `@not_strictly_false`: anything but `false` continues the loop (the crate's `try_bool`
 /// of a non-boolean is an error, which it takes as true).
 fn not_strictly_false(v: V<'_>) -> bool {
     !matches!(v, V::Bool(false))
-}
-
-fn literal<'a>(l: &'a LiteralValue) -> R<V<'a>> {
-    Ok(match l {
-        LiteralValue::Boolean(b) => V::Bool(*b.inner()),
-        LiteralValue::Int(i) => V::Int(*i.inner()),
-        LiteralValue::UInt(u) => V::UInt(*u.inner()),
-        LiteralValue::Double(d) => V::Double(*d.inner()),
-        LiteralValue::String(s) => V::Str(Cow::Borrowed(s.inner())),
-        LiteralValue::Null => V::Null,
-        LiteralValue::Bytes(_) => return Err(Declined),
-    })
 }
 
 /// `x.f` (or `has(x.f)` with `test`).
@@ -209,143 +510,29 @@ fn bool_of(v: &V<'_>) -> R<bool> {
     }
 }
 
-fn call<'a>(name: &str, target: Option<&'a IdedExpr>, args: &'a [IdedExpr], s: &mut Scope<'a, '_>) -> R<V<'a>> {
-    match (name, target, args) {
-        (operators::CONDITIONAL, None, [c, a, b]) => {
-            if bool_of(&eval(c, s)?)? {
-                eval(a, s)
-            } else {
-                eval(b, s)
-            }
-        }
-        (operators::LOGICAL_AND, None, [a, b]) => {
-            if !bool_of(&eval(a, s)?)? {
-                return Ok(V::Bool(false));
-            }
-            Ok(V::Bool(bool_of(&eval(b, s)?)?))
-        }
-        (operators::LOGICAL_OR, None, [a, b]) => {
-            if bool_of(&eval(a, s)?)? {
-                return Ok(V::Bool(true));
-            }
-            Ok(V::Bool(bool_of(&eval(b, s)?)?))
-        }
-        (operators::LOGICAL_NOT, None, [a]) => Ok(V::Bool(!bool_of(&eval(a, s)?)?)),
-        (operators::NOT_STRICTLY_FALSE, None, [a]) => Ok(V::Bool(not_strictly_false(eval(a, s)?))),
-        (operators::EQUALS, None, [a, b]) => {
-            let (a, b) = (eval(a, s)?, eval(b, s)?);
-            Ok(V::Bool(equal(&a, &b)?))
-        }
-        (operators::NOT_EQUALS, None, [a, b]) => {
-            let (a, b) = (eval(a, s)?, eval(b, s)?);
-            Ok(V::Bool(!equal(&a, &b)?))
-        }
-        (operators::LESS | operators::LESS_EQUALS | operators::GREATER | operators::GREATER_EQUALS, None, [a, b]) => {
-            let (a, b) = (eval(a, s)?, eval(b, s)?);
-            let o = order(&a, &b)?;
-            use std::cmp::Ordering::*;
-            Ok(V::Bool(match name {
-                operators::LESS => o == Less,
-                operators::LESS_EQUALS => o != Greater,
-                operators::GREATER => o == Greater,
-                _ => o != Less,
-            }))
-        }
-        (operators::IN, None, [a, b]) => {
-            let (a, b) = (eval(a, s)?, eval(b, s)?);
-            match &b {
-                V::Map(m) => match &a {
-                    V::Str(k) => Ok(V::Bool(m.contains_key(k.as_ref()))),
-                    _ => Err(Declined),
-                },
-                V::JList(l) => {
-                    for x in l.iter() {
-                        if equal(&a, &from_json(x))? {
-                            return Ok(V::Bool(true));
-                        }
-                    }
-                    Ok(V::Bool(false))
+/// `a in b`.
+fn contains(b: &V<'_>, a: &V<'_>) -> R<bool> {
+    match b {
+        V::Map(m) => match a {
+            V::Str(k) => Ok(m.contains_key(k.as_ref())),
+            _ => Err(Declined),
+        },
+        V::JList(l) => {
+            for x in l.iter() {
+                if equal(a, &from_json(x))? {
+                    return Ok(true);
                 }
-                V::List(l) => {
-                    for x in l.iter() {
-                        if equal(&a, x)? {
-                            return Ok(V::Bool(true));
-                        }
-                    }
-                    Ok(V::Bool(false))
+            }
+            Ok(false)
+        }
+        V::List(l) => {
+            for x in l.iter() {
+                if equal(a, x)? {
+                    return Ok(true);
                 }
-                _ => Err(Declined),
             }
+            Ok(false)
         }
-        (operators::ADD, None, [a, b]) => {
-            // `@result + [x]` in a loop appends in place (the accumulator is taken out of its
-            // scope, so the list is not shared and is not copied).
-            let taken = match &a.expr {
-                Expr::Ident(n) if n.starts_with("@result") => s.take_local(n),
-                _ => None,
-            };
-            let lhs = match taken {
-                Some(v) => v,
-                None => eval(a, s)?,
-            };
-            let rhs = eval(b, s)?;
-            add(lhs, rhs, s)
-        }
-        (operators::SUBSTRACT, None, [a, b]) => match (eval(a, s)?, eval(b, s)?) {
-            (V::Int(x), V::Int(y)) => x.checked_sub(y).map(V::Int).ok_or(Declined),
-            _ => Err(Declined),
-        },
-        (operators::MULTIPLY, None, [a, b]) => match (eval(a, s)?, eval(b, s)?) {
-            (V::Int(x), V::Int(y)) => x.checked_mul(y).map(V::Int).ok_or(Declined),
-            _ => Err(Declined),
-        },
-        (operators::NEGATE, None, [a]) => match eval(a, s)? {
-            V::Int(x) => x.checked_neg().map(V::Int).ok_or(Declined),
-            V::Double(x) => Ok(V::Double(-x)),
-            _ => Err(Declined),
-        },
-        (operators::INDEX, None, [a, b]) => {
-            let (a, b) = (eval(a, s)?, eval(b, s)?);
-            match (&a, &b) {
-                (V::Map(m), V::Str(k)) => m.get(k.as_ref()).map(from_json).ok_or(Declined),
-                (V::JList(l), V::Int(i)) => {
-                    usize::try_from(*i).ok().and_then(|i| l.get(i)).map(from_json).ok_or(Declined)
-                }
-                (V::List(l), V::Int(i)) => usize::try_from(*i).ok().and_then(|i| l.get(i)).cloned().ok_or(Declined),
-                _ => Err(Declined),
-            }
-        }
-        (operators::OPT_SELECT, None, [a, field]) => {
-            let Expr::Literal(LiteralValue::String(field)) = &field.expr else { return Err(Declined) };
-            Ok(match eval(a, s)? {
-                V::Opt(None) => V::Opt(None),
-                V::Opt(Some(inner)) => opt_field(&inner, field.inner()),
-                v => opt_field(&v, field.inner()),
-            })
-        }
-        // The crate evaluates a call's arguments before its target, the default included.
-        ("orValue", Some(t), [d]) => {
-            let d = eval(d, s)?;
-            match eval(t, s)? {
-                V::Opt(Some(v)) => Ok(v.as_ref().clone()),
-                V::Opt(None) => Ok(d),
-                _ => Err(Declined),
-            }
-        }
-        ("hasValue", Some(t), []) => match eval(t, s)? {
-            V::Opt(v) => Ok(V::Bool(v.is_some())),
-            _ => Err(Declined),
-        },
-        ("size", None, [a]) => size(&eval(a, s)?),
-        ("size", Some(t), []) => size(&eval(t, s)?),
-        ("startsWith" | "endsWith" | "contains", Some(t), [a]) => match (eval(a, s)?, eval(t, s)?) {
-            (V::Str(y), V::Str(x)) => Ok(V::Bool(match name {
-                "startsWith" => x.starts_with(y.as_ref()),
-                "endsWith" => x.ends_with(y.as_ref()),
-                _ => x.contains(y.as_ref()),
-            })),
-            _ => Err(Declined),
-        },
         _ => Err(Declined),
     }
 }
@@ -369,7 +556,7 @@ fn size(v: &V<'_>) -> R<V<'static>> {
     i64::try_from(n).map(V::Int).map_err(|_| Declined)
 }
 
-fn add<'a>(a: V<'a>, b: V<'a>, s: &mut Scope<'a, '_>) -> R<V<'a>> {
+fn add<'a>(a: V<'a>, b: V<'a>, s: &mut Scope<'a>) -> R<V<'a>> {
     let list_len = |v: &V| match v {
         V::JList(l) => Some(l.len()),
         V::List(l) => Some(l.len()),
@@ -625,7 +812,7 @@ mod tests {
             vars.set_with_fields("request", &json!({}), &[("object", object)]);
             assert!(vars.set_field_of("object", "request", "object"));
             let _ = containers.eval_into_variable("containers", &mut vars);
-            assert!(vars.json_input("@var:containers").is_some());
+            assert!(Inputs::variable(&vars, "containers").is_some());
             for src in EXPRESSIONS.iter().take(12) {
                 let e = Expr::compile(src).unwrap_or_else(|e| panic!("{src}: {e}"));
                 assert!(e.fast(&vars, |_| Some(())).is_some(), "{src} on {object}");

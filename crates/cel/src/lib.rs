@@ -107,6 +107,8 @@ pub struct Expr {
     /// variables, the host): as a composition variable its value can be shared between the
     /// policies evaluating one request (see [`Vars::share_results`]).
     shareable: bool,
+    /// The expression compiled for the direct evaluator, when it covers it (see `fast`).
+    direct: Option<Arc<fast::Node>>,
 }
 
 impl std::fmt::Debug for Expr {
@@ -130,7 +132,8 @@ impl Expr {
         let uses_host = rewrite::mentions(&ast, host::HOST_VAR);
         let per_policy = |n: &str| n == "params" || n == "variables" || n.starts_with("@var:") || n == host::HOST_VAR;
         let shareable = !uses_host && !rewrite::reads_any(&ast, &per_policy);
-        Ok(Expr { ast: Arc::new(ast), source: source.to_string(), uses_host, loop_depth: depth, shareable })
+        let direct = fast::compile(&ast).map(Arc::new);
+        Ok(Expr { ast: Arc::new(ast), source: source.to_string(), uses_host, loop_depth: depth, shareable, direct })
     }
 
     /// Whether the expression calls a library that reads the world through the host
@@ -260,9 +263,9 @@ impl Expr {
     /// Evaluates over the inputs' JSON where the direct evaluator covers the expression
     /// (see `fast`); `None`: the crate's interpreter must.
     fn fast<T>(&self, vars: &Vars, then: impl FnOnce(&fast::V<'_>) -> Option<T>) -> Option<T> {
-        let inputs = |name: &str| vars.json_input(name);
-        let mut scope = fast::Scope::new(&inputs);
-        let v = fast::eval(&self.ast, &mut scope).ok()?;
+        let node = self.direct.as_deref()?;
+        let mut scope = fast::Scope::new(vars);
+        let v = fast::eval(node, &mut scope).ok()?;
         then(&v)
     }
 
@@ -419,6 +422,18 @@ pub struct Vars {
     shared: Option<Arc<std::sync::Mutex<Vec<SharedResult>>>>,
 }
 
+/// The inputs' JSON, for the direct evaluator: those set from JSON (and the composition
+/// variables it evaluated, or that were set from JSON).
+impl fast::Inputs for Vars {
+    fn input(&self, name: &str) -> Option<&serde_json::Value> {
+        self.vals.iter().find(|(k, _)| **k == *name).and_then(|(_, v)| v.json())
+    }
+
+    fn variable(&self, name: &str) -> Option<&serde_json::Value> {
+        self.variables.iter().find(|v| v.name == name).and_then(|v| v.value.json())
+    }
+}
+
 impl VariableResolver for Vars {
     fn resolve<'b>(&'b self, name: &str) -> Option<CowVal<'b, 'b>> {
         if let Some(var) = name.strip_prefix("@var:") {
@@ -443,15 +458,6 @@ impl Vars {
     pub fn set(&mut self, name: &str, v: &serde_json::Value) {
         self.widest = self.widest.max(widest(v));
         self.set_input(name, Input::from_json(JsonInput { root: Arc::new(v.clone()), field: None }));
-    }
-
-    /// The JSON of the input `name` (`@var:<name>`: of a composition variable), when it was
-    /// set from JSON.
-    fn json_input(&self, name: &str) -> Option<&serde_json::Value> {
-        if let Some(var) = name.strip_prefix("@var:") {
-            return self.variables.iter().find(|v| v.name == var).and_then(|v| v.value.json());
-        }
-        self.vals.iter().find(|(k, _)| **k == *name).and_then(|(_, v)| v.json())
     }
 
     /// Whether an input `name` is set.
