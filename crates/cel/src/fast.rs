@@ -770,6 +770,28 @@ mod tests {
         "object.spec.?x.orValue(object.spec.y)",
         "object.spec.?containers.orValue([]).size()",
         "oldObject == null",
+        "object.spec.containers.all(c, object.spec.containers.exists(d, d.name == c.name))",
+        "object.spec.containers.map(c, c.name.startsWith('a'), c.name)",
+        "object.spec.containers.map(c, object.spec.containers.map(d, d.name + c.name))",
+        "object.spec.containers.filter(c, has(c.securityContext)).map(c, c.securityContext)",
+        "object.spec.containers.exists_one(c, c.?securityContext.?privileged.orValue(false))",
+        "object.spec.containers.map(c, c.?ports.orValue([])).all(ps, ps.all(p, p.?hostPort.orValue(0) == 0))",
+        "namespaceObject.metadata.labels['env'] == 'prod'",
+        "namespaceObject.?metadata.?labels.?env.orValue('none')",
+        "params.allowed.exists(a, a == object.metadata.name)",
+        "object.metadata.name in params.allowed",
+        "params.limit > size(object.spec.containers)",
+        "request.userInfo.username.startsWith('system:')",
+        "request.?userInfo.?groups.orValue([]).exists(g, g == 'system:masters')",
+        "object.spec.containers.all(c, c.name.size() <= 63 && c.name != '')",
+        "[object.metadata.name, 'x'].map(n, n + n)",
+        "object.spec.containers.map(c, 1).size() * 2 - 1",
+        "object.spec.?volumes.orValue([]).filter(v, has(v.hostPath)).size() == 0",
+        "optional.of(1).orValue(2) == 1",
+        "math.greatest(1, 2) == 2",
+        "object.spec.containers.exists(c, c.image.matches('^busy'))",
+        "variables.missing == 1",
+        "object.metadata.name.lowerAscii() == 'busybox'",
     ];
 
     /// The direct evaluator answers as the crate's interpreter wherever it answers at all,
@@ -783,9 +805,15 @@ mod tests {
         let (mut answered, mut declined) = (0, 0);
         for (i, object) in inputs().iter().enumerate() {
             let mut vars = Vars::default();
-            vars.set_with_fields("request", &json!({"operation": "CREATE"}), &[("object", object)]);
+            vars.set_with_fields(
+                "request",
+                &json!({"operation": "CREATE", "userInfo": {"username": "system:admin", "groups": ["system:masters"]}}),
+                &[("object", object)],
+            );
             assert!(vars.set_field_of("object", "request", "object"));
             vars.set("oldObject", &serde_json::Value::Null);
+            vars.set("namespaceObject", &json!({"metadata": {"name": "ns", "labels": {"env": "prod"}}}));
+            vars.set("params", &json!({"allowed": ["busybox", "a", 1], "limit": 2}));
             vars.share_results();
             let _ = containers.eval_into_variable("containers", &mut vars);
             for src in EXPRESSIONS {
