@@ -1,5 +1,6 @@
 //! CEL compile and evaluation with Kubernetes' and Kyverno's libraries:
-//! `EXPRESSION \0 OBJECT-JSON` (the object is `object`, and `variables.v`).
+//! `EXPRESSION \0 OBJECT-JSON` (the object is `object`, and `variables.v`). The direct
+//! evaluator's answers must be the crate interpreter's (`Expr::direct_disagreement`).
 #![no_main]
 use libfuzzer_sys::fuzz_target;
 use verno_cel::{Expr, Vars};
@@ -11,6 +12,9 @@ fuzz_target!(|data: &[u8]| {
     let mut vars = Vars::default();
     vars.set("object", &object);
     vars.set_variable("v", &object);
+    if let Some(why) = e.direct_disagreement(&vars) {
+        panic!("{why}");
+    }
     let _ = e.eval(&vars);
     let _ = e.eval_into_variable("w", &mut vars);
 });

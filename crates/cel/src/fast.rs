@@ -629,41 +629,41 @@ pub(crate) fn to_json(v: &V<'_>) -> R<Value> {
     })
 }
 
+/// Whether the crate's result and the direct evaluator's are the same CEL value (of the same
+/// types): for the differential checks (`Expr::direct_disagreement`).
+pub(crate) fn same(c: &cel::Value, f: &V<'_>) -> bool {
+    let list = |c: &[cel::Value], f: Vec<V<'_>>| c.len() == f.len() && c.iter().zip(&f).all(|(c, f)| same(c, f));
+    match (c, f) {
+        (cel::Value::Null, V::Null) => true,
+        (cel::Value::Bool(a), V::Bool(b)) => a == b,
+        (cel::Value::Int(a), V::Int(b)) => a == b,
+        (cel::Value::UInt(a), V::UInt(b)) => a == b,
+        (cel::Value::Float(a), V::Double(b)) => a == b || (a.is_nan() && b.is_nan()),
+        (cel::Value::String(a), V::Str(b)) => a.as_str() == b.as_ref(),
+        (cel::Value::List(a), V::JList(b)) => list(a, b.iter().map(from_json).collect()),
+        (cel::Value::List(a), V::List(b)) => list(a, b.as_ref().clone()),
+        (cel::Value::Map(a), V::Map(b)) => {
+            a.map.len() == b.len()
+                && b.iter().all(|(k, v)| {
+                    a.map
+                        .get(&cel::objects::Key::String(std::sync::Arc::new(k.clone())))
+                        .is_some_and(|c| same(c, &from_json(v)))
+                })
+        }
+        (cel::Value::Opaque(o), V::Opt(f)) => match (o.downcast_ref::<cel::objects::OptionalValue>(), f) {
+            (Some(c), None) => c.value().is_none(),
+            (Some(c), Some(f)) => c.value().is_some_and(|c| same(c, f)),
+            (None, _) => false,
+        },
+        _ => false,
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::{Expr, Vars};
     use serde_json::json;
-
-    /// Whether the crate's result and the direct one are the same CEL value (same types).
-    fn same(c: &cel::Value, f: &V<'_>) -> bool {
-        let list = |c: &[cel::Value], f: Vec<V<'_>>| c.len() == f.len() && c.iter().zip(&f).all(|(c, f)| same(c, f));
-        match (c, f) {
-            (cel::Value::Null, V::Null) => true,
-            (cel::Value::Bool(a), V::Bool(b)) => a == b,
-            (cel::Value::Int(a), V::Int(b)) => a == b,
-            (cel::Value::UInt(a), V::UInt(b)) => a == b,
-            (cel::Value::Float(a), V::Double(b)) => a == b || (a.is_nan() && b.is_nan()),
-            (cel::Value::String(a), V::Str(b)) => a.as_str() == b.as_ref(),
-            (cel::Value::List(a), V::JList(b)) => list(a, b.iter().map(from_json).collect()),
-            (cel::Value::List(a), V::List(b)) => list(a, b.as_ref().clone()),
-            (cel::Value::Map(a), V::Map(b)) => {
-                a.map.len() == b.len()
-                    && b.iter().all(|(k, v)| {
-                        a.map
-                            .get(&cel::objects::Key::String(Arc::new(k.clone())))
-                            .is_some_and(|c| same(c, &from_json(v)))
-                    })
-            }
-            (cel::Value::Opaque(o), V::Opt(f)) => match (o.downcast_ref::<cel::objects::OptionalValue>(), f) {
-                (Some(c), None) => c.value().is_none(),
-                (Some(c), Some(f)) => c.value().is_some_and(|c| same(c, f)),
-                (None, _) => false,
-            },
-            _ => false,
-        }
-    }
-    use std::sync::Arc;
 
     fn inputs() -> Vec<serde_json::Value> {
         vec![
@@ -846,5 +846,47 @@ mod tests {
                 assert!(e.fast(&vars, |_| Some(())).is_some(), "{src} on {object}");
             }
         }
+    }
+}
+
+/// The fuzz target's checked-in corpus (inputs that reached new code in the CEL parser, the
+/// crate's interpreter and Verno's libraries), each evaluated both ways.
+#[cfg(test)]
+mod corpus {
+    use crate::{Expr, Vars};
+
+    /// On a thread with a large stack: debug builds' frames are several times a release
+    /// build's, and the crate's parser recurses per nesting level (some inputs nest deeply).
+    #[test]
+    fn the_fuzz_corpus_gets_the_crates_answers() {
+        let run = std::thread::Builder::new().stack_size(256 << 20).spawn(check_corpus);
+        if let Err(panic) = run.map(|t| t.join()).unwrap_or_else(|e| panic!("{e}")) {
+            std::panic::resume_unwind(panic);
+        }
+    }
+
+    fn check_corpus() {
+        let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../fuzz/corpus/cel");
+        let mut entries: Vec<_> = std::fs::read_dir(&dir)
+            .unwrap_or_else(|e| panic!("{}: {e}", dir.display()))
+            .filter_map(|e| e.ok().map(|e| e.path()))
+            .collect();
+        entries.sort();
+        let mut checked = 0;
+        for path in entries {
+            let data = std::fs::read(&path).unwrap_or_default();
+            let mut parts = data.splitn(2, |b| *b == 0).map(String::from_utf8_lossy);
+            let (expr, json) = (parts.next().unwrap_or_default(), parts.next().unwrap_or_default());
+            let Ok(e) = Expr::compile(&expr) else { continue };
+            let object = serde_json::from_str(&json).unwrap_or(serde_json::Value::Null);
+            let mut vars = Vars::default();
+            vars.set("object", &object);
+            vars.set_variable("v", &object);
+            if let Some(why) = e.direct_disagreement(&vars) {
+                panic!("{}: {why}", path.display());
+            }
+            checked += 1;
+        }
+        assert!(checked > 100, "only {checked} corpus inputs compiled");
     }
 }

@@ -269,6 +269,21 @@ impl Expr {
         then(&v)
     }
 
+    /// Evaluates with the direct evaluator and with the crate's interpreter and describes how
+    /// they differ, if they do: an answer of the direct evaluator that is not the crate's, or
+    /// one where the crate fails. `None` also when the direct evaluator declines. For the
+    /// differential test and the `cel` fuzz target.
+    #[doc(hidden)]
+    pub fn direct_disagreement(&self, vars: &Vars) -> Option<String> {
+        self.admit(vars).ok()?;
+        let slow = self.eval_cel(vars);
+        self.fast(vars, |f| match &slow {
+            Ok(c) if fast::same(c, f) => None,
+            Ok(c) => Some(format!("{}: the crate gives {c:?}, the direct evaluator {f:?}", self.source)),
+            Err(e) => Some(format!("{}: the crate fails ({e}), the direct evaluator gives {f:?}", self.source)),
+        })
+    }
+
     /// Evaluates to a boolean; any other result is an error naming its type.
     pub fn eval_bool(&self, vars: &Vars) -> Result<bool, String> {
         self.admit(vars)?;
