@@ -4,16 +4,18 @@
 //! a `String` and a SipHash map entry per JSON node) and pays for scopes, qualified-name
 //! resolution and overload look-ups by name at every node: the 17 Pod Security policies took
 //! 3.4 times as long as their pattern versions (`docs/benchmarks.md`). Nothing in the crate
-//! evaluates over borrowed data, so this module walks the crate's own parsed (and
-//! macro-expanded) AST over `serde_json::Value`s, borrowing them.
+//! evaluates over borrowed data, so this module compiles the crate's own parsed (and
+//! macro-expanded) AST once into a tree of its own ([`Node`]) and walks that over the inputs'
+//! `serde_json::Value`s, borrowing them.
 //!
 //! It covers a subset: field selection (plain, optional `?.`, `has()`), `orValue`,
 //! comprehensions (`all`, `exists`, `exists_one`, `map`, `filter`), logic, comparisons of two
 //! values of one scalar type, `in`, `+`, `-`, `*` on ints (checked), list and string
 //! concatenation, indexing, `size`, `startsWith`, `endsWith`, `contains`, list and empty-map
 //! literals. It never guesses: whatever it does not cover, and every error (a missing key,
-//! two operand types CEL's rules would have to settle, an overflow), is [`Declined`], and the
-//! caller evaluates the expression with the crate instead. So an answer from here is the
+//! two operand types CEL's rules would have to settle, an overflow, more built than the
+//! crate's result budget), is [`Declined`], and the caller evaluates the expression with the
+//! crate instead. So an answer from here is the
 //! answer the crate gives (a differential test holds the two together), and any expression
 //! still gets the crate's answer and error message.
 
