@@ -523,14 +523,14 @@ impl Vars {
     /// copying it: `object` is `request.object`. Returns false (and sets nothing) when
     /// `source` has no such field.
     pub fn set_field_of(&mut self, name: &str, source: &str, field: &str) -> bool {
+        // The field's width is within its source's, counted when that was set.
         let found = self.vals.iter().find(|(k, _)| **k == *source).and_then(|(_, v)| {
             let json = v.json.as_ref().filter(|j| j.field.is_none())?;
-            let got = json.root.get(field)?;
-            Some((JsonInput { root: json.root.clone(), field: Some(Arc::from(field)) }, widest(got)))
+            json.root.get(field)?;
+            Some(JsonInput { root: json.root.clone(), field: Some(Arc::from(field)) })
         });
         match found {
-            Some((json, widest)) => {
-                self.widest = self.widest.max(widest);
+            Some(json) => {
                 self.set_input(name, Input::from_json(json));
                 true
             }

@@ -956,8 +956,9 @@ fn build_cel_vars(
     };
     vars.set("namespaceObject", held.or(ns_obj.as_ref()).unwrap_or(&Value::Null));
     vars.set("params", &Value::Null);
-    let no_exceptions = serde_json::json!({"allowedImages": [], "allowedValues": []});
-    vars.set("exceptions", root.get(EXCEPTIONS_KEY).unwrap_or(&no_exceptions));
+    static NO_EXCEPTIONS: std::sync::LazyLock<Value> =
+        std::sync::LazyLock::new(|| serde_json::json!({"allowedImages": [], "allowedValues": []}));
+    vars.set("exceptions", root.get(EXCEPTIONS_KEY).unwrap_or(&NO_EXCEPTIONS));
     if let Some(h) = data.cel_host() {
         vars.set_host(h);
     }
