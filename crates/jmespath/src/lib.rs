@@ -69,90 +69,78 @@ pub enum Dialect {
     Community,
 }
 
+/// A read of the data's root an expression makes, as [`root_reads`] reports it.
+enum RootRead<'a> {
+    /// `<field>` at the root; with the field of it read right after, if one is
+    /// (`request.operation`: `("request", Some("operation"))`).
+    Field(&'a str, Option<&'a str>),
+    /// A function call, by name (its arguments are walked too).
+    Call(&'a str),
+}
+
+/// Walks `a`, evaluated against the root when `at_root`, handing each read of the root to
+/// `seen`; `false` when `seen` refuses one, or when the root is read as a whole (`@`, an index
+/// or slice of it) or a variable is.
+fn root_reads<'a>(a: &'a Ast, at_root: bool, seen: &mut dyn FnMut(RootRead<'a>) -> bool) -> bool {
+    match a {
+        Ast::Subexpr(l, r) if at_root => match (&**l, &**r) {
+            (Ast::Field(f), Ast::Field(g)) => seen(RootRead::Field(f, Some(g))),
+            _ => root_reads(l, true, seen) && root_reads(r, false, seen),
+        },
+        Ast::Field(f) if at_root => seen(RootRead::Field(f, None)),
+        Ast::Identity | Ast::Index(_) | Ast::Slice { .. } => !at_root,
+        Ast::Field(_) | Ast::Literal(_) => true,
+        Ast::Variable(_) => false,
+        Ast::Subexpr(l, r) | Ast::Projection(l, r) | Ast::ValueProjection(l, r) | Ast::Pipe(l, r) => {
+            root_reads(l, at_root, seen) && root_reads(r, false, seen)
+        }
+        Ast::FilterProjection { lhs, rhs, cond } => {
+            root_reads(lhs, at_root, seen) && root_reads(rhs, false, seen) && root_reads(cond, false, seen)
+        }
+        Ast::Flatten(x) | Ast::Not(x) => root_reads(x, at_root, seen),
+        Ast::Expref(x) => root_reads(x, false, seen),
+        Ast::MultiList(xs) => xs.iter().all(|x| root_reads(x, at_root, seen)),
+        Ast::MultiHash(xs) => xs.iter().all(|(_, x)| root_reads(x, at_root, seen)),
+        Ast::And(l, r) | Ast::Or(l, r) | Ast::Compare(_, l, r) => {
+            root_reads(l, at_root, seen) && root_reads(r, at_root, seen)
+        }
+        Ast::Call(f, args) => seen(RootRead::Call(f.name)) && args.iter().all(|x| root_reads(x, at_root, seen)),
+    }
+}
+
 /// See [`Expression::sole_root_field`]. A Kyverno-dialect expression only: the community
 /// dialect reads `$` variables from the caller.
 fn sole_root_field(ast: &Ast, dialect: Dialect) -> Option<String> {
-    /// Walks `a`, evaluated against the root when `at_root`; records the root fields read;
-    /// `false` when something else is read (the whole root, a variable, the clock, randomness).
-    fn walk<'a>(a: &'a Ast, at_root: bool, fields: &mut Option<&'a str>) -> bool {
-        match a {
-            Ast::Field(f) if at_root => match fields {
-                Some(g) => *g == f.as_str(),
-                None => {
-                    *fields = Some(f);
-                    true
-                }
-            },
-            Ast::Identity | Ast::Index(_) | Ast::Slice { .. } => !at_root,
-            Ast::Field(_) | Ast::Literal(_) => true,
-            Ast::Variable(_) => false,
-            Ast::Subexpr(l, r) | Ast::Projection(l, r) | Ast::ValueProjection(l, r) | Ast::Pipe(l, r) => {
-                walk(l, at_root, fields) && walk(r, false, fields)
-            }
-            Ast::FilterProjection { lhs, rhs, cond } => {
-                walk(lhs, at_root, fields) && walk(rhs, false, fields) && walk(cond, false, fields)
-            }
-            Ast::Flatten(x) | Ast::Not(x) => walk(x, at_root, fields),
-            Ast::Expref(x) => walk(x, false, fields),
-            Ast::MultiList(xs) => xs.iter().all(|x| walk(x, at_root, fields)),
-            Ast::MultiHash(xs) => xs.iter().all(|(_, x)| walk(x, at_root, fields)),
-            Ast::And(l, r) | Ast::Or(l, r) | Ast::Compare(_, l, r) => {
-                walk(l, at_root, fields) && walk(r, at_root, fields)
-            }
-            Ast::Call(f, args) => {
-                !(f.name.contains("random") || f.name.starts_with("time_now"))
-                    && args.iter().all(|x| walk(x, at_root, fields))
-            }
-        }
-    }
     if dialect != Dialect::Kyverno {
         return None;
     }
-    let mut fields = None;
-    if walk(ast, true, &mut fields) { fields.map(str::to_string) } else { None }
+    let mut field: Option<&str> = None;
+    // Every root read through one field, and nothing that depends on the clock or randomness.
+    let one = root_reads(ast, true, &mut |read| match read {
+        RootRead::Field(f, _) => *field.get_or_insert(f) == f,
+        RootRead::Call(name) => !(name.contains("random") || name.starts_with("time_now")),
+    });
+    if one { field.map(str::to_string) } else { None }
 }
 
 /// See [`Expression::request_fields`].
 fn request_fields(ast: &Ast, dialect: Dialect) -> Option<Vec<String>> {
-    /// Walks `a`, evaluated against the root when `at_root`; records the fields of `request`
-    /// read as `request.<field>`; `false` when `request` is read some other way (as a whole,
-    /// through the root itself or a variable).
-    fn walk(a: &Ast, at_root: bool, fields: &mut Vec<String>) -> bool {
-        match a {
-            Ast::Subexpr(l, r) if at_root && matches!(&**l, Ast::Field(f) if f == "request") => match &**r {
-                Ast::Field(f) => {
-                    if !fields.contains(f) {
-                        fields.push(f.clone());
-                    }
-                    true
-                }
-                _ => false,
-            },
-            Ast::Field(f) if at_root => f != "request",
-            Ast::Identity | Ast::Index(_) | Ast::Slice { .. } => !at_root,
-            Ast::Field(_) | Ast::Literal(_) => true,
-            Ast::Variable(_) => false,
-            Ast::Subexpr(l, r) | Ast::Projection(l, r) | Ast::ValueProjection(l, r) | Ast::Pipe(l, r) => {
-                walk(l, at_root, fields) && walk(r, false, fields)
-            }
-            Ast::FilterProjection { lhs, rhs, cond } => {
-                walk(lhs, at_root, fields) && walk(rhs, false, fields) && walk(cond, false, fields)
-            }
-            Ast::Flatten(x) | Ast::Not(x) => walk(x, at_root, fields),
-            Ast::Expref(x) => walk(x, false, fields),
-            Ast::MultiList(xs) => xs.iter().all(|x| walk(x, at_root, fields)),
-            Ast::MultiHash(xs) => xs.iter().all(|(_, x)| walk(x, at_root, fields)),
-            Ast::And(l, r) | Ast::Or(l, r) | Ast::Compare(_, l, r) => {
-                walk(l, at_root, fields) && walk(r, at_root, fields)
-            }
-            Ast::Call(_, args) => args.iter().all(|x| walk(x, at_root, fields)),
-        }
-    }
     if dialect != Dialect::Kyverno {
         return None;
     }
-    let mut fields = Vec::new();
-    walk(ast, true, &mut fields).then_some(fields)
+    let mut fields: Vec<String> = Vec::new();
+    // `request` read only as `request.<field>`; other root fields and every call are fine.
+    let only_fields = root_reads(ast, true, &mut |read| match read {
+        RootRead::Field("request", Some(f)) => {
+            if !fields.iter().any(|x| x == f) {
+                fields.push(f.to_string());
+            }
+            true
+        }
+        RootRead::Field(f, _) => f != "request",
+        RootRead::Call(_) => true,
+    });
+    only_fields.then_some(fields)
 }
 
 /// An environment with no clock and no DNS.
