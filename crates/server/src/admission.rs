@@ -105,7 +105,14 @@ pub fn identify(body: &[u8]) -> Result<(String, String), ParseError> {
 pub fn parse(body: &[u8]) -> Result<AdmissionReview, ParseError> {
     // Straight into the typed envelope; only a body that does not fit is read again, as plain
     // JSON, to say what is wrong with it.
-    let shape = match serde_json::from_slice::<AdmissionReview>(body) {
+    // A body that is UTF-8 as a whole (checked at once, fast) is read as text: serde_json then
+    // does not check every string on its own, a fifth of the parse. Other bodies are read as
+    // bytes, whose error says where the bad byte is.
+    let typed = match std::str::from_utf8(body) {
+        Ok(text) => serde_json::from_str::<AdmissionReview>(text),
+        Err(_) => serde_json::from_slice::<AdmissionReview>(body),
+    };
+    let shape = match typed {
         Ok(r) if r.request.as_ref().is_some_and(|req| !req.uid.is_empty()) => return Ok(r),
         Ok(_) => None,
         Err(e) => Some(e),
@@ -635,6 +642,23 @@ mod tests {
         assert_eq!(identify(br#"{"request": {"uid": "u-2"}}"#), Ok(("admission.k8s.io/v1".into(), "u-2".into())));
         assert_eq!(identify(b"[]"), Err(ParseError::NotAnObject));
         assert_eq!(identify(br#"{"request": {}}"#), Err(ParseError::NoUid));
+    }
+
+    /// A UTF-8 body is read as text, anything else as bytes: the same review either way, and a
+    /// bad byte is still reported where it is.
+    #[test]
+    fn text_and_byte_bodies_read_alike_and_bad_bytes_say_where() {
+        let body = r#"{"request": {"uid": "u-1", "operation": "CREATE", "object": {"kind": "Pod", "metadata": {"name": "ünï\u00e9"}}}}"#;
+        let typed = parse(body.as_bytes()).ok();
+        let as_json = |r: Option<AdmissionReview>| r.and_then(|r| serde_json::to_value(r).ok());
+        assert_eq!(as_json(typed.clone()), as_json(serde_json::from_slice::<AdmissionReview>(body.as_bytes()).ok()));
+        assert_eq!(typed.and_then(|r| r.request).map(|r| r.object_name().to_string()).as_deref(), Some("ünïé"));
+        let mut bad = body.as_bytes().to_vec();
+        if let Some(i) = bad.iter().position(|b| *b == b'P') {
+            bad.insert(i, 0xff);
+        }
+        let err = parse(&bad).err().map(|e| e.to_string()).unwrap_or_default();
+        assert!(err.contains("invalid unicode code point") && err.contains("column"), "{err}");
     }
 
     #[test]
