@@ -71,3 +71,20 @@ fn parse_review_serialize(bencher: divan::Bencher, set: &str) {
         !answer_json(&o.review).is_empty()
     });
 }
+
+/// The envelope alone: the body into the typed AdmissionReview.
+#[divan::bench]
+fn parse_only(bencher: divan::Bencher) {
+    let body = body();
+    bencher.bench(|| parse(divan::black_box(&body)).is_ok());
+}
+
+/// Counting one reviewed request (17 policies' results and durations) in the metrics.
+#[divan::bench]
+fn metrics_only(bencher: divan::Bencher) {
+    let set = pss17();
+    let Ok(r) = parse(&body()) else { return };
+    let o = review(&set, Route::Kyverno(Hook::Validate, Filter::All), &r);
+    let metrics = Metrics::default();
+    bencher.bench(|| metrics.observe("validate", divan::black_box(&o), 0.001, false, &set));
+}

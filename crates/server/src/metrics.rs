@@ -2,29 +2,22 @@
 
 use crate::admission::Outcome;
 use prometheus_client::collector::Collector;
-use prometheus_client::encoding::{DescriptorEncoder, EncodeLabelSet, EncodeMetric};
+use prometheus_client::encoding::{DescriptorEncoder, EncodeMetric};
 use prometheus_client::metrics::MetricType;
 use prometheus_client::metrics::counter::{ConstCounter, Counter};
 use prometheus_client::metrics::family::Family;
-use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
+use prometheus_client::metrics::histogram::exponential_buckets;
 use prometheus_client::registry::Registry;
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
-use verno_engine::{PolicyResponse, PolicySet};
+use verno_engine::{PolicyMeta, PolicyResponse, PolicySet};
 use verno_engine::{RuleType, Status};
 
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-struct AdmissionLabels {
-    resource_kind: String,
-    resource_namespace: String,
-    resource_request_operation: String,
-    request_allowed: String,
-    request_webhook: String,
-}
-
 /// A shared name compared by identity: hashing a pointer instead of the text keeps counting a
-/// rule result cheap. Equal texts behind different pointers (after a policy reload) are merged
-/// when the series are spelled out at scrape time.
+/// rule result cheap. Each shard of [`Tallies`] holds its own copies of the names it uses, so
+/// counting takes no reference on a name another core also counts with; equal texts behind
+/// different pointers (other shards) are merged when the series are spelled out at scrape time.
 #[derive(Clone, Debug)]
 struct Name(Arc<str>);
 
@@ -60,28 +53,9 @@ struct ResultKey {
     cause: &'static str,
 }
 
-impl ResultKey {
-    /// The key by identity (its names' addresses, its flags and words), for [`count_result`].
-    fn id(&self) -> ResultId {
-        ResultId::new(
-            [self.enforce, self.namespaced, self.background, self.dry_run],
-            [
-                &self.policy_namespace.0,
-                &self.policy_name.0,
-                &self.resource_kind.0,
-                &self.resource_namespace.0,
-                &self.operation.0,
-                &self.rule_name.0,
-            ],
-            [self.rule_result, self.rule_type, self.cause],
-        )
-    }
-}
-
 /// A [`ResultKey`] without the references: looking a series up (every rule result of every
-/// request) takes no reference counts — on two threads those were shared cache lines bouncing
-/// between the cores. The map's value keeps the key, so its names stay alive and no other name
-/// can take their addresses while the series exists.
+/// request) takes no reference counts. The map's value keeps the key, so its names stay alive
+/// and no other name can take their addresses while the series exists.
 ///
 /// The label words (result, rule type, cause) are `'static` strings, identified by address as
 /// well: hashing their text was most of a lookup. Two copies of one word at two addresses
@@ -104,14 +78,22 @@ impl ResultId {
     }
 }
 
-/// An admission request's label set by its interned names' addresses (kind, namespace,
-/// operation; never removed from the table, so an address names one text), the verdict and the
-/// webhook's `'static` name (address and length).
-#[derive(Clone, Copy, Debug, Hash, PartialEq, Eq)]
-struct AdmissionId {
-    names: [usize; 3],
-    allowed: bool,
-    webhook: (usize, usize),
+impl ResultKey {
+    /// The key by identity (its names' addresses, its flags and words), for [`count_result`].
+    fn id(&self) -> ResultId {
+        ResultId::new(
+            [self.enforce, self.namespaced, self.background, self.dry_run],
+            [
+                &self.policy_namespace.0,
+                &self.policy_name.0,
+                &self.resource_kind.0,
+                &self.resource_namespace.0,
+                &self.operation.0,
+                &self.rule_name.0,
+            ],
+            [self.rule_result, self.rule_type, self.cause],
+        )
+    }
 }
 
 /// Looks up a series by a key's identity and adds one, building the key (with its references)
@@ -120,52 +102,216 @@ fn count_result(map: &mut FastMap<ResultId, (ResultKey, u64)>, id: ResultId, key
     map.entry(id).or_insert_with(|| (key(), 0)).1 += 1;
 }
 
+/// One admission series (`kyverno_admission_requests_total` and
+/// `kyverno_admission_review_duration_seconds` share their labels).
+#[derive(Clone, Debug)]
+struct AdmissionKey {
+    kind: Arc<str>,
+    namespace: Arc<str>,
+    operation: Arc<str>,
+    allowed: bool,
+    webhook: &'static str,
+}
+
+/// An [`AdmissionKey`] by its names' addresses and the webhook's `'static` name (address and
+/// length).
+#[derive(Clone, Copy, Debug, Hash, PartialEq, Eq)]
+struct AdmissionId {
+    names: [usize; 3],
+    allowed: bool,
+    webhook: (usize, usize),
+}
+
+/// One `kyverno_policy_execution_duration_seconds` series, kept like [`ResultKey`].
+#[derive(Clone, Debug)]
+struct TimeKey {
+    namespaced: bool,
+    policy_name: Arc<str>,
+    resource_kind: Arc<str>,
+    operation: Arc<str>,
+}
+
+/// A [`TimeKey`] by its names' addresses (see [`ResultId`]).
+#[derive(Clone, Copy, Debug, Hash, PartialEq, Eq)]
+struct TimeId {
+    namespaced: bool,
+    names: [usize; 3],
+}
+
+/// The upper bounds of the duration histograms: 50 µs … ~1.6 s (then `+Inf`), as
+/// prometheus_client computes them.
+static DURATION_BOUNDS: std::sync::LazyLock<Vec<f64>> =
+    std::sync::LazyLock::new(|| exponential_buckets(0.00005, 2.0, 16).collect());
+
+/// A duration histogram's counts, changed under its shard's lock (see [`Tallies`]).
+#[derive(Clone, Debug, Default)]
+struct Durations {
+    sum: f64,
+    count: u64,
+    /// Per bucket, not cumulative; the last one is `+Inf`.
+    buckets: [u64; 17],
+}
+
+impl Durations {
+    fn observe(&mut self, seconds: f64) {
+        self.sum += seconds;
+        self.count += 1;
+        // NaN compares false everywhere, so it lands in +Inf, as prometheus_client puts it.
+        let i = DURATION_BOUNDS.iter().position(|b| seconds <= *b).unwrap_or(DURATION_BOUNDS.len());
+        if let Some(b) = self.buckets.get_mut(i) {
+            *b += 1;
+        }
+    }
+
+    fn add(&mut self, o: &Durations) {
+        self.sum += o.sum;
+        self.count += o.count;
+        for (a, b) in self.buckets.iter_mut().zip(o.buckets.iter()) {
+            *a += b;
+        }
+    }
+
+    fn encode(&self, encoder: &mut prometheus_client::encoding::MetricEncoder) -> Result<(), std::fmt::Error> {
+        let buckets: Vec<(f64, u64)> =
+            DURATION_BOUNDS.iter().copied().chain(std::iter::once(f64::INFINITY)).zip(self.buckets).collect();
+        encoder.encode_histogram::<prometheus_client::encoding::NoLabelSet>(self.sum, self.count, &buckets, None)
+    }
+}
+
+/// A policy's names as one shard counts them: its own copies, found again by text when a
+/// reloaded set brings new copies, so a reload neither starts new series nor grows the tables.
+#[derive(Debug)]
+struct PolicyNames {
+    /// The set's description of the policy these names were taken from (held: its address
+    /// identifies it while the entry exists).
+    meta: Arc<PolicyMeta>,
+    name: Arc<str>,
+    namespace: Arc<str>,
+    rules: Vec<Arc<str>>,
+}
+
+/// One shard's series and names.
 #[derive(Debug, Default)]
-struct Results(Mutex<FastMap<ResultId, (ResultKey, u64)>>);
+struct Table {
+    /// Request label values (kinds, namespaces, operations) admitted by [`Metrics::known`]:
+    /// this shard's copies.
+    labels: FastMap<String, Arc<str>>,
+    /// Request operations as sent (`CREATE`) to their label (`create`).
+    operations: FastMap<String, Arc<str>>,
+    /// Policy, policy namespace and rule names.
+    names: FastMap<String, Arc<str>>,
+    /// By policy index, the names of the policy last counted at that index.
+    policies: Vec<Option<PolicyNames>>,
+    admission: FastMap<AdmissionId, (AdmissionKey, Durations)>,
+    results: FastMap<ResultId, (ResultKey, u64)>,
+    times: FastMap<TimeId, (TimeKey, Durations)>,
+}
 
-/// The address of `s`'s shared copy (made if need be), without taking a reference: it
-/// identifies the name while the table keeps it (names are never removed).
-fn interned_address(names: &mut FastMap<String, Arc<str>>, s: &str) -> usize {
-    match names.get(s) {
-        Some(a) => address(a),
-        None => address(&intern_in(names, s)),
+impl Table {
+    /// This shard's copy of a policy, namespace or rule name.
+    fn name(names: &mut FastMap<String, Arc<str>>, s: &str) -> Arc<str> {
+        match names.get(s) {
+            Some(a) => a.clone(),
+            None => {
+                let a: Arc<str> = Arc::from(s);
+                names.insert(s.to_string(), a.clone());
+                a
+            }
+        }
+    }
+
+    /// The names of policy `i` of the set whose description is `meta`.
+    fn policy<'t>(
+        policies: &'t mut Vec<Option<PolicyNames>>,
+        names: &mut FastMap<String, Arc<str>>,
+        i: usize,
+        meta: &Arc<PolicyMeta>,
+    ) -> Option<&'t PolicyNames> {
+        if policies.len() <= i {
+            policies.resize_with(i + 1, || None);
+        }
+        let slot = policies.get_mut(i)?;
+        if !slot.as_ref().is_some_and(|p| Arc::ptr_eq(&p.meta, meta)) {
+            *slot = Some(PolicyNames {
+                meta: meta.clone(),
+                name: Table::name(names, &meta.name),
+                namespace: Table::name(names, &meta.namespace),
+                rules: meta.rules.iter().map(|(r, _)| Table::name(names, r)).collect(),
+            });
+        }
+        slot.as_ref()
     }
 }
 
-fn address(a: &Arc<str>) -> usize {
-    Arc::as_ptr(a) as *const u8 as usize
+/// How many tables the request counts are spread over.
+const SHARDS: usize = 8;
+
+/// The request counts, in [`SHARDS`] tables, each behind its own lock on its own cache lines.
+/// A thread always counts into the same table (given out in turn as threads first count), so
+/// the server's worker threads count without waiting for each other and without moving cache
+/// lines between the cores — with one shared table that was half the cost of counting a
+/// request. A scrape adds the tables up by label text.
+#[derive(Debug, Default)]
+struct Tallies {
+    shards: [Shard; SHARDS],
 }
 
-/// [`Metrics::intern`] with the table already locked (one lock for a request's policies).
-fn intern_in(names: &mut FastMap<String, Arc<str>>, s: &str) -> Arc<str> {
-    if let Some(a) = names.get(s) {
-        return a.clone();
-    }
-    let key = if names.len() >= MAX_LABEL_VALUES { OVERFLOW_LABEL } else { s };
-    if let Some(a) = names.get(key) {
-        return a.clone();
-    }
-    let a: Arc<str> = Arc::from(key);
-    names.insert(key.to_string(), a.clone());
-    a
+#[derive(Debug, Default)]
+#[repr(align(128))]
+struct Shard(Mutex<Table>);
+
+static NEXT_SHARD: AtomicUsize = AtomicUsize::new(0);
+
+thread_local! {
+    static SHARD: std::cell::Cell<Option<usize>> = const { std::cell::Cell::new(None) };
 }
 
-/// The series maps are looked up for every rule result of every request: keys hash by pointer
-/// and flags, so a fast non-cryptographic hasher (foldhash, randomly seeded) fits; SipHash was
-/// a visible part of a request's cost.
-type FastMap<K, V> = HashMap<K, V, foldhash::fast::RandomState>;
+impl Tallies {
+    /// The calling thread's table, locked (`None` only if there were no shards).
+    fn mine(&self) -> Option<std::sync::MutexGuard<'_, Table>> {
+        let i = SHARD.with(|s| {
+            s.get().unwrap_or_else(|| {
+                let i = NEXT_SHARD.fetch_add(1, Ordering::Relaxed) % SHARDS;
+                s.set(Some(i));
+                i
+            })
+        });
+        Some(match self.shards.get(i)?.0.lock() {
+            Ok(t) => t,
+            Err(p) => p.into_inner(),
+        })
+    }
 
-impl Collector for Results {
+    /// Every table in turn (one lock at a time).
+    fn each(&self, mut f: impl FnMut(&Table)) {
+        for s in &self.shards {
+            match s.0.lock() {
+                Ok(t) => f(&t),
+                Err(p) => f(&p.into_inner()),
+            }
+        }
+    }
+}
+
+impl Collector for Tallies {
     fn encode(&self, mut encoder: DescriptorEncoder) -> Result<(), std::fmt::Error> {
         let b = |x: bool| if x { "true" } else { "false" };
         // Spell out and merge series by their label text.
-        let mut series: std::collections::BTreeMap<[String; 13], u64> = std::collections::BTreeMap::new();
-        {
-            let map = match self.0.lock() {
-                Ok(m) => m,
-                Err(p) => p.into_inner(),
-            };
-            for (k, v) in map.values() {
+        let mut admission: BTreeMap<[String; 5], Durations> = BTreeMap::new();
+        let mut results: BTreeMap<[String; 13], u64> = BTreeMap::new();
+        let mut times: BTreeMap<[String; 4], Durations> = BTreeMap::new();
+        self.each(|t| {
+            for (k, d) in t.admission.values() {
+                let labels = [
+                    k.kind.to_string(),
+                    k.namespace.to_string(),
+                    k.operation.to_string(),
+                    b(k.allowed).to_string(),
+                    k.webhook.to_string(),
+                ];
+                admission.entry(labels).or_default().add(d);
+            }
+            for (k, v) in t.results.values() {
                 let labels = [
                     if k.enforce { "enforce" } else { "audit" }.to_string(),
                     if k.namespaced { "namespaced" } else { "cluster" }.to_string(),
@@ -181,10 +327,39 @@ impl Collector for Results {
                     k.cause.to_string(),
                     b(k.dry_run).to_string(),
                 ];
-                *series.entry(labels).or_insert(0) += v;
+                *results.entry(labels).or_insert(0) += v;
             }
+            for (k, d) in t.times.values() {
+                let labels = [
+                    if k.namespaced { "namespaced" } else { "cluster" }.to_string(),
+                    k.policy_name.to_string(),
+                    k.resource_kind.to_string(),
+                    k.operation.to_string(),
+                ];
+                times.entry(labels).or_default().add(d);
+            }
+        });
+        const ADMISSION: [&str; 5] =
+            ["resource_kind", "resource_namespace", "resource_request_operation", "request_allowed", "request_webhook"];
+        let mut family = encoder.encode_descriptor(
+            "kyverno_admission_requests",
+            "Admission requests reviewed.",
+            None,
+            MetricType::Counter,
+        )?;
+        for (values, d) in &admission {
+            ConstCounter::new(d.count).encode(family.encode_family(&pairs(&ADMISSION, values))?)?;
         }
-        const NAMES: [&str; 13] = [
+        let mut family = encoder.encode_descriptor(
+            "kyverno_admission_review_duration_seconds",
+            "Time to review an admission request.",
+            None,
+            MetricType::Histogram,
+        )?;
+        for (values, d) in &admission {
+            d.encode(&mut family.encode_family(&pairs(&ADMISSION, values))?)?;
+        }
+        const RESULT: [&str; 13] = [
             "policy_validation_mode",
             "policy_type",
             "policy_background_mode",
@@ -205,63 +380,42 @@ impl Collector for Results {
             None,
             MetricType::Counter,
         )?;
-        for (values, v) in &series {
-            let labels: Vec<(&str, &str)> = NAMES.iter().copied().zip(values.iter().map(String::as_str)).collect();
-            ConstCounter::new(*v).encode(family.encode_family(&labels)?)?;
+        for (values, v) in &results {
+            ConstCounter::new(*v).encode(family.encode_family(&pairs(&RESULT, values))?)?;
         }
-        Ok(())
-    }
-}
-
-/// One `kyverno_policy_execution_duration_seconds` series, kept like [`ResultKey`].
-#[derive(Clone, Debug, Hash, PartialEq, Eq)]
-struct TimeKey {
-    namespaced: bool,
-    policy_name: Name,
-    resource_kind: Name,
-    operation: Name,
-}
-
-/// A [`TimeKey`] by its names' addresses (see [`ResultId`]).
-#[derive(Clone, Copy, Debug, Hash, PartialEq, Eq)]
-struct TimeId {
-    namespaced: bool,
-    names: [usize; 3],
-}
-
-#[derive(Debug, Default)]
-struct Times(Mutex<FastMap<TimeId, (TimeKey, Histogram)>>);
-
-impl Collector for Times {
-    fn encode(&self, mut encoder: DescriptorEncoder) -> Result<(), std::fmt::Error> {
-        let snapshot: Vec<(TimeKey, Histogram)> = match self.0.lock() {
-            Ok(m) => m.values().cloned().collect(),
-            Err(p) => p.into_inner().values().cloned().collect(),
-        };
         let mut family = encoder.encode_descriptor(
             "kyverno_policy_execution_duration_seconds",
             "Time to evaluate one policy on a request",
             None,
             MetricType::Histogram,
         )?;
-        for (k, h) in &snapshot {
+        for ([ty, name, kind, op], d) in &times {
             let labels: [(&str, &str); 5] = [
-                ("policy_type", if k.namespaced { "namespaced" } else { "cluster" }),
-                ("policy_name", &k.policy_name.0),
-                ("resource_kind", &k.resource_kind.0),
-                ("resource_request_operation", &k.operation.0),
+                ("policy_type", ty),
+                ("policy_name", name),
+                ("resource_kind", kind),
+                ("resource_request_operation", op),
                 ("rule_execution_cause", "admission_request"),
             ];
-            h.encode(family.encode_family(&labels)?)?;
+            d.encode(&mut family.encode_family(&labels)?)?;
         }
         Ok(())
     }
 }
 
-fn duration_histogram() -> Histogram {
-    // 50 µs … ~1.6 s
-    Histogram::new(exponential_buckets(0.00005, 2.0, 16))
+/// Label names and values side by side, as the encoder takes them.
+fn pairs<'a>(names: &[&'static str], values: &'a [String]) -> Vec<(&'static str, &'a str)> {
+    names.iter().copied().zip(values.iter().map(String::as_str)).collect()
 }
+
+fn address(a: &Arc<str>) -> usize {
+    Arc::as_ptr(a) as *const u8 as usize
+}
+
+/// The series maps are looked up for every rule result of every request: keys hash by pointer
+/// and flags, so a fast non-cryptographic hasher (foldhash, randomly seeded) fits; SipHash was
+/// a visible part of a request's cost.
+type FastMap<K, V> = HashMap<K, V, foldhash::fast::RandomState>;
 
 /// `kyverno_policy_rule_info_total` (one series per rule in force) and
 /// `kyverno_policy_changes_total` (policies created, updated, deleted), kept on set swaps.
@@ -336,21 +490,19 @@ fn policy_labels(p: &verno_engine::CompiledPolicy) -> [String; 5] {
 
 /// Distinct request-derived label values (kinds, namespaces, operations) kept in metrics.
 pub const MAX_LABEL_VALUES: usize = 2000;
+/// Request operations (as sent) a shard remembers the label of.
+const MAX_OPERATIONS: usize = 16;
 /// The label value of everything past [`MAX_LABEL_VALUES`].
 pub const OVERFLOW_LABEL: &str = "_overflow";
 
 pub struct Metrics {
     registry: Registry,
     policy_info: Arc<PolicyInfo>,
-    /// Resource kinds, namespaces and operations seen, shared so keys compare by pointer.
-    names: Mutex<FastMap<String, Arc<str>>>,
-    requests: Family<AdmissionLabels, Counter>,
-    review_duration: Family<AdmissionLabels, Histogram>,
-    /// The two admission series of a label set, found by the names' addresses: a request
-    /// neither spells its labels out nor hashes their text (see [`ResultId`]).
-    admission: Mutex<FastMap<AdmissionId, (Counter, Histogram)>>,
-    results: Arc<Results>,
-    policy_duration: Arc<Times>,
+    /// Resource kinds, namespaces and operations taken as label values, at most
+    /// [`MAX_LABEL_VALUES`]: the shards copy from here what they use.
+    known: Mutex<HashSet<String>>,
+    /// The admission series, rule results and policy durations.
+    tallies: Arc<Tallies>,
     /// Violation events not handed to the controller because its queue was full.
     pub events_dropped: Counter,
     /// Admission results not written into PolicyReports: the report queue was full, or the
@@ -379,19 +531,8 @@ pub type CleanupFamily = Family<Vec<(&'static str, String)>, Counter>;
 impl Default for Metrics {
     fn default() -> Self {
         let mut registry = Registry::default();
-        let requests = Family::<AdmissionLabels, Counter>::default();
-        let review_duration =
-            Family::<AdmissionLabels, Histogram>::new_with_constructor(duration_histogram as fn() -> Histogram);
-        let results = Arc::new(Results::default());
-        let policy_duration = Arc::new(Times::default());
-        registry.register("kyverno_admission_requests", "Admission requests reviewed", requests.clone());
-        registry.register(
-            "kyverno_admission_review_duration_seconds",
-            "Time to review an admission request",
-            review_duration.clone(),
-        );
-        registry.register_collector(Box::new(results.clone()));
-        registry.register_collector(Box::new(policy_duration.clone()));
+        let tallies = Arc::new(Tallies::default());
+        registry.register_collector(Box::new(tallies.clone()));
         let policy_info = Arc::new(PolicyInfo::default());
         registry.register_collector(Box::new(policy_info.clone()));
         let events_dropped = Counter::default();
@@ -490,12 +631,8 @@ impl Default for Metrics {
             background_backlog,
             background_work,
             policy_info,
-            names: Mutex::new(FastMap::default()),
-            requests,
-            review_duration,
-            admission: Mutex::new(FastMap::default()),
-            results,
-            policy_duration,
+            known: Mutex::new(HashSet::new()),
+            tallies,
             events_dropped,
             reports_dropped,
             reports_backlog,
@@ -581,120 +718,139 @@ impl Metrics {
         }
     }
 
+    /// A request label value as `t` counts it: its own copy of the value, or of
+    /// [`OVERFLOW_LABEL`] once [`MAX_LABEL_VALUES`] other values are known. An overflowing
+    /// value is not kept in the shard (so the shard stays bounded too): it asks every time.
+    fn label(&self, labels: &mut FastMap<String, Arc<str>>, s: &str) -> Arc<str> {
+        if let Some(a) = labels.get(s) {
+            return a.clone();
+        }
+        let admitted = {
+            let mut known = match self.known.lock() {
+                Ok(k) => k,
+                Err(p) => p.into_inner(),
+            };
+            known.contains(s) || (known.len() < MAX_LABEL_VALUES && known.insert(s.to_string()))
+        };
+        let key = if admitted { s } else { OVERFLOW_LABEL };
+        Table::name(labels, key)
+    }
+
+    /// The label of a request operation (`CREATE` → `create`), as `t` counts it.
+    fn operation(&self, t: &mut Table, op: &str) -> Arc<str> {
+        if let Some(a) = t.operations.get(op) {
+            return a.clone();
+        }
+        let label = self.label(&mut t.labels, &op.to_lowercase());
+        // Kept for the few operations there are; other spellings (`Create`, `cReAtE`, …: as
+        // many as a label has letters to case) are lowercased every time instead.
+        if *label != *OVERFLOW_LABEL && t.operations.len() < MAX_OPERATIONS {
+            t.operations.insert(op.to_string(), label.clone());
+        }
+        label
+    }
+
     /// Records one reviewed request and its rule results; `set` evaluated it.
     pub fn observe(&self, webhook: &'static str, o: &Outcome, seconds: f64, dry_run: bool, set: &PolicySet) {
-        let op = o.operation.to_lowercase();
-        let (kind, operation, ns) = {
-            let mut names = match self.names.lock() {
-                Ok(m) => m,
-                Err(p) => p.into_inner(),
-            };
-            (intern_in(&mut names, &o.kind), intern_in(&mut names, &op), intern_in(&mut names, &o.namespace))
+        let Some(mut guard) = self.tallies.mine() else { return };
+        let t = &mut *guard;
+        let kind = self.label(&mut t.labels, &o.kind);
+        let ns = self.label(&mut t.labels, &o.namespace);
+        let operation = self.operation(t, &o.operation);
+        let id = AdmissionId {
+            names: [address(&kind), address(&ns), address(&operation)],
+            allowed: o.allowed,
+            webhook: (webhook.as_ptr() as usize, webhook.len()),
         };
-        {
-            let id = AdmissionId {
-                names: [address(&kind), address(&ns), address(&operation)],
-                allowed: o.allowed,
-                webhook: (webhook.as_ptr() as usize, webhook.len()),
-            };
-            let mut series = match self.admission.lock() {
-                Ok(m) => m,
-                Err(p) => p.into_inner(),
-            };
-            let (count, duration) = series.entry(id).or_insert_with(|| {
-                let labels = AdmissionLabels {
-                    resource_kind: kind.to_string(),
-                    resource_namespace: ns.to_string(),
-                    resource_request_operation: operation.to_string(),
-                    request_allowed: o.allowed.to_string(),
-                    request_webhook: webhook.to_string(),
+        t.admission
+            .entry(id)
+            .or_insert_with(|| {
+                let key = AdmissionKey {
+                    kind: kind.clone(),
+                    namespace: ns.clone(),
+                    operation: operation.clone(),
+                    allowed: o.allowed,
+                    webhook,
                 };
-                (self.requests.get_or_create(&labels).clone(), self.review_duration.get_or_create(&labels).clone())
+                (key, Durations::default())
+            })
+            .1
+            .observe(seconds);
+        let Table { names, policies, results, times, .. } = t;
+        for r in &o.results {
+            let Some(meta) = set.meta(r.policy) else { continue };
+            let Some(p) = Table::policy(policies, names, r.policy, meta) else { continue };
+            let rule = match &r.rule {
+                Ok(i) => p.rules.get(*i).cloned(),
+                Err(name) => Some(Table::name(names, name)),
+            };
+            let Some(rule) = rule else { continue };
+            let (result, kind_of_rule) = (status(r.status), rule_type(r.rule_type));
+            let id = ResultId::new(
+                [r.enforce, meta.namespaced, meta.background, dry_run],
+                [&p.namespace, &p.name, &kind, &ns, &operation, &rule],
+                [result, kind_of_rule, "admission_request"],
+            );
+            count_result(results, id, || ResultKey {
+                enforce: r.enforce,
+                namespaced: meta.namespaced,
+                background: meta.background,
+                policy_namespace: Name(p.namespace.clone()),
+                policy_name: Name(p.name.clone()),
+                resource_kind: Name(kind.clone()),
+                resource_namespace: Name(ns.clone()),
+                operation: Name(operation.clone()),
+                rule_name: Name(rule.clone()),
+                rule_result: result,
+                rule_type: kind_of_rule,
+                dry_run,
+                cause: "admission_request",
             });
-            count.inc();
-            duration.observe(seconds);
         }
-        if !o.results.is_empty() {
-            let mut map = match self.results.0.lock() {
-                Ok(m) => m,
-                Err(p) => p.into_inner(),
-            };
-            for r in &o.results {
-                let Some((policy, rule)) = r.names(set) else { continue };
-                let (result, kind_of_rule) = (status(r.status), rule_type(r.rule_type));
-                let id = ResultId::new(
-                    [r.enforce, policy.namespaced, policy.background, dry_run],
-                    [&policy.namespace, &policy.name, &kind, &ns, &operation, rule],
-                    [result, kind_of_rule, "admission_request"],
-                );
-                count_result(&mut map, id, || ResultKey {
-                    enforce: r.enforce,
-                    namespaced: policy.namespaced,
-                    background: policy.background,
-                    policy_namespace: Name(policy.namespace.clone()),
-                    policy_name: Name(policy.name.clone()),
-                    resource_kind: Name(kind.clone()),
-                    resource_namespace: Name(ns.clone()),
-                    operation: Name(operation.clone()),
-                    rule_name: Name(rule.clone()),
-                    rule_result: result,
-                    rule_type: kind_of_rule,
-                    dry_run,
-                    cause: "admission_request",
-                });
-            }
-        }
-        if !o.policy_seconds.is_empty() {
-            let mut names = match self.names.lock() {
-                Ok(m) => m,
-                Err(p) => p.into_inner(),
-            };
-            let mut map = match self.policy_duration.0.lock() {
-                Ok(m) => m,
-                Err(p) => p.into_inner(),
-            };
-            for &(i, secs) in &o.policy_seconds {
-                let Some(m) = set.meta(i) else { continue };
-                // Series found by the names' addresses; the key (with references) is made only
-                // for a new series.
-                let id = TimeId {
-                    namespaced: m.namespaced,
-                    names: [interned_address(&mut names, &m.name), address(&kind), address(&operation)],
-                };
-                map.entry(id)
-                    .or_insert_with(|| {
-                        let key = TimeKey {
-                            namespaced: m.namespaced,
-                            policy_name: Name(intern_in(&mut names, &m.name)),
-                            resource_kind: Name(kind.clone()),
-                            operation: Name(operation.clone()),
-                        };
-                        (key, duration_histogram())
-                    })
-                    .1
-                    .observe(secs);
-            }
+        for &(i, secs) in &o.policy_seconds {
+            let Some(meta) = set.meta(i) else { continue };
+            let Some(p) = Table::policy(policies, names, i, meta) else { continue };
+            let id =
+                TimeId { namespaced: meta.namespaced, names: [address(&p.name), address(&kind), address(&operation)] };
+            times
+                .entry(id)
+                .or_insert_with(|| {
+                    let key = TimeKey {
+                        namespaced: meta.namespaced,
+                        policy_name: p.name.clone(),
+                        resource_kind: kind.clone(),
+                        operation: operation.clone(),
+                    };
+                    (key, Durations::default())
+                })
+                .1
+                .observe(secs);
         }
     }
 
     /// Records the rule results of one background scan evaluation of a `kind` object in
     /// `namespace` (`rule_execution_cause="background_scan"`, no request operation).
     pub fn observe_scan(&self, kind: &str, namespace: &str, set: &PolicySet, responses: &[(usize, PolicyResponse)]) {
-        let (kind, ns, operation) = (self.intern(kind), self.intern(namespace), self.intern(""));
-        let mut map = match self.results.0.lock() {
-            Ok(m) => m,
-            Err(p) => p.into_inner(),
-        };
+        let Some(mut guard) = self.tallies.mine() else { return };
+        let t = &mut *guard;
+        let (kind, ns, operation) =
+            (self.label(&mut t.labels, kind), self.label(&mut t.labels, namespace), self.label(&mut t.labels, ""));
+        let Table { names, policies, results, .. } = t;
         for (i, r) in responses {
-            let Some(m) = set.meta(*i) else { continue };
+            let Some(meta) = set.meta(*i) else { continue };
+            let Some(p) = Table::policy(policies, names, *i, meta) else { continue };
             for rr in &r.rules {
-                let (rule, enforce) = m.rule(&rr.name);
+                let (rule, enforce) = match meta.rule_index(&rr.name) {
+                    Some(j) => (p.rules.get(j).cloned(), meta.rules.get(j).is_some_and(|r| r.1)),
+                    None => (None, false),
+                };
+                let rule = rule.unwrap_or_else(|| Table::name(names, &rr.name));
                 let key = ResultKey {
                     enforce,
-                    namespaced: m.namespaced,
-                    background: m.background,
-                    policy_namespace: Name(m.namespace.clone()),
-                    policy_name: Name(m.name.clone()),
+                    namespaced: meta.namespaced,
+                    background: meta.background,
+                    policy_namespace: Name(p.namespace.clone()),
+                    policy_name: Name(p.name.clone()),
                     resource_kind: Name(kind.clone()),
                     resource_namespace: Name(ns.clone()),
                     operation: Name(operation.clone()),
@@ -704,21 +860,9 @@ impl Metrics {
                     dry_run: false,
                     cause: "background_scan",
                 };
-                count_result(&mut map, key.id(), || key);
+                count_result(results, key.id(), || key);
             }
         }
-    }
-
-    /// The one shared copy of a name, so series keys compare by pointer.
-    /// Bounded: past [`MAX_LABEL_VALUES`] distinct values, a new one is counted as
-    /// [`OVERFLOW_LABEL`], so requests (any kind, namespace or operation a caller makes up)
-    /// cannot grow `/metrics` without bound.
-    fn intern(&self, s: &str) -> Arc<str> {
-        let mut names = match self.names.lock() {
-            Ok(m) => m,
-            Err(p) => p.into_inner(),
-        };
-        intern_in(&mut names, s)
     }
 
     /// The Prometheus text exposition.
@@ -830,5 +974,92 @@ mod tests {
         };
         assert_eq!(requests("mutate").as_deref(), Some("1"), "{text}");
         assert_eq!(requests("validate").as_deref(), Some("1"), "{text}");
+    }
+
+    fn pod_review(namespace: &str) -> verno_api::admission::AdmissionReview {
+        serde_json::from_value(serde_json::json!({"request": {"uid": "u", "operation": "CREATE",
+            "kind": {"group": "", "version": "v1", "kind": "Pod"}, "namespace": namespace,
+            "object": {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p", "namespace": namespace}}}}))
+        .unwrap_or_default()
+    }
+
+    /// The series kept in every shard: (admission, results, durations).
+    fn series(metrics: &Metrics) -> (usize, usize, usize) {
+        let mut n = (0, 0, 0);
+        metrics.tallies.each(|t| {
+            n.0 += t.admission.len();
+            n.1 += t.results.len();
+            n.2 += t.times.len();
+        });
+        n
+    }
+
+    /// Every policy change swaps in a new set with new copies of the policies' names; series
+    /// were keyed by those copies, so each swap added a full set of series that were never
+    /// dropped. The shards key them by their own copies, found again by text.
+    #[test]
+    fn reloading_the_policies_does_not_grow_the_series() {
+        let metrics = Metrics::default();
+        let review = pod_review("default");
+        let route = Route::Kyverno(Hook::Validate, Filter::All);
+        let count = |set: &PolicySet| {
+            let o = crate::admission::review(set, route.clone(), &review);
+            metrics.observe("validate", &o, 0.001, false, set);
+        };
+        let first = require_team();
+        count(&first);
+        let after_one = series(&metrics);
+        assert_eq!(after_one, (1, 1, 1));
+        for _ in 0..50 {
+            count(&require_team());
+        }
+        assert_eq!(series(&metrics), after_one);
+        let text = metrics.encode();
+        assert!(text.contains("rule_result=\"fail\",rule_type=\"validate\",rule_execution_cause=\"admission_request\",dry_run=\"false\"} 51"), "{text}");
+    }
+
+    /// Threads count into their own shards; the exposition adds the shards up, series by
+    /// series, histograms bucket by bucket.
+    #[test]
+    fn counts_from_several_threads_add_up_in_the_exposition() {
+        let metrics = Metrics::default();
+        let set = require_team();
+        let review = pod_review("default");
+        std::thread::scope(|s| {
+            for _ in 0..4 {
+                s.spawn(|| {
+                    for _ in 0..25 {
+                        let o = crate::admission::review(&set, Route::Kyverno(Hook::Validate, Filter::All), &review);
+                        metrics.observe("validate", &o, 0.0002, false, &set);
+                    }
+                });
+            }
+        });
+        let text = metrics.encode();
+        let value = |prefix: &str| {
+            let found: Vec<&str> = text.lines().filter(|l| l.starts_with(prefix)).collect();
+            assert_eq!(found.len(), 1, "{prefix}: {text}");
+            found.first().and_then(|l| l.rsplit(' ').next()).map(str::to_string)
+        };
+        assert_eq!(value("kyverno_admission_requests_total{").as_deref(), Some("100"));
+        assert_eq!(value("kyverno_policy_results_total{").as_deref(), Some("100"));
+        assert_eq!(value("kyverno_policy_execution_duration_seconds_count{").as_deref(), Some("100"));
+        assert_eq!(value("kyverno_admission_review_duration_seconds_count{").as_deref(), Some("100"));
+        // 0.0002 s is in the bucket of 0.0002 and every one above it, not in those below.
+        assert_eq!(
+            value("kyverno_admission_review_duration_seconds_bucket{le=\"0.0002\"").as_deref(),
+            Some("100"),
+            "{text}"
+        );
+        assert_eq!(
+            value("kyverno_admission_review_duration_seconds_bucket{le=\"0.0001\"").as_deref(),
+            Some("0"),
+            "{text}"
+        );
+        assert_eq!(
+            value("kyverno_admission_review_duration_seconds_bucket{le=\"+Inf\"").as_deref(),
+            Some("100"),
+            "{text}"
+        );
     }
 }
