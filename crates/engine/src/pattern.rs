@@ -4,7 +4,6 @@
 use crate::anchor::{self, Anchor};
 use serde_json::Value;
 use std::cmp::Ordering;
-use std::collections::BTreeMap;
 use std::sync::LazyLock;
 use verno_jmespath::value::get;
 use verno_jmespath::{duration, quantity::Quantity, wildcard};
@@ -56,6 +55,9 @@ pub struct PatternError {
 #[derive(Debug, Clone)]
 pub struct Pattern {
     root: Node,
+    /// The condition and existence anchor keys (as written) of the pattern, each once: a key's
+    /// place here is its number in [`AnchorMap`].
+    anchor_names: Vec<String>,
 }
 
 #[derive(Debug, Clone)]
@@ -69,8 +71,8 @@ enum Node {
 struct MapNode {
     /// In the map's key order (serde_json keeps keys sorted).
     entries: Vec<Entry>,
-    /// Condition and existence anchors: (key as written, bare key), for [`AnchorMap`].
-    anchor_keys: Vec<(String, String)>,
+    /// Condition and existence anchors, for [`AnchorMap`].
+    anchor_keys: Vec<AnchorKey>,
     /// No anchor at this level and none below: every key in order, one phase.
     plain: bool,
     /// Phase 1: condition, existence, equality and negation anchors, in key order.
@@ -80,6 +82,35 @@ struct MapNode {
     /// The map as written, when wildcard label or annotation keys under `metadata` are
     /// expanded to the resource's keys before matching.
     expand: Option<serde_json::Map<String, Value>>,
+}
+
+/// A condition or existence anchor key of a map.
+#[derive(Debug, Clone)]
+struct AnchorKey {
+    /// Its place in [`Pattern::anchor_names`]; `None` for a key only a wildcard expansion made.
+    id: Option<usize>,
+    /// As written (`=(securityContext)`).
+    raw: String,
+    bare: String,
+}
+
+/// Numbers anchor keys: while a pattern compiles, a new key gets the next number; a map
+/// compiled while matching (wildcard metadata keys expanded) looks its keys up.
+enum Ids<'a> {
+    Assign(&'a mut Vec<String>),
+    Lookup(&'a [String]),
+}
+
+impl Ids<'_> {
+    fn id(&mut self, raw: &str) -> Option<usize> {
+        match self {
+            Ids::Assign(names) => Some(names.iter().position(|n| n == raw).unwrap_or_else(|| {
+                names.push(raw.to_string());
+                names.len() - 1
+            })),
+            Ids::Lookup(names) => names.iter().position(|n| n == raw),
+        }
+    }
 }
 
 #[derive(Debug, Clone)]
@@ -138,7 +169,9 @@ enum Cond {
 
 impl Pattern {
     pub fn compile(pattern: &Value) -> Pattern {
-        Pattern { root: Node::compile(pattern) }
+        let mut anchor_names = Vec::new();
+        let root = Node::compile(pattern, &mut Ids::Assign(&mut anchor_names));
+        Pattern { root, anchor_names }
     }
 
     /// Matches `resource` against the pattern from the root, as `validate.MatchPattern` does.
@@ -148,7 +181,7 @@ impl Pattern {
         thread_local! {
             static PATH: std::cell::Cell<String> = const { std::cell::Cell::new(String::new()) };
         }
-        let mut ac = AnchorMap::default();
+        let mut ac = AnchorMap::new(&self.anchor_names);
         let mut path = PATH.take();
         path.clear();
         path.push('/');
@@ -178,26 +211,40 @@ pub fn match_pattern(resource: &Value, pattern: &Value) -> Result<(), PatternErr
     Pattern::compile(pattern).matches(resource)
 }
 
-/// Condition and existence anchor keys seen so far, and whether any resource map had them.
-#[derive(Default)]
-struct AnchorMap {
-    seen: BTreeMap<String, bool>,
+/// Condition and existence anchor keys seen so far, and whether any resource map had them: by
+/// their number in the pattern, as bits (a map of the keys' texts cost two allocations per key
+/// per match, and every Pod Security pattern has such anchors); past 64 keys, or for a key only
+/// an expansion made, by text.
+struct AnchorMap<'p> {
+    names: &'p [String],
+    seen: u64,
+    hit: u64,
+    others: Vec<(String, bool)>,
 }
 
-impl AnchorMap {
-    fn check(&mut self, keys: &[(String, String)], resource: &serde_json::Map<String, Value>) {
-        for (raw, bare) in keys {
-            let hit = get(resource, bare).is_some();
-            match self.seen.get_mut(raw) {
-                Some(e) => *e |= hit,
-                None => {
-                    self.seen.insert(raw.clone(), hit);
+impl<'p> AnchorMap<'p> {
+    fn new(names: &'p [String]) -> AnchorMap<'p> {
+        AnchorMap { names, seen: 0, hit: 0, others: Vec::new() }
+    }
+
+    fn check(&mut self, keys: &[AnchorKey], resource: &serde_json::Map<String, Value>) {
+        for k in keys {
+            let hit = get(resource, &k.bare).is_some();
+            match k.id.filter(|i| *i < 64) {
+                Some(i) => {
+                    self.seen |= 1 << i;
+                    self.hit |= u64::from(hit) << i;
                 }
+                None => match self.others.iter_mut().find(|(raw, _)| *raw == k.raw) {
+                    Some(e) => e.1 |= hit,
+                    None => self.others.push((k.raw.clone(), hit)),
+                },
             }
         }
     }
+
     fn keys_missing(&self) -> bool {
-        self.seen.values().any(|v| !v)
+        self.seen & !self.hit != 0 || self.others.iter().any(|(_, hit)| !hit)
     }
 }
 
@@ -249,10 +296,10 @@ fn with_index<T>(path: &mut String, i: usize, f: impl FnOnce(&mut String) -> T) 
 }
 
 impl Node {
-    fn compile(v: &Value) -> Node {
+    fn compile(v: &Value, ids: &mut Ids) -> Node {
         match v {
-            Value::Object(m) => Node::Map(Box::new(MapNode::compile(m))),
-            Value::Array(a) => Node::Array(a.iter().map(Node::compile).collect()),
+            Value::Object(m) => Node::Map(Box::new(MapNode::compile(m, ids))),
+            Value::Array(a) => Node::Array(a.iter().map(|x| Node::compile(x, ids)).collect()),
             other => Node::Scalar(Box::new(Scalar::compile(other))),
         }
     }
@@ -274,7 +321,7 @@ impl Node {
         }
     }
 
-    fn element(&self, resource: &Value, path: &mut String, ac: &mut AnchorMap) -> Res {
+    fn element(&self, resource: &Value, path: &mut String, ac: &mut AnchorMap<'_>) -> Res {
         match self {
             Node::Map(pm) => {
                 let Value::Object(rm) = resource else {
@@ -344,7 +391,7 @@ fn go_value(v: &Value) -> std::borrow::Cow<'_, str> {
     }
 }
 
-fn validate_array(ra: &[Value], pa: &[Node], path: &mut String, ac: &mut AnchorMap) -> Res {
+fn validate_array(ra: &[Value], pa: &[Node], path: &mut String, ac: &mut AnchorMap<'_>) -> Res {
     let Some(first) = pa.first() else {
         return fail(path.clone(), Mismatch::Fail("pattern Array empty".into()));
     };
@@ -471,11 +518,11 @@ fn split_anchor(k: &str) -> (String, &str) {
 }
 
 impl MapNode {
-    fn compile(pm: &serde_json::Map<String, Value>) -> MapNode {
+    fn compile(pm: &serde_json::Map<String, Value>, ids: &mut Ids) -> MapNode {
         let entries: Vec<Entry> = pm
             .iter()
             .map(|(k, v)| {
-                let value = Node::compile(v);
+                let value = Node::compile(v, ids);
                 Entry {
                     raw: k.clone(),
                     anchor: anchor::parse(k).map(|(a, bare)| (a, bare.to_string())),
@@ -488,7 +535,9 @@ impl MapNode {
         let anchor_keys = entries
             .iter()
             .filter_map(|e| match &e.anchor {
-                Some((Anchor::Condition | Anchor::Existence, bare)) => Some((e.raw.clone(), bare.clone())),
+                Some((Anchor::Condition | Anchor::Existence, bare)) => {
+                    Some(AnchorKey { id: ids.id(&e.raw), raw: e.raw.clone(), bare: bare.clone() })
+                }
                 _ => None,
             })
             .collect();
@@ -509,11 +558,11 @@ impl MapNode {
         MapNode { entries, anchor_keys, plain, first, second: front, expand: expands_metadata(pm).then(|| pm.clone()) }
     }
 
-    fn validate(&self, rm: &serde_json::Map<String, Value>, path: &mut String, ac: &mut AnchorMap) -> Res {
+    fn validate(&self, rm: &serde_json::Map<String, Value>, path: &mut String, ac: &mut AnchorMap<'_>) -> Res {
         if let Some(source) = &self.expand
             && let Some(expanded) = expand_metadata(source, rm)
         {
-            let mut node = MapNode::compile(&expanded);
+            let mut node = MapNode::compile(&expanded, &mut Ids::Lookup(ac.names));
             node.expand = None;
             return node.validate(rm, path, ac);
         }
@@ -554,7 +603,7 @@ impl MapNode {
 }
 
 impl Entry {
-    fn handle(&self, rm: &serde_json::Map<String, Value>, path: &mut String, ac: &mut AnchorMap) -> Res {
+    fn handle(&self, rm: &serde_json::Map<String, Value>, path: &mut String, ac: &mut AnchorMap<'_>) -> Res {
         let pattern = &self.value;
         match &self.anchor {
             Some((Anchor::Condition, key)) => with_seg(path, key, |cur| match get(rm, key) {
@@ -928,6 +977,36 @@ mod tests {
         let r = json!({"metadata": {"labels": {}}});
         let e = match_pattern(&r, &p).err();
         assert_eq!(e.map(|e| e.path), Some("/metadata/labels/".to_string()));
+    }
+
+    /// Anchor keys are merged by the key as written, whether counted by number (the first 64
+    /// of a pattern), past 64, or made by an expansion: missing only if no map had it.
+    #[test]
+    fn anchor_keys_seen_are_merged_by_key_whatever_their_number() {
+        let names: Vec<String> = (0..70).map(|i| format!("=(k{i})")).collect();
+        let key = |i: usize, id: Option<usize>| AnchorKey { id, raw: format!("=(k{i})"), bare: format!("k{i}") };
+        let with = |keys: &[&str]| -> serde_json::Map<String, Value> {
+            keys.iter().map(|k| (k.to_string(), Value::Bool(true))).collect()
+        };
+        for i in [3, 63, 64, 69] {
+            let mut ac = AnchorMap::new(&names);
+            ac.check(&[key(i, Some(i))], &with(&[]));
+            assert!(ac.keys_missing(), "k{i} not found yet");
+            ac.check(&[key(i, Some(i))], &with(&[&format!("k{i}")]));
+            assert!(!ac.keys_missing(), "k{i} found once");
+            ac.check(&[key(i, Some(i))], &with(&[]));
+            assert!(!ac.keys_missing(), "k{i} found once is enough");
+        }
+        // A key only an expansion made has no number (a key the pattern has is looked up to
+        // its number): kept by text, merged by text.
+        let made = || AnchorKey { id: None, raw: "=(app/x)".into(), bare: "app/x".into() };
+        let mut ac = AnchorMap::new(&names);
+        ac.check(&[made()], &with(&[]));
+        assert!(ac.keys_missing());
+        ac.check(&[made()], &with(&["app/x"]));
+        assert!(!ac.keys_missing());
+        let mut ids = Ids::Lookup(&names);
+        assert_eq!((ids.id("=(k5)"), ids.id("=(other)")), (Some(5), None));
     }
 
     #[test]
