@@ -11,36 +11,23 @@ use std::time::Instant;
 use verno_api::admission::Status as ReviewStatus;
 use verno_api::{AdmissionRequest, AdmissionResponse, AdmissionReview, Kind};
 use verno_engine::{
-    Filter, Hook, NoData, Notice, Observer, PolicyMeta, PolicyResponse, PolicySet, ResourceRef, Route, RuleType,
-    Status, jsonpatch,
+    Filter, Hook, NoData, Notice, Observer, PolicyResponse, PolicySet, ResourceRef, Route, RuleType, Status, jsonpatch,
 };
 
 /// One rule result, for metrics: the policy and rule by their places in the set that evaluated
-/// the request (read with [`RuleResult::names`]), not by shared names — under load on several
+/// the request (the metrics look the names up in their own tables), not by shared names — under load on several
 /// threads, counting references on the set's names kept their cache lines moving between the
 /// cores.
 #[derive(Debug, Clone)]
 pub struct RuleResult {
     /// The policy's index in the set.
     pub policy: usize,
-    /// The rule's index in the policy's [`PolicyMeta::rules`], or its own name when the set
+    /// The rule's index in the policy's [`verno_engine::PolicyMeta::rules`], or its own name when the set
     /// does not know it.
     pub rule: Result<usize, Arc<str>>,
     pub enforce: bool,
     pub rule_type: RuleType,
     pub status: Status,
-}
-
-impl RuleResult {
-    /// The policy's names and the rule's name, from the set that evaluated the request.
-    pub fn names<'a>(&'a self, set: &'a PolicySet) -> Option<(&'a PolicyMeta, &'a Arc<str>)> {
-        let m = set.meta(self.policy)?;
-        let rule = match &self.rule {
-            Ok(i) => &m.rules.get(*i)?.0,
-            Err(name) => name,
-        };
-        Some((m, rule))
-    }
 }
 
 /// What a review produced.
