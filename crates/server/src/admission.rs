@@ -15,15 +15,15 @@ use verno_engine::{
 };
 
 /// One rule result, for metrics: the policy and rule by their places in the set that evaluated
-/// the request (the metrics look the names up in their own tables), not by shared names — under load on several
-/// threads, counting references on the set's names kept their cache lines moving between the
-/// cores.
+/// the request (the metrics look the names up in their own tables), not by shared names —
+/// under load on several threads, counting references on the set's names kept their cache
+/// lines moving between the cores.
 #[derive(Debug, Clone)]
 pub struct RuleResult {
     /// The policy's index in the set.
     pub policy: usize,
-    /// The rule's index in the policy's [`verno_engine::PolicyMeta::rules`], or its own name when the set
-    /// does not know it.
+    /// The rule's index in the policy's [`verno_engine::PolicyMeta::rules`], or its own name
+    /// when the set does not know it.
     pub rule: Result<usize, Arc<str>>,
     pub enforce: bool,
     pub rule_type: RuleType,
