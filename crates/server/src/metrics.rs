@@ -79,6 +79,34 @@ impl ResultId {
 }
 
 impl ResultKey {
+    /// The key of a rule result of policy `p` (described by `meta`) on a resource of the
+    /// request labels `[kind, namespace, operation]`; `flags`: enforce, dry run; `words`: rule
+    /// result, rule type, cause.
+    fn of(
+        p: &PolicyNames,
+        meta: &PolicyMeta,
+        [kind, ns, operation]: [&Arc<str>; 3],
+        rule: Arc<str>,
+        [enforce, dry_run]: [bool; 2],
+        [rule_result, rule_type, cause]: [&'static str; 3],
+    ) -> ResultKey {
+        ResultKey {
+            enforce,
+            namespaced: meta.namespaced,
+            background: meta.background,
+            policy_namespace: Name(p.namespace.clone()),
+            policy_name: Name(p.name.clone()),
+            resource_kind: Name(kind.clone()),
+            resource_namespace: Name(ns.clone()),
+            operation: Name(operation.clone()),
+            rule_name: Name(rule),
+            rule_result,
+            rule_type,
+            dry_run,
+            cause,
+        }
+    }
+
     /// The key by identity (its names' addresses, its flags and words), for [`count_result`].
     fn id(&self) -> ResultId {
         ResultId::new(
@@ -791,20 +819,9 @@ impl Metrics {
                 [&p.namespace, &p.name, &kind, &ns, &operation, &rule],
                 [result, kind_of_rule, "admission_request"],
             );
-            count_result(results, id, || ResultKey {
-                enforce: r.enforce,
-                namespaced: meta.namespaced,
-                background: meta.background,
-                policy_namespace: Name(p.namespace.clone()),
-                policy_name: Name(p.name.clone()),
-                resource_kind: Name(kind.clone()),
-                resource_namespace: Name(ns.clone()),
-                operation: Name(operation.clone()),
-                rule_name: Name(rule.clone()),
-                rule_result: result,
-                rule_type: kind_of_rule,
-                dry_run,
-                cause: "admission_request",
+            count_result(results, id, || {
+                let words = [result, kind_of_rule, "admission_request"];
+                ResultKey::of(p, meta, [&kind, &ns, &operation], rule.clone(), [r.enforce, dry_run], words)
             });
         }
         for &(i, secs) in &o.policy_seconds {
@@ -845,21 +862,8 @@ impl Metrics {
                     None => (None, false),
                 };
                 let rule = rule.unwrap_or_else(|| Table::name(names, &rr.name));
-                let key = ResultKey {
-                    enforce,
-                    namespaced: meta.namespaced,
-                    background: meta.background,
-                    policy_namespace: Name(p.namespace.clone()),
-                    policy_name: Name(p.name.clone()),
-                    resource_kind: Name(kind.clone()),
-                    resource_namespace: Name(ns.clone()),
-                    operation: Name(operation.clone()),
-                    rule_name: Name(rule),
-                    rule_result: status(rr.status),
-                    rule_type: rule_type(rr.rule_type),
-                    dry_run: false,
-                    cause: "background_scan",
-                };
+                let words = [status(rr.status), rule_type(rr.rule_type), "background_scan"];
+                let key = ResultKey::of(p, meta, [&kind, &ns, &operation], rule, [enforce, false], words);
                 count_result(results, key.id(), || key);
             }
         }
