@@ -420,6 +420,7 @@ impl Requests<'_> {
             old_object: old,
             user: self.user.map(|u| &u.0),
             user_info: self.user.map(|u| &u.1),
+            user_info_sent: None,
             namespace_labels: None,
             subresource: "",
             kind,

@@ -65,6 +65,7 @@ fn run(set: &PolicySet, route: &Route, review: &Value) -> usize {
     let req = &review["request"];
     let req = Request {
         user_info: req.get("userInfo"),
+        user_info_sent: None,
         ..Request::new(req["operation"].as_str().unwrap_or("CREATE"), &req["object"])
     };
     let mut rules = RuleCount(0);

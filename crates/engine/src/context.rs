@@ -111,6 +111,7 @@ pub(crate) struct RequestFields<'e> {
     /// group, version, kind
     pub kind: (&'e str, &'e str, &'e str),
     pub user_info: Option<&'e Value>,
+    pub user_info_sent: Option<&'e verno_api::admission::UserInfo>,
     pub user: Option<&'e crate::matching::RequestUser>,
     pub subresource: &'e str,
 }
@@ -137,7 +138,11 @@ impl RequestFields<'_> {
                 m.insert("kind".into(), Value::String(kind.into()));
                 Value::Object(m)
             }
-            5 => self.user_info.cloned().unwrap_or_else(|| Value::Object(Map::new())),
+            5 => match (self.user_info, self.user_info_sent) {
+                (Some(u), _) => u.clone(),
+                (None, Some(u)) => serde_json::to_value(u).unwrap_or_else(|_| Value::Object(Map::new())),
+                (None, None) => Value::Object(Map::new()),
+            },
             6 => strings(self.user.map(|u| &u.roles)),
             7 => strings(self.user.map(|u| &u.cluster_roles)),
             8 if !self.subresource.is_empty() => Value::String(self.subresource.into()),
@@ -750,6 +755,7 @@ mod tests {
         let req = Request {
             old_object: Some(&old),
             user_info: Some(&user_info),
+            user_info_sent: None,
             user: Some(&user),
             subresource: "status",
             ..Request::new("UPDATE", &object)

@@ -206,6 +206,9 @@ pub struct Request<'a> {
     pub user: Option<&'a RequestUser>,
     /// `request.userInfo` as JSON (username, groups, ...).
     pub user_info: Option<&'a Value>,
+    /// `request.userInfo` as the API server sent it (used when `user_info` is `None`): turned
+    /// into JSON only if an expression reads it, which few policies do.
+    pub user_info_sent: Option<&'a verno_api::admission::UserInfo>,
     pub namespace_labels: Option<&'a BTreeMap<String, String>>,
     pub subresource: &'a str,
     /// The kind the API server says the request is about (`request.kind`); `None` (the CLI):
@@ -229,6 +232,7 @@ impl<'a> Request<'a> {
             old_object: None,
             user: None,
             user_info: None,
+            user_info_sent: None,
             namespace_labels: None,
             subresource: "",
             kind: None,
@@ -306,7 +310,11 @@ pub fn build_context<'e>(req: &Request<'e>, env: &'e dyn Env) -> Context<'e> {
 pub fn build_context_with<'e>(req: &Request<'e>, env: &'e dyn Env, images: bool) -> Context<'e> {
     let subject = req.subject();
     let (group, version, kind) = req.group_version_kind();
-    let username = req.user_info.and_then(|u| u.get("username")).and_then(Value::as_str).unwrap_or("");
+    let username = match (req.user_info, req.user_info_sent) {
+        (Some(u), _) => u.get("username").and_then(Value::as_str).unwrap_or(""),
+        (None, Some(u)) => u.username.as_str(),
+        (None, None) => "",
+    };
     let (sa_ns, sa_name) = match username.strip_prefix("system:serviceaccount:").and_then(|r| r.split_once(':')) {
         Some((ns, n)) => (ns.to_string(), n.to_string()),
         None => (String::new(), String::new()),
@@ -326,6 +334,7 @@ pub fn build_context_with<'e>(req: &Request<'e>, env: &'e dyn Env, images: bool)
         subject,
         kind: (group, version, kind),
         user_info: req.user_info,
+        user_info_sent: req.user_info_sent,
         user: req.user,
         subresource: req.subresource,
     });

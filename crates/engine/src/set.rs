@@ -604,13 +604,13 @@ impl PolicySet {
             roles: Vec::new(),
             cluster_roles: Vec::new(),
         };
-        let user_info = serde_json::to_value(&req.user_info).unwrap_or_else(|_| Value::Object(Default::default()));
         let request = Request {
             operation: &req.operation,
             object: &req.object,
             old_object: Some(&req.old_object).filter(|o| !o.is_null()),
             user: Some(&user),
-            user_info: Some(&user_info),
+            user_info: None,
+            user_info_sent: Some(&req.user_info),
             namespace_labels: None,
             subresource: &req.sub_resource,
             kind: Some(&req.kind),

@@ -38,6 +38,7 @@ fn failing(set: &PolicySet, review: &Value) -> Vec<String> {
     let r = &review["request"];
     let req = Request {
         user_info: r.get("userInfo"),
+        user_info_sent: None,
         ..Request::new(r["operation"].as_str().unwrap_or("CREATE"), &r["object"])
     };
     let out = set.evaluate(&req, Scope::ALL, &verno_jmespath::NoEnv, &NoData, &mut ());

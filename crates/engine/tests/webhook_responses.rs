@@ -66,3 +66,36 @@ fn each_policy_response_holds_its_own_rules_only() {
         ]
     );
 }
+
+/// A webhook request's `userInfo` reaches the policies that read it (as a whole, field by field
+/// and as the service account variables) although the engine makes it JSON only when read.
+#[test]
+fn a_webhook_request_user_info_reads_as_the_api_server_sent_it() {
+    let doc = json!({"apiVersion": "kyverno.io/v1", "kind": "ClusterPolicy", "metadata": {"name": "who"},
+        "spec": {"validationFailureAction": "Enforce", "background": false, "rules": [{"name": "asker",
+            "match": {"any": [{"resources": {"kinds": ["Pod"]}}]},
+            "validate": {"message": "{{ request.userInfo.username }} in {{ request.userInfo.groups | join(',', @) }} as {{ serviceAccountNamespace }}/{{ serviceAccountName }}; {{ request.userInfo }}",
+                "deny": {"conditions": {"any": [{"key": "x", "operator": "Equals", "value": "x"}]}}}}]}});
+    let p = match compile(&doc, &[]) {
+        Ok(Compiled::Policy(p)) => p,
+        Ok(_) => panic!("not a policy"),
+        Err(e) => panic!("compiles: {e}"),
+    };
+    let set = PolicySet::new(vec![Arc::new(p)], Vec::new());
+    let review: verno_api::admission::AdmissionReview = serde_json::from_value(json!({
+        "apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview",
+        "request": {"uid": "1", "kind": {"group": "", "version": "v1", "kind": "Pod"},
+            "resource": {"group": "", "version": "v1", "resource": "pods"},
+            "namespace": "default", "name": "x", "operation": "CREATE",
+            "userInfo": {"username": "system:serviceaccount:ci:builder", "groups": ["a", "b"]},
+            "object": {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "x", "namespace": "default"}}}}))
+    .unwrap();
+    let req = review.request.as_ref().unwrap();
+    let route = Route::Kyverno(Hook::Validate, Filter::All);
+    let out = set.review(req, route, &verno_jmespath::NoEnv, &NoData, &mut Seen::default());
+    let said = &out.blocked["who"]["asker"];
+    assert_eq!(
+        said,
+        r#"system:serviceaccount:ci:builder in a,b as ci/builder; {"groups":["a","b"],"username":"system:serviceaccount:ci:builder"}"#
+    );
+}
