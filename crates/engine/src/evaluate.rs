@@ -376,9 +376,12 @@ impl<'r> Sequence<'r> {
 
     /// Runs one phase of one policy on the object as patched so far. A Mutate response's
     /// `patched` is the object after this policy and every earlier one (when any changed it).
+    /// `gate`: the request's kind and the policy's rules a request of that kind may match
+    /// (bit `i`: rule `i`), when the caller knows (see [`crate::Matcher::rules_out_kind`]).
     pub fn evaluate(
         &mut self,
         policy: &CompiledPolicy,
+        gate: Option<(&str, u64)>,
         phase: Phase,
         exceptions: &[CompiledException],
         ctx: &mut Context,
@@ -390,7 +393,7 @@ impl<'r> Sequence<'r> {
             Some(_) => None,
         };
         let blank = std::mem::take(&mut self.spare);
-        let mut r = evaluate_phase_with(policy, phase, exceptions, &req, facts, ctx, data, self.explain, blank);
+        let mut r = evaluate_phase_with(policy, gate, phase, exceptions, &req, facts, ctx, data, self.explain, blank);
         if matches!(phase, Phase::Verify | Phase::PinDigests) {
             // Only a policy whose images were verified carries the object on: the others'
             // responses keep what their own mutations made.
@@ -438,7 +441,7 @@ pub fn evaluate_policy(
     ctx: &mut Context,
     data: &dyn Data,
 ) -> PolicyResponse {
-    evaluate_phase_with(policy, Phase::All, exceptions, req, None, ctx, data, true, PolicyResponse::default())
+    evaluate_phase_with(policy, None, Phase::All, exceptions, req, None, ctx, data, true, PolicyResponse::default())
 }
 
 /// What matching reads from the request and the object it is about.
@@ -467,10 +470,13 @@ fn match_input<'a>(req: &Request<'a>) -> MatchInput<'a> {
 /// Evaluates the rules of one phase. Mutate rules patch `request.object` in `ctx` as they go,
 /// so later rules (and the caller's later policies) see the patched resource; the response's
 /// `patched` holds it. `facts`: what matching reads, when the caller has it for `req`.
-/// `explain`: note why rules did not apply. `blank`: an empty response to fill in.
+/// `explain`: note why rules did not apply. `blank`: an empty response to fill in. `gate`: a
+/// kind and the rules a request of that kind may match; without explanations, a request of
+/// that kind skips the others unread.
 #[allow(clippy::too_many_arguments)]
 fn evaluate_phase_with(
     policy: &CompiledPolicy,
+    gate: Option<(&str, u64)>,
     phase: Phase,
     exceptions: &[CompiledException],
     req: &Request,
@@ -521,7 +527,9 @@ fn evaluate_phase_with(
         }
     }
     let mut current: Option<Value> = None;
-    for (index, rule) in policy.rules.iter().enumerate() {
+    let gate = gate.filter(|(kind, _)| !explain && verno_jmespath::value::same(kind, input.kind)).map(|(_, m)| m);
+    for index in RuleIndices::new(policy.rules.len(), gate) {
+        let Some(rule) = policy.rules.get(index) else { break };
         if !phase.runs(&rule.body) {
             continue;
         }
@@ -581,6 +589,38 @@ fn evaluate_phase_with(
     }
     resp.patched = current;
     resp
+}
+
+/// The rules to visit: every one, or those of a mask (bit `i`: rule `i`), in order.
+struct RuleIndices {
+    next: usize,
+    len: usize,
+    mask: Option<u64>,
+}
+
+impl RuleIndices {
+    fn new(len: usize, mask: Option<u64>) -> RuleIndices {
+        RuleIndices { next: 0, len, mask }
+    }
+}
+
+impl Iterator for RuleIndices {
+    type Item = usize;
+    fn next(&mut self) -> Option<usize> {
+        match &mut self.mask {
+            Some(m) if *m == 0 => None,
+            Some(m) => {
+                let i = m.trailing_zeros() as usize;
+                *m &= *m - 1;
+                Some(i)
+            }
+            None if self.next < self.len => {
+                self.next += 1;
+                Some(self.next - 1)
+            }
+            None => None,
+        }
+    }
 }
 
 fn rule_type(rule: &CompiledRule) -> RuleType {

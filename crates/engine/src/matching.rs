@@ -412,6 +412,11 @@ impl Matcher {
         self.kinds.as_ref().is_some_and(|ks| !ks.iter().any(|k| same(k, kind)))
     }
 
+    /// The kinds of [`Matcher::rules_out_kind`]: `Some` when they alone can rule a request out.
+    pub(crate) fn exact_kinds(&self) -> Option<&[String]> {
+        self.kinds.as_deref()
+    }
+
     /// What a webhook must send for this matcher to see a request: one entry per kind (or
     /// resource rule), with the operations named (empty: any). Used to build the webhook
     /// configuration's `rules`; it over-approximates (names, selectors and subjects are left

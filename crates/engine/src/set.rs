@@ -406,6 +406,78 @@ pub struct PolicySet {
     self_contained: SelfContained,
     /// Some policy or exception may read the `images` variable (a string of it says `images`).
     reads_images: bool,
+    /// Which rules a request of a given kind can match, known from the rules' kinds alone.
+    gates: KindGates,
+}
+
+/// Which rules of each policy a request's kind leaves in play, from the rules' kinds alone
+/// ([`crate::Matcher::rules_out_kind`]), worked out when the set is built. Most rules of a typical set
+/// are autogen's, for Pod controllers, and a Pod request rules them out; with the answer here
+/// the evaluation does not read those rules at all — each is a few cache lines of matcher and
+/// kind names, and between two requests in a server TLS, HTTP and the kernel have evicted them.
+#[derive(Default)]
+struct KindGates {
+    /// Per policy: its rules a request of any kind may match (bit `i`: rule `i`; their
+    /// matchers name no exact kinds); `None` for a policy of more than 64 rules (not gated).
+    open: Vec<Option<u64>>,
+    /// Per kind some rule names exactly: per policy, its rules that name it.
+    named: Vec<(String, Vec<u64>)>,
+}
+
+impl KindGates {
+    fn of(policies: &[Arc<CompiledPolicy>]) -> KindGates {
+        let mut gates = KindGates { open: Vec::with_capacity(policies.len()), named: Vec::new() };
+        for (i, p) in policies.iter().enumerate() {
+            if p.rules.len() > 64 {
+                gates.open.push(None);
+                continue;
+            }
+            let mut open = 0u64;
+            for (r, rule) in p.rules.iter().enumerate() {
+                let bit = 1u64 << r;
+                let Some(kinds) = rule.matcher.exact_kinds() else {
+                    open |= bit;
+                    continue;
+                };
+                for k in kinds {
+                    let at = match gates.named.iter().position(|(n, _)| n == k) {
+                        Some(at) => at,
+                        None => {
+                            gates.named.push((k.clone(), vec![0; policies.len()]));
+                            gates.named.len() - 1
+                        }
+                    };
+                    if let Some(mask) = gates.named.get_mut(at).and_then(|(_, m)| m.get_mut(i)) {
+                        *mask |= bit;
+                    }
+                }
+            }
+            gates.open.push(Some(open));
+        }
+        gates
+    }
+
+    /// For a request of `kind`: per policy, the rules it may match (`None`: not gated).
+    fn for_kind<'a>(&'a self, kind: &'a str) -> Gate<'a> {
+        let named = self.named.iter().find(|(n, _)| verno_jmespath::value::same(n, kind)).map(|(_, m)| m.as_slice());
+        Gate { kind, open: &self.open, named }
+    }
+}
+
+/// [`KindGates`] for one request's kind.
+struct Gate<'a> {
+    kind: &'a str,
+    open: &'a [Option<u64>],
+    named: Option<&'a [u64]>,
+}
+
+impl<'a> Gate<'a> {
+    /// The request's kind and the rules of policy `i` it may match.
+    fn of(&self, i: usize) -> Option<(&'a str, u64)> {
+        let open = self.open.get(i).copied().flatten()?;
+        let named = self.named.and_then(|m| m.get(i)).copied().unwrap_or(0);
+        Some((self.kind, open | named))
+    }
 }
 
 impl Default for PolicySet {
@@ -436,6 +508,7 @@ impl PolicySet {
         // Exceptions keep no document: any with conditions may read it.
         let reads_images = policies.iter().any(|p| says_images(&p.document))
             || exceptions.iter().any(|e| e.conditions.is_some() || !e.cel_conditions.is_empty());
+        let gates = KindGates::of(&policies);
         PolicySet {
             policies,
             exceptions,
@@ -444,6 +517,7 @@ impl PolicySet {
             live_namespaces: None,
             self_contained,
             reads_images,
+            gates,
         }
     }
 
@@ -532,6 +606,7 @@ impl PolicySet {
         let name = str_at(subject, "/metadata/name");
         let mut ctx = build_context_with(&req, env, self.reads_images);
         ctx.set_live_namespace(held.as_ref().map(|h| h.object.clone()));
+        let gate = self.gates.for_kind(req.group_version_kind().2);
         let mut seq = Sequence::new(req.clone());
         if !scope.keep_responses {
             seq = seq.without_explanations();
@@ -561,7 +636,7 @@ impl PolicySet {
                         saved.absorb(ctx.set_path(&k, v));
                     }
                 }
-                let mut r = seq.evaluate(p, phase, &self.exceptions, &mut ctx, data);
+                let mut r = seq.evaluate(p, gate.of(i), phase, &self.exceptions, &mut ctx, data);
                 seq.restore(&mut ctx, saved);
                 observer.policy_finished(i, &r);
                 // A response nobody keeps gives its strings to the verdict instead of copies.

@@ -99,3 +99,72 @@ fn a_webhook_request_user_info_reads_as_the_api_server_sent_it() {
         r#"system:serviceaccount:ci:builder in a,b as ci/builder; {"groups":["a","b"],"username":"system:serviceaccount:ci:builder"}"#
     );
 }
+
+/// A webhook evaluation skips the rules a request's kind rules out without reading them (the
+/// set works out which when it is built); the rules left are the ones that run when every
+/// rule is read, whatever their kinds say: exact names, several, wildcards, none, kinds only in
+/// `all`, a `Kind` with its group and version, and a policy of more than 64 rules.
+#[test]
+fn rules_a_kind_rules_out_are_skipped_with_the_same_results() {
+    let rule = |name: &str, filter: serde_json::Value| json!({"name": name, "match": filter, "validate": {"pattern": {"metadata": {"name": "?*"}}}});
+    let kinds = |ks: &[&str]| json!({"any": [{"resources": {"kinds": ks}}]});
+    let policy = |name: &str, rules: Vec<serde_json::Value>| {
+        json!({"apiVersion": "kyverno.io/v1", "kind": "ClusterPolicy",
+        "metadata": {"name": name}, "spec": {"validationFailureAction": "Audit", "background": false, "rules": rules}})
+    };
+    let many: Vec<_> =
+        (0..70).map(|i| rule(&format!("r{i}"), kinds(&[if i % 2 == 0 { "Pod" } else { "Deployment" }]))).collect();
+    let docs = [
+        policy(
+            "mixed",
+            vec![
+                rule("pod", kinds(&["Pod"])),
+                rule("deploy", kinds(&["Deployment"])),
+                rule("both", kinds(&["Service", "Pod"])),
+                rule("star", kinds(&["*"])),
+                rule("glob", kinds(&["Po*"])),
+                rule("gvk", kinds(&["v1/Pod"])),
+                rule("other-gvk", kinds(&["apps/v1/Deployment"])),
+                rule("all-of", json!({"all": [{"resources": {"kinds": ["Pod"]}}]})),
+                rule("by-name", json!({"any": [{"resources": {"names": ["x"]}}]})),
+                rule(
+                    "two-filters",
+                    json!({"any": [{"resources": {"kinds": ["Deployment"]}}, {"resources": {"kinds": ["Pod"]}}]}),
+                ),
+            ],
+        ),
+        policy("deployments", vec![rule("d", kinds(&["Deployment"]))]),
+        policy("many", many),
+    ];
+    let policies = docs
+        .iter()
+        .map(|d| match compile(d, &[]) {
+            Ok(Compiled::Policy(p)) => Arc::new(p),
+            Ok(_) => panic!("not a policy: {d}"),
+            Err(e) => panic!("compiles: {d}: {e}"),
+        })
+        .collect();
+    let set = PolicySet::new(policies, Vec::new());
+    let pod = json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "x", "namespace": "default"}});
+    let route = Route::Kyverno(Hook::Validate, Filter::All);
+    let run = |scope: Scope| {
+        let mut seen = Seen::default();
+        set.evaluate(&Request::new("CREATE", &pod), scope, &verno_jmespath::NoEnv, &NoData, &mut seen);
+        seen.0.into_iter().map(|(p, rules, _)| (p, rules)).collect::<Vec<_>>()
+    };
+    let gated = run(Scope::webhook(route.clone()));
+    // Keeping responses (and reasons) reads every rule.
+    let read_all = run(Scope::webhook(route).keeping_responses());
+    assert_eq!(gated, read_all);
+    let pass = |names: &[&str]| names.iter().map(|n| format!("{n}:Pass")).collect::<Vec<_>>();
+    let evens: Vec<String> = (0..70).step_by(2).map(|i| format!("r{i}")).collect();
+    let evens: Vec<&str> = evens.iter().map(String::as_str).collect();
+    assert_eq!(
+        gated,
+        vec![
+            ("mixed".to_string(), pass(&["pod", "both", "star", "glob", "gvk", "all-of", "by-name", "two-filters"])),
+            ("deployments".to_string(), vec![]),
+            ("many".to_string(), pass(&evens)),
+        ]
+    );
+}
