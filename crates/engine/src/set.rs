@@ -411,10 +411,11 @@ pub struct PolicySet {
 }
 
 /// Which rules of each policy a request's kind leaves in play, from the rules' kinds alone
-/// ([`crate::Matcher::rules_out_kind`]), worked out when the set is built. Most rules of a typical set
-/// are autogen's, for Pod controllers, and a Pod request rules them out; with the answer here
-/// the evaluation does not read those rules at all — each is a few cache lines of matcher and
-/// kind names, and between two requests in a server TLS, HTTP and the kernel have evicted them.
+/// ([`crate::Matcher::rules_out_kind`]), worked out when the set is built. Most rules of a
+/// typical set are autogen's, for Pod controllers, and a Pod request rules them out; with the
+/// answer here the evaluation does not read those rules at all — each is a few cache lines of
+/// matcher and kind names, and between two requests in a server TLS, HTTP and the kernel have
+/// evicted them.
 #[derive(Default)]
 struct KindGates {
     /// Per policy: its rules a request of any kind may match (bit `i`: rule `i`; their
