@@ -145,10 +145,7 @@ fn pss17_each(bencher: divan::Bencher, name: &str) {
 /// overwrite and the parse are setup, not timed.
 #[divan::bench(args = ["pod-busybox-create.json"])]
 fn pss17_cold(bencher: divan::Bencher, file: &str) {
-    cold(bencher, policies(), file);
-}
-
-fn cold(bencher: divan::Bencher, ps: PolicySet, file: &str) {
+    let ps = policies();
     let text = request(file).to_string();
     let route = kyverno_route();
     let mut junk = vec![0u8; 4 << 20];

@@ -527,9 +527,13 @@ fn evaluate_phase_with(
         }
     }
     let mut current: Option<Value> = None;
+    // The rules the request's kind leaves in play, when the caller worked them out for this
+    // kind; the others are passed over before anything of theirs is read.
     let gate = gate.filter(|(kind, _)| !explain && verno_jmespath::value::same(kind, input.kind)).map(|(_, m)| m);
-    for index in RuleIndices::new(policy.rules.len(), gate) {
-        let Some(rule) = policy.rules.get(index) else { break };
+    for (index, rule) in policy.rules.iter().enumerate() {
+        if gate.is_some_and(|m| m.checked_shr(index as u32).is_none_or(|bits| bits & 1 == 0)) {
+            continue;
+        }
         if !phase.runs(&rule.body) {
             continue;
         }
@@ -542,8 +546,8 @@ fn evaluate_phase_with(
             continue;
         }
         // Most rules of a set name kinds the request is not (autogen's for controllers): without
-        // a reason to note, the kind alone rules them out.
-        if !explain && rule.matcher.rules_out_kind(input.kind) {
+        // a reason to note, the kind alone rules them out (already done when gated).
+        if !explain && gate.is_none() && rule.matcher.rules_out_kind(input.kind) {
             continue;
         }
         if let Err(reason) = rule.matcher.matches(input) {
@@ -589,38 +593,6 @@ fn evaluate_phase_with(
     }
     resp.patched = current;
     resp
-}
-
-/// The rules to visit: every one, or those of a mask (bit `i`: rule `i`), in order.
-struct RuleIndices {
-    next: usize,
-    len: usize,
-    mask: Option<u64>,
-}
-
-impl RuleIndices {
-    fn new(len: usize, mask: Option<u64>) -> RuleIndices {
-        RuleIndices { next: 0, len, mask }
-    }
-}
-
-impl Iterator for RuleIndices {
-    type Item = usize;
-    fn next(&mut self) -> Option<usize> {
-        match &mut self.mask {
-            Some(m) if *m == 0 => None,
-            Some(m) => {
-                let i = m.trailing_zeros() as usize;
-                *m &= *m - 1;
-                Some(i)
-            }
-            None if self.next < self.len => {
-                self.next += 1;
-                Some(self.next - 1)
-            }
-            None => None,
-        }
-    }
 }
 
 fn rule_type(rule: &CompiledRule) -> RuleType {
