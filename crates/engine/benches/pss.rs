@@ -2,7 +2,7 @@
 //! (`../shared/bench/policies/pss-17`) against the busybox Pod of
 //! `../shared/bench/requests/pod-busybox-create.json`. One iteration = one Pod through all 17.
 //!
-//! Run: `cargo bench -p verno-engine --bench pss`
+//! Run: `cargo bench -p verno-engine --bench pss` (`PSS_ONLY=disallow-host-path` for one policy)
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic, clippy::indexing_slicing, clippy::disallowed_methods)] // a test fails by panicking and may read files and clocks
 
 /// The allocator the `verno` binary ships with (`crates/verno/src/main.rs`): the engine is
@@ -39,6 +39,11 @@ fn policies() -> PolicySet {
         .map(|r| r.filter_map(|e| e.ok().map(|e| e.path())).collect())
         .unwrap_or_default();
     files.sort();
+    // `PSS_ONLY=<file stem>` keeps one policy (an unknown stem, none): one policy's cost
+    // against an empty set's shows what it adds to a request (docs/benchmarks.md, twelfth pass).
+    if let Ok(only) = std::env::var("PSS_ONLY") {
+        files.retain(|f| f.file_stem().is_some_and(|s| s.to_string_lossy() == only));
+    }
     let mut docs = Vec::new();
     for f in files {
         let text = std::fs::read_to_string(&f).unwrap_or_default();

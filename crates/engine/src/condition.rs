@@ -204,6 +204,11 @@ fn as_duration(v: &Value) -> Option<i64> {
     }
 }
 
+/// Whether `s` may be a duration or a quantity: both begin with a sign, a digit or a dot.
+fn starts_numeric(s: &str) -> bool {
+    matches!(s.as_bytes().first(), Some(b'0'..=b'9' | b'+' | b'-' | b'.'))
+}
+
 /// When either side is a duration string and the other a duration or a number (seconds).
 fn duration_pair(key: &Value, value: &Value) -> Option<(f64, f64)> {
     let kd = as_duration(key);
@@ -252,6 +257,12 @@ fn equals(key: &Value, value: &Value) -> bool {
         }
         Value::Object(_) | Value::Array(_) => verno_jmespath::value::values_equal(key, value),
         Value::String(k) => {
+            // A key that cannot start a number cannot be a duration or a quantity, and a string
+            // key pairs with a duration value only as a duration itself: straight to the
+            // wildcard comparison (`CREATE` against `DELETE` tried both parsers on each side).
+            if !starts_numeric(k) {
+                return matches!(value, Value::String(v) if wildcard::matches(v, k));
+            }
             if let Some((a, b)) = duration_pair(key, value) {
                 return a == b;
             }
@@ -456,5 +467,27 @@ mod tests {
         assert!(!t(json!("foo"), "GreaterThan", json!(1)));
         assert!(t(json!("CREATE"), "equals", json!("CREATE")));
         assert!(t(json!(["a"]), "NotEquals", json!("a")));
+    }
+
+    /// A string key that cannot begin a number goes straight to the wildcard comparison; keys
+    /// that can are still read as durations and quantities, against either kind of value.
+    #[test]
+    fn string_keys_compare_as_words_durations_or_quantities() {
+        assert!(t(json!("CREATE"), "NotEquals", json!("DELETE")));
+        assert!(!t(json!("DELETE"), "NotEquals", json!("DELETE")));
+        assert!(t(json!("CREATE"), "Equals", json!("CR?A*")));
+        assert!(!t(json!("CREATE"), "Equals", json!("5m")));
+        assert!(!t(json!("CREATE"), "Equals", json!(5)));
+        assert!(!t(json!("m5"), "Equals", json!("5m")));
+        assert!(!t(json!(" 5m"), "Equals", json!("300s")));
+        assert!(t(json!("5m"), "Equals", json!("300s")));
+        assert!(t(json!("-1m"), "Equals", json!("-60s")));
+        assert!(t(json!("+2m"), "Equals", json!("120s")));
+        assert!(t(json!(".5Gi"), "Equals", json!("512Mi")));
+        assert!(t(json!("60s"), "Equals", json!(60)));
+        assert!(t(json!("1Gi"), "Equals", json!("1Gi")));
+        assert!(!t(json!("1Gi"), "Equals", json!("1G")));
+        // A key that reads as a quantity compares as one only.
+        assert!(!t(json!("10"), "Equals", json!("1*")));
     }
 }
