@@ -572,6 +572,11 @@ impl PolicySet {
         self.meta.get(policy)
     }
 
+    /// Every policy's [`PolicyMeta`], in policy order.
+    pub fn metas(&self) -> &[Arc<PolicyMeta>] {
+        &self.meta
+    }
+
     /// Runs one request through the phases of `scope`. `req.namespace_labels`, when unset, is
     /// looked up: a Namespace's own labels, then the set's namespaces, then `data`.
     pub fn evaluate(
