@@ -52,12 +52,9 @@ WORK=$(mktemp -d)
 trap 'kill $(jobs -p) 2>/dev/null || true; rm -rf "$WORK"' EXIT
 mkdir -p "$WORK/empty" "$WORK/cel17"
 cp bench/cel-pss17.yaml "$WORK/cel17/"
-cat > "$WORK/post.lua" <<LUA
-wrk.method = "POST"
-wrk.headers["Content-Type"] = "application/json"
-local f = io.open("$BODY", "r")
-wrk.body = f:read("*a")
-f:close()
+. bench/post-lua.sh
+post_lua "$BODY" > "$WORK/post.lua"
+cat >> "$WORK/post.lua" <<'LUA'
 done = function(summary, latency, requests)
   io.write(string.format("RESULT %.0f %.3f %.3f %d\n", summary.requests / (summary.duration / 1e6),
     latency:percentile(50) / 1000, latency:percentile(99) / 1000,
