@@ -92,6 +92,6 @@ callgrind_annotate "$F" 2>/dev/null | awk -v n="$N" -v f="$F" '
   /PROGRAM TOTALS/ {
     line = $0; gsub(/\([^)]*\)/, "", line); gsub(/,/, "", line); split(line, v, " ")
     printf "requests %d\n", n
-    for (i = 1; i <= ne; i++) printf "%-5s %14d  per request %10.0f\n", ev[i], v[i], v[i] / n
+    for (i = 1; i <= ne; i++) printf "%-5s %14.0f  per request %10.0f\n", ev[i], v[i], v[i] / n
     printf "callgrind output: %s\n", f
   }'
