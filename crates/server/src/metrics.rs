@@ -305,8 +305,11 @@ fn learn(places: &mut [u32], slot: usize, at: usize) {
 /// The statuses a rule result can have ([`Status`]'s variants).
 const STATUSES: usize = 5;
 const _: () = assert!(Status::Skip as usize + 1 == STATUSES && Status::Pass as usize == 0);
-/// The most places the classes of one shard hold (4 MiB); past it they start again.
-const MAX_CLASS_PLACES: usize = 1 << 20;
+/// The most places the classes of one shard hold (256 KiB: ~240 classes of a 17-policy Pod
+/// Security set, against up to eight shards — a few MiB would be a tenth of the server's
+/// resident memory for a cluster with many namespaces); past it they start again, and a
+/// request of a class not held learns its places through the lookup by identity once more.
+const MAX_CLASS_PLACES: usize = 1 << 16;
 
 impl Classes {
     /// The class `id` of requests against `set`, with the numbering ([`place`]); a different
@@ -1064,6 +1067,40 @@ mod tests {
     /// dry run) once a class has seen them: across classes, statuses and a reloaded set that
     /// numbers its policies the other way round, every series still counts exactly its own
     /// results (checked against a tally made from the outcomes themselves).
+    #[test]
+    fn the_classes_of_a_shard_hold_a_bounded_number_of_places() {
+        let doc = serde_json::json!({"apiVersion": "kyverno.io/v1", "kind": "ClusterPolicy",
+            "metadata": {"name": "p"}, "spec": {"rules": [
+                {"name": "a", "match": {"any": [{"resources": {"kinds": ["Pod"]}}]},
+                    "validate": {"message": "m", "pattern": {"metadata": {"name": "?*"}}}},
+                {"name": "b", "match": {"any": [{"resources": {"kinds": ["Pod"]}}]},
+                    "validate": {"message": "m", "pattern": {"metadata": {"name": "?*"}}}}]}});
+        let Ok(verno_engine::Compiled::Policy(p)) = verno_engine::compile(&doc, &[]) else {
+            panic!("policy did not compile")
+        };
+        let set = PolicySet::new(vec![Arc::new(p)], Vec::new());
+        // Two rules, and autogen's four for Pod controllers.
+        let per_class = 6 * STATUSES + 1;
+        let mut classes = Classes::default();
+        let mut most = 0;
+        // Far more classes (namespaces, say) than the bound holds: the places held never pass
+        // it, and a class met again after they started over is numbered afresh (unlearned).
+        for n in 0..3 * MAX_CLASS_PLACES / per_class {
+            let id = ClassId { names: [n, 1, 2], dry_run: false };
+            let (class, bases) = classes.class(&set, id).expect("a class");
+            assert_eq!(bases, &[0, 6]);
+            assert!(class.results.iter().all(|&x| x == 0), "class {n} came back learned");
+            learn(&mut class.results, 0, 7);
+            assert!(classes.held <= MAX_CLASS_PLACES, "{} places held", classes.held);
+            most = most.max(classes.by_class.len());
+        }
+        assert_eq!(most, MAX_CLASS_PLACES / per_class);
+        // A class still held keeps what it learned.
+        let last = ClassId { names: [3 * MAX_CLASS_PLACES / per_class - 1, 1, 2], dry_run: false };
+        let (class, _) = classes.class(&set, last).expect("a class");
+        assert_eq!(known(&class.results, 0), Some(7));
+    }
+
     #[test]
     fn results_counted_by_class_go_to_their_own_series_across_classes_and_renumbered_sets() {
         let compile = |doc: serde_json::Value| match verno_engine::compile(&doc, &[]) {
