@@ -374,6 +374,13 @@ mod tests {
                 for c in pieces {
                     let text = format!("{a}{b}{c}");
                     assert_eq!(yaml_scalar(&text), reference(&text), "{text:?}");
+                    // The same bytes inside and across the 32-byte blocks of a longer text.
+                    for pad in [29, 31, 32, 33, 62] {
+                        let long = format!("{}{text}{}", "p".repeat(pad), "s".repeat(40));
+                        assert_eq!(yaml_scalar(&long), reference(&long), "{long:?}");
+                        let tail = format!("{}{text}", "p".repeat(pad + 32));
+                        assert_eq!(yaml_scalar(&tail), reference(&tail), "{tail:?}");
+                    }
                 }
             }
         }
