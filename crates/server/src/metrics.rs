@@ -124,18 +124,29 @@ impl ResultKey {
     }
 }
 
+/// The place in `list` of the series `id` names, found through `index`; a new series is made
+/// (`new`, with its key and references) and appended.
+fn series_at<I: std::hash::Hash + Eq, S>(
+    index: &mut FastMap<I, usize>,
+    list: &mut Vec<S>,
+    id: I,
+    new: impl FnOnce() -> S,
+) -> usize {
+    *index.entry(id).or_insert_with(|| {
+        list.push(new());
+        list.len() - 1
+    })
+}
+
 /// Looks up a series by a key's identity and adds one, building the key (with its references)
-/// only for a new series.
+/// only for a new series; returns its place.
 fn count_result(
     index: &mut FastMap<ResultId, usize>,
     list: &mut Vec<(ResultKey, u64)>,
     id: ResultId,
     key: impl FnOnce() -> ResultKey,
 ) -> usize {
-    let i = *index.entry(id).or_insert_with(|| {
-        list.push((key(), 0));
-        list.len() - 1
-    });
+    let i = series_at(index, list, id, || (key(), 0));
     if let Some(series) = list.get_mut(i) {
         series.1 += 1;
     }
@@ -977,15 +988,14 @@ impl Metrics {
             let Some(p) = Table::policy(policies, names, i, meta) else { continue };
             let id =
                 TimeId { namespaced: meta.namespaced, names: [address(&p.name), address(&kind), address(&operation)] };
-            let at = *times.entry(id).or_insert_with(|| {
+            let at = series_at(times, time_list, id, || {
                 let key = TimeKey {
                     namespaced: meta.namespaced,
                     policy_name: p.name.clone(),
                     resource_kind: kind.clone(),
                     operation: operation.clone(),
                 };
-                time_list.push((key, Durations::default()));
-                time_list.len() - 1
+                (key, Durations::default())
             });
             if let Some(series) = time_list.get_mut(at) {
                 series.1.observe(secs);
@@ -1063,10 +1073,7 @@ mod tests {
         }
     }
 
-    /// Results are counted by their place in a class of requests (kind, namespace, operation,
-    /// dry run) once a class has seen them: across classes, statuses and a reloaded set that
-    /// numbers its policies the other way round, every series still counts exactly its own
-    /// results (checked against a tally made from the outcomes themselves).
+    /// A shard's classes never hold more places than the bound; past it they start again.
     #[test]
     fn the_classes_of_a_shard_hold_a_bounded_number_of_places() {
         let doc = serde_json::json!({"apiVersion": "kyverno.io/v1", "kind": "ClusterPolicy",
@@ -1101,6 +1108,10 @@ mod tests {
         assert_eq!(known(&class.results, 0), Some(7));
     }
 
+    /// Results are counted by their place in a class of requests (kind, namespace, operation,
+    /// dry run) once a class has seen them: across classes, statuses and a reloaded set that
+    /// numbers its policies the other way round, every series still counts exactly its own
+    /// results (checked against a tally made from the outcomes themselves).
     #[test]
     fn results_counted_by_class_go_to_their_own_series_across_classes_and_renumbered_sets() {
         let compile = |doc: serde_json::Value| match verno_engine::compile(&doc, &[]) {
