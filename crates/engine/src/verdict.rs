@@ -230,9 +230,7 @@ fn push_yaml_scalar(out: &mut String, text: &str) {
             | (u8::from(b == b'\'') << 4)
     }
     fn any_flagged(block: &[u8; 32]) -> bool {
-        block.iter().fold(false, |any, &b| {
-            any | (b < 0x20) | (b == 0x7F) | (b == b':') | (b == b'#') | (b == 0xC2) | (b == b'\'')
-        })
+        block.iter().fold(false, |any, &b| any | (flag(b) != 0))
     }
     let mut blocks = bytes.chunks_exact(32);
     let mut seen = 0u8;
