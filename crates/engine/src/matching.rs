@@ -2,6 +2,7 @@
 //! selectors (with wildcards), operations and user info. Compiled once per rule.
 
 use crate::error::CompileError;
+use compact_str::CompactString;
 use std::borrow::Cow;
 use std::collections::BTreeMap;
 use std::sync::LazyLock;
@@ -45,10 +46,11 @@ impl RequestUser {
 
 #[derive(Debug, Clone)]
 pub struct KindSelector {
-    group: String,
-    version: String,
-    kind: String,
-    sub: String,
+    // In line (short names): matching a request compares them without reading elsewhere.
+    group: CompactString,
+    version: CompactString,
+    kind: CompactString,
+    sub: CompactString,
     /// `*/*`: every kind including subresources.
     all: bool,
     /// How `group`, `version` and `kind` match, worked out once.
@@ -113,8 +115,8 @@ impl KindSelector {
             group: g.into(),
             version: v.into(),
             shape: [Glob::of(g), Glob::of(v), Glob::of(&k)],
-            kind: k,
-            sub,
+            kind: k.into(),
+            sub: sub.into(),
             all: false,
         };
         match parts.as_slice() {
@@ -206,7 +208,7 @@ fn exact_kinds(mode: &Mode) -> Option<Vec<String>> {
             if k.all || k.shape[2] != Glob::Exact {
                 return None;
             }
-            kinds.push(k.kind.clone());
+            kinds.push(k.kind.to_string());
         }
     }
     Some(kinds)

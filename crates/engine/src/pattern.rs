@@ -2,6 +2,7 @@
 //! durations and quantities. Paths are slash-joined and end with `/`.
 
 use crate::anchor::{self, Anchor};
+use compact_str::CompactString;
 use serde_json::Value;
 use std::cmp::Ordering;
 use std::sync::LazyLock;
@@ -67,21 +68,23 @@ enum Node {
     Scalar(Box<Scalar>),
 }
 
+/// A pattern map, laid out for the walk (a match reads it front to back: the compiled patterns'
+/// own reads were most of the data-cache misses of a Pod Security request in place).
 #[derive(Debug, Clone)]
 struct MapNode {
-    /// In the map's key order (serde_json keeps keys sorted).
+    /// In the order a match visits them: phase 1 — condition, existence, equality and negation
+    /// anchors, in key order (serde_json keeps keys sorted) — then phase 2 — global anchors and
+    /// keys with nested anchors (reverse key order), then the rest in key order.
     entries: Vec<Entry>,
-    /// Condition and existence anchors, for [`AnchorMap`].
-    anchor_keys: Vec<AnchorKey>,
+    /// How many of `entries` are phase 1.
+    first: usize,
     /// No anchor at this level and none below: every key in order, one phase.
     plain: bool,
-    /// Phase 1: condition, existence, equality and negation anchors, in key order.
-    first: Vec<usize>,
-    /// Phase 2: global anchors and keys with nested anchors (reverse key order), then the rest.
-    second: Vec<usize>,
+    /// Condition and existence anchors, for [`AnchorMap`].
+    anchor_keys: Vec<AnchorKey>,
     /// The map as written, when wildcard label or annotation keys under `metadata` are
     /// expanded to the resource's keys before matching.
-    expand: Option<serde_json::Map<String, Value>>,
+    expand: Option<Box<serde_json::Map<String, Value>>>,
 }
 
 /// A condition or existence anchor key of a map.
@@ -91,7 +94,8 @@ struct AnchorKey {
     id: Option<usize>,
     /// As written (`=(securityContext)`).
     raw: String,
-    bare: String,
+    /// Looked up in each resource map: kept in line (most keys are short).
+    bare: CompactString,
 }
 
 /// Numbers anchor keys: while a pattern compiles, a new key gets the next number; a map
@@ -115,9 +119,10 @@ impl Ids<'_> {
 
 #[derive(Debug, Clone)]
 struct Entry {
-    /// The key as written (anchor included).
-    raw: String,
-    anchor: Option<(Anchor, String)>,
+    /// What the entry looks up in the resource map: the key without its anchor, or as written
+    /// (no anchor, or `+(k)`). In line for short keys: the walk compares it without another read.
+    key: CompactString,
+    anchor: Option<Anchor>,
     value: Node,
     /// The value is exactly `"*"`.
     star: bool,
@@ -519,43 +524,50 @@ fn split_anchor(k: &str) -> (String, &str) {
 
 impl MapNode {
     fn compile(pm: &serde_json::Map<String, Value>, ids: &mut Ids) -> MapNode {
-        let entries: Vec<Entry> = pm
-            .iter()
-            .map(|(k, v)| {
-                let value = Node::compile(v, ids);
-                Entry {
-                    raw: k.clone(),
-                    anchor: anchor::parse(k).map(|(a, bare)| (a, bare.to_string())),
-                    star: v.as_str() == Some("*"),
-                    nested: value.has_anchors(),
-                    value,
-                }
-            })
-            .collect();
-        let anchor_keys = entries
-            .iter()
-            .filter_map(|e| match &e.anchor {
+        let mut plain = true;
+        let mut first = Vec::new();
+        let mut front = Vec::new();
+        let mut back = Vec::new();
+        for (k, v) in pm {
+            let value = Node::compile(v, ids);
+            let anchor = anchor::parse(k);
+            let key = match anchor {
+                Some((a, bare)) if a != Anchor::AddIfNotPresent => bare,
+                _ => k.as_str(),
+            };
+            let nested = value.has_anchors();
+            plain &= !(k.ends_with(')') || nested);
+            let entry =
+                Entry { key: key.into(), anchor: anchor.map(|(a, _)| a), star: v.as_str() == Some("*"), nested, value };
+            match entry.anchor {
+                Some(Anchor::Condition | Anchor::Existence | Anchor::Equality | Anchor::Negation) => first.push(entry),
+                Some(Anchor::Global) => front.push(entry),
+                _ if entry.nested => front.push(entry),
+                _ => back.push(entry),
+            }
+        }
+        // Numbered once the values below are (as they always were: the numbers decide which
+        // keys past the 64th are kept by text).
+        let anchor_keys = pm
+            .keys()
+            .filter_map(|k| match anchor::parse(k) {
                 Some((Anchor::Condition | Anchor::Existence, bare)) => {
-                    Some(AnchorKey { id: ids.id(&e.raw), raw: e.raw.clone(), bare: bare.clone() })
+                    Some(AnchorKey { id: ids.id(k), raw: k.clone(), bare: bare.into() })
                 }
                 _ => None,
             })
             .collect();
-        let plain = !entries.iter().any(|e| e.raw.ends_with(')') || e.nested);
-        let mut first = Vec::new();
-        let mut front = Vec::new();
-        let mut back = Vec::new();
-        for (i, e) in entries.iter().enumerate() {
-            match e.anchor {
-                Some((Anchor::Condition | Anchor::Existence | Anchor::Equality | Anchor::Negation, _)) => first.push(i),
-                Some((Anchor::Global, _)) => front.push(i),
-                _ if e.nested => front.push(i),
-                _ => back.push(i),
-            }
+        let phase_one = first.len();
+        let mut entries = first;
+        entries.extend(front.into_iter().rev());
+        entries.extend(back);
+        MapNode {
+            entries,
+            first: phase_one,
+            plain,
+            anchor_keys,
+            expand: expands_metadata(pm).then(|| Box::new(pm.clone())),
         }
-        front.reverse();
-        front.extend(back);
-        MapNode { entries, anchor_keys, plain, first, second: front, expand: expands_metadata(pm).then(|| pm.clone()) }
     }
 
     fn validate(&self, rm: &serde_json::Map<String, Value>, path: &mut String, ac: &mut AnchorMap<'_>) -> Res {
@@ -579,8 +591,8 @@ impl MapNode {
         let mut skips: Vec<Mismatch> = Vec::new();
         let mut applied = 0;
         let direct = |skips: &[Mismatch]| skips.iter().any(|m| !matches!(m, Mismatch::Skipped(_)));
-        for &i in &self.first {
-            let Some(e) = self.entries.get(i) else { continue };
+        let (first, second) = self.entries.split_at(self.first.min(self.entries.len()));
+        for e in first {
             match e.handle(rm, path, ac) {
                 Ok(()) => applied += 1,
                 Err(e) if e.1.is_skip() => skips.push(e.1),
@@ -593,10 +605,8 @@ impl MapNode {
             return fail(path.clone(), Mismatch::Skipped(message));
         }
         // Phase 2: global anchors and keys with nested anchors first (reverse-sorted), then the rest sorted.
-        for &i in &self.second {
-            if let Some(e) = self.entries.get(i) {
-                e.handle(rm, path, ac)?;
-            }
+        for e in second {
+            e.handle(rm, path, ac)?;
         }
         Ok(())
     }
@@ -605,8 +615,9 @@ impl MapNode {
 impl Entry {
     fn handle(&self, rm: &serde_json::Map<String, Value>, path: &mut String, ac: &mut AnchorMap<'_>) -> Res {
         let pattern = &self.value;
-        match &self.anchor {
-            Some((Anchor::Condition, key)) => with_seg(path, key, |cur| match get(rm, key) {
+        let key = self.key.as_str();
+        match self.anchor {
+            Some(Anchor::Condition) => with_seg(path, key, |cur| match get(rm, key) {
                 Some(v) => {
                     pattern.element(v, cur, ac).map_err(|e| Box::new((e.0, Mismatch::Conditional(e.1.into_message()))))
                 }
@@ -615,23 +626,23 @@ impl Entry {
                     Mismatch::Conditional("conditional anchor key doesn't exist in the resource".into()),
                 ),
             }),
-            Some((Anchor::Global, key)) => with_seg(path, key, |cur| match get(rm, key) {
+            Some(Anchor::Global) => with_seg(path, key, |cur| match get(rm, key) {
                 Some(v) => {
                     pattern.element(v, cur, ac).map_err(|e| Box::new((e.0, Mismatch::Global(e.1.into_message()))))
                 }
                 None => Ok(()),
             }),
-            Some((Anchor::Equality, key)) => with_seg(path, key, |cur| match get(rm, key) {
+            Some(Anchor::Equality) => with_seg(path, key, |cur| match get(rm, key) {
                 Some(v) => pattern.element(v, cur, ac),
                 None => Ok(()),
             }),
-            Some((Anchor::Negation, key)) => with_seg(path, key, |cur| {
+            Some(Anchor::Negation) => with_seg(path, key, |cur| {
                 if get(rm, key).is_some() {
                     return fail(cur.clone(), Mismatch::Negation(crate::cat(&[cur, " is not allowed"])));
                 }
                 Ok(())
             }),
-            Some((Anchor::Existence, key)) => with_seg(path, key, |cur| {
+            Some(Anchor::Existence) => with_seg(path, key, |cur| {
                 let Some(v) = get(rm, key) else { return Ok(()) };
                 let Value::Array(ra) = v else {
                     return fail(
@@ -671,8 +682,8 @@ impl Entry {
                 }
                 Ok(())
             }),
-            Some((Anchor::AddIfNotPresent, _)) | None => {
-                let k = &self.raw;
+            Some(Anchor::AddIfNotPresent) | None => {
+                let k = key;
                 let rv = get(rm, k).unwrap_or(&NULL);
                 if self.star {
                     if rv.is_null() {
@@ -984,7 +995,7 @@ mod tests {
     #[test]
     fn anchor_keys_seen_are_merged_by_key_whatever_their_number() {
         let names: Vec<String> = (0..70).map(|i| format!("=(k{i})")).collect();
-        let key = |i: usize, id: Option<usize>| AnchorKey { id, raw: format!("=(k{i})"), bare: format!("k{i}") };
+        let key = |i: usize, id: Option<usize>| AnchorKey { id, raw: format!("=(k{i})"), bare: format!("k{i}").into() };
         let with = |keys: &[&str]| -> serde_json::Map<String, Value> {
             keys.iter().map(|k| (k.to_string(), Value::Bool(true))).collect()
         };
