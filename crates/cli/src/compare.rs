@@ -125,7 +125,7 @@ pub fn check_resources(
     let _ = policies;
     let pr = cache.get(&(*i, op.clone())).and_then(|v| v.get(*pidx)).ok_or("no response recorded for this row")?;
     let rule_names = [entry.rule.clone(), format!("autogen-{}", entry.rule), format!("autogen-cronjob-{}", entry.rule)];
-    let rr = pr.rules.iter().find(|r| rule_names.contains(&r.name));
+    let rr = pr.rules.iter().find(|r| rule_names.iter().any(|n| n.as_str() == r.name.as_str()));
     if let Some(f) = &entry.patched_resources {
         let expected = read(base, f)?;
         match rr.filter(|r| !r.patched_targets().is_empty()) {

@@ -697,8 +697,9 @@ fn check_row(
             let responses = cache
                 .entry((i, op.clone()))
                 .or_insert_with(|| runner.run_as(r, &op, payload_kind(payloads, i).as_ref()));
-            let Some(rr) =
-                responses.get(policy_idx).and_then(|pr| pr.rules.iter().find(|rr| rule_names.contains(&rr.name)))
+            let Some(rr) = responses
+                .get(policy_idx)
+                .and_then(|pr| pr.rules.iter().find(|rr| rule_names.iter().any(|n| n.as_str() == rr.name.as_str())))
             else {
                 continue;
             };
@@ -727,7 +728,7 @@ fn check_row(
         let responses =
             cache.entry((i, op.clone())).or_insert_with(|| runner.run_as(r, &op, payload_kind(payloads, i).as_ref()));
         if let Some(pr) = responses.get(policy_idx)
-            && let Some(rr) = pr.rules.iter().find(|rr| rule_names.contains(&rr.name))
+            && let Some(rr) = pr.rules.iter().find(|rr| rule_names.iter().any(|n| n.as_str() == rr.name.as_str()))
         {
             found = Some((i, rr.clone()));
             found_op = op.clone();

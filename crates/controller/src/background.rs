@@ -1022,11 +1022,11 @@ impl Controller {
             // Rules that answered and apply (a skipped rule does not apply to the trigger).
             let mut applying: HashSet<&str> = HashSet::new();
             for r in &pr.rules {
-                if deleted && !info.rules.get(&r.name).is_some_and(|ri| ri.on_delete) {
+                if deleted && !info.rules.get(r.name.as_str()).is_some_and(|ri| ri.on_delete) {
                     continue;
                 }
                 tracing::debug!(policy = %p.name, rule = %r.name, status = ?r.status, message = %r.message, generated = r.generated().len(), targets = r.patched_targets().len(), admitted, policy_created = %info.created, trigger_created = %created, "background evaluation");
-                let Some(ri) = info.rules.get(&r.name) else { continue };
+                let Some(ri) = info.rules.get(r.name.as_str()) else { continue };
                 for (av, kind, ns, _) in r.clone_sources() {
                     let av = if av.is_empty() { "v1".to_string() } else { av.clone() };
                     // Watched and indexed by kind (a GeneratingPolicy names the plural).
@@ -1074,7 +1074,7 @@ impl Controller {
                             .filter(|k| self.downstreams.get(*k).is_some_and(|d| d.policy == pid && d.rule == r.name))
                             .cloned()
                             .collect();
-                        let link = (uid.clone(), pid.clone(), r.name.clone());
+                        let link = (uid.clone(), pid.clone(), r.name.to_string());
                         let act = admitted
                             || ri.generate_existing
                             || (ri.synchronize && (!mine.is_empty() || self.acted.contains(&link)));
@@ -1096,7 +1096,7 @@ impl Controller {
                             }
                         }
                     }
-                    RuleType::Mutation if r.status == Status::Error && info.rules.contains_key(&r.name) => {
+                    RuleType::Mutation if r.status == Status::Error && info.rules.contains_key(r.name.as_str()) => {
                         fail(&mut errors, &p, &r.name, true, r.message.clone());
                     }
                     RuleType::Mutation if r.status == Status::Pass && !r.patched_targets().is_empty() => {

@@ -197,7 +197,7 @@ enum Mode {
 /// The kinds of [`Matcher::rules_out_kind`]: with `any`, a filter matches only requests of one
 /// of its kinds when it has kinds and each is an exact name (`Pod`, `apps/v1/Deployment`,
 /// `Pod/status`); a filter without kinds (or with a wildcard) may match any kind.
-fn exact_kinds(mode: &Mode) -> Option<Vec<String>> {
+fn exact_kinds(mode: &Mode) -> Option<Vec<CompactString>> {
     let Mode::Any(filters) = mode else { return None };
     let mut kinds = Vec::new();
     for f in filters {
@@ -208,10 +208,31 @@ fn exact_kinds(mode: &Mode) -> Option<Vec<String>> {
             if k.all || k.shape[2] != Glob::Exact {
                 return None;
             }
-            kinds.push(k.kind.to_string());
+            kinds.push(k.kind.clone());
         }
     }
     Some(kinds)
+}
+
+/// Whether an `any` list says nothing but bare kind names (`Pod`: any group and version, no
+/// subresource) — the usual `match` — so that its kinds alone decide a match.
+fn only_kind_names(mode: &Mode) -> bool {
+    let Mode::Any(filters) = mode else { return false };
+    !filters.is_empty()
+        && filters.iter().all(|f| {
+            let d = &f.desc;
+            !d.kinds.is_empty()
+                && d.kinds.iter().all(|k| !k.all && k.shape == [Glob::Any, Glob::Any, Glob::Exact] && k.sub.is_empty())
+                && d.names.is_empty()
+                && d.namespaces.is_empty()
+                && d.annotations.is_empty()
+                && d.selector.is_none()
+                && d.namespace_selector.is_none()
+                && d.operations.is_empty()
+                && f.subjects.is_empty()
+                && f.roles.is_empty()
+                && f.cluster_roles.is_empty()
+        })
 }
 
 /// One Kubernetes `resourceRules` / `excludeResourceRules` entry.
@@ -336,8 +357,12 @@ pub struct WebhookScope {
 pub struct Matcher {
     mode: Mode,
     /// The kinds a request must be of for this matcher to match, when its kinds alone say so
-    /// (see [`Matcher::rules_out_kind`]); `None`: any kind may match.
-    kinds: Option<Vec<String>>,
+    /// (see [`Matcher::rules_out_kind`]); `None`: any kind may match. In line (short names).
+    kinds: Option<Vec<CompactString>>,
+    /// The `any` list names bare kinds and nothing else ([`only_kind_names`]): a request
+    /// matches when it is one of `kinds` (its main resource, or a Pod's ephemeral
+    /// containers), decided without reading the filters.
+    only_kinds: bool,
 }
 
 fn compile_desc(d: &ResourceDescription, path: &str) -> Result<Description, CompileError> {
@@ -371,12 +396,12 @@ fn compile_filter(f: &ResourceFilter, path: &str) -> Result<Filter, CompileError
 impl Matcher {
     /// A matcher for Kubernetes `MatchResources`.
     pub fn constraints(c: Constraints) -> Matcher {
-        Matcher { mode: Mode::Constraints(vec![c]), kinds: None }
+        Matcher { mode: Mode::Constraints(vec![c]), kinds: None, only_kinds: false }
     }
 
     /// Several `MatchResources` that must all match.
     pub fn all_constraints(c: Vec<Constraints>) -> Matcher {
-        Matcher { mode: Mode::Constraints(c), kinds: None }
+        Matcher { mode: Mode::Constraints(c), kinds: None, only_kinds: false }
     }
 
     pub fn compile(m: &MatchResources, path: &str) -> Result<Matcher, CompileError> {
@@ -403,7 +428,8 @@ impl Matcher {
             Mode::Any(vec![f])
         };
         let kinds = exact_kinds(&mode);
-        Ok(Matcher { mode, kinds })
+        let only_kinds = only_kind_names(&mode);
+        Ok(Matcher { mode, kinds, only_kinds })
     }
 
     /// Whether a request of kind `kind` cannot match, known from the kinds alone: every filter
@@ -415,7 +441,7 @@ impl Matcher {
     }
 
     /// The kinds of [`Matcher::rules_out_kind`]: `Some` when they alone can rule a request out.
-    pub(crate) fn exact_kinds(&self) -> Option<&[String]> {
+    pub(crate) fn exact_kinds(&self) -> Option<&[CompactString]> {
         self.kinds.as_deref()
     }
 
@@ -502,6 +528,20 @@ impl Matcher {
 
     /// For `match`: does the resource match? `Err` carries the reason it does not.
     pub fn matches(&self, input: &MatchInput) -> Result<(), Reason> {
+        // What the filters would say, read from the kinds kept beside them (the filters are
+        // large and, on a webhook request, not in cache); a mismatch goes the long way for
+        // its reason.
+        if self.only_kinds
+            && self.kinds.as_ref().is_some_and(|ks| ks.iter().any(|k| same(k, input.kind)))
+            && (input.subresource.is_empty() || (input.kind == "Pod" && input.subresource == "ephemeralcontainers"))
+        {
+            return Ok(());
+        }
+        self.matches_by_filters(input)
+    }
+
+    /// [`Matcher::matches`] read from the filters themselves.
+    fn matches_by_filters(&self, input: &MatchInput) -> Result<(), Reason> {
         match &self.mode {
             // One filter (the usual `match.any` of one entry): its reason as it is.
             Mode::Any(fs) if fs.len() == 1 => fs.iter().try_for_each(|f| f.matches(input, false)),
@@ -804,5 +844,70 @@ mod tests {
         // Pod: 5 of the 7 requests; Pod, Deployment, Job: 2; Pod/status: 5; the legacy form: 5;
         // an empty `any`: all 7.
         assert_eq!(ruled_out, 5 + 2 + 5 + 5 + 7, "rulings");
+    }
+
+    /// A matcher whose `any` list names only bare kinds answers from its kinds as its filters
+    /// would, and only such a matcher takes that way.
+    #[test]
+    fn a_match_by_kind_names_alone_agrees_with_the_filters() {
+        let matchers = [
+            (serde_json::json!({"any": [{"resources": {"kinds": ["Pod"]}}]}), true),
+            (
+                serde_json::json!({"any": [{"resources": {"kinds": ["Pod", "Job"]}}, {"resources": {"kinds": ["Service"]}}]}),
+                true,
+            ),
+            (serde_json::json!({"resources": {"kinds": ["Pod"]}}), true),
+            (serde_json::json!({"any": [{"resources": {"kinds": ["apps/v1/Deployment"]}}]}), false),
+            (serde_json::json!({"any": [{"resources": {"kinds": ["v1/Pod"]}}]}), false),
+            (serde_json::json!({"any": [{"resources": {"kinds": ["Pod/status"]}}]}), false),
+            (serde_json::json!({"any": [{"resources": {"kinds": ["Pod"], "names": ["y"]}}]}), false),
+            (serde_json::json!({"any": [{"resources": {"kinds": ["Pod"], "namespaces": ["e"]}}]}), false),
+            (serde_json::json!({"any": [{"resources": {"kinds": ["Pod"], "operations": ["DELETE"]}}]}), false),
+            (
+                serde_json::json!({"any": [{"resources": {"kinds": ["Pod"], "selector": {"matchLabels": {"a": "b"}}}}]}),
+                false,
+            ),
+            (
+                serde_json::json!({"any": [{"resources": {"kinds": ["Pod"]}, "subjects": [{"kind": "User", "name": "z"}]}]}),
+                false,
+            ),
+            (serde_json::json!({"any": [{"resources": {"kinds": ["Pod"]}}, {"resources": {"names": ["x"]}}]}), false),
+            (serde_json::json!({"any": [{"resources": {"kinds": ["P*"]}}]}), false),
+            (serde_json::json!({"all": [{"resources": {"kinds": ["Pod"]}}]}), false),
+            (serde_json::json!({"any": []}), false),
+        ];
+        // (group, version, kind, subresource)
+        let requests = [
+            ("", "v1", "Pod", ""),
+            ("", "v1", "Pod", "status"),
+            ("", "v1", "Pod", "ephemeralcontainers"),
+            ("apps", "v1", "Deployment", ""),
+            ("batch", "v1", "Job", ""),
+            ("", "v1", "Service", ""),
+            ("", "v1", "Job", "ephemeralcontainers"),
+            ("", "v1", "pod", ""),
+        ];
+        let user = RequestUser { username: "someone".into(), ..RequestUser::default() };
+        for (m, only_kinds) in &matchers {
+            let resources: MatchResources = serde_json::from_value(m.clone()).unwrap_or_else(|e| panic!("{m}: {e}"));
+            let matcher = Matcher::compile(&resources, "match").unwrap_or_else(|e| panic!("{m}: {e}"));
+            assert_eq!(matcher.only_kinds, *only_kinds, "{m}");
+            for (group, version, kind, subresource) in requests {
+                let input = MatchInput {
+                    group,
+                    version,
+                    kind,
+                    subresource,
+                    name: "x",
+                    namespace: "d",
+                    labels: None,
+                    annotations: None,
+                    operation: "CREATE",
+                    namespace_labels: None,
+                    user: Some(&user),
+                };
+                assert_eq!(matcher.matches(&input), matcher.matches_by_filters(&input), "{m} on {kind}/{subresource}");
+            }
+        }
     }
 }

@@ -41,7 +41,7 @@ pub enum RuleType {
 /// out, and most responses are a name, a status and a message.
 #[derive(Debug, Clone)]
 pub struct RuleResponse {
-    pub name: String,
+    pub name: compact_str::CompactString,
     pub rule_type: RuleType,
     pub status: Status,
     pub message: String,
@@ -81,7 +81,7 @@ static NO_EXTRA: RuleExtra = RuleExtra {
 impl RuleResponse {
     pub fn new(name: &str, rule_type: RuleType, status: Status, message: impl Into<String>) -> Self {
         RuleResponse {
-            name: name.to_string(),
+            name: name.into(),
             rule_type,
             status,
             message: message.into(),
@@ -146,7 +146,7 @@ impl Serialize for RuleResponse {
         use serde::ser::SerializeStruct;
         let x = self.extra();
         let mut s = serializer.serialize_struct("RuleResponse", 11)?;
-        s.serialize_field("name", &self.name)?;
+        s.serialize_field("name", self.name.as_str())?;
         s.serialize_field("rule_type", &self.rule_type)?;
         s.serialize_field("status", &self.status)?;
         s.serialize_field("message", &self.message)?;

@@ -157,7 +157,7 @@ pub fn results_with(p: &CompiledPolicy, r: &PolicyResponse, audit_warn: bool) ->
             out.insert("source".into(), json!(src));
             out.insert("policy".into(), json!(policy));
             if !rr.name.is_empty() {
-                out.insert("rule".into(), json!(rr.name));
+                out.insert("rule".into(), json!(rr.name.as_str()));
             }
             out.insert("result".into(), json!(result));
             if !message.is_empty() {

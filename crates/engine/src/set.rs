@@ -422,7 +422,7 @@ struct KindGates {
     /// matchers name no exact kinds); `None` for a policy of more than 64 rules (not gated).
     open: Vec<Option<u64>>,
     /// Per kind some rule names exactly: per policy, its rules that name it.
-    named: Vec<(String, Vec<u64>)>,
+    named: Vec<(compact_str::CompactString, Vec<u64>)>,
 }
 
 impl KindGates {
@@ -732,7 +732,7 @@ fn note_applied(out: &mut Outcome, i: usize, phase: Phase, r: &PolicyResponse) {
         .rules
         .iter()
         .filter(|x| x.status == Status::Skip && !x.exceptions().is_empty())
-        .map(|x| (x.name.clone(), x.exceptions().to_vec()))
+        .map(|x| (x.name.to_string(), x.exceptions().to_vec()))
         .collect();
     if skipped && exempted.is_empty() {
         return;
@@ -754,7 +754,7 @@ fn judge_cel(out: &mut Outcome, i: usize, p: &CompiledPolicy, phase: Phase, r: &
                 let deny = p.action == Action::Enforce;
                 out.violations.push(RuleViolation {
                     policy: i,
-                    rule: rr.name.clone(),
+                    rule: rr.name.to_string(),
                     status: rr.status,
                     message: rr.message.clone(),
                     blocked: deny,
@@ -820,7 +820,7 @@ fn judge_kyverno(out: &mut Outcome, i: usize, p: &CompiledPolicy, phase: Phase, 
                 if matches!(rr.status, Status::Fail | Status::Error) {
                     out.violations.push(RuleViolation {
                         policy: i,
-                        rule: rr.name.clone(),
+                        rule: rr.name.to_string(),
                         status: rr.status,
                         message: rr.message.clone(),
                         blocked: blocks,
@@ -828,7 +828,7 @@ fn judge_kyverno(out: &mut Outcome, i: usize, p: &CompiledPolicy, phase: Phase, 
                 }
                 if blocks {
                     if let Some(rules) = blocked.as_mut() {
-                        rules.insert(grab(&mut rr.name, take), grab(&mut rr.message, take));
+                        rules.insert(rr.name.to_string(), grab(&mut rr.message, take));
                     }
                 } else if p.emit_warning && rr.status != Status::Skip && rr.status != Status::Pass {
                     out.warnings.push(format!("policy {}.{}: {}", p.key(), rr.name, rr.message));
