@@ -82,6 +82,9 @@ pub struct Context<'e> {
     ns_view: crate::evaluate::NamespaceView,
     /// Whether the `images` variable is kept (no policy of the set reads it: not worked out).
     images: bool,
+    /// Whether a passing validation rule's message is left unwritten: nobody reads it (a
+    /// webhook call that keeps no responses and reports nothing).
+    quiet_passes: bool,
     /// The request's Namespace as the caller already holds it (a cluster's namespace watch):
     /// CEL's `namespaceObject` without asking the data port.
     live_namespace: Option<std::sync::Arc<Value>>,
@@ -180,6 +183,7 @@ impl<'e> Context<'e> {
             cel: std::cell::RefCell::new(None),
             ns_view: crate::evaluate::NamespaceView::default(),
             images: true,
+            quiet_passes: false,
             live_namespace: None,
             request_version: 0,
             shared: std::cell::RefCell::new(Vec::new()),
@@ -189,6 +193,16 @@ impl<'e> Context<'e> {
 
     pub fn set_serves_images(&mut self, images: bool) {
         self.images = images;
+    }
+
+    /// Leaves passing validation rules' messages empty (see [`Context::quiet_passes`]).
+    pub fn set_quiet_passes(&mut self, quiet: bool) {
+        self.quiet_passes = quiet;
+    }
+
+    /// Whether passing validation rules' messages are left empty: nobody reads them.
+    pub fn quiet_passes(&self) -> bool {
+        self.quiet_passes
     }
 
     /// Whether the `images` variable is served (see [`crate::evaluate::build_context_with`]).

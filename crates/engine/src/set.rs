@@ -300,6 +300,11 @@ impl Scope {
 pub trait Observer {
     fn policy_started(&mut self, _policy: usize) {}
     fn policy_finished(&mut self, _policy: usize, _response: &PolicyResponse) {}
+    /// Whether [`Observer::policy_finished`] reads the messages of passing rules (a report
+    /// does). When it does not and the scope keeps no responses, they are left empty.
+    fn reads_pass_messages(&self) -> bool {
+        true
+    }
 }
 
 impl Observer for () {}
@@ -611,6 +616,9 @@ impl PolicySet {
         let req = Request { namespace_labels: labels, existing: scope.existing, ..req.clone() };
         let name = str_at(subject, "/metadata/name");
         let mut ctx = build_context_with(&req, env, self.reads_images);
+        // A webhook call that keeps no response and reports nothing reads no pass message
+        // (its verdict, warnings and events come from failures, names and exceptions).
+        ctx.set_quiet_passes(!scope.keep_responses && !observer.reads_pass_messages());
         ctx.set_live_namespace(held.as_ref().map(|h| h.object.clone()));
         let gate = self.gates.for_kind(req.group_version_kind().2);
         let mut seq = Sequence::new(req.clone());

@@ -29,8 +29,11 @@ pub struct CompiledValidation {
 }
 
 /// `validation rule '<rule>' passed.` (written without the formatting machinery: every passing
-/// rule of every request says it).
-fn passed(rule: &str) -> String {
+/// rule of every request says it), unless nobody reads it ([`Context::quiet_passes`]).
+fn passed(rule: &str, ctx: &Context) -> String {
+    if ctx.quiet_passes() {
+        return String::new();
+    }
     let mut m = String::with_capacity(rule.len() + 26);
     m.push_str("validation rule '");
     m.push_str(rule);
@@ -394,7 +397,7 @@ impl ValidateCtx<'_> {
             }
             Check::Deny(conds) => match conds.evaluate(ctx) {
                 Err(e) => Some(self.resp(Status::Error, format!("failed to check deny conditions: {e}"))),
-                Ok((false, _)) => Some(self.resp(Status::Pass, passed(self.rule))),
+                Ok((false, _)) => Some(self.resp(Status::Pass, passed(self.rule, ctx))),
                 Ok((true, cond_msg)) => {
                     let base = match self.message(ctx) {
                         Ok(m) => m.map(std::borrow::Cow::into_owned).unwrap_or_default(),
@@ -421,7 +424,7 @@ impl ValidateCtx<'_> {
                     Err(e) => return Some(self.resp(Status::Error, format!("variable substitution failed: {e}"))),
                 };
                 match matched {
-                    Ok(()) => Some(self.resp(Status::Pass, passed(self.rule))),
+                    Ok(()) => Some(self.resp(Status::Pass, passed(self.rule, ctx))),
                     Err(pe) if pe.skip => Some(self.resp(Status::Skip, pe.message)),
                     Err(pe) if pe.path.is_empty() => {
                         Some(self.resp(Status::Error, self.error_message(ctx, &pe.message, "")))
@@ -699,6 +702,9 @@ mod tests {
 
     #[test]
     fn the_pass_message_names_the_rule() {
-        assert_eq!(super::passed("r-1"), "validation rule 'r-1' passed.");
+        let mut ctx = crate::context::Context::new(serde_json::Map::new(), false, &verno_jmespath::NoEnv);
+        assert_eq!(super::passed("r-1", &ctx), "validation rule 'r-1' passed.");
+        ctx.set_quiet_passes(true);
+        assert_eq!(super::passed("r-1", &ctx), "");
     }
 }

@@ -168,6 +168,10 @@ impl Observer for Recorder<'_> {
             self.results.push(RuleResult { policy, rule, enforce, rule_type: rr.rule_type, status: rr.status });
         }
     }
+
+    fn reads_pass_messages(&self) -> bool {
+        self.report.is_some()
+    }
 }
 
 /// The route of a CEL policy path (`/vpol/<name>/<name>…`): Kyverno names the policies; the
@@ -567,6 +571,30 @@ mod tests {
             Ok(Compiled::Policy(p)) => PolicySet::new(vec![Arc::new(p)], Vec::new()),
             other => panic!("{other:?}"),
         }
+    }
+
+    /// A webhook call that reports writes each passing rule's message into the report; one
+    /// that does not leaves them unwritten (nothing reads them) with the same verdict and the
+    /// same results for metrics.
+    #[test]
+    fn pass_messages_are_written_when_a_report_reads_them() {
+        let r = review_of(json!({"request": {"uid": "u", "operation": "CREATE",
+            "kind": {"group": "", "version": "v1", "kind": "Pod"}, "namespace": "shop",
+            "resource": {"group": "", "version": "v1", "resource": "pods"},
+            "object": {"apiVersion": "v1", "kind": "Pod",
+                "metadata": {"name": "p", "namespace": "shop", "labels": {"team": "a"}}}}}));
+        let set = require_team();
+        let route = || Route::Kyverno(Hook::Validate, Filter::All);
+        let reported = review_with(&set, route(), &r, Arc::default(), &NoData, true);
+        let quiet = review_with(&set, route(), &r, Arc::default(), &NoData, false);
+        assert!(reported.allowed && quiet.allowed);
+        let results = reported.report.as_ref().map(|n| n.results.clone()).unwrap_or_default();
+        assert_eq!(results.len(), 1, "{results:?}");
+        assert_eq!(results.first().and_then(|x| x.get("message")), Some(&json!("validation rule 'team' passed.")));
+        assert!(quiet.report.is_none());
+        let statuses = |o: &Outcome| o.results.iter().map(|x| (x.policy, x.status)).collect::<Vec<_>>();
+        assert_eq!(statuses(&reported), statuses(&quiet));
+        assert_eq!(statuses(&quiet), vec![(0, verno_engine::Status::Pass)]);
     }
 
     /// Issue 14, item 8: rules matched the object's own `kind`, so a Pod whose body said
