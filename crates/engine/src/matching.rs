@@ -86,6 +86,12 @@ impl Glob {
     }
 }
 
+/// What a kind selector without a subresource covers: the main resource; `Pod` also covers
+/// ephemeral containers.
+fn main_resource(kind: &str, sub: &str) -> bool {
+    sub.is_empty() || (kind == "Pod" && sub == "ephemeralcontainers")
+}
+
 static VERSION: LazyLock<Option<regex::Regex>> =
     LazyLock::new(|| regex::Regex::new(r"^(v\d+((alpha|beta)\d+)?|\*)$").ok());
 
@@ -159,8 +165,7 @@ impl KindSelector {
             return false;
         }
         if self.sub.is_empty() {
-            // The main resource; `Pod` also covers ephemeral containers.
-            return sub.is_empty() || (kind == "Pod" && sub == "ephemeralcontainers");
+            return main_resource(kind, sub);
         }
         wildcard::matches(&self.sub.to_lowercase(), &sub.to_lowercase())
     }
@@ -220,18 +225,10 @@ fn only_kind_names(mode: &Mode) -> bool {
     let Mode::Any(filters) = mode else { return false };
     !filters.is_empty()
         && filters.iter().all(|f| {
-            let d = &f.desc;
-            !d.kinds.is_empty()
-                && d.kinds.iter().all(|k| !k.all && k.shape == [Glob::Any, Glob::Any, Glob::Exact] && k.sub.is_empty())
-                && d.names.is_empty()
-                && d.namespaces.is_empty()
-                && d.annotations.is_empty()
-                && d.selector.is_none()
-                && d.namespace_selector.is_none()
-                && d.operations.is_empty()
-                && f.subjects.is_empty()
-                && f.roles.is_empty()
-                && f.cluster_roles.is_empty()
+            let kinds = &f.desc.kinds;
+            !kinds.is_empty()
+                && kinds.iter().all(|k| !k.all && k.shape == [Glob::Any, Glob::Any, Glob::Exact] && k.sub.is_empty())
+                && f.says_nothing_but_kinds()
         })
 }
 
@@ -533,7 +530,7 @@ impl Matcher {
         // its reason.
         if self.only_kinds
             && self.kinds.as_ref().is_some_and(|ks| ks.iter().any(|k| same(k, input.kind)))
-            && (input.subresource.is_empty() || (input.kind == "Pod" && input.subresource == "ephemeralcontainers"))
+            && main_resource(input.kind, input.subresource)
         {
             return Ok(());
         }
@@ -585,9 +582,13 @@ impl Matcher {
 
 impl Filter {
     fn is_empty(&self) -> bool {
+        self.desc.kinds.is_empty() && self.says_nothing_but_kinds()
+    }
+
+    /// Whether nothing besides `kinds` is set (names, namespaces, selectors, user info, …).
+    fn says_nothing_but_kinds(&self) -> bool {
         let d = &self.desc;
-        d.kinds.is_empty()
-            && d.names.is_empty()
+        d.names.is_empty()
             && d.namespaces.is_empty()
             && d.annotations.is_empty()
             && d.selector.is_none()
@@ -788,6 +789,31 @@ mod tests {
         assert!(!selector_matches(&sel, &BTreeMap::new(), true));
     }
 
+    fn compiled(m: &serde_json::Value) -> Matcher {
+        let resources: MatchResources = serde_json::from_value(m.clone()).unwrap_or_else(|e| panic!("{m}: {e}"));
+        Matcher::compile(&resources, "match").unwrap_or_else(|e| panic!("{m}: {e}"))
+    }
+
+    /// A request of `(group, version, kind, subresource)` named `x` in namespace `d`.
+    fn input<'a>(
+        (group, version, kind, subresource): (&'a str, &'a str, &'a str, &'a str),
+        user: Option<&'a RequestUser>,
+    ) -> MatchInput<'a> {
+        MatchInput {
+            group,
+            version,
+            kind,
+            subresource,
+            name: "x",
+            namespace: "d",
+            labels: None,
+            annotations: None,
+            operation: "CREATE",
+            namespace_labels: None,
+            user,
+        }
+    }
+
     /// The kind gate rules out only requests the matcher refuses, and rules out those whose
     /// kind no filter of an `any` list names exactly.
     #[test]
@@ -815,31 +841,20 @@ mod tests {
         ];
         let mut ruled_out = 0;
         for m in &matchers {
-            let resources: MatchResources = serde_json::from_value(m.clone()).unwrap_or_else(|e| panic!("{m}: {e}"));
-            let matcher = Matcher::compile(&resources, "match").unwrap_or_else(|e| panic!("{m}: {e}"));
-            for (group, version, kind, subresource) in requests {
-                let input = MatchInput {
-                    group,
-                    version,
-                    kind,
-                    subresource,
-                    name: "x",
-                    namespace: "d",
-                    labels: None,
-                    annotations: None,
-                    operation: "CREATE",
-                    namespace_labels: None,
-                    user: None,
-                };
+            let matcher = compiled(m);
+            for request in requests {
+                let (_, _, kind, subresource) = request;
                 if matcher.rules_out_kind(kind) {
                     ruled_out += 1;
-                    assert!(matcher.matches(&input).is_err(), "{m} ruled {kind}/{subresource} out but matches it");
+                    assert!(
+                        matcher.matches(&input(request, None)).is_err(),
+                        "{m} ruled {kind}/{subresource} out but matches it"
+                    );
                 }
             }
         }
         // `Pod`-only matchers rule out the other kinds; wildcards, `all`, kindless filters never.
-        let first: MatchResources = serde_json::from_value(matchers[0].clone()).unwrap_or_default();
-        let first = Matcher::compile(&first, "match").unwrap_or_else(|e| panic!("{e}"));
+        let first = compiled(&matchers[0]);
         assert!(first.rules_out_kind("Service") && first.rules_out_kind("pod") && !first.rules_out_kind("Pod"));
         // Pod: 5 of the 7 requests; Pod, Deployment, Job: 2; Pod/status: 5; the legacy form: 5;
         // an empty `any`: all 7.
@@ -889,23 +904,11 @@ mod tests {
         ];
         let user = RequestUser { username: "someone".into(), ..RequestUser::default() };
         for (m, only_kinds) in &matchers {
-            let resources: MatchResources = serde_json::from_value(m.clone()).unwrap_or_else(|e| panic!("{m}: {e}"));
-            let matcher = Matcher::compile(&resources, "match").unwrap_or_else(|e| panic!("{m}: {e}"));
+            let matcher = compiled(m);
             assert_eq!(matcher.only_kinds, *only_kinds, "{m}");
-            for (group, version, kind, subresource) in requests {
-                let input = MatchInput {
-                    group,
-                    version,
-                    kind,
-                    subresource,
-                    name: "x",
-                    namespace: "d",
-                    labels: None,
-                    annotations: None,
-                    operation: "CREATE",
-                    namespace_labels: None,
-                    user: Some(&user),
-                };
+            for request in requests {
+                let (_, _, kind, subresource) = request;
+                let input = input(request, Some(&user));
                 assert_eq!(matcher.matches(&input), matcher.matches_by_filters(&input), "{m} on {kind}/{subresource}");
             }
         }
