@@ -68,6 +68,11 @@ pub struct Context<'e> {
     /// are evaluated against it, and anything else reading `element` (or setting it) first
     /// copies it in ([`Context::take_in_element`]).
     lent_element: std::cell::Cell<Option<&'e Value>>,
+    /// The foreach element's index, held aside the same way (see [`Context::enter_element`]):
+    /// while it is, the root has no `elementIndex` entry, and an expression that may read it
+    /// (any but those reading a single other root field) first puts it in
+    /// ([`Context::take_in_index`]). Entering and leaving an element then changes no map.
+    lent_index: std::cell::Cell<Option<usize>>,
     /// Where `request`'s fields come from when they are filled in as expressions read them
     /// (see [`Context::lend_request`]); `filled` has a bit per field of [`REQUEST_FIELDS`]
     /// already in `request`.
@@ -161,7 +166,7 @@ const MAX_SHARED: usize = 16;
 /// Saved top-level entries, restored by [`Context::restore`].
 #[must_use]
 #[derive(Default)]
-pub struct Saved(Vec<(Cow<'static, str>, Option<Value>)>);
+pub struct Saved(smallvec::SmallVec<[(Cow<'static, str>, Option<Value>); 2]>);
 
 impl Saved {
     /// Adds what `other` must restore; restoring undoes both, latest first.
@@ -176,6 +181,7 @@ impl<'e> Context<'e> {
             root: std::cell::RefCell::new(Value::Object(root)),
             lent: std::cell::Cell::new(None),
             lent_element: std::cell::Cell::new(None),
+            lent_index: std::cell::Cell::new(None),
             pending: None,
             filled: std::cell::Cell::new(0),
             delete,
@@ -224,6 +230,7 @@ impl<'e> Context<'e> {
         self.fill(None);
         self.take_in();
         self.take_in_element();
+        self.take_in_index();
         self.root.borrow()
     }
 
@@ -299,6 +306,15 @@ impl<'e> Context<'e> {
         }
     }
 
+    /// Puts the held foreach index into the root's `elementIndex` (once): before it is set or
+    /// may be read.
+    fn take_in_index(&self) {
+        let Some(index) = self.lent_index.take() else { return };
+        if let Some(m) = self.root.borrow_mut().as_object_mut() {
+            m.insert("elementIndex".into(), Value::from(index as i64));
+        }
+    }
+
     /// Evaluates `e` against the context. A query that reads only `request` and gives a
     /// scalar is evaluated once per version of `request` and shared.
     pub fn query(&self, e: &Expression) -> Result<Value, RuntimeError> {
@@ -329,6 +345,11 @@ impl<'e> Context<'e> {
                 ObjectReads::No => {}
                 ObjectReads::Whole => take_in(self),
             }
+        }
+        // Only an expression reading a single root field other than `elementIndex` (`request`,
+        // `element`, ...) is sure not to read it.
+        if self.lent_index.get().is_some() && e.sole_root_field().is_none_or(|f| f == "elementIndex") {
+            self.take_in_index();
         }
         self.fill(e.request_fields());
         let root = self.root.borrow();
@@ -385,7 +406,7 @@ impl<'e> Context<'e> {
 
     /// Sets a top-level key, returning a handle that restores the previous value.
     pub fn set(&mut self, key: &str, v: Value) -> Saved {
-        let mut saved = Saved(Vec::with_capacity(1));
+        let mut saved = Saved::default();
         self.put(&mut saved, Cow::Owned(key.to_string()), v);
         saved
     }
@@ -409,7 +430,7 @@ impl<'e> Context<'e> {
     /// Returns what must be restored (the whole top-level entry it touched).
     pub fn set_path(&mut self, path: &str, v: Value) -> Saved {
         let segs = split_dotted(path);
-        let Some(first) = segs.first().cloned() else { return Saved(Vec::new()) };
+        let Some(first) = segs.first().cloned() else { return Saved::default() };
         self.touch(&first);
         let root = self.root.get_mut();
         let old = root.get(&first).cloned();
@@ -417,7 +438,7 @@ impl<'e> Context<'e> {
             let slot = m.entry(first.clone()).or_insert(Value::Null);
             set_in(slot, segs.get(1..).unwrap_or_default(), v);
         }
-        Saved(vec![(Cow::Owned(first), old)])
+        Saved(smallvec::smallvec![(Cow::Owned(first), old)])
     }
 
     /// Sets a foreach element: `element`, `elementIndex` and, when `numbered`, their
@@ -430,7 +451,7 @@ impl<'e> Context<'e> {
         nesting: usize,
         numbered: bool,
     ) -> Saved {
-        let mut saved = Saved(Vec::with_capacity(if numbered { 4 } else { 2 }));
+        let mut saved = Saved::default();
         match element {
             ForeachElement::Lent(v) => {
                 // An outer element still lent is copied in, to be saved and restored as an entry.
@@ -441,7 +462,11 @@ impl<'e> Context<'e> {
             }
             ForeachElement::Held(v) => self.put(&mut saved, Cow::Borrowed("element"), v.clone()),
         }
-        self.put(&mut saved, Cow::Borrowed("elementIndex"), Value::from(index as i64));
+        // The index is held aside likewise (an outer one still held is put in first).
+        self.touch("elementIndex");
+        let old = self.root.get_mut().as_object_mut().and_then(|m| m.remove("elementIndex"));
+        saved.0.push((Cow::Borrowed("elementIndex"), old));
+        self.lent_index.set(Some(index));
         if !numbered {
             return saved;
         }
@@ -499,6 +524,9 @@ impl<'e> Context<'e> {
         if key == "element" {
             self.take_in_element();
         }
+        if key == "elementIndex" {
+            self.take_in_index();
+        }
         if key == "request" {
             // What is saved for restoring, and what is changed, is the whole of it.
             self.fill(None);
@@ -522,6 +550,9 @@ impl<'e> Context<'e> {
         // What was saved had no element lent (entering one copies an outer one in first).
         if saved.0.iter().any(|(k, _)| k == "element") {
             self.lent_element.set(None);
+        }
+        if saved.0.iter().any(|(k, _)| k == "elementIndex") {
+            self.lent_index.set(None);
         }
         if let Some(m) = self.root.get_mut().as_object_mut() {
             for (k, old) in saved.0.into_iter().rev() {
@@ -710,6 +741,9 @@ mod tests {
         assert!(!lent.read(|r| r.get("element").is_some()), "lent, not copied");
         assert_eq!(lent.query(&expr("element.name")), Ok(json!("a")));
         assert!(!lent.read(|r| r.get("element").is_some()), "an element-only read copies nothing");
+        assert!(!lent.read(|r| r.get("elementIndex").is_some()), "nor puts the index in");
+        assert_eq!(lent.query(&expr("request.operation")), Ok(json!("CREATE")));
+        assert!(!lent.read(|r| r.get("elementIndex").is_some()), "nor does a read of `request` alone");
         // A nested element, then the outer one back.
         let lent_inner = lent.enter_element(ForeachElement::Lent(&inner), 1, 1, true);
         let copied_inner = copied.set_element(&inner, 1, 1, true);
@@ -744,6 +778,51 @@ mod tests {
         assert!(lent.read(|r| r.get("element") == Some(&inner)), "a held element is copied in");
         lent.restore(held);
         assert_eq!(*lent.root(), *copied.root());
+    }
+
+    /// The foreach index, held aside while no expression reads it, answers as one put in the
+    /// root: read first inside a nested element, after leaving it, and after leaving both.
+    #[test]
+    fn a_held_index_is_read_as_one_put_in() {
+        let (outer, inner) = (json!({"name": "a"}), json!({"p": 2}));
+        let new = || Context::new(Map::new(), false, &verno_jmespath::NoEnv);
+        let (mut held, mut copied) = (new(), new());
+        // The baseline puts every entry in the root, as `set` does.
+        let set_element = |c: &mut Context, el: &Value, i: usize, nesting: usize, numbered: bool| {
+            let mut saved = c.set("element", el.clone());
+            saved.absorb(c.set("elementIndex", json!(i)));
+            if numbered {
+                saved.absorb(c.set(&format!("element{nesting}"), el.clone()));
+                saved.absorb(c.set(&format!("elementIndex{nesting}"), json!(i)));
+            }
+            saved
+        };
+        let sources = ["elementIndex", "elementIndex1", "[elementIndex, element]", "keys(@)", "element.name"];
+        let answers = |held: &Context, copied: &Context| {
+            for src in sources {
+                assert_eq!(held.query(&expr(src)), copied.query(&expr(src)), "{src}");
+            }
+        };
+        let held_outer = held.enter_element(ForeachElement::Lent(&outer), 3, 0, false);
+        let copied_outer = set_element(&mut copied, &outer, 3, 0, false);
+        let held_inner = held.enter_element(ForeachElement::Lent(&inner), 1, 1, true);
+        let copied_inner = set_element(&mut copied, &inner, 1, 1, true);
+        answers(&held, &copied);
+        held.restore(held_inner);
+        copied.restore(copied_inner);
+        answers(&held, &copied);
+        held.restore(held_outer);
+        copied.restore(copied_outer);
+        answers(&held, &copied);
+        assert_eq!(*held.root(), *copied.root());
+        // Set by a scope while held, then restored.
+        let held_outer = held.enter_element(ForeachElement::Lent(&outer), 2, 0, false);
+        let scope = held.set("elementIndex", json!(9));
+        assert_eq!(held.query(&expr("elementIndex")), Ok(json!(9)));
+        held.restore(scope);
+        assert_eq!(held.query(&expr("elementIndex")), Ok(json!(2)));
+        held.restore(held_outer);
+        assert_eq!(*held.root(), *copied.root());
     }
 
     /// `element` once no foreach element is set: Kyverno's missing-key error.
