@@ -507,10 +507,30 @@ fn push_json_str(out: &mut Vec<u8>, s: &str) {
         }
         *start = i + 1;
     }
+    /// Whether a block holds a control other than a newline.
+    fn other_control(block: &[u8]) -> bool {
+        block.iter().fold(false, |seen, &b| seen | (b < 0x20 && b != b'\n'))
+    }
     let bytes = s.as_bytes();
     out.reserve(bytes.len() + 2);
     out.push(b'"');
     let mut start = 0;
+    // A denial message has a newline or a quote in most blocks, and seldom another control:
+    // then the three bytes to escape are found by memchr's vector search (a byte-by-byte look
+    // at each such block took ~2.8 k instructions a request, a sixtieth of the handler).
+    let mut blocks = bytes.chunks_exact(BLOCK);
+    let others = blocks.by_ref().any(|b| <&[u8; BLOCK]>::try_from(b).is_ok_and(|b| other_control(b)))
+        || other_control(blocks.remainder());
+    if !others {
+        for i in memchr::memchr3_iter(b'"', b'\\', b'\n', bytes) {
+            if let Some(&b) = bytes.get(i) {
+                escape_at(out, bytes, &mut start, i, b);
+            }
+        }
+        out.extend_from_slice(bytes.get(start..).unwrap_or_default());
+        out.push(b'"');
+        return;
+    }
     let mut chunks = bytes.chunks_exact(BLOCK);
     for (n, chunk) in chunks.by_ref().enumerate() {
         if <&[u8; BLOCK]>::try_from(chunk).is_ok_and(any_needs_escape) {
@@ -704,6 +724,12 @@ mod answer_tests {
             }
         }
         texts.push("\n\nresource Pod/ns/p was blocked due to the following policies \n\np:\n  r: 'validation error: \"x\" \\ y'\n".repeat(20));
+        // Several bytes to escape at once, with and without another control among them.
+        for other in ["", "\t", "\u{1}"] {
+            for at in 0..40 {
+                texts.push(format!("{}\"a\\b\n{other}c\"\n{}", "x".repeat(at), "y\n\\".repeat(at % 7)));
+            }
+        }
         for text in &texts {
             let mut metadata = serde_json::Map::new();
             if text.len() % 2 == 0 {
