@@ -219,33 +219,27 @@ pub fn yaml_scalar(text: &str) -> String {
 fn push_yaml_scalar(out: &mut String, text: &str) {
     let bytes = text.as_bytes();
     // Bit 0: a C0 control or DEL; 1: `:`; 2: `#`; 3: the lead byte `C2` of U+0080..U+00BF (the
-    // C1 controls are `C2 80`..`C2 9F`); 4: `'`. Each is asked of a whole block of 32 bytes by
-    // its own branch-free fold, which the compiler turns into a few vector compares (one fold
-    // into a bit set is compiled byte by byte); only a flag that is raised sends the bytes to
-    // `memchr` for a closer look.
-    fn flags(block: &[u8; 32]) -> u8 {
-        u8::from(block.iter().fold(false, |any, &b| any | (b < 0x20 || b == 0x7F)))
-            | (u8::from(block.iter().fold(false, |any, &b| any | (b == b':'))) << 1)
-            | (u8::from(block.iter().fold(false, |any, &b| any | (b == b'#'))) << 2)
-            | (u8::from(block.iter().fold(false, |any, &b| any | (b == 0xC2))) << 3)
-            | (u8::from(block.iter().fold(false, |any, &b| any | (b == b'\''))) << 4)
+    // C1 controls are `C2 80`..`C2 9F`); 4: `'`. A block of 32 bytes is first asked whether it
+    // holds any of them at all (a branch-free fold, which becomes a few vector compares); most
+    // hold none, and only the others are read byte by byte.
+    fn flag(b: u8) -> u8 {
+        u8::from(b < 0x20 || b == 0x7F)
+            | (u8::from(b == b':') << 1)
+            | (u8::from(b == b'#') << 2)
+            | (u8::from(b == 0xC2) << 3)
+            | (u8::from(b == b'\'') << 4)
+    }
+    fn any_flagged(block: &[u8; 32]) -> bool {
+        block.iter().fold(false, |any, &b| any | (flag(b) != 0))
     }
     let mut blocks = bytes.chunks_exact(32);
     let mut seen = 0u8;
     for block in blocks.by_ref() {
-        if let Ok(block) = <&[u8; 32]>::try_from(block) {
-            seen |= flags(block);
+        if <&[u8; 32]>::try_from(block).is_ok_and(any_flagged) {
+            seen |= block.iter().fold(0, |seen, &b| seen | flag(b));
         }
     }
-    // The last bytes, in a block padded with spaces (which raise no flag).
-    let rest = blocks.remainder();
-    if !rest.is_empty() {
-        let mut last = [b' '; 32];
-        if let Some(head) = last.get_mut(..rest.len()) {
-            head.copy_from_slice(rest);
-        }
-        seen |= flags(&last);
-    }
+    seen |= blocks.remainder().iter().fold(0, |seen, &b| seen | flag(b));
     let control = seen & 1 != 0
         || (seen & 8 != 0 && memchr::memchr_iter(0xC2, bytes).any(|i| matches!(bytes.get(i + 1), Some(0x80..=0x9F))));
     // The words YAML reads as booleans or null are at most five letters long; a number
