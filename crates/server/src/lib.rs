@@ -15,7 +15,7 @@ use axum::Router;
 use axum::body::{Body, Bytes};
 use axum::extract::Request;
 use axum::extract::{DefaultBodyLimit, Path, State};
-use axum::http::{HeaderMap, StatusCode, header};
+use axum::http::{HeaderValue, StatusCode, header};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
@@ -244,11 +244,11 @@ async fn handle(
     state: Arc<AppState>,
     route: Route,
     webhook: &'static str,
-    headers: &HeaderMap,
+    content_type: Option<HeaderValue>,
     body: Bytes,
 ) -> Response {
     let started = Instant::now();
-    let ct = headers.get(header::CONTENT_TYPE).and_then(|v| v.to_str().ok()).unwrap_or("");
+    let ct = content_type.as_ref().and_then(|v| v.to_str().ok()).unwrap_or("");
     if ct.split(';').next().map(str::trim) != Some("application/json") {
         return text(
             StatusCode::UNSUPPORTED_MEDIA_TYPE,
@@ -449,8 +449,11 @@ async fn webhook_call(
     (limit, timeout): (usize, Duration),
 ) -> Response {
     let (parts, body) = req.into_parts();
+    // The one header a webhook reads; the rest of the request is not held while it is served.
+    let content_type = parts.headers.get(header::CONTENT_TYPE).cloned();
+    drop(parts);
     match read_body(body, limit, timeout).await {
-        Ok(body) => handle(state, route, webhook, &parts.headers, body).await,
+        Ok(body) => handle(state, route, webhook, content_type, body).await,
         Err(answer) => answer,
     }
 }
