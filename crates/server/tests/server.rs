@@ -119,17 +119,22 @@ impl Harness {
     }
 
     async fn post(&self, path: &str, body: &Value) -> Result<(u16, Value), String> {
+        let (code, text) = self.post_text(path, body.to_string()).await?;
+        Ok((code, serde_json::from_str(&text).unwrap_or(Value::String(text))))
+    }
+
+    /// Posts `body` as it is (JSON or not) with a JSON Content-Type; the answer as text.
+    async fn post_text(&self, path: &str, body: String) -> Result<(u16, String), String> {
         let r = self
             .client
             .post(self.url(path))
             .header("Content-Type", "application/json")
-            .body(body.to_string())
+            .body(body)
             .send()
             .await
             .map_err(|e| e.to_string())?;
         let code = r.status().as_u16();
-        let text = r.text().await.map_err(|e| e.to_string())?;
-        Ok((code, serde_json::from_str(&text).unwrap_or(Value::String(text))))
+        Ok((code, r.text().await.map_err(|e| e.to_string())?))
     }
 }
 
@@ -313,16 +318,8 @@ async fn bad_requests_get_clear_http_errors() -> Result<(), String> {
         .await
         .map_err(|e| e.to_string())?;
     assert_eq!(r.status().as_u16(), 415);
-    let r = h
-        .client
-        .post(h.url("/validate"))
-        .header("Content-Type", "application/json")
-        .body(r#"{"request": {"uid": "#)
-        .send()
-        .await
-        .map_err(|e| e.to_string())?;
-    assert_eq!(r.status().as_u16(), 400);
-    let text = r.text().await.map_err(|e| e.to_string())?;
+    let (code, text) = h.post_text("/validate", r#"{"request": {"uid": "#.to_string()).await?;
+    assert_eq!(code, 400);
     assert!(text.starts_with("invalid AdmissionReview JSON: EOF while parsing"), "{text}");
     let (code, body) =
         h.post("/validate", &json!({"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview"})).await?;
@@ -331,16 +328,8 @@ async fn bad_requests_get_clear_http_errors() -> Result<(), String> {
     // The webhooks read their bodies themselves, the other routes through a middleware: the
     // same limit and answer for both.
     for path in ["/validate", "/vpol/some-policy", "/mutate/ignore", "/policyvalidate", "/verifymutate"] {
-        let r = h
-            .client
-            .post(h.url(path))
-            .header("Content-Type", "application/json")
-            .body(big.clone())
-            .send()
-            .await
-            .map_err(|e| e.to_string())?;
-        assert_eq!(r.status().as_u16(), 413, "{path}");
-        let text = r.text().await.map_err(|e| e.to_string())?;
+        let (code, text) = h.post_text(path, big.clone()).await?;
+        assert_eq!(code, 413, "{path}");
         assert!(text.starts_with("the request body is over "), "{path}: {text}");
     }
     let live = h.client.get(h.url("/health/liveness")).send().await.map_err(|e| e.to_string())?;
