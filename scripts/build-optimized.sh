@@ -91,8 +91,9 @@ done = function(summary, latency, requests)
     summary.errors.connect + summary.errors.read + summary.errors.write + summary.errors.status + summary.errors.timeout))
 end
 LUA
-    read -r _ n errs < <(wrk -t2 -c32 -d"${SECS}s" -s "$WORK/post.lua" "https://127.0.0.1:$port$path" | grep '^TRAINED')
-    [ "$errs" = 0 ] || { echo "training: $errs errors on $path with $body" >&2; exit 1; }
+    line=$(wrk -t2 -c32 -d"${SECS}s" -s "$WORK/post.lua" "https://127.0.0.1:$port$path" | grep '^TRAINED' || true)
+    read -r _ n errs <<<"${line:-TRAINED 0 none}"
+    [ "$errs" = 0 ] && [ "$n" -gt 0 ] || { echo "training: no answers ($errs errors) on $path with $body" >&2; exit 1; }
     requests=$((requests + n))
   done
 done
