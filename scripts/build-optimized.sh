@@ -2,9 +2,9 @@
 # The `verno` binary to serve webhooks with: the release build with its code laid out by BOLT
 # (LLVM's post-link optimizer) from a profile of its own webhook requests. Same source, same
 # answers; the code a request runs is packed together (hot paths first, each function's rare
-# blocks moved out of the way), so a request misses the instruction cache far less. Measured
-# side by side on the 2-core bench machine: ~15 % more requests a second with the 17 Pod
-# Security policies and ~6 MiB less resident memory (docs/benchmarks.md, seventeenth pass).
+# blocks moved out of the way), so a request misses the instruction cache a third less often.
+# Measured side by side on the 2-core bench machine: 24–37 % more requests a second with the 17
+# Pod Security policies (docs/benchmarks.md, seventeenth pass).
 #
 #   scripts/build-optimized.sh [--out target/optimized/verno] [--seconds 4]
 #
