@@ -9,14 +9,16 @@
 #   scripts/build-optimized.sh [--out target/optimized/verno] [--seconds 4]
 #
 # Steps: (1) `cargo rustc --profile bolt` — the release profile with the symbol table kept and
-# the relocations emitted (BOLT needs both to move functions); (2) an instrumented copy made by
-# `llvm-bolt -instrument`; (3) that copy serves our own training load (bench/train: Kyverno
-# policies with patterns, anchors, anyPattern, foreach/deny with JMESPath, a mutation; our CEL
-# policies; a podSecurity rule; three requests to the validate, CEL and mutate webhooks) under
-# `wrk` for --seconds each; (4) only code that ran at least once every 30 requests is kept in the
-# profile — start-up, policy compiling and rare paths stay where the linker put them, which keeps
-# the binary within a few hundred KiB of the plain one (moving all of it costs ~6 MB);
-# (5) `llvm-bolt` with that profile, then `strip`. Prints the binary's path and size.
+# the relocations emitted (BOLT needs both to move functions), and the code no webhook request
+# runs built for size (Cargo.toml); (2) an instrumented copy made by `llvm-bolt -instrument`;
+# (3) that copy starts and serves our own training load (bench/train: Kyverno policies with
+# patterns, anchors, anyPattern, foreach/deny with JMESPath, a mutation; our CEL policies; a
+# podSecurity rule; three requests to the validate, CEL and mutate webhooks) under `wrk` for
+# --seconds each; (4) `llvm-bolt` lays out every function from that profile (`-lite=0`), in the
+# old text's place (`-use-old-text`): the request path packed first, each function's rare blocks
+# split off, start-up code packed together after it, code that never ran last — so a running
+# server maps ~10 MiB of its text instead of ~17 (docs/benchmarks.md, eighteenth pass); then
+# `strip`. Prints the binary's path and size.
 #
 # Needs llvm-bolt (Debian: `bolt-19`) and wrk; both are installed with apt-get when missing.
 # The plain `cargo install --locked --path crates/verno` stays the way to install the CLI.
@@ -102,21 +104,13 @@ wait "$pid" || true
 pid=
 [ -s "$WORK/profile.fdata" ] || { echo "the instrumented server wrote no profile" >&2; exit 1; }
 
-# (4) Keep the functions whose busiest branch ran at least once every 30 requests (a line of the
-# profile: `1 <from function> <offset> 1 <to function> <offset> <mispredictions> <count>`).
-threshold=$((requests / 30))
-awk -v t="$threshold" '
-  NR == FNR { if ($1 == 1 && NF == 8 && $8 + 0 > max[$2]) max[$2] = $8 + 0; next }
-  $1 != 1 || (max[$2] >= t && max[$5] >= t)
-' "$WORK/profile.fdata" "$WORK/profile.fdata" > "$WORK/hot.fdata"
-
-# (5) Lay out the code; regular pages (BOLT's default 2 MiB alignment would pad the file by ~1 MB).
+# (4) Lay out the code; regular pages (BOLT's default 2 MiB alignment would pad the file by ~1 MB).
 mkdir -p "$(dirname "$OUT")"
-"$BOLT" "$BASE" -o "$WORK/verno.bolt" -data="$WORK/hot.fdata" \
+"$BOLT" "$BASE" -o "$WORK/verno.bolt" -data="$WORK/profile.fdata" -lite=0 -use-old-text \
   -reorder-blocks=ext-tsp -reorder-functions=cdsort -split-functions -split-all-cold -split-eh \
   -icf=1 -use-gnu-stack -no-huge-pages >"$WORK/optimize.log" 2>&1 || { cat "$WORK/optimize.log" >&2; exit 1; }
 strip --strip-all -o "$OUT" "$WORK/verno.bolt"
 "$OUT" --version >/dev/null
-echo "trained on $requests requests; kept code run at least every 30 requests ($threshold times)" >&2
+echo "trained on $requests requests" >&2
 grep -E "have non-empty execution profile|splitting separates" "$WORK/optimize.log" >&2 || true
 echo "$OUT $(stat -c %s "$OUT") bytes"
