@@ -530,23 +530,6 @@ where
     }
 }
 
-/// A [`Front`] for each connection.
-struct MakeFront(Front);
-
-impl<T> tower_service::Service<T> for MakeFront {
-    type Response = Front;
-    type Error = std::convert::Infallible;
-    type Future = std::future::Ready<Result<Front, std::convert::Infallible>>;
-
-    fn poll_ready(&mut self, _: &mut std::task::Context<'_>) -> std::task::Poll<Result<(), Self::Error>> {
-        std::task::Poll::Ready(Ok(()))
-    }
-
-    fn call(&mut self, _: T) -> Self::Future {
-        std::future::ready(Ok(self.0.clone()))
-    }
-}
-
 fn router(state: Arc<AppState>, body_limit: usize, body_timeout: Duration) -> Router {
     let limits = (body_limit, body_timeout);
     let route = |hook: Hook, filter: Filter, webhook: &'static str| {
@@ -906,7 +889,10 @@ pub async fn start(cfg: Config, loader: Loader) -> Result<Running, ServerError> 
         .keep_alive_interval(cfg.idle_timeout)
         .keep_alive_timeout(cfg.idle_timeout);
     let front = Front { state: state.clone(), router: app, limits: (cfg.body_limit, cfg.idle_timeout) };
-    let task = tokio::spawn(async move { server.serve(MakeFront(front)).await });
+    // A clone of the front door for each connection (axum's make-service; the request type named
+    // only picks the impl: `Front` serves hyper's requests as well).
+    let front = axum::ServiceExt::<Request>::into_make_service(front);
+    let task = tokio::spawn(async move { server.serve(front).await });
     let addr = handle.listening().await.ok_or(ServerError::Listen(cfg.addr))?;
     let metrics_addr = match cfg.metrics_addr {
         Some(a) => {
