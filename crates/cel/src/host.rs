@@ -20,6 +20,13 @@ use std::sync::Arc;
 /// Where the Kyverno libraries get their data. Every method has a default saying the data is
 /// not available, so a host implements only what it has.
 pub trait Host: Send + Sync {
+    /// The namespace this host is held to: a namespaced policy's. Kyverno's namespaced
+    /// policies call `resource.Get(apiVersion, resource, name)` and `resource.List(apiVersion,
+    /// resource[, labels])` (or with a `ToGVR` value) without a namespace: it is this one, and
+    /// a namespace named anyway must be this one (the host refuses others).
+    fn confined_to(&self) -> Option<&str> {
+        None
+    }
     /// `resource.Get(apiVersion, resource, namespace, name)`; `resource` is the plural.
     fn resource_get(&self, api_version: &str, resource: &str, namespace: &str, name: &str) -> Result<Json, String> {
         let _ = (api_version, resource, namespace, name);
@@ -176,13 +183,23 @@ fn resource_to_gvr<'b, 'v>(args: Args<'b, 'v>) -> Ret<'b, 'v> {
 
 fn resource_get<'b, 'v>(args: Args<'b, 'v>) -> Ret<'b, 'v> {
     let (h, a) = split(&args, "resource.Get")?;
-    let a = expand_gvr(a);
+    let mut a = expand_gvr(a);
+    // The namespaced form names no namespace: the host's.
+    if let (Some(ns), 3) = (h.confined_to(), a.len()) {
+        a.insert(2, Json::String(ns.to_string()));
+    }
     ret(&h.resource_get(s(&a, 0), s(&a, 1), s(&a, 2), s(&a, 3)).map_err(fail("resource.Get"))?)
 }
 
 fn resource_list<'b, 'v>(args: Args<'b, 'v>) -> Ret<'b, 'v> {
     let (h, a) = split(&args, "resource.List")?;
-    let a = expand_gvr(a);
+    let mut a = expand_gvr(a);
+    // The namespaced form names no namespace (labels, if any, come third): the host's.
+    if let Some(ns) = h.confined_to()
+        && (a.len() == 2 || a.get(2).is_some_and(Json::is_object))
+    {
+        a.insert(2, Json::String(ns.to_string()));
+    }
     let mut items = h.resource_list(s(&a, 0), s(&a, 1), s(&a, 2)).map_err(fail("resource.List"))?;
     // An optional fourth argument: labels every item must carry.
     if let Some(Json::Object(want)) = a.get(3) {
@@ -273,8 +290,8 @@ fn time_now<'b, 'v>(args: Args<'b, 'v>) -> Ret<'b, 'v> {
 
 /// (library, member names, argument counts, function).
 const CALLS: &[(&str, &[&str], &[usize], &str)] = &[
-    ("resource", &["Get", "get"], &[3, 4], "@resource_get"),
-    ("resource", &["List", "list"], &[2, 3, 4], "@resource_list"),
+    ("resource", &["Get", "get"], &[2, 3, 4], "@resource_get"),
+    ("resource", &["List", "list"], &[1, 2, 3, 4], "@resource_list"),
     ("resource", &["ToGVR", "toGVR"], &[2], "@resource_to_gvr"),
     ("http", &["Get", "get"], &[1, 2], "@http_get"),
     ("http", &["Post", "post"], &[2, 3], "@http_post"),

@@ -426,6 +426,7 @@ impl Requests<'_> {
             kind,
             variables: &globals,
             existing: true,
+            dry_run: false,
         };
         self.set.evaluate(&req, Scope::ALL, &CliEnv, self.data, &mut ()).into_responses()
     }

@@ -61,6 +61,7 @@ impl ClusterData {
         let own = namespace.to_string();
         let reader: verno_images::SecretReader = Arc::new(move |ns: &str, name: &str| {
             let ns = if ns.is_empty() { own.as_str() } else { ns };
+            segment(ns, false).and_then(|()| segment(name, false))?;
             reader_data.call("GET", &format!("/api/v1/namespaces/{ns}/secrets/{name}"), None)
         });
         match verno_images::Verifier::on(self.runtime.clone()) {
@@ -78,6 +79,10 @@ impl ClusterData {
     }
 
     fn call(&self, method: &str, path: &str, body: Option<&Value>) -> Result<Value, String> {
+        // Kyverno's CRD allows no other method; the engine refuses others first.
+        if !matches!(method, "GET" | "POST") {
+            return Err(format!("{method} {path}: only GET and POST calls are made"));
+        }
         let mut req = http::Request::builder().method(method).uri(path);
         if body.is_some() {
             req = req.header("Content-Type", "application/json");
@@ -110,10 +115,13 @@ fn collection(api_version: &str, kind: &str, namespace: &str) -> String {
 /// authorizer library asks it for SubjectAccessReviews, `time.now()` is the wall clock.
 impl verno_cel::Host for ClusterData {
     fn resource_get(&self, api_version: &str, resource: &str, namespace: &str, name: &str) -> Result<Value, String> {
+        segments(&[api_version, resource, namespace])?;
+        segment(name, false)?;
         self.call("GET", &format!("{}/{name}", resource_path(api_version, resource, namespace)), None)
     }
 
     fn resource_list(&self, api_version: &str, resource: &str, namespace: &str) -> Result<Vec<Value>, String> {
+        segments(&[api_version, resource, namespace])?;
         let l = self.call("GET", &format!("{}?limit=500", resource_path(api_version, resource, namespace)), None)?;
         Ok(typed_items(&l))
     }
@@ -148,6 +156,35 @@ fn typed_items(list: &Value) -> Vec<Value> {
     items
 }
 
+/// Whether `s` can be put in an API path as one segment (`empty_ok`: or left out): a name
+/// from a policy or a request must not walk the path (`..`, `/`) or change the request (`?`,
+/// `#`, escapes). Kubernetes names hold none of these.
+fn segment(s: &str, empty_ok: bool) -> Result<(), String> {
+    let bad = if s.is_empty() {
+        !empty_ok
+    } else {
+        s == "."
+            || s == ".."
+            || s.chars().any(|c| matches!(c, '/' | '?' | '#' | '%' | '\\') || c.is_whitespace() || c.is_control())
+    };
+    if bad { Err(format!("{s:?} is not a name the Kubernetes API can be asked for")) } else { Ok(()) }
+}
+
+/// [`segment`] for each `/`-separated part of an apiVersion (`group/version`), a resource
+/// (`plural[/subresource]`) and a namespace (empty: cluster-wide).
+fn segments(parts: &[&str]) -> Result<(), String> {
+    for (i, p) in parts.iter().enumerate() {
+        if i == 2 {
+            segment(p, true)?;
+        } else {
+            for s in p.split('/') {
+                segment(s, false)?;
+            }
+        }
+    }
+    Ok(())
+}
+
 /// The API path of a resource's objects (`resource` is the plural).
 fn resource_path(api_version: &str, resource: &str, namespace: &str) -> String {
     let base = if api_version.contains('/') { format!("/apis/{api_version}") } else { format!("/api/{api_version}") };
@@ -171,6 +208,7 @@ impl Data for ClusterData {
     /// [`verno_engine::LiveNamespaces`] first), as Kyverno falls back from its lister to the
     /// API; shaped as the watch's.
     fn namespace_object(&self, name: &str) -> Option<Value> {
+        segment(name, false).ok()?;
         let mut ns = self.call("GET", &format!("/api/v1/namespaces/{name}"), None).ok()?;
         verno_engine::LiveNamespaces::as_cel_sees_it(&mut ns);
         Some(ns)
@@ -178,6 +216,8 @@ impl Data for ClusterData {
 
     fn resource(&self, api_version: &str, kind: &str, namespace: &str, name: &str) -> Option<Value> {
         let api_version = if api_version.is_empty() { "v1" } else { api_version };
+        segments(&[api_version, kind, namespace]).ok()?;
+        segment(name, false).ok()?;
         self.call("GET", &format!("{}/{name}", collection(api_version, kind, namespace)), None).ok()
     }
 
@@ -185,6 +225,9 @@ impl Data for ClusterData {
         // Any version (`*`, as mutate-existing targets may say): the core group's `v1` (no
         // discovery here).
         let api_version = if api_version.is_empty() || api_version == "*" { "v1" } else { api_version };
+        if segments(&[api_version, kind, namespace]).is_err() {
+            return Vec::new();
+        }
         // One page: lists are bounded by the response limit of `call`.
         match self.call("GET", &format!("{}?limit=500", collection(api_version, kind, namespace)), None) {
             Ok(l) => typed_items(&l),
@@ -204,6 +247,9 @@ impl Data for ClusterData {
         let cached = self.config_maps.as_ref().and_then(|c| c.get(&ObjectRef::new(name).within(namespace)));
         if let Some(cm) = cached.and_then(|cm| serde_json::to_value(&*cm).ok()) {
             return Loaded::Value(context_value(&cm));
+        }
+        if let Err(e) = segment(namespace, false).and_then(|()| segment(name, false)) {
+            return Loaded::Error(e);
         }
         match self.call("GET", &format!("/api/v1/namespaces/{namespace}/configmaps/{name}"), None) {
             Ok(cm) => Loaded::Value(context_value(&cm)),

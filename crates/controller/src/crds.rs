@@ -39,7 +39,20 @@ fn policy_spec_schema() -> Value {
             "rules": {"type": "array", "items": {
                 "type": "object",
                 "required": ["name"],
-                "properties": {"name": {"type": "string", "maxLength": 63}},
+                "properties": {
+                    "name": {"type": "string", "maxLength": 63},
+                    // Kyverno's CRD: an API call may only GET or POST (the compiler refuses
+                    // other methods wherever a context entry appears, foreach included).
+                    "context": {"type": "array", "items": {
+                        "type": "object",
+                        "properties": {"apiCall": {
+                            "type": "object",
+                            "properties": {"method": {"type": "string", "enum": ["GET", "POST"]}},
+                            "x-kubernetes-preserve-unknown-fields": true,
+                        }},
+                        "x-kubernetes-preserve-unknown-fields": true,
+                    }},
+                },
                 "x-kubernetes-preserve-unknown-fields": true,
             }},
         },

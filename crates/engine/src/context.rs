@@ -85,6 +85,9 @@ pub struct Context<'e> {
     cel: std::cell::RefCell<Option<verno_cel::Vars>>,
     /// Whose `namespaceObject` those variables carry (the policy being evaluated decides).
     ns_view: crate::evaluate::NamespaceView,
+    /// The namespace the policy being evaluated is held to (see `crate::confine`): the cached
+    /// CEL variables carry a host held to it, so they are rebuilt when it changes.
+    confined: Option<Box<str>>,
     /// Whether the `images` variable is kept (no policy of the set reads it: not worked out).
     images: bool,
     /// Whether a passing validation rule's message is left unwritten: nobody reads it (a
@@ -188,6 +191,7 @@ impl<'e> Context<'e> {
             env,
             cel: std::cell::RefCell::new(None),
             ns_view: crate::evaluate::NamespaceView::default(),
+            confined: None,
             images: true,
             quiet_passes: false,
             live_namespace: None,
@@ -490,6 +494,14 @@ impl<'e> Context<'e> {
     pub fn set_namespace_view(&mut self, view: crate::evaluate::NamespaceView) {
         if self.ns_view != view {
             self.ns_view = view;
+            *self.cel.get_mut() = None;
+        }
+    }
+
+    /// Which namespace the data the next CEL variables are built from is held to.
+    pub fn set_confinement(&mut self, namespace: Option<&str>) {
+        if self.confined.as_deref() != namespace {
+            self.confined = namespace.map(Into::into);
             *self.cel.get_mut() = None;
         }
     }

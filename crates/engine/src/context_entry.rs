@@ -95,7 +95,16 @@ pub(crate) fn compile_context(entries: &[ContextEntry], path: &str) -> Result<Ve
                     .as_ref()
                     .map(|u| tv(&Value::String(u.clone()), &format!("{p}.apiCall.urlPath")))
                     .transpose()?,
-                method: a.method.clone().unwrap_or_else(|| "GET".into()),
+                method: match a.method.as_deref() {
+                    None => "GET".into(),
+                    Some(m) if crate::confine::method_allowed(m) && !m.is_empty() => m.to_string(),
+                    Some(m) => {
+                        return Err(CompileError::new(
+                            format!("{p}.apiCall.method"),
+                            format!("Unsupported value: {m:?}: supported values: \"GET\", \"POST\""),
+                        ));
+                    }
+                },
                 data: a.data.as_ref().map(|d| tv(d, &format!("{p}.apiCall.data"))).transpose()?,
                 service_url: a
                     .service
@@ -211,6 +220,15 @@ pub(crate) fn load_context(
                         .unwrap_or_else(|| "default".into()),
                 };
                 let ns = if ns.is_empty() { "default".to_string() } else { ns };
+                // A namespaced policy reads only its own namespace (Kyverno's words).
+                if let Some(own) = crate::confine::namespace_of(policy)
+                    && own != ns
+                {
+                    return Err(format!(
+                        "context entry {}: configMap namespace {ns:?} is different from policy namespace {own:?}",
+                        entry.name
+                    ));
+                }
                 match data.config_map(&ns, n.as_str().unwrap_or("")) {
                     Loaded::Value(v) => Some(v),
                     Loaded::Unavailable => None,
@@ -223,6 +241,18 @@ pub(crate) fn load_context(
                 let url = match url_path.as_ref().or(service_url.as_ref()) {
                     Some(u) => u.render(ctx, "").map_err(|e| e.to_string())?.as_str().unwrap_or("").to_string(),
                     None => String::new(),
+                };
+                if !crate::confine::method_allowed(method) {
+                    return Err(format!("apiCall method {method:?} is not allowed: only GET and POST are"));
+                }
+                // A Kubernetes API path is sent cleaned (as Kubernetes' REST client sends it),
+                // and a namespaced policy's must address its own namespace; the check comes
+                // before `default`, which does not cover a refused path.
+                let own = crate::confine::namespace_of(policy);
+                let url = if url_path.is_some() && (url.starts_with('/') || own.is_some()) {
+                    crate::confine::api_path(&url, own)?
+                } else {
+                    url
                 };
                 // `data` is a list of key/value pairs; the request body is the object they make.
                 let body = match body {

@@ -220,6 +220,9 @@ pub struct Request<'a> {
     /// Whether mutate-existing rules patch their targets in this evaluation (the CLI and the
     /// background controller; never a webhook). Set from the [`crate::Scope`].
     pub existing: bool,
+    /// A dry-run admission request (`request.dryRun`): API calls it makes must persist
+    /// nothing, so a POST is sent with `dryRun=All`.
+    pub dry_run: bool,
 }
 
 impl<'a> Request<'a> {
@@ -238,6 +241,7 @@ impl<'a> Request<'a> {
             kind: None,
             variables: &[],
             existing: false,
+            dry_run: false,
         }
     }
 
@@ -488,6 +492,17 @@ fn evaluate_phase_with(
 ) -> PolicyResponse {
     let mut resp = blank;
     policy.write_key(&mut resp.policy);
+    // What the policy may reach: a namespaced policy only its namespace, a dry run nothing
+    // it would persist (see `crate::confine`).
+    let reach;
+    let data: &dyn Data = match crate::confine::Reach::of(policy, req.dry_run, data) {
+        Some(r) => {
+            reach = r;
+            &reach
+        }
+        None => data,
+    };
+    ctx.set_confinement(crate::confine::namespace_of(policy));
     fn note(resp: &mut PolicyResponse, explain: bool, why: impl FnOnce() -> NotApplied) {
         if explain {
             resp.not_applied.push(why());

@@ -138,6 +138,22 @@ impl Gen<'_> {
         let kind = render_str(&t.kind, ctx, "kind")?;
         let name = render_str(&t.name, ctx, "name")?;
         let namespace = render_str(&t.namespace, ctx, "namespace")?;
+        // A namespaced Policy generates only into (and clones only from) its own namespace,
+        // whatever its variables made of the names (see `crate::confine`).
+        let own = crate::confine::namespace_of(self.policy);
+        if let Some(own) = own
+            && namespace != own
+        {
+            return Err(format!(
+                "a namespaced policy cannot generate resources in other namespaces, expected: {own}, received: {namespace}"
+            ));
+        }
+        let clone_outside = |sns: &str| match own {
+            Some(own) if sns != own => Err(format!(
+                "a namespaced policy cannot clone resources from other namespaces, expected: {own}, received: {sns}"
+            )),
+            _ => Ok(()),
+        };
         match &t.source {
             GenerateSource::None => Ok(Vec::new()),
             GenerateSource::Data(d) => {
@@ -167,6 +183,7 @@ impl Gen<'_> {
             GenerateSource::Clone { namespace: sns, name: sname } => {
                 let sns = render_str(&Some(sns.clone()), ctx, "clone.namespace")?;
                 let sname = render_str(&Some(sname.clone()), ctx, "clone.name")?;
+                clone_outside(&sns)?;
                 self.sources.borrow_mut().push((api_version.clone(), kind.clone(), sns.clone(), sname.clone()));
                 let Some(src) = self.data.resource(&api_version, &kind, &sns, &sname) else {
                     return Err(format!("source resource {api_version}/{kind} {sns}/{sname} not found"));
@@ -175,6 +192,7 @@ impl Gen<'_> {
             }
             GenerateSource::CloneList { namespace: sns, kinds, selector } => {
                 let sns = render_str(&Some(sns.clone()), ctx, "cloneList.namespace")?;
+                clone_outside(&sns)?;
                 let mut out = Vec::new();
                 for k in kinds {
                     let (av, kd) = match k.rsplit_once('/') {

@@ -357,6 +357,9 @@ impl Collector {
 }
 
 impl Host for Collector {
+    fn confined_to(&self) -> Option<&str> {
+        self.inner.as_deref().and_then(Host::confined_to)
+    }
     fn resource_get(&self, a: &str, r: &str, ns: &str, n: &str) -> Result<Value, String> {
         self.read(a, r, ns, n);
         match &self.inner {

@@ -498,6 +498,9 @@ fn to_attestors(a: &Value) -> Result<Vec<Attestor>, String> {
 }
 
 impl verno_cel::Host for ImageHost {
+    fn confined_to(&self) -> Option<&str> {
+        self.inner.as_deref().and_then(verno_cel::Host::confined_to)
+    }
     fn resource_get(&self, api_version: &str, resource: &str, namespace: &str, name: &str) -> Result<Value, String> {
         match &self.inner {
             Some(h) => h.resource_get(api_version, resource, namespace, name),

@@ -21,6 +21,7 @@ mod anchor;
 mod autogen;
 mod cleanup;
 mod condition;
+mod confine;
 mod context;
 mod context_entry;
 pub mod cron;

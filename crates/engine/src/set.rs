@@ -705,6 +705,7 @@ impl PolicySet {
             kind: Some(&req.kind),
             variables: &[],
             existing: false,
+            dry_run: req.dry_run,
         };
         self.evaluate(&request, Scope::webhook(route), env, data, observer)
     }

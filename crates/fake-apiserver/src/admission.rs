@@ -87,6 +87,7 @@ pub(crate) async fn admit(
     inner: &Arc<Inner>,
     c: &Change,
     user: &(String, Vec<String>),
+    dry_run: bool,
 ) -> Result<(Option<Value>, Vec<String>), Response> {
     let r = &c.resource;
     if r.group == "admissionregistration.k8s.io" {
@@ -144,7 +145,19 @@ pub(crate) async fn admit(
             continue;
         }
         let fail_open = w.get("failurePolicy").and_then(Value::as_str) == Some("Ignore");
-        let request = review_request(c, object.as_ref(), user);
+        // A dry run reaches only webhooks that declare no side effects (or none on dry runs),
+        // and tells them it is one; the API server refuses the request otherwise.
+        let side_effects = w.get("sideEffects").and_then(Value::as_str).unwrap_or("Unknown");
+        if dry_run && !matches!(side_effects, "None" | "NoneOnDryRun") {
+            let text = format!("admission webhook {:?} does not support dry run", hook.name);
+            let body = json!({"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure",
+                "message": text, "reason": "BadRequest", "code": 400});
+            return Err(ok_json_headers(StatusCode::BAD_REQUEST, &body, &[]));
+        }
+        let mut request = review_request(c, object.as_ref(), user);
+        if let Some(m) = request.as_object_mut() {
+            m.insert("dryRun".into(), Value::Bool(dry_run));
+        }
         let call = |outcome: String| Call {
             webhook: hook.name.clone(),
             operation: op.to_string(),

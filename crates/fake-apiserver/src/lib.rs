@@ -756,7 +756,8 @@ async fn write_once(
         service_account_admission(pod, change.k.0.len() + change.k.2.len());
     }
     if !change.status {
-        match admission::admit(inner, &change, &user(headers)).await {
+        let dry_run = q.get("dryRun").is_some_and(|v| v == "All");
+        match admission::admit(inner, &change, &user(headers), dry_run).await {
             Ok((mutated, w)) => {
                 if mutated.is_some() {
                     change.new = mutated;
