@@ -1396,3 +1396,117 @@ async fn labelled_config_maps_are_cached_and_others_are_read_each_time() {
     assert_eq!(gets("cached"), cached, "the labelled ConfigMap was read from the API server");
     replica.controller.stop().await;
 }
+
+// ---- Issue 47, item 1: a tenant's policy acts only in its own namespace ----
+
+fn namespaced_policy_api(c: &kube::Client, ns: &str) -> Api<DynamicObject> {
+    Api::namespaced_with(c.clone(), ns, &policies::policy_resource())
+}
+
+/// Requests anyone made for paths holding `part` (Verno is the only one who could have made
+/// those of this test).
+fn requests_for(fake: &FakeApiServer, since: usize, part: &str) -> Vec<String> {
+    fake.requests()
+        .into_iter()
+        .skip(since)
+        .filter(|r| r.path.contains(part))
+        .map(|r| format!("{} {}", r.method, r.path))
+        .collect()
+}
+
+#[tokio::test]
+async fn a_tenants_policy_reads_creates_and_deletes_nothing_outside_its_namespace() {
+    let (fake, admin, replica) = setup().await;
+    create_namespace(&admin, "tenant-a", json!({})).await;
+    let secret = serde_json::from_value(
+        json!({"metadata": {"name": "db", "namespace": "kube-system"}, "data": {"password": "aHVudGVyMg=="}}),
+    )
+    .unwrap();
+    secret_api(&admin, "kube-system").create(&PostParams::default(), &secret).await.unwrap();
+    let keep: ConfigMap =
+        serde_json::from_value(json!({"metadata": {"name": "keep", "namespace": "kube-system"}, "data": {"a": "b"}}))
+            .unwrap();
+    Api::<ConfigMap>::namespaced(admin.clone(), "kube-system").create(&PostParams::default(), &keep).await.unwrap();
+    let tenant_policies = namespaced_policy_api(&admin, "tenant-a");
+    let since = fake.requests().len();
+
+    // A DELETE is refused when the policy is created (the policy validation webhook).
+    let delete = json!({"apiVersion": "kyverno.io/v1", "kind": "Policy", "metadata": {"name": "wipe", "namespace": "tenant-a"},
+        "spec": {"background": true, "rules": [{"name": "wipe", "match": {"any": [{"resources": {"kinds": ["ConfigMap"]}}]},
+            "context": [{"name": "gone", "apiCall": {"method": "DELETE", "urlPath": "/api/v1/namespaces/kube-system/configmaps/keep"}}],
+            "validate": {"message": "m", "deny": {"conditions": {"any": [{"key": "a", "operator": "Equals", "value": "b"}]}}}}]}});
+    let err = tenant_policies
+        .patch("wipe", &PatchParams::apply("kubectl").force(), &Patch::Apply(&delete))
+        .await
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("apiCall.method"), "{err}");
+
+    // Reads and a POST outside the namespace, from a background-scanned Policy whose generate
+    // rule would copy what it read into the tenant's namespace.
+    let steal = json!({"apiVersion": "kyverno.io/v1", "kind": "Policy", "metadata": {"name": "steal", "namespace": "tenant-a"},
+        "spec": {"background": true, "validationFailureAction": "Audit", "rules": [
+            {"name": "copy", "match": {"any": [{"resources": {"kinds": ["ConfigMap"], "names": ["trigger"]}}]},
+             "context": [
+                {"name": "s", "apiCall": {"urlPath": "/api/v1/namespaces/tenant-a/../kube-system/secrets/db"}},
+                {"name": "c", "configMap": {"name": "keep", "namespace": "kube-system"}}],
+             "generate": {"apiVersion": "v1", "kind": "ConfigMap", "name": "loot", "namespace": "tenant-a",
+                "data": {"data": {"password": "{{ s.data.password }}", "a": "{{ c.data.a }}"}}}},
+            {"name": "plant", "match": {"any": [{"resources": {"kinds": ["ConfigMap"], "names": ["trigger"]}}]},
+             "context": [{"name": "p", "apiCall": {"method": "POST", "urlPath": "/api/v1/namespaces/kube-system/configmaps",
+                "data": [{"key": "metadata", "value": {"name": "planted"}}]}}],
+             "validate": {"message": "m", "deny": {"conditions": {"any": [{"key": "a", "operator": "Equals", "value": "b"}]}}}}]}});
+    tenant_policies.patch("steal", &PatchParams::apply("kubectl").force(), &Patch::Apply(&steal)).await.unwrap();
+    eventually("the Policy is ready", || async {
+        tenant_policies.get("steal").await.ok().filter(|p| p.data["status"]["ready"] == true)
+    })
+    .await;
+    let trigger: ConfigMap =
+        serde_json::from_value(json!({"metadata": {"name": "trigger", "namespace": "tenant-a"}})).unwrap();
+    Api::<ConfigMap>::namespaced(admin.clone(), "tenant-a").create(&PostParams::default(), &trigger).await.unwrap();
+    // The generate rule errors: the failure is an event on the policy.
+    eventually("the refusal is reported", || async {
+        let events = events_api(&admin).list(&Default::default()).await.ok()?;
+        events.items.into_iter().find(|e| {
+            e.data["note"].as_str().is_some_and(|n| n.contains("refers to namespace kube-system"))
+                || e.data["message"].as_str().is_some_and(|n| n.contains("refers to namespace kube-system"))
+        })
+    })
+    .await;
+    // A scan or two later: nothing outside the namespace was asked for or written.
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    assert_eq!(requests_for(&fake, since, "/namespaces/kube-system/secrets"), Vec::<String>::new());
+    assert_eq!(requests_for(&fake, since, "/namespaces/kube-system/configmaps"), Vec::<String>::new());
+    let cms = Api::<ConfigMap>::namespaced(admin.clone(), "kube-system");
+    assert!(cms.get_opt("planted").await.unwrap().is_none());
+    assert!(cms.get_opt("keep").await.unwrap().is_some());
+    let loot = Api::<ConfigMap>::namespaced(admin.clone(), "tenant-a").get_opt("loot").await.unwrap();
+    assert!(loot.is_none(), "{loot:?}");
+    replica.controller.stop().await;
+}
+
+/// A dry-run request's POSTs persist nothing: they are sent with `dryRun=All`.
+#[tokio::test]
+async fn a_dry_run_request_makes_no_api_call_that_persists() {
+    let (fake, admin, replica) = setup().await;
+    apply_policy(&admin, &json!({"apiVersion": "kyverno.io/v1", "kind": "ClusterPolicy", "metadata": {"name": "post"},
+        "spec": {"validationFailureAction": "Enforce", "background": false, "rules": [{"name": "post",
+            "match": {"any": [{"resources": {"kinds": ["Pod"]}}]},
+            "context": [{"name": "p", "apiCall": {"method": "POST", "urlPath": "/api/v1/namespaces/shop/configmaps",
+                "data": [{"key": "metadata", "value": {"name": "{{ request.object.metadata.name }}-seen"}}]}}],
+            "validate": {"message": "m", "deny": {"conditions": {"any": [{"key": "{{ p.metadata.name }}", "operator": "Equals", "value": "nothing"}]}}}}]}}).to_string()).await;
+    wait_ready(&admin, "post").await;
+    eventually("rules", || async { entry_rules(&vwc(&admin).await?, webhooks::VALIDATE_FAIL) }).await;
+    let pods: Api<Pod> = Api::namespaced(admin.clone(), "shop");
+    pods.create(&PostParams { dry_run: true, ..Default::default() }, &pod("dry", json!({}))).await.unwrap();
+    let cms = Api::<ConfigMap>::namespaced(admin.clone(), "shop");
+    assert!(cms.get_opt("dry-seen").await.unwrap().is_none(), "a dry run's POST persisted");
+    assert!(
+        fake.requests()
+            .iter()
+            .any(|r| r.path.ends_with("/namespaces/shop/configmaps") && r.query.contains("dryRun=All"))
+    );
+    pods.create(&PostParams::default(), &pod("real", json!({}))).await.unwrap();
+    assert!(cms.get_opt("real-seen").await.unwrap().is_some());
+    replica.controller.stop().await;
+}

@@ -204,15 +204,31 @@ impl CompiledPolicy {
 
     /// Whether a rule response blocks an admission request: a mutation that failed or errored
     /// (unless failurePolicy is Ignore), a failure of an Enforce rule, or an error under
-    /// failurePolicy Fail.
+    /// failurePolicy Fail — for a validation rule, only in a policy that [`enforces`]: Kyverno
+    /// evaluates the other (Audit-only) policies after answering, so nothing they find, errors
+    /// included, refuses a request.
+    ///
+    /// [`enforces`]: CompiledPolicy::enforces
     pub fn blocks(&self, r: &crate::outcome::RuleResponse) -> bool {
         use crate::outcome::{RuleType, Status};
         match (r.rule_type, r.status) {
             (RuleType::Mutation, Status::Fail | Status::Error) => !self.failure_policy_ignore,
             (_, Status::Fail) => self.rule_action(&r.name) == Action::Enforce,
+            (RuleType::Validation, Status::Error) => !self.failure_policy_ignore && self.enforces(),
             (_, Status::Error) => !self.failure_policy_ignore,
             _ => false,
         }
+    }
+
+    /// Whether some validation of the policy can refuse a request (Kyverno's "enforce policy":
+    /// the policy's action, an override or a rule's `failureAction` is Enforce).
+    pub fn enforces(&self) -> bool {
+        self.action == Action::Enforce
+            || self.overrides.iter().any(|o| o.action.eq_ignore_ascii_case("enforce"))
+            || self
+                .rules
+                .iter()
+                .any(|r| matches!(&r.body, RuleBody::Validate(v) if v.failure_action == Some(Action::Enforce)))
     }
 
     /// The result a report (and the CLI) shows for a rule response: an unscored policy reports

@@ -168,3 +168,32 @@ fn rules_a_kind_rules_out_are_skipped_with_the_same_results() {
         ]
     );
 }
+
+/// A false deny found with issue 47: an Audit-only policy whose rule errors (a context entry
+/// that cannot load) refused the request under its default failurePolicy Fail. Kyverno
+/// evaluates Audit-only policies after it has answered, so nothing they find refuses a
+/// request; in a policy that enforces, an error still refuses under Fail.
+#[test]
+fn an_audit_only_policys_error_refuses_nothing() {
+    let policy = |name: &str, action: &str, failure: &str| {
+        json!({"apiVersion": "kyverno.io/v1", "kind": "ClusterPolicy", "metadata": {"name": name},
+            "spec": {"validationFailureAction": action, "failurePolicy": failure, "rules": [{"name": "r",
+                "match": {"any": [{"resources": {"kinds": ["Pod"]}}]},
+                "context": [{"name": "v", "variable": {"jmesPath": "request.object.metadata.labels.missing"}}],
+                "validate": {"message": "m", "deny": {"conditions": {"any": [{"key": "{{ v }}", "operator": "Equals", "value": "x"}]}}}}]}})
+    };
+    let pod = json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "x", "namespace": "default"},
+        "spec": {"containers": [{"name": "c", "image": "busybox"}]}});
+    for (action, failure, refused) in
+        [("Audit", "Fail", false), ("Audit", "Ignore", false), ("Enforce", "Fail", true), ("Enforce", "Ignore", false)]
+    {
+        let p = match compile(&policy("p", action, failure), &[]) {
+            Ok(Compiled::Policy(p)) => Arc::new(p),
+            _ => panic!("compiles"),
+        };
+        let set = PolicySet::new(vec![p], Vec::new());
+        let scope = Scope::webhook(Route::Kyverno(Hook::Validate, Filter::All));
+        let out = set.evaluate(&Request::new("CREATE", &pod), scope, &verno_jmespath::NoEnv, &NoData, &mut ());
+        assert_eq!(out.denial("Pod", "default", "x").is_some(), refused, "{action} / {failure}");
+    }
+}
