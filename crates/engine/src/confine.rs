@@ -421,11 +421,11 @@ impl ImageVerifier for ConfinedVerifier {
         self.check_attestor(attestor)?;
         self.inner.verify_blob(attestor, message, signature, certificate)
     }
-    fn cached(&self, key: &str) -> bool {
+    fn cached(&self, key: &str) -> Option<String> {
         self.inner.cached(key)
     }
-    fn remember(&self, key: &str) {
-        self.inner.remember(key)
+    fn remember(&self, key: &str, digest: &str) {
+        self.inner.remember(key, digest)
     }
 }
 

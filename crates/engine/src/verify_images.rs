@@ -109,15 +109,16 @@ pub trait ImageVerifier: Send + Sync {
         let _ = (attestor, message, signature, certificate);
         Err(ImageError::Unreachable("signature verification is not available here".into()))
     }
-    /// Whether a passing verification is remembered under this key (Kyverno's
-    /// `policyUID;resourceVersion;rule;image`). The CLI keeps no cache.
-    fn cached(&self, key: &str) -> bool {
+    /// The digest a passing verification remembered under this key (Kyverno's
+    /// `policyUID;resourceVersion;rule;image`) verified, if one is remembered. The CLI keeps no
+    /// cache.
+    fn cached(&self, key: &str) -> Option<String> {
         let _ = key;
-        false
+        None
     }
-    /// Remembers a passing verification.
-    fn remember(&self, key: &str) {
-        let _ = key;
+    /// Remembers a passing verification of the image whose manifest has `digest`.
+    fn remember(&self, key: &str, digest: &str) {
+        let _ = (key, digest);
     }
 }
 
@@ -537,18 +538,36 @@ impl CompiledVerifyImages {
                 let key = format!("{};{rule};{image}", self.cache_id);
                 let verifier_port = data.image_verifier();
                 let cacheable = spec.use_cache && verifier_port.is_some();
-                let from_cache = cacheable && verifier_port.as_ref().is_some_and(|v| v.cached(&key));
-                let (mut resp, digest) = if from_cache {
-                    (Some(RuleResponse::new(rule, rt, Status::Pass, "verified from cache")), info.digest.clone())
-                } else {
-                    let (r, d) = verifier.image(&info, ctx);
-                    if cacheable
-                        && r.as_ref().is_some_and(|r| r.status == Status::Pass)
-                        && let Some(v) = &verifier_port
-                    {
-                        v.remember(&key);
+                // A pass is remembered with the digest it verified, and holds only for that
+                // manifest: an image named by digest must be that one; a tag is pinned to it
+                // (mutateDigest) or must still resolve to it, so a tag moved to an unsigned
+                // image is verified again rather than passed from the cache.
+                let from_cache = match (cacheable, &verifier_port) {
+                    (true, Some(v)) => v.cached(&key).filter(|d| {
+                        if !info.digest.is_empty() {
+                            *d == info.digest
+                        } else if spec.mutate_digest {
+                            true
+                        } else {
+                            v.digest(&info.tagged(), spec.image_registry_credentials.as_ref(), namespace)
+                                .is_ok_and(|now| now == *d)
+                        }
+                    }),
+                    _ => None,
+                };
+                let (mut resp, digest) = match from_cache {
+                    Some(d) => (Some(RuleResponse::new(rule, rt, Status::Pass, "verified from cache")), d),
+                    None => {
+                        let (r, d) = verifier.image(&info, ctx);
+                        if cacheable
+                            && !d.is_empty()
+                            && r.as_ref().is_some_and(|r| r.status == Status::Pass)
+                            && let Some(v) = &verifier_port
+                        {
+                            v.remember(&key, &d);
+                        }
+                        (r, d)
                     }
-                    (r, d)
                 };
                 if spec.mutate_digest && info.digest.is_empty() {
                     let digest = if digest.is_empty() {

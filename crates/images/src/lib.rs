@@ -33,11 +33,12 @@ pub type SecretReader = Arc<dyn Fn(&str, &str) -> Result<Value, String> + Send +
 pub const DEFAULT_CACHE_TTL: Duration = Duration::from_secs(60 * 60);
 pub const DEFAULT_CACHE_SIZE: usize = 1000;
 
-/// The verification cache: passes only, by Kyverno's key, for a TTL, at most `size` entries.
+/// The verification cache: passes only, by Kyverno's key, each with the digest it verified,
+/// for a TTL, at most `size` entries.
 pub struct Cache {
     ttl: Duration,
     size: usize,
-    entries: Mutex<HashMap<String, Instant>>,
+    entries: Mutex<HashMap<String, (Instant, String)>>,
 }
 
 impl Cache {
@@ -45,33 +46,33 @@ impl Cache {
         Cache { ttl: if ttl.is_zero() { DEFAULT_CACHE_TTL } else { ttl }, size, entries: Mutex::new(HashMap::new()) }
     }
 
-    fn get(&self, key: &str) -> bool {
-        let Ok(mut m) = self.entries.lock() else { return false };
+    fn get(&self, key: &str) -> Option<String> {
+        let Ok(mut m) = self.entries.lock() else { return None };
         match m.get(key) {
-            Some(t) if t.elapsed() < self.ttl => true,
+            Some((t, digest)) if t.elapsed() < self.ttl => Some(digest.clone()),
             Some(_) => {
                 m.remove(key);
-                false
+                None
             }
-            None => false,
+            None => None,
         }
     }
 
-    fn put(&self, key: &str) {
+    fn put(&self, key: &str, digest: &str) {
         if self.size == 0 {
             return;
         }
         let Ok(mut m) = self.entries.lock() else { return };
         if m.len() >= self.size && !m.contains_key(key) {
             let ttl = self.ttl;
-            m.retain(|_, t| t.elapsed() < ttl);
+            m.retain(|_, (t, _)| t.elapsed() < ttl);
             if m.len() >= self.size
-                && let Some(oldest) = m.iter().min_by_key(|(_, t)| **t).map(|(k, _)| k.clone())
+                && let Some(oldest) = m.iter().min_by_key(|(_, (t, _))| *t).map(|(k, _)| k.clone())
             {
                 m.remove(&oldest);
             }
         }
-        m.insert(key.to_string(), Instant::now());
+        m.insert(key.to_string(), (Instant::now(), digest.to_string()));
     }
 
     pub fn len(&self) -> usize {
@@ -298,13 +299,13 @@ impl ImageVerifier for Verifier {
         cosign::verify_blob(&signer, &algorithm, message, signature, certificate).map_err(ImageError::Failed)
     }
 
-    fn cached(&self, key: &str) -> bool {
-        self.cache.as_ref().is_some_and(|c| c.get(key))
+    fn cached(&self, key: &str) -> Option<String> {
+        self.cache.as_ref().and_then(|c| c.get(key))
     }
 
-    fn remember(&self, key: &str) {
+    fn remember(&self, key: &str, digest: &str) {
         if let Some(c) = &self.cache {
-            c.put(key);
+            c.put(key, digest);
         }
     }
 }
@@ -327,14 +328,14 @@ mod tests {
     #[test]
     fn cache_keeps_passes_for_a_while_and_is_bounded() {
         let c = Cache::new(Duration::from_secs(60), 2);
-        c.put("a");
-        c.put("b");
-        c.put("c");
+        c.put("a", "sha256:a");
+        c.put("b", "sha256:b");
+        c.put("c", "sha256:c");
         assert_eq!(c.len(), 2);
-        assert!(c.get("c"));
+        assert_eq!(c.get("c").as_deref(), Some("sha256:c"));
         let short = Cache::new(Duration::from_millis(1), 10);
-        short.put("a");
+        short.put("a", "sha256:a");
         std::thread::sleep(Duration::from_millis(5));
-        assert!(!short.get("a"));
+        assert_eq!(short.get("a"), None);
     }
 }

@@ -12,7 +12,7 @@ struct Scripted {
     answers: Vec<(String, String, Result<Verified, ImageError>)>,
     digests: Vec<(String, String)>,
     asked: Mutex<Vec<String>>,
-    cache: Mutex<Vec<String>>,
+    cache: Mutex<Vec<(String, String)>>,
 }
 
 impl Scripted {
@@ -46,11 +46,11 @@ impl ImageVerifier for Scripted {
             .map(|(_, d)| d.clone())
             .ok_or_else(|| ImageError::Unreachable(format!("dial tcp: lookup for {image}")))
     }
-    fn cached(&self, key: &str) -> bool {
-        self.cache.lock().map(|c| c.iter().any(|k| k == key)).unwrap_or(false)
+    fn cached(&self, key: &str) -> Option<String> {
+        self.cache.lock().ok()?.iter().find(|(k, _)| k == key).map(|(_, d)| d.clone())
     }
-    fn remember(&self, key: &str) {
-        self.cache.lock().map(|mut c| c.push(key.to_string())).ok();
+    fn remember(&self, key: &str, digest: &str) {
+        self.cache.lock().map(|mut c| c.push((key.to_string(), digest.to_string()))).ok();
     }
 }
 
@@ -255,11 +255,10 @@ fn the_cache_answers_the_second_request() {
     let set = policy(
         json!([{"imageReferences": ["*"], "attestors": [keyed("K1")], "mutateDigest": false, "verifyDigest": false}]),
     );
-    let v = Arc::new(Scripted::default().answer(
-        "ghcr.io/acme/app:v1",
-        "K1",
-        Ok(Verified { digest: D.into(), statements: vec![] }),
-    ));
+    let mut v =
+        Scripted::default().answer("ghcr.io/acme/app:v1", "K1", Ok(Verified { digest: D.into(), statements: vec![] }));
+    v.digests.push(("ghcr.io/acme/app:v1".into(), D.into()));
+    let v = Arc::new(v);
     let (first, _) = run(&set, &pod(&["ghcr.io/acme/app:v1"]), &WithVerifier(v.clone()));
     let (second, _) = run(&set, &pod(&["ghcr.io/acme/app:v1"]), &WithVerifier(v.clone()));
     assert_eq!(first[0].1, "verified image signatures for ghcr.io/acme/app:v1");
@@ -267,7 +266,7 @@ fn the_cache_answers_the_second_request() {
     assert_eq!(v.asked.lock().map(|a| a.len()).unwrap_or(0), 1);
     assert_eq!(
         v.cache.lock().map(|c| c.clone()).unwrap_or_default(),
-        vec!["u1;7;signed;ghcr.io/acme/app:v1".to_string()]
+        vec![("u1;7;signed;ghcr.io/acme/app:v1".to_string(), D.to_string())]
     );
     // useCache: false never asks the cache.
     let set = policy(
@@ -475,4 +474,58 @@ fn image_validating_policy_checks() {
     assert!(bad(json!({"matchImageReferences": [{}]})).contains("exactly one of glob or expression"));
     assert!(bad(json!({"bogus": 1})).contains("unknown field"));
     assert_eq!(bad(json!({"validations": [{"expression": "true"}]})), "");
+}
+
+/// Issue 47, item 2: a tag moved to an unsigned image after a pass was cached. The cached pass
+/// holds only for the digest it verified: with mutateDigest the Pod is pinned to the verified
+/// digest (not the tag's new one); without it, the tag is resolved and, having moved, the
+/// image is verified again — and fails.
+#[test]
+fn a_retagged_unsigned_image_is_not_passed_from_the_cache() {
+    const UNSIGNED: &str = "sha256:2222222222222222222222222222222222222222222222222222222222222222";
+    // The registry while the tag names the signed image.
+    let signed = || {
+        let mut v = Scripted::default().answer(
+            "ghcr.io/acme/app:v1",
+            "K1",
+            Ok(Verified { digest: D.into(), statements: vec![] }),
+        );
+        v.digests.push(("ghcr.io/acme/app:v1".into(), D.into()));
+        Arc::new(v)
+    };
+    // The same registry after the tag moved to an unsigned image: no signatures for it, and
+    // the cache the first verifier filled.
+    let moved = |before: &Scripted| {
+        let mut m = Scripted::default();
+        m.digests.push(("ghcr.io/acme/app:v1".into(), UNSIGNED.into()));
+        *m.cache.lock().unwrap() = before.cache.lock().unwrap().clone();
+        Arc::new(m)
+    };
+    let image_of = |out: &crate::Outcome| out.patched.as_ref().map(|p| p["spec"]["containers"][0]["image"].clone());
+    let pinned = json!(format!("ghcr.io/acme/app:v1@{D}"));
+
+    // Pinned: the second Pod gets the verified digest, never the tag's new one.
+    let set = policy(
+        json!([{"imageReferences": ["*"], "attestors": [keyed("K1")], "mutateDigest": true, "verifyDigest": false}]),
+    );
+    let before = signed();
+    let (first, out) = run(&set, &pod(&["ghcr.io/acme/app:v1"]), &WithVerifier(before.clone()));
+    assert_eq!(first[0].0, Status::Pass, "{first:?}");
+    assert_eq!(image_of(&out), Some(pinned.clone()));
+    let after = moved(&before);
+    let (second, out) = run(&set, &pod(&["ghcr.io/acme/app:v1"]), &WithVerifier(after.clone()));
+    assert_eq!(second[0], (Status::Pass, "verified from cache".to_string()));
+    assert_eq!(image_of(&out), Some(pinned));
+
+    // Not pinned: the moved tag is verified again, and the unsigned image fails.
+    let set = policy(
+        json!([{"imageReferences": ["*"], "attestors": [keyed("K1")], "mutateDigest": false, "verifyDigest": false}]),
+    );
+    let before = signed();
+    let (first, _) = run(&set, &pod(&["ghcr.io/acme/app:v1"]), &WithVerifier(before.clone()));
+    assert_eq!(first[0].0, Status::Pass, "{first:?}");
+    let after = moved(&before);
+    let (second, _) = run(&set, &pod(&["ghcr.io/acme/app:v1"]), &WithVerifier(after.clone()));
+    assert_eq!(second[0].0, Status::Fail, "{second:?}");
+    assert_eq!(after.asked.lock().unwrap().len(), 1, "verified again");
 }
