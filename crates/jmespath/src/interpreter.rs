@@ -122,6 +122,17 @@ pub(crate) type Cv<'a> = Cow<'a, Value>;
 
 static NULL: Value = Value::Null;
 
+/// A sub-expression's result as go-jmespath (Kyverno's fork) reads it inside an operator, a
+/// function argument, a multiselect or a projection: a missing key is `null`; any other error
+/// (a function's, the budget's) is the whole expression's error, never `null` — an
+/// `x || fallback` must not turn a failed `parse_json` into the fallback.
+fn or_null(r: Result<Cv<'_>, RuntimeError>) -> Result<Cv<'_>, RuntimeError> {
+    match r {
+        Err(RuntimeError::NotFound(_)) => Ok(Cow::Borrowed(&NULL)),
+        other => other,
+    }
+}
+
 pub(crate) fn eval<'a>(ast: &Ast, data: &'a Value, env: &Meter<'_>) -> Result<Cv<'a>, RuntimeError> {
     env.charge(1)?;
     match ast {
@@ -174,14 +185,14 @@ pub(crate) fn eval<'a>(ast: &Ast, data: &'a Value, env: &Meter<'_>) -> Result<Cv
             if let Some(elements) = elements {
                 let mut out = Vec::with_capacity(elements.len());
                 for el in &elements {
-                    let r = eval(rhs, el, env).unwrap_or(Cow::Borrowed(&NULL));
+                    let r = or_null(eval(rhs, el, env))?;
                     if !r.is_null() {
                         out.push(env.own(r)?);
                     }
                 }
                 return Ok(Cow::Owned(Value::Array(out)));
             }
-            let l = match (eval(lhs, data, env).unwrap_or(Cow::Borrowed(&NULL)), &**rhs) {
+            let l = match (or_null(eval(lhs, data, env))?, &**rhs) {
                 // `x[]` over a list made for this expression: the elements are moved, not copied
                 // (the budget is charged as for the general case below).
                 (Cow::Owned(Value::Array(arr)), Ast::Identity) => {
@@ -195,7 +206,7 @@ pub(crate) fn eval<'a>(ast: &Ast, data: &'a Value, env: &Meter<'_>) -> Result<Cv
             };
             let mut out = Vec::with_capacity(arr.len());
             for el in arr {
-                let r = eval(rhs, el, env).unwrap_or(Cow::Borrowed(&NULL));
+                let r = or_null(eval(rhs, el, env))?;
                 if !r.is_null() {
                     out.push(env.own(r)?);
                 }
@@ -203,6 +214,8 @@ pub(crate) fn eval<'a>(ast: &Ast, data: &'a Value, env: &Meter<'_>) -> Result<Cv
             Ok(Cow::Owned(Value::Array(out)))
         }
         Ast::ValueProjection(lhs, rhs) => {
+            // go-jmespath reads any error of the left side as null here (and in filters and
+            // flattens); everywhere else only a missing key is null.
             let l = eval(lhs, data, env).unwrap_or(Cow::Borrowed(&NULL));
             let obj = match l.as_ref() {
                 Value::Object(m) => m,
@@ -210,7 +223,7 @@ pub(crate) fn eval<'a>(ast: &Ast, data: &'a Value, env: &Meter<'_>) -> Result<Cv
             };
             let mut out = Vec::with_capacity(obj.len());
             for el in obj.values() {
-                let r = eval(rhs, el, env).unwrap_or(Cow::Borrowed(&NULL));
+                let r = or_null(eval(rhs, el, env))?;
                 if !r.is_null() {
                     out.push(env.own(r)?);
                 }
@@ -225,9 +238,9 @@ pub(crate) fn eval<'a>(ast: &Ast, data: &'a Value, env: &Meter<'_>) -> Result<Cv
             };
             let mut out = Vec::new();
             for el in arr {
-                let c = eval(cond, el, env).unwrap_or(Cow::Borrowed(&NULL));
+                let c = or_null(eval(cond, el, env))?;
                 if is_truthy(&c) {
-                    let r = eval(rhs, el, env).unwrap_or(Cow::Borrowed(&NULL));
+                    let r = or_null(eval(rhs, el, env))?;
                     if !r.is_null() {
                         out.push(env.own(r)?);
                     }
@@ -250,7 +263,7 @@ pub(crate) fn eval<'a>(ast: &Ast, data: &'a Value, env: &Meter<'_>) -> Result<Cv
             }
             let mut out = Vec::with_capacity(items.len());
             for it in items {
-                let v = eval(it, data, env).unwrap_or(Cow::Borrowed(&NULL));
+                let v = or_null(eval(it, data, env))?;
                 out.push(env.own(v)?);
             }
             Ok(Cow::Owned(Value::Array(out)))
@@ -261,7 +274,7 @@ pub(crate) fn eval<'a>(ast: &Ast, data: &'a Value, env: &Meter<'_>) -> Result<Cv
             }
             let mut out = Map::new();
             for (k, it) in items {
-                let v = eval(it, data, env).unwrap_or(Cow::Borrowed(&NULL));
+                let v = or_null(eval(it, data, env))?;
                 out.insert(k.clone(), env.own(v)?);
             }
             Ok(Cow::Owned(Value::Object(out)))
@@ -271,7 +284,7 @@ pub(crate) fn eval<'a>(ast: &Ast, data: &'a Value, env: &Meter<'_>) -> Result<Cv
             for a in args {
                 match a {
                     Ast::Expref(inner) => vals.push(Arg::Expref(inner)),
-                    other => vals.push(Arg::Value(eval(other, data, env).unwrap_or(Cow::Borrowed(&NULL)))),
+                    other => vals.push(Arg::Value(or_null(eval(other, data, env))?)),
                 }
             }
             let out = f.call(&vals, env)?;
@@ -292,31 +305,32 @@ pub(crate) fn eval<'a>(ast: &Ast, data: &'a Value, env: &Meter<'_>) -> Result<Cv
         }
         Ast::Expref(_) => Ok(Cow::Borrowed(&NULL)),
         Ast::Not(inner) => {
-            let v = eval(inner, data, env).unwrap_or(Cow::Borrowed(&NULL));
+            let v = or_null(eval(inner, data, env))?;
             Ok(Cow::Owned(Value::Bool(!is_truthy(&v))))
         }
         Ast::And(a, b) => {
-            let l = eval(a, data, env).unwrap_or(Cow::Borrowed(&NULL));
+            let l = or_null(eval(a, data, env))?;
             if !is_truthy(&l) {
                 return Ok(l);
             }
-            Ok(eval(b, data, env).unwrap_or(Cow::Borrowed(&NULL)))
+            // go-jmespath returns the right side as it is, a missing key's error included.
+            eval(b, data, env)
         }
         Ast::Or(a, b) => {
-            let l = eval(a, data, env).unwrap_or(Cow::Borrowed(&NULL));
+            let l = or_null(eval(a, data, env))?;
             if is_truthy(&l) {
                 return Ok(l);
             }
-            Ok(eval(b, data, env).unwrap_or(Cow::Borrowed(&NULL)))
+            or_null(eval(b, data, env))
         }
         Ast::Compare(op, a, b) => {
-            let l = eval(a, data, env).unwrap_or(Cow::Borrowed(&NULL));
-            let r = eval(b, data, env).unwrap_or(Cow::Borrowed(&NULL));
+            let l = or_null(eval(a, data, env))?;
+            let r = or_null(eval(b, data, env))?;
             Ok(Cow::Owned(compare(*op, &l, &r)))
         }
         Ast::Pipe(a, b) => {
-            let l = eval(a, data, env).unwrap_or(Cow::Borrowed(&NULL));
-            chain(env, l, |v| eval(b, v, env))
+            let l = or_null(eval(a, data, env))?;
+            or_null(chain(env, l, |v| eval(b, v, env)))
         }
     }
 }
@@ -468,7 +482,7 @@ fn elements<'a>(flatten: &Ast, data: &'a Value, env: &Meter<'_>) -> Result<Eleme
     }
     let mut out = Vec::new();
     for it in items {
-        let v = eval(it, base, env).unwrap_or(Cow::Borrowed(&NULL));
+        let v = or_null(eval(it, base, env))?;
         // Charged as the multiselect copies it, then as the flatten copies it again.
         env.charge_copies(&v, if matches!(v, Cow::Borrowed(_)) { 2 } else { 1 })?;
         match v {

@@ -281,3 +281,34 @@ mod community {
         assert!(e.search(&json!({"x": 1}), &NoEnv).is_err());
     }
 }
+
+/// Issue 47, item 7: an error inside `||`, a function argument, a multiselect, a comparison,
+/// a projection or a pipe is the whole expression's error, as go-jmespath (Kyverno's fork)
+/// has it; only a missing key reads as null there. Before, `parse_json('x').a || 'fallback'`
+/// gave `"fallback"`, so a deny rule with a fallback admitted what Kyverno refuses.
+#[test]
+fn an_error_in_a_sub_expression_is_an_error_of_the_whole() {
+    for expr in [
+        "parse_json('x: y').debug || `false`",
+        "[parse_json('x: y')]",
+        "{a: parse_json('x: y')}",
+        "to_string(parse_json('x: y'))",
+        "parse_json('x: y') == `null`",
+        "!parse_json('x: y')",
+        "request.object.spec.containers[].parse_json(name)",
+        "request.object.spec.containers[?parse_json(name)].name",
+        "`\"{}\"` | parse_json('x: y')",
+        "'a' && parse_json('x: y')",
+        "parse_json('x: y') && 'a'",
+    ] {
+        let got = ok(expr);
+        assert!(got.as_str().is_some_and(|s| s.starts_with("ERROR: ")), "{expr}: {got}");
+    }
+    // A missing key still reads as null inside them (and as go-jmespath's `&&` has it, its
+    // right side's missing key is the whole's).
+    assert_eq!(ok("request.object.missing || 'fallback'"), json!("fallback"));
+    assert_eq!(ok("request.object.missing && 'x'"), Value::Null);
+    assert_eq!(ok("'x' && request.object.missing"), json!("ERROR: Unknown key \"missing\" in path"));
+    assert_eq!(ok("request.object | missing"), Value::Null);
+    assert_eq!(ok("request.object.spec.containers[].missing"), json!([]));
+}
