@@ -261,3 +261,66 @@ async fn the_ttl_label_deletes_on_time_and_never_on_a_value_it_cannot_read() {
     assert!(pod_reads.iter().all(|r| r.query.contains("labelSelector=cleanup.kyverno.io")), "{pod_reads:?}");
     controller.stop().await;
 }
+
+/// Issue 47, item 6: objects that changed after the list, before their paced delete — one
+/// relabelled out of the selection, one deleted and re-created — are not deleted: deletes
+/// carry the listed uid and resourceVersion as preconditions; a relabelled object is judged
+/// again, a re-created one is left for the next run.
+#[tokio::test]
+async fn cleanup_never_deletes_an_object_that_changed_after_it_was_listed() {
+    let fake = FakeApiServer::start(default_resources()).await.unwrap();
+    let admin = fake.client(None).unwrap();
+    install(&fake, &admin, &manifests::Values::default()).await;
+    apply(&fake, &admin, json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "scratch"}})).await;
+    let all: Vec<String> = (0..8).map(|i| format!("tmp-{i}")).collect();
+    for name in &all {
+        apply(&fake, &admin, pod("scratch", name, json!({"tmp": "yes"}))).await;
+    }
+    let dpol = ar("policies.kyverno.io/v1", "DeletingPolicy", "deletingpolicies");
+    apply(
+        &fake,
+        &admin,
+        json!({"apiVersion": "policies.kyverno.io/v1", "kind": "DeletingPolicy", "metadata": {"name": "tmp"},
+        "spec": {"schedule": "0 0 1 1 *",
+            "matchConstraints": {"resourceRules": [{"apiGroups": [""], "apiVersions": ["v1"], "resources": ["pods"]}]},
+            "conditions": [{"name": "tmp", "expression": "object.metadata.labels.tmp == 'yes'"}]}}),
+    )
+    .await;
+    let api: Api<DynamicObject> = Api::all_with(admin.clone(), &dpol);
+    api.patch_status("tmp", &PatchParams::apply("test").force(), &Patch::Apply(json!({"apiVersion": "policies.kyverno.io/v1", "kind": "DeletingPolicy", "status": {"lastExecutionTime": "2020-01-01T00:00:00Z"}})))
+        .await
+        .unwrap();
+    // One delete per second, so the run is under way while the objects change.
+    let (_server, controller) = start(&fake, |o| {
+        o.cleanup = Some(verno_controller::cleanup::CleanupOptions {
+            deletes_per_second: 1.0,
+            burst: 1.0,
+            ..Default::default()
+        });
+    })
+    .await;
+    let first = eventually("the first delete", || async {
+        let n = names(&admin, "scratch").await;
+        (n.len() < all.len()).then_some(n)
+    })
+    .await;
+    // Every remaining Pod but one is relabelled out; that one is deleted and re-created.
+    let (recreated, relabelled) = first.split_first().unwrap();
+    for name in relabelled {
+        pods(&admin, "scratch")
+            .patch(name, &PatchParams::default(), &Patch::Merge(json!({"metadata": {"labels": {"tmp": "no"}}})))
+            .await
+            .unwrap();
+    }
+    pods(&admin, "scratch").delete(recreated, &Default::default()).await.unwrap();
+    apply(&fake, &admin, pod("scratch", recreated, json!({"tmp": "yes"}))).await;
+    // The run ends (lastExecutionTime written) with all of them kept.
+    eventually("the run ends", || async {
+        let p = api.get("tmp").await.ok()?;
+        (!p.data["status"]["lastExecutionTime"].as_str()?.starts_with("2020")).then_some(())
+    })
+    .await;
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    assert_eq!(names(&admin, "scratch").await, first, "objects changed after the list were deleted");
+    controller.stop().await;
+}

@@ -151,6 +151,9 @@ pub struct RunCounts {
     pub listed: usize,
     pub deleted: usize,
     pub errors: usize,
+    /// Objects that changed after they were listed and, judged again, were no longer due
+    /// (or changed again while judged): kept.
+    pub kept_changed: usize,
 }
 
 impl Controller {
@@ -542,14 +545,54 @@ pub(crate) async fn run_policy(
                 } else {
                     Api::all_with(client.clone(), &ar)
                 };
-                let dp =
-                    DeleteParams { propagation_policy: propagation.map(propagation_of), ..DeleteParams::default() };
-                match target.delete(name, &dp).await {
-                    Ok(_) => {
+                let dp = |o: &Value| DeleteParams {
+                    propagation_policy: propagation.map(propagation_of),
+                    preconditions: Some(unchanged(o)),
+                    ..DeleteParams::default()
+                };
+                // Only the object as listed and judged: one changed since (relabelled) is read
+                // again and judged again before it is deleted; one re-created under the same
+                // name is another object, left for the next run to judge.
+                let mut result = target.delete(name, &dp(&obj)).await.map(|_| ());
+                if matches!(&result, Err(kube::Error::Api(e)) if e.code == 409) {
+                    let uid = |o: &Value| o.pointer("/metadata/uid").and_then(Value::as_str).map(str::to_string);
+                    result = match target.get_opt(name).await {
+                        Ok(Some(fresh)) if fresh.metadata.uid != uid(&obj) => {
+                            tracing::debug!(policy = %p.name, object = %name, "re-created since listed; kept");
+                            counts.kept_changed += 1;
+                            continue;
+                        }
+                        Ok(Some(fresh)) => {
+                            let mut fresh = serde_json::to_value(fresh).unwrap_or_default();
+                            if let Some(m) = fresh.as_object_mut() {
+                                m.insert("apiVersion".into(), json!(ar.api_version));
+                                m.insert("kind".into(), json!(ar.kind));
+                            }
+                            let again = due_objects(set, p, vec![fresh.clone()], data, opts.deadline).await;
+                            let still_due = matches!(again.as_deref(), Ok([(_, Ok(()))]))
+                                && fresh.pointer("/metadata/deletionTimestamp").is_none();
+                            if still_due {
+                                target.delete(name, &dp(&fresh)).await.map(|_| ())
+                            } else {
+                                tracing::debug!(policy = %p.name, object = %name, "changed since listed and no longer due; kept");
+                                counts.kept_changed += 1;
+                                continue;
+                            }
+                        }
+                        Ok(None) => continue,
+                        Err(e) => Err(e),
+                    };
+                }
+                match result {
+                    Ok(()) => {
                         counts.deleted += 1;
                         sink.deleted(p, &ar, &obj, None).await;
                     }
                     Err(kube::Error::Api(e)) if e.code == 404 => {}
+                    Err(kube::Error::Api(e)) if e.code == 409 => {
+                        // Changed again while judged: left for the next run.
+                        counts.kept_changed += 1;
+                    }
                     Err(e) => {
                         counts.errors += 1;
                         let msg = match e {
@@ -566,6 +609,13 @@ pub(crate) async fn run_policy(
         }
     }
     counts
+}
+
+/// Delete preconditions that hold only for this very object: its uid (not one re-created
+/// under the same name) at this resourceVersion (not changed since it was read).
+fn unchanged(o: &Value) -> kube::api::Preconditions {
+    let s = |p: &str| o.pointer(p).and_then(Value::as_str).map(str::to_string);
+    kube::api::Preconditions { uid: s("/metadata/uid"), resource_version: s("/metadata/resourceVersion") }
 }
 
 pub(crate) fn propagation_of(p: &str) -> PropagationPolicy {

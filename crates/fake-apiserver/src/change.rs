@@ -253,10 +253,27 @@ pub(crate) fn strategic(doc: &mut Value, patch: &Value, name: &str) {
     }
 }
 
-pub(crate) fn prepare_delete(s: &Store, t: &Target) -> Result<Change, Response> {
+/// A DELETE, with the DeleteOptions body's `preconditions` (`uid`, `resourceVersion`) checked
+/// against the stored object as the API server checks them (409 when either differs).
+pub(crate) fn prepare_delete(s: &Store, t: &Target, body: &Bytes) -> Result<Change, Response> {
     let name = t.name.clone().unwrap_or_default();
     let k = (key(t.resource), t.namespace.clone(), name.clone());
     let old = s.objects.get(&k).cloned().ok_or_else(|| not_found(t.resource, &name))?;
+    let options: Value = serde_json::from_slice(body).unwrap_or(Value::Null);
+    for (field, meta, label) in [("uid", "uid", "UID"), ("resourceVersion", "resourceVersion", "ResourceVersion")] {
+        let Some(want) = options.pointer(&format!("/preconditions/{field}")).and_then(Value::as_str) else { continue };
+        let have = old.pointer(&format!("/metadata/{meta}")).and_then(Value::as_str).unwrap_or("");
+        if want != have {
+            return Err(status(
+                StatusCode::CONFLICT,
+                "Conflict",
+                format!(
+                    "Operation cannot be fulfilled on {} \"{name}\": Precondition failed: {label} in precondition: {want}, {label} in object meta: {have}",
+                    t.resource.plural
+                ),
+            ));
+        }
+    }
     Ok(Change {
         k,
         resource: t.resource.clone(),

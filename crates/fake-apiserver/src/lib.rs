@@ -739,7 +739,7 @@ async fn write_once(
             Method::POST => prepare_create(&mut s, t, body, q),
             Method::PUT => prepare_replace(&s, t, body, q),
             Method::PATCH => prepare_patch(&mut s, t, headers, q, body),
-            _ => prepare_delete(&s, t),
+            _ => prepare_delete(&s, t, body),
         }
     };
     let mut change = match prepared {
