@@ -323,6 +323,17 @@ fn cli_reports(policies: &[std::sync::Arc<verno_engine::CompiledPolicy>], result
     out
 }
 
+/// `s` as part of a file name: characters other than letters, digits, `.`, `_` and `-`
+/// become `_`, and a part made only of dots (`..`) is spelled with `_` too.
+fn file_part(s: &str) -> String {
+    let mut out: String =
+        s.chars().map(|c| if c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-') { c } else { '_' }).collect();
+    if !out.is_empty() && out.chars().all(|c| c == '.') {
+        out = out.replace('.', "_");
+    }
+    out
+}
+
 /// Writes mutated and generated resources: one file per resource into a directory, or all of
 /// them into one multi-document YAML file.
 fn write_outputs(path: &std::path::Path, produced: &[(String, Value)]) -> Result<()> {
@@ -331,11 +342,16 @@ fn write_outputs(path: &std::path::Path, produced: &[(String, Value)]) -> Result
     if is_dir {
         std::fs::create_dir_all(path).with_context(|| format!("creating {}", path.display()))?;
         for (_, o) in produced {
-            let kind = load::kind(o).to_lowercase();
-            let name = o.pointer("/metadata/name").and_then(Value::as_str).unwrap_or("unnamed");
-            let ns = o.pointer("/metadata/namespace").and_then(Value::as_str).unwrap_or("");
+            // Names come from the resources (a request could name anything): each part is
+            // made a plain file-name part, and the file must land in the folder itself.
+            let kind = file_part(&load::kind(o).to_lowercase());
+            let name = file_part(o.pointer("/metadata/name").and_then(Value::as_str).unwrap_or("unnamed"));
+            let ns = file_part(o.pointer("/metadata/namespace").and_then(Value::as_str).unwrap_or(""));
             let file = if ns.is_empty() { format!("{kind}-{name}.yaml") } else { format!("{ns}-{kind}-{name}.yaml") };
-            let p = path.join(file);
+            let p = path.join(&file);
+            if p.parent() != Some(path) || p.file_name().and_then(|f| f.to_str()) != Some(file.as_str()) {
+                return Err(anyhow::anyhow!("refusing to write {file:?} outside {}", path.display()));
+            }
             std::fs::write(&p, serde_saphyr::to_string(o).unwrap_or_default())
                 .with_context(|| format!("writing {}", p.display()))?;
         }

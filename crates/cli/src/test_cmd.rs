@@ -64,18 +64,36 @@ pub struct Row {
     pub source: Option<(usize, String, usize)>,
 }
 
+/// The deepest folder below the given one that discovery descends into.
+const MAX_TEST_DEPTH: usize = 64;
+
+/// Test files named `name` at or below `dir`. The given path may be a link; below it,
+/// discovery does not descend into linked folders (as Kyverno's walk does not), so a link to
+/// `/` or a link loop is not walked; a linked test file is read.
 fn find_tests(dir: &Path, name: &str, out: &mut Vec<PathBuf>) -> Result<()> {
     let meta = std::fs::metadata(dir).with_context(|| format!("cannot read {}", dir.display()))?;
     if meta.is_file() {
         out.push(dir.to_path_buf());
         return Ok(());
     }
-    let mut entries: Vec<PathBuf> = std::fs::read_dir(dir)?.filter_map(|e| e.ok().map(|e| e.path())).collect();
+    find_tests_below(dir, name, out, 0)
+}
+
+fn find_tests_below(dir: &Path, name: &str, out: &mut Vec<PathBuf>, depth: usize) -> Result<()> {
+    if depth > MAX_TEST_DEPTH {
+        return Err(anyhow!("{} is more than {MAX_TEST_DEPTH} folders deep; not searched for tests", dir.display()));
+    }
+    let mut entries: Vec<PathBuf> = std::fs::read_dir(dir)
+        .with_context(|| format!("cannot list {}", dir.display()))?
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .collect();
     entries.sort();
     for p in entries {
-        if p.is_dir() {
-            find_tests(&p, name, out)?;
-        } else if p.file_name().and_then(|f| f.to_str()) == Some(name) {
+        // The entry itself, not what a link points to.
+        let Ok(own) = std::fs::symlink_metadata(&p) else { continue };
+        if own.is_dir() {
+            find_tests_below(&p, name, out, depth + 1)?;
+        } else if p.file_name().and_then(|f| f.to_str()) == Some(name) && p.is_file() {
             out.push(p);
         }
     }

@@ -359,3 +359,63 @@ fn cleanup_dry_run_lists_what_a_deleting_policy_and_the_ttl_label_would_delete()
     assert_eq!(out.status.code(), Some(1));
     assert!(String::from_utf8_lossy(&out.stderr).contains("only previews (--dry-run)"));
 }
+
+/// Issue 47, item 11: resource names and namespaces cannot make `apply -o DIR/` write outside
+/// DIR (`namespace: ../evil`, `name: x/../../pwned`).
+#[test]
+fn apply_output_stays_in_its_directory_whatever_the_names() {
+    let dir = testdata().join("mutate/inject-sidecar");
+    let tmp = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
+    let resources = tmp.path().join("hostile.yaml");
+    std::fs::write(
+        &resources,
+        "apiVersion: v1\nkind: Pod\nmetadata:\n  name: x/../../pwned\n  namespace: ../evil\n  annotations: {logging.example.com/inject: 'true'}\nspec:\n  containers:\n  - name: c\n    image: nginx\n",
+    )
+    .unwrap();
+    let out_dir = tmp.path().join("a/b/out");
+    let target = format!("{}/", out_dir.display());
+    let out =
+        verno(&["apply", dir.join("policy.yaml").to_str().unwrap(), "-r", resources.to_str().unwrap(), "-o", &target]);
+    assert_eq!(out.status.code(), Some(0), "{}", String::from_utf8_lossy(&out.stderr));
+    let written: Vec<String> = std::fs::read_dir(&out_dir)
+        .unwrap()
+        .filter_map(|e| e.ok().map(|e| e.file_name().to_string_lossy().into_owned()))
+        .collect();
+    assert_eq!(written.len(), 1, "{written:?}");
+    // Nothing anywhere else under the temporary folder but the input and the output folder.
+    let mut found = Vec::new();
+    let mut stack = vec![tmp.path().to_path_buf()];
+    while let Some(d) = stack.pop() {
+        for e in std::fs::read_dir(&d).unwrap().flatten() {
+            let p = e.path();
+            if p.is_dir() {
+                stack.push(p);
+            } else {
+                found.push(p.strip_prefix(tmp.path()).unwrap().display().to_string());
+            }
+        }
+    }
+    found.sort();
+    assert_eq!(found, ["a/b/out/".to_string() + &written[0], "hostile.yaml".to_string()]);
+}
+
+/// Issue 47, item 10: `verno test DIR` does not descend into linked folders below DIR (a link
+/// to `/` walked the filesystem), and says nothing of them; a linked test file is still read.
+#[cfg(unix)]
+#[test]
+fn test_discovery_does_not_follow_folder_links() {
+    let tmp = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
+    let suite = tmp.path().join("suite");
+    std::fs::create_dir_all(&suite).unwrap();
+    let src = testdata().join("validate/require-labels");
+    for f in ["policy.yaml", "resources.yaml", "kyverno-test.yaml"] {
+        std::fs::copy(src.join(f), suite.join(f)).unwrap();
+    }
+    // A loop, and a link to the root of the filesystem.
+    std::os::unix::fs::symlink(tmp.path(), suite.join("loop")).unwrap();
+    std::os::unix::fs::symlink("/", suite.join("root")).unwrap();
+    let out = verno(&["test", tmp.path().to_str().unwrap(), "-o", "json"]);
+    assert_eq!(out.status.code(), Some(0), "{}", String::from_utf8_lossy(&out.stderr));
+    let v: Value = serde_json::from_slice(&out.stdout).unwrap_or_default();
+    assert_eq!(v["results"].as_array().map(Vec::len), Some(4), "one suite, found once");
+}
