@@ -288,11 +288,14 @@ pub(crate) struct Scope<'a> {
     inputs: &'a dyn Inputs,
     /// What may still be built: list elements and string bytes (see [`BUILD_BUDGET`]).
     budget: usize,
+    /// Loop iterations still allowed (the crate's runtime limit, `crate::MAX_ITERATIONS`);
+    /// past it the crate takes over, and its meter gives the error.
+    steps: u64,
 }
 
 impl<'a> Scope<'a> {
     pub(crate) fn new(inputs: &'a dyn Inputs) -> Self {
-        Scope { locals: Vec::new(), inputs, budget: BUILD_BUDGET }
+        Scope { locals: Vec::new(), inputs, budget: BUILD_BUDGET, steps: crate::MAX_ITERATIONS as u64 }
     }
 
     /// Counts `n` elements or bytes built; past the budget the crate takes over.
@@ -468,6 +471,7 @@ fn comprehension<'a>(c: &'a Comp, s: &mut Scope<'a>) -> R<V<'a>> {
     s.locals.push((c.accu_var.as_str(), init));
     let looped = (|| {
         for item in items {
+            s.steps = s.steps.checked_sub(1).ok_or(Declined)?;
             if !not_strictly_false(eval(&c.cond, s)?) {
                 break;
             }

@@ -11,6 +11,7 @@ mod host;
 mod image;
 mod jwt;
 mod kube;
+mod meter;
 mod rewrite;
 mod shared;
 
@@ -40,6 +41,7 @@ fn env() -> Option<&'static Arc<Env>> {
         authz::register(&mut env).ok()?;
         image::register(&mut env).ok()?;
         envoy::register(&mut env).ok()?;
+        meter::register(&mut env).ok()?;
         Some(Arc::new(env))
     })
     .as_ref()
@@ -94,6 +96,11 @@ pub const MAX_LOOP_DEPTH: usize = 4;
 /// expression over more is refused before it starts instead of running past the deadline.
 pub const MAX_ITERATIONS: u128 = 10_000_000;
 
+/// The runtime cost limit of one evaluation by the crate (see `meter`): loop iterations plus
+/// the sizes each iteration builds. Kubernetes' per-call limit for admission policies is the
+/// same number of its (finer) cost units, so an expression Kubernetes runs stays well within it.
+pub const MAX_RUNTIME_COST: u64 = 1_000_000;
+
 /// A compiled CEL expression with its source (for messages).
 #[derive(Clone)]
 pub struct Expr {
@@ -132,7 +139,12 @@ impl Expr {
         let uses_host = rewrite::mentions(&ast, host::HOST_VAR);
         let per_policy = |n: &str| n == "params" || n == "variables" || n.starts_with("@var:") || n == host::HOST_VAR;
         let shareable = !uses_host && !rewrite::reads_any(&ast, &per_policy);
+        // The direct evaluator takes the expression as written; the crate's loops are metered.
         let direct = fast::compile(&ast).map(Arc::new);
+        if depth > 0 {
+            let mut next_id = meter::max_id(&ast);
+            meter::instrument(&mut ast, &mut next_id);
+        }
         Ok(Expr { ast: Arc::new(ast), source: source.to_string(), uses_host, loop_depth: depth, shareable, direct })
     }
 
@@ -189,6 +201,11 @@ impl Expr {
         if self.uses_host && !vars.has(host::HOST_VAR) {
             // No host: the library functions then say they are not available here.
             ctx.add_variable_from_value(host::HOST_VAR, Value::Null);
+        }
+        if self.loop_depth > 0 {
+            // A fresh meter per evaluation (see `meter`).
+            let m = meter::Meter::new(MAX_RUNTIME_COST, vars.cancel.clone());
+            ctx.add_variable_from_value(meter::METER_VAR, Value::Opaque(Arc::new(meter::MeterValue(Arc::new(m)))));
         }
         let out = Value::resolve_val(&self.ast, &ctx).map_err(|e| {
             let msg = e.to_string();
@@ -696,19 +713,75 @@ mod tests {
         assert_eq!(quadratic.eval_bool(&small), Ok(true));
     }
 
+    /// Issue 47, item 4: a list the expression builds itself (`split`) escaped the estimate,
+    /// and a running evaluation was never interrupted: two 100 KB annotations with this
+    /// expression held the server for a minute. The meter stops it with an error, soon.
+    #[test]
+    fn loops_over_lists_an_expression_builds_meet_the_runtime_limit() {
+        let owners = (0..50_000).map(|i| i.to_string()).collect::<Vec<_>>().join(",");
+        let v = vars(json!({"metadata": {"annotations": {"owners": owners}}}));
+        let e = Expr::compile(
+            "object.metadata.annotations.owners.split(',').all(a, \
+             object.metadata.annotations.owners.split(',').exists_one(b, a == b))",
+        )
+        .unwrap();
+        let err = e.eval_bool(&v).err().unwrap_or_default();
+        assert!(err.contains("runtime cost exceeds the budget of 1000000"), "{err}");
+        // What one iteration builds is paid too: few iterations, each building a large list.
+        let wide = Expr::compile(
+            "[1, 2, 3, 4, 5, 6, 7, 8, 9, 10].map(i, [1, 2, 3, 4, 5, 6, 7, 8, 9, 10].map(j, \
+             object.metadata.annotations.owners.split(','))).size() > 0",
+        )
+        .unwrap();
+        let err = wide.eval_bool(&v).err().unwrap_or_default();
+        assert!(err.contains("runtime cost exceeds the budget"), "100 splits of 50 000: {err}");
+        let wider = Expr::compile(
+            "object.metadata.annotations.owners.split(',').map(i, object.metadata.annotations.owners.split(',')).size() > 0",
+        )
+        .unwrap();
+        let err = wider.eval_bool(&v).err().unwrap_or_default();
+        assert!(err.contains("runtime cost exceeds the budget"), "{err}");
+        // Small inputs are untouched by it, and the loop's answer is the same.
+        let small = vars(json!({"metadata": {"annotations": {"owners": "a,b,c"}}}));
+        assert_eq!(e.eval_bool(&small), Ok(true));
+    }
+
+    /// Issue 47, item 4: the caller's cancel flag stops an evaluation that is running, not only
+    /// one that has not started.
+    #[test]
+    fn a_running_evaluation_stops_when_cancelled() {
+        let owners = (0..900).map(|i| i.to_string()).collect::<Vec<_>>().join(",");
+        let mut v = vars(json!({"metadata": {"annotations": {"owners": owners}}}));
+        let flag = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        v.set_cancel(flag.clone());
+        // About 810 000 iterations: within the limit, a second or more of work in a debug build.
+        let e = Expr::compile(
+            "object.metadata.annotations.owners.split(',').all(a, \
+             object.metadata.annotations.owners.split(',').exists_one(b, a == b))",
+        )
+        .unwrap();
+        let setter = std::thread::spawn(move || {
+            std::thread::sleep(std::time::Duration::from_millis(50));
+            flag.store(true, std::sync::atomic::Ordering::Relaxed);
+        });
+        let err = e.eval_bool(&v).err().unwrap_or_default();
+        setter.join().unwrap();
+        assert!(err.contains("cancelled"), "{err}");
+    }
+
     /// Issue 14, item 4: lists and strings built through composition variables (each one
     /// doubling the last) grew without bound, and a list built by one loop widened the next
     /// loop's input beyond the estimate. Built variables count in the estimate, and a result over
     /// the element or text budget is an error.
     #[test]
     fn values_built_through_variables_are_bounded() {
-        let items: Vec<serde_json::Value> = (0..1_000).map(|i| json!(i)).collect();
+        let items: Vec<serde_json::Value> = (0..500).map(|i| json!(i)).collect();
         let mut v = vars(json!({"items": items}));
-        // A million-element list from one loop is within the element budget ...
+        // A quarter-million-element list from one loop is within the budgets ...
         let square = Expr::compile("object.items.map(a, object.items).flatten()").unwrap();
         assert!(square.eval_into_variable("flat", &mut v).is_ok());
         // ... and two loops over it meet the estimate: the variable's width counts, not only
-        // the 1 000 of the inputs (before, a million million iterations started).
+        // the 500 of the inputs (before, 62 500 million iterations started).
         let wider = Expr::compile("variables.flat.all(x, variables.flat.exists(y, y < 0))").unwrap();
         let err = wider.eval_bool(&v).err().unwrap_or_default();
         assert!(err.contains("exceeds the budget"), "{err}");

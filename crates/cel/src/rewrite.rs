@@ -17,7 +17,7 @@ fn is_mutation_type(name: &str) -> bool {
 }
 
 /// The direct subexpressions of `e`.
-fn children(e: &IdedExpr) -> Vec<&IdedExpr> {
+pub(crate) fn children(e: &IdedExpr) -> Vec<&IdedExpr> {
     fn entry(en: &IdedEntryExpr) -> Vec<&IdedExpr> {
         match &en.expr {
             EntryExpr::MapEntry(me) => vec![&me.key, &me.value],
@@ -36,7 +36,7 @@ fn children(e: &IdedExpr) -> Vec<&IdedExpr> {
 }
 
 /// The direct subexpressions of `e`, to rewrite.
-fn children_mut(e: &mut IdedExpr) -> Vec<&mut IdedExpr> {
+pub(crate) fn children_mut(e: &mut IdedExpr) -> Vec<&mut IdedExpr> {
     fn entry(en: &mut IdedEntryExpr) -> Vec<&mut IdedExpr> {
         match &mut en.expr {
             EntryExpr::MapEntry(me) => vec![&mut me.key, &mut me.value],
