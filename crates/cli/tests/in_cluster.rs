@@ -1510,3 +1510,56 @@ async fn a_dry_run_request_makes_no_api_call_that_persists() {
     assert!(cms.get_opt("real-seen").await.unwrap().is_some());
     replica.controller.stop().await;
 }
+
+/// Issue 47, item 3: the background controller fed on its own writes — a generate rule whose
+/// downstream matched its own trigger made thousands of ConfigMaps from one seed, and a
+/// mutate-existing rule that patched its own trigger rewrote it thousands of times. Its own
+/// writes trigger nothing now (as Kyverno's `skipBackgroundRequests`).
+#[tokio::test]
+async fn the_background_controller_does_not_feed_on_its_own_writes() {
+    let (fake, admin, replica) = setup().await;
+    create_namespace(&admin, "loop", json!({})).await;
+    apply_policy(&admin, &json!({"apiVersion": "kyverno.io/v1", "kind": "ClusterPolicy", "metadata": {"name": "fan"},
+        "spec": {"rules": [
+            {"name": "a", "match": {"any": [{"resources": {"kinds": ["ConfigMap"], "namespaces": ["loop"]}}]},
+             "generate": {"apiVersion": "v1", "kind": "ConfigMap", "name": "{{ request.object.metadata.name }}-a", "namespace": "loop",
+                "data": {"data": {"from": "{{ request.object.metadata.name }}"}}}},
+            {"name": "b", "match": {"any": [{"resources": {"kinds": ["ConfigMap"], "namespaces": ["loop"]}}]},
+             "generate": {"apiVersion": "v1", "kind": "ConfigMap", "name": "{{ request.object.metadata.name }}-b", "namespace": "loop",
+                "data": {"data": {"from": "{{ request.object.metadata.name }}"}}}}]}}).to_string()).await;
+    apply_policy(&admin, &json!({"apiVersion": "kyverno.io/v1", "kind": "ClusterPolicy", "metadata": {"name": "stamp"},
+        "spec": {"rules": [{"name": "stamp", "match": {"any": [{"resources": {"kinds": ["Secret"], "namespaces": ["loop"]}}]},
+            "mutate": {"targets": [{"apiVersion": "v1", "kind": "Secret", "name": "{{ request.object.metadata.name }}", "namespace": "loop"}],
+                "patchStrategicMerge": {"metadata": {"annotations": {"stamped": "{{ time_now_utc() }}"}}}}}]}}).to_string()).await;
+    wait_ready(&admin, "fan").await;
+    wait_ready(&admin, "stamp").await;
+    let cms: Api<ConfigMap> = Api::namespaced(admin.clone(), "loop");
+    let seed: ConfigMap = serde_json::from_value(json!({"metadata": {"name": "seed", "namespace": "loop"}})).unwrap();
+    cms.create(&PostParams::default(), &seed).await.unwrap();
+    let secret = serde_json::from_value(json!({"metadata": {"name": "s", "namespace": "loop"}})).unwrap();
+    secret_api(&admin, "loop").create(&PostParams::default(), &secret).await.unwrap();
+    eventually("the seed's two ConfigMaps", || async {
+        let names: Vec<String> =
+            cms.list(&Default::default()).await.ok()?.items.into_iter().filter_map(|c| c.metadata.name).collect();
+        (names.len() >= 3).then_some(())
+    })
+    .await;
+    eventually("the Secret stamped", || async {
+        secret_api(&admin, "loop").get("s").await.ok()?.metadata.annotations?.get("stamped").map(|_| ())
+    })
+    .await;
+    tokio::time::sleep(Duration::from_secs(4)).await;
+    let mut names: Vec<String> =
+        cms.list(&Default::default()).await.unwrap().items.into_iter().filter_map(|c| c.metadata.name).collect();
+    names.sort();
+    // `kube-root-ca.crt` may be there too, with its own two.
+    names.retain(|n| n.starts_with("seed"));
+    assert!(names == ["seed", "seed-a", "seed-b"], "{} ConfigMaps from one seed", names.len());
+    let patches = fake
+        .writes()
+        .into_iter()
+        .filter(|w| w.method == "PATCH" && w.path.ends_with("/namespaces/loop/secrets/s"))
+        .count();
+    assert_eq!(patches, 1, "the Secret was patched again and again");
+    replica.controller.stop().await;
+}

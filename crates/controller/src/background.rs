@@ -35,7 +35,13 @@
 //! Not yet: downstream kinds this leader has not generated yet are not looked at when a
 //! policy is deleted; no failure state beyond logs, metrics and `PolicyError` events (Kyverno
 //! keeps it in UpdateRequest status); no PolicyReport results for generate and
-//! mutate-existing rules; `skipBackgroundRequests` is not read.
+//! mutate-existing rules.
+//!
+//! Its own writes trigger nothing: a watch event of exactly the version this controller wrote
+//! is not acted on (Kyverno's rules skip its background controller's requests,
+//! `skipBackgroundRequests`, default true; a rule that sets it to false makes them triggers
+//! again), and no object is written more than ten times a minute (a `PolicyError` says so), so
+//! policies that feed on their own output cannot loop.
 //!
 //! Sources are followed: clone/cloneList sources and whatever a GeneratingPolicy read with
 //! `resource.Get`/`resource.List` are watched, and a change re-evaluates the triggers that
@@ -96,6 +102,17 @@ const RESTORE_DELAY: Duration = Duration::from_secs(1);
 
 /// The field manager of server-side applied generated objects (Kyverno's).
 const FIELD_MANAGER: &str = "kyverno-generate";
+/// The field manager of mutate-existing patches.
+const MUTATE_MANAGER: &str = "kyverno-mutate-existing";
+
+/// The most writes this controller makes to one object within [`WRITE_WINDOW`]: more means
+/// policies feed on their own writes (a mutate-existing rule patching its own trigger, two
+/// synchronized rules rewriting each other's output); further writes wait for the window to end
+/// and the rule reports a `PolicyError`.
+const MAX_WRITES_PER_OBJECT: u32 = 10;
+const WRITE_WINDOW: Duration = Duration::from_secs(60);
+/// Objects whose last write by this controller is remembered (see `own_writes`), at most.
+const MAX_OWN_WRITES: usize = 100_000;
 
 /// (apiVersion, kind, namespace, name) of an object.
 type Key = (String, String, String, String);
@@ -211,6 +228,17 @@ struct Controller {
     /// `PolicyError` events on the policy when a rule fails for a trigger (`None` when
     /// `--omit-events` lists `PolicyError`).
     events: Option<FailureEvents>,
+    /// The resourceVersion of this controller's last write of each object: a watch event of
+    /// exactly that version is its own write, not a change by anyone — as Kyverno's rules skip
+    /// requests of its background controller (`skipBackgroundRequests`, default true), it
+    /// triggers nothing, so a downstream that matches its own rule's trigger does not make
+    /// another (at most [`MAX_OWN_WRITES`]).
+    own_writes: HashMap<Key, String>,
+    /// Writes per object in the current window (see [`MAX_WRITES_PER_OBJECT`]).
+    write_counts: HashMap<Key, (Instant, u32)>,
+    /// Some rule in force sets `skipBackgroundRequests: false`: this controller's own writes
+    /// trigger rules too (then only the write cap stops a loop).
+    own_writes_trigger: bool,
 }
 
 /// Kyverno's failure events of the background controller: Warning `PolicyError` on the policy,
@@ -332,6 +360,9 @@ pub async fn run(
             done: 0,
             failed: 0,
             events: error_events.then(|| FailureEvents::new(&client, &identity)),
+            own_writes: HashMap::new(),
+            write_counts: HashMap::new(),
+            own_writes_trigger: false,
         };
         let mut installed = installed.clone();
         tokio::select! {
@@ -442,6 +473,49 @@ impl Controller {
                 _ = tick.tick() => self.requeue_due(),
             }
         }
+    }
+
+    /// Whether `v` is, at its resourceVersion, what this controller last wrote.
+    fn is_own_write(&self, k: &Key, v: &Value) -> bool {
+        let rv = v.pointer("/metadata/resourceVersion").and_then(Value::as_str).unwrap_or("");
+        !rv.is_empty() && self.own_writes.get(k).is_some_and(|w| w == rv)
+    }
+
+    /// Counts a write of `k` against the per-object cap; an error once the cap is reached.
+    fn may_write(&mut self, k: &Key) -> Result<(), String> {
+        let now = Instant::now();
+        if self.write_counts.len() >= MAX_OWN_WRITES {
+            self.write_counts.retain(|_, (at, _)| now.duration_since(*at) < WRITE_WINDOW);
+        }
+        let (at, n) = self.write_counts.entry(k.clone()).or_insert((now, 0));
+        if now.duration_since(*at) >= WRITE_WINDOW {
+            *at = now;
+            *n = 0;
+        }
+        if *n >= MAX_WRITES_PER_OBJECT {
+            return Err(format!(
+                "{}/{} {}/{} was written {MAX_WRITES_PER_OBJECT} times within {} s; further writes wait (do policies feed on their own output?)",
+                k.0,
+                k.1,
+                k.2,
+                k.3,
+                WRITE_WINDOW.as_secs()
+            ));
+        }
+        *n += 1;
+        Ok(())
+    }
+
+    /// Remembers the version this controller wrote of an object.
+    fn wrote(&mut self, o: &Value) {
+        let rv = o.pointer("/metadata/resourceVersion").and_then(Value::as_str).unwrap_or("");
+        if rv.is_empty() {
+            return;
+        }
+        if self.own_writes.len() >= MAX_OWN_WRITES {
+            self.own_writes.clear();
+        }
+        self.own_writes.insert(key_of(o), rv.to_string());
     }
 
     fn requeue_due(&mut self) {
@@ -586,6 +660,7 @@ impl Controller {
     /// rules and policies generated; re-lists the triggers of changed policies.
     async fn reconcile_policies(&mut self, first: bool) {
         let infos = policy_infos(&self.set);
+        self.own_writes_trigger = self.set.policies().iter().any(|p| keeps_background_requests(&p.document));
         // Removed policies and rules: their synchronized downstreams go (unless orphaned).
         let mut gone: Vec<(String, Option<String>)> = Vec::new();
         for (name, old) in &self.policies {
@@ -738,6 +813,15 @@ impl Controller {
         let k = key_of(&v);
         tracing::debug!(kind = %k.1, namespace = %k.2, name = %k.3, live, "trigger event");
         let uid = v.pointer("/metadata/uid").and_then(Value::as_str).unwrap_or("").to_string();
+        if !self.own_writes_trigger && self.is_own_write(&k, &v) {
+            // This controller's own write: kept as the trigger's last state, acted on by no rule.
+            tracing::debug!(kind = %k.1, namespace = %k.2, name = %k.3, "own write: not a trigger");
+            if !uid.is_empty() {
+                self.trigger_uids.insert(uid, k.clone());
+            }
+            self.triggers.insert(k, Arc::new(v));
+            return;
+        }
         if let Some(old) = self.triggers.get(&k)
             && crate::scan::object_hash(old) == crate::scan::object_hash(&v)
         {
@@ -1198,11 +1282,12 @@ impl Controller {
         let what = || format!("{}/{} {}/{}", k.0, k.1, k.2, k.3);
         let written = match existing {
             None => {
+                self.may_write(&k)?;
                 self.bucket.take().await;
                 let made = if ri.ssa {
                     api.patch(&k.3, &PatchParams::apply(FIELD_MANAGER).force(), &Patch::Apply(desired)).await
                 } else {
-                    api.create(&PostParams::default(), &obj).await
+                    api.create(&own_post(), &obj).await
                 };
                 match made {
                     Ok(o) => Some(o),
@@ -1224,11 +1309,12 @@ impl Controller {
             Some(cur)
                 if (ri.synchronize || ri.cel) && downstream_policy(&cur) == policy && !contains(&cur, desired) =>
             {
+                self.may_write(&k)?;
                 self.bucket.take().await;
                 let updated = if ri.ssa {
                     api.patch(&k.3, &PatchParams::apply(FIELD_MANAGER).force(), &Patch::Apply(desired)).await
                 } else {
-                    api.replace(&k.3, &PostParams::default(), &replacement(desired, &cur)?).await
+                    api.replace(&k.3, &own_post(), &replacement(desired, &cur)?).await
                 };
                 Some(updated.map_err(|e| format!("updating {}: {e}", what()))?)
             }
@@ -1237,6 +1323,12 @@ impl Controller {
         if let Some(o) = written
             && let Ok(v) = serde_json::to_value(&o)
         {
+            let mut typed = v.clone();
+            if let Some(m) = typed.as_object_mut() {
+                m.insert("apiVersion".into(), Value::String(k.0.clone()));
+                m.insert("kind".into(), Value::String(k.1.clone()));
+            }
+            self.wrote(&typed);
             tracing::info!(kind = %k.1, namespace = %k.2, name = %k.3, "generated");
             self.on_downstream(v, false);
         }
@@ -1259,13 +1351,39 @@ impl Controller {
         if let Some(m) = body.pointer_mut("/metadata").and_then(Value::as_object_mut) {
             m.remove("managedFields");
         }
+        self.may_write(&k)?;
         self.bucket.take().await;
-        let pp = PatchParams::default();
-        api.patch(&k.3, &pp, &Patch::Merge(&body))
+        let pp = PatchParams { field_manager: Some(MUTATE_MANAGER.into()), ..PatchParams::default() };
+        let done = api
+            .patch(&k.3, &pp, &Patch::Merge(&body))
             .await
-            .map(|_| tracing::info!(kind = %k.1, namespace = %k.2, name = %k.3, "mutate-existing target patched"))
-            .map_err(|e| format!("patching {}/{} {}/{}: {e}", k.0, k.1, k.2, k.3))
+            .map_err(|e| format!("patching {}/{} {}/{}: {e}", k.0, k.1, k.2, k.3))?;
+        tracing::info!(kind = %k.1, namespace = %k.2, name = %k.3, "mutate-existing target patched");
+        if let Ok(mut v) = serde_json::to_value(&done) {
+            if let Some(m) = v.as_object_mut() {
+                m.insert("apiVersion".into(), Value::String(k.0.clone()));
+                m.insert("kind".into(), Value::String(k.1.clone()));
+            }
+            self.wrote(&v);
+        }
+        Ok(())
     }
+}
+
+/// Create and update options of this controller's writes: its field manager.
+fn own_post() -> PostParams {
+    PostParams { field_manager: Some(FIELD_MANAGER.into()), ..PostParams::default() }
+}
+
+/// Whether a policy's rules act on requests of the background controller itself
+/// (`skipBackgroundRequests: false` on a rule, or in a CEL policy's `evaluation`).
+fn keeps_background_requests(doc: &Value) -> bool {
+    let off = |v: Option<&Value>| v.and_then(Value::as_bool) == Some(false);
+    off(doc.pointer("/spec/evaluation/skipBackgroundRequests"))
+        || doc
+            .pointer("/spec/rules")
+            .and_then(Value::as_array)
+            .is_some_and(|rules| rules.iter().any(|r| off(r.get("skipBackgroundRequests"))))
 }
 
 /// A policy's identity here: `namespace/name` for the namespaced kinds, else its name.
