@@ -24,6 +24,31 @@ pub struct ManifestsArgs {
     /// never deletes the CRDs, and with them every policy.
     #[arg(long)]
     pub crds: bool,
+    /// Verno runs outside the cluster at this `https://HOST:PORT` (Kyverno's --serverIP): the
+    /// webhooks call that URL, and no Deployment or Service is rendered. Run
+    /// `verno serve --kube --server-url URL --addr HOST:PORT` with the ServiceAccount's
+    /// credentials.
+    #[arg(long = "server-url", value_parser = parse_server_url)]
+    pub server_url: Option<String>,
+}
+
+/// An `https://` URL with a host and nothing after the port.
+pub fn parse_server_url(s: &str) -> Result<String, String> {
+    let rest = s.strip_prefix("https://").ok_or("the server URL must start with https://")?;
+    let rest = rest.trim_end_matches('/');
+    if rest.is_empty() || rest.contains(['/', '?', '#', '@']) {
+        return Err(format!("{s:?}: expected https://HOST[:PORT] with no path"));
+    }
+    Ok(format!("https://{rest}"))
+}
+
+/// The host of a server URL as the serving certificate names it (no port, no brackets).
+pub fn server_host(url: &str) -> String {
+    let rest = url.trim_start_matches("https://");
+    if let Some(v6) = rest.strip_prefix('[') {
+        return v6.split(']').next().unwrap_or("").to_string();
+    }
+    rest.rsplit_once(':').map_or(rest, |(h, _)| h).to_string()
 }
 
 #[derive(Debug, Clone, clap::Args)]
@@ -44,7 +69,8 @@ pub struct DoctorArgs {
 }
 
 pub fn manifests(a: &ManifestsArgs) -> i32 {
-    let mut values = manifests::Values { namespace: a.namespace.clone(), ..Default::default() };
+    let mut values =
+        manifests::Values { namespace: a.namespace.clone(), server_url: a.server_url.clone(), ..Default::default() };
     for f in &a.values {
         match values.apply_file(f) {
             Ok(notes) => notes.iter().for_each(|n| eprintln!("note: {n}")),

@@ -31,6 +31,11 @@ pub struct ServeArgs {
     /// In-cluster: the webhook Service (names the certificate Secrets).
     #[arg(long, default_value = "verno-svc")]
     pub service: String,
+    /// In-cluster, run outside the cluster (Kyverno's --serverIP): the `https://HOST:PORT` the
+    /// webhooks call (see `verno manifests --server-url`); the serving certificate is made for
+    /// HOST too. Serve on it with --addr.
+    #[arg(long = "server-url", requires = "kube", value_parser = crate::cluster_cmd::parse_server_url)]
+    pub server_url: Option<String>,
     /// In-cluster: Verno's Deployment; deleted or scaled to zero, the webhook rules are emptied.
     #[arg(long)]
     pub deployment: Option<String>,
@@ -234,6 +239,7 @@ pub fn run(args: &ServeArgs) -> i32 {
         verno_server::init_logging(args.log_format == "json");
         let mut opts = verno_controller::Options::new(&args.namespace, &args.identity);
         opts.service = args.service.clone();
+        opts.serving_names = args.server_url.iter().map(|u| crate::cluster_cmd::server_host(u)).collect();
         opts.deployment = args.deployment.clone();
         opts.owner_cluster_role = args.owner_cluster_role.clone();
         opts.max_queued_events = args.max_queued_events;

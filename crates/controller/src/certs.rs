@@ -20,6 +20,8 @@ use std::time::Duration;
 pub const MANAGED_BY_LABEL: &str = "cert.verno.io/managed-by";
 /// When the certificate in the Secret stops being valid (RFC 3339), written with it.
 pub const NOT_AFTER_ANNOTATION: &str = "cert.verno.io/not-after";
+/// The names a serving pair was made for (comma-separated): other names make a new pair.
+pub const NAMES_ANNOTATION: &str = "cert.verno.io/names";
 const CA_NAME: &str = "verno-ca";
 
 /// Secret names and validity periods.
@@ -27,6 +29,8 @@ const CA_NAME: &str = "verno-ca";
 pub struct CertConfig {
     pub namespace: String,
     pub service: String,
+    /// Names beyond the Service's (a `--server-url` host, DNS name or IP address).
+    pub extra_names: Vec<String>,
     pub ca_validity: Duration,
     pub pair_validity: Duration,
 }
@@ -41,7 +45,14 @@ impl CertConfig {
     /// The names the serving certificate is valid for.
     pub fn dns_names(&self) -> Vec<String> {
         let (s, n) = (&self.service, &self.namespace);
-        vec![s.clone(), format!("{s}.{n}"), format!("{s}.{n}.svc")]
+        let mut names = vec![s.clone(), format!("{s}.{n}"), format!("{s}.{n}.svc")];
+        names.extend(self.extra_names.iter().filter(|e| !e.is_empty()).cloned());
+        names
+    }
+
+    /// The names, as the pair's annotation records them.
+    fn names_annotation(&self) -> String {
+        self.dns_names().join(",")
     }
 }
 
@@ -173,7 +184,29 @@ async fn write_secret(
     resource_version: Option<String>,
     what: &str,
 ) -> Result<Option<Secret>, CertError> {
+    write_secret_named(api, name, pem, validity, resource_version, what, None).await
+}
+
+/// The names annotation of a pair Secret (`None`: written before names were recorded; such a
+/// pair is made again, once).
+fn names_of(s: &Secret) -> Option<String> {
+    s.metadata.annotations.as_ref().and_then(|a| a.get(NAMES_ANNOTATION)).cloned()
+}
+
+/// [`write_secret`], recording the names a serving pair was made for.
+async fn write_secret_named(
+    api: &Api<Secret>,
+    name: &str,
+    pem: &Pem,
+    validity: Duration,
+    resource_version: Option<String>,
+    what: &str,
+    names: Option<&str>,
+) -> Result<Option<Secret>, CertError> {
     let mut secret = tls_secret(name, api.namespace().unwrap_or_default(), pem, validity);
+    if let Some(n) = names {
+        secret.metadata.annotations.get_or_insert_default().insert(NAMES_ANNOTATION.into(), n.to_string());
+    }
     let result = match resource_version {
         None => api.create(&PostParams::default(), &secret).await,
         Some(rv) => {
@@ -241,10 +274,16 @@ pub async fn ensure(client: &kube::Client, cfg: &CertConfig) -> Result<usize, Ce
         Some(s) if managed(&s) && managed(&ca) && needs_renewal(&s, cfg.pair_validity) => {
             (s.metadata.resource_version, "serving certificate renewed")
         }
+        Some(s) if managed(&s) && managed(&ca) && names_of(&s) != Some(cfg.names_annotation()) => {
+            (s.metadata.resource_version, "serving certificate made for new names")
+        }
         Some(_) => return Ok(writes),
     };
     let pem = new_pair(&ca_pem, &cfg.dns_names(), cfg.pair_validity)?;
-    if write_secret(&api, &pair_name, &pem, cfg.pair_validity, rv, what).await?.is_some() {
+    if write_secret_named(&api, &pair_name, &pem, cfg.pair_validity, rv, what, Some(&cfg.names_annotation()))
+        .await?
+        .is_some()
+    {
         writes += 1;
     }
     Ok(writes)

@@ -115,6 +115,9 @@ pub struct Options {
     pub namespace: String,
     /// The Service in front of the webhook server (certificate names).
     pub service: String,
+    /// More names (DNS or IP) the serving certificate is valid for: the host of
+    /// `--server-url` when Verno runs outside the cluster.
+    pub serving_names: Vec<String>,
     /// This replica's name (the pod name).
     pub identity: String,
     /// The Deployment running Verno: when it is deleted or scaled to zero the leader empties
@@ -179,6 +182,7 @@ impl Options {
         Options {
             namespace: namespace.to_string(),
             service: "verno-svc".into(),
+            serving_names: Vec::new(),
             identity: identity.to_string(),
             deployment: None,
             owner_cluster_role: None,
@@ -211,6 +215,7 @@ impl Options {
         certs::CertConfig {
             namespace: self.namespace.clone(),
             service: self.service.clone(),
+            extra_names: self.serving_names.clone(),
             ca_validity: self.ca_validity,
             pair_validity: self.pair_validity,
         }

@@ -43,6 +43,11 @@ fn cel_read() -> Vec<&'static str> {
 #[derive(Debug, Clone)]
 pub struct Values {
     pub namespace: String,
+    /// Verno runs outside the cluster at this `https://HOST:PORT` (Kyverno's `--serverIP`):
+    /// the webhooks call it by URL instead of through the Service, and no Deployment,
+    /// Service or PodDisruptionBudget is rendered (`verno serve --kube --server-url` is run
+    /// by hand, with the ServiceAccount's credentials).
+    pub server_url: Option<String>,
     /// `admissionController.replicas`
     pub replicas: i64,
     /// `image.repository`, `image.tag`
@@ -97,6 +102,7 @@ impl Default for Values {
     fn default() -> Self {
         Values {
             namespace: "verno".into(),
+            server_url: None,
             replicas: 2,
             image_repository: "ghcr.io/verno/verno".into(),
             image_tag: env!("CARGO_PKG_VERSION").into(),
@@ -390,9 +396,13 @@ fn entry(v: &Values, name: &str, path: &str, fail: bool) -> Value {
 
 /// What every entry carries: the Service path, failure policy with its timeout, side effects.
 fn base_entry(v: &Values, name: &str, path: &str, fail: bool, side_effects: &str) -> Value {
+    let client = match &v.server_url {
+        Some(url) => json!({"url": format!("{}{path}", url.trim_end_matches('/'))}),
+        None => json!({"service": {"name": SERVICE, "namespace": v.namespace, "path": path, "port": 443}}),
+    };
     json!({
         "name": name,
-        "clientConfig": {"service": {"name": SERVICE, "namespace": v.namespace, "path": path, "port": 443}},
+        "clientConfig": client,
         "failurePolicy": if fail { "Fail" } else { "Ignore" },
         "timeoutSeconds": if fail { v.fail_timeout } else { v.ignore_timeout },
         "sideEffects": side_effects,
@@ -533,6 +543,11 @@ pub fn render(v: &Values) -> Vec<Value> {
         json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding", "metadata": {"name": CLUSTER_ROLE, "namespace": ns, "labels": labels()},
             "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": CLUSTER_ROLE},
             "subjects": [{"kind": "ServiceAccount", "name": SERVICE_ACCOUNT, "namespace": ns}]}),
+    ]);
+    if v.server_url.is_some() {
+        return docs;
+    }
+    docs.extend([
         json!({"apiVersion": "v1", "kind": "Service", "metadata": {"name": SERVICE, "namespace": ns, "labels": labels()},
             "spec": {"selector": selector, "ports": [{"name": "https", "port": 443, "targetPort": "https", "protocol": "TCP"}]}}),
         json!({"apiVersion": "v1", "kind": "Service", "metadata": {"name": METRICS_SERVICE, "namespace": ns, "labels": labels()},
@@ -594,6 +609,27 @@ pub fn to_yaml(docs: &[Value]) -> Result<String, String> {
 mod tests {
     #![allow(clippy::unwrap_used)]
     use super::*;
+
+    /// Verno outside the cluster (Kyverno's `--serverIP`): every webhook calls the URL, and
+    /// nothing runs Verno in the cluster.
+    #[test]
+    fn a_server_url_makes_url_webhooks_and_no_deployment() {
+        let v = Values { server_url: Some("https://127.0.0.1:9443/".into()), ..Values::default() };
+        let docs = render(&v);
+        let kinds: Vec<&str> = docs.iter().filter_map(|d| d["kind"].as_str()).collect();
+        assert!(!kinds.contains(&"Deployment") && !kinds.contains(&"Service"), "{kinds:?}");
+        let hooks: Vec<&Value> = docs
+            .iter()
+            .filter(|d| d["kind"].as_str().is_some_and(|k| k.ends_with("WebhookConfiguration")))
+            .flat_map(|d| d["webhooks"].as_array().into_iter().flatten())
+            .collect();
+        assert!(!hooks.is_empty());
+        for h in hooks {
+            let url = h["clientConfig"]["url"].as_str().unwrap_or("");
+            assert!(url.starts_with("https://127.0.0.1:9443/"), "{h}");
+            assert!(h["clientConfig"].get("service").is_none(), "{h}");
+        }
+    }
 
     #[test]
     fn webhook_entries_exclude_system_namespaces_and_carry_no_rules() {
