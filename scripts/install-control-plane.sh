@@ -48,6 +48,10 @@ if [ -z "$go_minor" ] || [ "$go_minor" -lt 26 ]; then
   exit 1
 fi
 
+# Binaries are also kept outside the clone, by stamp, so that a fresh clone on the same
+# machine (CI) copies them instead of building again.
+CACHE=${VERNO_TOOLS_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/verno-tools}
+BUILT=0
 mkdir -p "$BIN"
 # Several callers may install at once: one at a time, and the others find it done.
 exec 9>"$ROOT/.tools/install-control-plane.lock"
@@ -81,7 +85,16 @@ build() {
   local name=$1 version=$2 dir=$3 pkg=$4 ldflags=$5 tags=${6:-} prepare=${7:-}
   local dest=$BIN/$name want build_dir=$3 mod=readonly start
   want=$(stamp "$version" "$dir" "$pkg|$ldflags|$tags")
+  local cached=$CACHE/$name-$(echo "$want" | tr ' ' '-')
   if [ -x "$dest" ] && [ -f "$BIN/.$name.version" ] && [ "$(cat "$BIN/.$name.version")" = "$want" ]; then
+    [ -x "$cached" ] || { mkdir -p "$CACHE" && cp -f "$dest" "$cached.tmp" && mv -f "$cached.tmp" "$cached"; }
+    return 0
+  fi
+  # Built before on this machine (another clone, an earlier CI run): copied from the cache.
+  if [ -x "$cached" ]; then
+    cp -f "$cached" "$dest.tmp" && mv -f "$dest.tmp" "$dest"
+    echo "$want" >"$BIN/.$name.version"
+    echo "install-control-plane: $name $version from $CACHE" >&2
     return 0
   fi
   echo "install-control-plane: building $name $version ($pkg) ..." >&2
@@ -92,6 +105,8 @@ build() {
       ${tags:+-tags="$tags"} -ldflags="$ldflags" -o "$dest.tmp" "$pkg")
   mv -f "$dest.tmp" "$dest"
   echo "$want" >"$BIN/.$name.version"
+  BUILT=1
+  mkdir -p "$CACHE" && cp -f "$dest" "$cached.tmp" && mv -f "$cached.tmp" "$cached"
   [ -z "$prepare" ] || { rm -rf "$build_dir"; rmdir "$ROOT/.tools/build" 2>/dev/null || true; }
   echo "install-control-plane: built $name in $((SECONDS - start))s ($(du -h "$dest" | cut -f1))" >&2
 }
@@ -142,8 +157,15 @@ install_tool() {
     kwok)
       build kwok "$KWOK_VERSION" tools/kwok sigs.k8s.io/kwok/cmd/kwok \
         "-s -w -X sigs.k8s.io/kwok/pkg/consts.Version=${KWOK_VERSION#v} -X sigs.k8s.io/kwok/pkg/consts.PreRelease=GA"
-      local stages=$ROOT/.tools/share/kwok/stages.yaml
-      [ -f "$stages" ] && [ "$stages" -nt "$BIN/.kwok.version" ] || kwok_stages "$stages" ;;
+      local stages=$ROOT/.tools/share/kwok/stages.yaml cached_stages=$CACHE/kwok-stages-$KWOK_VERSION.yaml
+      if ! { [ -f "$stages" ] && [ "$stages" -nt "$BIN/.kwok.version" ]; }; then
+        if [ -f "$cached_stages" ]; then
+          mkdir -p "$(dirname "$stages")" && cp -f "$cached_stages" "$stages"
+        else
+          kwok_stages "$stages"
+          mkdir -p "$CACHE" && cp -f "$stages" "$cached_stages"
+        fi
+      fi ;;
     *)
       echo "install-control-plane: unknown tool '$1' (known: ${ALL_TOOLS[*]})" >&2
       exit 2 ;;
@@ -162,4 +184,10 @@ report() {
 tools=("$@")
 [ ${#tools[@]} -gt 0 ] || tools=("${ALL_TOOLS[@]}")
 for t in "${tools[@]}"; do install_tool "$t"; done
+# VERNO_GO_CLEAN=1 (CI, where disk is short): once something was built, Go's build and module
+# caches (about 7 GB) are emptied; the binaries are kept (and cached by stamp).
+if [ "${VERNO_GO_CLEAN:-0}" = 1 ] && [ "$BUILT" = 1 ]; then
+  go clean -cache -modcache
+  echo "install-control-plane: Go's build and module caches emptied (VERNO_GO_CLEAN=1)" >&2
+fi
 for t in "${tools[@]}"; do report "$t"; done

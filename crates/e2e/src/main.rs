@@ -3,7 +3,13 @@
 //! runner contract asks (`../shared/chainsaw/README.md`): one JSON object on stdout, one entry
 //! per step, exit 0 for pass, 1 for fail or unsupported, 2 when the runner itself broke.
 //!
-//!   verno-chainsaw [--keep] [--verno PATH] [--settle SECONDS] CASE_DIR
+//!   verno-chainsaw [--keep] [--verno PATH] [--settle SECONDS] [--real] CASE_DIR
+//!
+//! `--real` runs the case with the real chainsaw (`chainsaw test`, v0.2.12 from
+//! `scripts/install-control-plane.sh`) against a real control plane (etcd, kube-apiserver,
+//! kube-controller-manager, kwok; `scripts/cluster.sh`) with Verno installed by its manifests
+//! and running outside the cluster with its ServiceAccount's token (see `verno_e2e::real`);
+//! chainsaw's JSON report becomes the contract's steps.
 //!
 //! `--keep` leaves the environment up after the test (the fake API server keeps serving; its
 //! kubeconfig and Verno's log are printed on stderr) until Ctrl-C.
@@ -32,6 +38,7 @@ use std::path::{Path, PathBuf};
 struct Args {
     case: PathBuf,
     keep: bool,
+    real: bool,
     verno: Option<PathBuf>,
     settle: Option<std::time::Duration>,
 }
@@ -39,12 +46,14 @@ struct Args {
 fn parse_args() -> Result<Args, String> {
     let mut case = None;
     let mut keep = false;
+    let mut real = false;
     let mut verno = None;
     let mut settle = None;
     let mut it = std::env::args().skip(1);
     while let Some(a) = it.next() {
         match a.as_str() {
             "--keep" => keep = true,
+            "--real" => real = true,
             "--verno" => verno = Some(PathBuf::from(it.next().ok_or("--verno needs a path")?)),
             "--settle" => {
                 let s = it.next().ok_or("--settle needs seconds")?;
@@ -56,7 +65,7 @@ fn parse_args() -> Result<Args, String> {
             s => case = Some(PathBuf::from(s)),
         }
     }
-    Ok(Args { case: case.ok_or("a case directory is required")?, keep, verno, settle })
+    Ok(Args { case: case.ok_or("a case directory is required")?, keep, real, verno, settle })
 }
 
 /// The directory of this executable and its ancestors, for finding `verno` and `.tools/bin`.
@@ -191,7 +200,7 @@ async fn main() -> std::process::ExitCode {
             if !e.is_empty() {
                 eprintln!("Error: {e}");
             }
-            eprintln!("usage: verno-chainsaw [--keep] [--verno PATH] [--settle SECONDS] CASE_DIR");
+            eprintln!("usage: verno-chainsaw [--keep] [--verno PATH] [--settle SECONDS] [--real] CASE_DIR");
             return std::process::ExitCode::from(2);
         }
     };
@@ -223,6 +232,9 @@ async fn main() -> std::process::ExitCode {
         Err(e) => return report("error", skipped(&names), &format!("temporary directory: {e}")),
     };
     let verno = find_verno(args.verno);
+    if args.real {
+        return real_run(&case, &names, &effects, &verno, dir, args.keep).await;
+    }
     let mut cluster = match cluster::Cluster::start(cluster::Options {
         verno: &verno,
         dir: dir.path(),
@@ -274,4 +286,157 @@ async fn main() -> std::process::ExitCode {
     cluster.stop().await;
     let steps = outcome.steps.iter().map(|s| json!({"name": s.name, "status": s.status, "reason": s.reason})).collect();
     report(outcome.status, steps, &outcome.reason)
+}
+
+/// The repository above this executable (`target/<profile>/verno-chainsaw`): its scripts and
+/// `.tools/bin`.
+fn repo_root() -> Option<PathBuf> {
+    exe_ancestors().into_iter().find(|d| d.join("scripts/cluster.sh").is_file())
+}
+
+/// One case with the real chainsaw against a real control plane (see the module's comment).
+async fn real_run(
+    case: &Path,
+    names: &[String],
+    effects: &ConfigEffects,
+    verno: &Path,
+    dir: tempfile::TempDir,
+    keep: bool,
+) -> std::process::ExitCode {
+    let Some(repo) = repo_root() else {
+        return report("error", skipped(names), "--real: the repository (scripts/cluster.sh) is not above this runner");
+    };
+    let chainsaw = repo.join(".tools/bin/chainsaw");
+    if let Err(e) = verno_e2e::real::install_tools(&repo) {
+        return report("error", skipped(names), &format!("installing the control plane: {e:#}"));
+    }
+    if !chainsaw.is_file() {
+        let out = std::process::Command::new("bash")
+            .arg(repo.join("scripts/install-control-plane.sh"))
+            .arg("chainsaw")
+            .current_dir(&repo)
+            .output();
+        if !out.as_ref().is_ok_and(|o| o.status.success()) {
+            return report("error", skipped(names), "installing chainsaw failed");
+        }
+    }
+    // Verno configured as Kyverno's CI configures Kyverno (see `cluster::install_values`).
+    let mut values = String::from("config:\n  name: kyverno\nfeatures:\n  omitEvents:\n    eventTypes: []\n");
+    if !effects.cleanup_extra_resources.is_empty() {
+        values.push_str(&format!(
+            "cleanupController:\n  rbac:\n    clusterRole:\n      extraResources: {}\n",
+            serde_json::to_string(&effects.cleanup_extra_resources).unwrap_or_default()
+        ));
+    }
+    let values_file = dir.path().join("values.yaml");
+    if let Err(e) = std::fs::write(&values_file, values) {
+        return report("error", skipped(names), &format!("writing values: {e}"));
+    }
+    let mut extra = vec!["--config-map".to_string(), "kyverno".to_string(), "--omit-events".to_string(), String::new()];
+    extra.extend(effects.args.iter().cloned());
+    let cluster = match verno_e2e::real::RealCluster::start(verno_e2e::real::RealOptions {
+        repo: &repo,
+        verno,
+        dir: dir.path(),
+        namespace: "kyverno",
+        values_files: std::slice::from_ref(&values_file),
+        extra_args: &extra,
+    })
+    .await
+    {
+        Ok(c) => c,
+        Err(e) => return report("error", skipped(names), &format!("starting the real cluster: {e:#}")),
+    };
+    let report_dir = dir.path().join("report");
+    if let Err(e) = std::fs::create_dir_all(&report_dir) {
+        return report("error", skipped(names), &format!("creating {}: {e}", report_dir.display()));
+    }
+    let mut cmd = tokio::process::Command::new(&chainsaw);
+    cmd.arg("test")
+        .arg("--test-dir")
+        .arg(case)
+        .args(["--report-format", "JSON", "--report-name", "chainsaw-report", "--no-color", "--parallel", "1"])
+        .arg("--report-path")
+        .arg(&report_dir);
+    // The area's configuration, as Kyverno's CI passes it — less what chainsaw v0.2.12 does
+    // not know yet (`namespace.fastDelete`, v0.2.13: delete the test namespace without
+    // waiting; v0.2.12 waits, which only takes longer).
+    if let Some(cfg) = find_config(case) {
+        let text = std::fs::read_to_string(&cfg).unwrap_or_default();
+        let kept: Vec<&str> = text.lines().filter(|l| !l.trim_start().starts_with("fastDelete:")).collect();
+        let adapted = dir.path().join("chainsaw.yaml");
+        if let Err(e) = std::fs::write(&adapted, kept.join("\n")) {
+            return report("error", skipped(names), &format!("writing the configuration: {e}"));
+        }
+        cmd.arg("--config").arg(adapted);
+    }
+    let path = format!("{}:{}", repo.join(".tools/bin").display(), std::env::var("PATH").unwrap_or_default());
+    cmd.env("PATH", path).env("KUBECONFIG", &cluster.kubeconfig).stdin(std::process::Stdio::null());
+    let out = match cmd.output().await {
+        Ok(o) => o,
+        Err(e) => return report("error", skipped(names), &format!("running chainsaw: {e}")),
+    };
+    // chainsaw's own output goes to our stderr (the contract's stdout is the JSON only).
+    eprintln!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+    let parsed: Option<Value> = std::fs::read_to_string(report_dir.join("chainsaw-report.json"))
+        .ok()
+        .and_then(|t| serde_json::from_str(&t).ok());
+    let (status, steps, reason) = real_outcome(names, parsed.as_ref(), out.status.success());
+    if keep {
+        eprintln!("--keep: KUBECONFIG={} (Verno's log: {})", cluster.kubeconfig.display(), cluster.verno_log.display());
+        let _ = tokio::signal::ctrl_c().await;
+    } else if status != "pass" {
+        eprintln!("Verno's log (last 30 lines):\n{}", cluster.verno_log_tail(30));
+    }
+    drop(cluster);
+    report(status, steps, &reason)
+}
+
+/// chainsaw's report as the contract's steps: a step passes when none of its operations
+/// failed; the steps chainsaw did not reach are skipped. The test passes when chainsaw
+/// exited 0 (cleanup included) and every step passed.
+fn real_outcome(names: &[String], report: Option<&Value>, exited_ok: bool) -> (&'static str, Vec<Value>, String) {
+    let steps_run: Vec<&Value> = report
+        .and_then(|r| r.pointer("/tests/0/steps"))
+        .and_then(Value::as_array)
+        .map(|s| s.iter().collect())
+        .unwrap_or_default();
+    let mut steps = Vec::new();
+    let mut reason = String::new();
+    let mut failed = false;
+    for (i, name) in names.iter().enumerate() {
+        let Some(s) = steps_run.get(i).filter(|_| !failed) else {
+            steps.push(json!({"name": name, "status": "skipped", "reason": ""}));
+            continue;
+        };
+        let errors: Vec<String> = s
+            .get("operations")
+            .and_then(Value::as_array)
+            .into_iter()
+            .flatten()
+            .filter_map(|o| {
+                o.pointer("/failure/error")
+                    .and_then(Value::as_str)
+                    .map(|e| format!("{}: {e}", o["type"].as_str().unwrap_or("operation")))
+            })
+            .collect();
+        if errors.is_empty() {
+            steps.push(json!({"name": name, "status": "pass", "reason": ""}));
+        } else {
+            failed = true;
+            let why = errors.join("; ");
+            if reason.is_empty() {
+                reason = format!("step {name:?}: {why}");
+            }
+            steps.push(json!({"name": name, "status": "fail", "reason": why}));
+        }
+    }
+    if report.is_none() {
+        return ("error", steps, "chainsaw wrote no report".into());
+    }
+    if !failed && !exited_ok {
+        failed = true;
+        reason = "chainsaw failed after the steps (cleanup or a later operation)".into();
+    }
+    (if failed { "fail" } else { "pass" }, steps, reason)
 }

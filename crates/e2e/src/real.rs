@@ -1,0 +1,242 @@
+//! Verno installed in a real control plane: etcd, kube-apiserver, kube-controller-manager and
+//! kwok built from the Go module proxy (`scripts/install-control-plane.sh`) and started on
+//! loopback by `scripts/cluster.sh`; Verno installed as a user installs it (`verno manifests`
+//! applied with kubectl) for a Verno that runs outside the cluster (`--server-url`, Kyverno's
+//! `--serverIP`); and `verno serve --kube` run as its own process with its ServiceAccount's
+//! token (TokenRequest), so RBAC, admission, garbage collection and watches are the real ones.
+
+use anyhow::{Context, Result, anyhow, bail};
+use serde_json::Value;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+/// What to start.
+pub struct RealOptions<'a> {
+    /// The repository (for `scripts/` and `.tools/bin`).
+    pub repo: &'a Path,
+    /// The `verno` binary.
+    pub verno: &'a Path,
+    /// An empty folder for this cluster (its data, certificates, logs).
+    pub dir: &'a Path,
+    /// Verno's namespace.
+    pub namespace: &'a str,
+    /// `verno manifests -f` values files (the chart's shape).
+    pub values_files: &'a [PathBuf],
+    /// More `verno serve` arguments.
+    pub extra_args: &'a [String],
+}
+
+/// A running control plane with Verno in it; stopped (processes killed, data removed) on drop.
+pub struct RealCluster {
+    pub dir: PathBuf,
+    /// The administrator's kubeconfig.
+    pub kubeconfig: PathBuf,
+    /// Verno's own kubeconfig (its ServiceAccount's token).
+    pub verno_kubeconfig: PathBuf,
+    pub verno_log: PathBuf,
+    repo: PathBuf,
+    verno: Option<std::process::Child>,
+}
+
+/// The tools the real control plane needs, in `.tools/bin`.
+const TOOLS: [&str; 5] = ["etcd", "kube-apiserver", "kube-controller-manager", "kwok", "kubectl"];
+
+/// Builds or fetches the pinned tools when missing (the scripts cache by version: a second run
+/// takes seconds).
+pub fn install_tools(repo: &Path) -> Result<()> {
+    if TOOLS.iter().all(|t| repo.join(".tools/bin").join(t).is_file()) {
+        return Ok(());
+    }
+    for (script, args) in [
+        ("scripts/install-control-plane.sh", vec!["etcd", "kube-apiserver", "kube-controller-manager", "kwok"]),
+        ("scripts/install-kubectl.sh", vec![]),
+    ] {
+        let out = Command::new("bash").arg(repo.join(script)).args(&args).current_dir(repo).output()?;
+        if !out.status.success() {
+            bail!("{script} failed:\n{}", String::from_utf8_lossy(&out.stderr));
+        }
+    }
+    Ok(())
+}
+
+fn free_port() -> Result<u16> {
+    let l = std::net::TcpListener::bind("127.0.0.1:0")?;
+    Ok(l.local_addr()?.port())
+}
+
+/// Runs a command and returns its stdout; the error carries its stderr.
+fn run(cmd: &mut Command, what: &str) -> Result<String> {
+    let out = cmd.stdin(Stdio::null()).output().with_context(|| what.to_string())?;
+    if !out.status.success() {
+        bail!("{what} failed: {}{}", String::from_utf8_lossy(&out.stderr), String::from_utf8_lossy(&out.stdout));
+    }
+    Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+}
+
+/// Applies a YAML stream server-side, as `kubectl apply --server-side` (the install's way).
+fn apply(kubectl: &Path, kubeconfig: &Path, yaml: &str) -> Result<()> {
+    let mut child = Command::new(kubectl)
+        .args(["apply", "--server-side", "--force-conflicts", "-f", "-"])
+        .env("KUBECONFIG", kubeconfig)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()?;
+    {
+        use std::io::Write as _;
+        let mut stdin = child.stdin.take().ok_or_else(|| anyhow!("kubectl has no stdin"))?;
+        stdin.write_all(yaml.as_bytes())?;
+    }
+    let out = child.wait_with_output()?;
+    if !out.status.success() {
+        bail!("kubectl apply failed: {}", String::from_utf8_lossy(&out.stderr));
+    }
+    Ok(())
+}
+
+impl RealCluster {
+    /// Starts the control plane, installs Verno and starts it; ready when the API server's
+    /// webhook configurations carry Verno's CA.
+    pub async fn start(o: RealOptions<'_>) -> Result<RealCluster> {
+        let cp = o.dir.join("control-plane");
+        let up = run(Command::new("bash").arg(o.repo.join("scripts/cluster.sh")).arg("up").arg(&cp), "cluster.sh up")?;
+        let kubeconfig = cp.join("kubeconfig");
+        if !up.contains("KUBECONFIG=") || !kubeconfig.is_file() {
+            bail!("cluster.sh up wrote no kubeconfig:\n{up}");
+        }
+        let mut cluster = RealCluster {
+            dir: o.dir.to_path_buf(),
+            kubeconfig: kubeconfig.clone(),
+            verno_kubeconfig: o.dir.join("verno-kubeconfig"),
+            verno_log: o.dir.join("verno.log"),
+            repo: o.repo.to_path_buf(),
+            verno: None,
+        };
+        let kubectl = o.repo.join(".tools/bin/kubectl");
+        let port = free_port()?;
+        let url = format!("https://127.0.0.1:{port}");
+        // The install, as a user runs it: CRDs, then the rest for a Verno outside the cluster.
+        let crds = run(Command::new(o.verno).args(["manifests", "--crds"]), "verno manifests --crds")?;
+        apply(&kubectl, &kubeconfig, &crds)?;
+        let mut m = Command::new(o.verno);
+        m.args(["manifests", "-n", o.namespace, "--server-url", &url]);
+        for v in o.values_files {
+            m.arg("-f").arg(v);
+        }
+        let manifests = run(&mut m, "verno manifests")?;
+        apply(&kubectl, &kubeconfig, &manifests)?;
+        // Verno's credentials: its ServiceAccount's token, from the TokenRequest API.
+        let token = run(
+            Command::new(&kubectl)
+                .args(["create", "token", "verno-admission-controller", "-n", o.namespace, "--duration", "24h"])
+                .env("KUBECONFIG", &kubeconfig),
+            "kubectl create token",
+        )?;
+        let server = run(
+            Command::new(&kubectl)
+                .args(["config", "view", "--minify", "-o", "jsonpath={.clusters[0].cluster.server}"])
+                .env("KUBECONFIG", &kubeconfig),
+            "kubectl config view",
+        )?;
+        let ca = cp.join("ca.crt");
+        std::fs::write(
+            &cluster.verno_kubeconfig,
+            format!(
+                "apiVersion: v1\nkind: Config\nclusters:\n- name: real\n  cluster:\n    server: {server}\n    certificate-authority: {}\nusers:\n- name: verno\n  user:\n    token: {}\ncontexts:\n- name: verno\n  context: {{cluster: real, user: verno}}\ncurrent-context: verno\n",
+                ca.display(),
+                token.trim()
+            ),
+        )?;
+        let log = std::fs::File::create(&cluster.verno_log)?;
+        let child = Command::new(o.verno)
+            .args(["serve", "--kube", "--namespace", o.namespace, "--identity", "verno-0"])
+            .args(["--owner-cluster-role", "verno:admission-controller"])
+            .args(["--server-url", &url, "--addr", &format!("127.0.0.1:{port}"), "--metrics-addr", "127.0.0.1:0"])
+            .arg("--tls-dir")
+            .arg(o.dir.join("tls"))
+            .args(o.extra_args)
+            .env("KUBECONFIG", &cluster.verno_kubeconfig)
+            .env("RUST_LOG", std::env::var("VERNO_LOG").unwrap_or_else(|_| "info".into()))
+            .stdin(Stdio::null())
+            .stdout(log.try_clone()?)
+            .stderr(log)
+            .spawn()
+            .with_context(|| format!("starting {}", o.verno.display()))?;
+        cluster.verno = Some(child);
+        cluster.wait_ready().await?;
+        Ok(cluster)
+    }
+
+    /// The administrator's client.
+    pub async fn client(&self) -> Result<kube::Client> {
+        let kc = kube::config::Kubeconfig::read_from(&self.kubeconfig)?;
+        let cfg = kube::Config::from_custom_kubeconfig(kc, &Default::default()).await?;
+        Ok(kube::Client::try_from(cfg)?)
+    }
+
+    /// The last lines of Verno's log.
+    pub fn verno_log_tail(&self, n: usize) -> String {
+        let log = std::fs::read_to_string(&self.verno_log).unwrap_or_default();
+        let lines: Vec<&str> = log.lines().collect();
+        lines.get(lines.len().saturating_sub(n)..).unwrap_or_default().join("\n")
+    }
+
+    async fn wait_ready(&mut self) -> Result<()> {
+        let client = self.client().await?;
+        let api: kube::Api<kube::api::DynamicObject> = kube::Api::all_with(
+            client,
+            &kube::api::ApiResource {
+                group: "admissionregistration.k8s.io".into(),
+                version: "v1".into(),
+                api_version: "admissionregistration.k8s.io/v1".into(),
+                kind: "ValidatingWebhookConfiguration".into(),
+                plural: "validatingwebhookconfigurations".into(),
+            },
+        );
+        let start = Instant::now();
+        loop {
+            if let Ok(Some(v)) = api.get_opt(verno_controller::webhooks::VALIDATING_CONFIG).await
+                && serde_json::to_value(&v)
+                    .ok()
+                    .and_then(|v| v.pointer("/webhooks/0/clientConfig/caBundle").cloned())
+                    .is_some_and(|b| matches!(b, Value::String(_)))
+            {
+                return Ok(());
+            }
+            if let Some(c) = self.verno.as_mut()
+                && let Ok(Some(status)) = c.try_wait()
+            {
+                bail!("verno exited ({status}); its log ends:\n{}", self.verno_log_tail(30));
+            }
+            if start.elapsed() > Duration::from_secs(60) {
+                bail!("Verno did not become ready within 60 s; its log ends:\n{}", self.verno_log_tail(30));
+            }
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+    }
+}
+
+impl Drop for RealCluster {
+    fn drop(&mut self) {
+        if let Some(mut c) = self.verno.take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+        if std::env::var_os("VERNO_KEEP_CLUSTER").is_some() {
+            eprintln!(
+                "kept: KUBECONFIG={} (scripts/cluster.sh down {})",
+                self.kubeconfig.display(),
+                self.dir.join("control-plane").display()
+            );
+            return;
+        }
+        let _ = Command::new("bash")
+            .arg(self.repo.join("scripts/cluster.sh"))
+            .arg("down")
+            .arg(self.dir.join("control-plane"))
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .status();
+    }
+}
