@@ -177,8 +177,9 @@ fail() { log "$*"; exit 1; }
 # start NAME CMD...: runs CMD in the background with its output in logs/NAME.log, records its PID.
 # stdin/stdout/stderr are redirected so that a caller capturing `up`'s output is not kept
 # waiting. The processes stay in the caller's process group, so a TERM or KILL sent to that group
-# (e.g. by a test runner's timeout) also stops the cluster. (SIGINT does not: bash starts
-# background commands with SIGINT ignored, and etcd/kube-* keep it so.)
+# (e.g. by a test runner's timeout) also stops the cluster (after TERM, kube-apiserver and etcd
+# may take up to ~30 s, each waiting on the other; `down` is faster: it stops etcd last).
+# SIGINT does not stop it: bash starts background commands with SIGINT ignored.
 start() {
   local name=$1; shift
   CURRENT=$name
