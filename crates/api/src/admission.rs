@@ -130,9 +130,19 @@ impl AdmissionRequest {
         }
     }
 
-    /// The request's namespace, else the object's.
+    /// The request's namespace, else the object's. A Namespace lives in none: the API server
+    /// sends a Namespace's own name as `request.namespace` (the fake API server did not, so
+    /// reports of Namespaces were looked for at `/namespaces/bar/namespaces/bar` on a real
+    /// one, and denials named `Namespace/bar/bar` where Kyverno says `Namespace//bar`).
     pub fn namespace_name(&self) -> &str {
-        if self.namespace.is_empty() { self.subject_meta("namespace") } else { &self.namespace }
+        let core_namespace = self.kind_name() == "Namespace" && self.kind.group.is_empty();
+        if core_namespace {
+            ""
+        } else if self.namespace.is_empty() {
+            self.subject_meta("namespace")
+        } else {
+            &self.namespace
+        }
     }
 
     /// The request's name, else the object's.
@@ -206,6 +216,22 @@ impl AdmissionReview {
 mod tests {
     use super::*;
     use serde_json::json;
+
+    /// Found on the real API server (issue 46): a Namespace's request names the Namespace
+    /// itself as `namespace`; the Namespace lives in none.
+    #[test]
+    fn a_namespace_lives_in_no_namespace() {
+        let req: AdmissionRequest = serde_json::from_value(json!({"uid": "u", "operation": "CREATE",
+            "kind": {"group": "", "version": "v1", "kind": "Namespace"}, "namespace": "bar", "name": "bar",
+            "object": {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "bar"}}}))
+        .unwrap_or_default();
+        assert_eq!(req.namespace_name(), "");
+        let pod: AdmissionRequest = serde_json::from_value(json!({"uid": "u", "operation": "CREATE",
+            "kind": {"group": "", "version": "v1", "kind": "Pod"}, "namespace": "bar", "name": "p",
+            "object": {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p"}}}))
+        .unwrap_or_default();
+        assert_eq!(pod.namespace_name(), "bar");
+    }
 
     #[test]
     fn a_delete_request_is_about_its_old_object() {

@@ -266,6 +266,13 @@ fn review_request(c: &Change, object: Option<&Value>, user: &(String, Vec<String
     {
         m.insert("namespace".into(), Value::String(c.k.1.clone()));
     }
+    // As the API server: a Namespace's request carries its own name as the namespace.
+    if r.group.is_empty()
+        && r.kind == "Namespace"
+        && let Some(m) = req.as_object_mut()
+    {
+        m.insert("namespace".into(), Value::String(c.k.2.clone()));
+    }
     req
 }
 
