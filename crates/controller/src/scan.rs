@@ -739,11 +739,17 @@ impl Scanner {
 
     async fn on_object(&mut self, kind: u32, list: u64, o: DynamicObject) {
         let Some(uid) = o.metadata.uid.clone() else { return };
-        let value = match serde_json::to_value(&o) {
+        let mut value = match serde_json::to_value(&o) {
             Ok(v) => v,
             Err(_) => return,
         };
         drop(o);
+        // A real API server's list items come without their type (the fake's carried it, so
+        // scans on a real cluster matched nothing): put it back from the watched kind.
+        if let (Some(m), Some((api_version, kind_name))) = (value.as_object_mut(), self.kinds.get(kind as usize)) {
+            m.entry("apiVersion").or_insert_with(|| Value::String(api_version.clone()));
+            m.entry("kind").or_insert_with(|| Value::String(kind_name.clone()));
+        }
         let hash = object_hash(&value);
         if let Some(t) = self.tracked.get_mut(&uid) {
             t.seen = list;

@@ -155,9 +155,20 @@ pub(crate) fn list(inner: &Inner, t: &Target, q: &HashMap<String, String>, meta_
         .peekable();
     let mut items: Vec<Value> = Vec::new();
     let mut last: Option<(&str, &str)> = None;
+    // As the API server: the items of a built-in kind's list carry no apiVersion or kind (the
+    // list says them); a custom resource's items keep theirs.
+    let builtin = inner.builtin.iter().any(|r| r.group == t.resource.group && r.plural == t.resource.plural);
     while items.len() < limit {
         let Some(((_, ns, name), o)) = matching.next() else { break };
-        items.push(if meta_only { partial(o) } else { in_version(o, t.resource) });
+        let mut item = if meta_only { partial(o) } else { in_version(o, t.resource) };
+        if builtin
+            && !meta_only
+            && let Some(m) = item.as_object_mut()
+        {
+            m.remove("apiVersion");
+            m.remove("kind");
+        }
+        items.push(item);
         last = Some((ns.as_str(), name.as_str()));
     }
     let more = matching.peek().is_some();
