@@ -190,8 +190,9 @@ fn webhook_denies_unsigned_admits_signed_and_caches() {
     assert!(out.review.response.unwrap().allowed);
     assert_eq!(data.0.cache().map(|c| c.len()), Some(1));
 
-    // The cache: with mutateDigest off nothing but the signatures needs the registry, so once
-    // the registry is gone a second Pod with the same image is answered from the cache.
+    // The cache: with mutateDigest off a pass is remembered with the digest it verified. A Pod
+    // naming the image by that digest is answered from the cache once the registry is gone; one
+    // naming it by tag is not (the tag could have moved to another image: issue 47, item 2).
     let doc: serde_json::Value = serde_saphyr::from_str(&policy(&key, false)).unwrap();
     let set = match verno_engine::compile(&doc, &[]).unwrap() {
         Compiled::Policy(p) => PolicySet::new(vec![Arc::new(p)], Vec::new()),
@@ -207,13 +208,16 @@ fn webhook_denies_unsigned_admits_signed_and_caches() {
             false,
         )
     };
+    let pinned = format!("{image}@{signed}");
     let started = std::time::Instant::now();
-    assert!(call(&pod_of(&image)).review.response.unwrap().allowed);
+    assert!(call(&pod_of(&pinned)).review.response.unwrap().allowed);
     let first = started.elapsed();
+    assert!(call(&pod_of(&image)).review.response.unwrap().allowed);
     drop(reg);
     let started = std::time::Instant::now();
-    assert!(call(&pod_of(&image)).review.response.unwrap().allowed);
+    assert!(call(&pod_of(&pinned)).review.response.unwrap().allowed);
     let cached = started.elapsed();
+    assert!(!call(&pod_of(&image)).review.response.unwrap().allowed, "a tag is not confirmed without the registry");
     // A different image is not in the cache and cannot be verified now.
     assert!(!call(&pod_of(&bare)).review.response.unwrap().allowed);
     println!("verifyImages webhook: first verification {first:?}, cached {cached:?}");
