@@ -507,15 +507,12 @@ impl Controller {
     }
 
     /// Remembers the version this controller wrote of an object.
-    fn wrote(&mut self, o: &Value) {
-        let rv = o.pointer("/metadata/resourceVersion").and_then(Value::as_str).unwrap_or("");
-        if rv.is_empty() {
-            return;
-        }
+    fn wrote(&mut self, k: &Key, written: &DynamicObject) {
+        let Some(rv) = written.metadata.resource_version.as_ref().filter(|rv| !rv.is_empty()) else { return };
         if self.own_writes.len() >= MAX_OWN_WRITES {
             self.own_writes.clear();
         }
-        self.own_writes.insert(key_of(o), rv.to_string());
+        self.own_writes.insert(k.clone(), rv.clone());
     }
 
     fn requeue_due(&mut self) {
@@ -1323,12 +1320,7 @@ impl Controller {
         if let Some(o) = written
             && let Ok(v) = serde_json::to_value(&o)
         {
-            let mut typed = v.clone();
-            if let Some(m) = typed.as_object_mut() {
-                m.insert("apiVersion".into(), Value::String(k.0.clone()));
-                m.insert("kind".into(), Value::String(k.1.clone()));
-            }
-            self.wrote(&typed);
+            self.wrote(&k, &o);
             tracing::info!(kind = %k.1, namespace = %k.2, name = %k.3, "generated");
             self.on_downstream(v, false);
         }
@@ -1359,13 +1351,7 @@ impl Controller {
             .await
             .map_err(|e| format!("patching {}/{} {}/{}: {e}", k.0, k.1, k.2, k.3))?;
         tracing::info!(kind = %k.1, namespace = %k.2, name = %k.3, "mutate-existing target patched");
-        if let Ok(mut v) = serde_json::to_value(&done) {
-            if let Some(m) = v.as_object_mut() {
-                m.insert("apiVersion".into(), Value::String(k.0.clone()));
-                m.insert("kind".into(), Value::String(k.1.clone()));
-            }
-            self.wrote(&v);
-        }
+        self.wrote(&k, &done);
         Ok(())
     }
 }

@@ -174,27 +174,16 @@ fn managed(s: &Secret) -> bool {
     s.metadata.labels.as_ref().and_then(|l| l.get(MANAGED_BY_LABEL)).is_some_and(|v| v == "verno")
 }
 
-/// Creates a managed TLS Secret (`resource_version` `None`) or replaces it under that
-/// resourceVersion. `Ok(None)` when another writer got there first (409): re-read next pass.
-async fn write_secret(
-    api: &Api<Secret>,
-    name: &str,
-    pem: &Pem,
-    validity: Duration,
-    resource_version: Option<String>,
-    what: &str,
-) -> Result<Option<Secret>, CertError> {
-    write_secret_named(api, name, pem, validity, resource_version, what, None).await
-}
-
 /// The names annotation of a pair Secret (`None`: written before names were recorded; such a
 /// pair is made again, once).
 fn names_of(s: &Secret) -> Option<String> {
     s.metadata.annotations.as_ref().and_then(|a| a.get(NAMES_ANNOTATION)).cloned()
 }
 
-/// [`write_secret`], recording the names a serving pair was made for.
-async fn write_secret_named(
+/// Creates a managed TLS Secret (`resource_version` `None`) or replaces it under that
+/// resourceVersion, recording the `names` a serving pair was made for. `Ok(None)` when another
+/// writer got there first (409): re-read next pass.
+async fn write_secret(
     api: &Api<Secret>,
     name: &str,
     pem: &Pem,
@@ -233,7 +222,9 @@ pub async fn ensure(client: &kube::Client, cfg: &CertConfig) -> Result<usize, Ce
     let ca = match api.get_opt(&ca_name).await? {
         Some(s) => s,
         None => {
-            match write_secret(&api, &ca_name, &new_ca(cfg.ca_validity)?, cfg.ca_validity, None, "CA created").await? {
+            match write_secret(&api, &ca_name, &new_ca(cfg.ca_validity)?, cfg.ca_validity, None, "CA created", None)
+                .await?
+            {
                 Some(s) => {
                     writes += 1;
                     s
@@ -260,6 +251,7 @@ pub async fn ensure(client: &kube::Client, cfg: &CertConfig) -> Result<usize, Ce
             cfg.ca_validity,
             ca.metadata.resource_version.clone(),
             "CA renewed (same key, appended to the bundle)",
+            None,
         )
         .await?
         .is_some()
@@ -280,9 +272,7 @@ pub async fn ensure(client: &kube::Client, cfg: &CertConfig) -> Result<usize, Ce
         Some(_) => return Ok(writes),
     };
     let pem = new_pair(&ca_pem, &cfg.dns_names(), cfg.pair_validity)?;
-    if write_secret_named(&api, &pair_name, &pem, cfg.pair_validity, rv, what, Some(&cfg.names_annotation()))
-        .await?
-        .is_some()
+    if write_secret(&api, &pair_name, &pem, cfg.pair_validity, rv, what, Some(&cfg.names_annotation())).await?.is_some()
     {
         writes += 1;
     }

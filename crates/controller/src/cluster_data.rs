@@ -133,7 +133,7 @@ impl ClusterData {
 
 /// The API path of a kind's objects (`namespace` empty: cluster-wide). The plural is worked out
 /// from the kind as Kyverno's CLI does; kinds with irregular plurals are not found.
-fn collection(api_version: &str, kind: &str, namespace: &str) -> String {
+fn collection(api_version: &str, kind: &str, namespace: &str) -> Result<String, String> {
     resource_path(api_version, &verno_engine::plural(kind), namespace)
 }
 
@@ -141,14 +141,11 @@ fn collection(api_version: &str, kind: &str, namespace: &str) -> String {
 /// authorizer library asks it for SubjectAccessReviews, `time.now()` is the wall clock.
 impl verno_cel::Host for ClusterData {
     fn resource_get(&self, api_version: &str, resource: &str, namespace: &str, name: &str) -> Result<Value, String> {
-        segments(&[api_version, resource, namespace])?;
-        segment(name, false)?;
-        self.call("GET", &format!("{}/{name}", resource_path(api_version, resource, namespace)), None)
+        self.call("GET", &object_path(&resource_path(api_version, resource, namespace)?, name)?, None)
     }
 
     fn resource_list(&self, api_version: &str, resource: &str, namespace: &str) -> Result<Vec<Value>, String> {
-        segments(&[api_version, resource, namespace])?;
-        let l = self.call("GET", &format!("{}?limit=500", resource_path(api_version, resource, namespace)), None)?;
+        let l = self.call("GET", &format!("{}?limit=500", resource_path(api_version, resource, namespace)?), None)?;
         Ok(typed_items(&l))
     }
 
@@ -196,29 +193,26 @@ fn segment(s: &str, empty_ok: bool) -> Result<(), String> {
     if bad { Err(format!("{s:?} is not a name the Kubernetes API can be asked for")) } else { Ok(()) }
 }
 
-/// [`segment`] for each `/`-separated part of an apiVersion (`group/version`), a resource
-/// (`plural[/subresource]`) and a namespace (empty: cluster-wide).
-fn segments(parts: &[&str]) -> Result<(), String> {
-    for (i, p) in parts.iter().enumerate() {
-        if i == 2 {
-            segment(p, true)?;
-        } else {
-            for s in p.split('/') {
-                segment(s, false)?;
-            }
-        }
-    }
-    Ok(())
+/// The path of one object of a collection, its name checked with [`segment`].
+fn object_path(collection: &str, name: &str) -> Result<String, String> {
+    segment(name, false)?;
+    Ok(format!("{collection}/{name}"))
 }
 
-/// The API path of a resource's objects (`resource` is the plural).
-fn resource_path(api_version: &str, resource: &str, namespace: &str) -> String {
+/// The API path of a resource's objects (`resource` is the plural, `namespace` empty:
+/// cluster-wide), every part checked with [`segment`] (an apiVersion's group and version, a
+/// resource's `plural[/subresource]`).
+fn resource_path(api_version: &str, resource: &str, namespace: &str) -> Result<String, String> {
+    for part in api_version.split('/').chain(resource.split('/')) {
+        segment(part, false)?;
+    }
+    segment(namespace, true)?;
     let base = if api_version.contains('/') { format!("/apis/{api_version}") } else { format!("/api/{api_version}") };
-    if namespace.is_empty() {
+    Ok(if namespace.is_empty() {
         format!("{base}/{resource}")
     } else {
         format!("{base}/namespaces/{namespace}/{resource}")
-    }
+    })
 }
 
 impl Data for ClusterData {
@@ -242,20 +236,16 @@ impl Data for ClusterData {
 
     fn resource(&self, api_version: &str, kind: &str, namespace: &str, name: &str) -> Option<Value> {
         let api_version = if api_version.is_empty() { "v1" } else { api_version };
-        segments(&[api_version, kind, namespace]).ok()?;
-        segment(name, false).ok()?;
-        self.call("GET", &format!("{}/{name}", collection(api_version, kind, namespace)), None).ok()
+        self.call("GET", &object_path(&collection(api_version, kind, namespace).ok()?, name).ok()?, None).ok()
     }
 
     fn list(&self, api_version: &str, kind: &str, namespace: &str) -> Vec<Value> {
         // Any version (`*`, as mutate-existing targets may say): the core group's `v1` (no
         // discovery here).
         let api_version = if api_version.is_empty() || api_version == "*" { "v1" } else { api_version };
-        if segments(&[api_version, kind, namespace]).is_err() {
-            return Vec::new();
-        }
         // One page: lists are bounded by the response limit of `call`.
-        match self.call("GET", &format!("{}?limit=500", collection(api_version, kind, namespace)), None) {
+        let Ok(path) = collection(api_version, kind, namespace) else { return Vec::new() };
+        match self.call("GET", &format!("{path}?limit=500"), None) {
             Ok(l) => typed_items(&l),
             Err(_) => Vec::new(),
         }

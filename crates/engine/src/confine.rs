@@ -2,21 +2,22 @@
 //!
 //! Whoever may create a `Policy` (or a namespaced CEL policy) in a namespace must not make
 //! Verno act with its own identity anywhere else (Kyverno's CVE-2026-22039 for `apiCall`, its
-//! ConfigMap loader fix, and its namespaced CEL `resource` library). So every data access of a
-//! namespaced policy goes through [`Reach`], which refuses what lies outside the policy's
-//! namespace, after variables are substituted:
+//! ConfigMap loader fix, and its namespaced CEL `resource` library). Everything a namespaced
+//! policy names is judged after variables are substituted:
 //! - `apiCall` URL paths must address the policy's namespace (`/api/v1/namespaces/NS/…`,
 //!   `/apis/GROUP/VERSION/namespaces/NS/…`), judged on the path as it will be sent: percent
-//!   escapes decoded and `.`/`..` segments resolved first;
-//! - `configMap` entries read only the policy's namespace;
-//! - clone sources, `cloneList` and mutate-existing targets only the policy's namespace;
-//! - CEL `resource.Get/List` only the policy's namespace ([`ConfinedHost`]);
-//! - `namespaceObject` only the policy's own Namespace.
+//!   escapes decoded and `.`/`..` segments resolved first ([`api_path`]), and `configMap`
+//!   entries read only its namespace — both where context entries load (`context_entry`), with
+//!   Kyverno's messages, before an `apiCall`'s `default` could stand in for a refusal;
+//! - clone sources, `cloneList` and mutate-existing targets only the policy's namespace, CEL
+//!   `resource.Get/List` too ([`ConfinedHost`]), `namespaceObject` only the policy's own
+//!   Namespace, image verification only its Secrets ([`ConfinedVerifier`]): the [`Reach`] every
+//!   other data access of the policy goes through.
 //!
-//! Independently of the policy's kind, an API call may only GET or POST (Kyverno's CRD
-//! allows no other method), and a POST made for a dry-run admission request is sent with
-//! `dryRun=All`, so the API server persists nothing (reviews such as SubjectAccessReview still
-//! answer).
+//! Independently of the policy's kind, an API call may only GET or POST ([`METHODS`]: Kyverno's
+//! CRD allows no other method; the compiler refuses others), and a POST made for a dry-run
+//! admission request is sent with `dryRun=All` ([`Reach`]), so the API server persists nothing
+//! (reviews such as SubjectAccessReview still answer).
 
 use crate::evaluate::{Data, Loaded, NamespaceView};
 use crate::policy::CompiledPolicy;
@@ -33,11 +34,6 @@ pub(crate) const METHODS: [&str; 2] = ["GET", "POST"];
 /// the document names none, as matching takes it); `None` for the cluster-wide kinds.
 pub(crate) fn namespace_of(policy: &CompiledPolicy) -> Option<&str> {
     policy.kind.is_namespaced().then(|| policy.namespace.as_deref().filter(|n| !n.is_empty()).unwrap_or("default"))
-}
-
-/// Whether an `apiCall` may use `method` (empty: GET).
-pub(crate) fn method_allowed(method: &str) -> bool {
-    method.is_empty() || METHODS.contains(&method)
 }
 
 /// A Kubernetes API path as it will be sent: the path part percent-decoded and lexically
@@ -203,32 +199,16 @@ impl Data for Reach<'_> {
     fn foreach_values(&self, policy: &str, rule: &str) -> BTreeMap<String, Vec<Value>> {
         self.inner.foreach_values(policy, rule)
     }
+    /// The namespace was judged where the entry loads (see the module's comment).
     fn config_map(&self, namespace: &str, name: &str) -> Loaded {
-        match self.namespace {
-            Some(own) if own != namespace => {
-                Loaded::Error(format!("configMap namespace {namespace:?} is different from policy namespace {own:?}"))
-            }
-            _ => self.inner.config_map(namespace, name),
-        }
+        self.inner.config_map(namespace, name)
     }
+    /// The path was cleaned and judged where the entry loads; a dry run's POST persists nothing.
     fn api_call(&self, method: &str, url_path: &str, data: Option<&Value>) -> Loaded {
-        if !method_allowed(method) {
-            return Loaded::Error(format!("apiCall method {method:?} is not allowed: only GET and POST are"));
+        if self.dry_run && method == "POST" && url_path.starts_with('/') {
+            return self.inner.api_call(method, &dry_run(url_path), data);
         }
-        let is_api = url_path.starts_with('/');
-        let path = if is_api && self.namespace.is_some() {
-            // The engine already cleaned and checked it; checked again here, on what is sent.
-            match api_path(url_path, self.namespace) {
-                Ok(p) => p,
-                Err(e) => return Loaded::Error(e),
-            }
-        } else {
-            url_path.to_string()
-        };
-        if self.dry_run && is_api && method == "POST" {
-            return self.inner.api_call(method, &dry_run(&path), data);
-        }
-        self.inner.api_call(method, &path, data)
+        self.inner.api_call(method, url_path, data)
     }
     fn global_reference(&self, name: &str) -> Loaded {
         self.inner.global_reference(name)

@@ -97,7 +97,7 @@ pub(crate) fn compile_context(entries: &[ContextEntry], path: &str) -> Result<Ve
                     .transpose()?,
                 method: match a.method.as_deref() {
                     None => "GET".into(),
-                    Some(m) if crate::confine::method_allowed(m) && !m.is_empty() => m.to_string(),
+                    Some(m) if crate::confine::METHODS.contains(&m) => m.to_string(),
                     Some(m) => {
                         return Err(CompileError::new(
                             format!("{p}.apiCall.method"),
@@ -242,9 +242,6 @@ pub(crate) fn load_context(
                     Some(u) => u.render(ctx, "").map_err(|e| e.to_string())?.as_str().unwrap_or("").to_string(),
                     None => String::new(),
                 };
-                if !crate::confine::method_allowed(method) {
-                    return Err(format!("apiCall method {method:?} is not allowed: only GET and POST are"));
-                }
                 // A Kubernetes API path is sent cleaned (as Kubernetes' REST client sends it),
                 // and a namespaced policy's must address its own namespace; the check comes
                 // before `default`, which does not cover a refused path.
