@@ -576,7 +576,7 @@ type FastMap<K, V> = HashMap<K, V, foldhash::fast::RandomState>;
 #[derive(Debug, Default)]
 struct PolicyInfo {
     rules: Mutex<Vec<[String; 8]>>,
-    changes: Mutex<HashMap<[String; 6], u64>>,
+    changes: Mutex<BTreeMap<[String; 6], u64>>,
 }
 
 impl Collector for PolicyInfo {
