@@ -105,7 +105,14 @@ pub struct Context<'e> {
     /// [`Context::query`] and [`Context::query_list`].
     shared: std::cell::RefCell<Vec<(String, ForeachList<'e>)>>,
     shared_version: std::cell::Cell<u64>,
+    /// Whether a context entry ever failed to load in this context (then the root's
+    /// [`FAILED_KEY`] entry is looked at before each query; see [`Context::fail_entry`]).
+    failures: bool,
 }
+
+/// Where the errors of context entries that failed to load wait, by entry name, for an
+/// expression that reads them; a name no JMESPath or template can reach.
+const FAILED_KEY: &str = "@failed";
 
 /// The fields of `request` filled in as they are read ([`Context::lend_request`]), in the
 /// order of [`RequestFields::value`].
@@ -198,7 +205,50 @@ impl<'e> Context<'e> {
             request_version: 0,
             shared: std::cell::RefCell::new(Vec::new()),
             shared_version: std::cell::Cell::new(0),
+            failures: false,
         }
+    }
+
+    /// Sets a loaded context entry (see [`Context::set_path`]); an earlier failure to load an
+    /// entry of that name no longer stands.
+    pub fn set_entry(&mut self, name: &str, v: Value) -> Saved {
+        let mut saved = Saved::default();
+        if self.failures {
+            let failed = self.root.get_mut().get(FAILED_KEY).and_then(Value::as_object).cloned();
+            if let Some(mut failed) = failed
+                && failed.remove(name).is_some()
+            {
+                saved.absorb(self.set(FAILED_KEY, Value::Object(failed)));
+            }
+        }
+        saved.absorb(self.set_path(name, v));
+        saved
+    }
+
+    /// Records that the context entry `name` could not be loaded. Like Kyverno's deferred
+    /// loaders, the error is raised only by an expression that reads the entry
+    /// ([`Context::query`]): an entry nothing reads refuses nothing.
+    pub fn fail_entry(&mut self, name: &str, error: String) -> Saved {
+        self.failures = true;
+        let mut failed = self.root.get_mut().get(FAILED_KEY).and_then(Value::as_object).cloned().unwrap_or_default();
+        failed.insert(name.to_string(), Value::String(error));
+        self.set(FAILED_KEY, Value::Object(failed))
+    }
+
+    /// The load error of a failed context entry that the expression `source` reads, found the
+    /// way Kyverno finds which deferred entry a query needs: the name at an ASCII word
+    /// boundary, not after a `.` (so `cm` is read by `cm.data.x` and `to_string(cm)`, not by
+    /// `request.object.cm`).
+    fn failed_read(&self, source: &str) -> Option<RuntimeError> {
+        if !self.failures {
+            return None;
+        }
+        let root = self.root.borrow();
+        let failed = root.get(FAILED_KEY)?.as_object()?;
+        failed
+            .iter()
+            .find(|(name, _)| names(source, name))
+            .map(|(_, e)| RuntimeError::Other(e.as_str().unwrap_or_default().to_string()))
     }
 
     pub fn set_serves_images(&mut self, images: bool) {
@@ -322,6 +372,9 @@ impl<'e> Context<'e> {
     /// Evaluates `e` against the context. A query that reads only `request` and gives a
     /// scalar is evaluated once per version of `request` and shared.
     pub fn query(&self, e: &Expression) -> Result<Value, RuntimeError> {
+        if let Some(err) = self.failed_read(e.source()) {
+            return Err(err);
+        }
         if !Self::shareable(e) {
             return self.search(e);
         }
@@ -365,6 +418,9 @@ impl<'e> Context<'e> {
     /// expression that reads only `request` gives the same list until `request` changes, so
     /// the policies of a request that iterate the same list evaluate it once.
     pub fn query_list(&self, e: &Expression) -> Result<ForeachList<'e>, RuntimeError> {
+        if let Some(err) = self.failed_read(e.source()) {
+            return Err(err);
+        }
         let shareable = Self::shareable(e);
         if shareable && let Some(l) = self.shared_result(e.source()) {
             return Ok(l);
@@ -597,6 +653,25 @@ fn set_in(cur: &mut Value, rest: &[String], v: Value) {
 }
 
 /// Splits `a.b."c.d"` style keys (Kyverno allows quoted segments).
+/// Whether `source` names `name` as Kyverno's deferred loaders match a query: the name preceded
+/// by the start, whitespace or a character other than `.`, an ASCII letter or digit, and
+/// followed by the end or a character that is not a word character. (Hand-written: the one
+/// pattern is simple, and the `regex` crate is not a dependency of the engine.)
+fn names(source: &str, name: &str) -> bool {
+    let word = |c: u8| c.is_ascii_alphanumeric() || c == b'_';
+    if name.is_empty() {
+        return false;
+    }
+    let bytes = source.as_bytes();
+    source.match_indices(name).any(|(at, _)| {
+        let before = at.checked_sub(1).and_then(|i| bytes.get(i).copied());
+        let after = bytes.get(at + name.len()).copied();
+        let ends_in_word = name.as_bytes().last().copied().is_some_and(word);
+        before.is_none_or(|c| !(c == b'.' || c.is_ascii_alphanumeric()))
+            && if ends_in_word { after.is_none_or(|c| !word(c)) } else { after.is_some_and(word) }
+    })
+}
+
 pub fn split_dotted(path: &str) -> Vec<String> {
     let mut out = Vec::new();
     let mut cur = String::new();

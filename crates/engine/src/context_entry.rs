@@ -160,6 +160,11 @@ fn render_jmes<'f>(f: &'f JmesField, ctx: &Context, delete: bool, entry: &str) -
     }
 }
 
+/// Loads a scope's context entries in order. As in Kyverno (whose loaders are deferred until an
+/// expression names the entry), an entry that cannot be loaded is no error by itself: its error
+/// is kept in the context ([`Context::fail_entry`]) and raised by the first expression that
+/// reads the entry — an unreferenced ConfigMap that does not exist refuses nothing. Later
+/// entries that read a failed one fail in turn, with their own words.
 pub(crate) fn load_context(
     entries: &[CompiledContextEntry],
     ctx: &mut Context,
@@ -167,11 +172,27 @@ pub(crate) fn load_context(
     provided: &[String],
     policy: &CompiledPolicy,
     saved: &mut Saved,
-) -> Result<(), String> {
+) {
     for entry in entries {
         if provided.iter().any(|p| p == &entry.name || p.starts_with(&format!("{}.", entry.name))) {
             continue;
         }
+        match load_entry(entry, ctx, data, policy) {
+            Ok(Some(v)) => saved.absorb(ctx.set_entry(&entry.name, v)),
+            Ok(None) => {}
+            Err(e) => saved.absorb(ctx.fail_entry(&entry.name, e)),
+        }
+    }
+}
+
+/// One context entry's value (`None`: nothing to set, e.g. no cluster to ask).
+fn load_entry(
+    entry: &CompiledContextEntry,
+    ctx: &Context,
+    data: &dyn Data,
+    policy: &CompiledPolicy,
+) -> Result<Option<Value>, String> {
+    {
         let value: Option<Value> = match &entry.source {
             ContextSource::Variable { value, jmes_path, default } => {
                 let base: Result<Option<Value>, String> = match value {
@@ -302,17 +323,12 @@ pub(crate) fn load_context(
             },
             ContextSource::ImageRegistry => None,
         };
-        if let Some(v) = value {
-            saved.absorb(ctx.set_path(&entry.name, v));
-        }
+        Ok(value)
     }
-    Ok(())
 }
 
 /// Why a scope step stopped short.
 pub(crate) enum Stop {
-    /// A context entry could not be loaded.
-    Context(String),
     /// The preconditions could not be evaluated.
     Preconditions(String),
     /// The preconditions do not hold.
@@ -333,7 +349,7 @@ pub(crate) fn enter(
     policy: &CompiledPolicy,
     saved: &mut Saved,
 ) -> Result<(), Stop> {
-    load_context(entries, ctx, data, provided, policy, saved).map_err(Stop::Context)?;
+    load_context(entries, ctx, data, provided, policy, saved);
     match preconditions.map(|p| p.evaluate(ctx)) {
         None | Some(Ok((true, _))) => Ok(()),
         Some(Ok((false, _))) => Err(Stop::NotMet),

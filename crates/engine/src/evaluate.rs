@@ -643,9 +643,7 @@ fn evaluate_rule(
     // responses before that carry them as written (as Kyverno's do).
     let mut properties: Option<Vec<(String, String)>> = None;
     let result = (|| {
-        if let Err(e) = load_context(&rule.context, ctx, data, &provided, policy, &mut saved) {
-            return Some(RuleResponse::new(&rule.name, rt, Status::Error, format!("failed to load context: {e}")));
-        }
+        load_context(&rule.context, ctx, data, &provided, policy, &mut saved);
         let mut applying: Vec<&CompiledException> =
             exceptions.iter().filter(|e| exception_applies(e, policy, &rule.name, input, ctx, data)).collect();
         // CEL exceptions that only offer allowed images or values do not exempt: the policy runs

@@ -251,7 +251,6 @@ pub(crate) fn generate(
             let step = (|| {
                 match enter(&f.context, f.preconditions.as_ref(), ctx, data, provided, policy, &mut saved) {
                     Ok(()) => {}
-                    Err(Stop::Context(e)) => return Err(format!("failed to load generate.foreach[{i}].context: {e}")),
                     Err(Stop::Preconditions(e)) => {
                         return Err(format!("failed to evaluate generate.foreach[{i}].preconditions: {e}"));
                     }

@@ -367,9 +367,6 @@ impl Mutator<'_> {
                 let outcome = (|| {
                     match self.enter_scope(&t.context, t.preconditions.as_ref(), ctx, &mut saved) {
                         Ok(()) => {}
-                        Err(Stop::Context(e)) => {
-                            return Err(self.resp(Status::Error, format!("failed to load target context: {e}")));
-                        }
                         Err(Stop::Preconditions(e)) => {
                             return Err(
                                 self.resp(Status::Error, format!("failed to evaluate target preconditions: {e}"))
@@ -434,10 +431,6 @@ impl Mutator<'_> {
                 let step = (|| {
                     match self.enter_scope(&f.context, f.preconditions.as_ref(), ctx, &mut saved) {
                         Ok(()) => {}
-                        Err(Stop::Context(e)) => {
-                            let msg = format!("failed to load to mutate.foreach[{index}].context: {e}");
-                            return Err(self.resp(Status::Error, msg));
-                        }
                         Err(Stop::Preconditions(e)) => {
                             let msg = format!("failed to evaluate mutate.foreach[{index}].preconditions: {e}");
                             return Err(self.resp(Status::Error, msg));

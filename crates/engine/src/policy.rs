@@ -12,6 +12,7 @@ use crate::mutate::{CompiledMutation, compile_mutation};
 use crate::template::TValue;
 use crate::validate::{CompiledValidation, compile_validation};
 use serde_json::Value;
+use std::collections::BTreeMap;
 use verno_api::{ClusterPolicy, FailureActionOverride, Kind, PolicyException, Rule};
 use verno_jmespath::Expression;
 
@@ -29,6 +30,27 @@ impl Action {
             _ => None,
         }
     }
+}
+
+/// The action of the first failure action override that holds for a resource in namespace
+/// `at` (see [`CompiledPolicy::rule_action_at`]).
+fn override_at(
+    overrides: &[FailureActionOverride],
+    at: Option<(&str, Option<&BTreeMap<String, String>>)>,
+) -> Option<Action> {
+    let empty = BTreeMap::new();
+    let (ns, labels) = at.map_or(("", &empty), |(ns, l)| (ns, l.unwrap_or(&empty)));
+    overrides.iter().find_map(|o| {
+        let action = Action::parse(&o.action.to_ascii_lowercase())?;
+        let in_namespaces = if o.namespaces.is_empty() {
+            true
+        } else {
+            at.is_some() && o.namespaces.iter().any(|n| verno_jmespath::wildcard::matches(n, ns))
+        };
+        let selected =
+            o.namespace_selector.as_ref().is_none_or(|sel| crate::matching::selector_matches(sel, labels, false));
+        (in_namespaces && selected).then_some(action)
+    })
 }
 
 #[derive(Debug, Clone)]
@@ -189,17 +211,26 @@ impl CompiledPolicy {
         }
     }
 
-    /// A rule's effective failure action: its own `failureAction`, else the policy's.
+    /// A rule's effective failure action wherever it is: [`CompiledPolicy::rule_action_at`]
+    /// with no namespace (an override naming namespaces does not apply).
     pub fn rule_action(&self, rule: &str) -> Action {
-        self.rules
-            .iter()
-            .find(|r| r.name == rule)
-            .and_then(|r| match &r.body {
-                RuleBody::Validate(v) => v.failure_action,
-                RuleBody::VerifyImages(v) => v.failure_action,
-                _ => None,
-            })
-            .unwrap_or(self.action)
+        self.rule_action_at(rule, None)
+    }
+
+    /// A rule's effective failure action for a resource in namespace `at` (its name and
+    /// labels), as Kyverno resolves it when deciding whether a failure blocks: the rule's
+    /// `validate.failureActionOverrides` that match, its own `failureAction`, the policy's
+    /// `validationFailureActionOverrides` that match, the policy's action. An override
+    /// matches when its action is valid and its `namespaces` (wildcards) hold the resource's
+    /// namespace — or name none — and its `namespaceSelector`, if any, selects the namespace's
+    /// labels; the first that matches decides.
+    pub fn rule_action_at(&self, rule: &str, at: Option<(&str, Option<&BTreeMap<String, String>>)>) -> Action {
+        let own = self.rules.iter().find(|r| r.name == rule).and_then(|r| match &r.body {
+            RuleBody::Validate(v) => override_at(&v.overrides, at).or(v.failure_action),
+            RuleBody::VerifyImages(v) => v.failure_action,
+            _ => None,
+        });
+        own.or_else(|| override_at(&self.overrides, at)).unwrap_or(self.action)
     }
 
     /// Whether a rule response blocks an admission request: a mutation that failed or errored
@@ -209,11 +240,17 @@ impl CompiledPolicy {
     /// included, refuses a request.
     ///
     /// [`enforces`]: CompiledPolicy::enforces
-    pub fn blocks(&self, r: &crate::outcome::RuleResponse) -> bool {
+    ///
+    /// `at` is the resource's namespace and its labels, for failure action overrides.
+    pub fn blocks(
+        &self,
+        r: &crate::outcome::RuleResponse,
+        at: Option<(&str, Option<&BTreeMap<String, String>>)>,
+    ) -> bool {
         use crate::outcome::{RuleType, Status};
         match (r.rule_type, r.status) {
             (RuleType::Mutation, Status::Fail | Status::Error) => !self.failure_policy_ignore,
-            (_, Status::Fail) => self.rule_action(&r.name) == Action::Enforce,
+            (_, Status::Fail) => self.rule_action_at(&r.name, at) == Action::Enforce,
             (RuleType::Validation, Status::Error) => !self.failure_policy_ignore && self.enforces(),
             (_, Status::Error) => !self.failure_policy_ignore,
             _ => false,
@@ -225,6 +262,10 @@ impl CompiledPolicy {
     pub fn enforces(&self) -> bool {
         self.action == Action::Enforce
             || self.overrides.iter().any(|o| o.action.eq_ignore_ascii_case("enforce"))
+            || self.rules.iter().any(|r| {
+                matches!(&r.body, RuleBody::Validate(v)
+                    if v.overrides.iter().any(|o| o.action.eq_ignore_ascii_case("enforce")))
+            })
             || self
                 .rules
                 .iter()

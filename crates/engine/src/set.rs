@@ -162,11 +162,7 @@ pub fn fail_closed(hook: Hook, p: &CompiledPolicy) -> bool {
     }
     match hook {
         Hook::Mutate => true,
-        Hook::Validate => {
-            p.action == Action::Enforce
-                || !p.overrides.is_empty()
-                || p.rules.iter().any(|r| p.rule_action(&r.name) == Action::Enforce)
-        }
+        Hook::Validate => p.enforces() || p.rules.iter().any(|r| p.rule_action(&r.name) == Action::Enforce),
     }
 }
 
@@ -654,7 +650,7 @@ impl PolicySet {
                 seq.restore(&mut ctx, saved);
                 observer.policy_finished(i, &r);
                 // A response nobody keeps gives its strings to the verdict instead of copies.
-                judge(&mut out, i, p, phase, &mut r, !scope.keep_responses);
+                judge(&mut out, i, p, phase, &mut r, !scope.keep_responses, Some((ns, labels)));
                 if !scope.keep_responses {
                     seq.recycle(r);
                     continue;
@@ -713,10 +709,19 @@ impl PolicySet {
 
 /// What one policy's phase means for the request: refusals, warnings and violations. With
 /// `take`, the response is dropped afterwards: its names and messages are moved, not copied.
-fn judge(out: &mut Outcome, i: usize, p: &CompiledPolicy, phase: Phase, r: &mut PolicyResponse, take: bool) {
+/// `at`: the resource's namespace and its labels (failure action overrides depend on them).
+fn judge(
+    out: &mut Outcome,
+    i: usize,
+    p: &CompiledPolicy,
+    phase: Phase,
+    r: &mut PolicyResponse,
+    take: bool,
+    at: Option<(&str, Option<&BTreeMap<String, String>>)>,
+) {
     note_applied(out, i, phase, r);
     match p.kind {
-        Kind::ClusterPolicy | Kind::Policy => judge_kyverno(out, i, p, phase, r, take),
+        Kind::ClusterPolicy | Kind::Policy => judge_kyverno(out, i, p, phase, r, (take, at)),
         _ => judge_cel(out, i, p, phase, r),
     }
 }
@@ -803,10 +808,17 @@ fn judge_cel(out: &mut Outcome, i: usize, p: &CompiledPolicy, phase: Phase, r: &
 }
 
 /// ClusterPolicy and Policy, as Kyverno's `/validate` and `/mutate` handlers answer.
-fn judge_kyverno(out: &mut Outcome, i: usize, p: &CompiledPolicy, phase: Phase, r: &mut PolicyResponse, take: bool) {
+fn judge_kyverno(
+    out: &mut Outcome,
+    i: usize,
+    p: &CompiledPolicy,
+    phase: Phase,
+    r: &mut PolicyResponse,
+    (take, at): (bool, Option<(&str, Option<&BTreeMap<String, String>>)>),
+) {
     match phase {
         Phase::Mutate => {
-            let bad: Vec<&str> = r.rules.iter().filter(|x| p.blocks(x)).map(|x| x.name.as_str()).collect();
+            let bad: Vec<&str> = r.rules.iter().filter(|x| p.blocks(x, at)).map(|x| x.name.as_str()).collect();
             if !bad.is_empty() {
                 out.mutate_failures.push(format!("failed to apply policy {} rules {}", p.key(), bad.join(", ")));
             }
@@ -823,9 +835,10 @@ fn judge_kyverno(out: &mut Outcome, i: usize, p: &CompiledPolicy, phase: Phase, 
         // image verification handler uses the same blocking rule and message).
         Phase::Validate | Phase::Verify => {
             // The policy's entry, made (its key spelled out) once per policy.
-            let mut blocked = r.rules.iter().any(|rr| p.blocks(rr)).then(|| out.blocked.entry(p.key()).or_default());
+            let mut blocked =
+                r.rules.iter().any(|rr| p.blocks(rr, at)).then(|| out.blocked.entry(p.key()).or_default());
             for rr in &mut r.rules {
-                let blocks = p.blocks(rr);
+                let blocks = p.blocks(rr, at);
                 if matches!(rr.status, Status::Fail | Status::Error) {
                     out.violations.push(RuleViolation {
                         policy: i,

@@ -675,7 +675,6 @@ impl ValidateCtx<'_> {
     ) -> Option<RuleResponse> {
         match enter(&f.context, f.preconditions.as_ref(), ctx, self.data, self.provided, self.policy, saved) {
             Ok(()) => {}
-            Err(Stop::Context(e)) => return Some(self.resp(Status::Error, format!("failed to load context: {e}"))),
             Err(Stop::Preconditions(e)) => {
                 return Some(self.resp(Status::Skip, format!("failed to evaluate preconditions: {e}")));
             }
