@@ -50,6 +50,9 @@ impl Serving for Webhook {
     fn set_scan_backlog(&self, n: usize) {
         self.0.set_scan_backlog(n);
     }
+    fn report_write_failed(&self) {
+        self.0.report_write_failed();
+    }
     fn set_background_backlog(&self, n: usize) {
         self.0.set_background_backlog(n);
     }

@@ -225,6 +225,22 @@ struct Tracked {
     results: Vec<(u64, u64)>,
     /// The results wait to be written (a write failed or was paced).
     pending: bool,
+    /// Failed writes in a row, and when the next retry is due (doubling from
+    /// [`RETRY_FIRST`] to [`RETRY_MAX`]): an unwritable report is retried by itself, ever more
+    /// rarely, instead of its whole kind being listed again every few seconds.
+    failures: u32,
+    due: Option<Instant>,
+}
+
+/// The first retry of a failed report write, and the longest wait between retries.
+const RETRY_FIRST: Duration = Duration::from_secs(5);
+const RETRY_MAX: Duration = Duration::from_secs(600);
+/// Objects retried per pass (each a GET and an evaluation).
+const RETRIES_PER_PASS: usize = 64;
+
+/// The wait before the next retry after `failures` failed writes in a row.
+fn retry_after(failures: u32) -> Duration {
+    RETRY_FIRST.saturating_mul(1u32 << failures.saturating_sub(1).min(10)).min(RETRY_MAX)
 }
 
 /// One watched kind.
@@ -498,6 +514,8 @@ impl Scanner {
                 report: true,
                 results: fingerprint(&results),
                 pending: false,
+                failures: 0,
+                due: None,
             },
         );
     }
@@ -776,6 +794,8 @@ impl Scanner {
             report: false,
             results: Vec::new(),
             pending: false,
+            failures: 0,
+            due: None,
         });
         t.object = hash;
         t.seen = list;
@@ -796,14 +816,20 @@ impl Scanner {
                     t.report = !results.is_empty();
                     t.results = results;
                     t.pending = false;
+                    t.failures = 0;
+                    t.due = None;
                 }
                 false
             }
             Err(e) => {
-                tracing::debug!(error = %e, uid, "report not written (retrying)");
+                self.server.report_write_failed();
                 if let Some(t) = self.tracked.get_mut(&uid) {
                     t.pending = true;
                     t.object = 0;
+                    t.failures = t.failures.saturating_add(1);
+                    let wait = retry_after(t.failures);
+                    t.due = Some(Instant::now() + wait);
+                    tracing::warn!(error = %e, uid, retry_in_s = wait.as_secs(), "report not written (retrying)");
                 }
                 true
             }
@@ -1026,15 +1052,43 @@ impl Scanner {
         }
     }
 
-    /// Objects whose write failed are evaluated again on their kind's next event or here:
-    /// their kind is listed again (bounded by the page size, no object kept in memory).
+    /// Objects whose write failed are evaluated again on their own next event or here, once
+    /// their retry is due: each is read again by itself (at most [`RETRIES_PER_PASS`] a pass),
+    /// so one unwritable report costs one GET and one evaluation per retry, not a list of its
+    /// kind.
     async fn retry_pending(&mut self) {
-        let kinds: HashSet<u32> = self.tracked.values().filter(|t| t.pending).map(|t| t.kind).collect();
-        if kinds.is_empty() {
-            return;
+        let now = Instant::now();
+        let due: Vec<(String, u32, Arc<str>, Arc<str>)> = self
+            .tracked
+            .iter()
+            .filter(|(_, t)| t.pending && t.due.is_none_or(|d| d <= now))
+            .take(RETRIES_PER_PASS)
+            .map(|(uid, t)| (uid.clone(), t.kind, t.namespace.clone(), t.name.clone()))
+            .collect();
+        for (uid, kind, namespace, name) in due {
+            let Some(w) = self.watches.get(&kind) else { continue };
+            let (ar, list) = (w.ar.clone(), w.list);
+            let api: Api<DynamicObject> = if w.namespaced {
+                Api::namespaced_with(self.client.clone(), &namespace, &ar)
+            } else {
+                Api::all_with(self.client.clone(), &ar)
+            };
+            match api.get_opt(&name).await {
+                Ok(Some(o)) if o.metadata.uid.as_deref() == Some(uid.as_str()) => self.on_object(kind, list, o).await,
+                // Gone (or replaced by another object of that name): its watch says so.
+                Ok(_) => {
+                    if let Some(t) = self.tracked.get_mut(&uid) {
+                        t.due = Some(now + RETRY_MAX);
+                    }
+                }
+                Err(e) => {
+                    tracing::debug!(error = %e, uid, "re-reading an object whose report was not written");
+                    if let Some(t) = self.tracked.get_mut(&uid) {
+                        t.due = Some(now + retry_after(t.failures.saturating_add(1)));
+                    }
+                }
+            }
         }
-        let ids: Vec<u32> = kinds.into_iter().collect();
-        self.relist(&ids);
     }
 }
 
@@ -1112,6 +1166,13 @@ pub(crate) fn resolve(d: &Discovery, scope: &verno_engine::WebhookScope) -> Vec<
 mod tests {
     #![allow(clippy::unwrap_used)]
     use super::*;
+
+    #[test]
+    fn an_unwritable_report_is_retried_ever_more_rarely() {
+        let waits: Vec<u64> = (1..=12).map(|n| retry_after(n).as_secs()).collect();
+        assert_eq!(waits, [5, 10, 20, 40, 80, 160, 320, 600, 600, 600, 600, 600]);
+        assert_eq!(retry_after(u32::MAX), RETRY_MAX);
+    }
 
     #[test]
     fn the_object_hash_ignores_status_and_bookkeeping() {

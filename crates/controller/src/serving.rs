@@ -52,6 +52,8 @@ pub trait Serving: Send + Sync + 'static {
     fn report_written(&self, bytes: u64);
     /// How many objects' background scan results wait to be written.
     fn set_scan_backlog(&self, n: usize);
+    /// Counts a PolicyReport write the API server refused (retried with backoff).
+    fn report_write_failed(&self) {}
     /// How many triggers wait for the background controller.
     fn set_background_backlog(&self, n: usize) {
         let _ = n;

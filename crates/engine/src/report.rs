@@ -222,7 +222,12 @@ pub fn document(resource: &crate::ResourceRef, mut results: Vec<Value>) -> Optio
         scope.insert("namespace".into(), json!(r.namespace));
     }
     scope.insert("uid".into(), json!(r.uid));
+    // Counted before the results are fitted: the summary stays true when some are left out.
     let summary = summary(&results);
+    let omitted = fit(&mut results, MAX_REPORT_BYTES);
+    if omitted > 0 {
+        metadata.insert("annotations".into(), json!({OMITTED_ANNOTATION: omitted.to_string()}));
+    }
     Some(json!({
         "apiVersion": "wgpolicyk8s.io/v1alpha2",
         "kind": if cluster { "ClusterPolicyReport" } else { "PolicyReport" },
@@ -243,6 +248,73 @@ pub fn to_openreports(doc: &mut Value) {
     };
     m.insert("apiVersion".into(), json!("openreports.io/v1alpha1"));
     m.insert("kind".into(), json!(kind));
+}
+
+/// The most a report's results may take, serialized. etcd refuses a request over 1.5 MiB, and a
+/// report it refuses is never written (Kyverno has no cap: fifty Audit policies quoting a large
+/// annotation make such a report); this leaves room for the rest of the object.
+pub const MAX_REPORT_BYTES: usize = 1024 * 1024;
+
+/// On a report whose results had to be cut to fit ([`fit`]): how many were left out.
+pub const OMITTED_ANNOTATION: &str = "verno.io/results-omitted";
+
+/// Fits `results` (in report order) into `max` serialized bytes: long messages are cut (to
+/// 1,024, then 256, then 64 characters, marked `… (truncated)`), then results' `properties`
+/// dropped, then — only if that is not enough — results left out, passes and skips first, then
+/// warnings, then failures and errors. Returns how many were left out.
+pub fn fit(results: &mut Vec<Value>, max: usize) -> usize {
+    let size = |r: &Value| serde_json::to_vec(r).map_or(0, |b| b.len() + 1);
+    let total = |rs: &[Value]| rs.iter().map(size).sum::<usize>();
+    if total(results) <= max {
+        return 0;
+    }
+    for limit in [1024, 256, 64] {
+        for r in results.iter_mut() {
+            if let Some(Value::String(m)) = r.get_mut("message")
+                && m.chars().count() > limit
+            {
+                let cut: String = m.chars().take(limit).collect();
+                *m = format!("{cut}… (truncated)");
+            }
+        }
+        if total(results) <= max {
+            return 0;
+        }
+    }
+    for r in results.iter_mut() {
+        if let Some(m) = r.as_object_mut() {
+            m.remove("properties");
+        }
+    }
+    let mut used = total(results);
+    if used <= max {
+        return 0;
+    }
+    let rank = |r: &Value| match r.get("result").and_then(Value::as_str) {
+        Some("fail" | "error") => 0,
+        Some("warn") => 1,
+        _ => 2,
+    };
+    // Left out from the end of each class in turn, the least telling class first.
+    let sizes: Vec<usize> = results.iter().map(size).collect();
+    let mut drop = vec![false; results.len()];
+    for class in [2, 1, 0] {
+        for (i, r) in results.iter().enumerate().rev() {
+            if used <= max {
+                break;
+            }
+            if rank(r) == class {
+                used -= sizes.get(i).copied().unwrap_or(0);
+                if let Some(d) = drop.get_mut(i) {
+                    *d = true;
+                }
+            }
+        }
+    }
+    let mut flags = drop.iter();
+    results.retain(|_| !flags.next().copied().unwrap_or(false));
+    let omitted = drop.iter().filter(|d| **d).count();
+    omitted
 }
 
 /// Kyverno's order of results: policy, rule, source, then timestamp.
@@ -272,6 +344,48 @@ mod tests {
             Compiled::Policy(p) => p,
             _ => panic!("not a policy"),
         }
+    }
+
+    #[test]
+    fn a_report_too_large_for_etcd_is_fitted_under_the_cap_with_a_true_summary() {
+        let big = "x".repeat(2048);
+        let results: Vec<Value> = (0..800)
+            .map(|i| {
+                json!({"source": "kyverno", "policy": format!("p{i:03}"), "rule": "r",
+                    "result": if i % 2 == 0 { "fail" } else { "pass" }, "message": big,
+                    "properties": {"process": "background scan", "note": big}})
+            })
+            .collect();
+        let resource = crate::ResourceRef {
+            api_version: "v1".into(),
+            kind: "Pod".into(),
+            namespace: "shop".into(),
+            name: "web".into(),
+            uid: "u".into(),
+        };
+        let doc = document(&resource, results.clone()).unwrap();
+        assert!(doc.to_string().len() < 1536 * 1024, "{} bytes", doc.to_string().len());
+        assert_eq!(doc["summary"], json!({"pass": 400, "fail": 400, "warn": 0, "error": 0, "skip": 0}));
+        let kept = doc["results"].as_array().unwrap();
+        assert!(kept.iter().all(|r| r["message"].as_str().unwrap().ends_with("… (truncated)")));
+        // Cutting messages and dropping properties was enough: nothing was left out.
+        assert_eq!(kept.len(), 800);
+        assert!(doc["metadata"].get("annotations").is_none());
+        // When even that is not enough, passes go first and the report says how many.
+        let mut many: Vec<Value> = (0..10_000)
+            .map(|i| {
+                json!({"policy": format!("p{i}"), "rule": "r", "result": if i % 2 == 0 { "fail" } else { "pass" },
+                "message": "y".repeat(100)})
+            })
+            .collect();
+        let omitted = fit(&mut many, MAX_REPORT_BYTES);
+        assert!(omitted > 0);
+        assert_eq!(many.iter().filter(|r| r["result"] == "fail").count(), 5_000, "failures are kept before passes");
+        assert_eq!(many.len() + omitted, 10_000);
+        // A small report is left as it is.
+        let mut small = vec![json!({"policy": "p", "rule": "r", "result": "fail", "message": big})];
+        assert_eq!(fit(&mut small, MAX_REPORT_BYTES), 0);
+        assert_eq!(small[0]["message"], big);
     }
 
     #[test]

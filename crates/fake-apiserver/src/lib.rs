@@ -725,6 +725,11 @@ fn raced(r: &Response) -> bool {
 #[derive(Clone, Copy)]
 struct Raced;
 
+/// kube-apiserver's largest request body (`MaxRequestBodyBytes`, 3 MiB) and etcd's largest
+/// request (`--max-request-bytes`, 1.5 MiB), which bounds a stored object.
+const MAX_REQUEST_BYTES: usize = 3 * 1024 * 1024;
+const MAX_OBJECT_BYTES: usize = 1536 * 1024;
+
 async fn write_once(
     inner: &Arc<Inner>,
     t: &Target<'_>,
@@ -733,6 +738,14 @@ async fn write_once(
     q: &HashMap<String, String>,
     body: &Bytes,
 ) -> Response {
+    // The API server's own limit on a request body (3 MiB), before anything is read.
+    if body.len() > MAX_REQUEST_BYTES {
+        return status(
+            StatusCode::PAYLOAD_TOO_LARGE,
+            "RequestEntityTooLarge",
+            format!("limit is {MAX_REQUEST_BYTES}, request is {}", body.len()),
+        );
+    }
     let prepared = {
         let mut s = lock(&inner.store);
         match *method {
@@ -769,6 +782,12 @@ async fn write_once(
     }
     if q.get("dryRun").is_some_and(|v| v == "All") {
         return ok_json(StatusCode::OK, change.new.as_ref().or(change.old.as_ref()).unwrap_or(&Value::Null));
+    }
+    // etcd's limit on one request (1.5 MiB): the object as it would be stored.
+    if let Some(new) = &change.new
+        && serde_json::to_vec(new).map_or(0, |b| b.len()) > MAX_OBJECT_BYTES
+    {
+        return status(StatusCode::INTERNAL_SERVER_ERROR, "InternalError", "etcdserver: request is too large");
     }
     let mut s = lock(&inner.store);
     // Optimistic concurrency across the admission round trip.

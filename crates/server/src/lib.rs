@@ -723,6 +723,11 @@ impl Running {
         self.state.metrics.report_write_bytes.inc_by(bytes);
     }
 
+    /// Counts a PolicyReport write the API server refused.
+    pub fn report_write_failed(&self) {
+        self.state.metrics.report_write_failures.inc();
+    }
+
     /// How many objects' background scan results wait to be written.
     pub fn set_scan_backlog(&self, n: usize) {
         self.state.metrics.scan_backlog.set(i64::try_from(n).unwrap_or(i64::MAX));

@@ -667,6 +667,8 @@ pub struct Metrics {
     /// PolicyReport creates, replaces and deletes, and their request bytes.
     pub report_writes: Counter,
     pub report_write_bytes: Counter,
+    /// PolicyReport writes the API server refused (too large, forbidden, unavailable).
+    pub report_write_failures: Counter,
     /// Objects whose background scan results wait to be written.
     pub scan_backlog: prometheus_client::metrics::gauge::Gauge,
     /// Triggers the background controller has yet to work on (generate, mutate-existing).
@@ -718,6 +720,12 @@ impl Default for Metrics {
             "verno_report_write_bytes",
             "Request bytes of PolicyReport writes",
             report_write_bytes.clone(),
+        );
+        let report_write_failures = Counter::default();
+        registry.register(
+            "verno_report_write_failures",
+            "PolicyReport writes the API server refused (retried per object with backoff)",
+            report_write_failures.clone(),
         );
         let scan_backlog = prometheus_client::metrics::gauge::Gauge::default();
         registry.register(
@@ -792,6 +800,7 @@ impl Default for Metrics {
             reports_backlog,
             report_writes,
             report_write_bytes,
+            report_write_failures,
             scan_backlog,
         }
     }
