@@ -85,6 +85,16 @@ fn kyverno_string_functions() {
     assert_eq!(ok("base64_decode(base64_encode('hi'))"), json!("hi"));
     assert_eq!(ok("semver_compare('1.26.3', '>1.25.0')"), json!(true));
     assert_eq!(ok("image_normalize('nginx')"), json!("docker.io/library/nginx:latest"));
+    let digest = "sha256:".to_string() + &"ab".repeat(32);
+    assert_eq!(ok(&format!("image_normalize('ghcr.io/a/b@{digest}')")), json!(format!("ghcr.io/a/b@{digest}")));
+    // Issue 47 item 12: a reference the grammar refuses is an error, not a value.
+    for bad in ["a@sha256:zz", "a@sha256:abc", "a@md5:00112233445566778899aabbccddeeff", "a:-tag", "a:t@g"] {
+        let got = ok(&format!("image_normalize('{bad}')"));
+        assert!(
+            got.as_str().is_some_and(|s| s.starts_with("ERROR: JMESPath function 'image_normalize'")),
+            "{bad}: {got}"
+        );
+    }
     assert_eq!(ok("items(`{\"a\":1}`, 'k', 'v')"), json!([{"k": "a", "v": 1}]));
     assert_eq!(ok("lookup(`{\"a\":1}`, 'b')"), Value::Null);
     assert_eq!(ok("sha256('a')"), json!("ca978112ca1bbdcafac231b39a23dc4da786eff8147c4e72b9807785afee48bb"));

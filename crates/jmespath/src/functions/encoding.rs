@@ -216,6 +216,33 @@ pub fn normalize_image(image: &str) -> Result<String, String> {
     if path.chars().any(|c| c.is_ascii_uppercase()) {
         return Err("invalid reference format: repository name must be lowercase".into());
     }
+    // The reference grammar's tag and digest (distribution's `reference` package, which
+    // Kyverno parses images with): a digest is `algorithm:hex`, of the algorithm's length.
+    if let Some(t) = tag {
+        let word = |c: char| c.is_ascii_alphanumeric() || c == '_';
+        let ok =
+            t.len() <= 128 && t.chars().next().is_some_and(word) && t.chars().all(|c| word(c) || c == '.' || c == '-');
+        if !ok {
+            return Err(format!("invalid reference format: {image:?}"));
+        }
+    }
+    if let Some(d) = digest {
+        let Some((algorithm, hex)) = d.split_once(':') else {
+            return Err(format!("invalid reference format: {image:?}"));
+        };
+        let length = match algorithm {
+            "sha256" => 64,
+            "sha384" => 96,
+            "sha512" => 128,
+            _ => return Err(format!("unsupported digest algorithm: {image:?}")),
+        };
+        if !hex.chars().all(|c| c.is_ascii_hexdigit()) || hex.len() < 32 {
+            return Err(format!("invalid reference format: {image:?}"));
+        }
+        if hex.len() != length || hex.chars().any(|c| c.is_ascii_uppercase()) {
+            return Err(format!("invalid checksum digest length or format: {image:?}"));
+        }
+    }
     let mut out = format!("{domain}/{path}");
     match (tag, digest) {
         (Some(t), _) => {
