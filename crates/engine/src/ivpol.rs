@@ -410,6 +410,7 @@ impl ImageHost {
                 kind: "Cosign",
                 cosign_oci11: false,
                 attestation,
+                cancel: None,
             };
             match verifier.verify(&check) {
                 Ok(v) => return Ok(Some(v.statements)),

@@ -55,6 +55,9 @@ pub struct SignatureCheck<'a> {
     pub cosign_oci11: bool,
     /// Attestations of this statement type instead of signatures.
     pub attestation: Option<&'a str>,
+    /// Set when the caller gives up (the request's deadline passed): a verifier checks it
+    /// between registry exchanges and stops.
+    pub cancel: Option<&'a std::sync::atomic::AtomicBool>,
 }
 
 /// What a verified entry yields.
@@ -526,7 +529,8 @@ impl CompiledVerifyImages {
                     }
                 },
             };
-            let verifier = Verifier { entry, spec: &spec, rule, policy, namespace, data };
+            let cancel = ctx.env().cancel_flag();
+            let verifier = Verifier { entry, spec: &spec, rule, policy, namespace, data, cancel };
             for info in &matched {
                 let mut info = info.clone();
                 let mut image = info.name();
@@ -731,6 +735,7 @@ struct Verifier<'a> {
     policy: &'a CompiledPolicy,
     namespace: &'a str,
     data: &'a dyn Data,
+    cancel: Option<std::sync::Arc<std::sync::atomic::AtomicBool>>,
 }
 
 impl Verifier<'_> {
@@ -752,6 +757,7 @@ impl Verifier<'_> {
             kind: if spec.kind.is_empty() { "Cosign" } else { &spec.kind },
             cosign_oci11: spec.cosign_oci11,
             attestation,
+            cancel: self.cancel.as_deref(),
         };
         match self.data.image_verifier() {
             Some(v) => v.verify(&check),

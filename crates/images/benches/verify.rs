@@ -72,6 +72,7 @@ fn signature(bencher: divan::Bencher) {
         kind: "Cosign",
         cosign_oci11: false,
         attestation: None,
+        cancel: None,
     };
     bencher.bench_local(|| v.verify(&check).unwrap());
 }

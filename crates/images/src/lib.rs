@@ -107,6 +107,63 @@ pub struct Verifier {
     exec: Exec,
     secrets: Option<SecretReader>,
     cache: Option<Cache>,
+    failures: Failures,
+}
+
+/// Checks that failed lately, by image digest and check ([`failure_key`]): a definite "no"
+/// (bad or missing signatures) is kept [`FAILED_FOR`], a registry that could not be reached
+/// or was too slow only [`UNREACHABLE_FOR`]: long enough that a burst of Pods of one image
+/// (a Deployment's replicas) waits on the registry once, short enough that an image signed
+/// just after a refusal, or a registry blip, refuses little more. At most
+/// [`MAX_FAILURES`] are kept.
+#[derive(Default)]
+struct Failures(std::sync::Mutex<HashMap<u64, (std::time::Instant, ImageError)>>);
+
+const FAILED_FOR: Duration = Duration::from_secs(10);
+const UNREACHABLE_FOR: Duration = Duration::from_secs(5);
+const MAX_FAILURES: usize = 1024;
+
+impl Failures {
+    fn get(&self, key: u64) -> Option<ImageError> {
+        let map = self.0.lock().ok()?;
+        map.get(&key).filter(|(until, _)| *until > std::time::Instant::now()).map(|(_, e)| e.clone())
+    }
+
+    fn put(&self, key: u64, e: ImageError) {
+        let Ok(mut map) = self.0.lock() else { return };
+        let now = std::time::Instant::now();
+        if map.len() >= MAX_FAILURES {
+            map.retain(|_, (until, _)| *until > now);
+            if map.len() >= MAX_FAILURES {
+                map.clear();
+            }
+        }
+        let ttl = match e {
+            ImageError::Failed(_) => FAILED_FOR,
+            ImageError::Unreachable(_) => UNREACHABLE_FOR,
+        };
+        map.insert(key, (now + ttl, e));
+    }
+}
+
+/// What makes two checks the same: the digest and everything of the check but its image name.
+fn failure_key(digest: &str, check: &SignatureCheck) -> u64 {
+    use std::hash::{Hash, Hasher};
+    let mut h = std::collections::hash_map::DefaultHasher::new();
+    digest.hash(&mut h);
+    format!(
+        "{:?}|{}|{:?}|{:?}|{}|{}|{:?}|{}",
+        check.attestor,
+        check.repository,
+        check.annotations,
+        check.credentials,
+        check.namespace,
+        check.kind,
+        check.attestation,
+        check.cosign_oci11
+    )
+    .hash(&mut h);
+    h.finish()
 }
 
 impl Verifier {
@@ -119,13 +176,25 @@ impl Verifier {
             .build()
             .map_err(|e| format!("cannot start the registry client: {e}"))?;
         let handle = rt.handle().clone();
-        Ok(Verifier { http: client()?, exec: Exec::Own(Some(rt), handle), secrets: None, cache: None })
+        Ok(Verifier {
+            http: client()?,
+            exec: Exec::Own(Some(rt), handle),
+            secrets: None,
+            cache: None,
+            failures: Failures::default(),
+        })
     }
 
     /// A verifier on a running runtime (the server); its calls block the calling thread, which
     /// must not be one of the runtime's workers (the server evaluates on the blocking pool).
     pub fn on(handle: tokio::runtime::Handle) -> Result<Verifier, String> {
-        Ok(Verifier { http: client()?, exec: Exec::Handle(handle), secrets: None, cache: None })
+        Ok(Verifier {
+            http: client()?,
+            exec: Exec::Handle(handle),
+            secrets: None,
+            cache: None,
+            failures: Failures::default(),
+        })
     }
 
     pub fn with_secrets(mut self, reader: SecretReader) -> Verifier {
@@ -254,8 +323,14 @@ impl ImageVerifier for Verifier {
             ));
         }
         let image = Reference::parse(check.image).map_err(ImageError::Failed)?;
-        let session = self.session(check.credentials, &image.registry)?;
+        let deadline = std::time::Instant::now() + registry::BUDGET;
+        let session = self.session(check.credentials, &image.registry)?.bounded(deadline, check.cancel);
         let digest = cosign::resolve(&session, &image)?;
+        // A check that just failed on this digest fails again without the registry.
+        let key = failure_key(&digest, check);
+        if let Some(e) = self.failures.get(key) {
+            return Err(e);
+        }
         let (signer, tlog, algorithm) =
             cosign::signer(check.attestor, &|ns, name| self.secret_key(ns, name)).map_err(ImageError::Failed)?;
         let expect =
@@ -266,14 +341,18 @@ impl ImageVerifier for Verifier {
             let r = image.in_repository(check.repository).map_err(|e| {
                 ImageError::Failed(format!("failed to parse signature repository {}: {e}", check.repository))
             })?;
-            let s = self.session(check.credentials, &r.registry)?;
+            let s = self.session(check.credentials, &r.registry)?.bounded(deadline, check.cancel);
             (r, Some(s))
         };
         let session = sig_session.as_ref().unwrap_or(&session);
-        match check.attestation {
+        let out = match check.attestation {
             None => cosign::verify_signatures(session, &sigs, &digest, &expect),
             Some(_) => cosign::verify_attestations(session, &sigs, &digest, &expect),
+        };
+        if let Err(e) = &out {
+            self.failures.put(key, e.clone());
         }
+        out
     }
 
     fn digest(

@@ -19,6 +19,10 @@ pub const MAX_MANIFEST: usize = 4 << 20;
 pub const MAX_BLOB: usize = 16 << 20;
 /// The longest one registry exchange may take.
 pub const TIMEOUT: Duration = Duration::from_secs(10);
+/// The longest all the exchanges of one session (one image's verification) may take together:
+/// a registry that answers each exchange just under [`TIMEOUT`] cannot hold an evaluation for
+/// minutes.
+pub const BUDGET: Duration = Duration::from_secs(30);
 
 const MANIFEST_TYPES: &str = "application/vnd.oci.image.manifest.v1+json, application/vnd.oci.image.index.v1+json, application/vnd.docker.distribution.manifest.v2+json, application/vnd.docker.distribution.manifest.list.v2+json";
 
@@ -51,6 +55,10 @@ pub struct Session<'a> {
     pub insecure: bool,
     pub credentials: Option<Credentials>,
     token: std::sync::Mutex<Option<String>>,
+    /// When the session's exchanges must be over ([`BUDGET`] from its start, unless given).
+    deadline: std::time::Instant,
+    /// The caller's cancel flag (the request's deadline passed), checked before each exchange.
+    cancel: Option<&'a std::sync::atomic::AtomicBool>,
 }
 
 impl<'a> Session<'a> {
@@ -60,7 +68,22 @@ impl<'a> Session<'a> {
         insecure: bool,
         credentials: Option<Credentials>,
     ) -> Session<'a> {
-        Session { http, runtime, insecure, credentials, token: std::sync::Mutex::new(None) }
+        Session {
+            http,
+            runtime,
+            insecure,
+            credentials,
+            token: std::sync::Mutex::new(None),
+            deadline: std::time::Instant::now() + BUDGET,
+            cancel: None,
+        }
+    }
+
+    /// The same session held to `deadline` and stopped by `cancel`.
+    pub fn bounded(mut self, deadline: std::time::Instant, cancel: Option<&'a std::sync::atomic::AtomicBool>) -> Self {
+        self.deadline = deadline;
+        self.cancel = cancel;
+        self
     }
 
     fn base(&self, r: &Reference) -> String {
@@ -190,7 +213,17 @@ impl<'a> Session<'a> {
         auth: Auth<&str>,
         limit: usize,
     ) -> Result<(u16, reqwest::header::HeaderMap, Vec<u8>), ImageError> {
-        let mut req = self.http.get(url).timeout(TIMEOUT);
+        if self.cancel.is_some_and(|c| c.load(std::sync::atomic::Ordering::Relaxed)) {
+            return Err(ImageError::Unreachable(format!("GET {url}: stopped: the request's deadline passed")));
+        }
+        let left = self.deadline.saturating_duration_since(std::time::Instant::now());
+        if left.is_zero() {
+            return Err(ImageError::Unreachable(format!(
+                "GET {url}: the registry is too slow: verifying one image may take {} s",
+                BUDGET.as_secs()
+            )));
+        }
+        let mut req = self.http.get(url).timeout(TIMEOUT.min(left));
         if let Some(a) = accept {
             req = req.header("Accept", a);
         }

@@ -43,6 +43,7 @@ fn check<'a>(
         kind: "Cosign",
         cosign_oci11: false,
         attestation: None,
+        cancel: None,
     }
 }
 
@@ -120,8 +121,12 @@ fn keys_signed_unsigned_wrong_key_tampered_wrong_digest() {
     };
     assert!(failed(v.verify(&check(&image, &tlog, &creds, &none))).contains("signature not found in transparency log"));
 
-    // A second signer appended to the same image: each key verifies on its own.
+    // A second signer appended to the same image: each key verifies on its own. (A verifier
+    // that saw the wrong key fail a moment ago answers from that failure for a few seconds:
+    // a fresh one asks.)
     sign(&reg, "acme/app", &digest, &other, &SignOpts::default());
+    assert!(v.verify(&check(&image, &wrong, &creds, &none)).is_err());
+    let v = Verifier::new().unwrap();
     assert!(v.verify(&check(&image, &wrong, &creds, &none)).is_ok());
     assert!(v.verify(&check(&image, &att, &creds, &none)).is_ok());
 }
@@ -327,4 +332,102 @@ fn rekor_bundles_are_checked_against_the_given_log_key() {
     );
     // No log key: said, not skipped.
     assert!(failed(v.verify(&check(&image, &with_log(""), &creds, &none))).contains("rekor.pubkey"));
+}
+
+/// A registry of our own on loopback, for what docker-registry cannot be made to do: it waits
+/// `delay` before each answer, answers a manifest for `acme/app:v1`, 404 for anything else
+/// under `/v2/acme/app/`, and 401 with a token challenge for `acme/locked`. Returns its
+/// address and the number of requests it answered.
+fn scripted_registry(delay: std::time::Duration) -> (String, std::sync::Arc<std::sync::atomic::AtomicUsize>) {
+    use std::io::{BufRead, BufReader, Write};
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = listener.local_addr().unwrap().to_string();
+    let count = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let (seen, me) = (count.clone(), addr.clone());
+    std::thread::spawn(move || {
+        for conn in listener.incoming() {
+            let Ok(mut conn) = conn else { return };
+            let (seen, me) = (seen.clone(), me.clone());
+            std::thread::spawn(move || {
+                let mut reader = BufReader::new(conn.try_clone().unwrap());
+                loop {
+                    let mut line = String::new();
+                    if reader.read_line(&mut line).unwrap_or(0) == 0 {
+                        return;
+                    }
+                    let path = line.split_whitespace().nth(1).unwrap_or("").to_string();
+                    loop {
+                        let mut h = String::new();
+                        if reader.read_line(&mut h).unwrap_or(0) == 0 || h == "\r\n" {
+                            break;
+                        }
+                    }
+                    std::thread::sleep(delay);
+                    seen.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+                    let manifest = r#"{"schemaVersion":2,"mediaType":"application/vnd.oci.image.manifest.v1+json","config":{"mediaType":"application/vnd.oci.image.config.v1+json","digest":"sha256:44136fa355b3678a1146ad16f7e8649e94fb4fc21fe77e8310c060f61caaff8a","size":2},"layers":[]}"#;
+                    let answer = if path == "/v2/acme/app/manifests/v1" {
+                        format!(
+                            "HTTP/1.1 200 OK\r\nContent-Type: application/vnd.oci.image.manifest.v1+json\r\nContent-Length: {}\r\n\r\n{manifest}",
+                            manifest.len()
+                        )
+                    } else if path.starts_with("/v2/acme/locked/") {
+                        format!(
+                            "HTTP/1.1 401 Unauthorized\r\nWww-Authenticate: Bearer realm=\"http://{me}/token\",service=\"x\"\r\nContent-Length: 0\r\n\r\n"
+                        )
+                    } else {
+                        "HTTP/1.1 404 Not Found\r\nContent-Length: 0\r\n\r\n".to_string()
+                    };
+                    if conn.write_all(answer.as_bytes()).is_err() {
+                        return;
+                    }
+                }
+            });
+        }
+    });
+    (addr, count)
+}
+
+/// Issue 47 item 5: a slow registry does not hold an evaluation past its request's end: the
+/// caller's cancel flag is read before every exchange.
+#[test]
+fn a_cancelled_verification_stops_before_its_next_registry_exchange() {
+    let (addr, count) = scripted_registry(std::time::Duration::from_millis(1500));
+    let v = Verifier::new().unwrap();
+    let (creds, none, att) = (insecure(), BTreeMap::new(), keys("unused"));
+    let image = format!("{addr}/acme/locked:v1");
+    let cancel = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let flag = cancel.clone();
+    std::thread::spawn(move || {
+        std::thread::sleep(std::time::Duration::from_millis(500));
+        flag.store(true, std::sync::atomic::Ordering::SeqCst);
+    });
+    let start = std::time::Instant::now();
+    let out = v.verify(&SignatureCheck { cancel: Some(&cancel), ..check(&image, &att, &creds, &none) });
+    match out {
+        Err(ImageError::Unreachable(m)) => assert!(m.contains("stopped: the request's deadline passed"), "{m}"),
+        other => panic!("expected the verification to stop, got {other:?}"),
+    }
+    // The challenge was answered; the token exchange it asks for was never made.
+    assert_eq!(count.load(std::sync::atomic::Ordering::SeqCst), 1);
+    assert!(start.elapsed() < std::time::Duration::from_secs(5), "{:?}", start.elapsed());
+}
+
+/// Issue 47 item 5: a check that failed on a digest fails again for a while without asking the
+/// registry for its signatures (a burst of Pods of one unsigned image asks once).
+#[test]
+fn a_failed_check_is_remembered_briefly_per_digest() {
+    let (addr, count) = scripted_registry(std::time::Duration::ZERO);
+    let v = Verifier::new().unwrap();
+    let (creds, none, att) = (insecure(), BTreeMap::new(), keys(&Key::generate().pem));
+    let image = format!("{addr}/acme/app:v1");
+    assert_eq!(failed(v.verify(&check(&image, &att, &creds, &none))), "no signatures found");
+    let asked = count.load(std::sync::atomic::Ordering::SeqCst);
+    assert_eq!(asked, 2, "the tag, then the signatures");
+    assert_eq!(failed(v.verify(&check(&image, &att, &creds, &none))), "no signatures found");
+    // Only the tag was resolved again: the digest it names failed a moment ago.
+    assert_eq!(count.load(std::sync::atomic::Ordering::SeqCst), asked + 1);
+    // Another check of the same digest is not answered from that failure.
+    let other = keys(&Key::generate().pem);
+    assert_eq!(failed(v.verify(&check(&image, &other, &creds, &none))), "no signatures found");
+    assert_eq!(count.load(std::sync::atomic::Ordering::SeqCst), asked + 3);
 }
