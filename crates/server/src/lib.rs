@@ -8,6 +8,7 @@
 //! webhook's failure policy, never a dead server.
 
 pub mod admission;
+pub mod guard;
 pub mod metrics;
 pub mod tls;
 
@@ -885,6 +886,7 @@ pub async fn start(cfg: Config, loader: Loader) -> Result<Running, ServerError> 
     let acceptor = axum_server::tls_rustls::RustlsAcceptor::new(rustls_cfg.clone())
         .handshake_timeout(cfg.idle_timeout)
         .acceptor(axum_server::accept::NoDelayAcceptor::new());
+    let acceptor = guard::Guard::new(acceptor, cfg.idle_timeout);
     let mut server = axum_server::bind(cfg.addr).acceptor(acceptor).handle(handle.clone());
     server.http_builder().http1().timer(hyper_util::rt::TokioTimer::new()).header_read_timeout(cfg.idle_timeout);
     server

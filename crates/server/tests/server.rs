@@ -710,6 +710,41 @@ async fn a_body_that_does_not_arrive_in_time_is_refused_with_408() -> Result<(),
     Ok(())
 }
 
+/// Issue 47 item 12: a client that completed the TLS handshake and then sent nothing kept its
+/// connection for good (no timeout covers the read that tells HTTP/1 from HTTP/2); a thousand
+/// of them exhausted the descriptors. It is now closed after the idle timeout.
+#[tokio::test]
+async fn a_connection_that_sends_nothing_after_its_handshake_is_closed() -> Result<(), String> {
+    use tokio::io::AsyncReadExt as _;
+    let h = Harness::start_with(&[], |cfg| cfg.idle_timeout = Duration::from_secs(1)).await?;
+    let ca = h.running.as_ref().and_then(|r| r.ca_path.clone()).ok_or("no CA")?;
+    let mut roots = rustls::RootCertStore::empty();
+    for c in CertificateDer::pem_file_iter(&ca).map_err(|e| e.to_string())? {
+        roots.add(c.map_err(|e| e.to_string())?).map_err(|e| e.to_string())?;
+    }
+    let tls = rustls::ClientConfig::builder_with_provider(Arc::new(rustls::crypto::ring::default_provider()))
+        .with_safe_default_protocol_versions()
+        .map_err(|e| e.to_string())?
+        .with_root_certificates(roots)
+        .with_no_client_auth();
+    let port = h.running.as_ref().map(|r| r.addr.port()).unwrap_or(0);
+    let tcp = tokio::net::TcpStream::connect(("127.0.0.1", port)).await.map_err(|e| e.to_string())?;
+    let name = rustls_pki_types::ServerName::try_from("localhost").map_err(|e| e.to_string())?;
+    let mut s = tokio_rustls::TlsConnector::from(Arc::new(tls)).connect(name, tcp).await.map_err(|e| e.to_string())?;
+    let mut buf = Vec::new();
+    // Far longer than the timeout: a server that keeps the connection fails here.
+    let read = tokio::time::timeout(Duration::from_secs(15), s.read_to_end(&mut buf)).await;
+    assert!(read.is_ok(), "the silent connection was kept");
+    // A connection that does talk is served as before.
+    let ok =
+        h.client.get(format!("https://localhost:{port}/health/liveness")).send().await.map_err(|e| e.to_string())?;
+    assert_eq!(ok.status(), 200);
+    if let Some(r) = h.running {
+        r.shutdown(Duration::from_secs(1)).await;
+    }
+    Ok(())
+}
+
 /// Found by the overload bench (issue 14, item 3): a client that gave up while its request waited
 /// for a slot left the waiting count one too high for good; after enough of them every request
 /// was shed as "overloaded" while the server sat idle.
