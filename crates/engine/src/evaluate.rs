@@ -662,6 +662,9 @@ fn evaluate_rule(
                 Ok(v) => v,
                 Err(e) => return Some(RuleResponse::new(&rule.name, rt, Status::Error, e)),
             };
+            // As Kubernetes evaluates matchConditions: a condition that is false decides, even
+            // after one that failed; an error counts only when none is false.
+            let mut failed = None;
             for (name, e) in &rule.cel_preconditions {
                 match e.eval_bool(&vars) {
                     Ok(true) => {}
@@ -673,22 +676,28 @@ fn evaluate_rule(
                             format!("cel preconditions not met: {name}"),
                         ));
                     }
-                    // The CEL kinds' matchConditions are the API server's: with failurePolicy
-                    // Ignore an error there means the webhook is not called at all.
-                    Err(_)
-                        if policy.failure_policy_ignore
-                            && !matches!(policy.kind, crate::Kind::ClusterPolicy | crate::Kind::Policy) =>
-                    {
-                        return None;
-                    }
                     Err(err) => {
-                        return Some(RuleResponse::new(
-                            &rule.name,
-                            rt,
-                            Status::Error,
-                            format!("failed to evaluate cel preconditions: {name}: {err}"),
-                        ));
+                        failed.get_or_insert((name, err));
                     }
+                }
+            }
+            match failed {
+                None => {}
+                // The CEL kinds' matchConditions are the API server's: with failurePolicy
+                // Ignore an error there means the webhook is not called at all.
+                Some(_)
+                    if policy.failure_policy_ignore
+                        && !matches!(policy.kind, crate::Kind::ClusterPolicy | crate::Kind::Policy) =>
+                {
+                    return None;
+                }
+                Some((name, err)) => {
+                    return Some(RuleResponse::new(
+                        &rule.name,
+                        rt,
+                        Status::Error,
+                        format!("failed to evaluate cel preconditions: {name}: {err}"),
+                    ));
                 }
             }
         }

@@ -619,14 +619,20 @@ impl Filter {
     }
 }
 
+/// Each of `roles`, `clusterRoles` and `subjects` that a filter sets must hold (Kyverno's
+/// `checkUserInfo`: a block naming subjects and cluster roles matches a subject that has one
+/// of the roles).
 fn user_matches(f: &Filter, u: &RequestUser) -> Result<(), Reason> {
+    if !f.roles.is_empty() && !f.roles.iter().any(|r| u.roles.contains(r)) {
+        return Err("user info does not match roles".into());
+    }
+    if !f.cluster_roles.is_empty() && !f.cluster_roles.iter().any(|r| u.cluster_roles.contains(r)) {
+        return Err("user info does not match cluster roles".into());
+    }
+    if f.subjects.is_empty() {
+        return Ok(());
+    }
     let mut ok = false;
-    if f.roles.iter().any(|r| u.roles.contains(r)) {
-        ok = true;
-    }
-    if f.cluster_roles.iter().any(|r| u.cluster_roles.contains(r)) {
-        ok = true;
-    }
     for s in &f.subjects {
         let hit = match s.kind.as_str() {
             "User" => wildcard::matches(&s.name, &u.username),
@@ -641,7 +647,7 @@ fn user_matches(f: &Filter, u: &RequestUser) -> Result<(), Reason> {
             ok = true;
         }
     }
-    if ok { Ok(()) } else { Err("user info does not match".into()) }
+    if ok { Ok(()) } else { Err("user info does not match subjects".into()) }
 }
 
 impl Description {
@@ -912,5 +918,19 @@ mod tests {
                 assert_eq!(matcher.matches(&input), matcher.matches_by_filters(&input), "{m} on {kind}/{subresource}");
             }
         }
+    }
+
+    /// Issue 49 (a false deny): within one match block, `subjects`, `roles` and `clusterRoles`
+    /// must each hold, as in Kyverno; a subject without the named cluster role is not matched.
+    #[test]
+    fn user_criteria_of_one_block_must_all_hold() {
+        let m = compiled(&serde_json::json!({"any": [{"resources": {"kinds": ["Pod"]},
+            "subjects": [{"kind": "Group", "name": "devs"}], "clusterRoles": ["restricted"]}]}));
+        let dev = RequestUser { username: "ann".into(), groups: vec!["devs".into()], ..RequestUser::default() };
+        assert!(m.matches(&input(("", "v1", "Pod", ""), Some(&dev))).is_err());
+        let restricted = RequestUser { cluster_roles: vec!["restricted".into()], ..dev.clone() };
+        assert!(m.matches(&input(("", "v1", "Pod", ""), Some(&restricted))).is_ok());
+        let other = RequestUser { groups: vec!["ops".into()], ..restricted };
+        assert!(m.matches(&input(("", "v1", "Pod", ""), Some(&other))).is_err());
     }
 }

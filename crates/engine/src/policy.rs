@@ -235,11 +235,9 @@ impl CompiledPolicy {
 
     /// Whether a rule response blocks an admission request: a mutation that failed or errored
     /// (unless failurePolicy is Ignore), a failure of an Enforce rule, or an error under
-    /// failurePolicy Fail — for a validation rule, only in a policy that [`enforces`]: Kyverno
-    /// evaluates the other (Audit-only) policies after answering, so nothing they find, errors
-    /// included, refuses a request.
-    ///
-    /// [`enforces`]: CompiledPolicy::enforces
+    /// failurePolicy Fail — for a validation rule, only of a rule that enforces where the
+    /// resource is: Kyverno answers with those rules and evaluates the others (Audit) after
+    /// answering, so nothing they find, errors included, refuses a request.
     ///
     /// `at` is the resource's namespace and its labels, for failure action overrides.
     pub fn blocks(
@@ -251,10 +249,37 @@ impl CompiledPolicy {
         match (r.rule_type, r.status) {
             (RuleType::Mutation, Status::Fail | Status::Error) => !self.failure_policy_ignore,
             (_, Status::Fail) => self.rule_action_at(&r.name, at) == Action::Enforce,
-            (RuleType::Validation, Status::Error) => !self.failure_policy_ignore && self.enforces(),
+            // Kyverno answers with the rules that enforce where the resource is; the others run
+            // after the answer, so their errors refuse nothing.
+            (RuleType::Validation, Status::Error) => {
+                !self.failure_policy_ignore && self.rule_action_at(&r.name, at) == Action::Enforce
+            }
             (_, Status::Error) => !self.failure_policy_ignore,
             _ => false,
         }
+    }
+
+    /// Whether Kyverno's `allowExistingViolations` applies to the rule `name`: a pattern,
+    /// anyPattern, deny, foreach or podSecurity validation that allows existing violations and
+    /// enforces by its own `failureAction` or the policy's action (overrides are not read here,
+    /// as Kyverno reads none).
+    pub fn allows_existing(&self, name: &str) -> bool {
+        use crate::validate::Check;
+        self.rules.iter().find(|r| r.name == name).is_some_and(|r| match &r.body {
+            RuleBody::Validate(v) => {
+                v.allow_existing_violations
+                    && v.failure_action.unwrap_or(self.action) == Action::Enforce
+                    && matches!(
+                        v.check,
+                        Check::Pattern(_)
+                            | Check::AnyPattern(_)
+                            | Check::Deny(_)
+                            | Check::Foreach(_)
+                            | Check::PodSecurity(_)
+                    )
+            }
+            _ => false,
+        })
     }
 
     /// Whether some validation of the policy can refuse a request (Kyverno's "enforce policy":

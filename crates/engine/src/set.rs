@@ -466,6 +466,57 @@ impl KindGates {
     }
 }
 
+impl PolicySet {
+    /// Kyverno's `validate.allowExistingViolations` (on unless set to `false`): on an UPDATE, a
+    /// rule that enforces (its `failureAction`, else the policy's action) and fails on the new
+    /// object is judged on the old object too, as if it were being created; when that fails as
+    /// well, the violation was there before and the rule is skipped — labelling, annotating or
+    /// re-applying an object that predates a policy is not refused. (Pattern, anyPattern, deny,
+    /// foreach and podSecurity rules; not `validate.cel`, which Kyverno judges apart.)
+    fn allow_existing_violations(
+        &self,
+        p: &CompiledPolicy,
+        gate: Option<(&str, u64)>,
+        req: &Request,
+        r: &mut PolicyResponse,
+        env: &dyn Env,
+        data: &dyn Data,
+    ) {
+        let Some(old) = req.old_object.filter(|o| !o.is_null()) else { return };
+        if req.operation != "UPDATE" || req.object.is_null() || !matches!(p.kind, Kind::ClusterPolicy | Kind::Policy) {
+            return;
+        }
+        let eligible = |rr: &crate::outcome::RuleResponse| {
+            rr.status == Status::Fail
+                && rr.rule_type == crate::outcome::RuleType::Validation
+                && p.allows_existing(&rr.name)
+        };
+        if !r.rules.iter().any(eligible) {
+            return;
+        }
+        let before = Request { operation: "CREATE", object: old, old_object: None, ..req.clone() };
+        let mut ctx = build_context_with(&before, env, self.reads_images);
+        let prior = Sequence::new(before.clone()).without_explanations().evaluate(
+            p,
+            gate,
+            Phase::Validate,
+            &self.exceptions,
+            &mut ctx,
+            data,
+        );
+        for rr in r.rules.iter_mut().filter(|rr| eligible(rr)) {
+            if prior.rules.iter().any(|x| x.name == rr.name && x.status == Status::Fail) {
+                *rr = crate::outcome::RuleResponse::new(
+                    &rr.name,
+                    crate::outcome::RuleType::Validation,
+                    Status::Skip,
+                    "skipping the rule evaluation as pre-existing violations are allowed",
+                );
+            }
+        }
+    }
+}
+
 /// [`KindGates`] for one request's kind.
 struct Gate<'a> {
     kind: &'a str,
@@ -648,6 +699,9 @@ impl PolicySet {
                 }
                 let mut r = seq.evaluate(p, gate.of(i), phase, &self.exceptions, &mut ctx, data);
                 seq.restore(&mut ctx, saved);
+                if phase == Phase::Validate {
+                    self.allow_existing_violations(p, gate.of(i), &req, &mut r, env, data);
+                }
                 observer.policy_finished(i, &r);
                 // A response nobody keeps gives its strings to the verdict instead of copies.
                 judge(&mut out, i, p, phase, &mut r, !scope.keep_responses, Some((ns, labels)));

@@ -91,3 +91,36 @@ fn a_rules_own_overrides_and_action_come_before_the_policys() {
     let p = policy("Audit", json!([{"action": "Enforce", "namespaces": ["prod"]}]), json!({"failureAction": "Audit"}));
     assert!(admitted(&p, "prod", &[]));
 }
+
+#[test]
+fn an_error_in_a_rule_that_does_not_enforce_here_refuses_nothing() {
+    // Rule `team` enforces; rule `quota` audits and errors (its variable cannot be resolved).
+    let doc = json!({"apiVersion": "kyverno.io/v1", "kind": "ClusterPolicy", "metadata": {"name": "mixed"},
+        "spec": {"validationFailureAction": "Audit", "background": false, "rules": [
+            {"name": "team", "match": {"any": [{"resources": {"kinds": ["Pod"]}}]},
+             "validate": {"failureAction": "Enforce", "message": "team", "pattern": {"metadata": {"labels": {"team": "?*"}}}}},
+            {"name": "quota", "match": {"any": [{"resources": {"kinds": ["Pod"]}}]},
+             "validate": {"message": "quota", "deny": {"conditions": {"any": [
+                {"key": "{{ parse_json('x') }}", "operator": "Equals", "value": "y"}]}}}}]}});
+    let p = match compile(&doc, &[]) {
+        Ok(Compiled::Policy(p)) => Arc::new(p),
+        other => panic!("the policy does not compile: {:?}", other.err()),
+    };
+    let pod = json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "web", "namespace": "shop", "labels": {"team": "a"}},
+        "spec": {"containers": [{"name": "c", "image": "nginx"}]}});
+    let set = PolicySet::new(vec![p.clone()], Vec::new());
+    let out =
+        set.evaluate(&Request::new("CREATE", &pod), Scope::ALL, &verno_jmespath::NoEnv, &verno_engine::NoData, &mut ());
+    assert!(out.allowed());
+    // The same error in the enforcing rule refuses (failurePolicy Fail).
+    let mut enforcing = doc.clone();
+    enforcing["spec"]["rules"][1]["validate"]["failureAction"] = json!("Enforce");
+    let p = match compile(&enforcing, &[]) {
+        Ok(Compiled::Policy(p)) => Arc::new(p),
+        other => panic!("the policy does not compile: {:?}", other.err()),
+    };
+    let set = PolicySet::new(vec![p], Vec::new());
+    let out =
+        set.evaluate(&Request::new("CREATE", &pod), Scope::ALL, &verno_jmespath::NoEnv, &verno_engine::NoData, &mut ());
+    assert!(!out.allowed());
+}
