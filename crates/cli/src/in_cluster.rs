@@ -53,6 +53,9 @@ impl Serving for Webhook {
     fn report_write_failed(&self) {
         self.0.report_write_failed();
     }
+    fn set_request_filters(&self, filters: verno_engine::filters::RequestFilters) {
+        self.0.set_request_filters(filters);
+    }
     fn set_background_backlog(&self, n: usize) {
         self.0.set_background_backlog(n);
     }

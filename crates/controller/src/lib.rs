@@ -414,6 +414,25 @@ pub async fn start(client: kube::Client, server: Arc<dyn Serving>, opts: Options
             server.report_results(reports_tx);
             tasks.push(tokio::spawn(reports::run(client.clone(), reports_rx, server.clone(), limits, stop_rx.clone())));
         }
+        // The requests Kyverno's ConfigMap says to leave alone (`resourceFilters`, `exclude*`):
+        // its values while it exists, Kyverno's chart defaults otherwise (followed live).
+        if let Some(name) = &opts.config_map {
+            let server = server.clone();
+            tasks.push(spawn_watch(
+                Api::<k8s_openapi::api::core::v1::ConfigMap>::namespaced(client.clone(), &opts.namespace),
+                Some(name),
+                kick.clone(),
+                stop_rx.clone(),
+                move |cm: &k8s_openapi::api::core::v1::ConfigMap| {
+                    let filters = match (&cm.metadata.deletion_timestamp, &cm.data) {
+                        (None, Some(data)) => verno_engine::filters::RequestFilters::from_config_map(data),
+                        (None, None) => verno_engine::filters::RequestFilters::default(),
+                        (Some(_), _) => verno_engine::filters::RequestFilters::kyverno_defaults(),
+                    };
+                    server.set_request_filters(filters);
+                },
+            ));
+        }
         // PolicyViolation events for the requests this replica serves.
         if opts.max_queued_events > 0 {
             let (notices_tx, notices_rx) = tokio::sync::mpsc::channel(opts.max_queued_events);

@@ -54,6 +54,10 @@ pub trait Serving: Send + Sync + 'static {
     fn set_scan_backlog(&self, n: usize);
     /// Counts a PolicyReport write the API server refused (retried with backoff).
     fn report_write_failed(&self) {}
+    /// The requests to admit unevaluated, from Kyverno's ConfigMap.
+    fn set_request_filters(&self, filters: verno_engine::filters::RequestFilters) {
+        let _ = filters;
+    }
     /// How many triggers wait for the background controller.
     fn set_background_backlog(&self, n: usize) {
         let _ = n;

@@ -28,6 +28,7 @@ pub mod cron;
 mod document;
 mod error;
 mod evaluate;
+pub mod filters;
 mod generate;
 mod gpol;
 mod images;

@@ -129,6 +129,23 @@ pub fn error_review(api_version: &str, uid: &str, allowed: bool, message: &str) 
     AdmissionReview::answer(api_version, response)
 }
 
+/// The answer to a request Kyverno's ConfigMap says to leave alone (its `resourceFilters`, or
+/// a user its `exclude*` keys name): allowed, nothing evaluated, as Kyverno's webhook filter
+/// answers. `None`: the request is reviewed.
+pub fn filtered(filters: &verno_engine::filters::RequestFilters, review: &AdmissionReview) -> Option<AdmissionReview> {
+    let req = review.request.as_ref()?;
+    let u = &req.user_info;
+    let k = &req.kind;
+    let skip = filters.excludes_user(&u.username, &u.groups, &[], &[])
+        || filters.filters_resource((&k.group, &k.version, &k.kind), &req.sub_resource, &req.namespace, &req.name);
+    skip.then(|| {
+        AdmissionReview::answer(
+            &review.api_version,
+            AdmissionResponse { uid: req.uid.clone(), allowed: true, ..Default::default() },
+        )
+    })
+}
+
 /// Times each policy and collects its rule results for metrics (the engine has no clock).
 struct Recorder<'s> {
     set: &'s PolicySet,

@@ -93,6 +93,9 @@ struct AppState {
     /// The set (its address) that took longer than [`INLINE_SLOW`] on the executor once: its
     /// requests go to the blocking pool from then on.
     slow_set: std::sync::atomic::AtomicUsize,
+    /// The requests Kyverno's ConfigMap says to leave alone (its chart's defaults until a
+    /// ConfigMap is read): admitted without evaluation.
+    filters: RwLock<Arc<verno_engine::filters::RequestFilters>>,
     /// Cancels evaluations on the executor at their deadline.
     watchdog: Arc<Watchdog>,
 }
@@ -178,6 +181,13 @@ impl AppState {
 
     fn current(&self) -> Arc<PolicySet> {
         match self.set.read() {
+            Ok(g) => g.clone(),
+            Err(p) => p.into_inner().clone(),
+        }
+    }
+
+    fn filters(&self) -> Arc<verno_engine::filters::RequestFilters> {
+        match self.filters.read() {
             Ok(g) => g.clone(),
             Err(p) => p.into_inner().clone(),
         }
@@ -310,16 +320,20 @@ async fn handle(
     let job = tokio::task::spawn_blocking(move || {
         let _permit = permit;
         let review = admission::parse(&body)?;
+        if let Some(skip) = admission::filtered(&st.filters(), &review) {
+            return Ok(Err(skip));
+        }
         let dry_run = review.request.as_ref().is_some_and(|r| r.dry_run);
         let (reports, notices) = st.wants(dry_run);
         let o = admission::review_wanting(&set, route, &review, flag, st.data(), reports, notices);
-        Ok::<_, admission::ParseError>((o, dry_run, set))
+        Ok::<_, admission::ParseError>(Ok((o, dry_run, set)))
     });
     let outcome = tokio::time::timeout(state.deadline.saturating_sub(started.elapsed()), job).await;
     drop(cancel);
     match outcome {
         Ok(Ok(Err(e))) => text(StatusCode::BAD_REQUEST, &e.to_string()),
-        Ok(Ok(Ok((o, dry_run, set)))) => reviewed(&state, webhook, started, &o, dry_run, &set),
+        Ok(Ok(Ok(Ok((o, dry_run, set))))) => reviewed(&state, webhook, started, &o, dry_run, &set),
+        Ok(Ok(Ok(Err(skip)))) => review_response(&skip),
         Ok(Err(join)) => {
             tracing::error!(uid = %uid, error = %join, "evaluation panicked");
             answer("verno: internal error while evaluating policies")
@@ -351,6 +365,9 @@ fn inline(
         Ok(r) => r,
         Err(e) => return Some(text(StatusCode::BAD_REQUEST, &e.to_string())),
     };
+    if let Some(skip) = admission::filtered(&state.filters(), &review) {
+        return Some(review_response(&skip));
+    }
     // CEL expressions read the request's Namespace: one the watch has not delivered yet is
     // read from the API server, on the pool.
     if review.request.as_ref().is_some_and(|r| !set.holds_namespace_of(r)) {
@@ -724,6 +741,16 @@ impl Running {
         self.state.metrics.report_write_bytes.inc_by(bytes);
     }
 
+    /// Replaces the requests left alone (Kyverno's ConfigMap `resourceFilters` and
+    /// `exclude*` keys).
+    pub fn set_request_filters(&self, filters: verno_engine::filters::RequestFilters) {
+        let filters = Arc::new(filters);
+        match self.state.filters.write() {
+            Ok(mut g) => *g = filters,
+            Err(p) => *p.into_inner() = filters,
+        }
+    }
+
     /// Counts a PolicyReport write the API server refused.
     pub fn report_write_failed(&self) {
         self.state.metrics.report_write_failures.inc();
@@ -851,6 +878,7 @@ fn new_state(cfg: &Config, initial: PolicySet, missing: u8) -> Arc<AppState> {
         reports: std::sync::OnceLock::new(),
         data: std::sync::OnceLock::new(),
         slow_set: std::sync::atomic::AtomicUsize::new(0),
+        filters: RwLock::new(Arc::new(verno_engine::filters::RequestFilters::kyverno_defaults())),
         watchdog: Watchdog::start(),
     })
 }

@@ -166,6 +166,72 @@ fn review_of(object: &Value) -> Value {
         "namespace": "default", "name": object["metadata"]["name"], "userInfo": {"username": "alice"}, "object": object}})
 }
 
+/// Issue 49, no false denials: the requests Kyverno's ConfigMap leaves alone are admitted
+/// unevaluated — by default (Kyverno's chart) ReplicaSets, whose Deployments are judged (a
+/// rollout of a Deployment that predates a policy must not hang on its ReplicaSets), anything
+/// in kube-system, and requests by nodes; with a ConfigMap, exactly what it says.
+#[tokio::test]
+async fn requests_kyvernos_config_map_filters_are_admitted_unevaluated() -> Result<(), String> {
+    const DENY_ALL: &str = r#"
+apiVersion: kyverno.io/v1
+kind: ClusterPolicy
+metadata:
+  name: deny-all
+spec:
+  validationFailureAction: Enforce
+  rules:
+  - name: never
+    match:
+      any:
+      - resources:
+          kinds: [ReplicaSet, Pod, ConfigMap]
+    validate:
+      message: never
+      deny: {}
+"#;
+    let h = Harness::start(&[("deny-all.yaml", DENY_ALL)]).await?;
+    let rs = json!({"apiVersion": "apps/v1", "kind": "ReplicaSet", "metadata": {"name": "web-7d9f", "namespace": "shop"},
+        "spec": {"selector": {"matchLabels": {"a": "b"}}, "template": {"metadata": {"labels": {"a": "b"}},
+            "spec": {"containers": [{"name": "c", "image": "nginx"}]}}}});
+    let review = |kind: Value, object: &Value, ns: &str, user: Value| {
+        json!({"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "request": {
+            "uid": "u-f", "kind": kind, "operation": "CREATE", "namespace": ns, "name": object["metadata"]["name"],
+            "userInfo": user, "object": object}})
+    };
+    let alice = json!({"username": "alice"});
+    let rs_kind = json!({"group": "apps", "version": "v1", "kind": "ReplicaSet"});
+    let (_, a) = h.post("/validate/fail", &review(rs_kind.clone(), &rs, "shop", alice.clone())).await?;
+    assert_eq!(a["response"], json!({"uid": "u-f", "allowed": true}));
+    let pod = json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p", "namespace": "shop"},
+        "spec": {"containers": [{"name": "c", "image": "nginx"}]}});
+    let pod_kind = json!({"group": "", "version": "v1", "kind": "Pod"});
+    let (_, a) = h.post("/validate/fail", &review(pod_kind.clone(), &pod, "shop", alice.clone())).await?;
+    assert_eq!(a["response"]["allowed"], false, "{a}");
+    // The kubelet's mirror Pod.
+    let node = json!({"username": "system:node:n1", "groups": ["system:nodes", "system:authenticated"]});
+    let (_, a) = h.post("/validate/fail", &review(pod_kind.clone(), &pod, "shop", node)).await?;
+    assert_eq!(a["response"]["allowed"], true, "{a}");
+    // A ConfigMap of Kyverno's replaces the defaults: ReplicaSets are judged, ConfigMaps named
+    // `cache-*` are not.
+    let running = h.running.as_ref().ok_or("not running")?;
+    let data: std::collections::BTreeMap<String, String> =
+        [("resourceFilters".to_string(), "[ConfigMap,*,cache-*]".to_string())].into();
+    running.set_request_filters(verno_engine::filters::RequestFilters::from_config_map(&data));
+    let (_, a) = h.post("/validate/fail", &review(rs_kind, &rs, "shop", alice.clone())).await?;
+    assert_eq!(a["response"]["allowed"], false, "{a}");
+    let cm =
+        |name: &str| json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": name, "namespace": "shop"}});
+    let cm_kind = json!({"group": "", "version": "v1", "kind": "ConfigMap"});
+    let (_, a) = h.post("/validate/fail", &review(cm_kind.clone(), &cm("cache-1"), "shop", alice.clone())).await?;
+    assert_eq!(a["response"]["allowed"], true, "{a}");
+    let (_, a) = h.post("/validate/fail", &review(cm_kind, &cm("other"), "shop", alice)).await?;
+    assert_eq!(a["response"]["allowed"], false, "{a}");
+    if let Some(r) = h.running {
+        r.shutdown(Duration::from_secs(1)).await;
+    }
+    Ok(())
+}
+
 #[tokio::test]
 async fn the_webhook_denies_allows_and_patches_over_tls() -> Result<(), String> {
     let h = Harness::start(&[("require-team.yaml", REQUIRE_TEAM), ("add-tier.yaml", ADD_TIER)]).await?;
