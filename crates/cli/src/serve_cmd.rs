@@ -131,8 +131,10 @@ pub struct ServeArgs {
     /// Namespace labels for namespaceSelector: Namespace objects, or a map name → labels.
     #[arg(long = "namespace-labels")]
     pub namespace_labels: Option<PathBuf>,
-    /// Largest request body in bytes (413 above).
-    #[arg(long = "max-body-bytes", default_value_t = 3 * 1024 * 1024)]
+    /// Largest request body in bytes (413 above). The API server sends the object (up to its
+    /// own 3 MiB request limit) and, on UPDATE, the stored old object (up to etcd's 1.5 MiB):
+    /// a review it can send is never refused for its size.
+    #[arg(long = "max-body-bytes", default_value_t = 6 * 1024 * 1024)]
     pub max_body_bytes: usize,
     /// Evaluation deadline per request, in milliseconds (keep it below the webhook timeout).
     #[arg(long = "deadline-ms", default_value_t = 8000)]

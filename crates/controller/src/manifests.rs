@@ -106,7 +106,7 @@ impl Default for Values {
             replicas: 2,
             image_repository: "ghcr.io/verno/verno".into(),
             image_tag: env!("CARGO_PKG_VERSION").into(),
-            fail_timeout: 5,
+            fail_timeout: 10,
             ignore_timeout: 3,
             excluded_namespaces: Vec::new(),
             namespace_selector: None,
