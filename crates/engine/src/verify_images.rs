@@ -172,8 +172,10 @@ pub(crate) fn compile(
             })?),
             None => None,
         };
-        if i == 0 {
-            failure_action = action;
+        // The rule's action as Kyverno resolves it: Enforce when any entry enforces, else the
+        // first entry's that sets one.
+        if action == Some(Action::Enforce) || failure_action.is_none() {
+            failure_action = action.or(failure_action);
         }
         // A policy without validationFailureAction audits (Kyverno's `Audit()` is "not Enforce").
         let audit = match action {

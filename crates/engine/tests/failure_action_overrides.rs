@@ -124,3 +124,28 @@ fn an_error_in_a_rule_that_does_not_enforce_here_refuses_nothing() {
         set.evaluate(&Request::new("CREATE", &pod), Scope::ALL, &verno_jmespath::NoEnv, &verno_engine::NoData, &mut ());
     assert!(!out.allowed());
 }
+
+#[test]
+fn a_verify_images_rule_enforces_when_any_entry_does_else_as_its_first_entry_that_says() {
+    let rule = |entries: Value| {
+        let doc = json!({"apiVersion": "kyverno.io/v1", "kind": "ClusterPolicy", "metadata": {"name": "img"},
+            "spec": {"validationFailureAction": "Enforce", "rules": [{"name": "r",
+                "match": {"any": [{"resources": {"kinds": ["Pod"]}}]}, "verifyImages": entries}]}});
+        match compile(&doc, &[]) {
+            Ok(Compiled::Policy(p)) => p.rule_action("r"),
+            other => panic!("the policy does not compile: {:?}", other.err()),
+        }
+    };
+    let key = json!([{"entries": [{"keys": {"publicKeys": "k"}}]}]);
+    let entry = |refs: &str, action: Option<&str>| {
+        let mut e = json!({"imageReferences": [refs], "attestors": key, "mutateDigest": false});
+        if let Some(a) = action {
+            e["failureAction"] = json!(a);
+        }
+        e
+    };
+    use verno_engine::Action;
+    assert_eq!(rule(json!([entry("a/*", None), entry("b/*", Some("Audit"))])), Action::Audit);
+    assert_eq!(rule(json!([entry("a/*", Some("Audit")), entry("b/*", Some("Enforce"))])), Action::Enforce);
+    assert_eq!(rule(json!([entry("a/*", None), entry("b/*", None)])), Action::Enforce);
+}
