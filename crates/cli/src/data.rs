@@ -50,10 +50,12 @@ impl CliHost {
 
 impl verno_cel::Host for CliHost {
     fn resource_get(&self, api_version: &str, resource: &str, namespace: &str, name: &str) -> Result<Value, String> {
-        self.of(api_version, resource)
+        // Not given: it does not exist, which Kyverno's resource library answers `null`.
+        Ok(self
+            .of(api_version, resource)
             .find(|o| str_at(o, "/metadata/name") == name && str_at(o, "/metadata/namespace") == namespace)
             .cloned()
-            .ok_or_else(|| format!("{resource} \"{name}\" not found"))
+            .unwrap_or(Value::Null))
     }
 
     fn resource_list(&self, api_version: &str, resource: &str, namespace: &str) -> Result<Vec<Value>, String> {
@@ -448,5 +450,28 @@ impl Requests<'_> {
             .find(|(k, _)| k == "request.operation")
             .and_then(|(_, v)| v.as_str().map(str::to_string))
             .unwrap_or_else(|| "CREATE".into())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+
+    /// Issue 49 (a false deny): an object the test does not hold does not exist, and Kyverno's
+    /// resource library answers `null` for it — `resource.Get(…) != null` asks whether it does.
+    #[test]
+    fn resource_get_of_an_object_not_given_is_null() {
+        let host = CliHost {
+            objects: vec![serde_json::json!({"apiVersion": "v1", "kind": "ConfigMap",
+                "metadata": {"name": "cfg", "namespace": "default"}})],
+            api_mocks: Vec::new(),
+            global_entries: Vec::new(),
+            images: Vec::new(),
+            now: None,
+        };
+        use verno_cel::Host as _;
+        assert_eq!(host.resource_get("v1", "configmaps", "default", "nope"), Ok(Value::Null));
+        assert!(host.resource_get("v1", "configmaps", "default", "cfg").unwrap().is_object());
     }
 }

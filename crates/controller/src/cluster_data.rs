@@ -95,16 +95,22 @@ impl ClusterData {
     }
 
     fn call(&self, method: &str, path: &str, body: Option<&Value>) -> Result<Value, String> {
+        self.request(method, path, body).map_err(|(_, e)| e)
+    }
+
+    /// [`ClusterData::call`], telling a 404 apart (`(true, message)`).
+    fn request(&self, method: &str, path: &str, body: Option<&Value>) -> Result<Value, (bool, String)> {
+        let plain = |e: String| (false, e);
         // Kyverno's CRD allows no other method; the engine refuses others first.
         if !matches!(method, "GET" | "POST") {
-            return Err(format!("{method} {path}: only GET and POST calls are made"));
+            return Err(plain(format!("{method} {path}: only GET and POST calls are made")));
         }
         let mut req = http::Request::builder().method(method).uri(path);
         if body.is_some() {
             req = req.header("Content-Type", "application/json");
         }
         let bytes = body.map(|b| serde_json::to_vec(b).unwrap_or_default()).unwrap_or_default();
-        let req = req.body(bytes).map_err(|e| format!("{method} {path}: {e}"))?;
+        let req = req.body(bytes).map_err(|e| plain(format!("{method} {path}: {e}")))?;
         let client = self.client.clone();
         let max = self.max_bytes;
         // Read as it streams in, and never more than the limit: a response over it is refused
@@ -119,15 +125,15 @@ impl ClusterData {
         let bytes = self
             .runtime
             .block_on(async move { tokio::time::timeout(TIMEOUT, read).await })
-            .map_err(|_| format!("{method} {path}: no answer within {} s", TIMEOUT.as_secs()))?
+            .map_err(|_| plain(format!("{method} {path}: no answer within {} s", TIMEOUT.as_secs())))?
             .map_err(|e| match e {
-                kube::Error::Api(s) => s.message.clone(),
-                other => other.to_string(),
+                kube::Error::Api(s) => (s.code == 404, s.message.clone()),
+                other => plain(other.to_string()),
             })?;
         if bytes.len() > max {
-            return Err(format!("{method} {path}: the response is over the limit of {max} bytes"));
+            return Err(plain(format!("{method} {path}: the response is over the limit of {max} bytes")));
         }
-        serde_json::from_slice(&bytes).map_err(|e| format!("{method} {path}: the response is not JSON: {e}"))
+        serde_json::from_slice(&bytes).map_err(|e| plain(format!("{method} {path}: the response is not JSON: {e}")))
     }
 }
 
@@ -140,8 +146,14 @@ fn collection(api_version: &str, kind: &str, namespace: &str) -> Result<String, 
 /// The Kyverno CEL libraries in a cluster: `resource.Get/List` read the API server, the
 /// authorizer library asks it for SubjectAccessReviews, `time.now()` is the wall clock.
 impl verno_cel::Host for ClusterData {
+    /// An object that does not exist is `null` (Kyverno's resource library maps NotFound so;
+    /// `resource.Get(…) != null` is how policies ask whether it exists).
     fn resource_get(&self, api_version: &str, resource: &str, namespace: &str, name: &str) -> Result<Value, String> {
-        self.call("GET", &object_path(&resource_path(api_version, resource, namespace)?, name)?, None)
+        match self.request("GET", &object_path(&resource_path(api_version, resource, namespace)?, name)?, None) {
+            Ok(v) => Ok(v),
+            Err((true, _)) => Ok(Value::Null),
+            Err((false, e)) => Err(e),
+        }
     }
 
     fn resource_list(&self, api_version: &str, resource: &str, namespace: &str) -> Result<Vec<Value>, String> {
