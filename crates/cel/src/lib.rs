@@ -14,6 +14,7 @@ mod kube;
 mod meter;
 mod rewrite;
 mod shared;
+mod user;
 
 pub use host::Host;
 
@@ -40,6 +41,7 @@ fn env() -> Option<&'static Arc<Env>> {
         host::register(&mut env).ok()?;
         authz::register(&mut env).ok()?;
         image::register(&mut env).ok()?;
+        user::register(&mut env).ok()?;
         envoy::register(&mut env).ok()?;
         meter::register(&mut env).ok()?;
         Some(Arc::new(env))
@@ -994,5 +996,16 @@ mod tests {
         assert_eq!(t("image('ghcr.io/org/app@sha256:abc').identifier()"), Ok(json!("sha256:abc")));
         assert_eq!(t("isImage('UPPER/case')"), Ok(json!(false)));
         assert!(t("image('')").is_err());
+    }
+
+    /// Kyverno's `user` library (its sample policies use it to read a request's service account).
+    #[test]
+    fn service_account_usernames_parse_into_namespace_and_name() {
+        let v = vars(json!({}));
+        let t = |s: &str| Expr::compile(s).and_then(|e| e.eval(&v));
+        assert_eq!(t("parseServiceAccount('system:serviceaccount:ci:deployer').Namespace"), Ok(json!("ci")));
+        assert_eq!(t("user.parseServiceAccount('system:serviceaccount:ci:deployer').Name"), Ok(json!("deployer")));
+        assert_eq!(t("parseServiceAccount('alice').Name"), Ok(json!("")));
+        assert_eq!(t("parseServiceAccount('system:serviceaccount:ci').Namespace"), Ok(json!("")));
     }
 }
