@@ -5,6 +5,7 @@
 //! and results convert back to JSON. Programs compile once; evaluation is pure.
 
 mod authz;
+mod bind;
 pub mod envoy;
 mod fast;
 mod host;
@@ -42,6 +43,7 @@ fn env() -> Option<&'static Arc<Env>> {
         authz::register(&mut env).ok()?;
         image::register(&mut env).ok()?;
         user::register(&mut env).ok()?;
+        bind::register(&mut env).ok()?;
         envoy::register(&mut env).ok()?;
         meter::register(&mut env).ok()?;
         Some(Arc::new(env))
@@ -1007,5 +1009,19 @@ mod tests {
         assert_eq!(t("user.parseServiceAccount('system:serviceaccount:ci:deployer').Name"), Ok(json!("deployer")));
         assert_eq!(t("parseServiceAccount('alice').Name"), Ok(json!("")));
         assert_eq!(t("parseServiceAccount('system:serviceaccount:ci').Namespace"), Ok(json!("")));
+    }
+
+    /// cel-go's `cel.bind` (a false deny when missing: the expression failed to evaluate).
+    #[test]
+    fn cel_bind_names_a_value_for_an_expression() {
+        let v =
+            vars(json!({"spec": {"containers": [{"name": "a", "image": "x:1"}, {"name": "b", "image": "y:latest"}]}}));
+        let t = |s: &str| Expr::compile(s).and_then(|e| e.eval(&v));
+        assert_eq!(t("cel.bind(x, 2, x * x + x)"), Ok(json!(6)));
+        assert_eq!(
+            t("cel.bind(cs, object.spec.containers, cs.filter(c, c.image.endsWith(':latest')).map(c, c.name))"),
+            Ok(json!(["b"]))
+        );
+        assert_eq!(t("cel.bind(a, 1, cel.bind(b, a + 1, [a, b]))"), Ok(json!([1, 2])));
     }
 }
