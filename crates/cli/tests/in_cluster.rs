@@ -141,9 +141,10 @@ async fn a_policy_becomes_webhook_rules_and_violating_pods_are_denied_with_kyver
         eventually("rules for pods", || async { entry_rules(&vwc(&admin).await?, webhooks::VALIDATE_FAIL) }).await;
     assert_eq!(
         rules,
-        json!([{"apiGroups": [""], "apiVersions": ["v1"], "operations": ["CREATE", "UPDATE"], "resources": ["pods", "replicationcontrollers"], "scope": "*"},
-        {"apiGroups": ["apps"], "apiVersions": ["v1"], "operations": ["CREATE", "UPDATE"], "resources": ["daemonsets", "deployments", "replicasets", "statefulsets"], "scope": "*"},
-        {"apiGroups": ["batch"], "apiVersions": ["v1"], "operations": ["CREATE", "UPDATE"], "resources": ["cronjobs", "jobs"], "scope": "*"}])
+        // A validate rule naming no operations is asked about every one (Kyverno's registration).
+        json!([{"apiGroups": [""], "apiVersions": ["v1"], "operations": ["CREATE", "UPDATE", "DELETE", "CONNECT"], "resources": ["pods", "replicationcontrollers"], "scope": "*"},
+        {"apiGroups": ["apps"], "apiVersions": ["v1"], "operations": ["CREATE", "UPDATE", "DELETE", "CONNECT"], "resources": ["daemonsets", "deployments", "replicasets", "statefulsets"], "scope": "*"},
+        {"apiGroups": ["batch"], "apiVersions": ["v1"], "operations": ["CREATE", "UPDATE", "DELETE", "CONNECT"], "resources": ["cronjobs", "jobs"], "scope": "*"}])
     );
     // Status: ready, with rule counts and the autogen rules.
     let p = eventually("policy status", || async {

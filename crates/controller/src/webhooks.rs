@@ -284,10 +284,14 @@ pub fn desired_rules(set: &PolicySet) -> BTreeMap<&'static str, Vec<Value>> {
     let mut acc: BTreeMap<&'static str, Groups> = BTreeMap::new();
     for p in set.policies() {
         for r in &p.rules {
+            // A ClusterPolicy's validate rule that names no operations is registered for every
+            // one, as Kyverno registers it: DELETE and CONNECT (`pods/exec`) too — a policy
+            // refusing `kubectl exec` must be asked. (The engine skips pattern rules on DELETE.)
+            let every = matches!(r.body, RuleBody::Validate(_)) && matches!(p.kind, Kind::ClusterPolicy | Kind::Policy);
             for entry in entries_for(p, &r.body) {
                 for scope in r.matcher.webhook_scope() {
                     let ops: Vec<&'static str> = if scope.operations.is_empty() {
-                        vec!["CREATE", "UPDATE"]
+                        if every { OPERATIONS.to_vec() } else { vec!["CREATE", "UPDATE"] }
                     } else {
                         OPERATIONS
                             .iter()
