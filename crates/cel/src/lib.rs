@@ -13,6 +13,7 @@ mod image;
 mod jwt;
 mod kube;
 mod meter;
+mod quantity;
 mod rewrite;
 mod shared;
 mod user;
@@ -44,6 +45,7 @@ fn env() -> Option<&'static Arc<Env>> {
         image::register(&mut env).ok()?;
         user::register(&mut env).ok()?;
         bind::register(&mut env).ok()?;
+        quantity::register(&mut env).ok()?;
         envoy::register(&mut env).ok()?;
         meter::register(&mut env).ok()?;
         Some(Arc::new(env))
@@ -1023,5 +1025,31 @@ mod tests {
             Ok(json!(["b"]))
         );
         assert_eq!(t("cel.bind(a, 1, cel.bind(b, a + 1, [a, b]))"), Ok(json!([1, 2])));
+    }
+
+    /// Kubernetes' quantity library (a false deny when missing: resource-limit checks failed
+    /// to evaluate).
+    #[test]
+    fn quantities_compare_add_and_convert() {
+        let v = vars(json!({"spec": {"containers": [{"resources": {"limits": {"memory": "512Mi", "cpu": "500m"}}}]}}));
+        let t = |s: &str| Expr::compile(s).and_then(|e| e.eval(&v));
+        assert_eq!(
+            t("quantity(object.spec.containers[0].resources.limits.memory).isLessThan(quantity('1Gi'))"),
+            Ok(json!(true))
+        );
+        assert_eq!(t("quantity('1') == quantity('1000m')"), Ok(json!(true)));
+        assert_eq!(t("quantity('1Gi').compareTo(quantity('1G'))"), Ok(json!(1)));
+        assert_eq!(t("quantity('500m').add(quantity('1.5')).asInteger()"), Ok(json!(2)));
+        assert_eq!(t("quantity('2').sub(1).isGreaterThan(quantity('999m'))"), Ok(json!(true)));
+        assert_eq!(t("quantity('-3').sign()"), Ok(json!(-1)));
+        assert_eq!(t("quantity('500m').isInteger()"), Ok(json!(false)));
+        assert_eq!(t("quantity('250m').asApproximateFloat()"), Ok(json!(0.25)));
+        assert_eq!(t("isQuantity('1Gi') && !isQuantity('1GB')"), Ok(json!(true)));
+        assert!(t("quantity('500m').asInteger()").is_err());
+        assert!(t("quantity('lots')").is_err());
+        assert_eq!(
+            t("object.spec.containers.all(c, quantity(c.resources.limits.cpu).isLessThan(quantity('1')))"),
+            Ok(json!(true))
+        );
     }
 }
