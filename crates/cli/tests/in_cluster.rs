@@ -142,7 +142,7 @@ async fn a_policy_becomes_webhook_rules_and_violating_pods_are_denied_with_kyver
     assert_eq!(
         rules,
         // A validate rule naming no operations is asked about every one (Kyverno's registration).
-        json!([{"apiGroups": [""], "apiVersions": ["v1"], "operations": ["CREATE", "UPDATE", "DELETE", "CONNECT"], "resources": ["pods", "replicationcontrollers"], "scope": "*"},
+        json!([{"apiGroups": [""], "apiVersions": ["v1"], "operations": ["CREATE", "UPDATE", "DELETE", "CONNECT"], "resources": ["pods", "pods/ephemeralcontainers", "replicationcontrollers"], "scope": "*"},
         {"apiGroups": ["apps"], "apiVersions": ["v1"], "operations": ["CREATE", "UPDATE", "DELETE", "CONNECT"], "resources": ["daemonsets", "deployments", "replicasets", "statefulsets"], "scope": "*"},
         {"apiGroups": ["batch"], "apiVersions": ["v1"], "operations": ["CREATE", "UPDATE", "DELETE", "CONNECT"], "resources": ["cronjobs", "jobs"], "scope": "*"}])
     );

@@ -214,7 +214,12 @@ fn resources(s: &verno_engine::WebhookScope) -> Vec<(String, String, String)> {
         Some((_, g, v, plural)) => {
             let g = if s.group == "*" { (*g).to_string() } else { s.group.clone() };
             let v = if s.version == "*" { (*v).to_string() } else { s.version.clone() };
-            vec![(g, v, with_sub(plural))]
+            // A Pod rule covers the ephemeral containers `kubectl debug` adds (the engine
+            // matches them as the Pod), so the API server must ask about them too, as Kyverno
+            // registers them.
+            let debug = (kind == "Pod" && s.subresource.is_empty())
+                .then(|| (g.clone(), v.clone(), format!("{plural}/ephemeralcontainers")));
+            std::iter::once((g, v, with_sub(plural))).chain(debug).collect()
         }
         None => vec![(s.group.clone(), s.version.clone(), with_sub(&verno_engine::plural(kind)))],
     }
