@@ -767,6 +767,39 @@ async fn background_scans_keep_reports_exact_and_write_only_changes() {
     next.controller.stop().await;
 }
 
+/// Issue 49 (a false deny): the requesting user's ClusterRoles come from the cluster's
+/// bindings, so a policy that excludes a cluster role does not refuse its holders.
+#[tokio::test]
+async fn a_user_bound_to_an_excluded_cluster_role_is_not_refused() {
+    let (fake, admin, replica) = setup().await;
+    let binding = json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding",
+        "metadata": {"name": "ops-break-glass"},
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "break-glass"},
+        "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "User", "name": "ops"}]});
+    fake.apply(&admin, &binding).await.unwrap();
+    let policy = json!({"apiVersion": "kyverno.io/v1", "kind": "ClusterPolicy", "metadata": {"name": "owner"},
+        "spec": {"validationFailureAction": "Enforce", "background": false, "rules": [{"name": "owner",
+            "match": {"any": [{"resources": {"kinds": ["Pod"]}}]},
+            "exclude": {"any": [{"clusterRoles": ["break-glass"]}]},
+            "validate": {"message": "an owner label is required", "pattern": {"metadata": {"labels": {"owner": "?*"}}}}}]}});
+    apply_policy(&admin, &policy.to_string()).await;
+    eventually("rules for pods", || async { entry_rules(&vwc(&admin).await?, webhooks::VALIDATE_FAIL) }).await;
+    let as_user = |name: &'static str| {
+        let fake = &fake;
+        async move { Api::<Pod>::namespaced(client(fake, Some(name)).await, "shop") }
+    };
+    let dev = as_user("dev").await;
+    let err = dev.create(&PostParams::default(), &pod("by-dev", json!({}))).await.unwrap_err();
+    assert!(err.to_string().contains("an owner label is required"), "{err}");
+    // The binding may arrive a moment after the policy: the excluded user is admitted then.
+    let ops = as_user("ops").await;
+    eventually("ops is admitted", || async {
+        ops.create(&PostParams::default(), &pod("by-ops", json!({}))).await.ok()
+    })
+    .await;
+    replica.controller.stop().await;
+}
+
 /// Issue 47 item 8: reports have a size cap. Three Audit rules quoting a 700 KB annotation in
 /// their messages would make a 2.1 MB report, which etcd refuses (and the fake, as it does);
 /// the messages are cut instead, the report is written, and its summary stays true.

@@ -11,6 +11,7 @@
 //! is read from the API server each time, as Kyverno's client-based resolver does.
 
 use k8s_openapi::api::core::v1::ConfigMap;
+use k8s_openapi::api::rbac::v1::{ClusterRoleBinding, RoleBinding, Subject};
 use kube::runtime::reflector::{ObjectRef, Store};
 use serde_json::{Value, json};
 use std::sync::Arc;
@@ -43,6 +44,8 @@ pub struct ClusterData {
     config_maps: Option<Store<ConfigMap>>,
     /// The largest response accepted ([`MAX_BYTES`] unless set).
     max_bytes: usize,
+    /// RoleBindings and ClusterRoleBindings, for the requesting user's roles.
+    bindings: Option<(Store<RoleBinding>, Store<ClusterRoleBinding>)>,
 }
 
 impl ClusterData {
@@ -54,7 +57,14 @@ impl ClusterData {
             images: None,
             config_maps: None,
             max_bytes: MAX_BYTES,
+            bindings: None,
         }
+    }
+
+    /// Works out requesting users' Roles and ClusterRoles from the bindings these stores hold.
+    pub fn with_bindings(mut self, roles: Store<RoleBinding>, cluster_roles: Store<ClusterRoleBinding>) -> ClusterData {
+        self.bindings = Some((roles, cluster_roles));
+        self
     }
 
     /// Refuses responses over `bytes` (read no further than that).
@@ -227,7 +237,45 @@ fn resource_path(api_version: &str, resource: &str, namespace: &str) -> Result<S
     })
 }
 
+/// Whether a binding's subject is the user (a `User` of that name, a `Group` it is in, or the
+/// `ServiceAccount` the username names), as Kyverno matches them.
+fn binds(subjects: Option<&Vec<Subject>>, username: &str, groups: &[String]) -> bool {
+    subjects.into_iter().flatten().any(|s| match s.kind.as_str() {
+        "User" => s.name == username,
+        "Group" => groups.iter().any(|g| *g == s.name),
+        "ServiceAccount" => {
+            let ns = s.namespace.as_deref().unwrap_or("");
+            username.strip_prefix("system:serviceaccount:").and_then(|r| r.split_once(':'))
+                == Some((ns, s.name.as_str()))
+        }
+        _ => false,
+    })
+}
+
 impl Data for ClusterData {
+    /// Roles as `namespace:name` (a RoleBinding's ClusterRole counts as a role of its
+    /// namespace, as Kyverno counts it), ClusterRoles by name; sorted, without repeats.
+    fn user_roles(&self, username: &str, groups: &[String]) -> Option<(Vec<String>, Vec<String>)> {
+        let (role_bindings, cluster_role_bindings) = self.bindings.as_ref()?;
+        let mut roles: Vec<String> = role_bindings
+            .state()
+            .iter()
+            .filter(|b| binds(b.subjects.as_ref(), username, groups))
+            .map(|b| format!("{}:{}", b.metadata.namespace.as_deref().unwrap_or(""), b.role_ref.name))
+            .collect();
+        let mut cluster_roles: Vec<String> = cluster_role_bindings
+            .state()
+            .iter()
+            .filter(|b| binds(b.subjects.as_ref(), username, groups))
+            .map(|b| b.role_ref.name.clone())
+            .collect();
+        for l in [&mut roles, &mut cluster_roles] {
+            l.sort();
+            l.dedup();
+        }
+        Some((roles, cluster_roles))
+    }
+
     fn image_verifier(&self) -> Option<Arc<dyn verno_engine::verify_images::ImageVerifier>> {
         self.images.clone().map(|v| v as Arc<dyn verno_engine::verify_images::ImageVerifier>)
     }

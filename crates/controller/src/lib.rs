@@ -293,6 +293,31 @@ where
 /// How long a change after a quiet spell waits for the ones arriving with it.
 const QUICK: Duration = Duration::from_millis(5);
 
+/// Keeps `writer`'s store in step with every object of `api` until `stop`.
+fn reflect_all<K>(
+    api: Api<K>,
+    writer: reflector::store::Writer<K>,
+    mut stop: watch::Receiver<bool>,
+    what: &'static str,
+) -> tokio::task::JoinHandle<()>
+where
+    K: kube::Resource<DynamicType = ()> + Clone + std::fmt::Debug + serde::de::DeserializeOwned + Send + Sync + 'static,
+{
+    tokio::spawn(async move {
+        let mut s = watcher(api, watcher::Config::default()).default_backoff().reflect(writer).boxed();
+        loop {
+            tokio::select! {
+                ev = s.next() => match ev {
+                    Some(Err(e)) => tracing::debug!(error = %e, kind = what, "watch error (retrying)"),
+                    Some(Ok(_)) => {}
+                    None => return,
+                },
+                _ = stop.wait_for(|s| *s) => return,
+            }
+        }
+    })
+}
+
 /// Starts the controller tasks feeding `server`.
 pub async fn start(client: kube::Client, server: Arc<dyn Serving>, opts: Options) -> Controller {
     let (stop_tx, stop_rx) = watch::channel(false);
@@ -307,7 +332,13 @@ pub async fn start(client: kube::Client, server: Arc<dyn Serving>, opts: Options
     if let Some(writer) = &config_maps {
         data = data.with_config_map_cache(writer.as_reader());
     }
+    let role_bindings = reflector::store::Writer::<k8s_openapi::api::rbac::v1::RoleBinding>::default();
+    let cluster_role_bindings = reflector::store::Writer::<k8s_openapi::api::rbac::v1::ClusterRoleBinding>::default();
+    data = data.with_bindings(role_bindings.as_reader(), cluster_role_bindings.as_reader());
     server.set_data(Arc::new(data));
+    // The bindings the requesting users' roles are worked out from (Kyverno's RBAC informers).
+    tasks.push(reflect_all(Api::all(client.clone()), role_bindings, stop_rx.clone(), "RoleBinding"));
+    tasks.push(reflect_all(Api::all(client.clone()), cluster_role_bindings, stop_rx.clone(), "ClusterRoleBinding"));
 
     // Leadership.
     tasks.push(tokio::spawn(leader::run(

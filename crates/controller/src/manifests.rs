@@ -475,6 +475,9 @@ pub fn render(v: &Values) -> Vec<Value> {
                 {"apiGroups": ["admissionregistration.k8s.io"], "resources": ["validatingwebhookconfigurations", "mutatingwebhookconfigurations"], "verbs": ["list", "watch"]},
                 {"apiGroups": ["rbac.authorization.k8s.io"], "resources": ["clusterroles"], "resourceNames": [CLUSTER_ROLE], "verbs": ["get", "list", "watch"]},
                 {"apiGroups": ["rbac.authorization.k8s.io"], "resources": ["clusterroles"], "verbs": ["list", "watch"]},
+                // The requesting user's Roles and ClusterRoles (`roles`/`clusterRoles` in match
+                // and exclude, `request.roles`), worked out from the bindings as Kyverno does.
+                {"apiGroups": ["rbac.authorization.k8s.io"], "resources": ["rolebindings", "clusterrolebindings"], "verbs": ["get", "list", "watch"]},
                 {"apiGroups": ["events.k8s.io"], "resources": ["events"], "verbs": ["create", "patch"]},
                 // Admission policies and their bindings, which background scans report.
                 {"apiGroups": ["admissionregistration.k8s.io"], "resources": ["validatingadmissionpolicies", "validatingadmissionpolicybindings"], "verbs": ["get", "list", "watch"]},

@@ -196,6 +196,9 @@ impl Data for Reach<'_> {
     fn namespace_labels(&self, namespace: &str) -> Option<BTreeMap<String, String>> {
         self.inner.namespace_labels(namespace)
     }
+    fn user_roles(&self, username: &str, groups: &[String]) -> Option<(Vec<String>, Vec<String>)> {
+        self.inner.user_roles(username, groups)
+    }
     fn foreach_values(&self, policy: &str, rule: &str) -> BTreeMap<String, Vec<Value>> {
         self.inner.foreach_values(policy, rule)
     }

@@ -56,6 +56,13 @@ pub trait Data: Sync {
     fn namespace_object(&self, _name: &str) -> Option<Value> {
         None
     }
+    /// The Roles (`namespace:name`) and ClusterRoles bound to a user or one of its groups, as
+    /// Kyverno works them out from RoleBindings and ClusterRoleBindings for every admission
+    /// request (`roles`/`clusterRoles` in match and exclude, `request.roles`,
+    /// `request.clusterRoles`); `None`: not known here.
+    fn user_roles(&self, _username: &str, _groups: &[String]) -> Option<(Vec<String>, Vec<String>)> {
+        None
+    }
     /// `namespaceObject` as a policy of this view sees it. In a cluster every kind sees the
     /// Namespace itself (the default); Kyverno's CLI builds it differently per kind (see
     /// [`NamespaceView`]), so the CLI's data answers each view.

@@ -407,6 +407,10 @@ pub struct PolicySet {
     self_contained: SelfContained,
     /// Some policy or exception may read the `images` variable (a string of it says `images`).
     reads_images: bool,
+    /// Some policy names roles or cluster roles (match/exclude `roles`/`clusterRoles`,
+    /// `request.roles`, `request.clusterRoles`): admission requests ask the data port for the
+    /// user's ([`Data::user_roles`]).
+    reads_roles: bool,
     /// Which rules a request of a given kind can match, known from the rules' kinds alone.
     gates: KindGates,
 }
@@ -561,6 +565,18 @@ impl PolicySet {
         // Exceptions keep no document: any with conditions may read it.
         let reads_images = policies.iter().any(|p| says_images(&p.document))
             || exceptions.iter().any(|e| e.conditions.is_some() || !e.cel_conditions.is_empty());
+        fn says_roles(v: &Value) -> bool {
+            match v {
+                Value::String(s) => s.contains("request.roles") || s.contains("request.clusterRoles"),
+                Value::Array(a) => a.iter().any(says_roles),
+                Value::Object(m) => m.iter().any(|(k, v)| {
+                    ((k == "roles" || k == "clusterRoles") && v.as_array().is_some_and(|a| !a.is_empty()))
+                        || says_roles(v)
+                }),
+                _ => false,
+            }
+        }
+        let reads_roles = policies.iter().any(|p| says_roles(&p.document)) || !exceptions.is_empty();
         let gates = KindGates::of(&policies);
         PolicySet {
             policies,
@@ -570,6 +586,7 @@ impl PolicySet {
             live_namespaces: None,
             self_contained,
             reads_images,
+            reads_roles,
             gates,
         }
     }
@@ -737,11 +754,16 @@ impl PolicySet {
         data: &dyn Data,
         observer: &mut dyn Observer,
     ) -> Outcome {
+        let (roles, cluster_roles) = if self.reads_roles {
+            data.user_roles(&req.user_info.username, &req.user_info.groups).unwrap_or_default()
+        } else {
+            (Vec::new(), Vec::new())
+        };
         let user = RequestUser {
             username: req.user_info.username.clone(),
             groups: req.user_info.groups.clone(),
-            roles: Vec::new(),
-            cluster_roles: Vec::new(),
+            roles,
+            cluster_roles,
         };
         let request = Request {
             operation: &req.operation,
