@@ -42,6 +42,12 @@ fn override_at(
     let (ns, labels) = at.map_or(("", &empty), |(ns, l)| (ns, l.unwrap_or(&empty)));
     overrides.iter().find_map(|o| {
         let action = Action::parse(&o.action.to_ascii_lowercase())?;
+        // A cluster-scoped resource has no namespace: only an override for every namespace
+        // (none named, no selector) holds for it — Kyverno's policy cache matches no other, so
+        // the rule does not even run before the answer.
+        if ns.is_empty() && (!o.namespaces.is_empty() || o.namespace_selector.is_some()) {
+            return None;
+        }
         let in_namespaces = if o.namespaces.is_empty() {
             true
         } else {

@@ -149,3 +149,27 @@ fn a_verify_images_rule_enforces_when_any_entry_does_else_as_its_first_entry_tha
     assert_eq!(rule(json!([entry("a/*", Some("Audit")), entry("b/*", Some("Enforce"))])), Action::Enforce);
     assert_eq!(rule(json!([entry("a/*", None), entry("b/*", None)])), Action::Enforce);
 }
+
+#[test]
+fn a_cluster_scoped_resource_takes_only_overrides_for_every_namespace() {
+    let doc = |overrides: Value| {
+        json!({"apiVersion": "kyverno.io/v1", "kind": "ClusterPolicy", "metadata": {"name": "roles"},
+            "spec": {"validationFailureAction": "Audit", "validationFailureActionOverrides": overrides,
+                "background": false, "rules": [{"name": "owner",
+                    "match": {"any": [{"resources": {"kinds": ["ClusterRole"]}}]},
+                    "validate": {"message": "owner", "pattern": {"metadata": {"labels": {"owner": "?*"}}}}}]}})
+    };
+    let role = json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole", "metadata": {"name": "r"}});
+    let admitted = |overrides: Value| {
+        let p = match compile(&doc(overrides), &[]) {
+            Ok(Compiled::Policy(p)) => Arc::new(p),
+            other => panic!("the policy does not compile: {:?}", other.err()),
+        };
+        let set = PolicySet::new(vec![p], Vec::new());
+        set.evaluate(&Request::new("CREATE", &role), Scope::ALL, &verno_jmespath::NoEnv, &verno_engine::NoData, &mut ())
+            .allowed()
+    };
+    assert!(admitted(json!([{"action": "Enforce", "namespaces": ["*"]}])));
+    assert!(admitted(json!([{"action": "Enforce", "namespaceSelector": {"matchLabels": {}}}])));
+    assert!(!admitted(json!([{"action": "Enforce"}])));
+}
