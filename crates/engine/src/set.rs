@@ -896,23 +896,24 @@ fn judge_kyverno(
         Phase::Mutate => {
             let bad: Vec<&str> = r.rules.iter().filter(|x| p.blocks(x, at)).map(|x| x.name.as_str()).collect();
             if !bad.is_empty() {
-                out.mutate_failures.push(format!("failed to apply policy {} rules {}", p.key(), bad.join(", ")));
+                out.mutate_failures.push(format!("failed to apply policy {} rules {}", p.name, bad.join(", ")));
             }
             if p.emit_warning {
                 out.warnings.extend(
                     r.rules
                         .iter()
                         .filter(|x| x.status != Status::Skip)
-                        .map(|x| format!("policy {}.{}: {}", p.key(), x.name, x.message)),
+                        .map(|x| format!("policy {}.{}: {}", p.name, x.name, x.message)),
                 );
             }
         }
         // verifyImages failures refuse the request as validation failures do (Kyverno's
         // image verification handler uses the same blocking rule and message).
         Phase::Validate | Phase::Verify => {
-            // The policy's entry, made (its key spelled out) once per policy.
+            // The policy's entry, made once per policy, under its name (a namespaced Policy's
+            // too: Kyverno's message names `er.Policy().GetName()`).
             let mut blocked =
-                r.rules.iter().any(|rr| p.blocks(rr, at)).then(|| out.blocked.entry(p.key()).or_default());
+                r.rules.iter().any(|rr| p.blocks(rr, at)).then(|| out.blocked.entry(p.name.clone()).or_default());
             for rr in &mut r.rules {
                 let blocks = p.blocks(rr, at);
                 if matches!(rr.status, Status::Fail | Status::Error) {
@@ -929,7 +930,7 @@ fn judge_kyverno(
                         rules.insert(rr.name.to_string(), grab(&mut rr.message, take));
                     }
                 } else if p.emit_warning && rr.status != Status::Skip && rr.status != Status::Pass {
-                    out.warnings.push(format!("policy {}.{}: {}", p.key(), rr.name, rr.message));
+                    out.warnings.push(format!("policy {}.{}: {}", p.name, rr.name, rr.message));
                 }
             }
         }

@@ -173,3 +173,23 @@ fn a_cluster_scoped_resource_takes_only_overrides_for_every_namespace() {
     assert!(admitted(json!([{"action": "Enforce", "namespaceSelector": {"matchLabels": {}}}])));
     assert!(!admitted(json!([{"action": "Enforce"}])));
 }
+
+#[test]
+fn a_namespaced_policys_denial_and_warnings_name_it_without_its_namespace() {
+    let doc = json!({"apiVersion": "kyverno.io/v1", "kind": "Policy", "metadata": {"name": "team", "namespace": "shop"},
+        "spec": {"validationFailureAction": "Enforce", "background": false, "rules": [{"name": "need-team",
+            "match": {"any": [{"resources": {"kinds": ["Pod"]}}]},
+            "validate": {"message": "a team label is required", "pattern": {"metadata": {"labels": {"team": "?*"}}}}}]}});
+    let p = match compile(&doc, &[]) {
+        Ok(Compiled::Policy(p)) => Arc::new(p),
+        other => panic!("the policy does not compile: {:?}", other.err()),
+    };
+    let pod = json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "web", "namespace": "shop"},
+        "spec": {"containers": [{"name": "c", "image": "nginx"}]}});
+    let set = PolicySet::new(vec![p], Vec::new());
+    let out =
+        set.evaluate(&Request::new("CREATE", &pod), Scope::ALL, &verno_jmespath::NoEnv, &verno_engine::NoData, &mut ());
+    let message = out.denial("Pod", "shop", "web").unwrap();
+    assert!(message.contains("\n\nteam:\n  need-team:"), "{message}");
+    assert!(!message.contains("shop/team"), "{message}");
+}
