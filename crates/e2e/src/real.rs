@@ -99,20 +99,9 @@ impl RealCluster {
     /// Starts the control plane, installs Verno and starts it; ready when the API server's
     /// webhook configurations carry Verno's CA.
     pub async fn start(o: RealOptions<'_>) -> Result<RealCluster> {
+        let mut cluster = RealCluster::bare(o.repo, o.dir)?;
         let cp = o.dir.join("control-plane");
-        let up = run(Command::new("bash").arg(o.repo.join("scripts/cluster.sh")).arg("up").arg(&cp), "cluster.sh up")?;
-        let kubeconfig = cp.join("kubeconfig");
-        if !up.contains("KUBECONFIG=") || !kubeconfig.is_file() {
-            bail!("cluster.sh up wrote no kubeconfig:\n{up}");
-        }
-        let mut cluster = RealCluster {
-            dir: o.dir.to_path_buf(),
-            kubeconfig: kubeconfig.clone(),
-            verno_kubeconfig: o.dir.join("verno-kubeconfig"),
-            verno_log: o.dir.join("verno.log"),
-            repo: o.repo.to_path_buf(),
-            verno: None,
-        };
+        let kubeconfig = cluster.kubeconfig.clone();
         let kubectl = o.repo.join(".tools/bin/kubectl");
         let port = free_port()?;
         let url = format!("https://127.0.0.1:{port}");
@@ -166,6 +155,31 @@ impl RealCluster {
         cluster.verno = Some(child);
         cluster.wait_ready().await?;
         Ok(cluster)
+    }
+
+    /// The control plane alone, without Verno (`scripts/cluster.sh up` in `dir`/control-plane):
+    /// a baseline to compare with; stopped on drop like the rest.
+    pub fn bare(repo: &Path, dir: &Path) -> Result<RealCluster> {
+        let cp = dir.join("control-plane");
+        let up = run(Command::new("bash").arg(repo.join("scripts/cluster.sh")).arg("up").arg(&cp), "cluster.sh up")?;
+        let kubeconfig = cp.join("kubeconfig");
+        let cluster = RealCluster {
+            dir: dir.to_path_buf(),
+            kubeconfig,
+            verno_kubeconfig: dir.join("verno-kubeconfig"),
+            verno_log: dir.join("verno.log"),
+            repo: repo.to_path_buf(),
+            verno: None,
+        };
+        if !up.contains("KUBECONFIG=") || !cluster.kubeconfig.is_file() {
+            bail!("cluster.sh up wrote no kubeconfig:\n{up}");
+        }
+        Ok(cluster)
+    }
+
+    /// The process id of `verno serve` (None for a bare cluster).
+    pub fn verno_pid(&self) -> Option<u32> {
+        self.verno.as_ref().map(std::process::Child::id)
     }
 
     /// The administrator's client.
