@@ -242,7 +242,7 @@ fn resource_path(api_version: &str, resource: &str, namespace: &str) -> Result<S
 fn binds(subjects: Option<&Vec<Subject>>, username: &str, groups: &[String]) -> bool {
     subjects.into_iter().flatten().any(|s| match s.kind.as_str() {
         "User" => s.name == username,
-        "Group" => groups.iter().any(|g| *g == s.name),
+        "Group" => groups.contains(&s.name),
         "ServiceAccount" => {
             let ns = s.namespace.as_deref().unwrap_or("");
             username.strip_prefix("system:serviceaccount:").and_then(|r| r.split_once(':'))

@@ -32,11 +32,15 @@ impl Action {
     }
 }
 
+/// Where a resource is, for failure action overrides: its namespace and the namespace's labels
+/// (`None`: not known — only overrides for every namespace hold).
+pub type At<'a> = Option<(&'a str, Option<&'a BTreeMap<String, String>>)>;
+
 /// The action of the first failure action override that holds for a resource in namespace
 /// `at` (see [`CompiledPolicy::rule_action_at`]).
 fn override_at(
     overrides: &[FailureActionOverride],
-    at: Option<(&str, Option<&BTreeMap<String, String>>)>,
+    at: At<'_>,
 ) -> Option<Action> {
     let empty = BTreeMap::new();
     let (ns, labels) = at.map_or(("", &empty), |(ns, l)| (ns, l.unwrap_or(&empty)));
@@ -230,7 +234,7 @@ impl CompiledPolicy {
     /// matches when its action is valid and its `namespaces` (wildcards) hold the resource's
     /// namespace — or name none — and its `namespaceSelector`, if any, selects the namespace's
     /// labels; the first that matches decides.
-    pub fn rule_action_at(&self, rule: &str, at: Option<(&str, Option<&BTreeMap<String, String>>)>) -> Action {
+    pub fn rule_action_at(&self, rule: &str, at: At<'_>) -> Action {
         let own = self.rules.iter().find(|r| r.name == rule).and_then(|r| match &r.body {
             RuleBody::Validate(v) => override_at(&v.overrides, at).or(v.failure_action),
             RuleBody::VerifyImages(v) => v.failure_action,
@@ -249,7 +253,7 @@ impl CompiledPolicy {
     pub fn blocks(
         &self,
         r: &crate::outcome::RuleResponse,
-        at: Option<(&str, Option<&BTreeMap<String, String>>)>,
+        at: At<'_>,
     ) -> bool {
         use crate::outcome::{RuleType, Status};
         match (r.rule_type, r.status) {

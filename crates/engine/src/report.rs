@@ -313,8 +313,7 @@ pub fn fit(results: &mut Vec<Value>, max: usize) -> usize {
     }
     let mut flags = drop.iter();
     results.retain(|_| !flags.next().copied().unwrap_or(false));
-    let omitted = drop.iter().filter(|d| **d).count();
-    omitted
+    drop.iter().filter(|d| **d).count()
 }
 
 /// Kyverno's order of results: policy, rule, source, then timestamp.

@@ -793,7 +793,7 @@ fn judge(
     phase: Phase,
     r: &mut PolicyResponse,
     take: bool,
-    at: Option<(&str, Option<&BTreeMap<String, String>>)>,
+    at: crate::policy::At<'_>,
 ) {
     note_applied(out, i, phase, r);
     match p.kind {
@@ -890,7 +890,7 @@ fn judge_kyverno(
     p: &CompiledPolicy,
     phase: Phase,
     r: &mut PolicyResponse,
-    (take, at): (bool, Option<(&str, Option<&BTreeMap<String, String>>)>),
+    (take, at): (bool, crate::policy::At<'_>),
 ) {
     match phase {
         Phase::Mutate => {

@@ -301,7 +301,10 @@ mod tests {
         assert_eq!(normalize_image("nginx:1.2").as_deref(), Ok("docker.io/library/nginx:1.2"));
         assert_eq!(normalize_image("ghcr.io/a/b:v1").as_deref(), Ok("ghcr.io/a/b:v1"));
         assert_eq!(normalize_image("localhost:5000/x").as_deref(), Ok("localhost:5000/x:latest"));
-        assert_eq!(normalize_image("org/app@sha256:abc").as_deref(), Ok("docker.io/org/app@sha256:abc"));
+        let digest = format!("sha256:{}", "0a".repeat(32));
+        assert_eq!(normalize_image(&format!("org/app@{digest}")), Ok(format!("docker.io/org/app@{digest}")));
+        // The reference grammar refuses a digest that is not one (Kyverno's parser does).
+        assert!(normalize_image("org/app@sha256:abc").is_err());
     }
 
     #[test]
