@@ -38,10 +38,7 @@ pub type At<'a> = Option<(&'a str, Option<&'a BTreeMap<String, String>>)>;
 
 /// The action of the first failure action override that holds for a resource in namespace
 /// `at` (see [`CompiledPolicy::rule_action_at`]).
-fn override_at(
-    overrides: &[FailureActionOverride],
-    at: At<'_>,
-) -> Option<Action> {
+fn override_at(overrides: &[FailureActionOverride], at: At<'_>) -> Option<Action> {
     let empty = BTreeMap::new();
     let (ns, labels) = at.map_or(("", &empty), |(ns, l)| (ns, l.unwrap_or(&empty)));
     overrides.iter().find_map(|o| {
@@ -250,11 +247,7 @@ impl CompiledPolicy {
     /// answering, so nothing they find, errors included, refuses a request.
     ///
     /// `at` is the resource's namespace and its labels, for failure action overrides.
-    pub fn blocks(
-        &self,
-        r: &crate::outcome::RuleResponse,
-        at: At<'_>,
-    ) -> bool {
+    pub fn blocks(&self, r: &crate::outcome::RuleResponse, at: At<'_>) -> bool {
         use crate::outcome::{RuleType, Status};
         match (r.rule_type, r.status) {
             (RuleType::Mutation, Status::Fail | Status::Error) => !self.failure_policy_ignore,
