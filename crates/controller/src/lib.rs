@@ -445,8 +445,11 @@ pub async fn start(client: kube::Client, server: Arc<dyn Serving>, opts: Options
             server.report_results(reports_tx);
             tasks.push(tokio::spawn(reports::run(client.clone(), reports_rx, server.clone(), limits, stop_rx.clone())));
         }
-        // The requests Kyverno's ConfigMap says to leave alone (`resourceFilters`, `exclude*`):
-        // its values while it exists, Kyverno's chart defaults otherwise (followed live).
+        // Kyverno's ConfigMap, followed live in one watch: the requests it says to leave alone
+        // (`resourceFilters`, `exclude*`; Kyverno chart's defaults once it is deleted) and, when
+        // events are written, its success-event keys.
+        let base = events::EventConfig { omit: opts.omit_events.clone(), ..Default::default() };
+        let (config_tx, config_rx) = watch::channel(base.clone());
         if let Some(name) = &opts.config_map {
             let server = server.clone();
             tasks.push(spawn_watch(
@@ -455,12 +458,15 @@ pub async fn start(client: kube::Client, server: Arc<dyn Serving>, opts: Options
                 kick.clone(),
                 stop_rx.clone(),
                 move |cm: &k8s_openapi::api::core::v1::ConfigMap| {
-                    let filters = match (&cm.metadata.deletion_timestamp, &cm.data) {
-                        (None, Some(data)) => verno_engine::filters::RequestFilters::from_config_map(data),
-                        (None, None) => verno_engine::filters::RequestFilters::default(),
-                        (Some(_), _) => verno_engine::filters::RequestFilters::kyverno_defaults(),
+                    let live = cm.metadata.deletion_timestamp.is_none();
+                    let filters = match (live, &cm.data) {
+                        (true, Some(data)) => verno_engine::filters::RequestFilters::from_config_map(data),
+                        (true, None) => verno_engine::filters::RequestFilters::default(),
+                        (false, _) => verno_engine::filters::RequestFilters::kyverno_defaults(),
                     };
                     server.set_request_filters(filters);
+                    let next = base.with_config_map(cm.data.as_ref().filter(|_| live));
+                    config_tx.send_if_modified(|cur| std::mem::replace(cur, next.clone()) != next);
                 },
             ));
         }
@@ -469,21 +475,6 @@ pub async fn start(client: kube::Client, server: Arc<dyn Serving>, opts: Options
             let (notices_tx, notices_rx) = tokio::sync::mpsc::channel(opts.max_queued_events);
             server.report_events(notices_tx);
             let stores = events::PolicyStores(stores.clone());
-            let base = events::EventConfig { omit: opts.omit_events.clone(), ..Default::default() };
-            let (config_tx, config_rx) = watch::channel(base.clone());
-            if let Some(name) = &opts.config_map {
-                tasks.push(spawn_watch(
-                    Api::<k8s_openapi::api::core::v1::ConfigMap>::namespaced(client.clone(), &opts.namespace),
-                    Some(name),
-                    kick.clone(),
-                    stop_rx.clone(),
-                    move |cm: &k8s_openapi::api::core::v1::ConfigMap| {
-                        let data = if cm.metadata.deletion_timestamp.is_some() { None } else { cm.data.as_ref() };
-                        let next = base.with_config_map(data);
-                        config_tx.send_if_modified(|cur| std::mem::replace(cur, next.clone()) != next);
-                    },
-                ));
-            }
             tasks.push(tokio::spawn(events::run(
                 client.clone(),
                 events::REPORTING_CONTROLLER,
