@@ -264,7 +264,8 @@ make_certs() {
   sign apiserver "$(printf '%s\n' 'extendedKeyUsage = serverAuth' \
     'subjectAltName = IP:127.0.0.1,IP:10.0.0.1,DNS:localhost,DNS:kubernetes,DNS:kubernetes.default,DNS:kubernetes.default.svc,DNS:kubernetes.default.svc.cluster.local')" \
     "CN = kube-apiserver"
-  sign admin 'extendedKeyUsage = clientAuth' "O = system:masters" "CN = verno-admin"
+  # The admin as kind names it (CN kubernetes-admin; tests compare request.userInfo.username).
+  sign admin 'extendedKeyUsage = clientAuth' "O = system:masters" "CN = kubernetes-admin"
   # Service account token signing key pair.
   openssl rsa -in sa.key -pubout -out sa.pub
   chmod 600 ./*.key
@@ -282,7 +283,7 @@ clusters:
     server: $APISERVER_URL
     certificate-authority-data: $(b64 ca.crt)
 users:
-- name: verno-admin
+- name: kubernetes-admin
   user:
     client-certificate-data: $(b64 admin.crt)
     client-key-data: $(b64 admin.key)
@@ -290,7 +291,7 @@ contexts:
 - name: verno-test
   context:
     cluster: verno-test
-    user: verno-admin
+    user: kubernetes-admin
 current-context: verno-test
 EOF
   chmod 600 kubeconfig

@@ -1042,6 +1042,39 @@ async fn deleting_one_clone_list_source_removes_only_its_own_copies() {
     replica.controller.stop().await;
 }
 
+/// Kyverno learns of clone sources from admission requests, so RBAC written for it often grants
+/// `get, list` on Secrets and no `watch` (Kyverno's own CI does): a source change must still
+/// reach the copies (the background controller lists the kind periodically instead).
+#[tokio::test]
+async fn a_clone_source_whose_watch_is_forbidden_still_syncs_its_copies() {
+    let (fake, admin, replica) = setup().await;
+    fake.forbid_watch("secrets");
+    create_namespace(&admin, "platform", json!({})).await;
+    let s = serde_json::from_value(
+        json!({"metadata": {"name": "regcred", "namespace": "platform"}, "data": {"k": "djE="}}),
+    )
+    .unwrap();
+    secret_api(&admin, "platform").create(&PostParams::default(), &s).await.unwrap();
+    apply_policy(&admin, &json!({"apiVersion": "kyverno.io/v1", "kind": "ClusterPolicy", "metadata": {"name": "copy-regcred"},
+        "spec": {"rules": [{"name": "copy", "match": {"any": [{"resources": {"kinds": ["Namespace"], "selector": {"matchLabels": {"team": "yes"}}}}]},
+            "generate": {"synchronize": true, "apiVersion": "v1", "kind": "Secret", "name": "regcred", "namespace": "{{request.object.metadata.name}}",
+                "clone": {"namespace": "platform", "name": "regcred"}}}]}}).to_string()).await;
+    wait_ready(&admin, "copy-regcred").await;
+    create_namespace(&admin, "team-1", json!({"team": "yes"})).await;
+    let data = |s: k8s_openapi::api::core::v1::Secret| s.data.and_then(|d| d.get("k").map(|v| v.0.clone()));
+    eventually("the copy", || async {
+        secret_api(&admin, "team-1").get_opt("regcred").await.ok().flatten().and_then(data).filter(|d| d == b"v1")
+    })
+    .await;
+    let patch = json!({"data": {"k": "djI="}});
+    secret_api(&admin, "platform").patch("regcred", &PatchParams::default(), &Patch::Merge(&patch)).await.unwrap();
+    eventually("the copy follows its source", || async {
+        secret_api(&admin, "team-1").get_opt("regcred").await.ok().flatten().and_then(data).filter(|d| d == b"v2")
+    })
+    .await;
+    replica.controller.stop().await;
+}
+
 const DATA_SYNC: &str = r#"{"apiVersion": "kyverno.io/v1", "kind": "ClusterPolicy", "metadata": {"name": "team-credentials"},
   "spec": {"rules": [{"name": "cred", "match": {"any": [{"resources": {"kinds": ["ConfigMap"], "selector": {"matchLabels": {"wants": "cred"}}}}]},
     "generate": {"synchronize": true, "apiVersion": "v1", "kind": "Secret",

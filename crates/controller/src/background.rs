@@ -57,7 +57,7 @@ use k8s_openapi::api::core::v1::ObjectReference;
 use kube::api::{Api, DeleteParams, DynamicObject, Patch, PatchParams, PostParams};
 use kube::discovery::{ApiResource, Discovery, Scope as DiscoveryScope};
 use kube::runtime::events::{Event, EventType, Recorder, Reporter};
-use kube::runtime::{WatchStreamExt, watcher};
+use kube::runtime::watcher;
 use serde_json::Value;
 use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
 use std::sync::Arc;
@@ -617,8 +617,9 @@ impl Controller {
             self.triggers.retain(|k, _| !(k.0 == ar.api_version && k.1 == ar.kind));
         }
         let tx = self.tx.clone();
+        let what = format!("{}/{}", ar.api_version, ar.kind);
         let task = tokio::spawn(async move {
-            let mut s = watcher(api, cfg).default_backoff().boxed();
+            let mut s = crate::poll::watch_or_poll(api, cfg, crate::poll::POLL_EVERY, what);
             while let Some(ev) = s.next().await {
                 match ev {
                     Ok(ev) => {

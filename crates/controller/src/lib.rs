@@ -19,6 +19,7 @@ pub mod leader;
 pub mod manifests;
 pub mod ops;
 pub mod policies;
+pub mod poll;
 pub mod probe;
 pub mod reports;
 pub mod scan;

@@ -96,6 +96,44 @@ pub struct Values {
     /// ClusterRole aggregated into the cleanup role (what the TTL label and cleanup policies
     /// may delete, besides ClusterRoles labelled `rbac.kyverno.io/aggregate-to-cleanup-controller`).
     pub cleanup_extra_resources: Vec<Value>,
+    /// Kyverno's `backgroundController.rbac.coreClusterRole.extraResources` (by default the
+    /// chart's: create, update, patch and delete NetworkPolicies, Ingresses, IngressClasses,
+    /// Roles, RoleBindings, ConfigMaps, ResourceQuotas, LimitRanges, ResourceClaims and their
+    /// templates) and `backgroundController.rbac.clusterRole.extraResources`: what generate and
+    /// mutate-existing rules may write besides ClusterRoles labelled
+    /// `rbac.kyverno.io/aggregate-to-background-controller`.
+    pub background_core_resources: Vec<Value>,
+    pub background_extra_resources: Vec<Value>,
+    /// Kyverno's `admissionController.rbac.clusterRole.extraResources`: more rules bound to
+    /// Verno's service account (what policies' API calls and context entries read).
+    pub admission_extra_resources: Vec<Value>,
+}
+
+/// The rules Kyverno's chart gives its background controller's core ClusterRole by default.
+fn background_core_default() -> Vec<Value> {
+    let write = ["create", "update", "patch", "delete"];
+    vec![
+        json!({"apiGroups": ["networking.k8s.io"], "resources": ["ingresses", "ingressclasses", "networkpolicies"], "verbs": write}),
+        json!({"apiGroups": ["rbac.authorization.k8s.io"], "resources": ["rolebindings", "roles"], "verbs": write}),
+        json!({"apiGroups": [""], "resources": ["configmaps", "resourcequotas", "limitranges"], "verbs": write}),
+        json!({"apiGroups": ["resource.k8s.io"], "resources": ["resourceclaims", "resourceclaimtemplates"], "verbs": ["create", "delete", "update", "patch", "deletecollection"]}),
+    ]
+}
+
+/// A list of RBAC rules from a values key (`extraResources`).
+fn rbac_rules(k: &str, v: &Value) -> Result<Vec<Value>, String> {
+    let list = match v {
+        Value::Null => Vec::new(),
+        Value::Array(a) => a.clone(),
+        _ => return Err(format!("{k}: expected a list of RBAC rules")),
+    };
+    for (i, r) in list.iter().enumerate() {
+        let names = |f: &str| r.get(f).and_then(Value::as_array).is_some_and(|a| a.iter().all(Value::is_string));
+        if !r.is_object() || !names("verbs") || !(names("resources") || names("nonResourceURLs")) {
+            return Err(format!("{k}[{i}]: an RBAC rule needs apiGroups, resources and verbs (lists of strings)"));
+        }
+    }
+    Ok(list)
 }
 
 impl Default for Values {
@@ -124,6 +162,9 @@ impl Default for Values {
             background_controller: true,
             cleanup_controller: true,
             cleanup_extra_resources: Vec::new(),
+            background_core_resources: background_core_default(),
+            background_extra_resources: Vec::new(),
+            admission_extra_resources: Vec::new(),
         }
     }
 }
@@ -137,7 +178,7 @@ pub const CLEANUP_ROLE: &str = "verno:cleanup-controller";
 pub const OPT_OUT_LABEL: &str = "verno.io/ignore";
 
 /// Chart values `verno manifests` renders the same way the chart does.
-const KNOWN: &str = "admissionController.replicas, admissionController.rbac.createViewRoleBinding, admissionController.rbac.viewRoleName, image.repository, image.tag, config.webhooks.failTimeoutSeconds, config.webhooks.ignoreTimeoutSeconds, config.webhooks.namespaceSelector, config.webhooks.objectSelector, config.matchConditions, config.excludedNamespaces, config.name, config.generateSuccessEvents, config.successEventActions, features.omitEvents.eventTypes, features.backgroundScan.enabled, features.admissionReports.enabled, openreports.enabled, backgroundController.enabled, cleanupController.enabled, cleanupController.rbac.clusterRole.extraResources";
+const KNOWN: &str = "admissionController.replicas, admissionController.rbac.createViewRoleBinding, admissionController.rbac.viewRoleName, image.repository, image.tag, config.webhooks.failTimeoutSeconds, config.webhooks.ignoreTimeoutSeconds, config.webhooks.namespaceSelector, config.webhooks.objectSelector, config.matchConditions, config.excludedNamespaces, config.name, config.generateSuccessEvents, config.successEventActions, features.omitEvents.eventTypes, features.backgroundScan.enabled, features.admissionReports.enabled, openreports.enabled, backgroundController.enabled, backgroundController.rbac.coreClusterRole.extraResources, backgroundController.rbac.clusterRole.extraResources, admissionController.rbac.clusterRole.extraResources, cleanupController.enabled, cleanupController.rbac.clusterRole.extraResources";
 /// Chart values for objects `verno manifests` does not render (the ServiceMonitor needs the
 /// Prometheus Operator's CRD), or whose chart defaults it renders as they are.
 const CHART_ONLY: &[&str] = &[
@@ -224,6 +265,12 @@ impl Values {
             }
         }
         Ok(notes)
+    }
+
+    /// One value by its dotted path (a whole list or object where the chart takes one), as a
+    /// values file sets it; `Some(note)` when only the chart uses it.
+    pub fn apply(&mut self, k: &str, v: &Value) -> Result<Option<String>, String> {
+        self.apply_leaf(k, v)
     }
 
     /// One value by its dotted path; `Some(note)` when it is accepted but only the chart uses it.
@@ -314,19 +361,14 @@ impl Values {
             "openreports.enabled" => self.openreports = boolean(v)?,
             "backgroundController.enabled" => self.background_controller = boolean(v)?,
             "cleanupController.enabled" => self.cleanup_controller = boolean(v)?,
-            "cleanupController.rbac.clusterRole.extraResources" => {
-                let list = match v {
-                    Value::Null => Vec::new(),
-                    Value::Array(a) => a.clone(),
-                    _ => return Err(format!("{k}: expected a list of RBAC rules")),
-                };
-                for (i, r) in list.iter().enumerate() {
-                    if !r.is_object() || r.get("verbs").and_then(Value::as_array).is_none() {
-                        return Err(format!("{k}[{i}]: an RBAC rule needs apiGroups, resources and verbs"));
-                    }
-                }
-                self.cleanup_extra_resources = list;
+            "cleanupController.rbac.clusterRole.extraResources" => self.cleanup_extra_resources = rbac_rules(k, v)?,
+            "backgroundController.rbac.coreClusterRole.extraResources" => {
+                self.background_core_resources = rbac_rules(k, v)?
             }
+            "backgroundController.rbac.clusterRole.extraResources" => {
+                self.background_extra_resources = rbac_rules(k, v)?
+            }
+            "admissionController.rbac.clusterRole.extraResources" => self.admission_extra_resources = rbac_rules(k, v)?,
             other if CHART_ONLY.iter().any(|p| other == *p || (p.ends_with('.') && other.starts_with(p))) => {
                 return Ok(Some(format!(
                     "{other} is used by the Helm chart only; verno manifests renders the chart's default"
@@ -518,6 +560,26 @@ pub fn render(v: &Values) -> Vec<Value> {
             "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": CLEANUP_ROLE},
             "subjects": [{"kind": "ServiceAccount", "name": SERVICE_ACCOUNT, "namespace": ns}]}),
     ]);
+    // The background controller's own rules (Kyverno's core role's `extraResources`, the chart's
+    // defaults unless set) and the user's extra ones, aggregated into its role.
+    for (suffix, rules) in [("core", &v.background_core_resources), ("additional", &v.background_extra_resources)] {
+        if !rules.is_empty() {
+            let mut l = labels();
+            l["rbac.verno.io/aggregate-to-background-controller"] = json!("true");
+            docs.push(json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole", "metadata": {"name": format!("{BACKGROUND_ROLE}:{suffix}"), "labels": l},
+                "rules": rules}));
+        }
+    }
+    if !v.admission_extra_resources.is_empty() {
+        let name = format!("{CLUSTER_ROLE}:additional");
+        docs.extend([
+            json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole", "metadata": {"name": name, "labels": labels()},
+                "rules": v.admission_extra_resources}),
+            json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding", "metadata": {"name": name, "labels": labels()},
+                "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": name},
+                "subjects": [{"kind": "ServiceAccount", "name": SERVICE_ACCOUNT, "namespace": ns}]}),
+        ]);
+    }
     if !v.cleanup_extra_resources.is_empty() {
         let mut l = labels();
         l["rbac.verno.io/aggregate-to-cleanup-controller"] = json!("true");

@@ -18,14 +18,17 @@ use verno_controller::{crds, manifests, webhooks};
 const NAMESPACE: &str = "kyverno";
 const CONFIG_MAP: &str = "kyverno";
 
-fn install_values(cleanup_extra_resources: &[serde_json::Value]) -> manifests::Values {
-    manifests::Values {
+fn install_values(rbac: &[(String, serde_json::Value)]) -> Result<manifests::Values> {
+    let mut v = manifests::Values {
         namespace: NAMESPACE.into(),
         config_name: CONFIG_MAP.into(),
         omit_events: Vec::new(),
-        cleanup_extra_resources: cleanup_extra_resources.to_vec(),
         ..manifests::Values::default()
+    };
+    for (k, x) in rbac {
+        v.apply(k, x).map_err(|e| anyhow!("Kyverno's CI values: {e}"))?;
     }
+    Ok(v)
 }
 
 /// Where a kind is served.
@@ -90,8 +93,8 @@ pub struct Options<'a> {
     pub dir: &'a Path,
     /// More `verno serve` arguments (a Kyverno configuration's flags).
     pub extra_args: &'a [String],
-    /// The install's `cleanupController.rbac.clusterRole.extraResources`.
-    pub cleanup_extra_resources: &'a [serde_json::Value],
+    /// The install's RBAC values (`…rbac.clusterRole.extraResources`), by values key.
+    pub rbac: &'a [(String, serde_json::Value)],
 }
 
 fn free_port() -> Result<u16> {
@@ -103,7 +106,7 @@ impl Cluster {
     pub async fn start(opts: Options<'_>) -> Result<Cluster> {
         let fake = FakeApiServer::start(fake_apiserver::default_resources()).await?;
         let client = fake.client(None).map_err(|e| anyhow!(e))?;
-        for doc in crds::all().into_iter().chain(manifests::render(&install_values(opts.cleanup_extra_resources))) {
+        for doc in crds::all().into_iter().chain(manifests::render(&install_values(opts.rbac)?)) {
             fake.apply(&client, &doc).await.map_err(|e| anyhow!("installing Verno: {e}"))?;
         }
         let kubeconfig = opts.dir.join("kubeconfig");

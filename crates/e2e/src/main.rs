@@ -124,40 +124,68 @@ fn namespace_name() -> String {
     format!("chainsaw-{a}-{b}")
 }
 
-/// What a Kyverno value set means for Verno: extra `verno serve` arguments, and the install's
-/// `cleanupController.rbac.clusterRole.extraResources` (a later set's list replaces an
-/// earlier one's, as Helm merges lists).
+/// What a Kyverno value set means for Verno: extra `verno serve` arguments, and the RBAC values
+/// of the install (`RBAC_VALUES`, as the value set's `kyverno.yaml` in Kyverno's CI gives them;
+/// a later set's list replaces an earlier one's, as Helm merges lists).
 struct ConfigEffects {
     args: Vec<String>,
-    cleanup_extra_resources: Vec<Value>,
+    rbac: Vec<(String, Value)>,
+}
+
+/// The chart values Kyverno's CI sets that Verno's chart takes under the same names: the extra
+/// permissions of the admission, background and cleanup controllers (one service account holds
+/// them all in Verno).
+const RBAC_VALUES: [&str; 3] = [
+    "admissionController.rbac.clusterRole.extraResources",
+    "backgroundController.rbac.clusterRole.extraResources",
+    "cleanupController.rbac.clusterRole.extraResources",
+];
+
+/// The RBAC values of Kyverno's CI value set `name`: `ci/scripts/config/NAME/kyverno.yaml` in the
+/// nearest directory above the case that has one (the suite's layout).
+fn value_set_rbac(case: &Path, name: &str) -> Result<Vec<(String, Value)>, String> {
+    let Some(file) =
+        case.ancestors().map(|d| d.join("ci/scripts/config").join(name).join("kyverno.yaml")).find(|p| p.is_file())
+    else {
+        return Err(format!("Kyverno's CI values ci/scripts/config/{name}/kyverno.yaml are not above the case"));
+    };
+    let doc = read_yaml(&file).map_err(|e| format!("{e:#}"))?.into_iter().next().unwrap_or(Value::Null);
+    Ok(RBAC_VALUES
+        .iter()
+        .filter_map(|k| {
+            let pointer = format!("/{}", k.replace('.', "/"));
+            doc.pointer(&pointer).map(|v| (k.to_string(), v.clone()))
+        })
+        .collect())
 }
 
 /// The Helm value sets Verno can be configured from; `Err`: the test needs one it cannot.
-fn check_configs(case_json: Option<&Value>) -> Result<ConfigEffects, String> {
-    let none = ConfigEffects { args: Vec::new(), cleanup_extra_resources: Vec::new() };
+fn check_configs(case: &Path, case_json: Option<&Value>) -> Result<ConfigEffects, String> {
+    let none = ConfigEffects { args: Vec::new(), rbac: Vec::new() };
     let Some(configs) = case_json.and_then(|c| c.get("kyverno_configs")).and_then(Value::as_array) else {
         return Ok(none);
     };
     let mut args = Vec::new();
-    let mut cleanup_extra_resources = Vec::new();
-    let pods = |verbs: &[&str]| vec![json!({"apiGroups": [""], "resources": ["pods"], "verbs": verbs})];
+    let mut rbac: Vec<(String, Value)> = Vec::new();
     if configs.is_empty() {
         return Err("the test runs the kyverno CLI without an installation (the cli job)".into());
     }
     for c in configs {
-        match c.as_str().unwrap_or_default() {
+        let name = c.as_str().unwrap_or_default();
+        match name {
             // standard: exceptions enabled in every namespace, no omitted events, the VAP
-            // reports flag (Verno's defaults); the cleanup controller may list and delete Pods.
-            "standard" => cleanup_extra_resources = pods(&["list", "delete"]),
-            "default" => {}
-            // ttl: the cleanup controller may also watch Pods (what the TTL label needs).
-            "ttl" => cleanup_extra_resources = pods(&["list", "delete", "watch"]),
+            // reports flag (Verno's defaults); ttl: the cleanup controller may watch Pods.
+            "standard" | "default" | "ttl" => {}
             // openreports: the standard values with `--openreportsEnabled`.
             "openreports" => args.push("--openreports".to_string()),
             other => return Err(format!("Kyverno configuration {other:?} has no Verno equivalent yet")),
         }
+        for (k, v) in value_set_rbac(case, name)? {
+            rbac.retain(|(old, _)| *old != k);
+            rbac.push((k, v));
+        }
     }
-    Ok(ConfigEffects { args, cleanup_extra_resources })
+    Ok(ConfigEffects { args, rbac })
 }
 
 fn emit(v: &Value) {
@@ -214,7 +242,7 @@ async fn main() -> std::process::ExitCode {
         return report("error", Vec::new(), "chainsaw-test.yaml holds no Test");
     };
     let names = step_names(&test, case_json.as_ref());
-    let effects = match check_configs(case_json.as_ref()) {
+    let effects = match check_configs(&case, case_json.as_ref()) {
         Ok(a) => a,
         Err(why) => return report("unsupported", skipped(&names), &why),
     };
@@ -239,7 +267,7 @@ async fn main() -> std::process::ExitCode {
         verno: &verno,
         dir: dir.path(),
         extra_args: &effects.args,
-        cleanup_extra_resources: &effects.cleanup_extra_resources,
+        rbac: &effects.rbac,
     })
     .await
     {
@@ -321,13 +349,16 @@ async fn real_run(
         }
     }
     // Verno configured as Kyverno's CI configures Kyverno (see `cluster::install_values`).
-    let mut values = String::from("config:\n  name: kyverno\nfeatures:\n  omitEvents:\n    eventTypes: []\n");
-    if !effects.cleanup_extra_resources.is_empty() {
-        values.push_str(&format!(
-            "cleanupController:\n  rbac:\n    clusterRole:\n      extraResources: {}\n",
-            serde_json::to_string(&effects.cleanup_extra_resources).unwrap_or_default()
-        ));
+    let mut values = json!({"config": {"name": "kyverno"}, "features": {"omitEvents": {"eventTypes": []}}});
+    for (k, v) in &effects.rbac {
+        let mut at = &mut values;
+        for part in k.split('.') {
+            at = &mut at[part];
+        }
+        *at = v.clone();
     }
+    // JSON is YAML: the values file `verno manifests -f` reads.
+    let values = serde_json::to_string_pretty(&values).unwrap_or_default();
     let values_file = dir.path().join("values.yaml");
     if let Err(e) = std::fs::write(&values_file, values) {
         return report("error", skipped(names), &format!("writing values: {e}"));

@@ -182,6 +182,14 @@ impl RealCluster {
         self.verno.as_ref().map(std::process::Child::id)
     }
 
+    /// Stops `verno serve` (the webhook configurations it wrote stay as they are).
+    pub fn stop_verno(&mut self) {
+        if let Some(mut c) = self.verno.take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+
     /// The administrator's client.
     pub async fn client(&self) -> Result<kube::Client> {
         let kc = kube::config::Kubeconfig::read_from(&self.kubeconfig)?;

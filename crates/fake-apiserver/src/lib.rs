@@ -196,6 +196,9 @@ pub(crate) struct Store {
     oldest: u64,
     log: Vec<LoggedRequest>,
     fail_next: Vec<(u16, usize)>,
+    /// Resources (plural names) whose watches are refused with 403, as RBAC granting `list`
+    /// without `watch` refuses them.
+    forbid_watch: std::collections::HashSet<String>,
     down: bool,
     /// Added to every request (a slow API server).
     delay: Duration,
@@ -292,6 +295,7 @@ impl FakeApiServer {
                 oldest: 1,
                 log: Vec::new(),
                 fail_next: Vec::new(),
+                forbid_watch: Default::default(),
                 down: false,
                 delay: Duration::ZERO,
                 owners: BTreeMap::new(),
@@ -369,6 +373,11 @@ impl FakeApiServer {
     /// The next `n` requests fail with `code`.
     pub fn fail_next(&self, n: usize, code: u16) {
         lock(&self.inner.store).fail_next.push((code, n));
+    }
+
+    /// Watches of `plural` are refused with 403 Forbidden from now on (lists still work).
+    pub fn forbid_watch(&self, plural: &str) {
+        lock(&self.inner.store).forbid_watch.insert(plural.to_string());
     }
 
     /// While down, every request gets 503.
@@ -579,6 +588,16 @@ async fn handle(State(inner): State<Arc<Inner>>, req: Request) -> Response {
         Err(e) => return status(StatusCode::BAD_REQUEST, "BadRequest", e.to_string()),
     };
     match (&method, &t.name) {
+        (&Method::GET, None)
+            if q.get("watch").is_some_and(|w| w == "true" || w == "1")
+                && lock(&inner.store).forbid_watch.contains(t.resource.plural) =>
+        {
+            status(
+                StatusCode::FORBIDDEN,
+                "Forbidden",
+                format!("{} is forbidden: cannot watch resource {:?}", t.resource.plural, t.resource.plural),
+            )
+        }
         (&Method::GET, None) if q.get("watch").is_some_and(|w| w == "true" || w == "1") => {
             watch(inner.clone(), &t, &q, meta_only)
         }

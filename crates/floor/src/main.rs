@@ -3,7 +3,9 @@
 //! http/1.1), TCP_NODELAY, HTTP/1.1 keep-alive; each AdmissionReview is parsed into a
 //! `serde_json::Value` and answered `allowed` with its uid. No policies, no metrics, no logging.
 //!
-//! `webhook-floor [ADDR]` (default `127.0.0.1:9443`); a self-signed certificate is made at start.
+//! `webhook-floor [ADDR] [--cert-out FILE]` (default `127.0.0.1:9443`); a self-signed certificate
+//! is made at start, and written as PEM to FILE when asked (a webhook configuration's `caBundle`:
+//! `apiserver-load --modes floor` registers the floor with a real API server).
 
 use axum::Router;
 use axum::body::Bytes;
@@ -30,13 +32,23 @@ async fn review(body: Bytes) -> Response {
 }
 
 fn main() -> Result<(), String> {
-    let addr: SocketAddr = std::env::args()
-        .nth(1)
-        .unwrap_or_else(|| "127.0.0.1:9443".into())
-        .parse()
-        .map_err(|e| format!("the address: {e}"))?;
+    let mut args = std::env::args().skip(1);
+    let mut addr = None;
+    let mut cert_out = None;
+    while let Some(a) = args.next() {
+        match a.as_str() {
+            "--cert-out" => cert_out = Some(args.next().ok_or("--cert-out: a file name")?),
+            _ if addr.is_none() => addr = Some(a),
+            other => return Err(format!("unexpected argument {other:?} (webhook-floor [ADDR] [--cert-out FILE])")),
+        }
+    }
+    let addr: SocketAddr =
+        addr.as_deref().unwrap_or("127.0.0.1:9443").parse().map_err(|e| format!("the address: {e}"))?;
     let cert = rcgen::generate_simple_self_signed(vec!["localhost".into(), addr.ip().to_string()])
         .map_err(|e| format!("making a certificate: {e}"))?;
+    if let Some(f) = cert_out {
+        std::fs::write(&f, cert.cert.pem()).map_err(|e| format!("{f}: {e}"))?;
+    }
     let key = rustls::pki_types::PrivateKeyDer::try_from(cert.signing_key.serialize_der())
         .map_err(|e| format!("the key: {e}"))?;
     let mut tls = rustls::ServerConfig::builder_with_provider(Arc::new(rustls::crypto::ring::default_provider()))

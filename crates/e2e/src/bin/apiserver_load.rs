@@ -8,7 +8,11 @@
 //!   baseline  no webhook (no Verno);
 //!   enforce   Verno installed (`verno manifests --server-url`, `verno serve --kube`) with the 17
 //!             Pod Security policies of `../shared/bench/policies/pss-17` in Enforce;
-//!   audit     the same policies in Audit, admission reports on (the default).
+//!   audit     the same policies in Audit, admission reports on (the default);
+//!   floor     the webhook registrations of `enforce`, served by `webhook-floor` (crates/floor:
+//!             parse the review, answer allowed) instead of Verno: what calling any webhook
+//!             costs the API server on this machine, so that `enforce` can be read against it.
+//!             Its `verno_*` figures are the floor process's.
 //!
 //! The Pods follow the restricted profile, so every policy passes and Enforce admits them all.
 //!
@@ -46,6 +50,7 @@ enum Mode {
     Baseline,
     Enforce,
     Audit,
+    Floor,
 }
 
 impl Mode {
@@ -54,6 +59,7 @@ impl Mode {
             Mode::Baseline => "baseline",
             Mode::Enforce => "enforce",
             Mode::Audit => "audit",
+            Mode::Floor => "floor",
         }
     }
 }
@@ -63,11 +69,12 @@ struct Args {
     seconds: u64,
     modes: Vec<Mode>,
     verno: PathBuf,
+    floor: PathBuf,
     repo: PathBuf,
     policies: PathBuf,
 }
 
-const USAGE: &str = "usage: apiserver-load [--clients N] [--seconds T] [--modes baseline,enforce,audit] \
+const USAGE: &str = "usage: apiserver-load [--clients N] [--seconds T] [--modes baseline,enforce,audit,floor] \
                      [--verno PATH] [--repo DIR] [--policies DIR]";
 
 fn args() -> Result<Args> {
@@ -95,7 +102,8 @@ fn args() -> Result<Args> {
                         "baseline" => Ok(Mode::Baseline),
                         "enforce" => Ok(Mode::Enforce),
                         "audit" => Ok(Mode::Audit),
-                        other => Err(anyhow!("unknown mode {other} (baseline, enforce, audit)")),
+                        "floor" => Ok(Mode::Floor),
+                        other => Err(anyhow!("unknown mode {other} (baseline, enforce, audit, floor)")),
                     })
                     .collect::<Result<_>>()?
             }
@@ -125,7 +133,11 @@ fn args() -> Result<Args> {
             bail!("{} not found (pass --policies)", policies.display());
         }
     }
-    Ok(Args { clients, seconds, modes, verno, repo, policies })
+    let floor = exe.with_file_name("webhook-floor");
+    if modes.contains(&Mode::Floor) && !floor.is_file() {
+        bail!("{} is not built (cargo build --release -p verno-floor)", floor.display());
+    }
+    Ok(Args { clients, seconds, modes, verno, floor, repo, policies })
 }
 
 /// The policies of `dir` with every failure action set to `action` (Enforce or Audit).
@@ -219,7 +231,8 @@ async fn namespaces(client: &kube::Client, n: usize) -> Result<()> {
 /// Applies the policies and waits until each is ready, the validating webhook has Pod rules and
 /// (Enforce) a bad Pod is denied through the API server.
 async fn install_policies(client: &kube::Client, dir: &Path, mode: Mode) -> Result<()> {
-    let action = if mode == Mode::Enforce { "Enforce" } else { "Audit" };
+    let enforce = matches!(mode, Mode::Enforce | Mode::Floor);
+    let action = if enforce { "Enforce" } else { "Audit" };
     let docs = policies(dir, action)?;
     let api: Api<DynamicObject> = Api::all_with(client.clone(), &verno_controller::policies::cluster_policy_resource());
     let mut names = Vec::new();
@@ -268,7 +281,7 @@ async fn install_policies(client: &kube::Client, dir: &Path, mode: Mode) -> Resu
         }
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
-    if mode == Mode::Enforce {
+    if enforce {
         let pods: Api<Pod> = Api::namespaced(client.clone(), &namespace(0));
         let bad = bad_pod(&namespace(0))?;
         loop {
@@ -293,6 +306,96 @@ async fn install_policies(client: &kube::Client, dir: &Path, mode: Mode) -> Resu
         tokio::time::sleep(Duration::from_secs(2)).await;
     }
     Ok(())
+}
+
+/// `webhook-floor`, killed on drop.
+struct Floor(std::process::Child);
+
+impl Drop for Floor {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+fn webhook_config_api(client: &kube::Client, kind: &str) -> Api<DynamicObject> {
+    Api::all_with(
+        client.clone(),
+        &ApiResource {
+            group: "admissionregistration.k8s.io".into(),
+            version: "v1".into(),
+            api_version: "admissionregistration.k8s.io/v1".into(),
+            kind: kind.into(),
+            plural: format!("{}s", kind.to_lowercase()),
+        },
+    )
+}
+
+/// Starts `webhook-floor`, copies Verno's resource webhook configurations (every entry, rule,
+/// selector, match condition, timeout and failure policy as Verno wrote them for the policies)
+/// to configurations that call the floor, stops Verno and deletes its configurations.
+async fn switch_to_floor(admin: &kube::Client, cluster: &mut RealCluster, a: &Args) -> Result<Floor> {
+    let port = std::net::TcpListener::bind("127.0.0.1:0")?.local_addr()?.port();
+    let pem = cluster.dir.join("floor.pem");
+    let child = std::process::Command::new(&a.floor)
+        .arg(format!("127.0.0.1:{port}"))
+        .arg("--cert-out")
+        .arg(&pem)
+        .stdout(std::process::Stdio::null())
+        .spawn()
+        .with_context(|| format!("starting {}", a.floor.display()))?;
+    let floor = Floor(child);
+    let start = Instant::now();
+    while !(pem.is_file() && std::net::TcpStream::connect(("127.0.0.1", port)).is_ok()) {
+        if start.elapsed() > Duration::from_secs(10) {
+            bail!("webhook-floor did not listen on 127.0.0.1:{port} within 10 s");
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    // ByteString serializes as base64, as `caBundle` wants.
+    let ca = serde_json::to_value(k8s_openapi::ByteString(std::fs::read(&pem)?))?;
+    let configs = [
+        ("ValidatingWebhookConfiguration", verno_controller::webhooks::VALIDATING_CONFIG),
+        ("MutatingWebhookConfiguration", verno_controller::webhooks::MUTATING_CONFIG),
+    ];
+    let mut copies = Vec::new();
+    for (kind, name) in configs {
+        let c = serde_json::to_value(webhook_config_api(admin, kind).get(name).await?)?;
+        let mut hooks = c.get("webhooks").cloned().unwrap_or_else(|| json!([]));
+        for h in hooks.as_array().into_iter().flatten() {
+            let rules = h.get("rules").and_then(Value::as_array).map_or(0, Vec::len);
+            if rules > 0 {
+                eprintln!("floor: {kind} entry {} ({rules} rules): {}", h["name"], h["rules"]);
+            }
+        }
+        for h in hooks.as_array_mut().into_iter().flatten() {
+            h["clientConfig"] = json!({"url": format!("https://127.0.0.1:{port}/validate"), "caBundle": ca});
+        }
+        copies.push((
+            kind,
+            json!({
+                "apiVersion": "admissionregistration.k8s.io/v1",
+                "kind": kind,
+                "metadata": {"name": format!("floor-{name}")},
+                "webhooks": hooks,
+            }),
+        ));
+    }
+    cluster.stop_verno();
+    for (kind, doc) in &copies {
+        let api = webhook_config_api(admin, kind);
+        let obj: DynamicObject = serde_json::from_value(doc.clone())?;
+        api.create(&PostParams::default(), &obj).await.with_context(|| format!("creating the floor's {kind}"))?;
+        for c in api.list(&ListParams::default()).await? {
+            let n = c.metadata.name.unwrap_or_default();
+            if !n.starts_with("floor-") {
+                api.delete(&n, &DeleteParams::default()).await?;
+            }
+        }
+    }
+    // The API server picks configurations up from its informer: give it a moment.
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    Ok(floor)
 }
 
 /// What one client did.
@@ -419,9 +522,9 @@ fn clock_ticks_per_second() -> f64 {
 async fn run_mode(a: &Args, mode: Mode, t0: Instant) -> Result<String> {
     let dir = tempfile::Builder::new().prefix("apiserver-load-").tempdir()?;
     log(t0, &format!("{}: starting the control plane in {}", mode.name(), dir.path().display()));
-    let cluster = match mode {
+    let mut cluster = match mode {
         Mode::Baseline => RealCluster::bare(&a.repo, dir.path())?,
-        Mode::Enforce | Mode::Audit => {
+        Mode::Enforce | Mode::Audit | Mode::Floor => {
             RealCluster::start(RealOptions {
                 repo: &a.repo,
                 verno: &a.verno,
@@ -433,7 +536,7 @@ async fn run_mode(a: &Args, mode: Mode, t0: Instant) -> Result<String> {
             .await?
         }
     };
-    let result = measure(a, mode, &cluster, t0).await;
+    let result = measure(a, mode, &mut cluster, t0).await;
     if result.is_err() && cluster.verno_pid().is_some() {
         eprintln!("verno's log ends:\n{}", cluster.verno_log_tail(30));
     }
@@ -442,7 +545,7 @@ async fn run_mode(a: &Args, mode: Mode, t0: Instant) -> Result<String> {
     result
 }
 
-async fn measure(a: &Args, mode: Mode, cluster: &RealCluster, t0: Instant) -> Result<String> {
+async fn measure(a: &Args, mode: Mode, cluster: &mut RealCluster, t0: Instant) -> Result<String> {
     let admin = cluster.client().await?;
     namespaces(&admin, a.clients).await?;
     log(t0, &format!("{}: {} namespaces ready", mode.name(), a.clients));
@@ -450,7 +553,14 @@ async fn measure(a: &Args, mode: Mode, cluster: &RealCluster, t0: Instant) -> Re
         install_policies(&admin, &a.policies, mode).await?;
         log(t0, &format!("{}: policies ready", mode.name()));
     }
-    let pid = cluster.verno_pid();
+    let floor = if mode == Mode::Floor {
+        let f = switch_to_floor(&admin, cluster, a).await?;
+        log(t0, "floor: Verno stopped, its webhook registrations now call webhook-floor");
+        Some(f)
+    } else {
+        None
+    };
+    let pid = floor.as_ref().map(|f| f.0.id()).or_else(|| cluster.verno_pid());
     let mut clients = Vec::new();
     for _ in 0..a.clients.div_ceil(WORKERS_PER_CLIENT) {
         clients.push(cluster.client().await?);
@@ -476,7 +586,7 @@ async fn measure(a: &Args, mode: Mode, cluster: &RealCluster, t0: Instant) -> Re
     if let Some(p) = pid
         && (cpu1.is_none() || rss.is_none())
     {
-        bail!("verno (pid {p}) is gone: its log ends:\n{}", cluster.verno_log_tail(30));
+        bail!("the webhook (pid {p}) is gone: Verno's log ends:\n{}", cluster.verno_log_tail(30));
     }
     for m in &total.messages {
         eprintln!("  error: {m}");
