@@ -131,10 +131,12 @@ impl State {
 /// `watcher(api, cfg)` with the default backoff, falling back to listing every `every` when the
 /// watch is forbidden after a successful first list.
 pub fn watch_or_poll(api: Api<DynamicObject>, cfg: watcher::Config, every: Duration, what: String) -> Events {
-    let mut params = ListParams::default();
-    params.label_selector = cfg.label_selector.clone();
-    params.field_selector = cfg.field_selector.clone();
-    params.limit = cfg.page_size;
+    let params = ListParams {
+        label_selector: cfg.label_selector.clone(),
+        field_selector: cfg.field_selector.clone(),
+        limit: cfg.page_size,
+        ..ListParams::default()
+    };
     let watch = watcher(api.clone(), cfg).default_backoff().boxed();
     let state = State {
         watch: Some(watch),
