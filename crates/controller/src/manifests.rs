@@ -245,7 +245,7 @@ impl Values {
             ),
             _ => v.parse::<i64>().map(Value::from).unwrap_or_else(|_| Value::String(v.into())),
         };
-        self.apply_leaf(k, &value).map(|_| ()).map_err(|e| format!("--set {e}"))
+        self.apply(k, &value).map(|_| ()).map_err(|e| format!("--set {e}"))
     }
 
     /// Applies a values file (YAML, the chart's shape). Returns notes about values that only the
@@ -260,7 +260,7 @@ impl Values {
         leaves("", &doc, &mut found);
         let mut notes = Vec::new();
         for (k, v) in found {
-            if let Some(note) = self.apply_leaf(&k, &v).map_err(|e| format!("{}: {e}", path.display()))? {
+            if let Some(note) = self.apply(&k, &v).map_err(|e| format!("{}: {e}", path.display()))? {
                 notes.push(format!("{}: {note}", path.display()));
             }
         }
@@ -268,13 +268,8 @@ impl Values {
     }
 
     /// One value by its dotted path (a whole list or object where the chart takes one), as a
-    /// values file sets it; `Some(note)` when only the chart uses it.
+    /// values file sets it; `Some(note)` when it is accepted but only the chart uses it.
     pub fn apply(&mut self, k: &str, v: &Value) -> Result<Option<String>, String> {
-        self.apply_leaf(k, v)
-    }
-
-    /// One value by its dotted path; `Some(note)` when it is accepted but only the chart uses it.
-    fn apply_leaf(&mut self, k: &str, v: &Value) -> Result<Option<String>, String> {
         let int = |v: &Value| v.as_i64().ok_or_else(|| format!("{k}: {v} is not a whole number"));
         let text = |v: &Value| v.as_str().map(str::to_string).ok_or_else(|| format!("{k}: {v} is not a string"));
         let boolean = |v: &Value| match v {

@@ -587,20 +587,14 @@ async fn handle(State(inner): State<Arc<Inner>>, req: Request) -> Response {
         Ok(b) => b,
         Err(e) => return status(StatusCode::BAD_REQUEST, "BadRequest", e.to_string()),
     };
+    let watching = q.get("watch").is_some_and(|w| w == "true" || w == "1");
     match (&method, &t.name) {
-        (&Method::GET, None)
-            if q.get("watch").is_some_and(|w| w == "true" || w == "1")
-                && lock(&inner.store).forbid_watch.contains(t.resource.plural) =>
-        {
-            status(
-                StatusCode::FORBIDDEN,
-                "Forbidden",
-                format!("{} is forbidden: cannot watch resource {:?}", t.resource.plural, t.resource.plural),
-            )
-        }
-        (&Method::GET, None) if q.get("watch").is_some_and(|w| w == "true" || w == "1") => {
-            watch(inner.clone(), &t, &q, meta_only)
-        }
+        (&Method::GET, None) if watching && lock(&inner.store).forbid_watch.contains(t.resource.plural) => status(
+            StatusCode::FORBIDDEN,
+            "Forbidden",
+            format!("{} is forbidden: cannot watch resource {:?}", t.resource.plural, t.resource.plural),
+        ),
+        (&Method::GET, None) if watching => watch(inner.clone(), &t, &q, meta_only),
         (&Method::GET, None) => list(&inner, &t, &q, meta_only),
         (&Method::GET, Some(name)) => {
             match lock(&inner.store).objects.get(&(key(t.resource), t.namespace.clone(), name.clone())) {

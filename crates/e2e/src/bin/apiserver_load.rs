@@ -319,16 +319,13 @@ impl Drop for Floor {
 }
 
 fn webhook_config_api(client: &kube::Client, kind: &str) -> Api<DynamicObject> {
-    Api::all_with(
-        client.clone(),
-        &ApiResource {
-            group: "admissionregistration.k8s.io".into(),
-            version: "v1".into(),
-            api_version: "admissionregistration.k8s.io/v1".into(),
-            kind: kind.into(),
-            plural: format!("{}s", kind.to_lowercase()),
-        },
-    )
+    use k8s_openapi::api::admissionregistration::v1::{MutatingWebhookConfiguration, ValidatingWebhookConfiguration};
+    let ar = if kind == "MutatingWebhookConfiguration" {
+        ApiResource::erase::<MutatingWebhookConfiguration>(&())
+    } else {
+        ApiResource::erase::<ValidatingWebhookConfiguration>(&())
+    };
+    Api::all_with(client.clone(), &ar)
 }
 
 /// Starts `webhook-floor`, copies Verno's resource webhook configurations (every entry, rule,
@@ -362,13 +359,11 @@ async fn switch_to_floor(admin: &kube::Client, cluster: &mut RealCluster, a: &Ar
     for (kind, name) in configs {
         let c = serde_json::to_value(webhook_config_api(admin, kind).get(name).await?)?;
         let mut hooks = c.get("webhooks").cloned().unwrap_or_else(|| json!([]));
-        for h in hooks.as_array().into_iter().flatten() {
+        for h in hooks.as_array_mut().into_iter().flatten() {
             let rules = h.get("rules").and_then(Value::as_array).map_or(0, Vec::len);
             if rules > 0 {
                 eprintln!("floor: {kind} entry {} ({rules} rules): {}", h["name"], h["rules"]);
             }
-        }
-        for h in hooks.as_array_mut().into_iter().flatten() {
             h["clientConfig"] = json!({"url": format!("https://127.0.0.1:{port}/validate"), "caBundle": ca});
         }
         copies.push((
