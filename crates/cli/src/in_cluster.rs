@@ -114,14 +114,25 @@ pub async fn start_replica(
     Ok((server, controller))
 }
 
+/// The ServiceAccounts (in Verno's namespace) the background and cleanup controllers act as;
+/// an empty name acts as Verno's own account.
+pub struct Accounts {
+    pub background: String,
+    pub cleanup: String,
+}
+
 /// `verno serve --kube` until SIGTERM. The server starts on a throwaway certificate and
 /// reports not-ready until the controller has loaded the real one from its Secret and synced
 /// the policies.
-pub async fn run(cfg: verno_server::Config, opts: Options) -> anyhow::Result<()> {
+pub async fn run(cfg: verno_server::Config, mut opts: Options, accounts: Accounts) -> anyhow::Result<()> {
     use anyhow::Context as _;
-    let client = kube::Client::try_default()
+    let config = kube::Config::infer()
         .await
         .context("cannot reach the Kubernetes API (in-cluster config or kubeconfig)")?;
+    opts.acting =
+        verno_controller::Acting::impersonating(&config, &opts.namespace, &accounts.background, &accounts.cleanup)
+            .context("cannot build the controller accounts' clients")?;
+    let client = kube::Client::try_from(config).context("cannot build the Kubernetes client")?;
     match client.apiserver_version().await {
         Ok(v) => {
             if let Some(w) = match_conditions_warning(&v.major, &v.minor) {

@@ -70,6 +70,14 @@ pub struct ServeArgs {
     /// objects whose cleanup.kyverno.io/ttl label expired (Kyverno's cleanup controller).
     #[arg(long = "cleanup-controller", default_value_t = true, action = clap::ArgAction::Set)]
     pub cleanup_controller: bool,
+    /// In-cluster: the ServiceAccount (in --namespace) the background controller acts as, by
+    /// impersonation, so that it holds only its own permissions as in Kyverno; "" acts as
+    /// Verno's own account.
+    #[arg(long = "background-account", default_value = verno_controller::manifests::BACKGROUND_ACCOUNT)]
+    pub background_account: String,
+    /// In-cluster: the ServiceAccount the cleanup and TTL controllers act as (as above).
+    #[arg(long = "cleanup-account", default_value = verno_controller::manifests::CLEANUP_ACCOUNT)]
+    pub cleanup_account: String,
     /// In-cluster: cleanup and deleting policies never delete objects labelled
     /// app.kubernetes.io/managed-by=kyverno (Kyverno's --protectManagedResources).
     #[arg(long = "protect-managed-resources", default_value_t = false, action = clap::ArgAction::Set)]
@@ -285,7 +293,11 @@ pub fn run(args: &ServeArgs) -> i32 {
                 return 2;
             }
         };
-        return match rt.block_on(crate::in_cluster::run(cfg, opts)) {
+        let accounts = crate::in_cluster::Accounts {
+            background: args.background_account.clone(),
+            cleanup: args.cleanup_account.clone(),
+        };
+        return match rt.block_on(crate::in_cluster::run(cfg, opts, accounts)) {
             Ok(()) => 0,
             Err(e) => {
                 eprintln!("Error: {e:#}");

@@ -43,6 +43,13 @@ async fn start(fake: &FakeApiServer, tweak: impl FnOnce(&mut Options)) -> (Arc<R
     opts.debounce = Duration::from_millis(100);
     opts.probe_interval = None;
     opts.omit_events = Default::default();
+    opts.acting = verno_controller::Acting::impersonating(
+        &fake.config(None).unwrap(),
+        NS,
+        manifests::BACKGROUND_ACCOUNT,
+        manifests::CLEANUP_ACCOUNT,
+    )
+    .unwrap();
     tweak(&mut opts);
     let user = format!("system:serviceaccount:{NS}:{}", manifests::SERVICE_ACCOUNT);
     let c = fake.client(Some(&user)).unwrap();
@@ -250,7 +257,9 @@ async fn the_ttl_label_deletes_on_time_and_never_on_a_value_it_cannot_read() {
     let ev = event_note(&admin, "\"soon\", is neither a duration").await;
     assert_eq!(ev["type"], "Warning");
     assert_eq!(ev["regarding"]["name"], "garbage");
-    // Without delete permission on ConfigMaps, the labelled ConfigMap stays.
+    // The cleanup account may not delete ConfigMaps, so the labelled ConfigMap stays — though
+    // the background account may (Kyverno's background core role): each controller acts with
+    // its own permissions, not the union (issue 47, separate identities).
     tokio::time::sleep(Duration::from_secs(2)).await;
     let cms: Api<DynamicObject> = Api::namespaced_with(admin.clone(), "t", &ar("v1", "ConfigMap", "configmaps"));
     assert!(cms.get_opt("cm").await.unwrap().is_some());

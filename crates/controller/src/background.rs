@@ -313,6 +313,7 @@ fn failure_event(f: &Failure, trigger: &Value) -> (Event, ObjectReference) {
 #[allow(clippy::too_many_arguments)]
 pub async fn run(
     client: kube::Client,
+    acting: kube::Client,
     server: Arc<dyn Serving>,
     installed: watch::Receiver<u64>,
     mut leader: watch::Receiver<bool>,
@@ -328,11 +329,12 @@ pub async fn run(
         }
         tracing::info!("background controller starts (this replica leads)");
         let (tx, rx) = mpsc::channel(64);
+        // Reads and writes act as the background account; events are Verno's own.
         let mut c = Controller {
-            client: client.clone(),
+            client: acting.clone(),
             server: server.clone(),
             opts,
-            data: crate::cluster_data::ClusterData::new(client.clone()),
+            data: crate::cluster_data::ClusterData::new(acting.clone()),
             tx,
             bucket: Bucket {
                 tokens: opts.burst,

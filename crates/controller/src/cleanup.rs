@@ -87,8 +87,10 @@ struct Entry {
 }
 
 /// Runs the cleanup controller while this replica leads, until `stop`.
+#[allow(clippy::too_many_arguments)]
 pub async fn run(
     client: kube::Client,
+    acting: kube::Client,
     server: Arc<dyn Serving>,
     installed: watch::Receiver<u64>,
     mut leader: watch::Receiver<bool>,
@@ -104,9 +106,10 @@ pub async fn run(
         tracing::info!("cleanup controller starts (this replica leads)");
         let mut c = Controller {
             client: client.clone(),
+            acting: acting.clone(),
             server: server.clone(),
             opts,
-            data: crate::cluster_data::ClusterData::new(client.clone()),
+            data: crate::cluster_data::ClusterData::new(acting.clone()),
             bucket: Bucket {
                 tokens: opts.burst,
                 at: tokio::time::Instant::now(),
@@ -134,7 +137,10 @@ pub async fn run(
 }
 
 struct Controller {
+    /// Verno's account: the policies' status and events.
     client: kube::Client,
+    /// The cleanup account: lists and deletes what policies select.
+    acting: kube::Client,
     server: Arc<dyn Serving>,
     opts: CleanupOptions,
     data: crate::cluster_data::ClusterData,
@@ -238,7 +244,7 @@ impl Controller {
         let mut sink =
             Sink { server: &*self.server, recorder: &self.recorder, bucket: &mut self.event_bucket, opts: &self.opts };
         let counts = run_policy(
-            &self.client,
+            &self.acting,
             set,
             p,
             &mut self.discovery,

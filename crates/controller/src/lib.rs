@@ -176,6 +176,52 @@ pub struct Options {
     /// context entries from it (Kyverno's `--enableConfigMapCaching`, on by default); other
     /// ConfigMaps are read from the API server each time, as Kyverno reads them.
     pub config_map_cache: bool,
+    /// The clients the background and cleanup controllers act through (their own accounts);
+    /// by default they act as Verno's account.
+    pub acting: Acting,
+}
+
+/// The background and cleanup controllers' own identities: Kyverno runs each controller under
+/// its own ServiceAccount, so a permission granted for cleanup (delete ConfigMaps) is not one
+/// the cleanup controller gains because generate may write ConfigMaps. Verno runs the three in
+/// one process and acts as the two controller accounts by impersonation; `None` acts as the
+/// process's own client.
+#[derive(Clone, Default)]
+pub struct Acting {
+    pub background: Option<kube::Client>,
+    pub cleanup: Option<kube::Client>,
+}
+
+impl Acting {
+    /// Clients impersonating `system:serviceaccount:{namespace}:{account}` for each controller
+    /// account named (an empty name acts as `config`'s own user), built from `config`.
+    pub fn impersonating(
+        config: &kube::Config,
+        namespace: &str,
+        background: &str,
+        cleanup: &str,
+    ) -> Result<Acting, kube::Error> {
+        let client = |account: &str| -> Result<Option<kube::Client>, kube::Error> {
+            if account.is_empty() {
+                return Ok(None);
+            }
+            let mut c = config.clone();
+            c.auth_info.impersonate = Some(format!("system:serviceaccount:{namespace}:{account}"));
+            // The API server adds the account's groups itself.
+            c.auth_info.impersonate_groups = None;
+            kube::Client::try_from(c).map(Some)
+        };
+        Ok(Acting { background: client(background)?, cleanup: client(cleanup)? })
+    }
+}
+
+impl std::fmt::Debug for Acting {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Acting")
+            .field("background", &self.background.is_some())
+            .field("cleanup", &self.cleanup.is_some())
+            .finish()
+    }
 }
 
 impl Options {
@@ -209,6 +255,7 @@ impl Options {
             kinds: WATCHED.to_vec(),
             image_verify_cache: Some((verno_images::DEFAULT_CACHE_TTL, verno_images::DEFAULT_CACHE_SIZE)),
             config_map_cache: true,
+            acting: Acting::default(),
         }
     }
 
@@ -498,6 +545,7 @@ pub async fn start(client: kube::Client, server: Arc<dyn Serving>, opts: Options
         if let Some(bg) = opts.background {
             tasks.push(tokio::spawn(background::run(
                 client.clone(),
+                opts.acting.background.clone().unwrap_or_else(|| client.clone()),
                 server.clone(),
                 installed_rx.clone(),
                 leader_rx.clone(),
@@ -513,6 +561,7 @@ pub async fn start(client: kube::Client, server: Arc<dyn Serving>, opts: Options
             c.error_events = !opts.omit_events.contains("PolicyError");
             tasks.push(tokio::spawn(cleanup::run(
                 client.clone(),
+                opts.acting.cleanup.clone().unwrap_or_else(|| client.clone()),
                 server.clone(),
                 installed_rx.clone(),
                 leader_rx.clone(),
@@ -525,6 +574,7 @@ pub async fn start(client: kube::Client, server: Arc<dyn Serving>, opts: Options
         if let Some(t) = opts.ttl {
             tasks.push(tokio::spawn(ttl::run(
                 client.clone(),
+                opts.acting.cleanup.clone().unwrap_or_else(|| client.clone()),
                 server.clone(),
                 leader_rx.clone(),
                 t,

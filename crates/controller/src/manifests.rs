@@ -173,6 +173,13 @@ pub const SERVICE: &str = "verno-svc";
 pub const METRICS_SERVICE: &str = "verno-svc-metrics";
 pub const DEPLOYMENT: &str = "verno-admission-controller";
 pub const SERVICE_ACCOUNT: &str = "verno-admission-controller";
+/// The accounts the background and cleanup controllers act as (impersonated by Verno's own
+/// account, which may impersonate these two and nothing else): each holds only its
+/// controller's permissions, as Kyverno's separate controller ServiceAccounts do.
+pub const BACKGROUND_ACCOUNT: &str = "verno-background-controller";
+pub const CLEANUP_ACCOUNT: &str = "verno-cleanup-controller";
+/// The Role letting Verno's account act as the two controller accounts.
+pub const IMPERSONATE_ROLE: &str = "verno:controller-accounts";
 pub const CLUSTER_ROLE: &str = "verno:admission-controller";
 pub const CLEANUP_ROLE: &str = "verno:cleanup-controller";
 pub const OPT_OUT_LABEL: &str = "verno.io/ignore";
@@ -492,6 +499,8 @@ pub fn render(v: &Values) -> Vec<Value> {
     docs.extend([
         json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns, "labels": labels()}}),
         json!({"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": SERVICE_ACCOUNT, "namespace": ns, "labels": labels()}}),
+        json!({"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": BACKGROUND_ACCOUNT, "namespace": ns, "labels": labels()}}),
+        json!({"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": CLEANUP_ACCOUNT, "namespace": ns, "labels": labels()}}),
         // The ClusterRole is also the webhook configurations' owner.
         json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole", "metadata": {"name": CLUSTER_ROLE, "labels": labels()},
             "rules": [
@@ -531,7 +540,7 @@ pub fn render(v: &Values) -> Vec<Value> {
     // The background controller creates, updates and deletes what generate and mutate-existing
     // rules name. As Kyverno's chart, the permissions come from ClusterRoles the user labels
     // `rbac.kyverno.io/aggregate-to-background-controller: "true"` (so the ones written for
-    // Kyverno work unchanged), aggregated into one role bound to Verno's account.
+    // Kyverno work unchanged), aggregated into one role bound to the background account.
     docs.extend([
         json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole", "metadata": {"name": BACKGROUND_ROLE, "labels": labels()},
             "aggregationRule": {"clusterRoleSelectors": [
@@ -540,7 +549,7 @@ pub fn render(v: &Values) -> Vec<Value> {
             "rules": []}),
         json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding", "metadata": {"name": BACKGROUND_ROLE, "labels": labels()},
             "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": BACKGROUND_ROLE},
-            "subjects": [{"kind": "ServiceAccount", "name": SERVICE_ACCOUNT, "namespace": ns}]}),
+            "subjects": [{"kind": "ServiceAccount", "name": BACKGROUND_ACCOUNT, "namespace": ns}]}),
     ]);
     // The cleanup controller deletes what cleanup and deleting policies and the TTL label
     // select; its permissions come, as in Kyverno's chart, from ClusterRoles labelled
@@ -553,7 +562,7 @@ pub fn render(v: &Values) -> Vec<Value> {
             "rules": []}),
         json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding", "metadata": {"name": CLEANUP_ROLE, "labels": labels()},
             "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": CLEANUP_ROLE},
-            "subjects": [{"kind": "ServiceAccount", "name": SERVICE_ACCOUNT, "namespace": ns}]}),
+            "subjects": [{"kind": "ServiceAccount", "name": CLEANUP_ACCOUNT, "namespace": ns}]}),
     ]);
     // The background controller's own rules (Kyverno's core role's `extraResources`, the chart's
     // defaults unless set) and the user's extra ones, aggregated into its role.
@@ -586,6 +595,10 @@ pub fn render(v: &Values) -> Vec<Value> {
         docs.push(json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding", "metadata": {"name": format!("{CLUSTER_ROLE}:view"), "labels": labels()},
             "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": v.view_role},
             "subjects": [{"kind": "ServiceAccount", "name": SERVICE_ACCOUNT, "namespace": ns}]}));
+        // And for the background controller (triggers, clone sources), as Kyverno's chart.
+        docs.push(json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding", "metadata": {"name": format!("{BACKGROUND_ROLE}:view"), "labels": labels()},
+            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": v.view_role},
+            "subjects": [{"kind": "ServiceAccount", "name": BACKGROUND_ACCOUNT, "namespace": ns}]}));
     }
     // Kyverno's dynamic configuration keys that Verno reads (followed live).
     let mut config_data = json!({"generateSuccessEvents": v.generate_success_events.to_string()});
@@ -602,6 +615,12 @@ pub fn render(v: &Values) -> Vec<Value> {
             ]}),
         json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding", "metadata": {"name": CLUSTER_ROLE, "namespace": ns, "labels": labels()},
             "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": CLUSTER_ROLE},
+            "subjects": [{"kind": "ServiceAccount", "name": SERVICE_ACCOUNT, "namespace": ns}]}),
+        // Verno's account acts as the background and cleanup accounts (and as no one else).
+        json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role", "metadata": {"name": IMPERSONATE_ROLE, "namespace": ns, "labels": labels()},
+            "rules": [{"apiGroups": [""], "resources": ["serviceaccounts"], "resourceNames": [BACKGROUND_ACCOUNT, CLEANUP_ACCOUNT], "verbs": ["impersonate"]}]}),
+        json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding", "metadata": {"name": IMPERSONATE_ROLE, "namespace": ns, "labels": labels()},
+            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": IMPERSONATE_ROLE},
             "subjects": [{"kind": "ServiceAccount", "name": SERVICE_ACCOUNT, "namespace": ns}]}),
     ]);
     if v.server_url.is_some() {

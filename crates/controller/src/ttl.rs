@@ -64,6 +64,7 @@ enum Msg {
 /// Runs the TTL controller while this replica leads, until `stop`.
 pub async fn run(
     client: kube::Client,
+    acting: kube::Client,
     server: Arc<dyn Serving>,
     mut leader: watch::Receiver<bool>,
     opts: TtlOptions,
@@ -76,8 +77,9 @@ pub async fn run(
             _ = stop.wait_for(|s| *s) => return,
         }
         tracing::info!("ttl controller starts (this replica leads)");
+        // Watches, access checks and deletes act as the cleanup account; events are Verno's own.
         let mut t = Ttl {
-            client: client.clone(),
+            client: acting.clone(),
             server: server.clone(),
             opts,
             resources: Vec::new(),

@@ -10,10 +10,15 @@ use std::time::Duration;
 impl FakeApiServer {
     /// A client talking HTTP to this server, impersonating `user` when given.
     pub fn client(&self, user: Option<&str>) -> Result<kube::Client, String> {
+        kube::Client::try_from(self.config(user)?).map_err(|e| e.to_string())
+    }
+
+    /// The client configuration of [`FakeApiServer::client`].
+    pub fn config(&self, user: Option<&str>) -> Result<kube::Config, String> {
         let url = self.url().parse().map_err(|e| format!("{e}"))?;
         let mut config = kube::Config::new(url);
         config.auth_info.impersonate = user.map(str::to_string);
-        kube::Client::try_from(config).map_err(|e| e.to_string())
+        Ok(config)
     }
 
     /// Applies `doc` through `client` as `kubectl apply --server-side --force-conflicts`
