@@ -126,9 +126,8 @@ pub struct Accounts {
 /// the policies.
 pub async fn run(cfg: verno_server::Config, mut opts: Options, accounts: Accounts) -> anyhow::Result<()> {
     use anyhow::Context as _;
-    let config = kube::Config::infer()
-        .await
-        .context("cannot reach the Kubernetes API (in-cluster config or kubeconfig)")?;
+    let config =
+        kube::Config::infer().await.context("cannot reach the Kubernetes API (in-cluster config or kubeconfig)")?;
     opts.acting =
         verno_controller::Acting::impersonating(&config, &opts.namespace, &accounts.background, &accounts.cleanup)
             .context("cannot build the controller accounts' clients")?;

@@ -107,6 +107,9 @@ pub struct Values {
     /// Kyverno's `admissionController.rbac.clusterRole.extraResources`: more rules bound to
     /// Verno's service account (what policies' API calls and context entries read).
     pub admission_extra_resources: Vec<Value>,
+    /// Kyverno's `reportsController.rbac.clusterRole.extraResources`: what background scans
+    /// read besides `view` (Verno's account scans, so these join its aggregated role).
+    pub reports_extra_resources: Vec<Value>,
 }
 
 /// The rules Kyverno's chart gives its background controller's core ClusterRole by default.
@@ -165,6 +168,7 @@ impl Default for Values {
             background_core_resources: background_core_default(),
             background_extra_resources: Vec::new(),
             admission_extra_resources: Vec::new(),
+            reports_extra_resources: Vec::new(),
         }
     }
 }
@@ -185,7 +189,7 @@ pub const CLEANUP_ROLE: &str = "verno:cleanup-controller";
 pub const OPT_OUT_LABEL: &str = "verno.io/ignore";
 
 /// Chart values `verno manifests` renders the same way the chart does.
-const KNOWN: &str = "admissionController.replicas, admissionController.rbac.createViewRoleBinding, admissionController.rbac.viewRoleName, image.repository, image.tag, config.webhooks.failTimeoutSeconds, config.webhooks.ignoreTimeoutSeconds, config.webhooks.namespaceSelector, config.webhooks.objectSelector, config.matchConditions, config.excludedNamespaces, config.name, config.generateSuccessEvents, config.successEventActions, features.omitEvents.eventTypes, features.backgroundScan.enabled, features.admissionReports.enabled, openreports.enabled, backgroundController.enabled, backgroundController.rbac.coreClusterRole.extraResources, backgroundController.rbac.clusterRole.extraResources, admissionController.rbac.clusterRole.extraResources, cleanupController.enabled, cleanupController.rbac.clusterRole.extraResources";
+const KNOWN: &str = "admissionController.replicas, admissionController.rbac.createViewRoleBinding, admissionController.rbac.viewRoleName, image.repository, image.tag, config.webhooks.failTimeoutSeconds, config.webhooks.ignoreTimeoutSeconds, config.webhooks.namespaceSelector, config.webhooks.objectSelector, config.matchConditions, config.excludedNamespaces, config.name, config.generateSuccessEvents, config.successEventActions, features.omitEvents.eventTypes, features.backgroundScan.enabled, features.admissionReports.enabled, openreports.enabled, backgroundController.enabled, backgroundController.rbac.coreClusterRole.extraResources, backgroundController.rbac.clusterRole.extraResources, admissionController.rbac.clusterRole.extraResources, reportsController.rbac.clusterRole.extraResources, cleanupController.enabled, cleanupController.rbac.clusterRole.extraResources";
 /// Chart values for objects `verno manifests` does not render (the ServiceMonitor needs the
 /// Prometheus Operator's CRD), or whose chart defaults it renders as they are.
 const CHART_ONLY: &[&str] = &[
@@ -371,6 +375,7 @@ impl Values {
                 self.background_extra_resources = rbac_rules(k, v)?
             }
             "admissionController.rbac.clusterRole.extraResources" => self.admission_extra_resources = rbac_rules(k, v)?,
+            "reportsController.rbac.clusterRole.extraResources" => self.reports_extra_resources = rbac_rules(k, v)?,
             other if CHART_ONLY.iter().any(|p| other == *p || (p.ends_with('.') && other.starts_with(p))) => {
                 return Ok(Some(format!(
                     "{other} is used by the Helm chart only; verno manifests renders the chart's default"
@@ -537,6 +542,22 @@ pub fn render(v: &Values) -> Vec<Value> {
             "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": CLUSTER_ROLE},
             "subjects": [{"kind": "ServiceAccount", "name": SERVICE_ACCOUNT, "namespace": ns}]}),
     ]);
+    // Verno's account also does the work of Kyverno's admission and reports controllers (context
+    // loaders, background scans): it holds what ClusterRoles labelled for either aggregate, so
+    // the grants written for Kyverno (`rbac.kyverno.io/aggregate-to-reports-controller` for a
+    // scan of Secrets, say) work unchanged.
+    let aggregated = format!("{CLUSTER_ROLE}:aggregate");
+    docs.extend([
+        json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole", "metadata": {"name": aggregated, "labels": labels()},
+            "aggregationRule": {"clusterRoleSelectors": [
+                {"matchLabels": {"rbac.kyverno.io/aggregate-to-admission-controller": "true"}},
+                {"matchLabels": {"rbac.kyverno.io/aggregate-to-reports-controller": "true"}},
+                {"matchLabels": {"rbac.verno.io/aggregate-to-admission-controller": "true"}}]},
+            "rules": []}),
+        json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding", "metadata": {"name": aggregated, "labels": labels()},
+            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": aggregated},
+            "subjects": [{"kind": "ServiceAccount", "name": SERVICE_ACCOUNT, "namespace": ns}]}),
+    ]);
     // The background controller creates, updates and deletes what generate and mutate-existing
     // rules name. As Kyverno's chart, the permissions come from ClusterRoles the user labels
     // `rbac.kyverno.io/aggregate-to-background-controller: "true"` (so the ones written for
@@ -583,6 +604,12 @@ pub fn render(v: &Values) -> Vec<Value> {
                 "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": name},
                 "subjects": [{"kind": "ServiceAccount", "name": SERVICE_ACCOUNT, "namespace": ns}]}),
         ]);
+    }
+    if !v.reports_extra_resources.is_empty() {
+        let mut l = labels();
+        l["rbac.verno.io/aggregate-to-admission-controller"] = json!("true");
+        docs.push(json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole", "metadata": {"name": "verno:reports-controller:additional", "labels": l},
+            "rules": v.reports_extra_resources}));
     }
     if !v.cleanup_extra_resources.is_empty() {
         let mut l = labels();

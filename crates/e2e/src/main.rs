@@ -133,10 +133,11 @@ struct ConfigEffects {
 }
 
 /// The chart values Kyverno's CI sets that Verno's chart takes under the same names: the extra
-/// permissions of the admission, background and cleanup controllers (one service account holds
-/// them all in Verno).
-const RBAC_VALUES: [&str; 3] = [
+/// permissions of the admission, background and cleanup controllers (each its own service
+/// account in Verno too).
+const RBAC_VALUES: [&str; 4] = [
     "admissionController.rbac.clusterRole.extraResources",
+    "reportsController.rbac.clusterRole.extraResources",
     "backgroundController.rbac.clusterRole.extraResources",
     "cleanupController.rbac.clusterRole.extraResources",
 ];

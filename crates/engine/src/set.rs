@@ -498,8 +498,28 @@ impl PolicySet {
         if !r.rules.iter().any(eligible) {
             return;
         }
-        let before = Request { operation: "CREATE", object: old, old_object: None, ..req.clone() };
-        let mut ctx = build_context_with(&before, env, self.reads_images);
+        // The old object is matched as Kyverno matches it: as itself (its own kind, no
+        // subresource — a `Pod/ephemeralcontainers` or `Deployment/scale` rule does not match
+        // the stored Pod or Scale) and by no user (the requester's subjects and roles are not
+        // the creator's), so such rules keep their violation.
+        let nobody = RequestUser {
+            username: "kyverno:kyverno-invalid-controller".into(),
+            groups: vec!["kyverno:invalidgroup".into()],
+            roles: vec!["kyverno:invalidrole".into()],
+            cluster_roles: vec!["kyverno:invalidrole".into()],
+        };
+        let before = Request {
+            operation: "CREATE",
+            object: old,
+            old_object: None,
+            user: Some(&nobody),
+            subresource: "",
+            kind: None,
+            ..req.clone()
+        };
+        // Variables (`request.roles`, `request.userInfo`) stay the request's, as in Kyverno:
+        // only matching is done as nobody.
+        let mut ctx = build_context_with(&Request { user: req.user, ..before.clone() }, env, self.reads_images);
         let prior = Sequence::new(before.clone()).without_explanations().evaluate(
             p,
             gate,

@@ -74,3 +74,39 @@ fn allow_existing_violations_false_refuses_the_update_and_deny_and_pod_security_
     assert!(update(&set(pss.clone()), &pod(json!({}), true), &pod(json!({"app": "b"}), true)).0);
     assert!(!update(&set(pss), &pod(json!({}), false), &pod(json!({}), true)).0);
 }
+
+fn set_matching(matcher: Value, validate: Value) -> PolicySet {
+    let doc = json!({"apiVersion": "kyverno.io/v1", "kind": "ClusterPolicy", "metadata": {"name": "p"},
+        "spec": {"validationFailureAction": "Enforce", "background": false, "rules": [{"name": "r",
+            "match": {"any": [matcher]}, "validate": validate}]}});
+    match compile(&doc, &[]) {
+        Ok(Compiled::Policy(p)) => PolicySet::new(vec![Arc::new(p)], Vec::new()),
+        other => panic!("the policy does not compile: {:?}", other.err()),
+    }
+}
+
+/// The old object is matched as Kyverno matches it — as itself, with no subresource and by no
+/// user — so a rule that only a subresource request or a given requester matches keeps its
+/// violation: `kubectl debug` (an UPDATE of `pods/ephemeralcontainers`) is refused by a
+/// `Pod/ephemeralcontainers` deny rule although the Pod before it "failed" the same rule.
+#[test]
+fn rules_matching_a_subresource_or_a_requester_are_not_waived_by_the_old_object() {
+    let debug = set_matching(json!({"resources": {"kinds": ["Pod/ephemeralcontainers"]}}), json!({"deny": {}}));
+    let old = pod(json!({}), false);
+    let mut new = old.clone();
+    new["spec"]["ephemeralContainers"] = json!([{"name": "debugger", "image": "busybox"}]);
+    let req = Request { old_object: Some(&old), subresource: "ephemeralcontainers", ..Request::new("UPDATE", &new) };
+    let out = debug.evaluate(&req, Scope::ALL, &verno_jmespath::NoEnv, &verno_engine::NoData, &mut ());
+    assert!(!out.allowed(), "kubectl debug must be refused");
+
+    let alice = verno_engine::RequestUser { username: "alice".into(), ..Default::default() };
+    let by_alice =
+        set_matching(json!({"subjects": [{"kind": "User", "name": "alice"}], "resources": {"kinds": ["Pod"]}}), team());
+    let (old, new) = (pod(json!({"app": "a"}), false), pod(json!({"app": "b"}), false));
+    let req = Request { old_object: Some(&old), user: Some(&alice), ..Request::new("UPDATE", &new) };
+    let out = by_alice.evaluate(&req, Scope::ALL, &verno_jmespath::NoEnv, &verno_engine::NoData, &mut ());
+    assert!(!out.allowed(), "a rule for alice's requests keeps its violation");
+    // A rule for everyone still waives the violation that was there before.
+    let (allowed, ..) = update(&set(team()), &old, &new);
+    assert!(allowed);
+}
