@@ -6,7 +6,9 @@
 #   baseline — no webhook (no Verno);
 #   enforce  — Verno installed (`verno manifests --server-url`, `verno serve --kube`) with the 17
 #              Pod Security policies of ../shared/bench/policies/pss-17 in Enforce;
-#   audit    — the same policies in Audit, admission reports on.
+#   audit    — the same policies in Audit, admission reports on;
+#   floor    — (only with --modes) enforce's webhook registrations served by webhook-floor
+#              (crates/floor: parse, answer allowed): what calling any webhook costs here.
 # Prints one line per configuration (requests = creates in the window, latencies are the
 # creates', errors = failed creates and deletes; Verno's peak RSS (VmHWM) and CPU seconds over the
 # window); progress goes to stderr. More flags after the two numbers go to the binary, e.g.
@@ -18,7 +20,7 @@ cd "$(dirname "$0")/.."
 CLIENTS=${1:-100}
 SECONDS_=${2:-30}
 shift $(($# < 2 ? $# : 2))
-cargo build --release -p verno -p verno-e2e >&2
+cargo build --release -p verno -p verno-e2e -p verno-floor >&2
 # The pinned control plane, built once into .tools/bin (seconds when it is there).
 bash scripts/install-control-plane.sh etcd kube-apiserver kube-controller-manager kwok >&2
 [ -x .tools/bin/kubectl ] || bash scripts/install-kubectl.sh >&2

@@ -620,8 +620,9 @@ impl Controller {
         }
         let tx = self.tx.clone();
         let what = format!("{}/{}", ar.api_version, ar.kind);
+        let resource = ar.clone();
         let task = tokio::spawn(async move {
-            let mut s = crate::poll::watch_or_poll(api, cfg, crate::poll::POLL_EVERY, what);
+            let mut s = crate::poll::watch_or_poll(api, &resource, cfg, crate::poll::POLL_EVERY, what);
             while let Some(ev) = s.next().await {
                 match ev {
                     Ok(ev) => {

@@ -110,6 +110,12 @@ pub struct Values {
     /// Kyverno's `reportsController.rbac.clusterRole.extraResources`: what background scans
     /// read besides `view` (Verno's account scans, so these join its aggregated role).
     pub reports_extra_resources: Vec<Value>,
+    /// The ServiceAccounts (Kyverno's `…Controller.rbac.serviceAccount.name`): Verno's own and
+    /// the two its background and cleanup controllers act as. Kyverno's names
+    /// (`kyverno-admission-controller`, …) make RoleBindings written for Kyverno apply.
+    pub admission_account: String,
+    pub background_account: String,
+    pub cleanup_account: String,
 }
 
 /// The rules Kyverno's chart gives its background controller's core ClusterRole by default.
@@ -169,6 +175,9 @@ impl Default for Values {
             background_extra_resources: Vec::new(),
             admission_extra_resources: Vec::new(),
             reports_extra_resources: Vec::new(),
+            admission_account: SERVICE_ACCOUNT.into(),
+            background_account: BACKGROUND_ACCOUNT.into(),
+            cleanup_account: CLEANUP_ACCOUNT.into(),
         }
     }
 }
@@ -189,7 +198,7 @@ pub const CLEANUP_ROLE: &str = "verno:cleanup-controller";
 pub const OPT_OUT_LABEL: &str = "verno.io/ignore";
 
 /// Chart values `verno manifests` renders the same way the chart does.
-const KNOWN: &str = "admissionController.replicas, admissionController.rbac.createViewRoleBinding, admissionController.rbac.viewRoleName, image.repository, image.tag, config.webhooks.failTimeoutSeconds, config.webhooks.ignoreTimeoutSeconds, config.webhooks.namespaceSelector, config.webhooks.objectSelector, config.matchConditions, config.excludedNamespaces, config.name, config.generateSuccessEvents, config.successEventActions, features.omitEvents.eventTypes, features.backgroundScan.enabled, features.admissionReports.enabled, openreports.enabled, backgroundController.enabled, backgroundController.rbac.coreClusterRole.extraResources, backgroundController.rbac.clusterRole.extraResources, admissionController.rbac.clusterRole.extraResources, reportsController.rbac.clusterRole.extraResources, cleanupController.enabled, cleanupController.rbac.clusterRole.extraResources";
+const KNOWN: &str = "admissionController.replicas, admissionController.rbac.createViewRoleBinding, admissionController.rbac.viewRoleName, image.repository, image.tag, config.webhooks.failTimeoutSeconds, config.webhooks.ignoreTimeoutSeconds, config.webhooks.namespaceSelector, config.webhooks.objectSelector, config.matchConditions, config.excludedNamespaces, config.name, config.generateSuccessEvents, config.successEventActions, features.omitEvents.eventTypes, features.backgroundScan.enabled, features.admissionReports.enabled, openreports.enabled, backgroundController.enabled, backgroundController.rbac.coreClusterRole.extraResources, backgroundController.rbac.clusterRole.extraResources, admissionController.rbac.clusterRole.extraResources, reportsController.rbac.clusterRole.extraResources, admissionController.rbac.serviceAccount.name, backgroundController.rbac.serviceAccount.name, cleanupController.rbac.serviceAccount.name, cleanupController.enabled, cleanupController.rbac.clusterRole.extraResources";
 /// Chart values for objects `verno manifests` does not render (the ServiceMonitor needs the
 /// Prometheus Operator's CRD), or whose chart defaults it renders as they are.
 const CHART_ONLY: &[&str] = &[
@@ -282,6 +291,19 @@ impl Values {
     /// values file sets it; `Some(note)` when it is accepted but only the chart uses it.
     pub fn apply(&mut self, k: &str, v: &Value) -> Result<Option<String>, String> {
         let int = |v: &Value| v.as_i64().ok_or_else(|| format!("{k}: {v} is not a whole number"));
+        // A ServiceAccount name: a DNS subdomain (lower-case alphanumerics, '-' and '.').
+        let account = |v: &Value| match v.as_str() {
+            Some(n)
+                if !n.is_empty()
+                    && n.len() <= 253
+                    && n.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-' || b == b'.')
+                    && n.starts_with(|c: char| c.is_ascii_alphanumeric())
+                    && n.ends_with(|c: char| c.is_ascii_alphanumeric()) =>
+            {
+                Ok(n.to_string())
+            }
+            _ => Err(format!("{k}: {v} is not a ServiceAccount name (lower-case letters, digits, '-' and '.')")),
+        };
         let text = |v: &Value| v.as_str().map(str::to_string).ok_or_else(|| format!("{k}: {v} is not a string"));
         let boolean = |v: &Value| match v {
             Value::Bool(b) => Ok(*b),
@@ -376,6 +398,9 @@ impl Values {
             }
             "admissionController.rbac.clusterRole.extraResources" => self.admission_extra_resources = rbac_rules(k, v)?,
             "reportsController.rbac.clusterRole.extraResources" => self.reports_extra_resources = rbac_rules(k, v)?,
+            "admissionController.rbac.serviceAccount.name" => self.admission_account = account(v)?,
+            "backgroundController.rbac.serviceAccount.name" => self.background_account = account(v)?,
+            "cleanupController.rbac.serviceAccount.name" => self.cleanup_account = account(v)?,
             other if CHART_ONLY.iter().any(|p| other == *p || (p.ends_with('.') && other.starts_with(p))) => {
                 return Ok(Some(format!(
                     "{other} is used by the Helm chart only; verno manifests renders the chart's default"
@@ -503,9 +528,9 @@ pub fn render(v: &Values) -> Vec<Value> {
     let mut docs = webhook_configurations(v);
     docs.extend([
         json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns, "labels": labels()}}),
-        json!({"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": SERVICE_ACCOUNT, "namespace": ns, "labels": labels()}}),
-        json!({"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": BACKGROUND_ACCOUNT, "namespace": ns, "labels": labels()}}),
-        json!({"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": CLEANUP_ACCOUNT, "namespace": ns, "labels": labels()}}),
+        json!({"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": v.admission_account, "namespace": ns, "labels": labels()}}),
+        json!({"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": v.background_account, "namespace": ns, "labels": labels()}}),
+        json!({"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": v.cleanup_account, "namespace": ns, "labels": labels()}}),
         // The ClusterRole is also the webhook configurations' owner.
         json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole", "metadata": {"name": CLUSTER_ROLE, "labels": labels()},
             "rules": [
@@ -540,7 +565,7 @@ pub fn render(v: &Values) -> Vec<Value> {
             ]}),
         json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding", "metadata": {"name": CLUSTER_ROLE, "labels": labels()},
             "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": CLUSTER_ROLE},
-            "subjects": [{"kind": "ServiceAccount", "name": SERVICE_ACCOUNT, "namespace": ns}]}),
+            "subjects": [{"kind": "ServiceAccount", "name": v.admission_account, "namespace": ns}]}),
     ]);
     // Verno's account also does the work of Kyverno's admission and reports controllers (context
     // loaders, background scans): it holds what ClusterRoles labelled for either aggregate, so
@@ -556,7 +581,7 @@ pub fn render(v: &Values) -> Vec<Value> {
             "rules": []}),
         json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding", "metadata": {"name": aggregated, "labels": labels()},
             "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": aggregated},
-            "subjects": [{"kind": "ServiceAccount", "name": SERVICE_ACCOUNT, "namespace": ns}]}),
+            "subjects": [{"kind": "ServiceAccount", "name": v.admission_account, "namespace": ns}]}),
     ]);
     // The background controller creates, updates and deletes what generate and mutate-existing
     // rules name. As Kyverno's chart, the permissions come from ClusterRoles the user labels
@@ -570,7 +595,7 @@ pub fn render(v: &Values) -> Vec<Value> {
             "rules": []}),
         json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding", "metadata": {"name": BACKGROUND_ROLE, "labels": labels()},
             "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": BACKGROUND_ROLE},
-            "subjects": [{"kind": "ServiceAccount", "name": BACKGROUND_ACCOUNT, "namespace": ns}]}),
+            "subjects": [{"kind": "ServiceAccount", "name": v.background_account, "namespace": ns}]}),
     ]);
     // The cleanup controller deletes what cleanup and deleting policies and the TTL label
     // select; its permissions come, as in Kyverno's chart, from ClusterRoles labelled
@@ -583,7 +608,7 @@ pub fn render(v: &Values) -> Vec<Value> {
             "rules": []}),
         json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding", "metadata": {"name": CLEANUP_ROLE, "labels": labels()},
             "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": CLEANUP_ROLE},
-            "subjects": [{"kind": "ServiceAccount", "name": CLEANUP_ACCOUNT, "namespace": ns}]}),
+            "subjects": [{"kind": "ServiceAccount", "name": v.cleanup_account, "namespace": ns}]}),
     ]);
     // The background controller's own rules (Kyverno's core role's `extraResources`, the chart's
     // defaults unless set) and the user's extra ones, aggregated into its role.
@@ -602,7 +627,7 @@ pub fn render(v: &Values) -> Vec<Value> {
                 "rules": v.admission_extra_resources}),
             json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding", "metadata": {"name": name, "labels": labels()},
                 "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": name},
-                "subjects": [{"kind": "ServiceAccount", "name": SERVICE_ACCOUNT, "namespace": ns}]}),
+                "subjects": [{"kind": "ServiceAccount", "name": v.admission_account, "namespace": ns}]}),
         ]);
     }
     if !v.reports_extra_resources.is_empty() {
@@ -621,11 +646,11 @@ pub fn render(v: &Values) -> Vec<Value> {
         // Read access for background scans (the policies' RBACPermissionsGranted condition).
         docs.push(json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding", "metadata": {"name": format!("{CLUSTER_ROLE}:view"), "labels": labels()},
             "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": v.view_role},
-            "subjects": [{"kind": "ServiceAccount", "name": SERVICE_ACCOUNT, "namespace": ns}]}));
+            "subjects": [{"kind": "ServiceAccount", "name": v.admission_account, "namespace": ns}]}));
         // And for the background controller (triggers, clone sources), as Kyverno's chart.
         docs.push(json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding", "metadata": {"name": format!("{BACKGROUND_ROLE}:view"), "labels": labels()},
             "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": v.view_role},
-            "subjects": [{"kind": "ServiceAccount", "name": BACKGROUND_ACCOUNT, "namespace": ns}]}));
+            "subjects": [{"kind": "ServiceAccount", "name": v.background_account, "namespace": ns}]}));
     }
     // Kyverno's dynamic configuration keys that Verno reads (followed live).
     let mut config_data = json!({"generateSuccessEvents": v.generate_success_events.to_string()});
@@ -642,13 +667,13 @@ pub fn render(v: &Values) -> Vec<Value> {
             ]}),
         json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding", "metadata": {"name": CLUSTER_ROLE, "namespace": ns, "labels": labels()},
             "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": CLUSTER_ROLE},
-            "subjects": [{"kind": "ServiceAccount", "name": SERVICE_ACCOUNT, "namespace": ns}]}),
+            "subjects": [{"kind": "ServiceAccount", "name": v.admission_account, "namespace": ns}]}),
         // Verno's account acts as the background and cleanup accounts (and as no one else).
         json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role", "metadata": {"name": IMPERSONATE_ROLE, "namespace": ns, "labels": labels()},
-            "rules": [{"apiGroups": [""], "resources": ["serviceaccounts"], "resourceNames": [BACKGROUND_ACCOUNT, CLEANUP_ACCOUNT], "verbs": ["impersonate"]}]}),
+            "rules": [{"apiGroups": [""], "resources": ["serviceaccounts"], "resourceNames": [v.background_account, v.cleanup_account], "verbs": ["impersonate"]}]}),
         json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding", "metadata": {"name": IMPERSONATE_ROLE, "namespace": ns, "labels": labels()},
             "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": IMPERSONATE_ROLE},
-            "subjects": [{"kind": "ServiceAccount", "name": SERVICE_ACCOUNT, "namespace": ns}]}),
+            "subjects": [{"kind": "ServiceAccount", "name": v.admission_account, "namespace": ns}]}),
     ]);
     if v.server_url.is_some() {
         return docs;
@@ -666,7 +691,7 @@ pub fn render(v: &Values) -> Vec<Value> {
                 "template": {
                     "metadata": {"labels": labels()},
                     "spec": {
-                        "serviceAccountName": SERVICE_ACCOUNT,
+                        "serviceAccountName": v.admission_account,
                         "topologySpreadConstraints": [{"maxSkew": 1, "topologyKey": "kubernetes.io/hostname", "whenUnsatisfiable": "ScheduleAnyway", "labelSelector": {"matchLabels": selector}}],
                         "containers": [{
                             "name": "verno",
@@ -676,7 +701,8 @@ pub fn render(v: &Values) -> Vec<Value> {
                         "--config-map", v.config_name, "--omit-events", v.omit_events.join(","),
                         "--background-scan", v.background_scan.to_string(), "--admission-reports", v.admission_reports.to_string(),
                         "--openreports", v.openreports.to_string(), "--background-controller", v.background_controller.to_string(),
-                        "--cleanup-controller", v.cleanup_controller.to_string()],
+                        "--cleanup-controller", v.cleanup_controller.to_string(),
+                        "--background-account", v.background_account, "--cleanup-account", v.cleanup_account],
                             "env": [
                                 {"name": "POD_NAME", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}},
                                 {"name": "POD_NAMESPACE", "valueFrom": {"fieldRef": {"fieldPath": "metadata.namespace"}}},

@@ -9,12 +9,15 @@
 //! resourceVersion, `Delete` for an object no longer listed). kube-runtime's watcher would
 //! otherwise retry the forbidden watch forever and nothing after the first list would be seen.
 //!
-//! The fallback costs one paged list per period and keeps the last listed objects (what the
-//! consumer needs in a `Delete`); it is logged once, with what to grant to avoid it.
+//! While the watch works only each object's key and resourceVersion are kept (what the first
+//! poll compares with). The fallback costs one paged list per period and keeps the last listed
+//! objects (what the consumer needs in a `Delete`); it is logged once, with what to grant to
+//! avoid it. An object deleted between the watch's last event and the first poll is reported
+//! with its metadata only (name, namespace, uid, resourceVersion).
 
 use futures_util::stream::{BoxStream, StreamExt};
 use kube::Api;
-use kube::api::{DynamicObject, ListParams};
+use kube::api::{ApiResource, DynamicObject, ListParams};
 use kube::runtime::{WatchStreamExt, watcher};
 use std::collections::{HashMap, VecDeque};
 use std::time::Duration;
@@ -43,14 +46,45 @@ struct State {
     /// The watch, until it is found forbidden.
     watch: Option<Events>,
     api: Api<DynamicObject>,
+    resource: ApiResource,
     params: ListParams,
     every: Duration,
     what: String,
-    /// The objects as last seen, by (namespace, name).
-    seen: HashMap<(String, String), DynamicObject>,
+    /// The objects as last seen, by (namespace, name): while watching, their metadata only
+    /// (`Seen::Meta`); once polling, the whole objects.
+    seen: HashMap<(String, String), Seen>,
     /// Whether the watcher's first list completed (only then is polling a fallback for watch).
     listed: bool,
     out: VecDeque<watcher::Event<DynamicObject>>,
+}
+
+enum Seen {
+    /// uid and resourceVersion, while the watch works.
+    Meta(Option<String>, Option<String>),
+    Object(Box<DynamicObject>),
+}
+
+impl Seen {
+    fn resource_version(&self) -> Option<&String> {
+        match self {
+            Seen::Meta(_, rv) => rv.as_ref(),
+            Seen::Object(o) => o.metadata.resource_version.as_ref(),
+        }
+    }
+
+    /// The object a `Delete` carries: the whole last listed one, or its metadata.
+    fn into_object(self, (ns, name): (String, String), resource: &ApiResource) -> DynamicObject {
+        match self {
+            Seen::Object(o) => *o,
+            Seen::Meta(uid, rv) => {
+                let mut o = DynamicObject::new(&name, resource);
+                o.metadata.namespace = (!ns.is_empty()).then_some(ns);
+                o.metadata.uid = uid;
+                o.metadata.resource_version = rv;
+                o
+            }
+        }
+    }
 }
 
 impl State {
@@ -58,7 +92,8 @@ impl State {
         match ev {
             watcher::Event::Init => self.seen.clear(),
             watcher::Event::InitApply(o) | watcher::Event::Apply(o) => {
-                self.seen.insert(key(o), o.clone());
+                let meta = Seen::Meta(o.metadata.uid.clone(), o.metadata.resource_version.clone());
+                self.seen.insert(key(o), meta);
             }
             watcher::Event::Delete(o) => {
                 self.seen.remove(&key(o));
@@ -84,7 +119,7 @@ impl State {
         }
         for (k, o) in &now {
             let changed =
-                self.seen.get(k).is_none_or(|old| old.metadata.resource_version != o.metadata.resource_version);
+                self.seen.get(k).is_none_or(|old| old.resource_version() != o.metadata.resource_version.as_ref());
             if changed {
                 self.out.push_back(watcher::Event::Apply(o.clone()));
             }
@@ -92,10 +127,10 @@ impl State {
         let gone: Vec<(String, String)> = self.seen.keys().filter(|k| !now.contains_key(*k)).cloned().collect();
         for k in gone {
             if let Some(o) = self.seen.remove(&k) {
-                self.out.push_back(watcher::Event::Delete(o));
+                self.out.push_back(watcher::Event::Delete(o.into_object(k, &self.resource)));
             }
         }
-        self.seen = now;
+        self.seen = now.into_iter().map(|(k, o)| (k, Seen::Object(Box::new(o)))).collect();
         Ok(())
     }
 
@@ -130,7 +165,13 @@ impl State {
 
 /// `watcher(api, cfg)` with the default backoff, falling back to listing every `every` when the
 /// watch is forbidden after a successful first list.
-pub fn watch_or_poll(api: Api<DynamicObject>, cfg: watcher::Config, every: Duration, what: String) -> Events {
+pub fn watch_or_poll(
+    api: Api<DynamicObject>,
+    resource: &ApiResource,
+    cfg: watcher::Config,
+    every: Duration,
+    what: String,
+) -> Events {
     let params = ListParams {
         label_selector: cfg.label_selector.clone(),
         field_selector: cfg.field_selector.clone(),
@@ -141,6 +182,7 @@ pub fn watch_or_poll(api: Api<DynamicObject>, cfg: watcher::Config, every: Durat
     let state = State {
         watch: Some(watch),
         api,
+        resource: resource.clone(),
         params,
         every,
         what,

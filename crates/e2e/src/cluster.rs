@@ -25,6 +25,9 @@ fn install_values(rbac: &[(String, serde_json::Value)]) -> Result<manifests::Val
         omit_events: Vec::new(),
         ..manifests::Values::default()
     };
+    for (k, name) in verno_e2e::KYVERNO_ACCOUNTS {
+        v.apply(k, &serde_json::Value::from(name)).map_err(|e| anyhow!("{k}: {e}"))?;
+    }
     for (k, x) in rbac {
         v.apply(k, x).map_err(|e| anyhow!("Kyverno's CI values: {e}"))?;
     }
@@ -106,14 +109,15 @@ impl Cluster {
     pub async fn start(opts: Options<'_>) -> Result<Cluster> {
         let fake = FakeApiServer::start(fake_apiserver::default_resources()).await?;
         let client = fake.client(None).map_err(|e| anyhow!(e))?;
-        for doc in crds::all().into_iter().chain(manifests::render(&install_values(opts.rbac)?)) {
+        let values = install_values(opts.rbac)?;
+        for doc in crds::all().into_iter().chain(manifests::render(&values)) {
             fake.apply(&client, &doc).await.map_err(|e| anyhow!("installing Verno: {e}"))?;
         }
         let kubeconfig = opts.dir.join("kubeconfig");
         std::fs::write(&kubeconfig, fake.kubeconfig())?;
         // Verno talks to the API server as its ServiceAccount (impersonated).
         let verno_config = opts.dir.join("verno-kubeconfig");
-        let user = format!("system:serviceaccount:{NAMESPACE}:{}", manifests::SERVICE_ACCOUNT);
+        let user = format!("system:serviceaccount:{NAMESPACE}:{}", values.admission_account);
         std::fs::write(
             &verno_config,
             fake.kubeconfig().replace("  user: {}\n", &format!("  user:\n    as: {user}\n")),
@@ -126,6 +130,7 @@ impl Cluster {
             .args(["--service", manifests::SERVICE, "--deployment", manifests::DEPLOYMENT])
             .args(["--owner-cluster-role", manifests::CLUSTER_ROLE])
             .args(["--config-map", CONFIG_MAP, "--omit-events", ""])
+            .args(verno_e2e::kyverno_account_args())
             .args(["--addr", &format!("127.0.0.1:{port}"), "--metrics-addr", "127.0.0.1:0"])
             .arg("--tls-dir")
             .arg(opts.dir.join("tls"))

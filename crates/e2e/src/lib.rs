@@ -2,3 +2,19 @@
 //! ([`real`]).
 
 pub mod real;
+
+/// Kyverno's ServiceAccount names (its chart's defaults in namespace `kyverno`): the runners
+/// install Verno under them, as a user moving from Kyverno would, because Kyverno's suite binds
+/// roles to them and acts as them (`kubectl --as system:serviceaccount:kyverno:…`). Values
+/// keys and the names: admission (Verno's own account), background, cleanup.
+pub const KYVERNO_ACCOUNTS: [(&str, &str); 3] = [
+    ("admissionController.rbac.serviceAccount.name", "kyverno-admission-controller"),
+    ("backgroundController.rbac.serviceAccount.name", "kyverno-background-controller"),
+    ("cleanupController.rbac.serviceAccount.name", "kyverno-cleanup-controller"),
+];
+
+/// `verno serve` arguments naming the controller accounts of [`KYVERNO_ACCOUNTS`].
+pub fn kyverno_account_args() -> Vec<String> {
+    let [_, (_, background), (_, cleanup)] = KYVERNO_ACCOUNTS;
+    ["--background-account", background, "--cleanup-account", cleanup].map(str::to_string).to_vec()
+}

@@ -351,12 +351,13 @@ async fn real_run(
     }
     // Verno configured as Kyverno's CI configures Kyverno (see `cluster::install_values`).
     let mut values = json!({"config": {"name": "kyverno"}, "features": {"omitEvents": {"eventTypes": []}}});
-    for (k, v) in &effects.rbac {
+    let accounts = verno_e2e::KYVERNO_ACCOUNTS.iter().map(|(k, n)| (k.to_string(), json!(n)));
+    for (k, v) in accounts.chain(effects.rbac.iter().cloned()) {
         let mut at = &mut values;
         for part in k.split('.') {
             at = &mut at[part];
         }
-        *at = v.clone();
+        *at = v;
     }
     // JSON is YAML: the values file `verno manifests -f` reads.
     let values = serde_json::to_string_pretty(&values).unwrap_or_default();
@@ -365,8 +366,10 @@ async fn real_run(
         return report("error", skipped(names), &format!("writing values: {e}"));
     }
     let mut extra = vec!["--config-map".to_string(), "kyverno".to_string(), "--omit-events".to_string(), String::new()];
+    extra.extend(verno_e2e::kyverno_account_args());
     extra.extend(effects.args.iter().cloned());
     let cluster = match verno_e2e::real::RealCluster::start(verno_e2e::real::RealOptions {
+        account: verno_e2e::KYVERNO_ACCOUNTS[0].1,
         repo: &repo,
         verno,
         dir: dir.path(),

@@ -21,6 +21,9 @@ pub struct RealOptions<'a> {
     pub dir: &'a Path,
     /// Verno's namespace.
     pub namespace: &'a str,
+    /// Verno's own ServiceAccount, as the values name it (`manifests::SERVICE_ACCOUNT` unless
+    /// set): its token is Verno's credentials.
+    pub account: &'a str,
     /// `verno manifests -f` values files (the chart's shape).
     pub values_files: &'a [PathBuf],
     /// More `verno serve` arguments.
@@ -118,7 +121,7 @@ impl RealCluster {
         // Verno's credentials: its ServiceAccount's token, from the TokenRequest API.
         let token = run(
             Command::new(&kubectl)
-                .args(["create", "token", "verno-admission-controller", "-n", o.namespace, "--duration", "24h"])
+                .args(["create", "token", o.account, "-n", o.namespace, "--duration", "24h"])
                 .env("KUBECONFIG", &kubeconfig),
             "kubectl create token",
         )?;

@@ -97,6 +97,7 @@ async fn verno_in_a_real_control_plane() {
     let dir = tempfile::tempdir().unwrap();
     let verno = verno_bin();
     let cluster = RealCluster::start(RealOptions {
+        account: verno_controller::manifests::SERVICE_ACCOUNT,
         repo: repo(),
         verno: &verno,
         dir: dir.path(),

@@ -22,10 +22,11 @@
 //!   log.
 //!
 //! Lists honour `limit` and `continue` (the token is the last item's `namespace/name`; pages
-//! are not a consistent snapshot as the real server's are). Not modelled: objects entering or
-//! leaving a watch's selector (no synthetic ADDED/DELETED), deletecollection, DELETE
-//! preconditions and propagation policies (GC is always background), schemas and defaulting,
-//! RBAC, and per-GVR resourceVersions of aggregated APIs. Events are stored in both event APIs
+//! are not a consistent snapshot as the real server's are). An object entering or leaving a
+//! selector-filtered watch's selection is ADDED or DELETED there (with its previous content), as
+//! the API server's watch cache sends it. Not modelled: deletecollection, propagation policies
+//! (GC is always background), schemas and defaulting, RBAC on requests (access reviews are
+//! answered from the RBAC objects), and per-GVR resourceVersions of aggregated APIs. Events are stored in both event APIs
 //! (core v1 and events.k8s.io/v1) and every write to one is mirrored, converted, into the other.
 
 #![allow(clippy::result_large_err)]
@@ -166,6 +167,36 @@ struct Event {
     resource: String,
     kind: &'static str,
     object: Value,
+    /// The object before a MODIFIED event: a selector-filtered watch turns the event into
+    /// ADDED or DELETED when the object enters or leaves the selection, as the API server's
+    /// watch cache does.
+    old: Option<Value>,
+}
+
+impl Event {
+    /// The event as a watch with `filter` sees it, if at all: (type, object). An object leaving
+    /// the selection is DELETED with its previous content at the event's resourceVersion.
+    pub(crate) fn through(&self, filter: &select::Filter) -> Option<(&'static str, std::borrow::Cow<'_, Value>)> {
+        use std::borrow::Cow;
+        let now = filter.matches(&self.object);
+        let before = match (&self.old, self.kind) {
+            (Some(o), "MODIFIED") => filter.matches(o),
+            _ => now,
+        };
+        match (before, now) {
+            (_, true) if self.kind != "MODIFIED" => Some((self.kind, Cow::Borrowed(&self.object))),
+            (true, true) => Some(("MODIFIED", Cow::Borrowed(&self.object))),
+            (false, true) => Some(("ADDED", Cow::Borrowed(&self.object))),
+            (true, false) => {
+                let mut prev = self.old.clone().unwrap_or_else(|| self.object.clone());
+                if let Some(m) = prev.get_mut("metadata").and_then(Value::as_object_mut) {
+                    m.insert("resourceVersion".into(), Value::String(self.rv.to_string()));
+                }
+                Some(("DELETED", Cow::Owned(prev)))
+            }
+            (false, false) => None,
+        }
+    }
 }
 
 /// One request, for assertions such as "no writes at steady state".
@@ -622,7 +653,15 @@ fn record(inner: &Inner, s: &mut Store, t: &Resource, kind: &'static str, mut ob
     if let Some(m) = object.get_mut("metadata").and_then(Value::as_object_mut) {
         m.insert("resourceVersion".into(), Value::String(rv.to_string()));
     }
-    let event = Event { rv, resource: key(t), kind, object: object.clone() };
+    let old = (kind == "MODIFIED")
+        .then(|| {
+            let meta =
+                |f: &str| object.pointer(&format!("/metadata/{f}")).and_then(Value::as_str).unwrap_or("").to_string();
+            let ns = if t.namespaced { meta("namespace") } else { String::new() };
+            s.objects.get(&(key(t), ns, meta("name"))).cloned()
+        })
+        .flatten();
+    let event = Event { rv, resource: key(t), kind, object: object.clone(), old };
     s.ring.push_back(event.clone());
     while s.ring.len() > s.ring_capacity {
         if let Some(e) = s.ring.pop_front() {

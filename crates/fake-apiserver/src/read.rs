@@ -254,8 +254,10 @@ pub(crate) fn watch(inner: Arc<Inner>, t: &Target, q: &HashMap<String, String>, 
             let v = s
                 .ring
                 .iter()
-                .filter(|e| e.rv > from && in_scope(e) && filter.matches(&e.object))
-                .map(|e| frame_as(e.kind, &in_version(&e.object, &resource), meta_only))
+                .filter(|e| e.rv > from && in_scope(e))
+                .filter_map(|e| {
+                    e.through(&filter).map(|(kind, o)| frame_as(kind, &in_version(&o, &resource), meta_only))
+                })
                 .collect();
             (v, s.rv, false)
         }
@@ -285,7 +287,8 @@ pub(crate) fn watch(inner: Arc<Inner>, t: &Target, q: &HashMap<String, String>, 
                     Ok(e) => {
                         if e.rv <= last || !in_scope(&e) { continue; }
                         rv = e.rv;
-                        if filter.matches(&e.object) && tx.send(frame_as(e.kind, &in_version(&e.object, &resource), meta_only)).await.is_err() { return; }
+                        let Some((kind, o)) = e.through(&filter) else { continue };
+                        if tx.send(frame_as(kind, &in_version(&o, &resource), meta_only)).await.is_err() { return; }
                     }
                     Err(broadcast::error::RecvError::Lagged(_)) => {
                         let gone = json!({"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure", "message": "watch fell behind", "reason": "Expired", "code": 410});

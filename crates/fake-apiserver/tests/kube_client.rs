@@ -502,3 +502,39 @@ async fn lists_come_in_pages_when_a_limit_is_given() {
     assert!(web.metadata.continue_.as_deref().unwrap_or("").is_empty());
     assert!(fake.requests().iter().any(|r| r.query.contains("limit=4")));
 }
+
+/// Issue 47, item 13: an object relabelled out of a label-selected watch's selection is
+/// DELETED there (with its previous labels, at the new resourceVersion), and ADDED when it is
+/// relabelled back in, as the API server's watch cache sends them — controllers that watch by
+/// label (TTL, generated downstreams) forget such objects on a real cluster.
+#[tokio::test]
+async fn objects_leaving_or_entering_a_label_selected_watch_are_deleted_or_added_there() {
+    let fake = FakeApiServer::start(default_resources()).await.unwrap();
+    let api: Api<ConfigMap> = Api::namespaced(client(&fake).await, "team");
+    api.create(&PostParams::default(), &cm("a", &[("tmp", "yes")])).await.unwrap();
+    let mut events = watcher(api.clone(), watcher::Config::default().labels("tmp=yes")).boxed();
+    let mut next = async || {
+        tokio::time::timeout(Duration::from_secs(10), events.next())
+            .await
+            .expect("an event in time")
+            .expect("the stream goes on")
+            .unwrap()
+    };
+    while !matches!(next().await, watcher::Event::InitDone) {}
+    let relabel = |v: &str| Patch::Merge(serde_json::json!({"metadata": {"labels": {"tmp": v}}}));
+    let out = api.patch("a", &PatchParams::default(), &relabel("no")).await.unwrap();
+    match next().await {
+        watcher::Event::Delete(c) => {
+            assert_eq!(c.metadata.labels.unwrap()["tmp"], "yes", "the previous content");
+            assert_eq!(c.metadata.resource_version, out.metadata.resource_version);
+        }
+        other => panic!("expected DELETED, got {other:?}"),
+    }
+    // Changes outside the selection are not seen; coming back in is an ADDED.
+    api.patch("a", &PatchParams::default(), &Patch::Merge(serde_json::json!({"data": {"k": "w"}}))).await.unwrap();
+    api.patch("a", &PatchParams::default(), &relabel("yes")).await.unwrap();
+    match next().await {
+        watcher::Event::Apply(c) => assert_eq!(c.data.unwrap()["k"], "w"),
+        other => panic!("expected the object back, got {other:?}"),
+    }
+}

@@ -16,7 +16,7 @@
 //!
 //! The Pods follow the restricted profile, so every policy passes and Enforce admits them all.
 //!
-//!   apiserver-load [--clients 100] [--seconds 30] [--modes baseline,enforce,audit]
+//!   apiserver-load [--clients 100] [--seconds 30] [--modes baseline,enforce,audit,floor]
 //!                  [--verno PATH] [--repo DIR] [--policies DIR]
 //!
 //! One line per configuration on stdout (everything else goes to stderr):
@@ -120,7 +120,7 @@ fn args() -> Result<Args> {
         bail!("--seconds {seconds}: between 1 and {MAX_SECONDS}");
     }
     if modes.is_empty() {
-        bail!("--modes: name at least one of baseline, enforce, audit");
+        bail!("--modes: name at least one of baseline, enforce, audit, floor");
     }
     let repo =
         repo.ok_or_else(|| anyhow!("the repository (scripts/cluster.sh) is not above this binary: pass --repo"))?;
@@ -521,6 +521,7 @@ async fn run_mode(a: &Args, mode: Mode, t0: Instant) -> Result<String> {
         Mode::Baseline => RealCluster::bare(&a.repo, dir.path())?,
         Mode::Enforce | Mode::Audit | Mode::Floor => {
             RealCluster::start(RealOptions {
+                account: verno_controller::manifests::SERVICE_ACCOUNT,
                 repo: &a.repo,
                 verno: &a.verno,
                 dir: dir.path(),
