@@ -630,6 +630,12 @@ pub fn render(v: &Values) -> Vec<Value> {
                 "subjects": [{"kind": "ServiceAccount", "name": v.admission_account, "namespace": ns}]}),
         ]);
     }
+    // What the cleanup controller itself reads (as Kyverno's cleanup core role): namespaces, for
+    // namespace selectors and context entries.
+    let mut l = labels();
+    l["rbac.verno.io/aggregate-to-cleanup-controller"] = json!("true");
+    docs.push(json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole", "metadata": {"name": format!("{CLEANUP_ROLE}:core"), "labels": l},
+        "rules": [{"apiGroups": [""], "resources": ["namespaces"], "verbs": ["get", "list", "watch"]}]}));
     if !v.reports_extra_resources.is_empty() {
         let mut l = labels();
         l["rbac.verno.io/aggregate-to-admission-controller"] = json!("true");
