@@ -424,6 +424,11 @@ async fn real_run(
         eprintln!("Verno's log (last 30 lines):\n{}", cluster.verno_log_tail(30));
     }
     drop(cluster);
+    // A kept control plane (VERNO_KEEP_CLUSTER) lives in this folder: keep it too, or its
+    // processes outlive a folder `cluster.sh down` can no longer find.
+    if std::env::var_os("VERNO_KEEP_CLUSTER").is_some() {
+        let _ = dir.keep();
+    }
     report(status, steps, &reason)
 }
 
