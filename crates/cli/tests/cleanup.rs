@@ -43,13 +43,7 @@ async fn start(fake: &FakeApiServer, tweak: impl FnOnce(&mut Options)) -> (Arc<R
     opts.debounce = Duration::from_millis(100);
     opts.probe_interval = None;
     opts.omit_events = Default::default();
-    opts.acting = verno_controller::Acting::impersonating(
-        &fake.config(None).unwrap(),
-        NS,
-        manifests::BACKGROUND_ACCOUNT,
-        manifests::CLEANUP_ACCOUNT,
-    )
-    .unwrap();
+    opts.acting = verno_controller::Acting::default_accounts(&fake.config(None).unwrap(), NS).unwrap();
     tweak(&mut opts);
     let user = format!("system:serviceaccount:{NS}:{}", manifests::SERVICE_ACCOUNT);
     let c = fake.client(Some(&user)).unwrap();

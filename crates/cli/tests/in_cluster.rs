@@ -67,13 +67,7 @@ async fn start_replica_with(fake: &FakeApiServer, identity: &str, tweak: impl Fn
     opts.debounce = Duration::from_millis(100);
     opts.resync = Duration::from_secs(2);
     opts.probe_interval = Some(Duration::from_millis(300));
-    opts.acting = verno_controller::Acting::impersonating(
-        &fake.config(None).unwrap(),
-        NS,
-        manifests::BACKGROUND_ACCOUNT,
-        manifests::CLEANUP_ACCOUNT,
-    )
-    .unwrap();
+    opts.acting = verno_controller::Acting::default_accounts(&fake.config(None).unwrap(), NS).unwrap();
     tweak(&mut opts);
     let c = client(fake, Some(&format!("system:serviceaccount:{NS}:{}", manifests::SERVICE_ACCOUNT))).await;
     let controller = verno_controller::start(c, Arc::new(verno_cli::in_cluster::Webhook(server.clone())), opts).await;

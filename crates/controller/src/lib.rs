@@ -213,6 +213,11 @@ impl Acting {
         };
         Ok(Acting { background: client(background)?, cleanup: client(cleanup)? })
     }
+
+    /// [`Acting::impersonating`] the chart's default controller accounts in `namespace`.
+    pub fn default_accounts(config: &kube::Config, namespace: &str) -> Result<Acting, kube::Error> {
+        Acting::impersonating(config, namespace, manifests::BACKGROUND_ACCOUNT, manifests::CLEANUP_ACCOUNT)
+    }
 }
 
 impl std::fmt::Debug for Acting {

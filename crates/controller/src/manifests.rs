@@ -521,6 +521,35 @@ pub fn webhook_configurations(v: &Values) -> Vec<Value> {
     ]
 }
 
+/// A binding `name` of `role` to the ServiceAccount `account` of `ns`: a RoleBinding of a Role
+/// in `namespace` when given, else a ClusterRoleBinding of a ClusterRole.
+fn binding(namespace: Option<&str>, name: &str, role: &str, account: &str, ns: &str) -> Value {
+    let (kind, role_kind) =
+        if namespace.is_some() { ("RoleBinding", "Role") } else { ("ClusterRoleBinding", "ClusterRole") };
+    let mut metadata = json!({"name": name, "labels": labels()});
+    if let Some(n) = namespace {
+        metadata["namespace"] = json!(n);
+    }
+    json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": kind, "metadata": metadata,
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": role_kind, "name": role},
+        "subjects": [{"kind": "ServiceAccount", "name": account, "namespace": ns}]})
+}
+
+/// A ClusterRole holding the rules of every ClusterRole labelled with one of `selecting` ("true").
+fn aggregating(name: &str, selecting: &[&str]) -> Value {
+    let selectors: Vec<Value> = selecting.iter().map(|l| json!({"matchLabels": {*l: "true"}})).collect();
+    json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole", "metadata": {"name": name, "labels": labels()},
+        "aggregationRule": {"clusterRoleSelectors": selectors}, "rules": []})
+}
+
+/// A ClusterRole of `rules` labelled `rbac.verno.io/aggregate-to-{to}`, so that the role of that
+/// controller aggregates it.
+fn aggregated_into(name: &str, to: &str, rules: &[Value]) -> Value {
+    let mut l = labels();
+    l[format!("rbac.verno.io/aggregate-to-{to}")] = json!("true");
+    json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole", "metadata": {"name": name, "labels": l}, "rules": rules})
+}
+
 /// The whole install, in apply order (webhook configurations first).
 pub fn render(v: &Values) -> Vec<Value> {
     let ns = &v.namespace;
@@ -563,9 +592,7 @@ pub fn render(v: &Values) -> Vec<Value> {
                 // The CEL authorizer library (`authorizer.….check(verb)`).
                 {"apiGroups": ["authorization.k8s.io"], "resources": ["subjectaccessreviews"], "verbs": ["create"]},
             ]}),
-        json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding", "metadata": {"name": CLUSTER_ROLE, "labels": labels()},
-            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": CLUSTER_ROLE},
-            "subjects": [{"kind": "ServiceAccount", "name": v.admission_account, "namespace": ns}]}),
+        binding(None, CLUSTER_ROLE, CLUSTER_ROLE, &v.admission_account, ns),
     ]);
     // Verno's account also does the work of Kyverno's admission and reports controllers (context
     // loaders, background scans): it holds what ClusterRoles labelled for either aggregate, so
@@ -573,51 +600,42 @@ pub fn render(v: &Values) -> Vec<Value> {
     // scan of Secrets, say) work unchanged.
     let aggregated = format!("{CLUSTER_ROLE}:aggregate");
     docs.extend([
-        json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole", "metadata": {"name": aggregated, "labels": labels()},
-            "aggregationRule": {"clusterRoleSelectors": [
-                {"matchLabels": {"rbac.kyverno.io/aggregate-to-admission-controller": "true"}},
-                {"matchLabels": {"rbac.kyverno.io/aggregate-to-reports-controller": "true"}},
-                {"matchLabels": {"rbac.verno.io/aggregate-to-admission-controller": "true"}}]},
-            "rules": []}),
-        json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding", "metadata": {"name": aggregated, "labels": labels()},
-            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": aggregated},
-            "subjects": [{"kind": "ServiceAccount", "name": v.admission_account, "namespace": ns}]}),
+        aggregating(
+            &aggregated,
+            &[
+                "rbac.kyverno.io/aggregate-to-admission-controller",
+                "rbac.kyverno.io/aggregate-to-reports-controller",
+                "rbac.verno.io/aggregate-to-admission-controller",
+            ],
+        ),
+        binding(None, &aggregated, &aggregated, &v.admission_account, ns),
     ]);
     // The background controller creates, updates and deletes what generate and mutate-existing
     // rules name. As Kyverno's chart, the permissions come from ClusterRoles the user labels
     // `rbac.kyverno.io/aggregate-to-background-controller: "true"` (so the ones written for
     // Kyverno work unchanged), aggregated into one role bound to the background account.
     docs.extend([
-        json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole", "metadata": {"name": BACKGROUND_ROLE, "labels": labels()},
-            "aggregationRule": {"clusterRoleSelectors": [
-                {"matchLabels": {"rbac.kyverno.io/aggregate-to-background-controller": "true"}},
-                {"matchLabels": {"rbac.verno.io/aggregate-to-background-controller": "true"}}]},
-            "rules": []}),
-        json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding", "metadata": {"name": BACKGROUND_ROLE, "labels": labels()},
-            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": BACKGROUND_ROLE},
-            "subjects": [{"kind": "ServiceAccount", "name": v.background_account, "namespace": ns}]}),
+        aggregating(
+            BACKGROUND_ROLE,
+            &["rbac.kyverno.io/aggregate-to-background-controller", "rbac.verno.io/aggregate-to-background-controller"],
+        ),
+        binding(None, BACKGROUND_ROLE, BACKGROUND_ROLE, &v.background_account, ns),
     ]);
     // The cleanup controller deletes what cleanup and deleting policies and the TTL label
     // select; its permissions come, as in Kyverno's chart, from ClusterRoles labelled
     // `rbac.kyverno.io/aggregate-to-cleanup-controller: "true"` plus the chart's extra rules.
     docs.extend([
-        json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole", "metadata": {"name": CLEANUP_ROLE, "labels": labels()},
-            "aggregationRule": {"clusterRoleSelectors": [
-                {"matchLabels": {"rbac.kyverno.io/aggregate-to-cleanup-controller": "true"}},
-                {"matchLabels": {"rbac.verno.io/aggregate-to-cleanup-controller": "true"}}]},
-            "rules": []}),
-        json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding", "metadata": {"name": CLEANUP_ROLE, "labels": labels()},
-            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": CLEANUP_ROLE},
-            "subjects": [{"kind": "ServiceAccount", "name": v.cleanup_account, "namespace": ns}]}),
+        aggregating(
+            CLEANUP_ROLE,
+            &["rbac.kyverno.io/aggregate-to-cleanup-controller", "rbac.verno.io/aggregate-to-cleanup-controller"],
+        ),
+        binding(None, CLEANUP_ROLE, CLEANUP_ROLE, &v.cleanup_account, ns),
     ]);
     // The background controller's own rules (Kyverno's core role's `extraResources`, the chart's
     // defaults unless set) and the user's extra ones, aggregated into its role.
     for (suffix, rules) in [("core", &v.background_core_resources), ("additional", &v.background_extra_resources)] {
         if !rules.is_empty() {
-            let mut l = labels();
-            l["rbac.verno.io/aggregate-to-background-controller"] = json!("true");
-            docs.push(json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole", "metadata": {"name": format!("{BACKGROUND_ROLE}:{suffix}"), "labels": l},
-                "rules": rules}));
+            docs.push(aggregated_into(&format!("{BACKGROUND_ROLE}:{suffix}"), "background-controller", rules));
         }
     }
     if !v.admission_extra_resources.is_empty() {
@@ -625,38 +643,32 @@ pub fn render(v: &Values) -> Vec<Value> {
         docs.extend([
             json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole", "metadata": {"name": name, "labels": labels()},
                 "rules": v.admission_extra_resources}),
-            json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding", "metadata": {"name": name, "labels": labels()},
-                "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": name},
-                "subjects": [{"kind": "ServiceAccount", "name": v.admission_account, "namespace": ns}]}),
+            binding(None, &name, &name, &v.admission_account, ns),
         ]);
     }
     // What the cleanup controller itself reads (as Kyverno's cleanup core role): namespaces, for
     // namespace selectors and context entries.
-    let mut l = labels();
-    l["rbac.verno.io/aggregate-to-cleanup-controller"] = json!("true");
-    docs.push(json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole", "metadata": {"name": format!("{CLEANUP_ROLE}:core"), "labels": l},
-        "rules": [{"apiGroups": [""], "resources": ["namespaces"], "verbs": ["get", "list", "watch"]}]}));
+    let namespaces = [json!({"apiGroups": [""], "resources": ["namespaces"], "verbs": ["get", "list", "watch"]})];
+    docs.push(aggregated_into(&format!("{CLEANUP_ROLE}:core"), "cleanup-controller", &namespaces));
     if !v.reports_extra_resources.is_empty() {
-        let mut l = labels();
-        l["rbac.verno.io/aggregate-to-admission-controller"] = json!("true");
-        docs.push(json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole", "metadata": {"name": "verno:reports-controller:additional", "labels": l},
-            "rules": v.reports_extra_resources}));
+        docs.push(aggregated_into(
+            "verno:reports-controller:additional",
+            "admission-controller",
+            &v.reports_extra_resources,
+        ));
     }
     if !v.cleanup_extra_resources.is_empty() {
-        let mut l = labels();
-        l["rbac.verno.io/aggregate-to-cleanup-controller"] = json!("true");
-        docs.push(json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole", "metadata": {"name": format!("{CLEANUP_ROLE}:additional"), "labels": l},
-            "rules": v.cleanup_extra_resources}));
+        docs.push(aggregated_into(
+            &format!("{CLEANUP_ROLE}:additional"),
+            "cleanup-controller",
+            &v.cleanup_extra_resources,
+        ));
     }
     if v.view_role_binding {
         // Read access for background scans (the policies' RBACPermissionsGranted condition).
-        docs.push(json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding", "metadata": {"name": format!("{CLUSTER_ROLE}:view"), "labels": labels()},
-            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": v.view_role},
-            "subjects": [{"kind": "ServiceAccount", "name": v.admission_account, "namespace": ns}]}));
+        docs.push(binding(None, &format!("{CLUSTER_ROLE}:view"), &v.view_role, &v.admission_account, ns));
         // And for the background controller (triggers, clone sources), as Kyverno's chart.
-        docs.push(json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding", "metadata": {"name": format!("{BACKGROUND_ROLE}:view"), "labels": labels()},
-            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": v.view_role},
-            "subjects": [{"kind": "ServiceAccount", "name": v.background_account, "namespace": ns}]}));
+        docs.push(binding(None, &format!("{BACKGROUND_ROLE}:view"), &v.view_role, &v.background_account, ns));
     }
     // Kyverno's dynamic configuration keys that Verno reads (followed live).
     let mut config_data = json!({"generateSuccessEvents": v.generate_success_events.to_string()});
@@ -671,15 +683,11 @@ pub fn render(v: &Values) -> Vec<Value> {
                 {"apiGroups": ["coordination.k8s.io"], "resources": ["leases"], "verbs": ["get", "list", "watch", "create", "update"]},
                 {"apiGroups": ["apps"], "resources": ["deployments"], "verbs": ["get", "list", "watch"]},
             ]}),
-        json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding", "metadata": {"name": CLUSTER_ROLE, "namespace": ns, "labels": labels()},
-            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": CLUSTER_ROLE},
-            "subjects": [{"kind": "ServiceAccount", "name": v.admission_account, "namespace": ns}]}),
+        binding(Some(ns), CLUSTER_ROLE, CLUSTER_ROLE, &v.admission_account, ns),
         // Verno's account acts as the background and cleanup accounts (and as no one else).
         json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role", "metadata": {"name": IMPERSONATE_ROLE, "namespace": ns, "labels": labels()},
             "rules": [{"apiGroups": [""], "resources": ["serviceaccounts"], "resourceNames": [v.background_account, v.cleanup_account], "verbs": ["impersonate"]}]}),
-        json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding", "metadata": {"name": IMPERSONATE_ROLE, "namespace": ns, "labels": labels()},
-            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": IMPERSONATE_ROLE},
-            "subjects": [{"kind": "ServiceAccount", "name": v.admission_account, "namespace": ns}]}),
+        binding(Some(ns), IMPERSONATE_ROLE, IMPERSONATE_ROLE, &v.admission_account, ns),
     ]);
     if v.server_url.is_some() {
         return docs;

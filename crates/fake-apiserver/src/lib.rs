@@ -179,16 +179,14 @@ impl Event {
     pub(crate) fn through(&self, filter: &select::Filter) -> Option<(&'static str, std::borrow::Cow<'_, Value>)> {
         use std::borrow::Cow;
         let now = filter.matches(&self.object);
-        let before = match (&self.old, self.kind) {
-            (Some(o), "MODIFIED") => filter.matches(o),
-            _ => now,
+        let Some(old) = self.old.as_ref().filter(|_| self.kind == "MODIFIED") else {
+            return now.then_some((self.kind, Cow::Borrowed(&self.object)));
         };
-        match (before, now) {
-            (_, true) if self.kind != "MODIFIED" => Some((self.kind, Cow::Borrowed(&self.object))),
+        match (filter.matches(old), now) {
             (true, true) => Some(("MODIFIED", Cow::Borrowed(&self.object))),
             (false, true) => Some(("ADDED", Cow::Borrowed(&self.object))),
             (true, false) => {
-                let mut prev = self.old.clone().unwrap_or_else(|| self.object.clone());
+                let mut prev = old.clone();
                 if let Some(m) = prev.get_mut("metadata").and_then(Value::as_object_mut) {
                     m.insert("resourceVersion".into(), Value::String(self.rv.to_string()));
                 }
@@ -653,14 +651,15 @@ fn record(inner: &Inner, s: &mut Store, t: &Resource, kind: &'static str, mut ob
     if let Some(m) = object.get_mut("metadata").and_then(Value::as_object_mut) {
         m.insert("resourceVersion".into(), Value::String(rv.to_string()));
     }
-    let old = (kind == "MODIFIED")
-        .then(|| {
-            let meta =
-                |f: &str| object.pointer(&format!("/metadata/{f}")).and_then(Value::as_str).unwrap_or("").to_string();
-            let ns = if t.namespaced { meta("namespace") } else { String::new() };
-            s.objects.get(&(key(t), ns, meta("name"))).cloned()
-        })
-        .flatten();
+    // A MODIFIED object is still stored as it was (callers store the result of this).
+    let old = if kind == "MODIFIED" {
+        let meta =
+            |f: &str| object.pointer(&format!("/metadata/{f}")).and_then(Value::as_str).unwrap_or("").to_string();
+        let ns = if t.namespaced { meta("namespace") } else { String::new() };
+        s.objects.get(&(key(t), ns, meta("name"))).cloned()
+    } else {
+        None
+    };
     let event = Event { rv, resource: key(t), kind, object: object.clone(), old };
     s.ring.push_back(event.clone());
     while s.ring.len() > s.ring_capacity {

@@ -155,13 +155,7 @@ async fn cluster() -> (FakeApiServer, kube::Client, verno_controller::Controller
     opts.service = verno_controller::manifests::SERVICE.into();
     opts.debounce = Duration::from_millis(100);
     opts.probe_interval = None;
-    opts.acting = verno_controller::Acting::impersonating(
-        &fake.config(None).unwrap(),
-        NS,
-        verno_controller::manifests::BACKGROUND_ACCOUNT,
-        verno_controller::manifests::CLEANUP_ACCOUNT,
-    )
-    .unwrap();
+    opts.acting = verno_controller::Acting::default_accounts(&fake.config(None).unwrap(), NS).unwrap();
     let sa = format!("system:serviceaccount:{NS}:{}", verno_controller::manifests::SERVICE_ACCOUNT);
     let (server, controller) =
         verno_cli::in_cluster::start_replica(fake.client(Some(&sa)).unwrap(), cfg, opts).await.unwrap();
