@@ -2,6 +2,8 @@
 //! end-to-end targets evaluate against (Verno's bundled Pod Security policies and the project's
 //! own `testdata/` policies, embedded so a target needs no files at run time).
 
+pub mod properties;
+
 use serde_json::{Value, json};
 use std::sync::{Arc, OnceLock};
 use verno_engine::{Compiled, PolicySet};

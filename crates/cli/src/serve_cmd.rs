@@ -286,7 +286,7 @@ pub fn run(args: &ServeArgs) -> i32 {
         opts.config_map_cache = args.config_map_caching;
         opts.probe_interval =
             (args.probe_interval_seconds > 0).then(|| Duration::from_secs(args.probe_interval_seconds));
-        let rt = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
+        let rt = match verno_server::runtime() {
             Ok(rt) => rt,
             Err(e) => {
                 eprintln!("Error: cannot start the runtime: {e}");

@@ -62,6 +62,74 @@ pub enum ParseError {
     NoUid,
     #[error("invalid AdmissionReview: {0}")]
     Shape(String),
+    #[error("invalid AdmissionReview: the request nests deeper than {MAX_DEPTH} levels")]
+    TooDeep,
+}
+
+/// How deep an object in a request may nest: Kubernetes' own limit for the objects it decodes
+/// (apimachinery's `util/json`), so the API server never sends the webhook anything deeper.
+/// serde_json stops at 128 levels by default, and a webhook under `failurePolicy: Fail` that
+/// refuses a request denies a good object. The engine walks values recursively: the server's
+/// threads have stacks for this depth (`crate::runtime`).
+pub const MAX_DEPTH: usize = 10_000;
+
+/// The review's own levels around its object (`{"request": {"object": …`), allowed on top of
+/// [`MAX_DEPTH`].
+const ENVELOPE_DEPTH: usize = 4;
+
+/// The deepest nesting of arrays and objects in `body`, outside strings; stops counting once
+/// past `limit`.
+fn nesting(body: &[u8], limit: usize) -> usize {
+    let (mut depth, mut deepest, mut in_string, mut escaped) = (0usize, 0usize, false, false);
+    for &b in body {
+        if in_string {
+            match b {
+                _ if escaped => escaped = false,
+                b'\\' => escaped = true,
+                b'"' => in_string = false,
+                _ => {}
+            }
+            continue;
+        }
+        match b {
+            b'"' => in_string = true,
+            b'{' | b'[' => {
+                depth += 1;
+                deepest = deepest.max(depth);
+                if deepest > limit {
+                    break;
+                }
+            }
+            b'}' | b']' => depth = depth.saturating_sub(1),
+            _ => {}
+        }
+    }
+    deepest
+}
+
+/// `body` as a `T`: as serde_json reads it, and, when that stops at its recursion limit, again
+/// without the limit if the body nests no deeper than Kubernetes allows (rare: the common path
+/// pays nothing for it).
+fn from_json<T: serde::de::DeserializeOwned>(body: &[u8]) -> Result<T, ParseError> {
+    let deep = match std::str::from_utf8(body) {
+        Ok(text) => serde_json::from_str::<T>(text),
+        Err(_) => serde_json::from_slice::<T>(body),
+    };
+    match deep {
+        Ok(v) => return Ok(v),
+        Err(e) if !e.to_string().starts_with("recursion limit exceeded") => {
+            return Err(ParseError::Json(e.to_string()));
+        }
+        Err(_) => {}
+    }
+    if nesting(body, MAX_DEPTH + ENVELOPE_DEPTH) > MAX_DEPTH + ENVELOPE_DEPTH {
+        return Err(ParseError::TooDeep);
+    }
+    let mut de = serde_json::Deserializer::from_slice(body);
+    de.disable_recursion_limit();
+    let v = T::deserialize(&mut de).map_err(|e| ParseError::Json(e.to_string()))?;
+    de.end().map_err(|e| ParseError::Json(e.to_string()))?;
+    Ok(v)
 }
 
 /// The `apiVersion` and `request.uid` of a review, read without building the whole document:
@@ -80,7 +148,7 @@ pub fn identify(body: &[u8]) -> Result<(String, String), ParseError> {
         #[serde(default)]
         uid: String,
     }
-    match serde_json::from_slice::<Envelope>(body) {
+    match from_json::<Envelope>(body) {
         Ok(Envelope { api_version, request: Some(Uid { uid }) }) if !uid.is_empty() => {
             Ok((api_version.unwrap_or_else(|| "admission.k8s.io/v1".into()), uid))
         }
@@ -95,16 +163,13 @@ pub fn parse(body: &[u8]) -> Result<AdmissionReview, ParseError> {
     // A body that is UTF-8 as a whole (checked at once, fast) is read as text: serde_json then
     // does not check every string on its own, a fifth of the parse. Other bodies are read as
     // bytes, whose error says where the bad byte is.
-    let typed = match std::str::from_utf8(body) {
-        Ok(text) => serde_json::from_str::<AdmissionReview>(text),
-        Err(_) => serde_json::from_slice::<AdmissionReview>(body),
-    };
-    let shape = match typed {
+    let shape = match from_json::<AdmissionReview>(body) {
         Ok(r) if r.request.as_ref().is_some_and(|req| !req.uid.is_empty()) => return Ok(r),
         Ok(_) => None,
+        Err(ParseError::TooDeep) => return Err(ParseError::TooDeep),
         Err(e) => Some(e),
     };
-    let v: Value = serde_json::from_slice(body).map_err(|e| ParseError::Json(e.to_string()))?;
+    let v: Value = from_json(body)?;
     if !v.is_object() {
         return Err(ParseError::NotAnObject);
     }
@@ -114,7 +179,11 @@ pub fn parse(body: &[u8]) -> Result<AdmissionReview, ParseError> {
     if req.get("uid").and_then(Value::as_str).is_none_or(str::is_empty) {
         return Err(ParseError::NoUid);
     }
-    Err(ParseError::Shape(shape.map(|e| e.to_string()).unwrap_or_default()))
+    Err(match shape {
+        Some(ParseError::Json(e)) => ParseError::Shape(e),
+        Some(other) => other,
+        None => ParseError::Shape(String::new()),
+    })
 }
 
 /// The answer for a request that could not be evaluated at all: allowed with the message as a

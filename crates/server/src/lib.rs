@@ -442,6 +442,10 @@ async fn body_in_time(req: Request, next: Next, limit: usize, timeout: Duration)
     }
 }
 
+fn too_large(limit: usize) -> Response {
+    text(StatusCode::PAYLOAD_TOO_LARGE, &format!("the request body is over {limit} bytes"))
+}
+
 /// The whole body, read within `timeout` and `limit`, or the answer to a body that is too
 /// large (413), unreadable (400) or late (408). (Generic over the body: the front door hands
 /// hyper's own body here without boxing it into axum's.)
@@ -451,10 +455,16 @@ where
     B::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
 {
     use http_body_util::BodyExt;
+    // A body declared larger than the limit (its Content-Length) is refused before any of it
+    // is read: the answer then goes out before the client has sent its window's worth, which
+    // an HTTP/2 client that is still sending reads as the answer, not a stream reset.
+    if body.size_hint().lower() > limit as u64 {
+        return Err(too_large(limit));
+    }
     match tokio::time::timeout(timeout, http_body_util::Limited::new(body, limit).collect()).await {
         Ok(Ok(collected)) => Ok(collected.to_bytes()),
         Ok(Err(e)) => Err(if e.downcast_ref::<http_body_util::LengthLimitError>().is_some() {
-            text(StatusCode::PAYLOAD_TOO_LARGE, &format!("the request body is over {limit} bytes"))
+            too_large(limit)
         } else {
             text(StatusCode::BAD_REQUEST, "the request body could not be read")
         }),
@@ -1068,6 +1078,18 @@ pub fn run(cfg: Config, loader: Loader, json_logs: bool) -> i32 {
     run_with(cfg, loader, json_logs, None)
 }
 
+/// The stack of each of the runtime's threads. The engine walks values recursively (patterns,
+/// merges, diffs, comparisons), one frame or a few per level of nesting, and requests carry
+/// objects up to [`admission::MAX_DEPTH`] levels deep: tokio's 2 MiB default does not hold that
+/// in a debug build. Untouched stack pages cost no memory.
+pub const THREAD_STACK: usize = 32 << 20;
+
+/// The runtime the webhook server runs on (and the in-cluster controllers beside it): threads
+/// with [`THREAD_STACK`] stacks.
+pub fn runtime() -> std::io::Result<tokio::runtime::Runtime> {
+    tokio::runtime::Builder::new_multi_thread().enable_all().thread_stack_size(THREAD_STACK).build()
+}
+
 /// [`run`], with what the engine reads from outside.
 pub fn run_with(
     cfg: Config,
@@ -1076,7 +1098,7 @@ pub fn run_with(
     data: Option<Arc<dyn verno_engine::Data + Send + Sync>>,
 ) -> i32 {
     init_logging(json_logs);
-    let rt = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
+    let rt = match runtime() {
         Ok(rt) => rt,
         Err(e) => {
             eprintln!("Error: cannot start the runtime: {e}");

@@ -851,3 +851,88 @@ async fn clients_that_give_up_while_waiting_do_not_leave_the_queue_full() -> Res
     }
     Ok(())
 }
+
+/// A review of a Pod whose `spec.extra` nests `depth` objects, written as text (serializing a
+/// deep value recurses per level, as parsing it does).
+fn deep_review(labels: &str, depth: usize) -> String {
+    let deep = format!("{}1{}", r#"{"a":"#.repeat(depth), "}".repeat(depth));
+    format!(
+        r#"{{"apiVersion":"admission.k8s.io/v1","kind":"AdmissionReview","request":{{"uid":"0d7b7e3c-3","kind":{{"group":"","version":"v1","kind":"Pod"}},"operation":"CREATE","namespace":"shop","name":"web","userInfo":{{"username":"alice"}},"object":{{"apiVersion":"v1","kind":"Pod","metadata":{{"name":"web","namespace":"shop","labels":{labels}}},"spec":{{"containers":[{{"name":"web","image":"nginx:1.27"}}],"extra":{deep}}}}}}}}}"#
+    )
+}
+
+/// Issue 47 item 12: an object nested deeper than serde_json's default 128 levels was refused
+/// with 400, which a webhook under `failurePolicy: Fail` turns into a denial of a good object.
+/// Kubernetes decodes objects up to 10,000 levels deep; so does the webhook (on the runtime
+/// `verno_server::runtime` builds, whose threads' stacks hold the engine's walks that deep), and
+/// deeper bodies get a 400 that says so.
+#[test]
+fn objects_nested_as_deep_as_kubernetes_allows_are_judged() -> Result<(), String> {
+    let rt = verno_server::runtime().map_err(|e| e.to_string())?;
+    rt.block_on(async {
+        let h = Harness::start_with(&[("require-team.yaml", REQUIRE_TEAM), ("add-tier.yaml", ADD_TIER)], |c| {
+            c.body_limit = 1 << 20;
+        })
+        .await?;
+        for depth in [200, verno_server::admission::MAX_DEPTH - 8] {
+            let (code, text) = h.post_text("/validate", deep_review(r#"{"team":"payments"}"#, depth)).await?;
+            assert_eq!(code, 200, "depth {depth}: {text}");
+            assert!(text.contains(r#""allowed":true"#), "depth {depth}: {text}");
+            let (code, text) = h.post_text("/validate", deep_review(r#"{"app":"web"}"#, depth)).await?;
+            assert_eq!(code, 200, "depth {depth}: {text}");
+            assert!(text.contains("label ''team'' is required"), "depth {depth}: {text}");
+            let (code, text) = h.post_text("/mutate", deep_review(r#"{"team":"payments"}"#, depth)).await?;
+            assert_eq!(code, 200, "depth {depth}: {text}");
+            assert!(text.contains(r#""patchType":"JSONPatch""#), "depth {depth}: {text}");
+        }
+        let (code, text) = h.post_text("/validate", deep_review(r#"{"team":"payments"}"#, 20_000)).await?;
+        assert_eq!(code, 400, "{text}");
+        assert_eq!(text, "invalid AdmissionReview: the request nests deeper than 10000 levels", "{text}");
+        let live = h.client.get(h.url("/health/liveness")).send().await.map_err(|e| e.to_string())?;
+        assert_eq!(live.status().as_u16(), 200);
+        if let Some(r) = h.running {
+            r.shutdown(Duration::from_secs(1)).await;
+        }
+        Ok(())
+    })
+}
+
+/// Issue 47 item 12: over HTTP/2 (what the API server speaks to webhooks) a 10 MB body got a
+/// stream reset instead of the 413 HTTP/1.1 clients get.
+#[tokio::test]
+async fn a_body_over_the_limit_gets_413_over_http2_too() -> Result<(), String> {
+    let h = Harness::start(&[("require-team.yaml", REQUIRE_TEAM)]).await?;
+    let ca = h.running.as_ref().and_then(|r| r.ca_path.clone()).ok_or("no CA")?;
+    let mut roots = rustls::RootCertStore::empty();
+    for c in CertificateDer::pem_file_iter(&ca).map_err(|e| e.to_string())? {
+        roots.add(c.map_err(|e| e.to_string())?).map_err(|e| e.to_string())?;
+    }
+    let mut tls = rustls::ClientConfig::builder_with_provider(Arc::new(rustls::crypto::ring::default_provider()))
+        .with_safe_default_protocol_versions()
+        .map_err(|e| e.to_string())?
+        .with_root_certificates(roots)
+        .with_no_client_auth();
+    tls.alpn_protocols = vec![b"h2".to_vec()];
+    let h2 = reqwest::Client::builder()
+        .use_preconfigured_tls(tls)
+        .http2_prior_knowledge()
+        .build()
+        .map_err(|e| e.to_string())?;
+    for (size, path) in [(10 << 20, "/validate"), (100 << 10, "/validate"), (10 << 20, "/policyvalidate")] {
+        let r = h2
+            .post(h.url(path))
+            .header("Content-Type", "application/json")
+            .body("x".repeat(size))
+            .send()
+            .await
+            .map_err(|e| format!("{size} bytes to {path}: {e:?}"))?;
+        assert_eq!(r.version(), reqwest::Version::HTTP_2);
+        assert_eq!(r.status().as_u16(), 413, "{size} bytes to {path}");
+        let text = r.text().await.map_err(|e| e.to_string())?;
+        assert!(text.starts_with("the request body is over "), "{text}");
+    }
+    if let Some(r) = h.running {
+        r.shutdown(Duration::from_secs(1)).await;
+    }
+    Ok(())
+}
