@@ -108,6 +108,17 @@ pub struct ServeArgs {
     /// `cache.kyverno.io/enabled` from a watch (Kyverno's `--enableConfigMapCaching`).
     #[arg(long = "config-map-caching", default_value_t = true, action = clap::ArgAction::Set)]
     pub config_map_caching: bool,
+    /// In-cluster: write a ValidatingAdmissionPolicy and its binding for each ClusterPolicy
+    /// whose single rule is `validate.cel` with `generate: true`, and each ValidatingPolicy with
+    /// `autogen.validatingAdmissionPolicy.enabled`; the API server then enforces it and Verno
+    /// does not (Kyverno's `--generateValidatingAdmissionPolicy`).
+    #[arg(long = "generate-validating-admission-policy", default_value_t = true, action = clap::ArgAction::Set)]
+    pub generate_validating_admission_policy: bool,
+    /// In-cluster: the webhook configurations carry Kyverno's names
+    /// (`kyverno-resource-validating-webhook-cfg`, `kyverno-resource-mutating-webhook-cfg`), as
+    /// the installer rendered them (the chart's `kyvernoNames`).
+    #[arg(long = "kyverno-names", default_value_t = false, action = clap::ArgAction::Set)]
+    pub kyverno_names: bool,
     /// Cache passing image verifications (Kyverno's `--imageVerifyCacheEnabled`).
     #[arg(long = "image-verify-cache", default_value_t = true, action = clap::ArgAction::Set)]
     pub image_verify_cache: bool,
@@ -284,6 +295,8 @@ pub fn run(args: &ServeArgs) -> i32 {
         opts.config_map = (!args.config_map.is_empty()).then(|| args.config_map.clone());
         opts.image_verify_cache = image_cache(args);
         opts.config_map_cache = args.config_map_caching;
+        opts.generate_validating_admission_policies = args.generate_validating_admission_policy;
+        opts.webhook_names = verno_controller::webhooks::ConfigNames::of(args.kyverno_names);
         opts.probe_interval =
             (args.probe_interval_seconds > 0).then(|| Duration::from_secs(args.probe_interval_seconds));
         let rt = match verno_server::runtime() {

@@ -488,7 +488,7 @@ async fn scaling_to_zero_empties_the_rules() {
     })
     .await;
     let names: Vec<&str> = cfg["webhooks"].as_array().unwrap().iter().filter_map(|w| w["name"].as_str()).collect();
-    assert_eq!(names, webhooks::CONFIGS[0].2);
+    assert_eq!(names, webhooks::VALIDATING_ENTRIES);
     assert!(cfg["webhooks"].as_array().unwrap().iter().all(|w| w.get("rules").is_none()));
     replica.controller.stop().await;
 }
@@ -1668,5 +1668,92 @@ async fn the_background_controller_does_not_feed_on_its_own_writes() {
         .filter(|w| w.method == "PATCH" && w.path.ends_with("/namespaces/loop/secrets/s"))
         .count();
     assert_eq!(patches, 1, "the Secret was patched again and again");
+    replica.controller.stop().await;
+}
+
+// ---- Issue 49 item 4: ValidatingAdmissionPolicies generated from policies ----
+
+const NO_HOST_PATH_VAP: &str = r#"{"apiVersion": "kyverno.io/v1", "kind": "ClusterPolicy", "metadata": {"name": "no-host-path"},
+  "spec": {"validationFailureAction": "Enforce", "background": false, "rules": [{"name": "host-path",
+    "match": {"any": [{"resources": {"kinds": ["Pod"], "operations": ["CREATE"]}}]},
+    "validate": {"cel": {"generate": true, "expressions": [{"expression": "!has(object.spec.volumes) || object.spec.volumes.all(v, !has(v.hostPath))", "message": "HostPath volumes are forbidden."}]}}}]}}"#;
+
+fn admission_api(c: &kube::Client, kind: &str, plural: &str) -> Api<DynamicObject> {
+    let ar = kube::discovery::ApiResource {
+        group: "admissionregistration.k8s.io".into(),
+        version: "v1".into(),
+        api_version: "admissionregistration.k8s.io/v1".into(),
+        kind: kind.into(),
+        plural: plural.into(),
+    };
+    Api::all_with(c.clone(), &ar)
+}
+
+fn host_path_pod(name: &str) -> Pod {
+    serde_json::from_value(json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name},
+        "spec": {"containers": [{"name": "c", "image": "nginx:1.27"}], "volumes": [{"name": "h", "hostPath": {"path": "/etc"}}]}}))
+    .unwrap()
+}
+
+/// Kyverno's `generateValidatingAdmissionPolicy` (on by default): a ClusterPolicy whose single
+/// rule is `validate.cel` with `generate: true` becomes a ValidatingAdmissionPolicy and binding
+/// owned by it, its status says `generated`, and Verno stops evaluating it (the API server
+/// enforces the admission policy; the fake runs none, so the Pod goes through). Turned off, the
+/// objects go, the status says why, and Verno refuses the Pod again.
+#[tokio::test]
+async fn a_cel_rule_marked_generate_becomes_a_validating_admission_policy() {
+    let (_fake, admin, replica) = setup().await;
+    apply_policy(&admin, NO_HOST_PATH_VAP).await;
+    let vaps = admission_api(&admin, "ValidatingAdmissionPolicy", "validatingadmissionpolicies");
+    let bindings = admission_api(&admin, "ValidatingAdmissionPolicyBinding", "validatingadmissionpolicybindings");
+    let vap = eventually("the admission policy", || async { vaps.get_opt("cpol-no-host-path").await.ok()? }).await;
+    let vap = serde_json::to_value(vap).unwrap();
+    assert_eq!(vap["metadata"]["labels"]["app.kubernetes.io/managed-by"], "kyverno");
+    assert_eq!(vap["metadata"]["ownerReferences"][0]["name"], "no-host-path");
+    assert_eq!(vap["spec"]["validations"][0]["message"], "HostPath volumes are forbidden.");
+    assert_eq!(
+        vap["spec"]["matchConstraints"]["resourceRules"][0]["resources"],
+        json!(["pods", "pods/ephemeralcontainers"])
+    );
+    let binding =
+        eventually("the binding", || async { bindings.get_opt("cpol-no-host-path-binding").await.ok()? }).await;
+    assert_eq!(binding.data["spec"], json!({"policyName": "cpol-no-host-path", "validationActions": ["Deny"]}));
+    eventually("generated in the status", || async {
+        let p = policy_api(&admin).get("no-host-path").await.ok()?;
+        (p.data["status"]["validatingadmissionpolicy"] == json!({"generated": true, "message": ""})).then_some(())
+    })
+    .await;
+    // Verno leaves it to the API server: no rules for it, and the Pod is not refused by Verno.
+    eventually("its webhook rules removed", || async {
+        vwc(&admin).await.filter(|v| entry_rules(v, webhooks::VALIDATE_FAIL).is_none())
+    })
+    .await;
+    let pods: Api<Pod> = Api::namespaced(admin.clone(), "shop");
+    pods.create(&PostParams::default(), &host_path_pod("one")).await.unwrap();
+
+    // Not generated any more: the objects go, the status says why, Verno enforces again.
+    apply_policy(&admin, &NO_HOST_PATH_VAP.replace(r#""generate": true"#, r#""generate": false"#)).await;
+    eventually("the admission policy removed", || async {
+        (vaps.get_opt("cpol-no-host-path").await.ok()?.is_none()
+            && bindings.get_opt("cpol-no-host-path-binding").await.ok()?.is_none())
+        .then_some(())
+    })
+    .await;
+    let p = eventually("not generated in the status", || async {
+        let p = policy_api(&admin).get("no-host-path").await.ok()?;
+        (p.data["status"]["validatingadmissionpolicy"]["generated"] == false).then_some(p)
+    })
+    .await;
+    assert_eq!(
+        p.data["status"]["validatingadmissionpolicy"]["message"],
+        "skip generating ValidatingAdmissionPolicy: validate.cel.generate is not set to true."
+    );
+    let attempt = std::sync::atomic::AtomicUsize::new(0);
+    let err = eventually("Verno refuses the Pod again", || async {
+        let n = attempt.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        pods.create(&PostParams::default(), &host_path_pod(&format!("two-{n}"))).await.err()
+    })
+    .await;
+    assert!(err.to_string().contains("HostPath volumes are forbidden."), "{err}");
     replica.controller.stop().await;
 }

@@ -9,6 +9,7 @@
 //! The engine and admission server are unchanged: this crate only feeds them from the API.
 
 pub mod access;
+pub mod admission_policies;
 pub mod background;
 pub mod certs;
 pub mod cleanup;
@@ -176,6 +177,12 @@ pub struct Options {
     /// context entries from it (Kyverno's `--enableConfigMapCaching`, on by default); other
     /// ConfigMaps are read from the API server each time, as Kyverno reads them.
     pub config_map_cache: bool,
+    /// Write ValidatingAdmissionPolicies for the ClusterPolicies and ValidatingPolicies that ask
+    /// for them (Kyverno's `--generateValidatingAdmissionPolicy`, on by default); see
+    /// [`admission_policies`].
+    pub generate_validating_admission_policies: bool,
+    /// The webhook configuration objects' names (Verno's, or Kyverno's with `--kyverno-names`).
+    pub webhook_names: webhooks::ConfigNames,
     /// The clients the background and cleanup controllers act through (their own accounts);
     /// by default they act as Verno's account.
     pub acting: Acting,
@@ -260,6 +267,8 @@ impl Options {
             kinds: WATCHED.to_vec(),
             image_verify_cache: Some((verno_images::DEFAULT_CACHE_TTL, verno_images::DEFAULT_CACHE_SIZE)),
             config_map_cache: true,
+            generate_validating_admission_policies: true,
+            webhook_names: webhooks::ConfigNames::VERNO,
             acting: Acting::default(),
         }
     }
@@ -723,14 +732,14 @@ pub async fn start(client: kube::Client, server: Arc<dyn Serving>, opts: Options
     let (down_tx, down_rx) = watch::channel(false);
     tasks.push(spawn_watch(
         Api::<ValidatingWebhookConfiguration>::all(client.clone()),
-        Some(webhooks::VALIDATING_CONFIG),
+        Some(opts.webhook_names.validating),
         kick.clone(),
         stop_rx.clone(),
         |_| {},
     ));
     tasks.push(spawn_watch(
         Api::<MutatingWebhookConfiguration>::all(client.clone()),
-        Some(webhooks::MUTATING_CONFIG),
+        Some(opts.webhook_names.mutating),
         kick.clone(),
         stop_rx.clone(),
         |_| {},
@@ -782,6 +791,7 @@ pub async fn start(client: kube::Client, server: Arc<dyn Serving>, opts: Options
             let reporter = Reporter { controller: "verno".into(), instance: Some(opts.identity.clone()) };
             let recorder = Recorder::new(client.clone(), reporter);
             let mut reported: std::collections::HashMap<String, String> = std::collections::HashMap::new();
+            let mut generator = admission_policies::Generator::default();
             let mut last_pass = tokio::time::Instant::now();
             loop {
                 if *leader.borrow() && *synced_rx.borrow() {
@@ -793,6 +803,7 @@ pub async fn start(client: kube::Client, server: Arc<dyn Serving>, opts: Options
                         ca_bundle: ca_rx.borrow().clone(),
                         owner_cluster_role: opts.owner_cluster_role.clone(),
                         going_down: *down_rx.borrow(),
+                        names: opts.webhook_names,
                     };
                     // The statuses are read before the set: the policy loop installs a set before
                     // it sends its statuses, so the set written into the webhooks is at least as
@@ -808,6 +819,11 @@ pub async fn start(client: kube::Client, server: Arc<dyn Serving>, opts: Options
                                 false
                             }
                         },
+                    };
+                    let statuses = if opts.generate_validating_admission_policies {
+                        generator.reconcile(&client, &statuses).await
+                    } else {
+                        statuses.to_vec()
                     };
                     write_statuses(&client, &recorder, &statuses, configured, &mut reported).await;
                 }

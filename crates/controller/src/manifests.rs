@@ -11,7 +11,7 @@
 #![allow(clippy::indexing_slicing)]
 
 use crate::probe::{PROBE_LABEL, VERIFY_PATH};
-use crate::webhooks::{CEL_RESOURCES, MONITOR, MUTATING_CONFIG, POLICY_ENTRIES, POLICY_VALIDATE, VALIDATING_CONFIG};
+use crate::webhooks::{CEL_RESOURCES, ConfigNames, MONITOR, POLICY_ENTRIES, POLICY_VALIDATE};
 
 /// The ClusterRole aggregating the background controller's permissions.
 pub const BACKGROUND_ROLE: &str = "verno:background-controller";
@@ -116,6 +116,11 @@ pub struct Values {
     pub admission_account: String,
     pub background_account: String,
     pub cleanup_account: String,
+    /// `kyvernoNames` (Verno's own value): the webhook configuration objects carry Kyverno's
+    /// names (`kyverno-resource-validating-webhook-cfg`, `kyverno-resource-mutating-webhook-cfg`)
+    /// and its `webhook.kyverno.io/managed-by: kyverno` label, so that runbooks, dashboards and
+    /// tests written for Kyverno find them (`verno serve --kyverno-names`).
+    pub kyverno_names: bool,
 }
 
 /// The rules Kyverno's chart gives its background controller's core ClusterRole by default.
@@ -178,6 +183,7 @@ impl Default for Values {
             admission_account: SERVICE_ACCOUNT.into(),
             background_account: BACKGROUND_ACCOUNT.into(),
             cleanup_account: CLEANUP_ACCOUNT.into(),
+            kyverno_names: false,
         }
     }
 }
@@ -198,7 +204,7 @@ pub const CLEANUP_ROLE: &str = "verno:cleanup-controller";
 pub const OPT_OUT_LABEL: &str = "verno.io/ignore";
 
 /// Chart values `verno manifests` renders the same way the chart does.
-const KNOWN: &str = "admissionController.replicas, admissionController.rbac.createViewRoleBinding, admissionController.rbac.viewRoleName, image.repository, image.tag, config.webhooks.failTimeoutSeconds, config.webhooks.ignoreTimeoutSeconds, config.webhooks.namespaceSelector, config.webhooks.objectSelector, config.matchConditions, config.excludedNamespaces, config.name, config.generateSuccessEvents, config.successEventActions, features.omitEvents.eventTypes, features.backgroundScan.enabled, features.admissionReports.enabled, openreports.enabled, backgroundController.enabled, backgroundController.rbac.coreClusterRole.extraResources, backgroundController.rbac.clusterRole.extraResources, admissionController.rbac.clusterRole.extraResources, reportsController.rbac.clusterRole.extraResources, admissionController.rbac.serviceAccount.name, backgroundController.rbac.serviceAccount.name, cleanupController.rbac.serviceAccount.name, cleanupController.enabled, cleanupController.rbac.clusterRole.extraResources";
+const KNOWN: &str = "admissionController.replicas, admissionController.rbac.createViewRoleBinding, admissionController.rbac.viewRoleName, image.repository, image.tag, config.webhooks.failTimeoutSeconds, config.webhooks.ignoreTimeoutSeconds, config.webhooks.namespaceSelector, config.webhooks.objectSelector, config.matchConditions, config.excludedNamespaces, config.name, config.generateSuccessEvents, config.successEventActions, features.omitEvents.eventTypes, features.backgroundScan.enabled, features.admissionReports.enabled, openreports.enabled, backgroundController.enabled, backgroundController.rbac.coreClusterRole.extraResources, backgroundController.rbac.clusterRole.extraResources, admissionController.rbac.clusterRole.extraResources, reportsController.rbac.clusterRole.extraResources, admissionController.rbac.serviceAccount.name, backgroundController.rbac.serviceAccount.name, cleanupController.rbac.serviceAccount.name, cleanupController.enabled, cleanupController.rbac.clusterRole.extraResources, kyvernoNames";
 /// Chart values for objects `verno manifests` does not render (the ServiceMonitor needs the
 /// Prometheus Operator's CRD), or whose chart defaults it renders as they are.
 const CHART_ONLY: &[&str] = &[
@@ -401,6 +407,7 @@ impl Values {
             "admissionController.rbac.serviceAccount.name" => self.admission_account = account(v)?,
             "backgroundController.rbac.serviceAccount.name" => self.background_account = account(v)?,
             "cleanupController.rbac.serviceAccount.name" => self.cleanup_account = account(v)?,
+            "kyvernoNames" => self.kyverno_names = boolean(v)?,
             other if CHART_ONLY.iter().any(|p| other == *p || (p.ends_with('.') && other.starts_with(p))) => {
                 return Ok(Some(format!(
                     "{other} is used by the Helm chart only; verno manifests renders the chart's default"
@@ -511,12 +518,19 @@ fn entries(v: &Values, validating: bool) -> Vec<Value> {
 
 /// The webhook configurations as the installer owns them (no rules, no caBundle).
 pub fn webhook_configurations(v: &Values) -> Vec<Value> {
+    let names = ConfigNames::of(v.kyverno_names);
+    let mut labels = labels();
+    if v.kyverno_names
+        && let Some(m) = labels.as_object_mut()
+    {
+        m.insert("webhook.kyverno.io/managed-by".into(), json!("kyverno"));
+    }
     vec![
         json!({"apiVersion": "admissionregistration.k8s.io/v1", "kind": "ValidatingWebhookConfiguration",
-            "metadata": {"name": VALIDATING_CONFIG, "labels": labels()},
+            "metadata": {"name": names.validating, "labels": labels},
             "webhooks": entries(v, true).into_iter().chain([policy_entry(v)]).collect::<Vec<_>>()}),
         json!({"apiVersion": "admissionregistration.k8s.io/v1", "kind": "MutatingWebhookConfiguration",
-            "metadata": {"name": MUTATING_CONFIG, "labels": labels()},
+            "metadata": {"name": names.mutating, "labels": labels},
             "webhooks": entries(v, false).into_iter().chain([monitor_entry(v)]).collect::<Vec<_>>()}),
     ]
 }
@@ -576,7 +590,7 @@ pub fn render(v: &Values) -> Vec<Value> {
                 {"apiGroups": ["policies.kyverno.io"], "resources": CEL_STATUS, "verbs": ["get", "patch", "update"]},
                 // Namespace labels for matching; ConfigMaps for `configMap` context entries.
                 {"apiGroups": [""], "resources": ["namespaces", "configmaps"], "verbs": ["get", "list", "watch"]},
-                {"apiGroups": ["admissionregistration.k8s.io"], "resources": ["validatingwebhookconfigurations", "mutatingwebhookconfigurations"], "resourceNames": [VALIDATING_CONFIG, MUTATING_CONFIG], "verbs": ["get", "list", "watch", "patch"]},
+                {"apiGroups": ["admissionregistration.k8s.io"], "resources": ["validatingwebhookconfigurations", "mutatingwebhookconfigurations"], "resourceNames": [ConfigNames::of(v.kyverno_names).validating, ConfigNames::of(v.kyverno_names).mutating], "verbs": ["get", "list", "watch", "patch"]},
                 {"apiGroups": ["admissionregistration.k8s.io"], "resources": ["validatingwebhookconfigurations", "mutatingwebhookconfigurations"], "verbs": ["list", "watch"]},
                 {"apiGroups": ["rbac.authorization.k8s.io"], "resources": ["clusterroles"], "resourceNames": [CLUSTER_ROLE], "verbs": ["get", "list", "watch"]},
                 {"apiGroups": ["rbac.authorization.k8s.io"], "resources": ["clusterroles"], "verbs": ["list", "watch"]},
@@ -584,8 +598,9 @@ pub fn render(v: &Values) -> Vec<Value> {
                 // and exclude, `request.roles`), worked out from the bindings as Kyverno does.
                 {"apiGroups": ["rbac.authorization.k8s.io"], "resources": ["rolebindings", "clusterrolebindings"], "verbs": ["get", "list", "watch"]},
                 {"apiGroups": ["events.k8s.io"], "resources": ["events"], "verbs": ["create", "patch"]},
-                // Admission policies and their bindings, which background scans report.
-                {"apiGroups": ["admissionregistration.k8s.io"], "resources": ["validatingadmissionpolicies", "validatingadmissionpolicybindings"], "verbs": ["get", "list", "watch"]},
+                // Admission policies and their bindings, which background scans report, and
+                // which Verno writes for the policies that ask for them (as Kyverno's role).
+                {"apiGroups": ["admissionregistration.k8s.io"], "resources": ["validatingadmissionpolicies", "validatingadmissionpolicybindings"], "verbs": ["get", "list", "watch", "create", "update", "patch", "delete"]},
                 // PolicyReports from admission results and background scans.
                 {"apiGroups": ["wgpolicyk8s.io"], "resources": ["policyreports", "clusterpolicyreports"], "verbs": ["get", "list", "watch", "create", "update", "delete"]},
                 {"apiGroups": ["openreports.io"], "resources": ["reports", "clusterreports"], "verbs": ["get", "list", "watch", "create", "update", "delete"]},
@@ -716,7 +731,8 @@ pub fn render(v: &Values) -> Vec<Value> {
                         "--background-scan", v.background_scan.to_string(), "--admission-reports", v.admission_reports.to_string(),
                         "--openreports", v.openreports.to_string(), "--background-controller", v.background_controller.to_string(),
                         "--cleanup-controller", v.cleanup_controller.to_string(),
-                        "--background-account", v.background_account, "--cleanup-account", v.cleanup_account],
+                        "--background-account", v.background_account, "--cleanup-account", v.cleanup_account,
+                        "--kyverno-names", v.kyverno_names.to_string()],
                             "env": [
                                 {"name": "POD_NAME", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}},
                                 {"name": "POD_NAMESPACE", "valueFrom": {"fieldRef": {"fieldPath": "metadata.namespace"}}},

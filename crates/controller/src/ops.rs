@@ -3,7 +3,7 @@
 //! Webhook configurations are never sent to admission webhooks by the API server, so these
 //! always work, even when Verno is down and its entries are fail-closed.
 
-use crate::webhooks::{BREAK_GLASS_ANNOTATION, CONFIGS, as_json, config_api};
+use crate::webhooks::{BREAK_GLASS_ANNOTATION, ConfigNames, as_json, config_api};
 use k8s_openapi::api::coordination::v1::Lease;
 use kube::api::{Api, ListParams, Patch, PatchParams};
 use serde_json::{Value, json};
@@ -20,12 +20,13 @@ pub enum Mode {
     Restore,
 }
 
-/// Verno's configurations: those labelled part-of=verno, and the well-known names in case the
-/// labels were stripped.
+/// Verno's configurations: those labelled part-of=verno (under either set of names), and
+/// Verno's own names in case the labels were stripped (not Kyverno's: those could be a Kyverno
+/// install's).
 async fn configs(client: &kube::Client) -> Result<Vec<(&'static str, Value)>, kube::Error> {
     let lp = ListParams::default().labels(PART_OF_SELECTOR);
     let mut out = Vec::new();
-    for (kind, name, _) in CONFIGS {
+    for (kind, name, _) in ConfigNames::VERNO.configs() {
         let api = config_api(client, kind);
         let listed: Vec<Value> = api.list(&lp).await?.items.into_iter().map(as_json).collect();
         let named = listed.iter().any(|o| o.pointer("/metadata/name").and_then(Value::as_str) == Some(name));

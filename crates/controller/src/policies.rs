@@ -109,6 +109,50 @@ pub struct PolicyStatus {
     pub live: Option<Value>,
     /// The permission check the `RBACPermissionsGranted` condition needs, if any.
     pub reporting: Reporting,
+    /// A ClusterPolicy with validate rules, or a ValidatingPolicy: whether it becomes a
+    /// ValidatingAdmissionPolicy (Kyverno's `generateValidatingAdmissionPolicy`, on by default);
+    /// `Err`: it cannot be planned now (a kind that does not resolve). The leader writes the
+    /// objects and the outcome into the status (`admission_policies`).
+    pub vap: Option<Result<verno_engine::vapgen::VapPlan, String>>,
+    /// The live status says its admission policy is generated: the API server enforces it, so
+    /// Verno does not evaluate it (as Kyverno).
+    pub generated: bool,
+}
+
+/// Whether a live ClusterPolicy or ValidatingPolicy says its ValidatingAdmissionPolicy is
+/// generated.
+pub fn generated(kind: Kind, o: &DynamicObject) -> bool {
+    let at = match kind {
+        Kind::ClusterPolicy => "/status/validatingadmissionpolicy/generated",
+        Kind::ValidatingPolicy => "/status/generated",
+        _ => return false,
+    };
+    o.data.pointer(at).and_then(Value::as_bool) == Some(true)
+}
+
+/// The admission-policy plan of a policy (see [`PolicyStatus::vap`]), with the cluster's
+/// exceptions of both kinds.
+fn vap_plan(
+    kind: Kind,
+    o: &DynamicObject,
+    exceptions: &[Value],
+    cel_exceptions: &[Value],
+) -> Option<Result<verno_engine::vapgen::VapPlan, String>> {
+    let doc = serde_json::to_value(o).ok()?;
+    match kind {
+        Kind::ClusterPolicy => {
+            let rules = doc.pointer("/spec/rules").and_then(Value::as_array)?;
+            if !rules.iter().any(|r| r.get("validate").is_some_and(|v| !v.is_null())) {
+                return None;
+            }
+            Some(verno_engine::vapgen::plan_cluster_policy(&doc, exceptions, &crate::webhooks::resolve_kind))
+        }
+        Kind::ValidatingPolicy => {
+            let autogen = verno_engine::vpol_autogen_status(&doc) != serde_json::json!({});
+            Some(Ok(verno_engine::vapgen::plan_validating_policy(&doc, cel_exceptions, autogen)))
+        }
+        _ => None,
+    }
 }
 
 #[derive(Default)]
@@ -191,6 +235,10 @@ impl Compiler {
         let mut compiled = Vec::new();
         let mut statuses = Vec::new();
         let mut seen = std::collections::HashSet::new();
+        let of_kind = |want: Kind| -> Vec<Value> {
+            exceptions.iter().filter(|(k, _)| *k == want).filter_map(|(_, e)| serde_json::to_value(&**e).ok()).collect()
+        };
+        let (kyverno_exceptions, cel_exceptions) = (of_kind(Kind::PolicyException), of_kind(Kind::CelPolicyException));
         // The watch caches hand objects over in no particular order; the set is in name order
         // (ClusterPolicies and Policies, then the CEL kinds), so that mutations that depend on
         // each other apply the same way on every replica and after every restart.
@@ -277,7 +325,8 @@ impl Compiler {
             }
             let Some(entry) = self.cache.get(&key) else { continue };
             let in_force = entry.result.as_ref().ok().or(entry.last_good.as_ref());
-            if let Some(p) = in_force {
+            let generated = generated(*kind, o);
+            if let Some(p) = in_force.filter(|_| !generated) {
                 compiled.push(p.clone());
             }
             if admission_policy {
@@ -291,6 +340,8 @@ impl Compiler {
                 status: entry.status.clone(),
                 live: o.data.get("status").cloned(),
                 reporting: entry.reporting.clone(),
+                vap: vap_plan(*kind, o, &kyverno_exceptions, &cel_exceptions),
+                generated,
             });
         }
         self.cache.retain(|k, _| seen.contains(k));
@@ -449,6 +500,22 @@ fn comparable(v: &Value, at: &str) -> Value {
 }
 
 impl PolicyStatus {
+    /// Writes the admission-policy outcome where Kyverno keeps it: a ClusterPolicy's
+    /// `status.validatingadmissionpolicy` (`generated`, `message`), a ValidatingPolicy's
+    /// `status.generated`.
+    pub fn with_generation(&mut self, generated: bool, message: &str) {
+        let Some(m) = self.status.as_object_mut() else { return };
+        match self.kind {
+            Kind::ClusterPolicy => {
+                m.insert("validatingadmissionpolicy".into(), json!({"generated": generated, "message": message}));
+            }
+            Kind::ValidatingPolicy => {
+                m.insert("generated".into(), json!(generated));
+            }
+            _ => {}
+        }
+    }
+
     /// Adds the `RBACPermissionsGranted` condition as Kyverno words it, given the permissions
     /// found missing (`None`: the check could not be made, so the condition is left out), and
     /// recomputes `ready` from every condition.
@@ -524,6 +591,8 @@ mod tests {
             status,
             live: None,
             reporting: reporting(Kind::ValidatingPolicy, &spec),
+            vap: None,
+            generated: false,
         }
     }
 

@@ -94,42 +94,70 @@ pub const MONITOR: &str = "monitor-webhooks.kyverno.svc";
 /// exception that does not compile when it is applied. Fail-open: Verno being down must not
 /// stop a GitOps sync; a policy stored then is still reported in its status.
 pub const POLICY_VALIDATE: &str = "validate-policy.kyverno.svc";
-/// The configurations Verno manages: kind, name, and the entries whose rules it owns.
-pub const CONFIGS: [(&str, &str, &[&str]); 2] = [
-    (
-        "ValidatingWebhookConfiguration",
-        VALIDATING_CONFIG,
-        &[
-            VALIDATE_FAIL,
-            VALIDATE_IGNORE,
-            VPOL_FAIL,
-            VPOL_IGNORE,
-            NVPOL_FAIL,
-            NVPOL_IGNORE,
-            IVPOL_VALIDATE_FAIL,
-            IVPOL_VALIDATE_IGNORE,
-            NIVPOL_VALIDATE_FAIL,
-            NIVPOL_VALIDATE_IGNORE,
-            POLICY_VALIDATE,
-        ],
-    ),
-    (
-        "MutatingWebhookConfiguration",
-        MUTATING_CONFIG,
-        &[
-            MUTATE_FAIL,
-            MUTATE_IGNORE,
-            MPOL_FAIL,
-            MPOL_IGNORE,
-            NMPOL_FAIL,
-            NMPOL_IGNORE,
-            IVPOL_MUTATE_FAIL,
-            IVPOL_MUTATE_IGNORE,
-            NIVPOL_MUTATE_FAIL,
-            NIVPOL_MUTATE_IGNORE,
-            MONITOR,
-        ],
-    ),
+/// Kyverno's names for the two configuration objects (`--kyverno-names`, the chart's
+/// `kyvernoNames`): a Kyverno user's runbooks, dashboards and tests that name them keep working.
+pub const KYVERNO_VALIDATING_CONFIG: &str = "kyverno-resource-validating-webhook-cfg";
+pub const KYVERNO_MUTATING_CONFIG: &str = "kyverno-resource-mutating-webhook-cfg";
+
+/// The names of the two configuration objects an install uses.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ConfigNames {
+    pub validating: &'static str,
+    pub mutating: &'static str,
+}
+
+impl Default for ConfigNames {
+    fn default() -> Self {
+        ConfigNames::VERNO
+    }
+}
+
+impl ConfigNames {
+    pub const VERNO: ConfigNames = ConfigNames { validating: VALIDATING_CONFIG, mutating: MUTATING_CONFIG };
+    pub const KYVERNO: ConfigNames =
+        ConfigNames { validating: KYVERNO_VALIDATING_CONFIG, mutating: KYVERNO_MUTATING_CONFIG };
+
+    /// Kyverno's names when `kyverno`, else Verno's.
+    pub fn of(kyverno: bool) -> ConfigNames {
+        if kyverno { ConfigNames::KYVERNO } else { ConfigNames::VERNO }
+    }
+
+    /// The configurations of this install: kind, name, and the entries whose rules Verno owns.
+    pub fn configs(self) -> [(&'static str, &'static str, &'static [&'static str]); 2] {
+        [
+            ("ValidatingWebhookConfiguration", self.validating, VALIDATING_ENTRIES),
+            ("MutatingWebhookConfiguration", self.mutating, MUTATING_ENTRIES),
+        ]
+    }
+}
+
+/// The entries of the validating configuration whose rules Verno owns.
+pub const VALIDATING_ENTRIES: &[&str] = &[
+    VALIDATE_FAIL,
+    VALIDATE_IGNORE,
+    VPOL_FAIL,
+    VPOL_IGNORE,
+    NVPOL_FAIL,
+    NVPOL_IGNORE,
+    IVPOL_VALIDATE_FAIL,
+    IVPOL_VALIDATE_IGNORE,
+    NIVPOL_VALIDATE_FAIL,
+    NIVPOL_VALIDATE_IGNORE,
+    POLICY_VALIDATE,
+];
+/// The entries of the mutating configuration whose rules Verno owns.
+pub const MUTATING_ENTRIES: &[&str] = &[
+    MUTATE_FAIL,
+    MUTATE_IGNORE,
+    MPOL_FAIL,
+    MPOL_IGNORE,
+    NMPOL_FAIL,
+    NMPOL_IGNORE,
+    IVPOL_MUTATE_FAIL,
+    IVPOL_MUTATE_IGNORE,
+    NIVPOL_MUTATE_FAIL,
+    NIVPOL_MUTATE_IGNORE,
+    MONITOR,
 ];
 
 /// One client for either configuration kind, so both go through the same code.
@@ -196,6 +224,25 @@ const KINDS: &[(&str, &str, &str, &str)] = &[
 /// Operations in the API server's canonical order (a stable order avoids update churn,
 /// kyverno/kyverno#10237).
 const OPERATIONS: [&str; 4] = ["CREATE", "UPDATE", "DELETE", "CONNECT"];
+
+/// Where a kind selector's kind is served, for a generated ValidatingAdmissionPolicy: the
+/// built-in kinds from their table (when the selector's group and version agree), other kinds
+/// where the selector names their group and version, with the usual plural. Kyverno asks
+/// discovery; without it, a custom kind named without its group resolves to nothing (the
+/// policy is then not generated, and says why).
+pub fn resolve_kind(group: &str, version: &str, kind: &str, sub: &str) -> Vec<(String, String, String)> {
+    let with_sub = |plural: &str| if sub.is_empty() { plural.to_string() } else { format!("{plural}/{sub}") };
+    if let Some((_, g, v, plural)) = KINDS.iter().find(|(k, ..)| *k == kind) {
+        if (group == "*" || group == *g) && (version == "*" || version == *v) {
+            return vec![((*g).to_string(), (*v).to_string(), with_sub(plural))];
+        }
+        return Vec::new();
+    }
+    if group == "*" || version == "*" || kind.contains('*') || kind.contains('?') {
+        return Vec::new();
+    }
+    vec![(group.to_string(), version.to_string(), with_sub(&verno_engine::plural(kind)))]
+}
 
 /// (group, version, resource) for one scope entry.
 fn resources(s: &verno_engine::WebhookScope) -> Vec<(String, String, String)> {
@@ -343,6 +390,8 @@ pub struct Inputs {
     pub owner_cluster_role: Option<String>,
     /// The Deployment is deleted or scaled to zero: every entry's rules are emptied.
     pub going_down: bool,
+    /// The configuration objects' names.
+    pub names: ConfigNames,
 }
 
 /// One configuration's owned fields as Verno wants them.
@@ -421,7 +470,7 @@ pub async fn reconcile(client: &kube::Client, set: &PolicySet, inputs: &Inputs) 
         None => None,
     };
     let mut writes = 0;
-    for (kind, name, managed) in CONFIGS {
+    for (kind, name, managed) in inputs.names.configs() {
         let api = config_api(client, kind);
         // Never create: the installer owns the object; absent or terminating means uninstall.
         let Some(live) =

@@ -23,6 +23,7 @@ fn install_values(rbac: &[(String, serde_json::Value)]) -> Result<manifests::Val
         namespace: NAMESPACE.into(),
         config_name: CONFIG_MAP.into(),
         omit_events: Vec::new(),
+        kyverno_names: true,
         ..manifests::Values::default()
     };
     for (k, name) in verno_e2e::KYVERNO_ACCOUNTS {
@@ -164,7 +165,7 @@ impl Cluster {
             namespaced: false,
         };
         loop {
-            if let Ok(Some(v)) = self.get(&res, None, webhooks::VALIDATING_CONFIG).await
+            if let Ok(Some(v)) = self.get(&res, None, webhooks::KYVERNO_VALIDATING_CONFIG).await
                 && v.pointer("/webhooks/0/clientConfig/caBundle").is_some_and(Value::is_string)
             {
                 return Ok(());

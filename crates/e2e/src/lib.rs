@@ -13,8 +13,12 @@ pub const KYVERNO_ACCOUNTS: [(&str, &str); 3] = [
     ("cleanupController.rbac.serviceAccount.name", "kyverno-cleanup-controller"),
 ];
 
-/// `verno serve` arguments naming the controller accounts of [`KYVERNO_ACCOUNTS`].
+/// `verno serve` arguments naming the controller accounts of [`KYVERNO_ACCOUNTS`], and the
+/// webhook configurations by Kyverno's names (the chart's `kyvernoNames`, which the runners set:
+/// the suite asserts `kyverno-resource-validating-webhook-cfg`).
 pub fn kyverno_account_args() -> Vec<String> {
     let [_, (_, background), (_, cleanup)] = KYVERNO_ACCOUNTS;
-    ["--background-account", background, "--cleanup-account", cleanup].map(str::to_string).to_vec()
+    ["--background-account", background, "--cleanup-account", cleanup, "--kyverno-names", "true"]
+        .map(str::to_string)
+        .to_vec()
 }

@@ -350,7 +350,8 @@ async fn real_run(
         }
     }
     // Verno configured as Kyverno's CI configures Kyverno (see `cluster::install_values`).
-    let mut values = json!({"config": {"name": "kyverno"}, "features": {"omitEvents": {"eventTypes": []}}});
+    let mut values =
+        json!({"config": {"name": "kyverno"}, "features": {"omitEvents": {"eventTypes": []}}, "kyvernoNames": true});
     let accounts = verno_e2e::KYVERNO_ACCOUNTS.iter().map(|(k, n)| (k.to_string(), json!(n)));
     for (k, v) in accounts.chain(effects.rbac.iter().cloned()) {
         let mut at = &mut values;

@@ -221,7 +221,17 @@ impl RealCluster {
         );
         let start = Instant::now();
         loop {
-            if let Ok(Some(v)) = api.get_opt(verno_controller::webhooks::VALIDATING_CONFIG).await
+            // Under Verno's names or Kyverno's (`kyvernoNames`), whichever the install used.
+            let names =
+                [verno_controller::webhooks::VALIDATING_CONFIG, verno_controller::webhooks::KYVERNO_VALIDATING_CONFIG];
+            let mut found = None;
+            for name in names {
+                if let Ok(Some(v)) = api.get_opt(name).await {
+                    found = Some(v);
+                    break;
+                }
+            }
+            if let Some(v) = found
                 && serde_json::to_value(&v)
                     .ok()
                     .and_then(|v| v.pointer("/webhooks/0/clientConfig/caBundle").cloned())

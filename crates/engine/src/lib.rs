@@ -48,6 +48,7 @@ mod smp;
 mod template;
 pub mod ttl;
 mod validate;
+pub mod vapgen;
 mod verdict;
 pub mod verify_images;
 mod vpol;
@@ -57,7 +58,7 @@ pub use document::{Compiled, DocumentError, compile, compile_stored, generate_up
 pub use error::{CompileError, EvalError};
 pub use evaluate::{Data, Loaded, NamespaceView, NoData, Phase, Request};
 pub use images::image_info;
-pub use matching::{Matcher, RequestUser, WebhookScope, labels_of, plural, string_map};
+pub use matching::{KindSelector, Matcher, RequestUser, WebhookScope, labels_of, plural, string_map};
 pub use outcome::{NotApplied, PolicyResponse, RuleResponse, RuleType, Status};
 pub use policy::{Action, CompiledException, CompiledPolicy, CompiledRule, RuleBody};
 pub use set::{

@@ -109,6 +109,11 @@ impl KindSelector {
         &self.kind
     }
 
+    /// Group, version, kind and subresource as written (`*` where the selector leaves them open).
+    pub fn parts(&self) -> (&str, &str, &str, &str) {
+        (&self.group, &self.version, &self.kind, &self.sub)
+    }
+
     pub fn parse(s: &str) -> KindSelector {
         let parts: Vec<&str> = s.split('/').collect();
         let split_last = |last: &str| -> (String, String) {
