@@ -23,10 +23,12 @@ fn policy_spec_schema() -> Value {
     json!({
         "type": "object",
         "properties": {
-            "admission": {"type": "boolean"},
-            "background": {"type": "boolean"},
+            // Kyverno's CRD defaults, so a stored policy reads as Kyverno's does (the engine
+            // gives absent fields the same meaning).
+            "admission": {"type": "boolean", "default": true},
+            "background": {"type": "boolean", "default": true},
             "applyRules": {"type": "string", "enum": ["All", "One"]},
-            "emitWarning": {"type": "boolean"},
+            "emitWarning": {"type": "boolean", "default": false},
             "failurePolicy": {"type": "string", "enum": ["Ignore", "Fail"]},
             "validationFailureAction": {"type": "string", "enum": ["audit", "enforce", "Audit", "Enforce"]},
             "validationFailureActionOverrides": {"type": "array", "items": free()},
@@ -41,13 +43,35 @@ fn policy_spec_schema() -> Value {
                 "required": ["name"],
                 "properties": {
                     "name": {"type": "string", "maxLength": 63},
+                    "skipBackgroundRequests": {"type": "boolean", "default": true},
+                    "validate": {
+                        "type": "object",
+                        "properties": {
+                            "allowExistingViolations": {"type": "boolean", "default": true},
+                            "cel": {
+                                "type": "object",
+                                "properties": {"generate": {"type": "boolean", "default": false}},
+                                "x-kubernetes-preserve-unknown-fields": true,
+                            },
+                        },
+                        "x-kubernetes-preserve-unknown-fields": true,
+                    },
+                    "verifyImages": {"type": "array", "items": {
+                        "type": "object",
+                        "properties": {
+                            "mutateDigest": {"type": "boolean", "default": true},
+                            "required": {"type": "boolean", "default": true},
+                            "useCache": {"type": "boolean", "default": true},
+                        },
+                        "x-kubernetes-preserve-unknown-fields": true,
+                    }},
                     // Kyverno's CRD: an API call may only GET or POST (the compiler refuses
                     // other methods wherever a context entry appears, foreach included).
                     "context": {"type": "array", "items": {
                         "type": "object",
                         "properties": {"apiCall": {
                             "type": "object",
-                            "properties": {"method": {"type": "string", "enum": ["GET", "POST"]}},
+                            "properties": {"method": {"type": "string", "enum": ["GET", "POST"], "default": "GET"}},
                             "x-kubernetes-preserve-unknown-fields": true,
                         }},
                         "x-kubernetes-preserve-unknown-fields": true,
@@ -81,6 +105,9 @@ fn policy_status_schema() -> Value {
                 "validate": {"type": "integer"}, "mutate": {"type": "integer"}, "generate": {"type": "integer"}, "verifyimages": {"type": "integer"},
             }},
             "autogen": free(),
+            "validatingadmissionpolicy": {"type": "object", "properties": {
+                "generated": {"type": "boolean"}, "message": {"type": "string"},
+            }},
         },
         "x-kubernetes-preserve-unknown-fields": true,
     })
@@ -368,6 +395,57 @@ pub fn all() -> Vec<Value> {
     ]
 }
 
+/// A `policies.kyverno.io` kind's spec: free below the fields Kyverno's CRD gives defaults,
+/// which it declares with them (`evaluation.*.enabled`, `skipBackgroundRequests`, an
+/// exception's `reportResult`, an image policy's `validationConfigurations`), so a stored policy
+/// reads as Kyverno's does.
+fn cel_spec(kind: &str) -> Value {
+    let enabled = |on: bool| json!({"type": "object", "properties": {"enabled": {"type": "boolean", "default": on}}, "x-kubernetes-preserve-unknown-fields": true});
+    let mut evaluation = serde_json::Map::new();
+    let base = kind.trim_start_matches("Namespaced");
+    let mut props = serde_json::Map::new();
+    match base {
+        "ValidatingPolicy" | "ImageValidatingPolicy" => {
+            evaluation.insert("admission".into(), enabled(true));
+            evaluation.insert("background".into(), enabled(true));
+        }
+        "MutatingPolicy" => {
+            evaluation.insert("admission".into(), enabled(true));
+            evaluation.insert("background".into(), enabled(true));
+            evaluation.insert("mutateExisting".into(), enabled(false));
+            evaluation.insert("skipBackgroundRequests".into(), json!({"type": "boolean", "default": true}));
+        }
+        "GeneratingPolicy" => {
+            evaluation.insert("admission".into(), enabled(true));
+            evaluation.insert("generateExisting".into(), enabled(false));
+            evaluation.insert("orphanDownstreamOnPolicyDelete".into(), enabled(false));
+            evaluation.insert("synchronize".into(), enabled(false));
+            evaluation.insert("skipBackgroundRequests".into(), json!({"type": "boolean", "default": true}));
+        }
+        "PolicyException" => {
+            props.insert("reportResult".into(), json!({"type": "string", "default": "skip"}));
+        }
+        _ => {}
+    }
+    if base == "ImageValidatingPolicy" {
+        props.insert(
+            "validationConfigurations".into(),
+            json!({"type": "object", "default": {}, "properties": {
+                "mutateDigest": {"type": "boolean", "default": true},
+                "required": {"type": "boolean", "default": true},
+                "verifyDigest": {"type": "boolean", "default": true},
+            }, "x-kubernetes-preserve-unknown-fields": true}),
+        );
+    }
+    if !evaluation.is_empty() {
+        props.insert(
+            "evaluation".into(),
+            json!({"type": "object", "properties": evaluation, "x-kubernetes-preserve-unknown-fields": true}),
+        );
+    }
+    json!({"type": "object", "properties": props, "x-kubernetes-preserve-unknown-fields": true})
+}
+
 /// A `policies.kyverno.io` kind: `v1beta1` stored (as Kyverno 1.19 stores it, so a cluster
 /// moving between Kyverno and Verno needs no storage migration), `v1` (what Verno reads) and
 /// `v1alpha1` where Kyverno had it served with the same schema, so manifests written for any
@@ -399,7 +477,7 @@ fn cel(kind: &str, short: &[&str], scope: &str, had_alpha: bool) -> Value {
         scope,
         // Kyverno 1.19 stores v1beta1 and serves v1 with the same schema.
         "v1beta1",
-        free(),
+        cel_spec(kind),
         status,
         columns,
         categories,

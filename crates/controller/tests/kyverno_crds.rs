@@ -121,3 +121,47 @@ fn verno_installs_every_kyverno_crd_with_its_names_versions_and_columns() {
     }
     assert!(problems.is_empty(), "{} differences:\n{}", problems.len(), problems.join("\n"));
 }
+
+/// Every `default` in a schema: (path, value), lists as `[]`.
+fn defaults(schema: &Value, path: &str, out: &mut Vec<(String, Value)>) {
+    if let Some(d) = schema.get("default") {
+        out.push((path.to_string(), d.clone()));
+    }
+    for (k, sub) in schema.get("properties").and_then(Value::as_object).into_iter().flatten() {
+        defaults(sub, &format!("{path}.{k}"), out);
+    }
+    if let Some(items) = schema.get("items") {
+        defaults(items, &format!("{path}[]"), out);
+    }
+}
+
+fn storage_defaults(crd: &Value) -> Vec<(String, Value)> {
+    let mut out = Vec::new();
+    if let Some((_, v)) = versions(crd).into_iter().find(|(_, v)| v["storage"] == true) {
+        defaults(&v["schema"]["openAPIV3Schema"], "", &mut out);
+    }
+    out
+}
+
+/// A stored policy reads as Kyverno's: the defaults Verno's CRDs declare are Kyverno's, at
+/// the same paths with the same values (the API server fills them in: `spec.admission`,
+/// `rules[].skipBackgroundRequests`, `evaluation.admission.enabled`, …), and none is invented.
+#[test]
+fn the_defaults_verno_declares_are_kyvernos() {
+    let Some(theirs) = kyverno_crds() else { return };
+    let theirs: BTreeMap<String, Vec<(String, Value)>> =
+        theirs.iter().map(|c| (c["metadata"]["name"].as_str().unwrap().to_string(), storage_defaults(c))).collect();
+    let mut declared = 0;
+    let mut problems = Vec::new();
+    for c in verno_controller::crds::all() {
+        let name = c["metadata"]["name"].as_str().unwrap().to_string();
+        for (path, value) in storage_defaults(&c) {
+            declared += 1;
+            if !theirs.get(&name).is_some_and(|t| t.contains(&(path.clone(), value.clone()))) {
+                problems.push(format!("{name}: default {value} at {path} is not Kyverno's"));
+            }
+        }
+    }
+    assert!(problems.is_empty(), "{}", problems.join("\n"));
+    assert!(declared >= 30, "only {declared} defaults declared");
+}

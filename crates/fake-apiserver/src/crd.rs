@@ -142,3 +142,47 @@ pub(crate) fn serve(inner: &Inner, s: &mut Store) {
     }
     *inner.resources.write().unwrap_or_else(std::sync::PoisonError::into_inner) = served;
 }
+
+/// The API server's structural defaulting of a custom resource: every `default` of its CRD's
+/// schema (for the version written) is filled in where the field is absent and its parent is
+/// present, objects and list items walked, before the object is stored. Kyverno's CRDs default
+/// `spec.admission`, `spec.background`, `rules[].skipBackgroundRequests`, … this way, and a
+/// test reading a stored policy sees them.
+pub(crate) fn apply_defaults(s: &Store, r: &Resource, o: &mut Value) {
+    let name = format!("{}.{}", r.plural, r.group);
+    let k = ("apiextensions.k8s.io/customresourcedefinitions".to_string(), String::new(), name);
+    let Some(crd) = s.objects.get(&k) else { return };
+    let schema = crd
+        .pointer("/spec/versions")
+        .and_then(Value::as_array)
+        .and_then(|vs| vs.iter().find(|v| v["name"] == r.version))
+        .and_then(|v| v.pointer("/schema/openAPIV3Schema"));
+    if let Some(schema) = schema {
+        default_into(schema, o);
+    }
+}
+
+fn default_into(schema: &Value, v: &mut Value) {
+    match v {
+        Value::Object(m) => {
+            for (k, sub) in schema.get("properties").and_then(Value::as_object).into_iter().flatten() {
+                if !m.contains_key(k)
+                    && let Some(d) = sub.get("default")
+                {
+                    m.insert(k.clone(), d.clone());
+                }
+                if let Some(child) = m.get_mut(k) {
+                    default_into(sub, child);
+                }
+            }
+        }
+        Value::Array(items) => {
+            if let Some(each) = schema.get("items") {
+                for x in items {
+                    default_into(each, x);
+                }
+            }
+        }
+        _ => {}
+    }
+}

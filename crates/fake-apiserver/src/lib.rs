@@ -799,12 +799,20 @@ async fn write_once(
     }
     let prepared = {
         let mut s = lock(&inner.store);
-        match *method {
+        let mut prepared = match *method {
             Method::POST => prepare_create(&mut s, t, body, q),
             Method::PUT => prepare_replace(&s, t, body, q),
             Method::PATCH => prepare_patch(&mut s, t, headers, q, body),
             _ => prepare_delete(&s, t, body),
+        };
+        // Defaults are filled in as the request is decoded, before admission: webhooks see
+        // the defaulted object, old and new alike (and again after mutation, at commit).
+        if let Ok(c) = prepared.as_mut()
+            && let Some(new) = c.new.as_mut()
+        {
+            crd::apply_defaults(&s, &c.resource, new);
         }
+        prepared
     };
     let mut change = match prepared {
         Ok(c) => c,
@@ -942,6 +950,9 @@ fn commit(inner: &Inner, s: &mut Store, mut c: Change) -> Response {
         if let Err(e) = crd::accept(new, stored) {
             return e;
         }
+    }
+    if !is_crd && let Some(new) = c.new.as_mut() {
+        crd::apply_defaults(s, &c.resource, new);
     }
     let namespace = (c.resource.group.is_empty() && c.resource.kind == "Namespace").then(|| (c.op, c.k.2.clone()));
     if let (Some((Operation::Create, _)), Some(Value::Object(o))) = (&namespace, c.new.as_mut()) {

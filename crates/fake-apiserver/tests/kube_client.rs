@@ -538,3 +538,32 @@ async fn objects_leaving_or_entering_a_label_selected_watch_are_deleted_or_added
         other => panic!("expected the object back, got {other:?}"),
     }
 }
+
+/// Structural defaulting, as the API server applies a CRD's schema defaults: absent fields
+/// with a `default` are filled in where their parent is present (list items too), written
+/// values are kept, and a field whose parent is absent stays absent.
+#[tokio::test]
+async fn a_crds_schema_defaults_are_filled_in() {
+    let fake = FakeApiServer::start(default_resources()).await.unwrap();
+    let c = client(&fake).await;
+    let crd = serde_json::json!({
+        "apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
+        "metadata": {"name": "gadgets.example.com"},
+        "spec": {"group": "example.com", "scope": "Cluster",
+            "names": {"kind": "Gadget", "plural": "gadgets"},
+            "versions": [{"name": "v1", "served": true, "storage": true, "schema": {"openAPIV3Schema": {
+                "type": "object", "properties": {"spec": {"type": "object", "properties": {
+                    "enabled": {"type": "boolean", "default": true},
+                    "mode": {"type": "string", "default": "Audit"},
+                    "parts": {"type": "array", "items": {"type": "object", "properties": {"size": {"type": "integer", "default": 1}}}},
+                    "extra": {"type": "object", "properties": {"on": {"type": "boolean", "default": false}}}}}}}}}]}});
+    fake.apply(&c, &crd).await.unwrap();
+    let g = serde_json::json!({"apiVersion": "example.com/v1", "kind": "Gadget", "metadata": {"name": "g"},
+        "spec": {"mode": "Enforce", "parts": [{}, {"size": 3}]}});
+    fake.apply(&c, &g).await.unwrap();
+    let stored = fake.get("example.com", "gadgets", "", "g").unwrap();
+    assert_eq!(
+        stored["spec"],
+        serde_json::json!({"enabled": true, "mode": "Enforce", "parts": [{"size": 1}, {"size": 3}]})
+    );
+}
