@@ -155,8 +155,9 @@ pub fn compile_stored(kind: Kind, api_version: &str, object: &Value) -> Result<C
 /// Kyverno's policy validation requires (kyverno/kyverno#7038, #7470, #7801): a namespace for
 /// a namespaced kind and none for a cluster-wide one; a `cloneList` of one scope, with a source
 /// namespace exactly when its kinds are namespaced; a namespaced Policy generates only
-/// namespaced objects. Kinds Verno does not know as cluster-wide count as namespaced. (Not
-/// in `verno test`, as Kyverno's CLI.)
+/// namespaced objects. A target's namespace is checked only for kinds whose scope Verno knows
+/// (`gpol::known_scope`): a custom kind's scope is the cluster's discovery to say. (Not in
+/// `verno test`, as Kyverno's CLI.)
 fn generate_scopes(doc: &Value, kind: Kind) -> Result<(), CompileError> {
     let rules = doc.pointer("/spec/rules").and_then(Value::as_array).map(Vec::as_slice).unwrap_or_default();
     let templated = |s: &str| s.contains("{{");
@@ -187,8 +188,14 @@ fn generate_scopes(doc: &Value, kind: Kind) -> Result<(), CompileError> {
         for (path, t) in targets {
             let s = |k: &str| t.get(k).and_then(Value::as_str).unwrap_or("");
             let (api_version, target_kind, namespace) = (s("apiVersion"), s("kind"), s("namespace"));
-            if !target_kind.is_empty() && !templated(target_kind) && !templated(api_version) {
-                let cluster = crate::gpol::cluster_scoped(api_version, target_kind);
+            // Only where the kind's scope is known: a custom kind's is the cluster's to say
+            // (Kyverno asks discovery), and refusing a good policy on a guess is worse than
+            // letting the API server refuse a bad write later.
+            if !target_kind.is_empty()
+                && !templated(target_kind)
+                && !templated(api_version)
+                && let Some(cluster) = crate::gpol::known_scope(api_version, target_kind)
+            {
                 if cluster && kind == Kind::Policy {
                     return Err(CompileError::new(
                         format!("{path}.kind"),

@@ -444,9 +444,35 @@ pub fn cluster_scoped(api_version: &str, kind: &str) -> bool {
                 "policies.kyverno.io",
                 "ValidatingPolicy" | "MutatingPolicy" | "GeneratingPolicy" | "DeletingPolicy" | "ImageValidatingPolicy"
             )
-            | ("kyverno.io", "ClusterPolicy" | "ClusterCleanupPolicy")
+            | ("kyverno.io", "ClusterPolicy" | "ClusterCleanupPolicy" | "GlobalContextEntry")
             | ("wgpolicyk8s.io", "ClusterPolicyReport")
     )
+}
+
+/// Whether a kind's scope is known without asking the cluster: `Some(true)` cluster-scoped,
+/// `Some(false)` namespaced (a kind of a group whose cluster-scoped kinds [`cluster_scoped`]
+/// lists in full), `None` for any other group (a custom resource: only discovery knows, and a
+/// policy must not be refused on a guess).
+pub fn known_scope(api_version: &str, kind: &str) -> Option<bool> {
+    if cluster_scoped(api_version, kind) {
+        return Some(true);
+    }
+    let group = api_version.rsplit_once('/').map_or("", |(g, _)| g);
+    const FULLY_LISTED: &[&str] = &[
+        "",
+        "apps",
+        "batch",
+        "rbac.authorization.k8s.io",
+        "networking.k8s.io",
+        "policy",
+        "autoscaling",
+        "coordination.k8s.io",
+        "discovery.k8s.io",
+        "events.k8s.io",
+        "kyverno.io",
+        "policies.kyverno.io",
+    ];
+    FULLY_LISTED.contains(&group).then_some(false)
 }
 
 /// Runs a GeneratingPolicy's generate entries for `trigger`.
