@@ -93,8 +93,15 @@ impl PolicyStores {
             key = key.within(ns);
         }
         let obj = store.get(&key)?;
+        // The `policies.kyverno.io` kinds at the version Kyverno stores and names them in its
+        // events (v1beta1); Verno reads them at v1, the same object.
+        let api_version = if kind.group() == verno_api::Group::Policies {
+            "policies.kyverno.io/v1beta1".to_string()
+        } else {
+            ar.api_version
+        };
         Some(ObjectReference {
-            api_version: Some(ar.api_version),
+            api_version: Some(api_version),
             kind: Some(ar.kind),
             name: obj.metadata.name.clone(),
             namespace: obj.metadata.namespace.clone(),
