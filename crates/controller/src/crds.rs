@@ -427,6 +427,14 @@ fn cel_spec(kind: &str) -> Value {
         }
         _ => {}
     }
+    if matches!(base, "ValidatingPolicy" | "ImageValidatingPolicy") {
+        // Kyverno's CRD: the API server refuses any other action
+        // (`spec.validationActions[0]: Unsupported value: …`).
+        props.insert(
+            "validationActions".into(),
+            json!({"type": "array", "items": {"type": "string", "enum": ["Deny", "Audit", "Warn"]}, "x-kubernetes-list-type": "set"}),
+        );
+    }
     if base == "ImageValidatingPolicy" {
         props.insert(
             "validationConfigurations".into(),
