@@ -50,13 +50,28 @@ pub(crate) fn json_of<T: serde::Serialize>(v: &T) -> Value {
     serde_json::to_value(v).unwrap_or(Value::Null)
 }
 
-/// The controllers autogen covers, or none when the policy does not match bare Pods or turns
-/// autogen off (`autogen.podControllers.controllers: []`).
+/// The controllers autogen covers, or none when autogen does not apply or is turned off
+/// (`autogen.podControllers.controllers: []`). It applies as Kyverno's `CanAutoGen` says: the
+/// policy matches bare Pods and nothing else — one resource rule of group `""`, version `v1`,
+/// resource `pods`, no resource names, no excluded resources, no object selector. Anything
+/// wider (a second rule, `pods/ephemeralcontainers`, a wildcard group) is not rewritten for
+/// controllers: applying the Pod checks to a Deployment Kyverno never checks would deny it.
 fn controllers(autogen: Option<&Value>, c: &Constraints) -> Vec<&'static str> {
-    let pods = c
-        .rules
-        .iter()
-        .any(|r| r.resources.iter().any(|x| x == "pods") && (r.api_groups.iter().any(|g| g.is_empty() || g == "*")));
+    let only = |list: &[String], value: &str| list.len() == 1 && list[0] == value;
+    let selects = c.object_selector.as_ref().is_some_and(|s| {
+        s.match_labels.as_ref().is_some_and(|m| !m.is_empty())
+            || s.match_expressions.as_ref().is_some_and(|e| !e.is_empty())
+    });
+    let pods = match c.rules.as_slice() {
+        [r] => {
+            only(&r.api_groups, "")
+                && only(&r.api_versions, "v1")
+                && only(&r.resources, "pods")
+                && r.resource_names.is_empty()
+        }
+        _ => false,
+    } && c.exclude.is_empty()
+        && !selects;
     if !pods {
         return Vec::new();
     }
