@@ -629,6 +629,57 @@ fn type_name(v: &Value) -> &'static str {
     }
 }
 
+/// Whether `source` is a condition the API server can evaluate for a webhook entry, as
+/// Kyverno checks before placing a policy's matchConditions on its webhook: it compiles and
+/// reads only `object`, `oldObject`, `request` and `authorizer` (and what its own loops
+/// bind), calling nothing that needs Kyverno (the host, a Kyverno library namespace, a
+/// policy's variables or exceptions). Anything else stays with Verno, which evaluates every
+/// condition itself anyway.
+pub fn api_server_condition(source: &str) -> bool {
+    let Some(env) = env() else { return false };
+    let Ok(ast) = env.parser().parse(source) else { return false };
+    if rewrite::mentions(&ast, host::HOST_VAR) {
+        return false;
+    }
+    let mut bound = Vec::new();
+    rewrite::loop_vars(&ast, &mut bound);
+    let known = |n: &str| {
+        matches!(n, "object" | "oldObject" | "request" | "authorizer" | "optional") || bound.iter().any(|b| b == n)
+    };
+    if rewrite::reads_any(&ast, &|n| !known(n)) {
+        return false;
+    }
+    // Global functions: CEL's own and the Kubernetes libraries' (operators are `_…_`, `!_`,
+    // `@in`, `@not_strictly_false`).
+    const GLOBAL: &[&str] = &[
+        "size",
+        "int",
+        "uint",
+        "double",
+        "string",
+        "bytes",
+        "bool",
+        "type",
+        "dyn",
+        "duration",
+        "timestamp",
+        "matches",
+        "url",
+        "isURL",
+        "quantity",
+        "isQuantity",
+        "ip",
+        "isIP",
+        "cidr",
+        "isCIDR",
+        "semver",
+        "isSemver",
+    ];
+    let mut calls = Vec::new();
+    rewrite::global_calls(&ast, &mut calls);
+    calls.iter().all(|f| f.starts_with('_') || f.starts_with('!') || f.starts_with('@') || GLOBAL.contains(&f.as_str()))
+}
+
 /// Whether `source`, read as a CEL expression, calls a library that needs the host (see
 /// [`Expr::uses_host`]); text that does not compile as CEL does not.
 pub fn calls_host(source: &str) -> bool {

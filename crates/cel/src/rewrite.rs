@@ -87,6 +87,26 @@ pub fn reads_any(e: &IdedExpr, pred: &dyn Fn(&str) -> bool) -> bool {
     matches!(&e.expr, Expr::Ident(n) if pred(n)) || children(e).into_iter().any(|c| reads_any(c, pred))
 }
 
+/// The variables the loops (comprehensions) in `e` bind.
+pub fn loop_vars(e: &IdedExpr, out: &mut Vec<String>) {
+    if let Expr::Comprehension(c) = &e.expr {
+        out.push(c.iter_var.clone());
+        out.extend(c.iter_var2.clone());
+        out.push(c.accu_var.clone());
+    }
+    children(e).into_iter().for_each(|c| loop_vars(c, out));
+}
+
+/// The names of the global functions `e` calls.
+pub fn global_calls(e: &IdedExpr, out: &mut Vec<String>) {
+    if let Expr::Call(c) = &e.expr
+        && c.target.is_none()
+    {
+        out.push(c.func_name.clone());
+    }
+    children(e).into_iter().for_each(|c| global_calls(c, out));
+}
+
 /// The argument counts of every call of the global function `name` in `e` (host calls count
 /// the host argument the macro adds).
 pub fn call_arities(e: &IdedExpr, name: &str, out: &mut Vec<usize>) {

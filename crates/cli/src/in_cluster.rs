@@ -110,6 +110,9 @@ pub async fn start_replica(
     opts: Options,
 ) -> anyhow::Result<(Arc<Running>, verno_controller::Controller)> {
     let server = start_server(cfg).await?;
+    if opts.webhook_names.kyverno_layout() {
+        server.use_kyverno_layout();
+    }
     let controller = verno_controller::start(client, Arc::new(Webhook(server.clone())), opts).await;
     Ok((server, controller))
 }

@@ -11,7 +11,10 @@
 #![allow(clippy::indexing_slicing)]
 
 use crate::probe::{PROBE_LABEL, VERIFY_PATH};
-use crate::webhooks::{CEL_RESOURCES, ConfigNames, MONITOR, POLICY_ENTRIES, POLICY_VALIDATE};
+use crate::webhooks::{
+    CEL_RESOURCES, ConfigNames, KYVERNO_POLICY_CONFIG, KYVERNO_VERIFY_CONFIG, MONITOR, POLICY_ENTRIES, POLICY_VALIDATE,
+    TEMPLATE_ANNOTATION,
+};
 
 /// The ClusterRole aggregating the background controller's permissions.
 pub const BACKGROUND_ROLE: &str = "verno:background-controller";
@@ -190,6 +193,7 @@ impl Default for Values {
 
 pub const SERVICE: &str = "verno-svc";
 pub const METRICS_SERVICE: &str = "verno-svc-metrics";
+pub const KYVERNO_SERVICE: &str = "kyverno-svc";
 pub const DEPLOYMENT: &str = "verno-admission-controller";
 pub const SERVICE_ACCOUNT: &str = "verno-admission-controller";
 /// The accounts the background and cleanup controllers act as (impersonated by Verno's own
@@ -421,6 +425,12 @@ impl Values {
         Ok(None)
     }
 
+    /// The admission Service's name: Kyverno's (`kyverno-svc`) with Kyverno's names, for the
+    /// webhook entries Kyverno users' tests and tools read.
+    pub fn service(&self) -> &'static str {
+        if self.kyverno_names { KYVERNO_SERVICE } else { SERVICE }
+    }
+
     /// Namespaces the API server never sends to Verno.
     pub fn excluded(&self) -> Vec<String> {
         let mut v: Vec<String> =
@@ -479,7 +489,7 @@ fn entry(v: &Values, name: &str, path: &str, fail: bool) -> Value {
 fn base_entry(v: &Values, name: &str, path: &str, fail: bool, side_effects: &str) -> Value {
     let client = match &v.server_url {
         Some(url) => json!({"url": format!("{}{path}", url.trim_end_matches('/'))}),
-        None => json!({"service": {"name": SERVICE, "namespace": v.namespace, "path": path, "port": 443}}),
+        None => json!({"service": {"name": v.service(), "namespace": v.namespace, "path": path, "port": 443}}),
     };
     json!({
         "name": name,
@@ -518,13 +528,11 @@ fn entries(v: &Values, validating: bool) -> Vec<Value> {
 
 /// The webhook configurations as the installer owns them (no rules, no caBundle).
 pub fn webhook_configurations(v: &Values) -> Vec<Value> {
-    let names = ConfigNames::of(v.kyverno_names);
-    let mut labels = labels();
-    if v.kyverno_names
-        && let Some(m) = labels.as_object_mut()
-    {
-        m.insert("webhook.kyverno.io/managed-by".into(), json!("kyverno"));
+    if v.kyverno_names {
+        return kyverno_configurations(v);
     }
+    let names = ConfigNames::VERNO;
+    let labels = labels();
     vec![
         json!({"apiVersion": "admissionregistration.k8s.io/v1", "kind": "ValidatingWebhookConfiguration",
             "metadata": {"name": names.validating, "labels": labels},
@@ -532,6 +540,55 @@ pub fn webhook_configurations(v: &Values) -> Vec<Value> {
         json!({"apiVersion": "admissionregistration.k8s.io/v1", "kind": "MutatingWebhookConfiguration",
             "metadata": {"name": names.mutating, "labels": labels},
             "webhooks": entries(v, false).into_iter().chain([monitor_entry(v)]).collect::<Vec<_>>()}),
+    ]
+}
+
+/// Kyverno's layout (`kyvernoNames`): the two resource configurations carry no entries — Verno
+/// writes them whole from the policies, as Kyverno's webhook controller does, after the
+/// template annotation rendered here from the values — and the policy validation and probe
+/// entries have configurations of their own, all under Kyverno's names, label and annotation.
+fn kyverno_configurations(v: &Values) -> Vec<Value> {
+    let names = ConfigNames::KYVERNO;
+    let mut labels = labels();
+    if let Some(m) = labels.as_object_mut() {
+        m.insert("webhook.kyverno.io/managed-by".into(), json!("kyverno"));
+    }
+    // Kyverno's `config.webhooks.namespaceSelector` (its chart's default leaves kube-system
+    // out), then its own namespace (`excludeKyvernoNamespace`), then Verno's extra exclusions.
+    let mut selector = v.namespace_selector.clone().unwrap_or_else(|| {
+        json!({"matchExpressions": [{"key": "kubernetes.io/metadata.name", "operator": "NotIn", "values": ["kube-system"]}]})
+    });
+    let mut excluded =
+        vec![json!({"key": "kubernetes.io/metadata.name", "operator": "NotIn", "values": [v.namespace]})];
+    if !v.excluded_namespaces.is_empty() {
+        excluded
+            .push(json!({"key": "kubernetes.io/metadata.name", "operator": "NotIn", "values": v.excluded_namespaces}));
+    }
+    match selector.get_mut("matchExpressions").and_then(Value::as_array_mut) {
+        Some(list) => list.extend(excluded),
+        None => selector["matchExpressions"] = Value::Array(excluded),
+    }
+    let client = match &v.server_url {
+        Some(url) => json!({"url": url.trim_end_matches('/')}),
+        None => json!({"service": {"name": v.service(), "namespace": v.namespace, "port": 443}}),
+    };
+    let mut template = json!({"clientConfig": client, "namespaceSelector": selector,
+        "matchConditions": v.match_conditions, "timeoutSeconds": v.fail_timeout,
+        "admissionReports": v.admission_reports});
+    if let Some(o) = &v.object_selector {
+        template["objectSelector"] = o.clone();
+    }
+    let annotations = json!({"admissions.enforcer/disabled": "true", TEMPLATE_ANNOTATION: template.to_string()});
+    let plain = json!({"admissions.enforcer/disabled": "true"});
+    let config = |kind: &str, name: &str, annotations: &Value, webhooks: Vec<Value>| {
+        json!({"apiVersion": "admissionregistration.k8s.io/v1", "kind": kind,
+            "metadata": {"name": name, "labels": labels, "annotations": annotations}, "webhooks": webhooks})
+    };
+    vec![
+        config("ValidatingWebhookConfiguration", names.validating, &annotations, Vec::new()),
+        config("MutatingWebhookConfiguration", names.mutating, &annotations, Vec::new()),
+        config("ValidatingWebhookConfiguration", KYVERNO_POLICY_CONFIG, &plain, vec![policy_entry(v)]),
+        config("MutatingWebhookConfiguration", KYVERNO_VERIFY_CONFIG, &plain, vec![monitor_entry(v)]),
     ]
 }
 
@@ -590,7 +647,7 @@ pub fn render(v: &Values) -> Vec<Value> {
                 {"apiGroups": ["policies.kyverno.io"], "resources": CEL_STATUS, "verbs": ["get", "patch", "update"]},
                 // Namespace labels for matching; ConfigMaps for `configMap` context entries.
                 {"apiGroups": [""], "resources": ["namespaces", "configmaps"], "verbs": ["get", "list", "watch"]},
-                {"apiGroups": ["admissionregistration.k8s.io"], "resources": ["validatingwebhookconfigurations", "mutatingwebhookconfigurations"], "resourceNames": [ConfigNames::of(v.kyverno_names).validating, ConfigNames::of(v.kyverno_names).mutating], "verbs": ["get", "list", "watch", "patch"]},
+                {"apiGroups": ["admissionregistration.k8s.io"], "resources": ["validatingwebhookconfigurations", "mutatingwebhookconfigurations"], "resourceNames": ConfigNames::of(v.kyverno_names).all(), "verbs": ["get", "list", "watch", "patch"]},
                 {"apiGroups": ["admissionregistration.k8s.io"], "resources": ["validatingwebhookconfigurations", "mutatingwebhookconfigurations"], "verbs": ["list", "watch"]},
                 {"apiGroups": ["rbac.authorization.k8s.io"], "resources": ["clusterroles"], "resourceNames": [CLUSTER_ROLE], "verbs": ["get", "list", "watch"]},
                 {"apiGroups": ["rbac.authorization.k8s.io"], "resources": ["clusterroles"], "verbs": ["list", "watch"]},
@@ -708,7 +765,7 @@ pub fn render(v: &Values) -> Vec<Value> {
         return docs;
     }
     docs.extend([
-        json!({"apiVersion": "v1", "kind": "Service", "metadata": {"name": SERVICE, "namespace": ns, "labels": labels()},
+        json!({"apiVersion": "v1", "kind": "Service", "metadata": {"name": v.service(), "namespace": ns, "labels": labels()},
             "spec": {"selector": selector, "ports": [{"name": "https", "port": 443, "targetPort": "https", "protocol": "TCP"}]}}),
         json!({"apiVersion": "v1", "kind": "Service", "metadata": {"name": METRICS_SERVICE, "namespace": ns, "labels": labels()},
             "spec": {"selector": selector, "ports": [{"name": "metrics-port", "port": 8000, "targetPort": 8000, "protocol": "TCP"}]}}),
@@ -726,7 +783,7 @@ pub fn render(v: &Values) -> Vec<Value> {
                             "name": "verno",
                             "image": format!("{}:{}", v.image_repository, v.image_tag),
                             "imagePullPolicy": "IfNotPresent",
-                            "args": ["serve", "--kube", "--service", SERVICE, "--deployment", DEPLOYMENT, "--owner-cluster-role", CLUSTER_ROLE,
+                            "args": ["serve", "--kube", "--service", v.service(), "--deployment", DEPLOYMENT, "--owner-cluster-role", CLUSTER_ROLE,
                         "--config-map", v.config_name, "--omit-events", v.omit_events.join(","),
                         "--background-scan", v.background_scan.to_string(), "--admission-reports", v.admission_reports.to_string(),
                         "--openreports", v.openreports.to_string(), "--background-controller", v.background_controller.to_string(),

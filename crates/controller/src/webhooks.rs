@@ -98,6 +98,15 @@ pub const POLICY_VALIDATE: &str = "validate-policy.kyverno.svc";
 /// `kyvernoNames`): a Kyverno user's runbooks, dashboards and tests that name them keep working.
 pub const KYVERNO_VALIDATING_CONFIG: &str = "kyverno-resource-validating-webhook-cfg";
 pub const KYVERNO_MUTATING_CONFIG: &str = "kyverno-resource-mutating-webhook-cfg";
+/// In Kyverno's layout the policy validation and probe entries have their own configurations,
+/// under Kyverno's names.
+pub const KYVERNO_POLICY_CONFIG: &str = "kyverno-policy-validating-webhook-cfg";
+pub const KYVERNO_VERIFY_CONFIG: &str = "kyverno-verify-mutating-webhook-cfg";
+/// On a configuration whose entries Verno writes whole (Kyverno's layout): what every entry
+/// shares, as the installer renders it from its values — `clientConfig` without its path
+/// (`service` or `url`), `namespaceSelector`, `objectSelector`, `matchConditions`,
+/// `timeoutSeconds`, `admissionReports`, `forceFailurePolicyIgnore`.
+pub const TEMPLATE_ANNOTATION: &str = "verno.io/webhook-template";
 
 /// The names of the two configuration objects an install uses.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -122,12 +131,42 @@ impl ConfigNames {
         if kyverno { ConfigNames::KYVERNO } else { ConfigNames::VERNO }
     }
 
-    /// The configurations of this install: kind, name, and the entries whose rules Verno owns.
+    /// Whether the resource configurations follow Kyverno's layout (entries written whole by
+    /// Verno, see [`verno_engine::webhookgen`]): with Kyverno's names.
+    pub fn kyverno_layout(self) -> bool {
+        self == ConfigNames::KYVERNO
+    }
+
+    /// The configurations of this install whose installer-rendered entries Verno completes:
+    /// kind, name, and the entries whose rules Verno owns.
     pub fn configs(self) -> [(&'static str, &'static str, &'static [&'static str]); 2] {
+        if self.kyverno_layout() {
+            return [
+                ("ValidatingWebhookConfiguration", KYVERNO_POLICY_CONFIG, &[POLICY_VALIDATE]),
+                ("MutatingWebhookConfiguration", KYVERNO_VERIFY_CONFIG, &[MONITOR]),
+            ];
+        }
         [
             ("ValidatingWebhookConfiguration", self.validating, VALIDATING_ENTRIES),
             ("MutatingWebhookConfiguration", self.mutating, MUTATING_ENTRIES),
         ]
+    }
+
+    /// The configurations whose entries Verno writes whole (Kyverno's layout): kind, name.
+    pub fn dynamic(self) -> Vec<(&'static str, &'static str)> {
+        if !self.kyverno_layout() {
+            return Vec::new();
+        }
+        vec![("ValidatingWebhookConfiguration", self.validating), ("MutatingWebhookConfiguration", self.mutating)]
+    }
+
+    /// Every configuration of the install, by name (what Verno's ClusterRole may patch).
+    pub fn all(self) -> Vec<&'static str> {
+        let mut out: Vec<&'static str> = self.configs().iter().map(|c| c.1).collect();
+        out.extend(self.dynamic().iter().map(|d| d.1));
+        out.sort_unstable();
+        out.dedup();
+        out
     }
 }
 
@@ -451,6 +490,154 @@ fn satisfied(live: &Value, body: &Value) -> bool {
     }
 }
 
+/// What a Kyverno-layout configuration's template annotation says.
+#[derive(Debug, Clone)]
+pub struct Template {
+    /// `{"service": {name, namespace, port}}` or `{"url": "https://host:port"}`: the paths are
+    /// added per entry.
+    pub client: Value,
+    pub settings: verno_engine::webhookgen::Settings,
+}
+
+impl Template {
+    /// The template on a live configuration, if it has one that reads.
+    pub fn of(live: &Value) -> Option<Template> {
+        let text =
+            live.pointer(&format!("/metadata/annotations/{}", TEMPLATE_ANNOTATION.replace('/', "~1")))?.as_str()?;
+        let t: Value = serde_json::from_str(text).ok()?;
+        let client = t.get("clientConfig").filter(|c| c.get("service").is_some() || c.get("url").is_some())?.clone();
+        let settings = verno_engine::webhookgen::Settings {
+            namespace_selector: t.get("namespaceSelector").filter(|v| v.is_object()).cloned(),
+            object_selector: t.get("objectSelector").filter(|v| v.is_object()).cloned(),
+            match_conditions: t.get("matchConditions").and_then(Value::as_array).cloned().unwrap_or_default(),
+            timeout: t.get("timeoutSeconds").and_then(Value::as_i64).unwrap_or(10).clamp(1, 30),
+            admission_reports: t.get("admissionReports").and_then(Value::as_bool).unwrap_or(true),
+            force_ignore: t.get("forceFailurePolicyIgnore").and_then(Value::as_bool).unwrap_or(false),
+        };
+        Some(Template { client, settings })
+    }
+
+    /// The client configuration of an entry on `path`, trusting `ca`.
+    fn client_config(&self, path: &str, ca: Option<&str>) -> Value {
+        let mut c = match (self.client.get("service"), self.client.get("url").and_then(Value::as_str)) {
+            (Some(svc), _) => {
+                let mut svc = svc.clone();
+                svc["path"] = json!(path);
+                json!({"service": svc})
+            }
+            (None, Some(url)) => json!({"url": format!("{}{path}", url.trim_end_matches('/'))}),
+            (None, None) => json!({}),
+        };
+        if let Some(ca) = ca {
+            use base64::Engine as _;
+            c["caBundle"] = json!(base64::engine::general_purpose::STANDARD.encode(ca));
+        }
+        c
+    }
+}
+
+/// A Kyverno-layout configuration's entries for `set`: none while going down; every entry
+/// fail-open under break-glass.
+pub fn layout_entries(
+    set: &PolicySet,
+    template: &Template,
+    validating: bool,
+    inputs: &Inputs,
+    break_glass: bool,
+) -> Vec<Value> {
+    if inputs.going_down {
+        return Vec::new();
+    }
+    let mut settings = template.settings.clone();
+    settings.force_ignore |= break_glass;
+    let layout = verno_engine::webhookgen::layout(set.policies().iter().map(|p| p.as_ref()), &settings);
+    let entries = if validating { layout.validating } else { layout.mutating };
+    entries.iter().map(|e| e.render(template.client_config(&e.path, inputs.ca_bundle.as_deref()))).collect()
+}
+
+/// Whether `live` already holds what `want` says (the API server adds defaults; an empty list
+/// or object stands for an absent field).
+fn holds(live: Option<&Value>, want: &Value) -> bool {
+    let empty = |v: &Value| match v {
+        Value::Array(a) => a.is_empty(),
+        Value::Object(o) => o.is_empty(),
+        Value::Null => true,
+        _ => false,
+    };
+    match (live, want) {
+        (None | Some(Value::Null), w) => empty(w),
+        (Some(Value::Object(l)), Value::Object(w)) => w.iter().all(|(k, v)| holds(l.get(k), v)),
+        (Some(Value::Array(l)), Value::Array(w)) => {
+            l.len() == w.len() && l.iter().zip(w).all(|(a, b)| holds(Some(a), b))
+        }
+        (Some(l), w) => l == w,
+    }
+}
+
+/// Brings the Kyverno-layout configurations in line with `set` (JSON patches that test the
+/// object's uid: never a create, so an uninstall cannot be undone). Returns the writes.
+async fn reconcile_layout(
+    client: &kube::Client,
+    set: &PolicySet,
+    inputs: &Inputs,
+    owner: Option<&Value>,
+) -> Result<usize, kube::Error> {
+    let mut writes = 0;
+    for (kind, name) in inputs.names.dynamic() {
+        let api = config_api(client, kind);
+        let Some(live) =
+            api.get_opt(name).await?.map(as_json).filter(|l| l.pointer("/metadata/deletionTimestamp").is_none())
+        else {
+            continue;
+        };
+        let Some(template) = Template::of(&live) else {
+            tracing::warn!(config = %name, annotation = TEMPLATE_ANNOTATION, "webhook configuration without a readable template; left alone");
+            continue;
+        };
+        let glass =
+            live.pointer(&format!("/metadata/annotations/{}", BREAK_GLASS_ANNOTATION.replace('/', "~1"))).is_some();
+        let want =
+            Value::Array(layout_entries(set, &template, kind == "ValidatingWebhookConfiguration", inputs, glass));
+        let owned = match owner.and_then(|o| o.get("uid")) {
+            Some(uid) => live
+                .pointer("/metadata/ownerReferences")
+                .and_then(Value::as_array)
+                .is_some_and(|refs| refs.iter().any(|r| r.get("uid") == Some(uid))),
+            None => true,
+        };
+        if holds(live.get("webhooks"), &want) && owned {
+            continue;
+        }
+        let uid = live.pointer("/metadata/uid").cloned().unwrap_or(Value::Null);
+        let mut ops = vec![
+            json!({"op": "test", "path": "/metadata/uid", "value": uid}),
+            json!({"op": "add", "path": "/webhooks", "value": want}),
+        ];
+        if let (Some(o), false) = (owner, owned) {
+            ops.push(json!({"op": "add", "path": "/metadata/ownerReferences", "value": [o]}));
+        }
+        let patch: json_patch::Patch = serde_json::from_value(Value::Array(ops)).map_err(kube::Error::SerdeError)?;
+        let pp = PatchParams { field_manager: Some(MANAGER.into()), ..Default::default() };
+        match api.patch(name, &pp, &Patch::<()>::Json(patch)).await {
+            Ok(_) => {
+                writes += 1;
+                tracing::info!(config = %name, "webhook configuration updated");
+            }
+            // Gone, or replaced by another object of the same name, since it was read.
+            Err(kube::Error::Api(e)) if e.code == 404 || e.code == 409 => {
+                tracing::info!(config = %name, "webhook configuration changed during the update")
+            }
+            // Refused (or the uid test failed): the entries in place stay; said loudly, since
+            // policies changed since then are not called as they should be.
+            Err(kube::Error::Api(e)) if e.code == 422 => {
+                tracing::warn!(config = %name, error = %e.message, "webhook configuration update refused")
+            }
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(writes)
+}
+
 /// Brings both configurations in line with `set`. Returns how many objects were written.
 pub async fn reconcile(client: &kube::Client, set: &PolicySet, inputs: &Inputs) -> Result<usize, kube::Error> {
     let rules = desired_rules(set);
@@ -502,5 +689,6 @@ pub async fn reconcile(client: &kube::Client, set: &PolicySet, inputs: &Inputs) 
             Err(e) => return Err(e),
         }
     }
+    writes += reconcile_layout(client, set, inputs, owner.as_ref()).await?;
     Ok(writes)
 }

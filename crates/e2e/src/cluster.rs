@@ -128,7 +128,7 @@ impl Cluster {
         let log = std::fs::File::create(&verno_log)?;
         let mut cmd = tokio::process::Command::new(opts.verno);
         cmd.args(["serve", "--kube", "--namespace", NAMESPACE, "--identity", "verno-0"])
-            .args(["--service", manifests::SERVICE, "--deployment", manifests::DEPLOYMENT])
+            .args(["--service", values.service(), "--deployment", manifests::DEPLOYMENT])
             .args(["--owner-cluster-role", manifests::CLUSTER_ROLE])
             .args(["--config-map", CONFIG_MAP, "--omit-events", ""])
             .args(verno_e2e::kyverno_account_args())
@@ -143,7 +143,7 @@ impl Cluster {
             .stderr(log)
             .kill_on_drop(true);
         let child = cmd.spawn().with_context(|| format!("starting {}", opts.verno.display()))?;
-        fake.set_service(NAMESPACE, manifests::SERVICE, Some(([127, 0, 0, 1], port).into()));
+        fake.set_service(NAMESPACE, values.service(), Some(([127, 0, 0, 1], port).into()));
         let cluster = Cluster {
             _fake: fake,
             client,
@@ -165,7 +165,7 @@ impl Cluster {
             namespaced: false,
         };
         loop {
-            if let Ok(Some(v)) = self.get(&res, None, webhooks::KYVERNO_VALIDATING_CONFIG).await
+            if let Ok(Some(v)) = self.get(&res, None, webhooks::KYVERNO_POLICY_CONFIG).await
                 && v.pointer("/webhooks/0/clientConfig/caBundle").is_some_and(Value::is_string)
             {
                 return Ok(());

@@ -223,7 +223,7 @@ impl RealCluster {
         loop {
             // Under Verno's names or Kyverno's (`kyvernoNames`), whichever the install used.
             let names =
-                [verno_controller::webhooks::VALIDATING_CONFIG, verno_controller::webhooks::KYVERNO_VALIDATING_CONFIG];
+                [verno_controller::webhooks::VALIDATING_CONFIG, verno_controller::webhooks::KYVERNO_POLICY_CONFIG];
             let mut found = None;
             for name in names {
                 if let Ok(Some(v)) = api.get_opt(name).await {

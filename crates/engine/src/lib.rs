@@ -52,6 +52,7 @@ pub mod vapgen;
 mod verdict;
 pub mod verify_images;
 mod vpol;
+pub mod webhookgen;
 
 pub use cleanup::{CleanupTargets, CompiledCleanup, Decision};
 pub use document::{Compiled, DocumentError, compile, compile_stored, generate_update_allowed};

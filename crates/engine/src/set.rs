@@ -141,6 +141,14 @@ pub enum Filter {
     All,
     Fail,
     Ignore,
+    /// Kyverno's layout (`kyvernoNames`): the policies whose `failurePolicy` is Fail (or not
+    /// Ignore), Audit-only ones included, as Kyverno's webhook controller places them.
+    SpecFail,
+    /// Kyverno's layout: the policies whose `failurePolicy` is Ignore.
+    SpecIgnore,
+    /// No policy: a path whose work is done elsewhere (GeneratingPolicies run in the
+    /// background controller).
+    Nothing,
 }
 
 impl Filter {
@@ -149,6 +157,9 @@ impl Filter {
             Filter::All => true,
             Filter::Fail => fail_closed(hook, p),
             Filter::Ignore => !fail_closed(hook, p),
+            Filter::SpecFail => !p.failure_policy_ignore,
+            Filter::SpecIgnore => p.failure_policy_ignore,
+            Filter::Nothing => false,
         }
     }
 }

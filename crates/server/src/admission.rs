@@ -290,9 +290,9 @@ fn policy_route(hook: Hook, namespaced: bool, path: &str, image: bool) -> Route 
 pub fn allows_on_error(set: &PolicySet, route: &Route) -> bool {
     match route {
         Route::All | Route::Background | Route::Apply | Route::Cleanup { .. } => false,
-        Route::Kyverno(_, filter) => *filter == Filter::Ignore,
-        Route::Cel { filter: Filter::Fail, .. } => false,
-        Route::Cel { filter: Filter::Ignore, .. } => true,
+        Route::Kyverno(_, filter) => matches!(filter, Filter::Ignore | Filter::SpecIgnore),
+        Route::Cel { filter: Filter::Fail | Filter::SpecFail, .. } => false,
+        Route::Cel { filter: Filter::Ignore | Filter::SpecIgnore | Filter::Nothing, .. } => true,
         Route::Cel { .. } => {
             let mut served = set.policies().iter().filter(|p| route.keeps(p)).peekable();
             served.peek().is_some() && served.all(|p| p.failure_policy_ignore)

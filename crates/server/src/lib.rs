@@ -96,6 +96,10 @@ struct AppState {
     /// The requests Kyverno's ConfigMap says to leave alone (its chart's defaults until a
     /// ConfigMap is read): admitted without evaluation.
     filters: RwLock<Arc<verno_engine::filters::RequestFilters>>,
+    /// The webhook configurations follow Kyverno's layout (`--kyverno-names`): its
+    /// `/validate/fail` and `/validate/ignore` entries carry the policies by their
+    /// `failurePolicy` alone ([`Filter::SpecFail`]), Audit-only ones included.
+    kyverno_layout: std::sync::atomic::AtomicBool,
     /// Cancels evaluations on the executor at their deadline.
     watchdog: Arc<Watchdog>,
 }
@@ -511,11 +515,23 @@ const KYVERNO_PATHS: [(&str, Hook, Filter, &str); 6] = [
     ("/mutate/ignore", Hook::Mutate, Filter::Ignore, "mutate-ignore"),
 ];
 
-fn kyverno_path(path: &str) -> Option<(Route, &'static str)> {
-    KYVERNO_PATHS
-        .iter()
-        .find(|p| p.0 == path)
-        .map(|&(_, hook, filter, webhook)| (Route::Kyverno(hook, filter), webhook))
+/// The route of a Kyverno webhook path. In Kyverno's layout (`kyverno_layout`) the
+/// failure-policy paths pick policies by their `failurePolicy` alone, and a policy's own entry
+/// (`/validate/fail/finegrained/<name>`) is served as its failure policy's path, as Kyverno
+/// serves it.
+fn kyverno_path(path: &str, kyverno_layout: bool) -> Option<(Route, &'static str)> {
+    let path = match path.find("/finegrained/") {
+        Some(i) if kyverno_layout => &path[..i],
+        _ => path,
+    };
+    KYVERNO_PATHS.iter().find(|p| p.0 == path).map(|&(_, hook, filter, webhook)| {
+        let filter = match filter {
+            Filter::Fail if kyverno_layout => Filter::SpecFail,
+            Filter::Ignore if kyverno_layout => Filter::SpecIgnore,
+            f => f,
+        };
+        (Route::Kyverno(hook, filter), webhook)
+    })
 }
 
 /// The server's front door: a POST to one of the Kyverno webhook paths ([`kyverno_path`]) goes
@@ -548,7 +564,8 @@ where
 
     fn call(&mut self, req: http::Request<B>) -> Self::Future {
         if req.method() == http::Method::POST
-            && let Some((route, webhook)) = kyverno_path(req.uri().path())
+            && let Some((route, webhook)) =
+                kyverno_path(req.uri().path(), self.state.kyverno_layout.load(std::sync::atomic::Ordering::Relaxed))
         {
             let state = self.state.clone();
             let limits = self.limits;
@@ -591,6 +608,19 @@ fn router(state: Arc<AppState>, body_limit: usize, body_timeout: Duration) -> Ro
     let (nvpol, nvpol_named) = cel(Hook::Validate, true, "nvpol");
     let (mpol, mpol_named) = cel(Hook::Mutate, false, "mpol");
     let (nmpol, nmpol_named) = cel(Hook::Mutate, true, "nmpol");
+    let gpol = {
+        let st = state.clone();
+        post(move |req: Request| {
+            let route = Route::Cel {
+                hook: Hook::Validate,
+                namespaced: false,
+                names: Vec::new(),
+                filter: Filter::Nothing,
+                image: false,
+            };
+            webhook_call(st, route, "gpol", req, limits)
+        })
+    };
     let kyverno = KYVERNO_PATHS
         .iter()
         .fold(Router::new(), |r, &(path, hook, filter, webhook)| r.route(path, route(hook, filter, webhook)));
@@ -603,6 +633,12 @@ fn router(state: Arc<AppState>, body_limit: usize, body_timeout: Duration) -> Ro
         .route("/mpol/{*policies}", mpol_named)
         .route("/nmpol", nmpol)
         .route("/nmpol/{*policies}", nmpol_named)
+        // Kyverno's GeneratingPolicy entries: generation runs in the background controller
+        // from its watches, so the call is answered without evaluating anything.
+        .route("/gpol", gpol.clone())
+        .route("/gpol/{*policies}", gpol.clone())
+        .route("/ngpol", gpol.clone())
+        .route("/ngpol/{*policies}", gpol)
         .route("/ivpol/validate", ivpol_v)
         .route("/ivpol/validate/{*policies}", ivpol_v_named)
         .route("/nivpol/validate", nivpol_v)
@@ -761,6 +797,12 @@ impl Running {
         }
     }
 
+    /// The webhook configurations follow Kyverno's layout from now on (see
+    /// `verno_engine::webhookgen`): its failure-policy paths pick policies as Kyverno's do.
+    pub fn use_kyverno_layout(&self) {
+        self.state.kyverno_layout.store(true, std::sync::atomic::Ordering::Relaxed);
+    }
+
     /// Counts a PolicyReport write the API server refused.
     pub fn report_write_failed(&self) {
         self.state.metrics.report_write_failures.inc();
@@ -889,6 +931,7 @@ fn new_state(cfg: &Config, initial: PolicySet, missing: u8) -> Arc<AppState> {
         data: std::sync::OnceLock::new(),
         slow_set: std::sync::atomic::AtomicUsize::new(0),
         filters: RwLock::new(Arc::new(verno_engine::filters::RequestFilters::kyverno_defaults())),
+        kyverno_layout: std::sync::atomic::AtomicBool::new(false),
         watchdog: Watchdog::start(),
     })
 }
@@ -1240,7 +1283,7 @@ mod tests {
 
     #[test]
     fn the_kyverno_paths_are_routed_by_their_hook_and_failure_policy() {
-        let route = |p: &str| kyverno_path(p).map(|(r, w)| (format!("{r:?}"), w));
+        let route = |p: &str| kyverno_path(p, false).map(|(r, w)| (format!("{r:?}"), w));
         assert_eq!(
             route("/validate/fail"),
             Some((format!("{:?}", Route::Kyverno(Hook::Validate, Filter::Fail)), "validate-fail"))
