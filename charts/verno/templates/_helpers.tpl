@@ -65,3 +65,39 @@ app.kubernetes.io/component: admission-controller
   {{- toYaml . | nindent 2 }}
   {{- end }}
 {{- end }}
+
+{{- define "verno.policyWebhook" -}}
+- name: validate-policy.kyverno.svc
+  clientConfig:
+    service:
+      name: {{ .service }}
+      namespace: {{ .root.Release.Namespace }}
+      path: /policyvalidate
+      port: 443
+  failurePolicy: Ignore
+  timeoutSeconds: {{ .root.Values.config.webhooks.ignoreTimeoutSeconds }}
+  sideEffects: None
+  admissionReviewVersions: ["v1"]
+  matchPolicy: Equivalent
+{{- end }}
+
+{{- define "verno.monitorWebhook" -}}
+- name: monitor-webhooks.kyverno.svc
+  clientConfig:
+    service:
+      name: {{ .service }}
+      namespace: {{ .root.Release.Namespace }}
+      path: /verifymutate
+      port: 443
+  failurePolicy: Ignore
+  timeoutSeconds: {{ .root.Values.config.webhooks.ignoreTimeoutSeconds }}
+  sideEffects: None
+  admissionReviewVersions: ["v1"]
+  matchPolicy: Equivalent
+  namespaceSelector:
+    matchLabels:
+      kubernetes.io/metadata.name: {{ .root.Release.Namespace }}
+  objectSelector:
+    matchLabels:
+      verno.io/probe: "true"
+{{- end }}

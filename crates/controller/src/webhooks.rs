@@ -162,10 +162,8 @@ impl ConfigNames {
 
     /// Every configuration of the install, by name (what Verno's ClusterRole may patch).
     pub fn all(self) -> Vec<&'static str> {
-        let mut out: Vec<&'static str> = self.configs().iter().map(|c| c.1).collect();
-        out.extend(self.dynamic().iter().map(|d| d.1));
-        out.sort_unstable();
-        out.dedup();
+        let mut out: Vec<&'static str> = self.dynamic().iter().map(|d| d.1).collect();
+        out.extend(self.configs().iter().map(|c| c.1));
         out
     }
 }
