@@ -119,6 +119,10 @@ pub struct ServeArgs {
     /// the installer rendered them (the chart's `kyvernoNames`).
     #[arg(long = "kyverno-names", default_value_t = false, action = clap::ArgAction::Set)]
     pub kyverno_names: bool,
+    /// In-cluster: every policy is fail-open whatever its `failurePolicy` (Kyverno's
+    /// `--forceFailurePolicyIgnore`, the chart's `features.forceFailurePolicyIgnore.enabled`).
+    #[arg(long = "force-failure-policy-ignore", default_value_t = false, action = clap::ArgAction::Set)]
+    pub force_failure_policy_ignore: bool,
     /// Cache passing image verifications (Kyverno's `--imageVerifyCacheEnabled`).
     #[arg(long = "image-verify-cache", default_value_t = true, action = clap::ArgAction::Set)]
     pub image_verify_cache: bool,
@@ -297,6 +301,7 @@ pub fn run(args: &ServeArgs) -> i32 {
         opts.config_map_cache = args.config_map_caching;
         opts.generate_validating_admission_policies = args.generate_validating_admission_policy;
         opts.webhook_names = verno_controller::webhooks::ConfigNames::of(args.kyverno_names);
+        opts.force_failure_policy_ignore = args.force_failure_policy_ignore;
         opts.probe_interval =
             (args.probe_interval_seconds > 0).then(|| Duration::from_secs(args.probe_interval_seconds));
         let rt = match verno_server::runtime() {

@@ -181,6 +181,9 @@ pub struct Options {
     /// for them (Kyverno's `--generateValidatingAdmissionPolicy`, on by default); see
     /// [`admission_policies`].
     pub generate_validating_admission_policies: bool,
+    /// Every policy is fail-open whatever its `failurePolicy` (Kyverno's
+    /// `--forceFailurePolicyIgnore`): its webhook entries and the server's paths alike.
+    pub force_failure_policy_ignore: bool,
     /// The webhook configuration objects' names (Verno's, or Kyverno's with `--kyverno-names`).
     pub webhook_names: webhooks::ConfigNames,
     /// The clients the background and cleanup controllers act through (their own accounts);
@@ -268,6 +271,7 @@ impl Options {
             image_verify_cache: Some((verno_images::DEFAULT_CACHE_TTL, verno_images::DEFAULT_CACHE_SIZE)),
             config_map_cache: true,
             generate_validating_admission_policies: true,
+            force_failure_policy_ignore: false,
             webhook_names: webhooks::ConfigNames::VERNO,
             acting: Acting::default(),
         }
@@ -632,10 +636,11 @@ pub async fn start(client: kube::Client, server: Arc<dyn Serving>, opts: Options
         let server = server.clone();
         let kick = kick.clone();
         let debounce = opts.debounce;
+        let force_ignore = opts.force_failure_policy_ignore;
         let mut stop = stop_rx.clone();
         let namespaces = namespaces.clone();
         tasks.push(tokio::spawn(async move {
-            let mut compiler = policies::Compiler::default();
+            let mut compiler = policies::Compiler::forcing_ignore(force_ignore);
             let mut generation = 0u64;
             // Never publish from an unsynced cache: an empty set would drop every rule.
             tokio::select! {

@@ -124,6 +124,9 @@ pub struct Values {
     /// and its `webhook.kyverno.io/managed-by: kyverno` label, so that runbooks, dashboards and
     /// tests written for Kyverno find them (`verno serve --kyverno-names`).
     pub kyverno_names: bool,
+    /// Kyverno's `features.forceFailurePolicyIgnore.enabled` (`--force-failure-policy-ignore`):
+    /// every policy fail-open.
+    pub force_failure_policy_ignore: bool,
 }
 
 /// The rules Kyverno's chart gives its background controller's core ClusterRole by default.
@@ -187,6 +190,7 @@ impl Default for Values {
             background_account: BACKGROUND_ACCOUNT.into(),
             cleanup_account: CLEANUP_ACCOUNT.into(),
             kyverno_names: false,
+            force_failure_policy_ignore: false,
         }
     }
 }
@@ -208,7 +212,7 @@ pub const CLEANUP_ROLE: &str = "verno:cleanup-controller";
 pub const OPT_OUT_LABEL: &str = "verno.io/ignore";
 
 /// Chart values `verno manifests` renders the same way the chart does.
-const KNOWN: &str = "admissionController.replicas, admissionController.rbac.createViewRoleBinding, admissionController.rbac.viewRoleName, image.repository, image.tag, config.webhooks.failTimeoutSeconds, config.webhooks.ignoreTimeoutSeconds, config.webhooks.namespaceSelector, config.webhooks.objectSelector, config.matchConditions, config.excludedNamespaces, config.name, config.generateSuccessEvents, config.successEventActions, features.omitEvents.eventTypes, features.backgroundScan.enabled, features.admissionReports.enabled, openreports.enabled, backgroundController.enabled, backgroundController.rbac.coreClusterRole.extraResources, backgroundController.rbac.clusterRole.extraResources, admissionController.rbac.clusterRole.extraResources, reportsController.rbac.clusterRole.extraResources, admissionController.rbac.serviceAccount.name, backgroundController.rbac.serviceAccount.name, cleanupController.rbac.serviceAccount.name, cleanupController.enabled, cleanupController.rbac.clusterRole.extraResources, kyvernoNames";
+const KNOWN: &str = "admissionController.replicas, admissionController.rbac.createViewRoleBinding, admissionController.rbac.viewRoleName, image.repository, image.tag, config.webhooks.failTimeoutSeconds, config.webhooks.ignoreTimeoutSeconds, config.webhooks.namespaceSelector, config.webhooks.objectSelector, config.matchConditions, config.excludedNamespaces, config.name, config.generateSuccessEvents, config.successEventActions, features.omitEvents.eventTypes, features.backgroundScan.enabled, features.admissionReports.enabled, openreports.enabled, backgroundController.enabled, backgroundController.rbac.coreClusterRole.extraResources, backgroundController.rbac.clusterRole.extraResources, admissionController.rbac.clusterRole.extraResources, reportsController.rbac.clusterRole.extraResources, admissionController.rbac.serviceAccount.name, backgroundController.rbac.serviceAccount.name, cleanupController.rbac.serviceAccount.name, cleanupController.enabled, cleanupController.rbac.clusterRole.extraResources, kyvernoNames, features.forceFailurePolicyIgnore.enabled";
 /// Chart values for objects `verno manifests` does not render (the ServiceMonitor needs the
 /// Prometheus Operator's CRD), or whose chart defaults it renders as they are.
 const CHART_ONLY: &[&str] = &[
@@ -396,6 +400,7 @@ impl Values {
             }
             "features.backgroundScan.enabled" => self.background_scan = boolean(v)?,
             "features.admissionReports.enabled" => self.admission_reports = boolean(v)?,
+            "features.forceFailurePolicyIgnore.enabled" => self.force_failure_policy_ignore = boolean(v)?,
             "openreports.enabled" => self.openreports = boolean(v)?,
             "backgroundController.enabled" => self.background_controller = boolean(v)?,
             "cleanupController.enabled" => self.cleanup_controller = boolean(v)?,
@@ -789,7 +794,8 @@ pub fn render(v: &Values) -> Vec<Value> {
                         "--openreports", v.openreports.to_string(), "--background-controller", v.background_controller.to_string(),
                         "--cleanup-controller", v.cleanup_controller.to_string(),
                         "--background-account", v.background_account, "--cleanup-account", v.cleanup_account,
-                        "--kyverno-names", v.kyverno_names.to_string()],
+                        "--kyverno-names", v.kyverno_names.to_string(),
+                        "--force-failure-policy-ignore", v.force_failure_policy_ignore.to_string()],
                             "env": [
                                 {"name": "POD_NAME", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}},
                                 {"name": "POD_NAMESPACE", "valueFrom": {"fieldRef": {"fieldPath": "metadata.namespace"}}},

@@ -158,6 +158,8 @@ fn vap_plan(
 #[derive(Default)]
 pub struct Compiler {
     cache: HashMap<String, Entry>,
+    /// Every policy compiles fail-open (Kyverno's `--forceFailurePolicyIgnore`).
+    force_ignore: bool,
 }
 
 /// Compiles a stored policy through the engine's front door.
@@ -210,6 +212,12 @@ fn rule_counts(p: Option<&CompiledPolicy>) -> Value {
 }
 
 impl Compiler {
+    /// A compiler whose policies are all fail-open when `force` (Kyverno's
+    /// `--forceFailurePolicyIgnore`).
+    pub fn forcing_ignore(force: bool) -> Compiler {
+        Compiler { force_ignore: force, ..Compiler::default() }
+    }
+
     /// Compiles what changed and returns the set (with `exceptions` and the live namespaces)
     /// plus every policy's desired status.
     pub fn build(
@@ -297,7 +305,10 @@ impl Compiler {
                     .filter(|e| e.uid == uid)
                     .and_then(|e| e.result.as_ref().ok().cloned().or_else(|| e.last_good.clone()));
                 let result =
-                    if admission_policy { compile_admission(o, &mine) } else { compile(*kind, o) }.map(Arc::new);
+                    if admission_policy { compile_admission(o, &mine) } else { compile(*kind, o) }.map(|mut p| {
+                        p.failure_policy_ignore |= self.force_ignore;
+                        Arc::new(p)
+                    });
                 match &result {
                     Err(e @ verno_engine::DocumentError::Unsupported(_)) => {
                         tracing::warn!(policy = %key, error = %e, "policy kind not supported by Verno yet: not enforced");
@@ -599,6 +610,20 @@ mod tests {
     fn rules() -> Value {
         json!({"matchConstraints": {"resourceRules": [
             {"apiGroups": ["apps"], "apiVersions": ["v1"], "resources": ["deployments", "configmaps"]}]}})
+    }
+
+    #[test]
+    fn forced_ignore_makes_every_policy_fail_open() {
+        let doc = json!({"apiVersion": "kyverno.io/v1", "kind": "ClusterPolicy",
+            "metadata": {"name": "p", "uid": "u1", "generation": 1},
+            "spec": {"failurePolicy": "Fail", "rules": [{"name": "r", "match": {"any": [{"resources": {"kinds": ["Pod"]}}]},
+                "validate": {"failureAction": "Enforce", "message": "m", "pattern": {"metadata": {"name": "?*"}}}}]}});
+        let o: Arc<DynamicObject> = Arc::new(serde_json::from_value(doc).unwrap());
+        for (force, expected) in [(false, false), (true, true)] {
+            let (set, _) =
+                Compiler::forcing_ignore(force).build(&[(Kind::ClusterPolicy, o.clone())], &[], Arc::default());
+            assert_eq!(set.policies()[0].failure_policy_ignore, expected, "forced: {force}");
+        }
     }
 
     #[test]

@@ -520,15 +520,17 @@ impl Template {
         let mut c = match (self.client.get("service"), self.client.get("url").and_then(Value::as_str)) {
             (Some(svc), _) => {
                 let mut svc = svc.clone();
-                svc["path"] = json!(path);
+                if let Some(m) = svc.as_object_mut() {
+                    m.insert("path".into(), json!(path));
+                }
                 json!({"service": svc})
             }
             (None, Some(url)) => json!({"url": format!("{}{path}", url.trim_end_matches('/'))}),
             (None, None) => json!({}),
         };
-        if let Some(ca) = ca {
+        if let (Some(ca), Some(m)) = (ca, c.as_object_mut()) {
             use base64::Engine as _;
-            c["caBundle"] = json!(base64::engine::general_purpose::STANDARD.encode(ca));
+            m.insert("caBundle".into(), json!(base64::engine::general_purpose::STANDARD.encode(ca)));
         }
         c
     }

@@ -179,6 +179,10 @@ fn check_configs(case: &Path, case_json: Option<&Value>) -> Result<ConfigEffects
             "standard" | "default" | "ttl" => {}
             // openreports: the standard values with `--openreportsEnabled`.
             "openreports" => args.push("--openreports".to_string()),
+            // Every policy fail-open (`--forceFailurePolicyIgnore`).
+            "force-failure-policy-ignore" => {
+                args.extend(["--force-failure-policy-ignore".to_string(), "true".to_string()])
+            }
             other => return Err(format!("Kyverno configuration {other:?} has no Verno equivalent yet")),
         }
         for (k, v) in value_set_rbac(case, name)? {

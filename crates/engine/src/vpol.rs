@@ -57,7 +57,7 @@ pub(crate) fn json_of<T: serde::Serialize>(v: &T) -> Value {
 /// wider (a second rule, `pods/ephemeralcontainers`, a wildcard group) is not rewritten for
 /// controllers: applying the Pod checks to a Deployment Kyverno never checks would deny it.
 fn controllers(autogen: Option<&Value>, c: &Constraints) -> Vec<&'static str> {
-    let only = |list: &[String], value: &str| list.len() == 1 && list[0] == value;
+    let only = |list: &[String], value: &str| matches!(list, [one] if one == value);
     let selects = c.object_selector.as_ref().is_some_and(|s| {
         s.match_labels.as_ref().is_some_and(|m| !m.is_empty())
             || s.match_expressions.as_ref().is_some_and(|e| !e.is_empty())

@@ -138,11 +138,13 @@ impl Entry {
             "timeoutSeconds": self.timeout,
             "admissionReviewVersions": ["v1"],
         });
-        if !self.match_conditions.is_empty() {
-            e["matchConditions"] = Value::Array(self.match_conditions.clone());
-        }
-        if let Some(r) = self.reinvocation {
-            e["reinvocationPolicy"] = json!(r);
+        if let Some(m) = e.as_object_mut() {
+            if !self.match_conditions.is_empty() {
+                m.insert("matchConditions".into(), Value::Array(self.match_conditions.clone()));
+            }
+            if let Some(r) = self.reinvocation {
+                m.insert("reinvocationPolicy".into(), json!(r));
+            }
         }
         e
     }
@@ -286,12 +288,12 @@ fn sorted_rules(rules: Vec<Value>) -> Vec<Value> {
     let mut keyed: Vec<(Vec<Vec<String>>, String, Value)> = rules
         .into_iter()
         .map(|r| {
-            let lists: Vec<Vec<String>> =
-                ["apiGroups", "apiVersions", "resources", "operations"].iter().map(|k| strings(&r, k)).collect();
+            let [groups, versions, resources, operations] =
+                ["apiGroups", "apiVersions", "resources", "operations"].map(|k| strings(&r, k));
             let scope = r.get("scope").and_then(Value::as_str).unwrap_or("*").to_string();
-            let rule = json!({"apiGroups": lists[0], "apiVersions": lists[1], "operations": lists[3],
-                "resources": lists[2], "scope": scope});
-            (lists, scope, rule)
+            let rule = json!({"apiGroups": groups, "apiVersions": versions, "operations": operations,
+                "resources": resources, "scope": scope});
+            (vec![groups, versions, resources, operations], scope, rule)
         })
         .collect();
     keyed.sort_by(|a, b| {
@@ -646,9 +648,15 @@ fn resource_rules(spec: &Value, all_ops: bool) -> Vec<Value> {
         .collect()
 }
 
+/// One autogen config: its name, its targets (apiVersion, kind), its rewritten spec.
+type AutogenConfig = (String, Vec<(String, String)>, Value);
+
+/// The policies sharing an entry: its namespace and object selectors, the policies.
+type SelectorGroup<'a> = (Option<Value>, Option<Value>, Vec<&'a CompiledPolicy>);
+
 /// The autogen configs of a CEL policy, as Kyverno computes them: name, targets (apiVersion,
 /// kind) and the rewritten spec.
-fn autogen_configs(p: &CompiledPolicy) -> Vec<(String, Vec<(String, String)>, Value)> {
+fn autogen_configs(p: &CompiledPolicy) -> Vec<AutogenConfig> {
     let spec = p.document.get("spec").cloned().unwrap_or(Value::Null);
     // Only what autogen reads, so that every CEL kind decodes as a ValidatingPolicy.
     let mut lean = serde_json::Map::new();
@@ -794,7 +802,7 @@ fn cel_entries(
         if ig { ignores.push(e) } else { fails.push(e) }
     }
     // The other policies share entries, one per selectors they resolve to.
-    let mut groups: BTreeMap<String, (Option<Value>, Option<Value>, Vec<&CompiledPolicy>)> = BTreeMap::new();
+    let mut groups: BTreeMap<String, SelectorGroup> = BTreeMap::new();
     for p in basic {
         let (ns, os) = (namespace_selector(p), object_selector(p));
         let key = serde_json::to_string(&json!([ns, os])).unwrap_or_default();
