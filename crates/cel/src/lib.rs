@@ -222,7 +222,7 @@ impl Expr {
                         "composited variable \"{name}\" is not available: it failed to evaluate or is not defined"
                     ),
                 },
-                None => msg,
+                None => go_words(msg),
             }
         })?;
         then(out.as_ref())
@@ -626,6 +626,20 @@ fn type_name(v: &Value) -> &'static str {
         Value::Timestamp(_) => "timestamp",
         Value::Null => "null",
         _ => "object",
+    }
+}
+
+/// An evaluation error in cel-go's words, which Kubernetes and Kyverno users see (`division
+/// by zero`, `modulus by zero`, `no such key: k`), where the interpreter words it otherwise.
+fn go_words(msg: String) -> String {
+    if msg.starts_with("Division by zero of") {
+        "division by zero".into()
+    } else if msg.starts_with("Remainder by zero of") {
+        "modulus by zero".into()
+    } else if let Some(key) = msg.strip_prefix("No such key: ") {
+        format!("no such key: {key}")
+    } else {
+        msg
     }
 }
 

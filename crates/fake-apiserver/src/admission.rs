@@ -172,10 +172,13 @@ pub(crate) async fn admit(
                 if fail_open {
                     continue;
                 }
+                // Kubernetes refuses the request as forbidden, naming the resource.
+                let resource =
+                    if r.group.is_empty() { r.plural.to_string() } else { format!("{}.{}", r.plural, r.group) };
                 return Err(status(
-                    StatusCode::INTERNAL_SERVER_ERROR,
-                    "InternalError",
-                    format!("Internal error occurred: failed calling webhook {:?}: {e}", hook.name),
+                    StatusCode::FORBIDDEN,
+                    "Forbidden",
+                    format!("{resource} {:?} is forbidden: {e}", c.k.2),
                 ));
             }
         }
@@ -276,21 +279,29 @@ fn review_request(c: &Change, object: Option<&Value>, user: &(String, Vec<String
     req
 }
 
+/// A webhook's matchConditions, as the API server evaluates them: every condition runs; one
+/// that is false means no call (whatever failed besides); otherwise the errors, worded as
+/// Kubernetes' CEL filter words them (several in brackets, as its aggregate error).
 fn match_conditions(w: &Value, request: &Value) -> Result<bool, String> {
     let Some(conds) = w.get("matchConditions").and_then(Value::as_array) else { return Ok(true) };
     let mut vars = verno_cel::Vars::default();
     vars.set("request", request);
     vars.set("object", request.get("object").unwrap_or(&Value::Null));
     vars.set("oldObject", request.get("oldObject").unwrap_or(&Value::Null));
+    let mut errors = Vec::new();
     for cond in conds {
-        let name = cond.get("name").and_then(Value::as_str).unwrap_or("");
         let source = cond.get("expression").and_then(Value::as_str).unwrap_or("");
-        let expr = verno_cel::Expr::compile(source).map_err(|e| format!("matchCondition {name:?}: {e}"))?;
-        if !expr.eval_bool(&vars).map_err(|e| format!("matchCondition {name:?}: {e}"))? {
-            return Ok(false);
+        match verno_cel::Expr::compile(source).and_then(|e| e.eval_bool(&vars)) {
+            Ok(true) => {}
+            Ok(false) => return Ok(false),
+            Err(e) => errors.push(format!("expression '{source}' resulted in error: {e}")),
         }
     }
-    Ok(true)
+    match errors.as_slice() {
+        [] => Ok(true),
+        [one] => Err(one.clone()),
+        many => Err(format!("[{}]", many.join(", "))),
+    }
 }
 
 /// POSTs the AdmissionReview; returns its `response`.
@@ -369,4 +380,31 @@ fn error_chain(e: &dyn std::error::Error) -> String {
         cur = inner.source();
     }
     s
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used, clippy::indexing_slicing)]
+mod tests {
+    use super::*;
+
+    fn conds(exprs: &[&str]) -> Value {
+        let list: Vec<Value> =
+            exprs.iter().enumerate().map(|(i, e)| json!({"name": format!("c{i}"), "expression": e})).collect();
+        json!({"matchConditions": list})
+    }
+
+    #[test]
+    fn match_conditions_are_judged_as_the_api_server_judges_them() {
+        let req = json!({"operation": "CREATE", "object": {"metadata": {"name": "x"}}});
+        assert_eq!(match_conditions(&conds(&["true"]), &req), Ok(true));
+        // A false condition wins over an error before it.
+        assert_eq!(match_conditions(&conds(&["2 / 0 == 1", "false"]), &req), Ok(false));
+        // Errors are worded as Kubernetes' CEL filter words them (cel-go's message).
+        assert_eq!(
+            match_conditions(&conds(&["2 / 0 == 1"]), &req),
+            Err("expression '2 / 0 == 1' resulted in error: division by zero".to_string())
+        );
+        let two = match_conditions(&conds(&["2 / 0 == 1", "1 % 0 == 1"]), &req).unwrap_err();
+        assert!(two.starts_with("[expression '2 / 0 == 1'") && two.contains("modulus by zero"), "{two}");
+    }
 }
