@@ -127,6 +127,12 @@ pub struct Values {
     /// Kyverno's `features.forceFailurePolicyIgnore.enabled` (`--force-failure-policy-ignore`):
     /// every policy fail-open.
     pub force_failure_policy_ignore: bool,
+    /// Kyverno's `rbac.roles.aggregate.admin` / `.view`: the user-facing ClusterRoles
+    /// (`…:rbac:admin:policies`, `…:rbac:view:policyreports`, …) join Kubernetes' `admin` /
+    /// `view` roles, so namespace admins and viewers can read (and admins write) policies and
+    /// reports.
+    pub aggregate_to_admin: bool,
+    pub aggregate_to_view: bool,
 }
 
 /// The rules Kyverno's chart gives its background controller's core ClusterRole by default.
@@ -191,6 +197,8 @@ impl Default for Values {
             cleanup_account: CLEANUP_ACCOUNT.into(),
             kyverno_names: false,
             force_failure_policy_ignore: false,
+            aggregate_to_admin: true,
+            aggregate_to_view: true,
         }
     }
 }
@@ -212,7 +220,7 @@ pub const CLEANUP_ROLE: &str = "verno:cleanup-controller";
 pub const OPT_OUT_LABEL: &str = "verno.io/ignore";
 
 /// Chart values `verno manifests` renders the same way the chart does.
-const KNOWN: &str = "admissionController.replicas, admissionController.rbac.createViewRoleBinding, admissionController.rbac.viewRoleName, image.repository, image.tag, config.webhooks.failTimeoutSeconds, config.webhooks.ignoreTimeoutSeconds, config.webhooks.namespaceSelector, config.webhooks.objectSelector, config.matchConditions, config.excludedNamespaces, config.name, config.generateSuccessEvents, config.successEventActions, features.omitEvents.eventTypes, features.backgroundScan.enabled, features.admissionReports.enabled, openreports.enabled, backgroundController.enabled, backgroundController.rbac.coreClusterRole.extraResources, backgroundController.rbac.clusterRole.extraResources, admissionController.rbac.clusterRole.extraResources, reportsController.rbac.clusterRole.extraResources, admissionController.rbac.serviceAccount.name, backgroundController.rbac.serviceAccount.name, cleanupController.rbac.serviceAccount.name, cleanupController.enabled, cleanupController.rbac.clusterRole.extraResources, kyvernoNames, features.forceFailurePolicyIgnore.enabled";
+const KNOWN: &str = "admissionController.replicas, admissionController.rbac.createViewRoleBinding, admissionController.rbac.viewRoleName, image.repository, image.tag, config.webhooks.failTimeoutSeconds, config.webhooks.ignoreTimeoutSeconds, config.webhooks.namespaceSelector, config.webhooks.objectSelector, config.matchConditions, config.excludedNamespaces, config.name, config.generateSuccessEvents, config.successEventActions, features.omitEvents.eventTypes, features.backgroundScan.enabled, features.admissionReports.enabled, openreports.enabled, backgroundController.enabled, backgroundController.rbac.coreClusterRole.extraResources, backgroundController.rbac.clusterRole.extraResources, admissionController.rbac.clusterRole.extraResources, reportsController.rbac.clusterRole.extraResources, admissionController.rbac.serviceAccount.name, backgroundController.rbac.serviceAccount.name, cleanupController.rbac.serviceAccount.name, cleanupController.enabled, cleanupController.rbac.clusterRole.extraResources, kyvernoNames, features.forceFailurePolicyIgnore.enabled, rbac.roles.aggregate.admin, rbac.roles.aggregate.view";
 /// Chart values for objects `verno manifests` does not render (the ServiceMonitor needs the
 /// Prometheus Operator's CRD), or whose chart defaults it renders as they are.
 const CHART_ONLY: &[&str] = &[
@@ -417,6 +425,8 @@ impl Values {
             "backgroundController.rbac.serviceAccount.name" => self.background_account = account(v)?,
             "cleanupController.rbac.serviceAccount.name" => self.cleanup_account = account(v)?,
             "kyvernoNames" => self.kyverno_names = boolean(v)?,
+            "rbac.roles.aggregate.admin" => self.aggregate_to_admin = boolean(v)?,
+            "rbac.roles.aggregate.view" => self.aggregate_to_view = boolean(v)?,
             other if CHART_ONLY.iter().any(|p| other == *p || (p.ends_with('.') && other.starts_with(p))) => {
                 return Ok(Some(format!(
                     "{other} is used by the Helm chart only; verno manifests renders the chart's default"
@@ -626,6 +636,60 @@ fn aggregated_into(name: &str, to: &str, rules: &[Value]) -> Value {
     json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole", "metadata": {"name": name, "labels": l}, "rules": rules})
 }
 
+/// The user-facing ClusterRoles Kyverno's chart installs (`kyverno:rbac:…` with Kyverno's
+/// names, `verno:rbac:…` otherwise): admin (write) and view (read) of policies, policy
+/// reports, ephemeral reports and update requests, aggregated into Kubernetes' `admin` and
+/// `view` roles as the values say.
+fn user_roles(v: &Values) -> Vec<Value> {
+    let prefix = if v.kyverno_names { "kyverno:rbac" } else { "verno:rbac" };
+    let write = ["create", "delete", "get", "list", "patch", "update", "watch"];
+    let read = ["get", "list", "watch"];
+    let groups: [(&str, Vec<Value>); 4] = [
+        (
+            "policies",
+            vec![
+                json!({"apiGroups": ["kyverno.io"], "resources": ["cleanuppolicies", "clustercleanuppolicies", "policies", "clusterpolicies"]}),
+                json!({"apiGroups": ["policies.kyverno.io"], "resources": ["deletingpolicies", "generatingpolicies", "imagevalidatingpolicies", "mutatingpolicies", "namespaceddeletingpolicies", "namespacedgeneratingpolicies", "namespacedimagevalidatingpolicies", "namespacedmutatingpolicies", "namespacedvalidatingpolicies", "policyexceptions", "validatingpolicies"]}),
+            ],
+        ),
+        (
+            "policyreports",
+            vec![json!({"apiGroups": ["wgpolicyk8s.io"], "resources": ["policyreports", "clusterpolicyreports"]})],
+        ),
+        (
+            "reports",
+            vec![
+                json!({"apiGroups": ["reports.kyverno.io"], "resources": ["ephemeralreports", "clusterephemeralreports"]}),
+            ],
+        ),
+        ("updaterequests", vec![json!({"apiGroups": ["kyverno.io"], "resources": ["updaterequests"]})]),
+    ];
+    let mut out = Vec::new();
+    for (what, rules) in groups {
+        for (role, verbs, aggregate, on) in
+            [("admin", &write[..], "admin", v.aggregate_to_admin), ("view", &read[..], "view", v.aggregate_to_view)]
+        {
+            let mut l = labels();
+            if on && let Some(m) = l.as_object_mut() {
+                m.insert(format!("rbac.authorization.k8s.io/aggregate-to-{aggregate}"), json!("true"));
+            }
+            let rules: Vec<Value> = rules
+                .iter()
+                .map(|r| {
+                    let mut r = r.clone();
+                    if let Some(m) = r.as_object_mut() {
+                        m.insert("verbs".into(), json!(verbs));
+                    }
+                    r
+                })
+                .collect();
+            out.push(json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole",
+                "metadata": {"name": format!("{prefix}:{role}:{what}"), "labels": l}, "rules": rules}));
+        }
+    }
+    out
+}
+
 /// The whole install, in apply order (webhook configurations first).
 pub fn render(v: &Values) -> Vec<Value> {
     let ns = &v.namespace;
@@ -747,6 +811,7 @@ pub fn render(v: &Values) -> Vec<Value> {
         // And for the background controller (triggers, clone sources), as Kyverno's chart.
         docs.push(binding(None, &format!("{BACKGROUND_ROLE}:view"), &v.view_role, &v.background_account, ns));
     }
+    docs.extend(user_roles(v));
     // Kyverno's dynamic configuration keys that Verno reads (followed live).
     let mut config_data = json!({"generateSuccessEvents": v.generate_success_events.to_string()});
     if !v.success_event_actions.is_empty() {
