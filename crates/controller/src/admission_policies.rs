@@ -6,9 +6,13 @@
 //! `policies::generated`). Generated objects are owned by their policy, so the garbage collector
 //! removes them with it.
 //!
-//! Not yet: MutatingAdmissionPolicies from MutatingPolicies (`generateMutatingAdmissionPolicy`,
-//! off by default in Kyverno's chart); Kyverno's `GeneratedValidatingAdmissionPolicy` event;
-//! custom kinds named without group and version (Kyverno asks discovery).
+//! MutatingPolicies with `spec.autogen.mutatingAdmissionPolicy.enabled` become
+//! MutatingAdmissionPolicies the same way, at the version the API server prefers (v1, v1beta1,
+//! v1alpha1: [`map_version`]); Kyverno generates those whatever its
+//! `generateMutatingAdmissionPolicy` flag says, so Verno has no flag for them.
+//!
+//! Not yet: Kyverno's `GeneratedValidatingAdmissionPolicy` event; custom kinds named without
+//! group and version (Kyverno asks discovery).
 
 use crate::policies::PolicyStatus;
 use kube::api::{Api, DeleteParams, DynamicObject, Patch, PatchParams};
@@ -20,15 +24,38 @@ use verno_engine::vapgen::VapPlan;
 /// Field manager of the generated objects.
 const MANAGER: &str = "verno-admission-policies";
 
-fn api(client: &kube::Client, kind: &str) -> Api<DynamicObject> {
+const GROUP: &str = "admissionregistration.k8s.io";
+
+fn api(client: &kube::Client, kind: &str, version: &str) -> Api<DynamicObject> {
     let ar = ApiResource {
-        group: "admissionregistration.k8s.io".into(),
-        version: "v1".into(),
-        api_version: "admissionregistration.k8s.io/v1".into(),
+        group: GROUP.into(),
+        version: version.into(),
+        api_version: format!("{GROUP}/{version}"),
         kind: kind.into(),
         plural: format!("{}s", kind.to_lowercase()).replace("policys", "policies"),
     };
     Api::all_with(client.clone(), &ar)
+}
+
+/// The MutatingAdmissionPolicy version the API server serves, policies and bindings both, in
+/// Kyverno's order of preference (v1, v1beta1, v1alpha1); `None` when it serves none (or
+/// discovery fails: then no admission policy is generated, and the policies say why).
+pub async fn map_version(client: &kube::Client) -> Option<String> {
+    for v in verno_engine::vapgen::MAP_VERSIONS {
+        let Ok(list) = client.list_api_group_resources(&format!("{GROUP}/{v}")).await else { continue };
+        let served = |plural: &str| list.resources.iter().any(|r| r.name == plural);
+        if served("mutatingadmissionpolicies") && served("mutatingadmissionpolicybindings") {
+            return Some(v.to_string());
+        }
+    }
+    None
+}
+
+/// The (kind, version) of a planned object.
+fn kind_version(o: &Value) -> (String, String) {
+    let kind = o.get("kind").and_then(Value::as_str).unwrap_or("ValidatingAdmissionPolicy").to_string();
+    let version = o.get("apiVersion").and_then(Value::as_str).and_then(|a| a.rsplit('/').next()).unwrap_or("v1");
+    (kind, version.to_string())
 }
 
 /// What the leader has written, per admission policy name: the objects as applied (a pass
@@ -40,22 +67,42 @@ pub struct Generator {
 
 impl Generator {
     /// Applies the plans among `statuses`, and returns the statuses with the outcome written in.
-    pub async fn reconcile(&mut self, client: &kube::Client, statuses: &[PolicyStatus]) -> Vec<PolicyStatus> {
-        let policies = api(client, "ValidatingAdmissionPolicy");
-        let bindings = api(client, "ValidatingAdmissionPolicyBinding");
+    /// `validating`: Kyverno's `generateValidatingAdmissionPolicy` (off: ClusterPolicies and
+    /// ValidatingPolicies are left as they are); `map_version`: where MutatingAdmissionPolicies
+    /// are written.
+    pub async fn reconcile(
+        &mut self,
+        client: &kube::Client,
+        statuses: &[PolicyStatus],
+        validating: bool,
+        map_version: Option<&str>,
+    ) -> Vec<PolicyStatus> {
         let mut out = Vec::with_capacity(statuses.len());
         for st in statuses {
             let mut st = st.clone();
-            let prefix = if st.kind == verno_engine::Kind::ClusterPolicy { "cpol" } else { "vpol" };
+            let mutating = st.kind == verno_engine::Kind::MutatingPolicy;
+            if !mutating && !validating {
+                out.push(st);
+                continue;
+            }
+            let (prefix, kind, version) = match st.kind {
+                verno_engine::Kind::ClusterPolicy => ("cpol", "ValidatingAdmissionPolicy", "v1"),
+                verno_engine::Kind::MutatingPolicy => ("mpol", "MutatingAdmissionPolicy", map_version.unwrap_or("v1")),
+                _ => ("vpol", "ValidatingAdmissionPolicy", "v1"),
+            };
+            let policies = api(client, kind, version);
+            let bindings = api(client, &format!("{kind}Binding"), version);
+            let lower = kind.to_lowercase();
             let name = format!("{prefix}-{}", st.name);
             match st.vap.clone() {
                 None => {}
                 Some(Err(e)) => {
-                    tracing::warn!(policy = %st.name, error = %e, "ValidatingAdmissionPolicy not generated");
-                    st.with_generation(false, &format!("failed to build validatingadmissionpolicy {name}: {e}"));
+                    tracing::warn!(policy = %st.name, error = %e, "{kind} not generated");
+                    st.with_generation(false, &format!("failed to build {lower} {name}: {e}"));
                 }
                 Some(Ok(VapPlan::Skip(why))) => {
-                    if self.applied.remove(&name).is_some() || st.generated {
+                    // Without a served version there is nothing to remove.
+                    if (!mutating || map_version.is_some()) && (self.applied.remove(&name).is_some() || st.generated) {
                         for (api, n) in [(&bindings, format!("{name}-binding")), (&policies, name.clone())] {
                             match api.delete(&n, &DeleteParams::default()).await {
                                 Ok(_) => tracing::info!(object = %n, "generated admission policy object removed"),
@@ -70,6 +117,9 @@ impl Generator {
                 }
                 Some(Ok(VapPlan::Generate { policy, binding })) => {
                     let done = self.applied.get(&name) == Some(&(policy.clone(), binding.clone())) && st.generated;
+                    let (kind, version) = kind_version(&policy);
+                    let policies = api(client, &kind, &version);
+                    let bindings = api(client, &format!("{kind}Binding"), &version);
                     let written = if done {
                         Ok(())
                     } else {
@@ -83,18 +133,15 @@ impl Generator {
                     match written {
                         Ok(()) => {
                             if !done {
-                                tracing::info!(policy = %st.name, admission_policy = %name, "ValidatingAdmissionPolicy generated");
+                                tracing::info!(policy = %st.name, admission_policy = %name, "{kind} generated");
                             }
                             self.applied.insert(name, (policy, binding));
                             st.with_generation(true, "");
                         }
                         Err(e) => {
-                            tracing::warn!(policy = %st.name, error = %e, "ValidatingAdmissionPolicy not written");
+                            tracing::warn!(policy = %st.name, error = %e, "{kind} not written");
                             self.applied.remove(&name);
-                            st.with_generation(
-                                false,
-                                &format!("failed to create validatingadmissionpolicy {name}: {e}"),
-                            );
+                            st.with_generation(false, &format!("failed to create {} {name}: {e}", kind.to_lowercase()));
                         }
                     }
                 }

@@ -393,6 +393,10 @@ pub async fn start(client: kube::Client, server: Arc<dyn Serving>, opts: Options
     let kick = Kick(Arc::new(kick_tx));
     let mut tasks = Vec::new();
     let config_maps = opts.config_map_cache.then(reflector::store::Writer::<ConfigMap>::default);
+    // Where MutatingAdmissionPolicies are generated (asked once, as Kyverno at start-up).
+    let map_version =
+        tokio::time::timeout(Duration::from_secs(10), admission_policies::map_version(&client)).await.ok().flatten();
+    tracing::info!(version = ?map_version, "MutatingAdmissionPolicy API");
     let mut data =
         cluster_data::ClusterData::new(client.clone()).with_image_verifier(&opts.namespace, opts.image_verify_cache);
     if let Some(writer) = &config_maps {
@@ -639,8 +643,9 @@ pub async fn start(client: kube::Client, server: Arc<dyn Serving>, opts: Options
         let force_ignore = opts.force_failure_policy_ignore;
         let mut stop = stop_rx.clone();
         let namespaces = namespaces.clone();
+        let map_version = map_version.clone();
         tasks.push(tokio::spawn(async move {
-            let mut compiler = policies::Compiler::forcing_ignore(force_ignore);
+            let mut compiler = policies::Compiler::forcing_ignore(force_ignore).with_map_version(map_version);
             let mut generation = 0u64;
             // Never publish from an unsynced cache: an empty set would drop every rule.
             tokio::select! {
@@ -825,11 +830,14 @@ pub async fn start(client: kube::Client, server: Arc<dyn Serving>, opts: Options
                             }
                         },
                     };
-                    let statuses = if opts.generate_validating_admission_policies {
-                        generator.reconcile(&client, &statuses).await
-                    } else {
-                        statuses.to_vec()
-                    };
+                    let statuses = generator
+                        .reconcile(
+                            &client,
+                            &statuses,
+                            opts.generate_validating_admission_policies,
+                            map_version.as_deref(),
+                        )
+                        .await;
                     write_statuses(&client, &recorder, &statuses, configured, &mut reported).await;
                 }
                 // Sleep until something changes (or the resync period passes).

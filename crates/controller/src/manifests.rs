@@ -727,6 +727,10 @@ pub fn render(v: &Values) -> Vec<Value> {
                 // Admission policies and their bindings, which background scans report, and
                 // which Verno writes for the policies that ask for them (as Kyverno's role).
                 {"apiGroups": ["admissionregistration.k8s.io"], "resources": ["validatingadmissionpolicies", "validatingadmissionpolicybindings"], "verbs": ["get", "list", "watch", "create", "update", "patch", "delete"]},
+                // MutatingAdmissionPolicies for the MutatingPolicies that ask for one (Kyverno's
+                // chart leaves them to extraResources; Verno grants them so the policy field
+                // works as written).
+                {"apiGroups": ["admissionregistration.k8s.io"], "resources": ["mutatingadmissionpolicies", "mutatingadmissionpolicybindings"], "verbs": ["get", "list", "watch", "create", "update", "patch", "delete"]},
                 // PolicyReports from admission results and background scans.
                 {"apiGroups": ["wgpolicyk8s.io"], "resources": ["policyreports", "clusterpolicyreports"], "verbs": ["get", "list", "watch", "create", "update", "delete"]},
                 {"apiGroups": ["openreports.io"], "resources": ["reports", "clusterreports"], "verbs": ["get", "list", "watch", "create", "update", "delete"]},

@@ -124,7 +124,7 @@ pub struct PolicyStatus {
 pub fn generated(kind: Kind, o: &DynamicObject) -> bool {
     let at = match kind {
         Kind::ClusterPolicy => "/status/validatingadmissionpolicy/generated",
-        Kind::ValidatingPolicy => "/status/generated",
+        Kind::ValidatingPolicy | Kind::MutatingPolicy => "/status/generated",
         _ => return false,
     };
     o.data.pointer(at).and_then(Value::as_bool) == Some(true)
@@ -137,6 +137,7 @@ fn vap_plan(
     o: &DynamicObject,
     exceptions: &[Value],
     cel_exceptions: &[Value],
+    map_version: Option<&str>,
 ) -> Option<Result<verno_engine::vapgen::VapPlan, String>> {
     let doc = serde_json::to_value(o).ok()?;
     match kind {
@@ -151,6 +152,10 @@ fn vap_plan(
             let autogen = verno_engine::vpol_autogen_status(&doc) != serde_json::json!({});
             Some(Ok(verno_engine::vapgen::plan_validating_policy(&doc, cel_exceptions, autogen)))
         }
+        Kind::MutatingPolicy => {
+            let autogen = verno_engine::vpol_autogen_status(&doc) != serde_json::json!({});
+            Some(Ok(verno_engine::vapgen::plan_mutating_policy(&doc, cel_exceptions, autogen, map_version)))
+        }
         _ => None,
     }
 }
@@ -160,6 +165,8 @@ pub struct Compiler {
     cache: HashMap<String, Entry>,
     /// Every policy compiles fail-open (Kyverno's `--forceFailurePolicyIgnore`).
     force_ignore: bool,
+    /// The MutatingAdmissionPolicy version the API server prefers (`None`: it serves none).
+    map_version: Option<String>,
 }
 
 /// Compiles a stored policy through the engine's front door.
@@ -216,6 +223,13 @@ impl Compiler {
     /// `--forceFailurePolicyIgnore`).
     pub fn forcing_ignore(force: bool) -> Compiler {
         Compiler { force_ignore: force, ..Compiler::default() }
+    }
+
+    /// The MutatingAdmissionPolicy API version generated policies are written at (see
+    /// `admission_policies::map_version`).
+    pub fn with_map_version(mut self, version: Option<String>) -> Compiler {
+        self.map_version = version;
+        self
     }
 
     /// Compiles what changed and returns the set (with `exceptions` and the live namespaces)
@@ -351,7 +365,7 @@ impl Compiler {
                 status: entry.status.clone(),
                 live: o.data.get("status").cloned(),
                 reporting: entry.reporting.clone(),
-                vap: vap_plan(*kind, o, &kyverno_exceptions, &cel_exceptions),
+                vap: vap_plan(*kind, o, &kyverno_exceptions, &cel_exceptions, self.map_version.as_deref()),
                 generated,
             });
         }
@@ -520,7 +534,7 @@ impl PolicyStatus {
             Kind::ClusterPolicy => {
                 m.insert("validatingadmissionpolicy".into(), json!({"generated": generated, "message": message}));
             }
-            Kind::ValidatingPolicy => {
+            Kind::ValidatingPolicy | Kind::MutatingPolicy => {
                 m.insert("generated".into(), json!(generated));
             }
             _ => {}

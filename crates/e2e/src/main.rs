@@ -179,6 +179,10 @@ fn check_configs(case: &Path, case_json: Option<&Value>) -> Result<ConfigEffects
             "standard" | "default" | "ttl" => {}
             // openreports: the standard values with `--openreportsEnabled`.
             "openreports" => args.push("--openreports".to_string()),
+            // `--generateMutatingAdmissionPolicy`: Kyverno generates a MutatingAdmissionPolicy
+            // for every MutatingPolicy that asks for one whatever the flag says; Verno always
+            // does (its role may write them), so the values need nothing more.
+            "generate-mutating-admission-policy" => {}
             // Every policy fail-open (`--forceFailurePolicyIgnore`).
             "force-failure-policy-ignore" => {
                 args.extend(["--force-failure-policy-ignore".to_string(), "true".to_string()])

@@ -311,9 +311,21 @@ fn copy(to: &mut Map<String, Value>, from: &Value, keys: &[(&str, &str)]) {
 }
 
 fn objects(name: &str, policy: &Value, spec: Map<String, Value>, binding_spec: Value) -> VapPlan {
+    admission_objects(("ValidatingAdmissionPolicy", "v1"), name, policy, spec, binding_spec)
+}
+
+/// A generated admission policy of `kind` at `version` of admissionregistration.k8s.io, and its
+/// binding `{name}-binding`, with Kubernetes' defaults written out.
+fn admission_objects(
+    (kind, version): (&str, &str),
+    name: &str,
+    policy: &Value,
+    spec: Map<String, Value>,
+    binding_spec: Value,
+) -> VapPlan {
     let mut spec = spec;
     // Kubernetes' defaults, written out so the object reads the same on every API server.
-    spec.insert("failurePolicy".into(), json!("Fail"));
+    spec.entry("failurePolicy").or_insert(json!("Fail"));
     if let Some(Value::Object(mc)) = spec.get_mut("matchConstraints") {
         mc.entry("matchPolicy").or_insert(json!("Equivalent"));
         mc.entry("namespaceSelector").or_insert(json!({}));
@@ -326,13 +338,14 @@ fn objects(name: &str, policy: &Value, spec: Map<String, Value>, binding_spec: V
             }
         }
     }
+    let api_version = format!("admissionregistration.k8s.io/{version}");
     VapPlan::Generate {
         policy: json!({
-            "apiVersion": "admissionregistration.k8s.io/v1", "kind": "ValidatingAdmissionPolicy",
+            "apiVersion": api_version, "kind": kind,
             "metadata": metadata(name, policy, true), "spec": spec,
         }),
         binding: json!({
-            "apiVersion": "admissionregistration.k8s.io/v1", "kind": "ValidatingAdmissionPolicyBinding",
+            "apiVersion": api_version, "kind": format!("{kind}Binding"),
             "metadata": metadata(&format!("{name}-binding"), policy, false), "spec": binding_spec,
         }),
     }
@@ -456,6 +469,95 @@ pub fn plan_validating_policy(policy: &Value, exceptions: &[Value], autogen: boo
     };
     let vap = format!("vpol-{name}");
     objects(&vap, policy, out, json!({"policyName": vap, "validationActions": actions}))
+}
+
+/// The API versions of MutatingAdmissionPolicy in Kyverno's order of preference.
+pub const MAP_VERSIONS: [&str; 3] = ["v1", "v1beta1", "v1alpha1"];
+
+/// The CEL PolicyExceptions naming `name` in their `policyRefs` (Kyverno matches the name
+/// only), as negated match conditions.
+fn negated_exception_conditions(exceptions: &[Value], name: &str) -> Vec<Value> {
+    exceptions
+        .iter()
+        .filter(|e| {
+            arr(e.pointer("/spec/policyRefs")).iter().any(|r| r.get("name").and_then(Value::as_str) == Some(name))
+        })
+        .flat_map(|e| arr(e.pointer("/spec/matchConditions")))
+        .map(|mc| {
+            let expr = mc.get("expression").and_then(Value::as_str).unwrap_or_default();
+            json!({"name": mc.get("name").cloned().unwrap_or(Value::Null), "expression": format!("!({expr})")})
+        })
+        .collect()
+}
+
+/// The plan for a MutatingPolicy (Kyverno's `generateMutatingAdmissionPolicy`): a
+/// MutatingAdmissionPolicy `mpol-NAME` at `version` (the preferred one the API server serves,
+/// `None`: it serves none) and its binding, when `spec.autogen.mutatingAdmissionPolicy.enabled`,
+/// server-side apply is not asked for and no Pod-controller autogen applies (`autogen`). The
+/// cluster's CEL PolicyExceptions naming it become negated match conditions, before its own.
+pub fn plan_mutating_policy(policy: &Value, exceptions: &[Value], autogen: bool, version: Option<&str>) -> VapPlan {
+    const SKIP: &str = "skip generating MutatingAdmissionPolicy";
+    let spec = policy.get("spec").unwrap_or(&Value::Null);
+    let enabled = spec.pointer("/autogen/mutatingAdmissionPolicy/enabled").and_then(Value::as_bool) == Some(true);
+    if !enabled {
+        return VapPlan::Skip(format!("{SKIP}: not enabled."));
+    }
+    let Some(version) = version else {
+        return VapPlan::Skip(format!("{SKIP}: requested but no MutatingAdmissionPolicy API/informers are available."));
+    };
+    if spec.pointer("/evaluation/useServerSideApply").and_then(Value::as_bool) == Some(true) {
+        return VapPlan::Skip(format!(
+            "{SKIP}: useServerSideApply is enabled, which mutates atomic fields that a native MutatingAdmissionPolicy rejects."
+        ));
+    }
+    if autogen {
+        return VapPlan::Skip(format!("{SKIP}: pod controllers autogen is enabled."));
+    }
+    let name = policy.pointer("/metadata/name").and_then(Value::as_str).unwrap_or_default();
+    let mut conditions = negated_exception_conditions(exceptions, name);
+    conditions.extend(arr(spec.get("matchConditions")).iter().cloned());
+    let rules: Vec<Value> = arr(spec.pointer("/matchConstraints/resourceRules"))
+        .iter()
+        .map(|r| {
+            let mut out = Map::new();
+            copy(
+                &mut out,
+                r,
+                &[
+                    ("resourceNames", "resourceNames"),
+                    ("operations", "operations"),
+                    ("apiGroups", "apiGroups"),
+                    ("apiVersions", "apiVersions"),
+                    ("resources", "resources"),
+                    ("scope", "scope"),
+                ],
+            );
+            Value::Object(out)
+        })
+        .collect();
+    let mutations: Vec<Value> = arr(spec.get("mutations"))
+        .iter()
+        .map(|m| {
+            let mut out = Map::new();
+            copy(
+                &mut out,
+                m,
+                &[("patchType", "patchType"), ("applyConfiguration", "applyConfiguration"), ("jsonPatch", "jsonPatch")],
+            );
+            Value::Object(out)
+        })
+        .collect();
+    let mut out = Map::new();
+    out.insert("matchConstraints".into(), json!({"resourceRules": rules}));
+    if !conditions.is_empty() {
+        out.insert("matchConditions".into(), Value::Array(conditions));
+    }
+    out.insert("mutations".into(), Value::Array(mutations));
+    copy(&mut out, spec, &[("variables", "variables"), ("failurePolicy", "failurePolicy")]);
+    let reinvocation = spec.get("reinvocationPolicy").and_then(Value::as_str).filter(|s| !s.is_empty());
+    out.insert("reinvocationPolicy".into(), json!(reinvocation.unwrap_or("Never")));
+    let map = format!("mpol-{name}");
+    admission_objects(("MutatingAdmissionPolicy", version), &map, policy, out, json!({"policyName": map}))
 }
 
 #[cfg(test)]
@@ -606,5 +708,57 @@ mod tests {
             plan_validating_policy(&off, &[], false),
             VapPlan::Skip("skip generating ValidatingAdmissionPolicy: not enabled.".into())
         );
+    }
+
+    #[test]
+    fn a_mutating_policy_with_generation_enabled_becomes_a_mutating_admission_policy() {
+        let mpol = json!({"apiVersion": "policies.kyverno.io/v1", "kind": "MutatingPolicy",
+            "metadata": {"name": "add-label", "uid": "u-1", "labels": {"reports.kyverno.io/disabled": ""}},
+            "spec": {"autogen": {"mutatingAdmissionPolicy": {"enabled": true}},
+                "matchConstraints": {"resourceRules": [{"apiGroups": ["apps"], "apiVersions": ["v1"],
+                    "operations": ["CREATE"], "resources": ["deployments"]}]},
+                "matchConditions": [{"name": "dev", "expression": "request.namespace == 'dev'"}],
+                "mutations": [{"patchType": "JSONPatch", "jsonPatch": {"expression": "[]"}}]}});
+        let exception = json!({"spec": {"policyRefs": [{"name": "add-label", "kind": "MutatingPolicy"}],
+            "matchConditions": [{"name": "skip", "expression": "object.metadata.name == 'x'"}]}});
+        let other = json!({"spec": {"policyRefs": [{"name": "another"}],
+            "matchConditions": [{"name": "no", "expression": "true"}]}});
+        let VapPlan::Generate { policy, binding } =
+            plan_mutating_policy(&mpol, &[exception, other], false, Some("v1beta1"))
+        else {
+            panic!("not generated")
+        };
+        assert_eq!(policy["apiVersion"], "admissionregistration.k8s.io/v1beta1");
+        assert_eq!(policy["kind"], "MutatingAdmissionPolicy");
+        assert_eq!(policy["metadata"]["name"], "mpol-add-label");
+        assert_eq!(policy["metadata"]["labels"]["reports.kyverno.io/disabled"], "true");
+        assert_eq!(policy["metadata"]["ownerReferences"][0]["kind"], "MutatingPolicy");
+        assert_eq!(
+            policy["spec"]["matchConditions"],
+            json!([{"name": "skip", "expression": "!(object.metadata.name == 'x')"},
+                {"name": "dev", "expression": "request.namespace == 'dev'"}])
+        );
+        assert_eq!(policy["spec"]["failurePolicy"], "Fail");
+        assert_eq!(policy["spec"]["reinvocationPolicy"], "Never");
+        assert_eq!(policy["spec"]["matchConstraints"]["matchPolicy"], "Equivalent");
+        assert_eq!(policy["spec"]["mutations"][0]["patchType"], "JSONPatch");
+        assert_eq!(binding["kind"], "MutatingAdmissionPolicyBinding");
+        assert_eq!(binding["metadata"]["name"], "mpol-add-label-binding");
+        assert_eq!(binding["spec"], json!({"policyName": "mpol-add-label"}));
+        let skip = |p: &Value, autogen: bool, v: Option<&str>| match plan_mutating_policy(p, &[], autogen, v) {
+            VapPlan::Skip(why) => why,
+            VapPlan::Generate { .. } => "generated".into(),
+        };
+        assert_eq!(
+            skip(&mpol, true, Some("v1")),
+            "skip generating MutatingAdmissionPolicy: pod controllers autogen is enabled."
+        );
+        assert!(skip(&mpol, false, None).contains("no MutatingAdmissionPolicy API"));
+        let mut ssa = mpol.clone();
+        ssa["spec"]["evaluation"] = json!({"useServerSideApply": true});
+        assert!(skip(&ssa, false, Some("v1")).contains("useServerSideApply is enabled"));
+        let mut off = mpol.clone();
+        off["spec"]["autogen"] = json!({});
+        assert_eq!(skip(&off, false, None), "skip generating MutatingAdmissionPolicy: not enabled.");
     }
 }

@@ -148,6 +148,32 @@ pub fn default_resources() -> Vec<Resource> {
             "validatingadmissionpolicybindings",
             false,
         ),
+        // MutatingAdmissionPolicy at each version Kubernetes has served it (one object, every
+        // version reads it, as the API server's conversion does); v1 first, the preferred one.
+        r("admissionregistration.k8s.io", "v1", "MutatingAdmissionPolicy", "mutatingadmissionpolicies", false),
+        r(
+            "admissionregistration.k8s.io",
+            "v1",
+            "MutatingAdmissionPolicyBinding",
+            "mutatingadmissionpolicybindings",
+            false,
+        ),
+        r("admissionregistration.k8s.io", "v1beta1", "MutatingAdmissionPolicy", "mutatingadmissionpolicies", false),
+        r(
+            "admissionregistration.k8s.io",
+            "v1beta1",
+            "MutatingAdmissionPolicyBinding",
+            "mutatingadmissionpolicybindings",
+            false,
+        ),
+        r("admissionregistration.k8s.io", "v1alpha1", "MutatingAdmissionPolicy", "mutatingadmissionpolicies", false),
+        r(
+            "admissionregistration.k8s.io",
+            "v1alpha1",
+            "MutatingAdmissionPolicyBinding",
+            "mutatingadmissionpolicybindings",
+            false,
+        ),
         r("kyverno.io", "v1", "ClusterPolicy", "clusterpolicies", false),
         r("kyverno.io", "v1", "Policy", "policies", true),
         r("kyverno.io", "v2", "PolicyException", "policyexceptions", true),
