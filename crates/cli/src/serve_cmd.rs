@@ -123,6 +123,11 @@ pub struct ServeArgs {
     /// `--forceFailurePolicyIgnore`, the chart's `features.forceFailurePolicyIgnore.enabled`).
     #[arg(long = "force-failure-policy-ignore", default_value_t = false, action = clap::ArgAction::Set)]
     pub force_failure_policy_ignore: bool,
+    /// In-cluster: background scans also report the MutatingAdmissionPolicies labelled
+    /// `reports.kyverno.io/enabled: "true"` (Kyverno's `--mutatingAdmissionPolicyReports`, the
+    /// chart's `features.mutatingAdmissionPolicyReports.enabled`).
+    #[arg(long = "mutating-admission-policy-reports", default_value_t = false, action = clap::ArgAction::Set)]
+    pub mutating_admission_policy_reports: bool,
     /// Cache passing image verifications (Kyverno's `--imageVerifyCacheEnabled`).
     #[arg(long = "image-verify-cache", default_value_t = true, action = clap::ArgAction::Set)]
     pub image_verify_cache: bool,
@@ -302,6 +307,7 @@ pub fn run(args: &ServeArgs) -> i32 {
         opts.generate_validating_admission_policies = args.generate_validating_admission_policy;
         opts.webhook_names = verno_controller::webhooks::ConfigNames::of(args.kyverno_names);
         opts.force_failure_policy_ignore = args.force_failure_policy_ignore;
+        opts.mutating_admission_policy_reports = args.mutating_admission_policy_reports;
         opts.probe_interval =
             (args.probe_interval_seconds > 0).then(|| Duration::from_secs(args.probe_interval_seconds));
         let rt = match verno_server::runtime() {

@@ -707,6 +707,10 @@ fn check_row(
     // Kyverno's CLI names it); a row without a rule means it.
     if entry.rule.is_empty() {
         rule_names.push(policy.name.clone());
+        // A CEL kind's result decided by a PolicyException is named `exception`.
+        if verno_engine::report::is_cel(policy.kind) {
+            rule_names.push(verno_engine::EXCEPTION_RULE.to_string());
+        }
     }
     if candidates.is_empty() {
         // Mutate-existing rows name the patched target (or nothing): look through the triggers.

@@ -184,6 +184,10 @@ pub struct Options {
     /// Every policy is fail-open whatever its `failurePolicy` (Kyverno's
     /// `--forceFailurePolicyIgnore`): its webhook entries and the server's paths alike.
     pub force_failure_policy_ignore: bool,
+    /// Background scans also report the MutatingAdmissionPolicies labelled
+    /// `reports.kyverno.io/enabled: "true"` (Kyverno's `--mutatingAdmissionPolicyReports`, off
+    /// by default), at the version the API server serves.
+    pub mutating_admission_policy_reports: bool,
     /// The webhook configuration objects' names (Verno's, or Kyverno's with `--kyverno-names`).
     pub webhook_names: webhooks::ConfigNames,
     /// The clients the background and cleanup controllers act through (their own accounts);
@@ -272,6 +276,7 @@ impl Options {
             config_map_cache: true,
             generate_validating_admission_policies: true,
             force_failure_policy_ignore: false,
+            mutating_admission_policy_reports: false,
             webhook_names: webhooks::ConfigNames::VERNO,
             acting: Acting::default(),
         }
@@ -497,8 +502,16 @@ pub async fn start(client: kube::Client, server: Arc<dyn Serving>, opts: Options
             // Admission policies are the API server's; background scans report them.
             kinds.extend([Kind::ValidatingAdmissionPolicy, Kind::ValidatingAdmissionPolicyBinding]);
         }
-        for kind in served_kinds(&client, &kinds).await {
-            let ar = policies::resource(kind);
+        let mut served = served_kinds(&client, &kinds).await;
+        // MutatingAdmissionPolicies where discovery found them (`map_version`).
+        let map_reports = opts.background_scan.is_some() && opts.mutating_admission_policy_reports;
+        if map_reports && map_version.is_some() {
+            served.extend([Kind::MutatingAdmissionPolicy, Kind::MutatingAdmissionPolicyBinding]);
+        } else if map_reports {
+            tracing::warn!("mutatingAdmissionPolicyReports: the API server serves no MutatingAdmissionPolicy API");
+        }
+        for kind in served {
+            let ar = policies::resource_at(kind, map_version.as_deref().unwrap_or("v1"));
             let writer = reflector::store::Writer::<DynamicObject>::new(ar.clone());
             stores.push((kind, writer.as_reader()));
             let stream = watcher(Api::<DynamicObject>::all_with(client.clone(), &ar), watcher::Config::default())
@@ -658,7 +671,7 @@ pub async fn start(client: kube::Client, server: Arc<dyn Serving>, opts: Options
                 for (kind, store) in &stores {
                     let into = if kind.is_exception() {
                         &mut es
-                    } else if *kind == Kind::ValidatingAdmissionPolicyBinding {
+                    } else if kind.is_binding() {
                         &mut bs
                     } else {
                         &mut ps

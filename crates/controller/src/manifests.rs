@@ -127,6 +127,10 @@ pub struct Values {
     /// Kyverno's `features.forceFailurePolicyIgnore.enabled` (`--force-failure-policy-ignore`):
     /// every policy fail-open.
     pub force_failure_policy_ignore: bool,
+    /// Kyverno's `features.mutatingAdmissionPolicyReports.enabled`
+    /// (`--mutating-admission-policy-reports`): background scans report the
+    /// MutatingAdmissionPolicies labelled `reports.kyverno.io/enabled: "true"`.
+    pub mutating_admission_policy_reports: bool,
     /// Kyverno's `rbac.roles.aggregate.admin` / `.view`: the user-facing ClusterRoles
     /// (`…:rbac:admin:policies`, `…:rbac:view:policyreports`, …) join Kubernetes' `admin` /
     /// `view` roles, so namespace admins and viewers can read (and admins write) policies and
@@ -197,6 +201,7 @@ impl Default for Values {
             cleanup_account: CLEANUP_ACCOUNT.into(),
             kyverno_names: false,
             force_failure_policy_ignore: false,
+            mutating_admission_policy_reports: false,
             aggregate_to_admin: true,
             aggregate_to_view: true,
         }
@@ -220,7 +225,7 @@ pub const CLEANUP_ROLE: &str = "verno:cleanup-controller";
 pub const OPT_OUT_LABEL: &str = "verno.io/ignore";
 
 /// Chart values `verno manifests` renders the same way the chart does.
-const KNOWN: &str = "admissionController.replicas, admissionController.rbac.createViewRoleBinding, admissionController.rbac.viewRoleName, image.repository, image.tag, config.webhooks.failTimeoutSeconds, config.webhooks.ignoreTimeoutSeconds, config.webhooks.namespaceSelector, config.webhooks.objectSelector, config.matchConditions, config.excludedNamespaces, config.name, config.generateSuccessEvents, config.successEventActions, features.omitEvents.eventTypes, features.backgroundScan.enabled, features.admissionReports.enabled, openreports.enabled, backgroundController.enabled, backgroundController.rbac.coreClusterRole.extraResources, backgroundController.rbac.clusterRole.extraResources, admissionController.rbac.clusterRole.extraResources, reportsController.rbac.clusterRole.extraResources, admissionController.rbac.serviceAccount.name, backgroundController.rbac.serviceAccount.name, cleanupController.rbac.serviceAccount.name, cleanupController.enabled, cleanupController.rbac.clusterRole.extraResources, kyvernoNames, features.forceFailurePolicyIgnore.enabled, rbac.roles.aggregate.admin, rbac.roles.aggregate.view";
+const KNOWN: &str = "admissionController.replicas, admissionController.rbac.createViewRoleBinding, admissionController.rbac.viewRoleName, image.repository, image.tag, config.webhooks.failTimeoutSeconds, config.webhooks.ignoreTimeoutSeconds, config.webhooks.namespaceSelector, config.webhooks.objectSelector, config.matchConditions, config.excludedNamespaces, config.name, config.generateSuccessEvents, config.successEventActions, features.omitEvents.eventTypes, features.backgroundScan.enabled, features.admissionReports.enabled, openreports.enabled, backgroundController.enabled, backgroundController.rbac.coreClusterRole.extraResources, backgroundController.rbac.clusterRole.extraResources, admissionController.rbac.clusterRole.extraResources, reportsController.rbac.clusterRole.extraResources, admissionController.rbac.serviceAccount.name, backgroundController.rbac.serviceAccount.name, cleanupController.rbac.serviceAccount.name, cleanupController.enabled, cleanupController.rbac.clusterRole.extraResources, kyvernoNames, features.forceFailurePolicyIgnore.enabled, features.mutatingAdmissionPolicyReports.enabled, rbac.roles.aggregate.admin, rbac.roles.aggregate.view";
 /// Chart values for objects `verno manifests` does not render (the ServiceMonitor needs the
 /// Prometheus Operator's CRD), or whose chart defaults it renders as they are.
 const CHART_ONLY: &[&str] = &[
@@ -409,6 +414,7 @@ impl Values {
             "features.backgroundScan.enabled" => self.background_scan = boolean(v)?,
             "features.admissionReports.enabled" => self.admission_reports = boolean(v)?,
             "features.forceFailurePolicyIgnore.enabled" => self.force_failure_policy_ignore = boolean(v)?,
+            "features.mutatingAdmissionPolicyReports.enabled" => self.mutating_admission_policy_reports = boolean(v)?,
             "openreports.enabled" => self.openreports = boolean(v)?,
             "backgroundController.enabled" => self.background_controller = boolean(v)?,
             "cleanupController.enabled" => self.cleanup_controller = boolean(v)?,
@@ -864,7 +870,8 @@ pub fn render(v: &Values) -> Vec<Value> {
                         "--cleanup-controller", v.cleanup_controller.to_string(),
                         "--background-account", v.background_account, "--cleanup-account", v.cleanup_account,
                         "--kyverno-names", v.kyverno_names.to_string(),
-                        "--force-failure-policy-ignore", v.force_failure_policy_ignore.to_string()],
+                        "--force-failure-policy-ignore", v.force_failure_policy_ignore.to_string(),
+                        "--mutating-admission-policy-reports", v.mutating_admission_policy_reports.to_string()],
                             "env": [
                                 {"name": "POD_NAME", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}},
                                 {"name": "POD_NAMESPACE", "valueFrom": {"fieldRef": {"fieldPath": "metadata.namespace"}}},

@@ -14,6 +14,17 @@ use verno_engine::RuleBody;
 use verno_engine::{Compiled, CompiledException, CompiledPolicy, DocumentError, Kind, LiveNamespaces, PolicySet};
 
 /// The API resource (served version and plural) Verno watches for a kind.
+/// [`resource`], with MutatingAdmissionPolicies (and their bindings) at `map_version`, the
+/// version the API server serves (see `admission_policies::map_version`).
+pub fn resource_at(kind: Kind, map_version: &str) -> ApiResource {
+    let mut ar = resource(kind);
+    if matches!(kind, Kind::MutatingAdmissionPolicy | Kind::MutatingAdmissionPolicyBinding) {
+        ar.version = map_version.into();
+        ar.api_version = format!("{}/{map_version}", ar.group);
+    }
+    ar
+}
+
 pub fn resource(kind: Kind) -> ApiResource {
     let version = match kind {
         Kind::PolicyException | Kind::CleanupPolicy | Kind::ClusterCleanupPolicy => "v2",
@@ -178,29 +189,39 @@ fn compile(kind: Kind, o: &DynamicObject) -> Result<CompiledPolicy, DocumentErro
     }
 }
 
-/// Compiles a ValidatingAdmissionPolicy with its first binding (Verno's engine evaluates one
-/// binding per policy; further bindings are not used).
-fn compile_admission(o: &DynamicObject, bindings: &[&Arc<DynamicObject>]) -> Result<CompiledPolicy, DocumentError> {
-    let mut v = serde_json::to_value(o).map_err(|e| DocumentError::Decode(e.to_string()))?;
-    if let Some(m) = v.as_object_mut() {
-        m.insert("apiVersion".into(), json!("admissionregistration.k8s.io/v1"));
-        m.insert("kind".into(), json!("ValidatingAdmissionPolicy"));
+/// The binding kind of an admission policy kind.
+fn binding_kind(kind: Kind) -> Option<Kind> {
+    match kind {
+        Kind::ValidatingAdmissionPolicy => Some(Kind::ValidatingAdmissionPolicyBinding),
+        Kind::MutatingAdmissionPolicy => Some(Kind::MutatingAdmissionPolicyBinding),
+        _ => None,
     }
-    let docs: Vec<Value> = bindings
-        .iter()
-        .take(1)
-        .filter_map(|b| serde_json::to_value(&***b).ok())
-        .map(|mut b| {
-            if let Some(m) = b.as_object_mut() {
-                m.insert("apiVersion".into(), json!("admissionregistration.k8s.io/v1"));
-                m.insert("kind".into(), json!("ValidatingAdmissionPolicyBinding"));
-            }
-            b
-        })
-        .collect();
+}
+
+/// Compiles a ValidatingAdmissionPolicy or MutatingAdmissionPolicy with its first binding
+/// (Verno's engine evaluates one binding per policy; further bindings are not used).
+/// Watched objects carry no apiVersion and kind: they are put back (the engine reads every
+/// served version of an admission policy the same way).
+fn compile_admission(
+    kind: Kind,
+    o: &DynamicObject,
+    bindings: &[&Arc<DynamicObject>],
+) -> Result<CompiledPolicy, DocumentError> {
+    let typed = |o: &DynamicObject, kind: Kind| -> Option<Value> {
+        let mut v = serde_json::to_value(o).ok()?;
+        let m = v.as_object_mut()?;
+        m.insert("apiVersion".into(), json!("admissionregistration.k8s.io/v1"));
+        m.insert("kind".into(), json!(kind.name()));
+        Some(v)
+    };
+    let v = typed(o, kind).ok_or_else(|| DocumentError::Decode(format!("a {kind} that is not an object")))?;
+    let docs: Vec<Value> = match binding_kind(kind) {
+        Some(bk) => bindings.iter().take(1).filter_map(|b| typed(b, bk)).collect(),
+        None => Vec::new(),
+    };
     match verno_engine::compile(&v, &docs)? {
         Compiled::Policy(p) => Ok(p),
-        Compiled::Exception(_) => Err(DocumentError::Decode("a ValidatingAdmissionPolicy is not an exception".into())),
+        Compiled::Exception(_) => Err(DocumentError::Decode(format!("a {kind} is not an exception"))),
     }
 }
 
@@ -276,7 +297,7 @@ impl Compiler {
             )
         });
         for (kind, o) in ordered {
-            let admission_policy = *kind == Kind::ValidatingAdmissionPolicy;
+            let admission_policy = binding_kind(*kind).is_some();
             if admission_policy
                 && o.metadata.labels.as_ref().and_then(|l| l.get("reports.kyverno.io/enabled")).map(String::as_str)
                     != Some("true")
@@ -291,7 +312,7 @@ impl Compiler {
                 bindings
                     .iter()
                     .filter(|(k, b)| {
-                        *k == Kind::ValidatingAdmissionPolicyBinding
+                        Some(*k) == binding_kind(*kind)
                             && b.data.pointer("/spec/policyName").and_then(Value::as_str) == o.metadata.name.as_deref()
                     })
                     .map(|(_, b)| b)
@@ -318,11 +339,12 @@ impl Compiler {
                     .get(&key)
                     .filter(|e| e.uid == uid)
                     .and_then(|e| e.result.as_ref().ok().cloned().or_else(|| e.last_good.clone()));
-                let result =
-                    if admission_policy { compile_admission(o, &mine) } else { compile(*kind, o) }.map(|mut p| {
+                let result = if admission_policy { compile_admission(*kind, o, &mine) } else { compile(*kind, o) }.map(
+                    |mut p| {
                         p.failure_policy_ignore |= self.force_ignore;
                         Arc::new(p)
-                    });
+                    },
+                );
                 match &result {
                     Err(e @ verno_engine::DocumentError::Unsupported(_)) => {
                         tracing::warn!(policy = %key, error = %e, "policy kind not supported by Verno yet: not enforced");

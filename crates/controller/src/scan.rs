@@ -31,9 +31,14 @@
 //! `kyverno-scan` reporting controller, as Kyverno's, but only when a result changes (Kyverno
 //! repeats them on every hourly rescan).
 //!
+//! Scanned kinds: ClusterPolicy and Policy (validate rules), ValidatingPolicy, MutatingPolicy
+//! (is the object already mutated?), and the admission policies labelled
+//! `reports.kyverno.io/enabled` (ValidatingAdmissionPolicy; MutatingAdmissionPolicy with
+//! `--mutating-admission-policy-reports`).
+//!
 //! Not yet: namespace label changes do not re-evaluate the namespace's objects (a
 //! `namespaceSelector` result changes on the object's next update or a rescan);
-//! MutatingPolicy, ImageValidatingPolicy and the admission policy kinds are not scanned.
+//! ImageValidatingPolicies are not scanned.
 
 use crate::serving::Serving;
 use futures_util::StreamExt;
@@ -189,8 +194,15 @@ impl Owners {
         let mut o = Owners::default();
         for p in set.policies() {
             let (policy, source) = (report::report_key(p), report::source(p.kind));
-            // A CEL policy's results may carry no rule.
+            // A CEL policy's results may carry no rule, or `exception`.
             o.live.insert(owner_hash(&policy, source, ""));
+            if report::is_cel(p.kind) {
+                let key = owner_hash(&policy, source, verno_engine::EXCEPTION_RULE);
+                o.live.insert(key);
+                if report::scanned_rule(p, verno_engine::EXCEPTION_RULE) {
+                    o.scanned.insert(key);
+                }
+            }
             for r in &p.rules {
                 let key = owner_hash(&policy, source, &r.name);
                 o.live.insert(key);

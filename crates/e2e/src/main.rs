@@ -183,6 +183,11 @@ fn check_configs(case: &Path, case_json: Option<&Value>) -> Result<ConfigEffects
             // for every MutatingPolicy that asks for one whatever the flag says; Verno always
             // does (its role may write them), so the values need nothing more.
             "generate-mutating-admission-policy" => {}
+            // Background scans report labelled MutatingAdmissionPolicies
+            // (`--mutatingAdmissionPolicyReports`).
+            "mutating-admission-policy-reports" => {
+                args.extend(["--mutating-admission-policy-reports".to_string(), "true".to_string()])
+            }
             // Every policy fail-open (`--forceFailurePolicyIgnore`).
             "force-failure-policy-ignore" => {
                 args.extend(["--force-failure-policy-ignore".to_string(), "true".to_string()])

@@ -13,6 +13,9 @@ use serde_json::{Map, Value, json};
 use std::collections::BTreeMap;
 use verno_jmespath::Env;
 
+/// The rule name of a CEL kind's result decided by a PolicyException (Kyverno's CEL engines).
+pub const EXCEPTION_RULE: &str = "exception";
+
 /// What a context loader found.
 pub enum Loaded {
     Value(Value),
@@ -799,8 +802,9 @@ fn evaluate_rule(
                 } else {
                     (Status::Skip, "skipped")
                 };
+                // Kyverno's CEL engines name such a result `exception`.
                 RuleResponse::new(
-                    &rule.name,
+                    EXCEPTION_RULE,
                     rt,
                     status,
                     format!("rule is {word} due to policy exception: {}", hits.join(", ")),
@@ -853,12 +857,24 @@ fn evaluate_rule(
                 });
                 // A CEL mutation that applies passes, whether or not it changed anything.
                 let mut r = match crate::mpol::run(c, object, &mut vars) {
-                    Ok(Some(v)) => {
-                        *patched = Some(v);
-                        RuleResponse::new(&rule.name, rt, Status::Pass, "success")
+                    // Kyverno's MutatingPolicy engine says `success` whether or not the object
+                    // changed, with the audit annotations (of the mutated object) as properties.
+                    Ok(v) => {
+                        if !c.audit_annotations.is_empty() {
+                            vars.set("object", v.as_ref().unwrap_or(object));
+                        }
+                        match crate::policy::audit_annotation_values(&c.audit_annotations, &vars) {
+                            Ok(props) => {
+                                *patched = v;
+                                let mut r = RuleResponse::new(&rule.name, rt, Status::Pass, "success");
+                                if !props.is_empty() {
+                                    r.extra_mut().properties = props;
+                                }
+                                r
+                            }
+                            Err(e) => RuleResponse::new(&rule.name, rt, Status::Error, e),
+                        }
                     }
-                    // Kyverno's MutatingPolicy engine says `success` either way.
-                    Ok(None) => RuleResponse::new(&rule.name, rt, Status::Pass, "success"),
                     Err(e) => RuleResponse::new(&rule.name, rt, Status::Error, e),
                 };
                 if let (Some(t), Some(base)) = (c.targets.as_deref(), base) {

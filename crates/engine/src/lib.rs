@@ -57,7 +57,7 @@ pub mod webhookgen;
 pub use cleanup::{CleanupTargets, CompiledCleanup, Decision};
 pub use document::{Compiled, DocumentError, compile, compile_stored, generate_update_allowed};
 pub use error::{CompileError, EvalError};
-pub use evaluate::{Data, Loaded, NamespaceView, NoData, Phase, Request};
+pub use evaluate::{Data, EXCEPTION_RULE, Loaded, NamespaceView, NoData, Phase, Request};
 pub use images::image_info;
 pub use matching::{KindSelector, Matcher, RequestUser, WebhookScope, labels_of, plural, string_map};
 pub use outcome::{NotApplied, PolicyResponse, RuleResponse, RuleType, Status};

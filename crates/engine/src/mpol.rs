@@ -37,6 +37,8 @@ pub struct CompiledCelMutation {
     /// MutatingPolicy `evaluation.mutateExisting`: the existing objects to patch (the trigger
     /// is left as it is).
     pub targets: Option<Box<CelTargets>>,
+    /// MutatingPolicy `auditAnnotations`, evaluated on the mutated object: report properties.
+    pub audit_annotations: Vec<(String, verno_cel::Expr)>,
 }
 
 /// Which existing objects a mutate-existing MutatingPolicy patches: those
@@ -130,7 +132,13 @@ fn compile_mutations(spec: &cel::CelPolicySpec) -> Result<CompiledCelMutation, C
     if mutations.is_empty() {
         return Err(CompileError::new("spec.mutations", "at least one mutation is required"));
     }
-    Ok(CompiledCelMutation { variables, mutations, params: None, targets: compile_targets(spec)? })
+    Ok(CompiledCelMutation {
+        variables,
+        mutations,
+        params: None,
+        targets: compile_targets(spec)?,
+        audit_annotations: Vec::new(),
+    })
 }
 
 fn rule(matcher: Matcher, conditions: &[Value], cel: CompiledCelMutation) -> Result<CompiledRule, CompileError> {
@@ -166,8 +174,12 @@ pub fn compile_mutating_policy(doc: &Value) -> Result<CompiledPolicy, CompileErr
         return Err(CompileError::new("spec.matchConstraints.resourceRules", "at least one resource rule is required"));
     }
     let conditions: Vec<Value> = spec.match_conditions.iter().map(json_of).collect();
-    let r = rule(Matcher::constraints(base), &conditions, compile_mutations(spec)?)?;
-    cel_policy(doc, kind, Action::Audit, false, true, vec![r])
+    let mut cel = compile_mutations(spec)?;
+    cel.audit_annotations = crate::policy::compile_audit_annotations(spec.audit_annotations.as_ref(), "spec")?;
+    let r = rule(Matcher::constraints(base), &conditions, cel)?;
+    // Background scans report a MutatingPolicy unless `evaluation.background.enabled` is false.
+    let background = doc.pointer("/spec/evaluation/background/enabled").and_then(Value::as_bool).unwrap_or(true);
+    cel_policy(doc, kind, Action::Audit, false, background, vec![r])
 }
 
 /// Compiles a Kubernetes MutatingAdmissionPolicy with its binding (`matchResources` narrows the
@@ -187,7 +199,8 @@ pub fn compile_mutating_admission_policy(doc: &Value, binding: Option<&Value>) -
     if let (Some(pk), Some(pr)) = (&spec.param_kind, &bspec.param_ref) {
         cel.params = Some(ParamRef::from_binding(pk, pr));
     }
-    let r = rule(Matcher::all_constraints(matchers), &conditions, cel)?;
+    let mut r = rule(Matcher::all_constraints(matchers), &conditions, cel)?;
+    crate::vpol::admission_rule_identity(&mut r, policy_name(doc)?, "mapBinding", &binding)?;
     cel_policy(doc, verno_api::Kind::MutatingAdmissionPolicy, Action::Audit, false, true, vec![r])
 }
 

@@ -120,10 +120,12 @@ impl CompiledPolicy {
         }
     }
 
-    /// Whether background scans evaluate this policy and report its results: validation
-    /// policies with background processing on (ClusterPolicy, Policy, ValidatingPolicy,
-    /// NamespacedValidatingPolicy and ValidatingAdmissionPolicy, as Kyverno's reports
-    /// controller scans them).
+    /// Whether background scans evaluate this policy and report its results, as Kyverno's
+    /// reports controller scans them: validation policies with background processing on
+    /// (ClusterPolicy, Policy, ValidatingPolicy, NamespacedValidatingPolicy and
+    /// ValidatingAdmissionPolicy), and the CEL mutating kinds (MutatingPolicy,
+    /// NamespacedMutatingPolicy, MutatingAdmissionPolicy), whose scan says whether the stored
+    /// object is already mutated ([`CompiledPolicy::scans_mutation`]).
     pub fn in_background_scan(&self) -> bool {
         self.background
             && match self.kind {
@@ -131,8 +133,19 @@ impl CompiledPolicy {
                     self.rules.iter().any(|r| matches!(r.body, RuleBody::Validate(_)))
                 }
                 Kind::ValidatingPolicy | Kind::NamespacedValidatingPolicy | Kind::ValidatingAdmissionPolicy => true,
+                Kind::MutatingPolicy | Kind::NamespacedMutatingPolicy | Kind::MutatingAdmissionPolicy => {
+                    self.rules.iter().any(|r| self.scans_mutation(r))
+                }
                 _ => false,
             }
+    }
+
+    /// Whether a background scan evaluates `rule`'s mutation: a mutation of the object itself
+    /// (not a mutate-existing one) in one of the CEL mutating kinds.
+    pub fn scans_mutation(&self, rule: &CompiledRule) -> bool {
+        matches!(self.kind, Kind::MutatingPolicy | Kind::NamespacedMutatingPolicy | Kind::MutatingAdmissionPolicy)
+            && matches!(&rule.body, RuleBody::Mutate(m) if m.targets.is_empty()
+                && m.cel.as_ref().is_some_and(|c| c.targets.is_none()))
     }
 
     /// Whether the background controller works for this policy: it has generate rules or
@@ -422,6 +435,44 @@ impl ParamRef {
 pub(crate) fn cel_expr(v: Option<&Value>, path: &str) -> Result<verno_cel::Expr, CompileError> {
     let src = v.and_then(Value::as_str).ok_or_else(|| CompileError::new(path, "an expression (string) is required"))?;
     verno_cel::Expr::compile(src).map_err(|e| CompileError::new(path, e))
+}
+
+/// `auditAnnotations` (key + valueExpression) of Kyverno's CEL kinds, compiled in order.
+pub(crate) fn compile_audit_annotations(
+    list: Option<&Value>,
+    path: &str,
+) -> Result<Vec<(String, verno_cel::Expr)>, CompileError> {
+    let mut out = Vec::new();
+    for (i, a) in list.and_then(Value::as_array).into_iter().flatten().enumerate() {
+        let p = format!("{path}.auditAnnotations[{i}]");
+        let key = a.get("key").and_then(Value::as_str).filter(|k| !k.is_empty());
+        let key = key.ok_or_else(|| CompileError::new(format!("{p}.key"), "a key is required"))?;
+        out.push((key.to_string(), cel_expr(a.get("valueExpression"), &format!("{p}.valueExpression"))?));
+    }
+    Ok(out)
+}
+
+/// Kyverno's CEL engines surface `auditAnnotations` as report result properties: each
+/// `valueExpression`'s string, when not empty (null leaves the key out).
+pub(crate) fn audit_annotation_values(
+    list: &[(String, verno_cel::Expr)],
+    vars: &verno_cel::Vars,
+) -> Result<Vec<(String, String)>, String> {
+    let mut out = Vec::new();
+    for (key, e) in list {
+        match e.eval(vars) {
+            Ok(Value::String(s)) if !s.is_empty() => out.push((key.clone(), s)),
+            Ok(Value::String(_) | Value::Null) => {}
+            Ok(other) => {
+                return Err(format!(
+                    "failed to convert auditAnnotation '{key}' expression: expected a string, got {}",
+                    verno_jmespath::value::type_name(&other)
+                ));
+            }
+            Err(err) => return Err(format!("failed to evaluate auditAnnotation '{key}': {err}")),
+        }
+    }
+    Ok(out)
 }
 
 /// Kubernetes composition `variables` (name + expression), compiled in order.

@@ -44,7 +44,12 @@ impl Evaluated {
                 _ => matches!(r.body, RuleBody::Validate(_) | RuleBody::Unsupported { .. } | RuleBody::VerifyImages(_)),
             })
             .map(|r| r.name.clone())
-            .collect();
+            .collect::<Vec<_>>();
+        // A CEL kind's result decided by an exception is named `exception`.
+        let mut rules = rules;
+        if !rules.is_empty() && is_cel(p.kind) {
+            rules.push(crate::EXCEPTION_RULE.to_string());
+        }
         Evaluated { policy: report_key(p), source: source(p.kind), rules }
     }
 
@@ -57,8 +62,18 @@ impl Evaluated {
 
 /// Whether background scans report this rule of `p` (a validation rule of a background-scanned
 /// policy): its admission results are left to the scan.
+/// A CEL kind's `exception` result stands for its rules.
 pub fn scanned_rule(p: &CompiledPolicy, rule: &str) -> bool {
-    p.in_background_scan() && p.rules.iter().any(|r| r.name == rule && matches!(r.body, RuleBody::Validate(_)))
+    let exception = rule == crate::EXCEPTION_RULE && is_cel(p.kind);
+    p.in_background_scan()
+        && p.rules
+            .iter()
+            .any(|r| (exception || r.name == rule) && (matches!(r.body, RuleBody::Validate(_)) || p.scans_mutation(r)))
+}
+
+/// The CEL kinds (their exceptions decide results named [`crate::EXCEPTION_RULE`]).
+pub fn is_cel(kind: Kind) -> bool {
+    !matches!(kind, Kind::ClusterPolicy | Kind::Policy)
 }
 
 /// The `source` of a policy kind's results.
@@ -67,6 +82,7 @@ pub fn source(kind: Kind) -> &'static str {
         Kind::ValidatingPolicy | Kind::NamespacedValidatingPolicy => "KyvernoValidatingPolicy",
         Kind::MutatingPolicy | Kind::NamespacedMutatingPolicy => "KyvernoMutatingPolicy",
         Kind::ValidatingAdmissionPolicy => "ValidatingAdmissionPolicy",
+        Kind::MutatingAdmissionPolicy => "MutatingAdmissionPolicy",
         _ => "kyverno",
     }
 }
@@ -528,5 +544,100 @@ mod tests {
         };
         assert_eq!(results("picked"), 1);
         assert_eq!(results("other"), 0);
+    }
+
+    /// A stored object a CEL mutating policy would still change fails with Kyverno's "mutation
+    /// is not applied"; one already mutated passes. A MutatingAdmissionPolicy's result is
+    /// named after the policy and names its binding.
+    #[test]
+    fn background_scans_ask_mutating_policies_whether_the_object_is_already_mutated() {
+        let mpol = json!({"apiVersion": "policies.kyverno.io/v1beta1", "kind": "MutatingPolicy",
+            "metadata": {"name": "label-cms"},
+            "spec": {"matchConstraints": {"resourceRules": [{"apiGroups": [""], "apiVersions": ["v1"],
+                    "operations": ["CREATE"], "resources": ["configmaps"]}]},
+                "mutations": [{"patchType": "ApplyConfiguration", "applyConfiguration": {"expression":
+                    "Object{metadata: Object.metadata{labels: {\"team\": \"a\"}}}"}}]}});
+        let bare = json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "c", "namespace": "default"}});
+        let labelled = json!({"apiVersion": "v1", "kind": "ConfigMap",
+            "metadata": {"name": "c", "namespace": "default", "labels": {"team": "a"}}});
+        let got = scanned(mpol.clone(), bare.clone());
+        assert_eq!(got.len(), 1, "{got:?}");
+        assert_eq!(got[0]["result"], "fail");
+        assert_eq!(got[0]["message"], "mutation is not applied");
+        assert_eq!(got[0]["source"], "KyvernoMutatingPolicy");
+        assert_eq!(got[0]["properties"], json!({"process": "background scan"}));
+        let got = scanned(mpol.clone(), labelled.clone());
+        assert_eq!(got[0]["result"], "pass", "{got:?}");
+        assert_eq!(got[0]["message"], "success");
+
+        // Background processing off: no result.
+        let mut quiet = mpol;
+        quiet["spec"]["evaluation"] = json!({"background": {"enabled": false}});
+        assert!(scanned(quiet, bare.clone()).is_empty());
+
+        let map = json!({"apiVersion": "admissionregistration.k8s.io/v1beta1", "kind": "MutatingAdmissionPolicy",
+            "metadata": {"name": "label-cms"},
+            "spec": {"matchConstraints": {"resourceRules": [{"apiGroups": [""], "apiVersions": ["v1"],
+                    "operations": ["CREATE"], "resources": ["configmaps"]}]},
+                "mutations": [{"patchType": "ApplyConfiguration", "applyConfiguration": {"expression":
+                    "Object{metadata: Object.metadata{labels: {\"team\": \"a\"}}}"}}]}});
+        let binding = json!({"apiVersion": "admissionregistration.k8s.io/v1beta1", "kind": "MutatingAdmissionPolicyBinding",
+            "metadata": {"name": "label-cms-binding"}, "spec": {"policyName": "label-cms"}});
+        let compiled = match crate::compile(&map, &[binding]).expect("compiles") {
+            crate::Compiled::Policy(p) => p,
+            crate::Compiled::Exception(_) => panic!("a policy"),
+        };
+        let set = crate::PolicySet::new(vec![std::sync::Arc::new(compiled)], Vec::new());
+        let req = crate::Request::new("CREATE", &bare);
+        let out = set.evaluate(&req, crate::Scope::BACKGROUND, &verno_jmespath::NoEnv, &crate::NoData, &mut ());
+        let got: Vec<Value> = out.responses.iter().flat_map(|(i, r)| results(&set.policies()[*i], r)).collect();
+        assert_eq!(got.len(), 1, "{got:?}");
+        assert_eq!(got[0]["result"], "fail");
+        assert_eq!(got[0]["rule"], "label-cms");
+        assert_eq!(got[0]["source"], "MutatingAdmissionPolicy");
+        assert_eq!(got[0]["properties"], json!({"mapBinding": "label-cms-binding", "process": "background scan"}));
+        assert!(out.patched.is_none(), "a scan patches nothing");
+    }
+
+    /// Kyverno's CEL engines report `auditAnnotations` as properties: a ValidatingPolicy's on
+    /// a pass and on a failure (with the failing validation's index and, without a message,
+    /// Kyverno's default one), a MutatingPolicy's of the mutated object.
+    #[test]
+    fn audit_annotations_and_the_validation_index_become_properties() {
+        let vpol = json!({"apiVersion": "policies.kyverno.io/v1beta1", "kind": "ValidatingPolicy",
+            "metadata": {"name": "cm"},
+            "spec": {"matchConstraints": {"resourceRules": [{"apiGroups": [""], "apiVersions": ["v1"],
+                    "operations": ["CREATE"], "resources": ["configmaps"]}]},
+                "validations": [{"expression": "true"}, {"expression": "has(object.data)"}],
+                "auditAnnotations": [{"key": "who", "valueExpression": "'cm/' + object.metadata.name"},
+                    {"key": "none", "valueExpression": "null"}]}});
+        let with_data = json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "c", "namespace": "d"}, "data": {"k": "v"}});
+        let bare = json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "c", "namespace": "d"}});
+        let got = scanned(vpol.clone(), with_data);
+        assert_eq!(got[0]["result"], "pass");
+        assert_eq!(got[0]["properties"], json!({"who": "cm/c", "process": "background scan"}));
+        let got = scanned(vpol, bare.clone());
+        assert_eq!(got[0]["result"], "fail");
+        assert_eq!(got[0]["message"], "CEL expression validation failed at index 1");
+        assert_eq!(
+            got[0]["properties"],
+            json!({"who": "cm/c", "cel.validationIndex": "1", "process": "background scan"})
+        );
+
+        let mpol = json!({"apiVersion": "policies.kyverno.io/v1beta1", "kind": "MutatingPolicy",
+            "metadata": {"name": "cm"},
+            "spec": {"matchConstraints": {"resourceRules": [{"apiGroups": [""], "apiVersions": ["v1"],
+                    "operations": ["CREATE"], "resources": ["configmaps"]}]},
+                "mutations": [{"patchType": "ApplyConfiguration", "applyConfiguration": {"expression":
+                    "Object{metadata: Object.metadata{labels: {\"team\": \"a\"}}}"}}],
+                "auditAnnotations": [{"key": "team", "valueExpression": "object.metadata.labels['team']"}]}});
+        let labelled = json!({"apiVersion": "v1", "kind": "ConfigMap",
+            "metadata": {"name": "c", "namespace": "d", "labels": {"team": "a"}}});
+        let got = scanned(mpol.clone(), labelled);
+        assert_eq!(got[0]["properties"], json!({"team": "a", "process": "background scan"}));
+        // Not mutated yet: a failure, without the annotations.
+        let got = scanned(mpol, bare);
+        assert_eq!(got[0]["result"], "fail");
+        assert_eq!(got[0]["properties"], json!({"process": "background scan"}));
     }
 }

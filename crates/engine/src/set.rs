@@ -259,9 +259,15 @@ impl Scope {
     };
 
     /// A background scan of a stored object, as Kyverno's reports controller runs it: the
-    /// validation phase of the background-scanned policies, every response kept for reports.
-    pub const BACKGROUND: Scope =
-        Scope { phases: &[Phase::Validate], route: Route::Background, keep_responses: true, existing: false };
+    /// validation phase of the background-scanned policies, and the mutation phase of the CEL
+    /// mutating kinds (each on the stored object alone: a mutation that would still change
+    /// it fails with "mutation is not applied"), every response kept for reports.
+    pub const BACKGROUND: Scope = Scope {
+        phases: &[Phase::Mutate, Phase::Validate],
+        route: Route::Background,
+        keep_responses: true,
+        existing: false,
+    };
 
     /// The background controller's work on one trigger: the generate rules and mutate-existing
     /// targets of the policies [`CompiledPolicy::in_background_apply`] keeps, every response kept.
@@ -737,6 +743,11 @@ impl PolicySet {
                     out.cancelled = true;
                     break;
                 }
+                // A background scan mutates nothing: it asks the CEL mutating kinds only.
+                let background_mutation = phase == Phase::Mutate && scope.route == Route::Background;
+                if background_mutation && !p.rules.iter().any(|r| p.scans_mutation(r)) {
+                    continue;
+                }
                 observer.policy_started(i);
                 // The CLI's per-resource values hold for this policy only.
                 let mut saved = Saved::default();
@@ -745,7 +756,11 @@ impl PolicySet {
                         saved.absorb(ctx.set_path(&k, v));
                     }
                 }
-                let mut r = seq.evaluate(p, gate.of(i), phase, &self.exceptions, &mut ctx, data);
+                let mut r = if background_mutation {
+                    scan_mutation(p, gate.of(i), &self.exceptions, &req, &mut ctx, data)
+                } else {
+                    seq.evaluate(p, gate.of(i), phase, &self.exceptions, &mut ctx, data)
+                };
                 seq.restore(&mut ctx, saved);
                 if phase == Phase::Validate {
                     self.allow_existing_violations(p, gate.of(i), &req, &mut r, env, data);
@@ -812,6 +827,39 @@ impl PolicySet {
         };
         self.evaluate(&request, Scope::webhook(route), env, data, observer)
     }
+}
+
+/// A background scan's question to a CEL mutating policy: is the stored object already what
+/// the policy would make of it? Evaluated on the object alone (no other policy's mutation
+/// before it), as Kyverno's reports controller runs each policy; a rule that applies
+/// without an exception and would still change the object fails with "mutation is not
+/// applied" (Kyverno's words), and the context's object is the stored one again afterwards.
+fn scan_mutation(
+    p: &CompiledPolicy,
+    gate: Option<(&str, u64)>,
+    exceptions: &[CompiledException],
+    req: &Request<'_>,
+    ctx: &mut crate::context::Context,
+    data: &dyn Data,
+) -> PolicyResponse {
+    let mut lone = Sequence::new(req.clone());
+    let mut r = lone.evaluate(p, gate, Phase::Mutate, exceptions, ctx, data);
+    let changed = r.patched.take().is_some_and(|v| &v != req.object);
+    if lone.patched().is_some() {
+        let _stored: crate::context::Saved = ctx.set_path("request.object", req.object.clone());
+    }
+    for rr in &mut r.rules {
+        if rr.status == Status::Pass && rr.exceptions().is_empty() && changed {
+            rr.status = Status::Fail;
+            rr.message = "mutation is not applied".into();
+            // Kyverno's failure carries no audit annotations (a MutatingAdmissionPolicy's
+            // binding stays).
+            if p.kind != Kind::MutatingAdmissionPolicy {
+                rr.extra_mut().properties.clear();
+            }
+        }
+    }
+    r
 }
 
 /// What one policy's phase means for the request: refusals, warnings and violations. With

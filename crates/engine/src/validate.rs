@@ -115,6 +115,16 @@ pub struct CompiledCel {
     pub authz: Option<Authz>,
     /// ImageValidatingPolicy: images, attestors and the verify functions.
     pub image: Option<std::sync::Arc<crate::ivpol::ImageCel>>,
+    /// Kyverno's ValidatingPolicy engine (not the API server's admission policies): a failed
+    /// validation without a message says "CEL expression validation failed at index N", and
+    /// results carry `cel.validationIndex` and the `auditAnnotations` as properties.
+    pub kyverno: Option<Box<KyvernoCel>>,
+}
+
+/// What Kyverno's ValidatingPolicy engine adds to a CEL validation ([`CompiledCel::kyverno`]).
+#[derive(Debug, Clone, Default)]
+pub struct KyvernoCel {
+    pub audit_annotations: Vec<(String, verno_cel::Expr)>,
 }
 
 /// An authorization-mode ValidatingPolicy's evaluation.
@@ -159,6 +169,7 @@ pub(crate) fn compile_cel(c: &Value, path: &str) -> Result<Check, CompileError> 
         on_error: Status::Fail,
         authz: None,
         image: None,
+        kyverno: None,
     })))
 }
 
@@ -526,28 +537,57 @@ impl ValidateCtx<'_> {
                     img.set_vars(&mut vars, &images);
                     images_seen = Some((img, host, images));
                 }
-                for x in &c.expressions {
+                // Kyverno's ValidatingPolicy engine: the audit annotations as properties (an
+                // annotation that cannot be evaluated is the rule's error), and on a failure
+                // or an error the index of the validation that decided.
+                let with_props = |mut r: RuleResponse, index: Option<usize>| -> RuleResponse {
+                    let Some(k) = c.kyverno.as_deref() else { return r };
+                    let mut props = match crate::policy::audit_annotation_values(&k.audit_annotations, &vars) {
+                        Ok(p) => p,
+                        Err(e) if r.status != Status::Error => {
+                            r.status = c.on_error;
+                            r.message = e;
+                            Vec::new()
+                        }
+                        Err(_) => Vec::new(),
+                    };
+                    if let Some(i) = index {
+                        props.push(("cel.validationIndex".to_string(), i.to_string()));
+                    }
+                    if !props.is_empty() {
+                        r.extra_mut().properties = props;
+                    }
+                    r
+                };
+                for (i, x) in c.expressions.iter().enumerate() {
                     match x.expr.eval_bool(&vars) {
                         Ok(true) => {}
                         Ok(false) => {
+                            let fallback = || match c.kyverno {
+                                Some(_) => format!("CEL expression validation failed at index {i}"),
+                                None => format!("failed expression: {}", x.expr.source()),
+                            };
                             let msg = match (&x.message_expression, &x.message) {
                                 (Some(me), _) => match me.eval(&vars) {
                                     Ok(Value::String(s)) if !s.is_empty() => s,
-                                    _ => x
-                                        .message
-                                        .clone()
-                                        .unwrap_or_else(|| format!("failed expression: {}", x.expr.source())),
+                                    _ => x.message.clone().filter(|m| !m.is_empty()).unwrap_or_else(fallback),
                                 },
-                                (None, Some(m)) => m.clone(),
-                                (None, None) => format!("failed expression: {}", x.expr.source()),
+                                (None, Some(m)) if !m.is_empty() => m.clone(),
+                                (None, _) => fallback(),
                             };
-                            return Some(self.resp(Status::Fail, msg));
+                            return Some(with_props(self.resp(Status::Fail, msg), Some(i)));
                         }
                         Err(err) => {
-                            return Some(self.resp(
-                                c.on_error,
-                                format!("expression '{}' resulted in error: {err}", x.expr.source()),
-                            ));
+                            let r = self
+                                .resp(c.on_error, format!("expression '{}' resulted in error: {err}", x.expr.source()));
+                            return Some(match c.kyverno {
+                                Some(_) => {
+                                    let mut r = r;
+                                    r.extra_mut().properties = vec![("cel.validationIndex".into(), i.to_string())];
+                                    r
+                                }
+                                None => r,
+                            });
                         }
                     }
                 }
@@ -558,7 +598,7 @@ impl ValidateCtx<'_> {
                     // Kyverno's ImageValidatingPolicy engine says `success`.
                     return Some(self.resp(Status::Pass, "success"));
                 }
-                Some(self.resp(Status::Pass, ""))
+                Some(with_props(self.resp(Status::Pass, ""), None))
             }
             Check::Manifests(m) => {
                 if delete {

@@ -256,6 +256,22 @@ pub fn compile_validating_policy(doc: &Value) -> Result<CompiledPolicy, CompileE
             action,
         )?);
     }
+    // Kyverno's engine: its messages, validation index and audit annotations (moved into the
+    // pod template for the autogen rules, as their expressions are).
+    let annotations = spec.audit_annotations.clone().unwrap_or(Value::Null);
+    for r in &mut rules_out {
+        let list = match r.name.as_str() {
+            "" => annotations.clone(),
+            "autogen-" => shift(&annotations, Shift::Template)?,
+            _ => shift(&shift(&annotations, Shift::Template)?, Shift::JobTemplate)?,
+        };
+        let audit_annotations = crate::policy::compile_audit_annotations(Some(&list), "spec")?;
+        if let RuleBody::Validate(v) = &mut r.body
+            && let crate::validate::Check::Cel(c) = &mut v.check
+        {
+            c.kyverno = Some(Box::new(crate::validate::KyvernoCel { audit_annotations }));
+        }
+    }
     let background =
         spec.evaluation.as_ref().and_then(|e| e.background.as_ref()).and_then(|b| b.enabled).unwrap_or(true);
     cel_policy(doc, kind, action, actions.iter().any(|a| a == "Warn"), background, rules_out)
@@ -320,6 +336,26 @@ fn compile_authz_policy(
     cel_policy(doc, kind, Action::Enforce, false, false, vec![r])
 }
 
+/// A Kubernetes admission policy's one rule as Kyverno reports it: named after the policy,
+/// its binding's name in the result's properties under `key` (`binding` for a
+/// ValidatingAdmissionPolicy, `mapBinding` for a MutatingAdmissionPolicy).
+pub(crate) fn admission_rule_identity(
+    r: &mut CompiledRule,
+    policy: &str,
+    key: &str,
+    binding: &cel::PolicyBinding,
+) -> Result<(), CompileError> {
+    r.name = policy.to_string();
+    r.autogen_of = None;
+    if !binding.metadata.name.is_empty() {
+        // An object name (a DNS subdomain) holds no `{{`: the template renders as itself.
+        let t = crate::template::Template::compile(&binding.metadata.name)
+            .map_err(|e| CompileError::new("binding.metadata.name", e))?;
+        r.report_properties.push((key.to_string(), t));
+    }
+    Ok(())
+}
+
 /// Compiles a Kubernetes ValidatingAdmissionPolicy with its binding (the first one naming it):
 /// the binding's `validationActions`, `matchResources` (narrowing the policy's match) and
 /// `paramRef` apply. Without a binding the policy denies, as Kyverno's CLI assumes.
@@ -339,6 +375,7 @@ pub fn compile_admission_policy(doc: &Value, binding: Option<&Value>) -> Result<
     let cel = json!({"variables": json_of(&spec.variables), "expressions": json_of(&spec.validations)});
     let conditions: Vec<Value> = spec.match_conditions.iter().map(json_of).collect();
     let mut r = rule("", Matcher::all_constraints(matchers), &cel, &conditions, action)?;
+    admission_rule_identity(&mut r, policy_name(doc)?, "binding", &binding)?;
     if let (Some(pk), Some(pr)) = (&spec.param_kind, &bspec.param_ref)
         && let RuleBody::Validate(v) = &mut r.body
         && let crate::validate::Check::Cel(c) = &mut v.check
