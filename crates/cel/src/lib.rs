@@ -694,6 +694,18 @@ pub fn api_server_condition(source: &str) -> bool {
     calls.iter().all(|f| f.starts_with('_') || f.starts_with('!') || f.starts_with('@') || GLOBAL.contains(&f.as_str()))
 }
 
+/// Whether `source`, read as a CEL expression, names the identifier `name` anywhere (as
+/// Kyverno finds `http.*` in a namespaced policy); text that does not parse does not.
+pub fn mentions_ident(source: &str, name: &str) -> bool {
+    let Some(env) = env() else { return false };
+    let Ok(ast) = env.parser().parse(source) else { return false };
+    // The host libraries' calls are rewritten while parsing (`http.Get(…)` → `@http_get`).
+    let mut calls = Vec::new();
+    rewrite::global_calls(&ast, &mut calls);
+    rewrite::mentions(&ast, name)
+        || calls.iter().any(|f| f.strip_prefix('@').is_some_and(|f| f.starts_with(&format!("{name}_"))))
+}
+
 /// Whether `source`, read as a CEL expression, calls a library that needs the host (see
 /// [`Expr::uses_host`]); text that does not compile as CEL does not.
 pub fn calls_host(source: &str) -> bool {

@@ -142,10 +142,7 @@ pub fn compile_deleting_policy(doc: &Value) -> Result<CompiledPolicy, CompileErr
     let spec = &policy_doc.spec;
     let mut base = crate::vpol::constraints(spec.match_constraints.as_ref());
     if base.rules.is_empty() {
-        return Err(CompileError::new(
-            "spec.matchConstraints",
-            "a matchConstraints with at least one resource rule is required",
-        ));
+        return Err(crate::policy::missing_match_constraints());
     }
     // Deleting policies select stored objects: every operation matches.
     for r in &mut base.rules {

@@ -148,7 +148,56 @@ pub fn compile_stored(kind: Kind, api_version: &str, object: &Value) -> Result<C
         background_subresources(&doc)?;
         generate_scopes(&doc, kind)?;
     }
+    cel_kind_checks(&doc, kind)?;
     Ok(compiled)
+}
+
+/// The CEL kinds' checks in Kyverno's policy validation beyond compiling (not in `verno
+/// test`, as Kyverno's CLI): a MutatingPolicy must keep admission or mutate-existing on, and a
+/// namespaced policy may not call `http.*` (a tenant's policy making requests from the
+/// engine's network; Kyverno's `--allowHTTPInNamespacedPolicies` is off by default and Verno
+/// has no such switch).
+fn cel_kind_checks(doc: &Value, kind: Kind) -> Result<(), CompileError> {
+    use Kind::*;
+    if matches!(kind, MutatingPolicy | NamespacedMutatingPolicy) {
+        let on = |p: &str, default: bool| doc.pointer(p).and_then(Value::as_bool).unwrap_or(default);
+        if !on("/spec/evaluation/admission/enabled", true) && !on("/spec/evaluation/mutateExisting/enabled", false) {
+            return Err(CompileError::new(
+                "spec.evaluation",
+                "Forbidden: disabling both admission and mutateExisting evaluation modes is not allowed",
+            ));
+        }
+    }
+    let namespaced_cel = matches!(
+        kind,
+        NamespacedValidatingPolicy
+            | NamespacedMutatingPolicy
+            | NamespacedGeneratingPolicy
+            | NamespacedDeletingPolicy
+            | NamespacedImageValidatingPolicy
+    );
+    if namespaced_cel && doc.get("spec").is_some_and(uses_http) {
+        return Err(CompileError::new(
+            "spec",
+            "Forbidden: http.* is not allowed in namespaced policies; set --allowHTTPInNamespacedPolicies to enable",
+        ));
+    }
+    Ok(())
+}
+
+/// Whether any CEL expression of a spec (every `expression`, `messageExpression` and
+/// `valueExpression` string) names `http`.
+fn uses_http(v: &Value) -> bool {
+    match v {
+        Value::Object(m) => m.iter().any(|(k, v)| match v {
+            Value::String(s) if matches!(k.as_str(), "expression" | "messageExpression" | "valueExpression") => {
+                s.contains("http") && verno_cel::mentions_ident(s, "http")
+            }
+            other => uses_http(other),
+        }),
+        Value::Array(a) => a.iter().any(uses_http),
+        _ => false,
+    }
 }
 
 /// A stored policy's generate rules must place what they generate where it can live, as

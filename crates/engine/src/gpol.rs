@@ -272,7 +272,7 @@ pub fn compile_generating_policy(doc: &Value) -> Result<CompiledPolicy, CompileE
     let spec = &policy.spec;
     let base = constraints(spec.match_constraints.as_ref());
     if base.rules.is_empty() {
-        return Err(CompileError::new("spec.matchConstraints.resourceRules", "at least one resource rule is required"));
+        return Err(crate::policy::missing_match_constraints());
     }
     let variables = compile_cel_variables(Some(&json_of(&spec.variables)), "spec")?;
     for (i, (_, e)) in variables.iter().enumerate() {

@@ -171,15 +171,102 @@ pub fn compile_mutating_policy(doc: &Value) -> Result<CompiledPolicy, CompileErr
     let spec = &policy.spec;
     let base = constraints(spec.match_constraints.as_ref());
     if base.rules.is_empty() {
-        return Err(CompileError::new("spec.matchConstraints.resourceRules", "at least one resource rule is required"));
+        return Err(crate::policy::missing_match_constraints());
     }
     let conditions: Vec<Value> = spec.match_conditions.iter().map(json_of).collect();
+    let audit_annotations = crate::policy::compile_audit_annotations(spec.audit_annotations.as_ref(), "spec")?;
     let mut cel = compile_mutations(spec)?;
-    cel.audit_annotations = crate::policy::compile_audit_annotations(spec.audit_annotations.as_ref(), "spec")?;
-    let r = rule(Matcher::constraints(base), &conditions, cel)?;
+    cel.audit_annotations = audit_annotations.clone();
+    let mutate_existing = cel.targets.is_some();
+    let mut rules = vec![rule(Matcher::constraints(base.clone()), &conditions, cel)?];
+    // Pod controllers, as Kyverno's MutatingPolicy autogen derives them: a policy on Pods alone
+    // also mutates the Pod templates of every controller (or those
+    // `autogen.podControllers.controllers` names), its match conditions and apply
+    // configurations rewritten by [`pod_to_template`]. (Mutate-existing policies are left
+    // alone: their match is about the trigger.)
+    let ctrls = if mutate_existing { Vec::new() } else { crate::vpol::controllers(spec.autogen.as_ref(), &base) };
+    for (name, cron) in [("autogen-", false), ("autogen-cronjob-", true)] {
+        if !ctrls.iter().any(|c| (*c == "cronjobs") == cron) {
+            continue;
+        }
+        let mut s = spec.clone();
+        let rewrite = |e: &mut Value| {
+            if let Value::String(text) = e {
+                *text = pod_to_template(text, cron);
+            }
+        };
+        s.match_conditions.iter_mut().for_each(|c| rewrite(&mut c.expression));
+        s.mutations.iter_mut().filter_map(|m| m.apply_configuration.as_mut()).for_each(|a| rewrite(&mut a.expression));
+        let conditions: Vec<Value> = s.match_conditions.iter().map(json_of).collect();
+        let mut cel = compile_mutations(&s)?;
+        cel.audit_annotations = audit_annotations.clone();
+        let matcher = Matcher::constraints(crate::vpol::controller_rules(&ctrls, cron, &base));
+        let mut r = rule(matcher, &conditions, cel)?;
+        r.name = name.to_string();
+        r.autogen_of = Some(String::new());
+        rules.push(r);
+    }
     // Background scans report a MutatingPolicy unless `evaluation.background.enabled` is false.
     let background = doc.pointer("/spec/evaluation/background/enabled").and_then(Value::as_bool).unwrap_or(true);
-    cel_policy(doc, kind, Action::Audit, false, background, vec![r])
+    cel_policy(doc, kind, Action::Audit, false, background, rules)
+}
+
+/// A MutatingPolicy expression written for Pods, rewritten for Pod templates as Kyverno's
+/// autogen does it (textually): `object.spec`, `object.metadata.labels` and
+/// `object.metadata.annotations` (also `oldObject.` and the `Object.` type names) move under
+/// `spec.template` (`spec.jobTemplate.spec.template` for CronJobs), and an expression that is
+/// one `Object{…}` is wrapped in the controller's `Object{spec: …{template: …{…}}}`.
+/// Anything else (variables, JSON patches, a conditional apply configuration) is left as
+/// Kyverno leaves it.
+fn pod_to_template(expression: &str, cron: bool) -> String {
+    static RES: std::sync::OnceLock<Option<[regex::Regex; 3]>> = std::sync::OnceLock::new();
+    let Some([spec, labels, annotations]) = RES
+        .get_or_init(|| {
+            Some([
+                regex::Regex::new(r"\b(object|oldObject|Object)\.spec").ok()?,
+                regex::Regex::new(r"\b(object|oldObject|Object)\.metadata\.labels").ok()?,
+                regex::Regex::new(r"\b(object|oldObject|Object)\.metadata\.annotations").ok()?,
+            ])
+        })
+        .as_ref()
+    else {
+        return expression.to_string();
+    };
+    let template = if cron { "spec.jobTemplate.spec.template" } else { "spec.template" };
+    let mut out = spec.replace_all(expression, format!("${{1}}.{template}.spec").as_str()).into_owned();
+    out = labels.replace_all(&out, format!("${{1}}.{template}.metadata.labels").as_str()).into_owned();
+    out = annotations.replace_all(&out, format!("${{1}}.{template}.metadata.annotations").as_str()).into_owned();
+    let Some(content) = out.trim().strip_prefix("Object").map(|r| r.trim_start_matches([' ', '\t', '\r', '\n'])) else {
+        return out;
+    };
+    let Some(content) = content.strip_prefix('{') else { return out };
+    // The root constructor's closing brace (braces in strings are counted too, as Kyverno's).
+    let mut depth = 1usize;
+    let mut end = None;
+    for (i, c) in content.char_indices() {
+        match c {
+            '{' => depth += 1,
+            '}' => {
+                depth -= 1;
+                if depth == 0 {
+                    end = Some(i);
+                    break;
+                }
+            }
+            _ => {}
+        }
+    }
+    let Some(end) = end.filter(|e| *e > 0) else { return out };
+    let (inner, rest) = (&content[..end], &content[end + 1..]);
+    let (open, close) = if cron {
+        (
+            "Object{spec: Object.spec{jobTemplate: Object.spec.jobTemplate{spec: Object.spec.jobTemplate.spec{template: Object.spec.jobTemplate.spec.template{",
+            "}}}}}",
+        )
+    } else {
+        ("Object{spec: Object.spec{template: Object.spec.template{", "}}}")
+    };
+    format!("{open}{inner}{close}{rest}")
 }
 
 /// Compiles a Kubernetes MutatingAdmissionPolicy with its binding (`matchResources` narrows the
@@ -456,5 +543,67 @@ mod tests {
         broken["spec"]["mutations"][1]["jsonPatch"]["expression"] = json!("[JSONPatch{");
         let err = compile_mutating_policy(&broken).expect_err("compile error");
         assert!(err.to_string().contains("spec.mutations[1].jsonPatch.expression"), "{err}");
+    }
+
+    /// Kyverno's textual rewrite of a Pod expression for Pod templates.
+    #[test]
+    fn pod_expressions_are_moved_into_the_template_as_kyverno_moves_them() {
+        assert_eq!(
+            pod_to_template("Object{spec: Object.spec{nodeSelector: {\"a\": \"b\"}}}", false),
+            "Object{spec: Object.spec{template: Object.spec.template{spec: Object.spec.template.spec{nodeSelector: {\"a\": \"b\"}}}}}"
+        );
+        assert_eq!(
+            pod_to_template("Object {metadata: Object.metadata{labels: {\"x\": \"y\"}}}", true),
+            "Object{spec: Object.spec{jobTemplate: Object.spec.jobTemplate{spec: Object.spec.jobTemplate.spec{template: Object.spec.jobTemplate.spec.template{metadata: Object.metadata{labels: {\"x\": \"y\"}}}}}}}"
+        );
+        assert_eq!(
+            pod_to_template("has(object.metadata.labels) && object.spec.hostNetwork", false),
+            "has(object.spec.template.metadata.labels) && object.spec.template.spec.hostNetwork"
+        );
+        // Not one constructor: only the paths move.
+        assert_eq!(pod_to_template("true ? Object{} : Object{}", false), "true ? Object{} : Object{}");
+    }
+
+    /// A MutatingPolicy on Pods also mutates the Pod templates of Deployments and CronJobs,
+    /// unless `autogen.podControllers.controllers` leaves them out.
+    #[test]
+    fn a_pod_mutating_policy_mutates_controller_templates() {
+        let policy = |autogen: Value| {
+            json!({"apiVersion": "policies.kyverno.io/v1beta1", "kind": "MutatingPolicy", "metadata": {"name": "add-label"},
+            "spec": {"matchConstraints": {"resourceRules": [{"apiGroups": [""], "apiVersions": ["v1"],
+                    "operations": ["CREATE"], "resources": ["pods"]}]},
+                "matchConditions": [{"name": "unlabelled", "expression": "!has(object.metadata.labels) || !('team' in object.metadata.labels)"}],
+                "autogen": autogen,
+                "mutations": [{"patchType": "ApplyConfiguration", "applyConfiguration": {"expression":
+                    "Object{metadata: Object.metadata{labels: {\"team\": \"a\"}}}"}}]}})
+        };
+        let run = |doc: &Value, object: &Value| {
+            let p = match crate::compile(doc, &[]).expect("compiles") {
+                crate::Compiled::Policy(p) => p,
+                crate::Compiled::Exception(_) => panic!("a policy"),
+            };
+            let set = crate::PolicySet::new(vec![std::sync::Arc::new(p)], Vec::new());
+            let req = crate::Request::new("CREATE", object);
+            set.evaluate(&req, crate::Scope::ALL, &verno_jmespath::NoEnv, &crate::NoData, &mut ()).patched
+        };
+        let deployment = json!({"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "d", "namespace": "n"},
+            "spec": {"selector": {"matchLabels": {"app": "x"}}, "template": {"metadata": {"labels": {"app": "x"}},
+                "spec": {"containers": [{"name": "c", "image": "nginx"}]}}}});
+        let out = run(&policy(Value::Null), &deployment).expect("the template is mutated");
+        assert_eq!(out["spec"]["template"]["metadata"]["labels"], json!({"app": "x", "team": "a"}));
+        assert!(out["metadata"].get("labels").is_none(), "{out}");
+        let cronjob = json!({"apiVersion": "batch/v1", "kind": "CronJob", "metadata": {"name": "c", "namespace": "n"},
+            "spec": {"schedule": "* * * * *", "jobTemplate": {"spec": {"template": {"metadata": {},
+                "spec": {"containers": [{"name": "c", "image": "nginx"}]}}}}}});
+        let out = run(&policy(Value::Null), &cronjob).expect("the job template is mutated");
+        assert_eq!(out["spec"]["jobTemplate"]["spec"]["template"]["metadata"]["labels"], json!({"team": "a"}));
+        // Already labelled in the template: the match condition, rewritten, says no.
+        let mut labelled = deployment.clone();
+        labelled["spec"]["template"]["metadata"]["labels"]["team"] = json!("b");
+        assert!(run(&policy(Value::Null), &labelled).is_none());
+        // Only Deployments asked for: CronJobs are left alone.
+        let only = policy(json!({"podControllers": {"controllers": ["deployments"]}}));
+        assert!(run(&only, &cronjob).is_none());
+        assert!(run(&only, &deployment).is_some());
     }
 }

@@ -437,6 +437,14 @@ pub(crate) fn cel_expr(v: Option<&Value>, path: &str) -> Result<verno_cel::Expr,
     verno_cel::Expr::compile(src).map_err(|e| CompileError::new(path, e))
 }
 
+/// A CEL policy kind without resource rules, in the words of Kyverno's policy validation.
+pub(crate) fn missing_match_constraints() -> CompileError {
+    CompileError::new(
+        "spec.matchConstraints",
+        "Required value: a matchConstraints with at least one resource rule is required",
+    )
+}
+
 /// `auditAnnotations` (key + valueExpression) of Kyverno's CEL kinds, compiled in order.
 pub(crate) fn compile_audit_annotations(
     list: Option<&Value>,

@@ -172,7 +172,9 @@ pub fn results_with(p: &CompiledPolicy, r: &PolicyResponse, audit_warn: bool) ->
             let mut out = Map::new();
             out.insert("source".into(), json!(src));
             out.insert("policy".into(), json!(policy));
-            if !rr.name.is_empty() {
+            // A CEL kind's Pod-controller rules report as its own rule does: without a name.
+            let autogen = is_cel(p.kind) && matches!(rr.name.as_str(), "autogen-" | "autogen-cronjob-");
+            if !rr.name.is_empty() && !autogen {
                 out.insert("rule".into(), json!(rr.name.as_str()));
             }
             out.insert("result".into(), json!(result));

@@ -56,7 +56,7 @@ pub(crate) fn json_of<T: serde::Serialize>(v: &T) -> Value {
 /// resource `pods`, no resource names, no excluded resources, no object selector. Anything
 /// wider (a second rule, `pods/ephemeralcontainers`, a wildcard group) is not rewritten for
 /// controllers: applying the Pod checks to a Deployment Kyverno never checks would deny it.
-fn controllers(autogen: Option<&Value>, c: &Constraints) -> Vec<&'static str> {
+pub(crate) fn controllers(autogen: Option<&Value>, c: &Constraints) -> Vec<&'static str> {
     let only = |list: &[String], value: &str| matches!(list, [one] if one == value);
     let selects = c.object_selector.as_ref().is_some_and(|s| {
         s.match_labels.as_ref().is_some_and(|m| !m.is_empty())
@@ -87,7 +87,7 @@ fn controllers(autogen: Option<&Value>, c: &Constraints) -> Vec<&'static str> {
     }
 }
 
-fn controller_rules(ctrls: &[&str], cron: bool, base: &Constraints) -> Constraints {
+pub(crate) fn controller_rules(ctrls: &[&str], cron: bool, base: &Constraints) -> Constraints {
     let ops: Vec<String> = base
         .rules
         .iter()
@@ -223,7 +223,7 @@ pub fn compile_validating_policy(doc: &Value) -> Result<CompiledPolicy, CompileE
         return compile_authz_policy(doc, kind, &policy, false);
     }
     if base.rules.is_empty() && !json_mode {
-        return Err(CompileError::new("spec.matchConstraints.resourceRules", "at least one resource rule is required"));
+        return Err(crate::policy::missing_match_constraints());
     }
     // The CEL part has the same shape as ClusterPolicy `validate.cel`.
     let cel = json!({"variables": json_of(&spec.variables), "expressions": json_of(&spec.validations)});

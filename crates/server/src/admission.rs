@@ -457,7 +457,32 @@ pub fn validate_policy_review(review: &AdmissionReview) -> AdmissionReview {
         }
         _ => None,
     };
-    error_review(&review.api_version, &req.uid, error.is_none(), error.as_deref().unwrap_or(""))
+    let mut answer = error_review(&review.api_version, &req.uid, error.is_none(), error.as_deref().unwrap_or(""));
+    // Kyverno's CEL policy kinds also return each error as a warning.
+    if let (Some(e), Some(r)) = (&error, answer.response.as_mut())
+        && Kind::of(&req.kind.api_version(), &req.kind.kind).is_some_and(warns_its_errors)
+    {
+        r.warnings = vec![e.clone()];
+    }
+    answer
+}
+
+/// The kinds whose policy validation warns with its errors too (Kyverno's CEL policy kinds).
+fn warns_its_errors(kind: Kind) -> bool {
+    use Kind::*;
+    matches!(
+        kind,
+        ValidatingPolicy
+            | NamespacedValidatingPolicy
+            | MutatingPolicy
+            | NamespacedMutatingPolicy
+            | GeneratingPolicy
+            | NamespacedGeneratingPolicy
+            | DeletingPolicy
+            | NamespacedDeletingPolicy
+            | ImageValidatingPolicy
+            | NamespacedImageValidatingPolicy
+    )
 }
 
 pub use verno_api::admission::LAST_REQUEST_ANNOTATION;
@@ -738,6 +763,57 @@ mod tests {
                 assert!(answer.warnings.is_empty(), "{kind} {operation}: {:?}", answer.warnings);
             }
         }
+    }
+
+    /// Kyverno's policy validation of the CEL kinds: each error is also a warning, in its
+    /// words; a MutatingPolicy keeps an evaluation mode; a namespaced policy calls no `http.*`.
+    #[test]
+    fn cel_policy_validation_answers_in_kyvernos_words_with_warnings() {
+        let ask = |kind: &str, namespace: &str, spec: Value| {
+            let object = json!({"apiVersion": "policies.kyverno.io/v1beta1", "kind": kind,
+                "metadata": {"name": "p", "namespace": namespace}, "spec": spec});
+            let r = review_of(json!({"request": {"uid": "u", "operation": "CREATE",
+                "kind": {"group": "policies.kyverno.io", "version": "v1beta1", "kind": kind}, "object": object}}));
+            validate_policy_review(&r).response.unwrap_or_default()
+        };
+        let missing =
+            "spec.matchConstraints: Required value: a matchConstraints with at least one resource rule is required";
+        let a = ask("ValidatingPolicy", "", json!({"validations": [{"expression": "true"}]}));
+        assert!(!a.allowed);
+        assert_eq!(a.status.map(|s| s.message).as_deref(), Some(missing));
+        assert_eq!(a.warnings, vec![missing.to_string()]);
+
+        let rules = json!({"resourceRules": [{"apiGroups": [""], "apiVersions": ["v1"], "operations": ["CREATE"], "resources": ["configmaps"]}]});
+        let mutation = json!([{"patchType": "ApplyConfiguration", "applyConfiguration": {"expression": "Object{}"}}]);
+        let a = ask(
+            "MutatingPolicy",
+            "",
+            json!({"matchConstraints": rules, "mutations": mutation,
+            "evaluation": {"admission": {"enabled": false}}}),
+        );
+        assert_eq!(
+            a.status.map(|s| s.message).as_deref(),
+            Some(
+                "spec.evaluation: Forbidden: disabling both admission and mutateExisting evaluation modes is not allowed"
+            )
+        );
+        let fine = ask("MutatingPolicy", "", json!({"matchConstraints": rules, "mutations": mutation}));
+        assert!(fine.allowed && fine.warnings.is_empty(), "{fine:?}");
+
+        let calls =
+            json!({"matchConstraints": rules, "validations": [{"expression": "http.Get('http://x/').ok == true"}]});
+        let a = ask("NamespacedValidatingPolicy", "team", calls.clone());
+        assert_eq!(
+            a.status.map(|s| s.message).as_deref(),
+            Some(
+                "spec: Forbidden: http.* is not allowed in namespaced policies; set --allowHTTPInNamespacedPolicies to enable"
+            )
+        );
+        // Cluster-wide it is the administrator's policy; a string that merely says http is fine.
+        assert!(ask("ValidatingPolicy", "", calls).allowed);
+        let text =
+            json!({"matchConstraints": rules, "validations": [{"expression": "object.metadata.name != 'http'"}]});
+        assert!(ask("NamespacedValidatingPolicy", "team", text).allowed);
     }
 
     /// Issue 14, item 8: a CREATE without an object matched no policy and was admitted.
