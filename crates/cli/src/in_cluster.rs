@@ -88,6 +88,9 @@ impl Serving for Webhook {
     ) {
         self.0.scan_results(kind, namespace, set, responses);
     }
+    fn set_access(&self, access: Arc<dyn verno_engine::access_checks::AccessReview>) {
+        self.0.set_access(access);
+    }
     fn set_data(&self, data: Arc<dyn verno_engine::Data + Send + Sync>) {
         self.0.set_data(data);
     }

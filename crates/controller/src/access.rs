@@ -76,3 +76,97 @@ async fn ask(client: &kube::Client, verb: &str, gvr: &Gvr) -> Result<(bool, Stri
 pub async fn allowed(client: &kube::Client, verb: &str, gvr: &Gvr) -> Result<bool, kube::Error> {
     ask(client, verb, gvr).await.map(|(ok, _)| ok)
 }
+
+/// Kyverno's policy-admission permission checks ([`verno_engine::access_checks`]) answered by
+/// the API server: a `SelfSubjectAccessReview` made as the account in question (the
+/// background controller's by impersonation, as Verno acts as it), the rule's kind resolved
+/// to its resource by discovery.
+pub struct PolicyAccess {
+    admission: kube::Client,
+    background: Option<kube::Client>,
+    admission_user: String,
+    background_user: String,
+    discovery: tokio::sync::Mutex<crate::scan::DiscoveryCache>,
+}
+
+impl PolicyAccess {
+    pub fn new(admission: kube::Client, acting: &crate::Acting, namespace: &str) -> PolicyAccess {
+        PolicyAccess {
+            admission,
+            background: acting.background.clone(),
+            admission_user: format!("system:serviceaccount:{namespace}:{}", crate::manifests::SERVICE_ACCOUNT),
+            background_user: acting
+                .background_user
+                .clone()
+                .unwrap_or_else(|| format!("system:serviceaccount:{namespace}:{}", crate::manifests::SERVICE_ACCOUNT)),
+            discovery: tokio::sync::Mutex::new(crate::scan::DiscoveryCache::new(std::time::Duration::from_secs(30))),
+        }
+    }
+
+    /// The resource of `api_version` (empty: any) and `kind`, asking discovery again once when
+    /// it is not known (a CRD installed since).
+    async fn resource(&self, api_version: &str, kind: &str) -> Result<Gvr, String> {
+        for fresh in [false, true] {
+            let d = self.discovery.lock().await.get(&self.admission, fresh, "permission checks use the last one").await;
+            let Some(d) = d else { continue };
+            let (group, version) = match api_version.rsplit_once('/') {
+                Some((g, v)) => (g, v),
+                None => ("", api_version),
+            };
+            for g in d.groups() {
+                if !api_version.is_empty() && g.name() != group {
+                    continue;
+                }
+                let resources =
+                    if api_version.is_empty() { g.recommended_resources() } else { g.versioned_resources(version) };
+                if let Some((ar, _)) = resources.into_iter().find(|(ar, _)| ar.kind == kind) {
+                    return Ok(Gvr { group: ar.group, version: ar.version, resource: ar.plural });
+                }
+            }
+        }
+        Err(format!("failed to get GVR for kind {api_version}/{kind}"))
+    }
+}
+
+impl verno_engine::access_checks::AccessReview for PolicyAccess {
+    fn user(&self, account: verno_engine::access_checks::Account) -> String {
+        match account {
+            verno_engine::access_checks::Account::Background => self.background_user.clone(),
+            verno_engine::access_checks::Account::Admission => self.admission_user.clone(),
+        }
+    }
+
+    fn allowed<'a>(
+        &'a self,
+        check: &'a verno_engine::access_checks::AccessCheck,
+        verb: &'a str,
+    ) -> std::pin::Pin<Box<dyn std::future::Future<Output = Result<bool, String>> + Send + 'a>> {
+        Box::pin(async move {
+            let gvr = self.resource(&check.api_version, &check.kind).await?;
+            let client = match check.account {
+                verno_engine::access_checks::Account::Background => self.background.as_ref().unwrap_or(&self.admission),
+                verno_engine::access_checks::Account::Admission => &self.admission,
+            };
+            let api: Api<SelfSubjectAccessReview> = Api::all(client.clone());
+            let some = |s: &str| (!s.is_empty()).then(|| s.to_string());
+            let review = SelfSubjectAccessReview {
+                spec: SelfSubjectAccessReviewSpec {
+                    resource_attributes: Some(ResourceAttributes {
+                        group: Some(gvr.group),
+                        version: Some(gvr.version),
+                        resource: Some(gvr.resource),
+                        subresource: some(&check.subresource),
+                        namespace: some(&check.namespace),
+                        name: some(&check.name),
+                        verb: Some(verb.to_string()),
+                        ..Default::default()
+                    }),
+                    ..Default::default()
+                },
+                ..Default::default()
+            };
+            let answer = api.create(&PostParams::default(), &review).await.map_err(|e| e.to_string())?;
+            Ok(answer.status.is_some_and(|s| s.allowed))
+        })
+    }
+}

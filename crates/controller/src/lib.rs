@@ -204,6 +204,8 @@ pub struct Options {
 pub struct Acting {
     pub background: Option<kube::Client>,
     pub cleanup: Option<kube::Client>,
+    /// The user the background client acts as (`system:serviceaccount:NAMESPACE:NAME`).
+    pub background_user: Option<String>,
 }
 
 impl Acting {
@@ -225,7 +227,12 @@ impl Acting {
             c.auth_info.impersonate_groups = None;
             kube::Client::try_from(c).map(Some)
         };
-        Ok(Acting { background: client(background)?, cleanup: client(cleanup)? })
+        Ok(Acting {
+            background: client(background)?,
+            cleanup: client(cleanup)?,
+            background_user: (!background.is_empty())
+                .then(|| format!("system:serviceaccount:{namespace}:{background}")),
+        })
     }
 
     /// [`Acting::impersonating`] the chart's default controller accounts in `namespace`.
@@ -411,6 +418,7 @@ pub async fn start(client: kube::Client, server: Arc<dyn Serving>, opts: Options
     let cluster_role_bindings = reflector::store::Writer::<k8s_openapi::api::rbac::v1::ClusterRoleBinding>::default();
     data = data.with_bindings(role_bindings.as_reader(), cluster_role_bindings.as_reader());
     server.set_data(Arc::new(data));
+    server.set_access(Arc::new(access::PolicyAccess::new(client.clone(), &opts.acting, &opts.namespace)));
     // The bindings the requesting users' roles are worked out from (Kyverno's RBAC informers).
     tasks.push(reflect_all(Api::all(client.clone()), role_bindings, stop_rx.clone(), "RoleBinding"));
     tasks.push(reflect_all(Api::all(client.clone()), cluster_role_bindings, stop_rx.clone(), "ClusterRoleBinding"));

@@ -629,7 +629,18 @@ fn binding(namespace: Option<&str>, name: &str, role: &str, account: &str, ns: &
 
 /// A ClusterRole holding the rules of every ClusterRole labelled with one of `selecting` ("true").
 fn aggregating(name: &str, selecting: &[&str]) -> Value {
-    let selectors: Vec<Value> = selecting.iter().map(|l| json!({"matchLabels": {*l: "true"}})).collect();
+    aggregating_component(name, selecting, None)
+}
+
+/// [`aggregating`], also selecting the ClusterRoles labelled as Kyverno's chart labels its
+/// controller `component`'s own (`app.kubernetes.io/component: COMPONENT`, `instance` and
+/// `part-of: kyverno`), which Kyverno's controller roles aggregate too.
+fn aggregating_component(name: &str, selecting: &[&str], component: Option<&str>) -> Value {
+    let mut selectors: Vec<Value> = selecting.iter().map(|l| json!({"matchLabels": {*l: "true"}})).collect();
+    if let Some(c) = component {
+        selectors.push(json!({"matchLabels": {"app.kubernetes.io/component": c,
+            "app.kubernetes.io/instance": "kyverno", "app.kubernetes.io/part-of": "kyverno"}}));
+    }
     json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole", "metadata": {"name": name, "labels": labels()},
         "aggregationRule": {"clusterRoleSelectors": selectors}, "rules": []})
 }
@@ -766,9 +777,10 @@ pub fn render(v: &Values) -> Vec<Value> {
     // `rbac.kyverno.io/aggregate-to-background-controller: "true"` (so the ones written for
     // Kyverno work unchanged), aggregated into one role bound to the background account.
     docs.extend([
-        aggregating(
+        aggregating_component(
             BACKGROUND_ROLE,
             &["rbac.kyverno.io/aggregate-to-background-controller", "rbac.verno.io/aggregate-to-background-controller"],
+            Some("background-controller"),
         ),
         binding(None, BACKGROUND_ROLE, BACKGROUND_ROLE, &v.background_account, ns),
     ]);
@@ -776,9 +788,10 @@ pub fn render(v: &Values) -> Vec<Value> {
     // select; its permissions come, as in Kyverno's chart, from ClusterRoles labelled
     // `rbac.kyverno.io/aggregate-to-cleanup-controller: "true"` plus the chart's extra rules.
     docs.extend([
-        aggregating(
+        aggregating_component(
             CLEANUP_ROLE,
             &["rbac.kyverno.io/aggregate-to-cleanup-controller", "rbac.verno.io/aggregate-to-cleanup-controller"],
+            Some("cleanup-controller"),
         ),
         binding(None, CLEANUP_ROLE, CLEANUP_ROLE, &v.cleanup_account, ns),
     ]);
@@ -801,6 +814,17 @@ pub fn render(v: &Values) -> Vec<Value> {
     // namespace selectors and context entries.
     let namespaces = [json!({"apiGroups": [""], "resources": ["namespaces"], "verbs": ["get", "list", "watch"]})];
     docs.push(aggregated_into(&format!("{CLEANUP_ROLE}:core"), "cleanup-controller", &namespaces));
+    // The policy kinds, as Kyverno's background core role grants them: generate rules may make
+    // (and synchronize) policies and exceptions, and Kyverno's policy validation checks that.
+    let all = ["create", "delete", "get", "list", "patch", "update", "watch", "deletecollection"];
+    let policy_kinds = [
+        json!({"apiGroups": ["kyverno.io"], "resources": ["policies", "policies/status", "clusterpolicies",
+            "clusterpolicies/status", "policyexceptions", "updaterequests", "updaterequests/status",
+            "globalcontextentries", "globalcontextentries/status"], "verbs": all}),
+        json!({"apiGroups": ["policies.kyverno.io"], "resources": ["generatingpolicies", "namespacedgeneratingpolicies",
+            "mutatingpolicies", "namespacedmutatingpolicies", "policyexceptions"], "verbs": all}),
+    ];
+    docs.push(aggregated_into(&format!("{BACKGROUND_ROLE}:policies"), "background-controller", &policy_kinds));
     if !v.reports_extra_resources.is_empty() {
         docs.push(aggregated_into(
             "verno:reports-controller:additional",

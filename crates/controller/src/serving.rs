@@ -79,4 +79,6 @@ pub trait Serving: Send + Sync + 'static {
     fn scan_results(&self, kind: &str, namespace: &str, set: &PolicySet, responses: &[(usize, PolicyResponse)]);
     /// Where context entries (ConfigMaps, API calls) read the cluster.
     fn set_data(&self, data: Arc<dyn verno_engine::Data + Send + Sync>);
+    /// Where the policy validation webhook checks the controllers' permissions (set once).
+    fn set_access(&self, _access: Arc<dyn verno_engine::access_checks::AccessReview>) {}
 }

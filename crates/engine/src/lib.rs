@@ -17,6 +17,7 @@
 //! `context_entry`, `condition`, `template`, `matching`, `autogen`; `evaluate` runs one policy's
 //! rules, `set` runs a request through every policy, `verdict` words the answer.
 
+pub mod access_checks;
 mod anchor;
 mod autogen;
 mod cleanup;

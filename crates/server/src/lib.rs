@@ -102,7 +102,12 @@ struct AppState {
     kyverno_layout: std::sync::atomic::AtomicBool,
     /// Cancels evaluations on the executor at their deadline.
     watchdog: Arc<Watchdog>,
+    /// Where the policy validation webhook asks the cluster about the controllers' permissions
+    /// (in-cluster only).
+    access: std::sync::OnceLock<Arc<dyn AccessReview>>,
 }
+
+pub use verno_engine::access_checks::AccessReview;
 
 /// Evaluations running on the executor, each with its deadline and cancel flag. A thread of its
 /// own (not a task: the executor's workers may all be busy evaluating) sets the flags of those
@@ -576,6 +581,7 @@ where
 }
 
 fn router(state: Arc<AppState>, body_limit: usize, body_timeout: Duration) -> Router {
+    let validate_state = state.clone();
     let limits = (body_limit, body_timeout);
     let route = |hook: Hook, filter: Filter, webhook: &'static str| {
         let st = state.clone();
@@ -652,7 +658,7 @@ fn router(state: Arc<AppState>, body_limit: usize, body_timeout: Duration) -> Ro
         .merge(
             Router::new()
                 .route("/verifymutate", post(verify))
-                .route("/policyvalidate", post(policy_validate))
+                .route("/policyvalidate", post(move |body: Bytes| policy_validate(validate_state.clone(), body)))
                 .route("/health/liveness", get(|| async { "ok" }))
                 .route("/health/readiness", get(move || readiness(state.clone())))
                 .layer(DefaultBodyLimit::max(body_limit))
@@ -674,15 +680,94 @@ async fn verify(body: Bytes) -> Response {
     }
 }
 
-/// The policy validation webhook: refuses policies and exceptions that do not compile.
-async fn policy_validate(body: Bytes) -> Response {
+/// The policy validation webhook: refuses policies and exceptions that do not compile, and
+/// (in-cluster) ClusterPolicies and Policies whose generate or mutate-existing rules the
+/// controllers would lack the permissions for, as Kyverno's does.
+async fn policy_validate(state: Arc<AppState>, body: Bytes) -> Response {
     let review = match admission::parse(&body) {
         Ok(r) => r,
         Err(e) => return text(StatusCode::BAD_REQUEST, &e.to_string()),
     };
-    match tokio::task::spawn_blocking(move || admission::validate_policy_review(&review)).await {
-        Ok(answer) => json_response(StatusCode::OK, &answer),
-        Err(e) => text(StatusCode::INTERNAL_SERVER_ERROR, &format!("policy validation failed: {e}")),
+    let (mut answer, review) =
+        match tokio::task::spawn_blocking(move || (admission::validate_policy_review(&review), review)).await {
+            Ok(done) => done,
+            Err(e) => return text(StatusCode::INTERNAL_SERVER_ERROR, &format!("policy validation failed: {e}")),
+        };
+    let allowed = answer.response.as_ref().is_some_and(|r| r.allowed);
+    if let (true, Some(access), Some(req)) = (allowed, state.access.get().cloned(), review.request.as_ref())
+        && matches!(req.kind.kind.as_str(), "ClusterPolicy" | "Policy")
+        && req.kind.group == "kyverno.io"
+        && matches!(req.operation.as_str(), "CREATE" | "UPDATE")
+        && let Some(refusal) = access_refusal(&*access, &req.object).await
+    {
+        let warnings = answer.response.as_ref().map(|r| r.warnings.clone()).unwrap_or_default();
+        answer = admission::error_review(&review.api_version, &req.uid, false, &refusal);
+        if let Some(r) = answer.response.as_mut() {
+            r.warnings = warnings;
+        }
+    }
+    json_response(StatusCode::OK, &answer)
+}
+
+/// At most this many permission checks per policy, and this long for all of them: a policy
+/// that names more, or a cluster that answers slower, is admitted (its controllers' writes
+/// fail and say so) rather than holding the API server's request.
+const MAX_ACCESS_CHECKS: usize = 32;
+const ACCESS_CHECK_BUDGET: Duration = Duration::from_secs(5);
+
+/// Kyverno's refusal for the first rule whose permission checks fail; `None`: all granted (or
+/// not answerable in time: logged, and the policy admitted).
+async fn access_refusal(access: &dyn AccessReview, policy: &serde_json::Value) -> Option<String> {
+    use verno_engine::access_checks::{access_checks, refusal, requirement};
+    let mut checks = access_checks(policy);
+    checks.truncate(MAX_ACCESS_CHECKS);
+    let ask = async {
+        // Consecutive checks of one rule, action and account are answered together.
+        let mut groups: Vec<Vec<&verno_engine::access_checks::AccessCheck>> = Vec::new();
+        for c in &checks {
+            match groups.last_mut() {
+                Some(g)
+                    if g.first().is_some_and(|f| (f.rule, f.action, f.account) == (c.rule, c.action, c.account)) =>
+                {
+                    g.push(c)
+                }
+                _ => groups.push(vec![c]),
+            }
+        }
+        for group in groups {
+            let Some(first) = group.first().copied() else { continue };
+            let user = access.user(first.account);
+            let mut lacking = Vec::new();
+            for c in group {
+                let mut failed = Vec::new();
+                for verb in &c.verbs {
+                    match access.allowed(c, verb).await {
+                        Ok(true) => {}
+                        Ok(false) => failed.push(*verb),
+                        Err(e) => {
+                            tracing::warn!(resource = %c.resource(), verb, error = %e, "permission check not answered; not refused for it")
+                        }
+                    }
+                }
+                if !failed.is_empty() {
+                    lacking.push(requirement(c, &user, &failed));
+                    if c.action == "generate" {
+                        break;
+                    }
+                }
+            }
+            if !lacking.is_empty() {
+                return Some(refusal(first, &user, &lacking));
+            }
+        }
+        None
+    };
+    match tokio::time::timeout(ACCESS_CHECK_BUDGET, ask).await {
+        Ok(r) => r,
+        Err(_) => {
+            tracing::warn!("permission checks of a policy took over {ACCESS_CHECK_BUDGET:?}; admitted unchecked");
+            None
+        }
     }
 }
 
@@ -757,6 +842,12 @@ impl Running {
     /// Where context entries read the cluster from now on (set once, in-cluster).
     pub fn set_data(&self, data: Arc<dyn verno_engine::Data + Send + Sync>) {
         let _ = self.state.data.set(data);
+    }
+
+    /// Where the policy validation webhook checks the controllers' permissions (set once,
+    /// in-cluster).
+    pub fn set_access(&self, access: Arc<dyn AccessReview>) {
+        let _ = self.state.access.set(access);
     }
 
     /// Sends what each non-dry-run request leaves for its resource's PolicyReport to `tx`
@@ -929,6 +1020,7 @@ fn new_state(cfg: &Config, initial: PolicySet, missing: u8) -> Arc<AppState> {
         notices: std::sync::OnceLock::new(),
         reports: std::sync::OnceLock::new(),
         data: std::sync::OnceLock::new(),
+        access: std::sync::OnceLock::new(),
         slow_set: std::sync::atomic::AtomicUsize::new(0),
         filters: RwLock::new(Arc::new(verno_engine::filters::RequestFilters::kyverno_defaults())),
         kyverno_layout: std::sync::atomic::AtomicBool::new(false),
@@ -1296,5 +1388,44 @@ mod tests {
         for other in ["/validate/", "/validate/fail/x", "/vpol", "/Validate", ""] {
             assert_eq!(route(other), None, "{other}");
         }
+    }
+
+    /// The cluster's answers to Kyverno's policy-admission permission checks: the first rule
+    /// whose account lacks a verb refuses the policy in Kyverno's words; a check the cluster
+    /// cannot answer refuses nothing.
+    #[tokio::test]
+    async fn a_policy_whose_controller_lacks_permissions_is_refused_in_kyvernos_words() {
+        use verno_engine::access_checks::{AccessCheck, Account};
+        struct Cluster;
+        impl AccessReview for Cluster {
+            fn user(&self, _: Account) -> String {
+                "system:serviceaccount:kyverno:kyverno-background-controller".into()
+            }
+            fn allowed<'a>(
+                &'a self,
+                check: &'a AccessCheck,
+                verb: &'a str,
+            ) -> std::pin::Pin<Box<dyn std::future::Future<Output = Result<bool, String>> + Send + 'a>> {
+                Box::pin(async move {
+                    match check.kind.as_str() {
+                        "ConfigMap" => Ok(true),
+                        "Secret" => Ok(verb == "get"),
+                        _ => Err("no such kind".to_string()),
+                    }
+                })
+            }
+        }
+        let policy = |kind: &str| {
+            serde_json::json!({"spec": {"rules": [{"name": "g", "generate": {"apiVersion": "v1", "kind": kind,
+                "namespace": "team", "name": "x", "data": {}}}]}})
+        };
+        assert_eq!(access_refusal(&Cluster, &policy("ConfigMap")).await, None);
+        assert_eq!(access_refusal(&Cluster, &policy("Unknown")).await, None);
+        assert_eq!(
+            access_refusal(&Cluster, &policy("Secret")).await.as_deref(),
+            Some(
+                "path: spec.rules[0].generate..: system:serviceaccount:kyverno:kyverno-background-controller requires permissions create for resource v1/Secret in namespace team"
+            )
+        );
     }
 }
