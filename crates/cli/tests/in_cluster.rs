@@ -32,6 +32,13 @@ async fn install(fake: &FakeApiServer, c: &kube::Client, values: &manifests::Val
     for doc in verno_controller::crds::all().into_iter().chain(manifests::render(values)) {
         fake.apply(c, &doc).await.unwrap();
     }
+    // What these tests' generate and mutate-existing rules write beyond the chart's defaults,
+    // granted as a Kyverno user grants it (policy validation checks the background account).
+    let grant = json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole",
+        "metadata": {"name": "tests:background-writes", "labels": {"rbac.kyverno.io/aggregate-to-background-controller": "true"}},
+        "rules": [{"apiGroups": [""], "resources": ["secrets", "configmaps", "namespaces", "serviceaccounts"],
+            "verbs": ["get", "list", "watch", "create", "update", "patch", "delete"]}]});
+    fake.apply(c, &grant).await.unwrap();
 }
 
 struct Replica {
