@@ -53,18 +53,25 @@ impl Answers {
 }
 
 async fn ask(client: &kube::Client, verb: &str, gvr: &Gvr) -> Result<(bool, String), kube::Error> {
+    review(client, attributes(gvr, verb)).await
+}
+
+/// What a review asks about `verb` on `gvr` (cluster-wide, no name, no subresource).
+fn attributes(gvr: &Gvr, verb: &str) -> ResourceAttributes {
+    ResourceAttributes {
+        group: Some(gvr.group.clone()),
+        version: Some(gvr.version.clone()),
+        resource: Some(gvr.resource.clone()),
+        verb: Some(verb.to_string()),
+        ..Default::default()
+    }
+}
+
+/// A `SelfSubjectAccessReview` made through `client` (as whoever it acts as): allowed, and why.
+async fn review(client: &kube::Client, attributes: ResourceAttributes) -> Result<(bool, String), kube::Error> {
     let api: Api<SelfSubjectAccessReview> = Api::all(client.clone());
     let review = SelfSubjectAccessReview {
-        spec: SelfSubjectAccessReviewSpec {
-            resource_attributes: Some(ResourceAttributes {
-                group: Some(gvr.group.clone()),
-                version: Some(gvr.version.clone()),
-                resource: Some(gvr.resource.clone()),
-                verb: Some(verb.to_string()),
-                ..Default::default()
-            }),
-            ..Default::default()
-        },
+        spec: SelfSubjectAccessReviewSpec { resource_attributes: Some(attributes), ..Default::default() },
         ..Default::default()
     };
     let answer = api.create(&PostParams::default(), &review).await?;
@@ -91,14 +98,13 @@ pub struct PolicyAccess {
 
 impl PolicyAccess {
     pub fn new(admission: kube::Client, acting: &crate::Acting, namespace: &str) -> PolicyAccess {
+        let admission_user = format!("system:serviceaccount:{namespace}:{}", crate::manifests::SERVICE_ACCOUNT);
         PolicyAccess {
             admission,
             background: acting.background.clone(),
-            admission_user: format!("system:serviceaccount:{namespace}:{}", crate::manifests::SERVICE_ACCOUNT),
-            background_user: acting
-                .background_user
-                .clone()
-                .unwrap_or_else(|| format!("system:serviceaccount:{namespace}:{}", crate::manifests::SERVICE_ACCOUNT)),
+            // Without an impersonated background client Verno acts as itself.
+            background_user: acting.background_user.clone().unwrap_or_else(|| admission_user.clone()),
+            admission_user,
             discovery: tokio::sync::Mutex::new(crate::scan::DiscoveryCache::new(std::time::Duration::from_secs(30))),
         }
     }
@@ -136,37 +142,30 @@ impl verno_engine::access_checks::AccessReview for PolicyAccess {
         }
     }
 
-    fn allowed<'a>(
+    fn lacking<'a>(
         &'a self,
         check: &'a verno_engine::access_checks::AccessCheck,
-        verb: &'a str,
-    ) -> std::pin::Pin<Box<dyn std::future::Future<Output = Result<bool, String>> + Send + 'a>> {
+    ) -> verno_engine::access_checks::Answer<'a> {
         Box::pin(async move {
             let gvr = self.resource(&check.api_version, &check.kind).await?;
             let client = match check.account {
                 verno_engine::access_checks::Account::Background => self.background.as_ref().unwrap_or(&self.admission),
                 verno_engine::access_checks::Account::Admission => &self.admission,
             };
-            let api: Api<SelfSubjectAccessReview> = Api::all(client.clone());
             let some = |s: &str| (!s.is_empty()).then(|| s.to_string());
-            let review = SelfSubjectAccessReview {
-                spec: SelfSubjectAccessReviewSpec {
-                    resource_attributes: Some(ResourceAttributes {
-                        group: Some(gvr.group),
-                        version: Some(gvr.version),
-                        resource: Some(gvr.resource),
-                        subresource: some(&check.subresource),
-                        namespace: some(&check.namespace),
-                        name: some(&check.name),
-                        verb: Some(verb.to_string()),
-                        ..Default::default()
-                    }),
-                    ..Default::default()
-                },
-                ..Default::default()
-            };
-            let answer = api.create(&PostParams::default(), &review).await.map_err(|e| e.to_string())?;
-            Ok(answer.status.is_some_and(|s| s.allowed))
+            let mut out = Vec::new();
+            for verb in &check.verbs {
+                let asked = ResourceAttributes {
+                    subresource: some(&check.subresource),
+                    namespace: some(&check.namespace),
+                    name: some(&check.name),
+                    ..attributes(&gvr, verb)
+                };
+                if !review(client, asked).await.map_err(|e| e.to_string())?.0 {
+                    out.push(*verb);
+                }
+            }
+            Ok(out)
         })
     }
 }

@@ -51,13 +51,6 @@ pub async fn map_version(client: &kube::Client) -> Option<String> {
     None
 }
 
-/// The (kind, version) of a planned object.
-fn kind_version(o: &Value) -> (String, String) {
-    let kind = o.get("kind").and_then(Value::as_str).unwrap_or("ValidatingAdmissionPolicy").to_string();
-    let version = o.get("apiVersion").and_then(Value::as_str).and_then(|a| a.rsplit('/').next()).unwrap_or("v1");
-    (kind, version.to_string())
-}
-
 /// What the leader has written, per admission policy name: the objects as applied (a pass
 /// writes only what changed; a new leader writes everything once).
 #[derive(Default)]
@@ -117,9 +110,6 @@ impl Generator {
                 }
                 Some(Ok(VapPlan::Generate { policy, binding })) => {
                     let done = self.applied.get(&name) == Some(&(policy.clone(), binding.clone())) && st.generated;
-                    let (kind, version) = kind_version(&policy);
-                    let policies = api(client, &kind, &version);
-                    let bindings = api(client, &format!("{kind}Binding"), &version);
                     let written = if done {
                         Ok(())
                     } else {
@@ -141,7 +131,7 @@ impl Generator {
                         Err(e) => {
                             tracing::warn!(policy = %st.name, error = %e, "{kind} not written");
                             self.applied.remove(&name);
-                            st.with_generation(false, &format!("failed to create {} {name}: {e}", kind.to_lowercase()));
+                            st.with_generation(false, &format!("failed to create {lower} {name}: {e}"));
                         }
                     }
                 }

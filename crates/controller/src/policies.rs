@@ -13,7 +13,6 @@ use std::sync::Arc;
 use verno_engine::RuleBody;
 use verno_engine::{Compiled, CompiledException, CompiledPolicy, DocumentError, Kind, LiveNamespaces, PolicySet};
 
-/// The API resource (served version and plural) Verno watches for a kind.
 /// [`resource`], with MutatingAdmissionPolicies (and their bindings) at `map_version`, the
 /// version the API server serves (see `admission_policies::map_version`).
 pub fn resource_at(kind: Kind, map_version: &str) -> ApiResource {
@@ -25,6 +24,7 @@ pub fn resource_at(kind: Kind, map_version: &str) -> ApiResource {
     ar
 }
 
+/// The API resource (served version and plural) Verno watches for a kind.
 pub fn resource(kind: Kind) -> ApiResource {
     let version = match kind {
         Kind::PolicyException | Kind::CleanupPolicy | Kind::ClusterCleanupPolicy => "v2",
@@ -159,13 +159,14 @@ fn vap_plan(
             }
             Some(verno_engine::vapgen::plan_cluster_policy(&doc, exceptions, &crate::webhooks::resolve_kind))
         }
-        Kind::ValidatingPolicy => {
+        Kind::ValidatingPolicy | Kind::MutatingPolicy => {
             let autogen = verno_engine::vpol_autogen_status(&doc) != serde_json::json!({});
-            Some(Ok(verno_engine::vapgen::plan_validating_policy(&doc, cel_exceptions, autogen)))
-        }
-        Kind::MutatingPolicy => {
-            let autogen = verno_engine::vpol_autogen_status(&doc) != serde_json::json!({});
-            Some(Ok(verno_engine::vapgen::plan_mutating_policy(&doc, cel_exceptions, autogen, map_version)))
+            Some(Ok(match kind {
+                Kind::MutatingPolicy => {
+                    verno_engine::vapgen::plan_mutating_policy(&doc, cel_exceptions, autogen, map_version)
+                }
+                _ => verno_engine::vapgen::plan_validating_policy(&doc, cel_exceptions, autogen),
+            }))
         }
         _ => None,
     }

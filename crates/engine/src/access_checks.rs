@@ -132,15 +132,50 @@ pub fn access_checks(doc: &Value) -> Vec<AccessCheck> {
     out
 }
 
+/// Kyverno's refusal of a policy from the answers to its checks (`lacking[i]`: the verbs the
+/// account of `checks[i]` may not use; `None`: not answered), or `None` when nothing is
+/// lacking. The first rule (and account) with something lacking decides; a rule's
+/// mutate-existing targets are reported together, a generate rule's first lack alone.
+pub fn verdict(
+    checks: &[AccessCheck],
+    lacking: &[Option<Vec<&'static str>>],
+    user: impl Fn(Account) -> String,
+) -> Option<String> {
+    let mut at = 0;
+    while let Some(first) = checks.get(at) {
+        let same = |c: &AccessCheck| (c.rule, c.action, c.account) == (first.rule, first.action, first.account);
+        let group = checks.get(at..).unwrap_or_default().iter().take_while(|c| same(c)).count();
+        let name = user(first.account);
+        let mut requirements = Vec::new();
+        for (c, failed) in checks.iter().zip(lacking).skip(at).take(group) {
+            if let Some(failed) = failed.as_ref().filter(|f| !f.is_empty()) {
+                requirements.push(requirement(c, &name, failed));
+                if c.action == "generate" {
+                    break;
+                }
+            }
+        }
+        if !requirements.is_empty() {
+            return Some(refusal(first, &name, &requirements));
+        }
+        at += group;
+    }
+    None
+}
+
 /// What `user` lacks for `check` (`failed`: its verbs the account may not use), in Kyverno's
 /// words.
-pub fn requirement(check: &AccessCheck, user: &str, failed: &[&str]) -> String {
+fn requirement(check: &AccessCheck, user: &str, failed: &[&str]) -> String {
     let mut msg = format!("{user} requires permissions {} for resource {}", failed.join(","), check.resource());
     if !check.namespace.is_empty() {
         msg = format!("{msg} in namespace {}", check.namespace);
     }
     msg
 }
+
+/// An [`AccessReview`]'s answer about one check, to await.
+pub type Answer<'a> =
+    std::pin::Pin<Box<dyn std::future::Future<Output = Result<Vec<&'static str>, String>> + Send + 'a>>;
 
 /// The cluster's answer to Kyverno's policy-admission permission checks
 /// (this module's checks): may an account use a verb on a resource (a
@@ -149,18 +184,15 @@ pub trait AccessReview: Send + Sync {
     /// The account's user name as Kyverno's messages write it
     /// (`system:serviceaccount:NAMESPACE:NAME`).
     fn user(&self, account: Account) -> String;
-    /// `Ok(true)`: allowed; `Err`: the question could not be answered (the check is skipped).
-    fn allowed<'a>(
-        &'a self,
-        check: &'a AccessCheck,
-        verb: &'a str,
-    ) -> std::pin::Pin<Box<dyn std::future::Future<Output = Result<bool, String>> + Send + 'a>>;
+    /// The verbs of `check` its account may not use (empty: all granted); `Err`: the question
+    /// could not be answered (the check refuses nothing).
+    fn lacking<'a>(&'a self, check: &'a AccessCheck) -> Answer<'a>;
 }
 
 /// Kyverno's refusal of a policy for the [`requirement`]s of one rule's `check`s (a rule's
 /// mutate-existing targets are all checked and reported together; a generate rule stops at its
 /// first).
-pub fn refusal(check: &AccessCheck, user: &str, requirements: &[String]) -> String {
+fn refusal(check: &AccessCheck, user: &str, requirements: &[String]) -> String {
     match check.action {
         "mutate" => format!(
             "path: spec.rules[{}].mutate.{}.: auth check fails, additional privileges are required for the service account '{user}': {}",

@@ -422,20 +422,13 @@ pub fn plan_validating_policy(policy: &Value, exceptions: &[Value], autogen: boo
     let name = policy.pointer("/metadata/name").and_then(Value::as_str).unwrap_or_default();
     let spec = policy.get("spec").unwrap_or(&Value::Null);
     let mut conditions: Vec<Value> = arr(spec.get("matchConditions")).to_vec();
+    conditions.extend(negated_exception_conditions(exceptions, name));
     let mut variables: Vec<Value> = arr(spec.get("variables")).to_vec();
     let quoted = |list: &[Value]| {
         let items: Vec<String> = list.iter().filter_map(Value::as_str).map(|s| format!("'{s}'")).collect();
         format!("[{}]", items.join(", "))
     };
-    for e in exceptions.iter().filter(|e| {
-        arr(e.pointer("/spec/policyRefs")).iter().any(|r| r.get("name").and_then(Value::as_str) == Some(name))
-    }) {
-        for mc in arr(e.pointer("/spec/matchConditions")) {
-            let expr = mc.get("expression").and_then(Value::as_str).unwrap_or_default();
-            conditions.push(
-                json!({"name": mc.get("name").cloned().unwrap_or(Value::Null), "expression": format!("!({expr})")}),
-            );
-        }
+    for e in exceptions_naming(exceptions, name) {
         for (field, var) in [("images", "allowedImages"), ("allowedValues", "allowedValues")] {
             let list = arr(e.pointer(&format!("/spec/{field}")));
             if !list.is_empty() {
@@ -475,13 +468,16 @@ pub fn plan_validating_policy(policy: &Value, exceptions: &[Value], autogen: boo
 pub const MAP_VERSIONS: [&str; 3] = ["v1", "v1beta1", "v1alpha1"];
 
 /// The CEL PolicyExceptions naming `name` in their `policyRefs` (Kyverno matches the name
-/// only), as negated match conditions.
+/// only).
+fn exceptions_naming<'e>(exceptions: &'e [Value], name: &str) -> impl Iterator<Item = &'e Value> {
+    exceptions.iter().filter(move |e| {
+        arr(e.pointer("/spec/policyRefs")).iter().any(|r| r.get("name").and_then(Value::as_str) == Some(name))
+    })
+}
+
+/// The match conditions of the CEL PolicyExceptions naming `name`, negated.
 fn negated_exception_conditions(exceptions: &[Value], name: &str) -> Vec<Value> {
-    exceptions
-        .iter()
-        .filter(|e| {
-            arr(e.pointer("/spec/policyRefs")).iter().any(|r| r.get("name").and_then(Value::as_str) == Some(name))
-        })
+    exceptions_naming(exceptions, name)
         .flat_map(|e| arr(e.pointer("/spec/matchConditions")))
         .map(|mc| {
             let expr = mc.get("expression").and_then(Value::as_str).unwrap_or_default();
@@ -516,37 +512,23 @@ pub fn plan_mutating_policy(policy: &Value, exceptions: &[Value], autogen: bool,
     let name = policy.pointer("/metadata/name").and_then(Value::as_str).unwrap_or_default();
     let mut conditions = negated_exception_conditions(exceptions, name);
     conditions.extend(arr(spec.get("matchConditions")).iter().cloned());
-    let rules: Vec<Value> = arr(spec.pointer("/matchConstraints/resourceRules"))
-        .iter()
-        .map(|r| {
-            let mut out = Map::new();
-            copy(
-                &mut out,
-                r,
-                &[
-                    ("resourceNames", "resourceNames"),
-                    ("operations", "operations"),
-                    ("apiGroups", "apiGroups"),
-                    ("apiVersions", "apiVersions"),
-                    ("resources", "resources"),
-                    ("scope", "scope"),
-                ],
-            );
-            Value::Object(out)
-        })
-        .collect();
-    let mutations: Vec<Value> = arr(spec.get("mutations"))
-        .iter()
-        .map(|m| {
-            let mut out = Map::new();
-            copy(
-                &mut out,
-                m,
-                &[("patchType", "patchType"), ("applyConfiguration", "applyConfiguration"), ("jsonPatch", "jsonPatch")],
-            );
-            Value::Object(out)
-        })
-        .collect();
+    // Each element with only the fields an admission policy has.
+    let picked = |list: Option<&Value>, keys: &[&str]| -> Vec<Value> {
+        let pairs: Vec<(&str, &str)> = keys.iter().map(|k| (*k, *k)).collect();
+        arr(list)
+            .iter()
+            .map(|item| {
+                let mut out = Map::new();
+                copy(&mut out, item, &pairs);
+                Value::Object(out)
+            })
+            .collect()
+    };
+    let rules = picked(
+        spec.pointer("/matchConstraints/resourceRules"),
+        &["resourceNames", "operations", "apiGroups", "apiVersions", "resources", "scope"],
+    );
+    let mutations = picked(spec.get("mutations"), &["patchType", "applyConfiguration", "jsonPatch"]);
     let mut out = Map::new();
     out.insert("matchConstraints".into(), json!({"resourceRules": rules}));
     if !conditions.is_empty() {

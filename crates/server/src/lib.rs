@@ -715,52 +715,25 @@ async fn policy_validate(state: Arc<AppState>, body: Bytes) -> Response {
 const MAX_ACCESS_CHECKS: usize = 32;
 const ACCESS_CHECK_BUDGET: Duration = Duration::from_secs(5);
 
-/// Kyverno's refusal for the first rule whose permission checks fail; `None`: all granted (or
-/// not answerable in time: logged, and the policy admitted).
+/// Kyverno's refusal for the first rule whose permission checks fail
+/// ([`verno_engine::access_checks::verdict`]); `None`: all granted (or not answerable in
+/// time: logged, and the policy admitted).
 async fn access_refusal(access: &dyn AccessReview, policy: &serde_json::Value) -> Option<String> {
-    use verno_engine::access_checks::{access_checks, refusal, requirement};
+    use verno_engine::access_checks::{access_checks, verdict};
     let mut checks = access_checks(policy);
     checks.truncate(MAX_ACCESS_CHECKS);
     let ask = async {
-        // Consecutive checks of one rule, action and account are answered together.
-        let mut groups: Vec<Vec<&verno_engine::access_checks::AccessCheck>> = Vec::new();
+        let mut lacking = Vec::with_capacity(checks.len());
         for c in &checks {
-            match groups.last_mut() {
-                Some(g)
-                    if g.first().is_some_and(|f| (f.rule, f.action, f.account) == (c.rule, c.action, c.account)) =>
-                {
-                    g.push(c)
+            lacking.push(match access.lacking(c).await {
+                Ok(verbs) => Some(verbs),
+                Err(e) => {
+                    tracing::warn!(resource = %c.resource(), error = %e, "permission check not answered; not refused for it");
+                    None
                 }
-                _ => groups.push(vec![c]),
-            }
+            });
         }
-        for group in groups {
-            let Some(first) = group.first().copied() else { continue };
-            let user = access.user(first.account);
-            let mut lacking = Vec::new();
-            for c in group {
-                let mut failed = Vec::new();
-                for verb in &c.verbs {
-                    match access.allowed(c, verb).await {
-                        Ok(true) => {}
-                        Ok(false) => failed.push(*verb),
-                        Err(e) => {
-                            tracing::warn!(resource = %c.resource(), verb, error = %e, "permission check not answered; not refused for it")
-                        }
-                    }
-                }
-                if !failed.is_empty() {
-                    lacking.push(requirement(c, &user, &failed));
-                    if c.action == "generate" {
-                        break;
-                    }
-                }
-            }
-            if !lacking.is_empty() {
-                return Some(refusal(first, &user, &lacking));
-            }
-        }
-        None
+        verdict(&checks, &lacking, |a| access.user(a))
     };
     match tokio::time::timeout(ACCESS_CHECK_BUDGET, ask).await {
         Ok(r) => r,
@@ -1401,15 +1374,11 @@ mod tests {
             fn user(&self, _: Account) -> String {
                 "system:serviceaccount:kyverno:kyverno-background-controller".into()
             }
-            fn allowed<'a>(
-                &'a self,
-                check: &'a AccessCheck,
-                verb: &'a str,
-            ) -> std::pin::Pin<Box<dyn std::future::Future<Output = Result<bool, String>> + Send + 'a>> {
+            fn lacking<'a>(&'a self, check: &'a AccessCheck) -> verno_engine::access_checks::Answer<'a> {
                 Box::pin(async move {
                     match check.kind.as_str() {
-                        "ConfigMap" => Ok(true),
-                        "Secret" => Ok(verb == "get"),
+                        "ConfigMap" => Ok(Vec::new()),
+                        "Secret" => Ok(check.verbs.iter().copied().filter(|v| *v != "get").collect()),
                         _ => Err("no such kind".to_string()),
                     }
                 })
