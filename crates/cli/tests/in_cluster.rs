@@ -1389,22 +1389,93 @@ async fn image_validating_policies_are_enforced_at_admission() {
     replica.controller.stop().await;
 }
 
-/// A GlobalContextEntry (Kyverno's; Verno does not fill them yet) is marked in its status, once.
+/// GlobalContextEntries are kept in the cluster (issue 49: before, every policy reading one
+/// errored, and an Enforce policy denied every request it matched): a resource entry follows
+/// its objects and projections, an API call entry holds its answer and the leader stamps its
+/// refresh time, a missing entry fails in Kyverno's words, and an entry Kyverno would refuse
+/// is refused when applied.
 #[tokio::test]
-async fn global_context_entries_are_marked_as_not_supported_once() {
+async fn global_context_entries_feed_global_references() {
     let (_fake, admin, replica) = setup().await;
-    let api: Api<DynamicObject> =
-        Api::all_with(admin.clone(), &verno_controller::unsupported::global_context_entries());
-    let entry = json!({"apiVersion": "kyverno.io/v2beta1", "kind": "GlobalContextEntry", "metadata": {"name": "deployments"},
-        "spec": {"kubernetesResource": {"group": "apps", "version": "v1", "resource": "deployments"}}});
-    api.patch("deployments", &PatchParams::apply("kubectl").force(), &Patch::Apply(&entry)).await.unwrap();
-    assert_eq!(verno_controller::unsupported::mark_all(&admin, "verno").await.unwrap(), 1);
-    let status = api.get("deployments").await.unwrap().data["status"].clone();
-    assert_eq!(status["conditions"][0]["reason"], "Unsupported", "{status}");
-    assert_eq!(status["conditions"][0]["status"], "False");
-    assert_eq!(status["ready"], false);
-    // Already marked: nothing written the next time.
-    assert_eq!(verno_controller::unsupported::mark_all(&admin, "verno").await.unwrap(), 0);
+    let entries: Api<DynamicObject> =
+        Api::all_with(admin.clone(), &verno_controller::global_context::global_context_entries());
+    let cms: Api<ConfigMap> = Api::namespaced(admin.clone(), "shop");
+    let cm = |name: &str| -> ConfigMap {
+        serde_json::from_value(json!({"metadata": {"name": name}, "data": {"k": "v"}})).unwrap()
+    };
+    cms.create(&PostParams::default(), &cm("seed")).await.unwrap();
+    for e in [
+        json!({"apiVersion": "kyverno.io/v2alpha1", "kind": "GlobalContextEntry", "metadata": {"name": "shop-cms"},
+            "spec": {"kubernetesResource": {"version": "v1", "resource": "configmaps", "namespace": "shop"},
+                "projections": [{"name": "count", "jmesPath": "length(@)"}]}}),
+        json!({"apiVersion": "kyverno.io/v2alpha1", "kind": "GlobalContextEntry", "metadata": {"name": "shop-list"},
+            "spec": {"apiCall": {"urlPath": "/api/v1/namespaces/shop/configmaps", "refreshInterval": "1h"}}}),
+    ] {
+        let name = e["metadata"]["name"].as_str().unwrap().to_string();
+        entries.patch(&name, &PatchParams::apply("kubectl").force(), &Patch::Apply(&e)).await.unwrap();
+    }
+    // Refused as Kyverno's validation webhook refuses it.
+    let bad = json!({"apiVersion": "kyverno.io/v2alpha1", "kind": "GlobalContextEntry", "metadata": {"name": "bad"},
+        "spec": {"apiCall": {"service": {"url": "http://localhost:8080"}, "method": "GET",
+            "data": [{"key": "a", "value": "b"}], "refreshInterval": "10s"}}});
+    let err = entries.patch("bad", &PatchParams::apply("kubectl").force(), &Patch::Apply(&bad)).await.unwrap_err();
+    assert!(
+        err.to_string()
+            .contains("spec.apiCall.method: Forbidden: An External API call with data should have method as POST"),
+        "{err}"
+    );
+    apply_policy(
+        &admin,
+        &json!({"apiVersion": "kyverno.io/v1", "kind": "ClusterPolicy", "metadata": {"name": "one-config-map"},
+        "spec": {"validationFailureAction": "Enforce", "background": false, "rules": [{"name": "count",
+            "match": {"any": [{"resources": {"kinds": ["Pod"], "namespaces": ["shop"]}}]},
+            "context": [
+                {"name": "count", "globalReference": {"name": "shop-cms.count"}},
+                {"name": "listed", "globalReference": {"name": "shop-list", "jmesPath": "items | length(@)"}},
+            ],
+            "validate": {"message": "{{ count }} ConfigMaps, {{ listed }} listed", "deny": {"conditions": {"any": [
+                {"key": "{{ count }}", "operator": "NotEquals", "value": 1},
+                {"key": "{{ listed }}", "operator": "NotEquals", "value": 1}]}}}}]}})
+        .to_string(),
+    )
+    .await;
+    wait_ready(&admin, "one-config-map").await;
+    eventually("rules", || async { entry_rules(&vwc(&admin).await?, webhooks::VALIDATE_FAIL) }).await;
+    let pods: Api<Pod> = Api::namespaced(admin.clone(), "shop");
+    // Admitted once both entries hold the one ConfigMap.
+    eventually("admitted", || async { pods.create(&PostParams::default(), &pod("one", json!({}))).await.ok() }).await;
+    // A second ConfigMap: the watch brings it to the projection; the API call's answer is an
+    // hour old and still says one.
+    cms.create(&PostParams::default(), &cm("second")).await.unwrap();
+    let err = eventually("denied", || async {
+        pods.create(&PostParams::default(), &pod("two", json!({}))).await.err().map(|e| e.to_string())
+    })
+    .await;
+    assert!(err.contains("2 ConfigMaps, 1 listed"), "{err}");
+    // The leader stamped the API call entry's refresh time.
+    let status = eventually("lastRefreshTime", || async {
+        entries
+            .get("shop-list")
+            .await
+            .ok()
+            .map(|e| e.data["status"].clone())
+            .filter(|s| s["lastRefreshTime"].is_string())
+    })
+    .await;
+    assert!(status.get("conditions").is_none(), "{status}");
+    // An entry that does not exist: Kyverno's words, naming it.
+    apply_policy(&admin, &json!({"apiVersion": "kyverno.io/v1", "kind": "ClusterPolicy", "metadata": {"name": "missing"},
+        "spec": {"validationFailureAction": "Enforce", "background": false, "rules": [{"name": "missing",
+            "match": {"any": [{"resources": {"kinds": ["Pod"], "namespaces": ["other"]}}]},
+            "context": [{"name": "n", "globalReference": {"name": "no-such-entry"}}],
+            "validate": {"message": "m", "deny": {"conditions": {"any": [{"key": "{{ n }}", "operator": "Equals", "value": 0}]}}}}]}}).to_string()).await;
+    wait_ready(&admin, "missing").await;
+    let other: Api<Pod> = Api::namespaced(admin.clone(), "other");
+    let err = eventually("denied", || async {
+        other.create(&PostParams::default(), &pod("p", json!({}))).await.err().map(|e| e.to_string())
+    })
+    .await;
+    assert!(err.contains("failed to fetch entry key=no-such-entry"), "{err}");
     replica.controller.stop().await;
 }
 

@@ -46,6 +46,8 @@ pub struct ClusterData {
     max_bytes: usize,
     /// RoleBindings and ClusterRoleBindings, for the requesting user's roles.
     bindings: Option<(Store<RoleBinding>, Store<ClusterRoleBinding>)>,
+    /// The GlobalContextEntries' data.
+    global: Option<Arc<crate::global_context::GlobalStore>>,
 }
 
 impl ClusterData {
@@ -58,6 +60,7 @@ impl ClusterData {
             config_maps: None,
             max_bytes: MAX_BYTES,
             bindings: None,
+            global: None,
         }
     }
 
@@ -110,41 +113,62 @@ impl ClusterData {
 
     /// [`ClusterData::call`], telling a 404 apart (`(true, message)`).
     fn request(&self, method: &str, path: &str, body: Option<&Value>) -> Result<Value, (bool, String)> {
-        let plain = |e: String| (false, e);
-        // Kyverno's CRD allows no other method; the engine refuses others first.
-        if !matches!(method, "GET" | "POST") {
-            return Err(plain(format!("{method} {path}: only GET and POST calls are made")));
-        }
-        let mut req = http::Request::builder().method(method).uri(path);
-        if body.is_some() {
-            req = req.header("Content-Type", "application/json");
-        }
-        let bytes = body.map(|b| serde_json::to_vec(b).unwrap_or_default()).unwrap_or_default();
-        let req = req.body(bytes).map_err(|e| plain(format!("{method} {path}: {e}")))?;
-        let client = self.client.clone();
-        let max = self.max_bytes;
-        // Read as it streams in, and never more than the limit: a response over it is refused
-        // without being held (six concurrent 120 MB lists once took a gigabyte).
-        let read = async move {
-            use futures_util::AsyncReadExt as _;
-            let body = client.request_stream(req).await?;
-            let mut bytes = Vec::new();
-            body.take(max as u64 + 1).read_to_end(&mut bytes).await.map_err(kube::Error::ReadEvents)?;
-            Ok::<_, kube::Error>(bytes)
-        };
-        let bytes = self
-            .runtime
-            .block_on(async move { tokio::time::timeout(TIMEOUT, read).await })
-            .map_err(|_| plain(format!("{method} {path}: no answer within {} s", TIMEOUT.as_secs())))?
-            .map_err(|e| match e {
-                kube::Error::Api(s) => (s.code == 404, s.message.clone()),
-                other => plain(other.to_string()),
-            })?;
-        if bytes.len() > max {
-            return Err(plain(format!("{method} {path}: the response is over the limit of {max} bytes")));
-        }
-        serde_json::from_slice(&bytes).map_err(|e| plain(format!("{method} {path}: the response is not JSON: {e}")))
+        self.runtime.block_on(fetch(&self.client, method, path, body, self.max_bytes))
     }
+
+    /// The client reads go through (global context entries call the API with it).
+    pub fn client(&self) -> &kube::Client {
+        &self.client
+    }
+
+    /// Answers `globalReference` context entries and `globalContext.Get` from `store`.
+    pub fn with_global_context(mut self, store: Arc<crate::global_context::GlobalStore>) -> ClusterData {
+        self.global = Some(store);
+        self
+    }
+}
+
+/// One call to the Kubernetes API (`GET` or `POST` of `path`), bounded by [`TIMEOUT`] and
+/// `max` bytes; a 404 is told apart (`(true, message)`).
+pub async fn fetch(
+    client: &kube::Client,
+    method: &str,
+    path: &str,
+    body: Option<&Value>,
+    max: usize,
+) -> Result<Value, (bool, String)> {
+    let plain = |e: String| (false, e);
+    // Kyverno's CRD allows no other method; the engine refuses others first.
+    if !matches!(method, "GET" | "POST") {
+        return Err(plain(format!("{method} {path}: only GET and POST calls are made")));
+    }
+    let mut req = http::Request::builder().method(method).uri(path);
+    if body.is_some() {
+        req = req.header("Content-Type", "application/json");
+    }
+    let bytes = body.map(|b| serde_json::to_vec(b).unwrap_or_default()).unwrap_or_default();
+    let req = req.body(bytes).map_err(|e| plain(format!("{method} {path}: {e}")))?;
+    let client = client.clone();
+    // Read as it streams in, and never more than the limit: a response over it is refused
+    // without being held (six concurrent 120 MB lists once took a gigabyte).
+    let read = async move {
+        use futures_util::AsyncReadExt as _;
+        let body = client.request_stream(req).await?;
+        let mut bytes = Vec::new();
+        body.take(max as u64 + 1).read_to_end(&mut bytes).await.map_err(kube::Error::ReadEvents)?;
+        Ok::<_, kube::Error>(bytes)
+    };
+    let bytes = tokio::time::timeout(TIMEOUT, read)
+        .await
+        .map_err(|_| plain(format!("{method} {path}: no answer within {} s", TIMEOUT.as_secs())))?
+        .map_err(|e| match e {
+            kube::Error::Api(s) => (s.code == 404, s.message.clone()),
+            other => plain(other.to_string()),
+        })?;
+    if bytes.len() > max {
+        return Err(plain(format!("{method} {path}: the response is over the limit of {max} bytes")));
+    }
+    serde_json::from_slice(&bytes).map_err(|e| plain(format!("{method} {path}: the response is not JSON: {e}")))
 }
 
 /// The API path of a kind's objects (`namespace` empty: cluster-wide). The plural is worked out
@@ -179,6 +203,15 @@ impl verno_cel::Host for ClusterData {
 
     fn now(&self) -> Option<i64> {
         Some(chrono::Utc::now().timestamp())
+    }
+
+    /// An entry that is not there (or not loaded yet) is `null`, as Kyverno's CEL library
+    /// answers it; one that failed to load is an error.
+    fn global_context(&self, name: &str, projection: &str) -> Result<Value, String> {
+        match self.global.as_ref().map(|g| g.get(name, projection)) {
+            Some(Some(answer)) => answer,
+            _ => Ok(Value::Null),
+        }
     }
 }
 
@@ -330,6 +363,16 @@ impl Data for ClusterData {
         match self.call("GET", &format!("/api/v1/namespaces/{namespace}/configmaps/{name}"), None) {
             Ok(cm) => Loaded::Value(context_value(&cm)),
             Err(e) => Loaded::Error(e),
+        }
+    }
+
+    /// `name` is the entry, then after a dot the projection (Kyverno's form).
+    fn global_reference(&self, name: &str) -> Loaded {
+        let (entry, projection) = verno_engine::global_context::split_reference(name);
+        match self.global.as_ref().and_then(|g| g.get(entry, projection)) {
+            Some(Ok(v)) => Loaded::Value(v),
+            Some(Err(e)) => Loaded::Error(e),
+            None => Loaded::Error(format!("failed to fetch entry key={entry}")),
         }
     }
 

@@ -69,11 +69,19 @@ fn policy_spec_schema() -> Value {
                     // other methods wherever a context entry appears, foreach included).
                     "context": {"type": "array", "items": {
                         "type": "object",
-                        "properties": {"apiCall": {
-                            "type": "object",
-                            "properties": {"method": {"type": "string", "enum": ["GET", "POST"], "default": "GET"}},
-                            "x-kubernetes-preserve-unknown-fields": true,
-                        }},
+                        "properties": {
+                            "apiCall": {
+                                "type": "object",
+                                "properties": {"method": {"type": "string", "enum": ["GET", "POST"], "default": "GET"}},
+                                "x-kubernetes-preserve-unknown-fields": true,
+                            },
+                            // Kyverno's CRD: a global reference names its entry.
+                            "globalReference": {
+                                "type": "object",
+                                "required": ["name"],
+                                "properties": {"name": {"type": "string"}, "jmesPath": {"type": "string"}},
+                            },
+                        },
                         "x-kubernetes-preserve-unknown-fields": true,
                     }},
                 },
@@ -252,9 +260,8 @@ fn report_columns() -> Value {
 }
 
 /// GlobalContextEntry (`kyverno.io`, `v2beta1` stored as Kyverno stores it, `v2` and
-/// `v2alpha1` served). Verno does not fill global context entries in the cluster yet: the CRD
-/// is installed so a Kyverno cluster's entries stay readable, and the controller logs and marks
-/// them as not supported.
+/// `v2alpha1` served), with the defaults of Kyverno's CRD (`apiCall.method` GET,
+/// `refreshInterval` 10m, `retryLimit` 3); the rest is checked by the validation webhook.
 fn global_context_entry_crd() -> Value {
     let c = crd(
         "kyverno.io",
@@ -264,7 +271,13 @@ fn global_context_entry_crd() -> Value {
         &["gctxentry"],
         "Cluster",
         "v2beta1",
-        json!({"type": "object", "x-kubernetes-preserve-unknown-fields": true}),
+        json!({"type": "object", "properties": {
+            "apiCall": {"type": "object", "properties": {
+                "method": {"type": "string", "enum": ["GET", "POST"], "default": "GET"},
+                "refreshInterval": {"type": "string", "default": "10m"},
+                "retryLimit": {"type": "integer", "minimum": 1, "default": 3},
+            }, "x-kubernetes-preserve-unknown-fields": true},
+        }, "x-kubernetes-preserve-unknown-fields": true}),
         Some(json!({"type": "object", "x-kubernetes-preserve-unknown-fields": true})),
         json!([
             {"name": "AGE", "type": "date", "jsonPath": ".metadata.creationTimestamp"},

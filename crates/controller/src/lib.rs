@@ -16,6 +16,7 @@ pub mod cleanup;
 pub mod cluster_data;
 pub mod crds;
 pub mod events;
+pub mod global_context;
 pub mod leader;
 pub mod manifests;
 pub mod ops;
@@ -24,9 +25,9 @@ pub mod poll;
 pub mod probe;
 pub mod reports;
 pub mod scan;
+pub mod service_call;
 pub mod serving;
 pub mod ttl;
-pub mod unsupported;
 pub mod webhooks;
 
 use futures_util::StreamExt;
@@ -417,6 +418,8 @@ pub async fn start(client: kube::Client, server: Arc<dyn Serving>, opts: Options
     let role_bindings = reflector::store::Writer::<k8s_openapi::api::rbac::v1::RoleBinding>::default();
     let cluster_role_bindings = reflector::store::Writer::<k8s_openapi::api::rbac::v1::ClusterRoleBinding>::default();
     data = data.with_bindings(role_bindings.as_reader(), cluster_role_bindings.as_reader());
+    let global_store: Arc<global_context::GlobalStore> = Arc::default();
+    data = data.with_global_context(global_store.clone());
     server.set_data(Arc::new(data));
     server.set_access(Arc::new(access::PolicyAccess::new(client.clone(), &opts.acting, &opts.namespace)));
     // The bindings the requesting users' roles are worked out from (Kyverno's RBAC informers).
@@ -577,9 +580,11 @@ pub async fn start(client: kube::Client, server: Arc<dyn Serving>, opts: Options
                 stop_rx.clone(),
             )));
         }
-        // Kinds installed but not run yet, told so in their status (leader only).
-        tasks.push(tokio::spawn(unsupported::run(
+        // GlobalContextEntries' data, for `globalReference` and `globalContext.Get` (every
+        // replica; the leader stamps refresh times).
+        tasks.push(tokio::spawn(global_context::run(
             client.clone(),
+            global_store.clone(),
             leader_rx.clone(),
             webhooks::MANAGER.to_string(),
             stop_rx.clone(),

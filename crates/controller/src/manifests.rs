@@ -724,7 +724,7 @@ pub fn render(v: &Values) -> Vec<Value> {
                 {"apiGroups": ["kyverno.io"], "resources": ["clusterpolicies/status", "policies/status"], "verbs": ["get", "patch", "update"]},
                 {"apiGroups": ["kyverno.io"], "resources": ["cleanuppolicies", "clustercleanuppolicies"], "verbs": ["get", "list", "watch"]},
                 {"apiGroups": ["kyverno.io"], "resources": ["cleanuppolicies/status", "clustercleanuppolicies/status"], "verbs": ["get", "patch", "update"]},
-                // GlobalContextEntries: read, and marked as not supported in their status.
+                // GlobalContextEntries: their data kept for policies, refresh times stamped.
                 {"apiGroups": ["kyverno.io"], "resources": ["globalcontextentries"], "verbs": ["get", "list", "watch"]},
                 {"apiGroups": ["kyverno.io"], "resources": ["globalcontextentries/status"], "verbs": ["get", "patch", "update"]},
                 // The kinds Verno enforces, and the ImageValidatingPolicies it reports as not

@@ -411,6 +411,7 @@ pub fn desired_rules(set: &PolicySet) -> BTreeMap<&'static str, Vec<Value>> {
         json!({"apiGroups": ["kyverno.io"], "apiVersions": ["*"], "operations": ["CREATE", "UPDATE"], "resources": ["clusterpolicies", "policies"], "scope": "*"}),
         json!({"apiGroups": ["kyverno.io"], "apiVersions": ["*"], "operations": ["CREATE", "UPDATE"], "resources": ["policyexceptions"], "scope": "*"}),
         json!({"apiGroups": ["kyverno.io"], "apiVersions": ["*"], "operations": ["CREATE", "UPDATE"], "resources": ["cleanuppolicies", "clustercleanuppolicies"], "scope": "*"}),
+        json!({"apiGroups": ["kyverno.io"], "apiVersions": ["*"], "operations": ["CREATE", "UPDATE"], "resources": ["globalcontextentries"], "scope": "*"}),
         json!({"apiGroups": ["policies.kyverno.io"], "apiVersions": ["*"], "operations": ["CREATE", "UPDATE"], "resources": CEL_RESOURCES, "scope": "*"}),
     ]);
     // The probe's entry (its namespace and object selectors narrow it to the probe Lease).

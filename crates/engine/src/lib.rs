@@ -31,6 +31,7 @@ mod error;
 mod evaluate;
 pub mod filters;
 mod generate;
+pub mod global_context;
 mod gpol;
 mod images;
 mod ivpol;

@@ -93,7 +93,7 @@ pub(crate) async fn admit(
     if r.group == "admissionregistration.k8s.io" {
         return Ok((None, Vec::new()));
     }
-    let (hooks, ns_labels, services) = {
+    let (hooks, ns_labels, services, schema) = {
         let s = lock(&inner.store);
         let mut hooks = Vec::new();
         for (plural, mutating) in [("mutatingwebhookconfigurations", true), ("validatingwebhookconfigurations", false)]
@@ -121,13 +121,37 @@ pub(crate) async fn admit(
         } else {
             None
         };
-        (hooks, ns_labels, s.services.clone())
+        let schema = if r.group.is_empty() { None } else { crate::crd::schema_of(&s, r) };
+        (hooks, ns_labels, s.services.clone(), schema)
+    };
+    // A custom resource is checked against its schema after the mutating webhooks and before
+    // the validating ones, as the API server validates the object between the two.
+    let mut schema = schema;
+    let check_schema = |object: Option<&Value>, schema: &mut Option<Value>| -> Result<(), Response> {
+        let (Some(sc), Some(o)) = (schema.take(), object) else { return Ok(()) };
+        let mut errs = Vec::new();
+        crate::crd::schema_errors(&sc, o, "", &mut errs);
+        if errs.is_empty() {
+            return Ok(());
+        }
+        // The API server's Invalid status: the message, and the causes kubectl prints.
+        let texts: Vec<String> = errs.iter().map(|(f, _, m)| format!("{f}: {m}")).collect();
+        let joined = if texts.len() == 1 { texts.join("") } else { format!("[{}]", texts.join(", ")) };
+        let causes: Vec<Value> =
+            errs.iter().map(|(f, reason, m)| json!({"reason": reason, "message": m, "field": f})).collect();
+        let body = json!({"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure",
+            "message": format!("{}.{} {:?} is invalid: {joined}", r.kind, r.group, c.k.2), "reason": "Invalid",
+            "details": {"name": c.k.2, "group": r.group, "kind": r.kind, "causes": causes}, "code": 422});
+        Err(ok_json_headers(StatusCode::UNPROCESSABLE_ENTITY, &body, &[]))
     };
     let op = c.op.as_str();
     let mut object = c.new.clone();
     let mut mutated = false;
     let mut warnings: Vec<String> = Vec::new();
     for hook in hooks {
+        if !hook.mutating {
+            check_schema(object.as_ref(), &mut schema)?;
+        }
         let w = &hook.entry;
         let rules_ok = w.get("rules").and_then(Value::as_array).is_some_and(|rules| {
             rules.iter().any(|rule| rule_matches(rule, op, r.group, r.version, r.plural, r.namespaced))
@@ -227,6 +251,7 @@ pub(crate) async fn admit(
             }
         }
     }
+    check_schema(object.as_ref(), &mut schema)?;
     Ok((if mutated { object } else { None }, warnings))
 }
 

@@ -162,6 +162,65 @@ pub(crate) fn apply_defaults(s: &Store, r: &Resource, o: &mut Value) {
     }
 }
 
+/// The openAPIV3Schema of the CRD serving `r` at its version, if it is a custom resource.
+pub(crate) fn schema_of(s: &Store, r: &Resource) -> Option<Value> {
+    let name = format!("{}.{}", r.plural, r.group);
+    let k = ("apiextensions.k8s.io/customresourcedefinitions".to_string(), String::new(), name);
+    s.objects
+        .get(&k)?
+        .pointer("/spec/versions")
+        .and_then(Value::as_array)
+        .and_then(|vs| vs.iter().find(|v| v["name"] == r.version))
+        .and_then(|v| v.pointer("/schema/openAPIV3Schema"))
+        .cloned()
+}
+
+/// The API server's structural validation of a custom resource, for the parts of a schema the
+/// tests rely on: `required` properties, `enum` and `minimum`; each failure in Kubernetes'
+/// field-error words (`spec.x: Required value`, `spec.y: Unsupported value: "z": supported
+/// values: "a", "b"`), as (field, reason, message). Types are not checked.
+pub(crate) fn schema_errors(schema: &Value, v: &Value, path: &str, out: &mut Vec<(String, &'static str, String)>) {
+    if v.is_null() {
+        return;
+    }
+    if let Some(allowed) = schema.get("enum").and_then(Value::as_array)
+        && !allowed.contains(v)
+    {
+        let listed: Vec<String> = allowed.iter().map(Value::to_string).collect();
+        let message = format!("Unsupported value: {v}: supported values: {}", listed.join(", "));
+        out.push((path.to_string(), "FieldValueNotSupported", message));
+    }
+    if let (Some(min), Some(n)) = (schema.get("minimum").and_then(Value::as_f64), v.as_f64())
+        && n < min
+    {
+        let message = format!("Invalid value: {v}: {path} in body should be greater than or equal to {min}");
+        out.push((path.to_string(), "FieldValueInvalid", message));
+    }
+    let at = |k: &str| if path.is_empty() { k.to_string() } else { format!("{path}.{k}") };
+    match v {
+        Value::Object(m) => {
+            for r in schema.get("required").and_then(Value::as_array).into_iter().flatten().filter_map(Value::as_str) {
+                if !m.contains_key(r) {
+                    out.push((at(r), "FieldValueRequired", "Required value".to_string()));
+                }
+            }
+            for (k, sub) in schema.get("properties").and_then(Value::as_object).into_iter().flatten() {
+                if let Some(child) = m.get(k) {
+                    schema_errors(sub, child, &at(k), out);
+                }
+            }
+        }
+        Value::Array(items) => {
+            if let Some(each) = schema.get("items") {
+                for (i, x) in items.iter().enumerate() {
+                    schema_errors(each, x, &format!("{path}[{i}]"), out);
+                }
+            }
+        }
+        _ => {}
+    }
+}
+
 fn default_into(schema: &Value, v: &mut Value) {
     match v {
         Value::Object(m) => {

@@ -444,7 +444,10 @@ pub fn review_wanting(
 pub fn validate_policy_review(review: &AdmissionReview) -> AdmissionReview {
     let empty = AdmissionRequest::default();
     let req = review.request.as_ref().unwrap_or(&empty);
+    let global_entry = req.kind.group == "kyverno.io" && req.kind.kind == "GlobalContextEntry";
     let error = match (Kind::of(&req.kind.api_version(), &req.kind.kind), req.object.is_object()) {
+        // Kyverno's global context validation (`/globalcontextvalidate`), on the same entry.
+        (None, true) if global_entry => verno_engine::global_context::GlobalEntry::from_object(&req.object).err(),
         (Some(kind), true) if !kind.is_binding() => {
             verno_engine::compile_stored(kind, &req.kind.api_version(), &req.object)
                 .err()
