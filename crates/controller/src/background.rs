@@ -315,6 +315,7 @@ pub async fn run(
     client: kube::Client,
     acting: kube::Client,
     server: Arc<dyn Serving>,
+    shared: crate::cluster_data::ClusterData,
     installed: watch::Receiver<u64>,
     mut leader: watch::Receiver<bool>,
     opts: BackgroundOptions,
@@ -334,7 +335,7 @@ pub async fn run(
             client: acting.clone(),
             server: server.clone(),
             opts,
-            data: crate::cluster_data::ClusterData::new(acting.clone()),
+            data: shared.acting_as(acting.clone()),
             tx,
             bucket: Bucket {
                 tokens: opts.burst,

@@ -92,6 +92,7 @@ pub async fn run(
     client: kube::Client,
     acting: kube::Client,
     server: Arc<dyn Serving>,
+    shared: crate::cluster_data::ClusterData,
     installed: watch::Receiver<u64>,
     mut leader: watch::Receiver<bool>,
     opts: CleanupOptions,
@@ -109,7 +110,7 @@ pub async fn run(
             acting: acting.clone(),
             server: server.clone(),
             opts,
-            data: crate::cluster_data::ClusterData::new(acting.clone()),
+            data: shared.acting_as(acting.clone()),
             bucket: Bucket {
                 tokens: opts.burst,
                 at: tokio::time::Instant::now(),

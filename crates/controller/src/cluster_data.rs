@@ -64,6 +64,13 @@ impl ClusterData {
         }
     }
 
+    /// Reads as another identity (the background and cleanup controllers read as the accounts
+    /// they act as), with the same global context entries and response limit; ConfigMaps are
+    /// read from the API server as that identity.
+    pub fn acting_as(&self, client: kube::Client) -> ClusterData {
+        ClusterData { global: self.global.clone(), max_bytes: self.max_bytes, ..ClusterData::new(client) }
+    }
+
     /// Works out requesting users' Roles and ClusterRoles from the bindings these stores hold.
     pub fn with_bindings(mut self, roles: Store<RoleBinding>, cluster_roles: Store<ClusterRoleBinding>) -> ClusterData {
         self.bindings = Some((roles, cluster_roles));

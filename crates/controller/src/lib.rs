@@ -420,6 +420,7 @@ pub async fn start(client: kube::Client, server: Arc<dyn Serving>, opts: Options
     data = data.with_bindings(role_bindings.as_reader(), cluster_role_bindings.as_reader());
     let global_store: Arc<global_context::GlobalStore> = Arc::default();
     data = data.with_global_context(global_store.clone());
+    let shared = data.clone();
     server.set_data(Arc::new(data));
     server.set_access(Arc::new(access::PolicyAccess::new(client.clone(), &opts.acting, &opts.namespace)));
     // The bindings the requesting users' roles are worked out from (Kyverno's RBAC informers).
@@ -595,6 +596,7 @@ pub async fn start(client: kube::Client, server: Arc<dyn Serving>, opts: Options
                 client.clone(),
                 opts.acting.background.clone().unwrap_or_else(|| client.clone()),
                 server.clone(),
+                shared.clone(),
                 installed_rx.clone(),
                 leader_rx.clone(),
                 bg,
@@ -611,6 +613,7 @@ pub async fn start(client: kube::Client, server: Arc<dyn Serving>, opts: Options
                 client.clone(),
                 opts.acting.cleanup.clone().unwrap_or_else(|| client.clone()),
                 server.clone(),
+                shared.clone(),
                 installed_rx.clone(),
                 leader_rx.clone(),
                 c,
@@ -655,6 +658,7 @@ pub async fn start(client: kube::Client, server: Arc<dyn Serving>, opts: Options
             tasks.push(tokio::spawn(scan::run(
                 client.clone(),
                 server.clone(),
+                shared.clone(),
                 installed_rx.clone(),
                 leader_rx.clone(),
                 scan_events,

@@ -353,6 +353,7 @@ struct Scanner {
 pub async fn run(
     client: kube::Client,
     server: Arc<dyn Serving>,
+    shared: crate::cluster_data::ClusterData,
     installed: watch::Receiver<u64>,
     mut leader: watch::Receiver<bool>,
     events: Option<mpsc::Sender<Notice>>,
@@ -372,7 +373,7 @@ pub async fn run(
             server: server.clone(),
             opts,
             events: events.clone(),
-            data: crate::cluster_data::ClusterData::new(client.clone()),
+            data: shared.acting_as(client.clone()),
             kinds: Vec::new(),
             kind_index: HashMap::new(),
             watches: HashMap::new(),
