@@ -112,6 +112,11 @@ impl PolicyAccess {
     /// The resource of `api_version` (empty: any) and `kind`, asking discovery again once when
     /// it is not known (a CRD installed since).
     async fn resource(&self, api_version: &str, kind: &str) -> Result<Gvr, String> {
+        self.discovered(api_version, kind).await.map(|(gvr, _)| gvr)
+    }
+
+    /// [`PolicyAccess::resource`] and whether it is cluster-wide.
+    async fn discovered(&self, api_version: &str, kind: &str) -> Result<(Gvr, bool), String> {
         for fresh in [false, true] {
             let d = self.discovery.lock().await.get(&self.admission, fresh, "permission checks use the last one").await;
             let Some(d) = d else { continue };
@@ -125,8 +130,9 @@ impl PolicyAccess {
                 }
                 let resources =
                     if api_version.is_empty() { g.recommended_resources() } else { g.versioned_resources(version) };
-                if let Some((ar, _)) = resources.into_iter().find(|(ar, _)| ar.kind == kind) {
-                    return Ok(Gvr { group: ar.group, version: ar.version, resource: ar.plural });
+                if let Some((ar, caps)) = resources.into_iter().find(|(ar, _)| ar.kind == kind) {
+                    let cluster = caps.scope == kube::discovery::Scope::Cluster;
+                    return Ok((Gvr { group: ar.group, version: ar.version, resource: ar.plural }, cluster));
                 }
             }
         }
@@ -140,6 +146,14 @@ impl verno_engine::access_checks::AccessReview for PolicyAccess {
             verno_engine::access_checks::Account::Background => self.background_user.clone(),
             verno_engine::access_checks::Account::Admission => self.admission_user.clone(),
         }
+    }
+
+    fn cluster_scoped<'a>(
+        &'a self,
+        api_version: &'a str,
+        kind: &'a str,
+    ) -> verno_engine::access_checks::ScopeAnswer<'a> {
+        Box::pin(async move { self.discovered(api_version, kind).await.map(|(_, cluster)| cluster) })
     }
 
     fn lacking<'a>(

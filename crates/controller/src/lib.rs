@@ -656,7 +656,6 @@ pub async fn start(client: kube::Client, server: Arc<dyn Serving>, opts: Options
                 None
             };
             tasks.push(tokio::spawn(scan::run(
-                client.clone(),
                 server.clone(),
                 shared.clone(),
                 installed_rx.clone(),

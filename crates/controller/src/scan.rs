@@ -349,9 +349,9 @@ struct Scanner {
     set: Arc<PolicySet>,
 }
 
-/// Runs background scans while this replica leads, until `stop`.
+/// Runs background scans while this replica leads, until `stop`; reads through `shared`'s
+/// client (Verno's own).
 pub async fn run(
-    client: kube::Client,
     server: Arc<dyn Serving>,
     shared: crate::cluster_data::ClusterData,
     installed: watch::Receiver<u64>,
@@ -360,6 +360,7 @@ pub async fn run(
     opts: ScanOptions,
     mut stop: watch::Receiver<bool>,
 ) {
+    let client = shared.client().clone();
     loop {
         tokio::select! {
             r = leader.wait_for(|l| *l) => if r.is_err() { return },

@@ -187,7 +187,16 @@ pub trait AccessReview: Send + Sync {
     /// The verbs of `check` its account may not use (empty: all granted); `Err`: the question
     /// could not be answered (the check refuses nothing).
     fn lacking<'a>(&'a self, check: &'a AccessCheck) -> Answer<'a>;
+    /// Whether the kind (`apiVersion` may be empty: any version) is cluster-wide, as the
+    /// cluster's discovery says; `Err`: not known (the question refuses nothing).
+    fn cluster_scoped<'a>(&'a self, api_version: &'a str, kind: &'a str) -> ScopeAnswer<'a> {
+        let _ = (api_version, kind);
+        Box::pin(async { Err("the cluster's discovery is not available".to_string()) })
+    }
 }
+
+/// The answer to [`AccessReview::cluster_scoped`].
+pub type ScopeAnswer<'a> = std::pin::Pin<Box<dyn std::future::Future<Output = Result<bool, String>> + Send + 'a>>;
 
 /// Kyverno's refusal of a policy for the [`requirement`]s of one rule's `check`s (a rule's
 /// mutate-existing targets are all checked and reported together; a generate rule stops at its

@@ -200,6 +200,97 @@ fn uses_http(v: &Value) -> bool {
     }
 }
 
+/// What is wrong with a generate target (at `path`) of a kind whose scope is `cluster`-wide or
+/// not, in Kyverno's words (`GeneratePattern.Validate`).
+fn scope_error(path: &str, namespace: &str, cluster: bool) -> Option<CompileError> {
+    let message = match (cluster, namespace.is_empty()) {
+        (true, false) => "Forbidden: target namespace must not be set for a cluster-wide resource",
+        (false, true) => "Forbidden: target namespace must be set for a namespaced resource",
+        _ => return None,
+    };
+    Some(CompileError::new(format!("{path}.namespace"), message))
+}
+
+/// A namespaced Policy's generate target (at `path`) must be a namespaced kind in the policy's
+/// own namespace, and clone from it (Kyverno's `validateNamespacedTargetsScope`, literally:
+/// a namespace written with variables is refused too).
+fn policy_target_error(path: &str, t: &Value, cluster: bool, policy_ns: &str) -> Option<CompileError> {
+    let s = |p: &str| t.pointer(p).and_then(Value::as_str).unwrap_or("");
+    let why = if cluster {
+        format!("the target must be a namespaced resource: {}/{}", s("/apiVersion"), s("/kind"))
+    } else if s("/namespace") != policy_ns {
+        format!(
+            "a namespaced policy cannot generate resources in other namespaces, expected: {policy_ns}, received: {}",
+            s("/namespace")
+        )
+    } else if !s("/clone/name").is_empty() && s("/clone/namespace") != policy_ns {
+        format!(
+            "a namespaced policy cannot clone resources from other namespaces, expected: {policy_ns}, received: {}",
+            s("/clone/namespace")
+        )
+    } else {
+        return None;
+    };
+    Some(CompileError::new(format!("{path}.namespace"), format!("Forbidden: target resource scope mismatched: {why} ")))
+}
+
+/// A generate target whose kind's scope only the cluster knows (a custom resource): the policy
+/// webhook asks discovery, then [`ScopeQuestion::refusal`] says whether the target is wrong.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ScopeQuestion {
+    pub path: String,
+    pub api_version: String,
+    pub kind: String,
+    /// The target as written.
+    target: Value,
+    /// The namespace of the Policy (`None`: a ClusterPolicy).
+    policy_ns: Option<String>,
+}
+
+impl ScopeQuestion {
+    /// The policy's refusal (`path: message`) when the kind is `cluster`-wide (or not).
+    pub fn refusal(&self, cluster: bool) -> Option<String> {
+        let namespace = self.target.get("namespace").and_then(Value::as_str).unwrap_or("");
+        let in_policy =
+            self.policy_ns.as_deref().and_then(|ns| policy_target_error(&self.path, &self.target, cluster, ns));
+        in_policy.or_else(|| scope_error(&self.path, namespace, cluster)).map(|e| e.to_string())
+    }
+}
+
+/// The generate targets of a ClusterPolicy or Policy whose kind's scope is not known without
+/// the cluster (written without variables), in rule order.
+pub fn scope_questions(doc: &Value) -> Vec<ScopeQuestion> {
+    let policy_ns = (doc.get("kind").and_then(Value::as_str) == Some("Policy")).then(|| {
+        doc.pointer("/metadata/namespace")
+            .and_then(Value::as_str)
+            .filter(|n| !n.is_empty())
+            .unwrap_or("default")
+            .to_string()
+    });
+    let rules = doc.pointer("/spec/rules").and_then(Value::as_array).map(Vec::as_slice).unwrap_or_default();
+    let mut out = Vec::new();
+    for (i, rule) in rules.iter().enumerate() {
+        let Some(g) = rule.get("generate") else { continue };
+        let mut targets: Vec<(String, &Value)> = vec![(format!("spec.rules[{i}].generate"), g)];
+        for (j, f) in g.get("foreach").and_then(Value::as_array).into_iter().flatten().enumerate() {
+            targets.push((format!("spec.rules[{i}].generate.foreach[{j}]"), f));
+        }
+        for (path, t) in targets {
+            let s = |k: &str| t.get(k).and_then(Value::as_str).unwrap_or("").to_string();
+            let (api_version, kind) = (s("apiVersion"), s("kind"));
+            if kind.is_empty()
+                || kind.contains("{{")
+                || api_version.contains("{{")
+                || crate::gpol::known_scope(&api_version, &kind).is_some()
+            {
+                continue;
+            }
+            out.push(ScopeQuestion { path, api_version, kind, target: t.clone(), policy_ns: policy_ns.clone() });
+        }
+    }
+    out
+}
+
 /// A stored policy's generate rules must place what they generate where it can live, as
 /// Kyverno's policy validation requires (kyverno/kyverno#7038, #7470, #7801): a namespace for
 /// a namespaced kind and none for a cluster-wide one; a `cloneList` of one scope, with a source
@@ -212,24 +303,8 @@ fn generate_scopes(doc: &Value, kind: Kind) -> Result<(), CompileError> {
     let templated = |s: &str| s.contains("{{");
     let policy_ns =
         doc.pointer("/metadata/namespace").and_then(Value::as_str).filter(|n| !n.is_empty()).unwrap_or("default");
-    // A namespaced Policy stays in its namespace: what it generates, and what it clones from
-    // (kyverno/kyverno#5099).
-    let outside = |ns: &str| kind == Kind::Policy && !ns.is_empty() && !templated(ns) && ns != policy_ns;
     for (i, rule) in rules.iter().enumerate() {
         let Some(g) = rule.get("generate") else { continue };
-        for (field, ns) in [
-            ("namespace", g.get("namespace")),
-            ("clone.namespace", g.pointer("/clone/namespace")),
-            ("cloneList.namespace", g.pointer("/cloneList/namespace")),
-        ] {
-            let ns = ns.and_then(Value::as_str).unwrap_or("");
-            if outside(ns) {
-                return Err(CompileError::new(
-                    format!("spec.rules[{i}].generate.{field}"),
-                    format!("a Policy in namespace {policy_ns:?} cannot generate into or clone from namespace {ns:?}"),
-                ));
-            }
-        }
         let mut targets: Vec<(String, &Value)> = vec![(format!("spec.rules[{i}].generate"), g)];
         for (j, f) in g.get("foreach").and_then(Value::as_array).into_iter().flatten().enumerate() {
             targets.push((format!("spec.rules[{i}].generate.foreach[{j}]"), f));
@@ -237,32 +312,25 @@ fn generate_scopes(doc: &Value, kind: Kind) -> Result<(), CompileError> {
         for (path, t) in targets {
             let s = |k: &str| t.get(k).and_then(Value::as_str).unwrap_or("");
             let (api_version, target_kind, namespace) = (s("apiVersion"), s("kind"), s("namespace"));
-            // Only where the kind's scope is known: a custom kind's is the cluster's to say
-            // (Kyverno asks discovery), and refusing a good policy on a guess is worse than
-            // letting the API server refuse a bad write later.
-            if !target_kind.is_empty()
-                && !templated(target_kind)
-                && !templated(api_version)
-                && let Some(cluster) = crate::gpol::known_scope(api_version, target_kind)
+            // A foreach generate's patterns are its entries.
+            if path.ends_with("generate") && g.get("foreach").is_some() {
+                continue;
+            }
+            // The kind's scope where it is known here: a custom kind's is the cluster's to say
+            // (the policy webhook asks discovery, [`scope_questions`]), and refusing a good
+            // policy on a guess is worse than letting the API server refuse a bad write later.
+            let known = (!target_kind.is_empty() && !templated(target_kind) && !templated(api_version))
+                .then(|| crate::gpol::known_scope(api_version, target_kind))
+                .flatten();
+            // A namespaced Policy stays in its namespace: what it generates, and what it clones
+            // from (kyverno/kyverno#5099).
+            if kind == Kind::Policy
+                && let Some(e) = policy_target_error(&path, t, known == Some(true), policy_ns)
             {
-                if cluster && kind == Kind::Policy {
-                    return Err(CompileError::new(
-                        format!("{path}.kind"),
-                        format!("a namespaced Policy cannot generate the cluster-wide resource {target_kind}"),
-                    ));
-                }
-                if cluster && !namespace.is_empty() {
-                    return Err(CompileError::new(
-                        format!("{path}.namespace"),
-                        format!("the target namespace must not be set for the cluster-wide resource {target_kind}"),
-                    ));
-                }
-                if !cluster && namespace.is_empty() {
-                    return Err(CompileError::new(
-                        format!("{path}.namespace"),
-                        format!("the target namespace must be set for the namespaced resource {target_kind}"),
-                    ));
-                }
+                return Err(e);
+            }
+            if let Some(e) = known.and_then(|cluster| scope_error(&path, namespace, cluster)) {
+                return Err(e);
             }
             let Some(list) = t.get("cloneList") else { continue };
             let kinds: Vec<&str> =
@@ -274,24 +342,39 @@ fn generate_scopes(doc: &Value, kind: Kind) -> Result<(), CompileError> {
                     crate::gpol::cluster_scoped(av, kd)
                 })
                 .collect();
+            // Kyverno's `ValidateCloneList`, in its words.
             let source_ns = list.get("namespace").and_then(Value::as_str).unwrap_or("");
-            if scopes.iter().any(|c| *c) && scopes.iter().any(|c| !*c) {
-                return Err(CompileError::new(
-                    format!("{path}.cloneList.kinds"),
-                    "cloneList kinds must all be namespaced or all be cluster-wide",
-                ));
-            }
-            match scopes.first() {
-                Some(true) if !source_ns.is_empty() => {
+            let at = |f: &str| format!("{path}.cloneList.{f}");
+            if kind == Kind::Policy {
+                if let Some(k) = kinds.iter().zip(&scopes).find(|(_, c)| **c).map(|(k, _)| k) {
                     return Err(CompileError::new(
-                        format!("{path}.cloneList.namespace"),
-                        "the source namespace must not be set when cloning cluster-wide resources",
+                        at("kinds"),
+                        format!("Forbidden: the source in cloneList must be a namespaced resource: {k}"),
                     ));
                 }
+                if !kinds.is_empty() && source_ns != policy_ns {
+                    return Err(CompileError::new(
+                        at("namespace"),
+                        format!(
+                            "Forbidden: a namespaced policy cannot clone resources from other namespace, expected: {policy_ns}, received: {source_ns}"
+                        ),
+                    ));
+                }
+            }
+            if scopes.iter().any(|c| *c) && scopes.iter().any(|c| !*c) {
+                return Err(CompileError::new(at("kinds"), "Forbidden: mixed scope of target resources is forbidden"));
+            }
+            match scopes.first() {
                 Some(false) if source_ns.is_empty() => {
                     return Err(CompileError::new(
-                        format!("{path}.cloneList.namespace"),
-                        "the source namespace must be set when cloning namespaced resources",
+                        at("namespace"),
+                        "Forbidden: namespace is required for namespaced target resources",
+                    ));
+                }
+                Some(true) if kind != Kind::Policy && !source_ns.is_empty() => {
+                    return Err(CompileError::new(
+                        at("namespace"),
+                        "Forbidden: namespace is forbidden for cluster-wide target resources",
                     ));
                 }
                 _ => {}
@@ -399,6 +482,37 @@ fn background_subresources(doc: &Value) -> Result<(), CompileError> {
 mod tests {
     use super::*;
     use serde_json::json;
+
+    #[test]
+    fn custom_generate_targets_are_questions_for_the_cluster() {
+        let policy = |kind: &str, generate: Value| {
+            json!({"apiVersion": "kyverno.io/v1", "kind": kind, "metadata": {"name": "g", "namespace": "team"},
+                "spec": {"rules": [{"name": "r", "generate": generate}]}})
+        };
+        let custom =
+            json!({"apiVersion": "iam.example.io/v1", "kind": "Role", "name": "r", "namespace": "x", "data": {}});
+        let qs = scope_questions(&policy("ClusterPolicy", custom.clone()));
+        assert_eq!(qs.len(), 1);
+        assert_eq!(
+            qs[0].refusal(true).as_deref(),
+            Some(
+                "spec.rules[0].generate.namespace: Forbidden: target namespace must not be set for a cluster-wide resource"
+            )
+        );
+        assert_eq!(qs[0].refusal(false), None);
+        let qs = scope_questions(&policy("Policy", custom));
+        assert_eq!(
+            qs[0].refusal(true).as_deref(),
+            Some(
+                "spec.rules[0].generate.namespace: Forbidden: target resource scope mismatched: the target must be a namespaced resource: iam.example.io/v1/Role "
+            )
+        );
+        // Known kinds are the compiler's to check; templated ones nobody's.
+        let known = json!({"apiVersion": "v1", "kind": "ConfigMap", "name": "c", "data": {}});
+        assert!(scope_questions(&policy("ClusterPolicy", known)).is_empty());
+        let templated = json!({"apiVersion": "x/v1", "kind": "{{ k }}", "name": "c", "data": {}});
+        assert!(scope_questions(&policy("ClusterPolicy", templated)).is_empty());
+    }
 
     #[test]
     fn stored_generate_rules_must_fit_their_targets_scope_and_keep_their_spec() {

@@ -57,7 +57,9 @@ mod vpol;
 pub mod webhookgen;
 
 pub use cleanup::{CleanupTargets, CompiledCleanup, Decision};
-pub use document::{Compiled, DocumentError, compile, compile_stored, generate_update_allowed};
+pub use document::{
+    Compiled, DocumentError, ScopeQuestion, compile, compile_stored, generate_update_allowed, scope_questions,
+};
 pub use error::{CompileError, EvalError};
 pub use evaluate::{Data, EXCEPTION_RULE, Loaded, NamespaceView, NoData, Phase, Request};
 pub use images::image_info;

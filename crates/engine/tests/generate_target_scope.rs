@@ -34,8 +34,8 @@ fn a_custom_kind_is_not_refused_for_its_target_namespace() {
 #[test]
 fn a_built_in_kind_still_needs_the_right_target_namespace() {
     let err = compiles(&policy("rbac.authorization.k8s.io/v1", "Role", None)).unwrap_err();
-    assert!(err.contains("the target namespace must be set for the namespaced resource Role"), "{err}");
+    assert!(err.contains("Forbidden: target namespace must be set for a namespaced resource"), "{err}");
     compiles(&policy("rbac.authorization.k8s.io/v1", "Role", Some("team-a"))).unwrap();
     let err = compiles(&policy("rbac.authorization.k8s.io/v1", "ClusterRole", Some("team-a"))).unwrap_err();
-    assert!(err.contains("must not be set for the cluster-wide resource ClusterRole"), "{err}");
+    assert!(err.contains("Forbidden: target namespace must not be set for a cluster-wide resource"), "{err}");
 }

@@ -722,7 +722,22 @@ async fn access_refusal(access: &dyn AccessReview, policy: &serde_json::Value) -
     use verno_engine::access_checks::{access_checks, verdict};
     let mut checks = access_checks(policy);
     checks.truncate(MAX_ACCESS_CHECKS);
+    let mut scopes = verno_engine::scope_questions(policy);
+    scopes.truncate(MAX_ACCESS_CHECKS);
     let ask = async {
+        // Generate targets of custom kinds: placed as their scope (from discovery) requires.
+        for q in &scopes {
+            match access.cluster_scoped(&q.api_version, &q.kind).await {
+                Ok(cluster) => {
+                    if let Some(refusal) = q.refusal(cluster) {
+                        return Some(refusal);
+                    }
+                }
+                Err(e) => {
+                    tracing::warn!(kind = %q.kind, error = %e, "scope of a generate target not known; not refused for it")
+                }
+            }
+        }
         let mut lacking = Vec::with_capacity(checks.len());
         for c in &checks {
             lacking.push(match access.lacking(c).await {
