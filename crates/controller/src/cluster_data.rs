@@ -316,6 +316,19 @@ impl Data for ClusterData {
         Some((roles, cluster_roles))
     }
 
+    /// Read from the registry with the image verifier's client and credentials (admission
+    /// only; the controllers' data has no verifier, as they verify no images).
+    fn image_data(&self, image: &str, credentials: Option<&verno_api::images::RegistryCredentials>) -> Loaded {
+        use verno_engine::verify_images::ImageVerifier as _;
+        match &self.images {
+            Some(v) => match v.image_data(image, credentials, "") {
+                Ok(d) => Loaded::Value(d),
+                Err(e) => Loaded::Error(e.message().to_string()),
+            },
+            None => Loaded::Unavailable,
+        }
+    }
+
     fn image_verifier(&self) -> Option<Arc<dyn verno_engine::verify_images::ImageVerifier>> {
         self.images.clone().map(|v| v as Arc<dyn verno_engine::verify_images::ImageVerifier>)
     }

@@ -627,17 +627,18 @@ fn binding(namespace: Option<&str>, name: &str, role: &str, account: &str, ns: &
         "subjects": [{"kind": "ServiceAccount", "name": account, "namespace": ns}]})
 }
 
-/// A ClusterRole holding the rules of every ClusterRole labelled with one of `selecting` ("true").
-fn aggregating(name: &str, selecting: &[&str]) -> Value {
-    aggregating_component(name, selecting, None)
+/// [`aggregating_components`] for one controller component.
+fn aggregating_component(name: &str, selecting: &[&str], component: Option<&str>) -> Value {
+    aggregating_components(name, selecting, component.as_slice())
 }
 
-/// [`aggregating`], also selecting the ClusterRoles labelled as Kyverno's chart labels its
-/// controller `component`'s own (`app.kubernetes.io/component: COMPONENT`, `instance` and
-/// `part-of: kyverno`), which Kyverno's controller roles aggregate too.
-fn aggregating_component(name: &str, selecting: &[&str], component: Option<&str>) -> Value {
+/// A ClusterRole holding the rules of every ClusterRole labelled with one of `selecting`
+/// ("true"), or labelled as Kyverno's chart labels one of its controller `components`' own
+/// (`app.kubernetes.io/component: COMPONENT`, `instance` and `part-of: kyverno`), which
+/// Kyverno's controller roles aggregate too.
+fn aggregating_components(name: &str, selecting: &[&str], components: &[&str]) -> Value {
     let mut selectors: Vec<Value> = selecting.iter().map(|l| json!({"matchLabels": {*l: "true"}})).collect();
-    if let Some(c) = component {
+    for c in components {
         selectors.push(json!({"matchLabels": {"app.kubernetes.io/component": c,
             "app.kubernetes.io/instance": "kyverno", "app.kubernetes.io/part-of": "kyverno"}}));
     }
@@ -762,13 +763,14 @@ pub fn render(v: &Values) -> Vec<Value> {
     // scan of Secrets, say) work unchanged.
     let aggregated = format!("{CLUSTER_ROLE}:aggregate");
     docs.extend([
-        aggregating(
+        aggregating_components(
             &aggregated,
             &[
                 "rbac.kyverno.io/aggregate-to-admission-controller",
                 "rbac.kyverno.io/aggregate-to-reports-controller",
                 "rbac.verno.io/aggregate-to-admission-controller",
             ],
+            &["admission-controller", "reports-controller"],
         ),
         binding(None, &aggregated, &aggregated, &v.admission_account, ns),
     ]);

@@ -248,6 +248,13 @@ impl Data for Reach<'_> {
             None => Some(inner),
         }
     }
+    /// A namespaced policy's registry credentials come from its own namespace.
+    fn image_data(&self, image: &str, credentials: Option<&RegistryCredentials>) -> Loaded {
+        if let Some(e) = self.namespace.and_then(|own| credentials_outside(own, credentials)) {
+            return Loaded::Error(e.message().to_string());
+        }
+        self.inner.image_data(image, credentials)
+    }
     fn image_verifier(&self) -> Option<Arc<dyn ImageVerifier>> {
         let inner = self.inner.image_verifier()?;
         match self.namespace {
@@ -368,15 +375,23 @@ impl ConfinedVerifier {
     }
 
     fn check_credentials(&self, c: Option<&RegistryCredentials>) -> Result<(), ImageError> {
-        for s in c.map(|c| c.secrets.as_slice()).unwrap_or_default() {
-            if let Some((ns, name)) = s.split_once('/')
-                && ns != self.namespace
-            {
-                return Err(self.outside(ns, name));
-            }
-        }
-        Ok(())
+        credentials_outside(&self.namespace, c).map_or(Ok(()), Err)
     }
+}
+
+/// Why a namespaced policy may not use these registry credentials (a Secret of another
+/// namespace), if it may not.
+fn credentials_outside(own: &str, c: Option<&RegistryCredentials>) -> Option<ImageError> {
+    for s in c.map(|c| c.secrets.as_slice()).unwrap_or_default() {
+        if let Some((ns, name)) = s.split_once('/')
+            && ns != own
+        {
+            return Some(ImageError::Failed(format!(
+                "a policy in namespace {own:?} cannot read the secret {ns}/{name}"
+            )));
+        }
+    }
+    None
 }
 
 impl ImageVerifier for ConfinedVerifier {
@@ -393,6 +408,15 @@ impl ImageVerifier for ConfinedVerifier {
     ) -> Result<String, ImageError> {
         self.check_credentials(credentials)?;
         self.inner.digest(image, credentials, namespace)
+    }
+    fn image_data(
+        &self,
+        image: &str,
+        credentials: Option<&RegistryCredentials>,
+        namespace: &str,
+    ) -> Result<Value, ImageError> {
+        self.check_credentials(credentials)?;
+        self.inner.image_data(image, credentials, namespace)
     }
     fn verify_blob(
         &self,

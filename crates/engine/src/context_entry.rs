@@ -41,7 +41,13 @@ pub enum ContextSource {
         name: String,
         jmes_path: Option<JmesField>,
     },
-    ImageRegistry,
+    /// An image's data from its registry (Kyverno's `imageRegistry`): `reference` rendered,
+    /// read with `credentials`, then `jmesPath` applied.
+    ImageRegistry {
+        reference: TValue,
+        jmes_path: Option<JmesField>,
+        credentials: Option<verno_api::images::RegistryCredentials>,
+    },
 }
 
 /// A `jmesPath` field: compiled once unless it holds `{{ }}` variables itself.
@@ -128,8 +134,29 @@ pub(crate) fn compile_context(entries: &[ContextEntry], path: &str) -> Result<Ve
                     .map(|s| JmesField::compile(s, &format!("{p}.globalReference.jmesPath")))
                     .transpose()?,
             }
-        } else if e.image_registry.is_some() {
-            ContextSource::ImageRegistry
+        } else if let Some(r) = &e.image_registry {
+            let at = format!("{p}.imageRegistry");
+            let reference = match r.get("reference") {
+                Some(v @ Value::String(_)) => tv(v, &format!("{at}.reference"))?,
+                _ => return Err(CompileError::new(format!("{at}.reference"), "Required value")),
+            };
+            let credentials = match r.get("imageRegistryCredentials") {
+                None | Some(Value::Null) => None,
+                Some(c) => Some(
+                    serde_json::from_value(c.clone())
+                        .map_err(|e| CompileError::new(format!("{at}.imageRegistryCredentials"), e.to_string()))?,
+                ),
+            };
+            ContextSource::ImageRegistry {
+                reference,
+                jmes_path: r
+                    .get("jmesPath")
+                    .and_then(Value::as_str)
+                    .filter(|s| !s.is_empty())
+                    .map(|s| JmesField::compile(s, &format!("{at}.jmesPath")))
+                    .transpose()?,
+                credentials,
+            }
         } else {
             return Err(CompileError::new(
                 p,
@@ -321,7 +348,31 @@ fn load_entry(
                 Loaded::Unavailable => None,
                 Loaded::Error(e) => return Err(e),
             },
-            ContextSource::ImageRegistry => None,
+            ContextSource::ImageRegistry { reference, jmes_path, credentials } => {
+                let rendered = reference.render(ctx, "").map_err(|e| e.to_string())?;
+                let Some(image) = rendered.as_str() else {
+                    return Err(format!("invalid image reference {rendered}, image reference must be a string"));
+                };
+                let found = match data.image_data(image, credentials.as_ref()) {
+                    Loaded::Value(v) => v,
+                    // No registry access here: the entry stays unset (Kyverno's disabled loader).
+                    Loaded::Unavailable => return Ok(None),
+                    Loaded::Error(e) => return Err(format!("failed to fetch image descriptor: {image}, error: {e}")),
+                };
+                match jmes_path {
+                    Some(jp) => {
+                        let e = render_jmes(jp, ctx, false, &entry.name)?;
+                        Some(e.search(&found, ctx.env()).map(Cow::into_owned).map_err(|err| {
+                            format!(
+                                "failed to apply JMESPath ({}) results to context entry {}, error: {err}",
+                                e.source(),
+                                entry.name
+                            )
+                        })?)
+                    }
+                    None => Some(found),
+                }
+            }
         };
         Ok(value)
     }

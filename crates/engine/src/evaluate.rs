@@ -55,6 +55,12 @@ pub trait Data: Sync {
     fn global_reference(&self, _name: &str) -> Loaded {
         Loaded::Unavailable
     }
+    /// An image's data from its registry (`imageRegistry` context entries; Kyverno's
+    /// ImageData). Unavailable unless the caller reads registries (Kyverno's CLI only with
+    /// `--registry`).
+    fn image_data(&self, _image: &str, _credentials: Option<&verno_api::images::RegistryCredentials>) -> Loaded {
+        Loaded::Unavailable
+    }
     /// The Namespace object CEL policies see as `namespaceObject`.
     fn namespace_object(&self, _name: &str) -> Option<Value> {
         None

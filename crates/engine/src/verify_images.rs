@@ -112,6 +112,18 @@ pub trait ImageVerifier: Send + Sync {
         let _ = (attestor, message, signature, certificate);
         Err(ImageError::Unreachable("signature verification is not available here".into()))
     }
+    /// An image's data as Kyverno's `imageRegistry` context entry reads it: `image`,
+    /// `resolvedImage`, `registry`, `repository`, `identifier`, `manifestList` (an index, or
+    /// null), `manifest` (the linux/amd64 image's) and `configData`.
+    fn image_data(
+        &self,
+        image: &str,
+        credentials: Option<&RegistryCredentials>,
+        namespace: &str,
+    ) -> Result<serde_json::Value, ImageError> {
+        let _ = (image, credentials, namespace);
+        Err(ImageError::Unreachable("image registries cannot be read here".into()))
+    }
     /// The digest a passing verification remembered under this key (Kyverno's
     /// `policyUID;resourceVersion;rule;image`) verified, if one is remembered. The CLI keeps no
     /// cache.

@@ -264,6 +264,66 @@ impl Verifier {
     }
 }
 
+/// Whether a manifest is an index (a manifest list) rather than one image's.
+fn is_index(m: &registry::Manifest, json: &Value) -> bool {
+    let media = if m.media_type.is_empty() {
+        json.get("mediaType").and_then(Value::as_str).unwrap_or("")
+    } else {
+        &m.media_type
+    };
+    media.contains("index") || media.contains("manifest.list") || (media.is_empty() && json.get("manifests").is_some())
+}
+
+/// Kyverno's image data for `image` (`imageRegistry` context entries): the reference's parts
+/// as go-containerregistry names them (Docker Hub is `index.docker.io`), the digest it
+/// resolves to, and for an index the linux/amd64 image's manifest (Kyverno's default
+/// platform) with the index itself as `manifestList`.
+fn image_data(session: &Session, image: &str, r: &Reference) -> Result<Value, ImageError> {
+    let not_found = || ImageError::Failed(format!("image {image} not found"));
+    let top = session.manifest(r, r.version())?.ok_or_else(not_found)?;
+    let top_json = top.json()?;
+    let (manifest, list) = if is_index(&top, &top_json) {
+        let entries = top_json.get("manifests").and_then(Value::as_array).cloned().unwrap_or_default();
+        let platform = |e: &Value, os: &str, arch: &str| {
+            e.pointer("/platform/os").and_then(Value::as_str) == Some(os)
+                && e.pointer("/platform/architecture").and_then(Value::as_str) == Some(arch)
+        };
+        let chosen = entries
+            .iter()
+            .find(|e| platform(e, "linux", "amd64"))
+            .ok_or_else(|| ImageError::Failed(format!("no child with platform linux/amd64 in index {image}")))?;
+        let digest = chosen.get("digest").and_then(Value::as_str).unwrap_or("");
+        let m = session.manifest(r, digest)?.ok_or_else(not_found)?;
+        let j = m.json()?;
+        (j, Some(top_json))
+    } else {
+        (top_json, None)
+    };
+    let config_digest = manifest.pointer("/config/digest").and_then(Value::as_str).unwrap_or("");
+    let config: Value = serde_json::from_slice(&session.blob(r, config_digest)?)
+        .map_err(|e| ImageError::Failed(format!("failed to decode config for image reference: {image}, error: {e}")))?;
+    let registry = if r.registry == "docker.io" { "index.docker.io" } else { r.registry.as_str() };
+    // go-containerregistry's identifier: the digest (after its tag when both are written), or
+    // the tag.
+    let identifier = match (r.digest.is_empty(), image.split_once('@').map(|(before, _)| before)) {
+        (false, Some(before)) => match before.rsplit_once(':').filter(|(_, t)| !t.contains('/')) {
+            Some((_, tag)) => format!("{tag}@{}", r.digest),
+            None => r.digest.clone(),
+        },
+        _ => r.tag.clone(),
+    };
+    Ok(serde_json::json!({
+        "image": image,
+        "resolvedImage": format!("{registry}/{}@{}", r.repository, top.digest),
+        "registry": registry,
+        "repository": r.repository,
+        "identifier": identifier,
+        "manifestList": list,
+        "manifest": manifest,
+        "configData": config,
+    }))
+}
+
 /// The reqwest client: rustls on ring with the system's roots.
 fn client() -> Result<reqwest::Client, String> {
     let mut roots = rustls::RootCertStore::empty();
@@ -364,6 +424,17 @@ impl ImageVerifier for Verifier {
         let r = Reference::parse(image).map_err(ImageError::Failed)?;
         let session = self.session(credentials, &r.registry)?;
         cosign::resolve(&session, &r)
+    }
+
+    fn image_data(
+        &self,
+        image: &str,
+        credentials: Option<&RegistryCredentials>,
+        _namespace: &str,
+    ) -> Result<Value, ImageError> {
+        let r = Reference::parse(image).map_err(ImageError::Failed)?;
+        let session = self.session(credentials, &r.registry)?;
+        image_data(&session, image, &r)
     }
 
     fn verify_blob(

@@ -431,3 +431,40 @@ fn a_failed_check_is_remembered_briefly_per_digest() {
     assert_eq!(failed(v.verify(&check(&image, &other, &creds, &none))), "no signatures found");
     assert_eq!(count.load(std::sync::atomic::Ordering::SeqCst), asked + 3);
 }
+
+/// Kyverno's `imageRegistry` context entry: an image's parts, its resolved digest, manifest and
+/// config, by tag and by digest; an index resolves to its linux/amd64 image.
+#[test]
+fn image_data_is_read_as_kyvernos_image_registry_entry_reads_it() {
+    let reg = Registry::start(None);
+    let digest = reg.push_image("acme/app", "v1", "data");
+    let v = Verifier::new().unwrap();
+    let creds = insecure();
+    let image = format!("{}/acme/app:v1", reg.addr);
+    let d = v.image_data(&image, Some(&creds), "").unwrap();
+    assert_eq!(d["image"], json!(image));
+    assert_eq!(d["registry"], json!(reg.addr));
+    assert_eq!(d["repository"], "acme/app");
+    assert_eq!(d["identifier"], "v1");
+    assert_eq!(d["resolvedImage"], json!(format!("{}/acme/app@{digest}", reg.addr)));
+    assert_eq!(d["configData"]["architecture"], "amd64");
+    assert_eq!(d["manifest"]["schemaVersion"], 2);
+    assert!(d["manifestList"].is_null());
+    // By tag and digest: the identifier keeps both.
+    let pinned = format!("{}/acme/app:v1@{digest}", reg.addr);
+    assert_eq!(v.image_data(&pinned, Some(&creds), "").unwrap()["identifier"], json!(format!("v1@{digest}")));
+    // An index: the linux/amd64 image, and the index as the manifest list.
+    let m = v.image_data(&image, Some(&creds), "").unwrap()["manifest"].clone();
+    let size = serde_json::to_vec(&m).unwrap().len();
+    let index = json!({"schemaVersion": 2, "mediaType": "application/vnd.oci.image.index.v1+json", "manifests": [
+        {"mediaType": "application/vnd.oci.image.manifest.v1+json", "digest": digest, "size": size,
+            "platform": {"os": "linux", "architecture": "amd64"}}]});
+    let index_digest = reg.put_manifest("acme/app", "multi", &index);
+    let d = v.image_data(&format!("{}/acme/app:multi", reg.addr), Some(&creds), "").unwrap();
+    assert_eq!(d["manifestList"]["manifests"][0]["digest"], json!(digest));
+    assert_eq!(d["manifest"], m);
+    assert_eq!(d["resolvedImage"], json!(format!("{}/acme/app@{index_digest}", reg.addr)));
+    // Missing: an error naming the image.
+    let e = v.image_data(&format!("{}/acme/none:v1", reg.addr), Some(&creds), "").unwrap_err();
+    assert!(e.message().contains("not found"), "{}", e.message());
+}

@@ -46,6 +46,15 @@ impl ImageVerifier for Scripted {
             .map(|(_, d)| d.clone())
             .ok_or_else(|| ImageError::Unreachable(format!("dial tcp: lookup for {image}")))
     }
+    fn image_data(&self, image: &str, _: Option<&RegistryCredentials>, _: &str) -> Result<Value, ImageError> {
+        match image {
+            "ghcr.io/acme/app:v1" => {
+                Ok(json!({"image": image, "registry": "ghcr.io", "configData": {"config": {"User": "1000"}}}))
+            }
+            "ghcr.io/acme/root:v1" => Ok(json!({"image": image, "registry": "ghcr.io", "configData": {"config": {}}})),
+            _ => Err(ImageError::Unreachable(format!("dial tcp: lookup for {image}"))),
+        }
+    }
     fn cached(&self, key: &str) -> Option<String> {
         self.cache.lock().ok()?.iter().find(|(k, _)| k == key).map(|(_, d)| d.clone())
     }
@@ -59,6 +68,12 @@ struct WithVerifier(Arc<Scripted>);
 impl Data for WithVerifier {
     fn image_verifier(&self) -> Option<Arc<dyn ImageVerifier>> {
         Some(self.0.clone())
+    }
+    fn image_data(&self, image: &str, credentials: Option<&RegistryCredentials>) -> crate::Loaded {
+        match self.0.image_data(image, credentials, "") {
+            Ok(v) => crate::Loaded::Value(v),
+            Err(e) => crate::Loaded::Error(e.message().to_string()),
+        }
     }
 }
 
@@ -528,4 +543,28 @@ fn a_retagged_unsigned_image_is_not_passed_from_the_cache() {
     let (second, _) = run(&set, &pod(&["ghcr.io/acme/app:v1"]), &WithVerifier(after.clone()));
     assert_eq!(second[0].0, Status::Fail, "{second:?}");
     assert_eq!(after.asked.lock().unwrap().len(), 1, "verified again");
+}
+
+/// Kyverno's `imageRegistry` context entry reads the image's data through the port: a
+/// non-root image passes, a root one is denied, an unreachable registry is an error naming the
+/// image (before, the entry was never loaded and every such policy errored).
+#[test]
+fn image_registry_context_entries_read_the_registry_through_the_port() {
+    let doc = json!({"apiVersion": "kyverno.io/v1", "kind": "ClusterPolicy", "metadata": {"name": "no-root"},
+        "spec": {"validationFailureAction": "Enforce", "rules": [{"name": "user",
+            "match": {"any": [{"resources": {"kinds": ["Pod"]}}]},
+            "validate": {"message": "root image", "foreach": [{"list": "request.object.spec.containers",
+                "context": [{"name": "imageData", "imageRegistry": {"reference": "{{ element.image }}",
+                    "jmesPath": "{user: configData.config.User || '', registry: registry}"}}],
+                "deny": {"conditions": {"any": [{"key": "{{ imageData.user }}", "operator": "Equals", "value": ""}]}}}]}}]}});
+    let Compiled::Policy(p) = compile(&doc, &[]).unwrap() else { panic!() };
+    let set = PolicySet::new(vec![Arc::new(p)], Vec::new());
+    let data = WithVerifier(Arc::new(Scripted::default()));
+    let (results, _) = run(&set, &pod(&["ghcr.io/acme/app:v1"]), &data);
+    assert_eq!(results[0].0, Status::Pass, "{results:?}");
+    let (results, _) = run(&set, &pod(&["ghcr.io/acme/root:v1"]), &data);
+    assert_eq!(results[0].0, Status::Fail, "{results:?}");
+    let (results, _) = run(&set, &pod(&["ghcr.io/acme/gone:v1"]), &data);
+    assert_eq!(results[0].0, Status::Error, "{results:?}");
+    assert!(results[0].1.contains("failed to fetch image descriptor: ghcr.io/acme/gone:v1"), "{results:?}");
 }
