@@ -1479,6 +1479,55 @@ async fn global_context_entries_feed_global_references() {
     replica.controller.stop().await;
 }
 
+/// `apiCall.service` context entries call the service in the cluster (before, the entry was
+/// never loaded and an Enforce policy reading it denied everything it matched): headers sent,
+/// the answer read, a failing service an error in Kyverno's words.
+#[tokio::test]
+async fn api_call_service_entries_call_the_service() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("http://{}", listener.local_addr().unwrap());
+    tokio::spawn(async move {
+        while let Ok((mut conn, _)) = listener.accept().await {
+            tokio::spawn(async move {
+                let mut buf = vec![0u8; 16384];
+                let n = conn.read(&mut buf).await.unwrap_or(0);
+                let req = String::from_utf8_lossy(&buf[..n]).to_lowercase();
+                let allowed = req.contains("x-token: secret");
+                let body = json!({"allowed": allowed}).to_string();
+                let head = format!("HTTP/1.1 200 OK\r\nContent-Length: {}\r\nConnection: close\r\n\r\n", body.len());
+                let _ = conn.write_all(head.as_bytes()).await;
+                let _ = conn.write_all(body.as_bytes()).await;
+            });
+        }
+    });
+    let (_fake, admin, replica) = setup().await;
+    let policy = |name: &str, token: &str, target: &str| {
+        json!({"apiVersion": "kyverno.io/v1", "kind": "ClusterPolicy", "metadata": {"name": name},
+            "spec": {"validationFailureAction": "Enforce", "background": false, "rules": [{"name": "ask",
+                "match": {"any": [{"resources": {"kinds": ["Pod"], "namespaces": [name]}}]},
+                "context": [{"name": "answer", "apiCall": {"method": "POST", "service": {"url": target,
+                    "headers": [{"key": "X-Token", "value": token}]}, "data": [{"key": "pod", "value": "{{ request.object.metadata.name }}"}]}}],
+                "validate": {"message": "refused by the service", "deny": {"conditions": {"any": [
+                    {"key": "{{ answer.allowed }}", "operator": "NotEquals", "value": true}]}}}}]}}).to_string()
+    };
+    apply_policy(&admin, &policy("good", "secret", &url)).await;
+    apply_policy(&admin, &policy("bad", "wrong", &url)).await;
+    apply_policy(&admin, &policy("down", "secret", "http://127.0.0.1:1/nothing")).await;
+    for p in ["good", "bad", "down"] {
+        wait_ready(&admin, p).await;
+    }
+    eventually("rules", || async { entry_rules(&vwc(&admin).await?, webhooks::VALIDATE_FAIL) }).await;
+    let pods = |ns: &str| Api::<Pod>::namespaced(admin.clone(), ns);
+    eventually("admitted", || async { pods("good").create(&PostParams::default(), &pod("p", json!({}))).await.ok() })
+        .await;
+    let err = pods("bad").create(&PostParams::default(), &pod("p", json!({}))).await.unwrap_err().to_string();
+    assert!(err.contains("refused by the service"), "{err}");
+    let err = pods("down").create(&PostParams::default(), &pod("p", json!({}))).await.unwrap_err().to_string();
+    assert!(err.contains("failed to execute HTTP request for APICall"), "{err}");
+    replica.controller.stop().await;
+}
+
 /// Issue 21: a ValidatingPolicy's `namespaceObject` comes from the namespace watch, as Kyverno
 /// reads its namespace lister: admission makes no API call for it (before, every request GET
 /// its Namespace), and a label change is seen by the next request.

@@ -396,9 +396,29 @@ impl Data for ClusterData {
         }
     }
 
+    /// A service call (`apiCall.service`), in Kyverno's words when it fails; bounded by the
+    /// client's timeout and the response limit.
+    fn service_call(
+        &self,
+        method: &str,
+        url: &str,
+        data: Option<&Value>,
+        service: &verno_engine::Service<'_>,
+    ) -> Loaded {
+        let method = if method.is_empty() { "GET" } else { method };
+        // Kyverno sends a body with POST only.
+        let body = if method == "POST" { Some(data.cloned().unwrap_or_else(|| json!({}))) } else { None };
+        let call =
+            crate::service_call::call(method, url, service.ca_bundle, service.headers, body.as_ref(), self.max_bytes);
+        match self.runtime.block_on(call) {
+            Ok(v) => Loaded::Value(v),
+            Err(e) => Loaded::Error(e),
+        }
+    }
+
     fn api_call(&self, method: &str, url_path: &str, data: Option<&Value>) -> Loaded {
         if !url_path.starts_with('/') {
-            // Service URLs (`apiCall.service.url`) are not called yet.
+            // A service URL reaches here only through `service_call`.
             return Loaded::Unavailable;
         }
         match self.call(if method.is_empty() { "GET" } else { method }, url_path, data) {

@@ -77,3 +77,61 @@ pub async fn call(
     }
     serde_json::from_slice(&bytes).map_err(|e| format!("the response of {url} is not JSON: {e}"))
 }
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)] // a test fails by panicking
+
+    use super::*;
+    use serde_json::json;
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+    /// A one-connection-at-a-time HTTP server: `/missing` is a 404, anything else echoes the
+    /// request's `X-Team` header and body size as JSON; `/big` answers 1 MB.
+    async fn server() -> String {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let url = format!("http://{}", listener.local_addr().unwrap());
+        tokio::spawn(async move {
+            while let Ok((mut conn, _)) = listener.accept().await {
+                tokio::spawn(async move {
+                    let mut buf = vec![0u8; 65536];
+                    let n = conn.read(&mut buf).await.unwrap_or(0);
+                    let req = String::from_utf8_lossy(&buf[..n]).to_string();
+                    let team = req
+                        .lines()
+                        .find_map(|l| l.strip_prefix("x-team: ").or_else(|| l.strip_prefix("X-Team: ")))
+                        .unwrap_or("")
+                        .to_string();
+                    let body_len = req.split("\r\n\r\n").nth(1).map_or(0, str::len);
+                    let (status, body) = if req.starts_with("GET /missing") {
+                        ("404 Not Found", "no such thing".to_string())
+                    } else if req.starts_with("GET /big") {
+                        ("200 OK", format!("\"{}\"", "x".repeat(1 << 20)))
+                    } else {
+                        ("200 OK", json!({"team": team, "body": body_len}).to_string())
+                    };
+                    let head =
+                        format!("HTTP/1.1 {status}\r\nContent-Length: {}\r\nConnection: close\r\n\r\n", body.len());
+                    let _ = conn.write_all(head.as_bytes()).await;
+                    let _ = conn.write_all(body.as_bytes()).await;
+                });
+            }
+        });
+        url
+    }
+
+    #[tokio::test]
+    async fn service_calls_send_headers_and_bodies_and_fail_in_kyvernos_words() {
+        let url = server().await;
+        let headers = vec![("X-Team".to_string(), "a".to_string())];
+        let v = call("POST", &format!("{url}/check"), "", &headers, Some(&json!({"k": "v"})), 1 << 20).await.unwrap();
+        assert_eq!(v["team"], "a");
+        assert_eq!(v["body"], json!(json!({"k": "v"}).to_string().len()));
+        let e = call("GET", &format!("{url}/missing"), "", &[], None, 1 << 20).await.unwrap_err();
+        assert_eq!(e, "HTTP 404 Not Found: no such thing");
+        let e = call("GET", &format!("{url}/big"), "", &[], None, 1000).await.unwrap_err();
+        assert_eq!(e, "response length must be less than max allowed response length of 1000");
+        let e = call("GET", &url, "not a certificate", &[], None, 1000).await.unwrap_err();
+        assert!(e.starts_with("failed to parse PEM CA bundle"), "{e}");
+    }
+}

@@ -213,6 +213,9 @@ impl Data for Reach<'_> {
         }
         self.inner.api_call(method, url_path, data)
     }
+    fn service_call(&self, method: &str, url: &str, data: Option<&Value>, service: &crate::Service<'_>) -> Loaded {
+        self.inner.service_call(method, url, data, service)
+    }
     fn global_reference(&self, name: &str) -> Loaded {
         self.inner.global_reference(name)
     }

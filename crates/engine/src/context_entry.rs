@@ -33,7 +33,8 @@ pub enum ContextSource {
         url_path: Option<TValue>,
         method: String,
         data: Option<TValue>,
-        service_url: Option<TValue>,
+        /// `apiCall.service`, when the call goes to a service.
+        service: Option<Box<ServiceSpec>>,
         jmes_path: Option<JmesField>,
         default: Option<TValue>,
     },
@@ -48,6 +49,14 @@ pub enum ContextSource {
         jmes_path: Option<JmesField>,
         credentials: Option<verno_api::images::RegistryCredentials>,
     },
+}
+
+/// A service an `apiCall` reaches: its URL, PEM CA bundle and headers.
+#[derive(Debug, Clone)]
+pub struct ServiceSpec {
+    url: TValue,
+    ca_bundle: String,
+    headers: Option<TValue>,
 }
 
 /// A `jmesPath` field: compiled once unless it holds `{{ }}` variables itself.
@@ -112,12 +121,18 @@ pub(crate) fn compile_context(entries: &[ContextEntry], path: &str) -> Result<Ve
                     }
                 },
                 data: a.data.as_ref().map(|d| tv(d, &format!("{p}.apiCall.data"))).transpose()?,
-                service_url: a
-                    .service
-                    .as_ref()
-                    .and_then(|s| s.get("url"))
-                    .map(|u| tv(u, &format!("{p}.apiCall.service.url")))
-                    .transpose()?,
+                service: match a.service.as_ref().and_then(|s| s.get("url").map(|u| (s, u))) {
+                    Some((svc, url)) => Some(Box::new(ServiceSpec {
+                        url: tv(url, &format!("{p}.apiCall.service.url"))?,
+                        ca_bundle: svc.get("caBundle").and_then(Value::as_str).unwrap_or("").to_string(),
+                        headers: svc
+                            .get("headers")
+                            .filter(|h| !h.is_null())
+                            .map(|h| tv(h, &format!("{p}.apiCall.service.headers")))
+                            .transpose()?,
+                    })),
+                    None => None,
+                },
                 jmes_path: a
                     .jmes_path
                     .as_deref()
@@ -285,8 +300,15 @@ fn load_entry(
                     }
                 }
             }
-            ContextSource::ApiCall { url_path, method, data: body, service_url, jmes_path, default } => {
-                let url = match url_path.as_ref().or(service_url.as_ref()) {
+            ContextSource::ApiCall {
+                url_path,
+                method,
+                data: body,
+                service,
+                jmes_path,
+                default,
+            } => {
+                let url = match url_path.as_ref().or(service.as_ref().map(|s| &s.url)) {
                     Some(u) => u.render(ctx, "").map_err(|e| e.to_string())?.as_str().unwrap_or("").to_string(),
                     None => String::new(),
                 };
@@ -315,7 +337,30 @@ fn load_entry(
                     }),
                     None => None,
                 };
-                match data.api_call(method, &url, body.as_ref()) {
+                let answer = if let (None, Some(svc)) = (url_path, service) {
+                    let headers: Vec<(String, String)> = match &svc.headers {
+                        Some(h) => h
+                            .render(ctx, "")
+                            .map_err(|e| e.to_string())?
+                            .as_array()
+                            .into_iter()
+                            .flatten()
+                            .filter_map(|h| {
+                                let value = match h.get("value")? {
+                                    Value::String(s) => s.clone(),
+                                    other => other.to_string(),
+                                };
+                                Some((h.get("key")?.as_str()?.to_string(), value))
+                            })
+                            .collect(),
+                        None => Vec::new(),
+                    };
+                    let service = crate::evaluate::Service { ca_bundle: &svc.ca_bundle, headers: &headers };
+                    data.service_call(method, &url, body.as_ref(), &service)
+                } else {
+                    data.api_call(method, &url, body.as_ref())
+                };
+                match answer {
                     Loaded::Value(v) => {
                         let out = match jmes_path {
                             Some(jp) => {

@@ -52,6 +52,12 @@ pub trait Data: Sync {
     fn api_call(&self, _method: &str, _url_path: &str, _data: Option<&Value>) -> Loaded {
         Loaded::Unavailable
     }
+    /// An API call to a service (`apiCall.service`): its URL, with the service's CA bundle and
+    /// headers. By default, [`Data::api_call`] (the CLI answers by URL from its mocks).
+    fn service_call(&self, method: &str, url: &str, data: Option<&Value>, service: &Service<'_>) -> Loaded {
+        let _ = service;
+        self.api_call(method, url, data)
+    }
     fn global_reference(&self, _name: &str) -> Loaded {
         Loaded::Unavailable
     }
@@ -121,6 +127,14 @@ pub trait Data: Sync {
     fn targets(&self, api_version: &str, kind: &str, namespace: &str) -> Vec<Value> {
         self.list(api_version, kind, namespace)
     }
+}
+
+/// How to reach a service an `apiCall` names: the PEM CA bundle that verifies it (empty: the
+/// system's roots) and the headers sent.
+#[derive(Debug, Clone, Copy)]
+pub struct Service<'a> {
+    pub ca_bundle: &'a str,
+    pub headers: &'a [(String, String)],
 }
 
 /// Whose `namespaceObject` a CEL expression reads: Kyverno builds it per policy kind, and the

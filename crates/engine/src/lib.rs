@@ -61,7 +61,7 @@ pub use document::{
     Compiled, DocumentError, ScopeQuestion, compile, compile_stored, generate_update_allowed, scope_questions,
 };
 pub use error::{CompileError, EvalError};
-pub use evaluate::{Data, EXCEPTION_RULE, Loaded, NamespaceView, NoData, Phase, Request};
+pub use evaluate::{Data, EXCEPTION_RULE, Loaded, NamespaceView, NoData, Phase, Request, Service};
 pub use images::image_info;
 pub use matching::{KindSelector, Matcher, RequestUser, WebhookScope, labels_of, plural, string_map};
 pub use outcome::{NotApplied, PolicyResponse, RuleResponse, RuleType, Status};
