@@ -325,16 +325,17 @@ async fn an_invalid_policy_reports_the_error_and_path_and_the_previous_version_s
     let (fake, admin, replica) = setup().await;
     apply_policy(&admin, REQUIRE_TEAM).await;
     eventually("rules", || async { entry_rules(&vwc(&admin).await?, webhooks::VALIDATE_FAIL) }).await;
-    // Break it: an unknown failure action. The policy validation webhook refuses it at apply
+    // Break it: an unknown failure action in the rule (the CRD's enum covers only the spec's,
+    // which the API server refuses itself). The policy validation webhook refuses it at apply
     // time, with the error and its path.
     let mut broken: Value = serde_json::from_str(REQUIRE_TEAM).unwrap();
-    broken["spec"]["validationFailureAction"] = json!("Block");
+    broken["spec"]["rules"][0]["validate"]["failureAction"] = json!("Block");
     let err = policy_api(&admin)
         .patch("require-team", &PatchParams::apply("kubectl").force(), &Patch::Apply(&broken))
         .await
         .unwrap_err();
     assert!(
-        matches!(err, kube::Error::Api(ref s) if s.message == "admission webhook \"validate-policy.kyverno.svc\" denied the request: spec.validationFailureAction: unknown action \"Block\", expected Audit or Enforce"),
+        matches!(err, kube::Error::Api(ref s) if s.message == "admission webhook \"validate-policy.kyverno.svc\" denied the request: spec.rules[0].validate.failureAction: unknown action \"Block\", expected Audit or Enforce"),
         "{err:?}"
     );
     // An exception that does not compile is refused too.
@@ -362,7 +363,7 @@ async fn an_invalid_policy_reports_the_error_and_path_and_the_previous_version_s
     assert_eq!(cond["status"], "False");
     assert_eq!(cond["observedGeneration"], 2);
     let msg = cond["message"].as_str().unwrap();
-    assert!(msg.contains("spec.validationFailureAction: unknown action \"Block\""), "{msg}");
+    assert!(msg.contains("spec.rules[0].validate.failureAction: unknown action \"Block\""), "{msg}");
     assert!(msg.contains("previous version stays in force"), "{msg}");
     // The previous version still denies.
     let pods: Api<Pod> = Api::namespaced(admin.clone(), "shop");
