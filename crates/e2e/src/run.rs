@@ -916,11 +916,12 @@ fn strip_nulls(v: &mut Value) {
     }
 }
 
-/// A `List` becomes its items.
+/// Chainsaw's loader: every document whose `items` is a list is a list (apimachinery's
+/// `IsList`, whatever its kind — or none), replaced by its items.
 fn flatten(docs: Vec<Value>) -> Vec<Value> {
     let mut out = Vec::new();
     for d in docs {
-        if d["kind"].as_str().is_some_and(|k| k == "List" || k.ends_with("List")) && d["items"].is_array() {
+        if d["items"].is_array() {
             out.extend(d["items"].as_array().cloned().unwrap_or_default());
         } else {
             out.push(d);

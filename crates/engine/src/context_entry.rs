@@ -300,14 +300,7 @@ fn load_entry(
                     }
                 }
             }
-            ContextSource::ApiCall {
-                url_path,
-                method,
-                data: body,
-                service,
-                jmes_path,
-                default,
-            } => {
+            ContextSource::ApiCall { url_path, method, data: body, service, jmes_path, default } => {
                 let url = match url_path.as_ref().or(service.as_ref().map(|s| &s.url)) {
                     Some(u) => u.render(ctx, "").map_err(|e| e.to_string())?.as_str().unwrap_or("").to_string(),
                     None => String::new(),
