@@ -41,6 +41,9 @@ impl Serving for Webhook {
     fn report_dropped(&self) {
         self.0.report_dropped();
     }
+    fn submit_report(&self, notice: verno_engine::report::ReportNotice) {
+        self.0.submit_report(notice);
+    }
     fn set_report_backlog(&self, n: usize) {
         self.0.set_report_backlog(n);
     }

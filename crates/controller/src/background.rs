@@ -1107,6 +1107,9 @@ impl Controller {
                     && created >= info.created.as_str());
             // Rules that answered and apply (a skipped rule does not apply to the trigger).
             let mut applying: HashSet<&str> = HashSet::new();
+            // A GeneratingPolicy's results for the trigger's report (Kyverno's generate reports).
+            let mut reported: Vec<verno_engine::RuleResponse> = Vec::new();
+            let reports_generation = matches!(p.kind, Kind::GeneratingPolicy | Kind::NamespacedGeneratingPolicy);
             for r in &pr.rules {
                 if deleted && !info.rules.get(r.name.as_str()).is_some_and(|ri| ri.on_delete) {
                     continue;
@@ -1128,6 +1131,9 @@ impl Controller {
                     RuleType::Generation => {
                         let source_gone = r.status == Status::Error && r.message.starts_with("source resource ");
                         if r.status == Status::Error && !source_gone {
+                            if reports_generation && admitted && !deleted {
+                                reported.push(r.clone());
+                            }
                             fail(&mut errors, &p, &r.name, false, r.message.clone());
                             continue;
                         }
@@ -1145,6 +1151,14 @@ impl Controller {
                             }
                         }
                         if let Some(e) = unserved {
+                            if reports_generation && admitted && !deleted {
+                                reported.push(verno_engine::RuleResponse::new(
+                                    &r.name,
+                                    r.rule_type,
+                                    Status::Error,
+                                    e.clone(),
+                                ));
+                            }
                             fail(&mut errors, &p, &r.name, false, e);
                             continue;
                         }
@@ -1171,10 +1185,19 @@ impl Controller {
                             self.acted.insert(link);
                         }
                         let wanted: Vec<Key> = r.generated().iter().map(key_of).collect();
+                        let mut failed = None;
                         for g in r.generated() {
                             if let Err(e) = self.converge(g, ri, &pid).await {
+                                failed = Some(e.clone());
                                 fail(&mut errors, &p, &r.name, false, e);
                             }
+                        }
+                        if reports_generation && admitted && !deleted {
+                            let mut result = r.clone();
+                            if let Some(e) = failed {
+                                result = verno_engine::RuleResponse::new(&r.name, r.rule_type, Status::Error, e);
+                            }
+                            reported.push(result);
                         }
                         if ri.synchronize {
                             for k in mine.iter().filter(|k| !wanted.contains(k)) {
@@ -1197,6 +1220,9 @@ impl Controller {
                     }
                     _ => {}
                 }
+            }
+            if !reported.is_empty() {
+                self.report(trigger, &p, reported).await;
             }
             // Synchronized generate rules of this policy that no longer apply to the trigger
             // (its labels or conditions changed — its operation is not looked at).
@@ -1234,6 +1260,41 @@ impl Controller {
             self.seen.insert(uid, generation);
         }
         Ok(ok)
+    }
+
+    /// Hands a GeneratingPolicy's results for `trigger` to the report writer (as Kyverno's
+    /// background controller writes generate reports): `generated-resources`, `process:
+    /// admission review`, the policy's audit annotations.
+    async fn report(
+        &mut self,
+        trigger: &Value,
+        p: &Arc<verno_engine::CompiledPolicy>,
+        rules: Vec<verno_engine::RuleResponse>,
+    ) {
+        let (av, kind, namespace, name) = key_of(trigger);
+        let uid = trigger.pointer("/metadata/uid").and_then(Value::as_str).unwrap_or("").to_string();
+        if name.is_empty() || uid.is_empty() {
+            return;
+        }
+        let Some((ar, _)) = self.resource(&av, &kind).await else { return };
+        let response = verno_engine::PolicyResponse { policy: p.name.clone(), rules, ..Default::default() };
+        let results = verno_engine::report::results(p, &response);
+        if results.is_empty() {
+            return;
+        }
+        let rules: Vec<String> = results.iter().filter_map(|r| r["rule"].as_str().map(str::to_string)).collect();
+        self.server.submit_report(verno_engine::report::ReportNotice {
+            resource: verno_engine::ResourceRef { api_version: av, kind, namespace, name, uid },
+            group: ar.group,
+            version: ar.version,
+            plural: ar.plural,
+            evaluated: vec![verno_engine::report::Evaluated {
+                policy: verno_engine::report::report_key(p),
+                source: verno_engine::report::source(p.kind),
+                rules,
+            }],
+            results,
+        });
     }
 
     /// Writes the `PolicyError` events of `failures` (paced; dropped and counted beyond).

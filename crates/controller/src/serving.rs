@@ -46,6 +46,11 @@ pub trait Serving: Send + Sync + 'static {
     fn report_results(&self, tx: tokio::sync::mpsc::Sender<verno_engine::report::ReportNotice>);
     /// Counts admission results that were not written into a report.
     fn report_dropped(&self);
+    /// Results a controller produced for a resource's report, written as admission results
+    /// are (nothing when admission reports are off).
+    fn submit_report(&self, notice: verno_engine::report::ReportNotice) {
+        let _ = notice;
+    }
     /// How many admission results wait to be written into reports.
     fn set_report_backlog(&self, n: usize);
     /// Counts one PolicyReport write (admission results or a scan) and its request bytes.

@@ -35,6 +35,8 @@ pub enum CelGenerate {
 pub struct CompiledCelGeneration {
     pub variables: Vec<(String, verno_cel::Expr)>,
     pub generate: Vec<CelGenerate>,
+    /// `auditAnnotations`: report result properties of a generation that passes.
+    pub audit_annotations: Vec<(String, verno_cel::Expr)>,
     pub use_server_side_apply: bool,
 }
 
@@ -326,6 +328,7 @@ pub fn compile_generating_policy(doc: &Value) -> Result<CompiledPolicy, CompileE
             cel: Some(Box::new(CompiledCelGeneration {
                 variables,
                 generate,
+                audit_annotations: crate::policy::compile_audit_annotations(spec.audit_annotations.as_ref(), "spec")?,
                 use_server_side_apply: spec.use_server_side_apply.or(eval.use_server_side_apply).unwrap_or(false),
             })),
         })),
@@ -577,7 +580,12 @@ pub(crate) fn generate(
             }
         }
     }
+    let props = match crate::policy::audit_annotation_values(&c.audit_annotations, &vars) {
+        Ok(p) => p,
+        Err(e) => return resp(Status::Error, e),
+    };
     let mut r = resp(Status::Pass, "policy evaluated successfully".into());
+    r.extra_mut().properties = props;
     r.extra_mut().generated = objects;
     r.synchronize = g.synchronize;
     r.orphan_downstream = g.orphan_downstream;

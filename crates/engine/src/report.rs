@@ -83,6 +83,7 @@ pub fn source(kind: Kind) -> &'static str {
         Kind::MutatingPolicy | Kind::NamespacedMutatingPolicy => "KyvernoMutatingPolicy",
         Kind::ValidatingAdmissionPolicy => "ValidatingAdmissionPolicy",
         Kind::MutatingAdmissionPolicy => "MutatingAdmissionPolicy",
+        Kind::GeneratingPolicy | Kind::NamespacedGeneratingPolicy => "KyvernoGeneratingPolicy",
         _ => "kyverno",
     }
 }
@@ -119,7 +120,10 @@ impl ReportMeta {
 /// Kyverno's `properties.process`: a policy scanned in the background reports as such, even
 /// for results of admission requests.
 fn process(p: &CompiledPolicy) -> &'static str {
-    if p.background {
+    // Kyverno reports a GeneratingPolicy's results as the admission review's, always.
+    if matches!(p.kind, Kind::GeneratingPolicy | Kind::NamespacedGeneratingPolicy) {
+        "admission review"
+    } else if p.background {
         "background scan"
     } else if p.admission {
         "admission review"
@@ -176,6 +180,9 @@ pub fn results_with(p: &CompiledPolicy, r: &PolicyResponse, audit_warn: bool) ->
             let autogen = is_cel(p.kind) && matches!(rr.name.as_str(), "autogen-" | "autogen-cronjob-");
             if !rr.name.is_empty() && !autogen {
                 out.insert("rule".into(), json!(rr.name.as_str()));
+            } else if matches!(p.kind, Kind::GeneratingPolicy | Kind::NamespacedGeneratingPolicy) {
+                // Kyverno names a GeneratingPolicy's one result after the policy.
+                out.insert("rule".into(), json!(p.name));
             }
             out.insert("result".into(), json!(result));
             if !message.is_empty() {
@@ -193,6 +200,26 @@ pub fn results_with(p: &CompiledPolicy, r: &PolicyResponse, audit_warn: bool) ->
             let mut props = Map::new();
             for (k, v) in rr.properties() {
                 props.insert(k.clone(), json!(v));
+            }
+            // What a generation made (Kyverno's `generated-resources`: `group/version,
+            // Kind=KIND Name=NAME Namespace=NS`, joined by `; `).
+            if !rr.generated().is_empty() {
+                let made: Vec<String> = rr
+                    .generated()
+                    .iter()
+                    .map(|o| {
+                        let s = |ptr: &str| o.pointer(ptr).and_then(Value::as_str).unwrap_or("");
+                        let av = s("/apiVersion");
+                        let gv = if av.contains('/') { av.to_string() } else { format!("/{av}") };
+                        format!(
+                            "{gv}, Kind={} Name={} Namespace={}",
+                            s("/kind"),
+                            s("/metadata/name"),
+                            s("/metadata/namespace")
+                        )
+                    })
+                    .collect();
+                props.insert("generated-resources".into(), json!(made.join("; ")));
             }
             let proc = process(p);
             if !proc.is_empty() {
@@ -464,6 +491,33 @@ mod tests {
         let req = crate::Request::new("CREATE", &object);
         let out = set.evaluate(&req, crate::Scope::BACKGROUND, &verno_jmespath::NoEnv, &crate::NoData, &mut ());
         out.responses.iter().flat_map(|(i, r)| results(&set.policies()[*i], r)).collect()
+    }
+
+    /// A GeneratingPolicy's result as Kyverno's background controller reports it: named after
+    /// the policy, what it generated, `process: admission review`, its audit annotations.
+    #[test]
+    fn a_generating_policys_result_names_what_it_generated() {
+        let gpol = json!({"apiVersion": "policies.kyverno.io/v1beta1", "kind": "GeneratingPolicy",
+            "metadata": {"name": "per-ns"},
+            "spec": {"matchConstraints": {"resourceRules": [{"apiGroups": [""], "apiVersions": ["v1"],
+                    "operations": ["CREATE"], "resources": ["namespaces"]}]},
+                "variables": [{"name": "cm", "expression": "[{\"kind\": dyn(\"ConfigMap\"), \"apiVersion\": dyn(\"v1\"), \"metadata\": dyn({\"name\": \"made\"})}]"}],
+                "generate": [{"expression": "generator.Apply(object.metadata.name, variables.cm)"}],
+                "auditAnnotations": [{"key": "ns", "valueExpression": "object.metadata.name"}]}});
+        let set = crate::PolicySet::new(vec![std::sync::Arc::new(policy(gpol))], Vec::new());
+        let ns = json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "team"}});
+        let req = crate::Request::new("CREATE", &ns);
+        let out = set.evaluate(&req, crate::Scope::APPLY, &verno_jmespath::NoEnv, &crate::NoData, &mut ());
+        let got: Vec<Value> = out.responses.iter().flat_map(|(i, r)| results(&set.policies()[*i], r)).collect();
+        assert_eq!(got.len(), 1, "{got:?}");
+        assert_eq!(got[0]["rule"], "per-ns");
+        assert_eq!(got[0]["source"], "KyvernoGeneratingPolicy");
+        assert_eq!(got[0]["message"], "policy evaluated successfully");
+        assert_eq!(
+            got[0]["properties"],
+            json!({"ns": "team", "process": "admission review",
+                "generated-resources": "/v1, Kind=ConfigMap Name=made Namespace=team"})
+        );
     }
 
     #[test]

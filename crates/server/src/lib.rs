@@ -845,6 +845,17 @@ impl Running {
         let _ = self.state.reports.set(tx);
     }
 
+    /// Hands results the controllers produce for a resource's report (a GeneratingPolicy's
+    /// generation) to the same writer as admission results; dropped and counted when it is
+    /// full, and nothing when reports are off.
+    pub fn submit_report(&self, notice: verno_engine::report::ReportNotice) {
+        if let Some(tx) = self.state.reports.get()
+            && tx.try_send(notice).is_err()
+        {
+            self.state.metrics.reports_dropped.inc();
+        }
+    }
+
     /// Counts admission results that were not written into a report.
     pub fn report_dropped(&self) {
         self.state.metrics.reports_dropped.inc();
