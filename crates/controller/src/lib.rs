@@ -371,6 +371,9 @@ where
 
 /// How long a change after a quiet spell waits for the ones arriving with it.
 const QUICK: Duration = Duration::from_millis(5);
+/// How often (at most; the resync period if shorter) the leader checks the serving
+/// certificates: a Secret deleted by hand is made again within this.
+const CERTS_EVERY: Duration = Duration::from_secs(5);
 
 /// Keeps `writer`'s store in step with every object of `api` until `stop`.
 fn reflect_all<K>(
@@ -832,11 +835,20 @@ pub async fn start(client: kube::Client, server: Arc<dyn Serving>, opts: Options
             let mut reported: std::collections::HashMap<String, String> = std::collections::HashMap::new();
             let mut generator = admission_policies::Generator::default();
             let mut last_pass = tokio::time::Instant::now();
+            let mut certs_checked: Option<tokio::time::Instant> = None;
             loop {
                 if *leader.borrow() && *synced_rx.borrow() {
                     last_pass = tokio::time::Instant::now();
-                    if let Err(e) = certs::ensure(&client, &certs_cfg).await {
-                        tracing::warn!(error = %e, "certificate check failed");
+                    // The certificates are checked at most every few seconds (or while there
+                    // is no CA): a pass a policy change asks for goes straight to the webhook
+                    // configurations (a Pod created right after its policy meets its rules).
+                    let certs_due = ca_rx.borrow().is_none()
+                        || certs_checked.is_none_or(|t| t.elapsed() >= CERTS_EVERY.min(opts.resync));
+                    if certs_due {
+                        certs_checked = Some(tokio::time::Instant::now());
+                        if let Err(e) = certs::ensure(&client, &certs_cfg).await {
+                            tracing::warn!(error = %e, "certificate check failed");
+                        }
                     }
                     let inputs = webhooks::Inputs {
                         ca_bundle: ca_rx.borrow().clone(),

@@ -657,7 +657,8 @@ pub async fn reconcile(client: &kube::Client, set: &PolicySet, inputs: &Inputs) 
         }
         None => None,
     };
-    let mut writes = 0;
+    // The resource configurations first (where a policy's rules go), then the others.
+    let mut writes = reconcile_layout(client, set, inputs, owner.as_ref()).await?;
     for (kind, name, managed) in inputs.names.configs() {
         let api = config_api(client, kind);
         // Never create: the installer owns the object; absent or terminating means uninstall.
@@ -690,6 +691,5 @@ pub async fn reconcile(client: &kube::Client, set: &PolicySet, inputs: &Inputs) 
             Err(e) => return Err(e),
         }
     }
-    writes += reconcile_layout(client, set, inputs, owner.as_ref()).await?;
     Ok(writes)
 }
