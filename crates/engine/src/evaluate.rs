@@ -590,6 +590,19 @@ fn evaluate_phase_with(
         {
             continue;
         }
+        // Once an earlier rule of this policy patched the object, later rules match the object
+        // as patched (Kyverno matches each rule against the policy context's new resource): a
+        // label one rule adds selects the next (cascading mutation).
+        let patched_req;
+        let patched_input;
+        let input: &MatchInput = match &current {
+            Some(c) => {
+                patched_req = Request { object: c, ..req.clone() };
+                patched_input = match_input(&patched_req);
+                &patched_input
+            }
+            None => input,
+        };
         // Most rules of a set name kinds the request is not (autogen's for controllers): without
         // a reason to note, the kind alone rules them out (already done when gated).
         if !explain && gate.is_none() && rule.matcher.rules_out_kind(input.kind) {
