@@ -484,6 +484,39 @@ mod tests {
     use serde_json::json;
 
     #[test]
+    fn target_variables_are_read_only_where_a_target_is_known() {
+        let policy = |context: Value, preconditions: Value, target_pre: Value| {
+            json!({"apiVersion": "kyverno.io/v1", "kind": "ClusterPolicy", "metadata": {"name": "t"},
+                "spec": {"background": false, "rules": [{"name": "r",
+                    "match": {"any": [{"resources": {"kinds": ["ConfigMap"]}}]},
+                    "context": context, "preconditions": preconditions,
+                    "mutate": {"targets": [{"apiVersion": "v1", "kind": "ConfigMap", "namespace": "{{ request.namespace }}",
+                        "name": "t*", "preconditions": target_pre}],
+                        "patchStrategicMerge": {"data": {"old": "{{ target.data.content }}"}}}}]}})
+        };
+        let none = json!({"all": []});
+        let ok = policy(
+            json!([]),
+            none.clone(),
+            json!({"all": [{"key": "{{ target.data.x }}", "operator": "Equals", "value": "1"}]}),
+        );
+        compile(&ok, &[]).unwrap();
+        let in_context = policy(
+            json!([{"name": "c", "variable": {"jmesPath": "{{target.data.content}}"}}]),
+            none.clone(),
+            none.clone(),
+        );
+        let e = compile(&in_context, &[]).unwrap_err().to_string();
+        assert!(e.contains("spec.rules[0].context: policy contains invalid variables: invalid variables defined at mutate.targets[0]: variable target.data.content"), "{e}");
+        let in_pre = policy(
+            json!([]),
+            json!({"all": [{"key": "{{ target.data.content }}", "operator": "Equals", "value": "x"}]}),
+            none,
+        );
+        assert!(compile(&in_pre, &[]).unwrap_err().to_string().contains("spec.rules[0].preconditions"));
+    }
+
+    #[test]
     fn custom_generate_targets_are_questions_for_the_cluster() {
         let policy = |kind: &str, generate: Value| {
             json!({"apiVersion": "kyverno.io/v1", "kind": kind, "metadata": {"name": "g", "namespace": "team"},

@@ -629,6 +629,43 @@ fn compile_rule(
     })
 }
 
+/// A mutate-existing rule reads `target.…` only where a target is known — its patch and the
+/// targets' own context and preconditions; the rule's context and preconditions, and the
+/// targets' identity (apiVersion, kind, name, namespace, uid, selector), are worked out before
+/// any target, so Kyverno refuses the policy (`hasInvalidVariables`, "invalid variables
+/// defined at mutate.targets[N]").
+fn target_variables_outside_patch(p: &ClusterPolicy) -> Option<CompileError> {
+    use std::sync::LazyLock;
+    // `target.…` as a variable's root inside `{{ }}` (not `x.target.…`).
+    static TARGET: LazyLock<Option<regex::Regex>> =
+        LazyLock::new(|| regex::Regex::new(r"\{\{(?:[^{}]*?[^\w.{}])?(target\.[\w.\[\]*-]*)").ok());
+    let re = TARGET.as_ref()?;
+    for (i, r) in p.spec.rules.iter().enumerate() {
+        let Some(m) = r.mutate.as_ref().filter(|m| !m.targets.is_empty()) else { continue };
+        let mut places: Vec<(String, Value)> = Vec::new();
+        places.push(("context".into(), serde_json::to_value(&r.context).unwrap_or_default()));
+        places.push(("preconditions".into(), serde_json::to_value(&r.preconditions).unwrap_or_default()));
+        for (j, t) in m.targets.iter().enumerate() {
+            let spec = serde_json::json!({"apiVersion": t.api_version, "kind": t.kind, "namespace": t.namespace,
+                "name": t.name, "uid": t.uid, "selector": t.selector});
+            places.push((format!("mutate.targets[{j}]"), spec));
+        }
+        for (place, v) in places {
+            let text = v.to_string();
+            if let Some(var) = re.captures(&text).and_then(|c| c.get(1)) {
+                return Some(CompileError::new(
+                    format!("spec.rules[{i}].{place}"),
+                    format!(
+                        "policy contains invalid variables: invalid variables defined at mutate.targets[0]: variable {} is not known before a target is chosen: only the patch and the targets' own context and preconditions read target",
+                        var.as_str()
+                    ),
+                ));
+            }
+        }
+    }
+    None
+}
+
 /// Kyverno's refusal of a policy in background mode (the default) that reads who made the
 /// request — a background scan has no request: `roles`, `clusterRoles` or `subjects` in a
 /// match or exclude block (rules after autogen), or, unless a rule mutates existing resources,
@@ -770,6 +807,9 @@ pub fn compile_policy(p: &ClusterPolicy) -> Result<CompiledPolicy, CompileError>
     if spec.background.unwrap_or(true)
         && let Some(e) = background_violation(p, &generated)
     {
+        return Err(e);
+    }
+    if let Some(e) = target_variables_outside_patch(p) {
         return Err(e);
     }
     for r in generated {
