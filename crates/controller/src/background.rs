@@ -218,6 +218,9 @@ struct Controller {
     /// controller may well have had it when it admitted the trigger) still counts it as admitted,
     /// once.
     seen: HashMap<String, u64>,
+    /// A trigger's version before the update waiting to be worked on (its oldest, when several
+    /// arrived meanwhile): rules that match only UPDATE are evaluated against the update.
+    previous: HashMap<Key, Arc<Value>>,
     /// The policy-set generation: bumped whenever the set is taken in.
     set_generation: u64,
     /// (trigger uid, policy, rule) this leader generated for: a synchronized downstream deleted
@@ -358,6 +361,7 @@ pub async fn run(
             queue: VecDeque::new(),
             pending: HashMap::new(),
             seen: HashMap::new(),
+            previous: HashMap::new(),
             set_generation: 0,
             acted: HashSet::new(),
             done: 0,
@@ -833,13 +837,21 @@ impl Controller {
         if !uid.is_empty() {
             self.trigger_uids.insert(uid, k.clone());
         }
-        self.triggers.insert(k.clone(), Arc::new(v));
+        let before = self.triggers.insert(k.clone(), Arc::new(v));
+        // A live event of a trigger seen before is an update: kept for the rules that match
+        // only UPDATE (a new uid under the same name is a new object, not an update).
+        if let Some(old) = before.filter(|o| {
+            live && o.pointer("/metadata/uid") == self.triggers.get(&k).and_then(|n| n.pointer("/metadata/uid"))
+        }) {
+            self.previous.entry(k.clone()).or_insert(old);
+        }
         self.enqueue(k, live);
     }
 
     async fn on_trigger_deleted(&mut self, v: &Value) {
         let k = key_of(v);
         self.triggers.remove(&k);
+        self.previous.remove(&k);
         self.pending.remove(&k);
         let uid = v.pointer("/metadata/uid").and_then(Value::as_str).unwrap_or("").to_string();
         self.trigger_uids.remove(&uid);
@@ -1002,8 +1014,10 @@ impl Controller {
             }
         };
         let live = deleted || self.pending.get(&k).is_some_and(|p| p.live);
-        match self.apply(&obj, live, deleted).await {
+        let previous = if deleted { None } else { self.previous.get(&k).cloned() };
+        match self.apply(&obj, live, deleted, previous).await {
             Ok(true) => {
+                self.previous.remove(&k);
                 self.done += 1;
                 self.server.background_work(true);
                 if deleted {
@@ -1046,13 +1060,20 @@ impl Controller {
                     tracing::error!(kind = %k.1, namespace = %k.2, name = %k.3, "background work given up after {max} attempts");
                     self.pending.remove(&k);
                     self.gone.remove(&k);
+                    self.previous.remove(&k);
                 }
             }
         }
     }
 
     /// `Ok(false)`: not done yet (a watch has not synced).
-    async fn apply(&mut self, trigger: &Arc<Value>, live: bool, deleted: bool) -> Result<bool, String> {
+    async fn apply(
+        &mut self,
+        trigger: &Arc<Value>,
+        live: bool,
+        deleted: bool,
+        previous: Option<Arc<Value>>,
+    ) -> Result<bool, String> {
         let set = self.set.clone();
         let generation = self.set_generation;
         let data = self.data.clone();
@@ -1072,7 +1093,33 @@ impl Controller {
                 Request::new("CREATE", &object)
             };
             let outcome = set.evaluate(&req, Scope::APPLY, &env, &data, &mut ());
-            (!outcome.cancelled).then_some(outcome.responses)
+            if outcome.cancelled {
+                return None;
+            }
+            let mut responses = outcome.responses;
+            // An update (Kyverno's UpdateRequest carries the operation): the rules that match
+            // only UPDATE answer too. Every other rule keeps its answer as a trigger seen anew,
+            // as before.
+            if let Some(old) = previous.as_deref() {
+                let req = Request { old_object: Some(old), ..Request::new("UPDATE", &object) };
+                let update = set.evaluate(&req, Scope::APPLY, &env, &data, &mut ());
+                if update.cancelled {
+                    return None;
+                }
+                for (i, pr) in update.responses {
+                    let answered =
+                        |name: &str| responses.iter().any(|(j, r)| *j == i && r.rules.iter().any(|x| x.name == name));
+                    let extra: Vec<_> = pr.rules.into_iter().filter(|r| !answered(&r.name)).collect();
+                    if extra.is_empty() {
+                        continue;
+                    }
+                    match responses.iter_mut().find(|(j, _)| *j == i) {
+                        Some((_, r)) => r.rules.extend(extra),
+                        None => responses.push((i, verno_engine::PolicyResponse { rules: extra, ..pr })),
+                    }
+                }
+            }
+            Some(responses)
         })
         .await;
         timer.abort();

@@ -48,6 +48,8 @@ pub struct ClusterData {
     bindings: Option<(Store<RoleBinding>, Store<ClusterRoleBinding>)>,
     /// The GlobalContextEntries' data.
     global: Option<Arc<crate::global_context::GlobalStore>>,
+    /// Namespaces as the namespace watch holds them (labels of any namespace).
+    namespaces: Option<Arc<verno_engine::LiveNamespaces>>,
 }
 
 impl ClusterData {
@@ -61,6 +63,7 @@ impl ClusterData {
             max_bytes: MAX_BYTES,
             bindings: None,
             global: None,
+            namespaces: None,
         }
     }
 
@@ -68,7 +71,12 @@ impl ClusterData {
     /// they act as), with the same global context entries and response limit; ConfigMaps are
     /// read from the API server as that identity.
     pub fn acting_as(&self, client: kube::Client) -> ClusterData {
-        ClusterData { global: self.global.clone(), max_bytes: self.max_bytes, ..ClusterData::new(client) }
+        ClusterData {
+            global: self.global.clone(),
+            namespaces: self.namespaces.clone(),
+            max_bytes: self.max_bytes,
+            ..ClusterData::new(client)
+        }
     }
 
     /// Works out requesting users' Roles and ClusterRoles from the bindings these stores hold.
@@ -126,6 +134,13 @@ impl ClusterData {
     /// The client reads go through (global context entries call the API with it).
     pub fn client(&self) -> &kube::Client {
         &self.client
+    }
+
+    /// Answers namespaces' labels (a mutate-existing target's `namespaceSelector`) from the
+    /// namespace watch.
+    pub fn with_namespaces(mut self, live: Arc<verno_engine::LiveNamespaces>) -> ClusterData {
+        self.namespaces = Some(live);
+        self
     }
 
     /// Answers `globalReference` context entries and `globalContext.Get` from `store`.
@@ -335,6 +350,21 @@ impl Data for ClusterData {
 
     fn cel_host(&self) -> Option<std::sync::Arc<dyn verno_cel::Host>> {
         Some(std::sync::Arc::new(self.clone()))
+    }
+
+    /// A namespace's labels, from the namespace watch (or, for one it has not delivered yet,
+    /// the API server), as Kyverno reads its namespace lister.
+    fn namespace_labels(&self, namespace: &str) -> Option<std::collections::BTreeMap<String, String>> {
+        if let Some(ns) = self.namespaces.as_ref().and_then(|l| l.get(namespace)) {
+            return Some(ns.labels.clone());
+        }
+        let ns = self.namespace_object(namespace)?;
+        Some(
+            ns.pointer("/metadata/labels")
+                .and_then(Value::as_object)
+                .map(|m| m.iter().filter_map(|(k, v)| Some((k.clone(), v.as_str()?.to_string()))).collect())
+                .unwrap_or_default(),
+        )
     }
 
     /// Only for a namespace the watch has not delivered yet (the policy set answers from its

@@ -423,6 +423,10 @@ pub async fn start(client: kube::Client, server: Arc<dyn Serving>, opts: Options
     data = data.with_bindings(role_bindings.as_reader(), cluster_role_bindings.as_reader());
     let global_store: Arc<global_context::GlobalStore> = Arc::default();
     data = data.with_global_context(global_store.clone());
+    // Namespaces: labels for namespaceSelectors, objects for CEL's `namespaceObject` (read
+    // per request from here instead of the API server, as Kyverno reads its namespace lister).
+    let namespaces: Arc<LiveNamespaces> = Arc::default();
+    data = data.with_namespaces(namespaces.clone());
     let shared = data.clone();
     server.set_data(Arc::new(data));
     server.set_access(Arc::new(access::PolicyAccess::new(client.clone(), &opts.acting, &opts.namespace)));
@@ -444,9 +448,6 @@ pub async fn start(client: kube::Client, server: Arc<dyn Serving>, opts: Options
         stop_rx.clone(),
     )));
 
-    // Namespaces: labels for namespaceSelectors, objects for CEL's `namespaceObject` (read
-    // per request from here instead of the API server, as Kyverno reads its namespace lister).
-    let namespaces: Arc<LiveNamespaces> = Arc::default();
     {
         let ns_api: Api<Namespace> = Api::all(client.clone());
         let live = namespaces.clone();

@@ -883,6 +883,12 @@ fn evaluate_rule(
                 };
                 let base = (req.existing && c.targets.is_some()).then(|| {
                     let mut v = vars.clone();
+                    // Kyverno selects the targets with the trigger as `object` and no
+                    // `oldObject`: on a DELETE, the deleted object.
+                    if let (true, Some(old)) = (req.is_delete(), req.old_object) {
+                        v.set("object", old);
+                        v.set("oldObject", &Value::Null);
+                    }
                     for (name, e) in &c.variables {
                         let _ = e.eval_into_variable(name, &mut v);
                     }
