@@ -44,6 +44,12 @@ impl Serving for Webhook {
     fn submit_report(&self, notice: verno_engine::report::ReportNotice) {
         self.0.submit_report(notice);
     }
+    fn set_background_user(&self, user: String) {
+        self.0.set_background_user(user);
+    }
+    fn made_by_background(&self, uid: &str, resource_version: &str) -> bool {
+        self.0.made_by_background(uid, resource_version)
+    }
     fn set_report_backlog(&self, n: usize) {
         self.0.set_report_backlog(n);
     }

@@ -221,6 +221,9 @@ struct Controller {
     /// A trigger's version before the update waiting to be worked on (its oldest, when several
     /// arrived meanwhile): rules that match only UPDATE are evaluated against the update.
     previous: HashMap<Key, Arc<Value>>,
+    /// Triggers whose latest change the background controller's account made (as its admission
+    /// request showed): left to the policies that keep background requests.
+    from_background: HashSet<Key>,
     /// The policy-set generation: bumped whenever the set is taken in.
     set_generation: u64,
     /// (trigger uid, policy, rule) this leader generated for: a synchronized downstream deleted
@@ -362,6 +365,7 @@ pub async fn run(
             pending: HashMap::new(),
             seen: HashMap::new(),
             previous: HashMap::new(),
+            from_background: HashSet::new(),
             set_generation: 0,
             acted: HashSet::new(),
             done: 0,
@@ -835,7 +839,20 @@ impl Controller {
             return;
         }
         if !uid.is_empty() {
-            self.trigger_uids.insert(uid, k.clone());
+            self.trigger_uids.insert(uid.clone(), k.clone());
+        }
+        if live {
+            let before_rv = self
+                .triggers
+                .get(&k)
+                .and_then(|o| o.pointer("/metadata/resourceVersion"))
+                .and_then(Value::as_str)
+                .unwrap_or("");
+            if !uid.is_empty() && self.server.made_by_background(&uid, before_rv) {
+                self.from_background.insert(k.clone());
+            } else {
+                self.from_background.remove(&k);
+            }
         }
         let before = self.triggers.insert(k.clone(), Arc::new(v));
         // A live event of a trigger seen before is an update: kept for the rules that match
@@ -852,6 +869,7 @@ impl Controller {
         let k = key_of(v);
         self.triggers.remove(&k);
         self.previous.remove(&k);
+        self.from_background.remove(&k);
         self.pending.remove(&k);
         let uid = v.pointer("/metadata/uid").and_then(Value::as_str).unwrap_or("").to_string();
         self.trigger_uids.remove(&uid);
@@ -1015,9 +1033,11 @@ impl Controller {
         };
         let live = deleted || self.pending.get(&k).is_some_and(|p| p.live);
         let previous = if deleted { None } else { self.previous.get(&k).cloned() };
-        match self.apply(&obj, live, deleted, previous).await {
+        let from_background = !deleted && self.from_background.contains(&k);
+        match self.apply(&obj, live, deleted, previous, from_background).await {
             Ok(true) => {
                 self.previous.remove(&k);
+                self.from_background.remove(&k);
                 self.done += 1;
                 self.server.background_work(true);
                 if deleted {
@@ -1061,6 +1081,7 @@ impl Controller {
                     self.pending.remove(&k);
                     self.gone.remove(&k);
                     self.previous.remove(&k);
+                    self.from_background.remove(&k);
                 }
             }
         }
@@ -1073,6 +1094,7 @@ impl Controller {
         live: bool,
         deleted: bool,
         previous: Option<Arc<Value>>,
+        from_background: bool,
     ) -> Result<bool, String> {
         let set = self.set.clone();
         let generation = self.set_generation;
@@ -1146,6 +1168,11 @@ impl Controller {
             let Some(p) = self.set.policies().get(*i).cloned() else { continue };
             let pid = policy_id(&p);
             let Some(info) = self.policies.get(&pid).cloned() else { continue };
+            // A change the background controller's account made is left alone by the policies
+            // that skip background requests (Kyverno's default), their downstreams kept.
+            if from_background && !keeps_background_requests(&p.document) {
+                continue;
+            }
             // Admitted while the policy is in force: a watch event, or (first time this leader
             // sees it) created after the policy.
             let admitted = live

@@ -430,6 +430,11 @@ pub async fn start(client: kube::Client, server: Arc<dyn Serving>, opts: Options
     let shared = data.clone();
     server.set_data(Arc::new(data));
     server.set_access(Arc::new(access::PolicyAccess::new(client.clone(), &opts.acting, &opts.namespace)));
+    // Requests the background controller's account makes are remembered at admission, so the
+    // background controller can leave them to the policies that ask (skipBackgroundRequests).
+    if let Some(user) = &opts.acting.background_user {
+        server.set_background_user(user.clone());
+    }
     // The bindings the requesting users' roles are worked out from (Kyverno's RBAC informers).
     tasks.push(reflect_all(Api::all(client.clone()), role_bindings, stop_rx.clone(), "RoleBinding"));
     tasks.push(reflect_all(Api::all(client.clone()), cluster_role_bindings, stop_rx.clone(), "ClusterRoleBinding"));

@@ -46,6 +46,16 @@ pub trait Serving: Send + Sync + 'static {
     fn report_results(&self, tx: tokio::sync::mpsc::Sender<verno_engine::report::ReportNotice>);
     /// Counts admission results that were not written into a report.
     fn report_dropped(&self);
+    /// Remembers the requests `user` (the background controller's account) makes.
+    fn set_background_user(&self, user: String) {
+        let _ = user;
+    }
+    /// Whether the background controller's account made the change of the object `uid` from
+    /// `resource_version` (empty: its creation), as its admission request showed.
+    fn made_by_background(&self, uid: &str, resource_version: &str) -> bool {
+        let _ = (uid, resource_version);
+        false
+    }
     /// Results a controller produced for a resource's report, written as admission results
     /// are (nothing when admission reports are off).
     fn submit_report(&self, notice: verno_engine::report::ReportNotice) {

@@ -87,6 +87,9 @@ struct AppState {
     notices: std::sync::OnceLock<tokio::sync::mpsc::Sender<Notice>>,
     /// Where admission results go for PolicyReports (in-cluster only); bounded like `notices`.
     reports: std::sync::OnceLock<tokio::sync::mpsc::Sender<verno_engine::report::ReportNotice>>,
+    /// Requests made as the background controller's account (in-cluster only), for Kyverno's
+    /// `skipBackgroundRequests`.
+    background: std::sync::OnceLock<BackgroundRequests>,
     /// Where context entries read the cluster (ConfigMaps, API calls); none: they are not
     /// available (`verno serve --policies`).
     data: std::sync::OnceLock<Arc<dyn verno_engine::Data + Send + Sync>>,
@@ -329,6 +332,7 @@ async fn handle(
     let job = tokio::task::spawn_blocking(move || {
         let _permit = permit;
         let review = admission::parse(&body)?;
+        st.note_background(&review);
         if let Some(skip) = admission::filtered(&st.filters(), &review) {
             return Ok(Err(skip));
         }
@@ -374,6 +378,7 @@ fn inline(
         Ok(r) => r,
         Err(e) => return Some(text(StatusCode::BAD_REQUEST, &e.to_string())),
     };
+    state.note_background(&review);
     if let Some(skip) = admission::filtered(&state.filters(), &review) {
         return Some(review_response(&skip));
     }
@@ -856,6 +861,20 @@ impl Running {
         }
     }
 
+    /// Remembers the requests `user` (the background controller's account) makes, for
+    /// [`Server::made_by_background`] (once; later calls are ignored).
+    pub fn set_background_user(&self, user: String) {
+        let _ = self.state.background.set(BackgroundRequests { user, seen: Default::default() });
+    }
+
+    /// Whether the background controller's account made the change of the object `uid` from
+    /// `resource_version` (empty: its creation), as its admission request showed.
+    pub fn made_by_background(&self, uid: &str, resource_version: &str) -> bool {
+        self.state.background.get().is_some_and(|b| {
+            b.seen.lock().is_ok_and(|g| g.0.contains(&(uid.to_string(), resource_version.to_string())))
+        })
+    }
+
     /// Counts admission results that were not written into a report.
     pub fn report_dropped(&self) {
         self.state.metrics.reports_dropped.inc();
@@ -1001,6 +1020,54 @@ fn fingerprint(paths: &[PathBuf]) -> Vec<(PathBuf, u64, Option<SystemTime>)> {
     out
 }
 
+/// Requests made as the background controller's account, remembered by the object's uid and
+/// the resourceVersion it had before (empty for a CREATE): the background controller, which
+/// works from watches, asks whether a change it sees came from one (Kyverno's
+/// `skipBackgroundRequests`). The oldest are forgotten past [`BackgroundRequests::MAX`].
+struct BackgroundRequests {
+    user: String,
+    seen: std::sync::Mutex<Remembered>,
+}
+
+/// (object uid, resourceVersion before) pairs, and the order they came in.
+type Remembered = (std::collections::HashSet<(String, String)>, std::collections::VecDeque<(String, String)>);
+
+impl BackgroundRequests {
+    const MAX: usize = 4096;
+
+    fn note(&self, key: (String, String)) {
+        let Ok(mut g) = self.seen.lock() else { return };
+        let (set, order) = &mut *g;
+        if set.insert(key.clone()) {
+            order.push_back(key);
+            while order.len() > Self::MAX {
+                if let Some(old) = order.pop_front() {
+                    set.remove(&old);
+                }
+            }
+        }
+    }
+}
+
+impl AppState {
+    /// Remembers a request made as the background controller's account.
+    fn note_background(&self, review: &verno_api::AdmissionReview) {
+        let (Some(b), Some(req)) = (self.background.get(), review.request.as_ref()) else { return };
+        if req.user_info.username != b.user {
+            return;
+        }
+        let s =
+            |v: &serde_json::Value, p: &str| v.pointer(p).and_then(serde_json::Value::as_str).unwrap_or("").to_string();
+        let uid = match s(&req.object, "/metadata/uid") {
+            u if u.is_empty() => s(&req.old_object, "/metadata/uid"),
+            u => u,
+        };
+        if !uid.is_empty() {
+            b.note((uid, s(&req.old_object, "/metadata/resourceVersion")));
+        }
+    }
+}
+
 /// The state the handlers share, with `initial` in force and `missing` parts for readiness.
 fn new_state(cfg: &Config, initial: PolicySet, missing: u8) -> Arc<AppState> {
     let metrics = metrics::Metrics::default();
@@ -1018,6 +1085,7 @@ fn new_state(cfg: &Config, initial: PolicySet, missing: u8) -> Arc<AppState> {
         max_waiting: cfg.max_concurrency.max(1) * 64,
         notices: std::sync::OnceLock::new(),
         reports: std::sync::OnceLock::new(),
+        background: std::sync::OnceLock::new(),
         data: std::sync::OnceLock::new(),
         access: std::sync::OnceLock::new(),
         slow_set: std::sync::atomic::AtomicUsize::new(0),
