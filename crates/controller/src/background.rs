@@ -1289,7 +1289,9 @@ impl Controller {
                         for t in r.patched_targets() {
                             match self.patch_target(t).await {
                                 // Kyverno's mutate-existing reports: one result per target.
-                                Ok(()) if !deleted => reported.push(patched_result(&r.name, t)),
+                                Ok(()) if !deleted => {
+                                    reported.push(verno_engine::report::patched_target_result(&r.name, t))
+                                }
                                 Ok(()) => {}
                                 Err(e) => fail(&mut errors, &p, &r.name, true, e),
                             }
@@ -1501,24 +1503,6 @@ impl Controller {
 }
 
 /// Create and update options of this controller's writes: its field manager.
-/// A mutate-existing rule's result for one patched target, in Kyverno's words: `mutated
-/// KIND/NAME in namespace NS`, with the target as `patched-target` (`group/version,
-/// Kind=KIND Name=NAME Namespace=NS`).
-fn patched_result(rule: &str, target: &Value) -> verno_engine::RuleResponse {
-    let s = |ptr: &str| target.pointer(ptr).and_then(Value::as_str).unwrap_or("");
-    let (kind, name, ns) = (s("/kind"), s("/metadata/name"), s("/metadata/namespace"));
-    let message = if ns.is_empty() {
-        format!("mutated {kind}/{name}")
-    } else {
-        format!("mutated {kind}/{name} in namespace {ns}")
-    };
-    let av = s("/apiVersion");
-    let gv = if av.contains('/') { av.to_string() } else { format!("/{av}") };
-    let mut r = verno_engine::RuleResponse::new(rule, RuleType::Mutation, Status::Pass, message);
-    r.extra_mut().properties = vec![("patched-target".into(), format!("{gv}, Kind={kind} Name={name} Namespace={ns}"))];
-    r
-}
-
 fn own_post() -> PostParams {
     PostParams { field_manager: Some(FIELD_MANAGER.into()), ..PostParams::default() }
 }

@@ -358,13 +358,7 @@ impl Data for ClusterData {
         if let Some(ns) = self.namespaces.as_ref().and_then(|l| l.get(namespace)) {
             return Some(ns.labels.clone());
         }
-        let ns = self.namespace_object(namespace)?;
-        Some(
-            ns.pointer("/metadata/labels")
-                .and_then(Value::as_object)
-                .map(|m| m.iter().filter_map(|(k, v)| Some((k.clone(), v.as_str()?.to_string()))).collect())
-                .unwrap_or_default(),
-        )
+        self.namespace_object(namespace).map(|ns| verno_engine::labels_of(&ns))
     }
 
     /// Only for a namespace the watch has not delivered yet (the policy set answers from its
@@ -436,10 +430,7 @@ impl Data for ClusterData {
         service: &verno_engine::Service<'_>,
     ) -> Loaded {
         let method = if method.is_empty() { "GET" } else { method };
-        // Kyverno sends a body with POST only.
-        let body = if method == "POST" { Some(data.cloned().unwrap_or_else(|| json!({}))) } else { None };
-        let call =
-            crate::service_call::call(method, url, service.ca_bundle, service.headers, body.as_ref(), self.max_bytes);
+        let call = crate::service_call::call(method, url, service.ca_bundle, service.headers, data, self.max_bytes);
         match self.runtime.block_on(call) {
             Ok(v) => Loaded::Value(v),
             Err(e) => Loaded::Error(e),

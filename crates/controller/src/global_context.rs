@@ -81,14 +81,15 @@ enum Feed {
     /// A resource's objects: the watch's store, whether it has listed once, and a counter of
     /// its events.
     Objects { store: Store<DynamicObject>, api_version: String, kind: String, synced: AtomicBool, events: AtomicU64 },
-    /// An API call's last answer (`None`: no call has finished yet).
-    Answer(Option<Result<Value, String>>),
+    /// An API call's last answer with its projections (`None`: no call has finished yet).
+    Answer(Option<Result<Snapshot, String>>),
 }
 
 /// One live entry: its spec, its data, and the task that keeps the data.
 pub struct Live {
     entry: GlobalEntry,
     feed: RwLock<Option<Feed>>,
+    /// A resource entry's objects and projections as of its last read after a change.
     cache: Mutex<Option<Arc<Snapshot>>>,
     task: Mutex<Option<tokio::task::JoinHandle<()>>>,
 }
@@ -133,17 +134,13 @@ impl Live {
             }
             Feed::Answer(None) => Some(Err("no data available".into())),
             Feed::Answer(Some(Err(e))) => Some(Err(e.clone())),
-            Feed::Answer(Some(Ok(_))) => {
-                let cache = self.cache.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
-                // An API call's projections are computed when its answer arrives; a missing
-                // one reads as no data (Kyverno's map lookup).
-                let s = cache.as_ref()?;
-                Some(if projection.is_empty() || s.projected.contains_key(projection) {
-                    s.get(projection)
-                } else {
-                    Err("no data available".into())
-                })
-            }
+            // An API call's projections are computed when its answer arrives; a missing one
+            // reads as no data (Kyverno's map lookup).
+            Feed::Answer(Some(Ok(s))) => Some(if projection.is_empty() || s.projected.contains_key(projection) {
+                s.get(projection)
+            } else {
+                Err("no data available".into())
+            }),
         }
     }
 
@@ -152,11 +149,7 @@ impl Live {
     }
 
     fn set_answer(&self, answer: Result<Value, String>) {
-        if let Ok(v) = &answer {
-            let s = Arc::new(Snapshot::of(&self.entry, 0, v.clone()));
-            *self.cache.lock().unwrap_or_else(std::sync::PoisonError::into_inner) = Some(s);
-        }
-        self.set_feed(Feed::Answer(Some(answer)));
+        self.set_feed(Feed::Answer(Some(answer.map(|v| Snapshot::of(&self.entry, 0, v)))));
     }
 
     fn stop(&self) {
@@ -447,8 +440,7 @@ async fn execute(ctx: &Ctx, call: &Call) -> Result<Value, String> {
                 .map_err(|(_, e)| format!("failed to {} resource with raw url: {path}: {e}", call.method))
         }
         CallTarget::Service { url, ca_bundle, headers } => {
-            let body = (call.method == "POST").then(|| call.body.clone().unwrap_or_else(|| json!({})));
-            crate::service_call::call(&call.method, url, ca_bundle, headers, body.as_ref(), ctx.max_bytes).await
+            crate::service_call::call(&call.method, url, ca_bundle, headers, call.body.as_ref(), ctx.max_bytes).await
         }
     }
 }

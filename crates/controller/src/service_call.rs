@@ -8,19 +8,16 @@
 
 use rustls_pki_types::pem::PemObject;
 use serde_json::Value;
-use std::sync::Arc;
 use std::time::Duration;
 
 /// The longest a call may take, connection included.
 pub const TIMEOUT: Duration = Duration::from_secs(10);
 
 fn client(ca_bundle: &str) -> Result<reqwest::Client, String> {
-    let mut roots = rustls::RootCertStore::empty();
-    if ca_bundle.trim().is_empty() {
-        for c in rustls_native_certs::load_native_certs().certs {
-            let _ = roots.add(c);
-        }
+    let roots = if ca_bundle.trim().is_empty() {
+        None
     } else {
+        let mut roots = rustls::RootCertStore::empty();
         for cert in rustls_pki_types::CertificateDer::pem_slice_iter(ca_bundle.as_bytes()) {
             let cert = cert.map_err(|e| format!("failed to parse PEM CA bundle: {e}"))?;
             roots.add(cert).map_err(|e| format!("failed to parse PEM CA bundle: {e}"))?;
@@ -28,21 +25,16 @@ fn client(ca_bundle: &str) -> Result<reqwest::Client, String> {
         if roots.is_empty() {
             return Err("failed to parse PEM CA bundle".into());
         }
-    }
-    let tls = rustls::ClientConfig::builder_with_provider(Arc::new(rustls::crypto::ring::default_provider()))
-        .with_safe_default_protocol_versions()
-        .map_err(|e| e.to_string())?
-        .with_root_certificates(roots)
-        .with_no_client_auth();
-    reqwest::Client::builder()
-        .use_preconfigured_tls(tls)
+        Some(roots)
+    };
+    verno_images::https_client(roots)?
         .timeout(TIMEOUT)
         .redirect(reqwest::redirect::Policy::none())
         .build()
         .map_err(|e| format!("cannot build the HTTP client: {e}"))
 }
 
-/// One call; the answer parsed as JSON.
+/// One call (`body`: what a POST sends); the answer parsed as JSON.
 pub async fn call(
     method: &str,
     url: &str,
@@ -56,12 +48,15 @@ pub async fn call(
         "POST" => reqwest::Method::POST,
         other => return Err(format!("invalid request type {other} for APICall")),
     };
+    // Kyverno sends a body with POST only (an empty object when the call has no data).
+    let body =
+        (method == reqwest::Method::POST).then(|| body.cloned().unwrap_or_else(|| Value::Object(Default::default())));
     let mut req = client(ca_bundle)?.request(method, url);
     for (k, v) in headers {
         req = req.header(k, v);
     }
     if let Some(b) = body {
-        req = req.header("Content-Type", "application/json").body(serde_json::to_vec(b).unwrap_or_default());
+        req = req.header("Content-Type", "application/json").body(serde_json::to_vec(&b).unwrap_or_default());
     }
     let mut resp = req.send().await.map_err(|e| format!("failed to execute HTTP request for APICall: {e}"))?;
     let status = resp.status();

@@ -412,15 +412,6 @@ impl ImageVerifier for ConfinedVerifier {
         self.check_credentials(credentials)?;
         self.inner.digest(image, credentials, namespace)
     }
-    fn image_data(
-        &self,
-        image: &str,
-        credentials: Option<&RegistryCredentials>,
-        namespace: &str,
-    ) -> Result<Value, ImageError> {
-        self.check_credentials(credentials)?;
-        self.inner.image_data(image, credentials, namespace)
-    }
     fn verify_blob(
         &self,
         attestor: &Attestor,

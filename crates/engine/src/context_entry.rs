@@ -316,18 +316,7 @@ fn load_entry(
                 };
                 // `data` is a list of key/value pairs; the request body is the object they make.
                 let body = match body {
-                    Some(b) => Some(match b.render(ctx, "").map_err(|e| e.to_string())?.into_owned() {
-                        Value::Array(pairs) => Value::Object(
-                            pairs
-                                .into_iter()
-                                .filter_map(|p| {
-                                    let key = p.get("key")?.as_str()?.to_string();
-                                    Some((key, p.get("value").cloned().unwrap_or(Value::Null)))
-                                })
-                                .collect(),
-                        ),
-                        other => other,
-                    }),
+                    Some(b) => Some(request_body(b.render(ctx, "").map_err(|e| e.to_string())?.into_owned())),
                     None => None,
                 };
                 let answer = if let (None, Some(svc)) = (url_path, service) {
@@ -413,6 +402,23 @@ fn load_entry(
             }
         };
         Ok(value)
+    }
+}
+
+/// An `apiCall`'s request body: the object `data`'s key/value pairs make (a value left out is
+/// null), or `data` itself when it is not a list.
+pub(crate) fn request_body(data: Value) -> Value {
+    match data {
+        Value::Array(pairs) => Value::Object(
+            pairs
+                .into_iter()
+                .filter_map(|p| {
+                    let key = p.get("key")?.as_str()?.to_string();
+                    Some((key, p.get("value").cloned().unwrap_or(Value::Null)))
+                })
+                .collect(),
+        ),
+        other => other,
     }
 }
 

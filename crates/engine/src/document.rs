@@ -234,6 +234,15 @@ fn policy_target_error(path: &str, t: &Value, cluster: bool, policy_ns: &str) ->
     Some(CompileError::new(format!("{path}.namespace"), format!("Forbidden: target resource scope mismatched: {why} ")))
 }
 
+/// A generate rule's patterns with their paths: the rule's own, then each `foreach` entry's.
+fn generate_patterns(rule: usize, g: &Value) -> Vec<(String, &Value)> {
+    let mut out = vec![(format!("spec.rules[{rule}].generate"), g)];
+    for (j, f) in g.get("foreach").and_then(Value::as_array).into_iter().flatten().enumerate() {
+        out.push((format!("spec.rules[{rule}].generate.foreach[{j}]"), f));
+    }
+    out
+}
+
 /// A generate target whose kind's scope only the cluster knows (a custom resource): the policy
 /// webhook asks discovery, then [`ScopeQuestion::refusal`] says whether the target is wrong.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -271,11 +280,7 @@ pub fn scope_questions(doc: &Value) -> Vec<ScopeQuestion> {
     let mut out = Vec::new();
     for (i, rule) in rules.iter().enumerate() {
         let Some(g) = rule.get("generate") else { continue };
-        let mut targets: Vec<(String, &Value)> = vec![(format!("spec.rules[{i}].generate"), g)];
-        for (j, f) in g.get("foreach").and_then(Value::as_array).into_iter().flatten().enumerate() {
-            targets.push((format!("spec.rules[{i}].generate.foreach[{j}]"), f));
-        }
-        for (path, t) in targets {
+        for (path, t) in generate_patterns(i, g) {
             let s = |k: &str| t.get(k).and_then(Value::as_str).unwrap_or("").to_string();
             let (api_version, kind) = (s("apiVersion"), s("kind"));
             if kind.is_empty()
@@ -305,11 +310,7 @@ fn generate_scopes(doc: &Value, kind: Kind) -> Result<(), CompileError> {
         doc.pointer("/metadata/namespace").and_then(Value::as_str).filter(|n| !n.is_empty()).unwrap_or("default");
     for (i, rule) in rules.iter().enumerate() {
         let Some(g) = rule.get("generate") else { continue };
-        let mut targets: Vec<(String, &Value)> = vec![(format!("spec.rules[{i}].generate"), g)];
-        for (j, f) in g.get("foreach").and_then(Value::as_array).into_iter().flatten().enumerate() {
-            targets.push((format!("spec.rules[{i}].generate.foreach[{j}]"), f));
-        }
-        for (path, t) in targets {
+        for (path, t) in generate_patterns(i, g) {
             let s = |k: &str| t.get(k).and_then(Value::as_str).unwrap_or("");
             let (api_version, target_kind, namespace) = (s("apiVersion"), s("kind"), s("namespace"));
             // A foreach generate's patterns are its entries.

@@ -142,15 +142,7 @@ impl GlobalEntry {
                     "spec.apiCall.method: Unsupported value: {method:?}: supported values: \"GET\", \"POST\""
                 ));
             }
-            let body = data.map(|d| {
-                Value::Object(
-                    d.as_array()
-                        .into_iter()
-                        .flatten()
-                        .filter_map(|p| Some((p.get("key")?.as_str()?.to_string(), p.get("value").cloned()?)))
-                        .collect(),
-                )
-            });
+            let body = data.map(|d| crate::context_entry::request_body(d.clone()));
             let target = match service {
                 Some(svc) => CallTarget::Service {
                     url: s(svc, "url"),

@@ -604,7 +604,7 @@ pub(crate) fn compile_mutation(m: &verno_api::Mutation, path: &str) -> Result<Co
 
 /// Kyverno's message for a mutation that applied: `mutated Pod/web in namespace shop`
 /// (`mutated Namespace/web` when cluster-scoped).
-fn mutated(v: &Value) -> String {
+pub(crate) fn mutated(v: &Value) -> String {
     let s = |p: &str| v.pointer(p).and_then(Value::as_str).unwrap_or("");
     match s("/metadata/namespace") {
         "" => format!("mutated {}/{}", s("/kind"), s("/metadata/name")),

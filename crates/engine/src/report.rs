@@ -201,24 +201,9 @@ pub fn results_with(p: &CompiledPolicy, r: &PolicyResponse, audit_warn: bool) ->
             for (k, v) in rr.properties() {
                 props.insert(k.clone(), json!(v));
             }
-            // What a generation made (Kyverno's `generated-resources`: `group/version,
-            // Kind=KIND Name=NAME Namespace=NS`, joined by `; `).
+            // What a generation made (Kyverno's `generated-resources`, joined by `; `).
             if !rr.generated().is_empty() {
-                let made: Vec<String> = rr
-                    .generated()
-                    .iter()
-                    .map(|o| {
-                        let s = |ptr: &str| o.pointer(ptr).and_then(Value::as_str).unwrap_or("");
-                        let av = s("/apiVersion");
-                        let gv = if av.contains('/') { av.to_string() } else { format!("/{av}") };
-                        format!(
-                            "{gv}, Kind={} Name={} Namespace={}",
-                            s("/kind"),
-                            s("/metadata/name"),
-                            s("/metadata/namespace")
-                        )
-                    })
-                    .collect();
+                let made: Vec<String> = rr.generated().iter().map(resource_info).collect();
                 props.insert("generated-resources".into(), json!(made.join("; ")));
             }
             let proc = process(p);
@@ -235,6 +220,25 @@ pub fn results_with(p: &CompiledPolicy, r: &PolicyResponse, audit_warn: bool) ->
             Value::Object(out)
         })
         .collect()
+}
+
+/// A resource as Kyverno's report properties name it (`generated-resources`,
+/// `patched-target`): `group/version, Kind=KIND Name=NAME Namespace=NS` (`/v1, …` for the
+/// core group).
+pub fn resource_info(o: &Value) -> String {
+    let s = |ptr: &str| o.pointer(ptr).and_then(Value::as_str).unwrap_or("");
+    let av = s("/apiVersion");
+    let gv = if av.contains('/') { av.to_string() } else { format!("/{av}") };
+    format!("{gv}, Kind={} Name={} Namespace={}", s("/kind"), s("/metadata/name"), s("/metadata/namespace"))
+}
+
+/// A mutate-existing rule's result for one target it patched, as Kyverno's background
+/// controller reports it: `mutated KIND/NAME in namespace NS`, with `patched-target`.
+pub fn patched_target_result(rule: &str, target: &Value) -> crate::RuleResponse {
+    let message = crate::mutate::mutated(target);
+    let mut r = crate::RuleResponse::new(rule, crate::RuleType::Mutation, Status::Pass, message);
+    r.extra_mut().properties = vec![("patched-target".into(), resource_info(target))];
+    r
 }
 
 /// The per-resource report Kyverno 1.19 writes for `resource` holding `results` (sorted here,

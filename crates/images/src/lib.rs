@@ -324,19 +324,27 @@ fn image_data(session: &Session, image: &str, r: &Reference) -> Result<Value, Im
     }))
 }
 
-/// The reqwest client: rustls on ring with the system's roots.
-fn client() -> Result<reqwest::Client, String> {
-    let mut roots = rustls::RootCertStore::empty();
-    for c in rustls_native_certs::load_native_certs().certs {
-        let _ = roots.add(c);
-    }
+/// A reqwest client builder on rustls with ring, trusting `roots` (the system's when `None`):
+/// the registry client's, and the controller's for calls to services.
+pub fn https_client(roots: Option<rustls::RootCertStore>) -> Result<reqwest::ClientBuilder, String> {
+    let roots = roots.unwrap_or_else(|| {
+        let mut system = rustls::RootCertStore::empty();
+        for c in rustls_native_certs::load_native_certs().certs {
+            let _ = system.add(c);
+        }
+        system
+    });
     let tls = rustls::ClientConfig::builder_with_provider(Arc::new(rustls::crypto::ring::default_provider()))
         .with_safe_default_protocol_versions()
         .map_err(|e| e.to_string())?
         .with_root_certificates(roots)
         .with_no_client_auth();
-    reqwest::Client::builder()
-        .use_preconfigured_tls(tls)
+    Ok(reqwest::Client::builder().use_preconfigured_tls(tls))
+}
+
+/// The registry client: the system's roots.
+fn client() -> Result<reqwest::Client, String> {
+    https_client(None)?
         .connect_timeout(Duration::from_secs(5))
         .redirect(reqwest::redirect::Policy::limited(5))
         .build()
