@@ -93,7 +93,7 @@ pub struct PolicyAccess {
     background: Option<kube::Client>,
     admission_user: String,
     background_user: String,
-    discovery: tokio::sync::Mutex<crate::scan::DiscoveryCache>,
+    discovery: tokio::sync::Mutex<crate::runtime::DiscoveryCache>,
 }
 
 impl PolicyAccess {
@@ -105,7 +105,7 @@ impl PolicyAccess {
             // Without an impersonated background client Verno acts as itself.
             background_user: acting.background_user.clone().unwrap_or_else(|| admission_user.clone()),
             admission_user,
-            discovery: tokio::sync::Mutex::new(crate::scan::DiscoveryCache::new(std::time::Duration::from_secs(30))),
+            discovery: tokio::sync::Mutex::new(crate::runtime::DiscoveryCache::new(std::time::Duration::from_secs(30))),
         }
     }
 

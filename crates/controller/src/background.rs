@@ -50,21 +50,18 @@
 //! Rules that list `DELETE` run on a trigger's deletion with the deleted object (Kyverno's
 //! `request.oldObject`); their downstream is not deleted with the trigger.
 
-use crate::scan::{Bucket, DiscoveryCache, ScanEnv};
+use crate::runtime::{DiscoveryCache, Events, Pace, Shared, Watches, evaluate_blocking, object_hash, resolve};
 use crate::serving::Serving;
-use futures_util::StreamExt;
 use k8s_openapi::api::core::v1::ObjectReference;
 use kube::api::{Api, DeleteParams, DynamicObject, Patch, PatchParams, PostParams};
 use kube::discovery::{ApiResource, Discovery, Scope as DiscoveryScope};
-use kube::runtime::events::{Event, EventType, Recorder, Reporter};
+use kube::runtime::events::{Event, EventType};
 use kube::runtime::watcher;
 use serde_json::Value;
 use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
 use std::sync::Arc;
-use std::sync::atomic::AtomicBool;
 use std::time::Duration;
 use tokio::sync::{mpsc, watch};
-use tokio::task::JoinHandle;
 use tokio::time::Instant;
 use verno_engine::{Kind, PolicySet, Request, RuleType, Scope, Status};
 
@@ -133,10 +130,9 @@ enum Role {
     Source,
 }
 
+#[derive(Clone)]
 struct Watch {
     role: Role,
-    task: JoinHandle<()>,
-    generation: u64,
     synced: bool,
 }
 
@@ -191,13 +187,12 @@ struct Controller {
     server: Arc<dyn Serving>,
     opts: BackgroundOptions,
     data: crate::cluster_data::ClusterData,
-    tx: mpsc::Sender<WatchEvent>,
-    bucket: Bucket,
+    pace: Pace,
     set: Arc<PolicySet>,
     policies: HashMap<String, PolicyInfo>,
     /// Watch id → (apiVersion, kind, namespace or empty) and its state.
     watch_keys: Vec<(Role, String, String, String)>,
-    watches: HashMap<u32, Watch>,
+    watches: Watches<u32, Watch, watcher::Event<DynamicObject>>,
     resources: HashMap<(String, String), (ApiResource, bool)>,
     discovery: DiscoveryCache,
     /// Triggers by key, as last seen.
@@ -252,9 +247,8 @@ struct Controller {
 /// `kyverno-generate` or `kyverno-mutate` as Kyverno's. Paced as the admission events are;
 /// what does not fit is dropped and counted.
 struct FailureEvents {
-    generate: Recorder,
-    mutate: Recorder,
-    bucket: crate::events::Bucket,
+    generate: Events,
+    mutate: Events,
 }
 
 /// One rule's failure for one trigger.
@@ -266,19 +260,12 @@ struct Failure {
 }
 
 impl FailureEvents {
-    fn new(client: &kube::Client, identity: &str) -> FailureEvents {
-        let reporter = |c: &str| Reporter { controller: c.into(), instance: Some(identity.to_string()) };
-        FailureEvents {
-            generate: Recorder::new(client.clone(), reporter(GENERATE_CONTROLLER)),
-            mutate: Recorder::new(client.clone(), reporter(MUTATE_CONTROLLER)),
-            bucket: crate::events::Bucket::new(crate::events::Limits::default()),
-        }
+    fn new(shared: &Shared) -> FailureEvents {
+        FailureEvents { generate: shared.events(GENERATE_CONTROLLER), mutate: shared.events(MUTATE_CONTROLLER) }
     }
 }
 
-/// Kyverno's event sources for the two halves of its background controller.
-pub const GENERATE_CONTROLLER: &str = "kyverno-generate";
-pub const MUTATE_CONTROLLER: &str = "kyverno-mutate";
+use crate::events::{GENERATE_CONTROLLER, MUTATE_CONTROLLER};
 
 /// The `PolicyError` event of `f` for `trigger`, with the object it is about (the policy).
 fn failure_event(f: &Failure, trigger: &Value) -> (Event, ObjectReference) {
@@ -315,44 +302,23 @@ fn failure_event(f: &Failure, trigger: &Value) -> (Event, ObjectReference) {
     (ev, regarding)
 }
 
-/// Runs the background controller while this replica leads, until `stop`.
-#[allow(clippy::too_many_arguments)]
-pub async fn run(
-    client: kube::Client,
-    acting: kube::Client,
-    server: Arc<dyn Serving>,
-    shared: crate::cluster_data::ClusterData,
-    installed: watch::Receiver<u64>,
-    mut leader: watch::Receiver<bool>,
-    opts: BackgroundOptions,
-    identity: String,
-    error_events: bool,
-    mut stop: watch::Receiver<bool>,
-) {
-    loop {
-        tokio::select! {
-            r = leader.wait_for(|l| *l) => if r.is_err() { return },
-            _ = stop.wait_for(|s| *s) => return,
-        }
-        tracing::info!("background controller starts (this replica leads)");
+/// Runs the background controller while this replica leads, until Verno stops: reads and
+/// writes act as the background account; events are Verno's own (`PolicyError` ones when
+/// `error_events`).
+pub async fn run(shared: Shared, opts: BackgroundOptions, error_events: bool) {
+    let acting = shared.background_client();
+    let term = || async {
         let (tx, rx) = mpsc::channel(64);
-        // Reads and writes act as the background account; events are Verno's own.
         let mut c = Controller {
             client: acting.clone(),
-            server: server.clone(),
+            server: shared.server.clone(),
             opts,
-            data: shared.acting_as(acting.clone()),
-            tx,
-            bucket: Bucket {
-                tokens: opts.burst,
-                at: Instant::now(),
-                per_second: opts.writes_per_second,
-                burst: opts.burst,
-            },
+            data: shared.data_as(&acting),
+            pace: Pace::new(opts.writes_per_second, opts.burst),
             set: Arc::new(PolicySet::default()),
             policies: HashMap::new(),
             watch_keys: Vec::new(),
-            watches: HashMap::new(),
+            watches: Watches::new(tx, "background controller"),
             resources: HashMap::new(),
             discovery: DiscoveryCache::new(Duration::from_secs(10)),
             triggers: HashMap::new(),
@@ -370,25 +336,14 @@ pub async fn run(
             acted: HashSet::new(),
             done: 0,
             failed: 0,
-            events: error_events.then(|| FailureEvents::new(&client, &identity)),
+            events: error_events.then(|| FailureEvents::new(&shared)),
             own_writes: HashMap::new(),
             write_counts: HashMap::new(),
             own_writes_trigger: false,
         };
-        let mut installed = installed.clone();
-        tokio::select! {
-            _ = c.lead(rx, &mut installed) => {}
-            _ = leader.wait_for(|l| !*l) => tracing::info!("background controller stops (leadership lost)"),
-            _ = stop.wait_for(|s| *s) => {}
-        }
-        for w in c.watches.values() {
-            w.task.abort();
-        }
-        server.set_background_backlog(0);
-        if *stop.borrow() {
-            return;
-        }
-    }
+        c.lead(rx, &mut shared.installed.clone()).await
+    };
+    shared.lead_while("background controller", term, || shared.server.set_background_backlog(0)).await;
 }
 
 fn policy_infos(set: &PolicySet) -> HashMap<String, PolicyInfo> {
@@ -430,9 +385,7 @@ fn policy_infos(set: &PolicySet) -> HashMap<String, PolicyInfo> {
             };
             rules.insert(r.name.clone(), info);
         }
-        let mut h = std::collections::hash_map::DefaultHasher::new();
-        crate::scan::hash_json(doc, &mut h, true);
-        out.insert(policy_id(p), PolicyInfo { created, arrived: 0, hash: std::hash::Hasher::finish(&h), rules });
+        out.insert(policy_id(p), PolicyInfo { created, arrived: 0, hash: object_hash(doc), rules });
     }
     out
 }
@@ -603,17 +556,13 @@ impl Controller {
         let key = (role, api_version.to_string(), kind.to_string(), ns.to_string());
         if let Some(i) = self.watch_keys.iter().position(|k| *k == key) {
             let id = u32::try_from(i).unwrap_or(u32::MAX);
-            return (id, self.watches.contains_key(&id));
+            return (id, self.watches.contains(&id));
         }
         self.watch_keys.push(key);
         (u32::try_from(self.watch_keys.len() - 1).unwrap_or(u32::MAX), false)
     }
 
     fn start_watch(&mut self, id: u32, role: Role, ar: &ApiResource, ns: &str) {
-        let generation = self.watches.get(&id).map_or(0, |w| w.generation + 1);
-        if let Some(w) = self.watches.get(&id) {
-            w.task.abort();
-        }
         let api: Api<DynamicObject> = if ns.is_empty() {
             Api::all_with(self.client.clone(), ar)
         } else {
@@ -627,24 +576,10 @@ impl Controller {
             // A re-list evaluates every trigger again (a policy changed): forget what was seen.
             self.triggers.retain(|k, _| !(k.0 == ar.api_version && k.1 == ar.kind));
         }
-        let tx = self.tx.clone();
         let what = format!("{}/{}", ar.api_version, ar.kind);
-        let resource = ar.clone();
-        let task = tokio::spawn(async move {
-            let mut s = crate::poll::watch_or_poll(api, &resource, cfg, crate::poll::POLL_EVERY, what);
-            while let Some(ev) = s.next().await {
-                match ev {
-                    Ok(ev) => {
-                        if tx.send((id, generation, ev)).await.is_err() {
-                            return;
-                        }
-                    }
-                    Err(e) => tracing::debug!(error = %e, "background controller watch error (retrying)"),
-                }
-            }
-        });
+        let events = crate::poll::watch_or_poll(api, ar, cfg, crate::poll::POLL_EVERY, what);
         tracing::info!(kind = %ar.kind, api_version = %ar.api_version, ?role, namespace = ns, "the background controller watches this kind");
-        self.watches.insert(id, Watch { role, task, generation, synced: false });
+        self.watches.start(id, Watch { role, synced: false }, events);
     }
 
     /// Starts watching a kind in a role if not watched yet; whether its first list is done.
@@ -741,7 +676,7 @@ impl Controller {
                     if !scope.subresource.is_empty() {
                         continue;
                     }
-                    for (ar, caps) in crate::scan::resolve(&d, &scope) {
+                    for (ar, caps) in resolve(&d, &scope) {
                         let k = (ar.api_version.clone(), ar.kind.clone());
                         if changed.contains(&policy_id(p)) {
                             of_changed.insert(k.clone());
@@ -755,9 +690,7 @@ impl Controller {
         for (i, key) in self.watch_keys.clone().into_iter().enumerate() {
             let id = u32::try_from(i).unwrap_or(u32::MAX);
             if key.0 == Role::Trigger && !wanted.contains(&(key.1.clone(), key.2.clone())) {
-                if let Some(w) = self.watches.remove(&id) {
-                    w.task.abort();
-                }
+                self.watches.stop(&id);
                 self.triggers.retain(|k, _| !(k.0 == key.1 && k.1 == key.2));
             }
         }
@@ -772,10 +705,7 @@ impl Controller {
     }
 
     async fn on_event(&mut self, id: u32, generation: u64, ev: watcher::Event<DynamicObject>) {
-        let Some(w) = self.watches.get_mut(&id) else { return };
-        if w.generation != generation {
-            return;
-        }
+        let Some(w) = self.watches.current(id, generation) else { return };
         let role = w.role;
         // Listed items may come without their type: put it back from the watch's kind.
         let (wav, wkind) = self.watch_keys.get(id as usize).map(|k| (k.1.clone(), k.2.clone())).unwrap_or_default();
@@ -833,7 +763,7 @@ impl Controller {
             return;
         }
         if let Some(old) = self.triggers.get(&k)
-            && crate::scan::object_hash(old) == crate::scan::object_hash(&v)
+            && object_hash(old) == object_hash(&v)
         {
             // Status or bookkeeping only: nothing a policy reads changed.
             return;
@@ -900,7 +830,7 @@ impl Controller {
             .watches
             .iter()
             .filter(|(_, w)| w.role == Role::Trigger && w.synced)
-            .filter_map(|(id, _)| self.watch_keys.get(*id as usize).map(|k| (k.1.clone(), k.2.clone())))
+            .filter_map(|(id, _)| self.watch_keys.get(id as usize).map(|k| (k.1.clone(), k.2.clone())))
             .collect();
         let orphans: HashSet<String> = self
             .downstreams
@@ -1007,7 +937,7 @@ impl Controller {
 
     async fn delete(&mut self, k: &Key) {
         let Ok(api) = self.api_for(k).await else { return };
-        self.bucket.take().await;
+        self.pace.take().await;
         match api.delete(&k.3, &DeleteParams::background()).await {
             Ok(_) => tracing::info!(kind = %k.1, namespace = %k.2, name = %k.3, "generated object deleted"),
             Err(kube::Error::Api(e)) if e.code == 404 => {}
@@ -1100,21 +1030,13 @@ impl Controller {
         let generation = self.set_generation;
         let data = self.data.clone();
         let object = trigger.clone();
-        let cancel = Arc::new(AtomicBool::new(false));
-        let flag = cancel.clone();
-        let deadline = self.opts.deadline;
-        let timer = tokio::spawn(async move {
-            tokio::time::sleep(deadline).await;
-            flag.store(true, std::sync::atomic::Ordering::Relaxed);
-        });
-        let out = tokio::task::spawn_blocking(move || {
-            let env = ScanEnv { cancel };
+        let out = evaluate_blocking(self.opts.deadline, move |env| {
             let req = if deleted {
                 Request { old_object: Some(&object), ..Request::new("DELETE", &Value::Null) }
             } else {
                 Request::new("CREATE", &object)
             };
-            let outcome = set.evaluate(&req, Scope::APPLY, &env, &data, &mut ());
+            let outcome = set.evaluate(&req, Scope::APPLY, env, &data, &mut ());
             if outcome.cancelled {
                 return None;
             }
@@ -1124,7 +1046,7 @@ impl Controller {
             // as before.
             if let Some(old) = previous.as_deref() {
                 let req = Request { old_object: Some(old), ..Request::new("UPDATE", &object) };
-                let update = set.evaluate(&req, Scope::APPLY, &env, &data, &mut ());
+                let update = set.evaluate(&req, Scope::APPLY, env, &data, &mut ());
                 if update.cancelled {
                     return None;
                 }
@@ -1144,11 +1066,9 @@ impl Controller {
             Some(responses)
         })
         .await;
-        timer.abort();
-        let responses = match out {
-            Ok(Some(r)) => r,
-            Ok(None) => return Err("the evaluation was cancelled at its deadline".into()),
-            Err(e) => return Err(format!("the evaluation panicked: {e}")),
+        let responses = match out? {
+            Some(r) => r,
+            None => return Err("the evaluation was cancelled at its deadline".into()),
         };
         let created = trigger.pointer("/metadata/creationTimestamp").and_then(Value::as_str).unwrap_or("");
         let uid = trigger.pointer("/metadata/uid").and_then(Value::as_str).unwrap_or("").to_string();
@@ -1381,15 +1301,9 @@ impl Controller {
     async fn publish(&mut self, trigger: &Value, failures: Vec<Failure>) {
         let Some(ev) = self.events.as_mut() else { return };
         for f in &failures {
-            if !ev.bucket.take() {
-                self.server.event_dropped();
-                continue;
-            }
             let (event, regarding) = failure_event(f, trigger);
-            let recorder = if f.mutate { &ev.mutate } else { &ev.generate };
-            if let Err(e) = recorder.publish(&event, &regarding).await {
-                tracing::debug!(error = %e, "event not written");
-            }
+            let events = if f.mutate { &mut ev.mutate } else { &mut ev.generate };
+            events.publish(&event, &regarding).await;
         }
     }
 
@@ -1411,7 +1325,7 @@ impl Controller {
             return Ok(None);
         }
         let obj = replacement(desired, &cur)?;
-        self.bucket.take().await;
+        self.pace.take().await;
         api.replace(name, &PostParams::default(), &obj).await.map(Some).map_err(|e| format!("updating {name}: {e}"))
     }
 
@@ -1426,7 +1340,7 @@ impl Controller {
         let written = match existing {
             None => {
                 self.may_write(&k)?;
-                self.bucket.take().await;
+                self.pace.take().await;
                 let made = if ri.ssa {
                     api.patch(&k.3, &PatchParams::apply(FIELD_MANAGER).force(), &Patch::Apply(desired)).await
                 } else {
@@ -1453,7 +1367,7 @@ impl Controller {
                 if (ri.synchronize || ri.cel) && downstream_policy(&cur) == policy && !contains(&cur, desired) =>
             {
                 self.may_write(&k)?;
-                self.bucket.take().await;
+                self.pace.take().await;
                 let updated = if ri.ssa {
                     api.patch(&k.3, &PatchParams::apply(FIELD_MANAGER).force(), &Patch::Apply(desired)).await
                 } else {
@@ -1482,7 +1396,7 @@ impl Controller {
             Err(kube::Error::Api(e)) if e.code == 404 => return Ok(()),
             Err(e) => return Err(e.to_string()),
         };
-        if crate::scan::object_hash(&current) == crate::scan::object_hash(patched) {
+        if object_hash(&current) == object_hash(patched) {
             return Ok(());
         }
         let mut body = patched.clone();
@@ -1490,7 +1404,7 @@ impl Controller {
             m.remove("managedFields");
         }
         self.may_write(&k)?;
-        self.bucket.take().await;
+        self.pace.take().await;
         let pp = PatchParams { field_manager: Some(MUTATE_MANAGER.into()), ..PatchParams::default() };
         let done = api
             .patch(&k.3, &pp, &Patch::Merge(&body))

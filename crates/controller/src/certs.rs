@@ -279,6 +279,49 @@ pub async fn ensure(client: &kube::Client, cfg: &CertConfig) -> Result<usize, Ce
     Ok(writes)
 }
 
+/// Every replica serves what the pair Secret holds (readiness waits for it); the CA Secret's
+/// certificate is the webhooks' caBundle (the receiver). Both watches kick the leader pass.
+pub fn follow(
+    shared: &crate::runtime::Shared,
+    cfg: &CertConfig,
+    kick: &crate::runtime::Kick,
+) -> (Vec<tokio::task::JoinHandle<()>>, tokio::sync::watch::Receiver<Option<String>>) {
+    use crate::runtime::watch_named;
+    use crate::serving::ReadyPart;
+    let secrets: Api<Secret> = Api::namespaced(shared.client.clone(), &cfg.namespace);
+    let server = shared.server.clone();
+    let mut last: Option<Pem> = None;
+    let pair =
+        watch_named(secrets.clone(), Some(&cfg.pair_secret()), kick.clone(), shared.stop.clone(), move |s: &Secret| {
+            let Some(pem) = pem_of(s) else { return };
+            if last.as_ref() == Some(&pem) || s.metadata.deletion_timestamp.is_some() {
+                return;
+            }
+            match server.set_certificate(&pem.cert, &pem.key) {
+                Ok(()) => {
+                    tracing::info!("serving certificate loaded from its Secret");
+                    server.set_ready(ReadyPart::Certificate, true);
+                    last = Some(pem);
+                }
+                Err(e) => {
+                    tracing::error!(error = %e, "the serving certificate Secret is unusable; keeping the previous one")
+                }
+            }
+        });
+    let (ca_tx, ca_rx) = tokio::sync::watch::channel::<Option<String>>(None);
+    let ca = watch_named(secrets, Some(&cfg.ca_secret()), kick.clone(), shared.stop.clone(), move |s: &Secret| {
+        if let Some(pem) = pem_of(s) {
+            let text = String::from_utf8_lossy(&pem.cert).into_owned();
+            ca_tx.send_if_modified(|cur| {
+                let changed = cur.as_deref() != Some(text.as_str());
+                *cur = Some(text.clone());
+                changed
+            });
+        }
+    });
+    (vec![pair, ca], ca_rx)
+}
+
 #[cfg(test)]
 mod tests {
     #![allow(clippy::unwrap_used)]

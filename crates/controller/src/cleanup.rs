@@ -13,23 +13,20 @@
 //! is tried again (10 s, 30 s, … 5 min, at most 5 times) before the schedule moves on, and
 //! `lastExecutionTime` is written after each completed run.
 
-use crate::scan::{Bucket, DiscoveryCache, ScanEnv, resolve};
+use crate::runtime::{DiscoveryCache, Events, Pace, Shared, evaluate_blocking, resolve};
 use crate::serving::{CleanupCounter, Serving};
 use chrono::{DateTime, Utc};
 use k8s_openapi::api::core::v1::ObjectReference;
-use kube::api::{Api, ApiResource, DeleteParams, DynamicObject, ListParams, Patch, PatchParams, PropagationPolicy};
+use kube::api::{Api, ApiResource, DeleteParams, DynamicObject, ListParams, Patch, PatchParams};
 use kube::discovery::Scope as ApiScope;
-use kube::runtime::events::{Event, EventType, Recorder, Reporter};
+use kube::runtime::events::{Event, EventType};
 use serde_json::{Value, json};
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
-use std::sync::atomic::AtomicBool;
 use std::time::Duration;
 use tokio::sync::watch;
 use verno_engine::{CompiledPolicy, Kind, PolicySet, Request, Scope, Status};
 
-/// Kyverno's event source for cleanup.
-pub const CLEANUP_CONTROLLER: &str = "kyverno-cleanup";
 /// Field manager of `status.lastExecutionTime`.
 const STATUS_MANAGER: &str = "verno-cleanup";
 /// Kyverno's label on what it manages (`--protect-managed-resources`).
@@ -86,55 +83,25 @@ struct Entry {
     attempts: u32,
 }
 
-/// Runs the cleanup controller while this replica leads, until `stop`.
-#[allow(clippy::too_many_arguments)]
-pub async fn run(
-    client: kube::Client,
-    acting: kube::Client,
-    server: Arc<dyn Serving>,
-    shared: crate::cluster_data::ClusterData,
-    installed: watch::Receiver<u64>,
-    mut leader: watch::Receiver<bool>,
-    opts: CleanupOptions,
-    identity: String,
-    mut stop: watch::Receiver<bool>,
-) {
-    loop {
-        tokio::select! {
-            r = leader.wait_for(|l| *l) => if r.is_err() { return },
-            _ = stop.wait_for(|s| *s) => return,
-        }
-        tracing::info!("cleanup controller starts (this replica leads)");
+/// Runs the cleanup controller while this replica leads, until Verno stops: lists and deletes
+/// act as the cleanup account; statuses and events are Verno's own.
+pub async fn run(shared: Shared, opts: CleanupOptions) {
+    let acting = shared.cleanup_client();
+    let term = || async {
         let mut c = Controller {
-            client: client.clone(),
+            client: shared.client.clone(),
             acting: acting.clone(),
-            server: server.clone(),
+            server: shared.server.clone(),
             opts,
-            data: shared.acting_as(acting.clone()),
-            bucket: Bucket {
-                tokens: opts.burst,
-                at: tokio::time::Instant::now(),
-                per_second: opts.deletes_per_second,
-                burst: opts.burst,
-            },
+            data: shared.data_as(&acting),
+            pace: Pace::new(opts.deletes_per_second, opts.burst),
             discovery: DiscoveryCache::new(Duration::from_secs(30)),
             entries: HashMap::new(),
-            recorder: Recorder::new(
-                client.clone(),
-                Reporter { controller: CLEANUP_CONTROLLER.into(), instance: Some(identity.clone()) },
-            ),
-            event_bucket: crate::events::Bucket::new(crate::events::Limits::default()),
+            events: shared.events(crate::events::CLEANUP_CONTROLLER),
         };
-        let mut installed = installed.clone();
-        tokio::select! {
-            _ = c.lead(&mut installed) => {}
-            _ = leader.wait_for(|l| !*l) => tracing::info!("cleanup controller stops (leadership lost)"),
-            _ = stop.wait_for(|s| *s) => {}
-        }
-        if *stop.borrow() {
-            return;
-        }
-    }
+        c.lead(&mut shared.installed.clone()).await
+    };
+    shared.lead_while("cleanup controller", term, || {}).await;
 }
 
 struct Controller {
@@ -145,11 +112,10 @@ struct Controller {
     server: Arc<dyn Serving>,
     opts: CleanupOptions,
     data: crate::cluster_data::ClusterData,
-    bucket: Bucket,
+    pace: Pace,
     discovery: DiscoveryCache,
     entries: HashMap<PolicyId, Entry>,
-    recorder: Recorder,
-    event_bucket: crate::events::Bucket,
+    events: Events,
 }
 
 /// The outcome of one run.
@@ -242,8 +208,7 @@ impl Controller {
 
     async fn run_due(&mut self, set: &Arc<PolicySet>, p: &Arc<CompiledPolicy>) {
         let started = Utc::now();
-        let mut sink =
-            Sink { server: &*self.server, recorder: &self.recorder, bucket: &mut self.event_bucket, opts: &self.opts };
+        let mut sink = Sink { server: &*self.server, events: &mut self.events, opts: &self.opts };
         let counts = run_policy(
             &self.acting,
             set,
@@ -251,7 +216,7 @@ impl Controller {
             &mut self.discovery,
             &self.data,
             &self.opts,
-            Act::Delete { bucket: &mut self.bucket, sink: &mut sink },
+            Act::Delete { pace: &mut self.pace, sink: &mut sink },
         )
         .await;
         tracing::info!(policy = %p.name, kind = %p.kind, listed = counts.listed, deleted = counts.deleted, errors = counts.errors, "cleanup policy ran");
@@ -281,8 +246,7 @@ impl Controller {
 /// Where a run reports deletions: metrics and events.
 pub(crate) struct Sink<'a> {
     pub(crate) server: &'a dyn Serving,
-    pub(crate) recorder: &'a Recorder,
-    pub(crate) bucket: &'a mut crate::events::Bucket,
+    pub(crate) events: &'a mut Events,
     pub(crate) opts: &'a CleanupOptions,
 }
 
@@ -308,10 +272,6 @@ impl Sink<'_> {
         let counter = if deleting { CleanupCounter::Deleting } else { CleanupCounter::Cleanup };
         self.server.cleanup_counted(counter, err.is_none(), labels);
         if (err.is_none() && !self.opts.applied_events) || (err.is_some() && !self.opts.error_events) {
-            return;
-        }
-        if !self.bucket.take() {
-            self.server.event_dropped();
             return;
         }
         let verb = if deleting { "delete" } else { "clean up" };
@@ -354,9 +314,7 @@ impl Sink<'_> {
         crate::events::truncate_note(&mut note);
         let ev =
             Event { type_, reason: reason.into(), note: Some(note), action: action.into(), secondary: Some(related) };
-        if let Err(e) = self.recorder.publish(&ev, &regarding).await {
-            tracing::debug!(error = %e, "cleanup event not written");
-        }
+        self.events.publish(&ev, &regarding).await;
     }
 }
 
@@ -391,7 +349,7 @@ fn resources(d: &kube::Discovery, p: &CompiledPolicy) -> Vec<(ApiResource, bool)
 /// What a run does with the objects that are due.
 pub(crate) enum Act<'a, 'b> {
     /// Deletes them (paced), reporting to `sink`.
-    Delete { bucket: &'a mut Bucket, sink: &'a mut Sink<'b> },
+    Delete { pace: &'a mut Pace, sink: &'a mut Sink<'b> },
     /// Only collects them (`verno cleanup --dry-run`).
     Preview(&'a mut Found),
 }
@@ -537,14 +495,14 @@ pub(crate) async fn run_policy(
                     }
                     continue;
                 }
-                let (bucket, sink) = match &mut act {
+                let (pace, sink) = match &mut act {
                     Act::Preview(found) => {
                         found.due.push(obj);
                         continue;
                     }
-                    Act::Delete { bucket, sink } => (&mut **bucket, &mut **sink),
+                    Act::Delete { pace, sink } => (&mut **pace, &mut **sink),
                 };
-                bucket.take().await;
+                pace.take().await;
                 let name = obj.pointer("/metadata/name").and_then(Value::as_str).unwrap_or("");
                 let ns = obj.pointer("/metadata/namespace").and_then(Value::as_str).unwrap_or("");
                 let target: Api<DynamicObject> = if namespaced {
@@ -553,7 +511,7 @@ pub(crate) async fn run_policy(
                     Api::all_with(client.clone(), &ar)
                 };
                 let dp = |o: &Value| DeleteParams {
-                    propagation_policy: propagation.map(propagation_of),
+                    propagation_policy: propagation.map(crate::runtime::propagation_of),
                     preconditions: Some(unchanged(o)),
                     ..DeleteParams::default()
                 };
@@ -625,14 +583,6 @@ fn unchanged(o: &Value) -> kube::api::Preconditions {
     kube::api::Preconditions { uid: s("/metadata/uid"), resource_version: s("/metadata/resourceVersion") }
 }
 
-pub(crate) fn propagation_of(p: &str) -> PropagationPolicy {
-    match p {
-        "Orphan" => PropagationPolicy::Orphan,
-        "Background" => PropagationPolicy::Background,
-        _ => PropagationPolicy::Foreground,
-    }
-}
-
 /// The objects of one page the policy says are due (`Ok`), or could not decide on (`Err`):
 /// one trip to the blocking pool per page, cancelled at `deadline`.
 pub(crate) async fn due_objects(
@@ -642,20 +592,13 @@ pub(crate) async fn due_objects(
     data: &crate::cluster_data::ClusterData,
     deadline: Duration,
 ) -> Result<Vec<(Value, Result<(), String>)>, String> {
-    let cancel = Arc::new(AtomicBool::new(false));
-    let flag = cancel.clone();
-    let timer = tokio::spawn(async move {
-        tokio::time::sleep(deadline).await;
-        flag.store(true, std::sync::atomic::Ordering::Relaxed);
-    });
     let (set, data) = (set.clone(), data.clone());
     let id = (p.kind, p.namespace.clone(), p.name.clone());
-    let out = tokio::task::spawn_blocking(move || {
-        let env = ScanEnv { cancel };
+    evaluate_blocking(deadline, move |env| {
         let scope = || Scope::cleanup(id.0, id.1.as_deref(), &id.2);
         let mut out = Vec::new();
         for obj in objects {
-            let outcome = set.evaluate(&Request::new("CREATE", &obj), scope(), &env, &data, &mut ());
+            let outcome = set.evaluate(&Request::new("CREATE", &obj), scope(), env, &data, &mut ());
             if outcome.cancelled {
                 return Err("the evaluation was cancelled at its deadline".to_string());
             }
@@ -668,7 +611,5 @@ pub(crate) async fn due_objects(
         }
         Ok(out)
     })
-    .await;
-    timer.abort();
-    out.map_err(|e| format!("the evaluation panicked: {e}"))?
+    .await?
 }

@@ -23,21 +23,24 @@
 //! from the request), so Verno needs no read access to every kind; if a later webhook refuses
 //! the object, its event names an object that never existed.
 
-use crate::serving::Serving;
+use crate::runtime::{Events, Shared};
 use k8s_openapi::api::core::v1::ObjectReference;
 use kube::api::DynamicObject;
-use kube::runtime::events::{Event, EventType, Recorder, Reporter};
+use kube::runtime::events::{Event, EventType};
 use kube::runtime::reflector::{ObjectRef, Store};
 use std::collections::BTreeSet;
-use std::sync::Arc;
 use tokio::sync::{mpsc, watch};
-use tokio::time::Instant;
 use verno_engine::{Applied, Kind, Notice, Violation};
 
 /// Kyverno's reporting controller name for admission events (tools filter on it).
 pub const REPORTING_CONTROLLER: &str = "kyverno-admission";
 /// Kyverno's reporting controller name for background scan events.
 pub const SCAN_CONTROLLER: &str = "kyverno-scan";
+/// Kyverno's reporting controller name for cleanup (policies and the TTL label).
+pub const CLEANUP_CONTROLLER: &str = "kyverno-cleanup";
+/// Kyverno's reporting controller names for the two halves of its background controller.
+pub const GENERATE_CONTROLLER: &str = "kyverno-generate";
+pub const MUTATE_CONTROLLER: &str = "kyverno-mutate";
 
 /// How events are paced.
 #[derive(Debug, Clone, Copy)]
@@ -51,32 +54,6 @@ pub struct Limits {
 impl Default for Limits {
     fn default() -> Self {
         Limits { per_second: 20.0, burst: 100.0 }
-    }
-}
-
-pub(crate) struct Bucket {
-    tokens: f64,
-    at: Instant,
-    limits: Limits,
-}
-
-impl Bucket {
-    pub(crate) fn new(limits: Limits) -> Bucket {
-        Bucket { tokens: limits.burst, at: Instant::now(), limits }
-    }
-
-    /// Whether an event may be written now (never waits).
-    pub(crate) fn take(&mut self) -> bool {
-        let now = Instant::now();
-        self.tokens =
-            (self.tokens + now.duration_since(self.at).as_secs_f64() * self.limits.per_second).min(self.limits.burst);
-        self.at = now;
-        if self.tokens >= 1.0 {
-            self.tokens -= 1.0;
-            true
-        } else {
-            false
-        }
     }
 }
 
@@ -281,20 +258,17 @@ pub struct Sources {
     pub config: watch::Receiver<EventConfig>,
 }
 
-/// Writes events for what the server hands over until `stop`.
-#[allow(clippy::too_many_arguments)]
+/// Writes events reported by `controller` for what the server (or a scan) hands over, until
+/// Verno stops.
 pub async fn run(
-    client: kube::Client,
+    shared: Shared,
     controller: &'static str,
-    identity: String,
     mut rx: mpsc::Receiver<Notice>,
     Sources { stores, config }: Sources,
-    server: Arc<dyn Serving>,
     limits: Limits,
-    mut stop: watch::Receiver<bool>,
 ) {
-    let recorder = Recorder::new(client, Reporter { controller: controller.into(), instance: Some(identity) });
-    let mut bucket = Bucket::new(limits);
+    let mut events = Events::new(&shared, controller, limits);
+    let mut stop = shared.stop.clone();
     loop {
         // Take the next notice first: the stop future must not live across the writes.
         let n = tokio::select! {
@@ -303,13 +277,7 @@ pub async fn run(
         };
         let out = events_of(&n, &stores, &config.borrow());
         for (ev, regarding) in out {
-            if !bucket.take() {
-                server.event_dropped();
-                continue;
-            }
-            if let Err(e) = recorder.publish(&ev, &regarding).await {
-                tracing::debug!(error = %e, "event not written");
-            }
+            events.publish(&ev, &regarding).await;
         }
     }
 }
@@ -450,13 +418,5 @@ mod tests {
         let (ev, _) = applied_event(&applied(Vec::new()), ObjectReference::default());
         assert_eq!((ev.reason.as_str(), ev.action.as_str()), ("PolicyApplied", "Resource Passed"));
         assert_eq!(ev.note.as_deref(), Some("Deployment shop/web: pass"));
-    }
-
-    #[test]
-    fn the_bucket_allows_a_burst_then_drops() {
-        let mut b = Bucket { tokens: 2.0, at: Instant::now(), limits: Limits { per_second: 0.0, burst: 2.0 } };
-        assert!(b.take());
-        assert!(b.take());
-        assert!(!b.take());
     }
 }

@@ -14,7 +14,6 @@ use k8s_openapi::jiff::Timestamp;
 use kube::api::{Api, PostParams};
 use serde_json::json;
 use std::time::Duration;
-use tokio::sync::watch;
 
 pub use verno_api::admission::LAST_REQUEST_ANNOTATION;
 
@@ -65,15 +64,9 @@ pub async fn probe_once(
 
 /// Probes every `interval` while this replica leads; logs when the API server has not reached
 /// Verno for longer than `deadline` (Kyverno's idle deadline), and when it does again.
-pub async fn run(
-    client: kube::Client,
-    namespace: String,
-    identity: String,
-    interval: Duration,
-    deadline: Duration,
-    mut leader: watch::Receiver<bool>,
-    mut stop: watch::Receiver<bool>,
-) {
+pub async fn run(shared: crate::runtime::Shared, namespace: String, interval: Duration, deadline: Duration) {
+    let (client, identity) = (shared.client.clone(), shared.identity.clone());
+    let (mut leader, mut stop) = (shared.leader.clone(), shared.stop.clone());
     let mut healthy = true;
     // Since when this replica leads: a new leader gives the path one deadline to work.
     let mut leading_since: Option<tokio::time::Instant> = None;

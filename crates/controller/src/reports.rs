@@ -22,9 +22,8 @@ use kube::api::{Api, DynamicObject, PostParams};
 use kube::discovery::ApiResource;
 use serde_json::{Value, json};
 use std::collections::HashMap;
-use std::sync::Arc;
 use std::time::Duration;
-use tokio::sync::{mpsc, watch};
+use tokio::sync::mpsc;
 use tokio::time::Instant;
 use verno_engine::report::{self, ReportNotice};
 
@@ -249,14 +248,9 @@ fn leave_scanned(n: &mut ReportNotice, set: &verno_engine::PolicySet) {
     });
 }
 
-/// Writes admission results into reports until `stop`.
-pub async fn run(
-    client: kube::Client,
-    mut rx: mpsc::Receiver<ReportNotice>,
-    server: Arc<dyn Serving>,
-    limits: Limits,
-    mut stop: watch::Receiver<bool>,
-) {
+/// Writes admission results into reports until Verno stops.
+pub async fn run(shared: crate::runtime::Shared, mut rx: mpsc::Receiver<ReportNotice>, limits: Limits) {
+    let (client, server, mut stop) = (shared.client.clone(), shared.server.clone(), shared.stop.clone());
     let mut pending: HashMap<String, Pending> = HashMap::new();
     let mut tick = tokio::time::interval(Duration::from_millis(100));
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);

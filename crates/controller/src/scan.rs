@@ -40,20 +40,18 @@
 //! `namespaceSelector` result changes on the object's next update or a rescan);
 //! ImageValidatingPolicies are not scanned.
 
+use crate::runtime::{DiscoveryCache, Pace, Shared, Watches, evaluate_blocking, object_hash, resolve};
 use crate::serving::Serving;
-use futures_util::StreamExt;
 use kube::api::{Api, DeleteParams, DynamicObject, ListParams, PostParams};
-use kube::discovery::{ApiCapabilities, ApiResource, Discovery, Scope as DiscoveryScope, verbs};
+use kube::discovery::{ApiResource, Discovery, Scope as DiscoveryScope};
 use kube::runtime::{WatchStreamExt, watcher};
 use serde_json::{Value, json};
 use std::collections::hash_map::DefaultHasher;
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::hash::{Hash, Hasher};
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 use tokio::sync::{mpsc, watch};
-use tokio::task::JoinHandle;
 use tokio::time::Instant;
 use verno_engine::report;
 use verno_engine::{Notice, PolicySet, Request, ResourceRef, Scope};
@@ -101,53 +99,6 @@ fn hash_of(v: &impl Hash) -> u64 {
     let mut h = DefaultHasher::new();
     v.hash(&mut h);
     h.finish()
-}
-
-/// Hashes a JSON value; with `top` the object's `status` and bookkeeping metadata are left
-/// out (what Kyverno's resource hash leaves out: policies see neither).
-pub(crate) fn hash_json(v: &Value, h: &mut DefaultHasher, top: bool) {
-    match v {
-        Value::Null => 0u8.hash(h),
-        Value::Bool(b) => (1u8, b).hash(h),
-        Value::Number(n) => (2u8, n.to_string()).hash(h),
-        Value::String(s) => (3u8, s).hash(h),
-        Value::Array(a) => {
-            (4u8, a.len()).hash(h);
-            for x in a {
-                hash_json(x, h, false);
-            }
-        }
-        Value::Object(m) => {
-            5u8.hash(h);
-            for (k, x) in m {
-                if top && k == "status" {
-                    continue;
-                }
-                k.hash(h);
-                if top && k == "metadata" {
-                    if let Value::Object(meta) = x {
-                        6u8.hash(h);
-                        for (mk, mv) in meta {
-                            if matches!(mk.as_str(), "resourceVersion" | "managedFields" | "generation") {
-                                continue;
-                            }
-                            mk.hash(h);
-                            hash_json(mv, h, false);
-                        }
-                    }
-                    continue;
-                }
-                hash_json(x, h, false);
-            }
-        }
-    }
-}
-
-pub(crate) fn object_hash(o: &Value) -> u64 {
-    let mut h = DefaultHasher::new();
-    hash_json(o, &mut h, true);
-    // 0 means "not evaluated yet".
-    h.finish().max(1)
 }
 
 /// The hash of a result's owner: its policy (report key), source and rule.
@@ -256,75 +207,15 @@ fn retry_after(failures: u32) -> Duration {
 }
 
 /// One watched kind.
+#[derive(Clone)]
 struct Watch {
     ar: ApiResource,
     namespaced: bool,
-    task: JoinHandle<()>,
-    /// Bumped on every restart: events of an older watcher are ignored.
-    generation: u64,
     /// The current list (`Init` … `InitDone`) number.
     list: u64,
 }
 
 type WatchEvent = (u32, u64, watcher::Event<DynamicObject>);
-
-/// The API server's discovery, kept and refreshed at most once per `max_age` (a leader's
-/// controllers resolve kinds often; discovery is dozens of requests).
-pub(crate) struct DiscoveryCache {
-    cached: Option<(Instant, Arc<Discovery>)>,
-    max_age: Duration,
-}
-
-impl DiscoveryCache {
-    pub(crate) fn new(max_age: Duration) -> DiscoveryCache {
-        DiscoveryCache { cached: None, max_age }
-    }
-
-    /// The cached discovery; with `fresh`, run again unless younger than `max_age`. On failure
-    /// the last one (logged with `keeps`, what the caller goes on with).
-    pub(crate) async fn get(&mut self, client: &kube::Client, fresh: bool, keeps: &str) -> Option<Arc<Discovery>> {
-        if let Some((at, d)) = &self.cached
-            && (!fresh || at.elapsed() < self.max_age)
-        {
-            return Some(d.clone());
-        }
-        match Discovery::new(client.clone()).run().await {
-            Ok(d) => {
-                let d = Arc::new(d);
-                self.cached = Some((Instant::now(), d.clone()));
-                Some(d)
-            }
-            Err(e) => {
-                tracing::warn!(error = %e, "discovery failed; {keeps}");
-                self.cached.as_ref().map(|(_, d)| d.clone())
-            }
-        }
-    }
-}
-
-pub(crate) struct Bucket {
-    pub(crate) tokens: f64,
-    pub(crate) at: Instant,
-    pub(crate) per_second: f64,
-    pub(crate) burst: f64,
-}
-
-impl Bucket {
-    /// Waits until a write may go.
-    pub(crate) async fn take(&mut self) {
-        loop {
-            let now = Instant::now();
-            self.tokens = (self.tokens + now.duration_since(self.at).as_secs_f64() * self.per_second).min(self.burst);
-            self.at = now;
-            if self.tokens >= 1.0 {
-                self.tokens -= 1.0;
-                return;
-            }
-            let wait = (1.0 - self.tokens) / self.per_second.max(0.001);
-            tokio::time::sleep(Duration::from_secs_f64(wait.min(1.0))).await;
-        }
-    }
-}
 
 /// The leader's scanner state. Dropped when leadership is lost.
 struct Scanner {
@@ -336,84 +227,47 @@ struct Scanner {
     /// (apiVersion, kind) interned; `Tracked::kind` indexes it.
     kinds: Vec<(String, String)>,
     kind_index: HashMap<(String, String), u32>,
-    watches: HashMap<u32, Watch>,
+    watches: Watches<u32, Watch, watcher::Event<DynamicObject>>,
     tracked: HashMap<String, Tracked>,
     /// Per background policy (owner hash): a hash of its document, and the kinds it matches.
     policies: HashMap<u64, (u64, HashSet<u32>)>,
     /// Hash of the exceptions in force.
     exceptions: u64,
     owners: Owners,
-    tx: mpsc::Sender<WatchEvent>,
-    bucket: Bucket,
+    pace: Pace,
     discovery: DiscoveryCache,
     set: Arc<PolicySet>,
 }
 
-/// Runs background scans while this replica leads, until `stop`; reads through `shared`'s
-/// client (Verno's own).
-pub async fn run(
-    server: Arc<dyn Serving>,
-    shared: crate::cluster_data::ClusterData,
-    installed: watch::Receiver<u64>,
-    mut leader: watch::Receiver<bool>,
-    events: Option<mpsc::Sender<Notice>>,
-    opts: ScanOptions,
-    mut stop: watch::Receiver<bool>,
-) {
-    let client = shared.client().clone();
-    loop {
-        tokio::select! {
-            r = leader.wait_for(|l| *l) => if r.is_err() { return },
-            _ = stop.wait_for(|s| *s) => return,
-        }
-        tracing::info!("background scans start (this replica leads)");
+/// Runs background scans while this replica leads, until Verno stops; reads as Verno's own
+/// account; what becomes events goes to `events` (`kyverno-scan`).
+pub async fn run(shared: Shared, opts: ScanOptions, events: Option<mpsc::Sender<Notice>>) {
+    let term = || async {
         // Bounded: a watcher waits while the scanner works (each event holds a whole object).
         let (tx, rx) = mpsc::channel(64);
         let mut scanner = Scanner {
-            client: client.clone(),
-            server: server.clone(),
+            client: shared.client.clone(),
+            server: shared.server.clone(),
             opts,
             events: events.clone(),
-            data: shared.acting_as(client.clone()),
+            data: shared.data_as(&shared.client),
             kinds: Vec::new(),
             kind_index: HashMap::new(),
-            watches: HashMap::new(),
+            watches: Watches::new(tx, "background scan"),
             tracked: HashMap::new(),
             policies: HashMap::new(),
             exceptions: 0,
             owners: Owners::default(),
-            tx,
-            bucket: Bucket {
-                tokens: opts.burst,
-                at: Instant::now(),
-                per_second: opts.writes_per_second,
-                burst: opts.burst,
-            },
+            pace: Pace::new(opts.writes_per_second, opts.burst),
             discovery: DiscoveryCache::new(Duration::from_secs(30)),
             set: Arc::new(PolicySet::default()),
         };
-        let mut installed = installed.clone();
-        tokio::select! {
-            _ = scanner.lead(rx, &mut installed) => {}
-            _ = leader.wait_for(|l| !*l) => tracing::info!("background scans stop (leadership lost)"),
-            _ = stop.wait_for(|s| *s) => {}
-        }
-        scanner.shutdown();
-        if *stop.borrow() {
-            return;
-        }
-    }
+        scanner.lead(rx, &mut shared.installed.clone()).await
+    };
+    shared.lead_while("background scans", term, || shared.server.set_scan_backlog(0)).await;
 }
 
 impl Scanner {
-    fn shutdown(&mut self) {
-        for w in self.watches.values() {
-            w.task.abort();
-        }
-        self.watches.clear();
-        self.server.set_scan_backlog(0);
-    }
-
     fn kind_id(&mut self, api_version: &str, kind: &str) -> u32 {
         let key = (api_version.to_string(), kind.to_string());
         if let Some(&i) = self.kind_index.get(&key) {
@@ -458,7 +312,7 @@ impl Scanner {
                     self.retry_pending().await;
                     if let Some(every) = rescan && last_rescan.elapsed() >= every {
                         last_rescan = Instant::now();
-                        let all: Vec<u32> = self.watches.keys().copied().collect();
+                        let all: Vec<u32> = self.watches.ids().collect();
                         self.relist(&all);
                     }
                 }
@@ -609,10 +463,9 @@ impl Scanner {
         }
         self.policies = policies;
         // Stop what no policy matches any more; start what is new.
-        let gone: Vec<u32> = self.watches.keys().filter(|k| !resources.contains_key(k)).copied().collect();
+        let gone: Vec<u32> = self.watches.ids().filter(|k| !resources.contains_key(k)).collect();
         for k in gone {
-            if let Some(w) = self.watches.remove(&k) {
-                w.task.abort();
+            if let Some(w) = self.watches.stop(&k) {
                 tracing::info!(kind = %w.ar.kind, "no background policy matches this kind any more: not watched");
             }
         }
@@ -636,7 +489,7 @@ impl Scanner {
             .filter(|(_, t)| {
                 t.report
                     && (t.results.iter().any(|(k, _)| !self.owners.live.contains(k))
-                        || (!self.watches.contains_key(&t.kind)
+                        || (!self.watches.contains(&t.kind)
                             && t.results.iter().any(|(k, _)| self.owners.scanned.contains(k))))
             })
             .map(|(uid, _)| uid.clone())
@@ -680,28 +533,10 @@ impl Scanner {
     }
 
     fn start_watch(&mut self, id: u32, ar: ApiResource, namespaced: bool) {
-        let generation = self.watches.get(&id).map_or(0, |w| w.generation + 1);
-        if let Some(w) = self.watches.get(&id) {
-            w.task.abort();
-        }
         let api: Api<DynamicObject> = Api::all_with(self.client.clone(), &ar);
         let cfg = watcher::Config::default().page_size(self.opts.page_size);
-        let tx = self.tx.clone();
-        let task = tokio::spawn(async move {
-            let mut s = watcher(api, cfg).default_backoff().boxed();
-            while let Some(ev) = s.next().await {
-                match ev {
-                    Ok(ev) => {
-                        if tx.send((id, generation, ev)).await.is_err() {
-                            return;
-                        }
-                    }
-                    Err(e) => tracing::debug!(error = %e, "background scan watch error (retrying)"),
-                }
-            }
-        });
         tracing::info!(kind = %ar.kind, api_version = %ar.api_version, "background scans watch this kind");
-        self.watches.insert(id, Watch { ar, namespaced, task, generation, list: 0 });
+        self.watches.start(id, Watch { ar, namespaced, list: 0 }, watcher(api, cfg).default_backoff());
     }
 
     /// Lists these kinds again and evaluates every object of them.
@@ -718,10 +553,7 @@ impl Scanner {
     }
 
     async fn on_event(&mut self, kind: u32, generation: u64, ev: watcher::Event<DynamicObject>) {
-        let Some(w) = self.watches.get_mut(&kind) else { return };
-        if w.generation != generation {
-            return;
-        }
+        let Some(w) = self.watches.current(kind, generation) else { return };
         match ev {
             watcher::Event::Init => {
                 w.list += 1;
@@ -757,7 +589,7 @@ impl Scanner {
     async fn forget(&mut self, uid: &str) {
         let Some(t) = self.tracked.remove(uid) else { return };
         if t.report {
-            self.bucket.take().await;
+            self.pace.take().await;
             let api = crate::reports::report_api(&self.client, &t.namespace, self.opts.openreports);
             match api.delete(uid, &DeleteParams::default()).await {
                 Ok(_) => {
@@ -901,17 +733,9 @@ impl Scanner {
         let data = self.data.clone();
         let server = self.server.clone();
         let about = resource.clone();
-        let cancel = Arc::new(AtomicBool::new(false));
-        let flag = cancel.clone();
-        let deadline = self.opts.deadline;
-        let timer = tokio::spawn(async move {
-            tokio::time::sleep(deadline).await;
-            flag.store(true, Ordering::Relaxed);
-        });
-        let out = tokio::task::spawn_blocking(move || {
-            let env = ScanEnv { cancel };
+        let out = evaluate_blocking(self.opts.deadline, move |env| {
             let req = Request::new("CREATE", &object);
-            let outcome = set.evaluate(&req, Scope::BACKGROUND, &env, &data, &mut ());
+            let outcome = set.evaluate(&req, Scope::BACKGROUND, env, &data, &mut ());
             if outcome.cancelled {
                 return None;
             }
@@ -928,7 +752,6 @@ impl Scanner {
             Some(Scanned { results, notices })
         })
         .await;
-        timer.abort();
         match out {
             Ok(Some(s)) => Some(s),
             Ok(None) => {
@@ -973,7 +796,7 @@ impl Scanner {
             if stored.is_some() && fp == fingerprint(&stored_results) && results.len() == stored_results.len() {
                 return Ok(fp);
             }
-            self.bucket.take().await;
+            self.pace.take().await;
             let outcome = match (report::document(resource, results), &stored) {
                 (None, None) => return Ok(Vec::new()),
                 (None, Some(_)) => api.delete(&resource.uid, &DeleteParams::default()).await.map(|_| 0),
@@ -1021,7 +844,7 @@ impl Scanner {
             name: t.name.to_string(),
             uid: uid.to_string(),
         };
-        let watched = self.watches.contains_key(&t.kind);
+        let watched = self.watches.contains(&t.kind);
         let api = crate::reports::report_api(&self.client, &resource.namespace, self.opts.openreports);
         let stored = match api.get_opt(uid).await {
             Ok(Some(s)) => serde_json::to_value(s).unwrap_or(Value::Null),
@@ -1126,54 +949,6 @@ struct Scanned {
     results: Vec<Value>,
     /// What becomes events (the engine marks nothing a scan finds as blocking).
     notices: Vec<Notice>,
-}
-
-/// The clock, randomness and deadline of a scan evaluation.
-pub(crate) struct ScanEnv {
-    pub(crate) cancel: Arc<AtomicBool>,
-}
-
-impl verno_jmespath::Env for ScanEnv {
-    fn cancelled(&self) -> bool {
-        self.cancel.load(Ordering::Relaxed)
-    }
-    fn cancel_flag(&self) -> Option<Arc<AtomicBool>> {
-        Some(self.cancel.clone())
-    }
-    fn now(&self) -> Option<chrono::DateTime<chrono::FixedOffset>> {
-        Some(chrono::Utc::now().fixed_offset())
-    }
-    fn random_seed(&self) -> Option<u64> {
-        use std::hash::BuildHasher;
-        Some(std::collections::hash_map::RandomState::new().build_hasher().finish())
-    }
-}
-
-/// The listable, watchable resources of `scope` (a policy's match): its group (any with `*`),
-/// its version (the group's preferred one with `*`), its kind or resource (globs allowed).
-pub(crate) fn resolve(d: &Discovery, scope: &verno_engine::WebhookScope) -> Vec<(ApiResource, ApiCapabilities)> {
-    let mut out = Vec::new();
-    for g in d.groups() {
-        if scope.group != "*" && scope.group != g.name() {
-            continue;
-        }
-        let resources =
-            if scope.version == "*" { g.recommended_resources() } else { g.versioned_resources(&scope.version) };
-        for (ar, caps) in resources {
-            if !caps.supports_operation(verbs::LIST) || !caps.supports_operation(verbs::WATCH) {
-                continue;
-            }
-            let hit = match (&scope.resource, &scope.kind) {
-                (Some(r), _) => r == "*" || *r == ar.plural,
-                (None, Some(k)) => verno_jmespath::wildcard::matches(k, &ar.kind),
-                (None, None) => false,
-            };
-            if hit {
-                out.push((ar, caps));
-            }
-        }
-    }
-    out
 }
 
 #[cfg(test)]

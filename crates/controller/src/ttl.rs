@@ -12,20 +12,19 @@
 //! precondition, so an object recreated under the same name is not taken for the old one.
 
 use crate::policies::Gvr;
+use crate::runtime::{Events, Pace, Shared, Watches};
 use crate::serving::{CleanupCounter, Serving};
 use chrono::{DateTime, Utc};
-use futures_util::StreamExt;
 use k8s_openapi::api::core::v1::ObjectReference;
 use kube::api::{Api, ApiResource, DeleteParams, Preconditions};
 use kube::core::{DynamicObject, PartialObjectMeta};
 use kube::discovery::{Scope as ApiScope, verbs};
-use kube::runtime::events::{Event, EventType, Recorder, Reporter};
+use kube::runtime::events::{Event, EventType};
 use kube::runtime::{WatchStreamExt, watcher};
 use std::collections::{BTreeSet, HashMap, HashSet};
 use std::sync::Arc;
 use std::time::Duration;
-use tokio::sync::{mpsc, watch};
-use tokio::task::JoinHandle;
+use tokio::sync::mpsc;
 use verno_engine::ttl::{PROPAGATION_ANNOTATION, TTL_LABEL, expiry};
 
 /// How the TTL controller runs.
@@ -56,61 +55,30 @@ struct Tracked {
     propagation: Option<&'static str>,
 }
 
-enum Msg {
-    Seen(usize, PartialObjectMeta<DynamicObject>),
-    Gone(usize, PartialObjectMeta<DynamicObject>),
-}
+/// A watch event of resource index `usize` (metadata only).
+type WatchEvent = (usize, u64, watcher::Event<PartialObjectMeta<DynamicObject>>);
 
-/// Runs the TTL controller while this replica leads, until `stop`.
-pub async fn run(
-    client: kube::Client,
-    acting: kube::Client,
-    server: Arc<dyn Serving>,
-    mut leader: watch::Receiver<bool>,
-    opts: TtlOptions,
-    identity: String,
-    mut stop: watch::Receiver<bool>,
-) {
-    loop {
-        tokio::select! {
-            r = leader.wait_for(|l| *l) => if r.is_err() { return },
-            _ = stop.wait_for(|s| *s) => return,
-        }
-        tracing::info!("ttl controller starts (this replica leads)");
-        // Watches, access checks and deletes act as the cleanup account; events are Verno's own.
+/// Runs the TTL controller while this replica leads, until Verno stops: watches, access
+/// checks and deletes act as the cleanup account; events are Verno's own.
+pub async fn run(shared: Shared, opts: TtlOptions) {
+    let acting = shared.cleanup_client();
+    let term = || async {
+        let (tx, rx) = mpsc::channel(256);
         let mut t = Ttl {
             client: acting.clone(),
-            server: server.clone(),
+            server: shared.server.clone(),
             opts,
             resources: Vec::new(),
-            watches: HashMap::new(),
+            watches: Watches::new(tx, "ttl"),
             tracked: HashMap::new(),
             queue: BTreeSet::new(),
             reported: HashSet::new(),
-            recorder: Recorder::new(
-                client.clone(),
-                Reporter { controller: crate::cleanup::CLEANUP_CONTROLLER.into(), instance: Some(identity.clone()) },
-            ),
-            bucket: crate::scan::Bucket {
-                tokens: opts.burst,
-                at: tokio::time::Instant::now(),
-                per_second: opts.deletes_per_second,
-                burst: opts.burst,
-            },
-            event_bucket: crate::events::Bucket::new(crate::events::Limits::default()),
+            pace: Pace::new(opts.deletes_per_second, opts.burst),
+            events: shared.events(crate::events::CLEANUP_CONTROLLER),
         };
-        tokio::select! {
-            _ = t.lead() => {}
-            _ = leader.wait_for(|l| !*l) => tracing::info!("ttl controller stops (leadership lost)"),
-            _ = stop.wait_for(|s| *s) => {}
-        }
-        for w in t.watches.values() {
-            w.abort();
-        }
-        if *stop.borrow() {
-            return;
-        }
-    }
+        t.lead(rx).await
+    };
+    shared.lead_while("ttl controller", term, || {}).await;
 }
 
 struct Ttl {
@@ -119,19 +87,17 @@ struct Ttl {
     opts: TtlOptions,
     /// Every resource ever watched (indexes stay valid while this replica leads).
     resources: Vec<(ApiResource, bool)>,
-    watches: HashMap<usize, JoinHandle<()>>,
+    watches: Watches<usize, (), watcher::Event<PartialObjectMeta<DynamicObject>>>,
     tracked: HashMap<Key, Tracked>,
     queue: BTreeSet<(DateTime<Utc>, Key)>,
     /// (uid, value) of invalid labels already reported.
     reported: HashSet<(String, String)>,
-    recorder: Recorder,
-    bucket: crate::scan::Bucket,
-    event_bucket: crate::events::Bucket,
+    pace: Pace,
+    events: Events,
 }
 
 impl Ttl {
-    async fn lead(&mut self) {
-        let (tx, mut rx) = mpsc::channel::<Msg>(256);
+    async fn lead(&mut self, mut rx: mpsc::Receiver<WatchEvent>) {
         let mut resync = tokio::time::interval(self.opts.interval);
         resync.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
@@ -141,9 +107,18 @@ impl Ttl {
                 .map(|(t, _)| (*t - Utc::now()).to_std().unwrap_or(Duration::ZERO))
                 .unwrap_or(Duration::from_secs(3600));
             tokio::select! {
-                _ = resync.tick() => self.discover(&tx).await,
+                _ = resync.tick() => self.discover().await,
                 m = rx.recv() => match m {
-                    Some(m) => self.on(m).await,
+                    Some((i, generation, ev)) => {
+                        if self.watches.current(i, generation).is_none() {
+                            continue;
+                        }
+                        match ev {
+                            watcher::Event::Apply(m) | watcher::Event::InitApply(m) => self.on(i, m, false).await,
+                            watcher::Event::Delete(m) => self.on(i, m, true).await,
+                            _ => {}
+                        }
+                    }
                     None => return,
                 },
                 _ = tokio::time::sleep(wait) => self.expire().await,
@@ -152,7 +127,7 @@ impl Ttl {
     }
 
     /// Works out the resources to watch and starts or stops their watches.
-    async fn discover(&mut self, tx: &mpsc::Sender<Msg>) {
+    async fn discover(&mut self) {
         let d = match kube::Discovery::new(self.client.clone()).run().await {
             Ok(d) => d,
             Err(e) => {
@@ -194,14 +169,11 @@ impl Ttl {
         // Stop watches of resources no longer wanted, and forget their objects.
         let stale: Vec<usize> = self
             .watches
-            .keys()
-            .copied()
+            .ids()
             .filter(|i| self.resources.get(*i).is_none_or(|(r, _)| !wanted_keys.contains(&key(r))))
             .collect();
         for i in stale {
-            if let Some(w) = self.watches.remove(&i) {
-                w.abort();
-            }
+            self.watches.stop(&i);
             let gone: Vec<Key> = self.tracked.keys().filter(|k| k.0 == i).cloned().collect();
             for k in gone {
                 self.untrack(&k);
@@ -215,37 +187,17 @@ impl Ttl {
                     self.resources.len() - 1
                 }
             };
-            if self.watches.contains_key(&i) {
+            if self.watches.contains(&i) {
                 continue;
             }
             let api: Api<PartialObjectMeta<DynamicObject>> = Api::all_with(self.client.clone(), &ar);
-            let tx = tx.clone();
             let cfg = watcher::Config::default().labels(TTL_LABEL).page_size(500);
-            self.watches.insert(
-                i,
-                tokio::spawn(async move {
-                    let mut s = watcher(api, cfg).default_backoff().boxed();
-                    while let Some(ev) = s.next().await {
-                        let msg = match ev {
-                            Ok(watcher::Event::Apply(m) | watcher::Event::InitApply(m)) => Msg::Seen(i, m),
-                            Ok(watcher::Event::Delete(m)) => Msg::Gone(i, m),
-                            Ok(_) => continue,
-                            Err(e) => {
-                                tracing::debug!(error = %e, "ttl watch error (retrying)");
-                                continue;
-                            }
-                        };
-                        if tx.send(msg).await.is_err() {
-                            return;
-                        }
-                    }
-                }),
-            );
+            self.watches.start(i, (), watcher(api, cfg).default_backoff());
         }
         let watched: Vec<(String, String, String)> = self
             .watches
-            .keys()
-            .filter_map(|i| self.resources.get(*i))
+            .ids()
+            .filter_map(|i| self.resources.get(i))
             .map(|(ar, _)| (ar.group.clone(), ar.version.clone(), ar.plural.clone()))
             .collect();
         self.server.set_ttl_watched(watched);
@@ -257,11 +209,8 @@ impl Ttl {
         }
     }
 
-    async fn on(&mut self, m: Msg) {
-        let (i, meta, gone) = match m {
-            Msg::Seen(i, m) => (i, m, false),
-            Msg::Gone(i, m) => (i, m, true),
-        };
+    /// Object `meta` of resource `i` seen (or `gone`).
+    async fn on(&mut self, i: usize, meta: PartialObjectMeta<DynamicObject>, gone: bool) {
         let ns = meta.metadata.namespace.clone().unwrap_or_default();
         let name = meta.metadata.name.clone().unwrap_or_default();
         let k: Key = (i, ns, name);
@@ -312,10 +261,6 @@ impl Ttl {
         }
         let Some((ar, _)) = self.resources.get(k.0) else { return };
         tracing::warn!(resource = %ar.plural, namespace = %k.1, name = %k.2, error = %why, "ttl: invalid label; the object is not deleted");
-        if !self.event_bucket.take() {
-            self.server.event_dropped();
-            return;
-        }
         let regarding = ObjectReference {
             api_version: Some(ar.api_version.clone()),
             kind: Some(ar.kind.clone()),
@@ -333,9 +278,7 @@ impl Ttl {
             action: "None".into(),
             secondary: None,
         };
-        if let Err(e) = self.recorder.publish(&ev, &regarding).await {
-            tracing::debug!(error = %e, "ttl event not written");
-        }
+        self.events.publish(&ev, &regarding).await;
     }
 
     /// Deletes every object whose time has come.
@@ -353,9 +296,9 @@ impl Ttl {
             } else {
                 Api::all_with(self.client.clone(), &ar)
             };
-            self.bucket.take().await;
+            self.pace.take().await;
             let dp = DeleteParams {
-                propagation_policy: t.propagation.map(crate::cleanup::propagation_of),
+                propagation_policy: t.propagation.map(crate::runtime::propagation_of),
                 preconditions: Some(Preconditions { uid: Some(t.uid.clone()), resource_version: None }),
                 ..DeleteParams::default()
             };
