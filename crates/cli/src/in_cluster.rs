@@ -9,84 +9,56 @@ use verno_controller::{Options, certs, match_conditions_warning};
 use verno_engine::{Notice, PolicySet};
 use verno_server::Running;
 
-/// The running admission server as the controller sees it.
-pub struct Webhook(pub Arc<Running>);
+/// The running admission server as the controller sees it, with the controllers' metrics
+/// registered where it serves its own.
+pub struct Webhook {
+    server: Arc<Running>,
+    metrics: verno_controller::metrics::Metrics,
+}
+
+impl Webhook {
+    pub fn new(server: Arc<Running>) -> Webhook {
+        let (events_dropped, reports_dropped) = server.dropped_counters();
+        let metrics = verno_controller::metrics::Metrics::new(events_dropped, reports_dropped);
+        server.register_metrics(|registry| metrics.register(registry));
+        Webhook { server, metrics }
+    }
+}
 
 impl Serving for Webhook {
     fn install(&self, set: PolicySet) {
-        self.0.install(set);
+        self.server.install(set);
     }
     fn current(&self) -> Arc<PolicySet> {
-        self.0.current()
+        self.server.current()
     }
     fn set_certificate(&self, cert_pem: &[u8], key_pem: &[u8]) -> Result<(), Box<dyn std::error::Error + Send + Sync>> {
-        Ok(self.0.set_certificate(cert_pem, key_pem)?)
+        Ok(self.server.set_certificate(cert_pem, key_pem)?)
     }
     fn set_ready(&self, part: ReadyPart, done: bool) {
         let part = match part {
             ReadyPart::Policies => verno_server::ReadyPart::Policies,
             ReadyPart::Certificate => verno_server::ReadyPart::Certificate,
         };
-        self.0.set_ready_part(part, done);
+        self.server.set_ready_part(part, done);
     }
     fn report_events(&self, tx: tokio::sync::mpsc::Sender<Notice>) {
-        self.0.report_events(tx);
-    }
-    fn event_dropped(&self) {
-        self.0.event_dropped();
+        self.server.report_events(tx);
     }
     fn report_results(&self, tx: tokio::sync::mpsc::Sender<verno_engine::report::ReportNotice>) {
-        self.0.report_results(tx);
-    }
-    fn report_dropped(&self) {
-        self.0.report_dropped();
+        self.server.report_results(tx);
     }
     fn submit_report(&self, notice: verno_engine::report::ReportNotice) {
-        self.0.submit_report(notice);
+        self.server.submit_report(notice);
     }
     fn set_background_user(&self, user: String) {
-        self.0.set_background_user(user);
+        self.server.set_background_user(user);
     }
     fn made_by_background(&self, uid: &str, resource_version: &str) -> bool {
-        self.0.made_by_background(uid, resource_version)
-    }
-    fn set_report_backlog(&self, n: usize) {
-        self.0.set_report_backlog(n);
-    }
-    fn report_written(&self, bytes: u64) {
-        self.0.report_written(bytes);
-    }
-    fn set_scan_backlog(&self, n: usize) {
-        self.0.set_scan_backlog(n);
-    }
-    fn report_write_failed(&self) {
-        self.0.report_write_failed();
+        self.server.made_by_background(uid, resource_version)
     }
     fn set_request_filters(&self, filters: verno_engine::filters::RequestFilters) {
-        self.0.set_request_filters(filters);
-    }
-    fn set_background_backlog(&self, n: usize) {
-        self.0.set_background_backlog(n);
-    }
-    fn background_work(&self, ok: bool) {
-        self.0.background_work(ok);
-    }
-    fn cleanup_counted(
-        &self,
-        counter: verno_controller::serving::CleanupCounter,
-        ok: bool,
-        labels: Vec<(&'static str, String)>,
-    ) {
-        use verno_controller::serving::CleanupCounter as C;
-        let i = match counter {
-            C::Cleanup => 0,
-            C::Deleting => 1,
-            C::Ttl => 2,
-        };
-        self.0.cleanup_counted(i, ok, labels);
-    }
-    fn set_ttl_watched(&self, resources: Vec<(String, String, String)>) {
-        self.0.set_ttl_watched(resources);
+        self.server.set_request_filters(filters);
     }
     fn scan_results(
         &self,
@@ -95,13 +67,16 @@ impl Serving for Webhook {
         set: &PolicySet,
         responses: &[(usize, verno_engine::PolicyResponse)],
     ) {
-        self.0.scan_results(kind, namespace, set, responses);
+        self.server.scan_results(kind, namespace, set, responses);
+    }
+    fn metrics(&self) -> verno_controller::metrics::Metrics {
+        self.metrics.clone()
     }
     fn set_access(&self, access: Arc<dyn verno_engine::access_checks::AccessReview>) {
-        self.0.set_access(access);
+        self.server.set_access(access);
     }
     fn set_data(&self, data: Arc<dyn verno_engine::Data + Send + Sync>) {
-        self.0.set_data(data);
+        self.server.set_data(data);
     }
 }
 
@@ -125,7 +100,7 @@ pub async fn start_replica(
     if opts.webhook_names.kyverno_layout() {
         server.use_kyverno_layout();
     }
-    let controller = verno_controller::start(client, Arc::new(Webhook(server.clone())), opts).await;
+    let controller = verno_controller::start(client, Arc::new(Webhook::new(server.clone())), opts).await;
     Ok((server, controller))
 }
 

@@ -10,7 +10,7 @@ use serde_json::{Value, json};
 use std::sync::Arc;
 use std::time::Duration;
 use verno_controller::{Controller, Options, manifests};
-use verno_server::{Config, Running, TlsSource};
+use verno_server::{Config, Running};
 
 const NS: &str = "verno";
 
@@ -22,16 +22,11 @@ async fn install(fake: &FakeApiServer, c: &kube::Client, values: &manifests::Val
 
 async fn start(fake: &FakeApiServer, tweak: impl FnOnce(&mut Options)) -> (Arc<Running>, Controller) {
     let cfg = Config {
-        addr: "127.0.0.1:0".parse().unwrap(),
-        metrics_addr: None,
-        tls: TlsSource::Pem { cert: Vec::new(), key: Vec::new() },
+        // The certificate is replaced by start_server.
         body_limit: 3 << 20,
         deadline: Duration::from_secs(5),
-        max_concurrency: 4,
-        inline_body_max: verno_server::INLINE_BODY_MAX,
-        idle_timeout: Duration::from_secs(10),
-        watch: Vec::new(),
         poll_interval: Duration::from_secs(3600),
+        ..Default::default()
     };
     let server = verno_cli::in_cluster::start_server(cfg).await.unwrap();
     let mut opts = Options::new(NS, "verno-0");
@@ -47,7 +42,8 @@ async fn start(fake: &FakeApiServer, tweak: impl FnOnce(&mut Options)) -> (Arc<R
     tweak(&mut opts);
     let user = format!("system:serviceaccount:{NS}:{}", manifests::SERVICE_ACCOUNT);
     let c = fake.client(Some(&user)).unwrap();
-    let controller = verno_controller::start(c, Arc::new(verno_cli::in_cluster::Webhook(server.clone())), opts).await;
+    let controller =
+        verno_controller::start(c, Arc::new(verno_cli::in_cluster::Webhook::new(server.clone())), opts).await;
     fake.set_service(NS, manifests::SERVICE, Some(server.addr));
     (server, controller)
 }

@@ -11,7 +11,6 @@ use fake_apiserver::{FakeApiServer, default_resources};
 use kube::api::{Api, DynamicObject, Patch, PatchParams, PostParams};
 use kube::discovery::ApiResource;
 use serde_json::{Value, json};
-use std::path::Path;
 
 fn crd_api(client: kube::Client) -> Api<DynamicObject> {
     let ar = ApiResource {
@@ -25,11 +24,7 @@ fn crd_api(client: kube::Client) -> Api<DynamicObject> {
 }
 
 fn kyverno_crds() -> Option<Vec<Value>> {
-    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../../shared/ecosystem/kyverno-crds");
-    if !dir.exists() {
-        eprintln!("{} is not there: the upgrade over Kyverno's CRDs is not tried", dir.display());
-        return None;
-    }
+    let dir = verno_testkit::corpus("ecosystem/kyverno-crds", "the upgrade over Kyverno's CRDs")?;
     let mut out = Vec::new();
     for sub in ["kyverno", "policies.kyverno.io", "policyreport", "reports"] {
         let mut files: Vec<_> = std::fs::read_dir(dir.join(sub)).unwrap().map(|e| e.unwrap().path()).collect();

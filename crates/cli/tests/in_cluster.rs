@@ -11,7 +11,7 @@ use serde_json::{Value, json};
 use std::sync::Arc;
 use std::time::Duration;
 use verno_controller::{Controller, Options, manifests, policies, webhooks};
-use verno_server::{Config, Running, TlsSource};
+use verno_server::{Config, Running};
 // The in-cluster path is the server and the controller wired by the binary (verno_cli).
 
 const NS: &str = "verno";
@@ -53,16 +53,11 @@ async fn start_replica(fake: &FakeApiServer, identity: &str) -> Replica {
 /// A replica with short lease and debounce times, after `tweak` adjusts its options.
 async fn start_replica_with(fake: &FakeApiServer, identity: &str, tweak: impl FnOnce(&mut Options)) -> Replica {
     let cfg = Config {
-        addr: "127.0.0.1:0".parse().unwrap(),
-        metrics_addr: None,
-        tls: TlsSource::Pem { cert: Vec::new(), key: Vec::new() }, // replaced by start_server
+        // The certificate is replaced by start_server.
         body_limit: 3 << 20,
         deadline: Duration::from_secs(5),
-        max_concurrency: 4,
-        inline_body_max: verno_server::INLINE_BODY_MAX,
-        idle_timeout: Duration::from_secs(10),
-        watch: Vec::new(),
         poll_interval: Duration::from_secs(3600),
+        ..Default::default()
     };
     let server = verno_cli::in_cluster::start_server(cfg).await.unwrap();
     let mut opts = Options::new(NS, identity);
@@ -77,7 +72,8 @@ async fn start_replica_with(fake: &FakeApiServer, identity: &str, tweak: impl Fn
     opts.acting = verno_controller::Acting::default_accounts(&fake.config(None).unwrap(), NS).unwrap();
     tweak(&mut opts);
     let c = client(fake, Some(&format!("system:serviceaccount:{NS}:{}", manifests::SERVICE_ACCOUNT))).await;
-    let controller = verno_controller::start(c, Arc::new(verno_cli::in_cluster::Webhook(server.clone())), opts).await;
+    let controller =
+        verno_controller::start(c, Arc::new(verno_cli::in_cluster::Webhook::new(server.clone())), opts).await;
     Replica { server, controller }
 }
 

@@ -50,6 +50,7 @@
 //! Rules that list `DELETE` run on a trigger's deletion with the deleted object (Kyverno's
 //! `request.oldObject`); their downstream is not deleted with the trigger.
 
+use crate::metrics::Metrics;
 use crate::runtime::{DiscoveryCache, Events, Pace, Shared, Watches, evaluate_blocking, object_hash, resolve};
 use crate::serving::Serving;
 use k8s_openapi::api::core::v1::ObjectReference;
@@ -185,6 +186,7 @@ struct Pending {
 struct Controller {
     client: kube::Client,
     server: Arc<dyn Serving>,
+    metrics: Metrics,
     opts: BackgroundOptions,
     data: crate::cluster_data::ClusterData,
     pace: Pace,
@@ -312,6 +314,7 @@ pub async fn run(shared: Shared, opts: BackgroundOptions, error_events: bool) {
         let mut c = Controller {
             client: acting.clone(),
             server: shared.server.clone(),
+            metrics: shared.metrics.clone(),
             opts,
             data: shared.data_as(&acting),
             pace: Pace::new(opts.writes_per_second, opts.burst),
@@ -343,7 +346,7 @@ pub async fn run(shared: Shared, opts: BackgroundOptions, error_events: bool) {
         };
         c.lead(rx, &mut shared.installed.clone()).await
     };
-    shared.lead_while("background controller", term, || shared.server.set_background_backlog(0)).await;
+    shared.lead_while("background controller", term, || shared.metrics.set_background_backlog(0)).await;
 }
 
 fn policy_infos(set: &PolicySet) -> HashMap<String, PolicyInfo> {
@@ -392,7 +395,7 @@ fn policy_infos(set: &PolicySet) -> HashMap<String, PolicyInfo> {
 
 impl Controller {
     fn backlog(&self) {
-        self.server.set_background_backlog(self.queue.len());
+        self.metrics.set_background_backlog(self.queue.len());
     }
 
     async fn lead(&mut self, mut rx: mpsc::Receiver<WatchEvent>, installed: &mut watch::Receiver<u64>) {
@@ -811,7 +814,7 @@ impl Controller {
         if self.policies.values().any(|p| p.rules.values().any(|r| r.on_delete)) {
             if self.gone.len() >= MAX_GONE {
                 tracing::warn!(kind = %k.1, namespace = %k.2, name = %k.3, "too many deleted triggers waiting; this deletion's rules are not run");
-                self.server.background_work(false);
+                self.metrics.background_work(false);
                 return;
             }
             self.gone.insert(k.clone(), Arc::new(v.clone()));
@@ -969,7 +972,7 @@ impl Controller {
                 self.previous.remove(&k);
                 self.from_background.remove(&k);
                 self.done += 1;
-                self.server.background_work(true);
+                self.metrics.background_work(true);
                 if deleted {
                     self.gone.remove(&k);
                     if self.triggers.contains_key(&k) {
@@ -1003,7 +1006,7 @@ impl Controller {
                     p.at = Instant::now() + backoff;
                     p.attempts
                 };
-                self.server.background_work(false);
+                self.metrics.background_work(false);
                 self.failed += 1;
                 tracing::warn!(error = %e, kind = %k.1, namespace = %k.2, name = %k.3, attempts, "background work failed");
                 if attempts >= max {

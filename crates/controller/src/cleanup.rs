@@ -13,8 +13,9 @@
 //! is tried again (10 s, 30 s, … 5 min, at most 5 times) before the schedule moves on, and
 //! `lastExecutionTime` is written after each completed run.
 
+use crate::metrics::{CleanupCounter, Metrics};
 use crate::runtime::{DiscoveryCache, Events, Pace, Shared, evaluate_blocking, resolve};
-use crate::serving::{CleanupCounter, Serving};
+use crate::serving::Serving;
 use chrono::{DateTime, Utc};
 use k8s_openapi::api::core::v1::ObjectReference;
 use kube::api::{Api, ApiResource, DeleteParams, DynamicObject, ListParams, Patch, PatchParams};
@@ -92,6 +93,7 @@ pub async fn run(shared: Shared, opts: CleanupOptions) {
             client: shared.client.clone(),
             acting: acting.clone(),
             server: shared.server.clone(),
+            metrics: shared.metrics.clone(),
             opts,
             data: shared.data_as(&acting),
             pace: Pace::new(opts.deletes_per_second, opts.burst),
@@ -110,6 +112,7 @@ struct Controller {
     /// The cleanup account: lists and deletes what policies select.
     acting: kube::Client,
     server: Arc<dyn Serving>,
+    metrics: Metrics,
     opts: CleanupOptions,
     data: crate::cluster_data::ClusterData,
     pace: Pace,
@@ -208,7 +211,7 @@ impl Controller {
 
     async fn run_due(&mut self, set: &Arc<PolicySet>, p: &Arc<CompiledPolicy>) {
         let started = Utc::now();
-        let mut sink = Sink { server: &*self.server, events: &mut self.events, opts: &self.opts };
+        let mut sink = Sink { metrics: &self.metrics, events: &mut self.events, opts: &self.opts };
         let counts = run_policy(
             &self.acting,
             set,
@@ -245,7 +248,7 @@ impl Controller {
 
 /// Where a run reports deletions: metrics and events.
 pub(crate) struct Sink<'a> {
-    pub(crate) server: &'a dyn Serving,
+    pub(crate) metrics: &'a Metrics,
     pub(crate) events: &'a mut Events,
     pub(crate) opts: &'a CleanupOptions,
 }
@@ -270,7 +273,7 @@ impl Sink<'_> {
             labels.push(("deletion_propagation", prop.to_string()));
         }
         let counter = if deleting { CleanupCounter::Deleting } else { CleanupCounter::Cleanup };
-        self.server.cleanup_counted(counter, err.is_none(), labels);
+        self.metrics.cleanup_counted(counter, err.is_none(), labels);
         if (err.is_none() && !self.opts.applied_events) || (err.is_some() && !self.opts.error_events) {
             return;
         }

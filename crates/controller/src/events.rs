@@ -42,20 +42,7 @@ pub const CLEANUP_CONTROLLER: &str = "kyverno-cleanup";
 pub const GENERATE_CONTROLLER: &str = "kyverno-generate";
 pub const MUTATE_CONTROLLER: &str = "kyverno-mutate";
 
-/// How events are paced.
-#[derive(Debug, Clone, Copy)]
-pub struct Limits {
-    /// Sustained events written per second.
-    pub per_second: f64,
-    /// Events that may be written at once after a quiet period.
-    pub burst: f64,
-}
-
-impl Default for Limits {
-    fn default() -> Self {
-        Limits { per_second: 20.0, burst: 100.0 }
-    }
-}
+pub use crate::runtime::EventLimits as Limits;
 
 /// Where a policy's object is found (for the event's `regarding`, which needs its uid): the
 /// watch's store of each policy kind.

@@ -216,14 +216,16 @@ struct Ctx {
     max_bytes: usize,
 }
 
-/// Keeps `store` in step with the cluster's GlobalContextEntries until Verno stops (every
-/// replica); the leader stamps the API call entries' refresh times (as field manager
-/// `manager`).
-pub async fn run(shared: crate::runtime::Shared, store: Arc<GlobalStore>, manager: String) {
-    let client = shared.client.clone();
-    let mut stop = shared.stop.clone();
-    let ctx =
-        Ctx { client: client.clone(), leader: shared.leader.clone(), manager, max_bytes: cluster_data::MAX_BYTES };
+/// Keeps `store` in step with the cluster's GlobalContextEntries until `stop` (every replica);
+/// the leader stamps the API call entries' refresh times (as field manager `manager`).
+pub async fn run(
+    client: kube::Client,
+    store: Arc<GlobalStore>,
+    leader: watch::Receiver<bool>,
+    manager: String,
+    mut stop: watch::Receiver<bool>,
+) {
+    let ctx = Ctx { client: client.clone(), leader, manager, max_bytes: cluster_data::MAX_BYTES };
     let api: Api<DynamicObject> = Api::all_with(client, &global_context_entries());
     let mut s = watcher(api, watcher::Config::default()).default_backoff().boxed();
     let mut listed: Option<Vec<String>> = None;

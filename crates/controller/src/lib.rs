@@ -21,6 +21,7 @@ pub mod global_context;
 pub mod leader;
 pub mod leader_pass;
 pub mod manifests;
+pub mod metrics;
 pub mod ops;
 pub mod policies;
 pub mod policy_loop;
@@ -308,6 +309,7 @@ pub async fn start(client: kube::Client, server: Arc<dyn Serving>, opts: Options
         client: client.clone(),
         acting: opts.acting.clone(),
         server: server.clone(),
+        metrics: server.metrics(),
         data,
         installed,
         leader: leader.clone(),
@@ -353,7 +355,8 @@ pub async fn start(client: kube::Client, server: Arc<dyn Serving>, opts: Options
         tasks.push(tokio::spawn(run));
     }
     // GlobalContextEntries' data (every replica; the leader stamps refresh times).
-    tasks.push(tokio::spawn(global_context::run(shared.clone(), global, webhooks::MANAGER.to_string())));
+    let manager = webhooks::MANAGER.to_string();
+    tasks.push(tokio::spawn(global_context::run(client.clone(), global, leader.clone(), manager, stop.clone())));
     // The leader's controllers.
     if let Some(bg) = opts.background {
         tasks.push(tokio::spawn(background::run(shared.clone(), bg, !opts.omit_events.contains("PolicyError"))));

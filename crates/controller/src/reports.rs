@@ -17,7 +17,7 @@
 //! Not yet: background scans, results of mutate rules, Pod Security and `reportProperties`
 //! properties, openreports.io output (issue 16).
 
-use crate::serving::Serving;
+use crate::metrics::Metrics;
 use kube::api::{Api, DynamicObject, PostParams};
 use kube::discovery::ApiResource;
 use serde_json::{Value, json};
@@ -158,7 +158,7 @@ pub fn all_reports(client: &kube::Client, cluster: bool, open: bool) -> Api<Dyna
 async fn write(
     client: &kube::Client,
     n: &ReportNotice,
-    server: &dyn Serving,
+    metrics: &Metrics,
     limits: &Limits,
 ) -> Result<Written, kube::Error> {
     let r = &n.resource;
@@ -219,7 +219,7 @@ async fn write(
         };
         match result {
             Ok(bytes) => {
-                server.report_written(bytes);
+                metrics.report_written(bytes);
                 return Ok(Written::Done);
             }
             // Another replica wrote it meanwhile: read it again and merge.
@@ -251,6 +251,7 @@ fn leave_scanned(n: &mut ReportNotice, set: &verno_engine::PolicySet) {
 /// Writes admission results into reports until Verno stops.
 pub async fn run(shared: crate::runtime::Shared, mut rx: mpsc::Receiver<ReportNotice>, limits: Limits) {
     let (client, server, mut stop) = (shared.client.clone(), shared.server.clone(), shared.stop.clone());
+    let metrics = &shared.metrics;
     let mut pending: HashMap<String, Pending> = HashMap::new();
     let mut tick = tokio::time::interval(Duration::from_millis(100));
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
@@ -268,12 +269,12 @@ pub async fn run(shared: crate::runtime::Shared, mut rx: mpsc::Receiver<ReportNo
                 let key = pending_key(&n);
                 match pending.get_mut(&key) {
                     Some(p) => merge(&mut p.notice, n),
-                    None if full => server.report_dropped(),
+                    None if full => metrics.report_dropped(),
                     None => {
                         pending.insert(key, Pending { notice: n, since: Instant::now() });
                     }
                 }
-                server.set_report_backlog(pending.len());
+                metrics.set_report_backlog(pending.len());
                 continue;
             }
             _ = tick.tick() => {}
@@ -284,7 +285,7 @@ pub async fn run(shared: crate::runtime::Shared, mut rx: mpsc::Receiver<ReportNo
         for uid in due {
             let Some(p) = pending.get(&uid) else { continue };
             let outcome = tokio::select! {
-                w = write(&client, &p.notice, server.as_ref(), &limits) => w,
+                w = write(&client, &p.notice, metrics, &limits) => w,
                 _ = stop.wait_for(|s| *s) => return,
             };
             let done = match outcome {
@@ -301,10 +302,10 @@ pub async fn run(shared: crate::runtime::Shared, mut rx: mpsc::Receiver<ReportNo
                 tracing::warn!(uid = %uid, kind = %p.notice.resource.kind, name = %p.notice.resource.name,
                     "admission results dropped: the object did not appear or its report could not be written");
                 pending.remove(&uid);
-                server.report_dropped();
+                metrics.report_dropped();
             }
         }
-        server.set_report_backlog(pending.len());
+        metrics.set_report_backlog(pending.len());
     }
 }
 

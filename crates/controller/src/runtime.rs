@@ -9,6 +9,7 @@
 //! another controller.
 
 use crate::cluster_data::ClusterData;
+use crate::metrics::Metrics;
 use crate::serving::Serving;
 use futures_util::{Stream, StreamExt};
 use k8s_openapi::api::core::v1::ObjectReference;
@@ -35,6 +36,8 @@ pub struct Shared {
     /// The accounts the background and cleanup controllers act as.
     pub acting: crate::Acting,
     pub server: Arc<dyn Serving>,
+    /// The controllers' metrics (served by the server).
+    pub metrics: Metrics,
     /// Context entries' view of the cluster (as Verno's account; see [`Shared::data_as`]).
     pub data: ClusterData,
     /// Bumped after every compiled set is installed.
@@ -65,7 +68,7 @@ impl Shared {
     /// Events reported by `component` (Kyverno's reporting controller name), written as
     /// Verno's account, paced at the default event limits.
     pub fn events(&self, component: &'static str) -> Events {
-        Events::new(self, component, crate::events::Limits::default())
+        Events::new(self, component, EventLimits::default())
     }
 
     /// Resolves when Verno stops.
@@ -222,28 +225,43 @@ impl Pace {
     }
 }
 
+/// How events are paced.
+#[derive(Debug, Clone, Copy)]
+pub struct EventLimits {
+    /// Sustained events written per second.
+    pub per_second: f64,
+    /// Events that may be written at once after a quiet period.
+    pub burst: f64,
+}
+
+impl Default for EventLimits {
+    fn default() -> Self {
+        EventLimits { per_second: 20.0, burst: 100.0 }
+    }
+}
+
 /// One reporting component's events (`reportingController` = Kyverno's name for it), paced;
 /// what does not fit is dropped and counted (`verno_events_dropped_total`).
 pub struct Events {
     recorder: Recorder,
     pace: Pace,
-    server: Arc<dyn Serving>,
+    metrics: Metrics,
 }
 
 impl Events {
-    pub fn new(shared: &Shared, component: &'static str, limits: crate::events::Limits) -> Events {
+    pub fn new(shared: &Shared, component: &'static str, limits: EventLimits) -> Events {
         let reporter = Reporter { controller: component.into(), instance: Some(shared.identity.clone()) };
         Events {
             recorder: Recorder::new(shared.client.clone(), reporter),
             pace: Pace::new(limits.per_second, limits.burst),
-            server: shared.server.clone(),
+            metrics: shared.metrics.clone(),
         }
     }
 
     /// Writes `ev` about `regarding` unless the pace is exceeded (then counts it dropped).
     pub async fn publish(&mut self, ev: &Event, regarding: &ObjectReference) {
         if !self.pace.try_take() {
-            self.server.event_dropped();
+            self.metrics.event_dropped();
             return;
         }
         if let Err(e) = self.recorder.publish(ev, regarding).await {

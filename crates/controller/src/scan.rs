@@ -40,6 +40,7 @@
 //! `namespaceSelector` result changes on the object's next update or a rescan);
 //! ImageValidatingPolicies are not scanned.
 
+use crate::metrics::Metrics;
 use crate::runtime::{DiscoveryCache, Pace, Shared, Watches, evaluate_blocking, object_hash, resolve};
 use crate::serving::Serving;
 use kube::api::{Api, DeleteParams, DynamicObject, ListParams, PostParams};
@@ -54,7 +55,7 @@ use std::time::Duration;
 use tokio::sync::{mpsc, watch};
 use tokio::time::Instant;
 use verno_engine::report;
-use verno_engine::{Notice, PolicySet, Request, ResourceRef, Scope};
+use verno_engine::{Kind, Notice, PolicySet, Request, ResourceRef, Scope};
 
 /// How background scans run.
 #[derive(Debug, Clone, Copy)]
@@ -221,6 +222,7 @@ type WatchEvent = (u32, u64, watcher::Event<DynamicObject>);
 struct Scanner {
     client: kube::Client,
     server: Arc<dyn Serving>,
+    metrics: Metrics,
     opts: ScanOptions,
     events: Option<mpsc::Sender<Notice>>,
     data: crate::cluster_data::ClusterData,
@@ -248,6 +250,7 @@ pub async fn run(shared: Shared, opts: ScanOptions, events: Option<mpsc::Sender<
         let mut scanner = Scanner {
             client: shared.client.clone(),
             server: shared.server.clone(),
+            metrics: shared.metrics.clone(),
             opts,
             events: events.clone(),
             data: shared.data_as(&shared.client),
@@ -264,7 +267,7 @@ pub async fn run(shared: Shared, opts: ScanOptions, events: Option<mpsc::Sender<
         };
         scanner.lead(rx, &mut shared.installed.clone()).await
     };
-    shared.lead_while("background scans", term, || shared.server.set_scan_backlog(0)).await;
+    shared.lead_while("background scans", term, || shared.metrics.set_scan_backlog(0)).await;
 }
 
 impl Scanner {
@@ -412,7 +415,14 @@ impl Scanner {
                     }
                 }
             }
-            out.insert(key_of(p), (hash_of(&p.document.to_string()), kinds));
+            // An admission policy's binding is compiled into it (its matchResources, paramRef,
+            // validationActions and name in the results) without being its document: a binding
+            // that arrives or changes after its policy changes the results too.
+            let mut fingerprint = p.document.to_string();
+            if matches!(p.kind, Kind::ValidatingAdmissionPolicy | Kind::MutatingAdmissionPolicy) {
+                fingerprint.push_str(&format!("{:?}{:?}", p.action, p.rules));
+            }
+            out.insert(key_of(p), (hash_of(&fingerprint), kinds));
         }
         Some(out)
     }
@@ -593,7 +603,7 @@ impl Scanner {
             let api = crate::reports::report_api(&self.client, &t.namespace, self.opts.openreports);
             match api.delete(uid, &DeleteParams::default()).await {
                 Ok(_) => {
-                    self.server.report_written(0);
+                    self.metrics.report_written(0);
                 }
                 Err(kube::Error::Api(e)) if e.code == 404 => {}
                 Err(e) => tracing::debug!(error = %e, uid, "report of a deleted object not deleted"),
@@ -668,7 +678,7 @@ impl Scanner {
                 false
             }
             Err(e) => {
-                self.server.report_write_failed();
+                self.metrics.report_write_failed();
                 if let Some(t) = self.tracked.get_mut(&uid) {
                     t.pending = true;
                     t.object = 0;
@@ -688,7 +698,7 @@ impl Scanner {
 
     fn update_backlog(&self) {
         let n = self.tracked.values().filter(|t| t.pending).count();
-        self.server.set_scan_backlog(n);
+        self.metrics.set_scan_backlog(n);
     }
 
     /// Sends the events of the rules whose results changed (`changed`: owner hashes; a policy's
@@ -721,7 +731,7 @@ impl Scanner {
                 )),
             };
             if due && tx.try_send(n.clone()).is_err() {
-                self.server.event_dropped();
+                self.metrics.event_dropped();
             }
         }
     }
@@ -821,7 +831,7 @@ impl Scanner {
             };
             match outcome {
                 Ok(bytes) => {
-                    self.server.report_written(bytes);
+                    self.metrics.report_written(bytes);
                     return Ok(fp);
                 }
                 // Another writer (an admission writer) got there first: read again.

@@ -14,17 +14,6 @@ pub enum ReadyPart {
     Certificate,
 }
 
-/// Kyverno's three families of cleanup metrics.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum CleanupCounter {
-    /// `kyverno_cleanup_controller_*` (CleanupPolicy, ClusterCleanupPolicy).
-    Cleanup,
-    /// `kyverno_deleting_controller_*` (DeletingPolicy, NamespacedDeletingPolicy).
-    Deleting,
-    /// `kyverno_ttl_controller_*` (the `cleanup.kyverno.io/ttl` label).
-    Ttl,
-}
-
 /// What the controller asks of the admission server.
 pub trait Serving: Send + Sync + 'static {
     /// Puts a new policy set in force (swapped whole).
@@ -39,13 +28,9 @@ pub trait Serving: Send + Sync + 'static {
     /// Where the server hands failed rules and applied policies for events (bounded; the
     /// server never waits).
     fn report_events(&self, tx: tokio::sync::mpsc::Sender<Notice>);
-    /// Counts a violation whose event was dropped (the queue or the pace was exceeded).
-    fn event_dropped(&self);
     /// Where the server hands admission results for PolicyReports (bounded; the server never
     /// waits).
     fn report_results(&self, tx: tokio::sync::mpsc::Sender<verno_engine::report::ReportNotice>);
-    /// Counts admission results that were not written into a report.
-    fn report_dropped(&self);
     /// Remembers the requests `user` (the background controller's account) makes.
     fn set_background_user(&self, user: String) {
         let _ = user;
@@ -61,37 +46,15 @@ pub trait Serving: Send + Sync + 'static {
     fn submit_report(&self, notice: verno_engine::report::ReportNotice) {
         let _ = notice;
     }
-    /// How many admission results wait to be written into reports.
-    fn set_report_backlog(&self, n: usize);
-    /// Counts one PolicyReport write (admission results or a scan) and its request bytes.
-    fn report_written(&self, bytes: u64);
-    /// How many objects' background scan results wait to be written.
-    fn set_scan_backlog(&self, n: usize);
-    /// Counts a PolicyReport write the API server refused (retried with backoff).
-    fn report_write_failed(&self) {}
     /// The requests to admit unevaluated, from Kyverno's ConfigMap.
     fn set_request_filters(&self, filters: verno_engine::filters::RequestFilters) {
         let _ = filters;
     }
-    /// How many triggers wait for the background controller.
-    fn set_background_backlog(&self, n: usize) {
-        let _ = n;
-    }
-    /// One trigger converged (`true`) or failed (`false`) by the background controller.
-    fn background_work(&self, ok: bool) {
-        let _ = ok;
-    }
-    /// One object deleted (`ok`) or not by the cleanup controller, with Kyverno's labels.
-    fn cleanup_counted(&self, counter: CleanupCounter, ok: bool, labels: Vec<(&'static str, String)>) {
-        let _ = (counter, ok, labels);
-    }
-    /// The resources the TTL controller watches (Kyverno's `kyverno_ttl_controller_info`).
-    fn set_ttl_watched(&self, resources: Vec<(String, String, String)>) {
-        let _ = resources;
-    }
     /// The rule results of one background scan evaluation of a `kind` object in `namespace`
     /// (Kyverno's policy results metric, `rule_execution_cause="background_scan"`).
     fn scan_results(&self, kind: &str, namespace: &str, set: &PolicySet, responses: &[(usize, PolicyResponse)]);
+    /// The controllers' metrics, registered where the server serves its own (handed out once).
+    fn metrics(&self) -> crate::metrics::Metrics;
     /// Where context entries (ConfigMaps, API calls) read the cluster.
     fn set_data(&self, data: Arc<dyn verno_engine::Data + Send + Sync>);
     /// Where the policy validation webhook checks the controllers' permissions (set once).

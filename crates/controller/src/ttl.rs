@@ -11,9 +11,9 @@
 //! event; such an object is never deleted. Deletion carries the object's uid as a
 //! precondition, so an object recreated under the same name is not taken for the old one.
 
+use crate::metrics::{CleanupCounter, Metrics};
 use crate::policies::Gvr;
 use crate::runtime::{Events, Pace, Shared, Watches};
-use crate::serving::{CleanupCounter, Serving};
 use chrono::{DateTime, Utc};
 use k8s_openapi::api::core::v1::ObjectReference;
 use kube::api::{Api, ApiResource, DeleteParams, Preconditions};
@@ -22,7 +22,6 @@ use kube::discovery::{Scope as ApiScope, verbs};
 use kube::runtime::events::{Event, EventType};
 use kube::runtime::{WatchStreamExt, watcher};
 use std::collections::{BTreeSet, HashMap, HashSet};
-use std::sync::Arc;
 use std::time::Duration;
 use tokio::sync::mpsc;
 use verno_engine::ttl::{PROPAGATION_ANNOTATION, TTL_LABEL, expiry};
@@ -66,7 +65,7 @@ pub async fn run(shared: Shared, opts: TtlOptions) {
         let (tx, rx) = mpsc::channel(256);
         let mut t = Ttl {
             client: acting.clone(),
-            server: shared.server.clone(),
+            metrics: shared.metrics.clone(),
             opts,
             resources: Vec::new(),
             watches: Watches::new(tx, "ttl"),
@@ -83,7 +82,7 @@ pub async fn run(shared: Shared, opts: TtlOptions) {
 
 struct Ttl {
     client: kube::Client,
-    server: Arc<dyn Serving>,
+    metrics: Metrics,
     opts: TtlOptions,
     /// Every resource ever watched (indexes stay valid while this replica leads).
     resources: Vec<(ApiResource, bool)>,
@@ -200,7 +199,7 @@ impl Ttl {
             .filter_map(|i| self.resources.get(i))
             .map(|(ar, _)| (ar.group.clone(), ar.version.clone(), ar.plural.clone()))
             .collect();
-        self.server.set_ttl_watched(watched);
+        self.metrics.set_ttl_watched(watched);
     }
 
     fn untrack(&mut self, k: &Key) {
@@ -311,13 +310,13 @@ impl Ttl {
             match api.delete(&k.2, &dp).await {
                 Ok(_) => {
                     tracing::info!(resource = %ar.plural, namespace = %k.1, name = %k.2, "ttl: deleted");
-                    self.server.cleanup_counted(CleanupCounter::Ttl, true, labels);
+                    self.metrics.cleanup_counted(CleanupCounter::Ttl, true, labels);
                 }
                 // Gone, or a new object of that name (uid precondition): nothing to do.
                 Err(kube::Error::Api(e)) if e.code == 404 || e.code == 409 => {}
                 Err(e) => {
                     tracing::warn!(resource = %ar.plural, namespace = %k.1, name = %k.2, error = %e, "ttl: delete failed; retried in 1 minute");
-                    self.server.cleanup_counted(CleanupCounter::Ttl, false, labels);
+                    self.metrics.cleanup_counted(CleanupCounter::Ttl, false, labels);
                     let retry = now + chrono::Duration::minutes(1);
                     self.queue.insert((retry, k.clone()));
                     self.tracked.insert(k, Tracked { due: retry, ..t });

@@ -8,14 +8,9 @@
 
 use serde_json::{Value, json};
 use std::collections::{BTreeMap, BTreeSet};
-use std::path::Path;
 
 fn kyverno_crds() -> Option<Vec<Value>> {
-    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../../shared/ecosystem/kyverno-crds");
-    if !dir.exists() {
-        eprintln!("{} is not there: Kyverno's CRDs are not compared", dir.display());
-        return None;
-    }
+    let dir = verno_testkit::corpus("ecosystem/kyverno-crds", "Verno's CRDs against Kyverno's")?;
     let mut out = Vec::new();
     let mut dirs = vec![dir];
     while let Some(d) = dirs.pop() {

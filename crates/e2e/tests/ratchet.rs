@@ -12,16 +12,12 @@ mod common;
 const JOBS: usize = 4;
 
 fn corpus() -> Option<PathBuf> {
-    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../../shared/chainsaw");
-    root.join("cases").is_dir().then_some(root)
+    verno_testkit::corpus("chainsaw/cases", "the chainsaw ratchet").and_then(|c| c.parent().map(Path::to_path_buf))
 }
 
 #[test]
 fn listed_chainsaw_cases_still_pass() {
-    let Some(root) = corpus() else {
-        eprintln!("skipping the chainsaw ratchet: ../shared/chainsaw is not present");
-        return;
-    };
+    let Some(root) = corpus() else { return };
     let repo = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
     if !repo.join(".tools/bin/kubectl").exists() {
         let out =

@@ -15,16 +15,13 @@ mod common;
 const JOBS: usize = 2;
 
 fn corpus() -> Option<PathBuf> {
-    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../../shared/chainsaw");
-    root.join("cases").is_dir().then_some(root)
+    verno_testkit::corpus("chainsaw/cases", "the real-cluster chainsaw ratchet")
+        .and_then(|c| c.parent().map(Path::to_path_buf))
 }
 
 #[test]
 fn listed_chainsaw_cases_still_pass_on_a_real_control_plane() {
-    let Some(root) = corpus() else {
-        eprintln!("skipping the real-cluster chainsaw ratchet: ../shared/chainsaw is not present");
-        return;
-    };
+    let Some(root) = corpus() else { return };
     let repo = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
     verno_e2e::real::install_tools(&repo).unwrap();
     if !repo.join(".tools/bin/chainsaw").is_file() {

@@ -84,11 +84,9 @@ fn the_cel_set_judges_pods_like_the_pod_security_standards() {
 
 #[test]
 fn the_cel_set_agrees_with_the_pattern_set_when_the_bench_corpus_is_present() {
-    let shared = root().join("../shared/bench");
-    if !shared.is_dir() {
-        eprintln!("skipped: ../shared/bench is not here");
+    let Some(shared) = verno_testkit::corpus("bench", "the CEL Pod Security set against the pattern set") else {
         return;
-    }
+    };
     let mut patterns_docs = Vec::new();
     let mut files: Vec<PathBuf> = std::fs::read_dir(shared.join("policies/pss-17"))
         .map(|r| r.filter_map(|e| e.ok().map(|e| e.path())).collect())

@@ -310,42 +310,36 @@ fn missing_object(req: &AdmissionRequest) -> Option<&'static str> {
     }
 }
 
+/// How a review is made (see [`review_with`]); the default has no cluster to read, no report
+/// results, and works out the events' notices.
+#[derive(Clone)]
+pub struct ReviewOptions<'a> {
+    /// Set when the deadline passes and the failure policy has answered (the server does): the
+    /// work then ends at its next check instead of holding an evaluation slot to its end. A
+    /// cancelled review is not allowed.
+    pub cancel: Arc<AtomicBool>,
+    /// Where context entries read the cluster.
+    pub data: &'a dyn verno_engine::Data,
+    /// Work out the results for the resource's PolicyReport.
+    pub reports: bool,
+    /// Work out the events' notices (something publishes them: in a cluster).
+    pub notices: bool,
+}
+
+impl Default for ReviewOptions<'_> {
+    fn default() -> Self {
+        ReviewOptions { cancel: Arc::default(), data: &NoData, reports: false, notices: true }
+    }
+}
+
 /// Reviews one AdmissionReview with the policies of `set` that `route` serves.
 pub fn review(set: &PolicySet, route: Route, review: &AdmissionReview) -> Outcome {
-    review_until(set, route, review, Arc::default())
+    review_with(set, route, review, ReviewOptions::default())
 }
 
-/// [`review`], stopping early once `cancel` is set (the server sets it when the deadline
-/// passes and the failure policy has answered): the work then ends at its next check instead of
-/// holding an evaluation slot to its end. A cancelled review is not allowed.
-pub fn review_until(set: &PolicySet, route: Route, review: &AdmissionReview, cancel: Arc<AtomicBool>) -> Outcome {
-    review_with(set, route, review, cancel, &NoData, false)
-}
-
-/// [`review_until`], with context entries reading the cluster through `data`, and (with
-/// `reports`) the results for the resource's PolicyReport.
-pub fn review_with(
-    set: &PolicySet,
-    route: Route,
-    review: &AdmissionReview,
-    cancel: Arc<AtomicBool>,
-    data: &dyn verno_engine::Data,
-    reports: bool,
-) -> Outcome {
-    review_wanting(set, route, review, cancel, data, reports, true)
-}
-
-/// [`review_with`]; the events' notices are worked out only with `want_notices` (something
-/// publishes them: in a cluster).
-pub fn review_wanting(
-    set: &PolicySet,
-    route: Route,
-    review: &AdmissionReview,
-    cancel: Arc<AtomicBool>,
-    data: &dyn verno_engine::Data,
-    reports: bool,
-    want_notices: bool,
-) -> Outcome {
+/// [`review`], made as `opts` says.
+pub fn review_with(set: &PolicySet, route: Route, review: &AdmissionReview, opts: ReviewOptions<'_>) -> Outcome {
+    let ReviewOptions { cancel, data, reports, notices: want_notices } = opts;
     let empty = AdmissionRequest::default();
     let req = review.request.as_ref().unwrap_or(&empty);
     if let Some(why) = missing_object(req) {
@@ -719,8 +713,8 @@ mod tests {
                 "metadata": {"name": "p", "namespace": "shop", "labels": {"team": "a"}}}}}));
         let set = require_team();
         let route = || Route::Kyverno(Hook::Validate, Filter::All);
-        let reported = review_with(&set, route(), &r, Arc::default(), &NoData, true);
-        let quiet = review_with(&set, route(), &r, Arc::default(), &NoData, false);
+        let reported = review_with(&set, route(), &r, ReviewOptions { reports: true, ..ReviewOptions::default() });
+        let quiet = review_with(&set, route(), &r, ReviewOptions::default());
         assert!(reported.allowed && quiet.allowed);
         let results = reported.report.as_ref().map(|n| n.results.clone()).unwrap_or_default();
         assert_eq!(results.len(), 1, "{results:?}");

@@ -70,6 +70,25 @@ pub struct Config {
     pub poll_interval: Duration,
 }
 
+/// `verno serve`'s defaults but for the address (loopback, any free port) and the certificate
+/// (none: set `tls`); no metrics endpoint, no watched files.
+impl Default for Config {
+    fn default() -> Config {
+        Config {
+            addr: SocketAddr::from(([127, 0, 0, 1], 0)),
+            metrics_addr: None,
+            tls: TlsSource::Pem { cert: Vec::new(), key: Vec::new() },
+            body_limit: 6 * 1024 * 1024,
+            deadline: Duration::from_secs(8),
+            max_concurrency: 4,
+            inline_body_max: INLINE_BODY_MAX,
+            idle_timeout: Duration::from_secs(10),
+            watch: Vec::new(),
+            poll_interval: Duration::from_secs(2),
+        }
+    }
+}
+
 struct AppState {
     set: RwLock<Arc<PolicySet>>,
     /// `/health/readiness` answers 503 while parts are missing (in-cluster: policies synced
@@ -338,7 +357,8 @@ async fn handle(
         }
         let dry_run = review.request.as_ref().is_some_and(|r| r.dry_run);
         let (reports, notices) = st.wants(dry_run);
-        let o = admission::review_wanting(&set, route, &review, flag, st.data(), reports, notices);
+        let opts = admission::ReviewOptions { cancel: flag, data: st.data(), reports, notices };
+        let o = admission::review_with(&set, route, &review, opts);
         Ok::<_, admission::ParseError>(Ok((o, dry_run, set)))
     });
     let outcome = tokio::time::timeout(state.deadline.saturating_sub(started.elapsed()), job).await;
@@ -395,7 +415,8 @@ fn inline(
     let evaluated = {
         let _watched = state.watchdog.watch(started + state.deadline, cancel.clone());
         std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-            admission::review_wanting(&set, route, &review, cancel.clone(), data, reports, notices)
+            let opts = admission::ReviewOptions { cancel: cancel.clone(), data, reports, notices };
+            admission::review_with(&set, route, &review, opts)
         }))
     };
     if started.elapsed() > INLINE_SLOW || evaluated.is_err() {
@@ -875,25 +896,22 @@ impl Running {
         })
     }
 
-    /// Counts admission results that were not written into a report.
-    pub fn report_dropped(&self) {
-        self.state.metrics.reports_dropped.inc();
+    /// The counters of dropped event notices and report results, which the controllers count
+    /// into as well.
+    pub fn dropped_counters(
+        &self,
+    ) -> (prometheus_client::metrics::counter::Counter, prometheus_client::metrics::counter::Counter) {
+        (self.state.metrics.events_dropped.clone(), self.state.metrics.reports_dropped.clone())
     }
 
-    /// How many admission results wait to be written into reports.
-    pub fn set_report_backlog(&self, n: usize) {
-        self.state.metrics.reports_backlog.set(i64::try_from(n).unwrap_or(i64::MAX));
+    /// Registers another component's metrics (the controllers') to be served at `/metrics`.
+    pub fn register_metrics(&self, add: impl FnOnce(&mut prometheus_client::registry::Registry)) {
+        self.state.metrics.register(add);
     }
 
     /// The `/metrics` text, as the metrics endpoint serves it.
     pub fn metrics_text(&self) -> String {
         self.state.metrics.encode()
-    }
-
-    /// Counts one PolicyReport write and its request bytes.
-    pub fn report_written(&self, bytes: u64) {
-        self.state.metrics.report_writes.inc();
-        self.state.metrics.report_write_bytes.inc_by(bytes);
     }
 
     /// Replaces the requests left alone (Kyverno's ConfigMap `resourceFilters` and
@@ -912,44 +930,6 @@ impl Running {
         self.state.kyverno_layout.store(true, std::sync::atomic::Ordering::Relaxed);
     }
 
-    /// Counts a PolicyReport write the API server refused.
-    pub fn report_write_failed(&self) {
-        self.state.metrics.report_write_failures.inc();
-    }
-
-    /// How many objects' background scan results wait to be written.
-    pub fn set_scan_backlog(&self, n: usize) {
-        self.state.metrics.scan_backlog.set(i64::try_from(n).unwrap_or(i64::MAX));
-    }
-
-    /// How many triggers wait for the background controller.
-    pub fn set_background_backlog(&self, n: usize) {
-        self.state.metrics.background_backlog.set(i64::try_from(n).unwrap_or(i64::MAX));
-    }
-
-    /// Counts one object the cleanup controller deleted (`ok`) or failed to; `counter` 0 is
-    /// cleanup policies, 1 deleting policies, 2 the TTL label.
-    pub fn cleanup_counted(&self, counter: usize, ok: bool, labels: Vec<(&'static str, String)>) {
-        if let Some(family) = self.state.metrics.cleanup.get(counter).and_then(|pair| pair.get(usize::from(!ok))) {
-            family.get_or_create(&labels).inc();
-        }
-    }
-
-    /// The resources the TTL controller watches (`kyverno_ttl_controller_info`).
-    pub fn set_ttl_watched(&self, resources: Vec<(String, String, String)>) {
-        let info = &self.state.metrics.ttl_info;
-        info.clear();
-        for (g, v, r) in resources {
-            info.get_or_create(&vec![("resource_group", g), ("resource_version", v), ("resource_resource", r)]).set(1);
-        }
-    }
-
-    /// Counts one trigger the background controller converged (or failed to).
-    pub fn background_work(&self, ok: bool) {
-        let result = if ok { "done" } else { "failed" };
-        self.state.metrics.background_work.get_or_create(&vec![("result", result)]).inc();
-    }
-
     /// Records the rule results of a background scan evaluation.
     pub fn scan_results(
         &self,
@@ -959,12 +939,6 @@ impl Running {
         responses: &[(usize, verno_engine::PolicyResponse)],
     ) {
         self.state.metrics.observe_scan(kind, namespace, set, responses);
-    }
-
-    /// Counts a violation event that was not written (rate limit) in
-    /// `verno_events_dropped_total`.
-    pub fn event_dropped(&self) {
-        self.state.metrics.events_dropped.inc();
     }
 
     /// Marks one part of readiness done (or not) for `/health/readiness`.
@@ -1359,16 +1333,12 @@ mod tests {
 
     fn config() -> Config {
         Config {
-            addr: "127.0.0.1:0".parse().unwrap(),
-            metrics_addr: None,
             tls: TlsSource::Dir { dir: PathBuf::new(), dns_names: Vec::new() },
             body_limit: 4096,
             deadline: Duration::from_secs(5),
             max_concurrency: 2,
-            inline_body_max: INLINE_BODY_MAX,
-            idle_timeout: Duration::from_secs(10),
-            watch: Vec::new(),
             poll_interval: Duration::from_secs(1),
+            ..Config::default()
         }
     }
 

@@ -5,7 +5,6 @@ use prometheus_client::collector::Collector;
 use prometheus_client::encoding::{DescriptorEncoder, EncodeMetric};
 use prometheus_client::metrics::MetricType;
 use prometheus_client::metrics::counter::{ConstCounter, Counter};
-use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::histogram::exponential_buckets;
 use prometheus_client::registry::Registry;
 use std::collections::{BTreeMap, HashMap, HashSet};
@@ -650,7 +649,8 @@ const MAX_OPERATIONS: usize = 16;
 pub const OVERFLOW_LABEL: &str = "_overflow";
 
 pub struct Metrics {
-    registry: Registry,
+    /// Locked only to register more metrics (the controllers', once) and to encode.
+    registry: Mutex<Registry>,
     policy_info: Arc<PolicyInfo>,
     /// Resource kinds, namespaces and operations taken as label values, at most
     /// [`MAX_LABEL_VALUES`]: the shards copy from here what they use.
@@ -662,27 +662,7 @@ pub struct Metrics {
     /// Admission results not written into PolicyReports: the report queue was full, or the
     /// object never appeared.
     pub reports_dropped: Counter,
-    /// Admission results waiting to be written into PolicyReports.
-    pub reports_backlog: prometheus_client::metrics::gauge::Gauge,
-    /// PolicyReport creates, replaces and deletes, and their request bytes.
-    pub report_writes: Counter,
-    pub report_write_bytes: Counter,
-    /// PolicyReport writes the API server refused (too large, forbidden, unavailable).
-    pub report_write_failures: Counter,
-    /// Objects whose background scan results wait to be written.
-    pub scan_backlog: prometheus_client::metrics::gauge::Gauge,
-    /// Triggers the background controller has yet to work on (generate, mutate-existing).
-    pub background_backlog: prometheus_client::metrics::gauge::Gauge,
-    /// Triggers the background controller worked on, by result (`done`, `failed`).
-    pub background_work: Family<Vec<(&'static str, &'static str)>, Counter>,
-    /// Kyverno's cleanup counters: `[cleanup, deleting, ttl]` × `[deleted objects, errors]`.
-    pub cleanup: [[CleanupFamily; 2]; 3],
-    /// `kyverno_ttl_controller_info`: 1 per resource the TTL controller watches.
-    pub ttl_info: Family<Vec<(&'static str, String)>, prometheus_client::metrics::gauge::Gauge>,
 }
-
-/// A cleanup counter family, labelled as Kyverno labels it.
-pub type CleanupFamily = Family<Vec<(&'static str, String)>, Counter>;
 
 impl Default for Metrics {
     fn default() -> Self {
@@ -703,105 +683,13 @@ impl Default for Metrics {
             "Admission results not written into PolicyReports (queue full, or the object never appeared)",
             reports_dropped.clone(),
         );
-        let reports_backlog = prometheus_client::metrics::gauge::Gauge::default();
-        registry.register(
-            "verno_reports_backlog",
-            "Admission results waiting to be written into PolicyReports",
-            reports_backlog.clone(),
-        );
-        let report_writes = Counter::default();
-        registry.register(
-            "verno_report_writes",
-            "PolicyReport creates, replaces and deletes (admission results and background scans)",
-            report_writes.clone(),
-        );
-        let report_write_bytes = Counter::default();
-        registry.register(
-            "verno_report_write_bytes",
-            "Request bytes of PolicyReport writes",
-            report_write_bytes.clone(),
-        );
-        let report_write_failures = Counter::default();
-        registry.register(
-            "verno_report_write_failures",
-            "PolicyReport writes the API server refused (retried per object with backoff)",
-            report_write_failures.clone(),
-        );
-        let scan_backlog = prometheus_client::metrics::gauge::Gauge::default();
-        registry.register(
-            "verno_background_scan_backlog",
-            "Objects whose background scan results wait to be written (failed or paced writes)",
-            scan_backlog.clone(),
-        );
-        let background_backlog = prometheus_client::metrics::gauge::Gauge::default();
-        registry.register(
-            "verno_background_backlog",
-            "Triggers whose generate or mutate-existing work waits (queued or backing off)",
-            background_backlog.clone(),
-        );
-        let background_work = Family::<Vec<(&'static str, &'static str)>, Counter>::default();
-        registry.register(
-            "verno_background_work",
-            "Triggers the background controller converged (result=done) or failed to (result=failed)",
-            background_work.clone(),
-        );
-        let family = |registry: &mut Registry, name: &str, help: &str| {
-            let f = Family::<Vec<(&'static str, String)>, Counter>::default();
-            registry.register(name, help, f.clone());
-            f
-        };
-        let cleanup = [
-            [
-                family(
-                    &mut registry,
-                    "kyverno_cleanup_controller_deletedobjects",
-                    "Objects deleted by cleanup policies",
-                ),
-                family(&mut registry, "kyverno_cleanup_controller_errors", "Objects cleanup policies failed to delete"),
-            ],
-            [
-                family(
-                    &mut registry,
-                    "kyverno_deleting_controller_deletedobjects",
-                    "Objects deleted by deleting policies",
-                ),
-                family(
-                    &mut registry,
-                    "kyverno_deleting_controller_errors",
-                    "Objects deleting policies failed to delete",
-                ),
-            ],
-            [
-                family(
-                    &mut registry,
-                    "kyverno_ttl_controller_deletedobjects",
-                    "Objects deleted for their cleanup.kyverno.io/ttl label",
-                ),
-                family(
-                    &mut registry,
-                    "kyverno_ttl_controller_errors",
-                    "Objects whose cleanup.kyverno.io/ttl deletion failed",
-                ),
-            ],
-        ];
-        let ttl_info = Family::<Vec<(&'static str, String)>, prometheus_client::metrics::gauge::Gauge>::default();
-        registry.register("kyverno_ttl_controller_info", "Resources the TTL controller watches", ttl_info.clone());
         Metrics {
-            registry,
-            cleanup,
-            ttl_info,
-            background_backlog,
-            background_work,
+            registry: Mutex::new(registry),
             policy_info,
             known: Mutex::new(HashSet::new()),
             tallies,
             events_dropped,
             reports_dropped,
-            reports_backlog,
-            report_writes,
-            report_write_bytes,
-            report_write_failures,
-            scan_backlog,
         }
     }
 }
@@ -1042,8 +930,20 @@ impl Metrics {
     /// The Prometheus text exposition.
     pub fn encode(&self) -> String {
         let mut out = String::new();
-        let _ = prometheus_client::encoding::text::encode(&mut out, &self.registry);
+        let registry = match self.registry.lock() {
+            Ok(g) => g,
+            Err(p) => p.into_inner(),
+        };
+        let _ = prometheus_client::encoding::text::encode(&mut out, &registry);
         out
+    }
+
+    /// Registers more metrics (another component's) to be served with these.
+    pub fn register(&self, add: impl FnOnce(&mut Registry)) {
+        match self.registry.lock() {
+            Ok(mut g) => add(&mut g),
+            Err(p) => add(&mut p.into_inner()),
+        }
     }
 }
 

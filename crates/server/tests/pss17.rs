@@ -7,8 +7,7 @@ use verno_engine::{Filter, Hook, PolicySet, Route};
 use verno_server::admission::review;
 
 fn shared() -> Option<PathBuf> {
-    let p = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../../shared/bench");
-    p.is_dir().then_some(p)
+    verno_testkit::corpus("bench", "Kyverno's load-test set through the server")
 }
 
 fn pss17(dir: &Path) -> PolicySet {
@@ -33,10 +32,7 @@ fn request(dir: &Path, name: &str) -> verno_api::AdmissionReview {
 
 #[test]
 fn busybox_is_denied_and_hardened_requests_are_allowed() {
-    let Some(dir) = shared() else {
-        eprintln!("skipping: ../shared/bench not found");
-        return;
-    };
+    let Some(dir) = shared() else { return };
     let set = pss17(&dir);
     assert_eq!(set.policies().len(), 17);
     let o = review(&set, Route::Kyverno(Hook::Validate, Filter::All), &request(&dir, "pod-busybox-create.json"));

@@ -99,11 +99,9 @@ impl Harness {
             },
             body_limit: 64 * 1024,
             deadline: Duration::from_secs(5),
-            max_concurrency: 4,
-            inline_body_max: verno_server::INLINE_BODY_MAX,
-            idle_timeout: Duration::from_secs(10),
             watch: vec![pdir.clone()],
             poll_interval: Duration::from_millis(100),
+            ..Config::default()
         };
         let mut cfg = cfg;
         tweak(&mut cfg);
@@ -484,16 +482,13 @@ async fn an_idle_connection_is_closed_after_the_idle_timeout() {
     let pdir = tmp.path().join("policies");
     std::fs::create_dir_all(&pdir).unwrap();
     let cfg = Config {
-        addr: "127.0.0.1:0".parse().unwrap(),
-        metrics_addr: None,
         tls: TlsSource::Dir { dir: tmp.path().join("tls"), dns_names: vec!["localhost".into()] },
         body_limit: 64 * 1024,
         deadline: Duration::from_secs(5),
         max_concurrency: 2,
-        inline_body_max: verno_server::INLINE_BODY_MAX,
         idle_timeout: Duration::from_secs(1),
-        watch: Vec::new(),
         poll_interval: Duration::from_secs(3600),
+        ..Config::default()
     };
     let running = verno_server::start(cfg, loader(pdir)).await.unwrap();
     let addr = running.addr;

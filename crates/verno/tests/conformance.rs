@@ -7,16 +7,12 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 
 fn corpus() -> Option<PathBuf> {
-    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../../shared/conformance/cases");
-    root.is_dir().then_some(root)
+    verno_testkit::corpus("conformance/cases", "the conformance ratchet")
 }
 
 #[test]
 fn listed_conformance_cases_still_pass() {
-    let Some(cases) = corpus() else {
-        eprintln!("skipping the conformance ratchet: ../shared/conformance is not present");
-        return;
-    };
+    let Some(cases) = corpus() else { return };
     let list = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../conformance/passing.txt");
     let text = std::fs::read_to_string(&list).unwrap_or_default();
     let mut failures = Vec::new();

@@ -140,16 +140,11 @@ async fn cluster() -> (FakeApiServer, kube::Client, verno_controller::Controller
         fake.apply(&admin, &doc).await.unwrap();
     }
     let cfg = verno_server::Config {
-        addr: "127.0.0.1:0".parse().unwrap(),
-        metrics_addr: None,
-        tls: verno_server::TlsSource::Pem { cert: Vec::new(), key: Vec::new() },
+        // The certificate is replaced by start_server.
         body_limit: 3 << 20,
         deadline: Duration::from_secs(5),
-        max_concurrency: 4,
-        inline_body_max: verno_server::INLINE_BODY_MAX,
-        idle_timeout: Duration::from_secs(10),
-        watch: Vec::new(),
         poll_interval: Duration::from_secs(3600),
+        ..Default::default()
     };
     let mut opts = verno_controller::Options::new(NS, "verno-0");
     opts.service = verno_controller::manifests::SERVICE.into();

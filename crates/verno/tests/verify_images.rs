@@ -103,8 +103,8 @@ fn apply_verifies_signatures_in_a_local_registry() {
 fn webhook_denies_unsigned_admits_signed_and_caches() {
     use base64::Engine as _;
     use std::sync::Arc;
-    use std::sync::atomic::AtomicBool;
     use verno_engine::{Compiled, Filter, Hook, PolicySet, Route};
+    use verno_server::admission::ReviewOptions;
 
     struct Images(Arc<verno_images::Verifier>);
     impl verno_engine::Data for Images {
@@ -143,9 +143,7 @@ fn webhook_denies_unsigned_admits_signed_and_caches() {
             &set,
             Route::Kyverno(hook, Filter::All),
             &review(object),
-            Arc::new(AtomicBool::new(false)),
-            &data,
-            false,
+            ReviewOptions { data: &data, ..ReviewOptions::default() },
         )
     };
     let pod_of = |image: &str| serde_saphyr::from_str::<serde_json::Value>(&pod(image)).unwrap();
@@ -203,9 +201,7 @@ fn webhook_denies_unsigned_admits_signed_and_caches() {
             &set,
             Route::Kyverno(Hook::Mutate, Filter::All),
             &review(object),
-            Arc::new(AtomicBool::new(false)),
-            &data,
-            false,
+            ReviewOptions { data: &data, ..ReviewOptions::default() },
         )
     };
     let pinned = format!("{image}@{signed}");
@@ -388,8 +384,8 @@ spec:
 fn image_validating_policy_webhooks_pin_then_verify() {
     use base64::Engine as _;
     use std::sync::Arc;
-    use std::sync::atomic::AtomicBool;
     use verno_engine::{Compiled, Filter, Hook, PolicySet, Route};
+    use verno_server::admission::ReviewOptions;
 
     struct Images(Arc<verno_images::Verifier>);
     impl verno_engine::Data for Images {
@@ -428,10 +424,15 @@ fn image_validating_policy_webhooks_pin_then_verify() {
         }))
         .unwrap();
         let route = Route::Cel { hook, namespaced: false, names: Vec::new(), filter: Filter::All, image: true };
-        verno_server::admission::review_with(&set, route, &review, Arc::new(AtomicBool::new(false)), &data, false)
-            .review
-            .response
-            .unwrap()
+        verno_server::admission::review_with(
+            &set,
+            route,
+            &review,
+            ReviewOptions { data: &data, ..ReviewOptions::default() },
+        )
+        .review
+        .response
+        .unwrap()
     };
     let pod_of = |image: &str| serde_saphyr::from_str::<serde_json::Value>(&pod(image)).unwrap();
     let image = format!("{}/acme/app:v1", reg.addr);

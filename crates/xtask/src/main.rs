@@ -5,10 +5,14 @@
 //! - `clippy` `cargo clippy --workspace --all-targets --locked -- -D warnings`
 //! - `test`   `cargo test --workspace --locked` (the README's test command)
 //! - `fuzz`   `scripts/fuzz.sh 15`: every fuzz target for 15 s (nightly; skipped without it)
+//! - `circles CRATE_DIR` the import circles between a crate's modules (strongly connected
+//!   components of `crate::` references outside `#[cfg(test)]` modules), largest first
 //! - `ci`     all four, in that order, stopping at the first failure; between the tests and
 //!   the fuzz run it deletes the test build (`target/debug/{deps,build,incremental}`), which the
 //!   fuzz build (its own target folder, `fuzz/target`) does not use: the two together need about
 //!   6 GB, and a CI run failed with "No space left on device" building the fuzz targets
+
+mod circles;
 
 use std::process::{Command, ExitCode};
 
@@ -63,6 +67,19 @@ fn free_test_build() {
 
 fn main() -> ExitCode {
     let recipe = std::env::args().nth(1).unwrap_or_default();
+    if recipe == "circles" {
+        let dir = std::env::args().nth(2).unwrap_or_else(|| "crates/engine".into());
+        return match circles::report(std::path::Path::new(&dir)) {
+            Ok(text) => {
+                print!("{text}");
+                ExitCode::SUCCESS
+            }
+            Err(e) => {
+                eprintln!("xtask circles: {e}");
+                ExitCode::FAILURE
+            }
+        };
+    }
     if recipe == "fuzz" {
         return if fuzz() { ExitCode::SUCCESS } else { ExitCode::FAILURE };
     }
@@ -72,7 +89,7 @@ fn main() -> ExitCode {
             Some((_, a)) => vec![*a],
             None => {
                 let names: Vec<&str> = RECIPES.iter().map(|(n, _)| *n).collect();
-                eprintln!("usage: cargo xtask <{}|fuzz|ci>", names.join("|"));
+                eprintln!("usage: cargo xtask <{}|fuzz|circles CRATE_DIR|ci>", names.join("|"));
                 return ExitCode::from(2);
             }
         },
