@@ -9,14 +9,15 @@
 //! for the cleanup controller. The CLI (`Scope::ALL`) and the controller
 //! ([`crate::Scope::cleanup`]) evaluate them through the same front door as every other kind.
 
+use crate::cel_env::cel_env;
 use crate::condition::CompiledConditions;
 use crate::context_entry::compile_context;
 use crate::cron::Schedule;
 use crate::error::CompileError;
-use crate::evaluate::{Data, cel_env};
 use crate::matching::Matcher;
 use crate::outcome::{RuleResponse, RuleType, Status};
 use crate::policy::{Action, CompiledPolicy, CompiledRule, RuleBody, cel_expr};
+use crate::ports::Data;
 use serde_json::Value;
 use verno_api::{CleanupPolicy, Kind, cel};
 

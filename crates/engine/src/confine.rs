@@ -19,9 +19,8 @@
 //! admission request is sent with `dryRun=All` ([`Reach`]), so the API server persists nothing
 //! (reviews such as SubjectAccessReview still answer).
 
-use crate::evaluate::{Data, Loaded, NamespaceView};
-use crate::policy::CompiledPolicy;
-use crate::verify_images::{ImageError, ImageVerifier, SignatureCheck, Verified};
+use crate::ports::{Data, Loaded, NamespaceView};
+use crate::ports::{ImageError, ImageVerifier, SignatureCheck, Verified};
 use serde_json::Value;
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -29,12 +28,6 @@ use verno_api::images::{Attestor, RegistryCredentials};
 
 /// The methods an `apiCall` may use.
 pub(crate) const METHODS: [&str; 2] = ["GET", "POST"];
-
-/// The namespace a policy is confined to: a namespaced kind's own namespace (`default` when
-/// the document names none, as matching takes it); `None` for the cluster-wide kinds.
-pub(crate) fn namespace_of(policy: &CompiledPolicy) -> Option<&str> {
-    policy.kind.is_namespaced().then(|| policy.namespace.as_deref().filter(|n| !n.is_empty()).unwrap_or("default"))
-}
 
 /// A Kubernetes API path as it will be sent: the path part percent-decoded and lexically
 /// cleaned (empty and `.` segments dropped, `..` resolved, never above the root, as Go's
@@ -159,11 +152,13 @@ pub(crate) struct Reach<'a> {
 }
 
 impl<'a> Reach<'a> {
-    /// The reach of `policy` for a request (`dry_run`: a dry-run admission request); `None`
+    /// The reach of a policy confined to `namespace` (see [`CompiledPolicy::confined_to`],
+    /// `None`: cluster-wide) for a request (`dry_run`: a dry-run admission request); `None`
     /// when nothing needs holding back (a cluster-wide policy, no dry run): then the caller's
     /// data is used as it is.
-    pub(crate) fn of(policy: &'a CompiledPolicy, dry_run: bool, inner: &'a dyn Data) -> Option<Reach<'a>> {
-        let namespace = namespace_of(policy);
+    ///
+    /// [`CompiledPolicy::confined_to`]: crate::policy::CompiledPolicy::confined_to
+    pub(crate) fn of(namespace: Option<&'a str>, dry_run: bool, inner: &'a dyn Data) -> Option<Reach<'a>> {
         (namespace.is_some() || dry_run).then_some(Reach { inner, namespace, dry_run })
     }
 

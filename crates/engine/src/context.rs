@@ -2,6 +2,7 @@
 //! `images`, `element`, context entries and caller-supplied values. Scopes (foreach elements,
 //! rule context entries) are set and restored explicitly.
 
+use crate::ports::Request;
 use serde_json::{Map, Value};
 use std::borrow::Cow;
 use verno_jmespath::{Env, Expression, RuntimeError};
@@ -84,7 +85,7 @@ pub struct Context<'e> {
     /// `request` changes.
     cel: std::cell::RefCell<Option<verno_cel::Vars>>,
     /// Whose `namespaceObject` those variables carry (the policy being evaluated decides).
-    ns_view: crate::evaluate::NamespaceView,
+    ns_view: crate::ports::NamespaceView,
     /// The namespace the policy being evaluated is held to (see `crate::confine`): the cached
     /// CEL variables carry a host held to it, so they are rebuilt when it changes.
     confined: Option<Box<str>>,
@@ -146,8 +147,8 @@ impl RequestFields<'_> {
         Some(match i {
             0 => Value::String(self.operation.into()),
             1 => self.old_object.cloned().unwrap_or(Value::Null),
-            2 => Value::String(crate::evaluate::str_at(self.subject, "/metadata/namespace").into()),
-            3 => Value::String(crate::evaluate::str_at(self.subject, "/metadata/name").into()),
+            2 => Value::String(crate::ports::str_at(self.subject, "/metadata/namespace").into()),
+            3 => Value::String(crate::ports::str_at(self.subject, "/metadata/name").into()),
             4 => {
                 let (group, version, kind) = self.kind;
                 let mut m = Map::new();
@@ -197,7 +198,7 @@ impl<'e> Context<'e> {
             delete,
             env,
             cel: std::cell::RefCell::new(None),
-            ns_view: crate::evaluate::NamespaceView::default(),
+            ns_view: crate::ports::NamespaceView::default(),
             confined: None,
             images: true,
             quiet_passes: false,
@@ -265,7 +266,7 @@ impl<'e> Context<'e> {
         self.quiet_passes
     }
 
-    /// Whether the `images` variable is served (see [`crate::evaluate::build_context_with`]).
+    /// Whether the `images` variable is served (see [`crate::context::build_context_with`]).
     pub fn serves_images(&self) -> bool {
         self.images
     }
@@ -547,7 +548,7 @@ impl<'e> Context<'e> {
     }
 
     /// Makes the CEL variables carry `namespaceObject` as policies of `view` see it.
-    pub fn set_namespace_view(&mut self, view: crate::evaluate::NamespaceView) {
+    pub fn set_namespace_view(&mut self, view: crate::ports::NamespaceView) {
         if self.ns_view != view {
             self.ns_view = view;
             *self.cel.get_mut() = None;
@@ -562,7 +563,7 @@ impl<'e> Context<'e> {
         }
     }
 
-    pub fn namespace_view(&self) -> crate::evaluate::NamespaceView {
+    pub fn namespace_view(&self) -> crate::ports::NamespaceView {
         self.ns_view
     }
 
@@ -601,7 +602,7 @@ impl<'e> Context<'e> {
             self.take_in();
             self.request_version += 1;
         }
-        if key == "request" || key == crate::evaluate::EXCEPTIONS_KEY {
+        if key == "request" || key == crate::context::EXCEPTIONS_KEY {
             *self.cel.get_mut() = None;
         }
     }
@@ -685,6 +686,58 @@ pub fn split_dotted(path: &str) -> Vec<String> {
     }
     out.push(cur);
     out
+}
+
+/// Where a rule's partial CEL exceptions wait for the CEL variables (`exceptions`); a name no
+/// JMESPath or template can reach.
+pub(crate) const EXCEPTIONS_KEY: &str = "@exceptions";
+
+/// Builds the variable context for a request (shared by all policies of one evaluation).
+#[cfg(test)]
+pub fn build_context<'e>(req: &Request<'e>, env: &'e dyn Env) -> Context<'e> {
+    build_context_with(req, env, true)
+}
+
+/// [`build_context`]; without `images` the `images` variable (the request's images, parsed) is
+/// not worked out — for a set no policy of which reads it.
+pub fn build_context_with<'e>(req: &Request<'e>, env: &'e dyn Env, images: bool) -> Context<'e> {
+    let subject = req.subject();
+    let (group, version, kind) = req.group_version_kind();
+    let username = match (req.user_info, req.user_info_sent) {
+        (Some(u), _) => u.get("username").and_then(Value::as_str).unwrap_or(""),
+        (None, Some(u)) => u.username.as_str(),
+        (None, None) => "",
+    };
+    let (sa_ns, sa_name) = match username.strip_prefix("system:serviceaccount:").and_then(|r| r.split_once(':')) {
+        Some((ns, n)) => (ns.to_string(), n.to_string()),
+        None => (String::new(), String::new()),
+    };
+    // `request`'s fields are filled in as expressions read them (`Context::lend_request`).
+    let mut root = Map::new();
+    root.insert("request".into(), Value::Object(Map::new()));
+    root.insert("serviceAccountName".into(), Value::String(sa_name));
+    root.insert("serviceAccountNamespace".into(), Value::String(sa_ns));
+    if images {
+        root.insert("images".into(), crate::images::extract(subject));
+    }
+    let mut ctx = Context::new(root, req.is_delete(), env);
+    ctx.lend_request(crate::context::RequestFields {
+        operation: req.operation,
+        old_object: req.old_object,
+        subject,
+        kind: (group, version, kind),
+        user_info: req.user_info,
+        user_info_sent: req.user_info_sent,
+        user: req.user,
+        subresource: req.subresource,
+    });
+    ctx.lend_object(req.object);
+    ctx.set_serves_images(images);
+    for (k, v) in req.variables {
+        // Values are permanent for this request: nothing to restore.
+        let _kept: Saved = ctx.set_path(k, v.clone());
+    }
+    ctx
 }
 
 #[cfg(test)]
@@ -922,7 +975,8 @@ mod tests {
     /// expression as one that has them all, in any order of reading and after changes.
     #[test]
     fn request_fields_filled_when_read_answer_as_all_there() {
-        use crate::evaluate::{Request, build_context_with};
+        use crate::context::build_context_with;
+        use crate::ports::Request;
         let object = json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p", "namespace": "ns"}});
         let old = json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p", "namespace": "ns", "labels": {"a": "b"}}});
         let user_info = json!({"username": "system:serviceaccount:ns:sa", "groups": ["g"]});

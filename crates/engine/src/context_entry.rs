@@ -4,8 +4,8 @@
 use crate::condition::CompiledConditions;
 use crate::context::{Context, Saved};
 use crate::error::CompileError;
-use crate::evaluate::{Data, Loaded};
-use crate::policy::{CompiledPolicy, Query, tv};
+use crate::ports::{Data, Loaded};
+use crate::template::{Query, tv};
 use crate::template::{TValue, Template};
 use serde_json::Value;
 use std::borrow::Cow;
@@ -197,7 +197,7 @@ fn render_jmes<'f>(f: &'f JmesField, ctx: &Context, delete: bool, entry: &str) -
                 return Err(format!("jmespath value must be a string {entry} {}: <nil>", t.source()));
             };
             let e = Expression::compile(s).map_err(|e| format!("invalid JMESPath {s:?}: {e}"))?;
-            Ok(Cow::Owned(if delete { crate::policy::delete_reading(&e).unwrap_or(e) } else { e }))
+            Ok(Cow::Owned(if delete { crate::template::delete_reading(&e).unwrap_or(e) } else { e }))
         }
     }
 }
@@ -212,14 +212,14 @@ pub(crate) fn load_context(
     ctx: &mut Context,
     data: &dyn Data,
     provided: &[String],
-    policy: &CompiledPolicy,
+    confined_to: Option<&str>,
     saved: &mut Saved,
 ) {
     for entry in entries {
         if provided.iter().any(|p| p == &entry.name || p.starts_with(&format!("{}.", entry.name))) {
             continue;
         }
-        match load_entry(entry, ctx, data, policy) {
+        match load_entry(entry, ctx, data, confined_to) {
             Ok(Some(v)) => saved.absorb(ctx.set_entry(&entry.name, v)),
             Ok(None) => {}
             Err(e) => saved.absorb(ctx.fail_entry(&entry.name, e)),
@@ -232,7 +232,7 @@ fn load_entry(
     entry: &CompiledContextEntry,
     ctx: &Context,
     data: &dyn Data,
-    policy: &CompiledPolicy,
+    confined_to: Option<&str>,
 ) -> Result<Option<Value>, String> {
     {
         let value: Option<Value> = match &entry.source {
@@ -276,15 +276,11 @@ fn load_entry(
                 let n = name.render(ctx, "").map_err(|e| e.to_string())?;
                 let ns = match namespace {
                     Some(ns) => ns.render(ctx, "").map_err(|e| e.to_string())?.as_str().unwrap_or("").to_string(),
-                    None => policy
-                        .namespace
-                        .clone()
-                        .filter(|_| policy.kind.is_namespaced())
-                        .unwrap_or_else(|| "default".into()),
+                    None => confined_to.unwrap_or("default").to_string(),
                 };
                 let ns = if ns.is_empty() { "default".to_string() } else { ns };
                 // A namespaced policy reads only its own namespace (Kyverno's words).
-                if let Some(own) = crate::confine::namespace_of(policy)
+                if let Some(own) = confined_to
                     && own != ns
                 {
                     return Err(format!(
@@ -308,7 +304,7 @@ fn load_entry(
                 // A Kubernetes API path is sent cleaned (as Kubernetes' REST client sends it),
                 // and a namespaced policy's must address its own namespace; the check comes
                 // before `default`, which does not cover a refused path.
-                let own = crate::confine::namespace_of(policy);
+                let own = confined_to;
                 let url = if url_path.is_some() && (url.starts_with('/') || own.is_some()) {
                     crate::confine::api_path(&url, own)?
                 } else {
@@ -337,7 +333,7 @@ fn load_entry(
                             .collect(),
                         None => Vec::new(),
                     };
-                    let service = crate::evaluate::Service { ca_bundle: &svc.ca_bundle, headers: &headers };
+                    let service = crate::ports::Service { ca_bundle: &svc.ca_bundle, headers: &headers };
                     data.service_call(method, &url, body.as_ref(), &service)
                 } else {
                     data.api_call(method, &url, body.as_ref())
@@ -441,10 +437,10 @@ pub(crate) fn enter(
     ctx: &mut Context,
     data: &dyn Data,
     provided: &[String],
-    policy: &CompiledPolicy,
+    confined_to: Option<&str>,
     saved: &mut Saved,
 ) -> Result<(), Stop> {
-    load_context(entries, ctx, data, provided, policy, saved);
+    load_context(entries, ctx, data, provided, confined_to, saved);
     match preconditions.map(|p| p.evaluate(ctx)) {
         None | Some(Ok((true, _))) => Ok(()),
         Some(Ok((false, _))) => Err(Stop::NotMet),

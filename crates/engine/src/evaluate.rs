@@ -2,190 +2,20 @@
 //! → exceptions → handler. Evaluation is pure: data from outside arrives through the
 //! [`Data`] port and the request.
 
-use crate::context::{Context, Saved};
+use crate::cel_env::{cel_env, cel_vars};
+use crate::context::{Context, EXCEPTIONS_KEY, Saved};
 use crate::context_entry::load_context;
 use crate::images;
-use crate::matching::{MatchInput, RequestUser};
+use crate::matching::MatchInput;
 use crate::outcome::{NotApplied, PolicyResponse, RuleResponse, RuleType, Status};
 use crate::policy::{CompiledException, CompiledPolicy, CompiledRule, RuleBody};
+use crate::ports::{Data, NamespaceView, Request, obj_at, str_at};
 use crate::validate::{Check, ValidateCtx};
-use serde_json::{Map, Value, json};
+use serde_json::Value;
 use std::collections::BTreeMap;
-use verno_jmespath::Env;
 
 /// The rule name of a CEL kind's result decided by a PolicyException (Kyverno's CEL engines).
 pub const EXCEPTION_RULE: &str = "exception";
-
-/// What a context loader found.
-pub enum Loaded {
-    Value(Value),
-    /// The source is not available here (no cluster, no mock): the entry is not loaded.
-    Unavailable,
-    Error(String),
-}
-
-/// The engine's port to data it cannot compute itself: CLI values, ConfigMaps, API calls,
-/// global context entries. The CLI answers from files; the server will answer from the cluster.
-pub trait Data: Sync {
-    /// Values injected for a rule (the CLI's `policies[].rules[].values`).
-    fn rule_values(&self, _policy: &str, _rule: &str) -> Vec<(String, Value)> {
-        Vec::new()
-    }
-    /// Values injected for a policy on one resource, by the resource's name (the CLI's
-    /// `policies[].resources[].values`); they hold while that policy runs.
-    fn resource_values(&self, _policy: &str, _resource: &str) -> Vec<(String, Value)> {
-        Vec::new()
-    }
-    /// Labels of a namespace, for `namespaceSelector`s, when the policy set does not know them.
-    fn namespace_labels(&self, _namespace: &str) -> Option<BTreeMap<String, String>> {
-        None
-    }
-    /// Per-element values for foreach (`foreachValues`).
-    fn foreach_values(&self, _policy: &str, _rule: &str) -> BTreeMap<String, Vec<Value>> {
-        BTreeMap::new()
-    }
-    fn config_map(&self, _namespace: &str, _name: &str) -> Loaded {
-        Loaded::Unavailable
-    }
-    /// An API call: a Kubernetes API path (`/api/...`, `/apis/...`) or an external service URL;
-    /// `data` is the request body (the object `apiCall.data`'s key/value pairs make).
-    fn api_call(&self, _method: &str, _url_path: &str, _data: Option<&Value>) -> Loaded {
-        Loaded::Unavailable
-    }
-    /// An API call to a service (`apiCall.service`): its URL, with the service's CA bundle and
-    /// headers. By default, [`Data::api_call`] (the CLI answers by URL from its mocks).
-    fn service_call(&self, method: &str, url: &str, data: Option<&Value>, service: &Service<'_>) -> Loaded {
-        let _ = service;
-        self.api_call(method, url, data)
-    }
-    fn global_reference(&self, _name: &str) -> Loaded {
-        Loaded::Unavailable
-    }
-    /// An image's data from its registry (`imageRegistry` context entries; Kyverno's
-    /// ImageData). Unavailable unless the caller reads registries (Kyverno's CLI only with
-    /// `--registry`).
-    fn image_data(&self, _image: &str, _credentials: Option<&verno_api::images::RegistryCredentials>) -> Loaded {
-        Loaded::Unavailable
-    }
-    /// The Namespace object CEL policies see as `namespaceObject`.
-    fn namespace_object(&self, _name: &str) -> Option<Value> {
-        None
-    }
-    /// The Roles (`namespace:name`) and ClusterRoles bound to a user or one of its groups, as
-    /// Kyverno works them out from RoleBindings and ClusterRoleBindings for every admission
-    /// request (`roles`/`clusterRoles` in match and exclude, `request.roles`,
-    /// `request.clusterRoles`); `None`: not known here.
-    fn user_roles(&self, _username: &str, _groups: &[String]) -> Option<(Vec<String>, Vec<String>)> {
-        None
-    }
-    /// `namespaceObject` as a policy of this view sees it. In a cluster every kind sees the
-    /// Namespace itself (the default); Kyverno's CLI builds it differently per kind (see
-    /// [`NamespaceView`]), so the CLI's data answers each view.
-    fn namespace_object_as(&self, view: NamespaceView, name: &str) -> Option<Value> {
-        let _ = view;
-        self.namespace_object(name)
-    }
-    /// One object from the cluster (clone sources).
-    fn resource(&self, _api_version: &str, _kind: &str, _namespace: &str, _name: &str) -> Option<Value> {
-        None
-    }
-    /// Objects of a kind (`apiVersion` may be empty: any version) in a namespace (empty: all).
-    fn list(&self, _api_version: &str, _kind: &str, _namespace: &str) -> Vec<Value> {
-        Vec::new()
-    }
-    /// What answers the Kyverno CEL libraries (`resource.*`, `http.*`, `globalContext.Get`,
-    /// `image.GetMetadata`, `time.now()`); none: they report that they are not available.
-    fn cel_host(&self) -> Option<std::sync::Arc<dyn verno_cel::Host>> {
-        None
-    }
-    /// What verifies image signatures and attestations against registries (`verifyImages`);
-    /// none: such rules report that verification is not available here.
-    fn image_verifier(&self) -> Option<std::sync::Arc<dyn crate::verify_images::ImageVerifier>> {
-        None
-    }
-    /// Whether objects of a kind live in namespaces (generated objects of cluster-scoped kinds
-    /// get none). By default, every kind but Kubernetes' own cluster-scoped ones.
-    fn is_namespaced(&self, api_version: &str, kind: &str) -> bool {
-        !crate::gpol::cluster_scoped(api_version, kind)
-    }
-    /// Objects of a resource (plural) and apiVersion, in a namespace (empty: all): the
-    /// candidates of a MutatingPolicy's mutate-existing targets. By default, the
-    /// [`Data::targets`] of that resource.
-    fn resource_objects(&self, api_version: &str, resource: &str, namespace: &str) -> Vec<Value> {
-        self.targets("", "", namespace)
-            .into_iter()
-            .filter(|o| {
-                let kind = str_at(o, "/kind");
-                (crate::matching::is_plural_of(resource, kind) || resource == "*")
-                    && (api_version.is_empty()
-                        || str_at(o, "/apiVersion") == api_version
-                        || api_version.ends_with("/*"))
-            })
-            .collect()
-    }
-    /// Candidates for mutate-existing targets; the cluster by default.
-    fn targets(&self, api_version: &str, kind: &str, namespace: &str) -> Vec<Value> {
-        self.list(api_version, kind, namespace)
-    }
-}
-
-/// How to reach a service an `apiCall` names: the PEM CA bundle that verifies it (empty: the
-/// system's roots) and the headers sent.
-#[derive(Debug, Clone, Copy)]
-pub struct Service<'a> {
-    pub ca_bundle: &'a str,
-    pub headers: &'a [(String, String)],
-}
-
-/// Whose `namespaceObject` a CEL expression reads: Kyverno builds it per policy kind, and the
-/// kinds differ where the request has no namespace and (in its CLI) where the namespace is not
-/// described by the test's values.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub enum NamespaceView {
-    /// `validate.cel` in a ClusterPolicy / Policy: null for cluster-scoped requests; offline, a
-    /// Namespace carrying only the request's namespace name.
-    #[default]
-    Rule,
-    /// ValidatingAdmissionPolicy: an empty Namespace (not null) for cluster-scoped requests;
-    /// offline, the name and the labels the values give it.
-    ValidatingAdmission,
-    /// MutatingAdmissionPolicy: as ValidatingAdmissionPolicy, but null for cluster-scoped
-    /// requests.
-    MutatingAdmission,
-    /// The `policies.kyverno.io` kinds: null for cluster-scoped requests; offline, only a
-    /// namespace the values describe (`namespaces` or `namespaceSelector`), null otherwise.
-    Policy,
-}
-
-impl NamespaceView {
-    pub fn of(kind: verno_api::Kind) -> Self {
-        use verno_api::Kind;
-        match kind {
-            Kind::ClusterPolicy | Kind::Policy | Kind::CleanupPolicy | Kind::ClusterCleanupPolicy => {
-                NamespaceView::Rule
-            }
-            Kind::ValidatingAdmissionPolicy | Kind::ValidatingAdmissionPolicyBinding => {
-                NamespaceView::ValidatingAdmission
-            }
-            Kind::MutatingAdmissionPolicy | Kind::MutatingAdmissionPolicyBinding => NamespaceView::MutatingAdmission,
-            _ => NamespaceView::Policy,
-        }
-    }
-
-    /// A Namespace as Kubernetes' typed object turns into JSON: what Kyverno hands CEL when it
-    /// makes one up from a name (and labels) rather than reading it.
-    pub fn made_up(name: &str, labels: Option<&std::collections::BTreeMap<String, String>>) -> Value {
-        let mut meta = Map::new();
-        if !name.is_empty() {
-            meta.insert("name".into(), Value::String(name.into()));
-        }
-        if let Some(l) = labels.filter(|l| !l.is_empty()) {
-            meta.insert("labels".into(), json!(l));
-        }
-        meta.insert("creationTimestamp".into(), Value::Null);
-        json!({"metadata": meta, "spec": {}, "status": {}})
-    }
-}
 
 /// Which rules to run: Kyverno mutates (all policies, in sequence) before it validates, and
 /// generates last.
@@ -218,167 +48,6 @@ impl Phase {
                 | (Phase::Validate, RuleBody::Validate(_) | RuleBody::Unsupported { .. } | RuleBody::VerifyImages(_))
         )
     }
-}
-
-/// A `Data` that knows nothing.
-pub struct NoData;
-impl Data for NoData {}
-
-/// One admission-style request: the resource and who asks for what.
-#[derive(Debug, Clone)]
-pub struct Request<'a> {
-    /// `CREATE`, `UPDATE`, `DELETE` or `CONNECT`.
-    pub operation: &'a str,
-    /// The new object (`Value::Null` on DELETE).
-    pub object: &'a Value,
-    /// The old object (UPDATE and DELETE).
-    pub old_object: Option<&'a Value>,
-    pub user: Option<&'a RequestUser>,
-    /// `request.userInfo` as JSON (username, groups, ...).
-    pub user_info: Option<&'a Value>,
-    /// `request.userInfo` as the API server sent it (used when `user_info` is `None`): turned
-    /// into JSON only if an expression reads it, which few policies do.
-    pub user_info_sent: Option<&'a verno_api::admission::UserInfo>,
-    pub namespace_labels: Option<&'a BTreeMap<String, String>>,
-    pub subresource: &'a str,
-    /// The kind the API server says the request is about (`request.kind`); `None` (the CLI):
-    /// the object's own `apiVersion` and `kind`. Matching trusts this, not the object, so a
-    /// Pod that calls itself a Deployment is still a Pod.
-    pub kind: Option<&'a verno_api::admission::GroupVersionKind>,
-    /// Extra variables (dotted keys allowed), applied after the request context.
-    pub variables: &'a [(String, Value)],
-    /// Whether mutate-existing rules patch their targets in this evaluation (the CLI and the
-    /// background controller; never a webhook). Set from the [`crate::Scope`].
-    pub existing: bool,
-    /// A dry-run admission request (`request.dryRun`): API calls it makes must persist
-    /// nothing, so a POST is sent with `dryRun=All`.
-    pub dry_run: bool,
-}
-
-impl<'a> Request<'a> {
-    /// `operation` on `object` and nothing else known: no old object, user, namespace labels,
-    /// subresource, requested kind or extra variables. Set the rest with struct update syntax.
-    pub fn new(operation: &'a str, object: &'a Value) -> Request<'a> {
-        Request {
-            operation,
-            object,
-            old_object: None,
-            user: None,
-            user_info: None,
-            user_info_sent: None,
-            namespace_labels: None,
-            subresource: "",
-            kind: None,
-            variables: &[],
-            existing: false,
-            dry_run: false,
-        }
-    }
-
-    /// The object policies match and validate: the old object on DELETE.
-    pub fn subject(&self) -> &'a Value {
-        if self.object.is_null() { self.old_object.unwrap_or(self.object) } else { self.object }
-    }
-    /// (group, version, kind) the request is about.
-    pub fn group_version_kind(&self) -> (&'a str, &'a str, &'a str) {
-        match self.kind.filter(|k| !k.kind.is_empty()) {
-            Some(k) => (&k.group, &k.version, &k.kind),
-            None => {
-                let subject = self.subject();
-                let (group, version) = group_version(str_at(subject, "/apiVersion"));
-                (group, version, str_at(subject, "/kind"))
-            }
-        }
-    }
-
-    pub fn is_delete(&self) -> bool {
-        self.operation.eq_ignore_ascii_case("DELETE")
-    }
-}
-
-/// A string at a `/`-separated path (no JSON-pointer escapes, no allocation).
-pub(crate) fn str_at<'v>(v: &'v Value, p: &str) -> &'v str {
-    let mut cur = v;
-    // Segments found byte by byte, not with `split('/')`: the searcher's set-up cost more than
-    // these short paths' whole walk (hundreds of instructions per call, several per request).
-    let mut rest = p;
-    while !rest.is_empty() {
-        let (seg, tail) = match rest.bytes().position(|b| b == b'/') {
-            Some(i) => (rest.get(..i).unwrap_or_default(), rest.get(i + 1..).unwrap_or_default()),
-            None => (rest, ""),
-        };
-        rest = tail;
-        if seg.is_empty() {
-            continue;
-        }
-        match member(cur, seg) {
-            Some(x) => cur = x,
-            None => return "",
-        }
-    }
-    cur.as_str().unwrap_or("")
-}
-
-/// `apps/v1` → (`apps`, `v1`); `v1` → (``, `v1`).
-fn group_version(api_version: &str) -> (&str, &str) {
-    api_version.split_once('/').unwrap_or(("", api_version))
-}
-
-fn obj_at<'v>(v: &'v Value, a: &str, b: &str) -> Option<&'v Map<String, Value>> {
-    member(member(v, a)?, b)?.as_object()
-}
-
-/// `v[k]` when `v` is an object (the key compared in line, see `verno_jmespath::value::Key`).
-fn member<'v>(v: &'v Value, k: &str) -> Option<&'v Value> {
-    v.as_object().and_then(|m| verno_jmespath::value::get(m, k))
-}
-
-/// Builds the variable context for a request (shared by all policies of one evaluation).
-#[cfg(test)]
-pub fn build_context<'e>(req: &Request<'e>, env: &'e dyn Env) -> Context<'e> {
-    build_context_with(req, env, true)
-}
-
-/// [`build_context`]; without `images` the `images` variable (the request's images, parsed) is
-/// not worked out — for a set no policy of which reads it.
-pub fn build_context_with<'e>(req: &Request<'e>, env: &'e dyn Env, images: bool) -> Context<'e> {
-    let subject = req.subject();
-    let (group, version, kind) = req.group_version_kind();
-    let username = match (req.user_info, req.user_info_sent) {
-        (Some(u), _) => u.get("username").and_then(Value::as_str).unwrap_or(""),
-        (None, Some(u)) => u.username.as_str(),
-        (None, None) => "",
-    };
-    let (sa_ns, sa_name) = match username.strip_prefix("system:serviceaccount:").and_then(|r| r.split_once(':')) {
-        Some((ns, n)) => (ns.to_string(), n.to_string()),
-        None => (String::new(), String::new()),
-    };
-    // `request`'s fields are filled in as expressions read them (`Context::lend_request`).
-    let mut root = Map::new();
-    root.insert("request".into(), Value::Object(Map::new()));
-    root.insert("serviceAccountName".into(), Value::String(sa_name));
-    root.insert("serviceAccountNamespace".into(), Value::String(sa_ns));
-    if images {
-        root.insert("images".into(), images::extract(subject));
-    }
-    let mut ctx = Context::new(root, req.is_delete(), env);
-    ctx.lend_request(crate::context::RequestFields {
-        operation: req.operation,
-        old_object: req.old_object,
-        subject,
-        kind: (group, version, kind),
-        user_info: req.user_info,
-        user_info_sent: req.user_info_sent,
-        user: req.user,
-        subresource: req.subresource,
-    });
-    ctx.lend_object(req.object);
-    ctx.set_serves_images(images);
-    for (k, v) in req.variables {
-        // Values are permanent for this request: nothing to restore.
-        let _kept: Saved = ctx.set_path(k, v.clone());
-    }
-    ctx
 }
 
 /// One request evaluated policy after policy, as Kyverno does: each policy sees the object as
@@ -525,14 +194,14 @@ fn evaluate_phase_with(
     // What the policy may reach: a namespaced policy only its namespace, a dry run nothing
     // it would persist (see `crate::confine`).
     let reach;
-    let data: &dyn Data = match crate::confine::Reach::of(policy, req.dry_run, data) {
+    let data: &dyn Data = match crate::confine::Reach::of(policy.confined_to(), req.dry_run, data) {
         Some(r) => {
             reach = r;
             &reach
         }
         None => data,
     };
-    ctx.set_confinement(crate::confine::namespace_of(policy));
+    ctx.set_confinement(policy.confined_to());
     fn note(resp: &mut PolicyResponse, explain: bool, why: impl FnOnce() -> NotApplied) {
         if explain {
             resp.not_applied.push(why());
@@ -657,10 +326,6 @@ fn rule_type(rule: &CompiledRule) -> RuleType {
     rule.rule_type()
 }
 
-/// Where a rule's partial CEL exceptions wait for the CEL variables (`exceptions`); a name no
-/// JMESPath or template can reach.
-pub(crate) const EXCEPTIONS_KEY: &str = "@exceptions";
-
 #[allow(clippy::too_many_arguments)]
 fn evaluate_rule(
     policy: &CompiledPolicy,
@@ -686,7 +351,7 @@ fn evaluate_rule(
     // responses before that carry them as written (as Kyverno's do).
     let mut properties: Option<Vec<(String, String)>> = None;
     let result = (|| {
-        load_context(&rule.context, ctx, data, &provided, policy, &mut saved);
+        load_context(&rule.context, ctx, data, &provided, policy.confined_to(), &mut saved);
         let mut applying: Vec<&CompiledException> =
             exceptions.iter().filter(|e| exception_applies(e, policy, &rule.name, input, ctx, data)).collect();
         // CEL exceptions that only offer allowed images or values do not exempt: the policy runs
@@ -1007,92 +672,6 @@ fn exception_applies(
         Some(c) => matches!(c.evaluate(ctx), Ok((true, _))),
         None => true,
     }
-}
-
-/// The variables Kubernetes CEL expressions read: `object`, `oldObject`, `request`, and
-/// (unavailable offline, so null) `namespaceObject` and `params`.
-fn cel_vars(ctx: &Context, data: &dyn Data) -> verno_cel::Vars {
-    ctx.cel_vars(|root, object| {
-        build_cel_vars(root, object, data, ctx.env(), ctx.namespace_view(), ctx.live_namespace())
-    })
-}
-
-/// `object`: the request's object when the context lends it (not in `root`'s `request`).
-fn build_cel_vars(
-    root: &Value,
-    object: Option<&Value>,
-    data: &dyn Data,
-    env: &dyn verno_jmespath::Env,
-    view: NamespaceView,
-    live: Option<&Value>,
-) -> verno_cel::Vars {
-    let null = Value::Null;
-    let req = root.get("request").unwrap_or(&null);
-    let mut vars = verno_cel::Vars::default();
-    // `request` is converted once; `object` and `oldObject` share its fields.
-    match object {
-        Some(o) => vars.set_with_fields("request", req, &[("object", o)]),
-        None => vars.set("request", req),
-    }
-    for (name, field) in [("object", "object"), ("oldObject", "oldObject")] {
-        if !vars.set_field_of(name, "request", field) {
-            vars.set(name, &Value::Null);
-        }
-    }
-    let mut ns = req.get("namespace").and_then(Value::as_str).unwrap_or("");
-    // A Namespace is not in itself (Kyverno unsets it for the kinds it builds the object for).
-    if view != NamespaceView::Policy
-        && req.pointer("/kind/kind").and_then(Value::as_str) == Some("Namespace")
-        && req.pointer("/kind/group").and_then(Value::as_str).unwrap_or("").is_empty()
-    {
-        ns = "";
-    }
-    // The caller's copy of the Namespace (a cluster's watch) when it holds this one; else the
-    // data port's.
-    let held = live.filter(|o| !ns.is_empty() && str_at(o, "/metadata/name") == ns);
-    let ns_obj = if held.is_some() {
-        None
-    } else if !ns.is_empty() {
-        data.namespace_object_as(view, ns)
-    } else if view == NamespaceView::ValidatingAdmission {
-        Some(NamespaceView::made_up("", None))
-    } else {
-        None
-    };
-    vars.set("namespaceObject", held.or(ns_obj.as_ref()).unwrap_or(&Value::Null));
-    vars.set("params", &Value::Null);
-    static NO_EXCEPTIONS: std::sync::LazyLock<Value> =
-        std::sync::LazyLock::new(|| serde_json::json!({"allowedImages": [], "allowedValues": []}));
-    vars.set("exceptions", root.get(EXCEPTIONS_KEY).unwrap_or(&NO_EXCEPTIONS));
-    if let Some(h) = data.cel_host() {
-        vars.set_host(h);
-    }
-    if let Some(flag) = env.cancel_flag() {
-        vars.set_cancel(flag);
-    }
-    // The context keeps these per request (rebuilt when `request` changes): the policies
-    // evaluating it share their common composition variables.
-    vars.share_results();
-    vars
-}
-
-/// [`cel_vars`] plus `params` and the policy's variables. Variables are lazy in Kubernetes: one
-/// that fails only matters where it is used, so it is left unset and expressions reading it fail.
-pub(crate) fn cel_env(
-    ctx: &Context,
-    data: &dyn Data,
-    params: Option<&crate::policy::ParamRef>,
-    variables: &[(String, verno_cel::Expr)],
-) -> Result<verno_cel::Vars, String> {
-    let mut vars = cel_vars(ctx, data);
-    if let Some(p) = params {
-        let ns = ctx.read(|root| str_at(root, "/request/namespace").to_string());
-        vars.set("params", &p.resolve(data, &ns)?);
-    }
-    for (name, e) in variables {
-        let _ = e.eval_into_variable(name, &mut vars);
-    }
-    Ok(vars)
 }
 
 /// The CEL variables a rule's match conditions see.

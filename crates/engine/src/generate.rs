@@ -6,10 +6,11 @@ use crate::condition::CompiledConditions;
 use crate::context::Context;
 use crate::context_entry::{CompiledContextEntry, Stop, compile_context, enter};
 use crate::error::CompileError;
-use crate::evaluate::Data;
 use crate::outcome::{RuleResponse, RuleType, Status};
-use crate::policy::{CompiledPolicy, Query, tv};
+use crate::policy::CompiledPolicy;
+use crate::ports::Data;
 use crate::template::TValue;
+use crate::template::{Query, tv};
 use serde_json::{Map, Value};
 
 fn render_str(t: &Option<TValue>, ctx: &Context, field: &str) -> Result<String, String> {
@@ -140,7 +141,7 @@ impl Gen<'_> {
         let namespace = render_str(&t.namespace, ctx, "namespace")?;
         // A namespaced Policy generates only into (and clones only from) its own namespace,
         // whatever its variables made of the names (see `crate::confine`).
-        let own = crate::confine::namespace_of(self.policy);
+        let own = self.policy.confined_to();
         if let Some(own) = own
             && namespace != own
         {
@@ -249,7 +250,8 @@ pub(crate) fn generate(
             }
             let mut saved = ctx.set_element(element, index, 0, true);
             let step = (|| {
-                match enter(&f.context, f.preconditions.as_ref(), ctx, data, provided, policy, &mut saved) {
+                match enter(&f.context, f.preconditions.as_ref(), ctx, data, provided, policy.confined_to(), &mut saved)
+                {
                     Ok(()) => {}
                     Err(Stop::Preconditions(e)) => {
                         return Err(format!("failed to evaluate generate.foreach[{i}].preconditions: {e}"));
@@ -418,7 +420,8 @@ pub(crate) fn compile_generation(g: &verno_api::Generation, path: &str) -> Resul
 
 #[cfg(test)]
 mod tests {
-    use crate::evaluate::{build_context, evaluate_policy};
+    use crate::context::build_context;
+    use crate::evaluate::evaluate_policy;
     use crate::policy::compile_policy;
     use crate::{NoData, Request, Status};
     use serde_json::{Value, json};

@@ -415,42 +415,7 @@ const MAX_GENERATED: usize = 10_000;
 struct NoHost;
 impl Host for NoHost {}
 
-/// Kinds Kubernetes serves cluster-scoped (the built-in API groups); any other kind is taken to
-/// be namespaced unless the caller's data says otherwise.
-pub fn cluster_scoped(api_version: &str, kind: &str) -> bool {
-    let group = api_version.rsplit_once('/').map_or("", |(g, _)| g);
-    matches!(
-        (group, kind),
-        ("", "Namespace" | "Node" | "PersistentVolume" | "ComponentStatus")
-            | ("rbac.authorization.k8s.io", "ClusterRole" | "ClusterRoleBinding")
-            | (
-                "storage.k8s.io",
-                "StorageClass" | "CSIDriver" | "CSINode" | "VolumeAttachment" | "VolumeAttributesClass"
-            )
-            | ("apiextensions.k8s.io", "CustomResourceDefinition")
-            | ("scheduling.k8s.io", "PriorityClass")
-            | ("node.k8s.io", "RuntimeClass")
-            | ("networking.k8s.io", "IngressClass" | "IPAddress" | "ServiceCIDR")
-            | (
-                "admissionregistration.k8s.io",
-                "ValidatingWebhookConfiguration"
-                    | "MutatingWebhookConfiguration"
-                    | "ValidatingAdmissionPolicy"
-                    | "ValidatingAdmissionPolicyBinding"
-                    | "MutatingAdmissionPolicy"
-                    | "MutatingAdmissionPolicyBinding"
-            )
-            | ("apiregistration.k8s.io", "APIService")
-            | ("certificates.k8s.io", "CertificateSigningRequest" | "ClusterTrustBundle")
-            | ("flowcontrol.apiserver.k8s.io", "FlowSchema" | "PriorityLevelConfiguration")
-            | (
-                "policies.kyverno.io",
-                "ValidatingPolicy" | "MutatingPolicy" | "GeneratingPolicy" | "DeletingPolicy" | "ImageValidatingPolicy"
-            )
-            | ("kyverno.io", "ClusterPolicy" | "ClusterCleanupPolicy" | "GlobalContextEntry")
-            | ("wgpolicyk8s.io", "ClusterPolicyReport")
-    )
-}
+pub use crate::ports::cluster_scoped;
 
 /// Whether a kind's scope is known without asking the cluster: `Some(true)` cluster-scoped,
 /// `Some(false)` namespaced (a kind of a group whose cluster-scoped kinds [`cluster_scoped`]
@@ -485,7 +450,7 @@ pub(crate) fn generate(
     policy: &CompiledPolicy,
     trigger: &Value,
     ctx: &crate::context::Context,
-    data: &dyn crate::evaluate::Data,
+    data: &dyn crate::ports::Data,
 ) -> RuleResponse {
     let collector =
         Arc::new(Collector { inner: data.cel_host(), out: Mutex::new(Vec::new()), reads: Mutex::new(Vec::new()) });
@@ -494,7 +459,7 @@ pub(crate) fn generate(
         r.extra_mut().clone_sources = collector.reads.lock().map(|r| r.clone()).unwrap_or_default();
         r
     };
-    let mut vars = match crate::evaluate::cel_env(ctx, data, None, &[]) {
+    let mut vars = match crate::cel_env::cel_env(ctx, data, None, &[]) {
         Ok(v) => v,
         Err(e) => return resp(Status::Error, e),
     };
@@ -600,7 +565,7 @@ fn downstream(
     namespace: &str,
     policy: &CompiledPolicy,
     trigger: &Value,
-    data: &dyn crate::evaluate::Data,
+    data: &dyn crate::ports::Data,
 ) -> Result<Value, String> {
     let Value::Object(mut obj) = item else {
         return Err("a generated resource must be an object".into());

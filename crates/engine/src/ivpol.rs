@@ -12,8 +12,8 @@ use crate::error::CompileError;
 use crate::matching::Matcher;
 use crate::outcome::Status;
 use crate::policy::{Action, CompiledPolicy, CompiledRule, RuleBody, compile_cel_preconditions};
+use crate::ports::{ImageError, ImageVerifier, SignatureCheck};
 use crate::validate::{CompiledValidation, compile_cel};
-use crate::verify_images::{ImageError, ImageVerifier, SignatureCheck};
 use crate::vpol::{constraints, decode, json_of, policy_name};
 use serde_json::{Map, Value, json};
 use std::collections::BTreeMap;
@@ -256,7 +256,7 @@ impl ImageCel {
         &self,
         rule: &str,
         object: &Value,
-        data: &dyn crate::evaluate::Data,
+        data: &dyn crate::ports::Data,
     ) -> (Option<crate::outcome::RuleResponse>, Option<Value>) {
         if !self.mutate_digest {
             return (None, None);

@@ -19,7 +19,9 @@
 
 pub mod access_checks;
 mod anchor;
+mod attestors;
 mod autogen;
+mod cel_env;
 mod cleanup;
 mod condition;
 mod confine;
@@ -43,6 +45,7 @@ mod mutate;
 mod outcome;
 mod pattern;
 mod policy;
+mod ports;
 mod pss;
 pub mod report;
 mod set;
@@ -61,11 +64,12 @@ pub use document::{
     Compiled, DocumentError, ScopeQuestion, compile, compile_stored, generate_update_allowed, scope_questions,
 };
 pub use error::{CompileError, EvalError};
-pub use evaluate::{Data, EXCEPTION_RULE, Loaded, NamespaceView, NoData, Phase, Request, Service};
+pub use evaluate::{EXCEPTION_RULE, Phase};
 pub use images::image_info;
 pub use matching::{KindSelector, Matcher, RequestUser, WebhookScope, labels_of, plural, string_map};
 pub use outcome::{NotApplied, PolicyResponse, RuleResponse, RuleType, Status};
 pub use policy::{Action, CompiledException, CompiledPolicy, CompiledRule, RuleBody};
+pub use ports::{Data, Loaded, NamespaceView, NoData, Request, Service};
 pub use set::{
     Filter, Hook, Labels, LiveNamespaces, Observer, Outcome, PolicyMeta, PolicySet, Route, Scope, fail_closed,
 };

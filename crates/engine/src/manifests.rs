@@ -4,11 +4,11 @@
 //! `…/certificate_N`). A resource verifies when its message holds a manifest that matches it (the
 //! same fields and values, apart from the ignored ones Kubernetes and controllers add) and the
 //! message is signed by the attestors (set counts and nesting as in verifyImages). Signatures
-//! are checked through the [`ImageVerifier`](crate::verify_images::ImageVerifier) port.
+//! are checked through the [`ImageVerifier`](crate::ports::ImageVerifier) port.
 
 use crate::error::CompileError;
-use crate::evaluate::Data;
-use crate::verify_images::ImageError;
+use crate::ports::Data;
+use crate::ports::ImageError;
 use base64::Engine as _;
 use serde_json::{Map, Value};
 use std::collections::BTreeMap;
@@ -286,7 +286,7 @@ impl CompiledManifests {
         data: &dyn Data,
         depth: usize,
     ) -> Result<(bool, String), String> {
-        let entries = crate::verify_images::expand_keys(set);
+        let entries = crate::attestors::expand_keys(set);
         let required = match set.count {
             Some(n) if n > 0 => n as usize,
             _ => entries.len(),

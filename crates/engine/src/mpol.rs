@@ -337,7 +337,7 @@ pub fn run_targets(
     m: &CompiledCelMutation,
     t: &CelTargets,
     vars: &verno_cel::Vars,
-    data: &dyn crate::evaluate::Data,
+    data: &dyn crate::ports::Data,
 ) -> Result<Vec<Value>, String> {
     let candidates: Vec<Value> = match &t.expression {
         Some(e) => {
@@ -398,7 +398,7 @@ pub fn run_targets(
     Ok(out)
 }
 
-fn target_matches(matcher: &Matcher, o: &Value, data: &dyn crate::evaluate::Data) -> bool {
+fn target_matches(matcher: &Matcher, o: &Value, data: &dyn crate::ports::Data) -> bool {
     let s = |p: &str| o.pointer(p).and_then(Value::as_str).unwrap_or("");
     let (group, version) = s("/apiVersion").rsplit_once('/').unwrap_or(("", s("/apiVersion")));
     let ns = s("/metadata/namespace");

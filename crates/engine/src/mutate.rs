@@ -7,11 +7,12 @@ use crate::condition::CompiledConditions;
 use crate::context::Context;
 use crate::context_entry::{CompiledContextEntry, Stop, compile_context, enter};
 use crate::error::CompileError;
-use crate::evaluate::Data;
 use crate::outcome::{RuleResponse, RuleType, Status};
 use crate::pattern;
-use crate::policy::{CompiledPolicy, Query, tv};
+use crate::policy::CompiledPolicy;
+use crate::ports::Data;
 use crate::template::TValue;
+use crate::template::{Query, tv};
 use serde_json::{Map, Value};
 
 /// Why a patch with anchors does not apply.
@@ -294,7 +295,7 @@ impl Mutator<'_> {
         ctx: &mut Context,
         saved: &mut crate::context::Saved,
     ) -> Result<(), Stop> {
-        enter(entries, preconditions, ctx, self.data, self.provided, self.policy, saved)
+        enter(entries, preconditions, ctx, self.data, self.provided, self.policy.confined_to(), saved)
     }
 
     fn resp(&self, status: Status, msg: impl Into<String>) -> RuleResponse {
@@ -709,7 +710,8 @@ mod tests {
 
 #[cfg(test)]
 mod rule_tests {
-    use crate::evaluate::{build_context, evaluate_policy};
+    use crate::context::build_context;
+    use crate::evaluate::evaluate_policy;
     use crate::policy::compile_policy;
     use crate::{NoData, Request, Status};
     use serde_json::{Value, json};

@@ -9,12 +9,10 @@ use crate::error::CompileError;
 use crate::generate::{CompiledGeneration, compile_generation};
 use crate::matching::Matcher;
 use crate::mutate::{CompiledMutation, compile_mutation};
-use crate::template::TValue;
 use crate::validate::{CompiledValidation, compile_validation};
 use serde_json::Value;
 use std::collections::BTreeMap;
 use verno_api::{ClusterPolicy, FailureActionOverride, Kind, PolicyException, Rule};
-use verno_jmespath::Expression;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Action {
@@ -82,7 +80,7 @@ pub struct CompiledPolicy {
     /// request has no user) and in the CLI.
     pub match_conditions: Vec<(String, verno_cel::Expr)>,
     /// What reports say about the policy, read once from its labels and annotations.
-    pub report_meta: crate::report::ReportMeta,
+    pub report_meta: ReportMeta,
     /// The document as it was compiled (`status` dropped): what changed between two versions,
     /// and the autogen rules a ClusterPolicy's status lists.
     pub document: Value,
@@ -93,6 +91,12 @@ pub struct CompiledPolicy {
 
 impl CompiledPolicy {
     /// `name`, or `namespace/name` for a namespaced Policy.
+    /// The namespace the policy is confined to: a namespaced kind's own namespace (`default`
+    /// when the document names none, as matching takes it); `None` for the cluster-wide kinds.
+    pub(crate) fn confined_to(&self) -> Option<&str> {
+        self.kind.is_namespaced().then(|| self.namespace.as_deref().filter(|n| !n.is_empty()).unwrap_or("default"))
+    }
+
     pub fn key(&self) -> String {
         let mut key = String::new();
         self.write_key(&mut key);
@@ -369,68 +373,7 @@ pub enum RuleBody {
     },
 }
 
-/// The object a policy reads as `params`.
-#[derive(Debug, Clone, Default)]
-pub struct ParamRef {
-    pub api_version: String,
-    pub kind: String,
-    pub namespace: String,
-    pub name: String,
-    /// A binding's `paramRef.selector`: every matching object, read as `params.items`, as
-    /// Kyverno's CLI presents them.
-    pub selector: Option<verno_api::LabelSelector>,
-}
-
-impl ParamRef {
-    /// From an admission policy's `paramKind` and its binding's `paramRef`.
-    pub fn from_binding(param_kind: &Value, param_ref: &Value) -> ParamRef {
-        let s = |v: &Value, k: &str| v.get(k).and_then(Value::as_str).unwrap_or_default().to_string();
-        ParamRef {
-            api_version: s(param_kind, "apiVersion"),
-            kind: s(param_kind, "kind"),
-            namespace: s(param_ref, "namespace"),
-            name: s(param_ref, "name"),
-            selector: param_ref.get("selector").and_then(|v| serde_json::from_value(v.clone()).ok()),
-        }
-    }
-
-    /// The `params` value, or why there is none. Without `paramRef.namespace`, a namespaced
-    /// param kind is read in the request's namespace (`request_namespace`), as Kubernetes and
-    /// Kyverno do; the data port does not say which kinds are namespaced, so when nothing is
-    /// found there the object is looked up cluster-wide.
-    pub fn resolve(&self, data: &dyn crate::evaluate::Data, request_namespace: &str) -> Result<Value, String> {
-        let namespaces: Vec<&str> = if self.namespace.is_empty() && !request_namespace.is_empty() {
-            vec![request_namespace, ""]
-        } else {
-            vec![self.namespace.as_str()]
-        };
-        if self.name.is_empty()
-            && let Some(sel) = &self.selector
-        {
-            let mut items = Vec::new();
-            for ns in &namespaces {
-                items = data
-                    .list(&self.api_version, &self.kind, ns)
-                    .into_iter()
-                    .filter(|o| crate::matching::selector_matches(sel, &crate::matching::labels_of(o), false))
-                    .collect();
-                if !items.is_empty() {
-                    break;
-                }
-            }
-            return Ok(serde_json::json!({ "items": items }));
-        }
-        namespaces.iter().find_map(|ns| data.resource(&self.api_version, &self.kind, ns, &self.name)).ok_or_else(|| {
-            format!(
-                "params {}/{} {}/{} not found",
-                self.api_version,
-                self.kind,
-                namespaces.first().copied().unwrap_or(""),
-                self.name
-            )
-        })
-    }
-}
+pub use crate::cel_env::ParamRef;
 
 pub(crate) fn cel_expr(v: Option<&Value>, path: &str) -> Result<verno_cel::Expr, CompileError> {
     let src = v.and_then(Value::as_str).ok_or_else(|| CompileError::new(path, "an expression (string) is required"))?;
@@ -512,38 +455,6 @@ pub fn compile_cel_preconditions(list: &[Value], path: &str) -> Result<Vec<(Stri
             ))
         })
         .collect()
-}
-
-/// A JMESPath with its DELETE variant (`request.object` read as `request.oldObject`).
-#[derive(Debug, Clone)]
-pub struct Query {
-    pub expr: Expression,
-    pub delete: Option<Expression>,
-}
-
-/// The DELETE reading of an expression: `request.object` read as `request.oldObject`, on the
-/// parsed tree (a string that merely contains the words is left alone); `None` when the
-/// expression does not read `request.object`.
-pub(crate) fn delete_reading(expr: &Expression) -> Option<Expression> {
-    expr.with_root_field_renamed("request", "object", "oldObject")
-}
-
-impl Query {
-    pub fn compile(src: &str, path: &str) -> Result<Query, CompileError> {
-        let s = src.trim();
-        let s = s.strip_prefix("{{").and_then(|x| x.strip_suffix("}}")).map(str::trim).unwrap_or(s);
-        let expr = Expression::compile(s).map_err(|e| CompileError::new(path, format!("invalid JMESPath: {e}")))?;
-        let delete = delete_reading(&expr);
-        Ok(Query { expr, delete })
-    }
-
-    pub fn pick(&self, delete: bool) -> &Expression {
-        if delete { self.delete.as_ref().unwrap_or(&self.expr) } else { &self.expr }
-    }
-}
-
-pub(crate) fn tv(v: &Value, path: &str) -> Result<TValue, CompileError> {
-    TValue::compile(v).map_err(|e| CompileError::new(path, e))
 }
 
 fn compile_rule(
@@ -862,7 +773,7 @@ pub fn compile_policy(p: &ClusterPolicy) -> Result<CompiledPolicy, CompileError>
             spec.webhook_configuration.as_ref().map(|w| w.match_conditions.as_slice()).unwrap_or(&[]),
             "spec.webhookConfiguration.matchConditions",
         )?,
-        report_meta: crate::report::ReportMeta::of(&document),
+        report_meta: ReportMeta::of(&document),
         rules,
         document,
         self_contained_memo: std::sync::OnceLock::new(),
@@ -972,4 +883,32 @@ pub fn compile_cel_exception(doc: &Value) -> Result<CompiledException, CompileEr
 
 fn strings(v: Option<&Value>) -> Vec<String> {
     v.and_then(Value::as_array).into_iter().flatten().filter_map(Value::as_str).map(str::to_string).collect()
+}
+/// What a policy's labels and annotations say about its report results, read once when the
+/// policy is compiled.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct ReportMeta {
+    /// `reports.kyverno.io/disabled` (any value, Kyverno 1.16): no results at all.
+    pub disabled: bool,
+    /// `policies.kyverno.io/scored` is not `"false"`: failures stay failures.
+    pub scored: bool,
+    /// `policies.kyverno.io/severity`, when one of Kyverno's five values.
+    pub severity: Option<String>,
+    /// `policies.kyverno.io/category`, when not empty.
+    pub category: Option<String>,
+}
+
+impl ReportMeta {
+    pub fn of(document: &Value) -> ReportMeta {
+        let annotation =
+            |key: &str| document.pointer("/metadata/annotations").and_then(|a| a.get(key)).and_then(Value::as_str);
+        ReportMeta {
+            disabled: document.pointer("/metadata/labels").and_then(|l| l.get("reports.kyverno.io/disabled")).is_some(),
+            scored: annotation("policies.kyverno.io/scored") != Some("false"),
+            severity: annotation("policies.kyverno.io/severity")
+                .filter(|s| matches!(*s, "critical" | "high" | "medium" | "low" | "info"))
+                .map(str::to_string),
+            category: annotation("policies.kyverno.io/category").filter(|c| !c.is_empty()).map(str::to_string),
+        }
+    }
 }

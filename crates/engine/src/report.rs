@@ -88,34 +88,7 @@ pub fn source(kind: Kind) -> &'static str {
     }
 }
 
-/// What a policy's labels and annotations say about its report results, read once when the
-/// policy is compiled.
-#[derive(Debug, Clone, Default, PartialEq)]
-pub struct ReportMeta {
-    /// `reports.kyverno.io/disabled` (any value, Kyverno 1.16): no results at all.
-    pub disabled: bool,
-    /// `policies.kyverno.io/scored` is not `"false"`: failures stay failures.
-    pub scored: bool,
-    /// `policies.kyverno.io/severity`, when one of Kyverno's five values.
-    pub severity: Option<String>,
-    /// `policies.kyverno.io/category`, when not empty.
-    pub category: Option<String>,
-}
-
-impl ReportMeta {
-    pub fn of(document: &Value) -> ReportMeta {
-        let annotation =
-            |key: &str| document.pointer("/metadata/annotations").and_then(|a| a.get(key)).and_then(Value::as_str);
-        ReportMeta {
-            disabled: document.pointer("/metadata/labels").and_then(|l| l.get("reports.kyverno.io/disabled")).is_some(),
-            scored: annotation("policies.kyverno.io/scored") != Some("false"),
-            severity: annotation("policies.kyverno.io/severity")
-                .filter(|s| matches!(*s, "critical" | "high" | "medium" | "low" | "info"))
-                .map(str::to_string),
-            category: annotation("policies.kyverno.io/category").filter(|c| !c.is_empty()).map(str::to_string),
-        }
-    }
-}
+pub use crate::policy::ReportMeta;
 
 /// Kyverno's `properties.process`: a policy scanned in the background reports as such, even
 /// for results of admission requests.

@@ -12,10 +12,12 @@
 //! ([`Filter`]). Time is the caller's: an [`Observer`] hears when each policy starts and ends.
 
 use crate::context::Saved;
-use crate::evaluate::{Data, Phase, Request, Sequence, build_context_with, str_at};
+use crate::context::build_context_with;
+use crate::evaluate::{Phase, Sequence};
 use crate::matching::{RequestUser, labels_of};
 use crate::outcome::{PolicyResponse, Status};
 use crate::policy::{Action, CompiledException, CompiledPolicy};
+use crate::ports::{Data, Request, str_at};
 use crate::verdict::{Applied, PolicyApplied, ResourceRef, RuleViolation, Violation, blocked_message};
 use serde_json::Value;
 use std::collections::{BTreeMap, HashMap};

@@ -11,6 +11,7 @@
 //! substituted text unless `{{- }}` is used; Verno treats every variable as `{{- }}` does.
 
 use crate::context::Context;
+use crate::error::CompileError;
 use crate::error::EvalError;
 use serde_json::{Map, Value};
 use std::borrow::Cow;
@@ -78,7 +79,7 @@ impl Template {
                 (None, None)
             } else {
                 let e = Expression::compile(&query).map_err(|e| format!("incorrect query {query}: {e}"))?;
-                let d = crate::policy::delete_reading(&e);
+                let d = delete_reading(&e);
                 (Some(e), d)
             };
             vars.push(Var { raw, span, query, shallow, expr, delete_expr });
@@ -309,6 +310,38 @@ pub fn contains_vars(v: &Value) -> bool {
         Value::Object(m) => m.iter().any(|(k, x)| has_vars(k) || contains_vars(x)),
         _ => false,
     }
+}
+
+/// A JMESPath with its DELETE variant (`request.object` read as `request.oldObject`).
+#[derive(Debug, Clone)]
+pub struct Query {
+    pub expr: Expression,
+    pub delete: Option<Expression>,
+}
+
+/// The DELETE reading of an expression: `request.object` read as `request.oldObject`, on the
+/// parsed tree (a string that merely contains the words is left alone); `None` when the
+/// expression does not read `request.object`.
+pub(crate) fn delete_reading(expr: &Expression) -> Option<Expression> {
+    expr.with_root_field_renamed("request", "object", "oldObject")
+}
+
+impl Query {
+    pub fn compile(src: &str, path: &str) -> Result<Query, CompileError> {
+        let s = src.trim();
+        let s = s.strip_prefix("{{").and_then(|x| x.strip_suffix("}}")).map(str::trim).unwrap_or(s);
+        let expr = Expression::compile(s).map_err(|e| CompileError::new(path, format!("invalid JMESPath: {e}")))?;
+        let delete = delete_reading(&expr);
+        Ok(Query { expr, delete })
+    }
+
+    pub fn pick(&self, delete: bool) -> &Expression {
+        if delete { self.delete.as_ref().unwrap_or(&self.expr) } else { &self.expr }
+    }
+}
+
+pub(crate) fn tv(v: &Value, path: &str) -> Result<TValue, CompileError> {
+    TValue::compile(v).map_err(|e| CompileError::new(path, e))
 }
 
 #[cfg(test)]

@@ -1,13 +1,15 @@
 //! Validate rules: the compiled checks (`pattern`, `anyPattern`, `deny`, `foreach`,
 //! `podSecurity`, `cel`) and their evaluation with Kyverno's messages and failure paths.
+use crate::cel_env::cel_env;
 use crate::condition::CompiledConditions;
 use crate::context::{Context, ForeachElement, Saved};
 use crate::context_entry::{CompiledContextEntry, Stop, compile_context, enter};
 use crate::error::CompileError;
-use crate::evaluate::{Data, cel_env};
 use crate::outcome::{RuleResponse, RuleType, Status};
 use crate::pattern;
-use crate::policy::{Action, CompiledPolicy, ParamRef, Query, cel_expr, compile_cel_variables, tv};
+use crate::policy::{Action, CompiledPolicy, ParamRef, cel_expr, compile_cel_variables};
+use crate::ports::Data;
+use crate::template::{Query, tv};
 use crate::template::{TValue, Template};
 use serde_json::Value;
 use std::collections::BTreeMap;
@@ -526,7 +528,7 @@ impl ValidateCtx<'_> {
                     if let Some(i) = img.missing_digest(&images) {
                         return Some(self.resp(Status::Fail, format!("image {i} does not have a digest")));
                     }
-                    let namespace = crate::evaluate::str_at(target, "/metadata/namespace");
+                    let namespace = crate::ports::str_at(target, "/metadata/namespace");
                     let host = std::sync::Arc::new(crate::ivpol::ImageHost::new(
                         self.data.cel_host(),
                         self.data.image_verifier(),
@@ -713,7 +715,15 @@ impl ValidateCtx<'_> {
         delete: bool,
         saved: &mut Saved,
     ) -> Option<RuleResponse> {
-        match enter(&f.context, f.preconditions.as_ref(), ctx, self.data, self.provided, self.policy, saved) {
+        match enter(
+            &f.context,
+            f.preconditions.as_ref(),
+            ctx,
+            self.data,
+            self.provided,
+            self.policy.confined_to(),
+            saved,
+        ) {
             Ok(()) => {}
             Err(Stop::Preconditions(e)) => {
                 return Some(self.resp(Status::Skip, format!("failed to evaluate preconditions: {e}")));

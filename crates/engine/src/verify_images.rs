@@ -16,13 +16,13 @@
 use crate::condition::CompiledConditions;
 use crate::context::{Context, Saved};
 use crate::error::CompileError;
-use crate::evaluate::{Data, Request};
 use crate::outcome::{RuleResponse, RuleType, Status};
 use crate::policy::{Action, CompiledPolicy};
+use crate::ports::{Data, Request};
 use crate::template::TValue;
 use serde_json::{Map, Value, json};
 use std::collections::BTreeMap;
-use verno_api::images::{Attestation, Attestor, AttestorSet, ImageVerification, RegistryCredentials};
+use verno_api::images::{Attestation, Attestor, AttestorSet, ImageVerification};
 
 /// The annotation listing every verified image and its outcome.
 pub const ANNOTATION: &str = "kyverno.io/verify-images";
@@ -34,108 +34,8 @@ const METADATA_KEY: &str = "@verifiedImages";
 /// Nested attestor sets deeper than this are refused (the policy is data from users).
 const MAX_NESTING: usize = 8;
 
-/// One attestor entry checked against one image: what the engine asks the port.
-#[derive(Debug, Clone, Copy)]
-pub struct SignatureCheck<'a> {
-    /// The image as Kyverno names it (`registry/path:tag` or `registry/path@digest`).
-    pub image: &'a str,
-    /// A leaf entry: `keys` (one public key, a secret or a KMS reference), `certificates` or
-    /// `keyless`; never a nested set.
-    pub attestor: &'a Attestor,
-    /// Where the signatures live: the entry's `repository`, else the rule's; empty: next to the
-    /// image.
-    pub repository: &'a str,
-    /// Every `key: value` must equal the signature payload's `optional` field.
-    pub annotations: &'a BTreeMap<String, String>,
-    pub credentials: Option<&'a RegistryCredentials>,
-    /// The resource's namespace (where `imageRegistryCredentials.secrets` without one live).
-    pub namespace: &'a str,
-    /// `Cosign`, `Notary` or `SigstoreBundle`.
-    pub kind: &'a str,
-    pub cosign_oci11: bool,
-    /// Attestations of this statement type instead of signatures.
-    pub attestation: Option<&'a str>,
-    /// Set when the caller gives up (the request's deadline passed): a verifier checks it
-    /// between registry exchanges and stops.
-    pub cancel: Option<&'a std::sync::atomic::AtomicBool>,
-}
-
-/// What a verified entry yields.
-#[derive(Debug, Clone, Default, PartialEq)]
-pub struct Verified {
-    /// The image digest the signatures are about.
-    pub digest: String,
-    /// In-toto statements (attestations only), each with its `predicate`.
-    pub statements: Vec<Value>,
-}
-
-/// Why an entry did not verify.
-#[derive(Debug, Clone, PartialEq)]
-pub enum ImageError {
-    /// The registry could not be reached (the rule's result is `error`, as Kyverno's for a
-    /// network error).
-    Unreachable(String),
-    /// The image or its signatures were read and did not satisfy the attestor.
-    Failed(String),
-}
-
-impl ImageError {
-    pub fn message(&self) -> &str {
-        match self {
-            ImageError::Unreachable(m) | ImageError::Failed(m) => m,
-        }
-    }
-}
-
-/// The registry side of image verification: what the CLI and the server plug in. The engine
-/// never talks to a registry itself.
-pub trait ImageVerifier: Send + Sync {
-    /// Verifies one leaf attestor entry on one image.
-    fn verify(&self, check: &SignatureCheck) -> Result<Verified, ImageError>;
-    /// The digest of an image's manifest (for `mutateDigest` when nothing was verified).
-    fn digest(
-        &self,
-        image: &str,
-        credentials: Option<&RegistryCredentials>,
-        namespace: &str,
-    ) -> Result<String, ImageError>;
-    /// Checks a detached signature over `message` by one leaf attestor entry (signed
-    /// manifests); `certificate` is the PEM the signature carries, if any. Returns the signer's
-    /// name (empty for a key).
-    fn verify_blob(
-        &self,
-        attestor: &Attestor,
-        message: &[u8],
-        signature: &[u8],
-        certificate: Option<&str>,
-    ) -> Result<String, ImageError> {
-        let _ = (attestor, message, signature, certificate);
-        Err(ImageError::Unreachable("signature verification is not available here".into()))
-    }
-    /// An image's data as Kyverno's `imageRegistry` context entry reads it: `image`,
-    /// `resolvedImage`, `registry`, `repository`, `identifier`, `manifestList` (an index, or
-    /// null), `manifest` (the linux/amd64 image's) and `configData`.
-    fn image_data(
-        &self,
-        image: &str,
-        credentials: Option<&RegistryCredentials>,
-        namespace: &str,
-    ) -> Result<serde_json::Value, ImageError> {
-        let _ = (image, credentials, namespace);
-        Err(ImageError::Unreachable("image registries cannot be read here".into()))
-    }
-    /// The digest a passing verification remembered under this key (Kyverno's
-    /// `policyUID;resourceVersion;rule;image`) verified, if one is remembered. The CLI keeps no
-    /// cache.
-    fn cached(&self, key: &str) -> Option<String> {
-        let _ = key;
-        None
-    }
-    /// Remembers a passing verification of the image whose manifest has `digest`.
-    fn remember(&self, key: &str, digest: &str) {
-        let _ = (key, digest);
-    }
-}
+use crate::attestors::expand_keys;
+pub use crate::ports::{ImageError, ImageVerifier, SignatureCheck, Verified};
 
 /// A compiled `verifyImages` list.
 #[derive(Debug, Clone)]
@@ -516,7 +416,7 @@ impl CompiledVerifyImages {
         if matched.is_empty() {
             return None;
         }
-        let namespace = crate::evaluate::str_at(object, "/metadata/namespace");
+        let namespace = crate::ports::str_at(object, "/metadata/namespace");
         let pkey = policy_key(policy);
         let mut meta = Metadata::load(ctx);
         let mut touched = false;
@@ -1057,49 +957,6 @@ impl Verifier<'_> {
         }
         Ok(())
     }
-}
-
-/// An entry whose `keys.publicKeys` holds several PEM keys becomes one entry per key (the
-/// set's count then applies across them), as Kyverno's `ExpandStaticKeys`.
-pub(crate) fn expand_keys(set: &AttestorSet) -> Vec<Attestor> {
-    let mut out = Vec::with_capacity(set.entries.len());
-    for e in &set.entries {
-        let Some(k) = &e.keys else {
-            out.push(e.clone());
-            continue;
-        };
-        let keys = split_pems(&k.public_keys);
-        if keys.len() <= 1 {
-            out.push(e.clone());
-            continue;
-        }
-        for key in keys {
-            let mut one = e.clone();
-            if let Some(kk) = one.keys.as_mut() {
-                kk.public_keys = key;
-            }
-            out.push(one);
-        }
-    }
-    out
-}
-
-fn split_pems(s: &str) -> Vec<String> {
-    const END: &str = "-----END PUBLIC KEY-----";
-    let mut out = Vec::new();
-    let mut rest = s;
-    while let Some(i) = rest.find(END) {
-        let (head, tail) = rest.split_at(i + END.len());
-        let key = head.trim();
-        if !key.is_empty() {
-            out.push(key.to_string());
-        }
-        rest = tail;
-    }
-    if out.is_empty() {
-        out.push(s.to_string());
-    }
-    out
 }
 
 #[cfg(test)]

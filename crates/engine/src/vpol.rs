@@ -192,7 +192,7 @@ pub(crate) fn cel_policy(
         failure_policy_ignore: doc.pointer("/spec/failurePolicy").and_then(Value::as_str) == Some("Ignore"),
         // The CEL kinds' matchConditions are compiled into their rules.
         match_conditions: Vec::new(),
-        report_meta: crate::report::ReportMeta::of(doc),
+        report_meta: crate::policy::ReportMeta::of(doc),
         rules,
         document: doc.clone(),
         self_contained_memo: std::sync::OnceLock::new(),

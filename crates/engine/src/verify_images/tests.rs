@@ -5,6 +5,7 @@
 use super::*;
 use crate::{Compiled, NoData, PolicySet, Scope, compile};
 use std::sync::{Arc, Mutex};
+use verno_api::images::RegistryCredentials;
 
 /// Answers per (image, key or attestation type); records what it was asked.
 #[derive(Default)]
