@@ -1047,6 +1047,44 @@ async fn deleting_one_clone_list_source_removes_only_its_own_copies() {
     replica.controller.stop().await;
 }
 
+/// Kyverno's background controller reports a generate rule's results for the trigger once it
+/// has converged, with what it generated (`generated-resources`): for a trigger admitted after
+/// the policy and, with `generateExisting`, for one that was there before it.
+#[tokio::test]
+async fn generate_rules_report_what_they_generated_on_the_trigger() {
+    let (fake, admin, replica) = setup().await;
+    let cms: Api<k8s_openapi::api::core::v1::ConfigMap> = Api::namespaced(admin.clone(), "shop");
+    let cm = |name: &str| {
+        serde_json::from_value(
+            json!({"metadata": {"name": name, "namespace": "shop", "labels": {"make": "yes"}}, "data": {"k": "v"}}),
+        )
+        .unwrap()
+    };
+    let before = cms.create(&PostParams::default(), &cm("before")).await.unwrap().metadata.uid.unwrap();
+    apply_policy(&admin, &json!({"apiVersion": "kyverno.io/v1", "kind": "ClusterPolicy", "metadata": {"name": "make-copies"},
+        "spec": {"rules": [{"name": "copy", "match": {"any": [{"resources": {"kinds": ["ConfigMap"], "selector": {"matchLabels": {"make": "yes"}}}}]},
+            "generate": {"generateExisting": true, "apiVersion": "v1", "kind": "ConfigMap", "name": "{{request.object.metadata.name}}-copy",
+                "namespace": "{{request.object.metadata.namespace}}", "data": {"data": {"made": "yes"}}}}]}}).to_string()).await;
+    wait_ready(&admin, "make-copies").await;
+    let after = cms.create(&PostParams::default(), &cm("after")).await.unwrap().metadata.uid.unwrap();
+    for (uid, name) in [(before, "before"), (after, "after")] {
+        let report = eventually("the trigger's generate result", || async {
+            report_of(&fake, "shop", &uid).filter(|r| results_of(r).iter().any(|(p, _, _)| p == "make-copies"))
+        })
+        .await;
+        let results: Vec<&Value> =
+            report["results"].as_array().unwrap().iter().filter(|r| r["policy"] == "make-copies").collect();
+        assert_eq!(results.len(), 1, "{report}");
+        assert_eq!((results[0]["rule"].as_str(), results[0]["result"].as_str()), (Some("copy"), Some("pass")));
+        assert_eq!(
+            results[0]["properties"]["generated-resources"],
+            format!("/v1, Kind=ConfigMap Name={name}-copy Namespace=shop"),
+            "{report}"
+        );
+    }
+    replica.controller.stop().await;
+}
+
 /// Kyverno learns of clone sources from admission requests, so RBAC written for it often grants
 /// `get, list` on Secrets and no `watch` (Kyverno's own CI does): a source change must still
 /// reach the copies (the background controller lists the kind periodically instead).

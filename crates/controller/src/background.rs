@@ -1104,9 +1104,13 @@ impl Controller {
                     && created >= info.created.as_str());
             // Rules that answered and apply (a skipped rule does not apply to the trigger).
             let mut applying: HashSet<&str> = HashSet::new();
-            // A GeneratingPolicy's results for the trigger's report (Kyverno's generate reports).
+            // Results for the trigger's report (Kyverno's generate reports): a GeneratingPolicy's
+            // for admitted triggers, its errors included; a ClusterPolicy's or Policy's generate
+            // rules once they converged (Kyverno reports them after processing the rule's update
+            // request without error, generateExisting included).
             let mut reported: Vec<verno_engine::RuleResponse> = Vec::new();
-            let reports_generation = matches!(p.kind, Kind::GeneratingPolicy | Kind::NamespacedGeneratingPolicy);
+            let cel_generation = matches!(p.kind, Kind::GeneratingPolicy | Kind::NamespacedGeneratingPolicy);
+            let reports_generation = cel_generation && admitted && !deleted;
             for r in &pr.rules {
                 if deleted && !info.rules.get(r.name.as_str()).is_some_and(|ri| ri.on_delete) {
                     continue;
@@ -1128,7 +1132,7 @@ impl Controller {
                     RuleType::Generation => {
                         let source_gone = r.status == Status::Error && r.message.starts_with("source resource ");
                         if r.status == Status::Error && !source_gone {
-                            if reports_generation && admitted && !deleted {
+                            if reports_generation {
                                 reported.push(r.clone());
                             }
                             fail(&mut errors, &p, &r.name, false, r.message.clone());
@@ -1148,7 +1152,7 @@ impl Controller {
                             }
                         }
                         if let Some(e) = unserved {
-                            if reports_generation && admitted && !deleted {
+                            if reports_generation {
                                 reported.push(verno_engine::RuleResponse::new(
                                     &r.name,
                                     r.rule_type,
@@ -1189,12 +1193,14 @@ impl Controller {
                                 fail(&mut errors, &p, &r.name, false, e);
                             }
                         }
-                        if reports_generation && admitted && !deleted {
+                        if reports_generation {
                             let mut result = r.clone();
                             if let Some(e) = failed {
                                 result = verno_engine::RuleResponse::new(&r.name, r.rule_type, Status::Error, e);
                             }
                             reported.push(result);
+                        } else if !cel_generation && !deleted && failed.is_none() && r.status == Status::Pass {
+                            reported.push(r.clone());
                         }
                         if ri.synchronize {
                             for k in mine.iter().filter(|k| !wanted.contains(k)) {
@@ -1265,9 +1271,10 @@ impl Controller {
     }
 
     /// Hands a policy's background results for `trigger` to the report writer, as Kyverno's
-    /// background controller writes generate and mutate-existing reports (a GeneratingPolicy's
-    /// `generated-resources`, `process: admission review` and audit annotations; a
-    /// mutate-existing rule's `patched-target`, one result per target).
+    /// background controller writes generate and mutate-existing reports (a generate rule's or
+    /// GeneratingPolicy's `generated-resources`, a GeneratingPolicy's `process: admission
+    /// review` and audit annotations; a mutate-existing rule's `patched-target`, one result per
+    /// target).
     async fn report(
         &mut self,
         trigger: &Value,
