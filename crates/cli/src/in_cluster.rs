@@ -57,12 +57,6 @@ impl Serving for Webhook {
     fn made_by_background(&self, uid: &str, resource_version: &str) -> bool {
         self.server.made_by_background(uid, resource_version)
     }
-    fn remember_creations(&self) {
-        self.server.remember_creations();
-    }
-    fn created_under(&self, kind: &str, namespace: &str, name: &str) -> Option<Arc<[String]>> {
-        self.server.created_under(kind, namespace, name)
-    }
     fn set_request_filters(&self, filters: verno_engine::filters::RequestFilters) {
         self.server.set_request_filters(filters);
     }

@@ -1085,30 +1085,6 @@ async fn generate_rules_report_what_they_generated_on_the_trigger() {
     replica.controller.stop().await;
 }
 
-/// A trigger that was there before its generate policy is left to `generateExisting`, even when
-/// it was created in the same second as the policy (creation times are whole seconds: the
-/// server's record of the creations it admitted decides); one created after the policy is
-/// generated for.
-#[tokio::test]
-async fn a_trigger_created_just_before_the_policy_is_not_taken_for_an_admitted_one() {
-    let (_fake, admin, replica) = setup().await;
-    create_namespace(&admin, "early", json!({"gen": "yes"})).await;
-    apply_policy(&admin, &json!({"apiVersion": "kyverno.io/v1", "kind": "ClusterPolicy", "metadata": {"name": "no-existing"},
-        "spec": {"rules": [{"name": "make", "match": {"any": [{"resources": {"kinds": ["Namespace"], "selector": {"matchLabels": {"gen": "yes"}}}}]},
-            "generate": {"generateExisting": false, "apiVersion": "v1", "kind": "ConfigMap", "name": "made",
-                "namespace": "{{request.object.metadata.name}}", "data": {"data": {"k": "v"}}}}]}}).to_string()).await;
-    wait_ready(&admin, "no-existing").await;
-    create_namespace(&admin, "late", json!({"gen": "yes"})).await;
-    let cms = |ns: &str| Api::<k8s_openapi::api::core::v1::ConfigMap>::namespaced(admin.clone(), ns);
-    eventually("the late namespace's ConfigMap", || async { cms("late").get_opt("made").await.ok().flatten() }).await;
-    tokio::time::sleep(Duration::from_secs(2)).await;
-    assert!(
-        cms("early").get_opt("made").await.unwrap().is_none(),
-        "generated for a namespace that was there before the policy"
-    );
-    replica.controller.stop().await;
-}
-
 /// Kyverno learns of clone sources from admission requests, so RBAC written for it often grants
 /// `get, list` on Secrets and no `watch` (Kyverno's own CI does): a source change must still
 /// reach the copies (the background controller lists the kind periodically instead).

@@ -1097,18 +1097,11 @@ impl Controller {
                 continue;
             }
             // Admitted while the policy is in force: a watch event, or (first time this leader
-            // sees it) created after the policy. Creation times are whole seconds: a trigger
-            // created in the policy's second counts only when this replica admitted its creation
-            // under the policy (one created just before it was there before it).
+            // sees it) created after the policy.
             let admitted = live
                 || (self.seen.get(&uid).is_none_or(|g| *g < info.arrived)
                     && !info.created.is_empty()
-                    && (created > info.created.as_str()
-                        || (created == info.created.as_str()
-                            && self
-                                .server
-                                .created_under(&tkey.1, &tkey.2, &tkey.3)
-                                .is_some_and(|ids| ids.contains(&pid)))));
+                    && created >= info.created.as_str());
             // Rules that answered and apply (a skipped rule does not apply to the trigger).
             let mut applying: HashSet<&str> = HashSet::new();
             // Results for the trigger's report (Kyverno's generate reports): a GeneratingPolicy's
@@ -1451,7 +1444,10 @@ fn keeps_background_requests(doc: &Value) -> bool {
 
 /// A policy's identity here: `namespace/name` for the namespaced kinds, else its name.
 fn policy_id(p: &verno_engine::CompiledPolicy) -> String {
-    p.id()
+    match &p.namespace {
+        Some(ns) if p.kind.is_namespaced() => format!("{ns}/{}", p.name),
+        _ => p.name.clone(),
+    }
 }
 
 /// The [`policy_id`] of the policy a generated object carries in its labels.

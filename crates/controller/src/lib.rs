@@ -359,9 +359,6 @@ pub async fn start(client: kube::Client, server: Arc<dyn Serving>, opts: Options
     tasks.push(tokio::spawn(global_context::run(client.clone(), global, leader.clone(), manager, stop.clone())));
     // The leader's controllers.
     if let Some(bg) = opts.background {
-        // Creations admitted under generating policies, for generateExisting's "was it there
-        // before the policy?".
-        server.remember_creations();
         tasks.push(tokio::spawn(background::run(shared.clone(), bg, !opts.omit_events.contains("PolicyError"))));
     }
     if let Some(mut c) = opts.cleanup {

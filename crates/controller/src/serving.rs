@@ -41,15 +41,6 @@ pub trait Serving: Send + Sync + 'static {
         let _ = (uid, resource_version);
         false
     }
-    /// Remembers the creations admitted from now on ([`Serving::created_under`]).
-    fn remember_creations(&self) {}
-    /// The ids (`namespace/name` for namespaced kinds) of the generating policies in force when
-    /// this replica admitted the creation of the `kind` object `namespace/name`; `None` when it
-    /// did not (or forgot).
-    fn created_under(&self, kind: &str, namespace: &str, name: &str) -> Option<Arc<[String]>> {
-        let _ = (kind, namespace, name);
-        None
-    }
     /// Results a controller produced for a resource's report, written as admission results
     /// are (nothing when admission reports are off).
     fn submit_report(&self, notice: verno_engine::report::ReportNotice) {

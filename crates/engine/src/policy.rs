@@ -97,20 +97,6 @@ impl CompiledPolicy {
         self.kind.is_namespaced().then(|| self.namespace.as_deref().filter(|n| !n.is_empty()).unwrap_or("default"))
     }
 
-    /// The policy's name, `namespace/name` for a namespaced kind (how the background controller
-    /// and the server's record of admitted creations name it).
-    pub fn id(&self) -> String {
-        match &self.namespace {
-            Some(ns) if self.kind.is_namespaced() => format!("{ns}/{}", self.name),
-            _ => self.name.clone(),
-        }
-    }
-
-    /// Whether a rule of the policy generates (generate rules, GeneratingPolicies).
-    pub fn generates(&self) -> bool {
-        self.rules.iter().any(|r| matches!(r.body, RuleBody::Generate(_)))
-    }
-
     pub fn key(&self) -> String {
         let mut key = String::new();
         self.write_key(&mut key);

@@ -109,8 +109,6 @@ struct AppState {
     /// Requests made as the background controller's account (in-cluster only), for Kyverno's
     /// `skipBackgroundRequests`.
     background: std::sync::OnceLock<BackgroundRequests>,
-    /// CREATE requests admitted, for the background controller (in-cluster only).
-    creations: std::sync::OnceLock<Creations>,
     /// Where context entries read the cluster (ConfigMaps, API calls); none: they are not
     /// available (`verno serve --policies`).
     data: std::sync::OnceLock<Arc<dyn verno_engine::Data + Send + Sync>>,
@@ -353,7 +351,7 @@ async fn handle(
     let job = tokio::task::spawn_blocking(move || {
         let _permit = permit;
         let review = admission::parse(&body)?;
-        st.note_request(&review, &set);
+        st.note_background(&review);
         if let Some(skip) = admission::filtered(&st.filters(), &review) {
             return Ok(Err(skip));
         }
@@ -400,7 +398,7 @@ fn inline(
         Ok(r) => r,
         Err(e) => return Some(text(StatusCode::BAD_REQUEST, &e.to_string())),
     };
-    state.note_request(&review, &set);
+    state.note_background(&review);
     if let Some(skip) = admission::filtered(&state.filters(), &review) {
         return Some(review_response(&skip));
     }
@@ -890,19 +888,6 @@ impl Running {
         let _ = self.state.background.set(BackgroundRequests { user, seen: Default::default() });
     }
 
-    /// Remembers the CREATE requests admitted from now on (see [`Running::created_under`]).
-    pub fn remember_creations(&self) {
-        let _ = self.state.creations.set(Creations::default());
-    }
-
-    /// The ids of the generating policies in force when this replica admitted the creation of
-    /// the `kind` object `namespace/name` (the last one); `None` when it did not (or forgot).
-    pub fn created_under(&self, kind: &str, namespace: &str, name: &str) -> Option<Arc<[String]>> {
-        let c = self.state.creations.get()?;
-        let g = c.seen.lock().ok()?;
-        g.0.get(&(kind.to_string(), namespace.to_string(), name.to_string())).cloned()
-    }
-
     /// Whether the background controller's account made the change of the object `uid` from
     /// `resource_version` (empty: its creation), as its admission request showed.
     pub fn made_by_background(&self, uid: &str, resource_version: &str) -> bool {
@@ -1038,54 +1023,7 @@ impl BackgroundRequests {
     }
 }
 
-/// The CREATE requests this replica admitted (not dry runs, not subresources), by kind,
-/// namespace and name, each with the generating policies that were in force (their ids): the
-/// background controller asks whether a trigger created in the same second as a policy was
-/// admitted under it (Kyverno creates a generate rule's update request at admission, so a
-/// trigger that was there before the policy is left to `generateExisting`). The oldest are
-/// forgotten past [`Creations::MAX`].
-#[derive(Default)]
-struct Creations {
-    seen: std::sync::Mutex<Created>,
-}
-
-type CreationKey = (String, String, String);
-type Created = (std::collections::HashMap<CreationKey, Arc<[String]>>, std::collections::VecDeque<CreationKey>);
-
-impl Creations {
-    const MAX: usize = 4096;
-
-    fn note(&self, key: CreationKey, generating: Arc<[String]>) {
-        let Ok(mut g) = self.seen.lock() else { return };
-        let (map, order) = &mut *g;
-        if map.insert(key.clone(), generating).is_none() {
-            order.push_back(key);
-            while order.len() > Self::MAX {
-                if let Some(old) = order.pop_front() {
-                    map.remove(&old);
-                }
-            }
-        }
-    }
-}
-
 impl AppState {
-    /// Remembers what the background controller asks about a request: made as its account
-    /// ([`BackgroundRequests`]), or a creation ([`Creations`]).
-    fn note_request(&self, review: &verno_api::AdmissionReview, set: &PolicySet) {
-        self.note_background(review);
-        let (Some(c), Some(req)) = (self.creations.get(), review.request.as_ref()) else { return };
-        if req.operation != "CREATE" || req.dry_run || !req.sub_resource.is_empty() {
-            return;
-        }
-        let name = req.object_name();
-        if name.is_empty() {
-            return;
-        }
-        let generating: Arc<[String]> = set.policies().iter().filter(|p| p.generates()).map(|p| p.id()).collect();
-        c.note((req.kind.kind.clone(), req.namespace_name().to_string(), name.to_string()), generating);
-    }
-
     /// Remembers a request made as the background controller's account.
     fn note_background(&self, review: &verno_api::AdmissionReview) {
         let (Some(b), Some(req)) = (self.background.get(), review.request.as_ref()) else { return };
@@ -1122,7 +1060,6 @@ fn new_state(cfg: &Config, initial: PolicySet, missing: u8) -> Arc<AppState> {
         notices: std::sync::OnceLock::new(),
         reports: std::sync::OnceLock::new(),
         background: std::sync::OnceLock::new(),
-        creations: std::sync::OnceLock::new(),
         data: std::sync::OnceLock::new(),
         access: std::sync::OnceLock::new(),
         slow_set: std::sync::atomic::AtomicUsize::new(0),
