@@ -51,12 +51,21 @@ impl FakeApiServer {
 }
 
 /// Polls `f` until it returns `Some`, for up to 20 s; the error names `what`.
-pub async fn eventually<T, F, Fut>(what: &str, mut f: F) -> Result<T, String>
+pub async fn eventually<T, F, Fut>(what: &str, f: F) -> Result<T, String>
 where
     F: FnMut() -> Fut,
     Fut: Future<Output = Option<T>>,
 {
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
+    eventually_within(what, Duration::from_secs(20), f).await
+}
+
+/// [`eventually`] with its own limit (work whose size, not its speed, is under test).
+pub async fn eventually_within<T, F, Fut>(what: &str, limit: Duration, mut f: F) -> Result<T, String>
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = Option<T>>,
+{
+    let deadline = tokio::time::Instant::now() + limit;
     loop {
         if let Some(v) = f().await {
             return Ok(v);

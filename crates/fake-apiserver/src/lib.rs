@@ -48,7 +48,7 @@ mod change;
 mod crd;
 mod rbac;
 mod read;
-pub use client::eventually;
+pub use client::{eventually, eventually_within};
 mod client;
 mod select;
 pub mod ssa;
