@@ -71,11 +71,6 @@ impl Shared {
         Events::new(self, component, EventLimits::default())
     }
 
-    /// Resolves when Verno stops.
-    pub async fn stopped(&self) {
-        let _ = self.stop.clone().wait_for(|s| *s).await;
-    }
-
     /// Runs one term of `what` each time this replica becomes the leader: `term()` is polled
     /// until it returns, leadership is lost or Verno stops (its state is dropped then, which
     /// stops its watches); `ended` runs after every term.
@@ -340,10 +335,6 @@ where
         self.running.get(id).map(|r| &r.meta)
     }
 
-    pub fn get_mut(&mut self, id: &I) -> Option<&mut M> {
-        self.running.get_mut(id).map(|r| &mut r.meta)
-    }
-
     pub fn contains(&self, id: &I) -> bool {
         self.running.contains_key(id)
     }
@@ -366,14 +357,6 @@ where
 
     pub fn iter(&self) -> impl Iterator<Item = (I, &M)> + '_ {
         self.running.iter().map(|(i, r)| (*i, &r.meta))
-    }
-
-    pub fn len(&self) -> usize {
-        self.running.len()
-    }
-
-    pub fn is_empty(&self) -> bool {
-        self.running.is_empty()
     }
 }
 
@@ -582,7 +565,7 @@ mod tests {
         assert!(w.current(1, first).is_none());
         assert_eq!(w.current(1, second).copied(), Some("again"));
         assert_eq!(w.stop(&1), Some("again"));
-        assert!(w.is_empty());
+        assert!(w.get(&1).is_none());
     }
 
     #[tokio::test]

@@ -884,6 +884,7 @@ pub fn compile_cel_exception(doc: &Value) -> Result<CompiledException, CompileEr
 fn strings(v: Option<&Value>) -> Vec<String> {
     v.and_then(Value::as_array).into_iter().flatten().filter_map(Value::as_str).map(str::to_string).collect()
 }
+
 /// What a policy's labels and annotations say about its report results, read once when the
 /// policy is compiled.
 #[derive(Debug, Clone, Default, PartialEq)]
