@@ -10,34 +10,18 @@
 //! ([`crate::Scope::cleanup`]) evaluate them through the same front door as every other kind.
 
 use crate::cel_env::cel_env;
+use crate::cel_kind::Shape;
 use crate::condition::CompiledConditions;
 use crate::context_entry::compile_context;
 use crate::cron::Schedule;
 use crate::error::CompileError;
+use crate::forms::{CompiledCleanup, Decision};
 use crate::matching::Matcher;
 use crate::outcome::{RuleResponse, RuleType, Status};
-use crate::policy::{Action, CompiledPolicy, CompiledRule, RuleBody, cel_expr};
+use crate::policy::{CompiledPolicy, CompiledRule, RuleBody, cel_expr};
 use crate::ports::Data;
 use serde_json::Value;
 use verno_api::{CleanupPolicy, Kind, cel};
-
-/// What decides whether a matched object is deleted.
-#[derive(Debug, Clone)]
-pub enum Decision {
-    /// CleanupPolicy `conditions` (any/all), the object read as `target`; none: always.
-    Conditions(Option<CompiledConditions>),
-    /// DeletingPolicy: `variables`, then every `conditions` expression must hold.
-    Cel { variables: Vec<(String, verno_cel::Expr)>, conditions: Vec<(String, verno_cel::Expr)> },
-}
-
-/// The body of a cleanup policy's rule.
-#[derive(Debug, Clone)]
-pub struct CompiledCleanup {
-    pub schedule: Schedule,
-    /// `Foreground`, `Background` or `Orphan`; `None`: the API server's default.
-    pub propagation: Option<&'static str>,
-    pub decision: Decision,
-}
 
 const MATCHED: &str = "resource matched";
 const NOT_MATCHED: &str = "resource did not match";
@@ -113,7 +97,7 @@ fn propagation(p: Option<&str>) -> Result<Option<&'static str>, CompileError> {
 
 fn policy(doc: &Value, kind: Kind, rule: CompiledRule) -> Result<CompiledPolicy, CompileError> {
     // Cleanup policies are not admission policies: no webhook, no background scan.
-    let mut p = crate::vpol::cel_policy(doc, kind, Action::Audit, false, false, vec![rule])?;
+    let mut p = crate::cel_kind::cel_policy(doc, kind, Shape::audit(false), vec![rule])?;
     p.admission = false;
     Ok(p)
 }
@@ -134,14 +118,14 @@ fn rule(name: &str, matcher: Matcher, exclude: Option<Matcher>, body: CompiledCl
 
 /// Compiles a DeletingPolicy or NamespacedDeletingPolicy document.
 pub fn compile_deleting_policy(doc: &Value) -> Result<CompiledPolicy, CompileError> {
-    let name = crate::vpol::policy_name(doc)?.to_string();
+    let name = crate::cel_kind::policy_name(doc)?.to_string();
     let kind = match Kind::of_document(doc) {
         Some(Kind::NamespacedDeletingPolicy) => Kind::NamespacedDeletingPolicy,
         _ => Kind::DeletingPolicy,
     };
-    let policy_doc: cel::DeletingPolicy = crate::vpol::decode(doc)?;
+    let policy_doc: cel::DeletingPolicy = crate::decode::decode(doc)?;
     let spec = &policy_doc.spec;
-    let mut base = crate::vpol::constraints(spec.match_constraints.as_ref());
+    let mut base = crate::cel_kind::constraints(spec.match_constraints.as_ref());
     if base.rules.is_empty() {
         return Err(crate::policy::missing_match_constraints());
     }
@@ -150,7 +134,7 @@ pub fn compile_deleting_policy(doc: &Value) -> Result<CompiledPolicy, CompileErr
         r.operations = vec!["*".into()];
     }
     let variables = crate::policy::compile_cel_variables(
-        Some(&crate::vpol::json_of(&spec.variables)).filter(|_| !spec.variables.is_empty()),
+        Some(&crate::decode::json_of(&spec.variables)).filter(|_| !spec.variables.is_empty()),
         "spec",
     )?;
     let mut conditions = Vec::new();
@@ -174,13 +158,13 @@ pub fn compile_deleting_policy(doc: &Value) -> Result<CompiledPolicy, CompileErr
 /// Compiles a CleanupPolicy or ClusterCleanupPolicy document, with the checks Kyverno's
 /// cleanup webhook makes.
 pub fn compile_cleanup_policy(doc: &Value) -> Result<CompiledPolicy, CompileError> {
-    let name = crate::vpol::policy_name(doc)?.to_string();
+    let name = crate::cel_kind::policy_name(doc)?.to_string();
     let kind = match Kind::of_document(doc) {
         Some(Kind::CleanupPolicy) => Kind::CleanupPolicy,
         _ => Kind::ClusterCleanupPolicy,
     };
-    let p: CleanupPolicy = crate::document::strict(doc, Some(kind)).map_err(|e| match e {
-        crate::document::DocumentError::Invalid(e) => e,
+    let p: CleanupPolicy = crate::decode::strict(doc, Some(kind)).map_err(|e| match e {
+        crate::error::DocumentError::Invalid(e) => e,
         other => CompileError::new("spec", other.to_string()),
     })?;
     let spec = &p.spec;
@@ -226,8 +210,8 @@ pub fn compile_cleanup_policy(doc: &Value) -> Result<CompiledPolicy, CompileErro
         && x.all.is_none()
         && let Some(x_any) = &x.any
         && m_any.iter().any(|m| {
-            let m = crate::vpol::json_of(m);
-            x_any.iter().any(|e| crate::vpol::json_of(e) == m)
+            let m = crate::decode::json_of(m);
+            x_any.iter().any(|e| crate::decode::json_of(e) == m)
         })
     {
         return Err(CompileError::new("spec", "CleanupPolicy is matching an empty set"));

@@ -3,8 +3,10 @@
 //! cluster's policy watch and the policy validation webhook all come through here, so what
 //! `kubectl apply` admits is exactly what the CLI and the webhook evaluate.
 
-use crate::error::CompileError;
-use crate::policy::{CompiledException, CompiledPolicy, compile_cel_exception, compile_exception, compile_policy};
+use crate::clusterpolicy::compile_policy;
+use crate::decode::strict;
+use crate::error::{CompileError, DocumentError};
+use crate::policy::{CompiledException, CompiledPolicy, compile_cel_exception, compile_exception};
 use serde_json::Value;
 use verno_api::Kind;
 
@@ -13,36 +15,6 @@ use verno_api::Kind;
 pub enum Compiled {
     Policy(CompiledPolicy),
     Exception(CompiledException),
-}
-
-/// Why a document could not be compiled.
-#[derive(Debug, Clone, PartialEq, thiserror::Error)]
-pub enum DocumentError {
-    /// Not one of the kinds in [`Kind`] (a resource, a test file, an unknown group).
-    #[error("not a policy: apiVersion {api_version:?}, kind {kind:?}")]
-    NotAPolicy { api_version: String, kind: String },
-    /// A kind Verno knows but does not evaluate yet.
-    #[error("{0} policies are not supported by this build of verno yet")]
-    Unsupported(Kind),
-    /// A binding is compiled with the admission policy it names (see [`compile`]).
-    #[error("a {0} is compiled with the policy it binds")]
-    Binding(Kind),
-    /// The document does not have the kind's shape.
-    #[error("{0}")]
-    Decode(String),
-    #[error(transparent)]
-    Invalid(#[from] CompileError),
-}
-
-impl DocumentError {
-    /// The error as a policy's status or the validation webhook shows it: `path: message`.
-    pub fn with_path(&self) -> String {
-        match self {
-            DocumentError::Invalid(e) if e.path.is_empty() => e.message.clone(),
-            DocumentError::Decode(m) => format!("spec: {m}"),
-            other => other.to_string(),
-        }
-    }
 }
 
 /// Compiles one document. An admission policy takes the first of `bindings` that names it
@@ -92,46 +64,6 @@ pub fn compile(doc: &Value, bindings: &[Value]) -> Result<Compiled, DocumentErro
             Compiled::Policy(crate::ivpol::compile_image_validating_policy(doc)?)
         }
     })
-}
-
-/// Decodes a `kyverno.io` document into its serde type, refusing fields the kind does not have
-/// under `spec` (a typo such as `patern:` would otherwise be dropped and the rule enforce less
-/// than it says). Kyverno refuses them too: its CLI validates documents against the CRD schemas
-/// (`value provided for unknown field`), and the API server with kubectl's strict field
-/// validation. `metadata` (all of ObjectMeta) and `status` are not checked. Free-form parts
-/// (patterns, patches, CEL `Value`s) are accepted whole.
-/// The CEL kinds decode through here too (`vpol::decode`), with the fields of Kyverno 1.19's
-/// and Kubernetes' schemas modelled in `verno_api::cel`.
-pub(crate) fn strict<T: serde::de::DeserializeOwned>(doc: &Value, kind: Option<Kind>) -> Result<T, DocumentError> {
-    let mut unknown: Option<String> = None;
-    let decoded = serde_ignored::deserialize(doc.clone(), |path| {
-        let path = field_path(&path);
-        if unknown.is_none() && path.starts_with("spec.") {
-            unknown = Some(path);
-        }
-    })
-    .map_err(|e| DocumentError::Decode(e.to_string()))?;
-    match unknown {
-        Some(path) => Err(DocumentError::Invalid(CompileError::new(
-            path,
-            format!("unknown field: a {} has no such field", kind.map_or("policy", Kind::name)),
-        ))),
-        None => Ok(decoded),
-    }
-}
-
-/// `spec.rules.0.validate` as Kyverno writes paths: `spec.rules[0].validate`.
-fn field_path(path: &serde_ignored::Path<'_>) -> String {
-    use serde_ignored::Path;
-    match path {
-        Path::Root => String::new(),
-        Path::Seq { parent, index } => format!("{}[{index}]", field_path(parent)),
-        Path::Map { parent, key } => {
-            let p = field_path(parent);
-            if p.is_empty() { key.clone() } else { format!("{p}.{key}") }
-        }
-        Path::Some { parent } | Path::NewtypeStruct { parent } | Path::NewtypeVariant { parent } => field_path(parent),
-    }
 }
 
 /// Compiles an object as the API stores it: it may lack `apiVersion`/`kind` (a watch's

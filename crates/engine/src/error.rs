@@ -1,6 +1,7 @@
 //! Engine errors: compile errors carry the field path; evaluation errors become `error` results.
 
 use thiserror::Error;
+use verno_api::Kind;
 
 #[derive(Debug, Clone, Error, PartialEq)]
 #[error("{path}: {message}")]
@@ -21,4 +22,34 @@ pub enum EvalError {
     Substitution(String),
     #[error("{0}")]
     Other(String),
+}
+
+/// Why a document could not be compiled.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum DocumentError {
+    /// Not one of the kinds in [`Kind`] (a resource, a test file, an unknown group).
+    #[error("not a policy: apiVersion {api_version:?}, kind {kind:?}")]
+    NotAPolicy { api_version: String, kind: String },
+    /// A kind Verno knows but does not evaluate yet.
+    #[error("{0} policies are not supported by this build of verno yet")]
+    Unsupported(Kind),
+    /// A binding is compiled with the admission policy it names (see [`compile`]).
+    #[error("a {0} is compiled with the policy it binds")]
+    Binding(Kind),
+    /// The document does not have the kind's shape.
+    #[error("{0}")]
+    Decode(String),
+    #[error(transparent)]
+    Invalid(#[from] CompileError),
+}
+
+impl DocumentError {
+    /// The error as a policy's status or the validation webhook shows it: `path: message`.
+    pub fn with_path(&self) -> String {
+        match self {
+            DocumentError::Invalid(e) if e.path.is_empty() => e.message.clone(),
+            DocumentError::Decode(m) => format!("spec: {m}"),
+            other => other.to_string(),
+        }
+    }
 }

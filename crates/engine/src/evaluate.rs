@@ -5,12 +5,13 @@
 use crate::cel_env::{cel_env, cel_vars};
 use crate::context::{Context, EXCEPTIONS_KEY, Saved};
 use crate::context_entry::load_context;
+use crate::forms::Check;
 use crate::images;
 use crate::matching::MatchInput;
 use crate::outcome::{NotApplied, PolicyResponse, RuleResponse, RuleType, Status};
 use crate::policy::{CompiledException, CompiledPolicy, CompiledRule, RuleBody};
 use crate::ports::{Data, NamespaceView, Request, obj_at, str_at};
-use crate::validate::{Check, ValidateCtx};
+use crate::validate::ValidateCtx;
 use serde_json::Value;
 use std::collections::BTreeMap;
 
@@ -451,7 +452,7 @@ fn evaluate_rule(
         let pss_waivers = match &rule.body {
             RuleBody::Validate(v) if !applying.is_empty() && applying.iter().all(|e| !e.pod_security.is_empty()) => {
                 match &v.check {
-                    crate::validate::Check::PodSecurity(pss) => Some(pss),
+                    crate::forms::Check::PodSecurity(pss) => Some(pss),
                     _ => None,
                 }
             }
@@ -523,7 +524,7 @@ fn evaluate_rule(
             // A verifyImages rule answers once per image in the verify phase (the last
             // response is the rule's, the others go before it) and once in the validate phase.
             RuleBody::Validate(v) if phase == Phase::PinDigests => {
-                let crate::validate::Check::Cel(c) = &v.check else { return None };
+                let crate::forms::Check::Cel(c) = &v.check else { return None };
                 let img = c.image.as_ref()?;
                 let (r, p) = img.pin_digests(&rule.name, object, data);
                 *patched = p;
@@ -609,7 +610,7 @@ fn evaluate_rule(
                 static NO_VALUES: BTreeMap<String, Vec<Value>> = BTreeMap::new();
                 let fetched;
                 let foreach_values = match v.check {
-                    crate::validate::Check::Foreach(_) => {
+                    crate::forms::Check::Foreach(_) => {
                         fetched = data.foreach_values(&policy.name, origin);
                         &fetched
                     }

@@ -4,8 +4,9 @@
 
 use crate::condition::CompiledConditions;
 use crate::context::Context;
-use crate::context_entry::{CompiledContextEntry, Stop, compile_context, enter};
+use crate::context_entry::{Stop, compile_context, enter};
 use crate::error::CompileError;
+use crate::forms::{CompiledGenerateForeach, CompiledGeneration, GenerateSource, GenerateTarget};
 use crate::outcome::{RuleResponse, RuleType, Status};
 use crate::policy::CompiledPolicy;
 use crate::ports::Data;
@@ -274,56 +275,6 @@ pub(crate) fn generate(
     r
 }
 
-/// A compiled `generate` rule. The object is built at evaluation; the cluster controller acts
-/// on `synchronize` and `orphan_downstream`.
-#[derive(Debug, Clone)]
-pub struct CompiledGeneration {
-    pub target: GenerateTarget,
-    pub synchronize: bool,
-    pub orphan_downstream: bool,
-    /// Generate for triggers that exist when the policy arrives (`generateExisting`).
-    pub generate_existing: bool,
-    /// Whether the rule itself set `generateExisting` (it wins over the policy's).
-    pub generate_existing_set: bool,
-    pub foreach: Vec<CompiledGenerateForeach>,
-    /// A GeneratingPolicy's CEL generation (then `target` and `foreach` are empty).
-    pub cel: Option<Box<crate::gpol::CompiledCelGeneration>>,
-}
-
-#[derive(Debug, Clone)]
-pub struct GenerateTarget {
-    pub api_version: Option<TValue>,
-    pub kind: Option<TValue>,
-    pub name: Option<TValue>,
-    pub namespace: Option<TValue>,
-    pub source: GenerateSource,
-}
-
-#[derive(Debug, Clone)]
-pub enum GenerateSource {
-    Data(TValue),
-    Clone {
-        namespace: TValue,
-        name: TValue,
-    },
-    CloneList {
-        namespace: TValue,
-        kinds: Vec<String>,
-        selector: Option<verno_api::LabelSelector>,
-    },
-    /// Only foreach entries (the rule itself generates nothing directly).
-    None,
-}
-
-#[derive(Debug, Clone)]
-pub struct CompiledGenerateForeach {
-    pub list: Query,
-    pub list_source: String,
-    pub context: Vec<CompiledContextEntry>,
-    pub preconditions: Option<CompiledConditions>,
-    pub target: GenerateTarget,
-}
-
 #[allow(clippy::too_many_arguments)]
 fn compile_generate_target(
     api_version: &Option<String>,
@@ -422,7 +373,7 @@ pub(crate) fn compile_generation(g: &verno_api::Generation, path: &str) -> Resul
 mod tests {
     use crate::context::build_context;
     use crate::evaluate::evaluate_policy;
-    use crate::policy::compile_policy;
+    use crate::clusterpolicy::compile_policy;
     use crate::{NoData, Request, Status};
     use serde_json::{Value, json};
 

@@ -8,54 +8,20 @@
 //! wraps the caller's, so `resource.*` keeps working) and returns them, with Kyverno's labels,
 //! in the rule response: creating them in a cluster is the background controller's job.
 
+use crate::cel_kind::{Shape, cel_policy, constraints, policy_name};
+use crate::decode::{decode, json_of};
 use crate::error::CompileError;
-use crate::generate::{CompiledGeneration, GenerateSource, GenerateTarget};
+use crate::forms::{CelGenerate, CompiledCelGeneration, Segment, Tpl};
+use crate::forms::{CompiledGeneration, GenerateSource, GenerateTarget};
 use crate::matching::Matcher;
 use crate::outcome::{RuleResponse, RuleType, Status};
 use crate::policy::{
-    Action, CompiledPolicy, CompiledRule, RuleBody, cel_expr, compile_cel_preconditions, compile_cel_variables,
+    CompiledPolicy, CompiledRule, RuleBody, cel_expr, compile_cel_preconditions, compile_cel_variables,
 };
-use crate::vpol::{cel_policy, constraints, decode, json_of, policy_name};
 use serde_json::{Map, Value};
 use std::sync::{Arc, Mutex};
 use verno_api::cel;
 use verno_cel::Host;
-
-/// One `generate` entry.
-#[derive(Debug, Clone)]
-pub enum CelGenerate {
-    /// An expression evaluated for its calls to `generator.Apply`.
-    Expression(verno_cel::Expr),
-    /// YAML documents, rendered and generated into their own `metadata.namespace`.
-    Template(Vec<Tpl>),
-}
-
-/// The CEL part of a generate rule.
-#[derive(Debug, Clone)]
-pub struct CompiledCelGeneration {
-    pub variables: Vec<(String, verno_cel::Expr)>,
-    pub generate: Vec<CelGenerate>,
-    /// `auditAnnotations`: report result properties of a generation that passes.
-    pub audit_annotations: Vec<(String, verno_cel::Expr)>,
-    pub use_server_side_apply: bool,
-}
-
-/// A compiled template node: literal values, whole-value placeholders (any CEL value, spliced),
-/// and strings mixing text and placeholders (each placeholder a scalar).
-#[derive(Debug, Clone)]
-pub enum Tpl {
-    Literal(Value),
-    Splice(verno_cel::Expr),
-    Interpolate(Vec<Segment>),
-    Map(Vec<(String, Tpl)>),
-    List(Vec<Tpl>),
-}
-
-#[derive(Debug, Clone)]
-pub enum Segment {
-    Text(String),
-    Expr(verno_cel::Expr),
-}
 
 /// Splits a string into text and `(( expr ))` placeholders; `\((` is a literal `((`. Quotes and
 /// nested parentheses inside a placeholder are skipped over, as Kyverno's scanner does.
@@ -333,7 +299,7 @@ pub fn compile_generating_policy(doc: &Value) -> Result<CompiledPolicy, CompileE
             })),
         })),
     };
-    cel_policy(doc, kind, Action::Audit, false, false, vec![rule])
+    cel_policy(doc, kind, Shape::audit(false), vec![rule])
 }
 
 /// The host during a generation: the caller's host for everything else, and a collector for

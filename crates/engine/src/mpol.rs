@@ -7,52 +7,20 @@
 //! ClusterPolicies: one mutate rule named `""` (as Kyverno's CLI reports it) whose match is the
 //! Kubernetes `matchConstraints`, with `matchConditions` as CEL preconditions.
 
+use crate::cel_kind::{Shape, cel_policy, constraints, policy_name};
+use crate::decode::{decode, json_of};
 use crate::error::CompileError;
+use crate::forms::{CelPatch, CelTargets, CompiledCelMutation};
+use crate::forms::{CompiledMutation, Patches};
 use crate::matching::Matcher;
-use crate::mutate::{CompiledMutation, Patches};
 use crate::policy::{
-    Action, CompiledPolicy, CompiledRule, ParamRef, RuleBody, cel_expr, compile_cel_preconditions,
-    compile_cel_variables,
+    CompiledPolicy, CompiledRule, ParamRef, RuleBody, cel_expr, compile_cel_preconditions, compile_cel_variables,
 };
 use crate::smp::{Field, ListKind, Ty};
-use crate::vpol::{cel_policy, constraints, decode, json_of, policy_name};
 #[cfg(test)]
 use serde_json::json;
 use serde_json::{Map, Value};
 use verno_api::cel;
-
-/// One mutation of a CEL policy.
-#[derive(Debug, Clone)]
-pub enum CelPatch {
-    ApplyConfiguration(verno_cel::Expr),
-    JsonPatch(verno_cel::Expr),
-}
-
-/// The CEL part of a mutate rule: variables, then mutations in order.
-#[derive(Debug, Clone)]
-pub struct CompiledCelMutation {
-    pub variables: Vec<(String, verno_cel::Expr)>,
-    pub mutations: Vec<CelPatch>,
-    pub params: Option<ParamRef>,
-    /// MutatingPolicy `evaluation.mutateExisting`: the existing objects to patch (the trigger
-    /// is left as it is).
-    pub targets: Option<Box<CelTargets>>,
-    /// MutatingPolicy `auditAnnotations`, evaluated on the mutated object: report properties.
-    pub audit_annotations: Vec<(String, verno_cel::Expr)>,
-}
-
-/// Which existing objects a mutate-existing MutatingPolicy patches: those
-/// `targetMatchConstraints` matches (any operation; `matchConstraints` when it names no
-/// resources), or those its CEL `expression` returns, and for which every
-/// `targetMatchConditions` holds.
-#[derive(Debug, Clone)]
-pub struct CelTargets {
-    pub matcher: Matcher,
-    /// The (group, version, plural resource) the constraints name, for listing candidates.
-    pub resources: Vec<(String, String, String)>,
-    pub expression: Option<verno_cel::Expr>,
-    pub conditions: Vec<(String, verno_cel::Expr)>,
-}
 
 fn compile_targets(spec: &cel::CelPolicySpec) -> Result<Option<Box<CelTargets>>, CompileError> {
     let enabled = spec.evaluation.as_ref().and_then(|e| e.mutate_existing.as_ref()).and_then(|s| s.enabled);
@@ -184,7 +152,7 @@ pub fn compile_mutating_policy(doc: &Value) -> Result<CompiledPolicy, CompileErr
     // `autogen.podControllers.controllers` names), its match conditions and apply
     // configurations rewritten by [`pod_to_template`]. (Mutate-existing policies are left
     // alone: their match is about the trigger.)
-    let ctrls = if mutate_existing { Vec::new() } else { crate::vpol::controllers(spec.autogen.as_ref(), &base) };
+    let ctrls = if mutate_existing { Vec::new() } else { crate::cel_kind::controllers(spec.autogen.as_ref(), &base) };
     for (name, cron) in [("autogen-", false), ("autogen-cronjob-", true)] {
         if !ctrls.iter().any(|c| (*c == "cronjobs") == cron) {
             continue;
@@ -200,7 +168,7 @@ pub fn compile_mutating_policy(doc: &Value) -> Result<CompiledPolicy, CompileErr
         let conditions: Vec<Value> = s.match_conditions.iter().map(json_of).collect();
         let mut cel = compile_mutations(&s)?;
         cel.audit_annotations = audit_annotations.clone();
-        let matcher = Matcher::constraints(crate::vpol::controller_rules(&ctrls, cron, &base));
+        let matcher = Matcher::constraints(crate::cel_kind::controller_rules(&ctrls, cron, &base));
         let mut r = rule(matcher, &conditions, cel)?;
         r.name = name.to_string();
         r.autogen_of = Some(String::new());
@@ -208,7 +176,7 @@ pub fn compile_mutating_policy(doc: &Value) -> Result<CompiledPolicy, CompileErr
     }
     // Background scans report a MutatingPolicy unless `evaluation.background.enabled` is false.
     let background = doc.pointer("/spec/evaluation/background/enabled").and_then(Value::as_bool).unwrap_or(true);
-    cel_policy(doc, kind, Action::Audit, false, background, rules)
+    cel_policy(doc, kind, Shape::audit(background), rules)
 }
 
 /// A MutatingPolicy expression written for Pods, rewritten for Pod templates as Kyverno's
@@ -287,8 +255,8 @@ pub fn compile_mutating_admission_policy(doc: &Value, binding: Option<&Value>) -
         cel.params = Some(ParamRef::from_binding(pk, pr));
     }
     let mut r = rule(Matcher::all_constraints(matchers), &conditions, cel)?;
-    crate::vpol::admission_rule_identity(&mut r, policy_name(doc)?, "mapBinding", &binding)?;
-    cel_policy(doc, verno_api::Kind::MutatingAdmissionPolicy, Action::Audit, false, true, vec![r])
+    crate::cel_kind::admission_rule_identity(&mut r, policy_name(doc)?, "mapBinding", &binding)?;
+    cel_policy(doc, verno_api::Kind::MutatingAdmissionPolicy, Shape::audit(true), vec![r])
 }
 
 /// Runs the mutations on `object` with `vars` (object, request, params, ... already set).

@@ -7,11 +7,11 @@ use crate::condition::CompiledConditions;
 use crate::context::Context;
 use crate::context_entry::{CompiledContextEntry, Stop, compile_context, enter};
 use crate::error::CompileError;
+use crate::forms::{CompiledMutateForeach, CompiledMutation, CompiledTarget, Json6902, Patches};
 use crate::outcome::{RuleResponse, RuleType, Status};
 use crate::pattern;
 use crate::policy::CompiledPolicy;
 use crate::ports::Data;
-use crate::template::TValue;
 use crate::template::{Query, tv};
 use serde_json::{Map, Value};
 
@@ -457,31 +457,6 @@ impl Mutator<'_> {
     }
 }
 
-/// A compiled `mutate` rule.
-#[derive(Debug, Clone)]
-pub struct CompiledMutation {
-    pub patches: Patches,
-    pub foreach: Vec<CompiledMutateForeach>,
-    pub targets: Vec<CompiledTarget>,
-    /// A MutatingPolicy's / MutatingAdmissionPolicy's CEL mutations.
-    pub cel: Option<Box<crate::mpol::CompiledCelMutation>>,
-}
-
-/// A strategic merge patch and/or RFC 6902 patches, with their variables.
-#[derive(Debug, Clone, Default)]
-pub struct Patches {
-    pub strategic_merge: Option<TValue>,
-    pub json6902: Option<Json6902>,
-}
-
-/// `patchesJson6902`: parsed at compile time unless it holds variables.
-#[derive(Debug, Clone)]
-pub enum Json6902 {
-    Static(Vec<crate::jsonpatch::Op>),
-    /// The string, a template until rendered and parsed.
-    Templated(TValue),
-}
-
 impl Patches {
     fn compile(smp: Option<&Value>, json6902: Option<&String>, path: &str) -> Result<Patches, CompileError> {
         let json6902 = match json6902 {
@@ -507,30 +482,6 @@ impl Patches {
     pub fn is_empty(&self) -> bool {
         self.strategic_merge.is_none() && self.json6902.is_none()
     }
-}
-
-#[derive(Debug, Clone)]
-pub struct CompiledMutateForeach {
-    pub list: Query,
-    pub list_source: String,
-    /// Descending iteration (the default for strategic merge patches).
-    pub reverse: bool,
-    pub context: Vec<CompiledContextEntry>,
-    pub preconditions: Option<CompiledConditions>,
-    pub patches: Patches,
-    pub nested: Vec<CompiledMutateForeach>,
-}
-
-/// A mutate-existing target: which objects to fetch and patch.
-#[derive(Debug, Clone)]
-pub struct CompiledTarget {
-    pub api_version: String,
-    pub kind: String,
-    pub namespace: Option<TValue>,
-    pub name: Option<TValue>,
-    pub selector: Option<verno_api::LabelSelector>,
-    pub context: Vec<CompiledContextEntry>,
-    pub preconditions: Option<CompiledConditions>,
 }
 
 fn compile_mutate_foreach(
@@ -712,7 +663,7 @@ mod tests {
 mod rule_tests {
     use crate::context::build_context;
     use crate::evaluate::evaluate_policy;
-    use crate::policy::compile_policy;
+    use crate::clusterpolicy::compile_policy;
     use crate::{NoData, Request, Status};
     use serde_json::{Value, json};
 

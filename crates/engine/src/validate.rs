@@ -3,32 +3,21 @@
 use crate::cel_env::cel_env;
 use crate::condition::CompiledConditions;
 use crate::context::{Context, ForeachElement, Saved};
-use crate::context_entry::{CompiledContextEntry, Stop, compile_context, enter};
+use crate::context_entry::{Stop, compile_context, enter};
 use crate::error::CompileError;
+use crate::forms::{Authz, CelValidation, Check, CompiledCel, CompiledForeach, CompiledValidation, PatternCheck};
 use crate::outcome::{RuleResponse, RuleType, Status};
 use crate::pattern;
-use crate::policy::{Action, CompiledPolicy, ParamRef, cel_expr, compile_cel_variables};
+use crate::policy::{Action, CompiledPolicy, cel_expr, compile_cel_variables};
 use crate::ports::Data;
 use crate::template::{Query, tv};
 use crate::template::{TValue, Template};
 use serde_json::Value;
 use std::collections::BTreeMap;
-use verno_api::{FailureActionOverride, ForEachValidation, Validation};
+use verno_api::{ForEachValidation, Validation};
 
 /// A rule whose caller gave up on the request (see [`verno_jmespath::Env::cancelled`]).
 pub(crate) const CANCELLED: &str = "the evaluation was cancelled (its deadline passed)";
-
-#[derive(Debug, Clone)]
-pub struct CompiledValidation {
-    pub message: Option<Template>,
-    pub failure_action: Option<Action>,
-    pub overrides: Vec<FailureActionOverride>,
-    pub allow_existing_violations: bool,
-    pub check: Check,
-    /// Whether anything in the rule's validation names a numbered foreach variable
-    /// (`element0`, `elementIndex1`, …): only then are they set beside `element`.
-    pub numbered_elements: bool,
-}
 
 /// `validation rule '<rule>' passed.` (written without the formatting machinery: every passing
 /// rule of every request says it), unless nobody reads it ([`Context::quiet_passes`]).
@@ -52,14 +41,6 @@ pub(crate) fn names_numbered_element(text: &str) -> bool {
     })
 }
 
-/// A `pattern` (or one `anyPattern` entry): compiled once when it has no variables, else
-/// compiled after they are substituted.
-#[derive(Debug, Clone)]
-pub struct PatternCheck {
-    value: TValue,
-    compiled: Option<pattern::Pattern>,
-}
-
 impl PatternCheck {
     fn new(value: TValue) -> PatternCheck {
         let compiled = match &value {
@@ -81,68 +62,6 @@ impl PatternCheck {
             None => Ok(pattern::match_pattern(target, &*self.value.render(ctx, &at())?)),
         }
     }
-}
-
-#[derive(Debug, Clone)]
-pub enum Check {
-    Pattern(PatternCheck),
-    AnyPattern(Vec<PatternCheck>),
-    /// `anyPattern` that is not a list: an error at evaluation, as Kyverno reports it.
-    BadAnyPattern(String),
-    Deny(CompiledConditions),
-    Foreach(Vec<CompiledForeach>),
-    PodSecurity(crate::pss::PodSecurityCheck),
-    Cel(Box<CompiledCel>),
-    /// `validate.manifests`: signed Kubernetes manifests.
-    Manifests(Box<crate::manifests::CompiledManifests>),
-    Unsupported(&'static str),
-    Nothing,
-}
-
-/// `validate.cel`: Kubernetes-style variables and expressions, compiled once.
-#[derive(Debug, Clone)]
-pub struct CompiledCel {
-    pub variables: Vec<(String, verno_cel::Expr)>,
-    pub expressions: Vec<CelValidation>,
-    /// `paramKind` / `paramRef` are set.
-    pub uses_params: bool,
-    /// Where `params` comes from (a ValidatingAdmissionPolicy's paramKind + its binding's paramRef).
-    pub params: Option<ParamRef>,
-    /// What an expression that cannot be evaluated gives: `fail` in a ClusterPolicy's
-    /// `validate.cel` (Kyverno runs it with the Fail failure policy, which denies), `error` in
-    /// the CEL policy kinds and ValidatingAdmissionPolicy.
-    pub on_error: Status,
-    /// ValidatingPolicy `evaluation.mode: Envoy` or `HTTP`: the expressions return responses
-    /// (or null) and the first response decides.
-    pub authz: Option<Authz>,
-    /// ImageValidatingPolicy: images, attestors and the verify functions.
-    pub image: Option<std::sync::Arc<crate::ivpol::ImageCel>>,
-    /// Kyverno's ValidatingPolicy engine (not the API server's admission policies): a failed
-    /// validation without a message says "CEL expression validation failed at index N", and
-    /// results carry `cel.validationIndex` and the `auditAnnotations` as properties.
-    pub kyverno: Option<Box<KyvernoCel>>,
-}
-
-/// What Kyverno's ValidatingPolicy engine adds to a CEL validation ([`CompiledCel::kyverno`]).
-#[derive(Debug, Clone, Default)]
-pub struct KyvernoCel {
-    pub audit_annotations: Vec<(String, verno_cel::Expr)>,
-}
-
-/// An authorization-mode ValidatingPolicy's evaluation.
-#[derive(Debug, Clone, Copy)]
-pub struct Authz {
-    /// Envoy `CheckResponse`s rather than Kyverno's HTTP ones.
-    pub envoy: bool,
-    /// `failurePolicy: Ignore`: an expression that fails decides nothing.
-    pub ignore_errors: bool,
-}
-
-#[derive(Debug, Clone)]
-pub struct CelValidation {
-    pub expr: verno_cel::Expr,
-    pub message: Option<String>,
-    pub message_expression: Option<verno_cel::Expr>,
 }
 
 pub(crate) fn compile_cel(c: &Value, path: &str) -> Result<Check, CompileError> {
@@ -173,15 +92,6 @@ pub(crate) fn compile_cel(c: &Value, path: &str) -> Result<Check, CompileError> 
         image: None,
         kyverno: None,
     })))
-}
-
-#[derive(Debug, Clone)]
-pub struct CompiledForeach {
-    pub list: Query,
-    pub element_scope: Option<bool>,
-    pub context: Vec<CompiledContextEntry>,
-    pub preconditions: Option<CompiledConditions>,
-    pub check: Check,
 }
 
 pub(crate) fn compile_check_parts(
@@ -529,7 +439,7 @@ impl ValidateCtx<'_> {
                         return Some(self.resp(Status::Fail, format!("image {i} does not have a digest")));
                     }
                     let namespace = crate::ports::str_at(target, "/metadata/namespace");
-                    let host = std::sync::Arc::new(crate::ivpol::ImageHost::new(
+                    let host = std::sync::Arc::new(crate::image_cel::ImageHost::new(
                         self.data.cel_host(),
                         self.data.image_verifier(),
                         img.clone(),

@@ -16,6 +16,7 @@
 use crate::condition::CompiledConditions;
 use crate::context::{Context, Saved};
 use crate::error::CompileError;
+use crate::forms::Entry;
 use crate::outcome::{RuleResponse, RuleType, Status};
 use crate::policy::{Action, CompiledPolicy};
 use crate::ports::{Data, Request};
@@ -35,32 +36,8 @@ const METADATA_KEY: &str = "@verifiedImages";
 const MAX_NESTING: usize = 8;
 
 use crate::attestors::expand_keys;
+pub use crate::forms::CompiledVerifyImages;
 pub use crate::ports::{ImageError, ImageVerifier, SignatureCheck, Verified};
-
-/// A compiled `verifyImages` list.
-#[derive(Debug, Clone)]
-pub struct CompiledVerifyImages {
-    entries: Vec<Entry>,
-    /// The rule's `imageExtractors` (custom resources' image fields).
-    pub(crate) extractors: Option<crate::images::Extractors>,
-    /// The policy's part of the cache key (Kyverno's `policyUID;resourceVersion`), set once
-    /// the policy is compiled.
-    pub(crate) cache_id: String,
-    /// The first entry's `failureAction`, which Kyverno applies to the rule.
-    pub failure_action: Option<Action>,
-}
-
-#[derive(Debug, Clone)]
-struct Entry {
-    /// The entry as written, deprecated fields folded in.
-    spec: ImageVerification,
-    /// The entry with variables, rendered per request (conditions and `deny` left out: they
-    /// are evaluated later, against each statement).
-    template: Option<TValue>,
-    /// Per attestation, its condition blocks.
-    conditions: Vec<Vec<CompiledConditions>>,
-    deny: Option<CompiledConditions>,
-}
 
 pub(crate) fn compile(
     raw: &Value,

@@ -4,124 +4,17 @@
 //! preconditions, plus autogen rules for Pod controllers.
 
 use crate::autogen::{Shift, shift_cel};
+use crate::cel_kind::{
+    Shape, admission_rule_identity, cel_policy, constraints, controller_rules, controllers, policy_name,
+};
+use crate::decode::{decode, json_of};
 use crate::error::CompileError;
+use crate::forms::CompiledValidation;
 use crate::matching::{Constraints, Matcher, ResourceRule};
 use crate::policy::{Action, CompiledPolicy, CompiledRule, RuleBody, compile_cel_preconditions};
-use crate::validate::{CompiledValidation, compile_cel};
+use crate::validate::compile_cel;
 use serde_json::{Value, json};
 use verno_api::{Kind, cel};
-
-fn rules(rs: &[cel::ResourceRule]) -> Vec<ResourceRule> {
-    rs.iter()
-        .map(|r| ResourceRule {
-            api_groups: r.api_groups.clone(),
-            api_versions: r.api_versions.clone(),
-            resources: r.resources.clone(),
-            operations: r.operations.clone(),
-            resource_names: r.resource_names.clone(),
-        })
-        .collect()
-}
-
-/// A Kubernetes `MatchResources` as the matcher reads it (absent: matches nothing).
-pub(crate) fn constraints(mc: Option<&cel::MatchResources>) -> Constraints {
-    let Some(mc) = mc else {
-        return Constraints { rules: Vec::new(), exclude: Vec::new(), namespace_selector: None, object_selector: None };
-    };
-    Constraints {
-        rules: rules(&mc.resource_rules),
-        exclude: rules(&mc.exclude_resource_rules),
-        namespace_selector: mc.namespace_selector.clone(),
-        object_selector: mc.object_selector.clone(),
-    }
-}
-
-/// A CEL-kind document read into its serde type; a shape error names the field.
-pub(crate) fn decode<T: serde::de::DeserializeOwned>(doc: &Value) -> Result<T, CompileError> {
-    let kind = verno_api::Kind::of_document(doc);
-    crate::document::strict(doc, kind).map_err(|e| match e {
-        crate::document::DocumentError::Invalid(e) => e,
-        other => CompileError::new("spec", other.to_string()),
-    })
-}
-
-/// JSON of a typed part, for the compilers that take the policy's own shape.
-pub(crate) fn json_of<T: serde::Serialize>(v: &T) -> Value {
-    serde_json::to_value(v).unwrap_or(Value::Null)
-}
-
-/// The controllers autogen covers, or none when autogen does not apply or is turned off
-/// (`autogen.podControllers.controllers: []`). It applies as Kyverno's `CanAutoGen` says: the
-/// policy matches bare Pods and nothing else — one resource rule of group `""`, version `v1`,
-/// resource `pods`, no resource names, no excluded resources, no object selector. Anything
-/// wider (a second rule, `pods/ephemeralcontainers`, a wildcard group) is not rewritten for
-/// controllers: applying the Pod checks to a Deployment Kyverno never checks would deny it.
-pub(crate) fn controllers(autogen: Option<&Value>, c: &Constraints) -> Vec<&'static str> {
-    let only = |list: &[String], value: &str| matches!(list, [one] if one == value);
-    let selects = c.object_selector.as_ref().is_some_and(|s| {
-        s.match_labels.as_ref().is_some_and(|m| !m.is_empty())
-            || s.match_expressions.as_ref().is_some_and(|e| !e.is_empty())
-    });
-    let pods = match c.rules.as_slice() {
-        [r] => {
-            only(&r.api_groups, "")
-                && only(&r.api_versions, "v1")
-                && only(&r.resources, "pods")
-                && r.resource_names.is_empty()
-        }
-        _ => false,
-    } && c.exclude.is_empty()
-        && !selects;
-    if !pods {
-        return Vec::new();
-    }
-    match autogen.and_then(|a| a.pointer("/podControllers/controllers")).and_then(Value::as_array) {
-        Some(list) => {
-            let names: Vec<String> = list.iter().filter_map(Value::as_str).map(str::to_lowercase).collect();
-            ["deployments", "replicasets", "statefulsets", "daemonsets", "jobs", "cronjobs"]
-                .into_iter()
-                .filter(|c| names.iter().any(|n| n == c))
-                .collect()
-        }
-        None => vec!["deployments", "replicasets", "statefulsets", "daemonsets", "jobs", "cronjobs"],
-    }
-}
-
-pub(crate) fn controller_rules(ctrls: &[&str], cron: bool, base: &Constraints) -> Constraints {
-    let ops: Vec<String> = base
-        .rules
-        .iter()
-        .flat_map(|r| r.operations.clone())
-        .collect::<std::collections::BTreeSet<_>>()
-        .into_iter()
-        .collect();
-    let mk = |group: &str, version: &str, res: Vec<String>| ResourceRule {
-        api_groups: vec![group.into()],
-        api_versions: vec![version.into()],
-        resources: res,
-        operations: ops.clone(),
-        resource_names: Vec::new(),
-    };
-    let mut rules = Vec::new();
-    if cron {
-        rules.push(mk("batch", "v1", vec!["cronjobs".into()]));
-    } else {
-        let apps: Vec<String> =
-            ctrls.iter().filter(|c| **c != "jobs" && **c != "cronjobs").map(|c| c.to_string()).collect();
-        if !apps.is_empty() {
-            rules.push(mk("apps", "v1", apps));
-        }
-        if ctrls.contains(&"jobs") {
-            rules.push(mk("batch", "v1", vec!["jobs".into()]));
-        }
-    }
-    Constraints {
-        rules,
-        exclude: Vec::new(),
-        namespace_selector: base.namespace_selector.clone(),
-        object_selector: base.object_selector.clone(),
-    }
-}
 
 fn rule(
     name: &str,
@@ -147,55 +40,13 @@ fn rule(
             numbered_elements: false,
             check: match compile_cel(cel, "spec")? {
                 // An expression that cannot be evaluated is an `error` result here.
-                crate::validate::Check::Cel(mut c) => {
+                crate::forms::Check::Cel(mut c) => {
                     c.on_error = crate::outcome::Status::Error;
-                    crate::validate::Check::Cel(c)
+                    crate::forms::Check::Cel(c)
                 }
                 other => other,
             },
         })),
-    })
-}
-
-/// The policy's name; every kind needs one.
-pub(crate) fn policy_name(doc: &Value) -> Result<&str, CompileError> {
-    match doc.pointer("/metadata/name").and_then(Value::as_str) {
-        Some(n) if !n.is_empty() => Ok(n),
-        _ => Err(CompileError::new("metadata.name", "a policy needs a name")),
-    }
-}
-
-/// A CEL-kind policy (ValidatingPolicy, MutatingPolicy, the admission policies) as a
-/// [`CompiledPolicy`]: what differs per kind is passed in, the rest is the same for all.
-pub(crate) fn cel_policy(
-    doc: &Value,
-    kind: Kind,
-    action: Action,
-    emit_warning: bool,
-    background: bool,
-    rules: Vec<CompiledRule>,
-) -> Result<CompiledPolicy, CompileError> {
-    let name = policy_name(doc)?;
-    let namespace = doc.pointer("/metadata/namespace").and_then(Value::as_str).filter(|n| !n.is_empty());
-    Ok(CompiledPolicy {
-        name: name.to_string(),
-        // A namespaced kind without a namespace lives in `default`, as the API server puts it.
-        namespace: namespace.map(str::to_string).or_else(|| kind.is_namespaced().then(|| "default".to_string())),
-        kind,
-        action,
-        overrides: Vec::new(),
-        background,
-        admission: doc.pointer("/spec/evaluation/admission/enabled").and_then(Value::as_bool).unwrap_or(true),
-        apply_one: false,
-        scored: true,
-        emit_warning,
-        failure_policy_ignore: doc.pointer("/spec/failurePolicy").and_then(Value::as_str) == Some("Ignore"),
-        // The CEL kinds' matchConditions are compiled into their rules.
-        match_conditions: Vec::new(),
-        report_meta: crate::policy::ReportMeta::of(doc),
-        rules,
-        document: doc.clone(),
-        self_contained_memo: std::sync::OnceLock::new(),
     })
 }
 
@@ -267,14 +118,14 @@ pub fn compile_validating_policy(doc: &Value) -> Result<CompiledPolicy, CompileE
         };
         let audit_annotations = crate::policy::compile_audit_annotations(Some(&list), "spec")?;
         if let RuleBody::Validate(v) = &mut r.body
-            && let crate::validate::Check::Cel(c) = &mut v.check
+            && let crate::forms::Check::Cel(c) = &mut v.check
         {
-            c.kyverno = Some(Box::new(crate::validate::KyvernoCel { audit_annotations }));
+            c.kyverno = Some(Box::new(crate::forms::KyvernoCel { audit_annotations }));
         }
     }
     let background =
         spec.evaluation.as_ref().and_then(|e| e.background.as_ref()).and_then(|b| b.enabled).unwrap_or(true);
-    cel_policy(doc, kind, action, actions.iter().any(|a| a == "Warn"), background, rules_out)
+    cel_policy(doc, kind, Shape { action, emit_warning: actions.iter().any(|a| a == "Warn"), background }, rules_out)
 }
 
 /// What an Envoy-mode ValidatingPolicy is about: Envoy's external authorization
@@ -289,7 +140,7 @@ impl CompiledPolicy {
     pub fn authz_request(&self) -> Option<(&'static str, &'static str, &'static str)> {
         self.rules.iter().find_map(|r| match &r.body {
             RuleBody::Validate(v) => match &v.check {
-                crate::validate::Check::Cel(c) => {
+                crate::forms::Check::Cel(c) => {
                     c.authz.map(|a| if a.envoy { ENVOY_CHECK_REQUEST } else { HTTP_CHECK_REQUEST })
                 }
                 _ => None,
@@ -329,31 +180,11 @@ fn compile_authz_policy(
     r.autogen_of = None;
     let ignore = doc.pointer("/spec/failurePolicy").and_then(Value::as_str) == Some("Ignore");
     if let RuleBody::Validate(v) = &mut r.body
-        && let crate::validate::Check::Cel(c) = &mut v.check
+        && let crate::forms::Check::Cel(c) = &mut v.check
     {
-        c.authz = Some(crate::validate::Authz { envoy, ignore_errors: ignore });
+        c.authz = Some(crate::forms::Authz { envoy, ignore_errors: ignore });
     }
-    cel_policy(doc, kind, Action::Enforce, false, false, vec![r])
-}
-
-/// A Kubernetes admission policy's one rule as Kyverno reports it: named after the policy,
-/// its binding's name in the result's properties under `key` (`binding` for a
-/// ValidatingAdmissionPolicy, `mapBinding` for a MutatingAdmissionPolicy).
-pub(crate) fn admission_rule_identity(
-    r: &mut CompiledRule,
-    policy: &str,
-    key: &str,
-    binding: &cel::PolicyBinding,
-) -> Result<(), CompileError> {
-    r.name = policy.to_string();
-    r.autogen_of = None;
-    if !binding.metadata.name.is_empty() {
-        // An object name (a DNS subdomain) holds no `{{`: the template renders as itself.
-        let t = crate::template::Template::compile(&binding.metadata.name)
-            .map_err(|e| CompileError::new("binding.metadata.name", e))?;
-        r.report_properties.push((key.to_string(), t));
-    }
-    Ok(())
+    cel_policy(doc, kind, Shape { action: Action::Enforce, emit_warning: false, background: false }, vec![r])
 }
 
 /// Compiles a Kubernetes ValidatingAdmissionPolicy with its binding (the first one naming it):
@@ -378,11 +209,16 @@ pub fn compile_admission_policy(doc: &Value, binding: Option<&Value>) -> Result<
     admission_rule_identity(&mut r, policy_name(doc)?, "binding", &binding)?;
     if let (Some(pk), Some(pr)) = (&spec.param_kind, &bspec.param_ref)
         && let RuleBody::Validate(v) = &mut r.body
-        && let crate::validate::Check::Cel(c) = &mut v.check
+        && let crate::forms::Check::Cel(c) = &mut v.check
     {
         c.params = Some(crate::policy::ParamRef::from_binding(pk, pr));
     }
-    cel_policy(doc, Kind::ValidatingAdmissionPolicy, action, actions.iter().any(|a| a == "Warn"), true, vec![r])
+    cel_policy(
+        doc,
+        Kind::ValidatingAdmissionPolicy,
+        Shape { action, emit_warning: actions.iter().any(|a| a == "Warn"), background: true },
+        vec![r],
+    )
 }
 
 /// `status.autogen` of a ValidatingPolicy as Kyverno writes it: for the Pod controllers autogen
