@@ -286,21 +286,15 @@ fn evaluate_phase_with(
             note(&mut resp, explain, || NotApplied { rule: Some(index), reason: "excluded".into() });
             continue;
         }
-        let mut patched: Option<Value> = None;
-        let mut extra: Vec<RuleResponse> = Vec::new();
-        let r = evaluate_rule(
-            policy,
-            rule,
+        let out = RuleRun::new(policy, rule, req, data).evaluate(
             exceptions,
-            req,
             input,
             ctx,
-            data,
             current.as_ref().unwrap_or(req.object),
-            &mut patched,
-            (phase, &mut extra),
+            phase,
         );
-        resp.rules.extend(extra);
+        resp.rules.extend(out.before);
+        let (patched, r) = (out.patched, out.response);
         if let Some(v) = patched {
             // Permanent for this request: later rules and policies see the patched object.
             let _kept: Saved = ctx.set_path("request.object", v.clone());
@@ -323,41 +317,92 @@ fn evaluate_phase_with(
     resp
 }
 
-fn rule_type(rule: &CompiledRule) -> RuleType {
-    rule.rule_type()
+/// How a rule's evaluation ended before its body ran: with this answer, or (`None`) with no
+/// result at all.
+type Step<T> = Result<T, Option<RuleResponse>>;
+
+/// One rule of one request: what every step of its evaluation reads.
+struct RuleRun<'a> {
+    policy: &'a CompiledPolicy,
+    rule: &'a CompiledRule,
+    req: &'a Request<'a>,
+    data: &'a dyn Data,
+    rt: RuleType,
+    /// The rule the values given for it are keyed by (an autogen rule's original).
+    origin: &'a str,
+    /// The context keys the caller's values set (a `--values` file, the test's).
+    provided: Vec<String>,
 }
 
-#[allow(clippy::too_many_arguments)]
-fn evaluate_rule(
-    policy: &CompiledPolicy,
-    rule: &CompiledRule,
-    exceptions: &[CompiledException],
-    req: &Request,
-    input: &MatchInput,
-    ctx: &mut Context,
-    data: &dyn Data,
-    object: &Value,
-    patched: &mut Option<Value>,
-    (phase, extra): (Phase, &mut Vec<RuleResponse>),
-) -> Option<RuleResponse> {
-    let rt = rule_type(rule);
-    let origin = rule.autogen_of.as_deref().unwrap_or(&rule.name);
-    let mut saved = Saved::default();
-    let mut provided: Vec<String> = Vec::new();
-    for (k, v) in data.rule_values(&policy.name, origin) {
-        saved.absorb(ctx.set_path(&k, v));
-        provided.push(k);
+/// What one rule made of the request.
+struct RuleOutcome {
+    /// The rule's response (`None`: it gave none).
+    response: Option<RuleResponse>,
+    /// The resource as the rule left it, when it changed it.
+    patched: Option<Value>,
+    /// Responses that go before the rule's own (verifyImages' per image).
+    before: Vec<RuleResponse>,
+}
+
+impl<'a> RuleRun<'a> {
+    fn new(policy: &'a CompiledPolicy, rule: &'a CompiledRule, req: &'a Request<'a>, data: &'a dyn Data) -> Self {
+        let origin = rule.autogen_of.as_deref().unwrap_or(&rule.name);
+        RuleRun { policy, rule, req, data, rt: rule.rule_type(), origin, provided: Vec::new() }
     }
-    // `reportProperties` are rendered once the context is loaded and the preconditions hold;
-    // responses before that carry them as written (as Kyverno's do).
-    let mut properties: Option<Vec<(String, String)>> = None;
-    let result = (|| {
-        load_context(&rule.context, ctx, data, &provided, policy.confined_to(), &mut saved);
+
+    /// Evaluates the rule, which matched: context, exceptions, preconditions, then its body.
+    /// `object`: the resource as this policy's earlier rules left it.
+    fn evaluate(
+        mut self,
+        exceptions: &[CompiledException],
+        input: &MatchInput,
+        ctx: &mut Context,
+        object: &Value,
+        phase: Phase,
+    ) -> RuleOutcome {
+        let mut saved = Saved::default();
+        for (k, v) in self.data.rule_values(&self.policy.name, self.origin) {
+            saved.absorb(ctx.set_path(&k, v));
+            self.provided.push(k);
+        }
+        let mut out = RuleOutcome { response: None, patched: None, before: Vec::new() };
+        // `reportProperties` are rendered once the context is loaded and the preconditions
+        // hold; responses before that carry them as written (as Kyverno's do).
+        let mut properties: Option<Vec<(String, String)>> = None;
+        let steps = (|| -> Step<Option<RuleResponse>> {
+            let applying = self.enter(exceptions, input, ctx, &mut saved)?;
+            properties = self.properties(ctx);
+            self.excepted(&applying)?;
+            Ok(self.body(phase, object, ctx, &mut saved, &mut out.patched, &mut out.before))
+        })();
+        ctx.restore(saved);
+        let (Ok(r) | Err(r)) = steps;
+        out.response = r.map(|r| self.with_properties(r, properties));
+        out
+    }
+}
+
+impl RuleRun<'_> {
+    fn answer(&self, status: Status, message: impl Into<String>) -> RuleResponse {
+        RuleResponse::new(&self.rule.name, self.rt, status, message)
+    }
+
+    /// Loads the rule's context and checks its preconditions; gives the exceptions that name
+    /// and match the rule (those that only offer allowed images or values are set in the
+    /// context for the policy to read instead, as Kyverno's CEL engines do).
+    fn enter<'e>(
+        &self,
+        exceptions: &'e [CompiledException],
+        input: &MatchInput,
+        ctx: &mut Context,
+        saved: &mut Saved,
+    ) -> Step<Vec<&'e CompiledException>> {
+        let (policy, rule, data) = (self.policy, self.rule, self.data);
+        load_context(&rule.context, ctx, data, &self.provided, policy.confined_to(), saved);
         let mut applying: Vec<&CompiledException> =
             exceptions.iter().filter(|e| exception_applies(e, policy, &rule.name, input, ctx, data)).collect();
-        // CEL exceptions that only offer allowed images or values do not exempt: the policy runs
-        // and reads them as `exceptions.allowedImages` / `exceptions.allowedValues` (unless
-        // another matching exception exempts it outright), as Kyverno's CEL engines do.
+        // Unless another matching exception exempts the rule outright, it runs and reads them
+        // as `exceptions.allowedImages` / `exceptions.allowedValues`.
         if !applying.is_empty() && applying.iter().all(|e| !e.exempts()) {
             let images: Vec<&String> = applying.iter().flat_map(|e| &e.allowed_images).collect();
             let values: Vec<&String> = applying.iter().flat_map(|e| &e.allowed_values).collect();
@@ -365,166 +410,164 @@ fn evaluate_rule(
                 .absorb(ctx.set(EXCEPTIONS_KEY, serde_json::json!({"allowedImages": images, "allowedValues": values})));
             applying.clear();
         }
-        if !rule.cel_preconditions.is_empty() {
-            // Match conditions may read params and the policy's variables.
-            let vars = match rule_cel_vars(rule, ctx, data) {
-                Ok(v) => v,
-                Err(e) => return Some(RuleResponse::new(&rule.name, rt, Status::Error, e)),
-            };
-            // As Kubernetes evaluates matchConditions: a condition that is false decides, even
-            // after one that failed; an error counts only when none is false.
-            let mut failed = None;
-            for (name, e) in &rule.cel_preconditions {
-                match e.eval_bool(&vars) {
-                    Ok(true) => {}
-                    Ok(false) => {
-                        return Some(RuleResponse::new(
-                            &rule.name,
-                            rt,
-                            Status::Skip,
-                            format!("cel preconditions not met: {name}"),
-                        ));
-                    }
-                    Err(err) => {
-                        failed.get_or_insert((name, err));
-                    }
-                }
-            }
-            match failed {
-                None => {}
-                // The CEL kinds' matchConditions are the API server's: with failurePolicy
-                // Ignore an error there means the webhook is not called at all.
-                Some(_)
-                    if policy.failure_policy_ignore
-                        && !matches!(policy.kind, crate::Kind::ClusterPolicy | crate::Kind::Policy) =>
-                {
-                    return None;
-                }
-                Some((name, err)) => {
-                    return Some(RuleResponse::new(
-                        &rule.name,
-                        rt,
-                        Status::Error,
-                        format!("failed to evaluate cel preconditions: {name}: {err}"),
-                    ));
+        self.cel_preconditions(ctx)?;
+        self.preconditions(ctx)?;
+        Ok(applying)
+    }
+
+    /// `celPreconditions` / the CEL kinds' `matchConditions`, as Kubernetes evaluates them: a
+    /// condition that is false decides, even after one that failed; an error counts only when
+    /// none is false.
+    fn cel_preconditions(&self, ctx: &Context) -> Step<()> {
+        let rule = self.rule;
+        if rule.cel_preconditions.is_empty() {
+            return Ok(());
+        }
+        // Match conditions may read params and the policy's variables.
+        let vars = rule_cel_vars(rule, ctx, self.data).map_err(|e| Some(self.answer(Status::Error, e)))?;
+        let mut failed = None;
+        for (name, e) in &rule.cel_preconditions {
+            match e.eval_bool(&vars) {
+                Ok(true) => {}
+                Ok(false) => return Err(Some(self.answer(Status::Skip, format!("cel preconditions not met: {name}")))),
+                Err(err) => {
+                    failed.get_or_insert((name, err));
                 }
             }
         }
-        if let Some(pre) = &rule.preconditions {
-            match pre.evaluate(ctx) {
-                Err(e) => {
-                    return Some(RuleResponse::new(
-                        &rule.name,
-                        rt,
-                        Status::Error,
-                        format!("failed to evaluate preconditions: {e}"),
-                    ));
-                }
-                Ok((false, msg)) => {
-                    let m = if msg.is_empty() {
-                        "preconditions not met".to_string()
-                    } else {
-                        format!("preconditions not met; {msg}")
+        match failed {
+            None => Ok(()),
+            // The CEL kinds' matchConditions are the API server's: with failurePolicy Ignore
+            // an error there means the webhook is not called at all.
+            Some(_)
+                if self.policy.failure_policy_ignore
+                    && !matches!(self.policy.kind, crate::Kind::ClusterPolicy | crate::Kind::Policy) =>
+            {
+                Err(None)
+            }
+            Some((name, err)) => {
+                Err(Some(self.answer(Status::Error, format!("failed to evaluate cel preconditions: {name}: {err}"))))
+            }
+        }
+    }
+
+    /// The rule's JMESPath `preconditions`.
+    fn preconditions(&self, ctx: &Context) -> Step<()> {
+        let Some(pre) = &self.rule.preconditions else { return Ok(()) };
+        match pre.evaluate(ctx) {
+            Err(e) => Err(Some(self.answer(Status::Error, format!("failed to evaluate preconditions: {e}")))),
+            Ok((false, msg)) => {
+                let m = if msg.is_empty() {
+                    "preconditions not met".to_string()
+                } else {
+                    format!("preconditions not met; {msg}")
+                };
+                Err(Some(self.answer(Status::Skip, m)))
+            }
+            Ok((true, _)) => Ok(()),
+        }
+    }
+
+    /// `reportProperties`, rendered (a value that does not render is kept as written).
+    fn properties(&self, ctx: &Context) -> Option<Vec<(String, String)>> {
+        let props = &self.rule.report_properties;
+        (!props.is_empty()).then(|| {
+            props
+                .iter()
+                .map(|(k, t)| {
+                    let v = match t.render(ctx, "") {
+                        Ok(Value::String(s)) => s,
+                        Ok(other) => other.to_string(),
+                        Err(_) => t.source().to_string(),
                     };
-                    return Some(RuleResponse::new(&rule.name, rt, Status::Skip, m));
-                }
-                Ok((true, _)) => {}
-            }
-        }
-        if !rule.report_properties.is_empty() {
-            properties = Some(
-                rule.report_properties
-                    .iter()
-                    .map(|(k, t)| {
-                        let v = match t.render(ctx, "") {
-                            Ok(Value::String(s)) => s,
-                            Ok(other) => other.to_string(),
-                            Err(_) => t.source().to_string(),
-                        };
-                        (k.clone(), v)
-                    })
-                    .collect(),
-            );
+                    (k.clone(), v)
+                })
+                .collect()
+        })
+    }
+
+    /// What the exceptions that apply decide: a Pod Security rule has the controls they name
+    /// waived; any other rule is skipped (or, in the CEL kinds, passed when the exception says
+    /// `reportResult: pass`).
+    fn excepted(&self, applying: &[&CompiledException]) -> Step<()> {
+        if applying.is_empty() {
+            return Ok(());
         }
         let hits: Vec<String> = applying.iter().map(|e| e.key.clone()).collect();
         // A podSecurity rule whose matching exceptions all name podSecurity controls is still
         // evaluated; the exceptions waive those controls (Kyverno's validate_pss handler).
-        let pss_waivers = match &rule.body {
-            RuleBody::Validate(v) if !applying.is_empty() && applying.iter().all(|e| !e.pod_security.is_empty()) => {
-                match &v.check {
-                    crate::forms::Check::PodSecurity(pss) => Some(pss),
-                    _ => None,
-                }
-            }
-            _ => None,
-        };
-        if let Some(pss) = pss_waivers {
-            if req.is_delete() {
-                return None;
-            }
-            let target = req.subject();
-            let own = pss.violations(target);
-            if own.is_empty() {
-                return Some(RuleResponse::new(
-                    &rule.name,
-                    rt,
-                    Status::Pass,
-                    format!("Validation rule '{}' passed.", rule.name),
-                ));
-            }
-            let mut waived = pss.clone();
-            waived.exclude.extend(applying.iter().flat_map(|e| e.pod_security.iter().cloned()));
-            let left = waived.violations(target);
-            if left.is_empty() {
-                let mut r = RuleResponse::new(
-                    &rule.name,
-                    rt,
-                    Status::Skip,
-                    format!("rule is skipped due to policy exceptions {}", hits.join(", ")),
-                );
-                r.extra_mut().exceptions = hits;
-                return Some(r);
-            }
-            return Some(RuleResponse::new(&rule.name, rt, Status::Fail, waived.message(&rule.name, &left)));
+        if let RuleBody::Validate(v) = &self.rule.body
+            && let Check::PodSecurity(pss) = &v.check
+            && applying.iter().all(|e| !e.pod_security.is_empty())
+        {
+            return Err(self.waive_controls(pss, applying, hits));
         }
-        if !hits.is_empty() {
-            let cel_kind = !matches!(policy.kind, crate::Kind::ClusterPolicy | crate::Kind::Policy);
-            let mut r = if cel_kind {
-                // Kyverno's CEL engines: the exception with the highest priority (the first
-                // among equals) decides between skip and its `reportResult: pass`.
-                let top = applying.iter().fold(None::<&&CompiledException>, |best, e| match best {
-                    Some(b) if b.priority >= e.priority => Some(b),
-                    _ => Some(e),
-                });
-                let (status, word) = if top.is_some_and(|e| e.report_pass) {
-                    (Status::Pass, "passed")
-                } else {
-                    (Status::Skip, "skipped")
-                };
-                // Kyverno's CEL engines name such a result `exception`.
-                RuleResponse::new(
-                    EXCEPTION_RULE,
-                    rt,
-                    status,
-                    format!("rule is {word} due to policy exception: {}", hits.join(", ")),
-                )
-            } else {
-                RuleResponse::new(
-                    &rule.name,
-                    rt,
-                    Status::Skip,
-                    format!("rule is skipped due to policy exceptions{}", hits.join(", ")),
-                )
-            };
+        let mut r = if !matches!(self.policy.kind, crate::Kind::ClusterPolicy | crate::Kind::Policy) {
+            // Kyverno's CEL engines: the exception with the highest priority (the first among
+            // equals) decides between skip and its `reportResult: pass`.
+            let top = applying.iter().fold(None::<&&CompiledException>, |best, e| match best {
+                Some(b) if b.priority >= e.priority => Some(b),
+                _ => Some(e),
+            });
+            let (status, word) =
+                if top.is_some_and(|e| e.report_pass) { (Status::Pass, "passed") } else { (Status::Skip, "skipped") };
+            // Kyverno's CEL engines name such a result `exception`.
+            RuleResponse::new(
+                EXCEPTION_RULE,
+                self.rt,
+                status,
+                format!("rule is {word} due to policy exception: {}", hits.join(", ")),
+            )
+        } else {
+            self.answer(Status::Skip, format!("rule is skipped due to policy exceptions{}", hits.join(", ")))
+        };
+        r.extra_mut().exceptions = hits;
+        Err(Some(r))
+    }
+
+    /// A Pod Security rule with the controls its exceptions name waived.
+    fn waive_controls(
+        &self,
+        pss: &crate::pss::PodSecurityCheck,
+        applying: &[&CompiledException],
+        hits: Vec<String>,
+    ) -> Option<RuleResponse> {
+        if self.req.is_delete() {
+            return None;
+        }
+        let target = self.req.subject();
+        if pss.violations(target).is_empty() {
+            return Some(self.answer(Status::Pass, format!("Validation rule '{}' passed.", self.rule.name)));
+        }
+        let mut waived = pss.clone();
+        waived.exclude.extend(applying.iter().flat_map(|e| e.pod_security.iter().cloned()));
+        let left = waived.violations(target);
+        if left.is_empty() {
+            let mut r =
+                self.answer(Status::Skip, format!("rule is skipped due to policy exceptions {}", hits.join(", ")));
             r.extra_mut().exceptions = hits;
             return Some(r);
         }
+        Some(self.answer(Status::Fail, waived.message(&self.rule.name, &left)))
+    }
+
+    /// The rule's body, by kind and phase.
+    fn body(
+        &self,
+        phase: Phase,
+        object: &Value,
+        ctx: &mut Context,
+        saved: &mut Saved,
+        patched: &mut Option<Value>,
+        extra: &mut Vec<RuleResponse>,
+    ) -> Option<RuleResponse> {
+        let (policy, rule, req, data) = (self.policy, self.rule, self.req, self.data);
         match &rule.body {
-            RuleBody::Unsupported { what, .. } => Some(RuleResponse::new(&rule.name, rt, Status::Error, *what)),
+            RuleBody::Unsupported { what, .. } => Some(self.answer(Status::Error, *what)),
             // A verifyImages rule answers once per image in the verify phase (the last
             // response is the rule's, the others go before it) and once in the validate phase.
             RuleBody::Validate(v) if phase == Phase::PinDigests => {
-                let crate::forms::Check::Cel(c) = &v.check else { return None };
+                let Check::Cel(c) = &v.check else { return None };
                 let img = c.image.as_ref()?;
                 let (r, p) = img.pin_digests(&rule.name, object, data);
                 *patched = p;
@@ -539,110 +582,125 @@ fn evaluate_rule(
                 last
             }
             RuleBody::VerifyImages(v) => v.validate(&rule.name, policy, req, object),
-            RuleBody::Cleanup(c) => Some(c.decide(&rule.name, req.subject(), ctx, data, &mut saved)),
-            RuleBody::Mutate(m) if m.cel.is_some() => {
-                let c = m.cel.as_deref()?;
-                // The variables are evaluated by `mpol::run`, against each mutation's object.
-                let mut vars = match cel_env(ctx, data, c.params.as_ref(), &[]) {
-                    Ok(v) => v,
-                    Err(e) => return Some(RuleResponse::new(&rule.name, rt, Status::Error, e)),
-                };
-                let base = (req.existing && c.targets.is_some()).then(|| {
-                    let mut v = vars.clone();
-                    // Kyverno selects the targets with the trigger as `object` and no
-                    // `oldObject`: on a DELETE, the deleted object.
-                    if let (true, Some(old)) = (req.is_delete(), req.old_object) {
-                        v.set("object", old);
-                        v.set("oldObject", &Value::Null);
+            RuleBody::Cleanup(c) => Some(c.decide(&rule.name, req.subject(), ctx, data, saved)),
+            RuleBody::Mutate(m) => match m.cel.as_deref() {
+                Some(c) => Some(self.cel_mutation(c, object, ctx, patched)),
+                None => {
+                    let mu = crate::mutate::Mutator { rule: &rule.name, data, policy, provided: &self.provided };
+                    if !m.targets.is_empty() {
+                        // Existing objects are patched by the background controller and the
+                        // CLI, never while a webhook waits.
+                        return req.existing.then(|| mu.run_targets(m, ctx));
                     }
-                    for (name, e) in &c.variables {
-                        let _ = e.eval_into_variable(name, &mut v);
-                    }
-                    v
-                });
-                // A CEL mutation that applies passes, whether or not it changed anything.
-                let mut r = match crate::mpol::run(c, object, &mut vars) {
-                    // Kyverno's MutatingPolicy engine says `success` whether or not the object
-                    // changed, with the audit annotations (of the mutated object) as properties.
-                    Ok(v) => {
-                        if !c.audit_annotations.is_empty() {
-                            vars.set("object", v.as_ref().unwrap_or(object));
-                        }
-                        match crate::policy::audit_annotation_values(&c.audit_annotations, &vars) {
-                            Ok(props) => {
-                                *patched = v;
-                                let mut r = RuleResponse::new(&rule.name, rt, Status::Pass, "success");
-                                if !props.is_empty() {
-                                    r.extra_mut().properties = props;
-                                }
-                                r
-                            }
-                            Err(e) => RuleResponse::new(&rule.name, rt, Status::Error, e),
-                        }
-                    }
-                    Err(e) => RuleResponse::new(&rule.name, rt, Status::Error, e),
-                };
-                if let (Some(t), Some(base)) = (c.targets.as_deref(), base) {
-                    match crate::mpol::run_targets(c, t, &base, data) {
-                        Ok(targets) => r.extra_mut().patched_targets = targets,
-                        Err(e) => return Some(RuleResponse::new(&rule.name, rt, Status::Error, e)),
-                    }
+                    let (r, v) = mu.run(&m.patches, &m.foreach, object, ctx);
+                    *patched = v;
+                    Some(r)
                 }
-                Some(r)
-            }
-            RuleBody::Mutate(m) => {
-                let mu = crate::mutate::Mutator { rule: &rule.name, data, policy, provided: &provided };
-                if !m.targets.is_empty() {
-                    // Existing objects are patched by the background controller and the CLI,
-                    // never while a webhook waits.
-                    return req.existing.then(|| mu.run_targets(m, ctx));
-                }
-                let (r, v) = mu.run(&m.patches, &m.foreach, object, ctx);
-                *patched = v;
-                Some(r)
-            }
+            },
             RuleBody::Generate(g) => match g.cel.as_deref() {
                 Some(c) => Some(crate::gpol::generate(g, c, policy, object, ctx, data)),
-                None => Some(crate::generate::generate(g, policy, &rule.name, object, ctx, data, &provided)),
+                None => Some(crate::generate::generate(g, policy, &rule.name, object, ctx, data, &self.provided)),
             },
-            RuleBody::Validate(v) => {
-                // Only a foreach reads them (the call and the empty map's drop showed per rule).
-                static NO_VALUES: BTreeMap<String, Vec<Value>> = BTreeMap::new();
-                let fetched;
-                let foreach_values = match v.check {
-                    crate::forms::Check::Foreach(_) => {
-                        fetched = data.foreach_values(&policy.name, origin);
-                        &fetched
+            RuleBody::Validate(v) => self.validate(v, ctx),
+        }
+    }
+
+    /// A MutatingPolicy's / MutatingAdmissionPolicy's mutations (and, for mutate-existing,
+    /// its targets). A CEL mutation that applies passes, whether or not it changed anything.
+    fn cel_mutation(
+        &self,
+        c: &crate::forms::CompiledCelMutation,
+        object: &Value,
+        ctx: &Context,
+        patched: &mut Option<Value>,
+    ) -> RuleResponse {
+        let (req, data) = (self.req, self.data);
+        // The variables are evaluated by `mpol::run`, against each mutation's object.
+        let mut vars = match cel_env(ctx, data, c.params.as_ref(), &[]) {
+            Ok(v) => v,
+            Err(e) => return self.answer(Status::Error, e),
+        };
+        let base = (req.existing && c.targets.is_some()).then(|| {
+            let mut v = vars.clone();
+            // Kyverno selects the targets with the trigger as `object` and no `oldObject`: on a
+            // DELETE, the deleted object.
+            if let (true, Some(old)) = (req.is_delete(), req.old_object) {
+                v.set("object", old);
+                v.set("oldObject", &Value::Null);
+            }
+            for (name, e) in &c.variables {
+                let _ = e.eval_into_variable(name, &mut v);
+            }
+            v
+        });
+        let mut r = match crate::mpol::run(c, object, &mut vars) {
+            // Kyverno's MutatingPolicy engine says `success` whether or not the object changed,
+            // with the audit annotations (of the mutated object) as properties.
+            Ok(v) => {
+                if !c.audit_annotations.is_empty() {
+                    vars.set("object", v.as_ref().unwrap_or(object));
+                }
+                match crate::policy::audit_annotation_values(&c.audit_annotations, &vars) {
+                    Ok(props) => {
+                        *patched = v;
+                        let mut r = self.answer(Status::Pass, "success");
+                        if !props.is_empty() {
+                            r.extra_mut().properties = props;
+                        }
+                        r
                     }
-                    _ => &NO_VALUES,
-                };
-                let mut vc = ValidateCtx {
-                    rule: &rule.name,
-                    v,
-                    foreach_values,
-                    data,
-                    policy,
-                    provided: &provided,
-                    subject: req.subject(),
-                };
-                vc.validate(&v.check, req.subject(), ctx, 0, req.is_delete())
+                    Err(e) => self.answer(Status::Error, e),
+                }
+            }
+            Err(e) => self.answer(Status::Error, e),
+        };
+        if let (Some(t), Some(base)) = (c.targets.as_deref(), base) {
+            match crate::mpol::run_targets(c, t, &base, data) {
+                Ok(targets) => r.extra_mut().patched_targets = targets,
+                Err(e) => return self.answer(Status::Error, e),
             }
         }
-    })();
-    ctx.restore(saved);
-    result.map(|mut r| {
-        if !rule.report_properties.is_empty() {
-            // The rule's own first; what the check adds (Pod Security controls) wins.
-            let mut all = properties.unwrap_or_else(|| {
-                rule.report_properties.iter().map(|(k, t)| (k.clone(), t.source().to_string())).collect()
-            });
+        r
+    }
+
+    fn validate(&self, v: &crate::forms::CompiledValidation, ctx: &mut Context) -> Option<RuleResponse> {
+        // Only a foreach reads them (the call and the empty map's drop showed per rule).
+        static NO_VALUES: BTreeMap<String, Vec<Value>> = BTreeMap::new();
+        let fetched;
+        let foreach_values = match v.check {
+            Check::Foreach(_) => {
+                fetched = self.data.foreach_values(&self.policy.name, self.origin);
+                &fetched
+            }
+            _ => &NO_VALUES,
+        };
+        let subject = self.req.subject();
+        let mut vc = ValidateCtx {
+            rule: &self.rule.name,
+            v,
+            foreach_values,
+            data: self.data,
+            policy: self.policy,
+            provided: &self.provided,
+            subject,
+        };
+        vc.validate(&v.check, subject, ctx, 0, self.req.is_delete())
+    }
+
+    /// `reportProperties` on the rule's response: the rule's own first; what the check adds
+    /// (Pod Security controls) wins.
+    fn with_properties(&self, mut r: RuleResponse, rendered: Option<Vec<(String, String)>>) -> RuleResponse {
+        let props = &self.rule.report_properties;
+        if !props.is_empty() {
+            let mut all =
+                rendered.unwrap_or_else(|| props.iter().map(|(k, t)| (k.clone(), t.source().to_string())).collect());
             let own = &mut r.extra_mut().properties;
             all.retain(|(k, _)| !own.iter().any(|(q, _)| q == k));
             all.append(own);
             *own = all;
         }
         r
-    })
+    }
 }
 
 fn exception_applies(

@@ -371,9 +371,9 @@ pub(crate) fn compile_generation(g: &verno_api::Generation, path: &str) -> Resul
 
 #[cfg(test)]
 mod tests {
+    use crate::clusterpolicy::compile_policy;
     use crate::context::build_context;
     use crate::evaluate::evaluate_policy;
-    use crate::clusterpolicy::compile_policy;
     use crate::{NoData, Request, Status};
     use serde_json::{Value, json};
 

@@ -661,9 +661,9 @@ mod tests {
 
 #[cfg(test)]
 mod rule_tests {
+    use crate::clusterpolicy::compile_policy;
     use crate::context::build_context;
     use crate::evaluate::evaluate_policy;
-    use crate::clusterpolicy::compile_policy;
     use crate::{NoData, Request, Status};
     use serde_json::{Value, json};
 
