@@ -234,170 +234,207 @@ fn load_entry(
     data: &dyn Data,
     confined_to: Option<&str>,
 ) -> Result<Option<Value>, String> {
-    {
-        let value: Option<Value> = match &entry.source {
-            ContextSource::Variable { value, jmes_path, default } => {
-                let base: Result<Option<Value>, String> = match value {
-                    Some(v) => {
-                        let rendered = v.render(ctx, "").map_err(|e| e.to_string());
-                        match (rendered, jmes_path) {
-                            (Ok(r), Some(jp)) => {
-                                let e = render_jmes(jp, ctx, false, &entry.name)?;
-                                e.search(r.as_ref(), ctx.env()).map(|x| Some(x.into_owned())).map_err(|e| e.to_string())
-                            }
-                            (Ok(r), None) => Ok(Some(r.into_owned())),
-                            (Err(e), _) => Err(e),
-                        }
-                    }
-                    None => match jmes_path {
-                        Some(jp) => {
-                            let e = render_jmes(jp, ctx, ctx.is_delete(), &entry.name)?;
-                            ctx.query(&e).map(Some).map_err(|e| e.to_string())
-                        }
-                        None => Ok(None),
-                    },
-                };
-
-                match base {
-                    Ok(Some(v)) if !v.is_null() => Some(v),
-                    other => match default {
-                        Some(d) => Some(d.render(ctx, "").map_err(|e| e.to_string())?.into_owned()),
-                        None => {
-                            other?;
-                            return Err(format!(
-                                "failed to add context entry for variable {} since it evaluated to nil",
-                                entry.name
-                            ));
-                        }
-                    },
+    let name = &entry.name;
+    match &entry.source {
+        ContextSource::Variable { value, jmes_path, default } => {
+            load_variable(name, value.as_ref(), jmes_path.as_ref(), default.as_ref(), ctx)
+        }
+        ContextSource::ConfigMap { name: cm, namespace } => {
+            load_config_map(name, cm, namespace.as_ref(), ctx, data, confined_to)
+        }
+        ContextSource::ApiCall { .. } => load_api_call(entry, ctx, data, confined_to),
+        ContextSource::GlobalReference { name: global, jmes_path } => match data.global_reference(global) {
+            Loaded::Value(v) => match jmes_path {
+                Some(jp) => {
+                    let e = render_jmes(jp, ctx, false, name)?;
+                    Ok(Some(e.search(&v, ctx.env()).map(Cow::into_owned).map_err(|e| e.to_string())?))
                 }
-            }
-            ContextSource::ConfigMap { name, namespace } => {
-                let n = name.render(ctx, "").map_err(|e| e.to_string())?;
-                let ns = match namespace {
-                    Some(ns) => ns.render(ctx, "").map_err(|e| e.to_string())?.as_str().unwrap_or("").to_string(),
-                    None => confined_to.unwrap_or("default").to_string(),
-                };
-                let ns = if ns.is_empty() { "default".to_string() } else { ns };
-                // A namespaced policy reads only its own namespace (Kyverno's words).
-                if let Some(own) = confined_to
-                    && own != ns
-                {
-                    return Err(format!(
-                        "context entry {}: configMap namespace {ns:?} is different from policy namespace {own:?}",
-                        entry.name
-                    ));
-                }
-                match data.config_map(&ns, n.as_str().unwrap_or("")) {
-                    Loaded::Value(v) => Some(v),
-                    Loaded::Unavailable => None,
-                    Loaded::Error(e) => {
-                        return Err(format!("failed to get configmap {ns}/{}: {e}", n.as_str().unwrap_or("")));
-                    }
-                }
-            }
-            ContextSource::ApiCall { url_path, method, data: body, service, jmes_path, default } => {
-                let url = match url_path.as_ref().or(service.as_ref().map(|s| &s.url)) {
-                    Some(u) => u.render(ctx, "").map_err(|e| e.to_string())?.as_str().unwrap_or("").to_string(),
-                    None => String::new(),
-                };
-                // A Kubernetes API path is sent cleaned (as Kubernetes' REST client sends it),
-                // and a namespaced policy's must address its own namespace; the check comes
-                // before `default`, which does not cover a refused path.
-                let own = confined_to;
-                let url = if url_path.is_some() && (url.starts_with('/') || own.is_some()) {
-                    crate::confine::api_path(&url, own)?
-                } else {
-                    url
-                };
-                // `data` is a list of key/value pairs; the request body is the object they make.
-                let body = match body {
-                    Some(b) => Some(request_body(b.render(ctx, "").map_err(|e| e.to_string())?.into_owned())),
-                    None => None,
-                };
-                let answer = if let (None, Some(svc)) = (url_path, service) {
-                    let headers: Vec<(String, String)> = match &svc.headers {
-                        Some(h) => h
-                            .render(ctx, "")
-                            .map_err(|e| e.to_string())?
-                            .as_array()
-                            .into_iter()
-                            .flatten()
-                            .filter_map(|h| {
-                                let value = match h.get("value")? {
-                                    Value::String(s) => s.clone(),
-                                    other => other.to_string(),
-                                };
-                                Some((h.get("key")?.as_str()?.to_string(), value))
-                            })
-                            .collect(),
-                        None => Vec::new(),
-                    };
-                    let service = crate::ports::Service { ca_bundle: &svc.ca_bundle, headers: &headers };
-                    data.service_call(method, &url, body.as_ref(), &service)
-                } else {
-                    data.api_call(method, &url, body.as_ref())
-                };
-                match answer {
-                    Loaded::Value(v) => {
-                        let out = match jmes_path {
-                            Some(jp) => {
-                                let e = render_jmes(jp, ctx, false, &entry.name)?;
-                                e.search(&v, ctx.env()).map(Cow::into_owned).map_err(|e| e.to_string())
-                            }
-                            None => Ok(v),
-                        };
-                        match (out, default) {
-                            (Ok(v), _) => Some(v),
-                            (Err(_), Some(d)) => Some(d.render(ctx, "").map_err(|e| e.to_string())?.into_owned()),
-                            (Err(e), None) => return Err(e),
-                        }
-                    }
-                    Loaded::Unavailable => None,
-                    Loaded::Error(e) => match default {
-                        Some(d) => Some(d.render(ctx, "").map_err(|e| e.to_string())?.into_owned()),
-                        None => return Err(e),
-                    },
-                }
-            }
-            ContextSource::GlobalReference { name, jmes_path } => match data.global_reference(name) {
-                Loaded::Value(v) => match jmes_path {
-                    Some(jp) => {
-                        let e = render_jmes(jp, ctx, false, &entry.name)?;
-                        Some(e.search(&v, ctx.env()).map(Cow::into_owned).map_err(|e| e.to_string())?)
-                    }
-                    None => Some(v),
-                },
-                Loaded::Unavailable => None,
-                Loaded::Error(e) => return Err(e),
+                None => Ok(Some(v)),
             },
-            ContextSource::ImageRegistry { reference, jmes_path, credentials } => {
-                let rendered = reference.render(ctx, "").map_err(|e| e.to_string())?;
-                let Some(image) = rendered.as_str() else {
-                    return Err(format!("invalid image reference {rendered}, image reference must be a string"));
-                };
-                let found = match data.image_data(image, credentials.as_ref()) {
-                    Loaded::Value(v) => v,
-                    // No registry access here: the entry stays unset (Kyverno's disabled loader).
-                    Loaded::Unavailable => return Ok(None),
-                    Loaded::Error(e) => return Err(format!("failed to fetch image descriptor: {image}, error: {e}")),
-                };
-                match jmes_path {
-                    Some(jp) => {
-                        let e = render_jmes(jp, ctx, false, &entry.name)?;
-                        Some(e.search(&found, ctx.env()).map(Cow::into_owned).map_err(|err| {
-                            format!(
-                                "failed to apply JMESPath ({}) results to context entry {}, error: {err}",
-                                e.source(),
-                                entry.name
-                            )
-                        })?)
-                    }
-                    None => Some(found),
+            Loaded::Unavailable => Ok(None),
+            Loaded::Error(e) => Err(e),
+        },
+        ContextSource::ImageRegistry { reference, jmes_path, credentials } => {
+            load_image(name, reference, jmes_path.as_ref(), credentials.as_ref(), ctx, data)
+        }
+    }
+}
+
+/// A `variable` entry: `value` (rendered), then `jmesPath` over it (or over the context when
+/// there is no value); `default` when that gives nothing or null.
+fn load_variable(
+    name: &str,
+    value: Option<&TValue>,
+    jmes_path: Option<&JmesField>,
+    default: Option<&TValue>,
+    ctx: &Context,
+) -> Result<Option<Value>, String> {
+    let base: Result<Option<Value>, String> = match value {
+        Some(v) => {
+            let rendered = v.render(ctx, "").map_err(|e| e.to_string());
+            match (rendered, jmes_path) {
+                (Ok(r), Some(jp)) => {
+                    let e = render_jmes(jp, ctx, false, name)?;
+                    e.search(r.as_ref(), ctx.env()).map(|x| Some(x.into_owned())).map_err(|e| e.to_string())
                 }
+                (Ok(r), None) => Ok(Some(r.into_owned())),
+                (Err(e), _) => Err(e),
             }
-        };
-        Ok(value)
+        }
+        None => match jmes_path {
+            Some(jp) => {
+                let e = render_jmes(jp, ctx, ctx.is_delete(), name)?;
+                ctx.query(&e).map(Some).map_err(|e| e.to_string())
+            }
+            None => Ok(None),
+        },
+    };
+    match base {
+        Ok(Some(v)) if !v.is_null() => Ok(Some(v)),
+        other => match default {
+            Some(d) => Ok(Some(d.render(ctx, "").map_err(|e| e.to_string())?.into_owned())),
+            None => {
+                other?;
+                Err(format!("failed to add context entry for variable {name} since it evaluated to nil"))
+            }
+        },
+    }
+}
+
+/// A `configMap` entry: the ConfigMap's data, through the data port.
+fn load_config_map(
+    entry: &str,
+    name: &TValue,
+    namespace: Option<&TValue>,
+    ctx: &Context,
+    data: &dyn Data,
+    confined_to: Option<&str>,
+) -> Result<Option<Value>, String> {
+    let n = name.render(ctx, "").map_err(|e| e.to_string())?;
+    let ns = match namespace {
+        Some(ns) => ns.render(ctx, "").map_err(|e| e.to_string())?.as_str().unwrap_or("").to_string(),
+        None => confined_to.unwrap_or("default").to_string(),
+    };
+    let ns = if ns.is_empty() { "default".to_string() } else { ns };
+    // A namespaced policy reads only its own namespace (Kyverno's words).
+    if let Some(own) = confined_to
+        && own != ns
+    {
+        return Err(format!(
+            "context entry {entry}: configMap namespace {ns:?} is different from policy namespace {own:?}"
+        ));
+    }
+    match data.config_map(&ns, n.as_str().unwrap_or("")) {
+        Loaded::Value(v) => Ok(Some(v)),
+        Loaded::Unavailable => Ok(None),
+        Loaded::Error(e) => Err(format!("failed to get configmap {ns}/{}: {e}", n.as_str().unwrap_or(""))),
+    }
+}
+
+/// An `apiCall` entry: a Kubernetes API path or a service, then `jmesPath`; `default` when
+/// the call or the path fails.
+fn load_api_call(
+    entry: &CompiledContextEntry,
+    ctx: &Context,
+    data: &dyn Data,
+    confined_to: Option<&str>,
+) -> Result<Option<Value>, String> {
+    let ContextSource::ApiCall { url_path, method, data: body, service, jmes_path, default } = &entry.source else {
+        return Ok(None);
+    };
+    let url = match url_path.as_ref().or(service.as_ref().map(|s| &s.url)) {
+        Some(u) => u.render(ctx, "").map_err(|e| e.to_string())?.as_str().unwrap_or("").to_string(),
+        None => String::new(),
+    };
+    // A Kubernetes API path is sent cleaned (as Kubernetes' REST client sends it), and a
+    // namespaced policy's must address its own namespace; the check comes before `default`,
+    // which does not cover a refused path.
+    let url = if url_path.is_some() && (url.starts_with('/') || confined_to.is_some()) {
+        crate::confine::api_path(&url, confined_to)?
+    } else {
+        url
+    };
+    // `data` is a list of key/value pairs; the request body is the object they make.
+    let body = match body {
+        Some(b) => Some(request_body(b.render(ctx, "").map_err(|e| e.to_string())?.into_owned())),
+        None => None,
+    };
+    let answer = if let (None, Some(svc)) = (url_path, service) {
+        let headers = service_headers(svc, ctx)?;
+        let service = crate::ports::Service { ca_bundle: &svc.ca_bundle, headers: &headers };
+        data.service_call(method, &url, body.as_ref(), &service)
+    } else {
+        data.api_call(method, &url, body.as_ref())
+    };
+    let fallback = |e: String| match default {
+        Some(d) => Ok(Some(d.render(ctx, "").map_err(|e| e.to_string())?.into_owned())),
+        None => Err(e),
+    };
+    match answer {
+        Loaded::Value(v) => {
+            let out = match jmes_path {
+                Some(jp) => {
+                    let e = render_jmes(jp, ctx, false, &entry.name)?;
+                    e.search(&v, ctx.env()).map(Cow::into_owned).map_err(|e| e.to_string())
+                }
+                None => Ok(v),
+            };
+            match out {
+                Ok(v) => Ok(Some(v)),
+                Err(e) => fallback(e),
+            }
+        }
+        Loaded::Unavailable => Ok(None),
+        Loaded::Error(e) => fallback(e),
+    }
+}
+
+/// A service call's headers: `key`/`value` pairs, rendered.
+fn service_headers(svc: &ServiceSpec, ctx: &Context) -> Result<Vec<(String, String)>, String> {
+    let Some(h) = &svc.headers else { return Ok(Vec::new()) };
+    Ok(h.render(ctx, "")
+        .map_err(|e| e.to_string())?
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|h| {
+            let value = match h.get("value")? {
+                Value::String(s) => s.clone(),
+                other => other.to_string(),
+            };
+            Some((h.get("key")?.as_str()?.to_string(), value))
+        })
+        .collect())
+}
+
+/// An `imageRegistry` entry: the image's data from its registry, then `jmesPath`.
+fn load_image(
+    entry: &str,
+    reference: &TValue,
+    jmes_path: Option<&JmesField>,
+    credentials: Option<&verno_api::images::RegistryCredentials>,
+    ctx: &Context,
+    data: &dyn Data,
+) -> Result<Option<Value>, String> {
+    let rendered = reference.render(ctx, "").map_err(|e| e.to_string())?;
+    let Some(image) = rendered.as_str() else {
+        return Err(format!("invalid image reference {rendered}, image reference must be a string"));
+    };
+    let found = match data.image_data(image, credentials) {
+        Loaded::Value(v) => v,
+        // No registry access here: the entry stays unset (Kyverno's disabled loader).
+        Loaded::Unavailable => return Ok(None),
+        Loaded::Error(e) => return Err(format!("failed to fetch image descriptor: {image}, error: {e}")),
+    };
+    match jmes_path {
+        Some(jp) => {
+            let e = render_jmes(jp, ctx, false, entry)?;
+            let v = e.search(&found, ctx.env()).map(Cow::into_owned).map_err(|err| {
+                format!("failed to apply JMESPath ({}) results to context entry {entry}, error: {err}", e.source())
+            })?;
+            Ok(Some(v))
+        }
+        None => Ok(Some(found)),
     }
 }
 

@@ -318,26 +318,7 @@ impl ValidateCtx<'_> {
             Check::BadAnyPattern(e) => {
                 Some(self.resp(Status::Error, format!("failed to deserialize anyPattern, expected type array: {e}")))
             }
-            Check::Deny(conds) => match conds.evaluate(ctx) {
-                Err(e) => Some(self.resp(Status::Error, format!("failed to check deny conditions: {e}"))),
-                Ok((false, _)) => Some(self.resp(Status::Pass, passed(self.rule, ctx))),
-                Ok((true, cond_msg)) => {
-                    let base = match self.message(ctx) {
-                        Ok(m) => m.map(std::borrow::Cow::into_owned).unwrap_or_default(),
-                        Err(_) => self.v.message.as_ref().map(|t| t.source().to_string()).unwrap_or_default(),
-                    };
-                    let msg = if base.is_empty() && cond_msg.is_empty() {
-                        crate::cat(&["validation error: rule ", self.rule, " failed"])
-                    } else if cond_msg.is_empty() {
-                        base
-                    } else if base.is_empty() {
-                        cond_msg
-                    } else {
-                        crate::cat(&[&base, "; ", &cond_msg])
-                    };
-                    Some(self.resp(Status::Fail, msg))
-                }
-            },
+            Check::Deny(conds) => Some(self.deny(conds, ctx)),
             Check::Pattern(p) => {
                 if delete {
                     return None;
@@ -359,159 +340,9 @@ impl ValidateCtx<'_> {
                 if delete {
                     return None;
                 }
-                // Each alternative's failure is spelled out only when none passes.
-                let mut failures = Vec::new();
-                for (i, p) in ps.iter().enumerate() {
-                    let matched = match p.matches(target, ctx, || format!("/validate/anyPattern/{i}")) {
-                        Ok(m) => m,
-                        Err(e) => return Some(self.resp(Status::Error, format!("variable substitution failed: {e}"))),
-                    };
-                    match matched {
-                        Ok(()) => {
-                            return Some(self.resp(
-                                Status::Pass,
-                                format!("validation rule '{}' anyPattern[{i}] passed.", self.rule),
-                            ));
-                        }
-                        Err(pe) => failures.push((i, pe)),
-                    }
-                }
-                if failures.is_empty() {
-                    return None;
-                }
-                let all_skip = failures.iter().all(|(_, pe)| pe.skip);
-                // `rule <name>[<i>] failed at path <path>` (or `failed: <why>`, `skipped: <why>`)
-                // for each alternative, space-separated, after the rule's message.
-                let rule_message =
-                    if all_skip { None } else { self.message(ctx).ok().flatten().filter(|m| !m.is_empty()) };
-                // Sized up front: growing it piece by piece was a reallocation per alternative.
-                let parts: usize =
-                    failures.iter().map(|(_, pe)| self.rule.len() + 32 + pe.message.len() + pe.path.len()).sum();
-                let mut msg = String::with_capacity(parts + 24 + rule_message.as_ref().map_or(0, |m| m.len()));
-                if !all_skip {
-                    msg.push_str("validation error: ");
-                    if let Some(m) = &rule_message {
-                        msg.push_str(m);
-                        msg.push_str(if m.ends_with('.') { " " } else { ". " });
-                    }
-                }
-                for (n, (i, pe)) in failures.iter().enumerate() {
-                    if n > 0 {
-                        msg.push(' ');
-                    }
-                    msg.push_str("rule ");
-                    msg.push_str(self.rule);
-                    msg.push('[');
-                    crate::push_index(&mut msg, *i);
-                    msg.push(']');
-                    if pe.skip {
-                        msg.push_str(" skipped: ");
-                        msg.push_str(&pe.message);
-                    } else if pe.path.is_empty() {
-                        msg.push_str(" failed: ");
-                        msg.push_str(&pe.message);
-                    } else {
-                        msg.push_str(" failed at path ");
-                        msg.push_str(&pe.path);
-                    }
-                }
-                Some(self.resp(if all_skip { Status::Skip } else { Status::Fail }, msg))
+                self.any_pattern(ps, target, ctx)
             }
-            Check::Cel(c) => {
-                #[allow(unused_mut)]
-                let mut vars = match cel_env(ctx, self.data, c.params.as_ref(), &c.variables) {
-                    Ok(v) => v,
-                    Err(e) => return Some(self.resp(Status::Error, e)),
-                };
-                if let Some(a) = c.authz {
-                    return Some(self.authz(c, &vars, a));
-                }
-                let mut images_seen = None;
-                if let Some(img) = &c.image {
-                    if delete {
-                        return None;
-                    }
-                    let images = match img.images(target, &vars) {
-                        Ok(i) => i,
-                        Err(e) => return Some(self.resp(Status::Error, e)),
-                    };
-                    if let Some(i) = img.missing_digest(&images) {
-                        return Some(self.resp(Status::Fail, format!("image {i} does not have a digest")));
-                    }
-                    let namespace = crate::ports::str_at(target, "/metadata/namespace");
-                    let host = std::sync::Arc::new(crate::image_cel::ImageHost::new(
-                        self.data.cel_host(),
-                        self.data.image_verifier(),
-                        img.clone(),
-                        namespace,
-                    ));
-                    vars.set_host(host.clone());
-                    img.set_vars(&mut vars, &images);
-                    images_seen = Some((img, host, images));
-                }
-                // Kyverno's ValidatingPolicy engine: the audit annotations as properties (an
-                // annotation that cannot be evaluated is the rule's error), and on a failure
-                // or an error the index of the validation that decided.
-                let with_props = |mut r: RuleResponse, index: Option<usize>| -> RuleResponse {
-                    let Some(k) = c.kyverno.as_deref() else { return r };
-                    let mut props = match crate::policy::audit_annotation_values(&k.audit_annotations, &vars) {
-                        Ok(p) => p,
-                        Err(e) if r.status != Status::Error => {
-                            r.status = c.on_error;
-                            r.message = e;
-                            Vec::new()
-                        }
-                        Err(_) => Vec::new(),
-                    };
-                    if let Some(i) = index {
-                        props.push(("cel.validationIndex".to_string(), i.to_string()));
-                    }
-                    if !props.is_empty() {
-                        r.extra_mut().properties = props;
-                    }
-                    r
-                };
-                for (i, x) in c.expressions.iter().enumerate() {
-                    match x.expr.eval_bool(&vars) {
-                        Ok(true) => {}
-                        Ok(false) => {
-                            let fallback = || match c.kyverno {
-                                Some(_) => format!("CEL expression validation failed at index {i}"),
-                                None => format!("failed expression: {}", x.expr.source()),
-                            };
-                            let msg = match (&x.message_expression, &x.message) {
-                                (Some(me), _) => match me.eval(&vars) {
-                                    Ok(Value::String(s)) if !s.is_empty() => s,
-                                    _ => x.message.clone().filter(|m| !m.is_empty()).unwrap_or_else(fallback),
-                                },
-                                (None, Some(m)) if !m.is_empty() => m.clone(),
-                                (None, _) => fallback(),
-                            };
-                            return Some(with_props(self.resp(Status::Fail, msg), Some(i)));
-                        }
-                        Err(err) => {
-                            let r = self
-                                .resp(c.on_error, format!("expression '{}' resulted in error: {err}", x.expr.source()));
-                            return Some(match c.kyverno {
-                                Some(_) => {
-                                    let mut r = r;
-                                    r.extra_mut().properties = vec![("cel.validationIndex".into(), i.to_string())];
-                                    r
-                                }
-                                None => r,
-                            });
-                        }
-                    }
-                }
-                if let Some((img, host, images)) = &images_seen {
-                    if let Some(why) = img.unverified(host, images) {
-                        return Some(self.resp(Status::Fail, why));
-                    }
-                    // Kyverno's ImageValidatingPolicy engine says `success`.
-                    return Some(self.resp(Status::Pass, "success"));
-                }
-                Some(with_props(self.resp(Status::Pass, ""), None))
-            }
+            Check::Cel(c) => self.cel(c, target, ctx, delete),
             Check::Manifests(m) => {
                 if delete {
                     return None;
@@ -535,27 +366,216 @@ impl ValidateCtx<'_> {
                     Some(r)
                 }
             }
-            Check::Foreach(fs) => {
-                let mut applied = 0usize;
-                for f in fs {
-                    let list = match ctx.query_list(f.list.pick(delete)) {
-                        Ok(v) => v,
-                        Err(_) => continue,
-                    };
-                    let (resp, count) = self.foreach_elements(f, &list.elements(), ctx, nesting, delete);
-                    if let Some(r) = resp
-                        && r.status != Status::Pass
-                    {
-                        return Some(r);
-                    }
-                    applied += count;
-                }
-                if applied == 0 {
-                    return None;
-                }
-                Some(self.resp(Status::Pass, "rule passed"))
+            Check::Foreach(fs) => self.foreach(fs, ctx, nesting, delete),
+        }
+    }
+
+    /// `deny`: the rule fails when the conditions hold, with its message and theirs.
+    fn deny(&self, conds: &CompiledConditions, ctx: &Context) -> RuleResponse {
+        match conds.evaluate(ctx) {
+            Err(e) => self.resp(Status::Error, format!("failed to check deny conditions: {e}")),
+            Ok((false, _)) => self.resp(Status::Pass, passed(self.rule, ctx)),
+            Ok((true, cond_msg)) => {
+                let base = match self.message(ctx) {
+                    Ok(m) => m.map(std::borrow::Cow::into_owned).unwrap_or_default(),
+                    Err(_) => self.v.message.as_ref().map(|t| t.source().to_string()).unwrap_or_default(),
+                };
+                let msg = if base.is_empty() && cond_msg.is_empty() {
+                    crate::cat(&["validation error: rule ", self.rule, " failed"])
+                } else if cond_msg.is_empty() {
+                    base
+                } else if base.is_empty() {
+                    cond_msg
+                } else {
+                    crate::cat(&[&base, "; ", &cond_msg])
+                };
+                self.resp(Status::Fail, msg)
             }
         }
+    }
+
+    /// `anyPattern`: the first alternative that matches passes; each one's failure is spelled
+    /// out only when none does.
+    fn any_pattern(&self, ps: &[PatternCheck], target: &Value, ctx: &Context) -> Option<RuleResponse> {
+        // Each alternative's failure is spelled out only when none passes.
+        let mut failures = Vec::new();
+        for (i, p) in ps.iter().enumerate() {
+            let matched = match p.matches(target, ctx, || format!("/validate/anyPattern/{i}")) {
+                Ok(m) => m,
+                Err(e) => return Some(self.resp(Status::Error, format!("variable substitution failed: {e}"))),
+            };
+            match matched {
+                Ok(()) => {
+                    return Some(
+                        self.resp(Status::Pass, format!("validation rule '{}' anyPattern[{i}] passed.", self.rule)),
+                    );
+                }
+                Err(pe) => failures.push((i, pe)),
+            }
+        }
+        if failures.is_empty() {
+            return None;
+        }
+        let all_skip = failures.iter().all(|(_, pe)| pe.skip);
+        // `rule <name>[<i>] failed at path <path>` (or `failed: <why>`, `skipped: <why>`)
+        // for each alternative, space-separated, after the rule's message.
+        let rule_message = if all_skip { None } else { self.message(ctx).ok().flatten().filter(|m| !m.is_empty()) };
+        // Sized up front: growing it piece by piece was a reallocation per alternative.
+        let parts: usize = failures.iter().map(|(_, pe)| self.rule.len() + 32 + pe.message.len() + pe.path.len()).sum();
+        let mut msg = String::with_capacity(parts + 24 + rule_message.as_ref().map_or(0, |m| m.len()));
+        if !all_skip {
+            msg.push_str("validation error: ");
+            if let Some(m) = &rule_message {
+                msg.push_str(m);
+                msg.push_str(if m.ends_with('.') { " " } else { ". " });
+            }
+        }
+        for (n, (i, pe)) in failures.iter().enumerate() {
+            if n > 0 {
+                msg.push(' ');
+            }
+            msg.push_str("rule ");
+            msg.push_str(self.rule);
+            msg.push('[');
+            crate::push_index(&mut msg, *i);
+            msg.push(']');
+            if pe.skip {
+                msg.push_str(" skipped: ");
+                msg.push_str(&pe.message);
+            } else if pe.path.is_empty() {
+                msg.push_str(" failed: ");
+                msg.push_str(&pe.message);
+            } else {
+                msg.push_str(" failed at path ");
+                msg.push_str(&pe.path);
+            }
+        }
+        Some(self.resp(if all_skip { Status::Skip } else { Status::Fail }, msg))
+    }
+
+    /// `cel` (and the CEL kinds' validations): variables, then each expression in order; an
+    /// authorization policy's responses; an ImageValidatingPolicy's images and verifications.
+    fn cel(&self, c: &CompiledCel, target: &Value, ctx: &Context, delete: bool) -> Option<RuleResponse> {
+        #[allow(unused_mut)]
+        let mut vars = match cel_env(ctx, self.data, c.params.as_ref(), &c.variables) {
+            Ok(v) => v,
+            Err(e) => return Some(self.resp(Status::Error, e)),
+        };
+        if let Some(a) = c.authz {
+            return Some(self.authz(c, &vars, a));
+        }
+        let mut images_seen = None;
+        if let Some(img) = &c.image {
+            if delete {
+                return None;
+            }
+            let images = match img.images(target, &vars) {
+                Ok(i) => i,
+                Err(e) => return Some(self.resp(Status::Error, e)),
+            };
+            if let Some(i) = img.missing_digest(&images) {
+                return Some(self.resp(Status::Fail, format!("image {i} does not have a digest")));
+            }
+            let namespace = crate::ports::str_at(target, "/metadata/namespace");
+            let host = std::sync::Arc::new(crate::image_cel::ImageHost::new(
+                self.data.cel_host(),
+                self.data.image_verifier(),
+                img.clone(),
+                namespace,
+            ));
+            vars.set_host(host.clone());
+            img.set_vars(&mut vars, &images);
+            images_seen = Some((img, host, images));
+        }
+        // Kyverno's ValidatingPolicy engine: the audit annotations as properties (an
+        // annotation that cannot be evaluated is the rule's error), and on a failure
+        // or an error the index of the validation that decided.
+        let with_props = |mut r: RuleResponse, index: Option<usize>| -> RuleResponse {
+            let Some(k) = c.kyverno.as_deref() else { return r };
+            let mut props = match crate::policy::audit_annotation_values(&k.audit_annotations, &vars) {
+                Ok(p) => p,
+                Err(e) if r.status != Status::Error => {
+                    r.status = c.on_error;
+                    r.message = e;
+                    Vec::new()
+                }
+                Err(_) => Vec::new(),
+            };
+            if let Some(i) = index {
+                props.push(("cel.validationIndex".to_string(), i.to_string()));
+            }
+            if !props.is_empty() {
+                r.extra_mut().properties = props;
+            }
+            r
+        };
+        for (i, x) in c.expressions.iter().enumerate() {
+            match x.expr.eval_bool(&vars) {
+                Ok(true) => {}
+                Ok(false) => {
+                    let fallback = || match c.kyverno {
+                        Some(_) => format!("CEL expression validation failed at index {i}"),
+                        None => format!("failed expression: {}", x.expr.source()),
+                    };
+                    let msg = match (&x.message_expression, &x.message) {
+                        (Some(me), _) => match me.eval(&vars) {
+                            Ok(Value::String(s)) if !s.is_empty() => s,
+                            _ => x.message.clone().filter(|m| !m.is_empty()).unwrap_or_else(fallback),
+                        },
+                        (None, Some(m)) if !m.is_empty() => m.clone(),
+                        (None, _) => fallback(),
+                    };
+                    return Some(with_props(self.resp(Status::Fail, msg), Some(i)));
+                }
+                Err(err) => {
+                    let r = self.resp(c.on_error, format!("expression '{}' resulted in error: {err}", x.expr.source()));
+                    return Some(match c.kyverno {
+                        Some(_) => {
+                            let mut r = r;
+                            r.extra_mut().properties = vec![("cel.validationIndex".into(), i.to_string())];
+                            r
+                        }
+                        None => r,
+                    });
+                }
+            }
+        }
+        if let Some((img, host, images)) = &images_seen {
+            if let Some(why) = img.unverified(host, images) {
+                return Some(self.resp(Status::Fail, why));
+            }
+            // Kyverno's ImageValidatingPolicy engine says `success`.
+            return Some(self.resp(Status::Pass, "success"));
+        }
+        Some(with_props(self.resp(Status::Pass, ""), None))
+    }
+
+    /// `foreach`: each list's elements in turn; the first element that does not pass decides.
+    fn foreach(
+        &mut self,
+        fs: &[CompiledForeach],
+        ctx: &mut Context,
+        nesting: usize,
+        delete: bool,
+    ) -> Option<RuleResponse> {
+        let mut applied = 0usize;
+        for f in fs {
+            let list = match ctx.query_list(f.list.pick(delete)) {
+                Ok(v) => v,
+                Err(_) => continue,
+            };
+            let (resp, count) = self.foreach_elements(f, &list.elements(), ctx, nesting, delete);
+            if let Some(r) = resp
+                && r.status != Status::Pass
+            {
+                return Some(r);
+            }
+            applied += count;
+        }
+        if applied == 0 {
+            return None;
+        }
+        Some(self.resp(Status::Pass, "rule passed"))
     }
 
     fn foreach_elements<'e>(
