@@ -208,25 +208,8 @@ fn background_violation(p: &ClusterPolicy, generated: &[verno_api::Rule]) -> Opt
     None
 }
 
-/// Compiles a ClusterPolicy or Policy, adding its autogen rules.
-pub fn compile_policy(p: &ClusterPolicy) -> Result<CompiledPolicy, CompileError> {
-    let spec = &p.spec;
-    if p.metadata.name.is_empty() {
-        return Err(CompileError::new("metadata.name", "a policy needs a name"));
-    }
-    if spec.rules.is_empty() {
-        return Err(CompileError::new("spec.rules", "a policy needs at least one rule"));
-    }
-    let action = match &spec.validation_failure_action {
-        Some(a) => Action::parse(a).ok_or_else(|| {
-            CompileError::new(
-                "spec.validationFailureAction",
-                format!("unknown action {a:?}, expected Audit or Enforce"),
-            )
-        })?,
-        None => Action::Audit,
-    };
-    // Kyverno's programmatic checks of the spec (its `Spec.Validate` and policy validation).
+/// Kyverno's programmatic checks of the spec (its `Spec.Validate` and policy validation).
+fn spec_checks(spec: &verno_api::policy::Spec) -> Result<(), CompileError> {
     for (path, t) in [
         ("spec.webhookTimeoutSeconds", spec.webhook_timeout_seconds),
         (
@@ -252,6 +235,12 @@ pub fn compile_policy(p: &ClusterPolicy) -> Result<CompiledPolicy, CompileError>
             ));
         }
     }
+    Ok(())
+}
+
+/// The rules as written (not autogen's), compiled; names are unique, `celPreconditions` only
+/// with `validate.cel`.
+fn written_rules(spec: &verno_api::policy::Spec) -> Result<Vec<CompiledRule>, CompileError> {
     let mut rules = Vec::new();
     let mut seen = std::collections::BTreeSet::new();
     for (i, r) in spec.rules.iter().enumerate() {
@@ -272,6 +261,29 @@ pub fn compile_policy(p: &ClusterPolicy) -> Result<CompiledPolicy, CompileError>
         }
         rules.push(compile_rule(r, &format!("spec.rules[{i}]"), None, spec.validation_failure_action.as_deref())?);
     }
+    Ok(rules)
+}
+
+/// Compiles a ClusterPolicy or Policy, adding its autogen rules.
+pub fn compile_policy(p: &ClusterPolicy) -> Result<CompiledPolicy, CompileError> {
+    let spec = &p.spec;
+    if p.metadata.name.is_empty() {
+        return Err(CompileError::new("metadata.name", "a policy needs a name"));
+    }
+    if spec.rules.is_empty() {
+        return Err(CompileError::new("spec.rules", "a policy needs at least one rule"));
+    }
+    let action = match &spec.validation_failure_action {
+        Some(a) => Action::parse(a).ok_or_else(|| {
+            CompileError::new(
+                "spec.validationFailureAction",
+                format!("unknown action {a:?}, expected Audit or Enforce"),
+            )
+        })?,
+        None => Action::Audit,
+    };
+    spec_checks(spec)?;
+    let mut rules = written_rules(spec)?;
     let generated = autogen::rules(p);
     if spec.background.unwrap_or(true)
         && let Some(e) = background_violation(p, &generated)

@@ -39,6 +39,21 @@ use crate::attestors::expand_keys;
 pub use crate::forms::CompiledVerifyImages;
 pub use crate::ports::{ImageError, ImageVerifier, SignatureCheck, Verified};
 
+impl Entry {
+    /// The entry as written, or with its variables substituted.
+    fn rendered(&self, ctx: &Context) -> Result<std::borrow::Cow<'_, ImageVerification>, String> {
+        match &self.template {
+            None => Ok(std::borrow::Cow::Borrowed(&self.spec)),
+            Some(t) => {
+                let v = t.render(ctx, "").map_err(|e| e.to_string())?;
+                serde_json::from_value::<ImageVerification>(v.into_owned())
+                    .map(std::borrow::Cow::Owned)
+                    .map_err(|e| e.to_string())
+            }
+        }
+    }
+}
+
 pub(crate) fn compile(
     raw: &Value,
     path: &str,
@@ -401,24 +416,15 @@ impl CompiledVerifyImages {
         let mut patched = object.clone();
         let mut changed = false;
         for entry in &self.entries {
-            let spec = match &entry.template {
-                None => std::borrow::Cow::Borrowed(&entry.spec),
-                Some(t) => match t.render(ctx, "").map_err(|e| e.to_string()).and_then(|v| {
-                    serde_json::from_value::<ImageVerification>(v.into_owned()).map_err(|e| e.to_string())
-                }) {
-                    Ok(s) => std::borrow::Cow::Owned(s),
-                    Err(e) => {
-                        return Some(Verification {
-                            responses: vec![RuleResponse::new(
-                                rule,
-                                rt,
-                                Status::Error,
-                                format!("failed to substitute variables: {e}"),
-                            )],
-                            patched: None,
-                        });
-                    }
-                },
+            let spec = match entry.rendered(ctx) {
+                Ok(s) => s,
+                Err(e) => {
+                    let message = format!("failed to substitute variables: {e}");
+                    return Some(Verification {
+                        responses: vec![RuleResponse::new(rule, rt, Status::Error, message)],
+                        patched: None,
+                    });
+                }
             };
             let cancel = ctx.env().cancel_flag();
             let verifier = Verifier { entry, spec: &spec, rule, policy, namespace, data, cancel };
@@ -430,49 +436,9 @@ impl CompiledVerifyImages {
                     touched = true;
                     continue;
                 }
-                let key = format!("{};{rule};{image}", self.cache_id);
-                let verifier_port = data.image_verifier();
-                let cacheable = spec.use_cache && verifier_port.is_some();
-                // A pass is remembered with the digest it verified, and holds only for that
-                // manifest: an image named by digest must be that one; a tag is pinned to it
-                // (mutateDigest) or must still resolve to it, so a tag moved to an unsigned
-                // image is verified again rather than passed from the cache.
-                let from_cache = match (cacheable, &verifier_port) {
-                    (true, Some(v)) => v.cached(&key).filter(|d| {
-                        if !info.digest.is_empty() {
-                            *d == info.digest
-                        } else if spec.mutate_digest {
-                            true
-                        } else {
-                            v.digest(&info.tagged(), spec.image_registry_credentials.as_ref(), namespace)
-                                .is_ok_and(|now| now == *d)
-                        }
-                    }),
-                    _ => None,
-                };
-                let (mut resp, digest) = match from_cache {
-                    Some(d) => (Some(RuleResponse::new(rule, rt, Status::Pass, "verified from cache")), d),
-                    None => {
-                        let (r, d) = verifier.image(&info, ctx);
-                        if cacheable
-                            && !d.is_empty()
-                            && r.as_ref().is_some_and(|r| r.status == Status::Pass)
-                            && let Some(v) = &verifier_port
-                        {
-                            v.remember(&key, &d);
-                        }
-                        (r, d)
-                    }
-                };
+                let (mut resp, digest) = verifier.cached_or_verified(&self.cache_id, &info, &image, ctx);
                 if spec.mutate_digest && info.digest.is_empty() {
-                    let digest = if digest.is_empty() {
-                        match &verifier_port {
-                            Some(v) => v.digest(&info.tagged(), spec.image_registry_credentials.as_ref(), namespace),
-                            None => Err(ImageError::Unreachable(UNAVAILABLE.into())),
-                        }
-                    } else {
-                        Ok(digest)
-                    };
+                    let digest = verifier.pinned_digest(&info, digest);
                     match digest {
                         Err(e) => {
                             responses.push(RuleResponse::new(
@@ -630,6 +596,59 @@ struct Verifier<'a> {
 }
 
 impl Verifier<'_> {
+    /// One image's verification, or a pass remembered for it. A pass is remembered with the
+    /// digest it verified, and holds only for that manifest: an image named by digest must be
+    /// that one; a tag is pinned to it (mutateDigest) or must still resolve to it, so a tag
+    /// moved to an unsigned image is verified again rather than passed from the cache.
+    fn cached_or_verified(
+        &self,
+        cache_id: &str,
+        info: &Image,
+        image: &str,
+        ctx: &mut Context,
+    ) -> (Option<RuleResponse>, String) {
+        let (spec, rule) = (self.spec, self.rule);
+        let key = format!("{cache_id};{rule};{image}");
+        let port = self.data.image_verifier();
+        let cacheable = spec.use_cache && port.is_some();
+        let from_cache = match (cacheable, &port) {
+            (true, Some(v)) => v.cached(&key).filter(|d| {
+                if !info.digest.is_empty() {
+                    *d == info.digest
+                } else if spec.mutate_digest {
+                    true
+                } else {
+                    v.digest(&info.tagged(), spec.image_registry_credentials.as_ref(), self.namespace)
+                        .is_ok_and(|now| now == *d)
+                }
+            }),
+            _ => None,
+        };
+        if let Some(d) = from_cache {
+            return (Some(RuleResponse::new(rule, RuleType::ImageVerify, Status::Pass, "verified from cache")), d);
+        }
+        let (r, d) = self.image(info, ctx);
+        if cacheable
+            && !d.is_empty()
+            && r.as_ref().is_some_and(|r| r.status == Status::Pass)
+            && let Some(v) = &port
+        {
+            v.remember(&key, &d);
+        }
+        (r, d)
+    }
+
+    /// The digest to pin a tag to (`mutateDigest`): the one verified, else the registry's.
+    fn pinned_digest(&self, info: &Image, verified: String) -> Result<String, ImageError> {
+        if !verified.is_empty() {
+            return Ok(verified);
+        }
+        match self.data.image_verifier() {
+            Some(v) => v.digest(&info.tagged(), self.spec.image_registry_credentials.as_ref(), self.namespace),
+            None => Err(ImageError::Unreachable(UNAVAILABLE.into())),
+        }
+    }
+
     fn resp(&self, status: Status, message: impl Into<String>) -> RuleResponse {
         RuleResponse::new(self.rule, RuleType::ImageVerify, status, message)
     }
@@ -850,43 +869,40 @@ impl Verifier<'_> {
         }
         *digest = info.digest.clone();
         if let Some(deny) = &self.entry.deny {
-            return match deny.evaluate(ctx) {
-                Err(e) => (
-                    Some(self.resp(
-                        Status::Fail,
-                        format!("validation in verifyImages failed: failed to check deny conditions: {e}"),
-                    )),
-                    digest.clone(),
-                ),
-                Ok((true, msg)) => {
-                    let written = spec.validate.as_ref().map(|v| v.message.as_str()).unwrap_or("");
-                    let joined: Vec<&str> = [written, msg.as_str()].into_iter().filter(|s| !s.is_empty()).collect();
-                    let text = if joined.is_empty() {
-                        format!("validation error: imageVerify {written} failed")
-                    } else {
-                        let t = joined.join("; ");
-                        match crate::template::Template::compile(&t)
-                            .and_then(|tp| tp.render(ctx, "").map_err(|e| e.to_string()))
-                        {
-                            Ok(Value::String(s)) => s,
-                            Ok(_) => {
-                                "the produced message didn't resolve to a string, check your policy definition.".into()
-                            }
-                            Err(_) => msg,
-                        }
-                    };
-                    (
-                        Some(self.resp(Status::Fail, format!("validation in verifyImages failed: {text}"))),
-                        digest.clone(),
-                    )
-                }
-                Ok((false, _)) => (
-                    Some(self.resp(Status::Pass, format!("verifyImages validation is passed in {} rule", self.rule))),
-                    digest.clone(),
-                ),
-            };
+            return (Some(self.deny(deny, ctx)), digest.clone());
         }
         (Some(self.resp(Status::Pass, format!("verified image attestations for {image}"))), digest.clone())
+    }
+
+    /// The entry's `validate.deny`, once the attestations are verified.
+    fn deny(&self, deny: &CompiledConditions, ctx: &Context) -> RuleResponse {
+        let spec = self.spec;
+        match deny.evaluate(ctx) {
+            Err(e) => self
+                .resp(Status::Fail, format!("validation in verifyImages failed: failed to check deny conditions: {e}")),
+            Ok((true, msg)) => {
+                let written = spec.validate.as_ref().map(|v| v.message.as_str()).unwrap_or("");
+                let joined: Vec<&str> = [written, msg.as_str()].into_iter().filter(|s| !s.is_empty()).collect();
+                let text = if joined.is_empty() {
+                    format!("validation error: imageVerify {written} failed")
+                } else {
+                    let t = joined.join("; ");
+                    match crate::template::Template::compile(&t)
+                        .and_then(|tp| tp.render(ctx, "").map_err(|e| e.to_string()))
+                    {
+                        Ok(Value::String(s)) => s,
+                        Ok(_) => {
+                            "the produced message didn't resolve to a string, check your policy definition.".into()
+                        }
+                        Err(_) => msg,
+                    }
+                };
+                self.resp(Status::Fail, format!("validation in verifyImages failed: {text}"))
+            }
+            Ok((false, _)) => {
+                self.resp(Status::Pass, format!("verifyImages validation is passed in {} rule", self.rule))
+            }
+        }
     }
 
     /// Every statement of the wanted type must satisfy every condition block, evaluated with

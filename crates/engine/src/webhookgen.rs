@@ -691,6 +691,32 @@ fn autogen_configs(p: &CompiledPolicy) -> Vec<AutogenConfig> {
         .collect()
 }
 
+/// A fine-grained entry's match conditions: the policy's own that the API server can evaluate
+/// (a synchronized GeneratingPolicy's only on CREATE), and autogen's for its controllers.
+fn fine_conditions(p: &CompiledPolicy, generating: bool, autogen: bool) -> Vec<Value> {
+    let spec = p.document.get("spec").cloned().unwrap_or(Value::Null);
+    let own: Vec<Value> = valid_conditions(spec.get("matchConditions")).into_iter().filter(offloadable).collect();
+    let own = if generating && spec.pointer("/evaluation/synchronize/enabled").and_then(Value::as_bool).unwrap_or(false)
+    {
+        own.into_iter()
+            .map(|c| {
+                let e = c.get("expression").and_then(Value::as_str).unwrap_or("");
+                json!({"name": c.get("name").cloned().unwrap_or(json!("")),
+                    "expression": format!("request.operation != 'CREATE' || ({e})")})
+            })
+            .collect()
+    } else {
+        own
+    };
+    let configs = if autogen { autogen_configs(p) } else { Vec::new() };
+    let mut mc = if configs.is_empty() { own } else { autogen_conditions("", &[("v1".into(), "Pod".into())], &own) };
+    for (config, targets, aspec) in &configs {
+        let c: Vec<Value> = valid_conditions(aspec.get("matchConditions")).into_iter().filter(offloadable).collect();
+        mc.extend(autogen_conditions(config, targets, &c));
+    }
+    mc
+}
+
 /// The entries of one CEL kind (Kyverno's `buildWebhookRules`).
 fn cel_entries(
     policies: &[&CompiledPolicy],
@@ -758,28 +784,7 @@ fn cel_entries(
     let mut fails = Vec::new();
     let mut ignores = Vec::new();
     for p in fine {
-        let own: Vec<Value> = conditions(p).into_iter().filter(offloadable).collect();
-        let own = if generating
-            && spec(p).pointer("/evaluation/synchronize/enabled").and_then(Value::as_bool).unwrap_or(false)
-        {
-            own.into_iter()
-                .map(|c| {
-                    let e = c.get("expression").and_then(Value::as_str).unwrap_or("");
-                    json!({"name": c.get("name").cloned().unwrap_or(json!("")),
-                        "expression": format!("request.operation != 'CREATE' || ({e})")})
-                })
-                .collect()
-        } else {
-            own
-        };
-        let configs = if autogen_fine { autogen_configs(p) } else { Vec::new() };
-        let mut mc =
-            if configs.is_empty() { own } else { autogen_conditions("", &[("v1".into(), "Pod".into())], &own) };
-        for (config, targets, aspec) in &configs {
-            let c: Vec<Value> =
-                valid_conditions(aspec.get("matchConditions")).into_iter().filter(offloadable).collect();
-            mc.extend(autogen_conditions(config, targets, &c));
-        }
+        let mc = fine_conditions(p, generating, autogen_fine);
         let ig = ignore(p);
         let suffix = match (&p.namespace, kind.is_namespaced()) {
             (Some(ns), true) => format!("{ns}-{}", p.name),
