@@ -228,7 +228,7 @@ impl Ttl {
         let due = match expiry(&value, created) {
             Ok(d) => d,
             Err(e) => {
-                self.invalid(&k, &meta, &value, &e).await;
+                self.invalid(&k, &meta, &value, &e.to_string()).await;
                 return;
             }
         };

@@ -91,7 +91,9 @@ fn schedule(s: &str, kind_word: &str, detailed: bool) -> Result<Schedule, Compil
 
 fn propagation(p: Option<&str>) -> Result<Option<&'static str>, CompileError> {
     p.filter(|p| !p.is_empty())
-        .map(|p| crate::ttl::propagation(p).map_err(|e| CompileError::new("spec.deletionPropagationPolicy", e)))
+        .map(|p| {
+            crate::ttl::propagation(p).map_err(|e| CompileError::new("spec.deletionPropagationPolicy", e.to_string()))
+        })
         .transpose()
 }
 

@@ -37,12 +37,45 @@ const WEEKDAYS: [&str; 7] = ["SUN", "MON", "TUE", "WED", "THU", "FRI", "SAT"];
 /// as far; `0 0 30 2 *` never runs).
 const HORIZON_DAYS: i64 = 366 * 8;
 
+/// Why a schedule is not a cron expression.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum ScheduleError {
+    #[error("empty schedule")]
+    Empty,
+    #[error("unknown descriptor {0:?}")]
+    UnknownDescriptor(String),
+    #[error("expected 5 fields (minute hour day-of-month month day-of-week) or 6 (with a year), found {0}")]
+    FieldCount(usize),
+    /// `what`: the field's name (`minute` … `year`); `field`: its text.
+    #[error("{what} field {field:?}: {problem}")]
+    Field { what: &'static str, field: String, problem: FieldProblem },
+}
+
+/// What is wrong inside one field of a schedule.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum FieldProblem {
+    #[error("{0:?} is not a number")]
+    NotANumber(String),
+    #[error("{value} is outside {lo}-{hi}")]
+    Outside { value: u32, lo: u32, hi: u32 },
+    #[error("empty list item")]
+    EmptyItem,
+    #[error("step {0:?} is not a number")]
+    StepNotANumber(String),
+    #[error("step {0} is out of range")]
+    StepOutOfRange(u32),
+    #[error("'?' is only allowed for days")]
+    QuestionMark,
+    #[error("range {0}-{1} runs backwards")]
+    Backwards(u32, u32),
+}
+
 impl Schedule {
     /// Parses `s`; the error says which field is wrong and why.
-    pub fn parse(s: &str) -> Result<Schedule, String> {
+    pub fn parse(s: &str) -> Result<Schedule, ScheduleError> {
         let trimmed = s.trim();
         if trimmed.is_empty() {
-            return Err("empty schedule".into());
+            return Err(ScheduleError::Empty);
         }
         let expanded = match trimmed.to_ascii_lowercase().as_str() {
             "@yearly" | "@annually" => "0 0 1 1 *",
@@ -50,18 +83,15 @@ impl Schedule {
             "@weekly" => "0 0 * * 0",
             "@daily" | "@midnight" => "0 0 * * *",
             "@hourly" => "0 * * * *",
-            d if d.starts_with('@') => return Err(format!("unknown descriptor {trimmed:?}")),
+            d if d.starts_with('@') => return Err(ScheduleError::UnknownDescriptor(trimmed.to_string())),
             _ => trimmed,
         };
         let fields: Vec<&str> = expanded.split_whitespace().collect();
         if fields.len() != 5 && fields.len() != 6 {
-            return Err(format!(
-                "expected 5 fields (minute hour day-of-month month day-of-week) or 6 (with a year), found {}",
-                fields.len()
-            ));
+            return Err(ScheduleError::FieldCount(fields.len()));
         }
         let field = |i: usize| fields.get(i).copied().unwrap_or("*");
-        let bits = |i: usize, name: &str, lo: u32, hi: u32, names: &[&str], name_base: u32| {
+        let bits = |i: usize, name: &'static str, lo: u32, hi: u32, names: &[&str], name_base: u32| {
             let mut out = 0u64;
             for (a, b, step) in ranges(field(i), name, lo, hi, names, name_base)? {
                 let mut v = a;
@@ -70,7 +100,7 @@ impl Schedule {
                     v += step;
                 }
             }
-            Ok::<u64, String>(out)
+            Ok::<u64, ScheduleError>(out)
         };
         let minutes = bits(0, "minute", 0, 59, &[], 0)?;
         let hours = bits(1, "hour", 0, 23, &[], 0)? as u32;
@@ -151,32 +181,33 @@ impl Schedule {
 /// where `names` are given (`names[0]` is value `name_base`).
 fn ranges(
     field: &str,
-    what: &str,
+    what: &'static str,
     lo: u32,
     hi: u32,
     names: &[&str],
     name_base: u32,
-) -> Result<Vec<(u32, u32, u32)>, String> {
-    let value = |t: &str| -> Result<u32, String> {
+) -> Result<Vec<(u32, u32, u32)>, ScheduleError> {
+    let fail = |problem: FieldProblem| ScheduleError::Field { what, field: field.to_string(), problem };
+    let value = |t: &str| -> Result<u32, ScheduleError> {
         if let Some(i) = names.iter().position(|n| n.eq_ignore_ascii_case(t)) {
             return Ok(i as u32 + name_base);
         }
-        let v: u32 = t.parse().map_err(|_| format!("{what} field {field:?}: {t:?} is not a number"))?;
+        let v: u32 = t.parse().map_err(|_| fail(FieldProblem::NotANumber(t.to_string())))?;
         if v < lo || v > hi {
-            return Err(format!("{what} field {field:?}: {v} is outside {lo}-{hi}"));
+            return Err(fail(FieldProblem::Outside { value: v, lo, hi }));
         }
         Ok(v)
     };
     let mut out = Vec::new();
     for part in field.split(',') {
         if part.is_empty() {
-            return Err(format!("{what} field {field:?}: empty list item"));
+            return Err(fail(FieldProblem::EmptyItem));
         }
         let (range, step) = match part.split_once('/') {
             Some((r, s)) => {
-                let step: u32 = s.parse().map_err(|_| format!("{what} field {field:?}: step {s:?} is not a number"))?;
+                let step: u32 = s.parse().map_err(|_| fail(FieldProblem::StepNotANumber(s.to_string())))?;
                 if step == 0 || step > hi - lo + 1 {
-                    return Err(format!("{what} field {field:?}: step {step} is out of range"));
+                    return Err(fail(FieldProblem::StepOutOfRange(step)));
                 }
                 (r, Some(step))
             }
@@ -184,13 +215,13 @@ fn ranges(
         };
         let (a, b) = if range == "*" || range == "?" {
             if range == "?" && !(what == "day-of-month" || what == "day-of-week") {
-                return Err(format!("{what} field {field:?}: '?' is only allowed for days"));
+                return Err(fail(FieldProblem::QuestionMark));
             }
             (lo, hi)
         } else if let Some((x, y)) = range.split_once('-') {
             let (a, b) = (value(x)?, value(y)?);
             if a > b {
-                return Err(format!("{what} field {field:?}: range {a}-{b} runs backwards"));
+                return Err(fail(FieldProblem::Backwards(a, b)));
             }
             (a, b)
         } else {
@@ -261,7 +292,7 @@ mod tests {
             ("? * * * *", "only allowed for days"),
             ("", "empty schedule"),
         ] {
-            let e = Schedule::parse(s).unwrap_err();
+            let e = Schedule::parse(s).unwrap_err().to_string();
             assert!(e.contains(want), "{s:?}: {e}");
         }
     }

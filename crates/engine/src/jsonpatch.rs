@@ -5,6 +5,50 @@
 
 use serde_json::{Map, Value};
 
+/// Why a JSON patch could not be read or applied. The texts are those of the json-patch
+/// library Kyverno uses where a rule's message shows them.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum PatchError {
+    #[error("a JSON patch must be a list of operations, got {0}")]
+    NotAList(&'static str),
+    #[error("operation {index}: {key:?} must be a string")]
+    NotAString { index: usize, key: String },
+    #[error("operation {index}: missing {key:?}")]
+    Missing { index: usize, key: String },
+    #[error("operation {index}: path {path:?} must start with \"/\"")]
+    RelativePath { index: usize, path: String },
+    #[error("operation {index}: unknown op {op:?}")]
+    UnknownOp { index: usize, op: String },
+    #[error("invalid list index {token:?} in {path}")]
+    InvalidIndex { token: String, path: String },
+    #[error("index {token} out of range in {path}")]
+    OutOfRange { token: String, path: String },
+    #[error("cannot add {0}: it would pad lists with more than {MAX_PADDING} null elements")]
+    TooMuchPadding(String),
+    #[error("unable to ensure path for negative index other than -1: {index} in {path}")]
+    NegativeIndex { index: i64, path: String },
+    #[error("cannot create {0}")]
+    CannotCreate(String),
+    #[error("path {0} goes through a scalar")]
+    ThroughScalar(String),
+    #[error("missing parent for {0}")]
+    MissingParent(String),
+    #[error("cannot add {0}: the parent is a scalar")]
+    ScalarParent(String),
+    #[error("replace operation does not apply: doc is missing path: {0}")]
+    ReplaceMissingPath(String),
+    #[error("replace operation does not apply: doc is missing key: {0}")]
+    ReplaceMissingKey(String),
+    #[error("replace operation does not apply: {0} is inside a scalar")]
+    ReplaceInScalar(String),
+    #[error("move operation does not apply: doc is missing from path: {0}")]
+    MoveMissingFrom(String),
+    #[error("copy operation does not apply: doc is missing from path: {0}")]
+    CopyMissingFrom(String),
+    #[error("testing value {0} failed: test failed")]
+    TestFailed(String),
+}
+
 #[derive(Debug, Clone, PartialEq)]
 pub enum Op {
     Add { path: String, value: Value },
@@ -16,24 +60,25 @@ pub enum Op {
 }
 
 /// Parses a list of operations; errors name the operation's index.
-pub fn parse_ops(v: &Value) -> Result<Vec<Op>, String> {
+pub fn parse_ops(v: &Value) -> Result<Vec<Op>, PatchError> {
     let Some(items) = v.as_array() else {
-        return Err(format!("a JSON patch must be a list of operations, got {}", verno_jmespath::value::type_name(v)));
+        return Err(PatchError::NotAList(verno_jmespath::value::type_name(v)));
     };
     let mut out = Vec::with_capacity(items.len());
     for (i, it) in items.iter().enumerate() {
-        let s = |k: &str| -> Result<String, String> {
+        let s = |k: &str| -> Result<String, PatchError> {
             match it.get(k) {
                 Some(Value::String(s)) => Ok(s.clone()),
-                Some(_) => Err(format!("operation {i}: {k:?} must be a string")),
-                None => Err(format!("operation {i}: missing {k:?}")),
+                Some(_) => Err(PatchError::NotAString { index: i, key: k.to_string() }),
+                None => Err(PatchError::Missing { index: i, key: k.to_string() }),
             }
         };
         let path = s("path")?;
         if !path.is_empty() && !path.starts_with('/') {
-            return Err(format!("operation {i}: path {path:?} must start with \"/\""));
+            return Err(PatchError::RelativePath { index: i, path });
         }
-        let value = || it.get("value").cloned().ok_or_else(|| format!("operation {i}: missing \"value\""));
+        let value =
+            || it.get("value").cloned().ok_or_else(|| PatchError::Missing { index: i, key: "value".to_string() });
         let op = match s("op")?.as_str() {
             "add" => Op::Add { path, value: value()? },
             "remove" => Op::Remove { path },
@@ -41,7 +86,7 @@ pub fn parse_ops(v: &Value) -> Result<Vec<Op>, String> {
             "move" => Op::Move { from: s("from")?, path },
             "copy" => Op::Copy { from: s("from")?, path },
             "test" => Op::Test { path, value: value()? },
-            other => return Err(format!("operation {i}: unknown op {other:?}")),
+            other => return Err(PatchError::UnknownOp { index: i, op: other.to_string() }),
         };
         out.push(op);
     }
@@ -56,12 +101,13 @@ fn tokens(path: &str) -> Vec<String> {
 }
 
 /// Index into a list of `len` for reading/replacing (negative counts from the end).
-fn index(tok: &str, len: usize, path: &str) -> Result<usize, String> {
-    let i: i64 = tok.parse().map_err(|_| format!("invalid list index {tok:?} in {path}"))?;
+fn index(tok: &str, len: usize, path: &str) -> Result<usize, PatchError> {
+    let i: i64 =
+        tok.parse().map_err(|_| PatchError::InvalidIndex { token: tok.to_string(), path: path.to_string() })?;
     let n = len as i64;
     let j = if i < 0 { i + n } else { i };
     if j < 0 || j >= n {
-        return Err(format!("index {tok} out of range in {path}"));
+        return Err(PatchError::OutOfRange { token: tok.to_string(), path: path.to_string() });
     }
     Ok(j as usize)
 }
@@ -74,9 +120,9 @@ fn index(tok: &str, len: usize, path: &str) -> Result<usize, String> {
 const MAX_PADDING: usize = 10_000;
 
 /// Takes `n` nulls of padding out of what is left of the budget.
-fn pad(left: &mut usize, n: usize, path: &str) -> Result<(), String> {
+fn pad(left: &mut usize, n: usize, path: &str) -> Result<(), PatchError> {
     if n > *left {
-        return Err(format!("cannot add {path}: it would pad lists with more than {MAX_PADDING} null elements"));
+        return Err(PatchError::TooMuchPadding(path.to_string()));
     }
     *left -= n;
     Ok(())
@@ -85,7 +131,7 @@ fn pad(left: &mut usize, n: usize, path: &str) -> Result<(), String> {
 /// What `add` puts where a parent is missing (Kyverno applies patches with json-patch's
 /// `EnsurePathExistsOnAdd`): a list when the next token is an index or `-` (padded with nulls
 /// up to that index, out of `left`), an object otherwise.
-fn new_parent(next: Option<&String>, path: &str, left: &mut usize) -> Result<Value, String> {
+fn new_parent(next: Option<&String>, path: &str, left: &mut usize) -> Result<Value, PatchError> {
     match next.map(String::as_str) {
         Some("-") => Ok(Value::Array(Vec::new())),
         Some(t) => match t.parse::<i64>() {
@@ -94,7 +140,7 @@ fn new_parent(next: Option<&String>, path: &str, left: &mut usize) -> Result<Val
                 pad(left, n, path)?;
                 Ok(Value::Array(vec![Value::Null; n]))
             }
-            Ok(i) => Err(format!("unable to ensure path for negative index other than -1: {i} in {path}")),
+            Ok(i) => Err(PatchError::NegativeIndex { index: i, path: path.to_string() }),
             Err(_) => Ok(Value::Object(Map::new())),
         },
         None => Ok(Value::Object(Map::new())),
@@ -109,7 +155,7 @@ fn parent<'a>(
     path: &str,
     create: bool,
     left: &mut usize,
-) -> Result<Option<&'a mut Value>, String> {
+) -> Result<Option<&'a mut Value>, PatchError> {
     let mut cur = doc;
     let walk = toks.len().saturating_sub(1);
     for (n, t) in toks.iter().take(walk).enumerate() {
@@ -153,10 +199,10 @@ fn parent<'a>(
                 };
                 match cur {
                     Value::Object(m) => m.entry(t.clone()).or_insert(Value::Null),
-                    _ => return Err(format!("cannot create {path}")),
+                    _ => return Err(PatchError::CannotCreate(path.to_string())),
                 }
             }
-            _ => return Err(format!("path {path} goes through a scalar")),
+            _ => return Err(PatchError::ThroughScalar(path.to_string())),
         };
     }
     Ok(Some(cur))
@@ -174,13 +220,15 @@ fn get<'a>(doc: &'a Value, path: &str) -> Option<&'a Value> {
     Some(cur)
 }
 
-fn add(doc: &mut Value, path: &str, value: Value, left: &mut usize) -> Result<(), String> {
+fn add(doc: &mut Value, path: &str, value: Value, left: &mut usize) -> Result<(), PatchError> {
     let toks = tokens(path);
     let Some(last) = toks.last() else {
         *doc = value;
         return Ok(());
     };
-    let Some(p) = parent(doc, &toks, path, true, left)? else { return Err(format!("missing parent for {path}")) };
+    let Some(p) = parent(doc, &toks, path, true, left)? else {
+        return Err(PatchError::MissingParent(path.to_string()));
+    };
     match p {
         Value::Object(m) => {
             m.insert(last.clone(), value);
@@ -191,11 +239,12 @@ fn add(doc: &mut Value, path: &str, value: Value, left: &mut usize) -> Result<()
                 a.push(value);
                 return Ok(());
             }
-            let i: i64 = last.parse().map_err(|_| format!("invalid list index {last:?} in {path}"))?;
+            let i: i64 =
+                last.parse().map_err(|_| PatchError::InvalidIndex { token: last.clone(), path: path.to_string() })?;
             let n = a.len() as i64;
             let j = if i < 0 { i + n } else { i };
             if j < 0 || j > n {
-                return Err(format!("index {last} out of range in {path}"));
+                return Err(PatchError::OutOfRange { token: last.clone(), path: path.to_string() });
             }
             a.insert(j as usize, value);
             Ok(())
@@ -206,12 +255,12 @@ fn add(doc: &mut Value, path: &str, value: Value, left: &mut usize) -> Result<()
             *p = Value::Object(m);
             Ok(())
         }
-        _ => Err(format!("cannot add {path}: the parent is a scalar")),
+        _ => Err(PatchError::ScalarParent(path.to_string())),
     }
 }
 
 /// Removes `path`; a missing path is not an error (Kyverno's AllowMissingPathOnRemove).
-fn remove(doc: &mut Value, path: &str) -> Result<Option<Value>, String> {
+fn remove(doc: &mut Value, path: &str) -> Result<Option<Value>, PatchError> {
     let toks = tokens(path);
     let Some(last) = toks.last() else {
         return Ok(Some(std::mem::take(doc)));
@@ -227,19 +276,19 @@ fn remove(doc: &mut Value, path: &str) -> Result<Option<Value>, String> {
     }
 }
 
-fn replace(doc: &mut Value, path: &str, value: Value) -> Result<(), String> {
+fn replace(doc: &mut Value, path: &str, value: Value) -> Result<(), PatchError> {
     let toks = tokens(path);
     let Some(last) = toks.last() else {
         *doc = value;
         return Ok(());
     };
     let Some(p) = parent(doc, &toks, path, false, &mut 0)? else {
-        return Err(format!("replace operation does not apply: doc is missing path: {path}"));
+        return Err(PatchError::ReplaceMissingPath(path.to_string()));
     };
     match p {
         Value::Object(m) => {
             if !m.contains_key(last) {
-                return Err(format!("replace operation does not apply: doc is missing key: {path}"));
+                return Err(PatchError::ReplaceMissingKey(path.to_string()));
             }
             m.insert(last.clone(), value);
             Ok(())
@@ -251,12 +300,12 @@ fn replace(doc: &mut Value, path: &str, value: Value) -> Result<(), String> {
             }
             Ok(())
         }
-        _ => Err(format!("replace operation does not apply: {path} is inside a scalar")),
+        _ => Err(PatchError::ReplaceInScalar(path.to_string())),
     }
 }
 
 /// Applies operations in order with Kyverno's options.
-pub fn apply(doc: &mut Value, ops: &[Op]) -> Result<(), String> {
+pub fn apply(doc: &mut Value, ops: &[Op]) -> Result<(), PatchError> {
     let mut left = MAX_PADDING;
     for op in ops {
         match op {
@@ -266,20 +315,17 @@ pub fn apply(doc: &mut Value, ops: &[Op]) -> Result<(), String> {
             }
             Op::Replace { path, value } => replace(doc, path, value.clone())?,
             Op::Move { from, path } => {
-                let v = remove(doc, from)?
-                    .ok_or_else(|| format!("move operation does not apply: doc is missing from path: {from}"))?;
+                let v = remove(doc, from)?.ok_or_else(|| PatchError::MoveMissingFrom(from.clone()))?;
                 add(doc, path, v, &mut left)?;
             }
             Op::Copy { from, path } => {
-                let v = get(doc, from)
-                    .cloned()
-                    .ok_or_else(|| format!("copy operation does not apply: doc is missing from path: {from}"))?;
+                let v = get(doc, from).cloned().ok_or_else(|| PatchError::CopyMissingFrom(from.clone()))?;
                 add(doc, path, v, &mut left)?;
             }
             Op::Test { path, value } => {
                 let ok = get(doc, path).is_some_and(|v| crate::equal(v, value));
                 if !ok {
-                    return Err(format!("testing value {path} failed: test failed"));
+                    return Err(PatchError::TestFailed(path.clone()));
                 }
             }
         }
@@ -350,7 +396,7 @@ mod tests {
     use super::*;
     use serde_json::json;
 
-    fn run(doc: Value, ops: Value) -> Result<Value, String> {
+    fn run(doc: Value, ops: Value) -> Result<Value, PatchError> {
         let ops = parse_ops(&ops)?;
         let mut d = doc;
         apply(&mut d, &ops)?;
@@ -364,13 +410,13 @@ mod tests {
     fn padding_lists_is_bounded() {
         for path in ["/a/3333333333/b", "/a/9223372036854775807", "/l/4294967295/x"] {
             let err = run(json!({"l": []}), json!([{"op": "add", "path": path, "value": 1}]));
-            assert!(err.as_ref().is_err_and(|e| e.contains("more than 10000 null elements")), "{path}: {err:?}");
+            assert!(matches!(&err, Err(PatchError::TooMuchPadding(p)) if p == path), "{path}: {err:?}");
         }
         let out = run(json!({}), json!([{"op": "add", "path": "/a/9999/b", "value": 1}]));
         assert_eq!(out.map(|v| v.pointer("/a/9999/b").cloned()), Ok(Some(json!(1))));
         let ops =
             json!([{"op": "add", "path": "/a/6000/b", "value": 1}, {"op": "add", "path": "/c/6000/d", "value": 2}]);
-        assert!(run(json!({}), ops).is_err_and(|e| e.contains("/c/6000/d")));
+        assert_eq!(run(json!({}), ops), Err(PatchError::TooMuchPadding("/c/6000/d".into())));
         let past_end = json!([{"op": "add", "path": "/l/20000/x", "value": 1}]);
         assert!(run(json!({"l": [1]}), past_end).is_err());
     }
@@ -429,11 +475,14 @@ mod tests {
     #[test]
     fn bad_documents_say_which_operation() {
         assert_eq!(
-            parse_ops(&json!([{"op": "add", "path": "x", "value": 1}])).err().unwrap_or_default(),
+            parse_ops(&json!([{"op": "add", "path": "x", "value": 1}]))
+                .err()
+                .map(|e| e.to_string())
+                .unwrap_or_default(),
             "operation 0: path \"x\" must start with \"/\""
         );
         assert_eq!(
-            parse_ops(&json!([{"op": "jump", "path": "/x"}])).err().unwrap_or_default(),
+            parse_ops(&json!([{"op": "jump", "path": "/x"}])).err().map(|e| e.to_string()).unwrap_or_default(),
             "operation 0: unknown op \"jump\""
         );
         assert!(run(json!({}), json!([{"op": "replace", "path": "/a", "value": 1}])).is_err());

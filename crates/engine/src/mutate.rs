@@ -468,7 +468,9 @@ impl Patches {
                     // Parsed once, so a broken policy fails at load.
                     let doc = verno_jmespath::yaml::parse(s)
                         .map_err(|e| CompileError::new(&p, format!("invalid YAML: {e}")))?;
-                    Some(Json6902::Static(crate::jsonpatch::parse_ops(&doc).map_err(|e| CompileError::new(&p, e))?))
+                    Some(Json6902::Static(
+                        crate::jsonpatch::parse_ops(&doc).map_err(|e| CompileError::new(&p, e.to_string()))?,
+                    ))
                 }
             }
             None => None,

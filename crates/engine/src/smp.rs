@@ -123,8 +123,20 @@ pub fn field(ty: Ty, name: &str) -> Field {
     }
 }
 
+/// Why a strategic merge patch does not apply; `at` is the JSON pointer where it failed.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum MergeError {
+    #[error("unknown $patch directive {directive} at {at}")]
+    UnknownDirective { directive: Value, at: String },
+    /// A map or list in the patch where the document has a scalar or the other container.
+    #[error("cannot merge a {patch} into a {found} at {at}")]
+    Mismatch { patch: &'static str, found: &'static str, at: String },
+    #[error("cannot replace a {found} with a {patch} at {at}")]
+    Replace { found: &'static str, patch: &'static str, at: String },
+}
+
 /// Applies `patch` to `doc` (an object of `kind`). Errors say where and why.
-pub fn apply(doc: &Value, patch: &Value, kind: &str) -> Result<Value, String> {
+pub fn apply(doc: &Value, patch: &Value, kind: &str) -> Result<Value, MergeError> {
     let ty = root(kind);
     match merge_value(Some(doc.clone()), patch, Field { ty, list: ListKind::Atomic }, "")? {
         Some(v) => Ok(v),
@@ -148,7 +160,7 @@ fn at(path: &str) -> &str {
 }
 
 /// Merges one patch value into an optional destination value; `None` means "delete".
-fn merge_value(dest: Option<Value>, patch: &Value, f: Field, path: &str) -> Result<Option<Value>, String> {
+fn merge_value(dest: Option<Value>, patch: &Value, f: Field, path: &str) -> Result<Option<Value>, MergeError> {
     match patch {
         Value::Null => Ok(None),
         Value::Object(p) => {
@@ -158,23 +170,29 @@ fn merge_value(dest: Option<Value>, patch: &Value, f: Field, path: &str) -> Resu
                     return merge_map(Map::new(), p, f.ty, path).map(|m| Some(Value::Object(m)));
                 }
                 Some(Value::String(d)) if d == "merge" => {}
-                Some(other) => return Err(format!("unknown $patch directive {other} at {}", at(path))),
+                Some(other) => {
+                    return Err(MergeError::UnknownDirective { directive: other.clone(), at: at(path).to_string() });
+                }
                 None => {}
             }
             match dest {
                 None | Some(Value::Null) => merge_map(Map::new(), p, f.ty, path).map(|m| Some(Value::Object(m))),
                 Some(Value::Object(d)) => merge_map(d, p, f.ty, path).map(|m| Some(Value::Object(m))),
-                Some(other) => Err(format!("cannot merge a map into a {} at {}", type_name(&other), at(path))),
+                Some(other) => {
+                    Err(MergeError::Mismatch { patch: "map", found: type_name(&other), at: at(path).to_string() })
+                }
             }
         }
         Value::Array(p) => match dest {
             None | Some(Value::Null) => merge_list(Vec::new(), p, f, path).map(|l| l.map(Value::Array)),
             Some(Value::Array(d)) => merge_list(d, p, f, path).map(|l| l.map(Value::Array)),
-            Some(other) => Err(format!("cannot merge a list into a {} at {}", type_name(&other), at(path))),
+            Some(other) => {
+                Err(MergeError::Mismatch { patch: "list", found: type_name(&other), at: at(path).to_string() })
+            }
         },
         scalar => match dest {
             Some(d @ (Value::Object(_) | Value::Array(_))) => {
-                Err(format!("cannot replace a {} with a {} at {}", type_name(&d), type_name(scalar), at(path)))
+                Err(MergeError::Replace { found: type_name(&d), patch: type_name(scalar), at: at(path).to_string() })
             }
             _ => Ok(Some(scalar.clone())),
         },
@@ -186,7 +204,7 @@ fn merge_map(
     patch: &Map<String, Value>,
     ty: Ty,
     path: &str,
-) -> Result<Map<String, Value>, String> {
+) -> Result<Map<String, Value>, MergeError> {
     for (k, pv) in patch {
         if k == "$patch"
             || k == "$retainKeys"
@@ -233,7 +251,7 @@ fn key_of(v: &Value, key: &str) -> Option<String> {
     }
 }
 
-fn merge_list(dest: Vec<Value>, patch: &[Value], f: Field, path: &str) -> Result<Option<Vec<Value>>, String> {
+fn merge_list(dest: Vec<Value>, patch: &[Value], f: Field, path: &str) -> Result<Option<Vec<Value>>, MergeError> {
     match f.list {
         ListKind::Atomic => {
             // Replaced; elements that are maps still have their directives resolved.
@@ -481,9 +499,13 @@ mod tests {
     #[test]
     fn type_mismatches_are_errors_with_paths() {
         let d = pod(json!({"containers": [{"name": "a"}]}));
-        let e = apply(&d, &json!({"spec": {"containers": "x"}}), "Pod").err().unwrap_or_default();
+        let e =
+            apply(&d, &json!({"spec": {"containers": "x"}}), "Pod").err().map(|e| e.to_string()).unwrap_or_default();
         assert_eq!(e, "cannot replace a list with a string at /spec/containers");
-        let e = apply(&d, &json!({"spec": {"containers": {"a": 1}}}), "Pod").err().unwrap_or_default();
+        let e = apply(&d, &json!({"spec": {"containers": {"a": 1}}}), "Pod")
+            .err()
+            .map(|e| e.to_string())
+            .unwrap_or_default();
         assert_eq!(e, "cannot merge a map into a list at /spec/containers");
     }
 }

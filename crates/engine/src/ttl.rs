@@ -56,15 +56,32 @@ fn long_duration(s: &str) -> Option<i64> {
     Some(total)
 }
 
+/// Why a TTL label's value or a propagation policy is not one Kyverno accepts.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum TtlError {
+    #[error("{TTL_LABEL} {0:?} is a negative duration")]
+    Negative(String),
+    #[error("{0:?} is too long")]
+    TooLong(String),
+    #[error(
+        "the value of {TTL_LABEL}, {0:?}, is neither a duration (\"1h\", \"2d\", \"1w\") nor a time (\"2006-01-02T150405Z\", \"2006-01-02\")"
+    )]
+    Unreadable(String),
+    #[error("unknown propagation policy {0:?}, expected Foreground, Background or Orphan")]
+    UnknownPropagation(String),
+}
+
 /// When an object with TTL value `value` created at `created` is due; the error says why the
 /// value is not one Kyverno accepts.
-pub fn expiry(value: &str, created: DateTime<Utc>) -> Result<DateTime<Utc>, String> {
+pub fn expiry(value: &str, created: DateTime<Utc>) -> Result<DateTime<Utc>, TtlError> {
     let nanos = verno_jmespath::duration::parse(value).or_else(|| long_duration(value));
     if let Some(n) = nanos {
         if n < 0 {
-            return Err(format!("{TTL_LABEL} {value:?} is a negative duration"));
+            return Err(TtlError::Negative(value.to_string()));
         }
-        return created.checked_add_signed(Duration::nanoseconds(n)).ok_or_else(|| format!("{value:?} is too long"));
+        return created
+            .checked_add_signed(Duration::nanoseconds(n))
+            .ok_or_else(|| TtlError::TooLong(value.to_string()));
     }
     if let Ok(t) = NaiveDateTime::parse_from_str(value, "%Y-%m-%dT%H%M%SZ") {
         return Ok(t.and_utc());
@@ -74,18 +91,16 @@ pub fn expiry(value: &str, created: DateTime<Utc>) -> Result<DateTime<Utc>, Stri
     {
         return Ok(t.and_utc());
     }
-    Err(format!(
-        "the value of {TTL_LABEL}, {value:?}, is neither a duration (\"1h\", \"2d\", \"1w\") nor a time (\"2006-01-02T150405Z\", \"2006-01-02\")"
-    ))
+    Err(TtlError::Unreadable(value.to_string()))
 }
 
 /// A deletion propagation policy as the API accepts it, or why not.
-pub fn propagation(value: &str) -> Result<&'static str, String> {
+pub fn propagation(value: &str) -> Result<&'static str, TtlError> {
     match value {
         "Foreground" => Ok("Foreground"),
         "Background" => Ok("Background"),
         "Orphan" => Ok("Orphan"),
-        other => Err(format!("unknown propagation policy {other:?}, expected Foreground, Background or Orphan")),
+        other => Err(TtlError::UnknownPropagation(other.to_string())),
     }
 }
 
@@ -121,7 +136,7 @@ mod tests {
     #[test]
     fn anything_else_is_refused_with_the_reason() {
         for v in ["", "soon", "10", "2023-07-19T12:00:00Z", "-5m", "1 fortnight"] {
-            let e = expiry(v, created()).unwrap_err();
+            let e = expiry(v, created()).unwrap_err().to_string();
             assert!(e.contains(TTL_LABEL) || e.contains("negative"), "{v:?}: {e}");
         }
         assert!(propagation("Orphan").is_ok());
