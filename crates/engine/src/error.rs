@@ -1,4 +1,14 @@
 //! Engine errors: compile errors carry the field path; evaluation errors become `error` results.
+//!
+//! Where a caller can act on the cause, the error is a type: [`CompileError`] (with the field
+//! path), [`DocumentError`], `jsonpatch::PatchError`, `smp::MergeError`,
+//! `cron::ScheduleError`, `ttl::TtlError`, `template::TemplateError`,
+//! `gpol::{PlaceholderError, RenderError}`. A function of the engine that still returns
+//! `Result<_, String>` returns **message text**: the words a rule's `error`/`fail` result, a
+//! denial or Kyverno's policy validation shows to the user, byte for byte as Kyverno words
+//! them (context loading, CEL and image-verification failures, `validate.manifests`, a
+//! GlobalContextEntry's field errors, generate rules' update check). Nothing matches on that
+//! text; it is carried to the report or the AdmissionReview as it is.
 
 use thiserror::Error;
 use verno_api::Kind;
@@ -11,8 +21,9 @@ pub struct CompileError {
 }
 
 impl CompileError {
-    pub fn new(path: impl Into<String>, message: impl Into<String>) -> Self {
-        CompileError { path: path.into(), message: message.into() }
+    /// `message`: a text, or a typed error whose text is what the user reads.
+    pub fn new(path: impl Into<String>, message: impl std::fmt::Display) -> Self {
+        CompileError { path: path.into(), message: message.to_string() }
     }
 }
 

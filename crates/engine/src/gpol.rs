@@ -23,9 +23,45 @@ use std::sync::{Arc, Mutex};
 use verno_api::cel;
 use verno_cel::Host;
 
+/// Why a GeneratingPolicy's `(( expr ))` template does not compile.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum PlaceholderError {
+    #[error("empty placeholder at offset {0}")]
+    Empty(usize),
+    #[error("unbalanced parenthesis in placeholder starting at offset {0}")]
+    Unbalanced(usize),
+    #[error("unterminated string literal in placeholder starting at offset {0}")]
+    UnterminatedString(usize),
+    #[error("unterminated placeholder starting at offset {0}: missing closing '))'")]
+    Unterminated(usize),
+    #[error(
+        "placeholders are not supported in mapping keys ({0:?}); use a whole-value placeholder on the parent field instead (e.g. `labels: (( variables.labels ))`)"
+    )]
+    InKey(String),
+    /// The expression inside does not compile; `message`: the CEL compiler's.
+    #[error("placeholder {expr:?}: {message}")]
+    Cel { expr: String, message: String },
+}
+
+/// Why a compiled template could not be rendered, with where in the document.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum RenderError {
+    /// `message`: the CEL evaluation error.
+    #[error("failed to evaluate placeholder {expr:?}: {message}")]
+    Eval { expr: String, message: String },
+    #[error(
+        "placeholder {0:?} embedded in a string must evaluate to a scalar; use a whole-value placeholder for structured results"
+    )]
+    NotAScalar(String),
+    #[error("field {0:?}: {1}")]
+    Field(String, Box<RenderError>),
+    #[error("item {0}: {1}")]
+    Item(usize, Box<RenderError>),
+}
+
 /// Splits a string into text and `(( expr ))` placeholders; `\((` is a literal `((`. Quotes and
 /// nested parentheses inside a placeholder are skipped over, as Kyverno's scanner does.
-fn scan(s: &str) -> Result<Vec<(bool, String)>, String> {
+fn scan(s: &str) -> Result<Vec<(bool, String)>, PlaceholderError> {
     let b = s.as_bytes();
     let mut out: Vec<(bool, String)> = Vec::new();
     let mut text = String::new();
@@ -55,7 +91,7 @@ fn scan(s: &str) -> Result<Vec<(bool, String)>, String> {
     Ok(out)
 }
 
-fn placeholder(s: &str, start: usize) -> Result<(String, usize), String> {
+fn placeholder(s: &str, start: usize) -> Result<(String, usize), PlaceholderError> {
     let b = s.as_bytes();
     let mut depth = 0usize;
     let mut quote: Option<u8> = None;
@@ -79,30 +115,28 @@ fn placeholder(s: &str, start: usize) -> Result<(String, usize), String> {
             b')' if b.get(i + 1) == Some(&b')') => {
                 let expr = s.get(start + 2..i).unwrap_or("").trim().to_string();
                 if expr.is_empty() {
-                    return Err(format!("empty placeholder at offset {start}"));
+                    return Err(PlaceholderError::Empty(start));
                 }
                 return Ok((expr, i + 2));
             }
-            b')' => return Err(format!("unbalanced parenthesis in placeholder starting at offset {start}")),
+            b')' => return Err(PlaceholderError::Unbalanced(start)),
             _ => {}
         }
         i += 1;
     }
     if quote.is_some() {
-        return Err(format!("unterminated string literal in placeholder starting at offset {start}"));
+        return Err(PlaceholderError::UnterminatedString(start));
     }
-    Err(format!("unterminated placeholder starting at offset {start}: missing closing '))'"))
+    Err(PlaceholderError::Unterminated(start))
 }
 
-fn compile_node(v: &Value, interpolate: bool) -> Result<Tpl, String> {
+fn compile_node(v: &Value, interpolate: bool) -> Result<Tpl, PlaceholderError> {
     Ok(match v {
         Value::Object(m) => {
             let mut out = Vec::with_capacity(m.len());
             for (k, x) in m {
                 if interpolate && k.contains("((") && !k.contains("\\((") {
-                    return Err(format!(
-                        "placeholders are not supported in mapping keys ({k:?}); use a whole-value placeholder on the parent field instead (e.g. `labels: (( variables.labels ))`)"
-                    ));
+                    return Err(PlaceholderError::InKey(k.clone()));
                 }
                 out.push((k.clone(), compile_node(x, interpolate)?));
             }
@@ -111,7 +145,10 @@ fn compile_node(v: &Value, interpolate: bool) -> Result<Tpl, String> {
         Value::Array(a) => Tpl::List(a.iter().map(|x| compile_node(x, interpolate)).collect::<Result<_, _>>()?),
         Value::String(s) if interpolate && s.contains("((") => {
             let segs = scan(s)?;
-            let compile = |e: &str| verno_cel::Expr::compile(e).map_err(|err| format!("placeholder {e:?}: {err}"));
+            let compile = |e: &str| {
+                verno_cel::Expr::compile(e)
+                    .map_err(|err| PlaceholderError::Cel { expr: e.to_string(), message: err.to_string() })
+            };
             match segs.as_slice() {
                 [(true, e)] => Tpl::Splice(compile(e)?),
                 _ if segs.iter().all(|(is_expr, _)| !is_expr) => {
@@ -132,11 +169,11 @@ fn compile_node(v: &Value, interpolate: bool) -> Result<Tpl, String> {
     })
 }
 
-fn render(t: &Tpl, vars: &verno_cel::Vars) -> Result<Value, String> {
+fn render(t: &Tpl, vars: &verno_cel::Vars) -> Result<Value, RenderError> {
     Ok(match t {
         Tpl::Literal(v) => v.clone(),
         Tpl::Splice(e) => {
-            e.eval(vars).map_err(|err| format!("failed to evaluate placeholder {:?}: {err}", e.source()))?
+            e.eval(vars).map_err(|err| RenderError::Eval { expr: e.source().to_string(), message: err.to_string() })?
         }
         Tpl::Interpolate(segs) => {
             let mut s = String::new();
@@ -145,16 +182,13 @@ fn render(t: &Tpl, vars: &verno_cel::Vars) -> Result<Value, String> {
                     Segment::Text(t) => s.push_str(t),
                     Segment::Expr(e) => match e
                         .eval(vars)
-                        .map_err(|err| format!("failed to evaluate placeholder {:?}: {err}", e.source()))?
+                        .map_err(|err| RenderError::Eval { expr: e.source().to_string(), message: err.to_string() })?
                     {
                         Value::String(x) => s.push_str(&x),
                         Value::Null => s.push_str("null"),
                         v @ (Value::Bool(_) | Value::Number(_)) => s.push_str(&v.to_string()),
                         _ => {
-                            return Err(format!(
-                                "placeholder {:?} embedded in a string must evaluate to a scalar; use a whole-value placeholder for structured results",
-                                e.source()
-                            ));
+                            return Err(RenderError::NotAScalar(e.source().to_string()));
                         }
                     },
                 }
@@ -164,14 +198,14 @@ fn render(t: &Tpl, vars: &verno_cel::Vars) -> Result<Value, String> {
         Tpl::Map(m) => {
             let mut out = Map::new();
             for (k, x) in m {
-                out.insert(k.clone(), render(x, vars).map_err(|e| format!("field {k:?}: {e}"))?);
+                out.insert(k.clone(), render(x, vars).map_err(|e| RenderError::Field(k.clone(), Box::new(e)))?);
             }
             Value::Object(out)
         }
         Tpl::List(a) => Value::Array(
             a.iter()
                 .enumerate()
-                .map(|(i, x)| render(x, vars).map_err(|e| format!("item {i}: {e}")))
+                .map(|(i, x)| render(x, vars).map_err(|e| RenderError::Item(i, Box::new(e))))
                 .collect::<Result<_, _>>()?,
         ),
     })
@@ -607,8 +641,8 @@ mod tests {
     fn the_scanner_splits_placeholders_and_keeps_escapes() {
         let segs = scan("a-(( variables.x + ')' ))-b \\((c").expect("scans");
         assert_eq!(segs, vec![(false, "a-".into()), (true, "variables.x + ')'".into()), (false, "-b ((c".into())]);
-        assert!(scan("(( x ").unwrap_err().contains("missing closing"));
-        assert!(scan("(( ))").unwrap_err().contains("empty placeholder"));
+        assert_eq!(scan("(( x ").unwrap_err(), PlaceholderError::Unterminated(0));
+        assert_eq!(scan("(( ))").unwrap_err(), PlaceholderError::Empty(0));
     }
 
     fn run_policy(doc: Value, trigger: Value) -> RuleResponse {

@@ -56,9 +56,18 @@ pub fn has_vars(s: &str) -> bool {
     s.contains("{{")
 }
 
+/// A variable of a template whose JMESPath does not parse.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+#[error("incorrect query {query}: {source}")]
+pub struct TemplateError {
+    pub query: String,
+    #[source]
+    pub source: verno_jmespath::ParseError,
+}
+
 impl Template {
     /// Parses `s`; JMESPath errors are reported as `incorrect query`.
-    pub fn compile(s: &str) -> Result<Template, String> {
+    pub fn compile(s: &str) -> Result<Template, TemplateError> {
         let mut vars = Vec::new();
         let mut nested = false;
         for cap in VAR.captures_iter(s) {
@@ -78,7 +87,7 @@ impl Template {
             let (expr, delete_expr) = if query == "@" {
                 (None, None)
             } else {
-                let e = Expression::compile(&query).map_err(|e| format!("incorrect query {query}: {e}"))?;
+                let e = Expression::compile(&query).map_err(|source| TemplateError { query: query.clone(), source })?;
                 let d = delete_reading(&e);
                 (Some(e), d)
             };
@@ -182,7 +191,7 @@ fn render_dynamic(s: &str, ctx: &Context, at: &str) -> Result<Value, EvalError> 
             if inner.contains("{{") {
                 continue;
             }
-            let t = Template::compile(&raw).map_err(EvalError::Substitution)?;
+            let t = Template::compile(&raw).map_err(|e| EvalError::Substitution(e.to_string()))?;
             let Some(v) = t.vars.first() else { continue };
             let out = resolve(v, ctx, at)?;
             if original == raw {
@@ -249,7 +258,7 @@ pub enum TKey {
 }
 
 impl TValue {
-    pub fn compile(v: &Value) -> Result<TValue, String> {
+    pub fn compile(v: &Value) -> Result<TValue, TemplateError> {
         if !contains_vars(v) {
             return Ok(TValue::Static(v.clone()));
         }
@@ -263,7 +272,7 @@ impl TValue {
                             if has_vars(k) { TKey::Template(Template::compile(k)?) } else { TKey::Static(k.clone()) };
                         Ok((key, TValue::compile(x)?))
                     })
-                    .collect::<Result<_, String>>()?,
+                    .collect::<Result<_, TemplateError>>()?,
             ),
             other => TValue::Static(other.clone()),
         })

@@ -888,6 +888,7 @@ impl Verifier<'_> {
                 } else {
                     let t = joined.join("; ");
                     match crate::template::Template::compile(&t)
+                        .map_err(|e| e.to_string())
                         .and_then(|tp| tp.render(ctx, "").map_err(|e| e.to_string()))
                     {
                         Ok(Value::String(s)) => s,
