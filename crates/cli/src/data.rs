@@ -5,7 +5,9 @@ use serde_json::{Value, json};
 use std::collections::BTreeMap;
 use std::sync::Arc;
 use verno_api::Values;
-use verno_engine::{Data, Loaded, NamespaceView, PolicyResponse, PolicySet, Request, RequestUser, Scope};
+use verno_engine::{
+    Asker, Data, Loaded, NamespaceView, PolicyResponse, PolicySet, Request, RequestUser, Scope, UserInfoRef,
+};
 
 #[derive(Default)]
 pub struct CliData {
@@ -122,7 +124,8 @@ fn norm_image(r: &str) -> String {
 }
 
 /// A global context entry's value: its data (or resources), with its projections applied when
-/// it has any (`{projection name: JMESPath result}`), as Kyverno exposes them.
+/// it has any (`{projection name: JMESPath result}`), as Kyverno exposes them. The error is the
+/// message [`verno_cel::Host::global_context`] hands on verbatim (that trait's errors are text).
 fn project(entry: &Value) -> Result<Value, String> {
     let data = entry.get("data").or_else(|| entry.get("resources")).cloned().unwrap_or(Value::Null);
     let Some(projections) = entry.get("projections").and_then(Value::as_array).filter(|p| !p.is_empty()) else {
@@ -420,9 +423,10 @@ impl Requests<'_> {
             operation: &op,
             object,
             old_object: old,
-            user: self.user.map(|u| &u.0),
-            user_info: self.user.map(|u| &u.1),
-            user_info_sent: None,
+            asker: self
+                .user
+                .map(|(user, info)| Asker { user: Some(user), info: UserInfoRef::Json(info) })
+                .unwrap_or_default(),
             namespace_labels: None,
             subresource: "",
             kind,

@@ -69,8 +69,10 @@ fn request(name: &str) -> Value {
 fn run(set: &PolicySet, route: &Route, review: &Value) -> usize {
     let req = &review["request"];
     let req = Request {
-        user_info: req.get("userInfo"),
-        user_info_sent: None,
+        asker: verno_engine::Asker {
+            user: None,
+            info: req.get("userInfo").map_or(verno_engine::UserInfoRef::Unknown, verno_engine::UserInfoRef::Json),
+        },
         ..Request::new(req["operation"].as_str().unwrap_or("CREATE"), &req["object"])
     };
     let mut rules = RuleCount(0);

@@ -129,9 +129,7 @@ pub(crate) struct RequestFields<'e> {
     pub subject: &'e Value,
     /// group, version, kind
     pub kind: (&'e str, &'e str, &'e str),
-    pub user_info: Option<&'e Value>,
-    pub user_info_sent: Option<&'e verno_api::admission::UserInfo>,
-    pub user: Option<&'e crate::matching::RequestUser>,
+    pub asker: crate::ports::Asker<'e>,
     pub subresource: &'e str,
 }
 
@@ -157,13 +155,9 @@ impl RequestFields<'_> {
                 m.insert("kind".into(), Value::String(kind.into()));
                 Value::Object(m)
             }
-            5 => match (self.user_info, self.user_info_sent) {
-                (Some(u), _) => u.clone(),
-                (None, Some(u)) => serde_json::to_value(u).unwrap_or_else(|_| Value::Object(Map::new())),
-                (None, None) => Value::Object(Map::new()),
-            },
-            6 => strings(self.user.map(|u| &u.roles)),
-            7 => strings(self.user.map(|u| &u.cluster_roles)),
+            5 => self.asker.info.to_value(),
+            6 => strings(self.asker.user.map(|u| &u.roles)),
+            7 => strings(self.asker.user.map(|u| &u.cluster_roles)),
             8 if !self.subresource.is_empty() => Value::String(self.subresource.into()),
             _ => return None,
         })
@@ -703,11 +697,7 @@ pub fn build_context<'e>(req: &Request<'e>, env: &'e dyn Env) -> Context<'e> {
 pub fn build_context_with<'e>(req: &Request<'e>, env: &'e dyn Env, images: bool) -> Context<'e> {
     let subject = req.subject();
     let (group, version, kind) = req.group_version_kind();
-    let username = match (req.user_info, req.user_info_sent) {
-        (Some(u), _) => u.get("username").and_then(Value::as_str).unwrap_or(""),
-        (None, Some(u)) => u.username.as_str(),
-        (None, None) => "",
-    };
+    let username = req.asker.info.username();
     let (sa_ns, sa_name) = match username.strip_prefix("system:serviceaccount:").and_then(|r| r.split_once(':')) {
         Some((ns, n)) => (ns.to_string(), n.to_string()),
         None => (String::new(), String::new()),
@@ -726,9 +716,7 @@ pub fn build_context_with<'e>(req: &Request<'e>, env: &'e dyn Env, images: bool)
         old_object: req.old_object,
         subject,
         kind: (group, version, kind),
-        user_info: req.user_info,
-        user_info_sent: req.user_info_sent,
-        user: req.user,
+        asker: req.asker,
         subresource: req.subresource,
     });
     ctx.lend_object(req.object);
@@ -988,9 +976,7 @@ mod tests {
         };
         let req = Request {
             old_object: Some(&old),
-            user_info: Some(&user_info),
-            user_info_sent: None,
-            user: Some(&user),
+            asker: crate::ports::Asker { user: Some(&user), info: crate::ports::UserInfoRef::Json(&user_info) },
             subresource: "status",
             ..Request::new("UPDATE", &object)
         };

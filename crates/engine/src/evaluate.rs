@@ -167,7 +167,7 @@ fn match_input<'a>(req: &Request<'a>) -> MatchInput<'a> {
         annotations: obj_at(subject, "metadata", "annotations"),
         operation: req.operation,
         namespace_labels: req.namespace_labels,
-        user: req.user,
+        user: req.asker.user,
     }
 }
 

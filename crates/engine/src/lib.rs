@@ -74,7 +74,7 @@ pub use images::image_info;
 pub use matching::{KindSelector, Matcher, RequestUser, WebhookScope, labels_of, plural, string_map};
 pub use outcome::{NotApplied, PolicyResponse, RuleResponse, RuleType, Status};
 pub use policy::{Action, CompiledException, CompiledPolicy, CompiledRule, RuleBody};
-pub use ports::{Data, Loaded, NamespaceView, NoData, Request, Service};
+pub use ports::{Asker, Data, Loaded, NamespaceView, NoData, Request, Service, UserInfoRef};
 pub use set::{
     Filter, Hook, Labels, LiveNamespaces, Observer, Outcome, PolicyMeta, PolicySet, Route, Scope, fail_closed,
 };

@@ -183,6 +183,50 @@ impl NamespaceView {
 pub struct NoData;
 impl Data for NoData {}
 
+/// `request.userInfo` as the caller has it.
+#[derive(Debug, Clone, Copy, Default)]
+pub enum UserInfoRef<'a> {
+    /// Nobody said (an empty `userInfo`).
+    #[default]
+    Unknown,
+    /// As JSON (username, groups, …): the CLI's user file, a test's.
+    Json(&'a Value),
+    /// As the API server sent it: turned into JSON only if an expression reads it, which few
+    /// policies do.
+    Sent(&'a verno_api::admission::UserInfo),
+}
+
+impl<'a> UserInfoRef<'a> {
+    pub fn username(self) -> &'a str {
+        match self {
+            UserInfoRef::Unknown => "",
+            UserInfoRef::Json(u) => u.get("username").and_then(Value::as_str).unwrap_or(""),
+            UserInfoRef::Sent(u) => u.username.as_str(),
+        }
+    }
+
+    /// `request.userInfo` as expressions read it.
+    pub fn to_value(self) -> Value {
+        match self {
+            UserInfoRef::Unknown => Value::Object(Map::new()),
+            UserInfoRef::Json(u) => u.clone(),
+            UserInfoRef::Sent(u) => serde_json::to_value(u).unwrap_or_else(|_| Value::Object(Map::new())),
+        }
+    }
+}
+
+/// Who asks. Two views that may differ: the user that match/exclude blocks see (with its
+/// resolved roles; also `request.roles` and `request.clusterRoles`) and `request.userInfo`.
+/// They differ where Kyverno matches as someone else than the requester (an update's old
+/// object is matched as nobody, its variables stay the request's).
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Asker<'a> {
+    /// `None`: matching sees no user (a block naming subjects, roles or cluster roles does
+    /// not match).
+    pub user: Option<&'a RequestUser>,
+    pub info: UserInfoRef<'a>,
+}
+
 /// One admission-style request: the resource and who asks for what.
 #[derive(Debug, Clone)]
 pub struct Request<'a> {
@@ -192,12 +236,7 @@ pub struct Request<'a> {
     pub object: &'a Value,
     /// The old object (UPDATE and DELETE).
     pub old_object: Option<&'a Value>,
-    pub user: Option<&'a RequestUser>,
-    /// `request.userInfo` as JSON (username, groups, ...).
-    pub user_info: Option<&'a Value>,
-    /// `request.userInfo` as the API server sent it (used when `user_info` is `None`): turned
-    /// into JSON only if an expression reads it, which few policies do.
-    pub user_info_sent: Option<&'a verno_api::admission::UserInfo>,
+    pub asker: Asker<'a>,
     pub namespace_labels: Option<&'a BTreeMap<String, String>>,
     pub subresource: &'a str,
     /// The kind the API server says the request is about (`request.kind`); `None` (the CLI):
@@ -222,9 +261,7 @@ impl<'a> Request<'a> {
             operation,
             object,
             old_object: None,
-            user: None,
-            user_info: None,
-            user_info_sent: None,
+            asker: Asker::default(),
             namespace_labels: None,
             subresource: "",
             kind: None,

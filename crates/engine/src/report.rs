@@ -571,7 +571,10 @@ mod tests {
         let admin = json!({"username": "kubernetes-admin", "groups": ["system:masters"]});
         let results = |ns: &str| {
             let object = pod(ns);
-            let req = crate::Request { user_info: Some(&admin), ..crate::Request::new("CREATE", &object) };
+            let req = crate::Request {
+                asker: crate::Asker { user: None, info: crate::UserInfoRef::Json(&admin) },
+                ..crate::Request::new("CREATE", &object)
+            };
             let out = set.evaluate(&req, crate::Scope::ALL, &verno_jmespath::NoEnv, &crate::NoData, &mut ());
             out.responses.iter().map(|(_, r)| r.rules.len()).sum::<usize>()
         };

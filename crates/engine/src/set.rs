@@ -17,7 +17,7 @@ use crate::evaluate::{Phase, Sequence};
 use crate::matching::{RequestUser, labels_of};
 use crate::outcome::{PolicyResponse, Status};
 use crate::policy::{Action, CompiledException, CompiledPolicy};
-use crate::ports::{Data, Request, str_at};
+use crate::ports::{Asker, Data, Request, UserInfoRef, str_at};
 use crate::verdict::{Applied, PolicyApplied, ResourceRef, RuleViolation, Violation, blocked_message};
 use serde_json::Value;
 use std::collections::{BTreeMap, HashMap};
@@ -531,14 +531,14 @@ impl PolicySet {
             operation: "CREATE",
             object: old,
             old_object: None,
-            user: Some(&nobody),
+            asker: Asker { user: Some(&nobody), ..req.asker },
             subresource: "",
             kind: None,
             ..req.clone()
         };
         // Variables (`request.roles`, `request.userInfo`) stay the request's, as in Kyverno:
         // only matching is done as nobody.
-        let mut ctx = build_context_with(&Request { user: req.user, ..before.clone() }, env, self.reads_images);
+        let mut ctx = build_context_with(&Request { asker: req.asker, ..before.clone() }, env, self.reads_images);
         let prior = Sequence::new(before.clone()).without_explanations().evaluate(
             p,
             gate,
@@ -817,9 +817,7 @@ impl PolicySet {
             operation: &req.operation,
             object: &req.object,
             old_object: Some(&req.old_object).filter(|o| !o.is_null()),
-            user: Some(&user),
-            user_info: None,
-            user_info_sent: Some(&req.user_info),
+            asker: Asker { user: Some(&user), info: UserInfoRef::Sent(&req.user_info) },
             namespace_labels: None,
             subresource: &req.sub_resource,
             kind: Some(&req.kind),

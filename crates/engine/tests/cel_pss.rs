@@ -37,8 +37,10 @@ fn cel_set() -> PolicySet {
 fn failing(set: &PolicySet, review: &Value) -> Vec<String> {
     let r = &review["request"];
     let req = Request {
-        user_info: r.get("userInfo"),
-        user_info_sent: None,
+        asker: verno_engine::Asker {
+            user: None,
+            info: r.get("userInfo").map_or(verno_engine::UserInfoRef::Unknown, verno_engine::UserInfoRef::Json),
+        },
         ..Request::new(r["operation"].as_str().unwrap_or("CREATE"), &r["object"])
     };
     let out = set.evaluate(&req, Scope::ALL, &verno_jmespath::NoEnv, &NoData, &mut ());

@@ -6,7 +6,7 @@
 
 use serde_json::{Value, json};
 use std::sync::Arc;
-use verno_engine::{Compiled, PolicySet, Request, Scope, Status, compile};
+use verno_engine::{Asker, Compiled, PolicySet, Request, Scope, Status, compile};
 
 fn set(validate: Value) -> PolicySet {
     let doc = json!({"apiVersion": "kyverno.io/v1", "kind": "ClusterPolicy", "metadata": {"name": "p"},
@@ -103,7 +103,11 @@ fn rules_matching_a_subresource_or_a_requester_are_not_waived_by_the_old_object(
     let by_alice =
         set_matching(json!({"subjects": [{"kind": "User", "name": "alice"}], "resources": {"kinds": ["Pod"]}}), team());
     let (old, new) = (pod(json!({"app": "a"}), false), pod(json!({"app": "b"}), false));
-    let req = Request { old_object: Some(&old), user: Some(&alice), ..Request::new("UPDATE", &new) };
+    let req = Request {
+        old_object: Some(&old),
+        asker: Asker { user: Some(&alice), ..Asker::default() },
+        ..Request::new("UPDATE", &new)
+    };
     let out = by_alice.evaluate(&req, Scope::ALL, &verno_jmespath::NoEnv, &verno_engine::NoData, &mut ());
     assert!(!out.allowed(), "a rule for alice's requests keeps its violation");
     // A rule for everyone still waives the violation that was there before.

@@ -3,7 +3,7 @@
 
 use serde_json::{Value, json};
 use std::sync::Arc;
-use verno_engine::{Compiled, Filter, Hook, NoData, PolicySet, Request, Route, Scope, compile};
+use verno_engine::{Asker, Compiled, Filter, Hook, NoData, PolicySet, Request, Route, Scope, UserInfoRef, compile};
 
 /// An Enforce policy whose message quotes the resource, as many real ones do.
 fn registry_policy(message: &str) -> PolicySet {
@@ -26,7 +26,7 @@ fn pod(image: &str, annotations: Value) -> Value {
 /// The message of the refusal, or `None` when the Pod is admitted.
 fn denial(set: &PolicySet, object: &Value) -> Option<String> {
     let user = json!({"username": "alice", "groups": ["system:authenticated"]});
-    let req = Request { user_info: Some(&user), ..Request::new("CREATE", object) };
+    let req = Request { asker: Asker { user: None, info: UserInfoRef::Json(&user) }, ..Request::new("CREATE", object) };
     let scope = Scope::webhook(Route::Kyverno(Hook::Validate, Filter::All));
     let out = set.evaluate(&req, scope, &verno_jmespath::NoEnv, &NoData, &mut ());
     out.blocked.get("registry").and_then(|rules| rules.get("approved")).cloned()
