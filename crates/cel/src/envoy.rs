@@ -203,7 +203,7 @@ pub enum Decision {
 }
 
 /// Reads what an Envoy-mode validation returned (a `CheckResponse` as [`response`] builds it).
-pub fn decision(v: &Json) -> Result<Decision, String> {
+pub fn decision(v: &Json) -> Result<Decision, crate::EvalError> {
     if let Some(ok) = v.get("okResponse")
         && ok.is_object()
     {
@@ -213,12 +213,12 @@ pub fn decision(v: &Json) -> Result<Decision, String> {
         let code = d.pointer("/status/code").and_then(Json::as_i64).unwrap_or(0);
         return Ok(Decision::Denied(format!("request denied with status code {code}")));
     }
-    Err("rule result is expected to be *v3.CheckResponse".into())
+    Err(crate::EvalError::NotEnvoyResponse)
 }
 
 /// Reads what an HTTP-mode validation returned (`http.Allowed().Response()` or
 /// `http.Denied(reason).Response()`).
-pub fn http_decision(v: &Json) -> Result<Decision, String> {
+pub fn http_decision(v: &Json) -> Result<Decision, crate::EvalError> {
     if v.get("ok").is_some_and(Json::is_object) {
         return Ok(Decision::Allowed);
     }
@@ -226,7 +226,7 @@ pub fn http_decision(v: &Json) -> Result<Decision, String> {
         let reason = d.get("reason").and_then(Json::as_str).unwrap_or("");
         return Ok(Decision::Denied(format!("request denied, reason: {reason}")));
     }
-    Err("rule result is expected to be *http.CheckResponse".into())
+    Err(crate::EvalError::NotHttpResponse)
 }
 
 // Kyverno's HTTP authorization library: `http.Allowed()`, `http.Denied(reason)`, `.Response()`,

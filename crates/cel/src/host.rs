@@ -19,6 +19,10 @@ use std::sync::Arc;
 
 /// Where the Kyverno libraries get their data. Every method has a default saying the data is
 /// not available, so a host implements only what it has.
+///
+/// The errors are `String`s on purpose: each is the host's message for the user (a cluster's
+/// or a test file's answer, "not available here"), carried verbatim into the CEL function
+/// error the policy reports.
 pub trait Host: Send + Sync {
     /// The namespace this host is held to: a namespaced policy's. Kyverno's namespaced
     /// policies call `resource.Get(apiVersion, resource, name)` and `resource.List(apiVersion,
@@ -157,7 +161,7 @@ fn ret<'b, 'v>(v: &Json) -> Ret<'b, 'v> {
     Ok(CowVal::Owned(crate::json_val(v)))
 }
 
-fn fail(f: &str) -> impl Fn(String) -> ExecutionError + '_ {
+fn fail<E: ToString>(f: &str) -> impl Fn(E) -> ExecutionError + '_ {
     move |e| ExecutionError::function_error(f, e)
 }
 

@@ -21,9 +21,20 @@ pub struct Parsed {
     pub digest: String,
 }
 
-pub fn parse(reference: &str) -> Result<Parsed, String> {
+/// Why a string is not an image reference.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum ImageError {
+    /// Empty, or with white space (quoted in the message).
+    #[error("could not parse reference: {0:?}")]
+    Malformed(String),
+    /// The repository is empty or has characters a repository may not.
+    #[error("could not parse reference: {0}")]
+    InvalidRepository(String),
+}
+
+pub fn parse(reference: &str) -> Result<Parsed, ImageError> {
     if reference.is_empty() || reference.chars().any(char::is_whitespace) {
-        return Err(format!("could not parse reference: {reference:?}"));
+        return Err(ImageError::Malformed(reference.to_string()));
     }
     let (rest, digest) = match reference.split_once('@') {
         Some((r, d)) => (r, d.to_string()),
@@ -47,7 +58,7 @@ pub fn parse(reference: &str) -> Result<Parsed, String> {
     let valid_repo = !repository.is_empty()
         && repository.chars().all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || "._-/".contains(c));
     if !valid_repo {
-        return Err(format!("could not parse reference: {reference}"));
+        return Err(ImageError::InvalidRepository(reference.to_string()));
     }
     let tag = if tag.is_empty() && digest.is_empty() { "latest".to_string() } else { tag };
     Ok(Parsed { registry, repository, tag, digest })

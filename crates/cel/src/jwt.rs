@@ -15,41 +15,59 @@ use serde_json::{Value as Json, json};
 /// Upper bound on a token's length: a header value, not a document.
 const MAX_TOKEN: usize = 64 * 1024;
 
-fn part(s: &str, what: &str) -> Result<Vec<u8>, String> {
-    URL_SAFE_NO_PAD.decode(s.trim_end_matches('=')).map_err(|e| format!("failed to decode the token's {what}: {e}"))
+/// Why a token did not decode or verify, in Kyverno's words where it has them.
+#[derive(Debug, thiserror::Error)]
+pub enum JwtError {
+    #[error("the token is longer than {MAX_TOKEN} bytes")]
+    TooLong,
+    #[error("failed to parse token: a JWS in compact form has three parts")]
+    NotCompact,
+    #[error("failed to decode the token's {what}: {source}")]
+    Base64 { what: &'static str, source: base64::DecodeError },
+    #[error("failed to parse the token's header: {0}")]
+    Header(#[source] serde_json::Error),
+    /// The header names no algorithm a secret key verifies (`None`: it names none).
+    #[error(
+        "could not verify message using any of the signatures or keys: a secret key verifies HS256, HS384 or HS512, not {}",
+        .0.as_deref().unwrap_or("a token without alg")
+    )]
+    Algorithm(Option<String>),
+    #[error("could not verify message using any of the signatures or keys")]
+    Signature,
+    #[error("failed to parse the token's claims: {0}")]
+    Claims(#[source] serde_json::Error),
+    #[error("failed to parse the token's claims: not a JSON object")]
+    ClaimsNotObject,
+}
+
+fn part(s: &str, what: &'static str) -> Result<Vec<u8>, JwtError> {
+    URL_SAFE_NO_PAD.decode(s.trim_end_matches('=')).map_err(|source| JwtError::Base64 { what, source })
 }
 
 /// Decodes and verifies `token` with the secret `key`; `now` is the Unix time the time claims
 /// are checked against.
-pub fn decode(token: &str, key: &str, now: i64) -> Result<Json, String> {
+pub fn decode(token: &str, key: &str, now: i64) -> Result<Json, JwtError> {
     if token.len() > MAX_TOKEN {
-        return Err(format!("the token is longer than {MAX_TOKEN} bytes"));
+        return Err(JwtError::TooLong);
     }
     let mut parts = token.split('.');
     let (Some(h), Some(p), Some(sig), None) = (parts.next(), parts.next(), parts.next(), parts.next()) else {
-        return Err("failed to parse token: a JWS in compact form has three parts".into());
+        return Err(JwtError::NotCompact);
     };
-    let header: Json =
-        serde_json::from_slice(&part(h, "header")?).map_err(|e| format!("failed to parse the token's header: {e}"))?;
+    let header: Json = serde_json::from_slice(&part(h, "header")?).map_err(JwtError::Header)?;
     let alg = match header.get("alg").and_then(Json::as_str) {
         Some("HS256") => ring::hmac::HMAC_SHA256,
         Some("HS384") => ring::hmac::HMAC_SHA384,
         Some("HS512") => ring::hmac::HMAC_SHA512,
-        other => {
-            return Err(format!(
-                "could not verify message using any of the signatures or keys: a secret key verifies HS256, HS384 or HS512, not {}",
-                other.unwrap_or("a token without alg")
-            ));
-        }
+        other => return Err(JwtError::Algorithm(other.map(str::to_string))),
     };
     let signed = token.len() - sig.len() - 1;
     let k = ring::hmac::Key::new(alg, key.as_bytes());
     ring::hmac::verify(&k, token.as_bytes().get(..signed).unwrap_or_default(), &part(sig, "signature")?)
-        .map_err(|_| "could not verify message using any of the signatures or keys".to_string())?;
-    let claims: Json =
-        serde_json::from_slice(&part(p, "payload")?).map_err(|e| format!("failed to parse the token's claims: {e}"))?;
+        .map_err(|_| JwtError::Signature)?;
+    let claims: Json = serde_json::from_slice(&part(p, "payload")?).map_err(JwtError::Claims)?;
     let Json::Object(claims) = claims else {
-        return Err("failed to parse the token's claims: not a JSON object".into());
+        return Err(JwtError::ClaimsNotObject);
     };
     let time = |k: &str| claims.get(k).and_then(Json::as_f64).map(|t| t as i64);
     let valid = time("exp").is_none_or(|exp| now < exp)
@@ -84,7 +102,7 @@ mod tests {
             let d = decode(&t, "secret", now).unwrap();
             assert_eq!(d["Valid"], true, "{alg}");
             assert_eq!(d["Claims"]["role"], "admin");
-            assert!(decode(&t, "other", now).unwrap_err().contains("could not verify"));
+            assert!(decode(&t, "other", now).unwrap_err().to_string().contains("could not verify"));
         }
         let expired = sign(&json!({"exp": now - 1}), "HS256", "k");
         assert_eq!(decode(&expired, "k", now).unwrap()["Valid"], false);
@@ -97,8 +115,8 @@ mod tests {
             format!("{}.{forged}.{}", p[0], p[2])
         };
         assert!(decode(&tampered, "k", now).is_err());
-        assert!(decode("not-a-token", "k", now).unwrap_err().contains("three parts"));
+        assert!(decode("not-a-token", "k", now).unwrap_err().to_string().contains("three parts"));
         let none = format!("{}.{}.", URL_SAFE_NO_PAD.encode(br#"{"alg":"none"}"#), URL_SAFE_NO_PAD.encode(b"{}"));
-        assert!(decode(&none, "k", now).unwrap_err().contains("not none"));
+        assert!(decode(&none, "k", now).unwrap_err().to_string().contains("not none"));
     }
 }

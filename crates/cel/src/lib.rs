@@ -7,6 +7,7 @@
 mod authz;
 mod bind;
 pub mod envoy;
+mod error;
 mod fast;
 mod host;
 mod image;
@@ -18,6 +19,7 @@ mod rewrite;
 mod shared;
 mod user;
 
+pub use error::{CompileError, EvalError};
 pub use host::Host;
 
 use cel::common::types::{CelBool, CelDouble, CelInt, CelList, CelMap, CelMapKey, CelNull, CelString, CelUInt};
@@ -131,16 +133,14 @@ impl std::fmt::Debug for Expr {
 }
 
 impl Expr {
-    pub fn compile(source: &str) -> Result<Expr, String> {
-        let env = env().ok_or("the CEL environment could not be built")?;
-        let mut ast = env.parser().parse(source).map_err(|e| format!("compilation failed: {e}"))?;
+    pub fn compile(source: &str) -> Result<Expr, CompileError> {
+        let env = env().ok_or(CompileError::Environment)?;
+        let mut ast = env.parser().parse(source).map_err(CompileError::Parse)?;
         rewrite::structs_to_maps(&mut ast);
         rewrite::variables_to_idents(&mut ast);
         let depth = rewrite::loop_depth(&ast);
         if depth > MAX_LOOP_DEPTH {
-            return Err(format!(
-                "the expression nests {depth} loops (all/exists/map/filter); the cost budget allows {MAX_LOOP_DEPTH}"
-            ));
+            return Err(CompileError::TooManyLoops { depth });
         }
         let uses_host = rewrite::mentions(&ast, host::HOST_VAR);
         let per_policy = |n: &str| n == "params" || n == "variables" || n.starts_with("@var:") || n == host::HOST_VAR;
@@ -175,32 +175,29 @@ impl Expr {
     }
 
     /// Evaluates with the given variables (JSON values), returning JSON.
-    pub fn eval(&self, vars: &Vars) -> Result<serde_json::Value, String> {
+    pub fn eval(&self, vars: &Vars) -> Result<serde_json::Value, EvalError> {
         let v = self.eval_cel(vars)?;
         to_json(&v)
     }
 
     /// May an evaluation with `vars` start: not cancelled, and within the cost estimate.
-    fn admit(&self, vars: &Vars) -> Result<(), String> {
+    fn admit(&self, vars: &Vars) -> Result<(), EvalError> {
         if vars.cancel.as_ref().is_some_and(|c| c.load(std::sync::atomic::Ordering::Relaxed)) {
-            return Err("the evaluation was cancelled (its deadline passed)".to_string());
+            return Err(EvalError::Cancelled);
         }
         if self.loop_depth > 0 {
             let estimate = (vars.widest as u128).saturating_pow(self.loop_depth as u32);
             if estimate > MAX_ITERATIONS {
-                return Err(format!(
-                    "the expression's estimated cost ({} ^ {} loop iterations) exceeds the budget of {MAX_ITERATIONS}",
-                    vars.widest, self.loop_depth
-                ));
+                return Err(EvalError::OverBudget { widest: vars.widest, loop_depth: self.loop_depth });
             }
         }
         Ok(())
     }
 
     /// Evaluates, handing the result (borrowed where the interpreter could) to `then`.
-    fn with_result<T>(&self, vars: &Vars, then: impl FnOnce(&dyn Val) -> Result<T, String>) -> Result<T, String> {
+    fn with_result<T>(&self, vars: &Vars, then: impl FnOnce(&dyn Val) -> Result<T, EvalError>) -> Result<T, EvalError> {
         self.admit(vars)?;
-        let env = env().ok_or("the CEL environment could not be built")?;
+        let env = env().ok_or(EvalError::Environment)?;
         let mut ctx = Context::with_env(env.clone());
         // Variables are served by reference: nothing is copied per evaluation.
         ctx.set_variable_resolver(vars);
@@ -214,25 +211,27 @@ impl Expr {
             ctx.add_variable_from_value(meter::METER_VAR, Value::Opaque(Arc::new(meter::MeterValue(Arc::new(m)))));
         }
         let out = Value::resolve_val(&self.ast, &ctx).map_err(|e| {
-            let msg = e.to_string();
-            match msg.strip_prefix("Undeclared reference to '@var:").and_then(|r| r.strip_suffix('\'')) {
-                Some(name) => match vars.failed.iter().find(|(n, _)| n == name) {
-                    Some((_, why)) => format!("composited variable \"{name}\" failed to evaluate: {why}"),
-                    None => format!(
-                        "composited variable \"{name}\" is not available: it failed to evaluate or is not defined"
-                    ),
+            // A composition variable is read as `@var:<name>` (see `rewrite`).
+            let var = match &e {
+                cel::ExecutionError::UndeclaredReference(r) => r.strip_prefix("@var:").map(str::to_string),
+                _ => None,
+            };
+            match var {
+                Some(name) => match vars.failed.iter().find(|(n, _)| *n == name) {
+                    Some((_, why)) => EvalError::VariableFailed { name, cause: Box::new(why.clone()) },
+                    None => EvalError::VariableUnavailable { name },
                 },
-                None => go_words(msg),
+                None => EvalError::Execution(e),
             }
         })?;
         then(out.as_ref())
     }
 
-    fn eval_cel(&self, vars: &Vars) -> Result<Value, String> {
+    fn eval_cel(&self, vars: &Vars) -> Result<Value, EvalError> {
         self.with_result(vars, |v| {
             // The result's own size is bounded before it is copied out.
             widest_val(v)?;
-            Value::try_from(v).map_err(|e| e.to_string())
+            Value::try_from(v).map_err(EvalError::Conversion)
         })
     }
 
@@ -241,7 +240,7 @@ impl Expr {
     /// When `vars` share results ([`Vars::share_results`]) and the expression reads only the
     /// request's variables, another policy's evaluation of the same expression is reused
     /// (after the same admission checks a fresh evaluation would make).
-    pub fn eval_into_variable(&self, name: &str, vars: &mut Vars) -> Result<(), String> {
+    pub fn eval_into_variable(&self, name: &str, vars: &mut Vars) -> Result<(), EvalError> {
         let shared = if self.shareable { vars.shared.clone() } else { None };
         self.admit(vars).inspect_err(|e| vars.failed.push((name.to_string(), e.clone())))?;
         if let Some(shared) = &shared {
@@ -267,7 +266,7 @@ impl Expr {
             Some(d) => d,
             None => {
                 let (v, widest) = self
-                    .with_result(vars, |v| Ok((shared::to_static(v).map_err(|e| e.to_string())?, widest_val(v)?)))
+                    .with_result(vars, |v| Ok((shared::to_static(v).map_err(EvalError::Conversion)?, widest_val(v)?)))
                     .inspect_err(|e| vars.failed.push((name.to_string(), e.clone())))?;
                 (Input::from_cel(Arc::from(v)), widest)
             }
@@ -308,7 +307,7 @@ impl Expr {
     }
 
     /// Evaluates to a boolean; any other result is an error naming its type.
-    pub fn eval_bool(&self, vars: &Vars) -> Result<bool, String> {
+    pub fn eval_bool(&self, vars: &Vars) -> Result<bool, EvalError> {
         self.admit(vars)?;
         if let Some(b) = self.fast(vars, |v| match v {
             fast::V::Bool(b) => Some(*b),
@@ -318,7 +317,7 @@ impl Expr {
         }
         match self.eval_cel(vars)? {
             Value::Bool(b) => Ok(b),
-            other => Err(format!("expression must return a boolean, got {}", type_name(&other))),
+            other => Err(EvalError::NotBool { type_name: type_name(&other) }),
         }
     }
 }
@@ -362,13 +361,13 @@ struct SharedResult {
 /// [`widest`] for a CEL value (a result, or a variable's value before it is kept); an error
 /// when the value holds more than [`MAX_ITERATIONS`] elements or [`MAX_RESULT_BYTES`] of text
 /// (counted as the value reads, shared parts each time: the walk stops at the limit).
-fn widest_val(v: &dyn Val) -> Result<usize, String> {
+fn widest_val(v: &dyn Val) -> Result<usize, EvalError> {
     let (mut most, mut nodes, mut bytes) = (0usize, 0u128, 0usize);
     let mut stack = vec![v];
     while let Some(v) = stack.pop() {
         nodes += 1;
         if nodes > MAX_ITERATIONS {
-            return Err(format!("the result has over {MAX_ITERATIONS} elements; the cost budget refuses it"));
+            return Err(EvalError::TooManyElements);
         }
         match v.as_builtin() {
             BuiltinRef::String(s) => bytes += s.inner().len(),
@@ -384,7 +383,7 @@ fn widest_val(v: &dyn Val) -> Result<usize, String> {
             _ => {}
         }
         if bytes > MAX_RESULT_BYTES {
-            return Err(format!("the result holds over {MAX_RESULT_BYTES} bytes of text; the cost budget refuses it"));
+            return Err(EvalError::TooMuchText);
         }
     }
     Ok(most)
@@ -454,7 +453,7 @@ pub struct Vars {
     /// fail at once. One running evaluation is bounded by [`MAX_ITERATIONS`] instead.
     cancel: Option<Arc<std::sync::atomic::AtomicBool>>,
     /// Why composition variables failed, for the message of an expression that reads one.
-    failed: Vec<(String, String)>,
+    failed: Vec<(String, EvalError)>,
     /// Composition-variable results shared by the clones of these variables, keyed by
     /// expression source; dropped by any change of an input but `params`.
     shared: Option<Arc<std::sync::Mutex<Vec<SharedResult>>>>,
@@ -629,20 +628,6 @@ fn type_name(v: &Value) -> &'static str {
     }
 }
 
-/// An evaluation error in cel-go's words, which Kubernetes and Kyverno users see (`division
-/// by zero`, `modulus by zero`, `no such key: k`), where the interpreter words it otherwise.
-fn go_words(msg: String) -> String {
-    if msg.starts_with("Division by zero of") {
-        "division by zero".into()
-    } else if msg.starts_with("Remainder by zero of") {
-        "modulus by zero".into()
-    } else if let Some(key) = msg.strip_prefix("No such key: ") {
-        format!("no such key: {key}")
-    } else {
-        msg
-    }
-}
-
 /// Whether `source` is a condition the API server can evaluate for a webhook entry, as
 /// Kyverno checks before placing a policy's matchConditions on its webhook: it compiles and
 /// reads only `object`, `oldObject`, `request` and `authorizer` (and what its own loops
@@ -714,7 +699,7 @@ pub fn calls_host(source: &str) -> bool {
 
 /// CEL → JSON (durations as Go-style strings, timestamps as RFC 3339, bytes as base64 is not
 /// needed by any caller yet and is an error).
-pub fn to_json(v: &Value) -> Result<serde_json::Value, String> {
+pub fn to_json(v: &Value) -> Result<serde_json::Value, EvalError> {
     Ok(match v {
         Value::Null => serde_json::Value::Null,
         Value::Bool(b) => serde_json::Value::Bool(*b),
@@ -740,7 +725,7 @@ pub fn to_json(v: &Value) -> Result<serde_json::Value, String> {
         }
         Value::Duration(d) => serde_json::Value::String(format!("{}s", d.num_milliseconds() as f64 / 1000.0)),
         Value::Timestamp(t) => serde_json::Value::String(t.to_rfc3339()),
-        other => return Err(format!("a CEL {} has no JSON form", type_name(other))),
+        other => return Err(EvalError::NoJsonForm { type_name: type_name(other) }),
     })
 }
 
@@ -755,11 +740,22 @@ mod tests {
         v
     }
 
+    /// Compiles and evaluates `src`; either error as its message (the text the assertions
+    /// compare).
+    fn run(src: &str, v: &Vars) -> Result<serde_json::Value, String> {
+        Expr::compile(src).map_err(|e| e.to_string())?.eval(v).map_err(|e| e.to_string())
+    }
+
+    /// [`run`] of a condition.
+    fn run_bool(src: &str, v: &Vars) -> Result<bool, String> {
+        Expr::compile(src).map_err(|e| e.to_string())?.eval_bool(v).map_err(|e| e.to_string())
+    }
+
     #[test]
     fn kubernetes_style_expressions() {
         let pod = json!({"spec": {"replicas": 2, "containers": [{"name": "a", "image": "nginx:latest"}, {"name": "b", "image": "redis:7"}]}});
         let v = vars(pod);
-        let t = |s: &str| Expr::compile(s).and_then(|e| e.eval_bool(&v));
+        let t = |s: &str| run_bool(s, &v);
         assert_eq!(t("object.spec.replicas + 1 == 3"), Ok(true));
         assert_eq!(t("object.spec.containers.all(c, c.image.contains(':'))"), Ok(true));
         assert_eq!(t("object.spec.containers.exists(c, c.image.endsWith(':latest'))"), Ok(true));
@@ -778,7 +774,7 @@ mod tests {
         // The cost budget: four nested loops compile, five do not.
         assert!(Expr::compile("[1].all(a, [1].all(b, [1].all(c, [1].all(d, true))))").is_ok());
         let deep = Expr::compile("[1].all(a, [1].all(b, [1].all(c, [1].all(d, [1].exists(e, true)))))");
-        assert!(deep.as_ref().is_err_and(|e| e.contains("nests 5 loops")), "{deep:?}");
+        assert!(deep.as_ref().is_err_and(|e| e.to_string().contains("nests 5 loops")), "{deep:?}");
     }
 
     /// Issue 14, item 4: two loops over a 30 000-item list ran for minutes after the answer was
@@ -788,10 +784,10 @@ mod tests {
         let items: Vec<serde_json::Value> = (0..30_000).map(|i| json!(i)).collect();
         let v = vars(json!({"items": items}));
         let quadratic = Expr::compile("object.items.all(a, object.items.all(b, a + b >= 0))").unwrap();
-        let err = quadratic.eval_bool(&v).err().unwrap_or_default();
+        let err = quadratic.eval_bool(&v).err().map(|e| e.to_string()).unwrap_or_default();
         assert_eq!(err, "the expression's estimated cost (30000 ^ 2 loop iterations) exceeds the budget of 10000000");
         // One loop over the same list is within the budget, and so are two over small lists.
-        assert_eq!(Expr::compile("object.items.all(a, a >= 0)").and_then(|e| e.eval_bool(&v)), Ok(true));
+        assert_eq!(run_bool("object.items.all(a, a >= 0)", &v), Ok(true));
         let small = vars(json!({"items": [1, 2, 3]}));
         assert_eq!(quadratic.eval_bool(&small), Ok(true));
     }
@@ -808,7 +804,7 @@ mod tests {
              object.metadata.annotations.owners.split(',').exists_one(b, a == b))",
         )
         .unwrap();
-        let err = e.eval_bool(&v).err().unwrap_or_default();
+        let err = e.eval_bool(&v).err().map(|e| e.to_string()).unwrap_or_default();
         assert!(err.contains("runtime cost exceeds the budget of 1000000"), "{err}");
         // What one iteration builds is paid too: few iterations, each building a large list.
         let wide = Expr::compile(
@@ -816,13 +812,13 @@ mod tests {
              object.metadata.annotations.owners.split(','))).size() > 0",
         )
         .unwrap();
-        let err = wide.eval_bool(&v).err().unwrap_or_default();
+        let err = wide.eval_bool(&v).err().map(|e| e.to_string()).unwrap_or_default();
         assert!(err.contains("runtime cost exceeds the budget"), "100 splits of 50 000: {err}");
         let wider = Expr::compile(
             "object.metadata.annotations.owners.split(',').map(i, object.metadata.annotations.owners.split(',')).size() > 0",
         )
         .unwrap();
-        let err = wider.eval_bool(&v).err().unwrap_or_default();
+        let err = wider.eval_bool(&v).err().map(|e| e.to_string()).unwrap_or_default();
         assert!(err.contains("runtime cost exceeds the budget"), "{err}");
         // Small inputs are untouched by it, and the loop's answer is the same.
         let small = vars(json!({"metadata": {"annotations": {"owners": "a,b,c"}}}));
@@ -847,7 +843,7 @@ mod tests {
             std::thread::sleep(std::time::Duration::from_millis(50));
             flag.store(true, std::sync::atomic::Ordering::Relaxed);
         });
-        let err = e.eval_bool(&v).err().unwrap_or_default();
+        let err = e.eval_bool(&v).err().map(|e| e.to_string()).unwrap_or_default();
         setter.join().unwrap();
         assert!(err.contains("cancelled"), "{err}");
     }
@@ -866,7 +862,7 @@ mod tests {
         // ... and two loops over it meet the estimate: the variable's width counts, not only
         // the 500 of the inputs (before, 62 500 million iterations started).
         let wider = Expr::compile("variables.flat.all(x, variables.flat.exists(y, y < 0))").unwrap();
-        let err = wider.eval_bool(&v).err().unwrap_or_default();
+        let err = wider.eval_bool(&v).err().map(|e| e.to_string()).unwrap_or_default();
         assert!(err.contains("exceeds the budget"), "{err}");
         // `variables.<p>N = <p>N-1 + <p>N-1` from `start`, until an evaluation fails: its error.
         let mut doubling = |prefix: &str, start: serde_json::Value, rounds: usize| {
@@ -875,7 +871,7 @@ mod tests {
                 .find_map(|i| {
                     let e =
                         Expr::compile(&format!("variables.{prefix}{} + variables.{prefix}{}", i - 1, i - 1)).unwrap();
-                    e.eval_into_variable(&format!("{prefix}{i}"), &mut v).err()
+                    e.eval_into_variable(&format!("{prefix}{i}"), &mut v).err().map(|e| e.to_string())
                 })
                 .unwrap_or_default()
         };
@@ -903,7 +899,7 @@ mod tests {
             all.eval_into_variable("all", v).unwrap();
             names.eval_into_variable("names", v).unwrap();
             with_params.eval_into_variable("p", v).unwrap();
-            let read = |e: &str| Expr::compile(e).and_then(|e| e.eval(v)).unwrap();
+            let read = |e: &str| run(e, v).unwrap();
             (read("variables.names"), read("variables.p"))
         };
         let (mut first, mut second) = (base.clone(), base.clone());
@@ -919,7 +915,7 @@ mod tests {
         let mut wide = base.clone();
         looping.eval_into_variable("l", &mut base.clone()).unwrap();
         wide.widest = 20_000_000;
-        let err = looping.eval_into_variable("l", &mut wide).err().unwrap_or_default();
+        let err = looping.eval_into_variable("l", &mut wide).err().map(|e| e.to_string()).unwrap_or_default();
         assert!(err.contains("exceeds the budget"), "{err}");
     }
 
@@ -927,13 +923,13 @@ mod tests {
     fn composition_variables() {
         let mut v = vars(json!({"metadata": {"name": "x"}}));
         v.set_variable("name", &json!("x"));
-        assert_eq!(Expr::compile("variables.name == object.metadata.name").and_then(|e| e.eval_bool(&v)), Ok(true));
+        assert_eq!(run_bool("variables.name == object.metadata.name", &v), Ok(true));
     }
 
     #[test]
     fn mutation_struct_literals_are_maps() {
         let v = vars(json!({"spec": {"containers": [{"name": "a", "image": "nginx"}]}}));
-        let e = |s: &str| Expr::compile(s).and_then(|e| e.eval(&v));
+        let e = |s: &str| run(s, &v);
         assert_eq!(
             e(
                 "Object{spec: Object.spec{containers: object.spec.containers.map(c, Object.spec.containers{name: c.name, image: 'r.io/' + c.image})}}"
@@ -953,7 +949,7 @@ mod tests {
     #[test]
     fn kubernetes_list_sets_and_regex_functions() {
         let v = vars(json!({"l": [3, 1, 2], "s": ["a", "b"]}));
-        let t = |s: &str| Expr::compile(s).and_then(|e| e.eval(&v));
+        let t = |s: &str| run(s, &v);
         assert_eq!(t("object.s.indexOf('b')"), Ok(json!(1)));
         assert_eq!(t("object.s.indexOf('z')"), Ok(json!(-1)));
         assert_eq!(t("[1, 2, 1].lastIndexOf(1)"), Ok(json!(2)));
@@ -1010,7 +1006,7 @@ mod tests {
     fn the_authorizer_library_asks_the_host_for_an_access_review() {
         let mut v = vars(json!({}));
         v.set("request", &json!({"userInfo": {"username": "alice", "groups": ["devs"]}}));
-        let t = |s: &str, v: &Vars| Expr::compile(s).and_then(|e| e.eval(v));
+        let t = |s: &str, v: &Vars| run(s, v);
         let sa =
             "authorizer.serviceAccount('apps', 'deploy-bot').group('apps').resource('deployments').namespace('apps')";
         let err = t(&format!("{sa}.check('delete').allowed()"), &v);
@@ -1032,7 +1028,7 @@ mod tests {
     #[test]
     fn kyverno_libraries_ask_the_host() {
         let mut v = vars(json!({}));
-        let t = |s: &str, v: &Vars| Expr::compile(s).and_then(|e| e.eval(v));
+        let t = |s: &str, v: &Vars| run(s, v);
         // Without a host the functions say they are not available.
         let err = t("resource.Get('v1', 'configmaps', 'default', 'cfg')", &v);
         assert!(err.as_ref().is_err_and(|e| e.contains("not available")), "{err:?}");
@@ -1066,7 +1062,7 @@ mod tests {
     #[test]
     fn image_references_parse_like_go_containerregistry() {
         let v = vars(json!({}));
-        let t = |s: &str| Expr::compile(s).and_then(|e| e.eval(&v));
+        let t = |s: &str| run(s, &v);
         assert_eq!(t("image('nginx').registry()"), Ok(json!("index.docker.io")));
         assert_eq!(t("image('nginx').repository()"), Ok(json!("library/nginx")));
         assert_eq!(t("image('nginx').tag()"), Ok(json!("latest")));
@@ -1083,7 +1079,7 @@ mod tests {
     #[test]
     fn service_account_usernames_parse_into_namespace_and_name() {
         let v = vars(json!({}));
-        let t = |s: &str| Expr::compile(s).and_then(|e| e.eval(&v));
+        let t = |s: &str| run(s, &v);
         assert_eq!(t("parseServiceAccount('system:serviceaccount:ci:deployer').Namespace"), Ok(json!("ci")));
         assert_eq!(t("user.parseServiceAccount('system:serviceaccount:ci:deployer').Name"), Ok(json!("deployer")));
         assert_eq!(t("parseServiceAccount('alice').Name"), Ok(json!("")));
@@ -1095,7 +1091,7 @@ mod tests {
     fn cel_bind_names_a_value_for_an_expression() {
         let v =
             vars(json!({"spec": {"containers": [{"name": "a", "image": "x:1"}, {"name": "b", "image": "y:latest"}]}}));
-        let t = |s: &str| Expr::compile(s).and_then(|e| e.eval(&v));
+        let t = |s: &str| run(s, &v);
         assert_eq!(t("cel.bind(x, 2, x * x + x)"), Ok(json!(6)));
         assert_eq!(
             t("cel.bind(cs, object.spec.containers, cs.filter(c, c.image.endsWith(':latest')).map(c, c.name))"),
@@ -1109,7 +1105,7 @@ mod tests {
     #[test]
     fn quantities_compare_add_and_convert() {
         let v = vars(json!({"spec": {"containers": [{"resources": {"limits": {"memory": "512Mi", "cpu": "500m"}}}]}}));
-        let t = |s: &str| Expr::compile(s).and_then(|e| e.eval(&v));
+        let t = |s: &str| run(s, &v);
         assert_eq!(
             t("quantity(object.spec.containers[0].resources.limits.memory).isLessThan(quantity('1Gi'))"),
             Ok(json!(true))

@@ -23,13 +23,20 @@ type Ret<'b, 'v> = Result<CowVal<'b, 'v>, ExecutionError>;
 const KEY: &str = "@quantity";
 const NANO: i128 = 1_000_000_000;
 
+/// Why a string is not a quantity, in Kubernetes' words.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum QuantityError {
+    #[error("quantities must match the regular expression '^([+-]?[0-9.]+)([eEinumkKMGTP]*[-+]?[0-9]*)$': {0:?}")]
+    Syntax(String),
+    #[error("quantity {0:?} is too large")]
+    TooLarge(String),
+}
+
 /// A quantity string's value in billionths, as Kubernetes' `resource.ParseQuantity` reads it:
 /// an optional sign, digits with an optional fraction, and a binary (`Ki`…`Ei`), decimal
 /// (`n`, `u`, `m`, `k`, `M`…`E`) or exponent (`e3`, `E-2`) suffix.
-pub fn parse(s: &str) -> Result<i128, String> {
-    let bad = || {
-        format!("quantities must match the regular expression '^([+-]?[0-9.]+)([eEinumkKMGTP]*[-+]?[0-9]*)$': {s:?}")
-    };
+pub fn parse(s: &str) -> Result<i128, QuantityError> {
+    let bad = || QuantityError::Syntax(s.to_string());
     let (negative, rest) = match s.as_bytes().first() {
         Some(b'-') => (true, s.get(1..).unwrap_or("")),
         Some(b'+') => (false, s.get(1..).unwrap_or("")),
@@ -64,7 +71,7 @@ pub fn parse(s: &str) -> Result<i128, String> {
             _ => return Err(bad()),
         },
     };
-    let too_large = || format!("quantity {s:?} is too large");
+    let too_large = || QuantityError::TooLarge(s.to_string());
     let digits = format!("{whole}{fraction}");
     let digits = digits.trim_start_matches('0');
     if digits.len() > 36 {

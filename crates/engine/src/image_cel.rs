@@ -34,7 +34,7 @@ impl ImageCel {
                 ImageRef::Expr(e) => {
                     let mut vars = verno_cel::Vars::default();
                     vars.set("ref", &Value::String(image.to_string()));
-                    e.eval_bool(&vars)?
+                    e.eval_bool(&vars).map_err(|e| e.to_string())?
                 }
             };
             if hit {

@@ -267,7 +267,7 @@ impl ValidateCtx<'_> {
                 Ok(Some(Decision::Allowed)) => return self.resp(Status::Pass, "request allowed"),
                 Ok(Some(Decision::Denied(why))) => return self.resp(Status::Fail, why),
                 Err(_) if a.ignore_errors => break,
-                Err(e) => return self.resp(Status::Error, e),
+                Err(e) => return self.resp(Status::Error, e.to_string()),
             }
         }
         self.resp(Status::Skip, "request does not match")
