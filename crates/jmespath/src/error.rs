@@ -11,6 +11,31 @@ pub struct ParseError {
     pub message: String,
 }
 
+/// A function called with a number of arguments its signature does not take (a parse error's
+/// message).
+#[derive(Debug, Clone, Error, PartialEq)]
+#[error("invalid arity for function {function}: expected {}{expected} argument(s), got {got}", at_least_word(*.at_least))]
+pub(crate) struct ArityError {
+    pub function: &'static str,
+    /// Whether the function is variadic: `expected` is then a minimum.
+    pub at_least: bool,
+    pub expected: usize,
+    pub got: usize,
+}
+
+fn at_least_word(at_least: bool) -> &'static str {
+    if at_least { "at least " } else { "" }
+}
+
+/// Why [`crate::search`] failed: the expression did not compile, or its evaluation failed.
+#[derive(Debug, Clone, Error, PartialEq)]
+pub enum SearchError {
+    #[error(transparent)]
+    Parse(#[from] ParseError),
+    #[error(transparent)]
+    Runtime(#[from] RuntimeError),
+}
+
 /// An error while evaluating a compiled expression.
 #[derive(Debug, Clone, Error, PartialEq)]
 pub enum RuntimeError {

@@ -5,14 +5,14 @@ mod arithmetic;
 mod builtin;
 mod community;
 mod encoding;
-pub use encoding::normalize_image;
+pub use encoding::{ImageRefError, normalize_image};
 mod strings;
 mod time;
 mod x509;
 
 use crate::Env;
 use crate::ast::Ast;
-use crate::error::RuntimeError;
+use crate::error::{ArityError, RuntimeError};
 use crate::interpreter::{Cv, Meter};
 use serde_json::Value;
 use std::collections::HashMap;
@@ -131,15 +131,10 @@ impl Function {
         format!("{}({}) {}", self.name, s, self.returns)
     }
 
-    pub(crate) fn check_arity(&self, n: usize) -> Result<(), String> {
+    pub(crate) fn check_arity(&self, n: usize) -> Result<(), ArityError> {
         let want = self.params.len();
         if (self.variadic && n < want) || (!self.variadic && n != want) {
-            return Err(format!(
-                "invalid arity for function {}: expected {}{} argument(s), got {n}",
-                self.name,
-                if self.variadic { "at least " } else { "" },
-                want
-            ));
+            return Err(ArityError { function: self.name, at_least: self.variadic, expected: want, got: n });
         }
         Ok(())
     }

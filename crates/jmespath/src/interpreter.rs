@@ -582,11 +582,11 @@ mod tests {
     }
 
     /// Result and work charged, with or without the flattened-multiselect shortcut.
-    fn run(src: &str, data: &Value, shortcut: bool) -> (Result<Value, String>, u64) {
+    fn run(src: &str, data: &Value, shortcut: bool) -> (Result<Value, RuntimeError>, u64) {
         NO_SHORTCUT.with(|f| f.set(!shortcut));
         let ast = crate::parser::parse(src, crate::Dialect::Kyverno).unwrap_or(Ast::Identity);
         let meter = Meter::new(&crate::NoEnv, crate::Dialect::Kyverno);
-        let out = eval(&ast, data, &meter).map(Cow::into_owned).map_err(|e| e.to_string());
+        let out = eval(&ast, data, &meter).map(Cow::into_owned);
         NO_SHORTCUT.with(|f| f.set(false));
         (out, meter.left.get())
     }
@@ -637,22 +637,20 @@ mod tests {
     }
 
     /// Items as a list and work charged, through [`items`].
-    fn run_items(src: &str, data: &Value) -> (Result<Value, String>, u64, usize) {
+    fn run_items(src: &str, data: &Value) -> (Result<Value, RuntimeError>, u64, usize) {
         let ast = crate::parser::parse(src, crate::Dialect::Kyverno).unwrap_or(Ast::Identity);
         let meter = Meter::new(&crate::NoEnv, crate::Dialect::Kyverno);
         let mut borrowed = 0;
-        let out = items(&ast, data, &meter)
-            .map(|found| match found {
-                Items::List(l) => {
-                    borrowed = l.iter().filter(|c| matches!(c, Cow::Borrowed(_))).count();
-                    Value::Array(l.into_iter().map(Cow::into_owned).collect())
-                }
-                Items::Other(v) => {
-                    assert!(!v.is_array(), "{src}: a list given as one item");
-                    v.into_owned()
-                }
-            })
-            .map_err(|e| e.to_string());
+        let out = items(&ast, data, &meter).map(|found| match found {
+            Items::List(l) => {
+                borrowed = l.iter().filter(|c| matches!(c, Cow::Borrowed(_))).count();
+                Value::Array(l.into_iter().map(Cow::into_owned).collect())
+            }
+            Items::Other(v) => {
+                assert!(!v.is_array(), "{src}: a list given as one item");
+                v.into_owned()
+            }
+        });
         (out, meter.left.get(), borrowed)
     }
 

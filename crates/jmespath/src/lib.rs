@@ -19,9 +19,9 @@ pub mod wildcard;
 pub mod yaml;
 
 pub use ast::Ast;
-pub use error::{ParseError, RuntimeError};
-pub use functions::normalize_image;
+pub use error::{ParseError, RuntimeError, SearchError};
 pub use functions::{Function, all as all_functions};
+pub use functions::{ImageRefError, normalize_image};
 pub use interpreter::Items;
 
 use serde_json::Value;
@@ -396,9 +396,9 @@ impl Expression {
 }
 
 /// Compiles and evaluates in one step (for the playground and tests).
-pub fn search(expr: &str, data: &Value) -> Result<Value, String> {
-    let e = Expression::compile(expr).map_err(|e| e.to_string())?;
-    e.search(data, &NoEnv).map(Cow::into_owned).map_err(|e| e.to_string())
+pub fn search(expr: &str, data: &Value) -> Result<Value, SearchError> {
+    let e = Expression::compile(expr)?;
+    Ok(e.search(data, &NoEnv).map(Cow::into_owned)?)
 }
 
 #[cfg(test)]

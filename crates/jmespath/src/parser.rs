@@ -179,7 +179,7 @@ impl<'s> Parser<'s> {
                 self.advance();
                 let f = functions::lookup_in(&name, self.dialect)
                     .ok_or_else(|| self.error(&format!("unknown function: {name}()")))?;
-                f.check_arity(args.len()).map_err(|m| self.error(&m))?;
+                f.check_arity(args.len()).map_err(|e| self.error(&e.to_string()))?;
                 Ok(Ast::Call(f, args))
             }
             Tok::Filter => self.filter(left),

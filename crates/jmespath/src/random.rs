@@ -10,19 +10,32 @@ const MAX_EXTRA: u32 = 10;
 /// of taking the memory.
 pub const MAX_LEN: usize = 4096;
 
+/// Why `random()` could not make a string for a pattern.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum RandomError {
+    #[error("invalid regular expression: {0}")]
+    Pattern(#[source] Box<regex_syntax::Error>),
+    #[error("regular expression too deeply nested")]
+    TooDeep,
+    #[error("empty character class")]
+    EmptyClass,
+    #[error("the pattern makes strings longer than {MAX_LEN} bytes")]
+    TooLong,
+}
+
 /// A string matching `pattern`, drawn from a generator seeded with `seed` (from the caller's
 /// [`crate::Env`]), so the same seed gives the same string.
-pub fn generate(pattern: &str, seed: u64) -> Result<String, String> {
-    let hir = regex_syntax::Parser::new().parse(pattern).map_err(|e| format!("invalid regular expression: {e}"))?;
+pub fn generate(pattern: &str, seed: u64) -> Result<String, RandomError> {
+    let hir = regex_syntax::Parser::new().parse(pattern).map_err(|e| RandomError::Pattern(Box::new(e)))?;
     let mut rng = rand::rngs::StdRng::seed_from_u64(seed);
     let mut out = String::new();
     gen_into(&hir, &mut rng, &mut out, 0)?;
     Ok(out)
 }
 
-fn gen_into(h: &Hir, rng: &mut impl Rng, out: &mut String, depth: usize) -> Result<(), String> {
+fn gen_into(h: &Hir, rng: &mut impl Rng, out: &mut String, depth: usize) -> Result<(), RandomError> {
     if depth > 100 {
-        return Err("regular expression too deeply nested".into());
+        return Err(RandomError::TooDeep);
     }
     match h.kind() {
         HirKind::Empty | HirKind::Look(_) => Ok(()),
@@ -34,7 +47,7 @@ fn gen_into(h: &Hir, rng: &mut impl Rng, out: &mut String, depth: usize) -> Resu
             let ranges = c.ranges();
             let total: u64 = ranges.iter().map(|r| r.end() as u64 - r.start() as u64 + 1).sum();
             if total == 0 {
-                return Err("empty character class".into());
+                return Err(RandomError::EmptyClass);
             }
             let mut pick = rng.random_range(0..total);
             for r in ranges {
@@ -53,7 +66,7 @@ fn gen_into(h: &Hir, rng: &mut impl Rng, out: &mut String, depth: usize) -> Resu
             let ranges = c.ranges();
             let total: u64 = ranges.iter().map(|r| r.end() as u64 - r.start() as u64 + 1).sum();
             if total == 0 {
-                return Err("empty character class".into());
+                return Err(RandomError::EmptyClass);
             }
             let mut pick = rng.random_range(0..total);
             for r in ranges {
@@ -72,7 +85,7 @@ fn gen_into(h: &Hir, rng: &mut impl Rng, out: &mut String, depth: usize) -> Resu
             for _ in 0..n {
                 gen_into(&rep.sub, rng, out, depth + 1)?;
                 if out.len() > MAX_LEN {
-                    return Err(format!("the pattern makes strings longer than {MAX_LEN} bytes"));
+                    return Err(RandomError::TooLong);
                 }
             }
             Ok(())

@@ -29,7 +29,7 @@ pub(crate) static FUNCTIONS: &[Function] = &[
         [S],
         "object",
         "decodes an x.509 certificate or certificate request (PEM, RSA keys) to an object",
-        |c, a| super::x509::decode(str_arg(c, a, 0)?).map_err(|e| RuntimeError::func(c.name, e))
+        |c, a| super::x509::decode(str_arg(c, a, 0)?).map_err(|e| RuntimeError::func(c.name, e.to_string()))
     ),
     f!("base64_encode", [S], "string", "encodes a regular, plaintext and unencoded string to base64", |c, a| {
         Ok(Value::String(base64::engine::general_purpose::STANDARD.encode(str_arg(c, a, 0)?)))
@@ -106,13 +106,15 @@ pub(crate) static FUNCTIONS: &[Function] = &[
         }
     ),
     f!("image_normalize", [S], "string", "normalizes an image reference", |c, a| {
-        normalize_image(str_arg(c, a, 0)?).map(Value::String).map_err(|e| RuntimeError::func(c.name, e))
+        normalize_image(str_arg(c, a, 0)?).map(Value::String).map_err(|e| RuntimeError::func(c.name, e.to_string()))
     }),
     f!("is_external_url", [S], "bool", "determines if the specified URL is external", is_external_url),
     f!("random", [S], "string", "Generates a random sequence of characters", |c, a| {
         let seed =
             c.env().random_seed().ok_or_else(|| RuntimeError::func(c.name, "random values are not available here"))?;
-        crate::random::generate(str_arg(c, a, 0)?, seed).map(Value::String).map_err(|e| RuntimeError::func(c.name, e))
+        crate::random::generate(str_arg(c, a, 0)?, seed)
+            .map(Value::String)
+            .map_err(|e| RuntimeError::func(c.name, e.to_string()))
     }),
     f!("sha256", [S], "string", "generate unique hash value for the given string", |c, a| Ok(Value::String(hex(
         &sha2::Sha256::digest(str_arg(c, a, 0)?.as_bytes())
@@ -191,11 +193,26 @@ pub(crate) fn clean_path(p: &str) -> String {
     }
 }
 
+/// Why an image reference does not normalize, in the words of distribution's `reference`
+/// package (which Kyverno parses images with); each quotes the reference.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum ImageRefError {
+    #[error("invalid reference format: {0:?}")]
+    InvalidFormat(String),
+    #[error("invalid reference format: repository name must be lowercase")]
+    UppercaseRepository,
+    #[error("unsupported digest algorithm: {0:?}")]
+    UnsupportedDigestAlgorithm(String),
+    #[error("invalid checksum digest length or format: {0:?}")]
+    InvalidDigest(String),
+}
+
 /// Docker reference normalization: default registry `docker.io`, `library/` for official images,
 /// tag `latest` when neither tag nor digest is given.
-pub fn normalize_image(image: &str) -> Result<String, String> {
+pub fn normalize_image(image: &str) -> Result<String, ImageRefError> {
+    let invalid = || ImageRefError::InvalidFormat(image.to_string());
     if image.is_empty() || image.chars().any(char::is_whitespace) {
-        return Err(format!("invalid reference format: {image:?}"));
+        return Err(invalid());
     }
     let (name_tag, digest) = match image.split_once('@') {
         Some((n, d)) => (n, Some(d)),
@@ -214,7 +231,7 @@ pub fn normalize_image(image: &str) -> Result<String, String> {
     };
     let domain = if domain == "index.docker.io" { "docker.io".to_string() } else { domain };
     if path.chars().any(|c| c.is_ascii_uppercase()) {
-        return Err("invalid reference format: repository name must be lowercase".into());
+        return Err(ImageRefError::UppercaseRepository);
     }
     // The reference grammar's tag and digest (distribution's `reference` package, which
     // Kyverno parses images with): a digest is `algorithm:hex`, of the algorithm's length.
@@ -223,24 +240,24 @@ pub fn normalize_image(image: &str) -> Result<String, String> {
         let ok =
             t.len() <= 128 && t.chars().next().is_some_and(word) && t.chars().all(|c| word(c) || c == '.' || c == '-');
         if !ok {
-            return Err(format!("invalid reference format: {image:?}"));
+            return Err(invalid());
         }
     }
     if let Some(d) = digest {
         let Some((algorithm, hex)) = d.split_once(':') else {
-            return Err(format!("invalid reference format: {image:?}"));
+            return Err(invalid());
         };
         let length = match algorithm {
             "sha256" => 64,
             "sha384" => 96,
             "sha512" => 128,
-            _ => return Err(format!("unsupported digest algorithm: {image:?}")),
+            _ => return Err(ImageRefError::UnsupportedDigestAlgorithm(image.to_string())),
         };
         if !hex.chars().all(|c| c.is_ascii_hexdigit()) || hex.len() < 32 {
-            return Err(format!("invalid reference format: {image:?}"));
+            return Err(invalid());
         }
         if hex.len() != length || hex.chars().any(|c| c.is_ascii_uppercase()) {
-            return Err(format!("invalid checksum digest length or format: {image:?}"));
+            return Err(ImageRefError::InvalidDigest(image.to_string()));
         }
     }
     let mut out = format!("{domain}/{path}");
