@@ -8,9 +8,35 @@ use base64::Engine as _;
 use serde_json::{Map, Value, json};
 use x509_parser::certification_request::X509CertificationRequest;
 use x509_parser::der_parser::oid::Oid;
-use x509_parser::extensions::{GeneralName, ParsedExtension, X509Extension};
+use x509_parser::error::X509Error;
+use x509_parser::extensions::{
+    AuthorityInfoAccess, BasicConstraints, CRLDistributionPoints, ExtendedKeyUsage, GeneralName, KeyUsage,
+    ParsedExtension, X509Extension,
+};
 use x509_parser::prelude::{FromDer, X509Certificate, X509Name};
 use x509_parser::public_key::PublicKey;
+
+/// Why `x509_decode` failed, in the words of Go's `encoding/pem` and `crypto/x509` (as Kyverno
+/// reports them).
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum X509DecodeError {
+    /// No `-----BEGIN …-----` … `-----END …-----` block.
+    #[error("failed to decode PEM block")]
+    NoPemBlock,
+    /// The block's body is not base64.
+    #[error("failed to decode PEM block")]
+    PemBody(#[source] base64::DecodeError),
+    #[error("PEM block neither contains a CERTIFICATE or CERTIFICATE REQUEST")]
+    UnknownBlock,
+    #[error("x509: malformed certificate: {0}")]
+    MalformedCertificate(#[source] x509_parser::nom::Err<X509Error>),
+    #[error("x509: malformed certificate request: {0}")]
+    MalformedRequest(#[source] x509_parser::nom::Err<X509Error>),
+    #[error("certificate should use rsa algorithm")]
+    NotRsa,
+    #[error("failed to parse subject public key info")]
+    PublicKeyInfo(#[source] X509Error),
+}
 
 fn b64(b: &[u8]) -> Value {
     Value::String(base64::engine::general_purpose::STANDARD.encode(b))
@@ -29,16 +55,16 @@ fn oid_ints(oid: &Oid) -> Value {
 }
 
 /// Decodes one PEM block.
-pub(crate) fn decode(pem_text: &str) -> Result<Value, String> {
-    let (block, rest) = first_block(pem_text).ok_or("failed to decode PEM block")?;
+pub(crate) fn decode(pem_text: &str) -> Result<Value, X509DecodeError> {
+    let (block, rest) = first_block(pem_text).ok_or(X509DecodeError::NoPemBlock)?;
     let _ = rest;
     let der = base64::engine::general_purpose::STANDARD
         .decode(block.body.chars().filter(|c| !c.is_whitespace()).collect::<String>())
-        .map_err(|_| "failed to decode PEM block".to_string())?;
+        .map_err(X509DecodeError::PemBody)?;
     match block.label.as_str() {
         "CERTIFICATE" => certificate(&der),
         "CERTIFICATE REQUEST" => request(&der),
-        _ => Err("PEM block neither contains a CERTIFICATE or CERTIFICATE REQUEST".into()),
+        _ => Err(X509DecodeError::UnknownBlock),
     }
 }
 
@@ -63,14 +89,14 @@ fn first_block(text: &str) -> Option<(Block, &str)> {
     Some((Block { label, body: body.to_string() }, body_start.get(end + end_marker.len()..).unwrap_or("")))
 }
 
-fn rsa_key(spki: &x509_parser::x509::SubjectPublicKeyInfo) -> Result<Value, String> {
+fn rsa_key(spki: &x509_parser::x509::SubjectPublicKeyInfo) -> Result<Value, X509DecodeError> {
     match spki.parsed() {
         Ok(PublicKey::RSA(k)) => {
             let e = k.exponent.iter().fold(0u64, |acc, b| (acc << 8) | u64::from(*b));
             Ok(json!({"N": decimal(k.modulus), "E": e}))
         }
-        Ok(_) => Err("certificate should use rsa algorithm".into()),
-        Err(_) => Err("failed to parse subject public key info".into()),
+        Ok(_) => Err(X509DecodeError::NotRsa),
+        Err(e) => Err(X509DecodeError::PublicKeyInfo(e)),
     }
 }
 
@@ -231,8 +257,8 @@ fn uri(s: &str) -> Value {
         "OmitHost": false, "ForceQuery": false, "RawQuery": query, "Fragment": fragment, "RawFragment": ""})
 }
 
-fn certificate(der: &[u8]) -> Result<Value, String> {
-    let (_, c) = X509Certificate::from_der(der).map_err(|e| format!("x509: malformed certificate: {e}"))?;
+fn certificate(der: &[u8]) -> Result<Value, X509DecodeError> {
+    let (_, c) = X509Certificate::from_der(der).map_err(X509DecodeError::MalformedCertificate)?;
     let tbs = &c.tbs_certificate;
     let key = rsa_key(&tbs.subject_pki)?;
     let mut out = Map::new();
@@ -256,98 +282,136 @@ fn certificate(der: &[u8]) -> Result<Value, String> {
     out.insert("Subject".into(), name(&tbs.subject));
     out.insert("NotBefore".into(), time(tbs.validity.not_before));
     out.insert("NotAfter".into(), time(tbs.validity.not_after));
-    let exts = tbs.extensions();
-    let mut key_usage = 0u64;
-    let mut ext_key_usage: Vec<u64> = Vec::new();
-    let (mut bc_valid, mut is_ca, mut max_path, mut max_path_zero) = (false, false, 0i64, false);
-    let (mut ski, mut aki) = (Value::Null, Value::Null);
-    let (mut ocsp, mut issuing, mut crl) = (Vec::new(), Vec::new(), Vec::new());
-    for e in exts {
-        match e.parsed_extension() {
-            ParsedExtension::KeyUsage(k) => {
-                let bits = [
-                    k.digital_signature(),
-                    k.non_repudiation(),
-                    k.key_encipherment(),
-                    k.data_encipherment(),
-                    k.key_agreement(),
-                    k.key_cert_sign(),
-                    k.crl_sign(),
-                    k.encipher_only(),
-                    k.decipher_only(),
-                ];
-                key_usage = bits.iter().enumerate().filter(|(_, b)| **b).map(|(i, _)| 1u64 << i).sum();
-            }
-            ParsedExtension::ExtendedKeyUsage(k) => {
-                let pairs = [
-                    (k.any, 0),
-                    (k.server_auth, 1),
-                    (k.client_auth, 2),
-                    (k.code_signing, 3),
-                    (k.email_protection, 4),
-                    (k.time_stamping, 8),
-                    (k.ocsp_signing, 9),
-                ];
-                ext_key_usage = pairs.iter().filter(|(b, _)| *b).map(|(_, n)| *n).collect();
-            }
-            ParsedExtension::BasicConstraints(b) => {
-                bc_valid = true;
-                is_ca = b.ca;
-                match b.path_len_constraint {
-                    Some(n) => {
-                        max_path = i64::from(n);
-                        max_path_zero = n == 0;
-                    }
-                    None => max_path = -1,
-                }
-            }
-            ParsedExtension::SubjectKeyIdentifier(k) => ski = b64(k.0),
-            ParsedExtension::AuthorityKeyIdentifier(k) => {
-                if let Some(id) = &k.key_identifier {
-                    aki = b64(id.0);
-                }
-            }
-            ParsedExtension::AuthorityInfoAccess(a) => {
-                for d in &a.accessdescs {
-                    if let GeneralName::URI(u) = &d.access_location {
-                        match d.access_method.to_id_string().as_str() {
-                            "1.3.6.1.5.5.7.48.1" => ocsp.push(u.to_string()),
-                            "1.3.6.1.5.5.7.48.2" => issuing.push(u.to_string()),
-                            _ => {}
-                        }
+    certificate_extension_fields(tbs.extensions(), &mut out);
+    Ok(Value::Object(out))
+}
+
+/// What a certificate's extensions say, as Go's `x509.Certificate` fields.
+#[derive(Default)]
+struct CertExtensions {
+    key_usage: u64,
+    ext_key_usage: Vec<u64>,
+    basic_constraints_valid: bool,
+    is_ca: bool,
+    max_path_len: i64,
+    max_path_len_zero: bool,
+    subject_key_id: Value,
+    authority_key_id: Value,
+    ocsp_servers: Vec<String>,
+    issuing_certificate_urls: Vec<String>,
+    crl_distribution_points: Vec<String>,
+}
+
+impl CertExtensions {
+    fn read(exts: &[X509Extension]) -> CertExtensions {
+        let mut x = CertExtensions::default();
+        for e in exts {
+            match e.parsed_extension() {
+                ParsedExtension::KeyUsage(k) => x.key_usage = key_usage_bits(k),
+                ParsedExtension::ExtendedKeyUsage(k) => x.ext_key_usage = ext_key_usage_codes(k),
+                ParsedExtension::BasicConstraints(b) => x.basic_constraints(b),
+                ParsedExtension::SubjectKeyIdentifier(k) => x.subject_key_id = b64(k.0),
+                ParsedExtension::AuthorityKeyIdentifier(k) => {
+                    if let Some(id) = &k.key_identifier {
+                        x.authority_key_id = b64(id.0);
                     }
                 }
+                ParsedExtension::AuthorityInfoAccess(a) => x.authority_info_access(a),
+                ParsedExtension::CRLDistributionPoints(points) => x.crl_points(points),
+                _ => {}
             }
-            ParsedExtension::CRLDistributionPoints(points) => {
-                for p in points.iter() {
-                    if let Some(x509_parser::extensions::DistributionPointName::FullName(names)) = &p.distribution_point
-                    {
-                        for n in names {
-                            if let GeneralName::URI(u) = n {
-                                crl.push(u.to_string());
-                            }
-                        }
-                    }
-                }
+        }
+        x
+    }
+
+    fn basic_constraints(&mut self, b: &BasicConstraints) {
+        self.basic_constraints_valid = true;
+        self.is_ca = b.ca;
+        match b.path_len_constraint {
+            Some(n) => {
+                self.max_path_len = i64::from(n);
+                self.max_path_len_zero = n == 0;
             }
-            _ => {}
+            None => self.max_path_len = -1,
         }
     }
-    out.insert("KeyUsage".into(), json!(key_usage));
+
+    /// The OCSP servers and issuing-certificate URLs.
+    fn authority_info_access(&mut self, a: &AuthorityInfoAccess) {
+        for d in &a.accessdescs {
+            if let GeneralName::URI(u) = &d.access_location {
+                match d.access_method.to_id_string().as_str() {
+                    "1.3.6.1.5.5.7.48.1" => self.ocsp_servers.push(u.to_string()),
+                    "1.3.6.1.5.5.7.48.2" => self.issuing_certificate_urls.push(u.to_string()),
+                    _ => {}
+                }
+            }
+        }
+    }
+
+    /// The distribution points' full-name URIs.
+    fn crl_points(&mut self, points: &CRLDistributionPoints) {
+        for p in points.iter() {
+            if let Some(x509_parser::extensions::DistributionPointName::FullName(names)) = &p.distribution_point {
+                for n in names {
+                    if let GeneralName::URI(u) = n {
+                        self.crl_distribution_points.push(u.to_string());
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// Go's `KeyUsage` bit set.
+fn key_usage_bits(k: &KeyUsage) -> u64 {
+    let bits = [
+        k.digital_signature(),
+        k.non_repudiation(),
+        k.key_encipherment(),
+        k.data_encipherment(),
+        k.key_agreement(),
+        k.key_cert_sign(),
+        k.crl_sign(),
+        k.encipher_only(),
+        k.decipher_only(),
+    ];
+    bits.iter().enumerate().filter(|(_, b)| **b).map(|(i, _)| 1u64 << i).sum()
+}
+
+/// Go's `ExtKeyUsage` numbers.
+fn ext_key_usage_codes(k: &ExtendedKeyUsage) -> Vec<u64> {
+    let pairs = [
+        (k.any, 0),
+        (k.server_auth, 1),
+        (k.client_auth, 2),
+        (k.code_signing, 3),
+        (k.email_protection, 4),
+        (k.time_stamping, 8),
+        (k.ocsp_signing, 9),
+    ];
+    pairs.iter().filter(|(b, _)| *b).map(|(_, n)| *n).collect()
+}
+
+/// Go's `x509.Certificate` fields after `NotAfter`, in its order: those the extensions set,
+/// the SANs, and the constraint and policy fields (empty, as Kyverno's JSON has them).
+fn certificate_extension_fields(exts: &[X509Extension], out: &mut Map<String, Value>) {
+    let x = CertExtensions::read(exts);
+    out.insert("KeyUsage".into(), json!(x.key_usage));
     out.insert("Extensions".into(), extensions(exts));
     out.insert("ExtraExtensions".into(), Value::Null);
     out.insert("UnhandledCriticalExtensions".into(), Value::Null);
-    out.insert("ExtKeyUsage".into(), if ext_key_usage.is_empty() { Value::Null } else { json!(ext_key_usage) });
+    out.insert("ExtKeyUsage".into(), if x.ext_key_usage.is_empty() { Value::Null } else { json!(x.ext_key_usage) });
     out.insert("UnknownExtKeyUsage".into(), Value::Null);
-    out.insert("BasicConstraintsValid".into(), json!(bc_valid));
-    out.insert("IsCA".into(), json!(is_ca));
-    out.insert("MaxPathLen".into(), json!(max_path));
-    out.insert("MaxPathLenZero".into(), json!(max_path_zero));
-    out.insert("SubjectKeyId".into(), ski);
-    out.insert("AuthorityKeyId".into(), aki);
-    out.insert("OCSPServer".into(), strings(ocsp));
-    out.insert("IssuingCertificateURL".into(), strings(issuing));
-    sans(exts, &mut out);
+    out.insert("BasicConstraintsValid".into(), json!(x.basic_constraints_valid));
+    out.insert("IsCA".into(), json!(x.is_ca));
+    out.insert("MaxPathLen".into(), json!(x.max_path_len));
+    out.insert("MaxPathLenZero".into(), json!(x.max_path_len_zero));
+    out.insert("SubjectKeyId".into(), x.subject_key_id);
+    out.insert("AuthorityKeyId".into(), x.authority_key_id);
+    out.insert("OCSPServer".into(), strings(x.ocsp_servers));
+    out.insert("IssuingCertificateURL".into(), strings(x.issuing_certificate_urls));
+    sans(exts, out);
     out.insert("PermittedDNSDomainsCritical".into(), json!(false));
     for f in [
         "PermittedDNSDomains",
@@ -361,7 +425,7 @@ fn certificate(der: &[u8]) -> Result<Value, String> {
     ] {
         out.insert(f.into(), Value::Null);
     }
-    out.insert("CRLDistributionPoints".into(), strings(crl));
+    out.insert("CRLDistributionPoints".into(), strings(x.crl_distribution_points));
     out.insert("PolicyIdentifiers".into(), Value::Null);
     out.insert("Policies".into(), Value::Null);
     for (f, v) in [
@@ -375,12 +439,10 @@ fn certificate(der: &[u8]) -> Result<Value, String> {
     ] {
         out.insert(f.into(), v);
     }
-    Ok(Value::Object(out))
 }
 
-fn request(der: &[u8]) -> Result<Value, String> {
-    let (_, r) =
-        X509CertificationRequest::from_der(der).map_err(|e| format!("x509: malformed certificate request: {e}"))?;
+fn request(der: &[u8]) -> Result<Value, X509DecodeError> {
+    let (_, r) = X509CertificationRequest::from_der(der).map_err(X509DecodeError::MalformedRequest)?;
     let info = &r.certification_request_info;
     let key = rsa_key(&info.subject_pki)?;
     let exts: Vec<X509Extension> = info
@@ -423,9 +485,9 @@ mod tests {
 
     #[test]
     fn not_pem() {
-        assert_eq!(super::decode("hello").unwrap_err(), "failed to decode PEM block");
+        assert_eq!(super::decode("hello").unwrap_err().to_string(), "failed to decode PEM block");
         assert_eq!(
-            super::decode("-----BEGIN PUBLIC KEY-----\nAAAA\n-----END PUBLIC KEY-----\n").unwrap_err(),
+            super::decode("-----BEGIN PUBLIC KEY-----\nAAAA\n-----END PUBLIC KEY-----\n").unwrap_err().to_string(),
             "PEM block neither contains a CERTIFICATE or CERTIFICATE REQUEST"
         );
     }
