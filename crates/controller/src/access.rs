@@ -84,6 +84,14 @@ pub async fn allowed(client: &kube::Client, verb: &str, gvr: &Gvr) -> Result<boo
     ask(client, verb, gvr).await.map(|(ok, _)| ok)
 }
 
+/// A kind discovery does not serve (Kyverno's words).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("failed to get GVR for kind {api_version}/{kind}")]
+pub struct UnknownKind {
+    pub api_version: String,
+    pub kind: String,
+}
+
 /// Kyverno's policy-admission permission checks ([`verno_engine::access_checks`]) answered by
 /// the API server: a `SelfSubjectAccessReview` made as the account in question (the
 /// background controller's by impersonation, as Verno acts as it), the rule's kind resolved
@@ -111,12 +119,12 @@ impl PolicyAccess {
 
     /// The resource of `api_version` (empty: any) and `kind`, asking discovery again once when
     /// it is not known (a CRD installed since).
-    async fn resource(&self, api_version: &str, kind: &str) -> Result<Gvr, String> {
+    async fn resource(&self, api_version: &str, kind: &str) -> Result<Gvr, UnknownKind> {
         self.discovered(api_version, kind).await.map(|(gvr, _)| gvr)
     }
 
     /// [`PolicyAccess::resource`] and whether it is cluster-wide.
-    async fn discovered(&self, api_version: &str, kind: &str) -> Result<(Gvr, bool), String> {
+    async fn discovered(&self, api_version: &str, kind: &str) -> Result<(Gvr, bool), UnknownKind> {
         for fresh in [false, true] {
             let d = self.discovery.lock().await.get(&self.admission, fresh, "permission checks use the last one").await;
             let Some(d) = d else { continue };
@@ -136,10 +144,12 @@ impl PolicyAccess {
                 }
             }
         }
-        Err(format!("failed to get GVR for kind {api_version}/{kind}"))
+        Err(UnknownKind { api_version: api_version.to_string(), kind: kind.to_string() })
     }
 }
 
+/// (`String` errors: the engine's `AccessReview` port fixes them as the message of the policy's
+/// refusal.)
 impl verno_engine::access_checks::AccessReview for PolicyAccess {
     fn user(&self, account: verno_engine::access_checks::Account) -> String {
         match account {
@@ -153,7 +163,9 @@ impl verno_engine::access_checks::AccessReview for PolicyAccess {
         api_version: &'a str,
         kind: &'a str,
     ) -> verno_engine::access_checks::ScopeAnswer<'a> {
-        Box::pin(async move { self.discovered(api_version, kind).await.map(|(_, cluster)| cluster) })
+        Box::pin(async move {
+            self.discovered(api_version, kind).await.map(|(_, cluster)| cluster).map_err(|e| e.to_string())
+        })
     }
 
     fn lacking<'a>(
@@ -161,7 +173,7 @@ impl verno_engine::access_checks::AccessReview for PolicyAccess {
         check: &'a verno_engine::access_checks::AccessCheck,
     ) -> verno_engine::access_checks::Answer<'a> {
         Box::pin(async move {
-            let gvr = self.resource(&check.api_version, &check.kind).await?;
+            let gvr = self.resource(&check.api_version, &check.kind).await.map_err(|e| e.to_string())?;
             let client = match check.account {
                 verno_engine::access_checks::Account::Background => self.background.as_ref().unwrap_or(&self.admission),
                 verno_engine::access_checks::Account::Admission => &self.admission,

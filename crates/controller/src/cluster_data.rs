@@ -26,6 +26,61 @@ pub const MAX_BYTES: usize = 16 << 20;
 /// The label that puts a ConfigMap in the cache (Kyverno's `LabelCacheEnabled`; any value).
 pub const CACHE_LABEL: &str = "cache.kyverno.io/enabled";
 
+/// A name that cannot be one segment of an API path (see [`segment`]).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{name:?} is not a name the Kubernetes API can be asked for")]
+pub struct BadName {
+    pub name: String,
+}
+
+/// Why a call to the Kubernetes API ([`fetch`]) failed. The texts reach policies' context
+/// errors (Kyverno shows the API server's message as it is).
+#[derive(Debug, thiserror::Error)]
+pub enum FetchError {
+    /// A method other than GET and POST (Kyverno's CRD allows no other).
+    #[error("{method} {path}: only GET and POST calls are made")]
+    Method { method: String, path: String },
+    /// The request could not be built (the path is not a URI).
+    #[error("{method} {path}: {source}")]
+    Request {
+        method: String,
+        path: String,
+        #[source]
+        source: http::Error,
+    },
+    /// No answer within [`TIMEOUT`].
+    #[error("{method} {path}: no answer within {} s", TIMEOUT.as_secs())]
+    Timeout { method: String, path: String },
+    /// The API server refused the call (its message shown) or could not be reached.
+    #[error("{}", kube_message(.0))]
+    Kube(#[source] kube::Error),
+    /// The answer is over the response limit.
+    #[error("{method} {path}: the response is over the limit of {max} bytes")]
+    TooLarge { method: String, path: String, max: usize },
+    #[error("{method} {path}: the response is not JSON: {source}")]
+    NotJson {
+        method: String,
+        path: String,
+        #[source]
+        source: serde_json::Error,
+    },
+}
+
+impl FetchError {
+    /// Whether the API server answered 404 (no such object).
+    pub fn is_not_found(&self) -> bool {
+        matches!(self, FetchError::Kube(kube::Error::Api(s)) if s.code == 404)
+    }
+}
+
+/// An API error's message as the server wrote it; any other client error in its own words.
+fn kube_message(e: &kube::Error) -> String {
+    match e {
+        kube::Error::Api(s) => s.message.clone(),
+        other => other.to_string(),
+    }
+}
+
 /// What a `configMap` context entry sees of a ConfigMap: its `data` and `metadata`.
 fn context_value(cm: &Value) -> Value {
     json!({
@@ -105,8 +160,9 @@ impl ClusterData {
         let own = namespace.to_string();
         let reader: verno_images::SecretReader = Arc::new(move |ns: &str, name: &str| {
             let ns = if ns.is_empty() { own.as_str() } else { ns };
-            segment(ns, false).and_then(|()| segment(name, false))?;
-            reader_data.call("GET", &format!("/api/v1/namespaces/{ns}/secrets/{name}"), None)
+            // `SecretReader` (verno_images) fixes its error as the message text.
+            segment(ns, false).and_then(|()| segment(name, false)).map_err(|e| e.to_string())?;
+            reader_data.call("GET", &format!("/api/v1/namespaces/{ns}/secrets/{name}"), None).map_err(|e| e.to_string())
         });
         match verno_images::Verifier::on(self.runtime.clone()) {
             Ok(v) => {
@@ -122,12 +178,7 @@ impl ClusterData {
         self
     }
 
-    fn call(&self, method: &str, path: &str, body: Option<&Value>) -> Result<Value, String> {
-        self.request(method, path, body).map_err(|(_, e)| e)
-    }
-
-    /// [`ClusterData::call`], telling a 404 apart (`(true, message)`).
-    fn request(&self, method: &str, path: &str, body: Option<&Value>) -> Result<Value, (bool, String)> {
+    fn call(&self, method: &str, path: &str, body: Option<&Value>) -> Result<Value, FetchError> {
         self.runtime.block_on(fetch(&self.client, method, path, body, self.max_bytes))
     }
 
@@ -151,25 +202,25 @@ impl ClusterData {
 }
 
 /// One call to the Kubernetes API (`GET` or `POST` of `path`), bounded by [`TIMEOUT`] and
-/// `max` bytes; a 404 is told apart (`(true, message)`).
+/// `max` bytes; a 404 is told apart ([`FetchError::is_not_found`]).
 pub async fn fetch(
     client: &kube::Client,
     method: &str,
     path: &str,
     body: Option<&Value>,
     max: usize,
-) -> Result<Value, (bool, String)> {
-    let plain = |e: String| (false, e);
+) -> Result<Value, FetchError> {
+    let (m, p) = (|| method.to_string(), || path.to_string());
     // Kyverno's CRD allows no other method; the engine refuses others first.
     if !matches!(method, "GET" | "POST") {
-        return Err(plain(format!("{method} {path}: only GET and POST calls are made")));
+        return Err(FetchError::Method { method: m(), path: p() });
     }
     let mut req = http::Request::builder().method(method).uri(path);
     if body.is_some() {
         req = req.header("Content-Type", "application/json");
     }
     let bytes = body.map(|b| serde_json::to_vec(b).unwrap_or_default()).unwrap_or_default();
-    let req = req.body(bytes).map_err(|e| plain(format!("{method} {path}: {e}")))?;
+    let req = req.body(bytes).map_err(|source| FetchError::Request { method: m(), path: p(), source })?;
     let client = client.clone();
     // Read as it streams in, and never more than the limit: a response over it is refused
     // without being held (six concurrent 120 MB lists once took a gigabyte).
@@ -182,44 +233,46 @@ pub async fn fetch(
     };
     let bytes = tokio::time::timeout(TIMEOUT, read)
         .await
-        .map_err(|_| plain(format!("{method} {path}: no answer within {} s", TIMEOUT.as_secs())))?
-        .map_err(|e| match e {
-            kube::Error::Api(s) => (s.code == 404, s.message.clone()),
-            other => plain(other.to_string()),
-        })?;
+        .map_err(|_| FetchError::Timeout { method: m(), path: p() })?
+        .map_err(FetchError::Kube)?;
     if bytes.len() > max {
-        return Err(plain(format!("{method} {path}: the response is over the limit of {max} bytes")));
+        return Err(FetchError::TooLarge { method: m(), path: p(), max });
     }
-    serde_json::from_slice(&bytes).map_err(|e| plain(format!("{method} {path}: the response is not JSON: {e}")))
+    serde_json::from_slice(&bytes).map_err(|source| FetchError::NotJson { method: m(), path: p(), source })
 }
 
 /// The API path of a kind's objects (`namespace` empty: cluster-wide). The plural is worked out
 /// from the kind as Kyverno's CLI does; kinds with irregular plurals are not found.
-fn collection(api_version: &str, kind: &str, namespace: &str) -> Result<String, String> {
+fn collection(api_version: &str, kind: &str, namespace: &str) -> Result<String, BadName> {
     resource_path(api_version, &verno_engine::plural(kind), namespace)
 }
 
 /// The Kyverno CEL libraries in a cluster: `resource.Get/List` read the API server, the
 /// authorizer library asks it for SubjectAccessReviews, `time.now()` is the wall clock.
+/// (`String` errors: the `verno_cel::Host` trait fixes them as the message for the user.)
 impl verno_cel::Host for ClusterData {
     /// An object that does not exist is `null` (Kyverno's resource library maps NotFound so;
     /// `resource.Get(…) != null` is how policies ask whether it exists).
     fn resource_get(&self, api_version: &str, resource: &str, namespace: &str, name: &str) -> Result<Value, String> {
-        match self.request("GET", &object_path(&resource_path(api_version, resource, namespace)?, name)?, None) {
+        let path = resource_path(api_version, resource, namespace).and_then(|c| object_path(&c, name));
+        match self.call("GET", &path.map_err(|e| e.to_string())?, None) {
             Ok(v) => Ok(v),
-            Err((true, _)) => Ok(Value::Null),
-            Err((false, e)) => Err(e),
+            Err(e) if e.is_not_found() => Ok(Value::Null),
+            Err(e) => Err(e.to_string()),
         }
     }
 
     fn resource_list(&self, api_version: &str, resource: &str, namespace: &str) -> Result<Vec<Value>, String> {
-        let l = self.call("GET", &format!("{}?limit=500", resource_path(api_version, resource, namespace)?), None)?;
+        let path = resource_path(api_version, resource, namespace).map_err(|e| e.to_string())?;
+        let l = self.call("GET", &format!("{path}?limit=500"), None).map_err(|e| e.to_string())?;
         Ok(typed_items(&l))
     }
 
     fn authorize(&self, review: &Value) -> Result<Value, String> {
         let body = json!({"apiVersion": "authorization.k8s.io/v1", "kind": "SubjectAccessReview", "spec": review});
-        let answer = self.call("POST", "/apis/authorization.k8s.io/v1/subjectaccessreviews", Some(&body))?;
+        let answer = self
+            .call("POST", "/apis/authorization.k8s.io/v1/subjectaccessreviews", Some(&body))
+            .map_err(|e| e.to_string())?;
         Ok(answer.get("status").cloned().unwrap_or(json!({"allowed": false})))
     }
 
@@ -231,7 +284,7 @@ impl verno_cel::Host for ClusterData {
     /// answers it; one that failed to load is an error.
     fn global_context(&self, name: &str, projection: &str) -> Result<Value, String> {
         match self.global.as_ref().map(|g| g.get(name, projection)) {
-            Some(Some(answer)) => answer,
+            Some(Some(answer)) => answer.map_err(|e| e.to_string()),
             _ => Ok(Value::Null),
         }
     }
@@ -259,7 +312,7 @@ fn typed_items(list: &Value) -> Vec<Value> {
 /// Whether `s` can be put in an API path as one segment (`empty_ok`: or left out): a name
 /// from a policy or a request must not walk the path (`..`, `/`) or change the request (`?`,
 /// `#`, escapes). Kubernetes names hold none of these.
-fn segment(s: &str, empty_ok: bool) -> Result<(), String> {
+fn segment(s: &str, empty_ok: bool) -> Result<(), BadName> {
     let bad = if s.is_empty() {
         !empty_ok
     } else {
@@ -267,11 +320,11 @@ fn segment(s: &str, empty_ok: bool) -> Result<(), String> {
             || s == ".."
             || s.chars().any(|c| matches!(c, '/' | '?' | '#' | '%' | '\\') || c.is_whitespace() || c.is_control())
     };
-    if bad { Err(format!("{s:?} is not a name the Kubernetes API can be asked for")) } else { Ok(()) }
+    if bad { Err(BadName { name: s.to_string() }) } else { Ok(()) }
 }
 
 /// The path of one object of a collection, its name checked with [`segment`].
-fn object_path(collection: &str, name: &str) -> Result<String, String> {
+fn object_path(collection: &str, name: &str) -> Result<String, BadName> {
     segment(name, false)?;
     Ok(format!("{collection}/{name}"))
 }
@@ -279,7 +332,7 @@ fn object_path(collection: &str, name: &str) -> Result<String, String> {
 /// The API path of a resource's objects (`resource` is the plural, `namespace` empty:
 /// cluster-wide), every part checked with [`segment`] (an apiVersion's group and version, a
 /// resource's `plural[/subresource]`).
-fn resource_path(api_version: &str, resource: &str, namespace: &str) -> Result<String, String> {
+fn resource_path(api_version: &str, resource: &str, namespace: &str) -> Result<String, BadName> {
     for part in api_version.split('/').chain(resource.split('/')) {
         segment(part, false)?;
     }
@@ -402,11 +455,11 @@ impl Data for ClusterData {
             return Loaded::Value(context_value(&cm));
         }
         if let Err(e) = segment(namespace, false).and_then(|()| segment(name, false)) {
-            return Loaded::Error(e);
+            return Loaded::Error(e.to_string());
         }
         match self.call("GET", &format!("/api/v1/namespaces/{namespace}/configmaps/{name}"), None) {
             Ok(cm) => Loaded::Value(context_value(&cm)),
-            Err(e) => Loaded::Error(e),
+            Err(e) => Loaded::Error(e.to_string()),
         }
     }
 
@@ -415,7 +468,7 @@ impl Data for ClusterData {
         let (entry, projection) = verno_engine::global_context::split_reference(name);
         match self.global.as_ref().and_then(|g| g.get(entry, projection)) {
             Some(Ok(v)) => Loaded::Value(v),
-            Some(Err(e)) => Loaded::Error(e),
+            Some(Err(e)) => Loaded::Error(e.to_string()),
             None => Loaded::Error(format!("failed to fetch entry key={entry}")),
         }
     }
@@ -433,7 +486,7 @@ impl Data for ClusterData {
         let call = crate::service_call::call(method, url, service.ca_bundle, service.headers, data, self.max_bytes);
         match self.runtime.block_on(call) {
             Ok(v) => Loaded::Value(v),
-            Err(e) => Loaded::Error(e),
+            Err(e) => Loaded::Error(e.to_string()),
         }
     }
 
@@ -444,7 +497,7 @@ impl Data for ClusterData {
         }
         match self.call(if method.is_empty() { "GET" } else { method }, url_path, data) {
             Ok(v) => Loaded::Value(v),
-            Err(e) => Loaded::Error(e),
+            Err(e) => Loaded::Error(e.to_string()),
         }
     }
 }

@@ -43,6 +43,56 @@ pub fn global_context_entries() -> ApiResource {
     }
 }
 
+/// Why an entry's data or one of its projections cannot be read (`globalReference` context
+/// entries and `globalContext.Get` show the text, as Kyverno words it).
+#[derive(Debug, Clone, thiserror::Error)]
+pub enum GlobalError {
+    /// No projection of that name.
+    #[error("projection {projection:?} not found")]
+    NoProjection { projection: String },
+    /// An API call entry with no answer yet, or without that projection.
+    #[error("no data available")]
+    NoData,
+    /// The projection's query failed on the data (the JMESPath engine's message).
+    #[error("{0}")]
+    Projection(String),
+    /// The entry's last API call failed.
+    #[error(transparent)]
+    Call(Arc<CallError>),
+}
+
+/// Why an API call entry's call failed, in Kyverno's words.
+#[derive(Debug, thiserror::Error)]
+pub enum CallError {
+    /// A call to the Kubernetes API.
+    #[error("failed to {method} resource with raw url: {path}: {source}")]
+    Raw {
+        method: String,
+        path: String,
+        #[source]
+        source: cluster_data::FetchError,
+    },
+    /// A call to a service.
+    #[error(transparent)]
+    Service(#[from] crate::service_call::ServiceCallError),
+}
+
+/// Why a resource entry's resource could not be found by discovery.
+#[derive(Debug, thiserror::Error)]
+enum DiscoverError {
+    /// The group's discovery failed (`group` is `core` for the core group).
+    #[error("{group}/{version}: {source}")]
+    Group {
+        group: String,
+        version: String,
+        #[source]
+        source: kube::Error,
+    },
+    /// The group does not serve the resource.
+    #[error("the resource {resource} may not exist in the cluster")]
+    NotServed { resource: String },
+}
+
 /// The clock for projections (`time_now()` and friends); nothing else.
 struct ProjectionEnv;
 
@@ -56,6 +106,7 @@ impl verno_jmespath::Env for ProjectionEnv {
 struct Snapshot {
     generation: u64,
     data: Value,
+    /// Each projection's answer (the engine's message when its query failed).
     projected: HashMap<String, Result<Value, String>>,
 }
 
@@ -65,13 +116,13 @@ impl Snapshot {
         Snapshot { generation, data, projected }
     }
 
-    fn get(&self, projection: &str) -> Result<Value, String> {
+    fn get(&self, projection: &str) -> Result<Value, GlobalError> {
         if projection.is_empty() {
             return Ok(self.data.clone());
         }
         match self.projected.get(projection) {
-            Some(r) => r.clone(),
-            None => Err(format!("projection {projection:?} not found")),
+            Some(r) => r.clone().map_err(GlobalError::Projection),
+            None => Err(GlobalError::NoProjection { projection: projection.to_string() }),
         }
     }
 }
@@ -82,7 +133,7 @@ enum Feed {
     /// its events.
     Objects { store: Store<DynamicObject>, api_version: String, kind: String, synced: AtomicBool, events: AtomicU64 },
     /// An API call's last answer with its projections (`None`: no call has finished yet).
-    Answer(Option<Result<Snapshot, String>>),
+    Answer(Option<Result<Snapshot, Arc<CallError>>>),
 }
 
 /// One live entry: its spec, its data, and the task that keeps the data.
@@ -100,7 +151,7 @@ impl Live {
     }
 
     /// The data or a projection of it; `None`: not loaded yet (not found, as in Kyverno).
-    fn get(&self, projection: &str) -> Option<Result<Value, String>> {
+    fn get(&self, projection: &str) -> Option<Result<Value, GlobalError>> {
         let feed = self.feed.read().unwrap_or_else(std::sync::PoisonError::into_inner);
         match feed.as_ref()? {
             Feed::Objects { store, api_version, kind, synced, events } => {
@@ -132,14 +183,14 @@ impl Live {
                 };
                 Some(snapshot.get(projection))
             }
-            Feed::Answer(None) => Some(Err("no data available".into())),
-            Feed::Answer(Some(Err(e))) => Some(Err(e.clone())),
+            Feed::Answer(None) => Some(Err(GlobalError::NoData)),
+            Feed::Answer(Some(Err(e))) => Some(Err(GlobalError::Call(e.clone()))),
             // An API call's projections are computed when its answer arrives; a missing one
             // reads as no data (Kyverno's map lookup).
             Feed::Answer(Some(Ok(s))) => Some(if projection.is_empty() || s.projected.contains_key(projection) {
                 s.get(projection)
             } else {
-                Err("no data available".into())
+                Err(GlobalError::NoData)
             }),
         }
     }
@@ -148,8 +199,8 @@ impl Live {
         *self.feed.write().unwrap_or_else(std::sync::PoisonError::into_inner) = Some(feed);
     }
 
-    fn set_answer(&self, answer: Result<Value, String>) {
-        self.set_feed(Feed::Answer(Some(answer.map(|v| Snapshot::of(&self.entry, 0, v)))));
+    fn set_answer(&self, answer: Result<Value, CallError>) {
+        self.set_feed(Feed::Answer(Some(answer.map(|v| Snapshot::of(&self.entry, 0, v)).map_err(Arc::new))));
     }
 
     fn stop(&self) {
@@ -174,7 +225,7 @@ pub struct GlobalStore {
 impl GlobalStore {
     /// Entry `name`'s data (`projection` empty) or one of its projections; `None`: no such
     /// entry, or not loaded yet.
-    pub fn get(&self, name: &str, projection: &str) -> Option<Result<Value, String>> {
+    pub fn get(&self, name: &str, projection: &str) -> Option<Result<Value, GlobalError>> {
         let live = self.entries.read().unwrap_or_else(std::sync::PoisonError::into_inner).get(name).cloned()?;
         live.get(projection)
     }
@@ -316,17 +367,24 @@ async fn write_status(ctx: &Ctx, name: &str, refreshed: Option<String>) {
 }
 
 /// The resource a `kubernetesResource` names, from discovery (its kind and scope).
-async fn discover(client: &kube::Client, group: &str, version: &str, resource: &str) -> Result<ApiResource, String> {
+async fn discover(
+    client: &kube::Client,
+    group: &str,
+    version: &str,
+    resource: &str,
+) -> Result<ApiResource, DiscoverError> {
     let gv = GroupVersion { group: group.to_string(), version: version.to_string() };
-    let found = kube::discovery::oneshot::pinned_group(client, &gv)
-        .await
-        .map_err(|e| format!("{}/{version}: {e}", if group.is_empty() { "core" } else { group }))?;
+    let found = kube::discovery::oneshot::pinned_group(client, &gv).await.map_err(|source| DiscoverError::Group {
+        group: if group.is_empty() { "core" } else { group }.to_string(),
+        version: version.to_string(),
+        source,
+    })?;
     found
         .resources_by_stability()
         .into_iter()
         .map(|(ar, _)| ar)
         .find(|ar| ar.plural == resource)
-        .ok_or_else(|| format!("the resource {resource} may not exist in the cluster"))
+        .ok_or_else(|| DiscoverError::NotServed { resource: resource.to_string() })
 }
 
 /// Feeds a resource entry from a watch of its objects, for as long as the entry lives.
@@ -403,15 +461,13 @@ async fn call_on_interval(
         l.set_feed(Feed::Answer(None));
     }
     loop {
-        let mut answer = Err(String::new());
-        for attempt in 0..retry_limit.max(1) {
-            if attempt > 0 {
-                tokio::time::sleep(Duration::from_millis(10)).await;
-            }
-            answer = execute(&ctx, &call).await;
+        let mut answer = execute(&ctx, &call).await;
+        for _ in 1..retry_limit.max(1) {
             if answer.is_ok() {
                 break;
             }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+            answer = execute(&ctx, &call).await;
         }
         let Some(l) = live.upgrade() else { return };
         match &answer {
@@ -431,16 +487,17 @@ async fn call_on_interval(
 }
 
 /// One call, in Kyverno's words when it fails.
-async fn execute(ctx: &Ctx, call: &Call) -> Result<Value, String> {
+async fn execute(ctx: &Ctx, call: &Call) -> Result<Value, CallError> {
     match &call.target {
         CallTarget::Path(path) => {
             let body = (call.method == "POST").then(|| call.body.clone().unwrap_or_else(|| json!({})));
             cluster_data::fetch(&ctx.client, &call.method, path, body.as_ref(), ctx.max_bytes)
                 .await
-                .map_err(|(_, e)| format!("failed to {} resource with raw url: {path}: {e}", call.method))
+                .map_err(|source| CallError::Raw { method: call.method.clone(), path: path.clone(), source })
         }
         CallTarget::Service { url, ca_bundle, headers } => {
-            crate::service_call::call(&call.method, url, ca_bundle, headers, call.body.as_ref(), ctx.max_bytes).await
+            Ok(crate::service_call::call(&call.method, url, ca_bundle, headers, call.body.as_ref(), ctx.max_bytes)
+                .await?)
         }
     }
 }

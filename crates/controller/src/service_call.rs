@@ -13,25 +13,66 @@ use std::time::Duration;
 /// The longest a call may take, connection included.
 pub const TIMEOUT: Duration = Duration::from_secs(10);
 
-fn client(ca_bundle: &str) -> Result<reqwest::Client, String> {
+/// Why a service call failed, in Kyverno's words where Kyverno has them (the texts reach
+/// policies' context errors and GlobalContextEntry logs).
+#[derive(Debug, thiserror::Error)]
+pub enum ServiceCallError {
+    /// A certificate of the CA bundle is not PEM.
+    #[error("failed to parse PEM CA bundle: {0}")]
+    CaPem(#[source] rustls_pki_types::pem::Error),
+    /// A certificate of the CA bundle is not one rustls accepts as a root.
+    #[error("failed to parse PEM CA bundle: {0}")]
+    CaCertificate(#[source] rustls::Error),
+    /// The CA bundle holds no certificate.
+    #[error("failed to parse PEM CA bundle")]
+    EmptyCaBundle,
+    /// The TLS set-up of the HTTPS client failed (`verno_images::https_client`'s message, as
+    /// that crate words it).
+    #[error("{0}")]
+    Tls(String),
+    #[error("cannot build the HTTP client: {0}")]
+    Build(#[source] reqwest::Error),
+    /// A method other than GET and POST.
+    #[error("invalid request type {method} for APICall")]
+    Method { method: String },
+    #[error("failed to execute HTTP request for APICall: {0}")]
+    Send(#[source] reqwest::Error),
+    #[error("failed to read data from APICall: {0}")]
+    Read(#[source] reqwest::Error),
+    /// The answer is over the response limit.
+    #[error("response length must be less than max allowed response length of {max}")]
+    TooLarge { max: usize },
+    /// A non-2xx answer, with its body.
+    #[error("HTTP {status}: {body}")]
+    Status { status: reqwest::StatusCode, body: String },
+    #[error("the response of {url} is not JSON: {source}")]
+    NotJson {
+        url: String,
+        #[source]
+        source: serde_json::Error,
+    },
+}
+
+fn client(ca_bundle: &str) -> Result<reqwest::Client, ServiceCallError> {
     let roots = if ca_bundle.trim().is_empty() {
         None
     } else {
         let mut roots = rustls::RootCertStore::empty();
         for cert in rustls_pki_types::CertificateDer::pem_slice_iter(ca_bundle.as_bytes()) {
-            let cert = cert.map_err(|e| format!("failed to parse PEM CA bundle: {e}"))?;
-            roots.add(cert).map_err(|e| format!("failed to parse PEM CA bundle: {e}"))?;
+            let cert = cert.map_err(ServiceCallError::CaPem)?;
+            roots.add(cert).map_err(ServiceCallError::CaCertificate)?;
         }
         if roots.is_empty() {
-            return Err("failed to parse PEM CA bundle".into());
+            return Err(ServiceCallError::EmptyCaBundle);
         }
         Some(roots)
     };
-    verno_images::https_client(roots)?
+    verno_images::https_client(roots)
+        .map_err(|e| ServiceCallError::Tls(e.to_string()))?
         .timeout(TIMEOUT)
         .redirect(reqwest::redirect::Policy::none())
         .build()
-        .map_err(|e| format!("cannot build the HTTP client: {e}"))
+        .map_err(ServiceCallError::Build)
 }
 
 /// One call (`body`: what a POST sends); the answer parsed as JSON.
@@ -42,11 +83,11 @@ pub async fn call(
     headers: &[(String, String)],
     body: Option<&Value>,
     max_bytes: usize,
-) -> Result<Value, String> {
+) -> Result<Value, ServiceCallError> {
     let method = match method {
         "GET" => reqwest::Method::GET,
         "POST" => reqwest::Method::POST,
-        other => return Err(format!("invalid request type {other} for APICall")),
+        other => return Err(ServiceCallError::Method { method: other.to_string() }),
     };
     // Kyverno sends a body with POST only (an empty object when the call has no data).
     let body =
@@ -58,19 +99,19 @@ pub async fn call(
     if let Some(b) = body {
         req = req.header("Content-Type", "application/json").body(serde_json::to_vec(&b).unwrap_or_default());
     }
-    let mut resp = req.send().await.map_err(|e| format!("failed to execute HTTP request for APICall: {e}"))?;
+    let mut resp = req.send().await.map_err(ServiceCallError::Send)?;
     let status = resp.status();
     let mut bytes = Vec::new();
-    while let Some(chunk) = resp.chunk().await.map_err(|e| format!("failed to read data from APICall: {e}"))? {
+    while let Some(chunk) = resp.chunk().await.map_err(ServiceCallError::Read)? {
         bytes.extend_from_slice(&chunk);
         if bytes.len() > max_bytes {
-            return Err(format!("response length must be less than max allowed response length of {max_bytes}"));
+            return Err(ServiceCallError::TooLarge { max: max_bytes });
         }
     }
     if !status.is_success() {
-        return Err(format!("HTTP {status}: {}", String::from_utf8_lossy(&bytes)));
+        return Err(ServiceCallError::Status { status, body: String::from_utf8_lossy(&bytes).into_owned() });
     }
-    serde_json::from_slice(&bytes).map_err(|e| format!("the response of {url} is not JSON: {e}"))
+    serde_json::from_slice(&bytes).map_err(|source| ServiceCallError::NotJson { url: url.to_string(), source })
 }
 
 #[cfg(test)]
@@ -123,10 +164,11 @@ mod tests {
         assert_eq!(v["team"], "a");
         assert_eq!(v["body"], json!(json!({"k": "v"}).to_string().len()));
         let e = call("GET", &format!("{url}/missing"), "", &[], None, 1 << 20).await.unwrap_err();
-        assert_eq!(e, "HTTP 404 Not Found: no such thing");
+        assert!(matches!(e, ServiceCallError::Status { status, .. } if status == 404), "{e:?}");
+        assert_eq!(e.to_string(), "HTTP 404 Not Found: no such thing");
         let e = call("GET", &format!("{url}/big"), "", &[], None, 1000).await.unwrap_err();
-        assert_eq!(e, "response length must be less than max allowed response length of 1000");
-        let e = call("GET", &url, "not a certificate", &[], None, 1000).await.unwrap_err();
+        assert_eq!(e.to_string(), "response length must be less than max allowed response length of 1000");
+        let e = call("GET", &url, "not a certificate", &[], None, 1000).await.unwrap_err().to_string();
         assert!(e.starts_with("failed to parse PEM CA bundle"), "{e}");
     }
 }
