@@ -156,7 +156,7 @@ fn cluster_preview(
         let client = kube::Client::try_default().await.map_err(|e| anyhow!("connecting to the cluster: {e}"))?;
         for p in policies {
             println!("{}", header(p, now));
-            let found = verno_controller::cleanup::preview(&client, set, p).await.map_err(|e| anyhow!(e))?;
+            let found = verno_controller::cleanup::preview(&client, set, p).await.map_err(|e| anyhow!("{e}"))?;
             for o in &found.due {
                 println!("  would delete {}", describe(o));
             }
@@ -167,7 +167,7 @@ fn cluster_preview(
         }
         if ttl {
             println!("{TTL_LABEL}:");
-            for o in verno_controller::cleanup::ttl_labelled(&client).await.map_err(|e| anyhow!(e))? {
+            for o in verno_controller::cleanup::ttl_labelled(&client).await.map_err(|e| anyhow!("{e}"))? {
                 if let Some(line) = ttl_line(&o, now) {
                     println!("{line}");
                 }

@@ -51,7 +51,9 @@
 //! `request.oldObject`); their downstream is not deleted with the trigger.
 
 use crate::metrics::Metrics;
-use crate::runtime::{DiscoveryCache, Events, Pace, Shared, Watches, evaluate_blocking, object_hash, resolve};
+use crate::runtime::{
+    DiscoveryCache, EvaluationError, Events, Pace, Shared, Watches, evaluate_blocking, object_hash, resolve,
+};
 use crate::serving::Serving;
 use k8s_openapi::api::core::v1::ObjectReference;
 use kube::api::{Api, DeleteParams, DynamicObject, Patch, PatchParams, PostParams};
@@ -114,6 +116,64 @@ const MAX_OWN_WRITES: usize = 100_000;
 
 /// (apiVersion, kind, namespace, name) of an object.
 type Key = (String, String, String, String);
+
+/// An object's key as messages name it: `apiVersion/kind namespace/name`.
+fn describe(k: &Key) -> String {
+    format!("{}/{} {}/{}", k.0, k.1, k.2, k.3)
+}
+
+/// Why the background controller's work on a trigger failed. The texts reach the policies'
+/// `PolicyError` events, generate reports and the log.
+#[derive(Debug, thiserror::Error)]
+enum BackgroundError {
+    /// The per-object write cap was reached.
+    #[error(
+        "{object} was written {MAX_WRITES_PER_OBJECT} times within {} s; further writes wait (do policies feed on their own output?)",
+        WRITE_WINDOW.as_secs()
+    )]
+    TooManyWrites { object: String },
+    /// Discovery does not serve the kind.
+    #[error("the cluster does not serve {api_version}/{kind}")]
+    NotServed { api_version: String, kind: String },
+    /// The trigger's evaluation was cancelled or panicked.
+    #[error(transparent)]
+    Evaluation(#[from] EvaluationError),
+    /// Reading an object to adopt failed.
+    #[error("reading {name}: {source}")]
+    Read {
+        name: String,
+        #[source]
+        source: kube::Error,
+    },
+    #[error("creating {object}: {source}")]
+    Create {
+        object: String,
+        #[source]
+        source: kube::Error,
+    },
+    #[error("updating {object}: {source}")]
+    Update {
+        object: String,
+        #[source]
+        source: kube::Error,
+    },
+    #[error("patching {object}: {source}")]
+    Patch {
+        object: String,
+        #[source]
+        source: kube::Error,
+    },
+    /// Reading a mutate-existing target failed.
+    #[error("{0}")]
+    Kube(#[source] kube::Error),
+    /// An object did not convert between JSON and the client's type.
+    #[error("{0}")]
+    Json(#[from] serde_json::Error),
+    /// Rules of the trigger's policies failed: each as `policy/rule: message`, the message as
+    /// the rule's report and event show it.
+    #[error("{}", .0.join("; "))]
+    Rules(Vec<String>),
+}
 
 fn key_of(o: &Value) -> Key {
     let s = |p: &str| o.pointer(p).and_then(Value::as_str).unwrap_or("").to_string();
@@ -449,7 +509,7 @@ impl Controller {
     }
 
     /// Counts a write of `k` against the per-object cap; an error once the cap is reached.
-    fn may_write(&mut self, k: &Key) -> Result<(), String> {
+    fn may_write(&mut self, k: &Key) -> Result<(), BackgroundError> {
         let now = Instant::now();
         if self.write_counts.len() >= MAX_OWN_WRITES {
             self.write_counts.retain(|_, (at, _)| now.duration_since(*at) < WRITE_WINDOW);
@@ -460,14 +520,7 @@ impl Controller {
             *n = 0;
         }
         if *n >= MAX_WRITES_PER_OBJECT {
-            return Err(format!(
-                "{}/{} {}/{} was written {MAX_WRITES_PER_OBJECT} times within {} s; further writes wait (do policies feed on their own output?)",
-                k.0,
-                k.1,
-                k.2,
-                k.3,
-                WRITE_WINDOW.as_secs()
-            ));
+            return Err(BackgroundError::TooManyWrites { object: describe(k) });
         }
         *n += 1;
         Ok(())
@@ -586,7 +639,13 @@ impl Controller {
     }
 
     /// Starts watching a kind in a role if not watched yet; whether its first list is done.
-    async fn ensure_watch(&mut self, role: Role, api_version: &str, kind: &str, ns: &str) -> Result<bool, String> {
+    async fn ensure_watch(
+        &mut self,
+        role: Role,
+        api_version: &str,
+        kind: &str,
+        ns: &str,
+    ) -> Result<bool, BackgroundError> {
         let (id, running) = self.watch_id(role, api_version, kind, ns);
         if running {
             return Ok(self.watches.get(&id).is_some_and(|w| w.synced));
@@ -599,7 +658,7 @@ impl Controller {
             }
             None => {
                 tracing::warn!(%api_version, %kind, "the background controller cannot watch this kind: discovery does not serve it");
-                Err(format!("the cluster does not serve {api_version}/{kind}"))
+                Err(BackgroundError::NotServed { api_version: api_version.to_string(), kind: kind.to_string() })
             }
         }
     }
@@ -927,9 +986,9 @@ impl Controller {
     }
 
     /// The API of the object `k` names (namespaced or not, as discovery says).
-    async fn api_for(&mut self, k: &Key) -> Result<Api<DynamicObject>, String> {
+    async fn api_for(&mut self, k: &Key) -> Result<Api<DynamicObject>, BackgroundError> {
         let Some((ar, namespaced)) = self.resource(&k.0, &k.1).await else {
-            return Err(format!("the cluster does not serve {}/{}", k.0, k.1));
+            return Err(BackgroundError::NotServed { api_version: k.0.clone(), kind: k.1.clone() });
         };
         Ok(if namespaced {
             Api::namespaced_with(self.client.clone(), &k.2, &ar)
@@ -1028,7 +1087,7 @@ impl Controller {
         deleted: bool,
         previous: Option<Arc<Value>>,
         from_background: bool,
-    ) -> Result<bool, String> {
+    ) -> Result<bool, BackgroundError> {
         let set = self.set.clone();
         let generation = self.set_generation;
         let data = self.data.clone();
@@ -1071,7 +1130,7 @@ impl Controller {
         .await;
         let responses = match out? {
             Some(r) => r,
-            None => return Err("the evaluation was cancelled at its deadline".into()),
+            None => return Err(EvaluationError::Cancelled.into()),
         };
         let created = trigger.pointer("/metadata/creationTimestamp").and_then(Value::as_str).unwrap_or("");
         let uid = trigger.pointer("/metadata/uid").and_then(Value::as_str).unwrap_or("").to_string();
@@ -1148,7 +1207,7 @@ impl Controller {
                             let (av, kind, _, _) = key_of(g);
                             match self.ensure_watch(Role::Downstream, &av, &kind, "").await {
                                 Ok(synced) => ready &= synced,
-                                Err(e) => unserved = Some(e),
+                                Err(e) => unserved = Some(e.to_string()),
                             }
                         }
                         if let Some(e) = unserved {
@@ -1189,8 +1248,8 @@ impl Controller {
                         let mut failed = None;
                         for g in r.generated() {
                             if let Err(e) = self.converge(g, ri, &pid).await {
-                                failed = Some(e.clone());
-                                fail(&mut errors, &p, &r.name, false, e);
+                                failed = Some(e.to_string());
+                                fail(&mut errors, &p, &r.name, false, e.to_string());
                             }
                         }
                         if reports_generation {
@@ -1222,7 +1281,7 @@ impl Controller {
                                     reported.push(verno_engine::report::patched_target_result(&r.name, t))
                                 }
                                 Ok(()) => {}
-                                Err(e) => fail(&mut errors, &p, &r.name, true, e),
+                                Err(e) => fail(&mut errors, &p, &r.name, true, e.to_string()),
                             }
                         }
                     }
@@ -1244,7 +1303,7 @@ impl Controller {
         }
         self.publish(trigger, failures).await;
         if deleted {
-            return if errors.is_empty() { Ok(ok) } else { Err(errors.join("; ")) };
+            return if errors.is_empty() { Ok(ok) } else { Err(BackgroundError::Rules(errors)) };
         }
         // Policies that no longer answer at all (not matched): their synchronized copies go.
         let answering: HashSet<String> =
@@ -1262,7 +1321,7 @@ impl Controller {
             self.delete_for_trigger(&uid, |d| d.policy == policy).await;
         }
         if !errors.is_empty() {
-            return Err(errors.join("; "));
+            return Err(BackgroundError::Rules(errors));
         }
         if ok && !uid.is_empty() {
             self.seen.insert(uid, generation);
@@ -1324,29 +1383,31 @@ impl Controller {
         api: &Api<DynamicObject>,
         desired: &Value,
         name: &str,
-    ) -> Result<Option<DynamicObject>, String> {
+    ) -> Result<Option<DynamicObject>, BackgroundError> {
         let cur = match api.get(name).await {
-            Ok(c) => serde_json::to_value(&c).map_err(|e| e.to_string())?,
+            Ok(c) => serde_json::to_value(&c)?,
             // Gone meanwhile: the next evaluation creates it.
             Err(kube::Error::Api(e)) if e.code == 404 => return Ok(None),
-            Err(e) => return Err(format!("reading {name}: {e}")),
+            Err(source) => return Err(BackgroundError::Read { name: name.to_string(), source }),
         };
         if !label(&cur, "generate.kyverno.io/policy-name").is_empty() {
             return Ok(None);
         }
         let obj = replacement(desired, &cur)?;
         self.pace.take().await;
-        api.replace(name, &PostParams::default(), &obj).await.map(Some).map_err(|e| format!("updating {name}: {e}"))
+        api.replace(name, &PostParams::default(), &obj)
+            .await
+            .map(Some)
+            .map_err(|source| BackgroundError::Update { object: name.to_string(), source })
     }
 
     /// Creates a generated object that is missing; with `synchronize` (or for a
     /// GeneratingPolicy) puts back what differs in one this policy generated.
-    async fn converge(&mut self, desired: &Value, ri: &RuleInfo, policy: &str) -> Result<(), String> {
+    async fn converge(&mut self, desired: &Value, ri: &RuleInfo, policy: &str) -> Result<(), BackgroundError> {
         let k = key_of(desired);
         let api = self.api_for(&k).await?;
         let existing = self.downstreams.get(&k).map(|d| d.object.clone());
-        let obj: DynamicObject = serde_json::from_value(desired.clone()).map_err(|e| e.to_string())?;
-        let what = || format!("{}/{} {}/{}", k.0, k.1, k.2, k.3);
+        let obj: DynamicObject = serde_json::from_value(desired.clone())?;
         let written = match existing {
             None => {
                 self.may_write(&k)?;
@@ -1370,7 +1431,7 @@ impl Controller {
                             None
                         }
                     }
-                    Err(e) => return Err(format!("creating {}: {e}", what())),
+                    Err(source) => return Err(BackgroundError::Create { object: describe(&k), source }),
                 }
             }
             Some(cur)
@@ -1383,7 +1444,7 @@ impl Controller {
                 } else {
                     api.replace(&k.3, &own_post(), &replacement(desired, &cur)?).await
                 };
-                Some(updated.map_err(|e| format!("updating {}: {e}", what()))?)
+                Some(updated.map_err(|source| BackgroundError::Update { object: describe(&k), source })?)
             }
             Some(_) => None,
         };
@@ -1398,13 +1459,13 @@ impl Controller {
     }
 
     /// Writes a mutate-existing target when the patch changed it.
-    async fn patch_target(&mut self, patched: &Value) -> Result<(), String> {
+    async fn patch_target(&mut self, patched: &Value) -> Result<(), BackgroundError> {
         let k = key_of(patched);
         let api = self.api_for(&k).await?;
         let current = match api.get(&k.3).await {
-            Ok(c) => serde_json::to_value(&c).map_err(|e| e.to_string())?,
+            Ok(c) => serde_json::to_value(&c)?,
             Err(kube::Error::Api(e)) if e.code == 404 => return Ok(()),
-            Err(e) => return Err(e.to_string()),
+            Err(e) => return Err(BackgroundError::Kube(e)),
         };
         if object_hash(&current) == object_hash(patched) {
             return Ok(());
@@ -1419,7 +1480,7 @@ impl Controller {
         let done = api
             .patch(&k.3, &pp, &Patch::Merge(&body))
             .await
-            .map_err(|e| format!("patching {}/{} {}/{}: {e}", k.0, k.1, k.2, k.3))?;
+            .map_err(|source| BackgroundError::Patch { object: describe(&k), source })?;
         tracing::info!(kind = %k.1, namespace = %k.2, name = %k.3, "mutate-existing target patched");
         self.wrote(&k, &done);
         Ok(())
@@ -1458,14 +1519,14 @@ fn downstream_policy(o: &Value) -> String {
 
 /// `desired` as the replacement of `cur`: with `cur`'s resourceVersion (the update fails if
 /// the object changed meanwhile).
-fn replacement(desired: &Value, cur: &Value) -> Result<DynamicObject, String> {
+fn replacement(desired: &Value, cur: &Value) -> Result<DynamicObject, serde_json::Error> {
     let mut next = desired.clone();
     if let (Some(m), Some(rv)) =
         (next.pointer_mut("/metadata").and_then(Value::as_object_mut), cur.pointer("/metadata/resourceVersion"))
     {
         m.insert("resourceVersion".into(), rv.clone());
     }
-    serde_json::from_value(next).map_err(|e| e.to_string())
+    serde_json::from_value(next)
 }
 
 /// A ClusterPolicy/Policy rule of a document, by name.

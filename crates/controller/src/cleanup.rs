@@ -14,7 +14,7 @@
 //! `lastExecutionTime` is written after each completed run.
 
 use crate::metrics::{CleanupCounter, Metrics};
-use crate::runtime::{DiscoveryCache, Events, Pace, Shared, evaluate_blocking, resolve};
+use crate::runtime::{DiscoveryCache, EvaluationError, Events, Pace, Shared, evaluate_blocking, resolve};
 use crate::serving::Serving;
 use chrono::{DateTime, Utc};
 use k8s_openapi::api::core::v1::ObjectReference;
@@ -365,8 +365,34 @@ pub struct Found {
     pub undecided: Vec<(Value, String)>,
 }
 
+/// Why `verno cleanup --dry-run` could not say what a policy would delete.
+#[derive(Debug, thiserror::Error)]
+pub enum PreviewError {
+    /// Some candidates could not be listed (the reasons are logged).
+    #[error("listing the candidates of {policy} failed (see the log)")]
+    Listing { policy: String },
+}
+
+/// Why the objects carrying the TTL label could not be listed.
+#[derive(Debug, thiserror::Error)]
+pub enum TtlListError {
+    #[error("discovery: {0}")]
+    Discovery(#[source] kube::Error),
+    /// Listing one resource failed (other than by being forbidden or not served).
+    #[error("listing {plural}: {source}")]
+    List {
+        plural: String,
+        #[source]
+        source: kube::Error,
+    },
+}
+
 /// What `policy` would delete now in the cluster: the controller's run without deletions.
-pub async fn preview(client: &kube::Client, set: &Arc<PolicySet>, p: &Arc<CompiledPolicy>) -> Result<Found, String> {
+pub async fn preview(
+    client: &kube::Client,
+    set: &Arc<PolicySet>,
+    p: &Arc<CompiledPolicy>,
+) -> Result<Found, PreviewError> {
     let mut found = Found::default();
     let mut discovery = DiscoveryCache::new(Duration::from_secs(30));
     let data = crate::cluster_data::ClusterData::new(client.clone());
@@ -374,16 +400,16 @@ pub async fn preview(client: &kube::Client, set: &Arc<PolicySet>, p: &Arc<Compil
         run_policy(client, set, p, &mut discovery, &data, &CleanupOptions::default(), Act::Preview(&mut found)).await;
     found.listed = counts.listed;
     if counts.errors > found.undecided.len() {
-        return Err(format!("listing the candidates of {} failed (see the log)", p.name));
+        return Err(PreviewError::Listing { policy: p.name.clone() });
     }
     Ok(found)
 }
 
 /// Every object (metadata only) carrying the TTL label, over every listable resource, in
 /// label-selected pages.
-pub async fn ttl_labelled(client: &kube::Client) -> Result<Vec<Value>, String> {
+pub async fn ttl_labelled(client: &kube::Client) -> Result<Vec<Value>, TtlListError> {
     use kube::core::PartialObjectMeta;
-    let d = kube::Discovery::new(client.clone()).run().await.map_err(|e| format!("discovery: {e}"))?;
+    let d = kube::Discovery::new(client.clone()).run().await.map_err(TtlListError::Discovery)?;
     let mut out = Vec::new();
     for g in d.groups() {
         for (ar, caps) in g.recommended_resources() {
@@ -396,7 +422,7 @@ pub async fn ttl_labelled(client: &kube::Client) -> Result<Vec<Value>, String> {
                 let page = match api.list_metadata(&lp).await {
                     Ok(p) => p,
                     Err(kube::Error::Api(e)) if e.code == 403 || e.code == 404 || e.code == 405 => break,
-                    Err(e) => return Err(format!("listing {}: {e}", ar.plural)),
+                    Err(source) => return Err(TtlListError::List { plural: ar.plural.clone(), source }),
                 };
                 let token = page.metadata.continue_.clone().filter(|t| !t.is_empty());
                 for o in page.items {
@@ -586,15 +612,15 @@ fn unchanged(o: &Value) -> kube::api::Preconditions {
     kube::api::Preconditions { uid: s("/metadata/uid"), resource_version: s("/metadata/resourceVersion") }
 }
 
-/// The objects of one page the policy says are due (`Ok`), or could not decide on (`Err`):
-/// one trip to the blocking pool per page, cancelled at `deadline`.
+/// The objects of one page the policy says are due (`Ok`), or could not decide on (`Err`, the
+/// rule's message as reported): one trip to the blocking pool per page, cancelled at `deadline`.
 pub(crate) async fn due_objects(
     set: &Arc<PolicySet>,
     p: &Arc<CompiledPolicy>,
     objects: Vec<Value>,
     data: &crate::cluster_data::ClusterData,
     deadline: Duration,
-) -> Result<Vec<(Value, Result<(), String>)>, String> {
+) -> Result<Vec<(Value, Result<(), String>)>, EvaluationError> {
     let (set, data) = (set.clone(), data.clone());
     let id = (p.kind, p.namespace.clone(), p.name.clone());
     evaluate_blocking(deadline, move |env| {
@@ -603,7 +629,7 @@ pub(crate) async fn due_objects(
         for obj in objects {
             let outcome = set.evaluate(&Request::new("CREATE", &obj), scope(), env, &data, &mut ());
             if outcome.cancelled {
-                return Err("the evaluation was cancelled at its deadline".to_string());
+                return Err(EvaluationError::Cancelled);
             }
             let verdict = outcome.responses.into_iter().flat_map(|(_, r)| r.rules).next();
             match verdict {

@@ -207,6 +207,20 @@ fn retry_after(failures: u32) -> Duration {
     RETRY_FIRST.saturating_mul(1u32 << failures.saturating_sub(1).min(10)).min(RETRY_MAX)
 }
 
+/// Why a report was not written (it is written again later).
+#[derive(Debug, thiserror::Error)]
+enum WriteError {
+    /// Reading or writing the report failed.
+    #[error("{0}")]
+    Kube(#[from] kube::Error),
+    /// The report built is not an object the client can send.
+    #[error("{0}")]
+    Json(#[from] serde_json::Error),
+    /// Other writers changed the report at each of five attempts.
+    #[error("the report kept changing under five writes")]
+    KeptChanging,
+}
+
 /// One watched kind.
 #[derive(Clone)]
 struct Watch {
@@ -777,17 +791,13 @@ impl Scanner {
 
     /// Writes the report of `resource` with these scan results (and the admission results it
     /// keeps); returns the fingerprint of what the report now holds.
-    async fn write(&mut self, resource: &ResourceRef, scan: Vec<Value>) -> Result<Vec<(u64, u64)>, String> {
+    async fn write(&mut self, resource: &ResourceRef, scan: Vec<Value>) -> Result<Vec<(u64, u64)>, WriteError> {
         let api = crate::reports::report_api(&self.client, &resource.namespace, self.opts.openreports);
         // A report the leader knows to be absent (it listed them all, and it writes them) is
         // created without reading it first; a conflict reads it.
         let mut absent = self.tracked.get(&resource.uid).is_some_and(|t| !t.report && !t.pending);
         for _ in 0..5 {
-            let stored = if std::mem::take(&mut absent) {
-                None
-            } else {
-                api.get_opt(&resource.uid).await.map_err(|e| e.to_string())?
-            };
+            let stored = if std::mem::take(&mut absent) { None } else { api.get_opt(&resource.uid).await? };
             let stored = stored.map(|s| serde_json::to_value(s).unwrap_or(Value::Null));
             let stored_results: Vec<Value> =
                 stored.as_ref().and_then(|s| s.get("results")).and_then(Value::as_array).cloned().unwrap_or_default();
@@ -821,7 +831,7 @@ impl Scanner {
                         m.insert("resourceVersion".into(), rv);
                     }
                     let bytes = doc.to_string().len() as u64;
-                    let obj: DynamicObject = serde_json::from_value(doc).map_err(|e| e.to_string())?;
+                    let obj: DynamicObject = serde_json::from_value(doc)?;
                     if stored.is_some() {
                         api.replace(&resource.uid, &PostParams::default(), &obj).await.map(|_| bytes)
                     } else {
@@ -836,10 +846,10 @@ impl Scanner {
                 }
                 // Another writer (an admission writer) got there first: read again.
                 Err(kube::Error::Api(e)) if e.code == 409 || e.code == 404 => continue,
-                Err(e) => return Err(e.to_string()),
+                Err(e) => return Err(e.into()),
             }
         }
-        Err("the report kept changing under five writes".into())
+        Err(WriteError::KeptChanging)
     }
 
     /// Rewrites a report without results nobody owns (policies or rules gone), and without scan
