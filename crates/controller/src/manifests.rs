@@ -139,6 +139,84 @@ pub struct Values {
     pub aggregate_to_view: bool,
 }
 
+/// Why a value (`--set key=value`, a values file) is refused; the text names the key (and the
+/// file), as `verno manifests` prints it.
+#[derive(Debug, thiserror::Error)]
+pub enum ValuesError {
+    /// A `--set` argument without `=`.
+    #[error("--set {kv:?}: expected key=value")]
+    NotKeyValue { kv: String },
+    /// A `--set` value refused.
+    #[error("--set {0}")]
+    Set(#[source] Box<ValuesError>),
+    #[error("{}: {source}", .path.display())]
+    ReadFile {
+        path: std::path::PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    /// A values file that is not YAML.
+    #[error("{}: {source}", .path.display())]
+    ParseFile {
+        path: std::path::PathBuf,
+        #[source]
+        source: Box<serde_saphyr::Error>,
+    },
+    #[error("{}: expected a map of values", .path.display())]
+    NotAMap { path: std::path::PathBuf },
+    /// A value of a values file refused.
+    #[error("{}: {source}", .path.display())]
+    InFile {
+        path: std::path::PathBuf,
+        #[source]
+        source: Box<ValuesError>,
+    },
+    #[error("{key}: {value} is not a whole number")]
+    NotAnInteger { key: String, value: Value },
+    /// Not a DNS subdomain.
+    #[error("{key}: {value} is not a ServiceAccount name (lower-case letters, digits, '-' and '.')")]
+    NotAnAccount { key: String, value: Value },
+    #[error("{key}: {value} is not a string")]
+    NotAString { key: String, value: Value },
+    #[error("{key}: {value} is not true or false")]
+    NotABoolean { key: String, value: Value },
+    #[error("{key}: expected a list of namespaces")]
+    NotNamespaces { key: String },
+    #[error("{key}: expected a list of {{name, expression}}")]
+    NotMatchConditions { key: String },
+    #[error("{key}[{index}]: a match condition needs a name and an expression")]
+    BadMatchCondition { key: String, index: usize },
+    #[error("{key}: at most 60 (the API server allows 64, Verno uses 4)")]
+    TooManyMatchConditions { key: String },
+    #[error("{key}: expected a list of event reasons")]
+    NotEventReasons { key: String },
+    #[error("{key}: unknown event reason {reason:?} (known: {})", EVENT_REASONS.join(", "))]
+    UnknownEventReason { key: String, reason: String },
+    #[error("{key}: expected a list of RBAC rules")]
+    NotRbacRules { key: String },
+    #[error("{key}[{index}]: an RBAC rule needs apiGroups, resources and verbs (lists of strings)")]
+    BadRbacRule { key: String, index: usize },
+    #[error("{path}: expected a label selector (matchLabels / matchExpressions)")]
+    NotASelector { path: String },
+    #[error("{path}.matchExpressions[{index}]: needs a key and an operator In, NotIn, Exists or DoesNotExist")]
+    BadSelectorExpression { path: String, index: usize },
+    #[error("{path}.{field}: not a label selector field (matchLabels, matchExpressions)")]
+    NotASelectorField { path: String, field: String },
+    /// A key neither Verno nor the chart knows.
+    #[error("{key}: unknown value (known: {KNOWN})")]
+    Unknown { key: String },
+    #[error("webhook timeouts must be between 1 and 30 seconds")]
+    Timeouts,
+}
+
+/// Why the manifests could not be written as YAML.
+#[derive(Debug, thiserror::Error)]
+#[error("{0}")]
+pub struct YamlError(#[source] serde_saphyr::SerializeError);
+
+/// Kyverno's event reasons (`features.omitEvents.eventTypes`).
+const EVENT_REASONS: [&str; 4] = ["PolicyViolation", "PolicyApplied", "PolicyError", "PolicySkipped"];
+
 /// The rules Kyverno's chart gives its background controller's core ClusterRole by default.
 fn background_core_default() -> Vec<Value> {
     let write = ["create", "update", "patch", "delete"];
@@ -151,16 +229,16 @@ fn background_core_default() -> Vec<Value> {
 }
 
 /// A list of RBAC rules from a values key (`extraResources`).
-fn rbac_rules(k: &str, v: &Value) -> Result<Vec<Value>, String> {
+fn rbac_rules(k: &str, v: &Value) -> Result<Vec<Value>, ValuesError> {
     let list = match v {
         Value::Null => Vec::new(),
         Value::Array(a) => a.clone(),
-        _ => return Err(format!("{k}: expected a list of RBAC rules")),
+        _ => return Err(ValuesError::NotRbacRules { key: k.to_string() }),
     };
     for (i, r) in list.iter().enumerate() {
         let names = |f: &str| r.get(f).and_then(Value::as_array).is_some_and(|a| a.iter().all(Value::is_string));
         if !r.is_object() || !names("verbs") || !(names("resources") || names("nonResourceURLs")) {
-            return Err(format!("{k}[{i}]: an RBAC rule needs apiGroups, resources and verbs (lists of strings)"));
+            return Err(ValuesError::BadRbacRule { key: k.to_string(), index: i });
         }
     }
     Ok(list)
@@ -257,9 +335,9 @@ fn leaves(prefix: &str, v: &Value, out: &mut Vec<(String, Value)>) {
     }
 }
 
-fn selector_ok(path: &str, v: &Value) -> Result<(), String> {
+fn selector_ok(path: &str, v: &Value) -> Result<(), ValuesError> {
     let Some(m) = v.as_object() else {
-        return Err(format!("{path}: expected a label selector (matchLabels / matchExpressions)"));
+        return Err(ValuesError::NotASelector { path: path.to_string() });
     };
     for (k, x) in m {
         match k.as_str() {
@@ -270,44 +348,135 @@ fn selector_ok(path: &str, v: &Value) -> Result<(), String> {
                     if e.get("key").and_then(Value::as_str).is_none()
                         || !["In", "NotIn", "Exists", "DoesNotExist"].contains(&op)
                     {
-                        return Err(format!(
-                            "{path}.matchExpressions[{i}]: needs a key and an operator In, NotIn, Exists or DoesNotExist"
-                        ));
+                        return Err(ValuesError::BadSelectorExpression { path: path.to_string(), index: i });
                     }
                 }
             }
-            other => return Err(format!("{path}.{other}: not a label selector field (matchLabels, matchExpressions)")),
+            other => {
+                return Err(ValuesError::NotASelectorField { path: path.to_string(), field: other.to_string() });
+            }
         }
     }
     Ok(())
 }
 
+fn int(k: &str, v: &Value) -> Result<i64, ValuesError> {
+    v.as_i64().ok_or_else(|| ValuesError::NotAnInteger { key: k.to_string(), value: v.clone() })
+}
+
+/// A ServiceAccount name: a DNS subdomain (lower-case alphanumerics, '-' and '.').
+fn account(k: &str, v: &Value) -> Result<String, ValuesError> {
+    match v.as_str() {
+        Some(n)
+            if !n.is_empty()
+                && n.len() <= 253
+                && n.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-' || b == b'.')
+                && n.starts_with(|c: char| c.is_ascii_alphanumeric())
+                && n.ends_with(|c: char| c.is_ascii_alphanumeric()) =>
+        {
+            Ok(n.to_string())
+        }
+        _ => Err(ValuesError::NotAnAccount { key: k.to_string(), value: v.clone() }),
+    }
+}
+
+fn text(k: &str, v: &Value) -> Result<String, ValuesError> {
+    v.as_str().map(str::to_string).ok_or_else(|| ValuesError::NotAString { key: k.to_string(), value: v.clone() })
+}
+
+/// `true`/`false`, as booleans or (`--set`) strings.
+fn boolean(k: &str, v: &Value) -> Result<bool, ValuesError> {
+    match v {
+        Value::Bool(b) => Ok(*b),
+        Value::String(s) if s == "true" || s == "false" => Ok(s == "true"),
+        _ => Err(ValuesError::NotABoolean { key: k.to_string(), value: v.clone() }),
+    }
+}
+
+/// A label selector value (`None`: null or empty, no selector).
+fn selector(k: &str, v: &Value) -> Result<Option<Value>, ValuesError> {
+    Ok(match v {
+        Value::Null => None,
+        Value::Object(m) if m.is_empty() => None,
+        _ => {
+            selector_ok(k, v)?;
+            Some(v.clone())
+        }
+    })
+}
+
+/// `config.matchConditions`: `{name, expression}`s added to Verno's own, at most 60.
+fn extra_match_conditions(k: &str, v: &Value) -> Result<Vec<Value>, ValuesError> {
+    let list = match v {
+        Value::Null => Vec::new(),
+        Value::Array(a) => a.clone(),
+        _ => return Err(ValuesError::NotMatchConditions { key: k.to_string() }),
+    };
+    for (i, c) in list.iter().enumerate() {
+        if c.get("name").and_then(Value::as_str).is_none() || c.get("expression").and_then(Value::as_str).is_none() {
+            return Err(ValuesError::BadMatchCondition { key: k.to_string(), index: i });
+        }
+    }
+    if list.len() + 4 > 64 {
+        return Err(ValuesError::TooManyMatchConditions { key: k.to_string() });
+    }
+    Ok(list)
+}
+
+/// `features.omitEvents.eventTypes`: a list (or, with `--set`, a comma-separated text) of
+/// Kyverno's event reasons.
+fn event_reasons(k: &str, v: &Value) -> Result<Vec<String>, ValuesError> {
+    let list: Vec<String> = match v {
+        Value::Null => Vec::new(),
+        Value::Array(a) => a.iter().map(|r| text(k, r)).collect::<Result<_, _>>()?,
+        Value::String(s) => s.split(',').map(str::trim).filter(|r| !r.is_empty()).map(str::to_string).collect(),
+        _ => return Err(ValuesError::NotEventReasons { key: k.to_string() }),
+    };
+    if let Some(bad) = list.iter().find(|r| !EVENT_REASONS.contains(&r.as_str())) {
+        return Err(ValuesError::UnknownEventReason { key: k.to_string(), reason: bad.clone() });
+    }
+    Ok(list)
+}
+
+/// The note for a value only the chart renders (`None`: not one of them).
+fn chart_only(k: &str) -> Option<String> {
+    CHART_ONLY
+        .iter()
+        .any(|p| k == *p || (p.ends_with('.') && k.starts_with(p)))
+        .then(|| format!("{k} is used by the Helm chart only; verno manifests renders the chart's default"))
+}
+
 impl Values {
     /// Applies one `--set key=value`.
-    pub fn set(&mut self, kv: &str) -> Result<(), String> {
-        let (k, v) = kv.split_once('=').ok_or_else(|| format!("--set {kv:?}: expected key=value"))?;
+    pub fn set(&mut self, kv: &str) -> Result<(), ValuesError> {
+        let (k, v) = kv.split_once('=').ok_or_else(|| ValuesError::NotKeyValue { kv: kv.to_string() })?;
         let value = match k {
             "config.excludedNamespaces" => Value::Array(
                 v.split(',').map(str::trim).filter(|s| !s.is_empty()).map(|s| Value::String(s.into())).collect(),
             ),
             _ => v.parse::<i64>().map(Value::from).unwrap_or_else(|_| Value::String(v.into())),
         };
-        self.apply(k, &value).map(|_| ()).map_err(|e| format!("--set {e}"))
+        self.apply(k, &value).map(|_| ()).map_err(|e| ValuesError::Set(Box::new(e)))
     }
 
     /// Applies a values file (YAML, the chart's shape). Returns notes about values that only the
     /// chart renders; unknown values are an error naming the file and key.
-    pub fn apply_file(&mut self, path: &std::path::Path) -> Result<Vec<String>, String> {
-        let text = std::fs::read_to_string(path).map_err(|e| format!("{}: {e}", path.display()))?;
-        let doc: Value = serde_saphyr::from_str(&text).map_err(|e| format!("{}: {e}", path.display()))?;
+    pub fn apply_file(&mut self, path: &std::path::Path) -> Result<Vec<String>, ValuesError> {
+        let text = std::fs::read_to_string(path)
+            .map_err(|source| ValuesError::ReadFile { path: path.to_path_buf(), source })?;
+        let doc: Value = serde_saphyr::from_str(&text)
+            .map_err(|e| ValuesError::ParseFile { path: path.to_path_buf(), source: Box::new(e) })?;
         if !(doc.is_object() || doc.is_null()) {
-            return Err(format!("{}: expected a map of values", path.display()));
+            return Err(ValuesError::NotAMap { path: path.to_path_buf() });
         }
         let mut found = Vec::new();
         leaves("", &doc, &mut found);
         let mut notes = Vec::new();
         for (k, v) in found {
-            if let Some(note) = self.apply(&k, &v).map_err(|e| format!("{}: {e}", path.display()))? {
+            let note = self
+                .apply(&k, &v)
+                .map_err(|e| ValuesError::InFile { path: path.to_path_buf(), source: Box::new(e) })?;
+            if let Some(note) = note {
                 notes.push(format!("{}: {note}", path.display()));
             }
         }
@@ -316,134 +485,106 @@ impl Values {
 
     /// One value by its dotted path (a whole list or object where the chart takes one), as a
     /// values file sets it; `Some(note)` when it is accepted but only the chart uses it.
-    pub fn apply(&mut self, k: &str, v: &Value) -> Result<Option<String>, String> {
-        let int = |v: &Value| v.as_i64().ok_or_else(|| format!("{k}: {v} is not a whole number"));
-        // A ServiceAccount name: a DNS subdomain (lower-case alphanumerics, '-' and '.').
-        let account = |v: &Value| match v.as_str() {
-            Some(n)
-                if !n.is_empty()
-                    && n.len() <= 253
-                    && n.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-' || b == b'.')
-                    && n.starts_with(|c: char| c.is_ascii_alphanumeric())
-                    && n.ends_with(|c: char| c.is_ascii_alphanumeric()) =>
-            {
-                Ok(n.to_string())
-            }
-            _ => Err(format!("{k}: {v} is not a ServiceAccount name (lower-case letters, digits, '-' and '.')")),
-        };
-        let text = |v: &Value| v.as_str().map(str::to_string).ok_or_else(|| format!("{k}: {v} is not a string"));
-        let boolean = |v: &Value| match v {
-            Value::Bool(b) => Ok(*b),
-            Value::String(s) if s == "true" || s == "false" => Ok(s == "true"),
-            _ => Err(format!("{k}: {v} is not true or false")),
-        };
+    pub fn apply(&mut self, k: &str, v: &Value) -> Result<Option<String>, ValuesError> {
+        if let Some(flag) = self.flag(k) {
+            *flag = boolean(k, v)?;
+        } else if let Some(field) = self.text_field(k) {
+            *field = text(k, v)?;
+        } else if let Some(field) = self.account_field(k) {
+            *field = account(k, v)?;
+        } else if let Some(field) = self.rules_field(k) {
+            *field = rbac_rules(k, v)?;
+        } else if !self.apply_other(k, v)? {
+            return chart_only(k).map(Some).ok_or_else(|| ValuesError::Unknown { key: k.to_string() });
+        }
+        if !(1..=30).contains(&self.fail_timeout) || !(1..=30).contains(&self.ignore_timeout) {
+            return Err(ValuesError::Timeouts);
+        }
+        Ok(None)
+    }
+
+    /// The on/off value key `k` names.
+    fn flag(&mut self, k: &str) -> Option<&mut bool> {
+        Some(match k {
+            "admissionController.rbac.createViewRoleBinding" => &mut self.view_role_binding,
+            "config.generateSuccessEvents" => &mut self.generate_success_events,
+            "features.backgroundScan.enabled" => &mut self.background_scan,
+            "features.admissionReports.enabled" => &mut self.admission_reports,
+            "features.forceFailurePolicyIgnore.enabled" => &mut self.force_failure_policy_ignore,
+            "features.mutatingAdmissionPolicyReports.enabled" => &mut self.mutating_admission_policy_reports,
+            "openreports.enabled" => &mut self.openreports,
+            "backgroundController.enabled" => &mut self.background_controller,
+            "cleanupController.enabled" => &mut self.cleanup_controller,
+            "kyvernoNames" => &mut self.kyverno_names,
+            "rbac.roles.aggregate.admin" => &mut self.aggregate_to_admin,
+            "rbac.roles.aggregate.view" => &mut self.aggregate_to_view,
+            _ => return None,
+        })
+    }
+
+    /// The text value key `k` names (any string).
+    fn text_field(&mut self, k: &str) -> Option<&mut String> {
+        Some(match k {
+            "admissionController.rbac.viewRoleName" => &mut self.view_role,
+            "image.repository" => &mut self.image_repository,
+            "namespace" => &mut self.namespace,
+            "config.name" => &mut self.config_name,
+            _ => return None,
+        })
+    }
+
+    /// The ServiceAccount name key `k` names.
+    fn account_field(&mut self, k: &str) -> Option<&mut String> {
+        Some(match k {
+            "admissionController.rbac.serviceAccount.name" => &mut self.admission_account,
+            "backgroundController.rbac.serviceAccount.name" => &mut self.background_account,
+            "cleanupController.rbac.serviceAccount.name" => &mut self.cleanup_account,
+            _ => return None,
+        })
+    }
+
+    /// The RBAC rules (`extraResources`) key `k` names.
+    fn rules_field(&mut self, k: &str) -> Option<&mut Vec<Value>> {
+        Some(match k {
+            "cleanupController.rbac.clusterRole.extraResources" => &mut self.cleanup_extra_resources,
+            "backgroundController.rbac.coreClusterRole.extraResources" => &mut self.background_core_resources,
+            "backgroundController.rbac.clusterRole.extraResources" => &mut self.background_extra_resources,
+            "admissionController.rbac.clusterRole.extraResources" => &mut self.admission_extra_resources,
+            "reportsController.rbac.clusterRole.extraResources" => &mut self.reports_extra_resources,
+            _ => return None,
+        })
+    }
+
+    /// The values of their own shape (numbers, lists, selectors, texts that may be empty);
+    /// false when `k` is none of them.
+    fn apply_other(&mut self, k: &str, v: &Value) -> Result<bool, ValuesError> {
         match k {
-            "admissionController.replicas" => self.replicas = int(v)?,
-            "admissionController.rbac.createViewRoleBinding" => self.view_role_binding = boolean(v)?,
-            "admissionController.rbac.viewRoleName" => self.view_role = text(v)?,
-            "image.repository" => self.image_repository = text(v)?,
+            "admissionController.replicas" => self.replicas = int(k, v)?,
             // Empty means the chart's appVersion, as in the chart.
             "image.tag" => {
-                let t = if v.is_null() { String::new() } else { text(v)? };
+                let t = if v.is_null() { String::new() } else { text(k, v)? };
                 self.image_tag = if t.is_empty() { env!("CARGO_PKG_VERSION").into() } else { t };
             }
-            "config.webhooks.failTimeoutSeconds" => self.fail_timeout = int(v)?,
-            "config.webhooks.ignoreTimeoutSeconds" => self.ignore_timeout = int(v)?,
+            "config.webhooks.failTimeoutSeconds" => self.fail_timeout = int(k, v)?,
+            "config.webhooks.ignoreTimeoutSeconds" => self.ignore_timeout = int(k, v)?,
             "config.excludedNamespaces" => {
                 self.excluded_namespaces = v
                     .as_array()
-                    .ok_or_else(|| format!("{k}: expected a list of namespaces"))?
+                    .ok_or_else(|| ValuesError::NotNamespaces { key: k.to_string() })?
                     .iter()
-                    .map(&text)
+                    .map(|n| text(k, n))
                     .collect::<Result<_, _>>()?;
             }
-            "config.webhooks.namespaceSelector" | "config.webhooks.objectSelector" => {
-                let sel = match v {
-                    Value::Null => None,
-                    Value::Object(m) if m.is_empty() => None,
-                    _ => {
-                        selector_ok(k, v)?;
-                        Some(v.clone())
-                    }
-                };
-                if k.ends_with("namespaceSelector") {
-                    self.namespace_selector = sel
-                } else {
-                    self.object_selector = sel
-                }
-            }
-            "config.matchConditions" => {
-                let list = match v {
-                    Value::Null => Vec::new(),
-                    Value::Array(a) => a.clone(),
-                    _ => return Err(format!("{k}: expected a list of {{name, expression}}")),
-                };
-                for (i, c) in list.iter().enumerate() {
-                    if c.get("name").and_then(Value::as_str).is_none()
-                        || c.get("expression").and_then(Value::as_str).is_none()
-                    {
-                        return Err(format!("{k}[{i}]: a match condition needs a name and an expression"));
-                    }
-                }
-                if list.len() + 4 > 64 {
-                    return Err(format!("{k}: at most 60 (the API server allows 64, Verno uses 4)"));
-                }
-                self.match_conditions = list;
-            }
-            "namespace" => self.namespace = text(v)?,
-            "config.name" => self.config_name = text(v)?,
-            "config.generateSuccessEvents" => self.generate_success_events = boolean(v)?,
+            "config.webhooks.namespaceSelector" => self.namespace_selector = selector(k, v)?,
+            "config.webhooks.objectSelector" => self.object_selector = selector(k, v)?,
+            "config.matchConditions" => self.match_conditions = extra_match_conditions(k, v)?,
             "config.successEventActions" => {
-                self.success_event_actions = if v.is_null() { String::new() } else { text(v)? }
+                self.success_event_actions = if v.is_null() { String::new() } else { text(k, v)? }
             }
-            "features.omitEvents.eventTypes" => {
-                const REASONS: [&str; 4] = ["PolicyViolation", "PolicyApplied", "PolicyError", "PolicySkipped"];
-                let list: Vec<String> = match v {
-                    Value::Null => Vec::new(),
-                    Value::Array(a) => a.iter().map(&text).collect::<Result<_, _>>()?,
-                    Value::String(s) => {
-                        s.split(',').map(str::trim).filter(|r| !r.is_empty()).map(str::to_string).collect()
-                    }
-                    _ => return Err(format!("{k}: expected a list of event reasons")),
-                };
-                if let Some(bad) = list.iter().find(|r| !REASONS.contains(&r.as_str())) {
-                    return Err(format!("{k}: unknown event reason {bad:?} (known: {})", REASONS.join(", ")));
-                }
-                self.omit_events = list;
-            }
-            "features.backgroundScan.enabled" => self.background_scan = boolean(v)?,
-            "features.admissionReports.enabled" => self.admission_reports = boolean(v)?,
-            "features.forceFailurePolicyIgnore.enabled" => self.force_failure_policy_ignore = boolean(v)?,
-            "features.mutatingAdmissionPolicyReports.enabled" => self.mutating_admission_policy_reports = boolean(v)?,
-            "openreports.enabled" => self.openreports = boolean(v)?,
-            "backgroundController.enabled" => self.background_controller = boolean(v)?,
-            "cleanupController.enabled" => self.cleanup_controller = boolean(v)?,
-            "cleanupController.rbac.clusterRole.extraResources" => self.cleanup_extra_resources = rbac_rules(k, v)?,
-            "backgroundController.rbac.coreClusterRole.extraResources" => {
-                self.background_core_resources = rbac_rules(k, v)?
-            }
-            "backgroundController.rbac.clusterRole.extraResources" => {
-                self.background_extra_resources = rbac_rules(k, v)?
-            }
-            "admissionController.rbac.clusterRole.extraResources" => self.admission_extra_resources = rbac_rules(k, v)?,
-            "reportsController.rbac.clusterRole.extraResources" => self.reports_extra_resources = rbac_rules(k, v)?,
-            "admissionController.rbac.serviceAccount.name" => self.admission_account = account(v)?,
-            "backgroundController.rbac.serviceAccount.name" => self.background_account = account(v)?,
-            "cleanupController.rbac.serviceAccount.name" => self.cleanup_account = account(v)?,
-            "kyvernoNames" => self.kyverno_names = boolean(v)?,
-            "rbac.roles.aggregate.admin" => self.aggregate_to_admin = boolean(v)?,
-            "rbac.roles.aggregate.view" => self.aggregate_to_view = boolean(v)?,
-            other if CHART_ONLY.iter().any(|p| other == *p || (p.ends_with('.') && other.starts_with(p))) => {
-                return Ok(Some(format!(
-                    "{other} is used by the Helm chart only; verno manifests renders the chart's default"
-                )));
-            }
-            other => return Err(format!("{other}: unknown value (known: {KNOWN})")),
+            "features.omitEvents.eventTypes" => self.omit_events = event_reasons(k, v)?,
+            _ => return Ok(false),
         }
-        if !(1..=30).contains(&self.fail_timeout) || !(1..=30).contains(&self.ignore_timeout) {
-            return Err("webhook timeouts must be between 1 and 30 seconds".into());
-        }
-        Ok(None)
+        Ok(true)
     }
 
     /// The admission Service's name: Kyverno's (`kyverno-svc`) with Kyverno's names, for the
@@ -711,7 +852,6 @@ fn user_roles(v: &Values) -> Vec<Value> {
 /// The whole install, in apply order (webhook configurations first).
 pub fn render(v: &Values) -> Vec<Value> {
     let ns = &v.namespace;
-    let selector = json!({"app.kubernetes.io/name": "verno", "app.kubernetes.io/component": "admission-controller"});
     let mut docs = webhook_configurations(v);
     docs.extend([
         json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns, "labels": labels()}}),
@@ -719,44 +859,67 @@ pub fn render(v: &Values) -> Vec<Value> {
         json!({"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": v.background_account, "namespace": ns, "labels": labels()}}),
         json!({"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": v.cleanup_account, "namespace": ns, "labels": labels()}}),
         // The ClusterRole is also the webhook configurations' owner.
-        json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole", "metadata": {"name": CLUSTER_ROLE, "labels": labels()},
-            "rules": [
-                {"apiGroups": ["kyverno.io"], "resources": ["clusterpolicies", "policies", "policyexceptions"], "verbs": ["get", "list", "watch"]},
-                {"apiGroups": ["kyverno.io"], "resources": ["clusterpolicies/status", "policies/status"], "verbs": ["get", "patch", "update"]},
-                {"apiGroups": ["kyverno.io"], "resources": ["cleanuppolicies", "clustercleanuppolicies"], "verbs": ["get", "list", "watch"]},
-                {"apiGroups": ["kyverno.io"], "resources": ["cleanuppolicies/status", "clustercleanuppolicies/status"], "verbs": ["get", "patch", "update"]},
-                // GlobalContextEntries: their data kept for policies, refresh times stamped.
-                {"apiGroups": ["kyverno.io"], "resources": ["globalcontextentries"], "verbs": ["get", "list", "watch"]},
-                {"apiGroups": ["kyverno.io"], "resources": ["globalcontextentries/status"], "verbs": ["get", "patch", "update"]},
-                // The kinds Verno enforces, and the ImageValidatingPolicies it reports as not
-                // supported yet (in their status; they are not sent to policy validation).
-                {"apiGroups": ["policies.kyverno.io"], "resources": cel_read(), "verbs": ["get", "list", "watch"]},
-                {"apiGroups": ["policies.kyverno.io"], "resources": CEL_STATUS, "verbs": ["get", "patch", "update"]},
-                // Namespace labels for matching; ConfigMaps for `configMap` context entries.
-                {"apiGroups": [""], "resources": ["namespaces", "configmaps"], "verbs": ["get", "list", "watch"]},
-                {"apiGroups": ["admissionregistration.k8s.io"], "resources": ["validatingwebhookconfigurations", "mutatingwebhookconfigurations"], "resourceNames": ConfigNames::of(v.kyverno_names).all(), "verbs": ["get", "list", "watch", "patch"]},
-                {"apiGroups": ["admissionregistration.k8s.io"], "resources": ["validatingwebhookconfigurations", "mutatingwebhookconfigurations"], "verbs": ["list", "watch"]},
-                {"apiGroups": ["rbac.authorization.k8s.io"], "resources": ["clusterroles"], "resourceNames": [CLUSTER_ROLE], "verbs": ["get", "list", "watch"]},
-                {"apiGroups": ["rbac.authorization.k8s.io"], "resources": ["clusterroles"], "verbs": ["list", "watch"]},
-                // The requesting user's Roles and ClusterRoles (`roles`/`clusterRoles` in match
-                // and exclude, `request.roles`), worked out from the bindings as Kyverno does.
-                {"apiGroups": ["rbac.authorization.k8s.io"], "resources": ["rolebindings", "clusterrolebindings"], "verbs": ["get", "list", "watch"]},
-                {"apiGroups": ["events.k8s.io"], "resources": ["events"], "verbs": ["create", "patch"]},
-                // Admission policies and their bindings, which background scans report, and
-                // which Verno writes for the policies that ask for them (as Kyverno's role).
-                {"apiGroups": ["admissionregistration.k8s.io"], "resources": ["validatingadmissionpolicies", "validatingadmissionpolicybindings"], "verbs": ["get", "list", "watch", "create", "update", "patch", "delete"]},
-                // MutatingAdmissionPolicies for the MutatingPolicies that ask for one (Kyverno's
-                // chart leaves them to extraResources; Verno grants them so the policy field
-                // works as written).
-                {"apiGroups": ["admissionregistration.k8s.io"], "resources": ["mutatingadmissionpolicies", "mutatingadmissionpolicybindings"], "verbs": ["get", "list", "watch", "create", "update", "patch", "delete"]},
-                // PolicyReports from admission results and background scans.
-                {"apiGroups": ["wgpolicyk8s.io"], "resources": ["policyreports", "clusterpolicyreports"], "verbs": ["get", "list", "watch", "create", "update", "delete"]},
-                {"apiGroups": ["openreports.io"], "resources": ["reports", "clusterreports"], "verbs": ["get", "list", "watch", "create", "update", "delete"]},
-                // The CEL authorizer library (`authorizer.….check(verb)`).
-                {"apiGroups": ["authorization.k8s.io"], "resources": ["subjectaccessreviews"], "verbs": ["create"]},
-            ]}),
+        admission_cluster_role(v),
         binding(None, CLUSTER_ROLE, CLUSTER_ROLE, &v.admission_account, ns),
     ]);
+    docs.extend(aggregated_roles(v));
+    docs.extend(extra_rules(v));
+    docs.extend(user_roles(v));
+    docs.push(config_map(v));
+    docs.extend(namespaced_roles(v));
+    if v.server_url.is_some() {
+        return docs;
+    }
+    docs.extend(workload(v));
+    docs
+}
+
+/// Verno's own ClusterRole: what the admission controller and the reports controller read
+/// and write.
+fn admission_cluster_role(v: &Values) -> Value {
+    json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole", "metadata": {"name": CLUSTER_ROLE, "labels": labels()},
+    "rules": [
+        {"apiGroups": ["kyverno.io"], "resources": ["clusterpolicies", "policies", "policyexceptions"], "verbs": ["get", "list", "watch"]},
+        {"apiGroups": ["kyverno.io"], "resources": ["clusterpolicies/status", "policies/status"], "verbs": ["get", "patch", "update"]},
+        {"apiGroups": ["kyverno.io"], "resources": ["cleanuppolicies", "clustercleanuppolicies"], "verbs": ["get", "list", "watch"]},
+        {"apiGroups": ["kyverno.io"], "resources": ["cleanuppolicies/status", "clustercleanuppolicies/status"], "verbs": ["get", "patch", "update"]},
+        // GlobalContextEntries: their data kept for policies, refresh times stamped.
+        {"apiGroups": ["kyverno.io"], "resources": ["globalcontextentries"], "verbs": ["get", "list", "watch"]},
+        {"apiGroups": ["kyverno.io"], "resources": ["globalcontextentries/status"], "verbs": ["get", "patch", "update"]},
+        // The kinds Verno enforces, and the ImageValidatingPolicies it reports as not
+        // supported yet (in their status; they are not sent to policy validation).
+        {"apiGroups": ["policies.kyverno.io"], "resources": cel_read(), "verbs": ["get", "list", "watch"]},
+        {"apiGroups": ["policies.kyverno.io"], "resources": CEL_STATUS, "verbs": ["get", "patch", "update"]},
+        // Namespace labels for matching; ConfigMaps for `configMap` context entries.
+        {"apiGroups": [""], "resources": ["namespaces", "configmaps"], "verbs": ["get", "list", "watch"]},
+        {"apiGroups": ["admissionregistration.k8s.io"], "resources": ["validatingwebhookconfigurations", "mutatingwebhookconfigurations"], "resourceNames": ConfigNames::of(v.kyverno_names).all(), "verbs": ["get", "list", "watch", "patch"]},
+        {"apiGroups": ["admissionregistration.k8s.io"], "resources": ["validatingwebhookconfigurations", "mutatingwebhookconfigurations"], "verbs": ["list", "watch"]},
+        {"apiGroups": ["rbac.authorization.k8s.io"], "resources": ["clusterroles"], "resourceNames": [CLUSTER_ROLE], "verbs": ["get", "list", "watch"]},
+        {"apiGroups": ["rbac.authorization.k8s.io"], "resources": ["clusterroles"], "verbs": ["list", "watch"]},
+        // The requesting user's Roles and ClusterRoles (`roles`/`clusterRoles` in match
+        // and exclude, `request.roles`), worked out from the bindings as Kyverno does.
+        {"apiGroups": ["rbac.authorization.k8s.io"], "resources": ["rolebindings", "clusterrolebindings"], "verbs": ["get", "list", "watch"]},
+        {"apiGroups": ["events.k8s.io"], "resources": ["events"], "verbs": ["create", "patch"]},
+        // Admission policies and their bindings, which background scans report, and
+        // which Verno writes for the policies that ask for them (as Kyverno's role).
+        {"apiGroups": ["admissionregistration.k8s.io"], "resources": ["validatingadmissionpolicies", "validatingadmissionpolicybindings"], "verbs": ["get", "list", "watch", "create", "update", "patch", "delete"]},
+        // MutatingAdmissionPolicies for the MutatingPolicies that ask for one (Kyverno's
+        // chart leaves them to extraResources; Verno grants them so the policy field
+        // works as written).
+        {"apiGroups": ["admissionregistration.k8s.io"], "resources": ["mutatingadmissionpolicies", "mutatingadmissionpolicybindings"], "verbs": ["get", "list", "watch", "create", "update", "patch", "delete"]},
+        // PolicyReports from admission results and background scans.
+        {"apiGroups": ["wgpolicyk8s.io"], "resources": ["policyreports", "clusterpolicyreports"], "verbs": ["get", "list", "watch", "create", "update", "delete"]},
+        {"apiGroups": ["openreports.io"], "resources": ["reports", "clusterreports"], "verbs": ["get", "list", "watch", "create", "update", "delete"]},
+        // The CEL authorizer library (`authorizer.….check(verb)`).
+        {"apiGroups": ["authorization.k8s.io"], "resources": ["subjectaccessreviews"], "verbs": ["create"]},
+    ]})
+}
+
+/// The ClusterRoles that aggregate what ClusterRoles labelled for each controller grant
+/// (Kyverno's labels and Verno's), bound to the accounts that act as them.
+fn aggregated_roles(v: &Values) -> Vec<Value> {
+    let ns = &v.namespace;
+    let mut docs = Vec::new();
     // Verno's account also does the work of Kyverno's admission and reports controllers (context
     // loaders, background scans): it holds what ClusterRoles labelled for either aggregate, so
     // the grants written for Kyverno (`rbac.kyverno.io/aggregate-to-reports-controller` for a
@@ -797,6 +960,14 @@ pub fn render(v: &Values) -> Vec<Value> {
         ),
         binding(None, CLEANUP_ROLE, CLEANUP_ROLE, &v.cleanup_account, ns),
     ]);
+    docs
+}
+
+/// The controllers' own rules and the chart's `extraResources`, aggregated into their roles;
+/// the `view` role bindings.
+fn extra_rules(v: &Values) -> Vec<Value> {
+    let ns = &v.namespace;
+    let mut docs = Vec::new();
     // The background controller's own rules (Kyverno's core role's `extraResources`, the chart's
     // defaults unless set) and the user's extra ones, aggregated into its role.
     for (suffix, rules) in [("core", &v.background_core_resources), ("additional", &v.background_extra_resources)] {
@@ -847,71 +1018,51 @@ pub fn render(v: &Values) -> Vec<Value> {
         // And for the background controller (triggers, clone sources), as Kyverno's chart.
         docs.push(binding(None, &format!("{BACKGROUND_ROLE}:view"), &v.view_role, &v.background_account, ns));
     }
-    docs.extend(user_roles(v));
+    docs
+}
+
+/// The ConfigMap of Kyverno's dynamic configuration keys.
+fn config_map(v: &Values) -> Value {
+    let ns = &v.namespace;
     // Kyverno's dynamic configuration keys that Verno reads (followed live).
     let mut config_data = json!({"generateSuccessEvents": v.generate_success_events.to_string()});
     if !v.success_event_actions.is_empty() {
         config_data["successEventActions"] = json!(v.success_event_actions);
     }
-    docs.push(json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": v.config_name, "namespace": ns, "labels": labels()}, "data": config_data}));
-    docs.extend([
+    json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": v.config_name, "namespace": ns, "labels": labels()}, "data": config_data})
+}
+
+/// Verno's Role in its namespace (certificates, leases, its Deployment) and the Role that lets
+/// it act as the two controller accounts, with their bindings.
+fn namespaced_roles(v: &Values) -> Vec<Value> {
+    let ns = &v.namespace;
+    vec![
         json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role", "metadata": {"name": CLUSTER_ROLE, "namespace": ns, "labels": labels()},
-            "rules": [
-                {"apiGroups": [""], "resources": ["secrets"], "verbs": ["get", "list", "watch", "create", "update"]},
-                {"apiGroups": ["coordination.k8s.io"], "resources": ["leases"], "verbs": ["get", "list", "watch", "create", "update"]},
-                {"apiGroups": ["apps"], "resources": ["deployments"], "verbs": ["get", "list", "watch"]},
-            ]}),
+        "rules": [
+            {"apiGroups": [""], "resources": ["secrets"], "verbs": ["get", "list", "watch", "create", "update"]},
+            {"apiGroups": ["coordination.k8s.io"], "resources": ["leases"], "verbs": ["get", "list", "watch", "create", "update"]},
+            {"apiGroups": ["apps"], "resources": ["deployments"], "verbs": ["get", "list", "watch"]},
+        ]}),
         binding(Some(ns), CLUSTER_ROLE, CLUSTER_ROLE, &v.admission_account, ns),
         // Verno's account acts as the background and cleanup accounts (and as no one else).
         json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role", "metadata": {"name": IMPERSONATE_ROLE, "namespace": ns, "labels": labels()},
             "rules": [{"apiGroups": [""], "resources": ["serviceaccounts"], "resourceNames": [v.background_account, v.cleanup_account], "verbs": ["impersonate"]}]}),
         binding(Some(ns), IMPERSONATE_ROLE, IMPERSONATE_ROLE, &v.admission_account, ns),
-    ]);
-    if v.server_url.is_some() {
-        return docs;
-    }
-    docs.extend([
+    ]
+}
+
+/// What runs Verno in the cluster: its Services, Deployment and (with more than one replica)
+/// PodDisruptionBudget.
+fn workload(v: &Values) -> Vec<Value> {
+    let ns = &v.namespace;
+    let selector = json!({"app.kubernetes.io/name": "verno", "app.kubernetes.io/component": "admission-controller"});
+    let mut docs = vec![
         json!({"apiVersion": "v1", "kind": "Service", "metadata": {"name": v.service(), "namespace": ns, "labels": labels()},
             "spec": {"selector": selector, "ports": [{"name": "https", "port": 443, "targetPort": "https", "protocol": "TCP"}]}}),
         json!({"apiVersion": "v1", "kind": "Service", "metadata": {"name": METRICS_SERVICE, "namespace": ns, "labels": labels()},
             "spec": {"selector": selector, "ports": [{"name": "metrics-port", "port": 8000, "targetPort": 8000, "protocol": "TCP"}]}}),
-        json!({"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": DEPLOYMENT, "namespace": ns, "labels": labels()},
-            "spec": {
-                "replicas": v.replicas,
-                "selector": {"matchLabels": selector},
-                "strategy": {"type": "RollingUpdate", "rollingUpdate": {"maxUnavailable": 1, "maxSurge": 1}},
-                "template": {
-                    "metadata": {"labels": labels()},
-                    "spec": {
-                        "serviceAccountName": v.admission_account,
-                        "topologySpreadConstraints": [{"maxSkew": 1, "topologyKey": "kubernetes.io/hostname", "whenUnsatisfiable": "ScheduleAnyway", "labelSelector": {"matchLabels": selector}}],
-                        "containers": [{
-                            "name": "verno",
-                            "image": format!("{}:{}", v.image_repository, v.image_tag),
-                            "imagePullPolicy": "IfNotPresent",
-                            "args": ["serve", "--kube", "--service", v.service(), "--deployment", DEPLOYMENT, "--owner-cluster-role", CLUSTER_ROLE,
-                        "--config-map", v.config_name, "--omit-events", v.omit_events.join(","),
-                        "--background-scan", v.background_scan.to_string(), "--admission-reports", v.admission_reports.to_string(),
-                        "--openreports", v.openreports.to_string(), "--background-controller", v.background_controller.to_string(),
-                        "--cleanup-controller", v.cleanup_controller.to_string(),
-                        "--background-account", v.background_account, "--cleanup-account", v.cleanup_account,
-                        "--kyverno-names", v.kyverno_names.to_string(),
-                        "--force-failure-policy-ignore", v.force_failure_policy_ignore.to_string(),
-                        "--mutating-admission-policy-reports", v.mutating_admission_policy_reports.to_string()],
-                            "env": [
-                                {"name": "POD_NAME", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}},
-                                {"name": "POD_NAMESPACE", "valueFrom": {"fieldRef": {"fieldPath": "metadata.namespace"}}},
-                            ],
-                            "ports": [{"name": "https", "containerPort": 9443, "protocol": "TCP"}, {"name": "metrics-port", "containerPort": 8000, "protocol": "TCP"}],
-                            "readinessProbe": {"httpGet": {"path": "/health/readiness", "port": 9443, "scheme": "HTTPS"}, "periodSeconds": 5},
-                            "livenessProbe": {"httpGet": {"path": "/health/liveness", "port": 9443, "scheme": "HTTPS"}, "periodSeconds": 10},
-                            "resources": {"requests": {"cpu": "100m", "memory": "64Mi"}, "limits": {"memory": "256Mi"}},
-                            "securityContext": {"allowPrivilegeEscalation": false, "readOnlyRootFilesystem": true, "runAsNonRoot": true, "capabilities": {"drop": ["ALL"]}, "seccompProfile": {"type": "RuntimeDefault"}},
-                        }],
-                    },
-                },
-            }}),
-    ]);
+        deployment(v, &selector),
+    ];
     if v.replicas > 1 {
         docs.push(json!({"apiVersion": "policy/v1", "kind": "PodDisruptionBudget", "metadata": {"name": DEPLOYMENT, "namespace": ns, "labels": labels()},
             "spec": {"minAvailable": 1, "selector": {"matchLabels": selector}}}));
@@ -919,12 +1070,53 @@ pub fn render(v: &Values) -> Vec<Value> {
     docs
 }
 
+/// Verno's Deployment (`selector`: its pods' labels).
+fn deployment(v: &Values, selector: &Value) -> Value {
+    let ns = &v.namespace;
+    json!({"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": DEPLOYMENT, "namespace": ns, "labels": labels()},
+    "spec": {
+        "replicas": v.replicas,
+        "selector": {"matchLabels": selector},
+        "strategy": {"type": "RollingUpdate", "rollingUpdate": {"maxUnavailable": 1, "maxSurge": 1}},
+        "template": {
+            "metadata": {"labels": labels()},
+            "spec": {
+                "serviceAccountName": v.admission_account,
+                "topologySpreadConstraints": [{"maxSkew": 1, "topologyKey": "kubernetes.io/hostname", "whenUnsatisfiable": "ScheduleAnyway", "labelSelector": {"matchLabels": selector}}],
+                "containers": [{
+                    "name": "verno",
+                    "image": format!("{}:{}", v.image_repository, v.image_tag),
+                    "imagePullPolicy": "IfNotPresent",
+                    "args": ["serve", "--kube", "--service", v.service(), "--deployment", DEPLOYMENT, "--owner-cluster-role", CLUSTER_ROLE,
+                "--config-map", v.config_name, "--omit-events", v.omit_events.join(","),
+                "--background-scan", v.background_scan.to_string(), "--admission-reports", v.admission_reports.to_string(),
+                "--openreports", v.openreports.to_string(), "--background-controller", v.background_controller.to_string(),
+                "--cleanup-controller", v.cleanup_controller.to_string(),
+                "--background-account", v.background_account, "--cleanup-account", v.cleanup_account,
+                "--kyverno-names", v.kyverno_names.to_string(),
+                "--force-failure-policy-ignore", v.force_failure_policy_ignore.to_string(),
+                "--mutating-admission-policy-reports", v.mutating_admission_policy_reports.to_string()],
+                    "env": [
+                        {"name": "POD_NAME", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}},
+                        {"name": "POD_NAMESPACE", "valueFrom": {"fieldRef": {"fieldPath": "metadata.namespace"}}},
+                    ],
+                    "ports": [{"name": "https", "containerPort": 9443, "protocol": "TCP"}, {"name": "metrics-port", "containerPort": 8000, "protocol": "TCP"}],
+                    "readinessProbe": {"httpGet": {"path": "/health/readiness", "port": 9443, "scheme": "HTTPS"}, "periodSeconds": 5},
+                    "livenessProbe": {"httpGet": {"path": "/health/liveness", "port": 9443, "scheme": "HTTPS"}, "periodSeconds": 10},
+                    "resources": {"requests": {"cpu": "100m", "memory": "64Mi"}, "limits": {"memory": "256Mi"}},
+                    "securityContext": {"allowPrivilegeEscalation": false, "readOnlyRootFilesystem": true, "runAsNonRoot": true, "capabilities": {"drop": ["ALL"]}, "seccompProfile": {"type": "RuntimeDefault"}},
+                }],
+            },
+        },
+    }})
+}
+
 /// Multi-document YAML.
-pub fn to_yaml(docs: &[Value]) -> Result<String, String> {
+pub fn to_yaml(docs: &[Value]) -> Result<String, YamlError> {
     let mut out = String::new();
     for d in docs {
         out.push_str("---\n");
-        out.push_str(&serde_saphyr::to_string(d).map_err(|e| e.to_string())?);
+        out.push_str(&serde_saphyr::to_string(d).map_err(YamlError)?);
         if !out.ends_with('\n') {
             out.push('\n');
         }
@@ -991,7 +1183,7 @@ mod tests {
         let mut one = Values::default();
         one.set("admissionController.replicas=1").unwrap();
         assert!(!render(&one).iter().any(|d| d["kind"] == "PodDisruptionBudget"));
-        assert!(one.set("admissionController.replicas=x").unwrap_err().contains("not a whole number"));
-        assert!(one.set("nope=1").unwrap_err().contains("unknown value"));
+        assert!(one.set("admissionController.replicas=x").unwrap_err().to_string().contains("not a whole number"));
+        assert!(one.set("nope=1").unwrap_err().to_string().contains("unknown value"));
     }
 }

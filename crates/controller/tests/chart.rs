@@ -219,10 +219,10 @@ fn kyverno_shaped_values_add_exclusions_and_never_remove_vernos() {
     let dir = tempdir();
     let bad = dir.join("bad.yaml");
     std::fs::write(&bad, "config:\n  webhooks:\n    namespaceSelector:\n      matchExpressions:\n      - key: a\n        operator: Sometimes\n").unwrap();
-    let err = Values::default().apply_file(&bad).unwrap_err();
+    let err = Values::default().apply_file(&bad).unwrap_err().to_string();
     assert!(err.ends_with("bad.yaml: config.webhooks.namespaceSelector.matchExpressions[0]: needs a key and an operator In, NotIn, Exists or DoesNotExist"), "{err}");
     std::fs::write(&bad, "config:\n  webhook:\n    failTimeoutSeconds: 3\n").unwrap();
-    let err = Values::default().apply_file(&bad).unwrap_err();
+    let err = Values::default().apply_file(&bad).unwrap_err().to_string();
     assert!(err.contains("bad.yaml: config.webhook.failTimeoutSeconds: unknown value"), "{err}");
     // Chart-only values are accepted with a note.
     std::fs::write(&bad, "serviceMonitor:\n  enabled: true\n").unwrap();
