@@ -7,10 +7,34 @@
 //! one reaches every other. Printed largest first, one line each.
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::path::Path;
+use std::fmt;
+use std::path::{Path, PathBuf};
+
+/// Why the recipe could not read a crate's sources (xtask is plain `std`: no error crates).
+#[derive(Debug)]
+pub enum Error {
+    /// A folder or file that could not be read, with the path it names.
+    Read { path: PathBuf, source: std::io::Error },
+    /// An entry of a folder that could not be read (no path to name).
+    Entry(std::io::Error),
+    /// A source file outside `src/` (cannot happen: the files are found under it).
+    Outside(std::path::StripPrefixError),
+}
+
+impl fmt::Display for Error {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Error::Read { path, source } => write!(f, "{}: {source}", path.display()),
+            Error::Entry(e) => write!(f, "{e}"),
+            Error::Outside(e) => write!(f, "{e}"),
+        }
+    }
+}
+
+impl std::error::Error for Error {}
 
 /// The text the recipe prints.
-pub fn report(crate_dir: &Path) -> Result<String, String> {
+pub fn report(crate_dir: &Path) -> Result<String, Error> {
     let graph = graph(crate_dir)?;
     let mut comps = components(&graph);
     comps.retain(|c| c.len() > 1);
@@ -29,21 +53,21 @@ pub fn report(crate_dir: &Path) -> Result<String, String> {
 
 type Graph = BTreeMap<String, BTreeSet<String>>;
 
-fn graph(crate_dir: &Path) -> Result<Graph, String> {
+fn graph(crate_dir: &Path) -> Result<Graph, Error> {
     let src = crate_dir.join("src");
     let mut files = Vec::new();
     collect(&src, &mut files)?;
     let mut g: Graph = BTreeMap::new();
     for f in &files {
-        let rel = f.strip_prefix(&src).map_err(|e| e.to_string())?;
+        let rel = f.strip_prefix(&src).map_err(Error::Outside)?;
         let module = module_of(rel);
         g.entry(module).or_default();
     }
     let names: BTreeSet<String> = g.keys().cloned().collect();
     for f in &files {
-        let rel = f.strip_prefix(&src).map_err(|e| e.to_string())?;
+        let rel = f.strip_prefix(&src).map_err(Error::Outside)?;
         let module = module_of(rel);
-        let text = std::fs::read_to_string(f).map_err(|e| format!("{}: {e}", f.display()))?;
+        let text = std::fs::read_to_string(f).map_err(|source| Error::Read { path: f.clone(), source })?;
         for target in references(&production_part(&text)) {
             if target != module && names.contains(&target) {
                 g.entry(module.clone()).or_default().insert(target);
@@ -53,10 +77,10 @@ fn graph(crate_dir: &Path) -> Result<Graph, String> {
     Ok(g)
 }
 
-fn collect(dir: &Path, out: &mut Vec<std::path::PathBuf>) -> Result<(), String> {
-    let entries = std::fs::read_dir(dir).map_err(|e| format!("{}: {e}", dir.display()))?;
+fn collect(dir: &Path, out: &mut Vec<PathBuf>) -> Result<(), Error> {
+    let entries = std::fs::read_dir(dir).map_err(|source| Error::Read { path: dir.to_path_buf(), source })?;
     for e in entries {
-        let path = e.map_err(|e| e.to_string())?.path();
+        let path = e.map_err(Error::Entry)?.path();
         if path.is_dir() {
             collect(&path, out)?;
         } else if path.extension().is_some_and(|x| x == "rs") {
