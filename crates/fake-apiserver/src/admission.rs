@@ -15,6 +15,8 @@ use axum::http::StatusCode;
 use axum::response::Response;
 use base64::Engine as _;
 use serde_json::{Value, json};
+use std::collections::BTreeMap;
+use std::fmt;
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
@@ -89,170 +91,222 @@ pub(crate) async fn admit(
     user: &(String, Vec<String>),
     dry_run: bool,
 ) -> Result<(Option<Value>, Vec<String>), Response> {
-    let r = &c.resource;
-    if r.group == "admissionregistration.k8s.io" {
+    if c.resource.group == "admissionregistration.k8s.io" {
         return Ok((None, Vec::new()));
     }
-    let (hooks, ns_labels, services, schema) = {
-        let s = lock(&inner.store);
-        let mut hooks = Vec::new();
-        for (plural, mutating) in [("mutatingwebhookconfigurations", true), ("validatingwebhookconfigurations", false)]
-        {
-            let k = format!("admissionregistration.k8s.io/{plural}");
-            for (_, cfg) in crate::objects_of(&s.objects, &k) {
-                for w in cfg.get("webhooks").and_then(Value::as_array).into_iter().flatten() {
-                    hooks.push(Hook {
-                        name: w.get("name").and_then(Value::as_str).unwrap_or("").to_string(),
-                        mutating,
-                        entry: w.clone(),
-                    });
-                }
+    let Snapshot { hooks, ns_labels, services, mut schema } = snapshot(inner, c);
+    let mut run = Run {
+        inner,
+        c,
+        user,
+        dry_run,
+        services: &services,
+        object: c.new.clone(),
+        mutated: false,
+        warnings: Vec::new(),
+    };
+    for hook in hooks {
+        // A custom resource is checked against its schema after the mutating webhooks and
+        // before the validating ones, as the API server validates the object between the two.
+        if !hook.mutating {
+            check_schema(c, run.object.as_ref(), &mut schema)?;
+        }
+        if selected(&hook.entry, c, ns_labels.as_ref(), run.object.as_ref()) {
+            run.hook(&hook).await?;
+        }
+    }
+    check_schema(c, run.object.as_ref(), &mut schema)?;
+    Ok((if run.mutated { run.object } else { None }, run.warnings))
+}
+
+/// What admission reads from the store before calling any webhook.
+struct Snapshot {
+    /// The mutating webhooks, then the validating ones.
+    hooks: Vec<Hook>,
+    /// The labels a namespaceSelector sees (`None` for a cluster-scoped object).
+    ns_labels: Option<serde_json::Map<String, Value>>,
+    services: BTreeMap<(String, String), Option<SocketAddr>>,
+    /// A custom resource's schema.
+    schema: Option<Value>,
+}
+
+fn snapshot(inner: &Inner, c: &Change) -> Snapshot {
+    let r = &c.resource;
+    let s = lock(&inner.store);
+    let mut hooks = Vec::new();
+    for (plural, mutating) in [("mutatingwebhookconfigurations", true), ("validatingwebhookconfigurations", false)] {
+        let k = format!("admissionregistration.k8s.io/{plural}");
+        for (_, cfg) in crate::objects_of(&s.objects, &k) {
+            for w in cfg.get("webhooks").and_then(Value::as_array).into_iter().flatten() {
+                hooks.push(Hook {
+                    name: w.get("name").and_then(Value::as_str).unwrap_or("").to_string(),
+                    mutating,
+                    entry: w.clone(),
+                });
             }
         }
-        let ns = &c.k.1;
-        let ns_labels = if r.kind == "Namespace" && r.group.is_empty() {
-            let mut l = labels_of(c.new.as_ref().or(c.old.as_ref()));
-            l.insert("kubernetes.io/metadata.name".into(), Value::String(c.k.2.clone()));
-            Some(l)
-        } else if r.namespaced {
-            let mut l = labels_of(s.objects.get(&("/namespaces".to_string(), String::new(), ns.clone())));
-            l.insert("kubernetes.io/metadata.name".into(), Value::String(ns.clone()));
-            Some(l)
-        } else {
-            None
-        };
-        let schema = if r.group.is_empty() { None } else { crate::crd::schema_of(&s, r) };
-        (hooks, ns_labels, s.services.clone(), schema)
+    }
+    let ns = &c.k.1;
+    let ns_labels = if r.kind == "Namespace" && r.group.is_empty() {
+        let mut l = labels_of(c.new.as_ref().or(c.old.as_ref()));
+        l.insert("kubernetes.io/metadata.name".into(), Value::String(c.k.2.clone()));
+        Some(l)
+    } else if r.namespaced {
+        let mut l = labels_of(s.objects.get(&("/namespaces".to_string(), String::new(), ns.clone())));
+        l.insert("kubernetes.io/metadata.name".into(), Value::String(ns.clone()));
+        Some(l)
+    } else {
+        None
     };
-    // A custom resource is checked against its schema after the mutating webhooks and before
-    // the validating ones, as the API server validates the object between the two.
-    let mut schema = schema;
-    let check_schema = |object: Option<&Value>, schema: &mut Option<Value>| -> Result<(), Response> {
-        let (Some(sc), Some(o)) = (schema.take(), object) else { return Ok(()) };
-        let mut errs = Vec::new();
-        crate::crd::schema_errors(&sc, o, "", &mut errs);
-        if errs.is_empty() {
-            return Ok(());
-        }
-        // The API server's Invalid status: the message, and the causes kubectl prints.
-        let texts: Vec<String> = errs.iter().map(|(f, _, m)| format!("{f}: {m}")).collect();
-        let joined = if texts.len() == 1 { texts.join("") } else { format!("[{}]", texts.join(", ")) };
-        let causes: Vec<Value> =
-            errs.iter().map(|(f, reason, m)| json!({"reason": reason, "message": m, "field": f})).collect();
-        let body = json!({"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure",
-            "message": format!("{}.{} {:?} is invalid: {joined}", r.kind, r.group, c.k.2), "reason": "Invalid",
-            "details": {"name": c.k.2, "group": r.group, "kind": r.kind, "causes": causes}, "code": 422});
-        Err(ok_json_headers(StatusCode::UNPROCESSABLE_ENTITY, &body, &[]))
-    };
+    let schema = if r.group.is_empty() { None } else { crate::crd::schema_of(&s, r) };
+    Snapshot { hooks, ns_labels, services: s.services.clone(), schema }
+}
+
+/// Checks `object` against the custom resource's schema, once (`schema` is taken): the API
+/// server's Invalid status when it does not conform.
+fn check_schema(c: &Change, object: Option<&Value>, schema: &mut Option<Value>) -> Result<(), Response> {
+    let r = &c.resource;
+    let (Some(sc), Some(o)) = (schema.take(), object) else { return Ok(()) };
+    let mut errs = Vec::new();
+    crate::crd::schema_errors(&sc, o, "", &mut errs);
+    if errs.is_empty() {
+        return Ok(());
+    }
+    // The API server's Invalid status: the message, and the causes kubectl prints.
+    let texts: Vec<String> = errs.iter().map(|(f, _, m)| format!("{f}: {m}")).collect();
+    let joined = if texts.len() == 1 { texts.join("") } else { format!("[{}]", texts.join(", ")) };
+    let causes: Vec<Value> =
+        errs.iter().map(|(f, reason, m)| json!({"reason": reason, "message": m, "field": f})).collect();
+    let body = json!({"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure",
+        "message": format!("{}.{} {:?} is invalid: {joined}", r.kind, r.group, c.k.2), "reason": "Invalid",
+        "details": {"name": c.k.2, "group": r.group, "kind": r.kind, "causes": causes}, "code": 422});
+    Err(ok_json_headers(StatusCode::UNPROCESSABLE_ENTITY, &body, &[]))
+}
+
+/// Whether the webhook's rules, namespaceSelector and objectSelector (old or new object)
+/// select the write.
+fn selected(w: &Value, c: &Change, ns_labels: Option<&serde_json::Map<String, Value>>, object: Option<&Value>) -> bool {
+    let r = &c.resource;
     let op = c.op.as_str();
-    let mut object = c.new.clone();
-    let mut mutated = false;
-    let mut warnings: Vec<String> = Vec::new();
-    for hook in hooks {
-        if !hook.mutating {
-            check_schema(object.as_ref(), &mut schema)?;
-        }
-        let w = &hook.entry;
-        let rules_ok = w.get("rules").and_then(Value::as_array).is_some_and(|rules| {
-            rules.iter().any(|rule| rule_matches(rule, op, r.group, r.version, r.plural, r.namespaced))
+    let rules_ok = w.get("rules").and_then(Value::as_array).is_some_and(|rules| {
+        rules.iter().any(|rule| rule_matches(rule, op, r.group, r.version, r.plural, r.namespaced))
+    });
+    if !rules_ok {
+        return false;
+    }
+    if ns_labels.is_some_and(|l| !selector_matches(w.get("namespaceSelector"), l)) {
+        return false;
+    }
+    let obj_sel = w.get("objectSelector");
+    selector_matches(obj_sel, &labels_of(object)) || selector_matches(obj_sel, &labels_of(c.old.as_ref()))
+}
+
+/// One write's pass through the webhooks: the object as the mutating webhooks leave it, and
+/// the warnings they gave.
+struct Run<'a> {
+    inner: &'a Inner,
+    c: &'a Change,
+    user: &'a (String, Vec<String>),
+    dry_run: bool,
+    services: &'a BTreeMap<(String, String), Option<SocketAddr>>,
+    object: Option<Value>,
+    mutated: bool,
+    warnings: Vec<String>,
+}
+
+impl Run<'_> {
+    /// Records a call's outcome in the admission log.
+    fn log(&self, hook: &Hook, outcome: String) {
+        lock(&self.inner.store).admission_log.push(Call {
+            webhook: hook.name.clone(),
+            operation: self.c.op.as_str().to_string(),
+            object: format!("{}/{}", self.c.k.1, self.c.k.2),
+            outcome,
         });
-        if !rules_ok {
-            continue;
-        }
-        if ns_labels.as_ref().is_some_and(|l| !selector_matches(w.get("namespaceSelector"), l)) {
-            continue;
-        }
-        let obj_sel = w.get("objectSelector");
-        if !selector_matches(obj_sel, &labels_of(object.as_ref()))
-            && !selector_matches(obj_sel, &labels_of(c.old.as_ref()))
-        {
-            continue;
-        }
+    }
+
+    /// One selected webhook: the dry-run check, its matchConditions, the call and its answer.
+    async fn hook(&mut self, hook: &Hook) -> Result<(), Response> {
+        let w = &hook.entry;
         let fail_open = w.get("failurePolicy").and_then(Value::as_str) == Some("Ignore");
         // A dry run reaches only webhooks that declare no side effects (or none on dry runs),
         // and tells them it is one; the API server refuses the request otherwise.
         let side_effects = w.get("sideEffects").and_then(Value::as_str).unwrap_or("Unknown");
-        if dry_run && !matches!(side_effects, "None" | "NoneOnDryRun") {
+        if self.dry_run && !matches!(side_effects, "None" | "NoneOnDryRun") {
             let text = format!("admission webhook {:?} does not support dry run", hook.name);
             let body = json!({"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure",
                 "message": text, "reason": "BadRequest", "code": 400});
             return Err(ok_json_headers(StatusCode::BAD_REQUEST, &body, &[]));
         }
-        let mut request = review_request(c, object.as_ref(), user);
+        let mut request = review_request(self.c, self.object.as_ref(), self.user);
         if let Some(m) = request.as_object_mut() {
-            m.insert("dryRun".into(), Value::Bool(dry_run));
+            m.insert("dryRun".into(), Value::Bool(self.dry_run));
         }
-        let call = |outcome: String| Call {
-            webhook: hook.name.clone(),
-            operation: op.to_string(),
-            object: format!("{}/{}", c.k.1, c.k.2),
-            outcome,
-        };
         match match_conditions(w, &request) {
             Ok(true) => {}
-            Ok(false) => continue,
+            Ok(false) => return Ok(()),
             Err(e) => {
-                lock(&inner.store).admission_log.push(call(format!("error: {e}")));
+                self.log(hook, format!("error: {e}"));
                 if fail_open {
-                    continue;
+                    return Ok(());
                 }
                 // Kubernetes refuses the request as forbidden, naming the resource.
+                let r = &self.c.resource;
                 let resource =
                     if r.group.is_empty() { r.plural.to_string() } else { format!("{}.{}", r.plural, r.group) };
                 return Err(status(
                     StatusCode::FORBIDDEN,
                     "Forbidden",
-                    format!("{resource} {:?} is forbidden: {e}", c.k.2),
+                    format!("{resource} {:?} is forbidden: {e}", self.c.k.2),
                 ));
             }
         }
-        let result = call_webhook(w, &request, &services).await;
-        match result {
+        match call_webhook(w, &request, self.services).await {
             Err(e) => {
-                lock(&inner.store).admission_log.push(call(format!("error: {e}")));
+                self.log(hook, format!("error: {e}"));
                 if fail_open {
-                    continue;
+                    return Ok(());
                 }
-                return Err(status(
+                Err(status(
                     StatusCode::INTERNAL_SERVER_ERROR,
                     "InternalError",
                     format!("Internal error occurred: failed calling webhook {:?}: {e}", hook.name),
-                ));
+                ))
             }
-            Ok(resp) => {
-                warnings.extend(strings(resp.get("warnings")).into_iter().map(str::to_string));
-                if resp.get("allowed").and_then(Value::as_bool) != Some(true) {
-                    lock(&inner.store).admission_log.push(call("denied".into()));
-                    return Err(denied(&hook.name, resp.get("status"), &warnings));
-                }
-                let patch = resp.get("patch").and_then(Value::as_str);
-                if let (true, Some(p), Some(o)) = (hook.mutating, patch, object.as_mut()) {
-                    let applied = base64::engine::general_purpose::STANDARD
-                        .decode(p)
-                        .map_err(|e| e.to_string())
-                        .and_then(|b| serde_json::from_slice::<json_patch::Patch>(&b).map_err(|e| e.to_string()))
-                        .and_then(|p| json_patch::patch(o, &p).map_err(|e| e.to_string()));
-                    if let Err(e) = applied {
-                        lock(&inner.store).admission_log.push(call(format!("error: {e}")));
-                        return Err(status(
-                            StatusCode::INTERNAL_SERVER_ERROR,
-                            "InternalError",
-                            format!(
-                                "Internal error occurred: JSON patch from webhook {:?} could not be applied: {e}",
-                                hook.name
-                            ),
-                        ));
-                    }
-                    mutated = true;
-                    lock(&inner.store).admission_log.push(call("patched".into()));
-                } else {
-                    lock(&inner.store).admission_log.push(call("allowed".into()));
-                }
-            }
+            Ok(resp) => self.answered(hook, &resp),
         }
     }
-    check_schema(object.as_ref(), &mut schema)?;
-    Ok((if mutated { object } else { None }, warnings))
+
+    /// A webhook's `response`: its warnings kept, a denial returned, a mutating webhook's
+    /// patch applied to the object.
+    fn answered(&mut self, hook: &Hook, resp: &Value) -> Result<(), Response> {
+        self.warnings.extend(strings(resp.get("warnings")).into_iter().map(str::to_string));
+        if resp.get("allowed").and_then(Value::as_bool) != Some(true) {
+            self.log(hook, "denied".into());
+            return Err(denied(&hook.name, resp.get("status"), &self.warnings));
+        }
+        let patch = resp.get("patch").and_then(Value::as_str);
+        let (true, Some(p), Some(o)) = (hook.mutating, patch, self.object.as_mut()) else {
+            self.log(hook, "allowed".into());
+            return Ok(());
+        };
+        let applied = base64::engine::general_purpose::STANDARD
+            .decode(p)
+            .map_err(|e| e.to_string())
+            .and_then(|b| serde_json::from_slice::<json_patch::Patch>(&b).map_err(|e| e.to_string()))
+            .and_then(|p| json_patch::patch(o, &p).map_err(|e| e.to_string()));
+        if let Err(e) = applied {
+            self.log(hook, format!("error: {e}"));
+            return Err(status(
+                StatusCode::INTERNAL_SERVER_ERROR,
+                "InternalError",
+                format!("Internal error occurred: JSON patch from webhook {:?} could not be applied: {e}", hook.name),
+            ));
+        }
+        self.mutated = true;
+        self.log(hook, "patched".into());
+        Ok(())
+    }
 }
 
 fn denied(name: &str, st: Option<&Value>, warnings: &[String]) -> Response {
@@ -304,10 +358,25 @@ fn review_request(c: &Change, object: Option<&Value>, user: &(String, Vec<String
     req
 }
 
+/// The matchConditions that failed to evaluate, each worded as Kubernetes' CEL filter words it
+/// (`expression '…' resulted in error: …`); several show in brackets, as its aggregate error.
+#[derive(Debug, PartialEq)]
+struct ConditionErrors(Vec<String>);
+
+impl fmt::Display for ConditionErrors {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self.0.as_slice() {
+            [one] => f.write_str(one),
+            many => write!(f, "[{}]", many.join(", ")),
+        }
+    }
+}
+
+impl std::error::Error for ConditionErrors {}
+
 /// A webhook's matchConditions, as the API server evaluates them: every condition runs; one
-/// that is false means no call (whatever failed besides); otherwise the errors, worded as
-/// Kubernetes' CEL filter words them (several in brackets, as its aggregate error).
-fn match_conditions(w: &Value, request: &Value) -> Result<bool, String> {
+/// that is false means no call (whatever failed besides); otherwise the errors.
+fn match_conditions(w: &Value, request: &Value) -> Result<bool, ConditionErrors> {
     let Some(conds) = w.get("matchConditions").and_then(Value::as_array) else { return Ok(true) };
     let mut vars = verno_cel::Vars::default();
     vars.set("request", request);
@@ -316,17 +385,17 @@ fn match_conditions(w: &Value, request: &Value) -> Result<bool, String> {
     let mut errors = Vec::new();
     for cond in conds {
         let source = cond.get("expression").and_then(Value::as_str).unwrap_or("");
-        match verno_cel::Expr::compile(source).and_then(|e| e.eval_bool(&vars)) {
+        let verdict = match verno_cel::Expr::compile(source) {
+            Ok(e) => e.eval_bool(&vars).map_err(|e| e.to_string()),
+            Err(e) => Err(e.to_string()),
+        };
+        match verdict {
             Ok(true) => {}
             Ok(false) => return Ok(false),
             Err(e) => errors.push(format!("expression '{source}' resulted in error: {e}")),
         }
     }
-    match errors.as_slice() {
-        [] => Ok(true),
-        [one] => Err(one.clone()),
-        many => Err(format!("[{}]", many.join(", "))),
-    }
+    if errors.is_empty() { Ok(true) } else { Err(ConditionErrors(errors)) }
 }
 
 /// POSTs the AdmissionReview; returns its `response`.
@@ -426,10 +495,10 @@ mod tests {
         assert_eq!(match_conditions(&conds(&["2 / 0 == 1", "false"]), &req), Ok(false));
         // Errors are worded as Kubernetes' CEL filter words them (cel-go's message).
         assert_eq!(
-            match_conditions(&conds(&["2 / 0 == 1"]), &req),
+            match_conditions(&conds(&["2 / 0 == 1"]), &req).map_err(|e| e.to_string()),
             Err("expression '2 / 0 == 1' resulted in error: division by zero".to_string())
         );
-        let two = match_conditions(&conds(&["2 / 0 == 1", "1 % 0 == 1"]), &req).unwrap_err();
+        let two = match_conditions(&conds(&["2 / 0 == 1", "1 % 0 == 1"]), &req).unwrap_err().to_string();
         assert!(two.starts_with("[expression '2 / 0 == 1'") && two.contains("modulus by zero"), "{two}");
     }
 }

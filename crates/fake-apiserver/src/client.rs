@@ -2,6 +2,7 @@
 //! documents as `kubectl apply --server-side` does, and wait for something to become true.
 
 use crate::FakeApiServer;
+use anyhow::{Result, anyhow, bail};
 use kube::api::{Api, DynamicObject, Patch, PatchParams};
 use serde_json::Value;
 use std::future::Future;
@@ -9,13 +10,14 @@ use std::time::Duration;
 
 impl FakeApiServer {
     /// A client talking HTTP to this server, impersonating `user` when given.
-    pub fn client(&self, user: Option<&str>) -> Result<kube::Client, String> {
-        kube::Client::try_from(self.config(user)?).map_err(|e| e.to_string())
+    pub fn client(&self, user: Option<&str>) -> Result<kube::Client> {
+        // kube's error text as it was, without its sources repeated after it.
+        kube::Client::try_from(self.config(user)?).map_err(|e| anyhow!("{e}"))
     }
 
     /// The client configuration of [`FakeApiServer::client`].
-    pub fn config(&self, user: Option<&str>) -> Result<kube::Config, String> {
-        let url = self.url().parse().map_err(|e| format!("{e}"))?;
+    pub fn config(&self, user: Option<&str>) -> Result<kube::Config> {
+        let url = self.url().parse()?;
         let mut config = kube::Config::new(url);
         config.auth_info.impersonate = user.map(str::to_string);
         Ok(config)
@@ -23,7 +25,7 @@ impl FakeApiServer {
 
     /// Applies `doc` through `client` as `kubectl apply --server-side --force-conflicts`
     /// (field manager `kubectl`); its kind must be one this server serves.
-    pub async fn apply(&self, client: &kube::Client, doc: &Value) -> Result<(), String> {
+    pub async fn apply(&self, client: &kube::Client, doc: &Value) -> Result<()> {
         let s = |p: &str| doc.pointer(p).and_then(Value::as_str).unwrap_or("");
         let (api_version, kind, name) = (s("/apiVersion"), s("/kind"), s("/metadata/name"));
         let r = self
@@ -31,7 +33,7 @@ impl FakeApiServer {
             .resources()
             .into_iter()
             .find(|r| r.api_version() == api_version && r.kind == kind)
-            .ok_or_else(|| format!("{api_version} {kind} is not served by the fake"))?;
+            .ok_or_else(|| anyhow!("{api_version} {kind} is not served by the fake"))?;
         let ar = kube::discovery::ApiResource {
             group: r.group.into(),
             version: r.version.into(),
@@ -46,12 +48,12 @@ impl FakeApiServer {
         api.patch(name, &PatchParams::apply("kubectl").force(), &Patch::Apply(doc))
             .await
             .map(|_| ())
-            .map_err(|e| format!("{kind} {name}: {e}"))
+            .map_err(|e| anyhow!("{kind} {name}: {e}"))
     }
 }
 
 /// Polls `f` until it returns `Some`, for up to 20 s; the error names `what`.
-pub async fn eventually<T, F, Fut>(what: &str, f: F) -> Result<T, String>
+pub async fn eventually<T, F, Fut>(what: &str, f: F) -> Result<T>
 where
     F: FnMut() -> Fut,
     Fut: Future<Output = Option<T>>,
@@ -60,7 +62,7 @@ where
 }
 
 /// [`eventually`] with its own limit (work whose size, not its speed, is under test).
-pub async fn eventually_within<T, F, Fut>(what: &str, limit: Duration, mut f: F) -> Result<T, String>
+pub async fn eventually_within<T, F, Fut>(what: &str, limit: Duration, mut f: F) -> Result<T>
 where
     F: FnMut() -> Fut,
     Fut: Future<Output = Option<T>>,
@@ -71,7 +73,7 @@ where
             return Ok(v);
         }
         if tokio::time::Instant::now() > deadline {
-            return Err(format!("timed out waiting for {what}"));
+            bail!("timed out waiting for {what}");
         }
         tokio::time::sleep(Duration::from_millis(100)).await;
     }

@@ -139,7 +139,7 @@ pub(crate) fn partial(o: &Value) -> Value {
 pub(crate) fn list(inner: &Inner, t: &Target, q: &HashMap<String, String>, meta_only: bool) -> Response {
     let filter = match Filter::parse(q) {
         Ok(f) => f,
-        Err(e) => return status(StatusCode::BAD_REQUEST, "BadRequest", e),
+        Err(e) => return status(StatusCode::BAD_REQUEST, "BadRequest", e.to_string()),
     };
     let s = lock(&inner.store);
     let k = key(t.resource);
@@ -219,7 +219,7 @@ pub(crate) fn bookmark(t: &Resource, rv: u64, initial_end: bool) -> Bytes {
 pub(crate) fn watch(inner: Arc<Inner>, t: &Target, q: &HashMap<String, String>, meta_only: bool) -> Response {
     let filter = match Filter::parse(q) {
         Ok(f) => f,
-        Err(e) => return status(StatusCode::BAD_REQUEST, "BadRequest", e),
+        Err(e) => return status(StatusCode::BAD_REQUEST, "BadRequest", e.to_string()),
     };
     let resource = t.resource.clone();
     let namespace = t.namespace.clone();

@@ -1,5 +1,6 @@
 //! Query strings and label / field selectors.
 
+use anyhow::{Result, bail};
 use serde_json::Value;
 use std::collections::HashMap;
 
@@ -48,7 +49,7 @@ pub enum Req {
     NotExists(String),
 }
 
-pub fn parse_selector(s: &str) -> Result<Vec<Req>, String> {
+pub fn parse_selector(s: &str) -> Result<Vec<Req>> {
     // Split on commas outside parentheses.
     let mut parts = Vec::new();
     let (mut depth, mut cur) = (0, String::new());
@@ -88,7 +89,7 @@ pub fn parse_selector(s: &str) -> Result<Vec<Req>, String> {
         } else if p.chars().all(|c| c.is_ascii_alphanumeric() || "-_./".contains(c)) {
             Req::Exists(p.into())
         } else {
-            return Err(format!("unable to parse requirement: {p:?}"));
+            bail!("unable to parse requirement: {p:?}");
         });
     }
     Ok(out)
@@ -101,7 +102,7 @@ pub struct Filter {
 }
 
 impl Filter {
-    pub fn parse(q: &HashMap<String, String>) -> Result<Filter, String> {
+    pub fn parse(q: &HashMap<String, String>) -> Result<Filter> {
         let labels = q.get("labelSelector").map(|s| parse_selector(s)).transpose()?.unwrap_or_default();
         let mut fields = Vec::new();
         for p in q.get("fieldSelector").map(String::as_str).unwrap_or("").split(',').filter(|p| !p.is_empty()) {
@@ -109,11 +110,11 @@ impl Filter {
                 Some((k, v)) => (k, v, false),
                 None => match p.split_once("==").or_else(|| p.split_once('=')) {
                     Some((k, v)) => (k, v, true),
-                    None => return Err(format!("invalid field selector {p:?}")),
+                    None => bail!("invalid field selector {p:?}"),
                 },
             };
             if !matches!(k, "metadata.name" | "metadata.namespace") {
-                return Err(format!("field label not supported: {k}"));
+                bail!("field label not supported: {k}");
             }
             fields.push((format!("/{}", k.replace('.', "/")), v.to_string(), eq));
         }
