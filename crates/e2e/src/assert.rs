@@ -2,16 +2,17 @@
 //! and `expect.match`): maps match partially, lists element by element with equal length,
 //! scalars by value; `(…)` keys project with an expression, `~` iterates, `-> name` binds.
 //!
-//! `Ok(mismatches)`: the tree was evaluated (no mismatch: it holds). `Err(text)`: a hard error
-//! (a type that cannot be compared, a projection on a non-object, a failing expression), which
-//! ends the operation at once.
+//! `Ok(mismatches)`: the tree was evaluated (no mismatch: it holds). `Err`: a hard error (a
+//! type that cannot be compared, a projection on a non-object, a failing expression), which
+//! ends the operation at once; its text is the error with its context (`{:#}`).
 
 use crate::expr::{self, Bindings};
+use anyhow::{Context as _, Result, bail};
 use serde_json::Value;
 
 pub type Mismatches = Vec<String>;
 
-pub fn check(expected: &Value, actual: &Value, bindings: &Bindings) -> Result<Mismatches, String> {
+pub fn check(expected: &Value, actual: &Value, bindings: &Bindings) -> Result<Mismatches> {
     let mut out = Vec::new();
     node(expected, actual, bindings, "", &mut out)?;
     Ok(out)
@@ -26,7 +27,7 @@ fn show(v: &Value) -> String {
     if s.len() > 200 { format!("{}…", &s[..s.floor_char_boundary(200)]) } else { s }
 }
 
-fn node(expected: &Value, actual: &Value, b: &Bindings, path: &str, out: &mut Mismatches) -> Result<(), String> {
+fn node(expected: &Value, actual: &Value, b: &Bindings, path: &str, out: &mut Mismatches) -> Result<()> {
     match expected {
         Value::Object(m) => {
             if m.is_empty() {
@@ -40,7 +41,7 @@ fn node(expected: &Value, actual: &Value, b: &Bindings, path: &str, out: &mut Mi
                 let here = child(path, k);
                 let projected = match &p.compiler {
                     Some(c) => {
-                        expr::eval(c, &p.statement, actual, b).map_err(|e| format!("{here}: Internal error: {e}"))?
+                        expr::eval(c, &p.statement, actual, b).with_context(|| format!("{here}: Internal error"))?
                     }
                     None => match actual {
                         Value::Null => {
@@ -54,7 +55,7 @@ fn node(expected: &Value, actual: &Value, b: &Bindings, path: &str, out: &mut Mi
                                 continue;
                             }
                         },
-                        _ => return Err(format!("{here}: Internal error: projection not recognized")),
+                        _ => bail!("{here}: Internal error: projection not recognized"),
                     },
                 };
                 let mut b = b.clone();
@@ -83,9 +84,7 @@ fn node(expected: &Value, actual: &Value, b: &Bindings, path: &str, out: &mut Mi
                                 node(e, item, &b, &format!("{here}[{key}]"), out)?;
                             }
                         }
-                        other => {
-                            return Err(format!("{here}: Invalid value: {}: expected a slice or a map", show(other)));
-                        }
+                        other => bail!("{here}: Invalid value: {}: expected a slice or a map", show(other)),
                     }
                 } else {
                     node(e, &projected, &b, &here, out)?;
@@ -108,27 +107,27 @@ fn node(expected: &Value, actual: &Value, b: &Bindings, path: &str, out: &mut Mi
                 }
                 Ok(())
             }
-            other => Err(format!("{}: Invalid value: {}: expected a slice", display(path), show(other))),
+            other => bail!("{}: Invalid value: {}: expected a slice", display(path), show(other)),
         },
         scalar => {
             let want = match scalar {
                 Value::String(s) => {
                     let p = expr::parse(s);
                     if p.foreach {
-                        return Err(format!("{}: foreach is not supported in scalar projections", display(path)));
+                        bail!("{}: foreach is not supported in scalar projections", display(path));
                     }
                     if !p.binding.is_empty() {
-                        return Err(format!("{}: binding is not supported in scalar projections", display(path)));
+                        bail!("{}: binding is not supported in scalar projections", display(path));
                     }
                     match &p.compiler {
                         Some(c) => expr::eval(c, &p.statement, actual, b)
-                            .map_err(|e| format!("{}: Internal error: {e}", display(path)))?,
+                            .with_context(|| format!("{}: Internal error", display(path)))?,
                         None => Value::String(p.statement),
                     }
                 }
                 v => v.clone(),
             };
-            if !matches(&want, actual).map_err(|e| format!("{}: Internal error: {e}", display(path)))? {
+            if !matches(&want, actual).with_context(|| format!("{}: Internal error", display(path)))? {
                 out.push(format!(
                     "{}: Invalid value: {}: Expected value: {}",
                     display(path),
@@ -158,11 +157,11 @@ fn kind(v: &Value) -> &'static str {
 
 /// kyverno-json's `matching.Match`: a map or list produced by an expression compares
 /// partially (maps) or element by element (lists of the same length).
-pub fn matches(expected: &Value, actual: &Value) -> Result<bool, String> {
+pub fn matches(expected: &Value, actual: &Value) -> Result<bool> {
     match expected {
         Value::Array(es) => {
             let Value::Array(a) = actual else {
-                return Err(format!("invalid actual value, must be a slice, found {}", kind(actual)));
+                bail!("invalid actual value, must be a slice, found {}", kind(actual));
             };
             if a.len() != es.len() {
                 return Ok(false);
@@ -176,7 +175,7 @@ pub fn matches(expected: &Value, actual: &Value) -> Result<bool, String> {
         }
         Value::Object(es) => {
             let Value::Object(a) = actual else {
-                return Err(format!("invalid actual value, must be a map, found {}", kind(actual)));
+                bail!("invalid actual value, must be a map, found {}", kind(actual));
             };
             for (k, e) in es {
                 match a.get(k) {
@@ -196,13 +195,13 @@ pub fn matches(expected: &Value, actual: &Value) -> Result<bool, String> {
 
 /// kyverno-json's `matching.Equal`: nulls, deep equality of one type, numbers by value;
 /// anything else cannot be compared (a hard error, not a mismatch).
-fn equal(expected: &Value, actual: &Value) -> Result<bool, String> {
+fn equal(expected: &Value, actual: &Value) -> Result<bool> {
     match (expected, actual) {
         (Value::Null, Value::Null) => Ok(true),
         (Value::Null, _) | (_, Value::Null) => Ok(false),
         (Value::Number(e), Value::Number(a)) => Ok(e == a || e.as_f64() == a.as_f64()),
         (e, a) if kind(e) == kind(a) => Ok(e == a),
-        (e, a) => Err(format!("types are not comparable, {} - {}", kind(e), kind(a))),
+        (e, a) => bail!("types are not comparable, {} - {}", kind(e), kind(a)),
     }
 }
 

@@ -73,6 +73,8 @@ impl std::fmt::Display for ApiError {
     }
 }
 
+impl std::error::Error for ApiError {}
+
 impl ApiError {
     pub fn not_found(&self) -> bool {
         self.code == 404
@@ -109,7 +111,7 @@ fn free_port() -> Result<u16> {
 impl Cluster {
     pub async fn start(opts: Options<'_>) -> Result<Cluster> {
         let fake = FakeApiServer::start(fake_apiserver::default_resources()).await?;
-        let client = fake.client(None).map_err(|e| anyhow!(e))?;
+        let client = fake.client(None)?;
         let values = install_values(opts.rbac)?;
         for doc in crds::all().into_iter().chain(manifests::render(&values)) {
             fake.apply(&client, &doc).await.map_err(|e| anyhow!("installing Verno: {e}"))?;
@@ -236,7 +238,7 @@ impl Cluster {
     }
 
     /// Where `apiVersion`/`kind` is served, from the API server's discovery.
-    pub async fn resolve(&self, api_version: &str, kind: &str) -> Result<Res, String> {
+    pub async fn resolve(&self, api_version: &str, kind: &str) -> Result<Res> {
         let key = (api_version.to_string(), kind.to_string());
         if let Some(r) = self.discovery.lock().unwrap_or_else(std::sync::PoisonError::into_inner).get(&key) {
             return Ok(r.clone());
@@ -246,14 +248,14 @@ impl Cluster {
         let list = self
             .call(http::Method::GET, &path, None)
             .await
-            .map_err(|e| format!("no matches for kind \"{kind}\" in version \"{api_version}\" ({e})"))?;
+            .map_err(|e| anyhow!("no matches for kind \"{kind}\" in version \"{api_version}\" ({e})"))?;
         let found = list["resources"]
             .as_array()
             .into_iter()
             .flatten()
             .find(|r| r["kind"] == kind && r["name"].as_str().is_some_and(|n| !n.contains('/')));
         let Some(r) = found else {
-            return Err(format!("no matches for kind \"{kind}\" in version \"{api_version}\""));
+            bail!("no matches for kind \"{kind}\" in version \"{api_version}\"");
         };
         let res = Res {
             api_version: api_version.to_string(),

@@ -2,6 +2,7 @@
 //! `Dialect::Community`), `$name` bindings, `\…\` escapes, the `~name.` foreach prefix and the
 //! `-> name` binding suffix of assertion keys, and templating of documents sent to the API.
 
+use anyhow::{Result, bail};
 use serde_json::Value;
 use verno_jmespath::{Dialect, Env, Expression};
 
@@ -107,19 +108,19 @@ pub fn parse(input: &str) -> Parsed {
 }
 
 /// Evaluates `statement` in `compiler` with `@` = `current`.
-pub fn eval(compiler: &str, statement: &str, current: &Value, bindings: &Bindings) -> Result<Value, String> {
+pub fn eval(compiler: &str, statement: &str, current: &Value, bindings: &Bindings) -> Result<Value> {
     match compiler {
         "default" | "jp" => {
-            let e = Expression::compile_in(statement, Dialect::Community).map_err(|e| e.to_string())?;
-            e.search(current, bindings).map(|v| v.into_owned()).map_err(|e| e.to_string())
+            let e = Expression::compile_in(statement, Dialect::Community)?;
+            Ok(e.search(current, bindings)?.into_owned())
         }
-        "cel" => Err(format!("CEL expressions in chainsaw files are not supported yet: {statement}")),
-        other => Err(format!("unknown expression engine {other:?} in ({other};{statement})")),
+        "cel" => bail!("CEL expressions in chainsaw files are not supported yet: {statement}"),
+        other => bail!("unknown expression engine {other:?} in ({other};{statement})"),
     }
 }
 
 /// A string value that is an expression evaluated; anything else returned as it is.
-pub fn value_of(v: &Value, bindings: &Bindings) -> Result<Value, String> {
+pub fn value_of(v: &Value, bindings: &Bindings) -> Result<Value> {
     match v {
         Value::String(s) => {
             let p = parse(s);
@@ -134,7 +135,7 @@ pub fn value_of(v: &Value, bindings: &Bindings) -> Result<Value, String> {
 
 /// Templating of a document sent to the API: every string value that is an expression is
 /// replaced by its result; keys are never rewritten; escaped strings stay as they are.
-pub fn template(doc: &Value, bindings: &Bindings) -> Result<Value, String> {
+pub fn template(doc: &Value, bindings: &Bindings) -> Result<Value> {
     Ok(match doc {
         Value::Object(m) => {
             let mut out = serde_json::Map::new();
@@ -157,7 +158,7 @@ pub fn template(doc: &Value, bindings: &Bindings) -> Result<Value, String> {
 
 /// Templating of the lookup fields of an assert/error document (apiVersion, kind, name,
 /// namespace, labels); the rest stays an assertion tree.
-pub fn template_lookup(doc: &Value, bindings: &Bindings) -> Result<Value, String> {
+pub fn template_lookup(doc: &Value, bindings: &Bindings) -> Result<Value> {
     let mut out = doc.clone();
     for ptr in ["/apiVersion", "/kind", "/metadata/name", "/metadata/namespace"] {
         if let Some(v) = out.pointer_mut(ptr) {

@@ -31,7 +31,7 @@ mod cluster;
 mod expr;
 mod run;
 
-use anyhow::{Context, Result, anyhow};
+use anyhow::{Context, Result, anyhow, bail};
 use serde_json::{Value, json};
 use std::path::{Path, PathBuf};
 
@@ -43,7 +43,8 @@ struct Args {
     settle: Option<std::time::Duration>,
 }
 
-fn parse_args() -> Result<Args, String> {
+/// The arguments; `None`: help was asked for.
+fn parse_args() -> Result<Option<Args>> {
     let mut case = None;
     let mut keep = false;
     let mut real = false;
@@ -54,18 +55,18 @@ fn parse_args() -> Result<Args, String> {
         match a.as_str() {
             "--keep" => keep = true,
             "--real" => real = true,
-            "--verno" => verno = Some(PathBuf::from(it.next().ok_or("--verno needs a path")?)),
+            "--verno" => verno = Some(PathBuf::from(it.next().context("--verno needs a path")?)),
             "--settle" => {
-                let s = it.next().ok_or("--settle needs seconds")?;
-                let secs: u64 = s.parse().map_err(|_| format!("--settle {s:?}: not a number of seconds"))?;
+                let s = it.next().context("--settle needs seconds")?;
+                let secs: u64 = s.parse().map_err(|_| anyhow!("--settle {s:?}: not a number of seconds"))?;
                 settle = Some(std::time::Duration::from_secs(secs));
             }
-            "-h" | "--help" => return Err(String::new()),
-            s if s.starts_with('-') => return Err(format!("unknown flag {s}")),
+            "-h" | "--help" => return Ok(None),
+            s if s.starts_with('-') => bail!("unknown flag {s}"),
             s => case = Some(PathBuf::from(s)),
         }
     }
-    Ok(Args { case: case.ok_or("a case directory is required")?, keep, real, verno, settle })
+    Ok(Some(Args { case: case.context("a case directory is required")?, keep, real, verno, settle }))
 }
 
 /// The directory of this executable and its ancestors, for finding `verno` and `.tools/bin`.
@@ -144,13 +145,13 @@ const RBAC_VALUES: [&str; 4] = [
 
 /// The RBAC values of Kyverno's CI value set `name`: `ci/scripts/config/NAME/kyverno.yaml` in the
 /// nearest directory above the case that has one (the suite's layout).
-fn value_set_rbac(case: &Path, name: &str) -> Result<Vec<(String, Value)>, String> {
+fn value_set_rbac(case: &Path, name: &str) -> Result<Vec<(String, Value)>> {
     let Some(file) =
         case.ancestors().map(|d| d.join("ci/scripts/config").join(name).join("kyverno.yaml")).find(|p| p.is_file())
     else {
-        return Err(format!("Kyverno's CI values ci/scripts/config/{name}/kyverno.yaml are not above the case"));
+        bail!("Kyverno's CI values ci/scripts/config/{name}/kyverno.yaml are not above the case");
     };
-    let doc = read_yaml(&file).map_err(|e| format!("{e:#}"))?.into_iter().next().unwrap_or(Value::Null);
+    let doc = read_yaml(&file)?.into_iter().next().unwrap_or(Value::Null);
     Ok(RBAC_VALUES
         .iter()
         .filter_map(|k| {
@@ -160,8 +161,9 @@ fn value_set_rbac(case: &Path, name: &str) -> Result<Vec<(String, Value)>, Strin
         .collect())
 }
 
-/// The Helm value sets Verno can be configured from; `Err`: the test needs one it cannot.
-fn check_configs(case: &Path, case_json: Option<&Value>) -> Result<ConfigEffects, String> {
+/// The Helm value sets Verno can be configured from; `Err`: the test needs one it cannot (why,
+/// as the report's reason).
+fn check_configs(case: &Path, case_json: Option<&Value>) -> Result<ConfigEffects> {
     let none = ConfigEffects { args: Vec::new(), rbac: Vec::new() };
     let Some(configs) = case_json.and_then(|c| c.get("kyverno_configs")).and_then(Value::as_array) else {
         return Ok(none);
@@ -169,7 +171,7 @@ fn check_configs(case: &Path, case_json: Option<&Value>) -> Result<ConfigEffects
     let mut args = Vec::new();
     let mut rbac: Vec<(String, Value)> = Vec::new();
     if configs.is_empty() {
-        return Err("the test runs the kyverno CLI without an installation (the cli job)".into());
+        bail!("the test runs the kyverno CLI without an installation (the cli job)");
     }
     for c in configs {
         let name = c.as_str().unwrap_or_default();
@@ -192,7 +194,7 @@ fn check_configs(case: &Path, case_json: Option<&Value>) -> Result<ConfigEffects
             "force-failure-policy-ignore" => {
                 args.extend(["--force-failure-policy-ignore".to_string(), "true".to_string()])
             }
-            other => return Err(format!("Kyverno configuration {other:?} has no Verno equivalent yet")),
+            other => bail!("Kyverno configuration {other:?} has no Verno equivalent yet"),
         }
         for (k, v) in value_set_rbac(case, name)? {
             rbac.retain(|(old, _)| *old != k);
@@ -236,13 +238,16 @@ fn skipped(names: &[String]) -> Vec<Value> {
 
 #[tokio::main]
 async fn main() -> std::process::ExitCode {
+    let usage = "usage: verno-chainsaw [--keep] [--verno PATH] [--settle SECONDS] [--real] CASE_DIR";
     let args = match parse_args() {
-        Ok(a) => a,
+        Ok(Some(a)) => a,
+        Ok(None) => {
+            eprintln!("{usage}");
+            return std::process::ExitCode::from(2);
+        }
         Err(e) => {
-            if !e.is_empty() {
-                eprintln!("Error: {e}");
-            }
-            eprintln!("usage: verno-chainsaw [--keep] [--verno PATH] [--settle SECONDS] [--real] CASE_DIR");
+            eprintln!("Error: {e:#}");
+            eprintln!("{usage}");
             return std::process::ExitCode::from(2);
         }
     };
@@ -258,7 +263,7 @@ async fn main() -> std::process::ExitCode {
     let names = step_names(&test, case_json.as_ref());
     let effects = match check_configs(&case, case_json.as_ref()) {
         Ok(a) => a,
-        Err(why) => return report("unsupported", skipped(&names), &why),
+        Err(why) => return report("unsupported", skipped(&names), &format!("{why:#}")),
     };
     let config = match find_config(&case).map(|p| read_yaml(&p)) {
         None => run::Config::load(None),
@@ -267,7 +272,7 @@ async fn main() -> std::process::ExitCode {
     };
     let config = match config {
         Ok(c) => c,
-        Err(e) => return report("error", skipped(&names), &format!(".chainsaw.yaml: {e}")),
+        Err(e) => return report("error", skipped(&names), &format!(".chainsaw.yaml: {e:#}")),
     };
     let dir = match tempfile::tempdir() {
         Ok(d) => d,

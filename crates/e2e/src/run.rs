@@ -5,6 +5,7 @@
 use crate::assert;
 use crate::cluster::{ApiError, Cluster, Res};
 use crate::expr::{self, Bindings};
+use anyhow::{Context as _, Result, anyhow, bail};
 use serde_json::{Value, json};
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
@@ -30,10 +31,10 @@ impl Default for Timeouts {
 
 impl Timeouts {
     /// `t` with the durations `v` (a `timeouts` object) sets.
-    pub fn over(mut self, v: Option<&Value>) -> Result<Timeouts, String> {
+    pub fn over(mut self, v: Option<&Value>) -> Result<Timeouts> {
         let Some(Value::Object(m)) = v else { return Ok(self) };
         for (k, d) in m {
-            let d = duration(d).map_err(|e| format!("timeouts.{k}: {e}"))?;
+            let d = duration(d).with_context(|| format!("timeouts.{k}"))?;
             match k.as_str() {
                 "apply" => self.apply = d,
                 "assert" => self.assert = d,
@@ -41,17 +42,17 @@ impl Timeouts {
                 "delete" => self.delete = d,
                 "cleanup" => self.cleanup = d,
                 "exec" => self.exec = d,
-                other => return Err(format!("timeouts: unknown field {other:?}")),
+                other => bail!("timeouts: unknown field {other:?}"),
             }
         }
         Ok(self)
     }
 }
 
-pub fn duration(v: &Value) -> Result<Duration, String> {
-    let s = v.as_str().ok_or_else(|| format!("{v} is not a duration"))?;
-    let ns = verno_jmespath::duration::parse(s).ok_or_else(|| format!("{s:?} is not a duration"))?;
-    u64::try_from(ns).map(Duration::from_nanos).map_err(|_| format!("{s:?} is negative"))
+pub fn duration(v: &Value) -> Result<Duration> {
+    let s = v.as_str().ok_or_else(|| anyhow!("{v} is not a duration"))?;
+    let ns = verno_jmespath::duration::parse(s).ok_or_else(|| anyhow!("{s:?} is not a duration"))?;
+    u64::try_from(ns).map(Duration::from_nanos).map_err(|_| anyhow!("{s:?} is negative"))
 }
 
 /// What the area's `.chainsaw.yaml` (v1alpha2 Configuration) sets.
@@ -65,7 +66,7 @@ pub struct Config {
 }
 
 impl Config {
-    pub fn load(doc: Option<&Value>) -> Result<Config, String> {
+    pub fn load(doc: Option<&Value>) -> Result<Config> {
         let mut c = Config { templating: true, ..Config::default() };
         let Some(doc) = doc else { return Ok(c) };
         let spec = &doc["spec"];
@@ -126,9 +127,17 @@ pub struct Runner<'a> {
     cleanups: Vec<(Vec<Created>, Vec<Value>, Bindings, Timeouts)>,
 }
 
-/// A failure: `hard` errors are never retried (assertion type errors, bad files).
+/// A failure: `hard` errors are never retried (assertion type errors, bad files). Its text is
+/// what the report shows.
 #[derive(Debug)]
 struct Fail(String);
+
+/// An error's text with its context, as the report shows it (`context: cause`).
+impl From<anyhow::Error> for Fail {
+    fn from(e: anyhow::Error) -> Fail {
+        Fail(format!("{e:#}"))
+    }
+}
 
 type OpResult = Result<Vec<(String, Value)>, Fail>;
 
@@ -165,7 +174,7 @@ impl<'a> Runner<'a> {
         b.set("values", Value::Null);
         match self.timeouts.over(spec.get("timeouts")) {
             Ok(t) => self.timeouts = t,
-            Err(e) => return self.broken(step_names, e),
+            Err(e) => return self.broken(step_names, format!("{e:#}")),
         }
         if let Some(t) = spec.get("template").and_then(Value::as_bool) {
             self.templating = t;
@@ -173,12 +182,12 @@ impl<'a> Runner<'a> {
         b.set("timeouts", timeouts_value(&self.timeouts));
         match add_bindings(&b, spec.get("bindings")) {
             Ok(b) => self.bindings = b,
-            Err(e) => return self.broken(step_names, e),
+            Err(e) => return self.broken(step_names, format!("{e:#}")),
         }
         if let Some(d) = spec.get("delayBeforeCleanup").filter(|v| !v.is_null()) {
             match duration(d) {
                 Ok(d) => self.config.delay_before_cleanup = Some(d),
-                Err(e) => return self.broken(step_names, e),
+                Err(e) => return self.broken(step_names, format!("{e:#}")),
             }
         }
         let steps = spec["steps"].as_array().cloned().unwrap_or_default();
@@ -193,6 +202,7 @@ impl<'a> Runner<'a> {
                 Ok(()) if !self.failed => ("pass", String::new()),
                 Ok(()) => ("fail", self.reasons.last().cloned().unwrap_or_default()),
                 Err(e) => {
+                    let e = format!("{e:#}");
                     self.failed = true;
                     self.reasons.push(format!("step {name:?}: {e}"));
                     ("fail", e)
@@ -218,6 +228,7 @@ impl<'a> Runner<'a> {
         }
     }
 
+    /// The outcome of a Test that cannot run: `e` is the reason the report shows.
     fn broken(self, step_names: &[String], e: String) -> Outcome {
         Outcome {
             status: "fail",
@@ -230,24 +241,24 @@ impl<'a> Runner<'a> {
     }
 
     /// One step: its template merged in, bindings, try, catch (when failed), finally.
-    async fn step(&mut self, step: &Value) -> Result<(), String> {
+    async fn step(&mut self, step: &Value) -> Result<()> {
         let mut step = step.clone();
         let mut bindings = self.bindings.clone();
         bindings = add_bindings(&bindings, step.get("bindings"))?;
         if let Some(u) = step.get("use").cloned() {
-            let t = u["template"].as_str().ok_or("use: no template")?;
+            let t = u["template"].as_str().context("use: no template")?;
             let path = join(&self.base, t);
-            let text = std::fs::read_to_string(&path).map_err(|e| format!("step template {}: {e}", path.display()))?;
+            let text = std::fs::read_to_string(&path).with_context(|| format!("step template {}", path.display()))?;
             let docs =
-                verno_jmespath::yaml::parse_all(&text).map_err(|e| format!("step template {}: {e}", path.display()))?;
+                verno_jmespath::yaml::parse_all(&text).map_err(|e| anyhow!("step template {}: {e}", path.display()))?;
             let [tpl] = docs.as_slice() else {
-                return Err(format!("step template {}: expected one document", path.display()));
+                bail!("step template {}: expected one document", path.display());
             };
             bindings = add_bindings(&bindings, tpl.pointer("/spec/bindings"))?;
             bindings = add_bindings(&bindings, u.pointer("/with/bindings"))?;
             for list in ["try", "catch", "finally", "cleanup"] {
                 if let Some(Value::Array(extra)) = tpl.pointer(&format!("/spec/{list}")) {
-                    let mine = step.as_object_mut().ok_or("step is not an object")?;
+                    let mine = step.as_object_mut().context("step is not an object")?;
                     let entry = mine.entry(list).or_insert_with(|| json!([]));
                     if let Value::Array(a) = entry {
                         a.extend(extra.iter().cloned());
@@ -298,7 +309,7 @@ impl<'a> Runner<'a> {
         let cleanup_ops = step["cleanup"].as_array().cloned().unwrap_or_default();
         self.cleanups.push((created, cleanup_ops, bindings, timeouts));
         match failure {
-            Some(e) => Err(e),
+            Some(e) => Err(anyhow::Error::msg(e)),
             None => Ok(()),
         }
     }
@@ -316,7 +327,7 @@ impl<'a> Runner<'a> {
                 }
                 for c in created.iter().rev() {
                     if let Err(e) = self.delete_and_wait(&c.res, c.ns.as_deref(), &c.name, timeouts.cleanup).await {
-                        errors.push(e);
+                        errors.push(format!("{e:#}"));
                     }
                 }
             }
@@ -332,10 +343,8 @@ impl<'a> Runner<'a> {
         errors
     }
 
-    async fn delete_and_wait(&self, res: &Res, ns: Option<&str>, name: &str, timeout: Duration) -> Result<(), String> {
-        if let Err(e) = self.cluster.delete(res, ns, name).await {
-            return Err(format!("deleting {} {name}: {e}", res.plural));
-        }
+    async fn delete_and_wait(&self, res: &Res, ns: Option<&str>, name: &str, timeout: Duration) -> Result<()> {
+        self.cluster.delete(res, ns, name).await.with_context(|| format!("deleting {} {name}", res.plural))?;
         self.wait_gone(res, ns, name, timeout).await
     }
 
@@ -365,7 +374,7 @@ impl<'a> Runner<'a> {
         }
         let op_timeouts = match body.get("timeout") {
             Some(t) => {
-                let d = duration(t).map_err(Fail)?;
+                let d = duration(t)?;
                 let mut x = timeouts;
                 match kind.as_str() {
                     "apply" | "create" | "update" | "patch" => x.apply = d,
@@ -379,7 +388,7 @@ impl<'a> Runner<'a> {
             None => timeouts,
         };
         let templating = body.get("template").and_then(Value::as_bool).unwrap_or(templating);
-        let local = add_bindings(bindings, body.get("bindings")).map_err(Fail)?;
+        let local = add_bindings(bindings, body.get("bindings"))?;
         let outputs = match kind.as_str() {
             "apply" | "create" | "update" | "patch" => {
                 self.write(kind, body, &local, op_timeouts.apply, templating, created).await?
@@ -389,8 +398,7 @@ impl<'a> Runner<'a> {
             "delete" => self.delete_op(body, &local, op_timeouts.delete, templating).await?,
             "script" | "command" => self.exec_op(kind, body, &local, op_timeouts.exec).await?,
             "sleep" => {
-                let d =
-                    duration(body.get("duration").unwrap_or(&Value::Null)).map_err(|e| Fail(format!("sleep: {e}")))?;
+                let d = duration(body.get("duration").unwrap_or(&Value::Null)).context("sleep")?;
                 tokio::time::sleep(d).await;
                 Vec::new()
             }
@@ -409,7 +417,7 @@ impl<'a> Runner<'a> {
             return Ok(flatten(vec![r.clone()]));
         }
         let Some(f) = body.get("file") else { return fail("the operation names neither resource nor file") };
-        let f = expr::value_of(f, bindings).map_err(|e| Fail(format!("file: {e}")))?;
+        let f = expr::value_of(f, bindings).context("file")?;
         let f = f.as_str().ok_or_else(|| Fail(format!("file: {f} is not a string")))?.to_string();
         if f.starts_with("http://") || f.starts_with("https://") {
             return fail(format!("unsupported: file {f} is a URL (no network here)"));
@@ -437,7 +445,7 @@ impl<'a> Runner<'a> {
     async fn place(&self, doc: &mut Value) -> Result<(Res, Option<String>, String), Fail> {
         let av = doc["apiVersion"].as_str().unwrap_or_default().to_string();
         let kind = doc["kind"].as_str().unwrap_or_default().to_string();
-        let res = self.cluster.resolve(&av, &kind).await.map_err(Fail)?;
+        let res = self.cluster.resolve(&av, &kind).await?;
         let ns = if res.namespaced {
             let ns = doc.pointer("/metadata/namespace").and_then(Value::as_str).map(str::to_string);
             let ns = ns.unwrap_or_else(|| self.namespace.clone());
@@ -481,7 +489,7 @@ impl<'a> Runner<'a> {
         let expect = body.get("expect").and_then(Value::as_array).cloned().unwrap_or_default();
         let mut outputs = Vec::new();
         for doc in docs {
-            let mut doc = if templating { expr::template(&doc, bindings).map_err(Fail)? } else { doc };
+            let mut doc = if templating { expr::template(&doc, bindings)? } else { doc };
             if matches!(kind, "apply" | "create") {
                 self.force_grace(&mut doc);
             }
@@ -588,7 +596,7 @@ impl<'a> Runner<'a> {
                 Some(Value::String(s)) => {
                     let p = expr::parse(s);
                     match &p.compiler {
-                        Some(c) => expr::eval(c, &p.statement, value, bindings).map_err(Fail)?,
+                        Some(c) => expr::eval(c, &p.statement, value, bindings)?,
                         None => json!(p.statement),
                     }
                 }
@@ -611,7 +619,7 @@ impl<'a> Runner<'a> {
     ) -> OpResult {
         let docs = self.documents(body, bindings)?;
         for doc in docs {
-            let doc = if templating { expr::template_lookup(&doc, bindings).map_err(Fail)? } else { doc };
+            let doc = if templating { expr::template_lookup(&doc, bindings)? } else { doc };
             let start = Instant::now();
             let (mut seen, mut quiet_since) = (self.cluster.activity(), Instant::now());
             // Scheduled work writes nothing until its time: no giving up on a quiet spell then.
@@ -654,12 +662,12 @@ impl<'a> Runner<'a> {
     /// Whether some live candidate satisfies `doc`; the second value says why none did.
     async fn candidates_matching(&self, doc: &Value, bindings: &Bindings) -> Result<(bool, String), Fail> {
         let (Some(av), Some(kind)) = (doc["apiVersion"].as_str(), doc["kind"].as_str()) else {
-            let m = assert::check(doc, &Value::Null, bindings).map_err(Fail)?;
+            let m = assert::check(doc, &Value::Null, bindings)?;
             return Ok((m.is_empty(), m.join("; ")));
         };
         let res = match self.cluster.resolve(av, kind).await {
             Ok(r) => r,
-            Err(e) => return Ok((false, e)),
+            Err(e) => return Ok((false, format!("{e:#}"))),
         };
         let ns_given = doc.pointer("/metadata/namespace").and_then(Value::as_str).map(str::to_string);
         let ns = if res.namespaced { Some(ns_given.unwrap_or_else(|| self.namespace.clone())) } else { None };
@@ -679,7 +687,7 @@ impl<'a> Runner<'a> {
         }
         let mut why = Vec::new();
         for c in &candidates {
-            let m = assert::check(doc, c, bindings).map_err(Fail)?;
+            let m = assert::check(doc, c, bindings)?;
             if m.is_empty() {
                 return Ok((true, String::new()));
             }
@@ -697,11 +705,11 @@ impl<'a> Runner<'a> {
         };
         let expect = body.get("expect").and_then(Value::as_array).cloned().unwrap_or_default();
         for doc in docs {
-            let mut doc = if templating { expr::template(&doc, bindings).map_err(Fail)? } else { doc };
+            let mut doc = if templating { expr::template(&doc, bindings)? } else { doc };
             strip_nulls(&mut doc);
             let av = doc["apiVersion"].as_str().unwrap_or_default().to_string();
             let kind = doc["kind"].as_str().unwrap_or_default().to_string();
-            let res = self.cluster.resolve(&av, &kind).await.map_err(Fail)?;
+            let res = self.cluster.resolve(&av, &kind).await?;
             let ns = if res.namespaced {
                 Some(
                     doc.pointer("/metadata/namespace")
@@ -736,21 +744,23 @@ impl<'a> Runner<'a> {
                 if let Err(e) = r {
                     return fail(format!("delete {kind} {name}: {e}"));
                 }
-                self.wait_gone(&res, ns.as_deref(), &name, timeout).await.map_err(Fail)?;
+                self.wait_gone(&res, ns.as_deref(), &name, timeout).await?;
             }
         }
         Ok(Vec::new())
     }
 
     /// Polls until the object is gone, within `timeout` (delete operations and cleanup).
-    async fn wait_gone(&self, res: &Res, ns: Option<&str>, name: &str, timeout: Duration) -> Result<(), String> {
+    async fn wait_gone(&self, res: &Res, ns: Option<&str>, name: &str, timeout: Duration) -> Result<()> {
         let start = Instant::now();
         loop {
             match self.cluster.get(res, ns, name).await {
                 Ok(None) => return Ok(()),
                 Ok(Some(_)) if start.elapsed() < timeout => tokio::time::sleep(POLL).await,
-                Ok(Some(_)) => return Err(format!("{} {name} was not deleted within {timeout:?}", res.plural)),
-                Err(e) => return Err(format!("waiting for the deletion of {} {name}: {e}", res.plural)),
+                Ok(Some(_)) => bail!("{} {name} was not deleted within {timeout:?}", res.plural),
+                Err(e) => {
+                    return Err(e).with_context(|| format!("waiting for the deletion of {} {name}", res.plural));
+                }
             }
         }
     }
@@ -785,7 +795,7 @@ impl<'a> Runner<'a> {
             .process_group(0);
         for e in body["env"].as_array().into_iter().flatten() {
             let name = e["name"].as_str().unwrap_or_default();
-            let v = expr::value_of(e.get("value").unwrap_or(&Value::Null), bindings).map_err(Fail)?;
+            let v = expr::value_of(e.get("value").unwrap_or(&Value::Null), bindings)?;
             let v = match v {
                 Value::String(s) => s,
                 other => other.to_string(),
@@ -817,7 +827,7 @@ impl<'a> Runner<'a> {
         match body.get("check").filter(|c| !c.is_null()) {
             Some(check) => {
                 let b = bindings.with("stdout", json!(stdout)).with("stderr", json!(stderr)).with("error", error);
-                let m = assert::check(check, &Value::Null, &b).map_err(Fail)?;
+                let m = assert::check(check, &Value::Null, &b)?;
                 if !m.is_empty() {
                     return fail(format!(
                         "{kind} check failed: {}\nstdout: {}\nstderr: {}",
@@ -842,7 +852,7 @@ impl<'a> Runner<'a> {
         let mut outputs = Vec::new();
         for o in body.get("outputs").and_then(Value::as_array).into_iter().flatten() {
             let name = o["name"].as_str().ok_or_else(|| Fail("outputs: an entry without name".into()))?;
-            let v = expr::value_of(o.get("value").unwrap_or(&Value::Null), &b).map_err(Fail)?;
+            let v = expr::value_of(o.get("value").unwrap_or(&Value::Null), &b)?;
             outputs.push((name.to_string(), v));
         }
         Ok(outputs)
@@ -865,7 +875,8 @@ fn expand_env(s: &str, namespace: &str) -> String {
 }
 
 /// `expect`: `None` when no entry's `match` holds on the sent document (the API error then
-/// decides); else the selected `check` trees' verdict, with `$error`.
+/// decides); else the selected `check` trees' verdict, with `$error` (`Err`: the mismatches as
+/// the report words them).
 fn expectations(
     expect: &[Value],
     doc: &Value,
@@ -877,13 +888,13 @@ fn expectations(
     let mut problems = Vec::new();
     for e in expect {
         if let Some(m) = e.get("match").filter(|m| !m.is_null())
-            && !assert::check(m, doc, &b).map_err(Fail)?.is_empty()
+            && !assert::check(m, doc, &b)?.is_empty()
         {
             continue;
         }
         selected = true;
         if let Some(c) = e.get("check") {
-            let m = assert::check(c, doc, &b).map_err(Fail)?;
+            let m = assert::check(c, doc, &b)?;
             if !m.is_empty() {
                 problems.push(format!("{} ($error: {})", m.join("; "), error.unwrap_or("null")));
             }
@@ -963,15 +974,15 @@ fn timeouts_value(t: &Timeouts) -> Value {
 
 /// `bindings` entries (name, value) added in order; each value is templated with the
 /// bindings before it.
-fn add_bindings(base: &Bindings, list: Option<&Value>) -> Result<Bindings, String> {
+fn add_bindings(base: &Bindings, list: Option<&Value>) -> Result<Bindings> {
     let mut b = base.clone();
     for e in list.and_then(Value::as_array).into_iter().flatten() {
-        let name = e["name"].as_str().ok_or("a binding has no name")?;
+        let name = e["name"].as_str().context("a binding has no name")?;
         if name.is_empty() || !name.chars().all(|c| c.is_alphanumeric() || c == '_') {
-            return Err(format!("binding name {name:?} is not a word"));
+            bail!("binding name {name:?} is not a word");
         }
         let v =
-            expr::template(e.get("value").unwrap_or(&Value::Null), &b).map_err(|e| format!("binding {name}: {e}"))?;
+            expr::template(e.get("value").unwrap_or(&Value::Null), &b).with_context(|| format!("binding {name}"))?;
         b.set(name, v);
     }
     Ok(b)
