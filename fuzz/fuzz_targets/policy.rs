@@ -21,5 +21,5 @@ fuzz_target!(|data: &[u8]| {
     let set = PolicySet::new(policies, exceptions);
     let pod = verno_fuzz::pod();
     let _ =
-        set.evaluate(&Request::new("CREATE", &pod), Scope::ALL, &verno_jmespath::NoEnv, &verno_engine::NoData, &mut ());
+        set.evaluate(&Request::new(verno_engine::Operation::Create, &pod), Scope::ALL, &verno_jmespath::NoEnv, &verno_engine::NoData, &mut ());
 });

@@ -64,7 +64,7 @@ pub fn evaluate_one(policy: &Value, object: &Value) {
     let Ok(Compiled::Policy(p)) = verno_engine::compile(policy, &[]) else { return };
     let set = PolicySet::new(vec![Arc::new(p)], Vec::new());
     let _ = set.evaluate(
-        &verno_engine::Request::new("CREATE", object),
+        &verno_engine::Request::new(verno_engine::Operation::Create, object),
         verno_engine::Scope::ALL,
         &verno_jmespath::NoEnv,
         &verno_engine::NoData,

@@ -20,6 +20,58 @@ pub struct AdmissionReview {
     pub response: Option<AdmissionResponse>,
 }
 
+/// What a request does to its object (`request.operation`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]
+#[serde(rename_all = "UPPERCASE")]
+pub enum Operation {
+    Create,
+    Update,
+    Delete,
+    Connect,
+}
+
+/// For a request built in code; a review read from the wire names its operation.
+impl Default for Operation {
+    fn default() -> Operation {
+        Operation::Create
+    }
+}
+
+impl Operation {
+    pub const ALL: [Operation; 4] = [Operation::Create, Operation::Update, Operation::Delete, Operation::Connect];
+
+    /// As the API server writes it: `CREATE`, `UPDATE`, `DELETE`, `CONNECT`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Operation::Create => "CREATE",
+            Operation::Update => "UPDATE",
+            Operation::Delete => "DELETE",
+            Operation::Connect => "CONNECT",
+        }
+    }
+
+    /// One of the four, in any case; `None` for anything else.
+    pub fn parse(s: &str) -> Option<Operation> {
+        Operation::ALL.into_iter().find(|o| o.as_str().eq_ignore_ascii_case(s))
+    }
+}
+
+/// From the four words exactly as the API server writes them; the error names the word.
+impl<'de> Deserialize<'de> for Operation {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Operation, D::Error> {
+        let word = std::borrow::Cow::<'de, str>::deserialize(d)?;
+        Operation::ALL.into_iter().find(|o| o.as_str() == word).ok_or_else(|| {
+            serde::de::Error::custom(format!("unknown operation {word:?}, expected CREATE, UPDATE, DELETE or CONNECT"))
+        })
+    }
+}
+
+impl std::fmt::Display for Operation {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
 fn default_api_version() -> String {
     "admission.k8s.io/v1".into()
 }
@@ -93,9 +145,10 @@ pub struct AdmissionRequest {
     pub name: String,
     #[serde(default, skip_serializing_if = "String::is_empty")]
     pub namespace: String,
-    /// `CREATE`, `UPDATE`, `DELETE` or `CONNECT`.
+    /// A review with another word is refused as malformed; one without it (the API server
+    /// always sends it) is read as a CREATE.
     #[serde(default)]
-    pub operation: String,
+    pub operation: Operation,
     #[serde(default)]
     pub user_info: UserInfo,
     /// The new object; absent (null) on DELETE.

@@ -13,7 +13,7 @@ pub mod meta;
 pub mod policy;
 pub mod strict;
 
-pub use admission::{AdmissionRequest, AdmissionResponse, AdmissionReview};
+pub use admission::{AdmissionRequest, AdmissionResponse, AdmissionReview, Operation};
 pub use cli::{Test, TestResult, UserInfoFile, Values};
 pub use exception::PolicyException;
 pub use kind::{Group, Kind};

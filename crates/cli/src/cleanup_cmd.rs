@@ -120,7 +120,7 @@ fn run_inner(args: &CleanupArgs) -> Result<i32> {
         let scope = || Scope::cleanup(p.kind, p.namespace.as_deref(), &p.name);
         let mut due = 0;
         for r in &resources {
-            let out = set.evaluate(&Request::new("CREATE", r), scope(), &CliEnv, &data, &mut ());
+            let out = set.evaluate(&Request::new(verno_engine::Operation::Create, r), scope(), &CliEnv, &data, &mut ());
             for rule in out.responses.iter().flat_map(|(_, resp)| &resp.rules) {
                 match rule.status {
                     Status::Pass => {

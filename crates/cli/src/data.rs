@@ -6,7 +6,7 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 use verno_api::Values;
 use verno_engine::{
-    Asker, Data, Loaded, NamespaceView, PolicyResponse, PolicySet, Request, RequestUser, Scope, UserInfoRef,
+    Asker, Data, Loaded, NamespaceView, Operation, PolicyResponse, PolicySet, Request, RequestUser, Scope, UserInfoRef,
 };
 
 #[derive(Default)]
@@ -410,17 +410,19 @@ impl Requests<'_> {
         operation: &str,
         kind: Option<&verno_api::admission::GroupVersionKind>,
     ) -> Vec<PolicyResponse> {
-        let op = operation.to_uppercase();
+        // Values files are checked when read (`load::parse_values`), and test entries
+        // (`test_cmd`): the operation is one of the four.
+        let op = Operation::parse(operation).unwrap_or_default();
         // DELETE is about the old object; UPDATE compares the resource with itself.
-        let (object, old): (&Value, Option<&Value>) = match op.as_str() {
-            "DELETE" => (&Value::Null, Some(resource)),
-            "UPDATE" => (resource, Some(resource)),
-            _ => (resource, None),
+        let (object, old): (&Value, Option<&Value>) = match op {
+            Operation::Delete => (&Value::Null, Some(resource)),
+            Operation::Update => (resource, Some(resource)),
+            Operation::Create | Operation::Connect => (resource, None),
         };
         let globals: Vec<(String, Value)> =
             self.globals.iter().filter(|(k, _)| k != "request.operation").cloned().collect();
         let req = Request {
-            operation: &op,
+            operation: op,
             object,
             old_object: old,
             asker: self

@@ -209,7 +209,22 @@ pub fn is_kyverno_policy(v: &Value) -> bool {
 pub fn parse_values(v: &Value, file: &Path) -> Result<Values> {
     let norm =
         strict::normalize(v, &verno_api::cli::VALUES_SPEC, "").map_err(|e| anyhow!("{}: {e}", file.display()))?;
-    serde_json::from_value(norm).map_err(|e| anyhow!("{}: invalid values: {e}", file.display()))
+    let values: Values =
+        serde_json::from_value(norm).map_err(|e| anyhow!("{}: invalid values: {e}", file.display()))?;
+    // `request.operation` says how a resource is presented (DELETE: as the old object); a word
+    // the API server never sends is refused here, in Kyverno's words.
+    let resource_values = values.policies.iter().flat_map(|p| &p.resources).map(|r| &r.values);
+    for v in std::iter::once(&values.global_values).chain(resource_values) {
+        if let Some(op) = v.get("request.operation").and_then(Value::as_str)
+            && verno_engine::Operation::parse(op).is_none()
+        {
+            bail!(
+                "{}: invalid request.operation value {op:?}, must be one of CREATE, UPDATE, DELETE, CONNECT",
+                file.display()
+            );
+        }
+    }
+    Ok(values)
 }
 
 pub fn parse_user_info(v: &Value, file: &Path) -> Result<(RequestUser, Value)> {

@@ -10,7 +10,7 @@ use serde_json::Value;
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use verno_api::{Test, TestResult, strict};
-use verno_engine::{PolicyResponse, PolicySet, RequestUser};
+use verno_engine::{Operation, PolicyResponse, PolicySet, RequestUser};
 use verno_jmespath::wildcard;
 
 #[derive(Debug, Clone, clap::Args)]
@@ -405,6 +405,9 @@ pub fn parse_test(v: &Value, file: &Path) -> Result<Test> {
     let t: Test = serde_json::from_value(norm).map_err(|e| anyhow!("{}: invalid test: {e}", file.display()))?;
     if t.api_version.is_empty() || t.kind.is_empty() {
         bail!("{}: apiVersion and kind are required (apiVersion: cli.kyverno.io/v1alpha1, kind: Test)", file.display());
+    }
+    if let Some(op) = t.results.iter().filter_map(|r| r.operation.as_deref()).find(|op| Operation::parse(op).is_none()) {
+        bail!("{}: invalid operation {op:?}, must be one of CREATE, UPDATE, DELETE, CONNECT", file.display());
     }
     Ok(t)
 }

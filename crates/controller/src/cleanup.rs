@@ -627,7 +627,8 @@ pub(crate) async fn due_objects(
         let scope = || Scope::cleanup(id.0, id.1.as_deref(), &id.2);
         let mut out = Vec::new();
         for obj in objects {
-            let outcome = set.evaluate(&Request::new("CREATE", &obj), scope(), env, &data, &mut ());
+            let outcome =
+                set.evaluate(&Request::new(verno_engine::Operation::Create, &obj), scope(), env, &data, &mut ());
             if outcome.cancelled {
                 return Err(EvaluationError::Cancelled);
             }

@@ -758,7 +758,7 @@ impl Scanner {
         let server = self.server.clone();
         let about = resource.clone();
         let out = evaluate_blocking(self.opts.deadline, move |env| {
-            let req = Request::new("CREATE", &object);
+            let req = Request::new(verno_engine::Operation::Create, &object);
             let outcome = set.evaluate(&req, Scope::BACKGROUND, env, &data, &mut ());
             if outcome.cancelled {
                 return None;

@@ -67,7 +67,7 @@ fn pod() -> Value {
 
 /// The Pod through the mutating webhook's front door, then the patch it would answer with.
 fn run(set: &PolicySet, object: &Value) -> usize {
-    let req = Request::new("CREATE", object);
+    let req = Request::new(verno_engine::Operation::Create, object);
     let scope = Scope::webhook(Route::Kyverno(Hook::Mutate, Filter::All));
     let out = set.evaluate(&req, scope, &verno_jmespath::NoEnv, &NoData, &mut ());
     out.patched.map(|v| jsonpatch::diff(object, &v).len()).unwrap_or(0)

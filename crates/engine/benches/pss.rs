@@ -73,7 +73,10 @@ fn run(set: &PolicySet, route: &Route, review: &Value) -> usize {
             user: None,
             info: req.get("userInfo").map_or(verno_engine::UserInfoRef::Unknown, verno_engine::UserInfoRef::Json),
         },
-        ..Request::new(req["operation"].as_str().unwrap_or("CREATE"), &req["object"])
+        ..Request::new(
+            req["operation"].as_str().and_then(verno_engine::Operation::parse).unwrap_or_default(),
+            &req["object"],
+        )
     };
     let mut rules = RuleCount(0);
     let out = set.evaluate(&req, Scope::webhook(route.clone()), &verno_jmespath::NoEnv, &NoData, &mut rules);

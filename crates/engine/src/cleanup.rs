@@ -278,7 +278,7 @@ mod tests {
 
     /// The cleanup verdict for `object`: `None` when the policy does not select it.
     fn verdict(set: &PolicySet, scope: Scope, object: &Value) -> Option<(Status, String)> {
-        let req = Request::new("CREATE", object);
+        let req = Request::new(crate::Operation::Create, object);
         let out = set.evaluate(&req, scope, &verno_jmespath::NoEnv, &crate::NoData, &mut ());
         out.responses.into_iter().flat_map(|(_, r)| r.rules).next().map(|r| (r.status, r.message))
     }

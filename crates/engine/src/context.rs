@@ -123,7 +123,7 @@ const REQUEST_FIELDS: [&str; 9] =
 /// What the fields of the context's `request` are made from (see [`Context::lend_request`]).
 #[derive(Clone, Copy)]
 pub(crate) struct RequestFields<'e> {
-    pub operation: &'e str,
+    pub operation: verno_api::Operation,
     pub old_object: Option<&'e Value>,
     /// The object the request is about (`request.namespace` and `request.name` are its).
     pub subject: &'e Value,
@@ -143,7 +143,7 @@ impl RequestFields<'_> {
         let strings =
             |v: Option<&Vec<String>>| Value::Array(v.into_iter().flatten().map(|s| Value::String(s.clone())).collect());
         Some(match i {
-            0 => Value::String(self.operation.into()),
+            0 => Value::String(self.operation.as_str().into()),
             1 => self.old_object.cloned().unwrap_or(Value::Null),
             2 => Value::String(crate::ports::str_at(self.subject, "/metadata/namespace").into()),
             3 => Value::String(crate::ports::str_at(self.subject, "/metadata/name").into()),
@@ -978,7 +978,7 @@ mod tests {
             old_object: Some(&old),
             asker: crate::ports::Asker { user: Some(&user), info: crate::ports::UserInfoRef::Json(&user_info) },
             subresource: "status",
-            ..Request::new("UPDATE", &object)
+            ..Request::new(crate::Operation::Update, &object)
         };
         let env = verno_jmespath::NoEnv;
         let full = build_context_with(&req, &env, true);

@@ -382,7 +382,7 @@ mod tests {
             .map_err(|e| e.to_string())
             .and_then(|p| compile_policy(&p).map_err(|e| e.to_string()));
         let Ok(p) = p else { return Vec::new() };
-        let req = Request::new("CREATE", trigger);
+        let req = Request::new(crate::Operation::Create, trigger);
         let env = verno_jmespath::NoEnv;
         let mut ctx = build_context(&req, &env);
         evaluate_policy(&p, &[], &req, &mut ctx, &NoData).rules

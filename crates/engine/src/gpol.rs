@@ -648,7 +648,7 @@ mod tests {
     fn run_policy(doc: Value, trigger: Value) -> RuleResponse {
         let p = compile_generating_policy(&doc).expect("compiles");
         let set = crate::PolicySet::new(vec![Arc::new(p)], Vec::new());
-        let req = crate::Request::new("CREATE", &trigger);
+        let req = crate::Request::new(crate::Operation::Create, &trigger);
         let out = set.evaluate(&req, crate::Scope::ALL, &verno_jmespath::NoEnv, &crate::NoData, &mut ());
         out.responses.into_iter().flat_map(|(_, r)| r.rules).next().expect("a rule response")
     }

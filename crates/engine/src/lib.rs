@@ -85,6 +85,7 @@ pub use verdict::{
     Applied, Notice, PolicyApplied, ResourceRef, RuleViolation, Violation, blocked_message, yaml_scalar,
 };
 pub use verno_api::Kind;
+pub use verno_api::Operation;
 pub use vpol::autogen_status as vpol_autogen_status;
 pub use vpol::{ENVOY_CHECK_REQUEST, HTTP_CHECK_REQUEST};
 

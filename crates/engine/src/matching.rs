@@ -24,7 +24,8 @@ pub struct MatchInput<'a> {
     pub namespace: &'a str,
     pub labels: Option<&'a serde_json::Map<String, serde_json::Value>>,
     pub annotations: Option<&'a serde_json::Map<String, serde_json::Value>>,
-    pub operation: &'a str,
+    /// `None`: not known (no operations block can match).
+    pub operation: Option<verno_api::Operation>,
     pub namespace_labels: Option<&'a BTreeMap<String, String>>,
     pub user: Option<&'a RequestUser>,
 }
@@ -261,7 +262,7 @@ impl ResourceRule {
         any(&self.api_groups, i.group)
             && any(&self.api_versions, i.version)
             && self.resources.iter().any(|r| same(r, "*") || same(r, "*/*") || resource(r))
-            && (self.operations.is_empty() || any(&self.operations, i.operation))
+            && (self.operations.is_empty() || i.operation.is_some_and(|o| any(&self.operations, o.as_str())))
             && (self.resource_names.is_empty() || self.resource_names.iter().any(|n| n == i.name))
     }
 }
@@ -698,8 +699,9 @@ impl Description {
                 return Err("namespaceSelector does not match".into());
             }
         }
-        if !self.operations.is_empty() && !self.operations.iter().any(|o| o.eq_ignore_ascii_case(i.operation)) {
-            return Err(format!("operation {} does not match", i.operation).into());
+        let op = i.operation.map_or("", verno_api::Operation::as_str);
+        if !self.operations.is_empty() && !self.operations.iter().any(|o| o.eq_ignore_ascii_case(op)) {
+            return Err(format!("operation {op} does not match").into());
         }
         Ok(())
     }
@@ -819,7 +821,7 @@ mod tests {
             namespace: "d",
             labels: None,
             annotations: None,
-            operation: "CREATE",
+            operation: Some(verno_api::Operation::Create),
             namespace_labels: None,
             user,
         }

@@ -380,7 +380,7 @@ fn target_matches(matcher: &Matcher, o: &Value, data: &dyn crate::ports::Data) -
         namespace: ns,
         labels: o.pointer("/metadata/labels").and_then(Value::as_object),
         annotations: o.pointer("/metadata/annotations").and_then(Value::as_object),
-        operation: "UPDATE",
+        operation: Some(verno_api::Operation::Update),
         namespace_labels: ns_labels.as_ref(),
         user: None,
     };
@@ -551,7 +551,7 @@ mod tests {
                 crate::Compiled::Exception(_) => panic!("a policy"),
             };
             let set = crate::PolicySet::new(vec![std::sync::Arc::new(p)], Vec::new());
-            let req = crate::Request::new("CREATE", object);
+            let req = crate::Request::new(crate::Operation::Create, object);
             set.evaluate(&req, crate::Scope::ALL, &verno_jmespath::NoEnv, &crate::NoData, &mut ()).patched
         };
         let deployment = json!({"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "d", "namespace": "n"},

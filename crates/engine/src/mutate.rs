@@ -593,7 +593,7 @@ mod tests {
         bare["metadata"].as_object_mut().map(|m| m.remove("annotations"));
         let run = |pods: Vec<Value>| {
             let ns = json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "team"}});
-            let req = crate::Request::new("CREATE", &ns);
+            let req = crate::Request::new(crate::Operation::Create, &ns);
             let out = set.evaluate(&req, crate::Scope::APPLY, &verno_jmespath::NoEnv, &Pods(pods), &mut ());
             out.responses.into_iter().flat_map(|(_, r)| r.rules).next().expect("a rule response")
         };
@@ -678,7 +678,7 @@ mod rule_tests {
         else {
             return (Vec::new(), None);
         };
-        let req = Request::new("CREATE", pod);
+        let req = Request::new(crate::Operation::Create, pod);
         let env = verno_jmespath::NoEnv;
         let mut ctx = build_context(&req, &env);
         let r = evaluate_policy(&p, &[], &req, &mut ctx, &NoData);

@@ -6,6 +6,7 @@
 use crate::matching::RequestUser;
 use serde_json::{Map, Value, json};
 use std::collections::BTreeMap;
+use verno_api::Operation;
 use verno_api::images::{Attestor, RegistryCredentials};
 
 /// What a context loader found.
@@ -230,8 +231,7 @@ pub struct Asker<'a> {
 /// One admission-style request: the resource and who asks for what.
 #[derive(Debug, Clone)]
 pub struct Request<'a> {
-    /// `CREATE`, `UPDATE`, `DELETE` or `CONNECT`.
-    pub operation: &'a str,
+    pub operation: Operation,
     /// The new object (`Value::Null` on DELETE).
     pub object: &'a Value,
     /// The old object (UPDATE and DELETE).
@@ -256,7 +256,7 @@ pub struct Request<'a> {
 impl<'a> Request<'a> {
     /// `operation` on `object` and nothing else known: no old object, user, namespace labels,
     /// subresource, requested kind or extra variables. Set the rest with struct update syntax.
-    pub fn new(operation: &'a str, object: &'a Value) -> Request<'a> {
+    pub fn new(operation: Operation, object: &'a Value) -> Request<'a> {
         Request {
             operation,
             object,
@@ -288,7 +288,7 @@ impl<'a> Request<'a> {
     }
 
     pub fn is_delete(&self) -> bool {
-        self.operation.eq_ignore_ascii_case("DELETE")
+        self.operation == Operation::Delete
     }
 }
 

@@ -465,7 +465,7 @@ mod tests {
     /// Results of `doc` for `object`, through the front door as a background scan runs it.
     fn scanned(doc: Value, object: Value) -> Vec<Value> {
         let set = crate::PolicySet::new(vec![std::sync::Arc::new(policy(doc))], Vec::new());
-        let req = crate::Request::new("CREATE", &object);
+        let req = crate::Request::new(crate::Operation::Create, &object);
         let out = set.evaluate(&req, crate::Scope::BACKGROUND, &verno_jmespath::NoEnv, &crate::NoData, &mut ());
         out.responses.iter().flat_map(|(i, r)| results(&set.policies()[*i], r)).collect()
     }
@@ -483,7 +483,7 @@ mod tests {
                 "auditAnnotations": [{"key": "ns", "valueExpression": "object.metadata.name"}]}});
         let set = crate::PolicySet::new(vec![std::sync::Arc::new(policy(gpol))], Vec::new());
         let ns = json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "team"}});
-        let req = crate::Request::new("CREATE", &ns);
+        let req = crate::Request::new(crate::Operation::Create, &ns);
         let out = set.evaluate(&req, crate::Scope::APPLY, &verno_jmespath::NoEnv, &crate::NoData, &mut ());
         let got: Vec<Value> = out.responses.iter().flat_map(|(i, r)| results(&set.policies()[*i], r)).collect();
         assert_eq!(got.len(), 1, "{got:?}");
@@ -573,7 +573,7 @@ mod tests {
             let object = pod(ns);
             let req = crate::Request {
                 asker: crate::Asker { user: None, info: crate::UserInfoRef::Json(&admin) },
-                ..crate::Request::new("CREATE", &object)
+                ..crate::Request::new(crate::Operation::Create, &object)
             };
             let out = set.evaluate(&req, crate::Scope::ALL, &verno_jmespath::NoEnv, &crate::NoData, &mut ());
             out.responses.iter().map(|(_, r)| r.rules.len()).sum::<usize>()
@@ -624,7 +624,7 @@ mod tests {
             crate::Compiled::Exception(_) => panic!("a policy"),
         };
         let set = crate::PolicySet::new(vec![std::sync::Arc::new(compiled)], Vec::new());
-        let req = crate::Request::new("CREATE", &bare);
+        let req = crate::Request::new(crate::Operation::Create, &bare);
         let out = set.evaluate(&req, crate::Scope::BACKGROUND, &verno_jmespath::NoEnv, &crate::NoData, &mut ());
         let got: Vec<Value> = out.responses.iter().flat_map(|(i, r)| results(&set.policies()[*i], r)).collect();
         assert_eq!(got.len(), 1, "{got:?}");

@@ -23,7 +23,7 @@ use serde_json::Value;
 use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, RwLock};
 use verno_api::AdmissionRequest;
-use verno_api::Kind;
+use verno_api::{Kind, Operation};
 use verno_jmespath::Env;
 
 /// Label key → value.
@@ -506,7 +506,10 @@ impl PolicySet {
         data: &dyn Data,
     ) {
         let Some(old) = req.old_object.filter(|o| !o.is_null()) else { return };
-        if req.operation != "UPDATE" || req.object.is_null() || !matches!(p.kind, Kind::ClusterPolicy | Kind::Policy) {
+        if req.operation != Operation::Update
+            || req.object.is_null()
+            || !matches!(p.kind, Kind::ClusterPolicy | Kind::Policy)
+        {
             return;
         }
         let eligible = |rr: &crate::outcome::RuleResponse| {
@@ -528,7 +531,7 @@ impl PolicySet {
             cluster_roles: vec!["kyverno:invalidrole".into()],
         };
         let before = Request {
-            operation: "CREATE",
+            operation: Operation::Create,
             object: old,
             old_object: None,
             asker: Asker { user: Some(&nobody), ..req.asker },
@@ -814,7 +817,7 @@ impl PolicySet {
             cluster_roles,
         };
         let request = Request {
-            operation: &req.operation,
+            operation: req.operation,
             object: &req.object,
             old_object: Some(&req.old_object).filter(|o| !o.is_null()),
             asker: Asker { user: Some(&user), info: UserInfoRef::Sent(&req.user_info) },

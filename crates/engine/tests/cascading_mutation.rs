@@ -21,7 +21,7 @@ fn mutated(pod: &Value) -> Value {
                 "mutate": {"patchStrategicMerge": {"metadata": {"labels": {"+(backup)": "yes"}}}}}]}});
     let Ok(Compiled::Policy(p)) = compile(&doc, &[]) else { panic!("does not compile") };
     let set = PolicySet::new(vec![Arc::new(p)], Vec::new());
-    let req = Request::new("CREATE", pod);
+    let req = Request::new(verno_engine::Operation::Create, pod);
     let scope = Scope::webhook(Route::Kyverno(Hook::Mutate, Filter::All));
     let out = set.evaluate(&req, scope, &verno_jmespath::NoEnv, &NoData, &mut Quiet);
     out.patched.unwrap_or_else(|| pod.clone())

@@ -25,8 +25,14 @@ fn deployment_allowed(set: &PolicySet) -> bool {
     let deploy = json!({"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "web", "namespace": "team"},
         "spec": {"selector": {"matchLabels": {"app": "web"}}, "template": {"metadata": {"labels": {"app": "web"}},
             "spec": {"containers": [{"name": "c", "image": "nginx:latest"}]}}}});
-    set.evaluate(&Request::new("CREATE", &deploy), Scope::ALL, &verno_jmespath::NoEnv, &verno_engine::NoData, &mut ())
-        .allowed()
+    set.evaluate(
+        &Request::new(verno_engine::Operation::Create, &deploy),
+        Scope::ALL,
+        &verno_jmespath::NoEnv,
+        &verno_engine::NoData,
+        &mut (),
+    )
+    .allowed()
 }
 
 fn rule(resources: Value) -> Value {

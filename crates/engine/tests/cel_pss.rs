@@ -41,7 +41,10 @@ fn failing(set: &PolicySet, review: &Value) -> Vec<String> {
             user: None,
             info: r.get("userInfo").map_or(verno_engine::UserInfoRef::Unknown, verno_engine::UserInfoRef::Json),
         },
-        ..Request::new(r["operation"].as_str().unwrap_or("CREATE"), &r["object"])
+        ..Request::new(
+            r["operation"].as_str().and_then(verno_engine::Operation::parse).unwrap_or_default(),
+            &r["object"],
+        )
     };
     let out = set.evaluate(&req, Scope::ALL, &verno_jmespath::NoEnv, &NoData, &mut ());
     let mut out: Vec<String> = out

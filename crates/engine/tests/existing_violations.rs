@@ -25,7 +25,7 @@ fn pod(labels: Value, privileged: bool) -> Value {
 
 /// (allowed, the rule's status and message) for an UPDATE from `old` to `new`.
 fn update(set: &PolicySet, old: &Value, new: &Value) -> (bool, Status, String) {
-    let req = Request { old_object: Some(old), ..Request::new("UPDATE", new) };
+    let req = Request { old_object: Some(old), ..Request::new(verno_engine::Operation::Update, new) };
     let out = set.evaluate(&req, Scope::ALL, &verno_jmespath::NoEnv, &verno_engine::NoData, &mut ());
     let allowed = out.allowed();
     let r = out.into_responses().into_iter().flat_map(|r| r.rules).next().unwrap();
@@ -51,7 +51,7 @@ fn an_update_of_an_object_that_already_violated_is_not_refused() {
     assert_eq!(status, Status::Fail);
     // So are creations, whatever came before.
     let out = s.evaluate(
-        &Request::new("CREATE", &pod(json!({}), false)),
+        &Request::new(verno_engine::Operation::Create, &pod(json!({}), false)),
         Scope::ALL,
         &verno_jmespath::NoEnv,
         &verno_engine::NoData,
@@ -95,7 +95,11 @@ fn rules_matching_a_subresource_or_a_requester_are_not_waived_by_the_old_object(
     let old = pod(json!({}), false);
     let mut new = old.clone();
     new["spec"]["ephemeralContainers"] = json!([{"name": "debugger", "image": "busybox"}]);
-    let req = Request { old_object: Some(&old), subresource: "ephemeralcontainers", ..Request::new("UPDATE", &new) };
+    let req = Request {
+        old_object: Some(&old),
+        subresource: "ephemeralcontainers",
+        ..Request::new(verno_engine::Operation::Update, &new)
+    };
     let out = debug.evaluate(&req, Scope::ALL, &verno_jmespath::NoEnv, &verno_engine::NoData, &mut ());
     assert!(!out.allowed(), "kubectl debug must be refused");
 
@@ -106,7 +110,7 @@ fn rules_matching_a_subresource_or_a_requester_are_not_waived_by_the_old_object(
     let req = Request {
         old_object: Some(&old),
         asker: Asker { user: Some(&alice), ..Asker::default() },
-        ..Request::new("UPDATE", &new)
+        ..Request::new(verno_engine::Operation::Update, &new)
     };
     let out = by_alice.evaluate(&req, Scope::ALL, &verno_jmespath::NoEnv, &verno_engine::NoData, &mut ());
     assert!(!out.allowed(), "a rule for alice's requests keeps its violation");

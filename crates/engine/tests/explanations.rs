@@ -28,7 +28,7 @@ fn reasons_are_given_to_callers_that_keep_responses() {
     let Ok(Compiled::Policy(p)) = compile(&doc, &[]) else { panic!("compiles") };
     let set = PolicySet::new(vec![Arc::new(p)], Vec::new());
     let pod = json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "x", "namespace": "default"}});
-    let req = Request::new("CREATE", &pod);
+    let req = Request::new(verno_engine::Operation::Create, &pod);
     let route = || Route::Kyverno(Hook::Validate, Filter::All);
     for (scope, explained) in
         [(Scope::ALL, true), (Scope::webhook(route()).keeping_responses(), true), (Scope::webhook(route()), false)]

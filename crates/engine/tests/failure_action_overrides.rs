@@ -32,7 +32,7 @@ fn admitted(p: &Arc<verno_engine::CompiledPolicy>, ns: &str, labels: &[(&str, &s
         "spec": {"containers": [{"name": "c", "image": "nginx"}]}});
     let labels: BTreeMap<String, String> = labels.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect();
     let set = PolicySet::new(vec![p.clone()], Vec::new());
-    let req = Request { namespace_labels: Some(&labels), ..Request::new("CREATE", &pod) };
+    let req = Request { namespace_labels: Some(&labels), ..Request::new(verno_engine::Operation::Create, &pod) };
     let out = set.evaluate(&req, Scope::ALL, &verno_jmespath::NoEnv, &verno_engine::NoData, &mut ());
     out.allowed()
 }
@@ -109,8 +109,13 @@ fn an_error_in_a_rule_that_does_not_enforce_here_refuses_nothing() {
     let pod = json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "web", "namespace": "shop", "labels": {"team": "a"}},
         "spec": {"containers": [{"name": "c", "image": "nginx"}]}});
     let set = PolicySet::new(vec![p.clone()], Vec::new());
-    let out =
-        set.evaluate(&Request::new("CREATE", &pod), Scope::ALL, &verno_jmespath::NoEnv, &verno_engine::NoData, &mut ());
+    let out = set.evaluate(
+        &Request::new(verno_engine::Operation::Create, &pod),
+        Scope::ALL,
+        &verno_jmespath::NoEnv,
+        &verno_engine::NoData,
+        &mut (),
+    );
     assert!(out.allowed());
     // The same error in the enforcing rule refuses (failurePolicy Fail).
     let mut enforcing = doc.clone();
@@ -120,8 +125,13 @@ fn an_error_in_a_rule_that_does_not_enforce_here_refuses_nothing() {
         other => panic!("the policy does not compile: {:?}", other.err()),
     };
     let set = PolicySet::new(vec![p], Vec::new());
-    let out =
-        set.evaluate(&Request::new("CREATE", &pod), Scope::ALL, &verno_jmespath::NoEnv, &verno_engine::NoData, &mut ());
+    let out = set.evaluate(
+        &Request::new(verno_engine::Operation::Create, &pod),
+        Scope::ALL,
+        &verno_jmespath::NoEnv,
+        &verno_engine::NoData,
+        &mut (),
+    );
     assert!(!out.allowed());
 }
 
@@ -166,8 +176,14 @@ fn a_cluster_scoped_resource_takes_only_overrides_for_every_namespace() {
             other => panic!("the policy does not compile: {:?}", other.err()),
         };
         let set = PolicySet::new(vec![p], Vec::new());
-        set.evaluate(&Request::new("CREATE", &role), Scope::ALL, &verno_jmespath::NoEnv, &verno_engine::NoData, &mut ())
-            .allowed()
+        set.evaluate(
+            &Request::new(verno_engine::Operation::Create, &role),
+            Scope::ALL,
+            &verno_jmespath::NoEnv,
+            &verno_engine::NoData,
+            &mut (),
+        )
+        .allowed()
     };
     assert!(admitted(json!([{"action": "Enforce", "namespaces": ["*"]}])));
     assert!(admitted(json!([{"action": "Enforce", "namespaceSelector": {"matchLabels": {}}}])));
@@ -187,8 +203,13 @@ fn a_namespaced_policys_denial_and_warnings_name_it_without_its_namespace() {
     let pod = json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "web", "namespace": "shop"},
         "spec": {"containers": [{"name": "c", "image": "nginx"}]}});
     let set = PolicySet::new(vec![p], Vec::new());
-    let out =
-        set.evaluate(&Request::new("CREATE", &pod), Scope::ALL, &verno_jmespath::NoEnv, &verno_engine::NoData, &mut ());
+    let out = set.evaluate(
+        &Request::new(verno_engine::Operation::Create, &pod),
+        Scope::ALL,
+        &verno_jmespath::NoEnv,
+        &verno_engine::NoData,
+        &mut (),
+    );
     let message = out.denial("Pod", "shop", "web").unwrap();
     assert!(message.contains("\n\nteam:\n  need-team:"), "{message}");
     assert!(!message.contains("shop/team"), "{message}");

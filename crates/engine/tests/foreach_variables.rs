@@ -15,7 +15,7 @@ fn blocked(rule: Value, pod: &Value) -> Vec<String> {
             "match": {"any": [{"resources": {"kinds": ["Pod"]}}]}, "validate": rule}]}});
     let Ok(Compiled::Policy(p)) = compile(&doc, &[]) else { panic!("does not compile") };
     let set = PolicySet::new(vec![Arc::new(p)], Vec::new());
-    let req = Request::new("CREATE", pod);
+    let req = Request::new(verno_engine::Operation::Create, pod);
     let scope = Scope::webhook(Route::Kyverno(Hook::Validate, Filter::All));
     let out = set.evaluate(&req, scope, &verno_jmespath::NoEnv, &NoData, &mut Quiet);
     out.blocked.values().flat_map(|m| m.values().cloned()).collect()

@@ -26,7 +26,10 @@ fn pod(image: &str, annotations: Value) -> Value {
 /// The message of the refusal, or `None` when the Pod is admitted.
 fn denial(set: &PolicySet, object: &Value) -> Option<String> {
     let user = json!({"username": "alice", "groups": ["system:authenticated"]});
-    let req = Request { asker: Asker { user: None, info: UserInfoRef::Json(&user) }, ..Request::new("CREATE", object) };
+    let req = Request {
+        asker: Asker { user: None, info: UserInfoRef::Json(&user) },
+        ..Request::new(verno_engine::Operation::Create, object)
+    };
     let scope = Scope::webhook(Route::Kyverno(Hook::Validate, Filter::All));
     let out = set.evaluate(&req, scope, &verno_jmespath::NoEnv, &NoData, &mut ());
     out.blocked.get("registry").and_then(|rules| rules.get("approved")).cloned()
@@ -109,14 +112,14 @@ fn a_cancelled_evaluation_stops_at_the_next_element_and_is_not_allowed() {
     let scope = Scope::webhook(Route::Kyverno(Hook::Validate, Filter::All));
     // Not cancelled: every pair is checked and the Pod is admitted.
     let never = GivesUp { after: usize::MAX, checks: Default::default() };
-    let out = set.evaluate(&Request::new("CREATE", &object), scope, &never, &NoData, &mut ());
+    let out = set.evaluate(&Request::new(verno_engine::Operation::Create, &object), scope, &never, &NoData, &mut ());
     assert!(out.allowed() && !out.cancelled);
     let full = never.checks.load(std::sync::atomic::Ordering::Relaxed);
     assert!(full >= 300 * 300, "asked at every element: {full}");
     // Cancelled after 1 000 checks: it stops there, is marked, and is not allowed.
     let soon = GivesUp { after: 1_000, checks: Default::default() };
     let scope = Scope::webhook(Route::Kyverno(Hook::Validate, Filter::All)).keeping_responses();
-    let out = set.evaluate(&Request::new("CREATE", &object), scope, &soon, &NoData, &mut ());
+    let out = set.evaluate(&Request::new(verno_engine::Operation::Create, &object), scope, &soon, &NoData, &mut ());
     let asked = soon.checks.load(std::sync::atomic::Ordering::Relaxed);
     assert!(asked < 1_000 + 400, "stopped soon after the caller gave up: {asked} checks");
     assert!(!out.allowed());

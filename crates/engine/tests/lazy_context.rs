@@ -40,7 +40,13 @@ fn run(context: Value, validate: Value, preconditions: Option<Value>) -> (Status
         "metadata": {"name": "web", "namespace": "shop", "labels": {"team": "shop"}},
         "spec": {"containers": [{"name": "c", "image": "nginx"}]}});
     let set = PolicySet::new(vec![policy], Vec::new());
-    let out = set.evaluate(&Request::new("CREATE", &pod), Scope::ALL, &verno_jmespath::NoEnv, &Cluster, &mut ());
+    let out = set.evaluate(
+        &Request::new(verno_engine::Operation::Create, &pod),
+        Scope::ALL,
+        &verno_jmespath::NoEnv,
+        &Cluster,
+        &mut (),
+    );
     let rules: Vec<_> = out.into_responses().into_iter().flat_map(|r| r.rules).collect();
     assert_eq!(rules.len(), 1, "{rules:?}");
     (rules[0].status, rules[0].message.clone())

@@ -46,8 +46,13 @@ const VPOL: Route =
 /// The denial, if any, of a Pod in `ns`.
 fn denial(set: &PolicySet, data: &Port, ns: &str) -> Option<String> {
     let object = pod(ns);
-    let out =
-        set.evaluate(&Request::new("CREATE", &object), Scope::webhook(VPOL), &verno_jmespath::NoEnv, data, &mut ());
+    let out = set.evaluate(
+        &Request::new(verno_engine::Operation::Create, &object),
+        Scope::webhook(VPOL),
+        &verno_jmespath::NoEnv,
+        data,
+        &mut (),
+    );
     out.denial("Pod", ns, "p")
 }
 
@@ -90,7 +95,7 @@ fn the_labels_of_a_held_namespace_serve_namespace_selectors() {
         let object = pod(ns);
         let route = Route::Kyverno(Hook::Validate, Filter::All);
         !set.evaluate(
-            &Request::new("CREATE", &object),
+            &Request::new(verno_engine::Operation::Create, &object),
             Scope::webhook(route),
             &verno_jmespath::NoEnv,
             &Port::default(),
@@ -137,8 +142,14 @@ fn validate_cel_in_a_cluster_policy_reads_a_held_namespace_too() {
     let run = |ns: &str| {
         let object = pod(ns);
         let route = Route::Kyverno(Hook::Validate, Filter::All);
-        set.evaluate(&Request::new("CREATE", &object), Scope::webhook(route), &verno_jmespath::NoEnv, &port, &mut ())
-            .denial("Pod", ns, "p")
+        set.evaluate(
+            &Request::new(verno_engine::Operation::Create, &object),
+            Scope::webhook(route),
+            &verno_jmespath::NoEnv,
+            &port,
+            &mut (),
+        )
+        .denial("Pod", ns, "p")
     };
     assert_eq!(run("held"), None);
     assert!(port.0.lock().unwrap().is_empty());

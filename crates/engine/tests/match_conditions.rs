@@ -21,8 +21,14 @@ fn allowed(conditions: serde_json::Value, namespace: &str) -> bool {
     let pod = json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "web", "namespace": namespace},
         "spec": {"containers": [{"name": "c", "image": "nginx"}]}});
     let set = PolicySet::new(vec![p], Vec::new());
-    set.evaluate(&Request::new("CREATE", &pod), Scope::ALL, &verno_jmespath::NoEnv, &verno_engine::NoData, &mut ())
-        .allowed()
+    set.evaluate(
+        &Request::new(verno_engine::Operation::Create, &pod),
+        Scope::ALL,
+        &verno_jmespath::NoEnv,
+        &verno_engine::NoData,
+        &mut (),
+    )
+    .allowed()
 }
 
 #[test]

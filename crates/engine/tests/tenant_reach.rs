@@ -82,7 +82,7 @@ fn config_map(ns: &str, annotations: Value) -> Value {
 /// `(rule, status, message)` of every rule that ran on `object`.
 fn run(policies: Vec<Value>, object: &Value, dry_run: bool, data: &Cluster) -> Vec<(String, Status, String)> {
     let set = PolicySet::new(policies.into_iter().map(compiled).collect(), Vec::new());
-    let req = Request { dry_run, ..Request::new("CREATE", object) };
+    let req = Request { dry_run, ..Request::new(verno_engine::Operation::Create, object) };
     let out = set.evaluate(&req, Scope::ALL, &verno_jmespath::NoEnv, data, &mut ());
     out.into_responses().into_iter().flat_map(|r| r.rules).map(|r| (r.name.to_string(), r.status, r.message)).collect()
 }

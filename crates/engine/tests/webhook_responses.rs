@@ -56,7 +56,13 @@ fn each_policy_response_holds_its_own_rules_only() {
         "spec": {"containers": [{"name": "c", "image": "busybox"}]}});
     let mut seen = Seen::default();
     let scope = Scope::webhook(Route::Kyverno(Hook::Validate, Filter::All));
-    set.evaluate(&Request::new("CREATE", &pod), scope, &verno_jmespath::NoEnv, &NoData, &mut seen);
+    set.evaluate(
+        &Request::new(verno_engine::Operation::Create, &pod),
+        scope,
+        &verno_jmespath::NoEnv,
+        &NoData,
+        &mut seen,
+    );
     assert_eq!(
         seen.0,
         vec![
@@ -149,7 +155,13 @@ fn rules_a_kind_rules_out_are_skipped_with_the_same_results() {
     let route = Route::Kyverno(Hook::Validate, Filter::All);
     let run = |scope: Scope| {
         let mut seen = Seen::default();
-        set.evaluate(&Request::new("CREATE", &pod), scope, &verno_jmespath::NoEnv, &NoData, &mut seen);
+        set.evaluate(
+            &Request::new(verno_engine::Operation::Create, &pod),
+            scope,
+            &verno_jmespath::NoEnv,
+            &NoData,
+            &mut seen,
+        );
         seen.0.into_iter().map(|(p, rules, _)| (p, rules)).collect::<Vec<_>>()
     };
     let gated = run(Scope::webhook(route.clone()));
@@ -193,7 +205,13 @@ fn an_audit_only_policys_error_refuses_nothing() {
         };
         let set = PolicySet::new(vec![p], Vec::new());
         let scope = Scope::webhook(Route::Kyverno(Hook::Validate, Filter::All));
-        let out = set.evaluate(&Request::new("CREATE", &pod), scope, &verno_jmespath::NoEnv, &NoData, &mut ());
+        let out = set.evaluate(
+            &Request::new(verno_engine::Operation::Create, &pod),
+            scope,
+            &verno_jmespath::NoEnv,
+            &NoData,
+            &mut (),
+        );
         assert_eq!(out.denial("Pod", "default", "x").is_some(), refused, "{action} / {failure}");
     }
 }

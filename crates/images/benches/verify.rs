@@ -115,7 +115,7 @@ fn rule(bencher: divan::Bencher, cache: Option<Cache>) {
     let data = Images(Arc::new(v));
     let object = pod(&f.image);
     bencher.bench_local(|| {
-        let req = Request::new("CREATE", &object);
+        let req = Request::new(verno_engine::Operation::Create, &object);
         let out = set.evaluate(&req, Scope::ALL, &verno_jmespath::NoEnv, &data, &mut ());
         assert!(out.allowed());
     });

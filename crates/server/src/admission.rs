@@ -9,7 +9,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Instant;
 use verno_api::admission::Status as ReviewStatus;
-use verno_api::{AdmissionRequest, AdmissionResponse, AdmissionReview, Kind};
+use verno_api::{AdmissionRequest, AdmissionResponse, AdmissionReview, Kind, Operation};
 use verno_engine::{
     Filter, Hook, NoData, Notice, Observer, PolicyResponse, PolicySet, ResourceRef, Route, RuleType, Status, jsonpatch,
 };
@@ -37,7 +37,7 @@ pub struct Outcome {
     pub allowed: bool,
     pub kind: String,
     pub namespace: String,
-    pub operation: String,
+    pub operation: Operation,
     pub results: Vec<RuleResult>,
     /// Per policy (its index in the set): seconds spent evaluating it.
     pub policy_seconds: Vec<(usize, f64)>,
@@ -303,9 +303,9 @@ pub fn allows_on_error(set: &PolicySet, route: &Route) -> bool {
 /// What a request must carry to be evaluated at all: the object of a CREATE or UPDATE, the old
 /// object of a DELETE. Without it no policy could match, and admitting would be fail-open.
 fn missing_object(req: &AdmissionRequest) -> Option<&'static str> {
-    match req.operation.as_str() {
-        "CREATE" | "UPDATE" if !req.object.is_object() => Some("request.object must be an object"),
-        "DELETE" if !req.old_object.is_object() => Some("request.oldObject must be an object"),
+    match req.operation {
+        Operation::Create | Operation::Update if !req.object.is_object() => Some("request.object must be an object"),
+        Operation::Delete if !req.old_object.is_object() => Some("request.oldObject must be an object"),
         _ => None,
     }
 }
@@ -348,7 +348,7 @@ pub fn review_with(set: &PolicySet, route: Route, review: &AdmissionReview, opts
             allowed: false,
             kind: req.kind_name().to_string(),
             namespace: req.namespace_name().to_string(),
-            operation: req.operation.clone(),
+            operation: req.operation,
             results: Vec::new(),
             policy_seconds: Vec::new(),
             notices: Vec::new(),
@@ -359,7 +359,7 @@ pub fn review_with(set: &PolicySet, route: Route, review: &AdmissionReview, opts
     // Mutating webhooks see no uid on CREATE (the API server assigns it later): the writer
     // finds the object by name.
     let reporting = reports
-        && matches!(req.operation.as_str(), "CREATE" | "UPDATE")
+        && matches!(req.operation, Operation::Create | Operation::Update)
         && req.sub_resource.is_empty()
         && !req.object_name().is_empty();
     let mut recorder = Recorder {
@@ -413,7 +413,7 @@ pub fn review_with(set: &PolicySet, route: Route, review: &AdmissionReview, opts
         allowed,
         kind: kind.to_string(),
         namespace: namespace.to_string(),
-        operation: req.operation.clone(),
+        operation: req.operation,
         results: recorder.results,
         policy_seconds: recorder.policy_seconds,
         notices,
@@ -447,7 +447,7 @@ pub fn validate_policy_review(review: &AdmissionReview) -> AdmissionReview {
                 .err()
                 .map(|e| e.with_path())
                 .or_else(|| {
-                    (req.operation == "UPDATE" && req.old_object.is_object())
+                    (req.operation == Operation::Update && req.old_object.is_object())
                         .then(|| verno_engine::generate_update_allowed(&req.old_object, &req.object).err())
                         .flatten()
                 })
@@ -857,9 +857,10 @@ mod tests {
         let err = |b: &[u8]| parse(b).err().map(|e| e.to_string()).unwrap_or_default();
         assert_eq!(err(b"[]"), "invalid AdmissionReview: expected a JSON object");
         assert_eq!(err(br#"{"request": {}}"#), "invalid AdmissionReview: request.uid is missing");
-        assert!(
-            err(br#"{"request": {"uid": "1", "operation": 7}}"#).starts_with("invalid AdmissionReview: invalid type")
-        );
+        let e7 = err(br#"{"request": {"uid": "1", "operation": 7}}"#);
+        assert!(e7.starts_with("invalid AdmissionReview: invalid type"), "{e7}");
+        let odd = err(br#"{"request": {"uid": "1", "operation": "PATCH"}}"#);
+        assert!(odd.starts_with("invalid AdmissionReview: unknown operation \"PATCH\", expected CREATE"), "{odd}");
         assert!(parse(br#"{"request": {"uid": "1"}}"#).is_ok());
     }
 }

@@ -723,7 +723,7 @@ async fn policy_validate(state: Arc<AppState>, body: Bytes) -> Response {
     if let (true, Some(access), Some(req)) = (allowed, state.access.get().cloned(), review.request.as_ref())
         && matches!(req.kind.kind.as_str(), "ClusterPolicy" | "Policy")
         && req.kind.group == "kyverno.io"
-        && matches!(req.operation.as_str(), "CREATE" | "UPDATE")
+        && matches!(req.operation, verno_api::Operation::Create | verno_api::Operation::Update)
         && let Some(refusal) = access_refusal(&*access, &req.object).await
     {
         let warnings = answer.response.as_ref().map(|r| r.warnings.clone()).unwrap_or_default();

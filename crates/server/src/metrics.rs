@@ -807,7 +807,7 @@ impl Metrics {
         let t = &mut *guard;
         let kind = self.label(&mut t.labels, &o.kind);
         let ns = self.label(&mut t.labels, &o.namespace);
-        let operation = self.operation(t, &o.operation);
+        let operation = self.operation(t, o.operation.as_str());
         let id = AdmissionId {
             names: [address(&kind), address(&ns), address(&operation)],
             allowed: o.allowed,

@@ -104,7 +104,7 @@ fn pod(images: &[&str]) -> Value {
 
 /// (status, message) of every response of the rule, verify phase first.
 fn run(set: &PolicySet, object: &Value, data: &dyn Data) -> (Vec<(Status, String)>, crate::Outcome) {
-    let req = Request::new("CREATE", object);
+    let req = Request::new(crate::Operation::Create, object);
     let out = set.evaluate(&req, Scope::ALL, &verno_jmespath::NoEnv, data, &mut ());
     let rows = out.responses.iter().flat_map(|(_, r)| r.rules.iter().map(|x| (x.status, x.message.clone()))).collect();
     (rows, out)
@@ -301,7 +301,7 @@ fn an_unchanged_image_verified_before_is_not_checked_again() {
     old["metadata"]["annotations"] = json!({ANNOTATION_SCOPED: json!({"version": 1, "policies": {"/check-images": {"signed": {"ghcr.io/acme/app:v1": "pass"}}}}).to_string()});
     let new = old.clone();
     let v = Arc::new(Scripted::default());
-    let req = Request { old_object: Some(&old), ..Request::new("UPDATE", &new) };
+    let req = Request { old_object: Some(&old), ..Request::new(crate::Operation::Update, &new) };
     let out = set.evaluate(&req, Scope::ALL, &verno_jmespath::NoEnv, &WithVerifier(v.clone()), &mut ());
     assert!(out.allowed(), "{:?}", out.responses);
     assert!(v.asked.lock().map(|a| a.is_empty()).unwrap_or(false));
