@@ -315,6 +315,24 @@ mod tests {
 
     const POLICY: &str = "apiVersion: kyverno.io/v1\nkind: ClusterPolicy\nmetadata:\n  name: p\n";
 
+    #[test]
+    fn a_request_operation_value_must_be_one_the_api_server_sends() {
+        let file = Path::new("values.yaml");
+        let global = serde_json::json!({"globalValues": {"request.operation": "PATCH"}});
+        let err = parse_values(&global, file).err().map(|e| e.to_string()).unwrap_or_default();
+        assert_eq!(
+            err,
+            "values.yaml: invalid request.operation value \"PATCH\", must be one of CREATE, UPDATE, DELETE, CONNECT"
+        );
+        let per_resource = serde_json::json!({"policies": [{"name": "p", "resources": [
+            {"name": "r", "values": {"request.operation": "GET"}}]}]});
+        assert!(parse_values(&per_resource, file).is_err());
+        for ok in ["CREATE", "update", "DELETE", "CONNECT"] {
+            let v = serde_json::json!({"globalValues": {"request.operation": ok}});
+            assert!(parse_values(&v, file).is_ok(), "{ok}");
+        }
+    }
+
     fn names(files: &[PathBuf], root: &Path) -> Vec<String> {
         files.iter().map(|f| f.strip_prefix(root).unwrap_or(f).display().to_string()).collect()
     }
