@@ -13,6 +13,17 @@ pub mod meta;
 pub mod policy;
 pub mod strict;
 
+/// The parts an in-cluster replica's readiness waits for: the controller says when each is
+/// done, the server's `/readyz` answers with what is missing. Declared here, the one crate both
+/// depend on, so the two agree without depending on each other.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ReadyPart {
+    /// The policy watch has synced and a set is installed.
+    Policies = 1,
+    /// The serving certificate from the pair Secret is loaded.
+    Certificate = 2,
+}
+
 pub use admission::{AdmissionRequest, AdmissionResponse, AdmissionReview, Operation};
 pub use cli::{Test, TestResult, UserInfoFile, Values};
 pub use exception::PolicyException;

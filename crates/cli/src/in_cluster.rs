@@ -36,10 +36,6 @@ impl Serving for Webhook {
         Ok(self.server.set_certificate(cert_pem, key_pem)?)
     }
     fn set_ready(&self, part: ReadyPart, done: bool) {
-        let part = match part {
-            ReadyPart::Policies => verno_server::ReadyPart::Policies,
-            ReadyPart::Certificate => verno_server::ReadyPart::Certificate,
-        };
         self.server.set_ready_part(part, done);
     }
     fn report_events(&self, tx: tokio::sync::mpsc::Sender<Notice>) {

@@ -5,14 +5,7 @@
 use std::sync::Arc;
 use verno_engine::{Notice, PolicyResponse, PolicySet};
 
-/// The parts readiness waits for in a cluster.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum ReadyPart {
-    /// The policy watch has synced and a set is installed.
-    Policies,
-    /// The serving certificate from the pair Secret is loaded.
-    Certificate,
-}
+pub use verno_api::ReadyPart;
 
 /// What the controller asks of the admission server.
 pub trait Serving: Send + Sync + 'static {

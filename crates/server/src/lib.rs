@@ -806,12 +806,7 @@ async fn metrics_handler(State(state): State<Arc<AppState>>) -> Response {
         .into_response()
 }
 
-/// What readiness waits for in-cluster.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum ReadyPart {
-    Policies = 1,
-    Certificate = 2,
-}
+pub use verno_api::ReadyPart;
 
 /// A started server: where it listens, and how to stop it.
 pub struct Running {
