@@ -32,12 +32,22 @@ pub struct ManifestsArgs {
     pub server_url: Option<String>,
 }
 
+/// Why a `--server-url` is refused.
+#[derive(Debug, thiserror::Error)]
+pub enum ServerUrlError {
+    #[error("the server URL must start with https://")]
+    NotHttps,
+    /// The URL as given, which has no host or more than a host and port.
+    #[error("{0:?}: expected https://HOST[:PORT] with no path")]
+    NotHostPort(String),
+}
+
 /// An `https://` URL with a host and nothing after the port.
-pub fn parse_server_url(s: &str) -> Result<String, String> {
-    let rest = s.strip_prefix("https://").ok_or("the server URL must start with https://")?;
+pub fn parse_server_url(s: &str) -> Result<String, ServerUrlError> {
+    let rest = s.strip_prefix("https://").ok_or(ServerUrlError::NotHttps)?;
     let rest = rest.trim_end_matches('/');
     if rest.is_empty() || rest.contains(['/', '?', '#', '@']) {
-        return Err(format!("{s:?}: expected https://HOST[:PORT] with no path"));
+        return Err(ServerUrlError::NotHostPort(s.to_string()));
     }
     Ok(format!("https://{rest}"))
 }
@@ -109,22 +119,29 @@ pub fn manifests(a: &ManifestsArgs) -> i32 {
     }
 }
 
-fn with_client<T>(f: impl AsyncFnOnce(kube::Client) -> Result<T, String>) -> Result<T, String> {
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .map_err(|e| format!("cannot start the runtime: {e}"))?;
+/// Why `break-glass` or `doctor` failed; printed after `Error: `.
+#[derive(Debug, thiserror::Error)]
+enum ClusterError {
+    #[error("cannot start the runtime: {0}")]
+    Runtime(std::io::Error),
+    #[error("cannot reach the Kubernetes API (kubeconfig or in-cluster config): {0}")]
+    Connect(kube::Error),
+    /// What the operation's API calls answered.
+    #[error("{0}")]
+    Api(#[from] kube::Error),
+}
+
+fn with_client<T>(f: impl AsyncFnOnce(kube::Client) -> Result<T, kube::Error>) -> Result<T, ClusterError> {
+    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().map_err(ClusterError::Runtime)?;
     rt.block_on(async {
-        let client = kube::Client::try_default()
-            .await
-            .map_err(|e| format!("cannot reach the Kubernetes API (kubeconfig or in-cluster config): {e}"))?;
-        f(client).await
+        let client = kube::Client::try_default().await.map_err(ClusterError::Connect)?;
+        Ok(f(client).await?)
     })
 }
 
 pub fn break_glass(a: &BreakGlassArgs) -> i32 {
     let mode = if a.restore { ops::Mode::Restore } else { ops::Mode::Ignore };
-    match with_client(async |c| ops::break_glass(&c, mode, a.dry_run).await.map_err(|e| e.to_string())) {
+    match with_client(async |c| ops::break_glass(&c, mode, a.dry_run).await) {
         Ok(lines) => {
             for l in lines {
                 println!("{}{l}", if a.dry_run { "(dry run) " } else { "" });
@@ -139,7 +156,7 @@ pub fn break_glass(a: &BreakGlassArgs) -> i32 {
 }
 
 pub fn doctor(a: &DoctorArgs) -> i32 {
-    match with_client(async |c| ops::doctor(&c, &a.namespace, "verno-controller").await.map_err(|e| e.to_string())) {
+    match with_client(async |c| ops::doctor(&c, &a.namespace, "verno-controller").await) {
         Ok(report) => {
             print!("{report}");
             0

@@ -370,8 +370,16 @@ impl verno_engine::Data for ImagesOnly {
     }
 }
 
+/// An `--omit-events` entry that is none of Kyverno's event reasons.
+#[derive(Debug, thiserror::Error)]
+#[error("unknown event reason {reason:?} (known: {})", known.join(", "))]
+struct UnknownReason {
+    reason: String,
+    known: &'static [&'static str],
+}
+
 /// `--omit-events`: a comma-separated list of Kyverno's event reasons.
-fn parse_omit_events(v: &str) -> Result<std::collections::BTreeSet<String>, String> {
+fn parse_omit_events(v: &str) -> Result<std::collections::BTreeSet<String>, UnknownReason> {
     const REASONS: [&str; 4] = ["PolicyViolation", "PolicyApplied", "PolicyError", "PolicySkipped"];
     v.split(',')
         .map(str::trim)
@@ -380,7 +388,7 @@ fn parse_omit_events(v: &str) -> Result<std::collections::BTreeSet<String>, Stri
             if REASONS.contains(&r) {
                 Ok(r.to_string())
             } else {
-                Err(format!("unknown event reason {r:?} (known: {})", REASONS.join(", ")))
+                Err(UnknownReason { reason: r.to_string(), known: &REASONS })
             }
         })
         .collect()
