@@ -14,6 +14,27 @@ use std::path::Path;
 use verno_api::TestResult;
 use verno_engine::PolicyResponse;
 
+/// Why a row's produced resources do not match its files: the reason the result table shows.
+#[derive(Debug, thiserror::Error)]
+pub enum Mismatch {
+    /// A file that could not be read (the error with its context).
+    #[error("{0:#}")]
+    Read(anyhow::Error),
+    #[error("no response recorded for this row")]
+    NoResponse,
+    #[error("resource missing")]
+    ResourceMissing,
+    /// `kind name differs from file: the first difference`.
+    #[error("{kind} {name} differs from {file}: {diff}")]
+    Differs { kind: String, name: String, file: String, diff: String },
+    #[error("no patched target {kind}/{name} (from {file})")]
+    NoPatchedTarget { kind: String, name: String, file: String },
+    #[error("{file} holds no {kind} named {name}")]
+    NotInFile { kind: String, name: String, file: String },
+    #[error("no generated {kind} named {name} (expected by {file})")]
+    NoGenerated { kind: String, name: String, file: String },
+}
+
 fn tidy(v: &Value) -> Option<Value> {
     match v {
         Value::Null => None,
@@ -83,16 +104,18 @@ fn first_diff(a: &Value, b: &Value, path: &str) -> Option<String> {
     }
 }
 
-fn compare_one(actual: &Value, expected: &Value, file: &str) -> Result<(), String> {
+fn compare_one(actual: &Value, expected: &Value, file: &str) -> Result<(), Mismatch> {
     let (a, e) = (normalize(actual), normalize(expected));
     match first_diff(&a, &e, "") {
         None => Ok(()),
-        Some(d) => Err(format!("{} {} differs from {file}: {d}", ident(actual).0, ident(actual).1)),
+        Some(diff) => {
+            Err(Mismatch::Differs { kind: ident(actual).0, name: ident(actual).1, file: file.to_string(), diff })
+        }
     }
 }
 
-fn read(base: &Path, file: &str) -> Result<Vec<Value>, String> {
-    load::read_docs(&base.join(file)).map(|d| d.into_iter().map(|x| x.value).collect()).map_err(|e| format!("{e:#}"))
+fn read(base: &Path, file: &str) -> Result<Vec<Value>, Mismatch> {
+    load::read_docs(&base.join(file)).map(|d| d.into_iter().map(|x| x.value).collect()).map_err(Mismatch::Read)
 }
 
 /// Checks a passing row's produced resources against the files its result names.
@@ -103,7 +126,7 @@ pub fn check_resources(
     resources: &[Value],
     policies: &LoadedPolicies,
     cache: &HashMap<(usize, String), Vec<PolicyResponse>>,
-) -> Result<(), String> {
+) -> Result<(), Mismatch> {
     let generated_files: Vec<&String> =
         entry.generated_resource.iter().chain(entry.generated_resources.iter()).collect();
     if entry.patched_resources.is_none() && generated_files.is_empty() {
@@ -123,7 +146,7 @@ pub fn check_resources(
         return Ok(());
     };
     let _ = policies;
-    let pr = cache.get(&(*i, op.clone())).and_then(|v| v.get(*pidx)).ok_or("no response recorded for this row")?;
+    let pr = cache.get(&(*i, op.clone())).and_then(|v| v.get(*pidx)).ok_or(Mismatch::NoResponse)?;
     let rule_names = [entry.rule.clone(), format!("autogen-{}", entry.rule), format!("autogen-cronjob-{}", entry.rule)];
     let rr = pr.rules.iter().find(|r| rule_names.iter().any(|n| n.as_str() == r.name.as_str()));
     if let Some(f) = &entry.patched_resources {
@@ -133,17 +156,14 @@ pub fn check_resources(
                 // The file may also hold the (unchanged) trigger.
                 let trigger = pr.patched.as_ref().or_else(|| resources.get(*i));
                 for e in &expected {
-                    let a = r
-                        .patched_targets()
-                        .iter()
-                        .chain(trigger)
-                        .find(|t| same(t, e))
-                        .ok_or_else(|| format!("no patched target {}/{} (from {f})", ident(e).0, ident(e).1))?;
+                    let a = r.patched_targets().iter().chain(trigger).find(|t| same(t, e)).ok_or_else(|| {
+                        Mismatch::NoPatchedTarget { kind: ident(e).0, name: ident(e).1, file: f.clone() }
+                    })?;
                     compare_one(a, e, f)?;
                 }
             }
             None => {
-                let actual = pr.patched.as_ref().or_else(|| resources.get(*i)).ok_or("resource missing")?;
+                let actual = pr.patched.as_ref().or_else(|| resources.get(*i)).ok_or(Mismatch::ResourceMissing)?;
                 // Kyverno's CLI compares a CEL mutating policy's output with the file's object of
                 // the same name and skips the comparison when the file has none; for ClusterPolicy
                 // rows a file with a single object is that object.
@@ -156,7 +176,13 @@ pub fn check_resources(
                 match e {
                     Some(e) => compare_one(actual, e, f)?,
                     None if cel => {}
-                    None => return Err(format!("{f} holds no {} named {}", ident(actual).0, ident(actual).1)),
+                    None => {
+                        return Err(Mismatch::NotInFile {
+                            kind: ident(actual).0,
+                            name: ident(actual).1,
+                            file: f.clone(),
+                        });
+                    }
                 }
             }
         }
@@ -164,10 +190,11 @@ pub fn check_resources(
     for f in generated_files {
         let generated: &[Value] = rr.map(|r| r.generated()).unwrap_or_default();
         for e in read(base, f)? {
-            let a = generated
-                .iter()
-                .find(|g| same(g, &e))
-                .ok_or_else(|| format!("no generated {} named {} (expected by {f})", ident(&e).0, ident(&e).1))?;
+            let a = generated.iter().find(|g| same(g, &e)).ok_or_else(|| Mismatch::NoGenerated {
+                kind: ident(&e).0,
+                name: ident(&e).1,
+                file: f.clone(),
+            })?;
             compare_one(a, &e, f)?;
         }
     }

@@ -435,6 +435,48 @@ fn run_test(
     log(format!("Loading test {} ( {} ) ...", test.name(), file.display()));
     log("  Loading values/variables ...".into());
     let mut data = CliData::default();
+    let user = load_values(&test, file, roots, base, &mut data)?;
+    log("  Loading policies ...".into());
+    let mut pdocs = Vec::new();
+    for p in &test.policies {
+        pdocs.extend(load::read_docs(&roots.rel(base, p)?)?);
+    }
+    let policies = load_policies(pdocs);
+    log("  Loading resources ...".into());
+    let subjects = load_subjects(&test, roots, base, log)?;
+    let mut edocs = Vec::new();
+    for p in &test.exceptions {
+        edocs.extend(load::read_docs(&roots.rel(base, p)?)?);
+    }
+    if !test.exceptions.is_empty() {
+        log("  Loading exceptions ...".into());
+    }
+    let exceptions = load_exceptions(&edocs)?;
+    load_cluster_data(&test, roots, base, &mut data)?;
+    let globals: Vec<(String, Value)> = data.values.global_values.iter().map(|(k, v)| (k.clone(), v.clone())).collect();
+    let resources = subjects.resources.len();
+    log(format!(
+        "  Applying {} {} to {} {} ...",
+        policies.compiled.len(),
+        if policies.compiled.len() == 1 { "policy" } else { "policies" },
+        resources,
+        if resources == 1 { "resource" } else { "resources" }
+    ));
+    let set = PolicySet::new(policies.compiled.clone(), exceptions);
+    let runner = Requests { set: &set, data: &data, user: user.as_ref(), globals: &globals };
+    log("  Checking results ...".into());
+    let checking = Checking { test: &test, base, subjects: &subjects, policies: &policies, runner: &runner };
+    Ok(checking.rows(selector))
+}
+
+/// The test's values (`variables` file or inline `values`) into `data`; its user info.
+fn load_values(
+    test: &Test,
+    file: &Path,
+    roots: &Roots,
+    base: &Path,
+    data: &mut CliData,
+) -> Result<Option<(RequestUser, Value)>> {
     if let Some(v) = &test.variables {
         let p = roots.rel(base, v)?;
         let docs = load::read_docs(&p)?;
@@ -452,13 +494,28 @@ fn run_test(
             user = Some(parse_user_info(&d.value, &p)?);
         }
     }
-    log("  Loading policies ...".into());
-    let mut pdocs = Vec::new();
-    for p in &test.policies {
-        pdocs.extend(load::read_docs(&roots.rel(base, p)?)?);
+    Ok(user)
+}
+
+/// What a test's rows are about: its resources, then its JSON, Envoy and HTTP payloads. The
+/// three lists are parallel.
+struct Subjects {
+    resources: Vec<Value>,
+    /// A payload's file, by which rows name it.
+    aliases: Vec<Option<String>>,
+    /// The kind an Envoy or HTTP payload is evaluated as.
+    payload_kinds: Vec<Option<PayloadKind>>,
+}
+
+impl Subjects {
+    /// The three lists as [`check_row`] takes them.
+    fn lists(&self) -> (&[Value], &[Option<String>], &[Option<PayloadKind>]) {
+        (&self.resources, &self.aliases, &self.payload_kinds)
     }
-    let policies = load_policies(pdocs);
-    log("  Loading resources ...".into());
+}
+
+/// Reads `resources`, `jsonPayloads`, `envoyPayloads` and `httpPayloads`.
+fn load_subjects(test: &Test, roots: &Roots, base: &Path, log: &dyn Fn(String)) -> Result<Subjects> {
     let mut resources: Vec<Value> = Vec::new();
     for p in &test.resources {
         for mut d in load::read_docs(&roots.rel(base, p)?)? {
@@ -497,14 +554,13 @@ fn run_test(
             }
         }
     }
-    let mut edocs = Vec::new();
-    for p in &test.exceptions {
-        edocs.extend(load::read_docs(&roots.rel(base, p)?)?);
-    }
-    if !test.exceptions.is_empty() {
-        log("  Loading exceptions ...".into());
-    }
-    let exceptions = load_exceptions(&edocs)?;
+    Ok(Subjects { resources, aliases, payload_kinds })
+}
+
+/// What policies may read besides the resource, into `data`: `clusterResources`,
+/// `targetResources`, `paramResources`, clone sources, the `context` file, API call mocks and
+/// global context entries.
+fn load_cluster_data(test: &Test, roots: &Roots, base: &Path, data: &mut CliData) -> Result<()> {
     if !test.cluster_resources.is_empty() {
         let mut cluster = Vec::new();
         for p in &test.cluster_resources {
@@ -560,88 +616,118 @@ fn run_test(
     data.api_mocks = test.api_call_responses.clone();
     data.global_entries = global_entries(&test.global_context_entries, roots, base)?;
     data.build_cel_host();
-    let globals: Vec<(String, Value)> = data.values.global_values.iter().map(|(k, v)| (k.clone(), v.clone())).collect();
-    log(format!(
-        "  Applying {} {} to {} {} ...",
-        policies.compiled.len(),
-        if policies.compiled.len() == 1 { "policy" } else { "policies" },
-        resources.len(),
-        if resources.len() == 1 { "resource" } else { "resources" }
-    ));
-    let set = PolicySet::new(policies.compiled.clone(), exceptions);
-    let runner = Requests { set: &set, data: &data, user: user.as_ref(), globals: &globals };
-    log("  Checking results ...".into());
-    let mut cache: HashMap<(usize, String), Vec<PolicyResponse>> = HashMap::new();
-    let mut rows = Vec::new();
-    for entry in &test.results {
-        let mut names: Vec<String> = entry.resources.clone();
-        for spec in &entry.resource_specs {
-            let n = spec.get("name").and_then(Value::as_str).unwrap_or("");
-            let ns = spec.get("namespace").and_then(Value::as_str).unwrap_or("");
-            names.push(if ns.is_empty() { n.to_string() } else { format!("{ns}/{n}") });
-        }
-        if !entry.resource.is_empty() && names.is_empty() {
-            names.push(entry.resource.clone());
-        }
-        // An Envoy/HTTP-mode policy's entry names no payload: it is about every payload of its
-        // mode, one row (as the conformance contract counts rows) that holds when each does.
-        let mode = policies
-            .compiled
-            .iter()
-            .find(|p| p.key() == entry.policy || p.name == entry.policy)
-            .and_then(|p| p.authz_request());
-        if let (true, Some(mode)) = (names.is_empty(), mode) {
-            if selector.is_some_and(|sel| !sel.keep(&entry.policy, &entry.rule, "")) {
-                continue;
+    Ok(())
+}
+
+/// A loaded test, its results checked entry by entry.
+struct Checking<'a> {
+    test: &'a Test,
+    /// The test file's folder (files named by results are relative to it).
+    base: &'a Path,
+    subjects: &'a Subjects,
+    policies: &'a LoadedPolicies,
+    runner: &'a Requests<'a>,
+}
+
+impl Checking<'_> {
+    /// One row per result entry and resource it names (those `selector` keeps).
+    fn rows(&self, selector: Option<&Selector>) -> Vec<Row> {
+        let mut cache: HashMap<(usize, String), Vec<PolicyResponse>> = HashMap::new();
+        let mut rows = Vec::new();
+        for entry in &self.test.results {
+            let mut names: Vec<String> = entry.resources.clone();
+            for spec in &entry.resource_specs {
+                let n = spec.get("name").and_then(Value::as_str).unwrap_or("");
+                let ns = spec.get("namespace").and_then(Value::as_str).unwrap_or("");
+                names.push(if ns.is_empty() { n.to_string() } else { format!("{ns}/{n}") });
             }
-            let files: Vec<String> = aliases
+            if !entry.resource.is_empty() && names.is_empty() {
+                names.push(entry.resource.clone());
+            }
+            // An Envoy/HTTP-mode policy's entry names no payload: it is about every payload of
+            // its mode, one row (as the conformance contract counts rows) that holds when each
+            // does.
+            let mode = self
+                .policies
+                .compiled
                 .iter()
-                .zip(&payload_kinds)
-                .filter(|(_, k)| **k == Some(mode))
-                .filter_map(|(a, _)| a.clone())
-                .collect();
-            let each: Vec<Row> = files
-                .iter()
-                .map(|f| check_row(entry, f, (&resources, &aliases, &payload_kinds), &policies, &runner, &mut cache))
-                .collect();
-            let mut row = match each.iter().find(|r| !r.pass).or(each.first()) {
-                Some(r) => r.clone(),
-                None => check_row(entry, "", (&resources, &aliases, &payload_kinds), &policies, &runner, &mut cache),
-            };
-            row.resource = String::new();
-            row.display = files.join(", ");
-            rows.push(row);
-            continue;
-        }
-        if names.is_empty() {
-            names.push(String::new());
-        }
-        for name in names {
-            if let Some(sel) = selector
-                && !sel.keep(&entry.policy, &entry.rule, &name)
-            {
-                continue;
-            }
-            let mut row =
-                check_row(entry, &name, (&resources, &aliases, &payload_kinds), &policies, &runner, &mut cache);
-            // A payload (JSON, Envoy) is shown by its file.
-            if !name.is_empty() && aliases.iter().flatten().any(|a| *a == name) {
-                row.display = name.clone();
-            }
-            if row.source.is_some() || row.pass {
-                // A produced resource that differs from the file makes the result `fail`, as
-                // with Kyverno: a test may expect exactly that.
-                if let Err(why) = compare::check_resources(entry, base, &row, &resources, &policies, &cache) {
-                    row.actual = "fail".into();
-                    row.pass = row.expected == "fail";
-                    row.table_reason = if row.pass { "Ok".into() } else { "Resource diff".into() };
-                    row.reason = if row.pass { String::new() } else { why };
+                .find(|p| p.key() == entry.policy || p.name == entry.policy)
+                .and_then(|p| p.authz_request());
+            if let (true, Some(mode)) = (names.is_empty(), mode) {
+                if selector.is_some_and(|sel| !sel.keep(&entry.policy, &entry.rule, "")) {
+                    continue;
                 }
+                rows.push(self.payloads_row(entry, mode, &mut cache));
+                continue;
             }
-            rows.push(row);
+            if names.is_empty() {
+                names.push(String::new());
+            }
+            for name in names {
+                if let Some(sel) = selector
+                    && !sel.keep(&entry.policy, &entry.rule, &name)
+                {
+                    continue;
+                }
+                rows.push(self.resource_row(entry, &name, &mut cache));
+            }
         }
+        rows
     }
-    Ok(rows)
+
+    /// The one row of an entry about every payload of an Envoy or HTTP mode: the first
+    /// payload's row that fails, else the first's.
+    fn payloads_row(
+        &self,
+        entry: &TestResult,
+        mode: PayloadKind,
+        cache: &mut HashMap<(usize, String), Vec<PolicyResponse>>,
+    ) -> Row {
+        let s = self.subjects;
+        let files: Vec<String> = s
+            .aliases
+            .iter()
+            .zip(&s.payload_kinds)
+            .filter(|(_, k)| **k == Some(mode))
+            .filter_map(|(a, _)| a.clone())
+            .collect();
+        let each: Vec<Row> =
+            files.iter().map(|f| check_row(entry, f, s.lists(), self.policies, self.runner, cache)).collect();
+        let mut row = match each.iter().find(|r| !r.pass).or(each.first()) {
+            Some(r) => r.clone(),
+            None => check_row(entry, "", s.lists(), self.policies, self.runner, cache),
+        };
+        row.resource = String::new();
+        row.display = files.join(", ");
+        row
+    }
+
+    /// The row of an entry for one resource (`name`, empty when the entry names none), its
+    /// produced resources compared with the entry's files.
+    fn resource_row(
+        &self,
+        entry: &TestResult,
+        name: &str,
+        cache: &mut HashMap<(usize, String), Vec<PolicyResponse>>,
+    ) -> Row {
+        let s = self.subjects;
+        let mut row = check_row(entry, name, s.lists(), self.policies, self.runner, cache);
+        // A payload (JSON, Envoy) is shown by its file.
+        if !name.is_empty() && s.aliases.iter().flatten().any(|a| *a == name) {
+            row.display = name.to_string();
+        }
+        if row.source.is_some() || row.pass {
+            // A produced resource that differs from the file makes the result `fail`, as
+            // with Kyverno: a test may expect exactly that.
+            if let Err(why) = compare::check_resources(entry, self.base, &row, &s.resources, self.policies, cache) {
+                row.actual = "fail".into();
+                row.pass = row.expected == "fail";
+                row.table_reason = if row.pass { "Ok".into() } else { "Resource diff".into() };
+                row.reason = if row.pass { String::new() } else { why.to_string() };
+            }
+        }
+        row
+    }
 }
 
 #[allow(clippy::too_many_arguments)]
