@@ -1,11 +1,11 @@
 //! `verno apply`: evaluate policies on manifests, print failures and Kyverno's summary line.
 
 use crate::data::{CliData, Requests};
-use crate::load::{self, load_exceptions, load_policies, parse_user_info, parse_values};
+use crate::load::{self, LoadedPolicies, load_exceptions, load_policies, parse_user_info, parse_values};
 use anyhow::{Result, anyhow, bail};
 use serde_json::{Value, json};
 use std::path::PathBuf;
-use verno_engine::{PolicySet, Status};
+use verno_engine::{CompiledPolicy, PolicyResponse, PolicySet, RequestUser, Status};
 
 #[derive(Debug, Clone, clap::Args)]
 pub struct ApplyArgs {
@@ -63,6 +63,63 @@ fn parse_set(s: &str) -> Result<(String, Value)> {
 }
 
 fn run_inner(args: &ApplyArgs) -> Result<i32> {
+    let Inputs { policies, resources, set, data, user, globals } = load_inputs(args)?;
+    let runner = Requests { set: &set, data: &data, user: user.as_ref(), globals: &globals };
+    let out_path = args.output.as_deref().filter(|o| *o != "json" && *o != "yaml").map(PathBuf::from);
+    let format = args.output.as_deref().filter(|o| *o == "json" || *o == "yaml");
+    let out = Printing { args, machine: format.is_some() || args.policy_report, to_file: out_path.is_some() };
+    if !out.machine {
+        print_header(&policies, &set, resources.len());
+    }
+    let mut tally = Tally::default();
+    let now = chrono::Utc::now().timestamp();
+    let total = resources.len();
+    for (n, r) in resources.iter().enumerate() {
+        if total >= 200 && n % 100 == 0 {
+            eprintln!("Processed {n}/{total} resources");
+        }
+        let op = runner.operation_for(None, r);
+        let responses = runner.run(r, &op);
+        let ns = r.pointer("/metadata/namespace").and_then(Value::as_str).unwrap_or("default");
+        let key =
+            format!("{ns}/{}/{}", load::kind(r), r.pointer("/metadata/name").and_then(Value::as_str).unwrap_or(""));
+        for (i, (p, resp)) in policies.compiled.iter().zip(&responses).enumerate() {
+            if args.policy_report {
+                tally.report_results.extend(
+                    verno_engine::report::results_with(p, resp, args.audit_warn)
+                        .into_iter()
+                        .map(|mut x| {
+                            subject_result(&mut x, r, now);
+                            x
+                        })
+                        .map(|x| (i, x)),
+                );
+            }
+            tally.policy(&out, p, resp, &key);
+        }
+    }
+    print_results(args, format, &policies.compiled, &mut tally)?;
+    if let Some(path) = &out_path {
+        write_outputs(path, &tally.produced)?;
+    }
+    Ok(exit_code(args, out.machine, &tally))
+}
+
+/// What `verno apply` reads before evaluating anything.
+struct Inputs {
+    policies: LoadedPolicies,
+    /// The resources to evaluate (Kyverno policies among them left out).
+    resources: Vec<Value>,
+    /// The policies with the exceptions.
+    set: PolicySet,
+    data: CliData,
+    user: Option<(RequestUser, Value)>,
+    /// The values file's global values, then `--set`.
+    globals: Vec<(String, Value)>,
+}
+
+/// Reads the policies, resources, exceptions, values file and user info of `args`.
+fn load_inputs(args: &ApplyArgs) -> Result<Inputs> {
     let mut pdocs = Vec::new();
     for p in &args.policies {
         pdocs.extend(load::read_docs(p)?);
@@ -105,125 +162,144 @@ fn run_inner(args: &ApplyArgs) -> Result<i32> {
         globals.push(parse_set(s)?);
     }
     let set = PolicySet::new(policies.compiled.clone(), exceptions);
+    Ok(Inputs { policies, resources, set, data, user, globals })
+}
+
+/// Kyverno's `Applying N policy rule(s) to M resource(s)...` line.
+fn print_header(policies: &LoadedPolicies, set: &PolicySet, resources: usize) {
     let exceptions = set.exceptions();
-    let runner = Requests { set: &set, data: &data, user: user.as_ref(), globals: &globals };
     let rule_count: usize =
         policies.compiled.iter().map(|p| p.rules.iter().filter(|r| r.autogen_of.is_none()).count()).sum();
-    let out_path = args.output.as_deref().filter(|o| *o != "json" && *o != "yaml").map(PathBuf::from);
-    let format = args.output.as_deref().filter(|o| *o == "json" || *o == "yaml");
-    let machine = format.is_some() || args.policy_report;
-    let mut produced: Vec<(String, Value)> = Vec::new();
-    let (mut mutated_any, mut generated_any) = (false, false);
-    if !machine {
-        if exceptions.is_empty() {
-            println!("\nApplying {rule_count} policy rule(s) to {} resource(s)...", resources.len());
-        } else {
+    if exceptions.is_empty() {
+        println!("\nApplying {rule_count} policy rule(s) to {resources} resource(s)...");
+    } else {
+        println!(
+            "\nApplying {rule_count} policy rule(s) to {resources} resource(s) with {} exception(s)...",
+            exceptions.len()
+        );
+    }
+}
+
+/// What is printed while evaluating: nothing per resource for machine-readable output
+/// (`-o json|yaml`, `--policy-report`); no produced resources when they go to a file.
+struct Printing<'a> {
+    args: &'a ApplyArgs,
+    machine: bool,
+    to_file: bool,
+}
+
+/// The run's counts by reported status, its results and the resources it produced.
+#[derive(Default)]
+struct Tally {
+    pass: usize,
+    fail: usize,
+    warn: usize,
+    error: usize,
+    skip: usize,
+    /// `-o json|yaml`: one entry per rule result.
+    results: Vec<Value>,
+    /// `--policy-report`: per policy, its results as the reports controller writes them.
+    report_results: Vec<(usize, Value)>,
+    /// Mutated and generated resources, with the policy that produced them.
+    produced: Vec<(String, Value)>,
+    mutated_any: bool,
+    generated_any: bool,
+}
+
+impl Tally {
+    /// One policy's response to one resource (`key`: `namespace/kind/name`): its rule results
+    /// counted, its produced resources kept, its failures printed.
+    fn policy(&mut self, out: &Printing, p: &CompiledPolicy, resp: &PolicyResponse, key: &str) {
+        let audit_warn = out.args.audit_warn;
+        let mut failures = Vec::new();
+        let mut as_warning = false;
+        for rr in &resp.rules {
+            let status = p.report_result(rr, audit_warn);
+            if rr.status == Status::Fail && status == Status::Warn {
+                as_warning = true;
+            }
+            match status {
+                Status::Pass => self.pass += 1,
+                Status::Fail => self.fail += 1,
+                Status::Warn => self.warn += 1,
+                Status::Error => self.error += 1,
+                Status::Skip => self.skip += 1,
+            }
+            if matches!(rr.status, Status::Fail | Status::Error) {
+                failures.push(rr);
+            }
+            self.results.push(json!({
+                "policy": resp.policy, "rule": rr.name, "resource": key, "result": status.as_str(), "message": rr.message,
+                "scored": p.scored,
+            }));
+        }
+        for o in self.outputs(resp) {
+            if !out.machine && !out.to_file {
+                println!("\npolicy {} applied to {key}:", resp.policy);
+                print!("{}", serde_saphyr::to_string(&o).unwrap_or_default());
+                println!("---");
+            }
+            self.produced.push((resp.policy.clone(), o));
+        }
+        if out.machine {
+            return;
+        }
+        if !failures.is_empty() {
             println!(
-                "\nApplying {rule_count} policy rule(s) to {} resource(s) with {} exception(s)...",
-                resources.len(),
-                exceptions.len()
+                "\npolicy {} -> resource {key} {}",
+                resp.policy,
+                if as_warning { "failed as audit warning:" } else { "failed:" }
             );
+            for (i, f) in failures.iter().enumerate() {
+                println!("{} - {} {}", i + 1, f.name, f.message);
+            }
         }
-    }
-    let (mut pass, mut fail, mut warn, mut error, mut skip) = (0, 0, 0, 0, 0);
-    let mut results: Vec<Value> = Vec::new();
-    // `--policy-report`: per policy, its results as the reports controller writes them.
-    let mut report_results: Vec<(usize, Value)> = Vec::new();
-    let now = chrono::Utc::now().timestamp();
-    let total = resources.len();
-    for (n, r) in resources.iter().enumerate() {
-        if total >= 200 && n % 100 == 0 {
-            eprintln!("Processed {n}/{total} resources");
-        }
-        let op = runner.operation_for(None, r);
-        let responses = runner.run(r, &op);
-        let ns = r.pointer("/metadata/namespace").and_then(Value::as_str).unwrap_or("default");
-        let key =
-            format!("{ns}/{}/{}", load::kind(r), r.pointer("/metadata/name").and_then(Value::as_str).unwrap_or(""));
-        for (i, (p, resp)) in policies.compiled.iter().zip(&responses).enumerate() {
-            if args.policy_report {
-                report_results.extend(
-                    verno_engine::report::results_with(p, resp, args.audit_warn)
-                        .into_iter()
-                        .map(|mut x| {
-                            subject_result(&mut x, r, now);
-                            x
-                        })
-                        .map(|x| (i, x)),
-                );
-            }
-            let mut failures = Vec::new();
-            let mut as_warning = false;
+        if out.args.detailed_results {
             for rr in &resp.rules {
-                let status = p.report_result(rr, args.audit_warn);
-                if rr.status == Status::Fail && status == Status::Warn {
-                    as_warning = true;
-                }
-                match status {
-                    Status::Pass => pass += 1,
-                    Status::Fail => fail += 1,
-                    Status::Warn => warn += 1,
-                    Status::Error => error += 1,
-                    Status::Skip => skip += 1,
-                }
-                if matches!(rr.status, Status::Fail | Status::Error) {
-                    failures.push(rr.clone());
-                }
-                results.push(json!({
-                    "policy": resp.policy, "rule": rr.name, "resource": key, "result": status.as_str(), "message": rr.message,
-                    "scored": p.scored,
-                }));
-            }
-            // verifyImages rules that pinned a digest (or recorded their outcome in the
-            // annotations) changed the resource too: print it as a mutation.
-            let mutated = resp.rules.iter().any(|rr| {
-                rr.status == Status::Pass
-                    && (rr.rule_type == verno_engine::RuleType::Mutation
-                        || (rr.rule_type == verno_engine::RuleType::ImageVerify && resp.patched.is_some()))
-            });
-            let mut outputs: Vec<Value> = Vec::new();
-            if mutated {
-                mutated_any = true;
-                if let Some(v) = &resp.patched {
-                    outputs.push(v.clone());
-                }
-                for rr in &resp.rules {
-                    outputs.extend(rr.patched_targets().iter().cloned());
-                }
-            }
-            for rr in &resp.rules {
-                if !rr.generated().is_empty() {
-                    generated_any = true;
-                    outputs.extend(rr.generated().iter().cloned());
-                }
-            }
-            for o in outputs {
-                if !machine && out_path.is_none() {
-                    println!("\npolicy {} applied to {key}:", resp.policy);
-                    print!("{}", serde_saphyr::to_string(&o).unwrap_or_default());
-                    println!("---");
-                }
-                produced.push((resp.policy.clone(), o));
-            }
-            if !machine {
-                if !failures.is_empty() {
-                    println!(
-                        "\npolicy {} -> resource {key} {}",
-                        resp.policy,
-                        if as_warning { "failed as audit warning:" } else { "failed:" }
-                    );
-                    for (i, f) in failures.iter().enumerate() {
-                        println!("{} - {} {}", i + 1, f.name, f.message);
-                    }
-                }
-                if args.detailed_results {
-                    for rr in &resp.rules {
-                        println!("  {} / {} / {key}: {} {}", resp.policy, rr.name, rr.status.as_str(), rr.message);
-                    }
-                }
+                println!("  {} / {} / {key}: {} {}", resp.policy, rr.name, rr.status.as_str(), rr.message);
             }
         }
     }
+
+    /// The resources a response produced: the mutated resource and patched targets, then the
+    /// generated ones.
+    fn outputs(&mut self, resp: &PolicyResponse) -> Vec<Value> {
+        // verifyImages rules that pinned a digest (or recorded their outcome in the
+        // annotations) changed the resource too: print it as a mutation.
+        let mutated = resp.rules.iter().any(|rr| {
+            rr.status == Status::Pass
+                && (rr.rule_type == verno_engine::RuleType::Mutation
+                    || (rr.rule_type == verno_engine::RuleType::ImageVerify && resp.patched.is_some()))
+        });
+        let mut outputs: Vec<Value> = Vec::new();
+        if mutated {
+            self.mutated_any = true;
+            if let Some(v) = &resp.patched {
+                outputs.push(v.clone());
+            }
+            for rr in &resp.rules {
+                outputs.extend(rr.patched_targets().iter().cloned());
+            }
+        }
+        for rr in &resp.rules {
+            if !rr.generated().is_empty() {
+                self.generated_any = true;
+                outputs.extend(rr.generated().iter().cloned());
+            }
+        }
+        outputs
+    }
+}
+
+/// The end of the run: the reports (`--policy-report`), the results document (`-o json|yaml`),
+/// or the summary line.
+fn print_results(
+    args: &ApplyArgs,
+    format: Option<&str>,
+    policies: &[std::sync::Arc<CompiledPolicy>],
+    tally: &mut Tally,
+) -> Result<()> {
+    let Tally { pass, fail, warn, error, skip, .. } = *tally;
     let summary = json!({"pass": pass, "fail": fail, "warn": warn, "error": error, "skip": skip});
     if args.policy_report {
         let text = |v: &Value| {
@@ -233,43 +309,45 @@ fn run_inner(args: &ApplyArgs) -> Result<i32> {
                 serde_saphyr::to_string(v).unwrap_or_default()
             }
         };
-        for (n, report) in cli_reports(&policies.compiled, report_results).iter().enumerate() {
+        for (n, report) in cli_reports(policies, std::mem::take(&mut tally.report_results)).iter().enumerate() {
             if n > 0 || report.get("kind").and_then(Value::as_str) != Some("ClusterReport") {
                 println!("---");
             }
             println!("{}", text(report));
         }
     } else if let Some(fmt) = format {
-        let doc = json!({"results": results, "summary": summary});
+        let doc = json!({"results": tally.results, "summary": summary});
         match fmt {
             "json" => println!("{}", serde_json::to_string_pretty(&doc).unwrap_or_default()),
             "yaml" => print!("{}", serde_saphyr::to_string(&doc).unwrap_or_default()),
             other => bail!("unknown output format {other:?}: expected json or yaml"),
         }
     } else {
-        if mutated_any {
+        if tally.mutated_any {
             println!("\n\nMutation:\nMutation has been applied successfully.");
         }
-        if generated_any {
+        if tally.generated_any {
             println!("\n\nGenerate:\nGeneration completed successfully.");
         }
         println!("\npass: {pass}, fail: {fail}, warn: {warn}, error: {error}, skip: {skip} ");
     }
-    if let Some(path) = &out_path {
-        write_outputs(path, &produced)?;
-    }
-    if fail > 0 || error > 0 {
-        if !machine && fail > 0 {
+    Ok(())
+}
+
+/// 1 on failures or errors, `--warn-exit-code` on warnings alone, else 0.
+fn exit_code(args: &ApplyArgs, machine: bool, tally: &Tally) -> i32 {
+    if tally.fail > 0 || tally.error > 0 {
+        if !machine && tally.fail > 0 {
             eprintln!("Error: exit as there are policy violations");
         }
-        return Ok(1);
+        return 1;
     }
-    if warn > 0
+    if tally.warn > 0
         && let Some(c) = args.warn_exit_code
     {
-        return Ok(c);
+        return c;
     }
-    Ok(0)
+    0
 }
 
 /// A report result as `kyverno apply --policy-report` prints it: the controller's result
