@@ -270,7 +270,7 @@ mod tests {
     use super::*;
     use serde_json::json;
 
-    /// Found on the real API server (issue 46): a Namespace's request names the Namespace
+    /// Found on the real API server: a Namespace's request names the Namespace
     /// itself as `namespace`; the Namespace lives in none.
     #[test]
     fn a_namespace_lives_in_no_namespace() {

@@ -61,7 +61,7 @@ pub struct CelPolicySpec {
     /// `timeoutSeconds` of the webhook Kyverno configures for the policy.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub webhook_configuration: Option<Value>,
-    /// MutatingPolicy mutate-existing targets (issue 17).
+    /// MutatingPolicy mutate-existing targets.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub target_match_constraints: Option<Value>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -197,7 +197,7 @@ pub struct Evaluation {
     pub background: Option<Switch>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub admission: Option<Switch>,
-    /// MutatingPolicy: mutate existing resources (issue 17).
+    /// MutatingPolicy: mutate existing resources.
     #[serde(default, rename = "mutateExisting", skip_serializing_if = "Option::is_none")]
     pub mutate_existing: Option<Switch>,
     #[serde(default, rename = "skipBackgroundRequests", skip_serializing_if = "Option::is_none")]

@@ -422,7 +422,7 @@ pub struct Generation {
     pub synchronize: Option<bool>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub orphan_downstream_on_policy_delete: Option<bool>,
-    /// Rule-level `generateExisting` (Kyverno 1.13+); the background controller's (issue 17).
+    /// Rule-level `generateExisting` (Kyverno 1.13+); the background controller's.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub generate_existing: Option<bool>,
     #[serde(default, skip_serializing_if = "Option::is_none")]

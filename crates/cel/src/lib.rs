@@ -777,7 +777,7 @@ mod tests {
         assert!(deep.as_ref().is_err_and(|e| e.to_string().contains("nests 5 loops")), "{deep:?}");
     }
 
-    /// Issue 14, item 4: two loops over a 30 000-item list ran for minutes after the answer was
+    /// Two loops over a 30 000-item list ran for minutes after the answer was
     /// sent; the estimate refuses them before they start.
     #[test]
     fn loops_over_wide_inputs_are_refused_by_the_runtime_budget() {
@@ -792,7 +792,7 @@ mod tests {
         assert_eq!(quadratic.eval_bool(&small), Ok(true));
     }
 
-    /// Issue 47, item 4: a list the expression builds itself (`split`) escaped the estimate,
+    /// A list the expression builds itself (`split`) escaped the estimate,
     /// and a running evaluation was never interrupted: two 100 KB annotations with this
     /// expression held the server for a minute. The meter stops it with an error, soon.
     #[test]
@@ -825,7 +825,7 @@ mod tests {
         assert_eq!(e.eval_bool(&small), Ok(true));
     }
 
-    /// Issue 47, item 4: the caller's cancel flag stops an evaluation that is running, not only
+    /// The caller's cancel flag stops an evaluation that is running, not only
     /// one that has not started.
     #[test]
     fn a_running_evaluation_stops_when_cancelled() {
@@ -848,7 +848,7 @@ mod tests {
         assert!(err.contains("cancelled"), "{err}");
     }
 
-    /// Issue 14, item 4: lists and strings built through composition variables (each one
+    /// Lists and strings built through composition variables (each one
     /// doubling the last) grew without bound, and a list built by one loop widened the next
     /// loop's input beyond the estimate. Built variables count in the estimate, and a result over
     /// the element or text budget is an error.

@@ -464,7 +464,7 @@ mod tests {
     #![allow(clippy::unwrap_used)]
     use super::*;
 
-    /// Issue 49 (a false deny): an object the test does not hold does not exist, and Kyverno's
+    /// A false deny: an object the test does not hold does not exist, and Kyverno's
     /// resource library answers `null` for it — `resource.Get(…) != null` asks whether it does.
     #[test]
     fn resource_get_of_an_object_not_given_is_null() {

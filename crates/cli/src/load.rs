@@ -337,7 +337,7 @@ mod tests {
         files.iter().map(|f| f.strip_prefix(root).unwrap_or(f).display().to_string()).collect()
     }
 
-    /// Issue 14, item 6: a FIFO named like a manifest blocked the loader (and the server) for
+    /// A FIFO named like a manifest blocked the loader (and the server) for
     /// good; hidden files loaded; a ConfigMap mount loaded every policy three times.
     #[test]
     fn only_visible_regular_files_are_read_and_a_configmap_mount_once() {
@@ -358,7 +358,7 @@ mod tests {
         assert_eq!(read_docs(root).unwrap().len(), 2);
     }
 
-    /// Issue 14, item 6: `/dev/zero` or a 4 GB sparse file was read until memory ran out.
+    /// `/dev/zero` or a 4 GB sparse file was read until memory ran out.
     #[test]
     fn devices_and_oversized_files_are_refused_with_the_reason() {
         let err = read_docs(Path::new("/dev/zero")).err().map(|e| format!("{e:#}")).unwrap_or_default();

@@ -249,7 +249,7 @@ async fn the_ttl_label_deletes_on_time_and_never_on_a_value_it_cannot_read() {
     assert_eq!(ev["regarding"]["name"], "garbage");
     // The cleanup account may not delete ConfigMaps, so the labelled ConfigMap stays — though
     // the background account may (Kyverno's background core role): each controller acts with
-    // its own permissions, not the union (issue 47, separate identities).
+    // its own permissions, not the union (separate identities).
     tokio::time::sleep(Duration::from_secs(2)).await;
     let cms: Api<DynamicObject> = Api::namespaced_with(admin.clone(), "t", &ar("v1", "ConfigMap", "configmaps"));
     assert!(cms.get_opt("cm").await.unwrap().is_some());
@@ -261,7 +261,7 @@ async fn the_ttl_label_deletes_on_time_and_never_on_a_value_it_cannot_read() {
     controller.stop().await;
 }
 
-/// Issue 47, item 6: objects that changed after the list, before their paced delete — one
+/// Objects that changed after the list, before their paced delete — one
 /// relabelled out of the selection, one deleted and re-created — are not deleted: deletes
 /// carry the listed uid and resourceVersion as preconditions; a relabelled object is judged
 /// again, a re-created one is left for the next run.

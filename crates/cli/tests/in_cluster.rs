@@ -772,7 +772,7 @@ async fn background_scans_keep_reports_exact_and_write_only_changes() {
     next.controller.stop().await;
 }
 
-/// Issue 49 (a false deny): the requesting user's ClusterRoles come from the cluster's
+/// A false deny: the requesting user's ClusterRoles come from the cluster's
 /// bindings, so a policy that excludes a cluster role does not refuse its holders.
 #[tokio::test]
 async fn a_user_bound_to_an_excluded_cluster_role_is_not_refused() {
@@ -805,7 +805,7 @@ async fn a_user_bound_to_an_excluded_cluster_role_is_not_refused() {
     replica.controller.stop().await;
 }
 
-/// Issue 47 item 8: reports have a size cap. Three Audit rules quoting a 700 KB annotation in
+/// Reports have a size cap. Three Audit rules quoting a 700 KB annotation in
 /// their messages would make a 2.1 MB report, which etcd refuses (and the fake, as it does);
 /// the messages are cut instead, the report is written, and its summary stays true.
 #[tokio::test]
@@ -980,7 +980,7 @@ async fn a_periodic_rescan_of_an_unchanged_cluster_writes_nothing() {
     replica.controller.stop().await;
 }
 
-// ---- The background controller (issue 17): generate and mutate-existing, level-based ----
+// ---- The background controller: generate and mutate-existing, level-based ----
 
 fn secret_api(c: &kube::Client, ns: &str) -> Api<k8s_openapi::api::core::v1::Secret> {
     Api::namespaced(c.clone(), ns)
@@ -1427,7 +1427,7 @@ async fn image_validating_policies_are_enforced_at_admission() {
     replica.controller.stop().await;
 }
 
-/// GlobalContextEntries are kept in the cluster (issue 49: before, every policy reading one
+/// GlobalContextEntries are kept in the cluster (before, every policy reading one
 /// errored, and an Enforce policy denied every request it matched): a resource entry follows
 /// its objects and projections, an API call entry holds its answer and the leader stamps its
 /// refresh time, a missing entry fails in Kyverno's words, and an entry Kyverno would refuse
@@ -1566,7 +1566,7 @@ async fn api_call_service_entries_call_the_service() {
     replica.controller.stop().await;
 }
 
-/// Issue 21: a ValidatingPolicy's `namespaceObject` comes from the namespace watch, as Kyverno
+/// A ValidatingPolicy's `namespaceObject` comes from the namespace watch, as Kyverno
 /// reads its namespace lister: admission makes no API call for it (before, every request GET
 /// its Namespace), and a label change is seen by the next request.
 #[tokio::test]
@@ -1663,7 +1663,7 @@ async fn labelled_config_maps_are_cached_and_others_are_read_each_time() {
     replica.controller.stop().await;
 }
 
-// ---- Issue 47, item 1: a tenant's policy acts only in its own namespace ----
+// ---- A tenant's policy acts only in its own namespace ----
 
 fn namespaced_policy_api(c: &kube::Client, ns: &str) -> Api<DynamicObject> {
     Api::namespaced_with(c.clone(), ns, &policies::policy_resource())
@@ -1783,7 +1783,7 @@ async fn a_dry_run_request_makes_no_api_call_that_persists() {
     replica.controller.stop().await;
 }
 
-/// Issue 47, item 3: the background controller fed on its own writes — a generate rule whose
+/// The background controller fed on its own writes — a generate rule whose
 /// downstream matched its own trigger made thousands of ConfigMaps from one seed, and a
 /// mutate-existing rule that patched its own trigger rewrote it thousands of times. Its own
 /// writes trigger nothing now (as Kyverno's `skipBackgroundRequests`).
@@ -1836,7 +1836,7 @@ async fn the_background_controller_does_not_feed_on_its_own_writes() {
     replica.controller.stop().await;
 }
 
-// ---- Issue 49 item 4: ValidatingAdmissionPolicies generated from policies ----
+// ---- ValidatingAdmissionPolicies generated from policies ----
 
 const NO_HOST_PATH_VAP: &str = r#"{"apiVersion": "kyverno.io/v1", "kind": "ClusterPolicy", "metadata": {"name": "no-host-path"},
   "spec": {"validationFailureAction": "Enforce", "background": false, "rules": [{"name": "host-path",

@@ -537,7 +537,7 @@ mod tests {
         (url, sent)
     }
 
-    /// Issue 47, item 9: a response was read whole before its size was checked (six
+    /// A response was read whole before its size was checked (six
     /// concurrent requests whose policy listed 120 ConfigMaps of 1 MB took the server from 245 MB
     /// to 1.33 GB). It is read as it streams in, and refused at the limit.
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

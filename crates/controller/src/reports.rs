@@ -15,7 +15,7 @@
 //! is `verno_reports_backlog`.
 //!
 //! Not yet: background scans, results of mutate rules, Pod Security and `reportProperties`
-//! properties, openreports.io output (issue 16).
+//! properties, openreports.io output.
 
 use crate::metrics::Metrics;
 use kube::api::{Api, DynamicObject, PostParams};

@@ -149,7 +149,7 @@ async fn verno_in_a_real_control_plane() {
     eventually("the report collected", 60, || async { matches!(reports.get_opt(&uid).await, Ok(None)).then_some(()) })
         .await;
 
-    // 3. Issue 47, item 1, with the real RBAC: a tenant's Policy reads nothing outside its
+    // 3. Withith the real RBAC: a tenant's Policy reads nothing outside its
     // namespace, and Verno's own account may not read Secrets at all.
     let secret: Secret = serde_json::from_value(
         json!({"metadata": {"name": "db", "namespace": "kube-system"}, "stringData": {"password": "hunter2"}}),

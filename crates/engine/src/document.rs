@@ -659,7 +659,7 @@ mod tests {
         );
     }
 
-    /// Issue 14, item 7: a rule with a typo (`patern:`) enforced nothing, and one with both
+    /// A rule with a typo (`patern:`) enforced nothing, and one with both
     /// `pattern` and `deny` ignored the pattern; Kyverno refuses both.
     #[test]
     fn a_validate_rule_needs_exactly_one_way_to_validate() {
@@ -679,7 +679,7 @@ mod tests {
         assert!(policy_with(json!({"pattern": {"metadata": {"labels": {"a": "?*"}}}})).is_ok());
     }
 
-    /// Issue 14, item 7: unknown fields were dropped, so a typo anywhere in a rule (`patern:`,
+    /// Unknown fields were dropped, so a typo anywhere in a rule (`patern:`,
     /// `preconditon:`, `exlcude:`) silently changed what the policy enforces. They are refused
     /// with their path, as Kyverno's CLI (CRD schema validation) and the API server refuse them.
     #[test]

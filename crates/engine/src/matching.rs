@@ -927,7 +927,7 @@ mod tests {
         }
     }
 
-    /// Issue 49 (a false deny): within one match block, `subjects`, `roles` and `clusterRoles`
+    /// A false deny: within one match block, `subjects`, `roles` and `clusterRoles`
     /// must each hold, as in Kyverno; a subject without the named cluster role is not matched.
     #[test]
     fn user_criteria_of_one_block_must_all_hold() {

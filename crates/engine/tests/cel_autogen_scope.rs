@@ -1,4 +1,4 @@
-//! Issue 49, no false denials: a ValidatingPolicy's checks are rewritten for Pod controllers
+//! No false denials: a ValidatingPolicy's checks are rewritten for Pod controllers
 //! only where Kyverno's `CanAutoGen` allows it — the policy matches bare Pods and nothing else.
 //! A policy that also names `pods/ephemeralcontainers`, a second resource rule, a wildcard
 //! group or an object selector is not applied to Deployments: Kyverno never checks them, so a

@@ -1,4 +1,4 @@
-//! Issue 49, no false denials: Kyverno's `validate.allowExistingViolations` (on unless set to
+//! No false denials: Kyverno's `validate.allowExistingViolations` (on unless set to
 //! `false`). An UPDATE of an object that already broke an Enforce rule before the update — a
 //! Deployment created before the policy, then labelled, annotated or re-applied — is not
 //! refused for it; an update that brings a new violation is.

@@ -1,4 +1,4 @@
-//! Issue 49, no false denials: whether a failed rule refuses a request is decided per rule and
+//! No false denials: whether a failed rule refuses a request is decided per rule and
 //! per namespace, as Kyverno decides it — the rule's `validate.failureActionOverrides`, its
 //! `failureAction`, the policy's `validationFailureActionOverrides` (by `namespaces`, with
 //! wildcards, and by `namespaceSelector`), then the policy's action. An Enforce policy that a

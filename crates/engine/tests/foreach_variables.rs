@@ -1,5 +1,5 @@
 //! Foreach variables: `element`, `elementIndex` and the numbered forms of nested loops
-//! (`element0`, `elementIndex1`, …), which are only set for rules that name them (issue 21).
+//! (`element0`, `elementIndex1`, …), which are only set for rules that name them.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic, clippy::indexing_slicing)] // a test fails by panicking
 
 use serde_json::{Value, json};

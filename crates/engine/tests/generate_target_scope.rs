@@ -1,4 +1,4 @@
-//! Issue 49, no false denials: a generate rule's target namespace is checked against the
+//! No false denials: a generate rule's target namespace is checked against the
 //! target's scope only where that scope is known without the cluster. A custom kind (here a
 //! Crossplane `Role`, cluster-scoped, which shares its name with RBAC's namespaced one) is
 //! neither refused for a missing namespace nor for a set one: Kyverno asks discovery, and a

@@ -1,4 +1,4 @@
-//! Requests written by an attacker (issue 14): what a resource carries is data, never code.
+//! Requests written by an attacker: what a resource carries is data, never code.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic, clippy::indexing_slicing, clippy::disallowed_methods)] // a test fails by panicking and may read files and clocks
 
 use serde_json::{Value, json};
@@ -100,7 +100,7 @@ impl verno_jmespath::Env for GivesUp {
     }
 }
 
-/// Issue 14, item 4: the deadline stopped the answer, not the work: an evaluation ran to its end
+/// The deadline stopped the answer, not the work: an evaluation ran to its end
 /// after the failure policy had answered. The engine now asks its caller between policies and
 /// foreach elements and stops; the outcome says so and is not allowed.
 #[test]

@@ -1,4 +1,4 @@
-//! Issue 49, no false denials: context entries load as Kyverno's deferred loaders do. An entry
+//! No false denials: context entries load as Kyverno's deferred loaders do. An entry
 //! that cannot be loaded (a ConfigMap that does not exist, an API call that fails) is an error
 //! only for an expression that reads it; a rule that never reads it — or reads it only where
 //! its preconditions do not let it go — is decided as if the entry were not there.

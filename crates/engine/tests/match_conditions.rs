@@ -1,4 +1,4 @@
-//! Issue 49, no false denials: a CEL policy's matchConditions are evaluated as Kubernetes
+//! No false denials: a CEL policy's matchConditions are evaluated as Kubernetes
 //! evaluates them — a condition that is false decides whatever failed before it, and only when
 //! none is false does an error count (a refusal under failurePolicy Fail).
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic, clippy::indexing_slicing)] // a test fails by panicking

@@ -1,4 +1,4 @@
-//! Issue 49 (a false deny): the Roles and ClusterRoles bound to the requesting user feed
+//! A false deny: the Roles and ClusterRoles bound to the requesting user feed
 //! `roles`/`clusterRoles` in match and exclude and `request.roles`/`request.clusterRoles`, as
 //! Kyverno works them out for every admission request. A policy that excludes cluster admins
 //! does not refuse them.

@@ -1,4 +1,4 @@
-//! Which policy sets the server may evaluate on its executor (issue 21): only those whose
+//! Which policy sets the server may evaluate on its executor: only those whose
 //! evaluation does no I/O through the data port.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic, clippy::indexing_slicing)] // a test fails by panicking
 

@@ -1,4 +1,4 @@
-//! Issue 47, item 1: a namespaced policy acts only in its own namespace. Whoever may create a
+//! A namespaced policy acts only in its own namespace. Whoever may create a
 //! `Policy` or a namespaced CEL policy in `tenant-a` must not make Verno read, create or delete
 //! anything elsewhere with its own identity — through `apiCall`, `configMap`, clone sources,
 //! mutate-existing targets or CEL's `resource` library — whatever the variables make of the

@@ -1,4 +1,4 @@
-//! Issue 49, Kyverno's names: with `kyvernoNames` the resource webhook configurations hold the
+//! Kyverno's names: with `kyvernoNames` the resource webhook configurations hold the
 //! entries Kyverno's webhook controller would write for the same policies — only entries with
 //! rules, rules from each rule's kinds and operations, one entry per policy with its own
 //! conditions. These fixtures are Verno's own; the expectations follow Kyverno 1.19's

@@ -181,7 +181,7 @@ fn rules_a_kind_rules_out_are_skipped_with_the_same_results() {
     );
 }
 
-/// A false deny found with issue 47: an Audit-only policy whose rule errors (a context entry
+/// A false deny: an Audit-only policy whose rule errors (a context entry
 /// that cannot load) refused the request under its default failurePolicy Fail. Kyverno
 /// evaluates Audit-only policies after it has answered, so nothing they find refuses a
 /// request; in a policy that enforces, an error still refuses under Fail.

@@ -503,7 +503,7 @@ async fn lists_come_in_pages_when_a_limit_is_given() {
     assert!(fake.requests().iter().any(|r| r.query.contains("limit=4")));
 }
 
-/// Issue 47, item 13: an object relabelled out of a label-selected watch's selection is
+/// An object relabelled out of a label-selected watch's selection is
 /// DELETED there (with its previous labels, at the new resourceVersion), and ADDED when it is
 /// relabelled back in, as the API server's watch cache sends them — controllers that watch by
 /// label (TTL, generated downstreams) forget such objects on a real cluster.

@@ -1,4 +1,4 @@
-//! The fake API server as a process (issue 15): it listens, writes a kubeconfig, and a client
+//! The fake API server as a process: it listens, writes a kubeconfig, and a client
 //! configured only from that kubeconfig can work with it.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic, clippy::indexing_slicing, clippy::disallowed_methods)] // a test fails by panicking
 

@@ -387,7 +387,7 @@ fn scripted_registry(delay: std::time::Duration) -> (String, std::sync::Arc<std:
     (addr, count)
 }
 
-/// Issue 47 item 5: a slow registry does not hold an evaluation past its request's end: the
+/// A slow registry does not hold an evaluation past its request's end: the
 /// caller's cancel flag is read before every exchange.
 #[test]
 fn a_cancelled_verification_stops_before_its_next_registry_exchange() {
@@ -412,7 +412,7 @@ fn a_cancelled_verification_stops_before_its_next_registry_exchange() {
     assert!(start.elapsed() < std::time::Duration::from_secs(5), "{:?}", start.elapsed());
 }
 
-/// Issue 47 item 5: a check that failed on a digest fails again for a while without asking the
+/// A check that failed on a digest fails again for a while without asking the
 /// registry for its signatures (a burst of Pods of one unsigned image asks once).
 #[test]
 fn a_failed_check_is_remembered_briefly_per_digest() {

@@ -87,7 +87,7 @@ fn kyverno_string_functions() {
     assert_eq!(ok("image_normalize('nginx')"), json!("docker.io/library/nginx:latest"));
     let digest = "sha256:".to_string() + &"ab".repeat(32);
     assert_eq!(ok(&format!("image_normalize('ghcr.io/a/b@{digest}')")), json!(format!("ghcr.io/a/b@{digest}")));
-    // Issue 47 item 12: a reference the grammar refuses is an error, not a value.
+    // A reference the grammar refuses is an error, not a value.
     for bad in ["a@sha256:zz", "a@sha256:abc", "a@md5:00112233445566778899aabbccddeeff", "a:-tag", "a:t@g"] {
         let got = ok(&format!("image_normalize('{bad}')"));
         assert!(
@@ -166,7 +166,7 @@ fn delete_reading_renames_the_path_on_the_tree_not_in_strings() {
     assert_eq!(rename("request.operation"), None);
 }
 
-/// Issue 14, item 2: a long chain compiled, then overflowed the stack on every evaluation (and
+/// A long chain compiled, then overflowed the stack on every evaluation (and
 /// when the tree was dropped). The chain's length is its depth; it is refused at compile time.
 #[test]
 fn long_operator_chains_are_refused_not_a_stack_overflow() {
@@ -190,14 +190,14 @@ fn long_operator_chains_are_refused_not_a_stack_overflow() {
     assert!(e.search(&data(), &verno_jmespath::NoEnv).is_err(), "request.a is not in the data");
 }
 
-/// Issue 14, item 8: `modulo(-2^63, -1)` overflowed and aborted the process; Go's `%` gives 0.
+/// `modulo(-2^63, -1)` overflowed and aborted the process; Go's `%` gives 0.
 #[test]
 fn modulo_of_the_smallest_integer_by_minus_one_is_zero_not_a_panic() {
     assert_eq!(ok("modulo(`-9223372036854775808`, `-1`)"), json!(0));
     assert_eq!(ok("modulo(`7`, `-2`)"), json!(1));
 }
 
-/// Issue 14, item 4: `random` with a huge repetition and nested string functions ran out of
+/// `random` with a huge repetition and nested string functions ran out of
 /// memory; their results are bounded.
 #[test]
 fn function_outputs_are_bounded() {
@@ -225,7 +225,7 @@ fn function_outputs_are_bounded() {
     assert_eq!(ok("length(replace_all('abc', 'b', 'bbbb'))"), json!(6));
 }
 
-/// Issue 14, item 4: a multiselect fan-out (`[@,@]` piped into itself) doubled the data per
+/// A multiselect fan-out (`[@,@]` piped into itself) doubled the data per
 /// pipe until memory ran out; it stops at the work budget with an error no operator hides.
 #[test]
 fn multiselect_fan_out_stops_at_the_work_budget() {
@@ -247,7 +247,7 @@ impl verno_jmespath::Env for Cancelled {
     }
 }
 
-/// Issue 14, item 4: the work of an evaluation whose caller gave up (its deadline passed) stops
+/// The work of an evaluation whose caller gave up (its deadline passed) stops
 /// at the next check instead of running to its end.
 #[test]
 fn a_cancelled_evaluation_stops_with_an_error() {
@@ -292,7 +292,7 @@ mod community {
     }
 }
 
-/// Issue 47, item 7: an error inside `||`, a function argument, a multiselect, a comparison,
+/// An error inside `||`, a function argument, a multiselect, a comparison,
 /// a projection or a pipe is the whole expression's error, as go-jmespath (Kyverno's fork)
 /// has it; only a missing key reads as null there. Before, `parse_json('x').a || 'fallback'`
 /// gave `"fallback"`, so a deny rule with a fallback admitted what Kyverno refuses.

@@ -725,7 +725,7 @@ mod tests {
         assert_eq!(statuses(&quiet), vec![(0, verno_engine::Status::Pass)]);
     }
 
-    /// Issue 14, item 8: rules matched the object's own `kind`, so a Pod whose body said
+    /// Rules matched the object's own `kind`, so a Pod whose body said
     /// `kind: Deployment` was admitted past every Pod policy.
     #[test]
     fn a_pod_that_calls_itself_a_deployment_is_still_matched_as_a_pod() {
@@ -813,7 +813,7 @@ mod tests {
         assert!(ask("NamespacedValidatingPolicy", "team", text).allowed);
     }
 
-    /// Issue 14, item 8: a CREATE without an object matched no policy and was admitted.
+    /// A CREATE without an object matched no policy and was admitted.
     #[test]
     fn a_create_without_an_object_is_refused() {
         for object in [json!(null), json!("Pod"), json!([1])] {

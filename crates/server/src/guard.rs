@@ -1,4 +1,4 @@
-//! Connections are bounded in number and must start talking (issue 47 item 12): a client that
+//! Connections are bounded in number and must start talking: a client that
 //! completes the TLS handshake and never sends a byte held its connection (and a descriptor)
 //! for good — hyper decides between HTTP/1 and HTTP/2 by reading the first bytes, and no
 //! timeout covers that read — and a thousand of them exhausted a server with 1,024 descriptors.

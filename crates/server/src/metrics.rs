@@ -952,7 +952,7 @@ mod tests {
     use super::*;
     use verno_engine::{Filter, Hook, PolicySet, Route};
 
-    /// Issue 14, item 9: label values came from requests without bound (20 000 namespaces made
+    /// Label values came from requests without bound (20 000 namespaces made
     /// a 226 MB `/metrics`).
     #[test]
     fn request_label_values_are_bounded_with_an_overflow_label() {

@@ -80,7 +80,7 @@ fn unknown_test_fields_are_rejected_with_their_path() {
     assert!(err.contains("unknown field \"reslt\" at results[0]"), "{err}");
 }
 
-/// Issue 14, item 10: a test file could make `verno test` read any file on the machine (a
+/// A test file could make `verno test` read any file on the machine (a
 /// test file in an untrusted change naming `~/.kube/config`). Paths stay inside the directories
 /// given, the current directory and their git checkouts; `../` inside those still works.
 #[test]
@@ -270,7 +270,7 @@ fn a_broken_json6902_patch_is_a_load_error_naming_the_field() {
     assert!(stderr.contains("spec.rules[0].mutate.patchesJson6902") && stderr.contains("must start with"), "{stderr}");
 }
 
-/// Issue 14, item 10: a YAML error echoed the lines around it, so a test file naming any file
+/// A YAML error echoed the lines around it, so a test file naming any file
 /// (`/etc/shadow`, a token) printed its contents; the error now says only where.
 #[test]
 fn yaml_errors_name_the_place_not_the_contents() {
@@ -360,7 +360,7 @@ fn cleanup_dry_run_lists_what_a_deleting_policy_and_the_ttl_label_would_delete()
     assert!(String::from_utf8_lossy(&out.stderr).contains("only previews (--dry-run)"));
 }
 
-/// Issue 47, item 11: resource names and namespaces cannot make `apply -o DIR/` write outside
+/// Resource names and namespaces cannot make `apply -o DIR/` write outside
 /// DIR (`namespace: ../evil`, `name: x/../../pwned`).
 #[test]
 fn apply_output_stays_in_its_directory_whatever_the_names() {
@@ -399,7 +399,7 @@ fn apply_output_stays_in_its_directory_whatever_the_names() {
     assert_eq!(found, ["a/b/out/".to_string() + &written[0], "hostile.yaml".to_string()]);
 }
 
-/// Issue 47, item 10: `verno test DIR` does not descend into linked folders below DIR (a link
+/// `verno test DIR` does not descend into linked folders below DIR (a link
 /// to `/` walked the filesystem), and says nothing of them; a linked test file is still read.
 #[cfg(unix)]
 #[test]

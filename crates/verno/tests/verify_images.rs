@@ -190,7 +190,7 @@ fn webhook_denies_unsigned_admits_signed_and_caches() {
 
     // The cache: with mutateDigest off a pass is remembered with the digest it verified. A Pod
     // naming the image by that digest is answered from the cache once the registry is gone; one
-    // naming it by tag is not (the tag could have moved to another image: issue 47, item 2).
+    // naming it by tag is not (the tag could have moved to another image).
     let doc: serde_json::Value = serde_saphyr::from_str(&policy(&key, false)).unwrap();
     let set = match verno_engine::compile(&doc, &[]).unwrap() {
         Compiled::Policy(p) => PolicySet::new(vec![Arc::new(p)], Vec::new()),

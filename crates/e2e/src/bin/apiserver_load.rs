@@ -1,4 +1,4 @@
-//! Load through a real kube-apiserver (issue 46 item 6): Kyverno's published scaling rig, redone
+//! Load through a real kube-apiserver: Kyverno's published scaling rig, redone
 //! without k6. N concurrent clients each create a Pod in their own namespace and delete it
 //! (grace period 0), in a loop, for T seconds after a 2 s warm-up, against a real control plane
 //! (`scripts/cluster.sh`: etcd, kube-apiserver, kube-controller-manager, kwok; no scheduler, so

@@ -34,7 +34,7 @@ pub fn run_listed(root: &Path, repo: &Path, list: &str, extra: &[&str], jobs: us
                     };
                     // A case that fails is run once more before it counts as a regression:
                     // Verno's readiness has a known race (a policy can report Ready before its
-                    // webhook rules are in place; see the issue 15 notes), which a fresh run
+                    // webhook rules are in place), which a fresh run
                     // usually misses. A retry is reported on stderr so flakiness stays visible.
                     let mut last = String::new();
                     let passed = (0..2).any(|attempt| {

@@ -492,7 +492,7 @@ fn image_validating_policy_checks() {
     assert_eq!(bad(json!({"validations": [{"expression": "true"}]})), "");
 }
 
-/// Issue 47, item 2: a tag moved to an unsigned image after a pass was cached. The cached pass
+/// A tag moved to an unsigned image after a pass was cached. The cached pass
 /// holds only for the digest it verified: with mutateDigest the Pod is pinned to the verified
 /// digest (not the tag's new one); without it, the tag is resolved and, having moved, the
 /// image is verified again — and fails.
