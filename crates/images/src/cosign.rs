@@ -6,7 +6,8 @@
 //!
 //! Ours, on the project's ring / webpki / x509-parser: see crypto.rs for why not sigstore-rs.
 
-use crate::crypto::{Certificate, PublicKey, certificates, verify_chain};
+use crate::SecretError;
+use crate::crypto::{Certificate, CryptoError, PublicKey, certificates, verify_chain};
 use crate::reference::Reference;
 use crate::registry::Session;
 use base64::Engine as _;
@@ -22,6 +23,103 @@ const CHAIN: &str = "dev.sigstore.cosign/chain";
 const BUNDLE: &str = "dev.sigstore.cosign/bundle";
 /// The most signature or attestation layers looked at for one image.
 const MAX_LAYERS: usize = 64;
+
+/// Why an attestor could not be built, or a signature, attestation or blob was refused.
+#[derive(Debug, thiserror::Error)]
+pub enum CosignError {
+    /// A key, certificate, chain or signature check, with its own text.
+    #[error(transparent)]
+    Crypto(#[from] CryptoError),
+    #[error("failed to load Rekor public keys: {0}")]
+    RekorKey(#[source] CryptoError),
+    #[error("failed to load public key from k8s://{namespace}/{name}: {source}")]
+    SecretRead { namespace: String, name: String, source: SecretError },
+    #[error("failed to load public key from k8s://{namespace}/{name}: {source}")]
+    SecretKey { namespace: String, name: String, source: CryptoError },
+    /// The KMS reference.
+    #[error("failed to load public key from {0}: KMS keys are not supported by this build of verno")]
+    Kms(String),
+    #[error("failed to load certificate from cert: {0}")]
+    Certificate(#[source] CryptoError),
+    #[error("failed to load certificate chain: {0}")]
+    CertificateChain(#[source] CryptoError),
+    #[error("failed to load validate certificate chain: {0}")]
+    ChainValidation(#[source] CryptoError),
+    #[error(
+        "failed to get roots from fulcio: Sigstore's public Fulcio roots come from its TUF repository, which this build of verno does not fetch; give keyless.roots"
+    )]
+    NoFulcioRoots,
+    #[error("failed to load Root certificates: {0}")]
+    Roots(#[source] CryptoError),
+    /// `field`: `subjectRegExp` or `issuerRegExp`.
+    #[error("invalid {field} {pattern:?}: {source}")]
+    Regex { field: &'static str, pattern: String, source: regex::Error },
+    #[error("the signature annotation is not base64: {0}")]
+    SignatureBase64(#[source] base64::DecodeError),
+    #[error("failed to unmarshal JSON payload: {0}")]
+    Payload(#[source] serde_json::Error),
+    /// The digest the payload claims.
+    #[error("invalid or missing digest in claim: {0}")]
+    ClaimDigest(String),
+    #[error("missing or incorrect annotation: {key}={value}")]
+    Annotation { key: String, value: String },
+    #[error("no certificate found on signature")]
+    NoCertificate,
+    #[error(
+        "the certificate's SCT cannot be checked: certificate transparency verification is not supported by this build of verno (set ctlog.ignoreSCT)"
+    )]
+    SctUnsupported,
+    #[error("no attestor to verify the signature with")]
+    NoAttestor,
+    #[error("no certificate found with the signature")]
+    NoBlobCertificate,
+    /// `got`: the certificate's subject alternative names.
+    #[error("subject mismatch: expected {expected}, got {}", .got.join(", "))]
+    Subject { expected: String, got: Vec<String> },
+    #[error("subject mismatch: expected a match of {pattern}, got {}", .got.join(", "))]
+    SubjectRegexp { pattern: String, got: Vec<String> },
+    #[error("issuer mismatch: expected {expected}, got {got}")]
+    Issuer { expected: String, got: String },
+    #[error("issuer mismatch: expected a match of {pattern}, got {got}")]
+    IssuerRegexp { pattern: String, got: String },
+    #[error("extension {name} mismatch: expected {expected}, got {got:?}")]
+    Extension { name: String, expected: String, got: String },
+    #[error("signature not found in transparency log (no Rekor bundle; set rekor.ignoreTlog to skip the check)")]
+    NoBundle,
+    #[error(
+        "no Rekor public key to check the transparency log entry with: this build of verno does not fetch Sigstore's trust root, give rekor.pubkey"
+    )]
+    NoRekorKey,
+    #[error("invalid Rekor bundle: {0}")]
+    BundleJson(#[source] serde_json::Error),
+    #[error("invalid Rekor bundle: {0}")]
+    BundleBase64(#[source] base64::DecodeError),
+    #[error("invalid Rekor bundle: no Payload")]
+    BundleNoPayload,
+    /// The bundle's payload could not be written as canonical JSON.
+    #[error("{0}")]
+    Canonical(#[source] serde_json::Error),
+    /// Rekor's key does not vouch for the signed entry timestamp.
+    #[error("unable to verify the Rekor bundle: invalid signed entry timestamp")]
+    BundleTimestamp(#[source] CryptoError),
+    #[error("invalid Rekor bundle body: {0}")]
+    BundleBodyBase64(#[source] base64::DecodeError),
+    #[error("invalid Rekor bundle body: {0}")]
+    BundleBodyJson(#[source] serde_json::Error),
+    #[error("the Rekor bundle is about another signature")]
+    BundleMismatch,
+    #[error("failed to decode envelope: {0}")]
+    Envelope(#[source] serde_json::Error),
+    #[error("failed to decode payload: {0}")]
+    EnvelopePayload(#[source] base64::DecodeError),
+    #[error("no signatures in the envelope")]
+    NoEnvelopeSignatures,
+    #[error("failed to decode statement: {0}")]
+    Statement(#[source] serde_json::Error),
+    /// The image digest no subject has.
+    #[error("no subject of the statement has the digest {0}")]
+    StatementSubject(String),
+}
 
 /// Who must have signed: built from one leaf attestor entry.
 pub enum Signer {
@@ -51,7 +149,7 @@ pub struct Tlog {
 }
 
 impl Tlog {
-    pub fn of(rekor: Option<&Rekor>) -> Result<Tlog, String> {
+    pub fn of(rekor: Option<&Rekor>) -> Result<Tlog, CosignError> {
         match rekor {
             None => Ok(Tlog { required: true, key: None }),
             Some(r) => Ok(Tlog {
@@ -59,7 +157,7 @@ impl Tlog {
                 key: if r.pubkey.trim().is_empty() {
                     None
                 } else {
-                    Some(PublicKey::from_pem(&r.pubkey).map_err(|e| format!("failed to load Rekor public keys: {e}"))?)
+                    Some(PublicKey::from_pem(&r.pubkey).map_err(CosignError::RekorKey)?)
                 },
             }),
         }
@@ -69,8 +167,8 @@ impl Tlog {
 /// The `Signer` of a leaf attestor entry; `secret_key` reads `keys.secret` (`cosign.pub`).
 pub fn signer(
     a: &Attestor,
-    secret_key: &dyn Fn(&str, &str) -> Result<String, String>,
-) -> Result<(Signer, Tlog, String), String> {
+    secret_key: &dyn Fn(&str, &str) -> Result<String, SecretError>,
+) -> Result<(Signer, Tlog, String), CosignError> {
     if let Some(k) = &a.keys {
         let alg = if k.signature_algorithm.is_empty() {
             a.signature_algorithm.clone()
@@ -80,51 +178,51 @@ pub fn signer(
         let key = if !k.public_keys.trim().is_empty() {
             PublicKey::from_pem(&k.public_keys)?
         } else if let Some(s) = &k.secret {
-            let pem = secret_key(&s.namespace, &s.name)
-                .map_err(|e| format!("failed to load public key from k8s://{}/{}: {e}", s.namespace, s.name))?;
-            PublicKey::from_pem(&pem)
-                .map_err(|e| format!("failed to load public key from k8s://{}/{}: {e}", s.namespace, s.name))?
+            let pem = secret_key(&s.namespace, &s.name).map_err(|source| CosignError::SecretRead {
+                namespace: s.namespace.clone(),
+                name: s.name.clone(),
+                source,
+            })?;
+            PublicKey::from_pem(&pem).map_err(|source| CosignError::SecretKey {
+                namespace: s.namespace.clone(),
+                name: s.name.clone(),
+                source,
+            })?
         } else {
-            return Err(format!(
-                "failed to load public key from {}: KMS keys are not supported by this build of verno",
-                k.kms
-            ));
+            return Err(CosignError::Kms(k.kms.clone()));
         };
         return Ok((Signer::Key(key), Tlog::of(k.rekor.as_ref())?, alg));
     }
     if let Some(c) = &a.certificates {
         let tlog = Tlog::of(c.rekor.as_ref())?;
         if !c.certificate.trim().is_empty() {
-            let cert =
-                certificates(&c.certificate).map_err(|e| format!("failed to load certificate from {}: {e}", "cert"))?;
-            let leaf = cert.into_iter().next().ok_or("no certs found in pem file")?;
+            let cert = certificates(&c.certificate).map_err(CosignError::Certificate)?;
+            let leaf = cert.into_iter().next().ok_or(CryptoError::NoCertificates)?;
             if !c.certificate_chain.trim().is_empty() {
-                let chain =
-                    certificates(&c.certificate_chain).map_err(|e| format!("failed to load certificate chain: {e}"))?;
+                let chain = certificates(&c.certificate_chain).map_err(CosignError::CertificateChain)?;
                 let (roots, inter) = split_chain(chain);
-                verify_chain(&leaf, &inter, &roots, now())
-                    .map_err(|e| format!("failed to load validate certificate chain: {e}"))?;
+                verify_chain(&leaf, &inter, &roots, now()).map_err(CosignError::ChainValidation)?;
             }
             return Ok((Signer::Key(leaf.public_key()?), tlog, a.signature_algorithm.clone()));
         }
-        let chain = certificates(&c.certificate_chain).map_err(|e| format!("failed to load certificate chain: {e}"))?;
+        let chain = certificates(&c.certificate_chain).map_err(CosignError::CertificateChain)?;
         let check_sct = !c.ctlog.as_ref().is_some_and(|l| l.ignore_sct);
         return Ok((Signer::Roots { roots: chain, identity: None, check_sct }, tlog, a.signature_algorithm.clone()));
     }
     if let Some(k) = &a.keyless {
         if k.roots.trim().is_empty() {
-            return Err("failed to get roots from fulcio: Sigstore's public Fulcio roots come from its TUF repository, which this build of verno does not fetch; give keyless.roots".into());
+            return Err(CosignError::NoFulcioRoots);
         }
-        let roots = certificates(&k.roots).map_err(|e| format!("failed to load Root certificates: {e}"))?;
-        let re = |s: &str, what: &str| -> Result<Option<regex::Regex>, String> {
+        let roots = certificates(&k.roots).map_err(CosignError::Roots)?;
+        let re = |s: &str, field: &'static str| -> Result<Option<regex::Regex>, CosignError> {
             if s.is_empty() {
                 Ok(None)
             } else {
-                regex::RegexBuilder::new(s)
-                    .size_limit(1 << 20)
-                    .build()
-                    .map(Some)
-                    .map_err(|e| format!("invalid {what} {s:?}: {e}"))
+                regex::RegexBuilder::new(s).size_limit(1 << 20).build().map(Some).map_err(|source| CosignError::Regex {
+                    field,
+                    pattern: s.to_string(),
+                    source,
+                })
             }
         };
         let identity = IdentityRule {
@@ -227,7 +325,7 @@ pub fn verify_signatures(
         let payload = session.blob(sigs, blob_digest)?;
         match check_signature_layer(&payload, ann, digest, expect) {
             Ok(()) => return Ok(Verified { digest: digest.to_string(), statements: Vec::new() }),
-            Err(e) => last = e,
+            Err(e) => last = e.to_string(),
         }
     }
     Err(ImageError::Failed(format!("no matching signatures: {last}")))
@@ -238,15 +336,14 @@ fn check_signature_layer(
     ann: &BTreeMap<String, String>,
     digest: &str,
     expect: &Expect,
-) -> Result<(), String> {
-    let sig = b64(ann.get(SIGNATURE).map(String::as_str).unwrap_or(""))
-        .map_err(|e| format!("the signature annotation is not base64: {e}"))?;
+) -> Result<(), CosignError> {
+    let sig = b64(ann.get(SIGNATURE).map(String::as_str).unwrap_or("")).map_err(CosignError::SignatureBase64)?;
     let time = check_signer(expect, ann, payload, &sig)?;
     let _ = time;
-    let v: Value = serde_json::from_slice(payload).map_err(|e| format!("failed to unmarshal JSON payload: {e}"))?;
+    let v: Value = serde_json::from_slice(payload).map_err(CosignError::Payload)?;
     let claimed = v.pointer("/critical/image/docker-manifest-digest").and_then(Value::as_str).unwrap_or("");
     if claimed != digest {
-        return Err(format!("invalid or missing digest in claim: {claimed}"));
+        return Err(CosignError::ClaimDigest(claimed.to_string()));
     }
     for (k, want) in expect.annotations {
         let got = v.pointer("/optional").and_then(|o| o.get(k));
@@ -256,7 +353,7 @@ fn check_signature_layer(
             None => String::new(),
         };
         if &got != want {
-            return Err(format!("missing or incorrect annotation: {k}={want}"));
+            return Err(CosignError::Annotation { key: k.clone(), value: want.clone() });
         }
     }
     Ok(())
@@ -264,7 +361,7 @@ fn check_signature_layer(
 
 /// Checks who signed `msg` with `sig` (and the transparency log entry): the key, or the
 /// certificate in the annotations up to the roots, with its identity.
-fn check_signer(expect: &Expect, ann: &BTreeMap<String, String>, msg: &[u8], sig: &[u8]) -> Result<i64, String> {
+fn check_signer(expect: &Expect, ann: &BTreeMap<String, String>, msg: &[u8], sig: &[u8]) -> Result<i64, CosignError> {
     let mut at = now();
     if expect.tlog.required {
         at = check_bundle(expect.tlog, ann, msg, sig)?;
@@ -273,8 +370,8 @@ fn check_signer(expect: &Expect, ann: &BTreeMap<String, String>, msg: &[u8], sig
         Signer::Anyone => return Ok(at),
         Signer::Key(k) => k.clone(),
         Signer::Roots { roots, identity, check_sct } => {
-            let leaf_pem = ann.get(CERTIFICATE).filter(|s| !s.is_empty()).ok_or("no certificate found on signature")?;
-            let leaf = certificates(leaf_pem)?.into_iter().next().ok_or("no certificate found on signature")?;
+            let leaf_pem = ann.get(CERTIFICATE).filter(|s| !s.is_empty()).ok_or(CosignError::NoCertificate)?;
+            let leaf = certificates(leaf_pem)?.into_iter().next().ok_or(CosignError::NoCertificate)?;
             let inter = match ann.get(CHAIN).filter(|s| !s.trim().is_empty()) {
                 Some(c) => certificates(c)?,
                 None => Vec::new(),
@@ -284,7 +381,7 @@ fn check_signer(expect: &Expect, ann: &BTreeMap<String, String>, msg: &[u8], sig
             if let Some(rule) = identity {
                 check_identity(&leaf, rule)?;
                 if *check_sct {
-                    return Err("the certificate's SCT cannot be checked: certificate transparency verification is not supported by this build of verno (set ctlog.ignoreSCT)".into());
+                    return Err(CosignError::SctUnsupported);
                 }
             }
             leaf.public_key()?
@@ -304,13 +401,13 @@ pub fn verify_blob(
     msg: &[u8],
     sig: &[u8],
     certificate: Option<&str>,
-) -> Result<String, String> {
+) -> Result<String, CosignError> {
     match signer {
-        Signer::Anyone => Err("no attestor to verify the signature with".into()),
-        Signer::Key(k) => k.verify(algorithm, msg, sig).map(|_| String::new()),
+        Signer::Anyone => Err(CosignError::NoAttestor),
+        Signer::Key(k) => k.verify(algorithm, msg, sig).map(|()| String::new()).map_err(CosignError::from),
         Signer::Roots { roots, identity, .. } => {
-            let pem = certificate.filter(|c| !c.trim().is_empty()).ok_or("no certificate found with the signature")?;
-            let leaf = certificates(pem)?.into_iter().next().ok_or("no certificate found with the signature")?;
+            let pem = certificate.filter(|c| !c.trim().is_empty()).ok_or(CosignError::NoBlobCertificate)?;
+            let leaf = certificates(pem)?.into_iter().next().ok_or(CosignError::NoBlobCertificate)?;
             verify_chain(&leaf, &[], roots, now())?;
             leaf.valid_at(now())?;
             if let Some(rule) = identity {
@@ -322,23 +419,23 @@ pub fn verify_blob(
     }
 }
 
-fn check_identity(leaf: &Certificate, rule: &IdentityRule) -> Result<(), String> {
+fn check_identity(leaf: &Certificate, rule: &IdentityRule) -> Result<(), CosignError> {
     let id = leaf.identity()?;
     if !rule.subject.is_empty() && !id.sans.iter().any(|s| verno_jmespath::wildcard::matches(&rule.subject, s)) {
-        return Err(format!("subject mismatch: expected {}, got {}", rule.subject, id.sans.join(", ")));
+        return Err(CosignError::Subject { expected: rule.subject.clone(), got: id.sans });
     }
     if let Some(re) = &rule.subject_regexp
         && !id.sans.iter().any(|s| re.is_match(s))
     {
-        return Err(format!("subject mismatch: expected a match of {}, got {}", re.as_str(), id.sans.join(", ")));
+        return Err(CosignError::SubjectRegexp { pattern: re.as_str().to_string(), got: id.sans });
     }
     if !rule.issuer.is_empty() && !verno_jmespath::wildcard::matches(&rule.issuer, &id.issuer) {
-        return Err(format!("issuer mismatch: expected {}, got {}", rule.issuer, id.issuer));
+        return Err(CosignError::Issuer { expected: rule.issuer.clone(), got: id.issuer });
     }
     if let Some(re) = &rule.issuer_regexp
         && !re.is_match(&id.issuer)
     {
-        return Err(format!("issuer mismatch: expected a match of {}, got {}", re.as_str(), id.issuer));
+        return Err(CosignError::IssuerRegexp { pattern: re.as_str().to_string(), got: id.issuer });
     }
     for (name, want) in &rule.extensions {
         let oid = match name.as_str() {
@@ -351,7 +448,7 @@ fn check_identity(leaf: &Certificate, rule: &IdentityRule) -> Result<(), String>
         };
         let got = id.extensions.iter().find(|(o, _)| o == oid).map(|(_, v)| v.as_str()).unwrap_or("");
         if !verno_jmespath::wildcard::matches(want, got) {
-            return Err(format!("extension {name} mismatch: expected {want}, got {got:?}"));
+            return Err(CosignError::Extension { name: name.clone(), expected: want.clone(), got: got.to_string() });
         }
     }
     Ok(())
@@ -360,27 +457,22 @@ fn check_identity(leaf: &Certificate, rule: &IdentityRule) -> Result<(), String>
 /// Checks the Rekor bundle of a signature: the signed entry timestamp (Rekor's signature over
 /// the canonical JSON of the entry) with the configured Rekor key, and that the entry is about
 /// this signature and payload. Returns the entry's integrated time.
-fn check_bundle(tlog: &Tlog, ann: &BTreeMap<String, String>, msg: &[u8], sig: &[u8]) -> Result<i64, String> {
-    let raw = ann
-        .get(BUNDLE)
-        .filter(|s| !s.is_empty())
-        .ok_or("signature not found in transparency log (no Rekor bundle; set rekor.ignoreTlog to skip the check)")?;
-    let key = tlog.key.as_ref().ok_or("no Rekor public key to check the transparency log entry with: this build of verno does not fetch Sigstore's trust root, give rekor.pubkey")?;
-    let bundle: Value = serde_json::from_str(raw).map_err(|e| format!("invalid Rekor bundle: {e}"))?;
+fn check_bundle(tlog: &Tlog, ann: &BTreeMap<String, String>, msg: &[u8], sig: &[u8]) -> Result<i64, CosignError> {
+    let raw = ann.get(BUNDLE).filter(|s| !s.is_empty()).ok_or(CosignError::NoBundle)?;
+    let key = tlog.key.as_ref().ok_or(CosignError::NoRekorKey)?;
+    let bundle: Value = serde_json::from_str(raw).map_err(CosignError::BundleJson)?;
     let set = b64(bundle.get("SignedEntryTimestamp").and_then(Value::as_str).unwrap_or(""))
-        .map_err(|e| format!("invalid Rekor bundle: {e}"))?;
-    let payload = bundle.get("Payload").ok_or("invalid Rekor bundle: no Payload")?;
+        .map_err(CosignError::BundleBase64)?;
+    let payload = bundle.get("Payload").ok_or(CosignError::BundleNoPayload)?;
     // Canonical JSON: keys sorted, no spaces (serde_json's map is ordered by key here).
-    let canonical = serde_json::to_vec(&canonical(payload)).map_err(|e| e.to_string())?;
-    key.verify("sha256", &canonical, &set)
-        .map_err(|_| "unable to verify the Rekor bundle: invalid signed entry timestamp".to_string())?;
-    let body = b64(payload.get("body").and_then(Value::as_str).unwrap_or(""))
-        .map_err(|e| format!("invalid Rekor bundle body: {e}"))?;
-    let entry: Value = serde_json::from_slice(&body).map_err(|e| format!("invalid Rekor bundle body: {e}"))?;
+    let canonical = serde_json::to_vec(&canonical(payload)).map_err(CosignError::Canonical)?;
+    key.verify("sha256", &canonical, &set).map_err(CosignError::BundleTimestamp)?;
+    let body = b64(payload.get("body").and_then(Value::as_str).unwrap_or("")).map_err(CosignError::BundleBodyBase64)?;
+    let entry: Value = serde_json::from_slice(&body).map_err(CosignError::BundleBodyJson)?;
     let hash = entry.pointer("/spec/data/hash/value").and_then(Value::as_str).unwrap_or("");
     let content = entry.pointer("/spec/signature/content").and_then(Value::as_str).unwrap_or("");
     if hash != format!("{:x}", sha2::Sha256::digest(msg)) || b64(content).ok().as_deref() != Some(sig) {
-        return Err("the Rekor bundle is about another signature".into());
+        return Err(CosignError::BundleMismatch);
     }
     Ok(payload.get("integratedTime").and_then(Value::as_i64).unwrap_or(0))
 }
@@ -413,7 +505,7 @@ pub fn verify_attestations(
         let envelope = session.blob(sigs, blob_digest)?;
         match check_envelope(&envelope, ann, digest, expect) {
             Ok(s) => statements.push(s),
-            Err(e) => last = e,
+            Err(e) => last = e.to_string(),
         }
     }
     if statements.is_empty() {
@@ -427,11 +519,10 @@ fn check_envelope(
     ann: &BTreeMap<String, String>,
     digest: &str,
     expect: &Expect,
-) -> Result<Value, String> {
-    let env: Value = serde_json::from_slice(envelope).map_err(|e| format!("failed to decode envelope: {e}"))?;
+) -> Result<Value, CosignError> {
+    let env: Value = serde_json::from_slice(envelope).map_err(CosignError::Envelope)?;
     let payload_type = env.get("payloadType").and_then(Value::as_str).unwrap_or("");
-    let body = b64(env.get("payload").and_then(Value::as_str).unwrap_or(""))
-        .map_err(|e| format!("failed to decode payload: {e}"))?;
+    let body = b64(env.get("payload").and_then(Value::as_str).unwrap_or("")).map_err(CosignError::EnvelopePayload)?;
     // DSSE's pre-authentication encoding is what is signed.
     let mut pae = format!("DSSEv1 {} {payload_type} {} ", payload_type.len(), body.len()).into_bytes();
     pae.extend_from_slice(&body);
@@ -441,7 +532,7 @@ fn check_envelope(
         .map(|l| l.iter().filter_map(|s| s.get("sig").and_then(Value::as_str)).filter_map(|s| b64(s).ok()).collect())
         .unwrap_or_default();
     if !matches!(expect.signer, Signer::Anyone) {
-        let mut last = String::from("no signatures in the envelope");
+        let mut last = CosignError::NoEnvelopeSignatures;
         let mut ok = false;
         for sig in &sigs {
             match check_signer(expect, ann, &pae, sig) {
@@ -456,18 +547,106 @@ fn check_envelope(
             return Err(last);
         }
     }
-    let statement: Value = serde_json::from_slice(&body).map_err(|e| format!("failed to decode statement: {e}"))?;
+    let statement: Value = serde_json::from_slice(&body).map_err(CosignError::Statement)?;
     let hex = digest.strip_prefix("sha256:").unwrap_or(digest);
     let about = statement
         .get("subject")
         .and_then(Value::as_array)
         .is_some_and(|l| l.iter().any(|s| s.pointer("/digest/sha256").and_then(Value::as_str) == Some(hex)));
     if !about {
-        return Err(format!("no subject of the statement has the digest {digest}"));
+        return Err(CosignError::StatementSubject(digest.to_string()));
     }
     Ok(statement)
 }
 
 fn b64(s: &str) -> Result<Vec<u8>, base64::DecodeError> {
     base64::engine::general_purpose::STANDARD.decode(s.trim())
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, clippy::panic)] // a test fails by panicking
+
+    use super::*;
+    use verno_api::images::{SecretRef, StaticKeys};
+
+    fn key_attestor(keys: StaticKeys) -> Attestor {
+        Attestor { keys: Some(keys), ..Default::default() }
+    }
+
+    #[test]
+    fn attestor_errors_keep_their_cause_and_their_text() {
+        let not_pem = key_attestor(StaticKeys { public_keys: "not a key".into(), ..Default::default() });
+        match signer(&not_pem, &|_, _| Ok(String::new())) {
+            Err(e @ CosignError::Crypto(CryptoError::KeyPem(_))) => {
+                assert!(e.to_string().starts_with("failed to load public key from PEM: "), "{e}");
+            }
+            Err(e) => panic!("{e:?}"),
+            Ok(_) => panic!("not a key was accepted"),
+        }
+        let secret = key_attestor(StaticKeys {
+            secret: Some(SecretRef { namespace: "ns".into(), name: "keys".into() }),
+            ..Default::default()
+        });
+        let no_cluster =
+            |ns: &str, name: &str| Err(SecretError::NoCluster { namespace: ns.to_string(), name: name.to_string() });
+        match signer(&secret, &no_cluster) {
+            Err(e @ CosignError::SecretRead { source: SecretError::NoCluster { .. }, .. }) => assert_eq!(
+                e.to_string(),
+                "failed to load public key from k8s://ns/keys: secret ns/keys cannot be read here (no cluster)"
+            ),
+            Err(e) => panic!("{e:?}"),
+            Ok(_) => panic!("a secret was read without a cluster"),
+        }
+        let kms = key_attestor(StaticKeys { kms: "gcpkms://k".into(), ..Default::default() });
+        assert_eq!(
+            signer(&kms, &|_, _| Ok(String::new())).err().map(|e| e.to_string()).as_deref(),
+            Some("failed to load public key from gcpkms://k: KMS keys are not supported by this build of verno")
+        );
+        let bad_regexp = Attestor {
+            keyless: Some(verno_api::images::Keyless {
+                subject_regexp: "(".into(),
+                roots: rcgen::generate_simple_self_signed(vec!["root".into()]).unwrap().cert.pem(),
+                ..Default::default()
+            }),
+            ..Default::default()
+        };
+        match signer(&bad_regexp, &|_, _| Ok(String::new())) {
+            Err(e @ CosignError::Regex { field: "subjectRegExp", .. }) => {
+                assert!(e.to_string().starts_with("invalid subjectRegExp \"(\": "), "{e}");
+            }
+            Err(e) => panic!("{e:?}"),
+            Ok(_) => panic!("a broken regexp was accepted"),
+        }
+    }
+
+    #[test]
+    fn identity_mismatches_read_as_before() {
+        let sans = vec!["a@example.com".to_string(), "b@example.com".to_string()];
+        let e = CosignError::Subject { expected: "c@example.com".into(), got: sans.clone() };
+        assert_eq!(e.to_string(), "subject mismatch: expected c@example.com, got a@example.com, b@example.com");
+        let e = CosignError::SubjectRegexp { pattern: "^c@".into(), got: sans };
+        assert_eq!(e.to_string(), "subject mismatch: expected a match of ^c@, got a@example.com, b@example.com");
+        let e = CosignError::Extension { name: "githubWorkflowRef".into(), expected: "main".into(), got: "dev".into() };
+        assert_eq!(e.to_string(), "extension githubWorkflowRef mismatch: expected main, got \"dev\"");
+    }
+
+    #[test]
+    fn a_signature_that_does_not_verify_is_told_from_an_unusable_key() {
+        let pair = rcgen::KeyPair::generate().unwrap();
+        let key = PublicKey::from_pem(&pair.public_key_pem()).unwrap();
+        let signer = Signer::Key(key);
+        match verify_blob(&signer, "", b"message", b"not a signature", None) {
+            Err(e @ CosignError::Crypto(CryptoError::BadSignature)) => {
+                assert_eq!(e.to_string(), "invalid signature when validating ASN.1 encoded signature");
+            }
+            other => panic!("{other:?}"),
+        }
+        match verify_blob(&signer, "sha1", b"message", b"not a signature", None) {
+            Err(e @ CosignError::Crypto(CryptoError::SignatureAlgorithm(_))) => {
+                assert_eq!(e.to_string(), "signature algorithm sha1 is not supported for this key type");
+            }
+            other => panic!("{other:?}"),
+        }
+    }
 }

@@ -8,6 +8,51 @@ use ring::signature::{self, UnparsedPublicKey};
 use rustls_pki_types::{CertificateDer, UnixTime};
 use x509_parser::prelude::*;
 
+/// A DER parse failure of x509-parser (a certificate, a SubjectPublicKeyInfo).
+pub type DerError = x509_parser::nom::Err<X509Error>;
+
+/// Why a key, a certificate, a chain or a signature was refused.
+#[derive(Debug, thiserror::Error)]
+pub enum CryptoError {
+    #[error("failed to load public key from PEM: {0}")]
+    KeyPem(#[source] ::pem::PemError),
+    #[error("failed to load public key from PEM: {0}")]
+    KeyDer(#[source] DerError),
+    /// The PEM block's tag.
+    #[error("failed to load public key from PEM: unexpected PEM block {0:?}")]
+    KeyBlock(String),
+    /// The curve's OID (empty when the key names none).
+    #[error("unsupported elliptic curve {0}")]
+    Curve(String),
+    /// The key algorithm's OID.
+    #[error("unsupported public key algorithm {0}")]
+    KeyAlgorithm(String),
+    /// The hash algorithm asked for.
+    #[error("signature algorithm {0} is not supported for this key type")]
+    SignatureAlgorithm(String),
+    /// The signature does not verify with the key (ring says no more).
+    #[error("invalid signature when validating ASN.1 encoded signature")]
+    BadSignature,
+    #[error("failed to unmarshal certificate from PEM format: {0}")]
+    CertificatePem(#[source] ::pem::PemError),
+    #[error("no certs found in pem file")]
+    NoCertificates,
+    #[error("certificate chain too long ({0}), maximum allowed is 10")]
+    ChainTooLong(usize),
+    #[error("failed to parse certificate: {0}")]
+    CertificateDer(#[source] DerError),
+    #[error("certificate is not valid before {0}")]
+    NotYetValid(ASN1Time),
+    #[error("certificate has expired: it was valid until {0}")]
+    Expired(ASN1Time),
+    #[error("invalid root certificate: {0}")]
+    Root(#[source] webpki::Error),
+    #[error("invalid certificate: {0}")]
+    Leaf(#[source] webpki::Error),
+    #[error("certificate chain verification failed: {0}")]
+    Chain(#[source] webpki::Error),
+}
+
 /// A public key that can check signatures.
 #[derive(Debug, Clone)]
 pub enum PublicKey {
@@ -28,20 +73,19 @@ const CODE_SIGNING: &[u8] = &[0x2b, 6, 1, 5, 5, 7, 3, 3];
 
 impl PublicKey {
     /// The first `PUBLIC KEY` (or a certificate's key) of a PEM text.
-    pub fn from_pem(text: &str) -> Result<PublicKey, String> {
-        let block = ::pem::parse(text.trim()).map_err(|e| format!("failed to load public key from PEM: {e}"))?;
+    pub fn from_pem(text: &str) -> Result<PublicKey, CryptoError> {
+        let block = ::pem::parse(text.trim()).map_err(CryptoError::KeyPem)?;
         match block.tag() {
             "PUBLIC KEY" => {
-                let (_, spki) = SubjectPublicKeyInfo::from_der(block.contents())
-                    .map_err(|e| format!("failed to load public key from PEM: {e}"))?;
+                let (_, spki) = SubjectPublicKeyInfo::from_der(block.contents()).map_err(CryptoError::KeyDer)?;
                 PublicKey::from_spki(&spki)
             }
             "CERTIFICATE" => Certificate::from_der(block.contents().to_vec())?.public_key(),
-            other => Err(format!("failed to load public key from PEM: unexpected PEM block {other:?}")),
+            other => Err(CryptoError::KeyBlock(other.to_string())),
         }
     }
 
-    fn from_spki(spki: &SubjectPublicKeyInfo) -> Result<PublicKey, String> {
+    fn from_spki(spki: &SubjectPublicKeyInfo) -> Result<PublicKey, CryptoError> {
         let alg = spki.algorithm.algorithm.to_id_string();
         let key = spki.subject_public_key.data.to_vec();
         match alg.as_str() {
@@ -56,19 +100,19 @@ impl PublicKey {
                 match curve.as_str() {
                     P256 => Ok(PublicKey::P256(key)),
                     P384 => Ok(PublicKey::P384(key)),
-                    c => Err(format!("unsupported elliptic curve {c}")),
+                    c => Err(CryptoError::Curve(c.to_string())),
                 }
             }
             RSA => Ok(PublicKey::Rsa(key)),
             ED25519 => Ok(PublicKey::Ed25519(key)),
-            a => Err(format!("unsupported public key algorithm {a}")),
+            a => Err(CryptoError::KeyAlgorithm(a.to_string())),
         }
     }
 
     /// Checks `sig` over `msg` with the hash `algorithm` (`sha256` when empty).
-    pub fn verify(&self, algorithm: &str, msg: &[u8], sig: &[u8]) -> Result<(), String> {
+    pub fn verify(&self, algorithm: &str, msg: &[u8], sig: &[u8]) -> Result<(), CryptoError> {
         let alg = if algorithm.is_empty() { "sha256" } else { algorithm };
-        let unsupported = || format!("signature algorithm {alg} is not supported for this key type");
+        let unsupported = || CryptoError::SignatureAlgorithm(alg.to_string());
         let ok = match self {
             PublicKey::P256(k) | PublicKey::P384(k) => {
                 let v: &dyn signature::VerificationAlgorithm = match (self, alg) {
@@ -93,24 +137,23 @@ impl PublicKey {
             }
             PublicKey::Ed25519(k) => UnparsedPublicKey::new(&signature::ED25519, k).verify(msg, sig).is_ok(),
         };
-        if ok { Ok(()) } else { Err("invalid signature when validating ASN.1 encoded signature".into()) }
+        if ok { Ok(()) } else { Err(CryptoError::BadSignature) }
     }
 }
 
 /// Every `CERTIFICATE` block of a PEM text, in order.
-pub fn certificates(text: &str) -> Result<Vec<Certificate>, String> {
-    let blocks =
-        ::pem::parse_many(text.trim()).map_err(|e| format!("failed to unmarshal certificate from PEM format: {e}"))?;
+pub fn certificates(text: &str) -> Result<Vec<Certificate>, CryptoError> {
+    let blocks = ::pem::parse_many(text.trim()).map_err(CryptoError::CertificatePem)?;
     let certs: Vec<Certificate> = blocks
         .into_iter()
         .filter(|b| b.tag() == "CERTIFICATE")
         .map(|b| Certificate::from_der(b.into_contents()))
         .collect::<Result<_, _>>()?;
     if certs.is_empty() {
-        return Err("no certs found in pem file".into());
+        return Err(CryptoError::NoCertificates);
     }
     if certs.len() > 10 {
-        return Err(format!("certificate chain too long ({}), maximum allowed is 10", certs.len()));
+        return Err(CryptoError::ChainTooLong(certs.len()));
     }
     Ok(certs)
 }
@@ -133,33 +176,33 @@ pub struct Identity {
 }
 
 impl Certificate {
-    pub fn from_der(der: Vec<u8>) -> Result<Certificate, String> {
-        X509Certificate::from_der(&der).map_err(|e| format!("failed to parse certificate: {e}"))?;
+    pub fn from_der(der: Vec<u8>) -> Result<Certificate, CryptoError> {
+        X509Certificate::from_der(&der).map_err(CryptoError::CertificateDer)?;
         Ok(Certificate { der })
     }
 
-    fn parsed(&self) -> Result<X509Certificate<'_>, String> {
-        X509Certificate::from_der(&self.der).map(|(_, c)| c).map_err(|e| format!("failed to parse certificate: {e}"))
+    fn parsed(&self) -> Result<X509Certificate<'_>, CryptoError> {
+        X509Certificate::from_der(&self.der).map(|(_, c)| c).map_err(CryptoError::CertificateDer)
     }
 
-    pub fn public_key(&self) -> Result<PublicKey, String> {
+    pub fn public_key(&self) -> Result<PublicKey, CryptoError> {
         PublicKey::from_spki(self.parsed()?.public_key())
     }
 
     /// Whether the certificate is valid at `now` (seconds since the epoch).
-    pub fn valid_at(&self, now: i64) -> Result<(), String> {
+    pub fn valid_at(&self, now: i64) -> Result<(), CryptoError> {
         let c = self.parsed()?;
         let v = c.validity();
         if now < v.not_before.timestamp() {
-            return Err(format!("certificate is not valid before {}", v.not_before));
+            return Err(CryptoError::NotYetValid(v.not_before));
         }
         if now > v.not_after.timestamp() {
-            return Err(format!("certificate has expired: it was valid until {}", v.not_after));
+            return Err(CryptoError::Expired(v.not_after));
         }
         Ok(())
     }
 
-    pub fn identity(&self) -> Result<Identity, String> {
+    pub fn identity(&self) -> Result<Identity, CryptoError> {
         let c = self.parsed()?;
         let mut id = Identity::default();
         if let Ok(Some(san)) = c.subject_alternative_name() {
@@ -219,15 +262,15 @@ pub fn verify_chain(
     intermediates: &[Certificate],
     roots: &[Certificate],
     now: i64,
-) -> Result<(), String> {
+) -> Result<(), CryptoError> {
     let root_ders: Vec<CertificateDer<'_>> = roots.iter().map(|c| CertificateDer::from(c.der.as_slice())).collect();
     let anchors: Vec<_> = root_ders
         .iter()
-        .map(|d| webpki::anchor_from_trusted_cert(d).map_err(|e| format!("invalid root certificate: {e}")))
+        .map(|d| webpki::anchor_from_trusted_cert(d).map_err(CryptoError::Root))
         .collect::<Result<_, _>>()?;
     let inter: Vec<CertificateDer<'_>> = intermediates.iter().map(|c| CertificateDer::from(c.der.as_slice())).collect();
     let leaf_der = CertificateDer::from(leaf.der.as_slice());
-    let ee = webpki::EndEntityCert::try_from(&leaf_der).map_err(|e| format!("invalid certificate: {e}"))?;
+    let ee = webpki::EndEntityCert::try_from(&leaf_der).map_err(CryptoError::Leaf)?;
     let time = UnixTime::since_unix_epoch(std::time::Duration::from_secs(now.max(0) as u64));
     ee.verify_for_usage(
         webpki::ALL_VERIFICATION_ALGS,
@@ -239,5 +282,5 @@ pub fn verify_chain(
         None,
     )
     .map(|_| ())
-    .map_err(|e| format!("certificate chain verification failed: {e}"))
+    .map_err(CryptoError::Chain)
 }

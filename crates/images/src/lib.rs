@@ -26,8 +26,38 @@ use std::time::{Duration, Instant};
 use verno_api::images::RegistryCredentials;
 use verno_engine::verify_images::{ImageError, ImageVerifier, SignatureCheck, Verified};
 
-/// Reads a Secret (`namespace` empty: Verno's own namespace) as the API returns it.
+/// Reads a Secret (`namespace` empty: Verno's own namespace) as the API returns it. The error
+/// is the reader's message (the API call's), shown verbatim.
 pub type SecretReader = Arc<dyn Fn(&str, &str) -> Result<Value, String> + Send + Sync>;
+
+/// Why the registry client could not be built.
+#[derive(Debug, thiserror::Error)]
+pub enum ClientError {
+    /// The TLS configuration (rustls refused the protocol versions).
+    #[error("{0}")]
+    Tls(#[source] rustls::Error),
+    #[error("cannot start the registry client: {0}")]
+    Runtime(#[source] std::io::Error),
+    #[error("cannot build the registry client: {0}")]
+    Build(#[source] reqwest::Error),
+}
+
+/// Why a Secret (registry credentials, `cosign.pub`) could not be read.
+#[derive(Debug, thiserror::Error)]
+pub enum SecretError {
+    /// No [`SecretReader`] (the CLI).
+    #[error("secret {namespace}/{name} cannot be read here (no cluster)")]
+    NoCluster { namespace: String, name: String },
+    /// The [`SecretReader`]'s message (the API call's), shown verbatim.
+    #[error("{0}")]
+    Read(String),
+    #[error("the secret has no cosign.pub")]
+    NoCosignPub,
+    #[error("cosign.pub is not base64: {0}")]
+    CosignPubBase64(#[source] base64::DecodeError),
+    #[error("cosign.pub is not text")]
+    CosignPubText(#[source] std::string::FromUtf8Error),
+}
 
 /// Kyverno's cache defaults.
 pub const DEFAULT_CACHE_TTL: Duration = Duration::from_secs(60 * 60);
@@ -168,13 +198,13 @@ fn failure_key(digest: &str, check: &SignatureCheck) -> u64 {
 
 impl Verifier {
     /// A verifier with its own single-thread runtime (the CLI): no cache, as Kyverno's CLI.
-    pub fn new() -> Result<Verifier, String> {
+    pub fn new() -> Result<Verifier, ClientError> {
         let rt = tokio::runtime::Builder::new_multi_thread()
             .worker_threads(1)
             .thread_name("verno-registry")
             .enable_all()
             .build()
-            .map_err(|e| format!("cannot start the registry client: {e}"))?;
+            .map_err(ClientError::Runtime)?;
         let handle = rt.handle().clone();
         Ok(Verifier {
             http: client()?,
@@ -187,7 +217,7 @@ impl Verifier {
 
     /// A verifier on a running runtime (the server); its calls block the calling thread, which
     /// must not be one of the runtime's workers (the server evaluates on the blocking pool).
-    pub fn on(handle: tokio::runtime::Handle) -> Result<Verifier, String> {
+    pub fn on(handle: tokio::runtime::Handle) -> Result<Verifier, ClientError> {
         Ok(Verifier {
             http: client()?,
             exec: Exec::Handle(handle),
@@ -218,21 +248,19 @@ impl Verifier {
         }
     }
 
-    fn secret(&self, namespace: &str, name: &str) -> Result<Value, String> {
+    fn secret(&self, namespace: &str, name: &str) -> Result<Value, SecretError> {
         match &self.secrets {
-            Some(read) => read(namespace, name),
-            None => Err(format!("secret {namespace}/{name} cannot be read here (no cluster)")),
+            Some(read) => read(namespace, name).map_err(SecretError::Read),
+            None => Err(SecretError::NoCluster { namespace: namespace.to_string(), name: name.to_string() }),
         }
     }
 
     /// `cosign.pub` of a Secret.
-    fn secret_key(&self, namespace: &str, name: &str) -> Result<String, String> {
+    fn secret_key(&self, namespace: &str, name: &str) -> Result<String, SecretError> {
         let s = self.secret(namespace, name)?;
-        let raw = s.pointer("/data/cosign.pub").and_then(Value::as_str).ok_or("the secret has no cosign.pub")?;
-        let bytes = base64::engine::general_purpose::STANDARD
-            .decode(raw)
-            .map_err(|e| format!("cosign.pub is not base64: {e}"))?;
-        String::from_utf8(bytes).map_err(|_| "cosign.pub is not text".to_string())
+        let raw = s.pointer("/data/cosign.pub").and_then(Value::as_str).ok_or(SecretError::NoCosignPub)?;
+        let bytes = base64::engine::general_purpose::STANDARD.decode(raw).map_err(SecretError::CosignPubBase64)?;
+        String::from_utf8(bytes).map_err(SecretError::CosignPubText)
     }
 
     /// Credentials for `registry` from the docker config Secrets the policy names.
@@ -326,7 +354,7 @@ fn image_data(session: &Session, image: &str, r: &Reference) -> Result<Value, Im
 
 /// A reqwest client builder on rustls with ring, trusting `roots` (the system's when `None`):
 /// the registry client's, and the controller's for calls to services.
-pub fn https_client(roots: Option<rustls::RootCertStore>) -> Result<reqwest::ClientBuilder, String> {
+pub fn https_client(roots: Option<rustls::RootCertStore>) -> Result<reqwest::ClientBuilder, ClientError> {
     let roots = roots.unwrap_or_else(|| {
         let mut system = rustls::RootCertStore::empty();
         for c in rustls_native_certs::load_native_certs().certs {
@@ -336,19 +364,19 @@ pub fn https_client(roots: Option<rustls::RootCertStore>) -> Result<reqwest::Cli
     });
     let tls = rustls::ClientConfig::builder_with_provider(Arc::new(rustls::crypto::ring::default_provider()))
         .with_safe_default_protocol_versions()
-        .map_err(|e| e.to_string())?
+        .map_err(ClientError::Tls)?
         .with_root_certificates(roots)
         .with_no_client_auth();
     Ok(reqwest::Client::builder().use_preconfigured_tls(tls))
 }
 
 /// The registry client: the system's roots.
-fn client() -> Result<reqwest::Client, String> {
+fn client() -> Result<reqwest::Client, ClientError> {
     https_client(None)?
         .connect_timeout(Duration::from_secs(5))
         .redirect(reqwest::redirect::Policy::limited(5))
         .build()
-        .map_err(|e| format!("cannot build the registry client: {e}"))
+        .map_err(ClientError::Build)
 }
 
 /// The basic credentials a docker config Secret holds for `registry`.
@@ -374,6 +402,11 @@ fn docker_config_auth(secret: &Value, registry: &str) -> Option<Credentials> {
     Some(Credentials { username: u.into(), password: p.into() })
 }
 
+/// The engine's port carries messages: a check that was answered and refused, as text.
+fn failed(e: impl std::fmt::Display) -> ImageError {
+    ImageError::Failed(e.to_string())
+}
+
 impl ImageVerifier for Verifier {
     fn verify(&self, check: &SignatureCheck) -> Result<Verified, ImageError> {
         match check.kind {
@@ -390,7 +423,7 @@ impl ImageVerifier for Verifier {
                 "cosignOCI11 (OCI 1.1 referrers) is not supported by this build of verno".into(),
             ));
         }
-        let image = Reference::parse(check.image).map_err(ImageError::Failed)?;
+        let image = Reference::parse(check.image).map_err(failed)?;
         let deadline = std::time::Instant::now() + registry::BUDGET;
         let session = self.session(check.credentials, &image.registry)?.bounded(deadline, check.cancel);
         let digest = cosign::resolve(&session, &image)?;
@@ -400,7 +433,7 @@ impl ImageVerifier for Verifier {
             return Err(e);
         }
         let (signer, tlog, algorithm) =
-            cosign::signer(check.attestor, &|ns, name| self.secret_key(ns, name)).map_err(ImageError::Failed)?;
+            cosign::signer(check.attestor, &|ns, name| self.secret_key(ns, name)).map_err(failed)?;
         let expect =
             cosign::Expect { signer: &signer, tlog: &tlog, algorithm: &algorithm, annotations: check.annotations };
         let (sigs, sig_session) = if check.repository.is_empty() {
@@ -429,7 +462,7 @@ impl ImageVerifier for Verifier {
         credentials: Option<&RegistryCredentials>,
         _namespace: &str,
     ) -> Result<String, ImageError> {
-        let r = Reference::parse(image).map_err(ImageError::Failed)?;
+        let r = Reference::parse(image).map_err(failed)?;
         let session = self.session(credentials, &r.registry)?;
         cosign::resolve(&session, &r)
     }
@@ -440,7 +473,7 @@ impl ImageVerifier for Verifier {
         credentials: Option<&RegistryCredentials>,
         _namespace: &str,
     ) -> Result<Value, ImageError> {
-        let r = Reference::parse(image).map_err(ImageError::Failed)?;
+        let r = Reference::parse(image).map_err(failed)?;
         let session = self.session(credentials, &r.registry)?;
         image_data(&session, image, &r)
     }
@@ -453,8 +486,8 @@ impl ImageVerifier for Verifier {
         certificate: Option<&str>,
     ) -> Result<String, ImageError> {
         let (signer, _tlog, algorithm) =
-            cosign::signer(attestor, &|ns, name| self.secret_key(ns, name)).map_err(ImageError::Failed)?;
-        cosign::verify_blob(&signer, &algorithm, message, signature, certificate).map_err(ImageError::Failed)
+            cosign::signer(attestor, &|ns, name| self.secret_key(ns, name)).map_err(failed)?;
+        cosign::verify_blob(&signer, &algorithm, message, signature, certificate).map_err(failed)
     }
 
     fn cached(&self, key: &str) -> Option<String> {
