@@ -331,7 +331,7 @@ pub fn run(args: &ServeArgs) -> i32 {
     }
     let paths = args.policies.clone();
     let ns = args.namespace_labels.clone();
-    let loader: Loader = Arc::new(move || load_set(&paths, ns.as_deref()));
+    let loader: Loader = Arc::new(move || load_set(&paths, ns.as_deref()).map_err(verno_server::LoadError::from));
     // verifyImages rules talk to registries; passes are cached as in a cluster (no Secrets
     // here: registry credentials and `keys.secret` need `--kube`). The registry client starts
     // on the first image to verify.

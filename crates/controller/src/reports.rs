@@ -14,8 +14,10 @@
 //! object never appears) is dropped and counted in `verno_reports_dropped_total`; the backlog
 //! is `verno_reports_backlog`.
 //!
-//! Not yet: background scans, results of mutate rules, Pod Security and `reportProperties`
-//! properties, openreports.io output.
+//! Background scans write through the same writer (`scan.rs`); results carry the rules'
+//! `reportProperties` and Pod Security properties as the engine renders them
+//! (`verno_engine::report`), and the group is `wgpolicyk8s.io` or `openreports.io` as
+//! configured.
 
 use crate::metrics::Metrics;
 use kube::api::{Api, DynamicObject, PostParams};

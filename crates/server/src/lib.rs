@@ -30,14 +30,26 @@ use verno_engine::{Filter, Hook, Notice, PolicySet, Route};
 pub use tls::TlsSource;
 
 /// Loads and compiles the policy set; the error says which file and field is wrong.
-pub type Loader = Arc<dyn Fn() -> Result<PolicySet, String> + Send + Sync>;
+pub type Loader = Arc<dyn Fn() -> Result<PolicySet, LoadError> + Send + Sync>;
+
+/// What a [`Loader`] fails with: reading the files, parsing or compiling a policy. Its message
+/// names the file and field; a loader with a typed error (I/O, a compile error) keeps it here
+/// for callers to inspect, one with only text gives that (`String` converts).
+pub type LoadError = Box<dyn std::error::Error + Send + Sync>;
+
+/// Why a reload left the previous policies in force: the loader refused the new ones.
+#[derive(Debug, thiserror::Error)]
+#[error("{0}")]
+pub struct ReloadError(#[source] pub LoadError);
 
 /// Why the server could not start.
 #[derive(Debug, thiserror::Error)]
 pub enum ServerError {
     /// The loader's message names the file and field.
     #[error("{0}")]
-    Policies(String),
+    Policies(#[source] LoadError),
+    #[error("loading the policies panicked: {0}")]
+    LoaderPanicked(#[source] tokio::task::JoinError),
     #[error(transparent)]
     Tls(#[from] tls::TlsError),
     #[error("could not listen on {0}")]
@@ -947,7 +959,7 @@ impl Running {
     }
 
     /// Recompiles the policies now; a broken set is reported and the previous one stays.
-    pub fn reload(&self) -> Result<(), String> {
+    pub fn reload(&self) -> Result<(), ReloadError> {
         reload(&self.state, &self.loader)
     }
 
@@ -958,7 +970,7 @@ impl Running {
     }
 }
 
-fn reload(state: &AppState, loader: &Loader) -> Result<(), String> {
+fn reload(state: &AppState, loader: &Loader) -> Result<(), ReloadError> {
     match loader() {
         Ok(set) => {
             tracing::info!(policies = set.policies().len(), "policies loaded");
@@ -967,7 +979,7 @@ fn reload(state: &AppState, loader: &Loader) -> Result<(), String> {
         }
         Err(e) => {
             tracing::error!(error = %e, "policy reload failed; the previous policies stay in force");
-            Err(e)
+            Err(ReloadError(e))
         }
     }
 }
@@ -1069,7 +1081,7 @@ pub async fn start(cfg: Config, loader: Loader) -> Result<Running, ServerError> 
     let first = loader.clone();
     let initial = tokio::task::spawn_blocking(move || first())
         .await
-        .map_err(|e| ServerError::Policies(format!("loading the policies panicked: {e}")))?
+        .map_err(ServerError::LoaderPanicked)?
         .map_err(ServerError::Policies)?;
     tracing::info!(policies = initial.policies().len(), "policies loaded");
     let ca_path = match &cfg.tls {
