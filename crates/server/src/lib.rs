@@ -1417,6 +1417,20 @@ mod tests {
         assert!(counts(&by_front).iter().any(|l| l.contains("validate-fail")), "{:?}", counts(&by_front));
     }
 
+    /// A reload the loader refuses says what the loader said, keeps the loader's error as its
+    /// source (a caller can tell I/O from a broken policy), and leaves the set in force.
+    #[test]
+    fn a_refused_reload_keeps_the_loaders_error_and_the_old_set() {
+        let state = new_state(&Config::default(), PolicySet::default(), 0);
+        let loader: Loader =
+            Arc::new(|| Err(std::io::Error::new(std::io::ErrorKind::NotFound, "policies/a.yaml: missing").into()));
+        let e = reload(&state, &loader).unwrap_err();
+        assert_eq!(e.to_string(), "policies/a.yaml: missing");
+        let io = std::error::Error::source(&e).and_then(|s| s.downcast_ref::<std::io::Error>());
+        assert_eq!(io.map(std::io::Error::kind), Some(std::io::ErrorKind::NotFound));
+        assert!(state.set.read().unwrap().policies().is_empty());
+    }
+
     #[test]
     fn the_kyverno_paths_are_routed_by_their_hook_and_failure_policy() {
         let route = |p: &str| kyverno_path(p, false).map(|(r, w)| (format!("{r:?}"), w));
