@@ -1,7 +1,8 @@
 //! What the end-to-end tools share with the tests: a real control plane with Verno in it
-//! ([`real`]).
+//! ([`real`]), and the set-up of the scale benchmarks ([`scale`]).
 
 pub mod real;
+pub mod scale;
 
 /// Kyverno's ServiceAccount names (its chart's defaults in namespace `kyverno`): the runners
 /// install Verno under them, as a user moving from Kyverno would, because Kyverno's suite binds

@@ -8,24 +8,16 @@
 //!
 //! Last line: `generate-scale: namespaces=N seconds_create=T1 seconds_sync=T2 peak_rss_mib=M writes=W`.
 
-use anyhow::{Context, Result, anyhow, bail};
+use anyhow::{Result, bail};
 use fake_apiserver::FakeApiServer;
 use futures_util::StreamExt;
-use kube::api::{Api, DynamicObject, Patch, PatchParams, PostParams};
+use kube::api::{Api, DynamicObject, Patch, PatchParams};
 use kube::discovery::ApiResource;
 use serde_json::{Value, json};
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
-use verno_controller::{crds, manifests};
-
-fn peak_rss_mib(pid: u32) -> f64 {
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
-    status
-        .lines()
-        .find_map(|l| l.strip_prefix("VmHWM:"))
-        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<f64>().ok())
-        .map_or(0.0, |kb| kb / 1024.0)
-}
+use verno_controller::manifests;
+use verno_e2e::scale::{self, Bench};
 
 fn secret_writes(fake: &FakeApiServer) -> usize {
     fake.writes().into_iter().filter(|w| w.path.contains("/secrets")).count()
@@ -58,35 +50,24 @@ async fn wait_for(what: &str, limit: Duration, mut done: impl FnMut() -> bool) -
 async fn main() -> Result<()> {
     let mut verno = PathBuf::new();
     let mut namespaces = 1000usize;
-    let mut it = std::env::args().skip(1);
-    while let Some(k) = it.next() {
-        let v = it.next().ok_or_else(|| anyhow!("{k} needs a value"))?;
-        match k.as_str() {
+    scale::parse_flags(|k, v| {
+        match k {
             "--verno" => verno = v.into(),
             "--namespaces" => namespaces = v.parse()?,
-            other => bail!("unknown argument {other}"),
+            _ => return Ok(false),
         }
-    }
+        Ok(true)
+    })?;
     if verno.as_os_str().is_empty() {
         bail!("usage: generate-scale --verno PATH [--namespaces N]");
     }
-    let dir = tempfile::tempdir()?;
-    let fake = FakeApiServer::start(fake_apiserver::default_resources()).await?;
-    let admin = fake.client(None).map_err(|e| anyhow!(e))?;
-    let values = manifests::Values::default();
-    for doc in crds::all().into_iter().chain(manifests::render(&values)) {
-        fake.apply(&admin, &doc).await.map_err(|e| anyhow!("installing Verno: {e}"))?;
-    }
-    let ns_res = ApiResource::erase::<k8s_openapi::api::core::v1::Namespace>(&());
+    let bench = Bench::install(manifests::Values::default()).await?;
+    let (fake, admin) = (&bench.fake, &bench.admin);
     let secret_res = ApiResource::erase::<k8s_openapi::api::core::v1::Secret>(&());
-    let ns_api: Api<DynamicObject> = Api::all_with(admin.clone(), &ns_res);
+    let ns_api = bench.namespaces();
     let create_ns = |name: String| {
         let api = ns_api.clone();
-        async move {
-            let ns: DynamicObject =
-                serde_json::from_value(json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name}}))?;
-            api.create(&PostParams::default(), &ns).await.map(|_| ()).map_err(anyhow::Error::from)
-        }
+        async move { scale::create_namespace(&api, &name).await }
     };
     create_ns("platform".into()).await?;
     let secrets: Api<DynamicObject> = Api::namespaced_with(admin.clone(), "platform", &secret_res);
@@ -103,28 +84,7 @@ async fn main() -> Result<()> {
     let cpol = Api::<DynamicObject>::all_with(admin.clone(), &verno_controller::policies::cluster_policy_resource());
     cpol.patch("clone-regcred", &PatchParams::apply("bench").force(), &Patch::Apply(&policy)).await?;
 
-    let config = dir.path().join("kubeconfig");
-    let user = format!("system:serviceaccount:{}:{}", values.namespace, manifests::SERVICE_ACCOUNT);
-    std::fs::write(&config, fake.kubeconfig().replace("  user: {}\n", &format!("  user:\n    as: {user}\n")))?;
-    let port = std::net::TcpListener::bind("127.0.0.1:0")?.local_addr()?.port();
-    let log = std::fs::File::create(dir.path().join("verno.log"))?;
-    let mut child = tokio::process::Command::new(&verno)
-        .args(["serve", "--kube", "--namespace", &values.namespace, "--identity", "verno-0"])
-        .args(["--service", manifests::SERVICE, "--deployment", manifests::DEPLOYMENT])
-        .args(["--owner-cluster-role", manifests::CLUSTER_ROLE])
-        .args(["--addr", &format!("127.0.0.1:{port}"), "--metrics-addr", "off"])
-        .args(["--background-scan", "false", "--admission-reports", "false"])
-        .arg("--tls-dir")
-        .arg(dir.path().join("tls"))
-        .env("KUBECONFIG", &config)
-        .env("RUST_LOG", "warn")
-        .stdout(log.try_clone()?)
-        .stderr(log)
-        .kill_on_drop(true)
-        .spawn()
-        .with_context(|| format!("starting {}", verno.display()))?;
-    let pid = child.id().ok_or_else(|| anyhow!("verno exited at once"))?;
-    fake.set_service(&values.namespace, manifests::SERVICE, Some(([127, 0, 0, 1], port).into()));
+    let child = bench.start_verno(&verno, &["--background-scan", "false", "--admission-reports", "false"])?;
     // Verno leads and has the policy in force once it reports it ready.
     wait_for("the policy's Ready status", Duration::from_secs(60), || {
         fake.objects("kyverno.io", "clusterpolicies")
@@ -132,7 +92,7 @@ async fn main() -> Result<()> {
             .any(|p| p.pointer("/status/ready").and_then(Value::as_bool) == Some(true))
     })
     .await?;
-    let writes_before = secret_writes(&fake);
+    let writes_before = secret_writes(fake);
 
     let t0 = Instant::now();
     let created = futures_util::stream::iter(0..namespaces)
@@ -144,17 +104,17 @@ async fn main() -> Result<()> {
         return Err(e.context("creating namespaces"));
     }
     let limit = Duration::from_secs(600);
-    wait_for("every copy created", limit, || copies_with(&fake, "djE=") >= namespaces).await?;
+    wait_for("every copy created", limit, || copies_with(fake, "djE=") >= namespaces).await?;
     let seconds_create = t0.elapsed().as_secs_f64();
     eprintln!("{namespaces} copies after {seconds_create:.1} s");
 
     let t1 = Instant::now();
     secrets.patch("regcred", &PatchParams::apply("bench").force(), &Patch::Apply(source("djI="))).await?;
-    wait_for("every copy synchronized", limit, || copies_with(&fake, "djI=") >= namespaces).await?;
+    wait_for("every copy synchronized", limit, || copies_with(fake, "djI=") >= namespaces).await?;
     let seconds_sync = t1.elapsed().as_secs_f64();
     tokio::time::sleep(Duration::from_secs(2)).await;
     // The bench's own source update is one of the writes.
-    let writes = secret_writes(&fake) - writes_before - 1;
+    let writes = secret_writes(fake) - writes_before - 1;
     // What Verno wrote to Secrets during the run (and the bench's own source update).
     let during: Vec<_> =
         fake.writes().into_iter().filter(|w| w.path.contains("/secrets")).skip(writes_before).collect();
@@ -175,8 +135,8 @@ async fn main() -> Result<()> {
     if !repeated.is_empty() {
         eprintln!("written more than once: {repeated:?}");
     }
-    let rss = peak_rss_mib(pid);
-    let _ = child.kill().await;
+    let rss = child.peak_rss_mib();
+    child.stop().await;
     println!(
         "generate-scale: namespaces={namespaces} seconds_create={seconds_create:.1} seconds_sync={seconds_sync:.1} peak_rss_mib={rss:.1} writes={writes}"
     );

@@ -18,7 +18,8 @@ use serde_json::{Value, json};
 use std::collections::HashMap;
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
-use verno_controller::{crds, manifests};
+use verno_controller::manifests;
+use verno_e2e::scale::{self, Bench};
 
 struct Args {
     verno: PathBuf,
@@ -30,18 +31,17 @@ struct Args {
 
 fn args() -> Result<Args> {
     let mut a = Args { verno: PathBuf::new(), policies: PathBuf::new(), pods: 10_000, namespaces: 100, quiet: 120 };
-    let mut it = std::env::args().skip(1);
-    while let Some(k) = it.next() {
-        let v = it.next().ok_or_else(|| anyhow!("{k} needs a value"))?;
-        match k.as_str() {
+    scale::parse_flags(|k, v| {
+        match k {
             "--verno" => a.verno = v.into(),
             "--policies" => a.policies = v.into(),
             "--pods" => a.pods = v.parse()?,
             "--namespaces" => a.namespaces = v.parse()?,
             "--quiet-seconds" => a.quiet = v.parse()?,
-            other => bail!("unknown argument {other}"),
+            _ => return Ok(false),
         }
-    }
+        Ok(true)
+    })?;
     if a.verno.as_os_str().is_empty() || a.policies.as_os_str().is_empty() {
         bail!("usage: reports-scale --verno PATH --policies DIR [--pods N] [--namespaces M] [--quiet-seconds S]");
     }
@@ -74,15 +74,6 @@ fn audit_policies(dir: &PathBuf) -> Result<Vec<Value>> {
         out.push(v);
     }
     Ok(out)
-}
-
-fn peak_rss_mib(pid: u32) -> f64 {
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
-    status
-        .lines()
-        .find_map(|l| l.strip_prefix("VmHWM:"))
-        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<f64>().ok())
-        .map_or(0.0, |kb| kb / 1024.0)
 }
 
 fn report_writes(fake: &FakeApiServer) -> (usize, u64) {
@@ -124,22 +115,13 @@ async fn settle(fake: &FakeApiServer, quiet: Duration) {
 #[tokio::main]
 async fn main() -> Result<()> {
     let a = args()?;
-    let dir = tempfile::tempdir()?;
-    let fake = FakeApiServer::start(fake_apiserver::default_resources()).await?;
-    let admin = fake.client(None).map_err(|e| anyhow!(e))?;
-    let values = manifests::Values::default();
-    for doc in crds::all().into_iter().chain(manifests::render(&values)) {
-        fake.apply(&admin, &doc).await.map_err(|e| anyhow!("installing Verno: {e}"))?;
-    }
+    let bench = Bench::install(manifests::Values::default()).await?;
+    let (fake, admin) = (&bench.fake, &bench.admin);
     // The objects, before Verno starts: only a background scan can report them.
     let started = Instant::now();
-    let ns_api: Api<DynamicObject> =
-        Api::all_with(admin.clone(), &ApiResource::erase::<k8s_openapi::api::core::v1::Namespace>(&()));
+    let ns_api = bench.namespaces();
     for n in 0..a.namespaces {
-        let ns: DynamicObject = serde_json::from_value(
-            json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": format!("ns-{n}")}}),
-        )?;
-        ns_api.create(&PostParams::default(), &ns).await?;
+        scale::create_namespace(&ns_api, &format!("ns-{n}")).await?;
     }
     let pods = a.pods;
     let namespaces = a.namespaces.max(1);
@@ -175,29 +157,9 @@ async fn main() -> Result<()> {
     );
 
     // Verno, as its ServiceAccount.
-    let config = dir.path().join("kubeconfig");
-    let user = format!("system:serviceaccount:{}:{}", values.namespace, manifests::SERVICE_ACCOUNT);
-    std::fs::write(&config, fake.kubeconfig().replace("  user: {}\n", &format!("  user:\n    as: {user}\n")))?;
-    let port = std::net::TcpListener::bind("127.0.0.1:0")?.local_addr()?.port();
-    let log = std::fs::File::create(dir.path().join("verno.log"))?;
-    let writes_before = report_writes(&fake);
+    let writes_before = report_writes(fake);
     let t0 = Instant::now();
-    let mut child = tokio::process::Command::new(&a.verno)
-        .args(["serve", "--kube", "--namespace", &values.namespace, "--identity", "verno-0"])
-        .args(["--service", manifests::SERVICE, "--deployment", manifests::DEPLOYMENT])
-        .args(["--owner-cluster-role", manifests::CLUSTER_ROLE])
-        .args(["--addr", &format!("127.0.0.1:{port}"), "--metrics-addr", "off"])
-        .arg("--tls-dir")
-        .arg(dir.path().join("tls"))
-        .env("KUBECONFIG", &config)
-        .env("RUST_LOG", "warn")
-        .stdout(log.try_clone()?)
-        .stderr(log)
-        .kill_on_drop(true)
-        .spawn()
-        .with_context(|| format!("starting {}", a.verno.display()))?;
-    let pid = child.id().ok_or_else(|| anyhow!("verno exited at once"))?;
-    fake.set_service(&values.namespace, manifests::SERVICE, Some(([127, 0, 0, 1], port).into()));
+    let child = bench.start_verno(&a.verno, &[])?;
     let limit = Duration::from_secs(600);
     loop {
         let n = fake.count("wgpolicyk8s.io", "policyreports");
@@ -205,25 +167,25 @@ async fn main() -> Result<()> {
             break;
         }
         if t0.elapsed() > limit {
-            let _ = child.kill().await;
+            child.stop().await;
             bail!("only {n} of {pods} reports after {} s", limit.as_secs());
         }
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
     let seconds = t0.elapsed().as_secs_f64();
     eprintln!("every Pod has its report after {seconds:.1} s");
-    settle(&fake, Duration::from_secs(5)).await;
-    let (w_all, b_all) = report_writes(&fake);
+    settle(fake, Duration::from_secs(5)).await;
+    let (w_all, b_all) = report_writes(fake);
     let (writes, bytes) = (w_all - writes_before.0, b_all - writes_before.1);
 
     // Nothing changes: nothing may be written.
-    let quiet_start = report_writes(&fake).0;
+    let quiet_start = report_writes(fake).0;
     tokio::time::sleep(Duration::from_secs(a.quiet)).await;
-    let quiet_writes = report_writes(&fake).0 - quiet_start;
+    let quiet_writes = report_writes(fake).0 - quiet_start;
 
     // One rule of one policy edited (its message): writes at most the reports it changes.
-    let before = snapshot(&fake);
-    let edit_start = report_writes(&fake).0;
+    let before = snapshot(fake);
+    let edit_start = report_writes(fake).0;
     let mut edited = policies
         .iter()
         .find(|p| p.pointer("/metadata/name").and_then(Value::as_str) == Some("disallow-privileged-containers"))
@@ -236,13 +198,13 @@ async fn main() -> Result<()> {
     let name = edited.pointer("/metadata/name").and_then(Value::as_str).unwrap_or("").to_string();
     cpol.patch(&name, &PatchParams::apply("bench").force(), &Patch::Apply(&edited)).await?;
     tokio::time::sleep(Duration::from_secs(2)).await;
-    settle(&fake, Duration::from_secs(10)).await;
-    let after = snapshot(&fake);
+    settle(fake, Duration::from_secs(10)).await;
+    let after = snapshot(fake);
     let changed = after.iter().filter(|(uid, r)| before.get(*uid) != Some(*r)).count()
         + before.keys().filter(|uid| !after.contains_key(*uid)).count();
-    let edit_writes = report_writes(&fake).0 - edit_start;
-    let rss = peak_rss_mib(pid);
-    let _ = child.kill().await;
+    let edit_writes = report_writes(fake).0 - edit_start;
+    let rss = child.peak_rss_mib();
+    child.stop().await;
     println!("edit of rule 0 of {name}: writes={edit_writes} changed_reports={changed}");
     println!(
         "reports-scale: resources={pods} seconds={seconds:.1} peak_rss_mib={rss:.1} writes={writes} bytes={bytes} quiet_writes={quiet_writes}"
