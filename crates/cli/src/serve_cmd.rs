@@ -185,8 +185,24 @@ pub struct ServeArgs {
     pub log_format: String,
 }
 
-fn namespace_labels(path: &Path) -> Result<BTreeMap<String, BTreeMap<String, String>>, String> {
-    let docs = load::read_docs(path).map_err(|e| format!("{e:#}"))?;
+/// Why [`load_set`] refused the policies; the text names the file and field.
+#[derive(Debug, thiserror::Error)]
+pub enum LoadSetError {
+    /// Reading or parsing a file, or an exception in it (the error with its context).
+    #[error("{0:#}")]
+    Read(anyhow::Error),
+    #[error("policy {name} is invalid: {why}")]
+    Invalid { name: String, why: String },
+    /// Two documents for one policy: which one is in force would depend on file order.
+    #[error("{kind} {key} is defined more than once")]
+    Duplicate { kind: String, key: String },
+}
+
+/// Each namespace's labels.
+type NamespaceLabels = BTreeMap<String, BTreeMap<String, String>>;
+
+fn namespace_labels(path: &Path) -> anyhow::Result<NamespaceLabels> {
+    let docs = load::read_docs(path)?;
     let mut out = BTreeMap::new();
     let strings = |v: Option<&Value>| string_map(v.and_then(Value::as_object));
     for d in docs {
@@ -203,31 +219,31 @@ fn namespace_labels(path: &Path) -> Result<BTreeMap<String, BTreeMap<String, Str
 }
 
 /// Reads and compiles every policy and exception under `paths`.
-pub fn load_set(paths: &[PathBuf], ns_labels: Option<&Path>) -> Result<PolicySet, String> {
+pub fn load_set(paths: &[PathBuf], ns_labels: Option<&Path>) -> Result<PolicySet, LoadSetError> {
     let mut docs = Vec::new();
     for p in paths {
         if p.is_dir() && std::fs::read_dir(p).map(|mut d| d.next().is_none()).unwrap_or(false) {
             continue;
         }
-        docs.extend(load::read_docs(p).map_err(|e| format!("{e:#}"))?);
+        docs.extend(load::read_docs(p).map_err(LoadSetError::Read)?);
     }
-    let exceptions = load_exceptions(&docs).map_err(|e| format!("{e:#}"))?;
+    let exceptions = load_exceptions(&docs).map_err(LoadSetError::Read)?;
     let loaded = load_policies(docs);
     if let Some((name, why)) = loaded.invalid.iter().next() {
-        return Err(format!("policy {name} is invalid: {why}"));
+        return Err(LoadSetError::Invalid { name: name.to_string(), why: why.to_string() });
     }
     // Two documents for one policy: which one is in force would depend on file order.
     let mut seen = std::collections::BTreeSet::new();
     for p in &loaded.compiled {
         if !seen.insert((p.kind, p.key())) {
-            return Err(format!("{} {} is defined more than once", p.kind, p.key()));
+            return Err(LoadSetError::Duplicate { kind: p.kind.to_string(), key: p.key().to_string() });
         }
     }
     for (name, why) in &loaded.unsupported {
         tracing::warn!(policy = %name, "{why}");
     }
     let namespace_labels = match ns_labels {
-        Some(p) => namespace_labels(p)?,
+        Some(p) => namespace_labels(p).map_err(LoadSetError::Read)?,
         None => BTreeMap::new(),
     };
     Ok(PolicySet::new(loaded.compiled, exceptions).with_namespace_labels(namespace_labels))
@@ -411,7 +427,7 @@ mod tests {
         for (file, msg) in [("a.yaml", "one"), ("b.yaml", "two")] {
             std::fs::write(dir.path().join(file), policy(msg)).unwrap_or_else(|e| panic!("{e}"));
         }
-        let err = load_set(&[dir.path().to_path_buf()], None).err();
+        let err = load_set(&[dir.path().to_path_buf()], None).err().map(|e| e.to_string());
         assert_eq!(err.as_deref(), Some("ClusterPolicy team is defined more than once"));
         std::fs::remove_file(dir.path().join("b.yaml")).unwrap_or_else(|e| panic!("{e}"));
         assert!(load_set(&[dir.path().to_path_buf()], None).is_ok());
