@@ -321,6 +321,67 @@ struct Failure {
     message: String,
 }
 
+/// One trigger's evaluation being acted on: what every policy's answer is applied to, and
+/// what the pass comes to.
+struct TriggerPass<'t> {
+    trigger: &'t Arc<Value>,
+    /// A watch event (or a deletion), not a re-list.
+    live: bool,
+    deleted: bool,
+    created: &'t str,
+    uid: String,
+    key: Key,
+    /// Every watch the rules need has listed once (else the trigger is worked on again).
+    ok: bool,
+    /// `policy/rule: message` of each failure.
+    errors: Vec<String>,
+    /// The failures, for `PolicyError` events.
+    failures: Vec<Failure>,
+}
+
+impl<'t> TriggerPass<'t> {
+    fn new(trigger: &'t Arc<Value>, live: bool, deleted: bool) -> TriggerPass<'t> {
+        TriggerPass {
+            trigger,
+            live,
+            deleted,
+            created: trigger.pointer("/metadata/creationTimestamp").and_then(Value::as_str).unwrap_or(""),
+            uid: trigger.pointer("/metadata/uid").and_then(Value::as_str).unwrap_or("").to_string(),
+            key: key_of(trigger),
+            ok: true,
+            errors: Vec::new(),
+            failures: Vec::new(),
+        }
+    }
+
+    /// Records rule `rule` of `p` as failed (`mutate`: a mutate-existing rule).
+    fn fail(&mut self, p: &Arc<verno_engine::CompiledPolicy>, rule: &str, mutate: bool, message: String) {
+        self.errors.push(format!("{}/{}: {}", p.name, rule, message));
+        self.failures.push(Failure { policy: p.clone(), rule: rule.to_string(), mutate, message });
+    }
+}
+
+/// One policy's answer for the trigger, as it is acted on.
+struct PolicyPass<'r> {
+    p: Arc<verno_engine::CompiledPolicy>,
+    /// Its [`policy_id`].
+    pid: String,
+    /// The trigger was admitted while the policy was in force.
+    admitted: bool,
+    /// A GeneratingPolicy (or its namespaced kind).
+    cel_generation: bool,
+    /// Its results go to the trigger's report: a GeneratingPolicy's, for an admitted trigger
+    /// that is not being deleted (errors included).
+    reports_generation: bool,
+    /// Rules that answered and apply (a skipped rule does not apply to the trigger).
+    applying: HashSet<&'r str>,
+    /// Results for the trigger's report (Kyverno's generate reports): a GeneratingPolicy's for
+    /// admitted triggers, its errors included; a ClusterPolicy's or Policy's generate rules
+    /// once they converged (Kyverno reports them after processing the rule's update request
+    /// without error, generateExisting included).
+    reported: Vec<verno_engine::RuleResponse>,
+}
+
 impl FailureEvents {
     fn new(shared: &Shared) -> FailureEvents {
         FailureEvents { generate: shared.events(GENERATE_CONTROLLER), mutate: shared.events(MUTATE_CONTROLLER) }
@@ -1088,15 +1149,43 @@ impl Controller {
         previous: Option<Arc<Value>>,
         from_background: bool,
     ) -> Result<bool, BackgroundError> {
-        let set = self.set.clone();
         let generation = self.set_generation;
+        let responses = self.evaluate_trigger(trigger, deleted, previous).await?;
+        let mut pass = TriggerPass::new(trigger, live, deleted);
+        for (i, pr) in &responses {
+            self.apply_policy(&mut pass, *i, pr, from_background).await;
+        }
+        let TriggerPass { uid, ok, errors, failures, .. } = pass;
+        self.publish(trigger, failures).await;
+        if deleted {
+            return if errors.is_empty() { Ok(ok) } else { Err(BackgroundError::Rules(errors)) };
+        }
+        self.delete_unanswered(&uid, &responses).await;
+        if !errors.is_empty() {
+            return Err(BackgroundError::Rules(errors));
+        }
+        if ok && !uid.is_empty() {
+            self.seen.insert(uid, generation);
+        }
+        Ok(ok)
+    }
+
+    /// The policies' answers for `trigger` (its deletion when `deleted`; with `previous`, the
+    /// rules that match only UPDATE answer too), on the blocking pool within the deadline.
+    async fn evaluate_trigger(
+        &self,
+        trigger: &Arc<Value>,
+        deleted: bool,
+        previous: Option<Arc<Value>>,
+    ) -> Result<Vec<(usize, verno_engine::PolicyResponse)>, BackgroundError> {
+        let set = self.set.clone();
         let data = self.data.clone();
         let object = trigger.clone();
         let out = evaluate_blocking(self.opts.deadline, move |env| {
             let req = if deleted {
-                Request { old_object: Some(&object), ..Request::new(verno_engine::Operation::Delete, &Value::Null) }
+                Request { old_object: Some(&object), ..Request::new("DELETE", &Value::Null) }
             } else {
-                Request::new(verno_engine::Operation::Create, &object)
+                Request::new("CREATE", &object)
             };
             let outcome = set.evaluate(&req, Scope::APPLY, env, &data, &mut ());
             if outcome.cancelled {
@@ -1107,7 +1196,7 @@ impl Controller {
             // only UPDATE answer too. Every other rule keeps its answer as a trigger seen anew,
             // as before.
             if let Some(old) = previous.as_deref() {
-                let req = Request { old_object: Some(old), ..Request::new(verno_engine::Operation::Update, &object) };
+                let req = Request { old_object: Some(old), ..Request::new("UPDATE", &object) };
                 let update = set.evaluate(&req, Scope::APPLY, env, &data, &mut ());
                 if update.cancelled {
                     return None;
@@ -1128,189 +1217,212 @@ impl Controller {
             Some(responses)
         })
         .await;
-        let responses = match out? {
-            Some(r) => r,
-            None => return Err(EvaluationError::Cancelled.into()),
+        out?.ok_or(BackgroundError::Evaluation(EvaluationError::Cancelled))
+    }
+
+    /// Acts on policy `i`'s answer for the trigger: its generate rules' downstreams converge,
+    /// its mutate-existing targets are patched, its results reported, and the downstreams of
+    /// its synchronized rules that no longer apply deleted.
+    async fn apply_policy(
+        &mut self,
+        t: &mut TriggerPass<'_>,
+        i: usize,
+        pr: &verno_engine::PolicyResponse,
+        from_background: bool,
+    ) {
+        let Some(p) = self.set.policies().get(i).cloned() else { return };
+        let pid = policy_id(&p);
+        let Some(info) = self.policies.get(&pid).cloned() else { return };
+        // A change the background controller's account made is left alone by the policies
+        // that skip background requests (Kyverno's default), their downstreams kept.
+        if from_background && !keeps_background_requests(&p.document) {
+            return;
+        }
+        // Admitted while the policy is in force: a watch event, or (first time this leader
+        // sees it) created after the policy.
+        let admitted = t.live
+            || (self.seen.get(&t.uid).is_none_or(|g| *g < info.arrived)
+                && !info.created.is_empty()
+                && t.created >= info.created.as_str());
+        let cel_generation = matches!(p.kind, Kind::GeneratingPolicy | Kind::NamespacedGeneratingPolicy);
+        let mut pp = PolicyPass {
+            reports_generation: cel_generation && admitted && !t.deleted,
+            cel_generation,
+            admitted,
+            applying: HashSet::new(),
+            reported: Vec::new(),
+            p,
+            pid,
         };
-        let created = trigger.pointer("/metadata/creationTimestamp").and_then(Value::as_str).unwrap_or("");
-        let uid = trigger.pointer("/metadata/uid").and_then(Value::as_str).unwrap_or("").to_string();
-        let tkey = key_of(trigger);
-        let mut ok = true;
-        let mut errors: Vec<String> = Vec::new();
-        let mut failures: Vec<Failure> = Vec::new();
-        let mut fail = |errors: &mut Vec<String>,
-                        p: &Arc<verno_engine::CompiledPolicy>,
-                        rule: &str,
-                        mutate: bool,
-                        message: String| {
-            errors.push(format!("{}/{}: {}", p.name, rule, message));
-            failures.push(Failure { policy: p.clone(), rule: rule.to_string(), mutate, message });
-        };
-        for (i, pr) in &responses {
-            let Some(p) = self.set.policies().get(*i).cloned() else { continue };
-            let pid = policy_id(&p);
-            let Some(info) = self.policies.get(&pid).cloned() else { continue };
-            // A change the background controller's account made is left alone by the policies
-            // that skip background requests (Kyverno's default), their downstreams kept.
-            if from_background && !keeps_background_requests(&p.document) {
+        for r in &pr.rules {
+            if t.deleted && !info.rules.get(r.name.as_str()).is_some_and(|ri| ri.on_delete) {
                 continue;
             }
-            // Admitted while the policy is in force: a watch event, or (first time this leader
-            // sees it) created after the policy.
-            let admitted = live
-                || (self.seen.get(&uid).is_none_or(|g| *g < info.arrived)
-                    && !info.created.is_empty()
-                    && created >= info.created.as_str());
-            // Rules that answered and apply (a skipped rule does not apply to the trigger).
-            let mut applying: HashSet<&str> = HashSet::new();
-            // Results for the trigger's report (Kyverno's generate reports): a GeneratingPolicy's
-            // for admitted triggers, its errors included; a ClusterPolicy's or Policy's generate
-            // rules once they converged (Kyverno reports them after processing the rule's update
-            // request without error, generateExisting included).
-            let mut reported: Vec<verno_engine::RuleResponse> = Vec::new();
-            let cel_generation = matches!(p.kind, Kind::GeneratingPolicy | Kind::NamespacedGeneratingPolicy);
-            let reports_generation = cel_generation && admitted && !deleted;
-            for r in &pr.rules {
-                if deleted && !info.rules.get(r.name.as_str()).is_some_and(|ri| ri.on_delete) {
-                    continue;
-                }
-                tracing::debug!(policy = %p.name, rule = %r.name, status = ?r.status, message = %r.message, generated = r.generated().len(), targets = r.patched_targets().len(), admitted, policy_created = %info.created, trigger_created = %created, "background evaluation");
-                let Some(ri) = info.rules.get(r.name.as_str()) else { continue };
-                for (av, kind, ns, _) in r.clone_sources() {
-                    let av = if av.is_empty() { "v1".to_string() } else { av.clone() };
-                    // Watched and indexed by kind (a GeneratingPolicy names the plural).
-                    let Some((ar, _)) = self.resource(&av, kind).await else { continue };
-                    // Served (resolved just above), so only "not synced yet" can come back.
-                    let _ = self.ensure_watch(Role::Source, &av, &ar.kind, ns).await;
-                    self.sources.entry((av, ar.kind.clone(), ns.clone())).or_default().insert(tkey.clone());
-                }
-                if r.status != Status::Skip {
-                    applying.insert(r.name.as_str());
-                }
-                match r.rule_type {
-                    RuleType::Generation => {
-                        let source_gone = r.status == Status::Error && r.message.starts_with("source resource ");
-                        if r.status == Status::Error && !source_gone {
-                            if reports_generation {
-                                reported.push(r.clone());
-                            }
-                            fail(&mut errors, &p, &r.name, false, r.message.clone());
-                            continue;
-                        }
-                        if r.status != Status::Pass && !source_gone {
-                            continue;
-                        }
-                        // The downstream kinds must be known before comparing.
-                        let mut ready = true;
-                        let mut unserved = None;
-                        for g in r.generated() {
-                            let (av, kind, _, _) = key_of(g);
-                            match self.ensure_watch(Role::Downstream, &av, &kind, "").await {
-                                Ok(synced) => ready &= synced,
-                                Err(e) => unserved = Some(e.to_string()),
-                            }
-                        }
-                        if let Some(e) = unserved {
-                            if reports_generation {
-                                reported.push(verno_engine::RuleResponse::new(
-                                    &r.name,
-                                    r.rule_type,
-                                    Status::Error,
-                                    e.clone(),
-                                ));
-                            }
-                            fail(&mut errors, &p, &r.name, false, e);
-                            continue;
-                        }
-                        if !ready {
-                            ok = false;
-                            continue;
-                        }
-                        let mine: Vec<Key> = self
-                            .by_trigger
-                            .get(&uid)
-                            .into_iter()
-                            .flatten()
-                            .filter(|k| self.downstreams.get(*k).is_some_and(|d| d.policy == pid && d.rule == r.name))
-                            .cloned()
-                            .collect();
-                        let link = (uid.clone(), pid.clone(), r.name.to_string());
-                        let act = admitted
-                            || ri.generate_existing
-                            || (ri.synchronize && (!mine.is_empty() || self.acted.contains(&link)));
-                        if !act {
-                            continue;
-                        }
-                        if self.acted.len() < 1_000_000 {
-                            self.acted.insert(link);
-                        }
-                        let wanted: Vec<Key> = r.generated().iter().map(key_of).collect();
-                        let mut failed = None;
-                        for g in r.generated() {
-                            if let Err(e) = self.converge(g, ri, &pid).await {
-                                failed = Some(e.to_string());
-                                fail(&mut errors, &p, &r.name, false, e.to_string());
-                            }
-                        }
-                        if reports_generation {
-                            let mut result = r.clone();
-                            if let Some(e) = failed {
-                                result = verno_engine::RuleResponse::new(&r.name, r.rule_type, Status::Error, e);
-                            }
-                            reported.push(result);
-                        } else if !cel_generation && !deleted && failed.is_none() && r.status == Status::Pass {
-                            reported.push(r.clone());
-                        }
-                        if ri.synchronize {
-                            for k in mine.iter().filter(|k| !wanted.contains(k)) {
-                                self.delete(k).await;
-                            }
-                        }
-                    }
-                    RuleType::Mutation if r.status == Status::Error && info.rules.contains_key(r.name.as_str()) => {
-                        fail(&mut errors, &p, &r.name, true, r.message.clone());
-                    }
-                    RuleType::Mutation if r.status == Status::Pass && !r.patched_targets().is_empty() => {
-                        if !(admitted || ri.mutate_existing_on_update) {
-                            continue;
-                        }
-                        for t in r.patched_targets() {
-                            match self.patch_target(t).await {
-                                // Kyverno's mutate-existing reports: one result per target.
-                                Ok(()) if !deleted => {
-                                    reported.push(verno_engine::report::patched_target_result(&r.name, t))
-                                }
-                                Ok(()) => {}
-                                Err(e) => fail(&mut errors, &p, &r.name, true, e.to_string()),
-                            }
-                        }
-                    }
-                    _ => {}
-                }
+            tracing::debug!(policy = %pp.p.name, rule = %r.name, status = ?r.status, message = %r.message, generated = r.generated().len(), targets = r.patched_targets().len(), admitted, policy_created = %info.created, trigger_created = %t.created, "background evaluation");
+            let Some(ri) = info.rules.get(r.name.as_str()) else { continue };
+            self.watch_clone_sources(r, &t.key).await;
+            if r.status != Status::Skip {
+                pp.applying.insert(r.name.as_str());
             }
-            if !reported.is_empty() {
-                self.report(trigger, &p, reported).await;
-            }
-            // Synchronized generate rules of this policy that no longer apply to the trigger
-            // (its labels or conditions changed — its operation is not looked at).
-            for (rule, ri) in &info.rules {
-                if !deleted && ri.synchronize && !applying.contains(rule.as_str()) {
-                    let policy = pid.clone();
-                    let rule = rule.clone();
-                    self.delete_for_trigger(&uid, |d| d.policy == policy && d.rule == rule).await;
+            match r.rule_type {
+                RuleType::Generation => self.apply_generation(t, &mut pp, r, ri).await,
+                RuleType::Mutation if r.status == Status::Error && info.rules.contains_key(r.name.as_str()) => {
+                    t.fail(&pp.p, &r.name, true, r.message.clone());
                 }
+                RuleType::Mutation if r.status == Status::Pass && !r.patched_targets().is_empty() => {
+                    self.patch_targets(t, &mut pp, r, ri).await;
+                }
+                _ => {}
             }
         }
-        self.publish(trigger, failures).await;
-        if deleted {
-            return if errors.is_empty() { Ok(ok) } else { Err(BackgroundError::Rules(errors)) };
+        let reported = std::mem::take(&mut pp.reported);
+        if !reported.is_empty() {
+            self.report(t.trigger, &pp.p, reported).await;
         }
-        // Policies that no longer answer at all (not matched): their synchronized copies go.
+        // Synchronized generate rules of this policy that no longer apply to the trigger
+        // (its labels or conditions changed — its operation is not looked at).
+        for (rule, ri) in &info.rules {
+            if !t.deleted && ri.synchronize && !pp.applying.contains(rule.as_str()) {
+                let policy = pp.pid.clone();
+                let rule = rule.clone();
+                self.delete_for_trigger(&t.uid, |d| d.policy == policy && d.rule == rule).await;
+            }
+        }
+    }
+
+    /// Watches the clone sources a rule read (indexed by kind: a GeneratingPolicy names the
+    /// plural), so that a change to them re-evaluates the trigger `tkey`.
+    async fn watch_clone_sources(&mut self, r: &verno_engine::RuleResponse, tkey: &Key) {
+        for (av, kind, ns, _) in r.clone_sources() {
+            let av = if av.is_empty() { "v1".to_string() } else { av.clone() };
+            let Some((ar, _)) = self.resource(&av, kind).await else { continue };
+            // Served (resolved just above), so only "not synced yet" can come back.
+            let _ = self.ensure_watch(Role::Source, &av, &ar.kind, ns).await;
+            self.sources.entry((av, ar.kind.clone(), ns.clone())).or_default().insert(tkey.clone());
+        }
+    }
+
+    /// A generate rule's answer: its downstreams made to converge (once their kinds are
+    /// watched), those it no longer generates deleted when synchronized, the result reported.
+    async fn apply_generation(
+        &mut self,
+        t: &mut TriggerPass<'_>,
+        pp: &mut PolicyPass<'_>,
+        r: &verno_engine::RuleResponse,
+        ri: &RuleInfo,
+    ) {
+        let source_gone = r.status == Status::Error && r.message.starts_with("source resource ");
+        if r.status == Status::Error && !source_gone {
+            if pp.reports_generation {
+                pp.reported.push(r.clone());
+            }
+            t.fail(&pp.p, &r.name, false, r.message.clone());
+            return;
+        }
+        if r.status != Status::Pass && !source_gone {
+            return;
+        }
+        // The downstream kinds must be known before comparing.
+        match self.downstream_kinds_synced(r).await {
+            Ok(true) => {}
+            Ok(false) => {
+                t.ok = false;
+                return;
+            }
+            Err(e) => {
+                let e = e.to_string();
+                if pp.reports_generation {
+                    pp.reported.push(verno_engine::RuleResponse::new(&r.name, r.rule_type, Status::Error, e.clone()));
+                }
+                t.fail(&pp.p, &r.name, false, e);
+                return;
+            }
+        }
+        let mine: Vec<Key> = self
+            .by_trigger
+            .get(&t.uid)
+            .into_iter()
+            .flatten()
+            .filter(|k| self.downstreams.get(*k).is_some_and(|d| d.policy == pp.pid && d.rule == r.name))
+            .cloned()
+            .collect();
+        let link = (t.uid.clone(), pp.pid.clone(), r.name.to_string());
+        let act =
+            pp.admitted || ri.generate_existing || (ri.synchronize && (!mine.is_empty() || self.acted.contains(&link)));
+        if !act {
+            return;
+        }
+        if self.acted.len() < 1_000_000 {
+            self.acted.insert(link);
+        }
+        let wanted: Vec<Key> = r.generated().iter().map(key_of).collect();
+        let mut failed = None;
+        for g in r.generated() {
+            if let Err(e) = self.converge(g, ri, &pp.pid).await {
+                failed = Some(e.to_string());
+                t.fail(&pp.p, &r.name, false, e.to_string());
+            }
+        }
+        if pp.reports_generation {
+            let mut result = r.clone();
+            if let Some(e) = failed {
+                result = verno_engine::RuleResponse::new(&r.name, r.rule_type, Status::Error, e);
+            }
+            pp.reported.push(result);
+        } else if !pp.cel_generation && !t.deleted && failed.is_none() && r.status == Status::Pass {
+            pp.reported.push(r.clone());
+        }
+        if ri.synchronize {
+            for k in mine.iter().filter(|k| !wanted.contains(k)) {
+                self.delete(k).await;
+            }
+        }
+    }
+
+    /// Watches the kinds of the objects a generate rule generates: whether every watch has
+    /// listed once (`Err`: the last kind the cluster does not serve).
+    async fn downstream_kinds_synced(&mut self, r: &verno_engine::RuleResponse) -> Result<bool, BackgroundError> {
+        let mut ready = true;
+        let mut unserved = None;
+        for g in r.generated() {
+            let (av, kind, _, _) = key_of(g);
+            match self.ensure_watch(Role::Downstream, &av, &kind, "").await {
+                Ok(synced) => ready &= synced,
+                Err(e) => unserved = Some(e),
+            }
+        }
+        unserved.map_or(Ok(ready), Err)
+    }
+
+    /// A mutate-existing rule's patched targets written (when admitted, or on update if the
+    /// rule says so), each reported (Kyverno's mutate-existing reports: one result per target).
+    async fn patch_targets(
+        &mut self,
+        t: &mut TriggerPass<'_>,
+        pp: &mut PolicyPass<'_>,
+        r: &verno_engine::RuleResponse,
+        ri: &RuleInfo,
+    ) {
+        if !(pp.admitted || ri.mutate_existing_on_update) {
+            return;
+        }
+        for target in r.patched_targets() {
+            match self.patch_target(target).await {
+                Ok(()) if !t.deleted => pp.reported.push(verno_engine::report::patched_target_result(&r.name, target)),
+                Ok(()) => {}
+                Err(e) => t.fail(&pp.p, &r.name, true, e.to_string()),
+            }
+        }
+    }
+
+    /// Policies that no longer answer for trigger `uid` at all (not matched): their
+    /// synchronized copies go.
+    async fn delete_unanswered(&mut self, uid: &str, responses: &[(usize, verno_engine::PolicyResponse)]) {
         let answering: HashSet<String> =
             responses.iter().filter_map(|(i, _)| self.set.policies().get(*i).map(|p| policy_id(p))).collect();
         let stale: Vec<String> = self
             .by_trigger
-            .get(&uid)
+            .get(uid)
             .into_iter()
             .flatten()
             .filter_map(|k| self.downstreams.get(k))
@@ -1318,15 +1430,8 @@ impl Controller {
             .map(|d| d.policy.clone())
             .collect();
         for policy in stale.into_iter().collect::<HashSet<_>>() {
-            self.delete_for_trigger(&uid, |d| d.policy == policy).await;
+            self.delete_for_trigger(uid, |d| d.policy == policy).await;
         }
-        if !errors.is_empty() {
-            return Err(BackgroundError::Rules(errors));
-        }
-        if ok && !uid.is_empty() {
-            self.seen.insert(uid, generation);
-        }
-        Ok(ok)
     }
 
     /// Hands a policy's background results for `trigger` to the report writer, as Kyverno's
