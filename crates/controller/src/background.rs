@@ -1183,9 +1183,9 @@ impl Controller {
         let object = trigger.clone();
         let out = evaluate_blocking(self.opts.deadline, move |env| {
             let req = if deleted {
-                Request { old_object: Some(&object), ..Request::new("DELETE", &Value::Null) }
+                Request { old_object: Some(&object), ..Request::new(verno_engine::Operation::Delete, &Value::Null) }
             } else {
-                Request::new("CREATE", &object)
+                Request::new(verno_engine::Operation::Create, &object)
             };
             let outcome = set.evaluate(&req, Scope::APPLY, env, &data, &mut ());
             if outcome.cancelled {
@@ -1196,7 +1196,7 @@ impl Controller {
             // only UPDATE answer too. Every other rule keeps its answer as a trigger seen anew,
             // as before.
             if let Some(old) = previous.as_deref() {
-                let req = Request { old_object: Some(old), ..Request::new("UPDATE", &object) };
+                let req = Request { old_object: Some(old), ..Request::new(verno_engine::Operation::Update, &object) };
                 let update = set.evaluate(&req, Scope::APPLY, env, &data, &mut ());
                 if update.cancelled {
                     return None;
