@@ -452,20 +452,51 @@ pub(crate) async fn run_policy(
     opts: &CleanupOptions,
     mut act: Act<'_, '_>,
 ) -> RunCounts {
-    let mut counts = RunCounts::default();
-    let Some(d) = discovery.get(client, true, "using the last discovery").await else {
-        counts.errors += 1;
-        return counts;
+    let mut run = PolicyRun {
+        client,
+        set,
+        p,
+        data,
+        opts,
+        selector: p.cleanup_targets().and_then(|t| t.label_selector).filter(|s| !s.is_empty()),
+        propagation: p.cleanup().and_then(|c| c.propagation),
+        counts: RunCounts::default(),
     };
-    let selector = p.cleanup_targets().and_then(|t| t.label_selector).filter(|s| !s.is_empty());
-    let propagation = p.cleanup().and_then(|c| c.propagation);
+    let Some(d) = discovery.get(client, true, "using the last discovery").await else {
+        run.counts.errors += 1;
+        return run.counts;
+    };
     for (ar, namespaced) in resources(&d, p) {
+        run.resource(&ar, namespaced, &mut act).await;
+    }
+    run.counts
+}
+
+/// What one run of one cleanup policy works with, and what it counts.
+struct PolicyRun<'a> {
+    client: &'a kube::Client,
+    set: &'a Arc<PolicySet>,
+    p: &'a Arc<CompiledPolicy>,
+    data: &'a crate::cluster_data::ClusterData,
+    opts: &'a CleanupOptions,
+    /// The label selector the policy's match pushes down to the API server's lists.
+    selector: Option<String>,
+    /// The policy's deletion propagation (Kyverno's default when `None`).
+    propagation: Option<&'static str>,
+    counts: RunCounts,
+}
+
+impl PolicyRun<'_> {
+    /// Lists resource `ar`'s objects page by page (those the policy's label selector selects)
+    /// and acts on the ones that are due.
+    async fn resource(&mut self, ar: &ApiResource, namespaced: bool, act: &mut Act<'_, '_>) {
+        let p = self.p;
         let api: Api<DynamicObject> = match (&p.namespace, p.kind.is_namespaced(), namespaced) {
-            (Some(ns), true, _) => Api::namespaced_with(client.clone(), ns, &ar),
-            _ => Api::all_with(client.clone(), &ar),
+            (Some(ns), true, _) => Api::namespaced_with(self.client.clone(), ns, ar),
+            _ => Api::all_with(self.client.clone(), ar),
         };
-        let mut lp = ListParams::default().limit(opts.page_size.max(1));
-        if let Some(s) = &selector {
+        let mut lp = ListParams::default().limit(self.opts.page_size.max(1));
+        if let Some(s) = &self.selector {
             lp = lp.labels(s);
         }
         let mut token: Option<String> = None;
@@ -482,127 +513,153 @@ pub(crate) async fn run_policy(
                 }
                 Err(e) => {
                     tracing::warn!(policy = %p.name, resource = %ar.plural, error = %e, "list failed");
-                    counts.errors += 1;
+                    self.counts.errors += 1;
                     break;
                 }
             };
             token = page.metadata.continue_.clone().filter(|t| !t.is_empty());
-            let objects: Vec<Value> = page
-                .items
-                .into_iter()
-                .filter_map(|o| serde_json::to_value(o).ok())
-                .map(|mut v| {
-                    if let Some(m) = v.as_object_mut() {
-                        m.insert("apiVersion".into(), json!(ar.api_version));
-                        m.insert("kind".into(), json!(ar.kind));
-                    }
-                    v
-                })
-                .filter(|v| v.pointer("/metadata/deletionTimestamp").is_none())
-                .filter(|v| {
-                    !(opts.protect_managed
-                        && v.pointer(&format!("/metadata/labels/{}", MANAGED_BY.replace('/', "~1")))
-                            .and_then(Value::as_str)
-                            == Some("kyverno"))
-                })
-                .collect();
-            counts.listed += objects.len();
-            let due = match due_objects(set, p, objects, data, opts.deadline).await {
+            let objects = self.candidates(page.items, ar);
+            self.counts.listed += objects.len();
+            let due = match due_objects(self.set, p, objects, self.data, self.opts.deadline).await {
                 Ok(d) => d,
                 Err(e) => {
                     tracing::warn!(policy = %p.name, error = %e, "evaluation failed");
-                    counts.errors += 1;
+                    self.counts.errors += 1;
                     Vec::new()
                 }
             };
             for (obj, verdict) in due {
-                if let Err(e) = verdict {
-                    tracing::debug!(policy = %p.name, error = %e, "object not evaluated");
-                    counts.errors += 1;
-                    if let Act::Preview(found) = &mut act {
-                        found.undecided.push((obj, e));
-                    }
-                    continue;
-                }
-                let (pace, sink) = match &mut act {
-                    Act::Preview(found) => {
-                        found.due.push(obj);
-                        continue;
-                    }
-                    Act::Delete { pace, sink } => (&mut **pace, &mut **sink),
-                };
-                pace.take().await;
-                let name = obj.pointer("/metadata/name").and_then(Value::as_str).unwrap_or("");
-                let ns = obj.pointer("/metadata/namespace").and_then(Value::as_str).unwrap_or("");
-                let target: Api<DynamicObject> = if namespaced {
-                    Api::namespaced_with(client.clone(), ns, &ar)
-                } else {
-                    Api::all_with(client.clone(), &ar)
-                };
-                let dp = |o: &Value| DeleteParams {
-                    propagation_policy: propagation.map(crate::runtime::propagation_of),
-                    preconditions: Some(unchanged(o)),
-                    ..DeleteParams::default()
-                };
-                // Only the object as listed and judged: one changed since (relabelled) is read
-                // again and judged again before it is deleted; one re-created under the same
-                // name is another object, left for the next run to judge.
-                let mut result = target.delete(name, &dp(&obj)).await.map(|_| ());
-                if matches!(&result, Err(kube::Error::Api(e)) if e.code == 409) {
-                    let uid = |o: &Value| o.pointer("/metadata/uid").and_then(Value::as_str).map(str::to_string);
-                    result = match target.get_opt(name).await {
-                        Ok(Some(fresh)) if fresh.metadata.uid != uid(&obj) => {
-                            tracing::debug!(policy = %p.name, object = %name, "re-created since listed; kept");
-                            counts.kept_changed += 1;
-                            continue;
-                        }
-                        Ok(Some(fresh)) => {
-                            let mut fresh = serde_json::to_value(fresh).unwrap_or_default();
-                            if let Some(m) = fresh.as_object_mut() {
-                                m.insert("apiVersion".into(), json!(ar.api_version));
-                                m.insert("kind".into(), json!(ar.kind));
-                            }
-                            let again = due_objects(set, p, vec![fresh.clone()], data, opts.deadline).await;
-                            let still_due = matches!(again.as_deref(), Ok([(_, Ok(()))]))
-                                && fresh.pointer("/metadata/deletionTimestamp").is_none();
-                            if still_due {
-                                target.delete(name, &dp(&fresh)).await.map(|_| ())
-                            } else {
-                                tracing::debug!(policy = %p.name, object = %name, "changed since listed and no longer due; kept");
-                                counts.kept_changed += 1;
-                                continue;
-                            }
-                        }
-                        Ok(None) => continue,
-                        Err(e) => Err(e),
-                    };
-                }
-                match result {
-                    Ok(()) => {
-                        counts.deleted += 1;
-                        sink.deleted(p, &ar, &obj, None).await;
-                    }
-                    Err(kube::Error::Api(e)) if e.code == 404 => {}
-                    Err(kube::Error::Api(e)) if e.code == 409 => {
-                        // Changed again while judged: left for the next run.
-                        counts.kept_changed += 1;
-                    }
-                    Err(e) => {
-                        counts.errors += 1;
-                        let msg = match e {
-                            kube::Error::Api(s) => s.message,
-                            other => other.to_string(),
-                        };
-                        sink.deleted(p, &ar, &obj, Some(&msg)).await;
-                    }
-                }
+                self.act_on(ar, namespaced, obj, verdict, act).await;
             }
             if token.is_none() {
                 break;
             }
         }
     }
-    counts
+
+    /// A page's objects as the policy judges them: typed, not being deleted already, and (when
+    /// protected) not managed by Kyverno.
+    fn candidates(&self, items: Vec<DynamicObject>, ar: &ApiResource) -> Vec<Value> {
+        items
+            .into_iter()
+            .filter_map(|o| serde_json::to_value(o).ok())
+            .map(|mut v| {
+                if let Some(m) = v.as_object_mut() {
+                    m.insert("apiVersion".into(), json!(ar.api_version));
+                    m.insert("kind".into(), json!(ar.kind));
+                }
+                v
+            })
+            .filter(|v| v.pointer("/metadata/deletionTimestamp").is_none())
+            .filter(|v| {
+                !(self.opts.protect_managed
+                    && v.pointer(&format!("/metadata/labels/{}", MANAGED_BY.replace('/', "~1")))
+                        .and_then(Value::as_str)
+                        == Some("kyverno"))
+            })
+            .collect()
+    }
+
+    /// One judged object: collected (a preview), deleted (paced), or counted as undecided.
+    async fn act_on(
+        &mut self,
+        ar: &ApiResource,
+        namespaced: bool,
+        obj: Value,
+        verdict: Result<(), String>,
+        act: &mut Act<'_, '_>,
+    ) {
+        if let Err(e) = verdict {
+            tracing::debug!(policy = %self.p.name, error = %e, "object not evaluated");
+            self.counts.errors += 1;
+            if let Act::Preview(found) = act {
+                found.undecided.push((obj, e));
+            }
+            return;
+        }
+        let (pace, sink) = match act {
+            Act::Preview(found) => {
+                found.due.push(obj);
+                return;
+            }
+            Act::Delete { pace, sink } => (&mut **pace, &mut **sink),
+        };
+        pace.take().await;
+        self.delete(ar, namespaced, &obj, sink).await;
+    }
+
+    /// Deletes a due object as it was listed and judged: one changed since (relabelled) is read
+    /// again and judged again before it is deleted; one re-created under the same name is
+    /// another object, left for the next run to judge.
+    async fn delete(&mut self, ar: &ApiResource, namespaced: bool, obj: &Value, sink: &mut Sink<'_>) {
+        let p = self.p;
+        let name = obj.pointer("/metadata/name").and_then(Value::as_str).unwrap_or("");
+        let ns = obj.pointer("/metadata/namespace").and_then(Value::as_str).unwrap_or("");
+        let target: Api<DynamicObject> = if namespaced {
+            Api::namespaced_with(self.client.clone(), ns, ar)
+        } else {
+            Api::all_with(self.client.clone(), ar)
+        };
+        let mut result = target.delete(name, &self.params(obj)).await.map(|_| ());
+        if matches!(&result, Err(kube::Error::Api(e)) if e.code == 409) {
+            let uid = |o: &Value| o.pointer("/metadata/uid").and_then(Value::as_str).map(str::to_string);
+            result = match target.get_opt(name).await {
+                Ok(Some(fresh)) if fresh.metadata.uid != uid(obj) => {
+                    tracing::debug!(policy = %p.name, object = %name, "re-created since listed; kept");
+                    self.counts.kept_changed += 1;
+                    return;
+                }
+                Ok(Some(fresh)) => {
+                    let mut fresh = serde_json::to_value(fresh).unwrap_or_default();
+                    if let Some(m) = fresh.as_object_mut() {
+                        m.insert("apiVersion".into(), json!(ar.api_version));
+                        m.insert("kind".into(), json!(ar.kind));
+                    }
+                    let again = due_objects(self.set, p, vec![fresh.clone()], self.data, self.opts.deadline).await;
+                    let still_due = matches!(again.as_deref(), Ok([(_, Ok(()))]))
+                        && fresh.pointer("/metadata/deletionTimestamp").is_none();
+                    if still_due {
+                        target.delete(name, &self.params(&fresh)).await.map(|_| ())
+                    } else {
+                        tracing::debug!(policy = %p.name, object = %name, "changed since listed and no longer due; kept");
+                        self.counts.kept_changed += 1;
+                        return;
+                    }
+                }
+                Ok(None) => return,
+                Err(e) => Err(e),
+            };
+        }
+        match result {
+            Ok(()) => {
+                self.counts.deleted += 1;
+                sink.deleted(p, ar, obj, None).await;
+            }
+            Err(kube::Error::Api(e)) if e.code == 404 => {}
+            Err(kube::Error::Api(e)) if e.code == 409 => {
+                // Changed again while judged: left for the next run.
+                self.counts.kept_changed += 1;
+            }
+            Err(e) => {
+                self.counts.errors += 1;
+                let msg = match e {
+                    kube::Error::Api(s) => s.message,
+                    other => other.to_string(),
+                };
+                sink.deleted(p, ar, obj, Some(&msg)).await;
+            }
+        }
+    }
+
+    /// The delete options for `o`: the policy's propagation, and preconditions that hold only
+    /// for `o` as read ([`unchanged`]).
+    fn params(&self, o: &Value) -> DeleteParams {
+        DeleteParams {
+            propagation_policy: self.propagation.map(crate::runtime::propagation_of),
+            preconditions: Some(unchanged(o)),
+            ..DeleteParams::default()
+        }
+    }
 }
 
 /// Delete preconditions that hold only for this very object: its uid (not one re-created
