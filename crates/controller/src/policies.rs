@@ -283,21 +283,7 @@ impl Compiler {
             exceptions.iter().filter(|(k, _)| *k == want).filter_map(|(_, e)| serde_json::to_value(&**e).ok()).collect()
         };
         let (kyverno_exceptions, cel_exceptions) = (of_kind(Kind::PolicyException), of_kind(Kind::CelPolicyException));
-        // The watch caches hand objects over in no particular order; the set is in name order
-        // (ClusterPolicies and Policies, then the CEL kinds), so that mutations that depend on
-        // each other apply the same way on every replica and after every restart.
-        let mut ordered: Vec<&(Kind, Arc<DynamicObject>)> = policies.iter().collect();
-        ordered.sort_by_cached_key(|(kind, o)| {
-            let cel = !matches!(kind, Kind::ClusterPolicy | Kind::Policy);
-            let position = Kind::ALL.iter().position(|k| k == kind).unwrap_or(usize::MAX);
-            (
-                cel,
-                o.metadata.name.clone().unwrap_or_default(),
-                o.metadata.namespace.clone().unwrap_or_default(),
-                position,
-            )
-        });
-        for (kind, o) in ordered {
+        for (kind, o) in in_set_order(policies) {
             let admission_policy = binding_kind(*kind).is_some();
             if admission_policy
                 && o.metadata.labels.as_ref().and_then(|l| l.get("reports.kyverno.io/enabled")).map(String::as_str)
@@ -307,70 +293,8 @@ impl Compiler {
             }
             let key = object_key(*kind, o);
             seen.insert(key.clone());
-            let uid = o.metadata.uid.clone().unwrap_or_default();
-            let generation = o.metadata.generation.unwrap_or(0);
-            let mine: Vec<&Arc<DynamicObject>> = if admission_policy {
-                bindings
-                    .iter()
-                    .filter(|(k, b)| {
-                        Some(*k) == binding_kind(*kind)
-                            && b.data.pointer("/spec/policyName").and_then(Value::as_str) == o.metadata.name.as_deref()
-                    })
-                    .map(|(_, b)| b)
-                    .collect()
-            } else {
-                Vec::new()
-            };
-            let binding_versions: Vec<(String, String)> = mine
-                .iter()
-                .map(|b| {
-                    (
-                        b.metadata.name.clone().unwrap_or_default(),
-                        b.metadata.resource_version.clone().unwrap_or_default(),
-                    )
-                })
-                .collect();
-            let fresh = self
-                .cache
-                .get(&key)
-                .is_some_and(|e| e.uid == uid && e.generation == generation && e.bindings == binding_versions);
-            if !fresh {
-                let last_good = self
-                    .cache
-                    .get(&key)
-                    .filter(|e| e.uid == uid)
-                    .and_then(|e| e.result.as_ref().ok().cloned().or_else(|| e.last_good.clone()));
-                let result = if admission_policy { compile_admission(*kind, o, &mine) } else { compile(*kind, o) }.map(
-                    |mut p| {
-                        p.failure_policy_ignore |= self.force_ignore;
-                        Arc::new(p)
-                    },
-                );
-                match &result {
-                    Err(e @ verno_engine::DocumentError::Unsupported(_)) => {
-                        tracing::warn!(policy = %key, error = %e, "policy kind not supported by Verno yet: not enforced");
-                    }
-                    Err(e) => {
-                        tracing::warn!(policy = %key, error = %e.with_path(), "policy does not compile; its previous version stays in force");
-                    }
-                    Ok(_) => {}
-                }
-                let spec = o.data.get("spec").cloned().unwrap_or(Value::Null);
-                let (mut status, error) = desired_status(*kind, generation, &result, last_good.is_some(), &spec);
-                // A ValidatingPolicy's status also shows the rules autogen derived for Pod
-                // controllers, as Kyverno's.
-                if matches!(kind, Kind::ValidatingPolicy | Kind::NamespacedValidatingPolicy)
-                    && result.is_ok()
-                    && let (Ok(doc), Some(m)) = (serde_json::to_value(&**o), status.as_object_mut())
-                {
-                    m.insert("autogen".into(), verno_engine::vpol_autogen_status(&doc));
-                }
-                let reporting = if result.is_ok() { reporting(*kind, &spec) } else { Reporting::None };
-                self.cache.insert(
-                    key.clone(),
-                    Entry { uid, generation, bindings: binding_versions, result, last_good, status, error, reporting },
-                );
-            }
+            let mine = if admission_policy { bindings_of(*kind, o, bindings) } else { Vec::new() };
+            self.refresh(&key, *kind, o, &mine);
             let Some(entry) = self.cache.get(&key) else { continue };
             let in_force = entry.result.as_ref().ok().or(entry.last_good.as_ref());
             let generated = generated(*kind, o);
@@ -393,19 +317,108 @@ impl Compiler {
             });
         }
         self.cache.retain(|k, _| seen.contains(k));
-        let mut excs: Vec<CompiledException> = Vec::new();
-        for (kind, e) in exceptions {
-            let Ok(v) = serde_json::to_value(&**e) else { continue };
-            match verno_engine::compile_stored(*kind, &resource(*kind).api_version, &v) {
-                Ok(Compiled::Exception(c)) => excs.push(c),
-                Ok(Compiled::Policy(_)) => {}
-                Err(err) => {
-                    tracing::warn!(exception = %e.metadata.name.as_deref().unwrap_or(""), error = %err, "PolicyException ignored")
-                }
+        (PolicySet::new(compiled, compile_exceptions(exceptions)).with_live_namespaces(namespaces), statuses)
+    }
+
+    /// Compiles the policy `o` (an admission policy with its bindings `mine`) again unless the
+    /// cache holds this very version of it, and caches the result with its desired status.
+    fn refresh(&mut self, key: &str, kind: Kind, o: &DynamicObject, mine: &[&Arc<DynamicObject>]) {
+        let uid = o.metadata.uid.clone().unwrap_or_default();
+        let generation = o.metadata.generation.unwrap_or(0);
+        let binding_versions: Vec<(String, String)> = mine
+            .iter()
+            .map(|b| {
+                (b.metadata.name.clone().unwrap_or_default(), b.metadata.resource_version.clone().unwrap_or_default())
+            })
+            .collect();
+        let fresh = self
+            .cache
+            .get(key)
+            .is_some_and(|e| e.uid == uid && e.generation == generation && e.bindings == binding_versions);
+        if fresh {
+            return;
+        }
+        let last_good = self
+            .cache
+            .get(key)
+            .filter(|e| e.uid == uid)
+            .and_then(|e| e.result.as_ref().ok().cloned().or_else(|| e.last_good.clone()));
+        let admission_policy = binding_kind(kind).is_some();
+        let result = if admission_policy { compile_admission(kind, o, mine) } else { compile(kind, o) }.map(|mut p| {
+            p.failure_policy_ignore |= self.force_ignore;
+            Arc::new(p)
+        });
+        match &result {
+            Err(e @ verno_engine::DocumentError::Unsupported(_)) => {
+                tracing::warn!(policy = %key, error = %e, "policy kind not supported by Verno yet: not enforced");
+            }
+            Err(e) => {
+                tracing::warn!(policy = %key, error = %e.with_path(), "policy does not compile; its previous version stays in force");
+            }
+            Ok(_) => {}
+        }
+        let spec = o.data.get("spec").cloned().unwrap_or(Value::Null);
+        let (mut status, error) = desired_status(kind, generation, &result, last_good.is_some(), &spec);
+        // A ValidatingPolicy's status also shows the rules autogen derived for Pod
+        // controllers, as Kyverno's.
+        if matches!(kind, Kind::ValidatingPolicy | Kind::NamespacedValidatingPolicy)
+            && result.is_ok()
+            && let (Ok(doc), Some(m)) = (serde_json::to_value(o), status.as_object_mut())
+        {
+            m.insert("autogen".into(), verno_engine::vpol_autogen_status(&doc));
+        }
+        let reporting = if result.is_ok() { reporting(kind, &spec) } else { Reporting::None };
+        self.cache.insert(
+            key.to_string(),
+            Entry { uid, generation, bindings: binding_versions, result, last_good, status, error, reporting },
+        );
+    }
+}
+
+/// The policies in the set's order. The watch caches hand objects over in no particular order;
+/// the set is in name order (ClusterPolicies and Policies, then the CEL kinds), so that
+/// mutations that depend on each other apply the same way on every replica and after every
+/// restart.
+fn in_set_order(policies: &[(Kind, Arc<DynamicObject>)]) -> Vec<&(Kind, Arc<DynamicObject>)> {
+    let mut ordered: Vec<&(Kind, Arc<DynamicObject>)> = policies.iter().collect();
+    ordered.sort_by_cached_key(|(kind, o)| {
+        let cel = !matches!(kind, Kind::ClusterPolicy | Kind::Policy);
+        let position = Kind::ALL.iter().position(|k| k == kind).unwrap_or(usize::MAX);
+        (cel, o.metadata.name.clone().unwrap_or_default(), o.metadata.namespace.clone().unwrap_or_default(), position)
+    });
+    ordered
+}
+
+/// The bindings (of its binding kind) that name admission policy `o`.
+fn bindings_of<'b>(
+    kind: Kind,
+    o: &DynamicObject,
+    bindings: &'b [(Kind, Arc<DynamicObject>)],
+) -> Vec<&'b Arc<DynamicObject>> {
+    bindings
+        .iter()
+        .filter(|(k, b)| {
+            Some(*k) == binding_kind(kind)
+                && b.data.pointer("/spec/policyName").and_then(Value::as_str) == o.metadata.name.as_deref()
+        })
+        .map(|(_, b)| b)
+        .collect()
+}
+
+/// The PolicyExceptions (both kinds) that compile; the others are logged and left out.
+fn compile_exceptions(exceptions: &[(Kind, Arc<DynamicObject>)]) -> Vec<CompiledException> {
+    let mut excs: Vec<CompiledException> = Vec::new();
+    for (kind, e) in exceptions {
+        let Ok(v) = serde_json::to_value(&**e) else { continue };
+        match verno_engine::compile_stored(*kind, &resource(*kind).api_version, &v) {
+            Ok(Compiled::Exception(c)) => excs.push(c),
+            Ok(Compiled::Policy(_)) => {}
+            Err(err) => {
+                tracing::warn!(exception = %e.metadata.name.as_deref().unwrap_or(""), error = %err, "PolicyException ignored")
             }
         }
-        (PolicySet::new(compiled, excs).with_live_namespaces(namespaces), statuses)
     }
+    excs
 }
 
 /// Where a kind keeps its conditions: Kyverno's policies in `status.conditions`, the CEL kinds
