@@ -90,7 +90,7 @@ fn check<'b, 'v>(args: Args<'b, 'v>) -> Ret<'b, 'v> {
     let decision = match host.authorize(&review) {
         Ok(d) => json!({TAG: "decision", "allowed": d.get("allowed").and_then(Json::as_bool).unwrap_or(false),
             "reason": d.get("reason").cloned().unwrap_or(json!("")), "errored": false, "error": ""}),
-        Err(e) => json!({TAG: "decision", "allowed": false, "reason": "", "errored": true, "error": e}),
+        Err(e) => json!({TAG: "decision", "allowed": false, "reason": "", "errored": true, "error": e.to_string()}),
     };
     ret(&decision)
 }

@@ -17,12 +17,28 @@ use cel::{DeclarationError, Env, ExecutionError, Value};
 use serde_json::Value as Json;
 use std::sync::Arc;
 
+/// Why a [`Host`] could not answer a Kyverno library call. The text is what the policy's error
+/// shows; the variant is what a caller can act on.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum HostError {
+    /// This host has no such data: the CLI without a cluster, a library outside the policy
+    /// kind that provides it, a test file that does not hold the answer.
+    #[error("{0}")]
+    Unavailable(String),
+    /// Outside what the policy may reach (a namespaced policy's own namespace).
+    #[error("{0}")]
+    OutOfReach(String),
+    /// The call was made and failed (the API server's or the service's answer, a limit).
+    #[error("{0}")]
+    Failed(String),
+}
+
 /// Where the Kyverno libraries get their data. Every method has a default saying the data is
 /// not available, so a host implements only what it has.
 ///
-/// The errors are `String`s on purpose: each is the host's message for the user (a cluster's
-/// or a test file's answer, "not available here"), carried verbatim into the CEL function
-/// error the policy reports.
+/// A [`HostError`] says what kind of failure it was; its text is the host's message for the
+/// user (a cluster's or a test file's answer, "not available here"), carried verbatim into the
+/// CEL function error the policy reports.
 pub trait Host: Send + Sync {
     /// The namespace this host is held to: a namespaced policy's. Kyverno's namespaced
     /// policies call `resource.Get(apiVersion, resource, name)` and `resource.List(apiVersion,
@@ -32,19 +48,19 @@ pub trait Host: Send + Sync {
         None
     }
     /// `resource.Get(apiVersion, resource, namespace, name)`; `resource` is the plural.
-    fn resource_get(&self, api_version: &str, resource: &str, namespace: &str, name: &str) -> Result<Json, String> {
+    fn resource_get(&self, api_version: &str, resource: &str, namespace: &str, name: &str) -> Result<Json, HostError> {
         let _ = (api_version, resource, namespace, name);
-        Err("resource.Get is not available here (no cluster)".into())
+        Err(HostError::Unavailable("resource.Get is not available here (no cluster)".into()))
     }
     /// `resource.List(apiVersion, resource, namespace)`: the objects (the caller wraps `items`).
-    fn resource_list(&self, api_version: &str, resource: &str, namespace: &str) -> Result<Vec<Json>, String> {
+    fn resource_list(&self, api_version: &str, resource: &str, namespace: &str) -> Result<Vec<Json>, HostError> {
         let _ = (api_version, resource, namespace);
-        Err("resource.List is not available here (no cluster)".into())
+        Err(HostError::Unavailable("resource.List is not available here (no cluster)".into()))
     }
     /// `resource.ToGVR(apiVersion, kind)`: the group, version and plural resource of a kind.
     /// Without discovery, Kubernetes' own guess (`UnsafeGuessKindToResource`: lower case, then
     /// `-s` → `-ses`, `-y` → `-ies`, else `-s`).
-    fn to_gvr(&self, api_version: &str, kind: &str) -> Result<Json, String> {
+    fn to_gvr(&self, api_version: &str, kind: &str) -> Result<Json, HostError> {
         let (group, version) = api_version.rsplit_once('/').unwrap_or(("", api_version));
         let lower = kind.to_lowercase();
         let resource = if let Some(stem) = lower.strip_suffix('y') {
@@ -59,25 +75,25 @@ pub trait Host: Send + Sync {
         Ok(serde_json::json!({"group": group, "version": version, "resource": resource}))
     }
     /// `http.Get(url)` / `http.Post(url, body)`.
-    fn http(&self, method: &str, url: &str, body: Option<&Json>) -> Result<Json, String> {
+    fn http(&self, method: &str, url: &str, body: Option<&Json>) -> Result<Json, HostError> {
         let _ = (method, body);
-        Err(format!("http call to {url} is not available here"))
+        Err(HostError::Unavailable(format!("http call to {url} is not available here")))
     }
     /// `globalContext.Get(name, projection)`.
-    fn global_context(&self, name: &str, projection: &str) -> Result<Json, String> {
+    fn global_context(&self, name: &str, projection: &str) -> Result<Json, HostError> {
         let _ = projection;
-        Err(format!("global context entry {name:?} is not available here"))
+        Err(HostError::Unavailable(format!("global context entry {name:?} is not available here")))
     }
     /// `image.GetMetadata(reference)`: the image's metadata (`config`, `manifest`, ...).
-    fn image_metadata(&self, reference: &str) -> Result<Json, String> {
-        Err(format!("metadata for image {reference:?} is not available here"))
+    fn image_metadata(&self, reference: &str) -> Result<Json, HostError> {
+        Err(HostError::Unavailable(format!("metadata for image {reference:?} is not available here")))
     }
     /// The Kubernetes authorizer library's `.check(verb)`: a SubjectAccessReview spec (`user`,
     /// `groups`, `resourceAttributes` or `nonResourceAttributes`) → its status (`allowed`,
     /// `reason`).
-    fn authorize(&self, review: &Json) -> Result<Json, String> {
+    fn authorize(&self, review: &Json) -> Result<Json, HostError> {
         let _ = review;
-        Err("the authorizer is not available here (no cluster)".into())
+        Err(HostError::Unavailable("the authorizer is not available here (no cluster)".into()))
     }
     /// `time.now()`, seconds since the Unix epoch; `None` when there is no clock.
     fn now(&self) -> Option<i64> {
@@ -85,28 +101,33 @@ pub trait Host: Send + Sync {
     }
     /// ImageValidatingPolicy's `verifyImageSignatures(image, attestors)`: how many of the
     /// attestors (as the policy writes them) verified the image's signatures.
-    fn verify_image_signatures(&self, image: &str, attestors: &[Json]) -> Result<i64, String> {
+    fn verify_image_signatures(&self, image: &str, attestors: &[Json]) -> Result<i64, HostError> {
         let _ = (image, attestors);
-        Err("verifyImageSignatures is only available in an ImageValidatingPolicy".into())
+        Err(HostError::Unavailable("verifyImageSignatures is only available in an ImageValidatingPolicy".into()))
     }
     /// `verifyAttestationSignatures(image, attestation, attestors)`: how many attestors signed
     /// the image's attestation of that name.
-    fn verify_attestation_signatures(&self, image: &str, attestation: &str, attestors: &[Json]) -> Result<i64, String> {
+    fn verify_attestation_signatures(
+        &self,
+        image: &str,
+        attestation: &str,
+        attestors: &[Json],
+    ) -> Result<i64, HostError> {
         let _ = (image, attestation, attestors);
-        Err("verifyAttestationSignatures is only available in an ImageValidatingPolicy".into())
+        Err(HostError::Unavailable("verifyAttestationSignatures is only available in an ImageValidatingPolicy".into()))
     }
     /// `extractPayload(image, attestation)`: the predicate of the image's attestation, once a
     /// verification of it succeeded.
-    fn extract_payload(&self, image: &str, attestation: &str) -> Result<Json, String> {
+    fn extract_payload(&self, image: &str, attestation: &str) -> Result<Json, HostError> {
         let _ = (image, attestation);
-        Err("extractPayload is only available in an ImageValidatingPolicy".into())
+        Err(HostError::Unavailable("extractPayload is only available in an ImageValidatingPolicy".into()))
     }
     /// GeneratingPolicy's `generator.Apply(namespace, resources)` (`namespace` is `None` in
     /// the namespaced form `generator.Apply(resources)`): hands the objects to generate to the
     /// host, which collects them.
-    fn generate(&self, namespace: Option<&str>, resources: Vec<Json>) -> Result<(), String> {
+    fn generate(&self, namespace: Option<&str>, resources: Vec<Json>) -> Result<(), HostError> {
         let _ = (namespace, resources);
-        Err("generator.Apply is only available in a GeneratingPolicy".into())
+        Err(HostError::Unavailable("generator.Apply is only available in a GeneratingPolicy".into()))
     }
 }
 

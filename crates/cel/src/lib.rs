@@ -20,7 +20,7 @@ mod shared;
 mod user;
 
 pub use error::{CompileError, EvalError};
-pub use host::Host;
+pub use host::{Host, HostError};
 
 use cel::common::types::{CelBool, CelDouble, CelInt, CelList, CelMap, CelMapKey, CelNull, CelString, CelUInt};
 use cel::common::value::{BuiltinRef, CowVal, Val};
@@ -979,19 +979,19 @@ mod tests {
             resource: &str,
             namespace: &str,
             name: &str,
-        ) -> Result<serde_json::Value, String> {
+        ) -> Result<serde_json::Value, HostError> {
             match (api_version, resource, namespace, name) {
                 ("v1", "configmaps", "default", "cfg") => Ok(json!({"data": {"env": "prod"}})),
-                _ => Err(format!("{resource} {namespace}/{name} not found")),
+                _ => Err(HostError::Failed(format!("{resource} {namespace}/{name} not found"))),
             }
         }
-        fn resource_list(&self, _: &str, _: &str, _: &str) -> Result<Vec<serde_json::Value>, String> {
+        fn resource_list(&self, _: &str, _: &str, _: &str) -> Result<Vec<serde_json::Value>, HostError> {
             Ok(vec![json!({"metadata": {"name": "a", "labels": {"t": "x"}}}), json!({"metadata": {"name": "b"}})])
         }
         fn now(&self) -> Option<i64> {
             Some(1_700_000_000)
         }
-        fn authorize(&self, review: &serde_json::Value) -> Result<serde_json::Value, String> {
+        fn authorize(&self, review: &serde_json::Value) -> Result<serde_json::Value, HostError> {
             // Only `deploy-bot` may delete deployments in `apps`.
             let ok = review["user"] == "system:serviceaccount:apps:deploy-bot"
                 && review["resourceAttributes"]["group"] == "apps"

@@ -51,7 +51,13 @@ impl CliHost {
 }
 
 impl verno_cel::Host for CliHost {
-    fn resource_get(&self, api_version: &str, resource: &str, namespace: &str, name: &str) -> Result<Value, String> {
+    fn resource_get(
+        &self,
+        api_version: &str,
+        resource: &str,
+        namespace: &str,
+        name: &str,
+    ) -> Result<Value, verno_cel::HostError> {
         // Not given: it does not exist, which Kyverno's resource library answers `null`.
         Ok(self
             .of(api_version, resource)
@@ -60,7 +66,12 @@ impl verno_cel::Host for CliHost {
             .unwrap_or(Value::Null))
     }
 
-    fn resource_list(&self, api_version: &str, resource: &str, namespace: &str) -> Result<Vec<Value>, String> {
+    fn resource_list(
+        &self,
+        api_version: &str,
+        resource: &str,
+        namespace: &str,
+    ) -> Result<Vec<Value>, verno_cel::HostError> {
         Ok(self
             .of(api_version, resource)
             .filter(|o| namespace.is_empty() || str_at(o, "/metadata/namespace") == namespace)
@@ -68,29 +79,28 @@ impl verno_cel::Host for CliHost {
             .collect())
     }
 
-    fn http(&self, method: &str, url: &str, _body: Option<&Value>) -> Result<Value, String> {
+    fn http(&self, method: &str, url: &str, _body: Option<&Value>) -> Result<Value, verno_cel::HostError> {
         find_mock(&self.api_mocks, method, url)
             .map(|m| m.get("response").cloned().unwrap_or(Value::Null))
-            .ok_or_else(|| format!("no apiCallResponses entry for {method} {url}"))
+            .ok_or_else(|| verno_cel::HostError::Unavailable(format!("no apiCallResponses entry for {method} {url}")))
     }
 
-    fn global_context(&self, name: &str, projection: &str) -> Result<Value, String> {
+    fn global_context(&self, name: &str, projection: &str) -> Result<Value, verno_cel::HostError> {
         let entry = self
             .global_entries
             .iter()
             .find(|g| g.get("name").and_then(Value::as_str) == Some(name))
-            .ok_or_else(|| format!("global context entry {name:?} not found"))?;
-        let value = project(entry)?;
+            .ok_or_else(|| verno_cel::HostError::Unavailable(format!("global context entry {name:?} not found")))?;
+        let value = project(entry).map_err(verno_cel::HostError::Failed)?;
         if projection.is_empty() {
             return Ok(value);
         }
-        value
-            .get(projection)
-            .cloned()
-            .ok_or_else(|| format!("global context entry {name:?} has no projection {projection:?}"))
+        value.get(projection).cloned().ok_or_else(|| {
+            verno_cel::HostError::Unavailable(format!("global context entry {name:?} has no projection {projection:?}"))
+        })
     }
 
-    fn image_metadata(&self, reference: &str) -> Result<Value, String> {
+    fn image_metadata(&self, reference: &str) -> Result<Value, verno_cel::HostError> {
         let norm = norm_image(reference);
         self.images
             .iter()
@@ -99,7 +109,9 @@ impl verno_cel::Host for CliHost {
                 r == reference || norm_image(r) == norm
             })
             .cloned()
-            .ok_or_else(|| format!("no metadata for image {reference:?} in the test's context"))
+            .ok_or_else(|| {
+                verno_cel::HostError::Unavailable(format!("no metadata for image {reference:?} in the test's context"))
+            })
     }
 
     fn now(&self) -> Option<i64> {

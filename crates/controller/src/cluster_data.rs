@@ -16,6 +16,7 @@ use kube::runtime::reflector::{ObjectRef, Store};
 use serde_json::{Value, json};
 use std::sync::Arc;
 use std::time::Duration;
+use verno_cel::HostError;
 use verno_engine::{Data, Loaded};
 
 /// The longest one read may take.
@@ -249,30 +250,29 @@ fn collection(api_version: &str, kind: &str, namespace: &str) -> Result<String, 
 
 /// The Kyverno CEL libraries in a cluster: `resource.Get/List` read the API server, the
 /// authorizer library asks it for SubjectAccessReviews, `time.now()` is the wall clock.
-/// (`String` errors: the `verno_cel::Host` trait fixes them as the message for the user.)
 impl verno_cel::Host for ClusterData {
     /// An object that does not exist is `null` (Kyverno's resource library maps NotFound so;
     /// `resource.Get(…) != null` is how policies ask whether it exists).
-    fn resource_get(&self, api_version: &str, resource: &str, namespace: &str, name: &str) -> Result<Value, String> {
+    fn resource_get(&self, api_version: &str, resource: &str, namespace: &str, name: &str) -> Result<Value, HostError> {
         let path = resource_path(api_version, resource, namespace).and_then(|c| object_path(&c, name));
-        match self.call("GET", &path.map_err(|e| e.to_string())?, None) {
+        match self.call("GET", &path.map_err(|e| HostError::Failed(e.to_string()))?, None) {
             Ok(v) => Ok(v),
             Err(e) if e.is_not_found() => Ok(Value::Null),
-            Err(e) => Err(e.to_string()),
+            Err(e) => Err(HostError::Failed(e.to_string())),
         }
     }
 
-    fn resource_list(&self, api_version: &str, resource: &str, namespace: &str) -> Result<Vec<Value>, String> {
-        let path = resource_path(api_version, resource, namespace).map_err(|e| e.to_string())?;
-        let l = self.call("GET", &format!("{path}?limit=500"), None).map_err(|e| e.to_string())?;
+    fn resource_list(&self, api_version: &str, resource: &str, namespace: &str) -> Result<Vec<Value>, HostError> {
+        let path = resource_path(api_version, resource, namespace).map_err(|e| HostError::Failed(e.to_string()))?;
+        let l = self.call("GET", &format!("{path}?limit=500"), None).map_err(|e| HostError::Failed(e.to_string()))?;
         Ok(typed_items(&l))
     }
 
-    fn authorize(&self, review: &Value) -> Result<Value, String> {
+    fn authorize(&self, review: &Value) -> Result<Value, HostError> {
         let body = json!({"apiVersion": "authorization.k8s.io/v1", "kind": "SubjectAccessReview", "spec": review});
         let answer = self
             .call("POST", "/apis/authorization.k8s.io/v1/subjectaccessreviews", Some(&body))
-            .map_err(|e| e.to_string())?;
+            .map_err(|e| HostError::Failed(e.to_string()))?;
         Ok(answer.get("status").cloned().unwrap_or(json!({"allowed": false})))
     }
 
@@ -282,9 +282,9 @@ impl verno_cel::Host for ClusterData {
 
     /// An entry that is not there (or not loaded yet) is `null`, as Kyverno's CEL library
     /// answers it; one that failed to load is an error.
-    fn global_context(&self, name: &str, projection: &str) -> Result<Value, String> {
+    fn global_context(&self, name: &str, projection: &str) -> Result<Value, HostError> {
         match self.global.as_ref().map(|g| g.get(name, projection)) {
-            Some(Some(answer)) => answer.map_err(|e| e.to_string()),
+            Some(Some(answer)) => answer.map_err(|e| HostError::Failed(e.to_string())),
             _ => Ok(Value::Null),
         }
     }

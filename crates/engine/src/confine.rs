@@ -25,6 +25,7 @@ use serde_json::Value;
 use std::collections::BTreeMap;
 use std::sync::Arc;
 use verno_api::images::{Attestor, RegistryCredentials};
+use verno_cel::HostError;
 
 /// The methods an `apiCall` may use.
 pub(crate) const METHODS: [&str; 2] = ["GET", "POST"];
@@ -286,7 +287,7 @@ pub(crate) struct ConfinedHost {
 }
 
 impl ConfinedHost {
-    fn check(&self, f: &str, namespace: &str) -> Result<(), String> {
+    fn check(&self, f: &str, namespace: &str) -> Result<(), HostError> {
         if namespace == self.namespace {
             return Ok(());
         }
@@ -295,7 +296,7 @@ impl ConfinedHost {
         } else {
             format!("namespace {namespace:?}")
         };
-        Err(format!("{f}: a policy in namespace {:?} cannot read {what}", self.namespace))
+        Err(HostError::OutOfReach(format!("{f}: a policy in namespace {:?} cannot read {what}", self.namespace)))
     }
 }
 
@@ -303,33 +304,33 @@ impl verno_cel::Host for ConfinedHost {
     fn confined_to(&self) -> Option<&str> {
         Some(&self.namespace)
     }
-    fn resource_get(&self, api_version: &str, resource: &str, namespace: &str, name: &str) -> Result<Value, String> {
+    fn resource_get(&self, api_version: &str, resource: &str, namespace: &str, name: &str) -> Result<Value, HostError> {
         self.check("resource.Get", namespace)?;
         self.inner.resource_get(api_version, resource, namespace, name)
     }
-    fn resource_list(&self, api_version: &str, resource: &str, namespace: &str) -> Result<Vec<Value>, String> {
+    fn resource_list(&self, api_version: &str, resource: &str, namespace: &str) -> Result<Vec<Value>, HostError> {
         self.check("resource.List", namespace)?;
         self.inner.resource_list(api_version, resource, namespace)
     }
-    fn to_gvr(&self, api_version: &str, kind: &str) -> Result<Value, String> {
+    fn to_gvr(&self, api_version: &str, kind: &str) -> Result<Value, HostError> {
         self.inner.to_gvr(api_version, kind)
     }
-    fn http(&self, method: &str, url: &str, body: Option<&Value>) -> Result<Value, String> {
+    fn http(&self, method: &str, url: &str, body: Option<&Value>) -> Result<Value, HostError> {
         self.inner.http(method, url, body)
     }
-    fn global_context(&self, name: &str, projection: &str) -> Result<Value, String> {
+    fn global_context(&self, name: &str, projection: &str) -> Result<Value, HostError> {
         self.inner.global_context(name, projection)
     }
-    fn image_metadata(&self, reference: &str) -> Result<Value, String> {
+    fn image_metadata(&self, reference: &str) -> Result<Value, HostError> {
         self.inner.image_metadata(reference)
     }
-    fn authorize(&self, review: &Value) -> Result<Value, String> {
+    fn authorize(&self, review: &Value) -> Result<Value, HostError> {
         self.inner.authorize(review)
     }
     fn now(&self) -> Option<i64> {
         self.inner.now()
     }
-    fn verify_image_signatures(&self, image: &str, attestors: &[Value]) -> Result<i64, String> {
+    fn verify_image_signatures(&self, image: &str, attestors: &[Value]) -> Result<i64, HostError> {
         self.inner.verify_image_signatures(image, attestors)
     }
     fn verify_attestation_signatures(
@@ -337,13 +338,13 @@ impl verno_cel::Host for ConfinedHost {
         image: &str,
         attestation: &str,
         attestors: &[Value],
-    ) -> Result<i64, String> {
+    ) -> Result<i64, HostError> {
         self.inner.verify_attestation_signatures(image, attestation, attestors)
     }
-    fn extract_payload(&self, image: &str, attestation: &str) -> Result<Value, String> {
+    fn extract_payload(&self, image: &str, attestation: &str) -> Result<Value, HostError> {
         self.inner.extract_payload(image, attestation)
     }
-    fn generate(&self, namespace: Option<&str>, resources: Vec<Value>) -> Result<(), String> {
+    fn generate(&self, namespace: Option<&str>, resources: Vec<Value>) -> Result<(), HostError> {
         self.inner.generate(namespace, resources)
     }
 }

@@ -21,7 +21,7 @@ use crate::policy::{
 use serde_json::{Map, Value};
 use std::sync::{Arc, Mutex};
 use verno_api::cel;
-use verno_cel::Host;
+use verno_cel::{Host, HostError};
 
 /// Why a GeneratingPolicy's `(( expr ))` template does not compile.
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
@@ -363,46 +363,48 @@ impl Host for Collector {
     fn confined_to(&self) -> Option<&str> {
         self.inner.as_deref().and_then(Host::confined_to)
     }
-    fn resource_get(&self, a: &str, r: &str, ns: &str, n: &str) -> Result<Value, String> {
+    fn resource_get(&self, a: &str, r: &str, ns: &str, n: &str) -> Result<Value, HostError> {
         self.read(a, r, ns, n);
         match &self.inner {
             Some(h) => h.resource_get(a, r, ns, n),
-            None => Err("resource.Get is not available here (no cluster)".into()),
+            None => Err(HostError::Unavailable("resource.Get is not available here (no cluster)".into())),
         }
     }
-    fn resource_list(&self, a: &str, r: &str, ns: &str) -> Result<Vec<Value>, String> {
+    fn resource_list(&self, a: &str, r: &str, ns: &str) -> Result<Vec<Value>, HostError> {
         self.read(a, r, ns, "");
         match &self.inner {
             Some(h) => h.resource_list(a, r, ns),
-            None => Err("resource.List is not available here (no cluster)".into()),
+            None => Err(HostError::Unavailable("resource.List is not available here (no cluster)".into())),
         }
     }
-    fn to_gvr(&self, a: &str, k: &str) -> Result<Value, String> {
+    fn to_gvr(&self, a: &str, k: &str) -> Result<Value, HostError> {
         match &self.inner {
             Some(h) => h.to_gvr(a, k),
             None => NoHost.to_gvr(a, k),
         }
     }
-    fn http(&self, m: &str, u: &str, b: Option<&Value>) -> Result<Value, String> {
+    fn http(&self, m: &str, u: &str, b: Option<&Value>) -> Result<Value, HostError> {
         self.inner.as_ref().map_or_else(|| NoHost.http(m, u, b), |h| h.http(m, u, b))
     }
-    fn global_context(&self, n: &str, p: &str) -> Result<Value, String> {
+    fn global_context(&self, n: &str, p: &str) -> Result<Value, HostError> {
         self.inner.as_ref().map_or_else(|| NoHost.global_context(n, p), |h| h.global_context(n, p))
     }
-    fn image_metadata(&self, r: &str) -> Result<Value, String> {
+    fn image_metadata(&self, r: &str) -> Result<Value, HostError> {
         self.inner.as_ref().map_or_else(|| NoHost.image_metadata(r), |h| h.image_metadata(r))
     }
-    fn authorize(&self, r: &Value) -> Result<Value, String> {
+    fn authorize(&self, r: &Value) -> Result<Value, HostError> {
         self.inner.as_ref().map_or_else(|| NoHost.authorize(r), |h| h.authorize(r))
     }
     fn now(&self) -> Option<i64> {
         self.inner.as_ref().and_then(|h| h.now())
     }
-    fn generate(&self, namespace: Option<&str>, resources: Vec<Value>) -> Result<(), String> {
-        let mut out = self.out.lock().map_err(|_| "generator state poisoned".to_string())?;
+    fn generate(&self, namespace: Option<&str>, resources: Vec<Value>) -> Result<(), HostError> {
+        let mut out = self.out.lock().map_err(|_| HostError::Failed("generator state poisoned".into()))?;
         // Bounded: a runaway expression cannot make the engine hold an unbounded list.
         if out.len() + resources.len() > MAX_GENERATED {
-            return Err(format!("a policy may generate at most {MAX_GENERATED} objects per trigger"));
+            return Err(HostError::Failed(format!(
+                "a policy may generate at most {MAX_GENERATED} objects per trigger"
+            )));
         }
         out.extend(resources.into_iter().map(|r| (namespace.map(str::to_string), r)));
         Ok(())

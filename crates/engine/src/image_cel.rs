@@ -11,6 +11,7 @@ use serde_json::{Map, Value, json};
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
 use verno_api::images::{Attestor, Certificates, CtLog, Keyless, Rekor, StaticKeys};
+use verno_cel::HostError;
 
 /// The Pod spec of a workload, by its kind (Kyverno's default image extractors).
 fn pod_spec(object: &Value) -> Option<&Value> {
@@ -346,53 +347,55 @@ impl verno_cel::Host for ImageHost {
     fn confined_to(&self) -> Option<&str> {
         self.inner.as_deref().and_then(verno_cel::Host::confined_to)
     }
-    fn resource_get(&self, api_version: &str, resource: &str, namespace: &str, name: &str) -> Result<Value, String> {
+    fn resource_get(&self, api_version: &str, resource: &str, namespace: &str, name: &str) -> Result<Value, HostError> {
         match &self.inner {
             Some(h) => h.resource_get(api_version, resource, namespace, name),
-            None => Err("resource.Get is not available here (no cluster)".into()),
+            None => Err(HostError::Unavailable("resource.Get is not available here (no cluster)".into())),
         }
     }
-    fn resource_list(&self, api_version: &str, resource: &str, namespace: &str) -> Result<Vec<Value>, String> {
+    fn resource_list(&self, api_version: &str, resource: &str, namespace: &str) -> Result<Vec<Value>, HostError> {
         match &self.inner {
             Some(h) => h.resource_list(api_version, resource, namespace),
-            None => Err("resource.List is not available here (no cluster)".into()),
+            None => Err(HostError::Unavailable("resource.List is not available here (no cluster)".into())),
         }
     }
-    fn http(&self, method: &str, url: &str, body: Option<&Value>) -> Result<Value, String> {
+    fn http(&self, method: &str, url: &str, body: Option<&Value>) -> Result<Value, HostError> {
         match &self.inner {
             Some(h) => h.http(method, url, body),
-            None => Err(format!("http call to {url} is not available here")),
+            None => Err(HostError::Unavailable(format!("http call to {url} is not available here"))),
         }
     }
-    fn global_context(&self, name: &str, projection: &str) -> Result<Value, String> {
+    fn global_context(&self, name: &str, projection: &str) -> Result<Value, HostError> {
         match &self.inner {
             Some(h) => h.global_context(name, projection),
-            None => Err(format!("global context entry {name:?} is not available here")),
+            None => Err(HostError::Unavailable(format!("global context entry {name:?} is not available here"))),
         }
     }
-    fn image_metadata(&self, reference: &str) -> Result<Value, String> {
+    fn image_metadata(&self, reference: &str) -> Result<Value, HostError> {
         match &self.inner {
             Some(h) => h.image_metadata(reference),
-            None => Err(format!("failed to get imagedata: metadata for image {reference:?} is not available here")),
+            None => Err(HostError::Unavailable(format!(
+                "failed to get imagedata: metadata for image {reference:?} is not available here"
+            ))),
         }
     }
-    fn authorize(&self, review: &Value) -> Result<Value, String> {
+    fn authorize(&self, review: &Value) -> Result<Value, HostError> {
         match &self.inner {
             Some(h) => h.authorize(review),
-            None => Err("the authorizer is not available here (no cluster)".into()),
+            None => Err(HostError::Unavailable("the authorizer is not available here (no cluster)".into())),
         }
     }
     fn now(&self) -> Option<i64> {
         self.inner.as_ref().and_then(|h| h.now())
     }
 
-    fn verify_image_signatures(&self, image: &str, attestors: &[Value]) -> Result<i64, String> {
-        if !self.cfg.selects(image)? {
+    fn verify_image_signatures(&self, image: &str, attestors: &[Value]) -> Result<i64, HostError> {
+        if !self.cfg.selects(image).map_err(HostError::Failed)? {
             return Ok(0);
         }
         let mut count = 0;
         for a in attestors {
-            if self.check(image, a, None)?.is_some() {
+            if self.check(image, a, None).map_err(HostError::Failed)?.is_some() {
                 count += 1;
             }
         }
@@ -407,21 +410,23 @@ impl verno_cel::Host for ImageHost {
         image: &str,
         attestation: &str,
         attestors: &[Value],
-    ) -> Result<i64, String> {
-        if !self.cfg.selects(image)? {
+    ) -> Result<i64, HostError> {
+        if !self.cfg.selects(image).map_err(HostError::Failed)? {
             return Ok(0);
         }
         let spec = self
             .cfg
             .attestations
             .get(attestation)
-            .ok_or_else(|| format!("attestation not found in policy: {attestation}"))?;
+            .ok_or_else(|| HostError::Failed(format!("attestation not found in policy: {attestation}")))?;
         let Some(kind) = spec.pointer("/intoto/type").and_then(Value::as_str) else {
-            return Err("referrer attestations (OCI 1.1 referrers) are not supported by this build of verno".into());
+            return Err(HostError::Unavailable(
+                "referrer attestations (OCI 1.1 referrers) are not supported by this build of verno".into(),
+            ));
         };
         let mut count = 0;
         for a in attestors {
-            if let Some(statements) = self.check(image, a, Some(kind))? {
+            if let Some(statements) = self.check(image, a, Some(kind)).map_err(HostError::Failed)? {
                 let wanted: Vec<&Value> = statements
                     .iter()
                     .filter(|s| s.get("predicateType").and_then(Value::as_str) == Some(kind))
@@ -443,14 +448,18 @@ impl verno_cel::Host for ImageHost {
         Ok(count)
     }
 
-    fn extract_payload(&self, image: &str, attestation: &str) -> Result<Value, String> {
+    fn extract_payload(&self, image: &str, attestation: &str) -> Result<Value, HostError> {
         if !self.cfg.attestations.contains_key(attestation) {
-            return Err(format!("attestation not found in policy: {attestation}"));
+            return Err(HostError::Failed(format!("attestation not found in policy: {attestation}")));
         }
         self.payloads
             .lock()
             .ok()
             .and_then(|p| p.get(&(image.to_string(), attestation.to_string())).cloned())
-            .ok_or_else(|| format!("no verified payload for attestation {attestation} of image {image}: call verifyAttestationSignatures first"))
+            .ok_or_else(|| {
+                HostError::Failed(format!(
+                    "no verified payload for attestation {attestation} of image {image}: call verifyAttestationSignatures first"
+                ))
+            })
     }
 }

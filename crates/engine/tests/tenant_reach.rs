@@ -57,11 +57,22 @@ impl Data for Cluster {
 }
 
 impl verno_cel::Host for Cluster {
-    fn resource_get(&self, api_version: &str, resource: &str, namespace: &str, name: &str) -> Result<Value, String> {
+    fn resource_get(
+        &self,
+        api_version: &str,
+        resource: &str,
+        namespace: &str,
+        name: &str,
+    ) -> Result<Value, verno_cel::HostError> {
         self.note(format!("cel get {api_version}/{resource} {namespace}/{name}"));
         Ok(json!({"metadata": {"name": name, "namespace": namespace}, "data": {"password": "aHVudGVyMg=="}}))
     }
-    fn resource_list(&self, api_version: &str, resource: &str, namespace: &str) -> Result<Vec<Value>, String> {
+    fn resource_list(
+        &self,
+        api_version: &str,
+        resource: &str,
+        namespace: &str,
+    ) -> Result<Vec<Value>, verno_cel::HostError> {
         self.note(format!("cel list {api_version}/{resource} in {namespace:?}"));
         Ok(vec![json!({"metadata": {"name": "x", "namespace": namespace, "labels": {"a": "b"}}})])
     }
