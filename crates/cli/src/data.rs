@@ -137,7 +137,7 @@ fn norm_image(r: &str) -> String {
 
 /// A global context entry's value: its data (or resources), with its projections applied when
 /// it has any (`{projection name: JMESPath result}`), as Kyverno exposes them. The error is the
-/// message [`verno_cel::Host::global_context`] hands on verbatim (that trait's errors are text).
+/// projection's message (JMESPath's, in Kyverno's words), handed on as a `HostError::Failed`.
 fn project(entry: &Value) -> Result<Value, String> {
     let data = entry.get("data").or_else(|| entry.get("resources")).cloned().unwrap_or(Value::Null);
     let Some(projections) = entry.get("projections").and_then(Value::as_array).filter(|p| !p.is_empty()) else {
