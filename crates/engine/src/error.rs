@@ -3,12 +3,21 @@
 //! Where a caller can act on the cause, the error is a type: [`CompileError`] (with the field
 //! path), [`DocumentError`], `jsonpatch::PatchError`, `smp::MergeError`,
 //! `cron::ScheduleError`, `ttl::TtlError`, `template::TemplateError`,
-//! `gpol::{PlaceholderError, RenderError}`. A function of the engine that still returns
-//! `Result<_, String>` returns **message text**: the words a rule's `error`/`fail` result, a
-//! denial or Kyverno's policy validation shows to the user, byte for byte as Kyverno words
-//! them (context loading, CEL and image-verification failures, `validate.manifests`, a
-//! GlobalContextEntry's field errors, generate rules' update check). Nothing matches on that
-//! text; it is carried to the report or the AdmissionReview as it is.
+//! `gpol::{PlaceholderError, RenderError}`, and at the CEL libraries' host port
+//! `verno_cel::HostError` (unavailable here, out of a namespaced policy's reach, failed).
+//!
+//! A function of the engine that still returns `Result<_, String>` returns **message text**:
+//! the words a rule's `error`/`fail` result, a denial, a policy status or Kyverno's policy
+//! validation shows, byte for byte as Kyverno words them. They are: context loading
+//! (`context_entry::{render_jmes, service_headers}`, `cel_env::resolve`,
+//! `evaluate::rule_cel_vars`), a namespaced policy's `apiCall` refusal (`confine::api_path`),
+//! a rule's message, anchor and generate rendering (`validate`, `mutate::check`,
+//! `generate::{render_str, build}`, `mpol::run`), image verification (`verify_images`,
+//! `image_cel`, `manifests`, `images::extract_custom`), a GlobalContextEntry's field errors and
+//! projections (`global_context`), the reasons a ValidatingAdmissionPolicy is not generated
+//! (`vapgen`, written to the policy's status) and a generate rule's update check
+//! (`document::generate_update_allowed`). Nothing matches on that text; it is carried to the
+//! report, the status or the AdmissionReview as it is.
 
 use thiserror::Error;
 use verno_api::Kind;
