@@ -26,10 +26,9 @@ pub enum ServiceCallError {
     /// The CA bundle holds no certificate.
     #[error("failed to parse PEM CA bundle")]
     EmptyCaBundle,
-    /// The TLS set-up of the HTTPS client failed (`verno_images::https_client`'s message, as
-    /// that crate words it).
+    /// The TLS set-up of the HTTPS client failed.
     #[error("{0}")]
-    Tls(String),
+    Tls(#[source] verno_images::ClientError),
     #[error("cannot build the HTTP client: {0}")]
     Build(#[source] reqwest::Error),
     /// A method other than GET and POST.
@@ -68,7 +67,7 @@ fn client(ca_bundle: &str) -> Result<reqwest::Client, ServiceCallError> {
         Some(roots)
     };
     verno_images::https_client(roots)
-        .map_err(|e| ServiceCallError::Tls(e.to_string()))?
+        .map_err(ServiceCallError::Tls)?
         .timeout(TIMEOUT)
         .redirect(reqwest::redirect::Policy::none())
         .build()
