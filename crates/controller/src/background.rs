@@ -58,7 +58,7 @@ use crate::serving::Serving;
 use k8s_openapi::api::core::v1::ObjectReference;
 use kube::api::{Api, DeleteParams, DynamicObject, Patch, PatchParams, PostParams};
 use kube::discovery::{ApiResource, Discovery, Scope as DiscoveryScope};
-use kube::runtime::events::{Event, EventType};
+use kube::runtime::events::Event;
 use kube::runtime::watcher;
 use serde_json::Value;
 use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
@@ -412,16 +412,8 @@ fn failure_event(f: &Failure, trigger: &Value) -> (Event, ObjectReference) {
         ..Default::default()
     };
     let rule = if f.rule.is_empty() { String::new() } else { format!("/{}", f.rule) };
-    // Event notes are bounded by the API server (1 kB for events.k8s.io).
-    let mut note = format!("policy {}{rule} error: {}", f.policy.name, f.message);
-    crate::events::truncate_note(&mut note);
-    let ev = Event {
-        type_: EventType::Warning,
-        reason: "PolicyError".into(),
-        note: Some(note),
-        action: "None".into(),
-        secondary: Some(related),
-    };
+    let note = format!("policy {}{rule} error: {}", f.policy.name, f.message);
+    let ev = crate::events::policy_error(note, "None", Some(related));
     (ev, regarding)
 }
 

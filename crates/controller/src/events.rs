@@ -287,6 +287,19 @@ pub fn resource_event(v: &Violation) -> Option<(Event, ObjectReference)> {
     Some((ev, regarding))
 }
 
+/// A `PolicyError` warning: `note` cut to the API server's bound, `action` as Kyverno names it
+/// (`None`, `Compile`), `secondary` the object the error is about when the event is on another.
+pub(crate) fn policy_error(mut note: String, action: &str, secondary: Option<ObjectReference>) -> Event {
+    truncate_note(&mut note);
+    Event {
+        type_: EventType::Warning,
+        reason: "PolicyError".into(),
+        note: Some(note),
+        action: action.into(),
+        secondary,
+    }
+}
+
 /// Cuts an event note to the API server's bound (1 kB for events.k8s.io), on a character
 /// boundary.
 pub(crate) fn truncate_note(note: &mut String) {

@@ -8,7 +8,6 @@ use crate::runtime::{Events, Shared};
 use crate::{access, admission_policies, certs, webhooks};
 use k8s_openapi::api::core::v1::ObjectReference;
 use kube::api::{Api, DynamicObject, Patch, PatchParams};
-use kube::runtime::events::{Event as KubeEvent, EventType};
 use serde_json::json;
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -155,13 +154,7 @@ async fn write_statuses(
                     namespace: st.namespace.clone(),
                     ..Default::default()
                 };
-                let ev = KubeEvent {
-                    type_: EventType::Warning,
-                    reason: "PolicyError".into(),
-                    note: Some(format!("policy is invalid: {err}")),
-                    action: "Compile".into(),
-                    secondary: None,
-                };
+                let ev = crate::events::policy_error(format!("policy is invalid: {err}"), "Compile", None);
                 events.publish(&ev, &reference).await;
             }
         } else {

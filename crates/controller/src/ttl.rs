@@ -19,7 +19,6 @@ use k8s_openapi::api::core::v1::ObjectReference;
 use kube::api::{Api, ApiResource, DeleteParams, Preconditions};
 use kube::core::{DynamicObject, PartialObjectMeta};
 use kube::discovery::{Scope as ApiScope, verbs};
-use kube::runtime::events::{Event, EventType};
 use kube::runtime::{WatchStreamExt, watcher};
 use std::collections::{BTreeSet, HashMap, HashSet};
 use std::time::Duration;
@@ -268,15 +267,7 @@ impl Ttl {
             uid: Some(uid),
             ..Default::default()
         };
-        let mut note = format!("{why}; the object is not deleted");
-        crate::events::truncate_note(&mut note);
-        let ev = Event {
-            type_: EventType::Warning,
-            reason: "PolicyError".into(),
-            note: Some(note),
-            action: "None".into(),
-            secondary: None,
-        };
+        let ev = crate::events::policy_error(format!("{why}; the object is not deleted"), "None", None);
         self.events.publish(&ev, &regarding).await;
     }
 
