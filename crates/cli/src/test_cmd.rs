@@ -406,7 +406,8 @@ pub fn parse_test(v: &Value, file: &Path) -> Result<Test> {
     if t.api_version.is_empty() || t.kind.is_empty() {
         bail!("{}: apiVersion and kind are required (apiVersion: cli.kyverno.io/v1alpha1, kind: Test)", file.display());
     }
-    if let Some(op) = t.results.iter().filter_map(|r| r.operation.as_deref()).find(|op| Operation::parse(op).is_none()) {
+    if let Some(op) = t.results.iter().filter_map(|r| r.operation.as_deref()).find(|op| Operation::parse(op).is_none())
+    {
         bail!("{}: invalid operation {op:?}, must be one of CREATE, UPDATE, DELETE, CONNECT", file.display());
     }
     Ok(t)
