@@ -2,8 +2,8 @@
 //! `cloneList`, `foreach`; GeneratingPolicy) and mutate-existing rules (ClusterPolicy `targets`,
 //! MutatingPolicy `mutateExisting`) applied in the cluster by the leader.
 //!
-//! How it differs from Kyverno's UpdateRequest pipeline (`../shared/research/controllers.md`
-//! §B), whose failure modes users report:
+//! How it differs from Kyverno's UpdateRequest pipeline (docs/architecture.md, "In-cluster flow"),
+//! whose failure modes users report:
 //!
 //! - **Level-based, no UpdateRequests.** Nothing is persisted as a work item. The leader
 //!   watches the kinds the policies' rules match (the triggers, listed in pages), the objects

@@ -1,7 +1,7 @@
 //! Background scans: the leader evaluates stored objects against the background-scanned
 //! policies (the engine's [`Scope::BACKGROUND`]) and keeps their PolicyReports exact.
 //!
-//! How it differs from Kyverno's reports controller (`../shared/research/controllers.md` §A4),
+//! How it differs from Kyverno's reports controller (docs/architecture.md, "In-cluster flow"),
 //! whose failure modes users report:
 //!
 //! - **Watch-driven and incremental.** Only the kinds background policies match are watched,
