@@ -292,8 +292,8 @@ fn evaluate_phase_with(
             ctx,
             current.as_ref().unwrap_or(req.object),
             phase,
+            &mut resp.rules,
         );
-        resp.rules.extend(out.before);
         let (patched, r) = (out.patched, out.response);
         if let Some(v) = patched {
             // Permanent for this request: later rules and policies see the patched object.
@@ -340,8 +340,6 @@ struct RuleOutcome {
     response: Option<RuleResponse>,
     /// The resource as the rule left it, when it changed it.
     patched: Option<Value>,
-    /// Responses that go before the rule's own (verifyImages' per image).
-    before: Vec<RuleResponse>,
 }
 
 impl<'a> RuleRun<'a> {
@@ -351,7 +349,9 @@ impl<'a> RuleRun<'a> {
     }
 
     /// Evaluates the rule, which matched: context, exceptions, preconditions, then its body.
-    /// `object`: the resource as this policy's earlier rules left it.
+    /// `object`: the resource as this policy's earlier rules left it; `before`: the policy's
+    /// responses so far, which responses that go before the rule's own (verifyImages' per image)
+    /// join.
     fn evaluate(
         mut self,
         exceptions: &[CompiledException],
@@ -359,13 +359,14 @@ impl<'a> RuleRun<'a> {
         ctx: &mut Context,
         object: &Value,
         phase: Phase,
+        before: &mut Vec<RuleResponse>,
     ) -> RuleOutcome {
         let mut saved = Saved::default();
         for (k, v) in self.data.rule_values(&self.policy.name, self.origin) {
             saved.absorb(ctx.set_path(&k, v));
             self.provided.push(k);
         }
-        let mut out = RuleOutcome { response: None, patched: None, before: Vec::new() };
+        let mut out = RuleOutcome { response: None, patched: None };
         // `reportProperties` are rendered once the context is loaded and the preconditions
         // hold; responses before that carry them as written (as Kyverno's do).
         let mut properties: Option<Vec<(String, String)>> = None;
@@ -373,7 +374,7 @@ impl<'a> RuleRun<'a> {
             let applying = self.enter(exceptions, input, ctx, &mut saved)?;
             properties = self.properties(ctx);
             self.excepted(&applying)?;
-            Ok(self.body(phase, object, ctx, &mut saved, &mut out.patched, &mut out.before))
+            Ok(self.body(phase, object, ctx, &mut saved, &mut out.patched, before))
         })();
         ctx.restore(saved);
         let (Ok(r) | Err(r)) = steps;
