@@ -165,7 +165,7 @@ fn match_input<'a>(req: &Request<'a>) -> MatchInput<'a> {
         namespace: str_at(subject, "/metadata/namespace"),
         labels: obj_at(subject, "metadata", "labels"),
         annotations: obj_at(subject, "metadata", "annotations"),
-        operation: Some(req.operation),
+        operation: req.operation,
         namespace_labels: req.namespace_labels,
         user: req.asker.user,
     }

@@ -24,8 +24,7 @@ pub struct MatchInput<'a> {
     pub namespace: &'a str,
     pub labels: Option<&'a serde_json::Map<String, serde_json::Value>>,
     pub annotations: Option<&'a serde_json::Map<String, serde_json::Value>>,
-    /// `None`: not known (no operations block can match).
-    pub operation: Option<verno_api::Operation>,
+    pub operation: verno_api::Operation,
     pub namespace_labels: Option<&'a BTreeMap<String, String>>,
     pub user: Option<&'a RequestUser>,
 }
@@ -262,7 +261,7 @@ impl ResourceRule {
         any(&self.api_groups, i.group)
             && any(&self.api_versions, i.version)
             && self.resources.iter().any(|r| same(r, "*") || same(r, "*/*") || resource(r))
-            && (self.operations.is_empty() || i.operation.is_some_and(|o| any(&self.operations, o.as_str())))
+            && (self.operations.is_empty() || any(&self.operations, i.operation.as_str()))
             && (self.resource_names.is_empty() || self.resource_names.iter().any(|n| n == i.name))
     }
 }
@@ -699,7 +698,7 @@ impl Description {
                 return Err("namespaceSelector does not match".into());
             }
         }
-        let op = i.operation.map_or("", verno_api::Operation::as_str);
+        let op = i.operation.as_str();
         if !self.operations.is_empty() && !self.operations.iter().any(|o| o.eq_ignore_ascii_case(op)) {
             return Err(format!("operation {op} does not match").into());
         }
@@ -821,7 +820,7 @@ mod tests {
             namespace: "d",
             labels: None,
             annotations: None,
-            operation: Some(verno_api::Operation::Create),
+            operation: verno_api::Operation::Create,
             namespace_labels: None,
             user,
         }

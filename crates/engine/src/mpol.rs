@@ -380,7 +380,7 @@ fn target_matches(matcher: &Matcher, o: &Value, data: &dyn crate::ports::Data) -
         namespace: ns,
         labels: o.pointer("/metadata/labels").and_then(Value::as_object),
         annotations: o.pointer("/metadata/annotations").and_then(Value::as_object),
-        operation: Some(verno_api::Operation::Update),
+        operation: verno_api::Operation::Update,
         namespace_labels: ns_labels.as_ref(),
         user: None,
     };
