@@ -74,10 +74,11 @@ pub trait Host: Send + Sync {
         };
         Ok(serde_json::json!({"group": group, "version": version, "resource": resource}))
     }
-    /// `http.Get(url)` / `http.Post(url, body)`.
-    fn http(&self, method: &str, url: &str, body: Option<&Json>) -> Result<Json, HostError> {
-        let _ = (method, body);
-        Err(HostError::Unavailable(format!("http call to {url} is not available here")))
+    /// `http.Get(url[, headers])` / `http.Post(url, body[, headers])`, optionally through
+    /// `http.Client(caBundle)`: Kyverno's answer is the response's JSON object with its
+    /// `statusCode` added, or `{"body": …, "statusCode": …}` for any other body.
+    fn http(&self, call: &HttpCall<'_>) -> Result<Json, HostError> {
+        Err(HostError::Unavailable(format!("http call to {} is not available here", call.url)))
     }
     /// `globalContext.Get(name, projection)`.
     fn global_context(&self, name: &str, projection: &str) -> Result<Json, HostError> {
@@ -97,6 +98,10 @@ pub trait Host: Send + Sync {
     }
     /// `time.now()`, seconds since the Unix epoch; `None` when there is no clock.
     fn now(&self) -> Option<i64> {
+        None
+    }
+    /// A fresh seed for `random()`; `None` when this host offers no randomness.
+    fn random_seed(&self) -> Option<u64> {
         None
     }
     /// ImageValidatingPolicy's `verifyImageSignatures(image, attestors)`: how many of the
@@ -129,6 +134,20 @@ pub trait Host: Send + Sync {
         let _ = (namespace, resources);
         Err(HostError::Unavailable("generator.Apply is only available in a GeneratingPolicy".into()))
     }
+}
+
+/// One call of Kyverno's `http` library.
+#[derive(Debug, Clone, Copy)]
+pub struct HttpCall<'a> {
+    /// `GET` or `POST`.
+    pub method: &'a str,
+    pub url: &'a str,
+    /// What a POST sends (as JSON).
+    pub body: Option<&'a Json>,
+    /// The headers the policy gives (a map of strings in CEL).
+    pub headers: &'a [(String, String)],
+    /// `http.Client(caBundle)`'s PEM bundle: the roots the server's certificate must chain to.
+    pub ca_bundle: Option<&'a str>,
 }
 
 /// The host, as the opaque value bound to `@host`.
@@ -233,14 +252,69 @@ fn resource_list<'b, 'v>(args: Args<'b, 'v>) -> Ret<'b, 'v> {
     ret(&serde_json::json!({ "items": items }))
 }
 
+/// A header map's entries (Kyverno's `map[string]string`: any other value is refused).
+fn headers(v: Option<&Json>, f: &str) -> Result<Vec<(String, String)>, ExecutionError> {
+    match v {
+        None => Ok(Vec::new()),
+        Some(Json::Object(m)) => m
+            .iter()
+            .map(|(k, v)| match v {
+                Json::String(s) => Ok((k.clone(), s.clone())),
+                other => Err(ExecutionError::function_error(f, format!("header {k:?} must be a string, not {other}"))),
+            })
+            .collect(),
+        Some(other) => {
+            Err(ExecutionError::function_error(f, format!("the headers must be a map of strings, not {other}")))
+        }
+    }
+}
+
+/// `[caBundle,] url[, headers]` of a GET (`with_ca`: through `http.Client(caBundle)`).
+fn http_get_with(args: Args<'_, '_>, with_ca: bool) -> Result<Json, ExecutionError> {
+    const F: &str = "http.Get";
+    let (h, mut a) = split(&args, F)?;
+    let ca = if with_ca { Some(a.remove(0)) } else { None };
+    let hs = headers(a.get(1), F)?;
+    let call = HttpCall {
+        method: "GET",
+        url: s(&a, 0),
+        body: None,
+        headers: &hs,
+        ca_bundle: ca.as_ref().and_then(Json::as_str),
+    };
+    h.http(&call).map_err(fail(F))
+}
+
+/// `[caBundle,] url, body[, headers]` of a POST.
+fn http_post_with(args: Args<'_, '_>, with_ca: bool) -> Result<Json, ExecutionError> {
+    const F: &str = "http.Post";
+    let (h, mut a) = split(&args, F)?;
+    let ca = if with_ca { Some(a.remove(0)) } else { None };
+    let hs = headers(a.get(2), F)?;
+    let call = HttpCall {
+        method: "POST",
+        url: s(&a, 0),
+        body: a.get(1),
+        headers: &hs,
+        ca_bundle: ca.as_ref().and_then(Json::as_str),
+    };
+    h.http(&call).map_err(fail(F))
+}
+
 fn http_get<'b, 'v>(args: Args<'b, 'v>) -> Ret<'b, 'v> {
-    let (h, a) = split(&args, "http.Get")?;
-    ret(&h.http("GET", s(&a, 0), None).map_err(fail("http.Get"))?)
+    ret(&http_get_with(args, false)?)
 }
 
 fn http_post<'b, 'v>(args: Args<'b, 'v>) -> Ret<'b, 'v> {
-    let (h, a) = split(&args, "http.Post")?;
-    ret(&h.http("POST", s(&a, 0), a.get(1)).map_err(fail("http.Post"))?)
+    ret(&http_post_with(args, false)?)
+}
+
+fn http_get_ca<'b, 'v>(args: Args<'b, 'v>) -> Ret<'b, 'v> {
+    ret(&http_get_with(args, true)?)
+}
+
+fn http_post_ca<'b, 'v>(args: Args<'b, 'v>) -> Ret<'b, 'v> {
+    ret(&http_post_with(args, true)?)
 }
 
 fn global_context<'b, 'v>(args: Args<'b, 'v>) -> Ret<'b, 'v> {
@@ -328,7 +402,7 @@ const CALLS: &[(&str, &[&str], &[usize], &str)] = &[
 ];
 
 pub fn register(env: &mut Env) -> Result<(), DeclarationError> {
-    let fns: [(&str, cel::common::functions::Function); 13] = [
+    let fns: [(&str, cel::common::functions::Function); 15] = [
         ("@verify_image_signatures", verify_image_signatures),
         ("@verify_attestation_signatures", verify_attestation_signatures),
         ("@extract_payload", extract_payload),
@@ -337,6 +411,8 @@ pub fn register(env: &mut Env) -> Result<(), DeclarationError> {
         ("@resource_list", resource_list),
         ("@http_get", http_get),
         ("@http_post", http_post),
+        ("@http_get_ca", http_get_ca),
+        ("@http_post_ca", http_post_ca),
         ("@global_context", global_context),
         ("@image_metadata", image_metadata),
         ("@time_now", time_now),
@@ -367,22 +443,33 @@ pub fn register(env: &mut Env) -> Result<(), DeclarationError> {
     members.dedup();
     for m in members {
         env.add_macro(Macro::receiver_var_arg(m, move |helper, target, args| {
-            let lib = match target.as_ref().map(|t| &t.expr) {
-                Some(Ast::Ident(name)) => name.clone(),
-                // `http.Client(caBundle).Get(…)`: the CA bundle only matters to a real
-                // connection; the host answers as for `http.Get`.
+            // `http.Client(caBundle).Get(…)`: the CA bundle goes first, and the call is the
+            // `_ca` form of `http.Get`.
+            let (lib, through_client) = match target.as_ref().map(|t| &t.expr) {
+                Some(Ast::Ident(name)) => (name.clone(), false),
                 Some(Ast::Call(c))
                     if matches!(c.func_name.as_str(), "Client" | "client")
                         && c.args.len() == 1
                         && matches!(c.target.as_deref().map(|t| &t.expr), Some(Ast::Ident(n)) if n == "http") =>
                 {
-                    "http".to_string()
+                    ("http".to_string(), true)
                 }
                 _ => return Ok(None),
             };
             let Some(call) = CALLS.iter().find(|c| c.0 == lib && c.1.contains(&m) && c.2.contains(&args.len())) else {
                 return Ok(None);
             };
+            let ca = match target.as_mut().map(|t| &mut t.expr) {
+                Some(Ast::Call(c)) if through_client => c.args.pop(),
+                _ => None,
+            };
+            if let Some(ca) = ca {
+                let host = helper.next_expr(Ast::Ident(HOST_VAR.to_string()));
+                let mut all: Vec<IdedExpr> = vec![host, ca];
+                all.append(args);
+                let func_name = format!("{}_ca", call.3);
+                return Ok(Some(helper.next_expr(Ast::Call(CallExpr { func_name, target: None, args: all }))));
+            }
             let host = helper.next_expr(Ast::Ident(HOST_VAR.to_string()));
             let mut all: Vec<IdedExpr> = vec![host];
             all.append(args);

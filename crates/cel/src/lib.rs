@@ -16,11 +16,12 @@ mod kube;
 mod meter;
 mod quantity;
 mod rewrite;
+mod sdk;
 mod shared;
 mod user;
 
 pub use error::{CompileError, EvalError};
-pub use host::{Host, HostError};
+pub use host::{Host, HostError, HttpCall};
 
 use cel::common::types::{CelBool, CelDouble, CelInt, CelList, CelMap, CelMapKey, CelNull, CelString, CelUInt};
 use cel::common::value::{BuiltinRef, CowVal, Val};
@@ -50,6 +51,7 @@ fn env() -> Option<&'static Arc<Env>> {
         quantity::register(&mut env).ok()?;
         envoy::register(&mut env).ok()?;
         meter::register(&mut env).ok()?;
+        sdk::register(&mut env).ok()?;
         Some(Arc::new(env))
     })
     .as_ref()

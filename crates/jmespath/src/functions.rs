@@ -9,6 +9,7 @@ pub use encoding::{ImageRefError, normalize_image};
 mod strings;
 mod time;
 mod x509;
+pub use x509::{X509DecodeError, decode as x509_decode};
 
 use crate::Env;
 use crate::ast::Ast;

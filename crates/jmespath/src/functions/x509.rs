@@ -19,7 +19,7 @@ use x509_parser::public_key::PublicKey;
 /// Why `x509_decode` failed, in the words of Go's `encoding/pem` and `crypto/x509` (as Kyverno
 /// reports them).
 #[derive(Debug, thiserror::Error)]
-pub(crate) enum X509DecodeError {
+pub enum X509DecodeError {
     /// No `-----BEGIN …-----` … `-----END …-----` block.
     #[error("failed to decode PEM block")]
     NoPemBlock,
@@ -55,7 +55,7 @@ fn oid_ints(oid: &Oid) -> Value {
 }
 
 /// Decodes one PEM block.
-pub(crate) fn decode(pem_text: &str) -> Result<Value, X509DecodeError> {
+pub fn decode(pem_text: &str) -> Result<Value, X509DecodeError> {
     let (block, rest) = first_block(pem_text).ok_or(X509DecodeError::NoPemBlock)?;
     let _ = rest;
     let der = base64::engine::general_purpose::STANDARD
