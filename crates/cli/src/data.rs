@@ -79,7 +79,8 @@ impl verno_cel::Host for CliHost {
             .collect())
     }
 
-    fn http(&self, method: &str, url: &str, _body: Option<&Value>) -> Result<Value, verno_cel::HostError> {
+    fn http(&self, call: &verno_cel::HttpCall<'_>) -> Result<Value, verno_cel::HostError> {
+        let (method, url) = (call.method, call.url);
         find_mock(&self.api_mocks, method, url)
             .map(|m| m.get("response").cloned().unwrap_or(Value::Null))
             .ok_or_else(|| verno_cel::HostError::Unavailable(format!("no apiCallResponses entry for {method} {url}")))
@@ -116,6 +117,10 @@ impl verno_cel::Host for CliHost {
 
     fn now(&self) -> Option<i64> {
         self.now
+    }
+
+    fn random_seed(&self) -> Option<u64> {
+        verno_jmespath::Env::random_seed(&CliEnv)
     }
 }
 

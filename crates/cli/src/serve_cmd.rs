@@ -138,6 +138,15 @@ pub struct ServeArgs {
     /// The most cached image verifications (Kyverno's `--imageVerifyCacheMaxSize`).
     #[arg(long = "image-verify-cache-max-size", default_value_t = 1000)]
     pub image_verify_cache_max_size: usize,
+    /// Hostnames and address ranges CEL's `http.Get/Post` may not reach, comma-separated
+    /// (Kyverno's `--httpBlocklist`); replaces the default, Kyverno's: the cloud metadata
+    /// addresses and names, and loopback.
+    #[arg(long = "http-blocklist", value_delimiter = ',', default_values_t = verno_controller::cel_http::DEFAULT_BLOCKLIST.iter().map(|s| s.to_string()))]
+    pub http_blocklist: Vec<String>,
+    /// URL prefixes (scheme, host, optional path) CEL's `http.Get/Post` is held to,
+    /// comma-separated (Kyverno's `--httpAllowlist`); none: any URL the blocklist lets through.
+    #[arg(long = "http-allowlist", value_delimiter = ',')]
+    pub http_allowlist: Vec<String>,
     /// HTTPS address for the webhook endpoints and health probes.
     #[arg(long, default_value = "0.0.0.0:9443")]
     pub addr: SocketAddr,
@@ -283,7 +292,15 @@ pub fn run(args: &ServeArgs) -> i32 {
     };
     if args.kube {
         verno_server::init_logging(args.log_format == "json");
+        let http_rules = match verno_controller::cel_http::HttpRules::new(&args.http_blocklist, &args.http_allowlist) {
+            Ok(r) => r,
+            Err(e) => {
+                eprintln!("Error: invalid CEL http configuration: {e}");
+                return 2;
+            }
+        };
         let mut opts = verno_controller::Options::new(&args.namespace, &args.identity);
+        opts.http_rules = std::sync::Arc::new(http_rules);
         opts.service = args.service.clone();
         opts.serving_names = args.server_url.iter().map(|u| crate::cluster_cmd::server_host(u)).collect();
         opts.deployment = args.deployment.clone();

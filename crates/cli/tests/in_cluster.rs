@@ -1922,3 +1922,65 @@ async fn a_cel_rule_marked_generate_becomes_a_validating_admission_policy() {
     assert!(err.to_string().contains("HostPath volumes are forbidden."), "{err}");
     replica.controller.stop().await;
 }
+
+/// CEL's `http.Get` in a cluster: the call is made (before, `http.*` said it was not available
+/// here, so a ValidatingPolicy using it refused every request it matched), its answer carries
+/// `statusCode`, and Kyverno's default blocklist keeps policies off loopback; an operator who
+/// clears it (`--http-blocklist ""`) lets them reach a service there.
+#[tokio::test]
+async fn cel_http_calls_go_out_where_the_blocklist_allows() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("http://{}/allowed", listener.local_addr().unwrap());
+    tokio::spawn(async move {
+        while let Ok((mut conn, _)) = listener.accept().await {
+            tokio::spawn(async move {
+                let mut buf = vec![0u8; 16384];
+                let _ = conn.read(&mut buf).await;
+                let body = json!({"images": ["nginx:1.27"]}).to_string();
+                let head = format!("HTTP/1.1 200 OK\r\nContent-Length: {}\r\nConnection: close\r\n\r\n", body.len());
+                let _ = conn.write_all(head.as_bytes()).await;
+                let _ = conn.write_all(body.as_bytes()).await;
+            });
+        }
+    });
+    let vpol = json!({"apiVersion": "policies.kyverno.io/v1", "kind": "ValidatingPolicy", "metadata": {"name": "allowed-images"},
+        "spec": {"matchConstraints": {"resourceRules": [{"apiGroups": [""], "apiVersions": ["v1"], "operations": ["CREATE"], "resources": ["pods"]}]},
+            "variables": [{"name": "answer", "expression": format!("http.Get('{url}')")}],
+            "validations": [{"expression": "variables.answer.statusCode == 200 && object.spec.containers.all(c, c.image in variables.answer.images)",
+                "message": "image not on the service's list"}]}});
+    for open in [true, false] {
+        let (_fake, admin, replica) = setup_with(|o| {
+            if open {
+                o.http_rules = Arc::new(verno_controller::cel_http::HttpRules::new(&[], &[]).unwrap());
+            }
+        })
+        .await;
+        let api: Api<DynamicObject> =
+            Api::all_with(admin.clone(), &policies::resource(verno_engine::Kind::ValidatingPolicy));
+        api.patch("allowed-images", &PatchParams::apply("kubectl").force(), &Patch::Apply(&vpol)).await.unwrap();
+        eventually("the entry", || async {
+            entry_rules(&vwc(&admin).await?, webhooks::VPOL_FAIL).filter(|r| r.to_string().contains("pods"))
+        })
+        .await;
+        let pods: Api<Pod> = Api::namespaced(admin.clone(), "default");
+        let bad = |name: &str| {
+            let mut p = pod(name, json!({}));
+            p.spec.as_mut().unwrap().containers[0].image = Some("busybox:1.36".into());
+            p
+        };
+        let err = eventually("a pod refused", || async {
+            pods.create(&PostParams::default(), &bad("other")).await.err().map(|e| e.to_string())
+        })
+        .await;
+        if open {
+            assert!(err.contains("image not on the service's list"), "{err}");
+            pods.create(&PostParams::default(), &pod("listed", json!({}))).await.unwrap();
+        } else {
+            assert!(err.contains("falls in blocked range 127.0.0.0/8"), "{err}");
+            let listed = pods.create(&PostParams::default(), &pod("listed", json!({}))).await.unwrap_err();
+            assert!(listed.to_string().contains("falls in blocked range"), "{listed}");
+        }
+        replica.controller.stop().await;
+    }
+}

@@ -106,6 +106,8 @@ pub struct ClusterData {
     global: Option<Arc<crate::global_context::GlobalStore>>,
     /// Namespaces as the namespace watch holds them (labels of any namespace).
     namespaces: Option<Arc<verno_engine::LiveNamespaces>>,
+    /// Where CEL's `http.*` may go.
+    http: Arc<crate::cel_http::HttpRules>,
 }
 
 impl ClusterData {
@@ -120,6 +122,7 @@ impl ClusterData {
             bindings: None,
             global: None,
             namespaces: None,
+            http: Arc::default(),
         }
     }
 
@@ -131,6 +134,7 @@ impl ClusterData {
             global: self.global.clone(),
             namespaces: self.namespaces.clone(),
             max_bytes: self.max_bytes,
+            http: self.http.clone(),
             ..ClusterData::new(client)
         }
     }
@@ -192,6 +196,12 @@ impl ClusterData {
     /// namespace watch.
     pub fn with_namespaces(mut self, live: Arc<verno_engine::LiveNamespaces>) -> ClusterData {
         self.namespaces = Some(live);
+        self
+    }
+
+    /// CEL's `http.*` goes where `rules` allow (Kyverno's default blocklist unless set).
+    pub fn with_http_rules(mut self, rules: Arc<crate::cel_http::HttpRules>) -> ClusterData {
+        self.http = rules;
         self
     }
 
@@ -278,6 +288,28 @@ impl verno_cel::Host for ClusterData {
 
     fn now(&self) -> Option<i64> {
         Some(chrono::Utc::now().timestamp())
+    }
+
+    fn random_seed(&self) -> Option<u64> {
+        use std::hash::BuildHasher as _;
+        Some(std::collections::hash_map::RandomState::new().hash_one(chrono::Utc::now().timestamp_nanos_opt()))
+    }
+
+    /// Kyverno's `http` library: the call made, where the rules allow.
+    fn http(&self, call: &verno_cel::HttpCall<'_>) -> Result<Value, HostError> {
+        self.runtime.block_on(crate::cel_http::call(&self.http, call, self.max_bytes)).map_err(HostError::Failed)
+    }
+
+    /// `image.GetMetadata` / `getImageData`: read from the registry as `imageRegistry`
+    /// context entries read it (admission only: the controllers verify no images).
+    fn image_metadata(&self, reference: &str) -> Result<Value, HostError> {
+        use verno_engine::verify_images::ImageVerifier as _;
+        match &self.images {
+            Some(v) => v
+                .image_data(reference, None, "")
+                .map_err(|e| HostError::Failed(format!("failed to get imagedata: {}", e.message()))),
+            None => Err(HostError::Unavailable(format!("metadata for image {reference:?} is not available here"))),
+        }
     }
 
     /// An entry that is not there (or not loaded yet) is `null`, as Kyverno's CEL library

@@ -12,6 +12,7 @@ pub mod access;
 pub mod admission_policies;
 pub mod background;
 pub mod caches;
+pub mod cel_http;
 pub mod certs;
 pub mod cleanup;
 pub mod cluster_data;
@@ -132,6 +133,9 @@ pub struct Options {
     /// `--imageVerifyCacheTTLDuration`, `--imageVerifyCacheMaxSize`): TTL and size; `None`
     /// turns it off.
     pub image_verify_cache: Option<(Duration, usize)>,
+    /// Where CEL's `http.*` may go (Kyverno's `--httpBlocklist` and `--httpAllowlist`; its
+    /// default blocklist unless set).
+    pub http_rules: Arc<cel_http::HttpRules>,
     /// Keep ConfigMaps labelled `cache.kyverno.io/enabled` from a watch and answer `configMap`
     /// context entries from it (Kyverno's `--enableConfigMapCaching`, on by default); other
     /// ConfigMaps are read from the API server each time, as Kyverno reads them.
@@ -239,6 +243,7 @@ impl Options {
             probe_deadline: probe::IDLE_DEADLINE,
             kinds: WATCHED.to_vec(),
             image_verify_cache: Some((verno_images::DEFAULT_CACHE_TTL, verno_images::DEFAULT_CACHE_SIZE)),
+            http_rules: Arc::default(),
             config_map_cache: true,
             generate_validating_admission_policies: true,
             force_failure_policy_ignore: false,
@@ -297,7 +302,8 @@ pub async fn start(client: kube::Client, server: Arc<dyn Serving>, opts: Options
         tokio::time::timeout(Duration::from_secs(10), admission_policies::map_version(&client)).await.ok().flatten();
     tracing::info!(version = ?map_version, "MutatingAdmissionPolicy API");
     let caches = caches::Caches::new(opts.config_map_cache);
-    let data = caches.cluster_data(&client, &opts.namespace, opts.image_verify_cache);
+    let data =
+        caches.cluster_data(&client, &opts.namespace, opts.image_verify_cache).with_http_rules(opts.http_rules.clone());
     server.set_data(Arc::new(data.clone()));
     server.set_access(Arc::new(access::PolicyAccess::new(client.clone(), &opts.acting, &opts.namespace)));
     // Requests the background controller's account makes are remembered at admission, so the

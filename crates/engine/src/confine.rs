@@ -315,8 +315,14 @@ impl verno_cel::Host for ConfinedHost {
     fn to_gvr(&self, api_version: &str, kind: &str) -> Result<Value, HostError> {
         self.inner.to_gvr(api_version, kind)
     }
-    fn http(&self, method: &str, url: &str, body: Option<&Value>) -> Result<Value, HostError> {
-        self.inner.http(method, url, body)
+    /// Kyverno refuses `http.*` in namespaced policies unless its
+    /// `--allowHTTPInNamespacedPolicies` is set (CVE-2026-4789: a tenant's policy would call
+    /// out from the controller's network position); Verno has no such switch. Such a policy is
+    /// refused when created; one stored before is refused here, at the call.
+    fn http(&self, _call: &verno_cel::HttpCall<'_>) -> Result<Value, HostError> {
+        Err(HostError::OutOfReach(
+            "http calls are not allowed in namespaced policies: set --allowHTTPInNamespacedPolicies to enable".into(),
+        ))
     }
     fn global_context(&self, name: &str, projection: &str) -> Result<Value, HostError> {
         self.inner.global_context(name, projection)
@@ -329,6 +335,9 @@ impl verno_cel::Host for ConfinedHost {
     }
     fn now(&self) -> Option<i64> {
         self.inner.now()
+    }
+    fn random_seed(&self) -> Option<u64> {
+        self.inner.random_seed()
     }
     fn verify_image_signatures(&self, image: &str, attestors: &[Value]) -> Result<i64, HostError> {
         self.inner.verify_image_signatures(image, attestors)

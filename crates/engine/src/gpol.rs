@@ -383,8 +383,8 @@ impl Host for Collector {
             None => NoHost.to_gvr(a, k),
         }
     }
-    fn http(&self, m: &str, u: &str, b: Option<&Value>) -> Result<Value, HostError> {
-        self.inner.as_ref().map_or_else(|| NoHost.http(m, u, b), |h| h.http(m, u, b))
+    fn http(&self, call: &verno_cel::HttpCall<'_>) -> Result<Value, HostError> {
+        self.inner.as_ref().map_or_else(|| NoHost.http(call), |h| h.http(call))
     }
     fn global_context(&self, n: &str, p: &str) -> Result<Value, HostError> {
         self.inner.as_ref().map_or_else(|| NoHost.global_context(n, p), |h| h.global_context(n, p))
@@ -397,6 +397,9 @@ impl Host for Collector {
     }
     fn now(&self) -> Option<i64> {
         self.inner.as_ref().and_then(|h| h.now())
+    }
+    fn random_seed(&self) -> Option<u64> {
+        self.inner.as_ref().and_then(|h| h.random_seed())
     }
     fn generate(&self, namespace: Option<&str>, resources: Vec<Value>) -> Result<(), HostError> {
         let mut out = self.out.lock().map_err(|_| HostError::Failed("generator state poisoned".into()))?;

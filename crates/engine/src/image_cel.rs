@@ -359,10 +359,10 @@ impl verno_cel::Host for ImageHost {
             None => Err(HostError::Unavailable("resource.List is not available here (no cluster)".into())),
         }
     }
-    fn http(&self, method: &str, url: &str, body: Option<&Value>) -> Result<Value, HostError> {
+    fn http(&self, call: &verno_cel::HttpCall<'_>) -> Result<Value, HostError> {
         match &self.inner {
-            Some(h) => h.http(method, url, body),
-            None => Err(HostError::Unavailable(format!("http call to {url} is not available here"))),
+            Some(h) => h.http(call),
+            None => Err(HostError::Unavailable(format!("http call to {} is not available here", call.url))),
         }
     }
     fn global_context(&self, name: &str, projection: &str) -> Result<Value, HostError> {
@@ -387,6 +387,9 @@ impl verno_cel::Host for ImageHost {
     }
     fn now(&self) -> Option<i64> {
         self.inner.as_ref().and_then(|h| h.now())
+    }
+    fn random_seed(&self) -> Option<u64> {
+        self.inner.as_ref().and_then(|h| h.random_seed())
     }
 
     fn verify_image_signatures(&self, image: &str, attestors: &[Value]) -> Result<i64, HostError> {
