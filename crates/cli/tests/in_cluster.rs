@@ -1984,3 +1984,78 @@ async fn cel_http_calls_go_out_where_the_blocklist_allows() {
         replica.controller.stop().await;
     }
 }
+
+/// The installed ConfigMap carries Kyverno's chart defaults (before, it held only
+/// `generateSuccessEvents`, so once Verno read it every filter was gone and the ReplicaSet of
+/// a rollout was judged by a Deployment rule — refused where Kyverno admits it unreviewed);
+/// `excludeClusterRoles` names a cluster role the requesting user is bound to (before, roles
+/// were never worked out for the filters, so the key excluded nobody).
+#[tokio::test]
+async fn the_installed_config_map_filters_replica_sets_and_excluded_roles_skip_review() {
+    let (_fake, admin, replica) = setup_with(|o| o.config_map = Some("verno-config".into())).await;
+    let policy = r#"{
+      "apiVersion": "kyverno.io/v1", "kind": "ClusterPolicy", "metadata": {"name": "need-ok"},
+      "spec": {"validationFailureAction": "Enforce", "background": false, "rules": [{
+        "name": "ok-label",
+        "match": {"any": [{"resources": {"kinds": ["Deployment", "ReplicaSet"]}}]},
+        "validate": {"message": "label ok is required", "pattern": {"metadata": {"labels": {"ok": "?*"}}}}}]}}"#;
+    apply_policy(&admin, policy).await;
+    let apps = |c: &kube::Client, plural: &str, kind: &str| {
+        let ar = kube::core::ApiResource {
+            group: "apps".into(),
+            version: "v1".into(),
+            api_version: "apps/v1".into(),
+            kind: kind.into(),
+            plural: plural.into(),
+        };
+        Api::<DynamicObject>::namespaced_with(c.clone(), "default", &ar)
+    };
+    let object = |kind: &str, name: &str| {
+        serde_json::from_value::<DynamicObject>(
+            json!({"apiVersion": "apps/v1", "kind": kind, "metadata": {"name": name},
+            "spec": {"selector": {"matchLabels": {"app": name}}, "template": {"metadata": {"labels": {"app": name}},
+                "spec": {"containers": [{"name": "c", "image": "nginx:1.27"}]}}}}),
+        )
+        .unwrap()
+    };
+    let deployments = apps(&admin, "deployments", "Deployment");
+    // Until the policy is in force a deployment may get through: a new name each time.
+    let tries = std::sync::atomic::AtomicUsize::new(0);
+    let err = eventually("a deployment refused", || async {
+        let name = format!("web-{}", tries.fetch_add(1, std::sync::atomic::Ordering::Relaxed));
+        deployments.create(&PostParams::default(), &object("Deployment", &name)).await.err().map(|e| e.to_string())
+    })
+    .await;
+    assert!(err.contains("label ok is required"), "{err}");
+    // A ReplicaSet (what a rollout creates) is not reviewed, as in Kyverno with its chart.
+    apps(&admin, "replicasets", "ReplicaSet")
+        .create(&PostParams::default(), &object("ReplicaSet", "web-1"))
+        .await
+        .unwrap();
+
+    // A user bound to an excluded cluster role is not reviewed.
+    let bindings: Api<k8s_openapi::api::rbac::v1::ClusterRoleBinding> = Api::all(admin.clone());
+    let binding = serde_json::from_value(json!({"metadata": {"name": "ci-bot"},
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "ci-deployer"},
+        "subjects": [{"kind": "User", "name": "ci-bot", "apiGroup": "rbac.authorization.k8s.io"}]}))
+    .unwrap();
+    bindings.create(&PostParams::default(), &binding).await.unwrap();
+    let cms: Api<ConfigMap> = Api::namespaced(admin.clone(), NS);
+    cms.patch(
+        "verno-config",
+        &PatchParams::default(),
+        &Patch::Merge(json!({"data": {"excludeClusterRoles": "ci-deployer"}})),
+    )
+    .await
+    .unwrap();
+    let bot = client(&_fake, Some("ci-bot")).await;
+    let bot_deployments = apps(&bot, "deployments", "Deployment");
+    eventually("the bot's deployment admitted", || async {
+        bot_deployments.create(&PostParams::default(), &object("Deployment", "bot-web")).await.ok()
+    })
+    .await;
+    // Everyone else is still reviewed.
+    let err = deployments.create(&PostParams::default(), &object("Deployment", "web-last")).await.unwrap_err();
+    assert!(err.to_string().contains("label ok is required"), "{err}");
+    replica.controller.stop().await;
+}

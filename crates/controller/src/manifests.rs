@@ -81,6 +81,17 @@ pub struct Values {
     /// that ConfigMap (and changeable there while Verno runs).
     pub generate_success_events: bool,
     pub success_event_actions: String,
+    /// Kyverno's `config.resourceFilters` (by default its chart's: events, nodes, API
+    /// services, token and access reviews, bindings, ReplicaSets, ephemeral reports and the
+    /// system namespaces are not reviewed) and `config.exclude{Groups,Usernames,Roles,
+    /// ClusterRoles}` (by default the `system:nodes` group), written into that ConfigMap:
+    /// Verno reads them from there, so without them every ReplicaSet a rollout creates would
+    /// be judged where Kyverno admits it unreviewed.
+    pub resource_filters: Vec<String>,
+    pub exclude_groups: Vec<String>,
+    pub exclude_usernames: Vec<String>,
+    pub exclude_roles: Vec<String>,
+    pub exclude_cluster_roles: Vec<String>,
     /// Kyverno's `features.omitEvents.eventTypes` (`--omit-events`).
     pub omit_events: Vec<String>,
     /// Kyverno's `features.backgroundScan.enabled` (`--background-scan`) and
@@ -182,6 +193,8 @@ pub enum ValuesError {
     NotABoolean { key: String, value: Value },
     #[error("{key}: expected a list of namespaces")]
     NotNamespaces { key: String },
+    #[error("{key}: expected a list of strings")]
+    NotTexts { key: String },
     #[error("{key}: expected a list of {{name, expression}}")]
     NotMatchConditions { key: String },
     #[error("{key}[{index}]: a match condition needs a name and an expression")]
@@ -263,6 +276,14 @@ impl Default for Values {
             config_name: "verno-config".into(),
             generate_success_events: false,
             success_event_actions: String::new(),
+            resource_filters: verno_engine::filters::KYVERNO_RESOURCE_FILTERS
+                .split_inclusive(']')
+                .map(str::to_string)
+                .collect(),
+            exclude_groups: vec![verno_engine::filters::KYVERNO_EXCLUDE_GROUPS.to_string()],
+            exclude_usernames: Vec::new(),
+            exclude_roles: Vec::new(),
+            exclude_cluster_roles: Vec::new(),
             omit_events: vec!["PolicyApplied".into(), "PolicySkipped".into()],
             background_scan: true,
             admission_reports: true,
@@ -303,7 +324,7 @@ pub const CLEANUP_ROLE: &str = "verno:cleanup-controller";
 pub const OPT_OUT_LABEL: &str = "verno.io/ignore";
 
 /// Chart values `verno manifests` renders the same way the chart does.
-const KNOWN: &str = "admissionController.replicas, admissionController.rbac.createViewRoleBinding, admissionController.rbac.viewRoleName, image.repository, image.tag, config.webhooks.failTimeoutSeconds, config.webhooks.ignoreTimeoutSeconds, config.webhooks.namespaceSelector, config.webhooks.objectSelector, config.matchConditions, config.excludedNamespaces, config.name, config.generateSuccessEvents, config.successEventActions, features.omitEvents.eventTypes, features.backgroundScan.enabled, features.admissionReports.enabled, openreports.enabled, backgroundController.enabled, backgroundController.rbac.coreClusterRole.extraResources, backgroundController.rbac.clusterRole.extraResources, admissionController.rbac.clusterRole.extraResources, reportsController.rbac.clusterRole.extraResources, admissionController.rbac.serviceAccount.name, backgroundController.rbac.serviceAccount.name, cleanupController.rbac.serviceAccount.name, cleanupController.enabled, cleanupController.rbac.clusterRole.extraResources, kyvernoNames, features.forceFailurePolicyIgnore.enabled, features.mutatingAdmissionPolicyReports.enabled, rbac.roles.aggregate.admin, rbac.roles.aggregate.view";
+const KNOWN: &str = "admissionController.replicas, admissionController.rbac.createViewRoleBinding, admissionController.rbac.viewRoleName, image.repository, image.tag, config.webhooks.failTimeoutSeconds, config.webhooks.ignoreTimeoutSeconds, config.webhooks.namespaceSelector, config.webhooks.objectSelector, config.matchConditions, config.excludedNamespaces, config.name, config.generateSuccessEvents, config.successEventActions, config.resourceFilters, config.excludeGroups, config.excludeUsernames, config.excludeRoles, config.excludeClusterRoles, features.omitEvents.eventTypes, features.backgroundScan.enabled, features.admissionReports.enabled, openreports.enabled, backgroundController.enabled, backgroundController.rbac.coreClusterRole.extraResources, backgroundController.rbac.clusterRole.extraResources, admissionController.rbac.clusterRole.extraResources, reportsController.rbac.clusterRole.extraResources, admissionController.rbac.serviceAccount.name, backgroundController.rbac.serviceAccount.name, cleanupController.rbac.serviceAccount.name, cleanupController.enabled, cleanupController.rbac.clusterRole.extraResources, kyvernoNames, features.forceFailurePolicyIgnore.enabled, features.mutatingAdmissionPolicyReports.enabled, rbac.roles.aggregate.admin, rbac.roles.aggregate.view";
 /// Chart values for objects `verno manifests` does not render (the ServiceMonitor needs the
 /// Prometheus Operator's CRD), or whose chart defaults it renders as they are.
 const CHART_ONLY: &[&str] = &[
@@ -421,6 +442,18 @@ fn extra_match_conditions(k: &str, v: &Value) -> Result<Vec<Value>, ValuesError>
         return Err(ValuesError::TooManyMatchConditions { key: k.to_string() });
     }
     Ok(list)
+}
+
+/// A list of strings (`config.resourceFilters`, `config.exclude*`); `null` is none, and a
+/// string is one entry (`--set config.excludeGroups=a,b` gives one string: split at commas).
+fn texts(k: &str, v: &Value) -> Result<Vec<String>, ValuesError> {
+    match v {
+        Value::Null => Ok(Vec::new()),
+        Value::String(s) if k == "config.resourceFilters" => Ok(vec![s.clone()]),
+        Value::String(s) => Ok(s.split(',').map(str::trim).filter(|s| !s.is_empty()).map(str::to_string).collect()),
+        Value::Array(items) => items.iter().map(|i| text(k, i)).collect(),
+        _ => Err(ValuesError::NotTexts { key: k.to_string() }),
+    }
 }
 
 /// `features.omitEvents.eventTypes`: a list (or, with `--set`, a comma-separated text) of
@@ -582,6 +615,11 @@ impl Values {
                 self.success_event_actions = if v.is_null() { String::new() } else { text(k, v)? }
             }
             "features.omitEvents.eventTypes" => self.omit_events = event_reasons(k, v)?,
+            "config.resourceFilters" => self.resource_filters = texts(k, v)?,
+            "config.excludeGroups" => self.exclude_groups = texts(k, v)?,
+            "config.excludeUsernames" => self.exclude_usernames = texts(k, v)?,
+            "config.excludeRoles" => self.exclude_roles = texts(k, v)?,
+            "config.excludeClusterRoles" => self.exclude_cluster_roles = texts(k, v)?,
             _ => return Ok(false),
         }
         Ok(true)
@@ -1028,6 +1066,20 @@ fn config_map(v: &Values) -> Value {
     let mut config_data = json!({"generateSuccessEvents": v.generate_success_events.to_string()});
     if !v.success_event_actions.is_empty() {
         config_data["successEventActions"] = json!(v.success_event_actions);
+    }
+    // As Kyverno's chart writes them: filters one after another, the user lists comma-separated.
+    if !v.resource_filters.is_empty() {
+        config_data["resourceFilters"] = json!(v.resource_filters.concat());
+    }
+    for (key, list) in [
+        ("excludeGroups", &v.exclude_groups),
+        ("excludeUsernames", &v.exclude_usernames),
+        ("excludeRoles", &v.exclude_roles),
+        ("excludeClusterRoles", &v.exclude_cluster_roles),
+    ] {
+        if !list.is_empty() {
+            config_data[key] = json!(list.join(","));
+        }
     }
     json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": v.config_name, "namespace": ns, "labels": labels()}, "data": config_data})
 }

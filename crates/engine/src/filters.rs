@@ -107,6 +107,12 @@ impl RequestFilters {
         self.resources.is_empty() && self.excluded.is_empty()
     }
 
+    /// Whether the user exclusions name roles or cluster roles (the caller then works out the
+    /// user's, which costs a look through the bindings).
+    pub fn reads_roles(&self) -> bool {
+        [&self.excluded, &self.kept].iter().any(|u| !u.roles.is_empty() || !u.cluster_roles.is_empty())
+    }
+
     /// Whether a request by this user is left alone (`excludeGroups` and friends, unless a
     /// `!` entry keeps the user).
     pub fn excludes_user(&self, username: &str, groups: &[String], roles: &[String], cluster_roles: &[String]) -> bool {

@@ -200,12 +200,23 @@ pub fn error_review(api_version: &str, uid: &str, allowed: bool, message: &str) 
 
 /// The answer to a request Kyverno's ConfigMap says to leave alone (its `resourceFilters`, or
 /// a user its `exclude*` keys name): allowed, nothing evaluated, as Kyverno's webhook filter
-/// answers. `None`: the request is reviewed.
-pub fn filtered(filters: &verno_engine::filters::RequestFilters, review: &AdmissionReview) -> Option<AdmissionReview> {
+/// answers. `None`: the request is reviewed. The user's roles and cluster roles (for
+/// `excludeRoles` / `excludeClusterRoles`) come from `data`, worked out only when those keys
+/// name any.
+pub fn filtered(
+    filters: &verno_engine::filters::RequestFilters,
+    review: &AdmissionReview,
+    data: &dyn verno_engine::Data,
+) -> Option<AdmissionReview> {
     let req = review.request.as_ref()?;
     let u = &req.user_info;
     let k = &req.kind;
-    let skip = filters.excludes_user(&u.username, &u.groups, &[], &[])
+    let (roles, cluster_roles) = if filters.reads_roles() {
+        data.user_roles(&u.username, &u.groups).unwrap_or_default()
+    } else {
+        Default::default()
+    };
+    let skip = filters.excludes_user(&u.username, &u.groups, &roles, &cluster_roles)
         || filters.filters_resource((&k.group, &k.version, &k.kind), &req.sub_resource, &req.namespace, &req.name);
     skip.then(|| {
         AdmissionReview::answer(

@@ -364,7 +364,7 @@ async fn handle(
         let _permit = permit;
         let review = admission::parse(&body)?;
         st.note_background(&review);
-        if let Some(skip) = admission::filtered(&st.filters(), &review) {
+        if let Some(skip) = admission::filtered(&st.filters(), &review, st.data()) {
             return Ok(Err(skip));
         }
         let dry_run = review.request.as_ref().is_some_and(|r| r.dry_run);
@@ -411,7 +411,7 @@ fn inline(
         Err(e) => return Some(text(StatusCode::BAD_REQUEST, &e.to_string())),
     };
     state.note_background(&review);
-    if let Some(skip) = admission::filtered(&state.filters(), &review) {
+    if let Some(skip) = admission::filtered(&state.filters(), &review, state.data()) {
         return Some(review_response(&skip));
     }
     // CEL expressions read the request's Namespace: one the watch has not delivered yet is
