@@ -35,6 +35,7 @@ fn rules(rs: &[cel::ResourceRule]) -> Vec<ResourceRule> {
             resources: r.resources.clone(),
             operations: r.operations.clone(),
             resource_names: r.resource_names.clone(),
+            scope: r.scope.clone(),
         })
         .collect()
 }
@@ -103,6 +104,7 @@ pub(crate) fn controller_rules(ctrls: &[&str], cron: bool, base: &Constraints) -
         resources: res,
         operations: ops.clone(),
         resource_names: Vec::new(),
+        scope: None,
     };
     let mut rules = Vec::new();
     if cron {

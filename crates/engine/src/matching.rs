@@ -246,6 +246,9 @@ pub struct ResourceRule {
     pub resources: Vec<String>,
     pub operations: Vec<String>,
     pub resource_names: Vec<String>,
+    /// `Cluster`, `Namespaced` or `*` (none: `*`): which objects of the resources the rule
+    /// covers, by where they live.
+    pub scope: Option<String>,
 }
 
 impl ResourceRule {
@@ -263,6 +266,17 @@ impl ResourceRule {
             && self.resources.iter().any(|r| same(r, "*") || same(r, "*/*") || resource(r))
             && (self.operations.is_empty() || any(&self.operations, i.operation.as_str()))
             && (self.resource_names.is_empty() || self.resource_names.iter().any(|n| n == i.name))
+            && self.scope_matches(i)
+    }
+
+    /// Kubernetes' `scope`: a Namespace is cluster-scoped, whatever namespace its request names.
+    fn scope_matches(&self, i: &MatchInput) -> bool {
+        let namespaced = !i.namespace.is_empty() && !(i.group.is_empty() && i.kind == "Namespace");
+        match self.scope.as_deref() {
+            Some("Cluster") => !namespaced,
+            Some("Namespaced") => namespaced,
+            _ => true,
+        }
     }
 }
 

@@ -169,6 +169,7 @@ fn compile_authz_policy(
             resources: vec![crate::matching::plural(request_kind)],
             operations: vec!["*".into()],
             resource_names: Vec::new(),
+            scope: None,
         }],
         exclude: Vec::new(),
         namespace_selector: None,
