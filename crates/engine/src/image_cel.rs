@@ -313,7 +313,13 @@ fn to_attestors(a: &Value) -> Result<Vec<Attestor>, String> {
         }]);
     }
     if let Some(kl) = c.get("keyless") {
-        let roots = kl.pointer("/roots/value").and_then(Value::as_str).unwrap_or("").to_string();
+        // Kyverno's schema types `roots` as the PEM text itself; `{value: …}` (the shape of
+        // `certificate.cert`) is read too.
+        let roots = kl
+            .get("roots")
+            .and_then(|r| r.as_str().or_else(|| r.get("value").and_then(Value::as_str)))
+            .unwrap_or("")
+            .to_string();
         let ids = kl.get("identities").and_then(Value::as_array).cloned().unwrap_or_default();
         let extensions: BTreeMap<String, String> = kl
             .get("additionalExtensions")
@@ -464,5 +470,28 @@ impl verno_cel::Host for ImageHost {
                     "no verified payload for attestation {attestation} of image {image}: call verifyAttestationSignatures first"
                 ))
             })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic, clippy::indexing_slicing)] // a test fails by panicking
+
+    use super::*;
+    use serde_json::json;
+
+    /// Kyverno's schema gives keyless `roots` as a string (before, only `roots.value` was read,
+    /// so the roots of a policy written as Kyverno documents it were dropped and every keyless
+    /// check failed against the wrong trust).
+    #[test]
+    fn keyless_roots_are_read_as_kyvernos_schema_writes_them() {
+        let pem = "-----BEGIN CERTIFICATE-----\nMIIB\n-----END CERTIFICATE-----\n";
+        for roots in [json!(pem), json!({"value": pem})] {
+            let a = json!({"name": "a", "cosign": {"keyless": {"roots": roots,
+                "identities": [{"subject": "https://github.com/org/repo", "issuer": "https://token.actions.githubusercontent.com"}]}}});
+            let got = to_attestors(&a).unwrap();
+            assert_eq!(got.len(), 1);
+            assert_eq!(got[0].keyless.as_ref().unwrap().roots, pem);
+        }
     }
 }
