@@ -270,9 +270,8 @@ pub fn compile_policy(p: &ClusterPolicy) -> Result<CompiledPolicy, CompileError>
     if p.metadata.name.is_empty() {
         return Err(CompileError::new("metadata.name", "a policy needs a name"));
     }
-    if spec.rules.is_empty() {
-        return Err(CompileError::new("spec.rules", "a policy needs at least one rule"));
-    }
+    // A policy without rules is valid (Kyverno's schema and validation admit it): it does
+    // nothing.
     let action = match &spec.validation_failure_action {
         Some(a) => Action::parse(a).ok_or_else(|| {
             CompileError::new(
