@@ -58,7 +58,7 @@ impl PodSecurityCheck {
         for e in &self.exclude {
             results = self.exempt(results, e, meta, spec);
         }
-        results.retain(|r| !r.errs.is_empty());
+        results.retain(|r| r.bare || !r.errs.is_empty());
         results
     }
 
@@ -116,7 +116,7 @@ impl PodSecurityCheck {
     fn evaluate(&self, meta: &Value, spec: &Value) -> Vec<CheckResult> {
         let mut out = Vec::new();
         if self.level >= Level::Baseline {
-            checks(meta, spec, self.level >= Level::Restricted, &mut out);
+            checks(meta, spec, self.level >= Level::Restricted, minor(&self.version), &mut out);
         }
         out
     }
@@ -334,6 +334,9 @@ struct CheckResult {
     id: &'static str,
     reason: String,
     errs: Vec<FieldError>,
+    /// A check that fails without field errors (Kubernetes 1.34's hostProbesAndHostLifecycle):
+    /// no exclusion can waive it, as none can in Kyverno.
+    bare: bool,
 }
 
 impl std::fmt::Display for CheckResult {
@@ -383,8 +386,14 @@ fn truthy(v: Option<&Value>) -> bool {
 
 fn push(out: &mut Vec<CheckResult>, id: &'static str, reason: impl Into<String>, errs: Vec<FieldError>) {
     if !errs.is_empty() {
-        out.push(CheckResult { id, reason: reason.into(), errs });
+        out.push(CheckResult { id, reason: reason.into(), errs, bare: false });
     }
+}
+
+/// The minor version of Kubernetes 1.x whose Pod Security checks apply (`v1.23` → 23); `latest`
+/// (or anything else) is the newest, as Kyverno's `api.ParseVersion` reads it.
+fn minor(version: &str) -> u32 {
+    version.strip_prefix('v').and_then(|v| v.strip_prefix("1.")).and_then(|m| m.parse().ok()).unwrap_or(u32::MAX)
 }
 
 const BASELINE_CAPS: &[&str] = &[
@@ -416,6 +425,19 @@ const SAFE_SYSCTLS: &[&str] = &[
     "net.ipv4.tcp_rmem",
     "net.ipv4.tcp_wmem",
 ];
+/// The Kubernetes minor version a safe sysctl became allowed in.
+fn sysctl_since(name: &str) -> u32 {
+    match name {
+        "net.ipv4.ip_local_reserved_ports" => 27,
+        "net.ipv4.tcp_keepalive_time"
+        | "net.ipv4.tcp_fin_timeout"
+        | "net.ipv4.tcp_keepalive_intvl"
+        | "net.ipv4.tcp_keepalive_probes" => 29,
+        "net.ipv4.tcp_rmem" | "net.ipv4.tcp_wmem" => 32,
+        _ => 0,
+    }
+}
+
 const SELINUX_TYPES: &[&str] = &["", "container_t", "container_init_t", "container_kvm_t", "container_engine_t"];
 const RESTRICTED_VOLUMES: &[&str] = &[
     "configMap",
@@ -433,14 +455,18 @@ fn str_at<'a>(v: Option<&'a Value>, pointer: &str) -> Option<&'a str> {
     v.and_then(|v| v.pointer(pointer)).and_then(Value::as_str)
 }
 
-/// The Pod Security checks, in the order Kubernetes registers them (the order of Kyverno's
-/// message); `restricted` adds the restricted-level ones. The hostProbesAndhostLifecycle check
-/// of Kubernetes 1.34 is not modelled.
-fn checks(meta: &Value, spec: &Value, restricted: bool, out: &mut Vec<CheckResult>) {
+/// The Pod Security checks of Kubernetes 1.`minor` (Kyverno's fork of pod-security-admission:
+/// each check from the version it appeared in, with the variants later versions brought), in
+/// the order Kubernetes registers them (the order of Kyverno's message); `restricted` adds the
+/// restricted-level ones.
+fn checks(meta: &Value, spec: &Value, restricted: bool, minor: u32, out: &mut Vec<CheckResult>) {
     let psc = spec.get("securityContext");
     let sc_path = "spec.securityContext";
-    // allowPrivilegeEscalation (restricted)
-    if restricted {
+    // From 1.25 a Windows pod (`spec.os.name: windows`) is exempt from the Linux-only checks
+    // (privilege escalation, capabilities, seccomp): the API server refuses those fields on it.
+    let windows = minor >= 25 && spec.pointer("/os/name").and_then(Value::as_str) == Some("windows");
+    // allowPrivilegeEscalation (restricted, 1.8+)
+    if restricted && minor >= 8 && !windows {
         let errs = containers(spec)
             .filter_map(|(path, c)| {
                 let field = format!("{path}.securityContext.allowPrivilegeEscalation");
@@ -505,8 +531,8 @@ fn checks(meta: &Value, spec: &Value, restricted: bool, out: &mut Vec<CheckResul
             .collect();
         push(out, "capabilities_baseline", "non-default capabilities", errs);
     }
-    // capabilities_restricted
-    if restricted {
+    // capabilities_restricted (1.22+)
+    if restricted && minor >= 22 && !windows {
         let (mut missing_drop, mut adding) = (Vec::new(), Vec::new());
         for (path, c) in containers(spec) {
             let drop_field = format!("{path}.securityContext.capabilities.drop");
@@ -575,6 +601,29 @@ fn checks(meta: &Value, spec: &Value, restricted: bool, out: &mut Vec<CheckResul
         }
         push(out, "hostPorts", "hostPort", errs);
     }
+    // hostProbesAndHostLifecycle (1.34+): no field errors, the hosts in the reason's detail
+    if minor >= 34 {
+        let mut bad_containers = std::collections::BTreeSet::new();
+        for (_, c) in containers(spec) {
+            let probes = ["livenessProbe", "readinessProbe", "startupProbe"]
+                .into_iter()
+                .flat_map(|p| ["httpGet", "tcpSocket"].map(|h| format!("/{p}/{h}/host")));
+            let hooks = ["postStart", "preStop"]
+                .into_iter()
+                .flat_map(|p| ["httpGet", "tcpSocket"].map(|h| format!("/lifecycle/{p}/{h}/host")));
+            if probes.chain(hooks).any(|ptr| c.pointer(&ptr).and_then(Value::as_str).is_some_and(|h| !h.is_empty())) {
+                bad_containers.insert(cname(c));
+            }
+        }
+        if !bad_containers.is_empty() {
+            out.push(CheckResult {
+                id: "hostProbesAndHostLifecycle",
+                reason: "probe or lifecycle host".into(),
+                errs: Vec::new(),
+                bare: true,
+            });
+        }
+    }
     // privileged
     {
         let errs = containers(spec)
@@ -625,7 +674,7 @@ fn checks(meta: &Value, spec: &Value, restricted: bool, out: &mut Vec<CheckResul
         }
         errs.extend(implicit);
         push(out, "runAsNonRoot", "runAsNonRoot != true", errs);
-        // runAsUser
+        // runAsUser (1.23+)
         let mut errs = Vec::new();
         if psc.and_then(|s| s.get("runAsUser")).and_then(Value::as_i64) == Some(0) {
             errs.push(forbidden(format!("{sc_path}.runAsUser"), "0"));
@@ -635,14 +684,17 @@ fn checks(meta: &Value, spec: &Value, restricted: bool, out: &mut Vec<CheckResul
                 errs.push(forbidden(format!("{path}.securityContext.runAsUser"), "0"));
             }
         }
-        push(out, "runAsUser", "runAsUser=0", errs);
+        if minor >= 23 {
+            push(out, "runAsUser", "runAsUser=0", errs);
+        }
     }
     // seLinuxOptions
     {
         let selinux = |base: &str, se: Option<&Value>, errs: &mut Vec<FieldError>| {
             let Some(se) = se.filter(|s| !s.is_null()) else { return };
             let t = se.get("type").and_then(Value::as_str).unwrap_or("");
-            if !SELINUX_TYPES.contains(&t) {
+            // `container_engine_t` is allowed from 1.31.
+            if !SELINUX_TYPES.contains(&t) || (t == "container_engine_t" && minor < 31) {
                 errs.push(forbidden(format!("{base}.seLinuxOptions.type"), t));
             }
             for f in ["user", "role"] {
@@ -672,8 +724,8 @@ fn checks(meta: &Value, spec: &Value, restricted: bool, out: &mut Vec<CheckResul
         }
         push(out, "seccompProfile_baseline", "seccompProfile", errs);
     }
-    // seccompProfile_restricted
-    if restricted {
+    // seccompProfile_restricted (1.19+)
+    if restricted && minor >= 19 && !windows {
         let valid = |t: &str| t == "RuntimeDefault" || t == "Localhost";
         let mut errs = Vec::new();
         let pod_set = match pod_seccomp {
@@ -711,7 +763,8 @@ fn checks(meta: &Value, spec: &Value, restricted: bool, out: &mut Vec<CheckResul
             .enumerate()
             .filter_map(|(i, x)| {
                 let name = x.get("name").and_then(Value::as_str)?;
-                (!SAFE_SYSCTLS.contains(&name)).then(|| forbidden(format!("{sc_path}.sysctls[{i}].name"), name))
+                let allowed = SAFE_SYSCTLS.contains(&name) && sysctl_since(name) <= minor;
+                (!allowed).then(|| forbidden(format!("{sc_path}.sysctls[{i}].name"), name))
             })
             .collect();
         push(out, "sysctls", "forbidden sysctls", errs);
@@ -823,5 +876,73 @@ mod tests {
         // A whole control, without a field: every error of it goes.
         let c = check("baseline", json!([{"controlName": "Host Namespaces"}]));
         assert!(c.violations(&two).is_empty());
+    }
+
+    fn versioned(level: &str, version: &str) -> PodSecurityCheck {
+        let p: PodSecurity = serde_json::from_value(json!({"level": level, "version": version})).unwrap();
+        PodSecurityCheck::compile(&p, "podSecurity").unwrap()
+    }
+
+    /// A restricted Linux pod except for what the 1.22, 1.23 and 1.19 checks ask.
+    fn nearly_restricted() -> Value {
+        pod(json!({"securityContext": {"runAsNonRoot": true, "runAsUser": 0},
+            "containers": [{"name": "a", "image": "x", "securityContext": {"allowPrivilegeEscalation": false}}]}))
+    }
+
+    /// No false denials: a policy pinned to an older Pod Security version is judged by that
+    /// version's checks (before, every version was judged as `latest`).
+    #[test]
+    fn a_pinned_version_applies_only_the_checks_it_had() {
+        let ids = |c: &PodSecurityCheck, p: &Value| c.failed(p).iter().map(|r| r.id).collect::<Vec<_>>();
+        let p = nearly_restricted();
+        assert_eq!(ids(&versioned("restricted", "v1.18"), &p), Vec::<&str>::new());
+        assert_eq!(ids(&versioned("restricted", "v1.21"), &p), ["seccompProfile_restricted"]);
+        assert_eq!(
+            ids(&versioned("restricted", "v1.22"), &p),
+            ["capabilities_restricted", "seccompProfile_restricted"]
+        );
+        assert_eq!(
+            ids(&versioned("restricted", "latest"), &p),
+            ["capabilities_restricted", "runAsUser", "seccompProfile_restricted"]
+        );
+        // Sysctls and SELinux types allowed from a version on.
+        let sysctl =
+            pod(json!({"securityContext": {"sysctls": [{"name": "net.ipv4.tcp_rmem", "value": "4096 87380 6291456"}]},
+            "containers": [{"name": "a", "image": "x"}]}));
+        assert_eq!(ids(&versioned("baseline", "v1.31"), &sysctl), ["sysctls"]);
+        assert!(ids(&versioned("baseline", "v1.32"), &sysctl).is_empty());
+        let engine = pod(
+            json!({"containers": [{"name": "a", "image": "x", "securityContext": {"seLinuxOptions": {"type": "container_engine_t"}}}]}),
+        );
+        assert_eq!(ids(&versioned("baseline", "v1.30"), &engine), ["seLinuxOptions"]);
+        assert!(ids(&versioned("baseline", "latest"), &engine).is_empty());
+    }
+
+    /// No false denials: from 1.25 a Windows pod is not asked for Linux-only settings (the
+    /// API server refuses seccomp and capabilities on it, so before this no Windows pod could
+    /// pass a restricted policy).
+    #[test]
+    fn windows_pods_are_exempt_from_the_linux_only_restricted_checks() {
+        let windows = pod(json!({"os": {"name": "windows"}, "securityContext": {"runAsNonRoot": true},
+            "containers": [{"name": "a", "image": "x"}]}));
+        let r = versioned("restricted", "latest");
+        assert!(r.violations(&windows).is_empty(), "{:?}", r.violations(&windows));
+        let old: Vec<&str> = versioned("restricted", "v1.24").failed(&windows).iter().map(|x| x.id).collect();
+        assert_eq!(old, ["allowPrivilegeEscalation", "capabilities_restricted", "seccompProfile_restricted"]);
+    }
+
+    /// Kubernetes 1.34's check: a probe or lifecycle handler may not name a host (baseline).
+    #[test]
+    fn probe_and_lifecycle_hosts_are_refused_from_1_34() {
+        let p = pod(json!({"containers": [{"name": "a", "image": "x",
+            "livenessProbe": {"httpGet": {"host": "10.0.0.1", "port": 80}}}]}));
+        assert_eq!(
+            versioned("baseline", "latest").violations(&p),
+            ["(Forbidden reason: probe or lifecycle host, field error list: [])"]
+        );
+        assert!(versioned("baseline", "v1.33").violations(&p).is_empty());
+        let fine =
+            pod(json!({"containers": [{"name": "a", "image": "x", "readinessProbe": {"tcpSocket": {"port": 80}}}]}));
+        assert!(versioned("baseline", "latest").violations(&fine).is_empty());
     }
 }
