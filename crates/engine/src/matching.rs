@@ -271,7 +271,8 @@ impl ResourceRule {
 
     /// Kubernetes' `scope`: a Namespace is cluster-scoped, whatever namespace its request names.
     fn scope_matches(&self, i: &MatchInput) -> bool {
-        let namespaced = !i.namespace.is_empty() && !(i.group.is_empty() && i.kind == "Namespace");
+        let is_namespace = i.group.is_empty() && i.kind == "Namespace";
+        let namespaced = !i.namespace.is_empty() && !is_namespace;
         match self.scope.as_deref() {
             Some("Cluster") => !namespaced,
             Some("Namespaced") => namespaced,
