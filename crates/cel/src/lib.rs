@@ -18,6 +18,7 @@ mod quantity;
 mod rewrite;
 mod sdk;
 mod shared;
+mod twovar;
 mod user;
 
 pub use error::{CompileError, EvalError};
@@ -52,6 +53,7 @@ fn env() -> Option<&'static Arc<Env>> {
         envoy::register(&mut env).ok()?;
         meter::register(&mut env).ok()?;
         sdk::register(&mut env).ok()?;
+        twovar::register(&mut env).ok()?;
         Some(Arc::new(env))
     })
     .as_ref()
