@@ -45,9 +45,7 @@ pub enum CosignError {
     CertificateChain(#[source] CryptoError),
     #[error("failed to load validate certificate chain: {0}")]
     ChainValidation(#[source] CryptoError),
-    #[error(
-        "failed to get roots from fulcio: Sigstore's public Fulcio roots come from its TUF repository, which this build of verno does not fetch; give keyless.roots"
-    )]
+    #[error("failed to get roots from fulcio: the trusted root holds no Fulcio certificate")]
     NoFulcioRoots,
     #[error("failed to load Root certificates: {0}")]
     Roots(#[source] CryptoError),
@@ -86,10 +84,11 @@ pub enum CosignError {
     Extension { name: String, expected: String, got: String },
     #[error("signature not found in transparency log (no Rekor bundle; set rekor.ignoreTlog to skip the check)")]
     NoBundle,
+    /// A Rekor other than the public-good one, without its key.
     #[error(
-        "no Rekor public key to check the transparency log entry with: this build of verno does not fetch Sigstore's trust root, give rekor.pubkey"
+        "no Rekor public key to check the transparency log entry with: verno knows the key of rekor.sigstore.dev only, give rekor.pubkey for {0}"
     )]
-    NoRekorKey,
+    NoRekorKey(String),
     #[error("invalid Rekor bundle: {0}")]
     BundleJson(#[source] serde_json::Error),
     #[error("invalid Rekor bundle: {0}")]
@@ -142,25 +141,37 @@ pub struct IdentityRule {
     pub extensions: BTreeMap<String, String>,
 }
 
-/// The transparency log requirement of an attestor.
+/// The transparency log requirement of an attestor: the keys an entry's signed timestamp is
+/// checked with (`rekor.pubkey`, else the public-good Rekor's, as cosign trusts by default),
+/// and, when there are none, the Rekor they were not given for.
 pub struct Tlog {
     pub required: bool,
-    pub key: Option<PublicKey>,
+    pub keys: Vec<PublicKey>,
+    pub url: String,
 }
 
 impl Tlog {
     pub fn of(rekor: Option<&Rekor>) -> Result<Tlog, CosignError> {
-        match rekor {
-            None => Ok(Tlog { required: true, key: None }),
-            Some(r) => Ok(Tlog {
-                required: !r.ignore_tlog,
-                key: if r.pubkey.trim().is_empty() {
-                    None
-                } else {
-                    Some(PublicKey::from_pem(&r.pubkey).map_err(CosignError::RekorKey)?)
-                },
-            }),
-        }
+        let default = || Tlog {
+            required: true,
+            keys: crate::public_good::rekor_keys().to_vec(),
+            url: crate::public_good::REKOR_URL.into(),
+        };
+        let Some(r) = rekor else { return Ok(default()) };
+        let url = r.url.trim().trim_end_matches('/');
+        let keys = if !r.pubkey.trim().is_empty() {
+            vec![PublicKey::from_pem(&r.pubkey).map_err(CosignError::RekorKey)?]
+        } else if url.is_empty() || url == crate::public_good::REKOR_URL {
+            default().keys
+        } else {
+            Vec::new()
+        };
+        Ok(Tlog { required: !r.ignore_tlog, keys, url: if url.is_empty() { default().url } else { url.to_string() } })
+    }
+
+    /// No log to check.
+    pub fn none() -> Tlog {
+        Tlog { required: false, keys: Vec::new(), url: String::new() }
     }
 }
 
@@ -210,10 +221,16 @@ pub fn signer(
         return Ok((Signer::Roots { roots: chain, identity: None, check_sct }, tlog, a.signature_algorithm.clone()));
     }
     if let Some(k) = &a.keyless {
-        if k.roots.trim().is_empty() {
-            return Err(CosignError::NoFulcioRoots);
-        }
-        let roots = certificates(&k.roots).map_err(CosignError::Roots)?;
+        // No roots given: Fulcio's, as cosign trusts by default.
+        let roots = if k.roots.trim().is_empty() {
+            let chain = crate::public_good::fulcio_chain().to_vec();
+            if chain.is_empty() {
+                return Err(CosignError::NoFulcioRoots);
+            }
+            chain
+        } else {
+            certificates(&k.roots).map_err(CosignError::Roots)?
+        };
         let re = |s: &str, field: &'static str| -> Result<Option<regex::Regex>, CosignError> {
             if s.is_empty() {
                 Ok(None)
@@ -238,7 +255,7 @@ pub fn signer(
             a.signature_algorithm.clone(),
         ));
     }
-    Ok((Signer::Anyone, Tlog { required: false, key: None }, String::new()))
+    Ok((Signer::Anyone, Tlog::none(), String::new()))
 }
 
 fn sct_ignored(c: Option<&CtLog>) -> bool {
@@ -459,14 +476,24 @@ fn check_identity(leaf: &Certificate, rule: &IdentityRule) -> Result<(), CosignE
 /// this signature and payload. Returns the entry's integrated time.
 fn check_bundle(tlog: &Tlog, ann: &BTreeMap<String, String>, msg: &[u8], sig: &[u8]) -> Result<i64, CosignError> {
     let raw = ann.get(BUNDLE).filter(|s| !s.is_empty()).ok_or(CosignError::NoBundle)?;
-    let key = tlog.key.as_ref().ok_or(CosignError::NoRekorKey)?;
+    if tlog.keys.is_empty() {
+        return Err(CosignError::NoRekorKey(tlog.url.clone()));
+    }
     let bundle: Value = serde_json::from_str(raw).map_err(CosignError::BundleJson)?;
     let set = b64(bundle.get("SignedEntryTimestamp").and_then(Value::as_str).unwrap_or(""))
         .map_err(CosignError::BundleBase64)?;
     let payload = bundle.get("Payload").ok_or(CosignError::BundleNoPayload)?;
     // Canonical JSON: keys sorted, no spaces (serde_json's map is ordered by key here).
     let canonical = serde_json::to_vec(&canonical(payload)).map_err(CosignError::Canonical)?;
-    key.verify("sha256", &canonical, &set).map_err(CosignError::BundleTimestamp)?;
+    // Any of the log's keys (the public-good Rekor has had more than one).
+    let mut checked = Err(CryptoError::NoCertificates);
+    for key in &tlog.keys {
+        checked = key.verify("sha256", &canonical, &set);
+        if checked.is_ok() {
+            break;
+        }
+    }
+    checked.map_err(CosignError::BundleTimestamp)?;
     let body = b64(payload.get("body").and_then(Value::as_str).unwrap_or("")).map_err(CosignError::BundleBodyBase64)?;
     let entry: Value = serde_json::from_slice(&body).map_err(CosignError::BundleBodyJson)?;
     let hash = entry.pointer("/spec/data/hash/value").and_then(Value::as_str).unwrap_or("");

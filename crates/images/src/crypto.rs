@@ -85,6 +85,12 @@ impl PublicKey {
         }
     }
 
+    /// A DER `SubjectPublicKeyInfo` (as Sigstore's trusted root holds its logs' keys).
+    pub fn from_spki_der(der: &[u8]) -> Result<PublicKey, CryptoError> {
+        let (_, spki) = SubjectPublicKeyInfo::from_der(der).map_err(CryptoError::KeyDer)?;
+        PublicKey::from_spki(&spki)
+    }
+
     fn from_spki(spki: &SubjectPublicKeyInfo) -> Result<PublicKey, CryptoError> {
         let alg = spki.algorithm.algorithm.to_id_string();
         let key = spki.subject_public_key.data.to_vec();

@@ -13,6 +13,7 @@
 
 mod cosign;
 pub mod crypto;
+pub mod public_good;
 pub mod reference;
 pub mod registry;
 

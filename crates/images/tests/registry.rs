@@ -330,8 +330,20 @@ fn rekor_bundles_are_checked_against_the_given_log_key() {
         failed(v.verify(&check(&unlogged, &with_log(&log.pem), &creds, &none)))
             .contains("signature not found in transparency log")
     );
-    // No log key: said, not skipped.
-    assert!(failed(v.verify(&check(&image, &with_log(""), &creds, &none))).contains("rekor.pubkey"));
+    // No log key: the public-good Rekor's keys, as cosign's default (they did not sign this
+    // test log's entry).
+    assert!(failed(v.verify(&check(&image, &with_log(""), &creds, &none))).contains("invalid signed entry timestamp"));
+    // Another Rekor without its key: said, not skipped.
+    let private_log = Attestor {
+        keys: Some(StaticKeys {
+            public_keys: key.pem.clone(),
+            rekor: Some(Rekor { url: "https://rekor.internal.example".into(), ..Default::default() }),
+            ..Default::default()
+        }),
+        ..Default::default()
+    };
+    let said = failed(v.verify(&check(&image, &private_log, &creds, &none)));
+    assert!(said.contains("give rekor.pubkey for https://rekor.internal.example"), "{said}");
 }
 
 /// A registry of our own on loopback, for what docker-registry cannot be made to do: it waits
