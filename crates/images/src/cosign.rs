@@ -63,10 +63,10 @@ pub enum CosignError {
     Annotation { key: String, value: String },
     #[error("no certificate found on signature")]
     NoCertificate,
-    #[error(
-        "the certificate's SCT cannot be checked: certificate transparency verification is not supported by this build of verno (set ctlog.ignoreSCT)"
-    )]
-    SctUnsupported,
+    #[error("failed to verify embedded SCT: {0}")]
+    Sct(#[source] crate::sct::SctError),
+    #[error("failed to load the ctlog public key: {0}")]
+    CtKey(#[source] CryptoError),
     #[error("no attestor to verify the signature with")]
     NoAttestor,
     #[error("no certificate found with the signature")]
@@ -120,13 +120,18 @@ pub enum CosignError {
     StatementSubject(String),
 }
 
+/// A certificate transparency log: its id (SHA-256 of its key's DER) and key.
+pub type CtLogKey = (Vec<u8>, PublicKey);
+
 /// Who must have signed: built from one leaf attestor entry.
 pub enum Signer {
     /// A public key (`keys`, or `certificates.cert` alone).
     Key(PublicKey),
     /// Certificates embedded in each signature, checked up to `roots` (keyless, or
     /// `certificates.certChain` alone), with an identity for keyless.
-    Roots { roots: Vec<Certificate>, identity: Option<IdentityRule>, check_sct: bool },
+    /// `ct_logs`: the logs whose signed certificate timestamp a keyless certificate must
+    /// carry (`ctlog.pubkey`, else Sigstore's public logs); `None` with `ctlog.ignoreSCT`.
+    Roots { roots: Vec<Certificate>, identity: Option<IdentityRule>, ct_logs: Option<Vec<CtLogKey>> },
     /// No attestor: attestations are read without checking who signed them.
     Anyone,
 }
@@ -217,8 +222,8 @@ pub fn signer(
             return Ok((Signer::Key(leaf.public_key()?), tlog, a.signature_algorithm.clone()));
         }
         let chain = certificates(&c.certificate_chain).map_err(CosignError::CertificateChain)?;
-        let check_sct = !c.ctlog.as_ref().is_some_and(|l| l.ignore_sct);
-        return Ok((Signer::Roots { roots: chain, identity: None, check_sct }, tlog, a.signature_algorithm.clone()));
+        let ct_logs = ct_logs(c.ctlog.as_ref())?;
+        return Ok((Signer::Roots { roots: chain, identity: None, ct_logs }, tlog, a.signature_algorithm.clone()));
     }
     if let Some(k) = &a.keyless {
         // No roots given: Fulcio's, as cosign trusts by default.
@@ -250,7 +255,7 @@ pub fn signer(
             extensions: k.additional_extensions.clone(),
         };
         return Ok((
-            Signer::Roots { roots, identity: Some(identity), check_sct: !sct_ignored(k.ctlog.as_ref()) },
+            Signer::Roots { roots, identity: Some(identity), ct_logs: ct_logs(k.ctlog.as_ref())? },
             Tlog::of(k.rekor.as_ref())?,
             a.signature_algorithm.clone(),
         ));
@@ -258,8 +263,18 @@ pub fn signer(
     Ok((Signer::Anyone, Tlog::none(), String::new()))
 }
 
-fn sct_ignored(c: Option<&CtLog>) -> bool {
-    c.is_some_and(|l| l.ignore_sct)
+/// The certificate transparency logs an attestor's certificates must have SCTs of: its
+/// `ctlog.pubkey`, else Sigstore's public logs; none with `ctlog.ignoreSCT`.
+fn ct_logs(c: Option<&CtLog>) -> Result<Option<Vec<CtLogKey>>, CosignError> {
+    match c {
+        Some(l) if l.ignore_sct => Ok(None),
+        Some(l) if !l.pubkey.trim().is_empty() => {
+            let block = ::pem::parse(l.pubkey.trim()).map_err(|e| CosignError::CtKey(CryptoError::KeyPem(e)))?;
+            let key = PublicKey::from_spki_der(block.contents()).map_err(CosignError::CtKey)?;
+            Ok(Some(vec![(sha2::Sha256::digest(block.contents()).to_vec(), key)]))
+        }
+        _ => Ok(Some(crate::public_good::ct_log_keys().iter().map(|l| (l.id.clone(), l.key.clone())).collect())),
+    }
 }
 
 /// A chain as written (leaf side first): the self-signed end is the root.
@@ -386,7 +401,7 @@ fn check_signer(expect: &Expect, ann: &BTreeMap<String, String>, msg: &[u8], sig
     let key = match expect.signer {
         Signer::Anyone => return Ok(at),
         Signer::Key(k) => k.clone(),
-        Signer::Roots { roots, identity, check_sct } => {
+        Signer::Roots { roots, identity, ct_logs } => {
             let leaf_pem = ann.get(CERTIFICATE).filter(|s| !s.is_empty()).ok_or(CosignError::NoCertificate)?;
             let leaf = certificates(leaf_pem)?.into_iter().next().ok_or(CosignError::NoCertificate)?;
             let inter = match ann.get(CHAIN).filter(|s| !s.trim().is_empty()) {
@@ -397,8 +412,10 @@ fn check_signer(expect: &Expect, ann: &BTreeMap<String, String>, msg: &[u8], sig
             leaf.valid_at(at)?;
             if let Some(rule) = identity {
                 check_identity(&leaf, rule)?;
-                if *check_sct {
-                    return Err(CosignError::SctUnsupported);
+                // Keyless certificates carry the logs' SCTs (cosign checks them for keyless).
+                if let Some(logs) = ct_logs {
+                    let chain: Vec<Certificate> = inter.iter().chain(roots.iter()).cloned().collect();
+                    crate::sct::verify_embedded(&leaf, &chain, logs).map_err(CosignError::Sct)?;
                 }
             }
             leaf.public_key()?

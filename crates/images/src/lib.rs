@@ -16,6 +16,7 @@ pub mod crypto;
 pub mod public_good;
 pub mod reference;
 pub mod registry;
+pub mod sct;
 
 use base64::Engine as _;
 use reference::Reference;
