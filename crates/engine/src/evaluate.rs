@@ -713,8 +713,10 @@ fn exception_applies(
     data: &dyn Data,
 ) -> bool {
     let key = policy.key();
-    let names = e.refs.iter().any(|(p, rules)| {
-        (*p == key || *p == policy.name) && rules.iter().any(|r| verno_jmespath::wildcard::matches(r, rule))
+    let names = e.refs.iter().enumerate().any(|(i, (p, rules))| {
+        (*p == key || *p == policy.name)
+            && rules.iter().any(|r| verno_jmespath::wildcard::matches(r, rule))
+            && e.ref_kinds.get(i).is_none_or(|k| k == policy.kind.name())
     });
     if !names {
         return false;

@@ -454,6 +454,10 @@ pub struct CompiledException {
     /// CEL `matchConditions`: all must hold.
     pub cel_conditions: Vec<(String, verno_cel::Expr)>,
     pub refs: Vec<(String, Vec<String>)>,
+    /// A CEL exception's `policyRefs[].kind`, one per entry of `refs`: the policy must be of
+    /// that kind too (Kyverno lists a policy's exceptions by name and kind). Empty for
+    /// `kyverno.io` exceptions, which name policies alone.
+    pub ref_kinds: Vec<String>,
     /// `spec.podSecurity`: for a podSecurity rule, the exception waives only these controls
     /// (added to the rule's own exclusions) rather than the whole rule.
     pub pod_security: Vec<verno_api::PodSecurityStandard>,
@@ -512,6 +516,7 @@ pub fn compile_exception(e: &PolicyException) -> Result<CompiledException, Compi
             .transpose()?,
         cel_conditions: Vec::new(),
         refs: e.spec.exceptions.iter().map(|r| (r.policy_name.clone(), r.rule_names.clone())).collect(),
+        ref_kinds: Vec::new(),
         pod_security: e.spec.pod_security.clone(),
         allowed_images: Vec::new(),
         allowed_values: Vec::new(),
@@ -529,6 +534,7 @@ pub fn compile_cel_exception(doc: &Value) -> Result<CompiledException, CompileEr
         _ => e.metadata.name.clone(),
     };
     let refs = e.spec.policy_refs.iter().map(|r| (r.name.clone(), vec!["*".to_string()])).collect();
+    let ref_kinds = e.spec.policy_refs.iter().map(|r| r.kind.clone().unwrap_or_default()).collect();
     let conds: Vec<Value> = e.spec.match_conditions.iter().map(crate::decode::json_of).collect();
     Ok(CompiledException {
         key,
@@ -536,6 +542,7 @@ pub fn compile_cel_exception(doc: &Value) -> Result<CompiledException, CompileEr
         conditions: None,
         cel_conditions: compile_cel_preconditions(&conds, "spec.matchConditions")?,
         refs,
+        ref_kinds,
         pod_security: Vec::new(),
         allowed_images: strings(e.spec.images.as_ref()),
         allowed_values: strings(e.spec.allowed_values.as_ref()),
