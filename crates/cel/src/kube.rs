@@ -1,12 +1,14 @@
 //! Kubernetes' CEL libraries that the `cel` crate does not have, written here: the list
 //! functions of `k8s.io/apiserver/pkg/cel/library/lists.go` (`indexOf`, `lastIndexOf`, `isSorted`,
-//! `sum`, `min`, `max`), `sets.*`, regex `find`/`findAll`, and `jsonpatch.escapeKey`.
+//! `sum`, `min`, `max`), `sets.*`, regex `find`/`findAll`, and `jsonpatch.escapeKey`; and
+//! cel-go's regex extension (`regex.replace`, `regex.extract`, `regex.extractAll`).
 //!
 //! Functions take and return `Value`s: arguments are converted once per call, which is simple
 //! and plenty fast for the short lists policies handle.
 
 use cel::common::types::{INT_TYPE, LIST_TYPE, STRING_TYPE};
 use cel::common::value::{CowVal, Val};
+use cel::objects::OptionalValue;
 use cel::{DeclarationError, Env, ExecutionError, Value};
 use std::cmp::Ordering;
 use std::sync::Arc;
@@ -171,30 +173,128 @@ fn find_all<'b, 'v>(args: Args<'b, 'v>) -> Ret<'b, 'v> {
     ret(Value::List(Arc::new(out)))
 }
 
-/// Kyverno's `regex.replace(s, pattern, replacement)`: every match replaced; `\\1` or `$1` in
-/// the replacement is the first group.
+/// cel-go's `regex.replace(s, pattern, replacement[, count])` (`ext.Regex`): the first `count`
+/// matches replaced (all when `count` is negative or absent, none when it is 0, and then the
+/// pattern is not even compiled). In the replacement `\N` (one digit) is group N and `\\`
+/// a backslash; any other backslash, or a group the pattern does not have, is an error once a
+/// match needs the replacement. `$` has no special meaning.
 fn regex_replace<'b, 'v>(args: Args<'b, 'v>) -> Ret<'b, 'v> {
+    const F: &str = "regex.replace";
     let v = values(&args)?;
-    let [s, p, r] = v.as_slice() else {
-        return Err(ExecutionError::function_error("regex.replace", "expected (string, string, string)"));
+    let (s, p, r, count) = match v.as_slice() {
+        [s, p, r] => (s, p, r, -1),
+        [s, p, r, Value::Int(n)] => (s, p, r, *n),
+        _ => return Err(ExecutionError::function_error(F, "expected (string, string, string[, int])")),
     };
-    let re = regex(string(p, "regex.replace")?, "regex.replace")?;
-    let mut repl = String::new();
-    let mut chars = string(r, "regex.replace")?.chars().peekable();
-    while let Some(c) = chars.next() {
-        match (c, chars.peek()) {
-            ('\\', Some(d)) if d.is_ascii_digit() => {
-                repl.push_str("${");
-                while let Some(d) = chars.peek().filter(|d| d.is_ascii_digit()) {
-                    repl.push(*d);
-                    chars.next();
-                }
-                repl.push('}');
-            }
-            _ => repl.push(c),
+    let (s, p, r) = (string(s, F)?, string(p, F)?, string(r, F)?);
+    if count == 0 {
+        return ret(Value::String(Arc::new(s.to_string())));
+    }
+    let re = regex(p, F)?;
+    let groups = re.captures_len().saturating_sub(1);
+    let mut out = String::with_capacity(s.len());
+    let mut last = 0;
+    for (done, caps) in re.captures_iter(s).enumerate() {
+        if count > 0 && done as i64 >= count {
+            break;
+        }
+        let Some(whole) = caps.get(0) else { continue };
+        out.push_str(s.get(last..whole.start()).unwrap_or(""));
+        expand_replacement(&caps, r, groups, &mut out)?;
+        last = whole.end();
+        if out.len() > crate::MAX_RESULT_BYTES {
+            return Err(ExecutionError::function_error(
+                F,
+                format!("the result would hold over {} bytes", crate::MAX_RESULT_BYTES),
+            ));
         }
     }
-    ret(Value::String(Arc::new(re.replace_all(string(s, "regex.replace")?, repl.as_str()).into_owned())))
+    out.push_str(s.get(last..).unwrap_or(""));
+    ret(Value::String(Arc::new(out)))
+}
+
+/// Appends `replacement` for one match, its `\N` replaced by the groups (an unmatched group is
+/// empty), in cel-go's words when it is malformed.
+fn expand_replacement(
+    caps: &regex::Captures<'_>,
+    replacement: &str,
+    groups: usize,
+    out: &mut String,
+) -> Result<(), ExecutionError> {
+    let mut chars = replacement.chars();
+    while let Some(c) = chars.next() {
+        if c != '\\' {
+            out.push(c);
+            continue;
+        }
+        let bad = |why: &str| {
+            ExecutionError::function_error(
+                "regex.replace",
+                format!("invalid replacement string: '{replacement}' {why}"),
+            )
+        };
+        match chars.next() {
+            None => return Err(bad("\\ not allowed at end")),
+            Some('\\') => out.push('\\'),
+            Some(d) => {
+                let n = d.to_digit(10).ok_or_else(|| bad("\\ must be followed by a digit or \\"))? as usize;
+                if n > groups {
+                    return Err(ExecutionError::function_error(
+                        "regex.replace",
+                        format!("replacement string references group {n} but regex has only {groups} group(s)"),
+                    ));
+                }
+                out.push_str(caps.get(n).map_or("", |m| m.as_str()));
+            }
+        }
+    }
+    Ok(())
+}
+
+/// The pattern of `regex.extract`/`regex.extractAll`, which may have at most one group.
+fn extract_pattern(p: &str, f: &str) -> Result<(regex::Regex, bool), ExecutionError> {
+    let re = regex(p, f)?;
+    let groups = re.captures_len().saturating_sub(1);
+    if groups > 1 {
+        let q = crate::tagged::go_quote(p.as_bytes());
+        return Err(ExecutionError::function_error(
+            f,
+            format!("regular expression has more than one capturing group: {q}"),
+        ));
+    }
+    Ok((re, groups == 1))
+}
+
+/// cel-go's `regex.extract(s, pattern)`: the first match (its group, when the pattern has one)
+/// as an optional; none when nothing matches or the group is empty.
+fn regex_extract<'b, 'v>(args: Args<'b, 'v>) -> Ret<'b, 'v> {
+    const F: &str = "regex.extract";
+    let v = values(&args)?;
+    let (s, p) = two(&v, F)?;
+    let (re, grouped) = extract_pattern(string(p, F)?, F)?;
+    let found = re.captures(string(s, F)?).and_then(|c| c.get(usize::from(grouped))).map(|m| m.as_str());
+    let found = found.filter(|m| !(grouped && m.is_empty()));
+    let opt = match found {
+        Some(m) => OptionalValue::of(Value::String(Arc::new(m.to_string()))),
+        None => OptionalValue::none(),
+    };
+    ret(Value::Opaque(Arc::new(opt)))
+}
+
+/// cel-go's `regex.extractAll(s, pattern)`: every match (its group, when the pattern has one,
+/// leaving out empty ones).
+fn regex_extract_all<'b, 'v>(args: Args<'b, 'v>) -> Ret<'b, 'v> {
+    const F: &str = "regex.extractAll";
+    let v = values(&args)?;
+    let (s, p) = two(&v, F)?;
+    let (re, grouped) = extract_pattern(string(p, F)?, F)?;
+    let found: Vec<Value> = re
+        .captures_iter(string(s, F)?)
+        .filter_map(|c| c.get(usize::from(grouped)))
+        .filter(|m| !(grouped && m.is_empty()))
+        .map(|m| Value::String(Arc::new(m.as_str().to_string())))
+        .collect();
+    ret(Value::List(Arc::new(found)))
 }
 
 /// `jsonpatch.escapeKey(k)`: a key as an RFC 6901 path segment (`~` → `~0`, `/` → `~1`).
@@ -218,7 +318,12 @@ pub fn register(env: &mut Env) -> Result<(), DeclarationError> {
     env.add_overload("sets.contains", "sets_contains", vec![LIST_TYPE, LIST_TYPE], sets_contains)?;
     env.add_overload("sets.equivalent", "sets_equivalent", vec![LIST_TYPE, LIST_TYPE], sets_equivalent)?;
     env.add_overload("sets.intersects", "sets_intersects", vec![LIST_TYPE, LIST_TYPE], sets_intersects)?;
-    env.add_overload("regex.replace", "regex_replace", vec![STRING_TYPE, STRING_TYPE, STRING_TYPE], regex_replace)?;
+    let strings = |n| (0..n).map(|_| STRING_TYPE).collect::<Vec<_>>();
+    env.add_overload("regex.replace", "regex_replace_string_string_string", strings(3), regex_replace)?;
+    let with_count = vec![STRING_TYPE, STRING_TYPE, STRING_TYPE, INT_TYPE];
+    env.add_overload("regex.replace", "regex_replace_string_string_string_int", with_count, regex_replace)?;
+    env.add_overload("regex.extract", "regex_extract_string_string", strings(2), regex_extract)?;
+    env.add_overload("regex.extractAll", "regex_extractAll_string_string", strings(2), regex_extract_all)?;
     env.add_overload("jsonpatch.escapeKey", "jsonpatch_escapeKey", vec![STRING_TYPE], escape_key)?;
     Ok(())
 }

@@ -14,11 +14,16 @@ mod image;
 mod jwt;
 mod kube;
 mod meter;
+mod net;
+mod optional;
 mod quantity;
 mod rewrite;
 mod sdk;
+mod semver;
 mod shared;
+mod tagged;
 mod twovar;
+mod url;
 mod user;
 
 pub use error::{CompileError, EvalError};
@@ -50,6 +55,10 @@ fn env() -> Option<&'static Arc<Env>> {
         user::register(&mut env).ok()?;
         bind::register(&mut env).ok()?;
         quantity::register(&mut env).ok()?;
+        net::register(&mut env).ok()?;
+        url::register(&mut env).ok()?;
+        semver::register(&mut env).ok()?;
+        optional::register(&mut env).ok()?;
         envoy::register(&mut env).ok()?;
         meter::register(&mut env).ok()?;
         sdk::register(&mut env).ok()?;
@@ -61,8 +70,8 @@ fn env() -> Option<&'static Arc<Env>> {
 
 /// Kyverno's `orValue` compatibility: on a value that is not an optional (a field read without
 /// `?.`), `x.orValue(default)` is `x` itself. A macro, as in Kyverno: calls whose target is
-/// built as an optional (`?.`, `[?…]`, `optional.*`, `.or(…)`, a conditional) keep the standard
-/// optional `orValue`.
+/// built as an optional (`?.`, `[?…]`, `optional.*`, `.or(…)`, `first()`, `last()`,
+/// `regex.extract(…)`, a conditional) keep the standard optional `orValue`.
 fn or_value_compat(env: &mut Env) -> Result<(), cel::DeclarationError> {
     use cel::common::ast::Expr as Ast;
     /// Does this expression produce an optional? Optional selection propagates through later
@@ -79,7 +88,11 @@ fn or_value_compat(env: &mut Env) -> Result<(), cel::DeclarationError> {
                 | "ofNonZeroValue"
                 | "optional.of"
                 | "optional.none"
-                | "optional.ofNonZeroValue" => true,
+                | "optional.ofNonZeroValue"
+                // cel-go's optional list helpers and `regex.extract`.
+                | "first"
+                | "last"
+                | "extract" => true,
                 "_[_]" => c.args.first().is_some_and(|a| optional(&a.expr)),
                 _ => false,
             },

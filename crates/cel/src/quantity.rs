@@ -162,19 +162,26 @@ fn sub<'b, 'v>(args: Args<'b, 'v>) -> Ret<'b, 'v> {
     ret(quantity_value(a.checked_sub(b).ok_or_else(|| ExecutionError::function_error("sub", "overflow"))?))
 }
 
+/// How the receiver compares with the argument: two quantities, or two semantic versions (the
+/// semver library's methods of the same names; one overload on a map must serve both).
+fn ordering(args: &[CowVal<'_, '_>], f: &str) -> Result<std::cmp::Ordering, ExecutionError> {
+    if let Some(o) = crate::semver::ordering(&values(args)?, f) {
+        return o;
+    }
+    let (a, b) = pair(args, f, false)?;
+    Ok(a.cmp(&b))
+}
+
 fn is_greater_than<'b, 'v>(args: Args<'b, 'v>) -> Ret<'b, 'v> {
-    let (a, b) = pair(&args, "isGreaterThan", false)?;
-    ret(Value::Bool(a > b))
+    ret(Value::Bool(ordering(&args, "isGreaterThan")?.is_gt()))
 }
 
 fn is_less_than<'b, 'v>(args: Args<'b, 'v>) -> Ret<'b, 'v> {
-    let (a, b) = pair(&args, "isLessThan", false)?;
-    ret(Value::Bool(a < b))
+    ret(Value::Bool(ordering(&args, "isLessThan")?.is_lt()))
 }
 
 fn compare_to<'b, 'v>(args: Args<'b, 'v>) -> Ret<'b, 'v> {
-    let (a, b) = pair(&args, "compareTo", false)?;
-    ret(Value::Int(a.cmp(&b) as i64))
+    ret(Value::Int(ordering(&args, "compareTo")? as i64))
 }
 
 fn sign<'b, 'v>(args: Args<'b, 'v>) -> Ret<'b, 'v> {
