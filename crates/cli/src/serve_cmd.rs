@@ -138,6 +138,14 @@ pub struct ServeArgs {
     /// The most cached image verifications (Kyverno's `--imageVerifyCacheMaxSize`).
     #[arg(long = "image-verify-cache-max-size", default_value_t = 1000)]
     pub image_verify_cache_max_size: usize,
+    /// Put PolicyExceptions (kyverno.io and policies.kyverno.io) in force (Kyverno's
+    /// `--enablePolicyException`; off by default, as in Kyverno's chart).
+    #[arg(long = "enable-policy-exception", default_value_t = false, action = clap::ArgAction::Set, num_args = 0..=1, default_missing_value = "true")]
+    pub enable_policy_exception: bool,
+    /// The namespace PolicyExceptions are read from (Kyverno's `--exceptionNamespace`); empty or
+    /// `*`: every namespace.
+    #[arg(long = "exception-namespace", default_value = "")]
+    pub exception_namespace: String,
     /// Hostnames and address ranges CEL's `http.Get/Post` may not reach, comma-separated
     /// (Kyverno's `--httpBlocklist`); replaces the default, Kyverno's: the cloud metadata
     /// addresses and names, and loopback.
@@ -301,6 +309,10 @@ pub fn run(args: &ServeArgs) -> i32 {
         };
         let mut opts = verno_controller::Options::new(&args.namespace, &args.identity);
         opts.http_rules = std::sync::Arc::new(http_rules);
+        opts.exceptions = verno_controller::policies::ExceptionScope {
+            enabled: args.enable_policy_exception,
+            namespace: args.exception_namespace.clone(),
+        };
         opts.service = args.service.clone();
         opts.serving_names = args.server_url.iter().map(|u| crate::cluster_cmd::server_host(u)).collect();
         opts.deployment = args.deployment.clone();

@@ -136,6 +136,9 @@ pub struct Options {
     /// Where CEL's `http.*` may go (Kyverno's `--httpBlocklist` and `--httpAllowlist`; its
     /// default blocklist unless set).
     pub http_rules: Arc<cel_http::HttpRules>,
+    /// Which PolicyExceptions are put in force (Kyverno's `--enablePolicyException`, off by
+    /// default, and `--exceptionNamespace`).
+    pub exceptions: policies::ExceptionScope,
     /// Keep ConfigMaps labelled `cache.kyverno.io/enabled` from a watch and answer `configMap`
     /// context entries from it (Kyverno's `--enableConfigMapCaching`, on by default); other
     /// ConfigMaps are read from the API server each time, as Kyverno reads them.
@@ -244,6 +247,7 @@ impl Options {
             kinds: WATCHED.to_vec(),
             image_verify_cache: Some((verno_images::DEFAULT_CACHE_TTL, verno_images::DEFAULT_CACHE_SIZE)),
             http_rules: Arc::default(),
+            exceptions: policies::ExceptionScope::default(),
             config_map_cache: true,
             generate_validating_admission_policies: true,
             force_failure_policy_ignore: false,
@@ -389,8 +393,9 @@ pub async fn start(client: kube::Client, server: Arc<dyn Serving>, opts: Options
     }
     let (status_tx, status_rx) = watch::channel(Arc::new(Vec::new()));
     let (synced_tx, synced_rx) = watch::channel(false);
-    let compiler =
-        policies::Compiler::forcing_ignore(opts.force_failure_policy_ignore).with_map_version(map_version.clone());
+    let compiler = policies::Compiler::forcing_ignore(opts.force_failure_policy_ignore)
+        .with_map_version(map_version.clone())
+        .with_exceptions(opts.exceptions.clone());
     let outputs =
         policy_loop::Outputs { installed: installed_tx, statuses: status_tx, synced: synced_tx, kick: kick.clone() };
     tasks.push(tokio::spawn(policies.run(shared.clone(), compiler, namespaces, outputs, opts.debounce)));

@@ -138,6 +138,10 @@ pub struct Values {
     /// Kyverno's `features.forceFailurePolicyIgnore.enabled` (`--force-failure-policy-ignore`):
     /// every policy fail-open.
     pub force_failure_policy_ignore: bool,
+    /// Kyverno's `features.policyExceptions.enabled` and `.namespace`
+    /// (`--enable-policy-exception`, `--exception-namespace`): off by default, as in Kyverno.
+    pub policy_exceptions: bool,
+    pub exception_namespace: String,
     /// Kyverno's `features.mutatingAdmissionPolicyReports.enabled`
     /// (`--mutating-admission-policy-reports`): background scans report the
     /// MutatingAdmissionPolicies labelled `reports.kyverno.io/enabled: "true"`.
@@ -300,6 +304,8 @@ impl Default for Values {
             cleanup_account: CLEANUP_ACCOUNT.into(),
             kyverno_names: false,
             force_failure_policy_ignore: false,
+            policy_exceptions: false,
+            exception_namespace: String::new(),
             mutating_admission_policy_reports: false,
             aggregate_to_admin: true,
             aggregate_to_view: true,
@@ -324,7 +330,7 @@ pub const CLEANUP_ROLE: &str = "verno:cleanup-controller";
 pub const OPT_OUT_LABEL: &str = "verno.io/ignore";
 
 /// Chart values `verno manifests` renders the same way the chart does.
-const KNOWN: &str = "admissionController.replicas, admissionController.rbac.createViewRoleBinding, admissionController.rbac.viewRoleName, image.repository, image.tag, config.webhooks.failTimeoutSeconds, config.webhooks.ignoreTimeoutSeconds, config.webhooks.namespaceSelector, config.webhooks.objectSelector, config.matchConditions, config.excludedNamespaces, config.name, config.generateSuccessEvents, config.successEventActions, config.resourceFilters, config.excludeGroups, config.excludeUsernames, config.excludeRoles, config.excludeClusterRoles, features.omitEvents.eventTypes, features.backgroundScan.enabled, features.admissionReports.enabled, openreports.enabled, backgroundController.enabled, backgroundController.rbac.coreClusterRole.extraResources, backgroundController.rbac.clusterRole.extraResources, admissionController.rbac.clusterRole.extraResources, reportsController.rbac.clusterRole.extraResources, admissionController.rbac.serviceAccount.name, backgroundController.rbac.serviceAccount.name, cleanupController.rbac.serviceAccount.name, cleanupController.enabled, cleanupController.rbac.clusterRole.extraResources, kyvernoNames, features.forceFailurePolicyIgnore.enabled, features.mutatingAdmissionPolicyReports.enabled, rbac.roles.aggregate.admin, rbac.roles.aggregate.view";
+const KNOWN: &str = "admissionController.replicas, admissionController.rbac.createViewRoleBinding, admissionController.rbac.viewRoleName, image.repository, image.tag, config.webhooks.failTimeoutSeconds, config.webhooks.ignoreTimeoutSeconds, config.webhooks.namespaceSelector, config.webhooks.objectSelector, config.matchConditions, config.excludedNamespaces, config.name, config.generateSuccessEvents, config.successEventActions, config.resourceFilters, config.excludeGroups, config.excludeUsernames, config.excludeRoles, config.excludeClusterRoles, features.omitEvents.eventTypes, features.backgroundScan.enabled, features.admissionReports.enabled, openreports.enabled, backgroundController.enabled, backgroundController.rbac.coreClusterRole.extraResources, backgroundController.rbac.clusterRole.extraResources, admissionController.rbac.clusterRole.extraResources, reportsController.rbac.clusterRole.extraResources, admissionController.rbac.serviceAccount.name, backgroundController.rbac.serviceAccount.name, cleanupController.rbac.serviceAccount.name, cleanupController.enabled, cleanupController.rbac.clusterRole.extraResources, kyvernoNames, features.forceFailurePolicyIgnore.enabled, features.policyExceptions.enabled, features.policyExceptions.namespace, features.mutatingAdmissionPolicyReports.enabled, rbac.roles.aggregate.admin, rbac.roles.aggregate.view";
 /// Chart values for objects `verno manifests` does not render (the ServiceMonitor needs the
 /// Prometheus Operator's CRD), or whose chart defaults it renders as they are.
 const CHART_ONLY: &[&str] = &[
@@ -544,6 +550,7 @@ impl Values {
             "features.backgroundScan.enabled" => &mut self.background_scan,
             "features.admissionReports.enabled" => &mut self.admission_reports,
             "features.forceFailurePolicyIgnore.enabled" => &mut self.force_failure_policy_ignore,
+            "features.policyExceptions.enabled" => &mut self.policy_exceptions,
             "features.mutatingAdmissionPolicyReports.enabled" => &mut self.mutating_admission_policy_reports,
             "openreports.enabled" => &mut self.openreports,
             "backgroundController.enabled" => &mut self.background_controller,
@@ -611,6 +618,9 @@ impl Values {
             "config.webhooks.namespaceSelector" => self.namespace_selector = selector(k, v)?,
             "config.webhooks.objectSelector" => self.object_selector = selector(k, v)?,
             "config.matchConditions" => self.match_conditions = extra_match_conditions(k, v)?,
+            "features.policyExceptions.namespace" => {
+                self.exception_namespace = if v.is_null() { String::new() } else { text(k, v)? }
+            }
             "config.successEventActions" => {
                 self.success_event_actions = if v.is_null() { String::new() } else { text(k, v)? }
             }
@@ -1147,7 +1157,8 @@ fn deployment(v: &Values, selector: &Value) -> Value {
                 "--background-account", v.background_account, "--cleanup-account", v.cleanup_account,
                 "--kyverno-names", v.kyverno_names.to_string(),
                 "--force-failure-policy-ignore", v.force_failure_policy_ignore.to_string(),
-                "--mutating-admission-policy-reports", v.mutating_admission_policy_reports.to_string()],
+                "--mutating-admission-policy-reports", v.mutating_admission_policy_reports.to_string(),
+                "--enable-policy-exception", v.policy_exceptions.to_string(), "--exception-namespace", v.exception_namespace],
                     "env": [
                         {"name": "POD_NAME", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}},
                         {"name": "POD_NAMESPACE", "valueFrom": {"fieldRef": {"fieldPath": "metadata.namespace"}}},

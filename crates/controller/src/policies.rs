@@ -177,8 +177,33 @@ pub struct Compiler {
     cache: HashMap<String, Entry>,
     /// Every policy compiles fail-open (Kyverno's `--forceFailurePolicyIgnore`).
     force_ignore: bool,
+    /// Which PolicyExceptions are put in force.
+    exceptions: ExceptionScope,
     /// The MutatingAdmissionPolicy version the API server prefers (`None`: it serves none).
     map_version: Option<String>,
+}
+
+/// Which PolicyExceptions (both kinds) are put in force: Kyverno's `--enablePolicyException`
+/// (off by default, as in Kyverno's chart: exceptions are then stored but waive nothing) and
+/// `--exceptionNamespace` (empty or `*`: every namespace; else only exceptions in that one).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ExceptionScope {
+    pub enabled: bool,
+    pub namespace: String,
+}
+
+impl ExceptionScope {
+    /// Exceptions in force everywhere (Kyverno's CI values: enabled, namespace `*`).
+    pub fn everywhere() -> ExceptionScope {
+        ExceptionScope { enabled: true, namespace: "*".into() }
+    }
+
+    fn admits(&self, o: &DynamicObject) -> bool {
+        self.enabled
+            && (self.namespace.is_empty()
+                || self.namespace == "*"
+                || o.metadata.namespace.as_deref() == Some(self.namespace.as_str()))
+    }
 }
 
 /// Compiles a stored policy through the engine's front door.
@@ -247,6 +272,12 @@ impl Compiler {
         Compiler { force_ignore: force, ..Compiler::default() }
     }
 
+    /// The PolicyExceptions put in force (see [`ExceptionScope`]).
+    pub fn with_exceptions(mut self, scope: ExceptionScope) -> Compiler {
+        self.exceptions = scope;
+        self
+    }
+
     /// The MutatingAdmissionPolicy API version generated policies are written at (see
     /// `admission_policies::map_version`).
     pub fn with_map_version(mut self, version: Option<String>) -> Compiler {
@@ -279,6 +310,9 @@ impl Compiler {
         let mut compiled = Vec::new();
         let mut statuses = Vec::new();
         let mut seen = std::collections::HashSet::new();
+        let exceptions: Vec<(Kind, Arc<DynamicObject>)> =
+            exceptions.iter().filter(|(_, e)| self.exceptions.admits(e)).cloned().collect();
+        let exceptions = exceptions.as_slice();
         let of_kind = |want: Kind| -> Vec<Value> {
             exceptions.iter().filter(|(k, _)| *k == want).filter_map(|(_, e)| serde_json::to_value(&**e).ok()).collect()
         };
@@ -674,6 +708,28 @@ mod tests {
                 Compiler::forcing_ignore(force).build(&[(Kind::ClusterPolicy, o.clone())], &[], Arc::default());
             assert_eq!(set.policies()[0].failure_policy_ignore, expected, "forced: {force}");
         }
+    }
+
+    /// PolicyExceptions are put in force as Kyverno's flags say: none unless enabled (its
+    /// chart's default), then those of the exception namespace (empty or `*`: every one).
+    #[test]
+    fn exceptions_are_in_force_only_where_enabled() {
+        let exception = |ns: &str| -> (Kind, Arc<DynamicObject>) {
+            let doc = json!({"apiVersion": "kyverno.io/v2", "kind": "PolicyException",
+                "metadata": {"name": "e", "namespace": ns, "uid": format!("u-{ns}"), "generation": 1},
+                "spec": {"exceptions": [{"policyName": "p", "ruleNames": ["r"]}],
+                    "match": {"any": [{"resources": {"kinds": ["Pod"]}}]}}});
+            (Kind::PolicyException, Arc::new(serde_json::from_value(doc).unwrap()))
+        };
+        let all = [exception("team-a"), exception("kyverno")];
+        let count = |scope: ExceptionScope| {
+            Compiler::default().with_exceptions(scope).build(&[], &all, Arc::default()).0.exceptions().len()
+        };
+        assert_eq!(count(ExceptionScope::default()), 0);
+        assert_eq!(count(ExceptionScope { enabled: false, namespace: "*".into() }), 0);
+        assert_eq!(count(ExceptionScope::everywhere()), 2);
+        assert_eq!(count(ExceptionScope { enabled: true, namespace: String::new() }), 2);
+        assert_eq!(count(ExceptionScope { enabled: true, namespace: "kyverno".into() }), 1);
     }
 
     #[test]

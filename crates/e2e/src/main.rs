@@ -161,6 +161,22 @@ fn value_set_rbac(case: &Path, name: &str) -> Result<Vec<(String, Value)>> {
         .collect())
 }
 
+/// A CI value set's `features.policyExceptions` (`enabled`, `namespace`), when it sets them.
+fn value_set_exceptions(case: &Path, name: &str) -> Result<Option<(bool, String)>> {
+    let Some(file) =
+        case.ancestors().map(|d| d.join("ci/scripts/config").join(name).join("kyverno.yaml")).find(|p| p.is_file())
+    else {
+        bail!("Kyverno's CI values ci/scripts/config/{name}/kyverno.yaml are not above the case");
+    };
+    let doc = read_yaml(&file)?.into_iter().next().unwrap_or(Value::Null);
+    Ok(doc.pointer("/features/policyExceptions").map(|p| {
+        (
+            p.get("enabled").and_then(Value::as_bool).unwrap_or(false),
+            p.get("namespace").and_then(Value::as_str).unwrap_or("").to_string(),
+        )
+    }))
+}
+
 /// The Helm value sets Verno can be configured from; `Err`: the test needs one it cannot (why,
 /// as the report's reason).
 fn check_configs(case: &Path, case_json: Option<&Value>) -> Result<ConfigEffects> {
@@ -170,14 +186,16 @@ fn check_configs(case: &Path, case_json: Option<&Value>) -> Result<ConfigEffects
     };
     let mut args = Vec::new();
     let mut rbac: Vec<(String, Value)> = Vec::new();
+    let mut exceptions: Option<(bool, String)> = None;
     if configs.is_empty() {
         bail!("the test runs the kyverno CLI without an installation (the cli job)");
     }
     for c in configs {
         let name = c.as_str().unwrap_or_default();
         match name {
-            // standard: exceptions enabled in every namespace, no omitted events, the VAP
-            // reports flag (Verno's defaults); ttl: the cleanup controller may watch Pods.
+            // standard: exceptions enabled in every namespace (read from the values below), no
+            // omitted events, the VAP reports flag (Verno's defaults); default: Kyverno's chart
+            // as it comes (exceptions off); ttl: the cleanup controller may watch Pods.
             "standard" | "default" | "ttl" => {}
             // openreports: the standard values with `--openreportsEnabled`.
             "openreports" => args.push("--openreports".to_string()),
@@ -200,6 +218,14 @@ fn check_configs(case: &Path, case_json: Option<&Value>) -> Result<ConfigEffects
             rbac.retain(|(old, _)| *old != k);
             rbac.push((k, v));
         }
+        // `features.policyExceptions` (Kyverno's default: off), the last value set's word.
+        if let Some((enabled, namespace)) = value_set_exceptions(case, name)? {
+            exceptions = Some((enabled, namespace));
+        }
+    }
+    if let Some((enabled, namespace)) = exceptions {
+        args.extend(["--enable-policy-exception".to_string(), enabled.to_string()]);
+        args.extend(["--exception-namespace".to_string(), namespace]);
     }
     Ok(ConfigEffects { args, rbac })
 }
