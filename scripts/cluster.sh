@@ -61,6 +61,8 @@ usage: scripts/cluster.sh up DIR [--no-kwok] [--no-controller-manager]
   down  stop the processes recorded in DIR/pids and remove DIR
 
 Tools are taken from $VERNO_TOOLS, else <repo>/.tools/bin (scripts/install-control-plane.sh).
+$VERNO_RUNTIME_CONFIG replaces the API server's --runtime-config (default:
+admissionregistration.k8s.io/v1beta1=true, MutatingAdmissionPolicy at v1beta1).
 EOF
   exit 2
 }
@@ -411,7 +413,7 @@ cmd_up() {
     --enable-admission-plugins=NamespaceLifecycle,ServiceAccount,MutatingAdmissionWebhook,ValidatingAdmissionWebhook,ValidatingAdmissionPolicy,MutatingAdmissionPolicy \
     --disable-admission-plugins=TaintNodesByCondition \
     --feature-gates=MutatingAdmissionPolicy=true \
-    --runtime-config=admissionregistration.k8s.io/v1beta1=true \
+    --runtime-config="${VERNO_RUNTIME_CONFIG:-admissionregistration.k8s.io/v1beta1=true}" \
     --service-account-issuer=https://kubernetes.default.svc.cluster.local \
     --service-account-key-file="$SA_PUB" \
     --service-account-signing-key-file="$SA_KEY" \

@@ -161,6 +161,19 @@ fn value_set_rbac(case: &Path, name: &str) -> Result<Vec<(String, Value)>> {
         .collect())
 }
 
+/// The API server's `--runtime-config` for a case whose Kyverno CI cluster serves
+/// MutatingAdmissionPolicy at v1alpha1 only (`scripts/config/kind/vap-v1alpha1.yaml`, Kubernetes
+/// 1.33): the same API on this control plane, without v1beta1, so that Verno discovers and
+/// writes v1alpha1 as Kyverno does there. Cases of a 1.36 cluster (MutatingAdmissionPolicy v1)
+/// cannot be matched by this control plane (1.35).
+fn runtime_config(case_json: Option<&Value>) -> Option<String> {
+    let kind_configs = case_json?.pointer("/ci/kind_config")?.as_array()?;
+    kind_configs
+        .iter()
+        .any(|k| k.as_str().is_some_and(|k| k.ends_with("vap-v1alpha1.yaml")))
+        .then(|| "admissionregistration.k8s.io/v1alpha1=true,admissionregistration.k8s.io/v1beta1=false".to_string())
+}
+
 /// A CI value set's `features.policyExceptions` (`enabled`, `namespace`), when it sets them.
 fn value_set_exceptions(case: &Path, name: &str) -> Result<Option<(bool, String)>> {
     let Some(file) =
@@ -306,7 +319,7 @@ async fn main() -> std::process::ExitCode {
     };
     let verno = find_verno(args.verno);
     if args.real {
-        return real_run(&case, &names, &effects, &verno, dir, args.keep).await;
+        return real_run(&case, case_json.as_ref(), &names, &effects, &verno, dir, args.keep).await;
     }
     let mut cluster = match cluster::Cluster::start(cluster::Options {
         verno: &verno,
@@ -370,6 +383,7 @@ fn repo_root() -> Option<PathBuf> {
 /// One case with the real chainsaw against a real control plane (see the module's comment).
 async fn real_run(
     case: &Path,
+    case_json: Option<&Value>,
     names: &[String],
     effects: &ConfigEffects,
     verno: &Path,
@@ -413,6 +427,7 @@ async fn real_run(
     let mut extra = vec!["--config-map".to_string(), "kyverno".to_string(), "--omit-events".to_string(), String::new()];
     extra.extend(verno_e2e::kyverno_account_args());
     extra.extend(effects.args.iter().cloned());
+    let runtime_config = runtime_config(case_json);
     let cluster = match verno_e2e::real::RealCluster::start(verno_e2e::real::RealOptions {
         account: verno_e2e::KYVERNO_ACCOUNTS[0].1,
         repo: &repo,
@@ -421,6 +436,7 @@ async fn real_run(
         namespace: "kyverno",
         values_files: std::slice::from_ref(&values_file),
         extra_args: &extra,
+        runtime_config: runtime_config.as_deref(),
     })
     .await
     {

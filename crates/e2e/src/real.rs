@@ -28,6 +28,9 @@ pub struct RealOptions<'a> {
     pub values_files: &'a [PathBuf],
     /// More `verno serve` arguments.
     pub extra_args: &'a [String],
+    /// The API server's `--runtime-config` (`None`: `scripts/cluster.sh`'s, which serves
+    /// MutatingAdmissionPolicy at v1beta1).
+    pub runtime_config: Option<&'a str>,
 }
 
 /// A running control plane with Verno in it; stopped (processes killed, data removed) on drop.
@@ -102,7 +105,7 @@ impl RealCluster {
     /// Starts the control plane, installs Verno and starts it; ready when the API server's
     /// webhook configurations carry Verno's CA.
     pub async fn start(o: RealOptions<'_>) -> Result<RealCluster> {
-        let mut cluster = RealCluster::bare(o.repo, o.dir)?;
+        let mut cluster = RealCluster::bare_with(o.repo, o.dir, o.runtime_config)?;
         let cp = o.dir.join("control-plane");
         let kubeconfig = cluster.kubeconfig.clone();
         let kubectl = o.repo.join(".tools/bin/kubectl");
@@ -163,8 +166,19 @@ impl RealCluster {
     /// The control plane alone, without Verno (`scripts/cluster.sh up` in `dir`/control-plane):
     /// a baseline to compare with; stopped on drop like the rest.
     pub fn bare(repo: &Path, dir: &Path) -> Result<RealCluster> {
+        RealCluster::bare_with(repo, dir, None)
+    }
+
+    /// [`RealCluster::bare`] with the API server's `--runtime-config` (`VERNO_RUNTIME_CONFIG`
+    /// of `scripts/cluster.sh`).
+    pub fn bare_with(repo: &Path, dir: &Path, runtime_config: Option<&str>) -> Result<RealCluster> {
         let cp = dir.join("control-plane");
-        let up = run(Command::new("bash").arg(repo.join("scripts/cluster.sh")).arg("up").arg(&cp), "cluster.sh up")?;
+        let mut up = Command::new("bash");
+        up.arg(repo.join("scripts/cluster.sh")).arg("up").arg(&cp);
+        if let Some(rc) = runtime_config {
+            up.env("VERNO_RUNTIME_CONFIG", rc);
+        }
+        let up = run(&mut up, "cluster.sh up")?;
         let kubeconfig = cp.join("kubeconfig");
         let cluster = RealCluster {
             dir: dir.to_path_buf(),

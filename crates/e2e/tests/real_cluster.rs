@@ -104,6 +104,7 @@ async fn verno_in_a_real_control_plane() {
         namespace: "verno",
         values_files: &[],
         extra_args: &[],
+        runtime_config: None,
     })
     .await
     .unwrap_or_else(|e| panic!("{e:#}"));

@@ -528,6 +528,7 @@ async fn run_mode(a: &Args, mode: Mode, t0: Instant) -> Result<String> {
                 namespace: "verno",
                 values_files: &[],
                 extra_args: &[],
+                runtime_config: None,
             })
             .await?
         }
