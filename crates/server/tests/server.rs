@@ -426,11 +426,14 @@ async fn policy_changes_are_picked_up_and_a_broken_file_keeps_the_old_set() -> R
     // A broken file: reported, and the previous set stays in force.
     std::fs::write(
         h.policies.join("zz-broken.yaml"),
-        "apiVersion: kyverno.io/v1\nkind: ClusterPolicy\nmetadata:\n  name: broken\nspec:\n  rules: []\n",
+        "apiVersion: kyverno.io/v1\nkind: ClusterPolicy\nmetadata:\n  name: broken\nspec:\n  validationFailureAction: Sometimes\n  rules: []\n",
     )
     .map_err(|e| e.to_string())?;
     let err = h.running.as_ref().map(|r| r.reload()).unwrap_or(Ok(()));
-    assert!(err.map_err(|e| e.to_string()).is_err_and(|e| e.contains("zz-broken.yaml") && e.contains("spec.rules")));
+    assert!(
+        err.map_err(|e| e.to_string())
+            .is_err_and(|e| e.contains("zz-broken.yaml") && e.contains("spec.validationFailureAction"))
+    );
     let (_, r) = h.post("/validate", &review(json!({}))).await?;
     assert_eq!(r["response"]["allowed"], false);
     if let Some(r) = h.running {
