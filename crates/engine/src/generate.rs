@@ -107,7 +107,8 @@ impl Gen<'_> {
         put("generate.kyverno.io/trigger-version", version);
         put("generate.kyverno.io/trigger-kind", t("/kind"));
         put("generate.kyverno.io/trigger-namespace", t("/metadata/namespace"));
-        put("generate.kyverno.io/trigger-name", t("/metadata/name"));
+        // No `trigger-name`, as Kyverno writes none: a label value holds 63 characters, and
+        // a trigger's name may be longer (the API server would refuse the downstream).
         put("generate.kyverno.io/trigger-uid", t("/metadata/uid"));
         if let Some(src) = clone_source {
             put("generate.kyverno.io/clone-source", String::new());
@@ -413,9 +414,11 @@ mod tests {
         assert_eq!(r.generated()[0].pointer("/metadata/namespace"), Some(&json!("team-a")));
         assert_eq!(r.generated()[0].pointer("/metadata/labels/app.kubernetes.io~1managed-by"), Some(&json!("kyverno")));
         assert_eq!(
-            r.generated()[0].pointer("/metadata/labels/generate.kyverno.io~1trigger-name"),
-            Some(&json!("team-a"))
+            r.generated()[0].pointer("/metadata/labels/generate.kyverno.io~1trigger-kind"),
+            Some(&json!("Namespace"))
         );
+        // Kyverno writes no trigger name (a label value holds 63 characters, a name may not fit).
+        assert_eq!(r.generated()[0].pointer("/metadata/labels/generate.kyverno.io~1trigger-name"), None);
     }
 
     #[test]

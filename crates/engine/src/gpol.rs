@@ -624,7 +624,7 @@ fn downstream(
         if policy.kind.is_namespaced() {
             put("generate.kyverno.io/policy-namespace", policy.namespace.clone().unwrap_or_default());
         }
-        put("generate.kyverno.io/trigger-name", t("/metadata/name"));
+        // No `trigger-name`, as Kyverno writes none (a label value holds 63 characters).
         put("generate.kyverno.io/trigger-namespace", t("/metadata/namespace"));
         put("generate.kyverno.io/trigger-uid", t("/metadata/uid"));
         put("generate.kyverno.io/trigger-kind", t("/kind"));
