@@ -68,6 +68,9 @@ impl Serving for Webhook {
     fn metrics(&self) -> verno_controller::metrics::Metrics {
         self.metrics.clone()
     }
+    fn set_exception_scope(&self, enabled: bool, namespace: &str) {
+        self.server.set_exception_scope(enabled, namespace);
+    }
     fn set_access(&self, access: Arc<dyn verno_engine::access_checks::AccessReview>) {
         self.server.set_access(access);
     }

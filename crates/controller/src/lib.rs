@@ -310,6 +310,7 @@ pub async fn start(client: kube::Client, server: Arc<dyn Serving>, opts: Options
         caches.cluster_data(&client, &opts.namespace, opts.image_verify_cache).with_http_rules(opts.http_rules.clone());
     server.set_data(Arc::new(data.clone()));
     server.set_access(Arc::new(access::PolicyAccess::new(client.clone(), &opts.acting, &opts.namespace)));
+    server.set_exception_scope(opts.exceptions.enabled, &opts.exceptions.namespace);
     // Requests the background controller's account makes are remembered at admission, so the
     // background controller can leave them to the policies that ask (skipBackgroundRequests).
     if let Some(user) = &opts.acting.background_user {

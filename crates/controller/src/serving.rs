@@ -52,4 +52,6 @@ pub trait Serving: Send + Sync + 'static {
     fn set_data(&self, data: Arc<dyn verno_engine::Data + Send + Sync>);
     /// Where the policy validation webhook checks the controllers' permissions (set once).
     fn set_access(&self, _access: Arc<dyn verno_engine::access_checks::AccessReview>) {}
+    /// Whether PolicyExceptions are in force, and from which namespace (set once).
+    fn set_exception_scope(&self, _enabled: bool, _namespace: &str) {}
 }

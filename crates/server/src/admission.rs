@@ -475,6 +475,21 @@ pub fn validate_policy_review(review: &AdmissionReview) -> AdmissionReview {
     answer
 }
 
+/// Kyverno's warnings for a PolicyException created or updated where exceptions are not in
+/// force: the feature off, or on with no namespace named, or another namespace named.
+pub fn exception_warnings(enabled: bool, namespace: &str, exception_namespace: &str) -> Vec<String> {
+    let warning = if !enabled {
+        "PolicyException resources would not be processed until it is enabled."
+    } else if namespace.is_empty() {
+        "The exceptionNamespace flag is not set"
+    } else if namespace != "*" && namespace != exception_namespace {
+        "PolicyException resource namespace must match the defined namespace."
+    } else {
+        return Vec::new();
+    };
+    vec![warning.to_string()]
+}
+
 /// The kinds whose policy validation warns with its errors too (Kyverno's CEL policy kinds).
 fn warns_its_errors(kind: Kind) -> bool {
     use Kind::*;
@@ -927,5 +942,21 @@ mod answer_tests {
         // A review that is not an answer goes through serde as it is.
         let review = AdmissionReview { request: Some(AdmissionRequest::default()), ..Default::default() };
         assert_eq!(answer_json(&review), serde_json::to_vec(&review).unwrap_or_default());
+    }
+
+    /// Kyverno's exception webhook warns when an exception would be ignored.
+    #[test]
+    fn exceptions_that_would_be_ignored_are_warned_about_in_kyvernos_words() {
+        assert_eq!(
+            exception_warnings(false, "*", "team"),
+            ["PolicyException resources would not be processed until it is enabled."]
+        );
+        assert_eq!(exception_warnings(true, "", "team"), ["The exceptionNamespace flag is not set"]);
+        assert_eq!(
+            exception_warnings(true, "kyverno", "team"),
+            ["PolicyException resource namespace must match the defined namespace."]
+        );
+        assert!(exception_warnings(true, "*", "team").is_empty());
+        assert!(exception_warnings(true, "team", "team").is_empty());
     }
 }

@@ -139,6 +139,9 @@ struct AppState {
     /// Where the policy validation webhook asks the cluster about the controllers' permissions
     /// (in-cluster only).
     access: std::sync::OnceLock<Arc<dyn AccessReview>>,
+    /// Whether PolicyExceptions are in force and from which namespace (in-cluster; set once):
+    /// the policy webhook warns about exceptions that would be ignored, as Kyverno's does.
+    exception_scope: std::sync::OnceLock<(bool, String)>,
 }
 
 pub use verno_engine::access_checks::AccessReview;
@@ -732,6 +735,13 @@ async fn policy_validate(state: Arc<AppState>, body: Bytes) -> Response {
             Err(e) => return text(StatusCode::INTERNAL_SERVER_ERROR, &format!("policy validation failed: {e}")),
         };
     let allowed = answer.response.as_ref().is_some_and(|r| r.allowed);
+    if let (true, Some((enabled, namespace)), Some(req), Some(r)) =
+        (allowed, state.exception_scope.get(), review.request.as_ref(), answer.response.as_mut())
+        && req.kind.kind == "PolicyException"
+        && matches!(req.operation, verno_api::Operation::Create | verno_api::Operation::Update)
+    {
+        r.warnings.extend(admission::exception_warnings(*enabled, namespace, &req.namespace));
+    }
     if let (true, Some(access), Some(req)) = (allowed, state.access.get().cloned(), review.request.as_ref())
         && matches!(req.kind.kind.as_str(), "ClusterPolicy" | "Policy")
         && req.kind.group == "kyverno.io"
@@ -869,6 +879,13 @@ impl Running {
     /// in-cluster).
     pub fn set_access(&self, access: Arc<dyn AccessReview>) {
         let _ = self.state.access.set(access);
+    }
+
+    /// Whether PolicyExceptions are in force (`--enable-policy-exception`) and from which
+    /// namespace (`--exception-namespace`): the policy webhook warns about exceptions that
+    /// would be ignored (set once).
+    pub fn set_exception_scope(&self, enabled: bool, namespace: &str) {
+        let _ = self.state.exception_scope.set((enabled, namespace.to_string()));
     }
 
     /// Sends what each non-dry-run request leaves for its resource's PolicyReport to `tx`
@@ -1069,6 +1086,7 @@ fn new_state(cfg: &Config, initial: PolicySet, missing: u8) -> Arc<AppState> {
         background: std::sync::OnceLock::new(),
         data: std::sync::OnceLock::new(),
         access: std::sync::OnceLock::new(),
+        exception_scope: std::sync::OnceLock::new(),
         slow_set: std::sync::atomic::AtomicUsize::new(0),
         filters: RwLock::new(Arc::new(verno_engine::filters::RequestFilters::kyverno_defaults())),
         kyverno_layout: std::sync::atomic::AtomicBool::new(false),
