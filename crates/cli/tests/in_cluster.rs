@@ -537,7 +537,13 @@ async fn two_replicas_one_leader_no_churn_and_failover_when_the_leader_dies() {
     eventually("b has the policy", || async { (b.server.current().policies().len() == 1).then_some(()) }).await;
     assert_eq!(leaders(&[&a, &b]), 1);
     assert!(*a.controller.leader.borrow(), "the first replica took the lease");
-    // Steady state: no writes but lease renewals, and the lease does not change hands.
+    // Steady state: no writes but lease renewals, and the lease does not change hands. The
+    // policy's status is written last (a moment after its webhook entry): wait for it.
+    eventually("the policy's status", || async {
+        let p = policy_api(&admin).get("require-team").await.ok()?;
+        (p.data.pointer("/status/conditions/0/status").and_then(Value::as_str) == Some("True")).then_some(())
+    })
+    .await;
     let leases: Api<k8s_openapi::api::coordination::v1::Lease> = Api::namespaced(admin.clone(), NS);
     tokio::time::sleep(Duration::from_millis(500)).await;
     let transitions = leases.get("verno-controller").await.unwrap().spec.unwrap().lease_transitions;

@@ -35,6 +35,10 @@ pub struct Inputs {
 }
 
 /// Runs the pass whenever this replica leads and something changed, until Verno stops.
+/// How long the API server takes to see a webhook configuration Verno wrote (its own watch),
+/// generously: policies are shown ready after it.
+const WEBHOOK_SETTLE: Duration = Duration::from_secs(1);
+
 pub async fn run(shared: Shared, opts: crate::Options, inputs: Inputs) {
     let Inputs { mut kicks, synced, statuses: status_rx, ca, going_down, certs: certs_cfg, map_version } = inputs;
     let client = shared.client.clone();
@@ -73,7 +77,16 @@ pub async fn run(shared: Shared, opts: crate::Options, inputs: Inputs) {
             let configured = match &inputs.ca_bundle {
                 None => false,
                 Some(_) => match webhooks::reconcile(&client, &shared.server.current(), &inputs).await {
-                    Ok(_) => true,
+                    Ok(writes) => {
+                        // The API server reads webhook configurations through its own watch: a
+                        // policy shown ready at once could meet a request the API server does
+                        // not send yet (a resource created right after the policy is ready
+                        // would be admitted unreviewed). Ready waits for the watch to catch up.
+                        if writes > 0 {
+                            tokio::time::sleep(WEBHOOK_SETTLE).await;
+                        }
+                        true
+                    }
                     Err(e) => {
                         tracing::warn!(error = %e, "webhook configuration update failed");
                         false
