@@ -662,7 +662,7 @@ pub fn api_server_condition(source: &str) -> bool {
     let known = |n: &str| {
         matches!(n, "object" | "oldObject" | "request" | "authorizer" | "optional") || bound.iter().any(|b| b == n)
     };
-    if rewrite::reads_any(&ast, &|n| !known(n)) {
+    if rewrite::reads_any(&ast, &|n| !known(n)) || !rewrite::request_selects_ok(&ast) {
         return false;
     }
     // Global functions: CEL's own and the Kubernetes libraries' (operators are `_…_`, `!_`,

@@ -87,6 +87,54 @@ pub fn reads_any(e: &IdedExpr, pred: &dyn Fn(&str) -> bool) -> bool {
     matches!(&e.expr, Expr::Ident(n) if pred(n)) || children(e).into_iter().any(|c| reads_any(c, pred))
 }
 
+/// The fields of `request` as a webhook's match conditions see it (Kubernetes'
+/// `AdmissionRequest` CEL type: no `object` or `oldObject`, which are variables of their own),
+/// with the fields their own types have (`None`: a scalar; `Some([])`: any field, `options`).
+fn request_field(name: &str) -> Option<Option<&'static [&'static str]>> {
+    const GVK: &[&str] = &["group", "version", "kind"];
+    const GVR: &[&str] = &["group", "version", "resource"];
+    Some(match name {
+        "kind" | "requestKind" => Some(GVK),
+        "resource" | "requestResource" => Some(GVR),
+        "userInfo" => Some(&["username", "uid", "groups", "extra"]),
+        "options" => Some(&[]),
+        "subResource" | "requestSubResource" | "name" | "namespace" | "operation" | "dryRun" => None,
+        _ => return None,
+    })
+}
+
+/// The fields selected from `request` by a chain of selections ending at `e`
+/// (`request.userInfo.username` → `[userInfo, username]`); `None` when `e` is not one.
+fn request_path(e: &IdedExpr) -> Option<Vec<&str>> {
+    match &e.expr {
+        Expr::Ident(n) if n == "request" => Some(Vec::new()),
+        Expr::Select(s) => {
+            let mut path = request_path(&s.operand)?;
+            path.push(s.field.as_str());
+            Some(path)
+        }
+        _ => None,
+    }
+}
+
+/// Whether every use of `request` in `e` selects fields Kubernetes' webhook match conditions
+/// have (`request.object` is Kyverno's, not the API server's: a webhook configuration holding
+/// it is refused whole).
+pub fn request_selects_ok(e: &IdedExpr) -> bool {
+    if let Some(path) = request_path(e) {
+        return match path.as_slice() {
+            [] => false,
+            [first, rest @ ..] => match request_field(first) {
+                None => false,
+                Some(None) => rest.is_empty(),
+                Some(Some([])) => true,
+                Some(Some(fields)) => rest.first().is_none_or(|f| fields.contains(f)) && rest.len() <= 1,
+            },
+        };
+    }
+    children(e).into_iter().all(request_selects_ok)
+}
+
 /// The variables the loops (comprehensions) in `e` bind.
 pub fn loop_vars(e: &IdedExpr, out: &mut Vec<String>) {
     if let Expr::Comprehension(c) = &e.expr {
