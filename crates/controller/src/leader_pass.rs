@@ -49,6 +49,9 @@ pub async fn run(shared: Shared, opts: crate::Options, inputs: Inputs) {
     let mut generator = admission_policies::Generator::default();
     let mut last_pass = tokio::time::Instant::now();
     let mut certs_checked: Option<tokio::time::Instant> = None;
+    // Statuses wait until this time after a webhook configuration write (see WEBHOOK_SETTLE);
+    // webhook writes do not wait.
+    let mut settle_until: Option<tokio::time::Instant> = None;
     loop {
         if *leader.borrow() && *synced.borrow() {
             last_pass = tokio::time::Instant::now();
@@ -81,9 +84,10 @@ pub async fn run(shared: Shared, opts: crate::Options, inputs: Inputs) {
                         // The API server reads webhook configurations through its own watch: a
                         // policy shown ready at once could meet a request the API server does
                         // not send yet (a resource created right after the policy is ready
-                        // would be admitted unreviewed). Ready waits for the watch to catch up.
+                        // would be admitted unreviewed). Ready waits for the watch to catch up;
+                        // the next webhook write does not (the pass is not held).
                         if writes > 0 {
-                            tokio::time::sleep(WEBHOOK_SETTLE).await;
+                            settle_until = Some(tokio::time::Instant::now() + WEBHOOK_SETTLE);
                         }
                         true
                     }
@@ -96,10 +100,15 @@ pub async fn run(shared: Shared, opts: crate::Options, inputs: Inputs) {
             let statuses = generator
                 .reconcile(&client, &statuses, opts.generate_validating_admission_policies, map_version.as_deref())
                 .await;
-            write_statuses(&client, &mut events, &statuses, configured, &mut reported).await;
+            if settle_until.is_none_or(|t| tokio::time::Instant::now() >= t) {
+                settle_until = None;
+                write_statuses(&client, &mut events, &statuses, configured, &mut reported).await;
+            }
         }
-        // Sleep until something changes (or the resync period passes).
+        // Sleep until something changes (or the resync period passes, or statuses are due).
+        let settled = settle_until.filter(|t| *t > tokio::time::Instant::now());
         tokio::select! {
+            _ = async { if let Some(t) = settled { tokio::time::sleep_until(t).await } }, if settled.is_some() => {}
             _ = kicks.changed() => {}
             _ = leader.changed() => {}
             _ = tokio::time::sleep(opts.resync) => {}
