@@ -36,7 +36,8 @@ fn allowed(scope: &str, resource: &str, object: &Value) -> bool {
 #[test]
 fn a_namespaced_scope_leaves_cluster_scoped_objects_alone_and_the_other_way_round() {
     let namespaced_role = json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role", "metadata": {"name": "r", "namespace": "team"}});
-    let cluster_role = json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole", "metadata": {"name": "r"}});
+    let cluster_role =
+        json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole", "metadata": {"name": "r"}});
     let namespace = json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "team"}});
     // `*` resources in one group: the scope alone decides.
     assert!(!allowed("Namespaced", "*", &namespaced_role));
