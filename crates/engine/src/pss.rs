@@ -18,6 +18,8 @@ pub enum Level {
 pub struct PodSecurityCheck {
     pub level: Level,
     pub version: String,
+    /// The Kubernetes minor version whose checks apply (`latest`: the newest), read once.
+    minor: u32,
     pub exclude: Vec<PodSecurityStandard>,
 }
 
@@ -35,7 +37,7 @@ impl PodSecurityCheck {
             }
         };
         let version = if p.version.is_empty() { "latest".to_string() } else { p.version.clone() };
-        Ok(PodSecurityCheck { level, version, exclude: p.exclude.clone() })
+        Ok(PodSecurityCheck { level, minor: minor(&version), version, exclude: p.exclude.clone() })
     }
 
     pub fn level_name(&self) -> &'static str {
@@ -116,7 +118,7 @@ impl PodSecurityCheck {
     fn evaluate(&self, meta: &Value, spec: &Value) -> Vec<CheckResult> {
         let mut out = Vec::new();
         if self.level >= Level::Baseline {
-            checks(meta, spec, self.level >= Level::Restricted, minor(&self.version), &mut out);
+            checks(meta, spec, self.level >= Level::Restricted, self.minor, &mut out);
         }
         out
     }
