@@ -13,14 +13,16 @@ use cel::{DeclarationError, Env, ExecutionError, Value};
 use std::cmp::Ordering;
 use std::sync::Arc;
 
-type Args<'b, 'v> = Vec<CowVal<'b, 'v>>;
-type Ret<'b, 'v> = Result<CowVal<'b, 'v>, ExecutionError>;
+pub(crate) type Args<'b, 'v> = Vec<CowVal<'b, 'v>>;
+pub(crate) type Ret<'b, 'v> = Result<CowVal<'b, 'v>, ExecutionError>;
 
-fn values(args: &[CowVal<'_, '_>]) -> Result<Vec<Value>, ExecutionError> {
+/// A call's arguments as values (converted once per call).
+pub(crate) fn values(args: &[CowVal<'_, '_>]) -> Result<Vec<Value>, ExecutionError> {
     args.iter().map(|a| Value::try_from(&**a)).collect()
 }
 
-fn ret<'b, 'v>(v: Value) -> Ret<'b, 'v> {
+/// A value as a call's result.
+pub(crate) fn ret<'b, 'v>(v: Value) -> Ret<'b, 'v> {
     let b: Box<dyn Val> = v.try_into()?;
     Ok(CowVal::Owned(b))
 }

@@ -13,29 +13,18 @@ use cel::common::ast::{CallExpr, Expr as Ast, IdedExpr};
 use cel::common::types::{
     BYTES_TYPE, DOUBLE_TYPE, DURATION_TYPE, DYN_TYPE, INT_TYPE, LIST_TYPE, STRING_TYPE, TIMESTAMP_TYPE,
 };
-use cel::common::value::{CowVal, Val};
+use cel::common::value::CowVal;
 use cel::objects::{Key, Map};
 use cel::parser::{Macro, MacroExprHelper};
 use cel::{DeclarationError, Env, ExecutionError, Value};
-use chrono::{Datelike as _, Timelike as _};
 use std::collections::HashMap;
 use std::io::{Read as _, Write as _};
 use std::sync::Arc;
 
-type Args<'b, 'v> = Vec<CowVal<'b, 'v>>;
-type Ret<'b, 'v> = Result<CowVal<'b, 'v>, ExecutionError>;
+use crate::kube::{Args, Ret, ret, values};
 
 /// The most `gzip.decompress` inflates: a small input must not expand into gigabytes.
 const MAX_INFLATED: u64 = 8 << 20;
-
-fn values(args: &[CowVal<'_, '_>]) -> Result<Vec<Value>, ExecutionError> {
-    args.iter().map(|a| Value::try_from(&**a)).collect()
-}
-
-fn ret<'b, 'v>(v: Value) -> Ret<'b, 'v> {
-    let b: Box<dyn Val> = v.try_into()?;
-    Ok(CowVal::Owned(b))
-}
 
 fn string(v: Option<&Value>, f: &str) -> Result<Arc<String>, ExecutionError> {
     match v {
@@ -146,7 +135,8 @@ fn go_json(v: &Value, out: &mut String, depth: usize) -> Result<(), ExecutionErr
     Ok(())
 }
 
-fn key_text(k: &Key) -> String {
+/// A map key as text (error messages, JSON object keys).
+pub(crate) fn key_text(k: &Key) -> String {
     match k {
         Key::String(s) => s.to_string(),
         Key::Int(i) => i.to_string(),
@@ -197,14 +187,7 @@ fn x509_decode<'b, 'v>(args: Args<'b, 'v>) -> Ret<'b, 'v> {
 /// `time.toCron(t)`: `"minute hour day month weekday"` of the timestamp (Sunday is 0).
 fn to_cron<'b, 'v>(args: Args<'b, 'v>) -> Ret<'b, 'v> {
     match values(&args)?.as_slice() {
-        [Value::Timestamp(t)] => ret(str_value(format!(
-            "{} {} {} {} {}",
-            t.minute(),
-            t.hour(),
-            t.day(),
-            t.month(),
-            t.weekday().num_days_from_sunday()
-        ))),
+        [Value::Timestamp(t)] => ret(str_value(verno_jmespath::cron_of(t))),
         other => Err(ExecutionError::function_error("time.toCron", format!("expected a timestamp, got {other:?}"))),
     }
 }

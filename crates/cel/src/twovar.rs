@@ -16,24 +16,13 @@
 use cel::common::ast::operators;
 use cel::common::ast::{CallExpr, ComprehensionExpr, Expr as Ast, IdedExpr, ListExpr, LiteralValue, MapExpr};
 use cel::common::types::DYN_TYPE;
-use cel::common::value::{CowVal, Val};
 use cel::objects::{Key, Map};
 use cel::parser::{Macro, MacroExprHelper};
 use cel::{DeclarationError, Env, ExecutionError, Value};
 use std::collections::HashMap;
 use std::sync::Arc;
 
-type Args<'b, 'v> = Vec<CowVal<'b, 'v>>;
-type Ret<'b, 'v> = Result<CowVal<'b, 'v>, ExecutionError>;
-
-fn ret<'b, 'v>(v: Value) -> Ret<'b, 'v> {
-    let b: Box<dyn Val> = v.try_into()?;
-    Ok(CowVal::Owned(b))
-}
-
-fn values(args: &[CowVal<'_, '_>]) -> Result<Vec<Value>, ExecutionError> {
-    args.iter().map(|a| Value::try_from(&**a)).collect()
-}
+use crate::kube::{Args, Ret, ret, values};
 
 /// `@keys(x)`: the indexes of a list, the keys of a map.
 fn keys<'b, 'v>(args: Args<'b, 'v>) -> Ret<'b, 'v> {
@@ -79,7 +68,7 @@ fn map_merge<'b, 'v>(args: Args<'b, 'v>) -> Ret<'b, 'v> {
                 if out.insert(k.clone(), v.clone()).is_some() {
                     return Err(ExecutionError::function_error(
                         "transformMapEntry",
-                        format!("insert failed: key {} already exists", Value::from(k.clone()).to_string_lossy()),
+                        format!("insert failed: key {} already exists", crate::sdk::key_text(k)),
                     ));
                 }
             }
@@ -90,23 +79,6 @@ fn map_merge<'b, 'v>(args: Args<'b, 'v>) -> Ret<'b, 'v> {
             format!("the entry expression must give a map, got {other:?}"),
         )),
         other => Err(ExecutionError::function_error("transformMapEntry", format!("unexpected arguments {other:?}"))),
-    }
-}
-
-/// Text of a key for an error message.
-trait Lossy {
-    fn to_string_lossy(&self) -> String;
-}
-
-impl Lossy for Value {
-    fn to_string_lossy(&self) -> String {
-        match self {
-            Value::String(s) => s.to_string(),
-            Value::Int(i) => i.to_string(),
-            Value::UInt(u) => u.to_string(),
-            Value::Bool(b) => b.to_string(),
-            other => format!("{other:?}"),
-        }
     }
 }
 

@@ -40,14 +40,7 @@ pub(crate) static FUNCTIONS: &[Function] = &[
     }),
     f!("time_to_cron", [S], "string", "converts a time (string) to cron format (string)", |c, a| {
         let t = parse_time(c, str_arg(c, a, 0)?)?.with_timezone(&utc());
-        Ok(Value::String(format!(
-            "{} {} {} {} {}",
-            t.minute(),
-            t.hour(),
-            t.day(),
-            t.month(),
-            t.weekday().num_days_from_sunday()
-        )))
+        Ok(Value::String(cron_of(&t)))
     }),
     f!("time_utc", [S], "string", "calcutes time in UTC from a given time in RFC 3339 format", |c, a| {
         Ok(Value::String(rfc3339(&parse_time(c, str_arg(c, a, 0)?)?.with_timezone(&utc()))))
@@ -91,6 +84,12 @@ pub(crate) static FUNCTIONS: &[Function] = &[
         }
     ),
 ];
+
+/// A time as a cron schedule, `"minute hour day month weekday"` (Sunday is 0), as Kyverno's
+/// `time_to_cron` (JMESPath) and `time.toCron` (CEL) write it.
+pub fn cron_of<T: Datelike + Timelike>(t: &T) -> String {
+    format!("{} {} {} {} {}", t.minute(), t.hour(), t.day(), t.month(), t.weekday().num_days_from_sunday())
+}
 
 fn utc() -> FixedOffset {
     Utc.fix()
