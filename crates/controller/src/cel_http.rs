@@ -182,7 +182,11 @@ pub async fn call(rules: &HttpRules, c: &verno_cel::HttpCall<'_>, max_bytes: usi
     let first = *addrs.first().ok_or_else(|| transport(format!("no usable addresses resolved for {host}")))?;
     let roots = match c.ca_bundle.filter(|b| !b.trim().is_empty()) {
         None => None,
-        Some(pem) => Some(ca_roots(pem).map_err(failed)?),
+        // Kyverno's http library words every bundle error the same.
+        Some(pem) => Some(
+            crate::service_call::ca_roots(pem)
+                .map_err(|_| failed("failed to parse PEM CA bundle for APICall".to_string()))?,
+        ),
     };
     let client = verno_images::https_client(roots)
         .map_err(|e| failed(e.to_string()))?
@@ -222,19 +226,6 @@ pub async fn call(rules: &HttpRules, c: &verno_cel::HttpCall<'_>, max_bytes: usi
         }
         other => json!({"body": other, "statusCode": status}),
     })
-}
-
-fn ca_roots(pem: &str) -> Result<rustls::RootCertStore, String> {
-    use rustls_pki_types::pem::PemObject as _;
-    let mut roots = rustls::RootCertStore::empty();
-    for cert in rustls_pki_types::CertificateDer::pem_slice_iter(pem.as_bytes()) {
-        let cert = cert.map_err(|_| "failed to parse PEM CA bundle for APICall".to_string())?;
-        roots.add(cert).map_err(|_| "failed to parse PEM CA bundle for APICall".to_string())?;
-    }
-    if roots.is_empty() {
-        return Err("failed to parse PEM CA bundle for APICall".into());
-    }
-    Ok(roots)
 }
 
 #[cfg(test)]

@@ -291,8 +291,7 @@ impl verno_cel::Host for ClusterData {
     }
 
     fn random_seed(&self) -> Option<u64> {
-        use std::hash::BuildHasher as _;
-        Some(std::collections::hash_map::RandomState::new().hash_one(chrono::Utc::now().timestamp_nanos_opt()))
+        Some(crate::runtime::fresh_seed())
     }
 
     /// Kyverno's `http` library: the call made, where the rules allow.
@@ -303,12 +302,10 @@ impl verno_cel::Host for ClusterData {
     /// `image.GetMetadata` / `getImageData`: read from the registry as `imageRegistry`
     /// context entries read it (admission only: the controllers verify no images).
     fn image_metadata(&self, reference: &str) -> Result<Value, HostError> {
-        use verno_engine::verify_images::ImageVerifier as _;
-        match &self.images {
-            Some(v) => v
-                .image_data(reference, None, "")
-                .map_err(|e| HostError::Failed(format!("failed to get imagedata: {}", e.message()))),
-            None => Err(HostError::Unavailable(format!("metadata for image {reference:?} is not available here"))),
+        match Data::image_data(self, reference, None) {
+            Loaded::Value(v) => Ok(v),
+            Loaded::Error(e) => Err(HostError::Failed(format!("failed to get imagedata: {e}"))),
+            _ => Err(HostError::Unavailable(format!("metadata for image {reference:?} is not available here"))),
         }
     }
 

@@ -437,9 +437,15 @@ impl verno_jmespath::Env for Deadline {
         Some(chrono::Utc::now().fixed_offset())
     }
     fn random_seed(&self) -> Option<u64> {
-        use std::hash::BuildHasher;
-        Some(std::collections::hash_map::RandomState::new().build_hasher().finish())
+        Some(fresh_seed())
     }
+}
+
+/// A fresh seed for `random()` (JMESPath's and CEL's): a randomly keyed hasher's output, random
+/// enough for generated names without another crate.
+pub fn fresh_seed() -> u64 {
+    use std::hash::{BuildHasher, Hasher};
+    std::collections::hash_map::RandomState::new().build_hasher().finish()
 }
 
 /// Why an evaluation on the blocking pool gave no answer.

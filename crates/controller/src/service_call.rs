@@ -52,20 +52,21 @@ pub enum ServiceCallError {
     },
 }
 
+/// The roots of a PEM CA bundle (at least one certificate).
+pub fn ca_roots(ca_bundle: &str) -> Result<rustls::RootCertStore, ServiceCallError> {
+    let mut roots = rustls::RootCertStore::empty();
+    for cert in rustls_pki_types::CertificateDer::pem_slice_iter(ca_bundle.as_bytes()) {
+        let cert = cert.map_err(ServiceCallError::CaPem)?;
+        roots.add(cert).map_err(ServiceCallError::CaCertificate)?;
+    }
+    if roots.is_empty() {
+        return Err(ServiceCallError::EmptyCaBundle);
+    }
+    Ok(roots)
+}
+
 fn client(ca_bundle: &str) -> Result<reqwest::Client, ServiceCallError> {
-    let roots = if ca_bundle.trim().is_empty() {
-        None
-    } else {
-        let mut roots = rustls::RootCertStore::empty();
-        for cert in rustls_pki_types::CertificateDer::pem_slice_iter(ca_bundle.as_bytes()) {
-            let cert = cert.map_err(ServiceCallError::CaPem)?;
-            roots.add(cert).map_err(ServiceCallError::CaCertificate)?;
-        }
-        if roots.is_empty() {
-            return Err(ServiceCallError::EmptyCaBundle);
-        }
-        Some(roots)
-    };
+    let roots = if ca_bundle.trim().is_empty() { None } else { Some(ca_roots(ca_bundle)?) };
     verno_images::https_client(roots)
         .map_err(ServiceCallError::Tls)?
         .timeout(TIMEOUT)
