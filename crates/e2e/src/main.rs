@@ -143,22 +143,26 @@ const RBAC_VALUES: [&str; 4] = [
     "cleanupController.rbac.clusterRole.extraResources",
 ];
 
-/// The RBAC values of Kyverno's CI value set `name`: `ci/scripts/config/NAME/kyverno.yaml` in the
-/// nearest directory above the case that has one (the suite's layout).
-fn value_set_rbac(case: &Path, name: &str) -> Result<Vec<(String, Value)>> {
+/// Kyverno CI's value set `name`: `ci/scripts/config/NAME/kyverno.yaml` in the nearest
+/// directory above the case that has one (the suite's layout), read once per case.
+fn value_set(case: &Path, name: &str) -> Result<Value> {
     let Some(file) =
         case.ancestors().map(|d| d.join("ci/scripts/config").join(name).join("kyverno.yaml")).find(|p| p.is_file())
     else {
         bail!("Kyverno's CI values ci/scripts/config/{name}/kyverno.yaml are not above the case");
     };
-    let doc = read_yaml(&file)?.into_iter().next().unwrap_or(Value::Null);
-    Ok(RBAC_VALUES
+    Ok(read_yaml(&file)?.into_iter().next().unwrap_or(Value::Null))
+}
+
+/// The RBAC values of a Kyverno CI value set (see [`value_set`]).
+fn value_set_rbac(doc: &Value) -> Vec<(String, Value)> {
+    RBAC_VALUES
         .iter()
         .filter_map(|k| {
             let pointer = format!("/{}", k.replace('.', "/"));
             doc.pointer(&pointer).map(|v| (k.to_string(), v.clone()))
         })
-        .collect())
+        .collect()
 }
 
 /// The API server's `--runtime-config` for a case whose Kyverno CI cluster serves
@@ -175,19 +179,13 @@ fn runtime_config(case_json: Option<&Value>) -> Option<String> {
 }
 
 /// A CI value set's `features.policyExceptions` (`enabled`, `namespace`), when it sets them.
-fn value_set_exceptions(case: &Path, name: &str) -> Result<Option<(bool, String)>> {
-    let Some(file) =
-        case.ancestors().map(|d| d.join("ci/scripts/config").join(name).join("kyverno.yaml")).find(|p| p.is_file())
-    else {
-        bail!("Kyverno's CI values ci/scripts/config/{name}/kyverno.yaml are not above the case");
-    };
-    let doc = read_yaml(&file)?.into_iter().next().unwrap_or(Value::Null);
-    Ok(doc.pointer("/features/policyExceptions").map(|p| {
+fn value_set_exceptions(doc: &Value) -> Option<(bool, String)> {
+    doc.pointer("/features/policyExceptions").map(|p| {
         (
             p.get("enabled").and_then(Value::as_bool).unwrap_or(false),
             p.get("namespace").and_then(Value::as_str).unwrap_or("").to_string(),
         )
-    }))
+    })
 }
 
 /// The Helm value sets Verno can be configured from; `Err`: the test needs one it cannot (why,
@@ -227,12 +225,13 @@ fn check_configs(case: &Path, case_json: Option<&Value>) -> Result<ConfigEffects
             }
             other => bail!("Kyverno configuration {other:?} has no Verno equivalent yet"),
         }
-        for (k, v) in value_set_rbac(case, name)? {
+        let values = value_set(case, name)?;
+        for (k, v) in value_set_rbac(&values) {
             rbac.retain(|(old, _)| *old != k);
             rbac.push((k, v));
         }
         // `features.policyExceptions` (Kyverno's default: off), the last value set's word.
-        if let Some((enabled, namespace)) = value_set_exceptions(case, name)? {
+        if let Some((enabled, namespace)) = value_set_exceptions(&values) {
             exceptions = Some((enabled, namespace));
         }
     }
