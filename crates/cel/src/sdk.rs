@@ -192,20 +192,14 @@ fn to_cron<'b, 'v>(args: Args<'b, 'v>) -> Ret<'b, 'v> {
     }
 }
 
-/// Seconds from Go's zero time (January 1 of year 1, UTC) to the Unix epoch.
-const GO_ZERO_TO_UNIX: i128 = 62_135_596_800;
-
 /// `time.truncate(t, d)`: `t` rounded down to a multiple of `d` since Go's zero time, as Go's
 /// `Time.Truncate` (a non-positive `d` leaves `t` as it is).
 fn truncate<'b, 'v>(args: Args<'b, 'v>) -> Ret<'b, 'v> {
     match values(&args)?.as_slice() {
         [Value::Timestamp(t), Value::Duration(d)] => {
             let step = i128::from(d.num_nanoseconds().unwrap_or(i64::MAX));
-            if step <= 0 {
-                return ret(Value::Timestamp(*t));
-            }
             let unix = i128::from(t.timestamp()) * 1_000_000_000 + i128::from(t.timestamp_subsec_nanos());
-            let rem = (unix + GO_ZERO_TO_UNIX * 1_000_000_000).rem_euclid(step);
+            let rem = verno_jmespath::go_truncation(unix, step);
             let back = chrono::Duration::nanoseconds(i64::try_from(rem).unwrap_or(i64::MAX));
             let out = t
                 .checked_sub_signed(back)

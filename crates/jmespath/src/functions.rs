@@ -8,7 +8,7 @@ mod encoding;
 pub use encoding::{ImageRefError, normalize_image};
 mod strings;
 mod time;
-pub use time::cron_of;
+pub use time::{cron_of, go_truncation};
 mod x509;
 pub use x509::{X509DecodeError, decode as x509_decode};
 

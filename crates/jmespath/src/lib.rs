@@ -21,7 +21,7 @@ pub mod yaml;
 pub use ast::Ast;
 pub use error::{ParseError, RuntimeError, SearchError};
 pub use functions::{Function, all as all_functions};
-pub use functions::{ImageRefError, X509DecodeError, cron_of, normalize_image, x509_decode};
+pub use functions::{ImageRefError, X509DecodeError, cron_of, go_truncation, normalize_image, x509_decode};
 pub use interpreter::Items;
 
 use serde_json::Value;

@@ -102,6 +102,11 @@ fn kyverno_string_functions() {
     assert_eq!(ok("time_diff('2024-01-01T00:00:00Z', '2024-01-01T01:00:30Z')"), json!("1h0m30s"));
     assert_eq!(ok("time_add('2024-01-01T00:00:00Z', '90m')"), json!("2024-01-01T01:30:00Z"));
     assert_eq!(ok("time_to_cron('2024-01-02T03:04:00Z')"), json!("4 3 2 1 2"));
+    // Go truncates from its zero time (a Monday), not the Unix epoch (a Thursday): weeks start
+    // on Mondays; the offset is kept, the instant is what is truncated.
+    assert_eq!(ok("time_truncate('2024-01-03T12:00:00Z', '168h')"), json!("2024-01-01T00:00:00Z"));
+    assert_eq!(ok("time_truncate('2024-01-03T12:00:00+02:00', '168h')"), json!("2024-01-01T02:00:00+02:00"));
+    assert_eq!(ok("time_truncate('2024-01-03T12:34:56Z', '1h')"), json!("2024-01-03T12:00:00Z"));
     assert_eq!(ok("to_boolean('TruE')"), json!(true));
 }
 

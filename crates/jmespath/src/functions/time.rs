@@ -77,13 +77,27 @@ pub(crate) static FUNCTIONS: &[Function] = &[
             if d <= 0 {
                 return Ok(Value::String(rfc3339(&t)));
             }
-            let ns = t.timestamp_nanos_opt().ok_or_else(|| RuntimeError::func(c.name, "time out of range"))?;
-            let trunc = ns - ns.rem_euclid(d);
-            let out = Utc.timestamp_nanos(trunc).with_timezone(t.offset());
+            let unix = i128::from(t.timestamp()) * 1_000_000_000 + i128::from(t.timestamp_subsec_nanos());
+            let back = go_truncation(unix, i128::from(d));
+            let out = i64::try_from(back)
+                .ok()
+                .and_then(|b| t.checked_sub_signed(chrono::Duration::nanoseconds(b)))
+                .ok_or_else(|| RuntimeError::func(c.name, "time out of range"))?;
             Ok(Value::String(rfc3339(&out)))
         }
     ),
 ];
+
+/// Nanoseconds from Go's zero time (January 1 of year 1, UTC) to the Unix epoch.
+const GO_ZERO_TO_UNIX_NANOS: i128 = 62_135_596_800 * 1_000_000_000;
+
+/// How far back Go's `Time.Truncate(step)` moves a time `unix_nanos` after the Unix epoch:
+/// Go rounds down to a multiple of `step` counted from its zero time, not from the epoch (the
+/// two differ for steps that do not divide a day, e.g. a week). A non-positive `step` moves
+/// nothing. Shared by JMESPath's `time_truncate` and CEL's `time.truncate`.
+pub fn go_truncation(unix_nanos: i128, step: i128) -> i128 {
+    if step <= 0 { 0 } else { (unix_nanos + GO_ZERO_TO_UNIX_NANOS).rem_euclid(step) }
+}
 
 /// A time as a cron schedule, `"minute hour day month weekday"` (Sunday is 0), as Kyverno's
 /// `time_to_cron` (JMESPath) and `time.toCron` (CEL) write it.
