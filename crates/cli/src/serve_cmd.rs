@@ -28,9 +28,11 @@ pub struct ServeArgs {
     /// In-cluster: this replica's name.
     #[arg(long, env = "POD_NAME", default_value = "verno-0")]
     pub identity: String,
-    /// In-cluster: the webhook Service (names the certificate Secrets).
-    #[arg(long, default_value = "verno-svc")]
-    pub service: String,
+    /// In-cluster: the webhook Service (the serving certificate is made for its DNS names and
+    /// names its Secrets). Default: `verno-svc`, or Kyverno's `kyverno-svc` with
+    /// `--kyverno-names true` (the Service `verno manifests` renders for each).
+    #[arg(long)]
+    pub service: Option<String>,
     /// In-cluster, run outside the cluster (Kyverno's --serverIP): the `https://HOST:PORT` the
     /// webhooks call (see `verno manifests --server-url`); the serving certificate is made for
     /// HOST too. Serve on it with --addr.
@@ -313,7 +315,7 @@ pub fn run(args: &ServeArgs) -> i32 {
             enabled: args.enable_policy_exception,
             namespace: args.exception_namespace.clone(),
         };
-        opts.service = args.service.clone();
+        opts.service = args.service_name().to_string();
         opts.serving_names = args.server_url.iter().map(|u| crate::cluster_cmd::server_host(u)).collect();
         opts.deployment = args.deployment.clone();
         opts.owner_cluster_role = args.owner_cluster_role.clone();
@@ -439,9 +441,40 @@ fn parse_omit_events(v: &str) -> Result<std::collections::BTreeSet<String>, Unkn
         .collect()
 }
 
+impl ServeArgs {
+    /// The webhook Service: `--service`, else the one `verno manifests` renders (Kyverno's
+    /// name with `--kyverno-names true`). A certificate made for another name than the one the
+    /// webhook configurations call fails every call (a fail-closed webhook then denies).
+    fn service_name(&self) -> &str {
+        match &self.service {
+            Some(s) => s,
+            None if self.kyverno_names => verno_controller::manifests::KYVERNO_SERVICE,
+            None => verno_controller::manifests::SERVICE,
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_service_follows_the_names_unless_given() {
+        use clap::Parser as _;
+        #[derive(clap::Parser)]
+        struct Cli {
+            #[command(flatten)]
+            serve: ServeArgs,
+        }
+        let parse = |args: &[&str]| {
+            let mut all = vec!["verno", "--kube"];
+            all.extend_from_slice(args);
+            Cli::try_parse_from(all).unwrap_or_else(|e| panic!("{e}")).serve
+        };
+        assert_eq!(parse(&[]).service_name(), "verno-svc");
+        assert_eq!(parse(&["--kyverno-names", "true"]).service_name(), "kyverno-svc");
+        assert_eq!(parse(&["--kyverno-names", "true", "--service", "mine"]).service_name(), "mine");
+    }
 
     /// Issue 14, item 7: two ClusterPolicies with one name both loaded, so which one enforced
     /// depended on file order.

@@ -1265,11 +1265,16 @@ pub async fn shutdown_signal() {
     let _ = tokio::signal::ctrl_c().await;
 }
 
-/// Logging to stderr: `RUST_LOG` (default info), JSON when asked.
+/// Logging to stderr: `RUST_LOG` (default info), JSON when asked; colours only on a terminal
+/// (a Pod's log or a file gets plain text).
 pub fn init_logging(json_logs: bool) {
+    use std::io::IsTerminal as _;
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
-    let builder = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr);
+    let builder = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .with_ansi(std::io::stderr().is_terminal());
     let _ = if json_logs { builder.json().try_init() } else { builder.try_init() };
 }
 
