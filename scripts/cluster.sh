@@ -401,6 +401,9 @@ cmd_up() {
   # - --endpoint-reconciler-type=none: the `kubernetes` Service's endpoints would be 127.0.0.1,
   #   which Endpoints validation rejects (loopback), logging an error every 10 s.
   # - Webhooks at https://127.0.0.1:PORT are called directly (no egress selector, no proxy).
+  # - --enable-aggregator-routing: a webhook that names a Service is called at an address of
+  #   the Service's EndpointSlices (there is no kube-proxy to route a ClusterIP); the chainsaw
+  #   runner points Verno's Service at the host process that way.
   start kube-apiserver "$TOOLS/kube-apiserver" \
     --etcd-servers="$ETCD_URL" \
     --bind-address=127.0.0.1 \
@@ -420,6 +423,7 @@ cmd_up() {
     --service-cluster-ip-range=10.0.0.0/24 \
     --endpoint-reconciler-type=none \
     --allow-privileged=true \
+    --enable-aggregator-routing=true \
     --profiling=false
   wait_for kube-apiserver "kube-apiserver $APISERVER_URL/readyz" apiserver_ready
 

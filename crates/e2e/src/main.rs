@@ -167,15 +167,16 @@ fn value_set_rbac(doc: &Value) -> Vec<(String, Value)> {
 
 /// The API server's `--runtime-config` for a case whose Kyverno CI cluster serves
 /// MutatingAdmissionPolicy at v1alpha1 only (`scripts/config/kind/vap-v1alpha1.yaml`, Kubernetes
-/// 1.33): the same API on this control plane, without v1beta1, so that Verno discovers and
-/// writes v1alpha1 as Kyverno does there. Cases of a 1.36 cluster (MutatingAdmissionPolicy v1)
-/// cannot be matched by this control plane (1.35).
+/// 1.33): v1alpha1 served on this control plane too, beside v1beta1 (1.35's API server does not
+/// become ready without v1beta1: its MutatingAdmissionPolicy plugin watches that version), so the
+/// case's v1alpha1 objects are read and written as there. Cases of a 1.36 cluster
+/// (MutatingAdmissionPolicy v1) cannot be matched by this control plane (1.35).
 fn runtime_config(case_json: Option<&Value>) -> Option<String> {
     let kind_configs = case_json?.pointer("/ci/kind_config")?.as_array()?;
     kind_configs
         .iter()
         .any(|k| k.as_str().is_some_and(|k| k.ends_with("vap-v1alpha1.yaml")))
-        .then(|| "admissionregistration.k8s.io/v1alpha1=true,admissionregistration.k8s.io/v1beta1=false".to_string())
+        .then(|| "admissionregistration.k8s.io/v1alpha1=true,admissionregistration.k8s.io/v1beta1=true".to_string())
 }
 
 /// A CI value set's `features.policyExceptions` (`enabled`, `namespace`), when it sets them.
@@ -436,6 +437,7 @@ async fn real_run(
         values_files: std::slice::from_ref(&values_file),
         extra_args: &extra,
         runtime_config: runtime_config.as_deref(),
+        reach: verno_e2e::real::Reach::ServiceIfPossible,
     })
     .await
     {

@@ -31,6 +31,73 @@ pub struct RealOptions<'a> {
     /// The API server's `--runtime-config` (`None`: `scripts/cluster.sh`'s, which serves
     /// MutatingAdmissionPolicy at v1beta1).
     pub runtime_config: Option<&'a str>,
+    /// How the API server reaches Verno's webhooks.
+    pub reach: Reach,
+}
+
+/// How the API server reaches the webhooks of a Verno that runs on the host.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Reach {
+    /// `verno manifests --server-url` / `verno serve --server-url` (Kyverno's `--serverIP`):
+    /// every webhook entry names a `url` on 127.0.0.1.
+    Url,
+    /// As an in-cluster install: the entries name Verno's Service (`clientConfig.service`), as
+    /// Kyverno's do. Verno listens on a non-loopback address of the host (EndpointSlice
+    /// validation refuses loopback) and the Service's EndpointSlice points there; the API
+    /// server (`--enable-aggregator-routing`, `scripts/cluster.sh`) calls a Service's
+    /// endpoints directly, as there is no kube-proxy. The install is the chart's except its
+    /// Deployment (Verno is the host process). Falls back to `Url` on a host without such an
+    /// address (the reason is logged in the runner's output).
+    ServiceIfPossible,
+}
+
+/// A non-loopback IPv4 address of this host (`VERNO_E2E_HOST_IP`, else the first global-scope
+/// address `ip` lists, else `hostname -I`'s first IPv4).
+pub fn host_address() -> Option<std::net::Ipv4Addr> {
+    let usable = |a: &std::net::Ipv4Addr| !a.is_loopback() && !a.is_link_local() && !a.is_unspecified();
+    if let Some(a) = std::env::var("VERNO_E2E_HOST_IP").ok().and_then(|s| s.trim().parse().ok()) {
+        return Some(a).filter(usable);
+    }
+    let words = |cmd: &mut Command| -> Vec<String> {
+        cmd.stdin(Stdio::null())
+            .stderr(Stdio::null())
+            .output()
+            .ok()
+            .filter(|o| o.status.success())
+            .map(|o| String::from_utf8_lossy(&o.stdout).split_whitespace().map(str::to_string).collect())
+            .unwrap_or_default()
+    };
+    // `ip -4 -o addr show scope global`: "2: eth0    inet 192.0.2.2/24 brd …".
+    let from_ip = words(Command::new("ip").args(["-4", "-o", "addr", "show", "scope", "global"]));
+    let ip_addrs = from_ip.windows(2).filter(|w| w[0] == "inet").filter_map(|w| w[1].split('/').next()?.parse().ok());
+    let hostname = words(Command::new("hostname").arg("-I"));
+    let host_addrs = hostname.iter().filter_map(|w| w.parse().ok());
+    ip_addrs.chain(host_addrs).find(usable)
+}
+
+/// The manifests without their Deployments (Verno runs on the host), and the Service the
+/// webhook configurations name (namespace, name), read from the rendered stream.
+fn without_deployment(manifests: &str) -> Result<(String, (String, String))> {
+    let mut kept = Vec::new();
+    let mut service = None;
+    for doc in manifests.split("\n---\n") {
+        if doc.trim().trim_start_matches("---").trim().is_empty() {
+            continue;
+        }
+        let v: Value = serde_saphyr::from_str(doc).with_context(|| format!("reading a rendered manifest:\n{doc}"))?;
+        if v["kind"] == "Deployment" {
+            continue;
+        }
+        if service.is_none()
+            && let Some(svc) = v["webhooks"].as_array().and_then(|w| w.first()).map(|w| &w["clientConfig"]["service"])
+            && let (Some(ns), Some(name)) = (svc["namespace"].as_str(), svc["name"].as_str())
+        {
+            service = Some((ns.to_string(), name.to_string()));
+        }
+        kept.push(doc);
+    }
+    let service = service.ok_or_else(|| anyhow!("no webhook configuration of the manifests names a Service"))?;
+    Ok((kept.join("\n---\n"), service))
 }
 
 /// A running control plane with Verno in it; stopped (processes killed, data removed) on drop.
@@ -111,16 +178,49 @@ impl RealCluster {
         let kubectl = o.repo.join(".tools/bin/kubectl");
         let port = free_port()?;
         let url = format!("https://127.0.0.1:{port}");
-        // The install, as a user runs it: CRDs, then the rest for a Verno outside the cluster.
+        let host = match o.reach {
+            Reach::Url => None,
+            Reach::ServiceIfPossible => {
+                let host = host_address();
+                if host.is_none() {
+                    eprintln!("no non-loopback IPv4 address on this host: webhooks call a url instead of the Service");
+                }
+                host
+            }
+        };
+        // The install, as a user runs it: CRDs, then the rest — for a Verno outside the cluster
+        // (`--server-url`), or the in-cluster install without its Deployment.
         let crds = run(Command::new(o.verno).args(["manifests", "--crds"]), "verno manifests --crds")?;
         apply(&kubectl, &kubeconfig, &crds)?;
         let mut m = Command::new(o.verno);
-        m.args(["manifests", "-n", o.namespace, "--server-url", &url]);
+        m.args(["manifests", "-n", o.namespace]);
+        if host.is_none() {
+            m.args(["--server-url", &url]);
+        }
         for v in o.values_files {
             m.arg("-f").arg(v);
         }
         let manifests = run(&mut m, "verno manifests")?;
-        apply(&kubectl, &kubeconfig, &manifests)?;
+        let mut service = None;
+        match host {
+            None => apply(&kubectl, &kubeconfig, &manifests)?,
+            Some(ip) => {
+                let (manifests, (ns, name)) = without_deployment(&manifests)?;
+                apply(&kubectl, &kubeconfig, &manifests)?;
+                // The Service's endpoint: this host, at Verno's port (the Service's port is
+                // named `https`).
+                let slice = serde_json::json!({
+                    "apiVersion": "discovery.k8s.io/v1", "kind": "EndpointSlice",
+                    "metadata": {"name": format!("{name}-host"), "namespace": ns,
+                        "labels": {"kubernetes.io/service-name": name, "endpointslice.kubernetes.io/managed-by": "verno-e2e"}},
+                    "addressType": "IPv4",
+                    "endpoints": [{"addresses": [ip.to_string()], "conditions": {"ready": true}}],
+                    "ports": [{"name": "https", "port": port, "protocol": "TCP"}],
+                });
+                apply(&kubectl, &kubeconfig, &slice.to_string())?;
+                service = Some(name);
+            }
+        }
         // Verno's credentials: its ServiceAccount's token, from the TokenRequest API.
         let token = run(
             Command::new(&kubectl)
@@ -147,7 +247,17 @@ impl RealCluster {
         let child = Command::new(o.verno)
             .args(["serve", "--kube", "--namespace", o.namespace, "--identity", "verno-0"])
             .args(["--owner-cluster-role", "verno:admission-controller"])
-            .args(["--server-url", &url, "--addr", &format!("127.0.0.1:{port}"), "--metrics-addr", "127.0.0.1:0"])
+            .args(match host {
+                None => vec!["--server-url".to_string(), url.clone(), "--addr".into(), format!("127.0.0.1:{port}")],
+                // The Service as the Deployment names it (its certificate is for that name).
+                Some(ip) => vec![
+                    "--addr".to_string(),
+                    format!("{ip}:{port}"),
+                    "--service".into(),
+                    service.clone().unwrap_or_default(),
+                ],
+            })
+            .args(["--metrics-addr", "127.0.0.1:0"])
             .arg("--tls-dir")
             .arg(o.dir.join("tls"))
             .args(o.extra_args)

@@ -105,6 +105,7 @@ async fn verno_in_a_real_control_plane() {
         values_files: &[],
         extra_args: &[],
         runtime_config: None,
+        reach: verno_e2e::real::Reach::Url,
     })
     .await
     .unwrap_or_else(|e| panic!("{e:#}"));

@@ -529,6 +529,7 @@ async fn run_mode(a: &Args, mode: Mode, t0: Instant) -> Result<String> {
                 values_files: &[],
                 extra_args: &[],
                 runtime_config: None,
+                reach: verno_e2e::real::Reach::Url,
             })
             .await?
         }
