@@ -8,6 +8,11 @@
 #   chainsaw                 github.com/kyverno/chainsaw           v0.2.12  (tools/chainsaw)
 #   kwok                     sigs.k8s.io/kwok/cmd/kwok             v0.8.0   (tools/kwok)
 #
+# and, only when named (the Kyverno oracle, scripts/install-kyverno-oracle.sh; test tools that
+# Verno never links, ships or needs):
+#   kubectl-kyverno          github.com/kyverno/kyverno/cmd/cli/kubectl-kyverno  v1.19.1
+#   kyverno                  github.com/kyverno/kyverno/cmd/kyverno  (tools/kyverno-oracle)
+#
 # Each tool is built from a small module of ours under tools/ whose committed go.mod/go.sum pin
 # the exact dependency graph (each selects exactly the versions of the tool's own release; the
 # kube one replaces k8s.io/kubernetes's ./staging/src/k8s.io/* folders with the published
@@ -35,7 +40,9 @@ KUBE_VERSION=v1.35.4
 KUBE_BUILD_DATE=2026-04-15T18:01:22Z
 CHAINSAW_VERSION=v0.2.12
 KWOK_VERSION=v0.8.0
+KYVERNO_VERSION=v1.19.1
 ALL_TOOLS=(etcd kube-apiserver kube-controller-manager chainsaw kwok)
+ORACLE_TOOLS=(kubectl-kyverno kyverno)
 
 export CGO_ENABLED=0
 # Only what these builds need; -mod is given on each command line.
@@ -166,8 +173,15 @@ install_tool() {
           mkdir -p "$CACHE" && cp -f "$stages" "$cached_stages"
         fi
       fi ;;
+    kubectl-kyverno)
+      build kubectl-kyverno "$KYVERNO_VERSION" tools/kyverno-oracle \
+        github.com/kyverno/kyverno/cmd/cli/kubectl-kyverno \
+        "-s -w -X github.com/kyverno/kyverno/pkg/version.BuildVersion=$KYVERNO_VERSION" ;;
+    kyverno)
+      build kyverno "$KYVERNO_VERSION" tools/kyverno-oracle github.com/kyverno/kyverno/cmd/kyverno \
+        "-s -w -X github.com/kyverno/kyverno/pkg/version.BuildVersion=$KYVERNO_VERSION" ;;
     *)
-      echo "install-control-plane: unknown tool '$1' (known: ${ALL_TOOLS[*]})" >&2
+      echo "install-control-plane: unknown tool '$1' (known: ${ALL_TOOLS[*]} ${ORACLE_TOOLS[*]})" >&2
       exit 2 ;;
   esac
 }
@@ -178,6 +192,8 @@ report() {
     kube-apiserver|kube-controller-manager) echo "$1: $("$BIN/$1" --version)" ;;
     chainsaw) echo "chainsaw: $("$BIN/chainsaw" version | sed -n 1p)" ;;
     kwok) echo "kwok: $("$BIN/kwok" --version | sed -n 1p) (stages: .tools/share/kwok/stages.yaml)" ;;
+    kubectl-kyverno) echo "kubectl-kyverno: $("$BIN/kubectl-kyverno" version 2>/dev/null | sed -n 1p)" ;;
+    kyverno) echo "kyverno: $KYVERNO_VERSION (admission controller, cmd/kyverno)" ;;
   esac
 }
 
