@@ -42,6 +42,10 @@ pub struct ApplyArgs {
     /// file per resource; otherwise one multi-document YAML file).
     #[arg(short = 'o', long = "output")]
     pub output: Option<String>,
+    /// The format of `--policy-report`'s reports, `yaml` (default) or `json` (Kyverno's
+    /// `--output-format`).
+    #[arg(long = "output-format", value_parser = ["json", "yaml"])]
+    pub output_format: Option<String>,
     /// Print every rule result, not only failures.
     #[arg(long)]
     pub detailed_results: bool,
@@ -71,7 +75,10 @@ fn run_inner(args: &ApplyArgs) -> Result<i32> {
     if !out.machine {
         print_header(&policies, &set, resources.len());
     }
-    let mut tally = Tally::default();
+    // As Kyverno's CLI: a policy that does not pass validation is skipped (listed with its
+    // reason, each counted as an error), and the others are applied.
+    print_skipped(&policies, format.is_some());
+    let mut tally = Tally { error: policies.invalid.len(), ..Tally::default() };
     let now = chrono::Utc::now().timestamp();
     let total = resources.len();
     for (n, r) in resources.iter().enumerate() {
@@ -125,10 +132,6 @@ fn load_inputs(args: &ApplyArgs) -> Result<Inputs> {
         pdocs.extend(load::read_docs(p)?);
     }
     let policies = load_policies(pdocs);
-    if !policies.invalid.is_empty() {
-        let names: Vec<&String> = policies.invalid.keys().collect();
-        bail!("invalid policies: {names:?} (see the errors above)");
-    }
     for (n, why) in &policies.unsupported {
         eprintln!("Warning: skipping policy {n}: {why}");
     }
@@ -165,11 +168,28 @@ fn load_inputs(args: &ApplyArgs) -> Result<Inputs> {
     Ok(Inputs { policies, resources, set, data, user, globals })
 }
 
-/// Kyverno's `Applying N policy rule(s) to M resource(s)...` line.
+/// Kyverno's list of the policies it skipped, on stdout (stderr when stdout carries Verno's
+/// own JSON or YAML results).
+fn print_skipped(policies: &LoadedPolicies, stdout_is_data: bool) {
+    if policies.invalid.is_empty() {
+        return;
+    }
+    const DIVIDER: &str = "----------------------------------------------------------------------";
+    let mut text = format!("{DIVIDER}\nPolicies Skipped:\n");
+    for (n, i) in policies.invalid.iter().enumerate() {
+        text.push_str(&format!("{}. {}: {}\n", n + 1, i.name, i.reason));
+    }
+    text.push_str(DIVIDER);
+    if stdout_is_data { eprintln!("{text}") } else { println!("{text}") }
+}
+
+/// Kyverno's `Applying N policy rule(s) to M resource(s)...` line: every rule, autogen's
+/// included, as Kyverno counts them (a skipped policy's rules counted as written: its autogen
+/// rules are not known).
 fn print_header(policies: &LoadedPolicies, set: &PolicySet, resources: usize) {
     let exceptions = set.exceptions();
-    let rule_count: usize =
-        policies.compiled.iter().map(|p| p.rules.iter().filter(|r| r.autogen_of.is_none()).count()).sum();
+    let rule_count: usize = policies.compiled.iter().map(|p| p.rules.len()).sum::<usize>()
+        + policies.invalid.iter().map(|i| i.rules).sum::<usize>();
     if exceptions.is_empty() {
         println!("\nApplying {rule_count} policy rule(s) to {resources} resource(s)...");
     } else {
@@ -303,7 +323,7 @@ fn print_results(
     let summary = json!({"pass": pass, "fail": fail, "warn": warn, "error": error, "skip": skip});
     if args.policy_report {
         let text = |v: &Value| {
-            if args.output.as_deref() == Some("json") {
+            if args.output.as_deref() == Some("json") || args.output_format.as_deref() == Some("json") {
                 serde_json::to_string_pretty(v).unwrap_or_default()
             } else {
                 serde_saphyr::to_string(v).unwrap_or_default()

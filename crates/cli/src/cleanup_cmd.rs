@@ -93,8 +93,8 @@ fn run_inner(args: &CleanupArgs) -> Result<i32> {
     }
     let loaded = load_policies(pdocs);
     if !loaded.invalid.is_empty() {
-        let names: Vec<&String> = loaded.invalid.keys().collect();
-        bail!("invalid policies: {names:?} (see the errors above)");
+        loaded.print_invalid();
+        bail!("invalid policies: {:?} (see the errors above)", loaded.invalid_keys());
     }
     let policies: Vec<Arc<CompiledPolicy>> = loaded.compiled.into_iter().filter(|p| p.cleanup().is_some()).collect();
     if policies.is_empty() && !args.ttl {

@@ -245,14 +245,49 @@ pub fn parse_user_info(v: &Value, file: &Path) -> Result<(RequestUser, Value)> {
 /// Policies from files: compiled ones, and the names of those that could not be used (with why).
 pub struct LoadedPolicies {
     pub compiled: Vec<Arc<CompiledPolicy>>,
-    pub invalid: HashMap<String, String>,
+    /// The policies that did not compile, in the order read.
+    pub invalid: Vec<InvalidPolicy>,
     pub unsupported: HashMap<String, String>,
+}
+
+/// A policy that did not compile.
+#[derive(Debug, Clone)]
+pub struct InvalidPolicy {
+    /// `name`, or `namespace/name` for a namespaced Policy.
+    pub key: String,
+    /// `metadata.name`.
+    pub name: String,
+    /// The file it was read from.
+    pub file: PathBuf,
+    /// The error, in Kyverno's words where it has them.
+    pub reason: String,
+    /// How many rules it declares (`spec.rules`, autogen not counted).
+    pub rules: usize,
+}
+
+impl LoadedPolicies {
+    /// Why the policy `key` did not compile, if it did not.
+    pub fn invalid_reason(&self, key: &str) -> Option<&str> {
+        self.invalid.iter().find(|i| i.key == key).map(|i| i.reason.as_str())
+    }
+
+    /// The keys of the policies that did not compile.
+    pub fn invalid_keys(&self) -> Vec<&str> {
+        self.invalid.iter().map(|i| i.key.as_str()).collect()
+    }
+
+    /// Prints each policy that did not compile to stderr: `Error: FILE: policy KEY: REASON`.
+    pub fn print_invalid(&self) {
+        for i in &self.invalid {
+            eprintln!("Error: {}: policy {}: {}", i.file.display(), i.key, i.reason);
+        }
+    }
 }
 
 /// Compiles every policy among `docs` through the engine's one front door; exceptions
 /// ([`load_exceptions`]), bindings (read with their policy) and other documents are skipped.
 pub fn load_policies(docs: Vec<Doc>) -> LoadedPolicies {
-    let mut out = LoadedPolicies { compiled: Vec::new(), invalid: HashMap::new(), unsupported: HashMap::new() };
+    let mut out = LoadedPolicies { compiled: Vec::new(), invalid: Vec::new(), unsupported: HashMap::new() };
     let bindings: Vec<Value> = docs
         .iter()
         .filter(|d| Kind::of_document(&d.value).is_some_and(Kind::is_binding))
@@ -276,10 +311,10 @@ pub fn load_policies(docs: Vec<Doc>) -> LoadedPolicies {
                         let ns = d.value.pointer("/metadata/namespace").and_then(Value::as_str).unwrap_or("default");
                         format!("{ns}/{name}")
                     }
-                    _ => name,
+                    _ => name.clone(),
                 };
-                eprintln!("Error: {}: policy {key}: {e}", d.file.display());
-                out.invalid.insert(key, e.to_string());
+                let rules = d.value.pointer("/spec/rules").and_then(Value::as_array).map_or(0, Vec::len);
+                out.invalid.push(InvalidPolicy { key, name, file: d.file.clone(), reason: e.to_string(), rules });
             }
         }
     }

@@ -248,8 +248,8 @@ pub fn load_set(paths: &[PathBuf], ns_labels: Option<&Path>) -> Result<PolicySet
     }
     let exceptions = load_exceptions(&docs).map_err(LoadSetError::Read)?;
     let loaded = load_policies(docs);
-    if let Some((name, why)) = loaded.invalid.iter().next() {
-        return Err(LoadSetError::Invalid { name: name.to_string(), why: why.to_string() });
+    if let Some(i) = loaded.invalid.first() {
+        return Err(LoadSetError::Invalid { name: i.key.clone(), why: i.reason.clone() });
     }
     // Two documents for one policy: which one is in force would depend on file order.
     let mut seen = std::collections::BTreeSet::new();

@@ -443,6 +443,7 @@ fn run_test(
         pdocs.extend(load::read_docs(&roots.rel(base, p)?)?);
     }
     let policies = load_policies(pdocs);
+    policies.print_invalid();
     log("  Loading resources ...".into());
     let subjects = load_subjects(&test, roots, base, log)?;
     let mut edocs = Vec::new();
@@ -762,7 +763,7 @@ fn check_row(
         row.reason = reason;
         row
     };
-    if let Some(e) = policies.invalid.get(&entry.policy) {
+    if let Some(e) = policies.invalid_reason(&entry.policy) {
         return fail(row, "Invalid Policy", format!("policy {} is invalid: {e}", entry.policy));
     }
     if let Some(e) = policies.unsupported.get(&entry.policy) {

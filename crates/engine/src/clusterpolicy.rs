@@ -259,7 +259,9 @@ fn written_rules(spec: &verno_api::policy::Spec) -> Result<Vec<CompiledRule>, Co
                 format!("duplicate rule name {:?}", r.name),
             ));
         }
+        crate::rule_checks::conditions(r, i)?;
         rules.push(compile_rule(r, &format!("spec.rules[{i}]"), None, spec.validation_failure_action.as_deref())?);
+        crate::rule_checks::label_values(r)?;
     }
     Ok(rules)
 }

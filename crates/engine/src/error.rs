@@ -22,8 +22,10 @@
 use thiserror::Error;
 use verno_api::Kind;
 
+/// `path: message`, or the message alone when the error has no path (Kyverno words some
+/// policy-validation errors without one).
 #[derive(Debug, Clone, Error, PartialEq)]
-#[error("{path}: {message}")]
+#[error("{}{message}", if path.is_empty() { String::new() } else { format!("{path}: ") })]
 pub struct CompileError {
     pub path: String,
     pub message: String,
@@ -33,6 +35,11 @@ impl CompileError {
     /// `message`: a text, or a typed error whose text is what the user reads.
     pub fn new(path: impl Into<String>, message: impl std::fmt::Display) -> Self {
         CompileError { path: path.into(), message: message.to_string() }
+    }
+
+    /// An error about the whole policy, without a path.
+    pub fn whole(message: impl std::fmt::Display) -> Self {
+        CompileError { path: String::new(), message: message.to_string() }
     }
 }
 

@@ -53,6 +53,7 @@ mod policy;
 mod ports;
 mod pss;
 pub mod report;
+mod rule_checks;
 mod set;
 mod smp;
 mod template;

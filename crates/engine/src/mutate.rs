@@ -468,9 +468,15 @@ impl Patches {
                     // Parsed once, so a broken policy fails at load.
                     let doc = verno_jmespath::yaml::parse(s)
                         .map_err(|e| CompileError::new(&p, format!("invalid YAML: {e}")))?;
-                    Some(Json6902::Static(
-                        crate::jsonpatch::parse_ops(&doc).map_err(|e| CompileError::new(&p, e.to_string()))?,
-                    ))
+                    Some(Json6902::Static(crate::jsonpatch::parse_ops(&doc).map_err(|e| {
+                        match (e, path.strip_suffix(".mutate")) {
+                            // A rule's own patch: Kyverno's policy validation words it so.
+                            (crate::jsonpatch::PatchError::RelativePath { path: op_path, .. }, Some(rule)) => {
+                                CompileError::whole(format!("path must begin with a forward slash: {rule}: {op_path}"))
+                            }
+                            (e, _) => CompileError::new(&p, e.to_string()),
+                        }
+                    })?))
                 }
             }
             None => None,

@@ -138,7 +138,8 @@ fn apply_prints_failures_and_kyverno_summary() {
     ]);
     let stdout = String::from_utf8_lossy(&out.stdout);
     assert_eq!(out.status.code(), Some(1), "{stdout}");
-    assert!(stdout.contains("Applying 1 policy rule(s) to 4 resource(s)..."), "{stdout}");
+    // Kyverno counts the autogen rules (its CLI prints 3 here).
+    assert!(stdout.contains("Applying 3 policy rule(s) to 4 resource(s)..."), "{stdout}");
     assert!(stdout.contains("policy team-label -> resource shop/Pod/unlabelled failed:"), "{stdout}");
     assert!(stdout.contains("1 - check-team validation error: Every pod needs a team label. rule check-team failed at path /metadata/labels/"), "{stdout}");
     assert!(stdout.contains("1 - autogen-check-team validation error: Every pod needs a team label. rule autogen-check-team failed at path /spec/template/metadata/labels/team/"), "{stdout}");
@@ -179,10 +180,13 @@ fn a_broken_policy_is_an_error_naming_the_field() {
         "-r",
         tmp.path().join("r.yaml").to_str().unwrap_or(""),
     ]);
-    assert_eq!(out.status.code(), Some(2));
-    let err = String::from_utf8_lossy(&out.stderr);
+    // Skipped as Kyverno skips a policy its validation refuses, and counted as an error
+    // (Kyverno finds this one only when evaluating: an error result, the same count).
+    assert_eq!(out.status.code(), Some(1));
+    let err = String::from_utf8_lossy(&out.stdout);
     assert!(err.contains("spec.rules[0].validate.deny.conditions.any[0].key"), "{err}");
     assert!(err.contains("unknown function: nope()"), "{err}");
+    assert!(err.contains("pass: 0, fail: 0, warn: 0, error: 1, skip: 0"), "{err}");
 }
 
 #[test]
@@ -265,9 +269,13 @@ fn a_broken_json6902_patch_is_a_load_error_naming_the_field() {
         "-r",
         tmp.path().join("pod.yaml").to_str().unwrap_or("."),
     ]);
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert_ne!(out.status.code(), Some(0));
-    assert!(stderr.contains("spec.rules[0].mutate.patchesJson6902") && stderr.contains("must start with"), "{stderr}");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(out.status.code(), Some(1));
+    // Kyverno's words (its CLI prints the same line).
+    assert!(
+        stdout.contains("1. bad: path must begin with a forward slash: spec.rules[0]: metadata/labels/x\n"),
+        "{stdout}"
+    );
 }
 
 /// A YAML error echoed the lines around it, so a test file naming any file
@@ -285,6 +293,34 @@ fn yaml_errors_name_the_place_not_the_contents() {
     let all = format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
     assert!(all.contains("secret.txt: invalid YAML: unclosed bracket '[' at line 2, column 7"), "{all}");
     assert!(!all.contains("s3cr3t"), "{all}");
+}
+
+/// Found by the Kyverno oracle (issue 50): a policy Kyverno's policy validation refuses is
+/// skipped, listed with Kyverno's reason and counted as an error; the others are applied.
+#[test]
+fn apply_skips_a_policy_that_fails_validation_as_kyverno_does() {
+    let dir = testdata().join("validate/require-labels");
+    let tmp = tempfile::tempdir().unwrap();
+    write(
+        tmp.path(),
+        "bad.yaml",
+        "apiVersion: kyverno.io/v1\nkind: ClusterPolicy\nmetadata: {name: bad-operation}\nspec:\n  rules:\n  - name: r\n    match: {any: [{resources: {kinds: [ConfigMap]}}]}\n    validate:\n      deny:\n        conditions:\n          any:\n          - {key: '{{ request.operation }}', operator: Equals, value: '*'}\n",
+    );
+    let out = verno(&[
+        "apply",
+        dir.join("policy.yaml").to_str().unwrap_or(""),
+        tmp.path().join("bad.yaml").to_str().unwrap_or(""),
+        "--resource",
+        dir.join("resources.yaml").to_str().unwrap_or(""),
+    ]);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(out.status.code(), Some(1), "{stdout}");
+    assert!(
+        stdout.contains("Policies Skipped:\n1. bad-operation: path: spec.rules[0].validate.deny.conditions.any[0].value: *: unknown value '*' found under the 'value' field. Only the following values are allowed: [CREATE, UPDATE, DELETE, CONNECT]\n"),
+        "{stdout}"
+    );
+    assert!(stdout.contains("policy team-label -> resource shop/Pod/unlabelled failed:"), "{stdout}");
+    assert!(stdout.contains("pass: 1, fail: 2, warn: 0, error: 1, skip: 0 "), "{stdout}");
 }
 
 #[test]
@@ -312,6 +348,20 @@ fn apply_policy_report_prints_the_controllers_results_in_kyvernos_cli_reports() 
     assert_eq!(failed["scored"], true);
     assert!(failed["timestamp"]["seconds"].is_i64());
     assert!(failed["resources"][0]["kind"].is_string(), "{failed}");
+    // Kyverno's spelling of the format, `--output-format json`, prints the same report.
+    let kyverno_spelling = verno(&[
+        "apply",
+        dir.join("policy.yaml").to_str().unwrap_or(""),
+        "--resource",
+        dir.join("resources.yaml").to_str().unwrap_or(""),
+        "-p",
+        "--output-format",
+        "json",
+    ]);
+    let again: serde_json::Value = serde_json::from_slice(&kyverno_spelling.stdout)
+        .unwrap_or_else(|e| panic!("{e}: {}", String::from_utf8_lossy(&kyverno_spelling.stdout)));
+    assert_eq!(again["summary"], report["summary"]);
+    assert_eq!(again["results"].as_array().map(Vec::len), report["results"].as_array().map(Vec::len));
 }
 
 #[test]
