@@ -61,6 +61,9 @@ pub fn main() -> i32 {
             return code;
         }
     };
+    if !matches!(cli.command, Command::Serve(_)) {
+        quiet_on_closed_stdout();
+    }
     match &cli.command {
         Command::Test(a) => test_cmd::run(a),
         Command::Apply(a) => apply_cmd::run(a),
@@ -71,4 +74,24 @@ pub fn main() -> i32 {
         Command::Doctor(a) => cluster_cmd::doctor(a),
         Command::Jp { cmd } => jp_cmd::run(cmd),
     }
+}
+
+/// `verno apply … | head`: when the reader of stdout goes away, `println!` panics ("failed
+/// printing to stdout: Broken pipe"). A command-line tool stops quietly instead, with the
+/// status a shell gives a process killed by SIGPIPE (128 + 13). (Restoring SIGPIPE's default
+/// action would need unsafe code; the panic is caught by its message instead.)
+fn quiet_on_closed_stdout() {
+    let default = std::panic::take_hook();
+    std::panic::set_hook(Box::new(move |info| {
+        let payload = info.payload();
+        let msg = payload
+            .downcast_ref::<String>()
+            .map(String::as_str)
+            .or_else(|| payload.downcast_ref::<&str>().copied())
+            .unwrap_or("");
+        if msg.starts_with("failed printing to stdout") && msg.contains("Broken pipe") {
+            std::process::exit(141);
+        }
+        default(info)
+    }));
 }

@@ -469,3 +469,28 @@ fn test_discovery_does_not_follow_folder_links() {
     let v: Value = serde_json::from_slice(&out.stdout).unwrap_or_default();
     assert_eq!(v["results"].as_array().map(Vec::len), Some(4), "one suite, found once");
 }
+
+/// Found by the differential run (issue 50): `verno apply … | head` panicked with "failed
+/// printing to stdout: Broken pipe" and a backtrace; it now stops quietly with SIGPIPE's status.
+#[test]
+fn apply_stops_quietly_when_its_reader_goes_away() {
+    let dir = testdata().join("validate/require-labels");
+    let tmp = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
+    let pods: String = (0..1000)
+        .map(|i| format!("---\napiVersion: v1\nkind: Pod\nmetadata: {{name: pod-{i}, namespace: shop}}\nspec: {{containers: [{{name: c, image: nginx}}]}}\n"))
+        .collect();
+    write(tmp.path(), "pods.yaml", &pods);
+    let mut child = Command::new(env!("CARGO_BIN_EXE_verno"))
+        .args(["apply", dir.join("policy.yaml").to_str().unwrap_or(""), "-r"])
+        .arg(tmp.path().join("pods.yaml"))
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap_or_else(|e| panic!("{e}"));
+    // The reader goes away before the output is written (more than a pipe's buffer).
+    drop(child.stdout.take());
+    let out = child.wait_with_output().unwrap_or_else(|e| panic!("{e}"));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!stderr.contains("panicked"), "{stderr}");
+    assert_eq!(out.status.code(), Some(141), "{stderr}");
+}
