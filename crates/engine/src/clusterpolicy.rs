@@ -241,6 +241,7 @@ fn spec_checks(spec: &verno_api::policy::Spec) -> Result<(), CompileError> {
 /// The rules as written (not autogen's), compiled; names are unique, `celPreconditions` only
 /// with `validate.cel`.
 fn written_rules(spec: &verno_api::policy::Spec) -> Result<Vec<CompiledRule>, CompileError> {
+    crate::rule_checks::pod_security(&spec.rules)?;
     let mut rules = Vec::new();
     let mut seen = std::collections::BTreeSet::new();
     for (i, r) in spec.rules.iter().enumerate() {

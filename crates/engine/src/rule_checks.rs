@@ -5,7 +5,10 @@
 //! - a condition on `{{ request.operation }}` whose value is not one of CREATE, UPDATE, DELETE,
 //!   CONNECT (a `{{ … }}` value is allowed), or not a string or a list;
 //! - a pattern or strategic-merge patch whose `metadata.labels`/`annotations` (or, under
-//!   `spec`, `spec.template.metadata`'s) hold anything but strings.
+//!   `spec`, `spec.template.metadata`'s) hold anything but strings;
+//! - a `podSecurity` exclusion that does not fit its control (images on a pod-level control,
+//!   none on a container-level one, `restrictedField` without `values` or the reverse, a
+//!   restricted-only control excluded at the baseline level).
 
 use crate::error::CompileError;
 use serde_json::Value;
@@ -121,6 +124,53 @@ fn go_type(v: &Value) -> &'static str {
     }
 }
 
+/// Kyverno's `PodSecurityStandard.Validate` and `ValidatePSaControlNames` over every rule (part
+/// of its spec validation, so all such errors are reported together: one as it is, several as
+/// `[a, b]`).
+pub fn pod_security(rules: &[Rule]) -> Result<(), CompileError> {
+    const CONTAINER_LEVEL: [&str; 5] =
+        ["Capabilities", "Privileged Containers", "Host Ports", "/proc Mount Type", "Privilege Escalation"];
+    const POD_LEVEL: [&str; 4] = ["Host Namespaces", "HostPath Volumes", "Sysctls", "Volume Types"];
+    // Restricted-only controls, as Kyverno lists them (Seccomp and Capabilities have a
+    // baseline part too and stay allowed).
+    const RESTRICTED_ONLY: [&str; 4] =
+        ["Volume Types", "Privilege Escalation", "Running as Non-root", "Running as Non-root user"];
+    let mut errors = Vec::new();
+    for (i, r) in rules.iter().enumerate() {
+        let Some(ps) = r.validate.as_ref().and_then(|v| v.pod_security.as_ref()) else { continue };
+        for (n, ex) in ps.exclude.iter().enumerate() {
+            let at = format!("spec.rules[{i}].podSecurity.exclude[{n}]");
+            let control = &ex.control_name;
+            if CONTAINER_LEVEL.contains(&control.as_str()) && ex.images.is_empty() {
+                errors.push(format!(
+                    "{at}.controlName: Invalid value: {control:?}: exclude.images must be specified for the container level control"
+                ));
+            } else if POD_LEVEL.contains(&control.as_str()) && !ex.images.is_empty() {
+                errors.push(format!(
+                    "{at}.controlName: Invalid value: {control:?}: exclude.images must not be specified for the pod level control"
+                ));
+            }
+            let field = ex.restricted_field.as_deref().unwrap_or("");
+            if !field.is_empty() && ex.values.is_empty() {
+                errors.push(format!("{at}.values: Forbidden: values is required"));
+            }
+            if field.is_empty() && !ex.values.is_empty() {
+                errors.push(format!("{at}.restrictedField: Forbidden: restrictedField is required"));
+            }
+            if ps.level == "baseline" && RESTRICTED_ONLY.contains(&control.as_str()) {
+                errors.push(format!(
+                    "{at}.controlName: Invalid value: {control:?}: Invalid control name defined at the given level"
+                ));
+            }
+        }
+    }
+    match errors.len() {
+        0 => Ok(()),
+        1 => Err(CompileError::whole(errors.remove(0))),
+        _ => Err(CompileError::whole(format!("[{}]", errors.join(", ")))),
+    }
+}
+
 /// Kyverno's `isLabelAndAnnotationsString`: the first pattern it looks at (a foreach's, the
 /// rule's, each of `anyPattern`'s, a strategic-merge patch) may hold only strings in
 /// `metadata.labels` and `metadata.annotations` (or, under `spec`,
@@ -227,6 +277,38 @@ mod tests {
             text(conditions(&r, 1)),
             "path: spec.rules[1].validate.preconditions[0].: entered value of `key`, `value` or `operator` is missing or misspelled"
         );
+    }
+
+    #[test]
+    fn pod_security_exclusions_fit_their_control_and_level() {
+        let ps = |level: &str, exclude: Value| {
+            rule(
+                json!({"name": "r", "validate": {"podSecurity": {"level": level, "version": "latest", "exclude": exclude}}}),
+            )
+        };
+        let one = ps("baseline", json!([{"controlName": "Running as Non-root", "images": ["*"]}]));
+        assert_eq!(
+            text(pod_security(&[rule(json!({"name": "a", "validate": {"pattern": {}}})), one])),
+            "spec.rules[1].podSecurity.exclude[0].controlName: Invalid value: \"Running as Non-root\": Invalid control name defined at the given level"
+        );
+        let several = ps(
+            "restricted",
+            json!([{"controlName": "Host Ports"}, {"controlName": "Host Namespaces", "images": ["x"], "values": ["true"]}]),
+        );
+        assert_eq!(
+            text(pod_security(&[several])),
+            "[spec.rules[0].podSecurity.exclude[0].controlName: Invalid value: \"Host Ports\": exclude.images must be specified for the container level control, spec.rules[0].podSecurity.exclude[1].controlName: Invalid value: \"Host Namespaces\": exclude.images must not be specified for the pod level control, spec.rules[0].podSecurity.exclude[1].restrictedField: Forbidden: restrictedField is required]"
+        );
+        // Seccomp and Capabilities have a baseline part; restricted may exclude anything.
+        let fine = [
+            ps("baseline", json!([{"controlName": "Capabilities", "images": ["nginx*"]}, {"controlName": "Seccomp"}])),
+            ps("restricted", json!([{"controlName": "Running as Non-root", "images": ["*"]}])),
+            ps(
+                "baseline",
+                json!([{"controlName": "Host Ports", "images": ["*"], "restrictedField": "spec.containers[*].ports[*].hostPort", "values": ["80"]}]),
+            ),
+        ];
+        assert!(pod_security(&fine).is_ok());
     }
 
     #[test]
