@@ -36,8 +36,9 @@ impl PodSecurityCheck {
                 ));
             }
         };
-        let version = if p.version.is_empty() { "latest".to_string() } else { p.version.clone() };
-        Ok(PodSecurityCheck { level, minor: minor(&version), version, exclude: p.exclude.clone() })
+        // The version as written (Kyverno's messages and report properties print it so, empty
+        // when omitted); the checks of the newest when omitted.
+        Ok(PodSecurityCheck { level, minor: minor(&p.version), version: p.version.clone(), exclude: p.exclude.clone() })
     }
 
     pub fn level_name(&self) -> &'static str {
@@ -48,10 +49,35 @@ impl PodSecurityCheck {
         }
     }
 
+    /// Whether Kyverno reads a pod out of this kind of resource (a Pod, a CronJob's job
+    /// template, the pod template of the other controllers); on another kind a podSecurity
+    /// rule is an error: [`UNSUPPORTED_KIND`].
+    pub fn supports(resource: &Value) -> bool {
+        pod_kind(resource).is_some()
+    }
+
     /// The failed checks after exclusions, each worded as Kyverno words it:
-    /// `(Forbidden reason: R, field error list: [E, …])`.
+    /// `(Forbidden reason: R, field error list: [E, …])`, with the fields named in the
+    /// resource as Kyverno renames them (every `spec` of a controller's field becomes its pod
+    /// template's, every `metadata` becomes `spec.template.metadata`, whatever the kind).
     pub fn violations(&self, resource: &Value) -> Vec<String> {
-        self.failed(resource).into_iter().map(|r| r.to_string()).collect()
+        let spec_at = match pod_kind(resource) {
+            Some(PodKind::Controller) => Some("spec.template.spec"),
+            Some(PodKind::CronJob) => Some("spec.jobTemplate.spec.template.spec"),
+            _ => None,
+        };
+        self.failed(resource)
+            .into_iter()
+            .map(|mut r| {
+                for e in &mut r.errs {
+                    if let Some(at) = spec_at {
+                        e.field = e.field.replace("spec", at);
+                    }
+                    e.field = e.field.replace("metadata", "spec.template.metadata");
+                }
+                r.to_string()
+            })
+            .collect()
     }
 
     fn failed(&self, resource: &Value) -> Vec<CheckResult> {
@@ -348,14 +374,39 @@ impl std::fmt::Display for CheckResult {
     }
 }
 
-fn pod_parts(r: &Value) -> Option<(&Value, &Value)> {
+/// Kyverno's words for a podSecurity rule on a kind it reads no pod from.
+pub const UNSUPPORTED_KIND: &str = "Error while getting new resource: could not find correct resource type";
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum PodKind {
+    Pod,
+    /// A controller with a pod template at `spec.template`.
+    Controller,
+    CronJob,
+}
+
+/// The kinds Kyverno's podSecurity reads a pod from.
+fn pod_kind(r: &Value) -> Option<PodKind> {
     match r.get("kind").and_then(Value::as_str)? {
-        "Pod" => Some((r.get("metadata")?, r.get("spec")?)),
-        "CronJob" => {
-            let t = r.pointer("/spec/jobTemplate/spec/template")?;
-            Some((t.get("metadata").unwrap_or(&Value::Null), t.get("spec")?))
+        "Pod" => Some(PodKind::Pod),
+        "DaemonSet" | "Deployment" | "Job" | "StatefulSet" | "ReplicaSet" | "ReplicationController" => {
+            Some(PodKind::Controller)
         }
-        _ => {
+        "CronJob" => Some(PodKind::CronJob),
+        _ => None,
+    }
+}
+
+/// The pod's metadata and spec. For a CronJob the metadata is its job template's, not the pod
+/// template's, as Kyverno reads it.
+fn pod_parts(r: &Value) -> Option<(&Value, &Value)> {
+    match pod_kind(r)? {
+        PodKind::Pod => Some((r.get("metadata")?, r.get("spec")?)),
+        PodKind::CronJob => {
+            let jt = r.pointer("/spec/jobTemplate")?;
+            Some((jt.get("metadata").unwrap_or(&Value::Null), jt.pointer("/spec/template/spec")?))
+        }
+        PodKind::Controller => {
             let t = r.pointer("/spec/template")?;
             Some((t.get("metadata").unwrap_or(&Value::Null), t.get("spec")?))
         }
@@ -833,6 +884,31 @@ mod tests {
             ]
         );
         assert!(r.violations(&pod(json!({"securityContext": {"runAsNonRoot": true}, "containers": [{"name": "a", "image": "x", "securityContext": {"allowPrivilegeEscalation": false, "capabilities": {"drop": ["ALL"]}, "seccompProfile": {"type": "RuntimeDefault"}}}]}))).is_empty());
+    }
+
+    /// Found by the Kyverno oracle (issue 50): a controller's fields are named in it, the
+    /// version is printed as written, and a kind Kyverno reads no pod from is not evaluated.
+    #[test]
+    fn controllers_name_their_template_fields_and_other_kinds_are_not_pods() {
+        let c = versioned("baseline", "");
+        let spec = json!({"hostIPC": true, "containers": [{"name": "a", "image": "x", "ports": [{"containerPort": 80, "hostPort": 8080}]}]});
+        let deploy = json!({"kind": "Deployment", "spec": {"template": {"spec": spec}}});
+        assert_eq!(
+            c.violations(&deploy),
+            [
+                "(Forbidden reason: host namespaces, field error list: [spec.template.spec.hostIPC is forbidden, forbidden values found: true])",
+                "(Forbidden reason: hostPort, field error list: [spec.template.spec.containers[0].ports[0].hostPort is forbidden, forbidden values found: 8080])",
+            ]
+        );
+        let cron = json!({"kind": "CronJob", "spec": {"jobTemplate": {"spec": {"template": {"spec": spec}}}}});
+        assert!(c.violations(&cron)[0].contains("[spec.jobTemplate.spec.template.spec.hostIPC is forbidden"));
+        assert!(
+            c.message("r", &["(x)".into()])
+                .starts_with("Validation rule 'r' failed. It violates PodSecurity \"baseline:\": ")
+        );
+        assert!(PodSecurityCheck::supports(&deploy));
+        assert!(!PodSecurityCheck::supports(&json!({"kind": "ConfigMap", "data": {}})));
+        assert!(!PodSecurityCheck::supports(&json!({"kind": "PodTemplate", "template": {"spec": spec}})));
     }
 
     #[test]

@@ -357,6 +357,9 @@ impl ValidateCtx<'_> {
                 if delete {
                     return None;
                 }
+                if !crate::pss::PodSecurityCheck::supports(target) {
+                    return Some(self.resp(Status::Error, crate::pss::UNSUPPORTED_KIND.to_string()));
+                }
                 let v = pss.violations(target);
                 if v.is_empty() {
                     Some(self.resp(Status::Pass, format!("Validation rule '{}' passed.", self.rule)))
