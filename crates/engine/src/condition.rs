@@ -179,8 +179,8 @@ pub fn evaluate(op: Operator, key: &Value, value: &Value) -> bool {
         Operator::AllIn => set_op(key, value, SetOp::AllIn),
         Operator::AnyNotIn => set_op(key, value, SetOp::AnyNotIn),
         Operator::AllNotIn => set_op(key, value, SetOp::AllNotIn),
-        Operator::In => legacy_in(key, value).unwrap_or(false),
-        Operator::NotIn => legacy_in(key, value).map(|b| !b).unwrap_or(false),
+        Operator::In => legacy_in(key, value, false),
+        Operator::NotIn => legacy_in(key, value, true),
         Operator::GreaterThan => numeric(key, value) == Some(Ordering::Greater),
         Operator::GreaterThanOrEquals => matches!(numeric(key, value), Some(Ordering::Greater | Ordering::Equal)),
         Operator::LessThan => numeric(key, value) == Some(Ordering::Less),
@@ -362,40 +362,59 @@ fn set_op(key: &Value, value: &Value, op: SetOp) -> bool {
     }
 }
 
-/// The deprecated `In`: `None` when the types do not fit (then both In and NotIn are false).
-fn legacy_in(key: &Value, value: &Value) -> Option<bool> {
+/// The deprecated `In` (`not_in`: `NotIn`), as Kyverno's handlers decide it. A value of the
+/// wrong type (not a list, nor a string that matches or holds a JSON list of strings), a key
+/// that is null or an object: false for both. A scalar key (printed as Go prints it) is in a
+/// list when one element matches it as a wildcard either way, in a string when the string
+/// matches it as a wildcard or is a JSON list of strings holding it. A list key is in a list
+/// of strings or a JSON list of strings when all its elements are; a one-element list key
+/// equal to a plain string value is in it for both operators (Kyverno's quirk).
+fn legacy_in(key: &Value, value: &Value, not_in: bool) -> bool {
+    let string_list = |s: &str| serde_json::from_str::<Vec<String>>(s).ok();
     match key {
         Value::Array(ka) => {
-            let set: Vec<String> = match value {
-                Value::Array(a) => a.iter().map(go_sprint).collect(),
-                Value::String(s) => match serde_json::from_str::<Value>(s) {
-                    Ok(Value::Array(a)) => a.iter().map(go_sprint).collect(),
-                    _ => vec![s.clone()],
-                },
-                _ => return None,
+            let Some(keys) = ka.iter().map(|k| k.as_str().map(str::to_string)).collect::<Option<Vec<String>>>() else {
+                return false;
             };
-            let mut all = true;
-            for k in ka {
-                let ks = k.as_str()?;
-                if !set.iter().any(|v| v == ks) {
-                    all = false;
+            let set: Vec<String> = match value {
+                Value::Array(a) => match a.iter().map(|v| v.as_str().map(str::to_string)).collect::<Option<Vec<_>>>() {
+                    Some(set) => set,
+                    None => return false,
+                },
+                Value::String(s) => {
+                    if keys.len() == 1 && keys.first().is_some_and(|k| k == s) {
+                        return true;
+                    }
+                    match string_list(s) {
+                        Some(set) => set,
+                        None => return false,
+                    }
                 }
-            }
-            Some(all)
+                _ => return false,
+            };
+            let all_in = keys.iter().all(|k| set.contains(k));
+            all_in != not_in
         }
-        Value::Object(_) => None,
+        Value::Object(_) | Value::Null => false,
         scalar => {
             let k = go_sprint(scalar);
-            match value {
+            let found = match value {
                 Value::Array(a) => {
-                    Some(a.iter().map(go_sprint).any(|v| wildcard::matches(&v, &k) || wildcard::matches(&k, &v)))
+                    a.iter().map(go_sprint).any(|v| wildcard::matches(&v, &k) || wildcard::matches(&k, &v))
                 }
-                Value::String(s) => match serde_json::from_str::<Value>(s) {
-                    Ok(Value::Array(a)) => Some(a.iter().map(go_sprint).any(|v| v == k)),
-                    _ => Some(wildcard::matches(s, &k)),
-                },
-                _ => None,
-            }
+                Value::String(s) => {
+                    if wildcard::matches(s, &k) {
+                        true
+                    } else {
+                        match string_list(s) {
+                            Some(list) => list.contains(&k),
+                            None => return false,
+                        }
+                    }
+                }
+                _ => return false,
+            };
+            found != not_in
         }
     }
 }
@@ -445,6 +464,29 @@ mod tests {
 
     fn t(k: Value, op: &str, v: Value) -> bool {
         evaluate(Operator::parse(op).unwrap_or(Operator::Equals), &k, &v)
+    }
+
+    /// Found by the Kyverno oracle (issue 50), each vector checked against Kyverno's CLI: `0
+    /// NotIn ""` was true in Verno and denied where Kyverno admits (a value that is neither a
+    /// match nor a JSON list is the wrong type: false for both operators).
+    #[test]
+    fn deprecated_in_and_not_in_decide_as_kyverno() {
+        let cases = [
+            (json!(0), "NotIn", json!(""), false),
+            (json!(0), "In", json!(""), false),
+            (json!(["a"]), "NotIn", json!("a"), true),
+            (json!(["a"]), "In", json!("a"), true),
+            (json!("a"), "In", json!("[\"a\",\"b\"]"), true),
+            (json!("a"), "NotIn", json!("[\"b\"]"), true),
+            (json!(["a", "b"]), "In", json!(["a", 1]), false),
+            (json!(["a", "b"]), "NotIn", json!(["a", 1]), false),
+            (json!(true), "In", json!(["tr*"]), true),
+            (json!("x"), "NotIn", json!("y"), false),
+            (Value::Null, "NotIn", json!(["a"]), false),
+        ];
+        for (k, op, v, want) in cases {
+            assert_eq!(t(k.clone(), op, v.clone()), want, "{k} {op} {v}");
+        }
     }
 
     #[test]
