@@ -442,8 +442,8 @@ fn validate_array(ra: &[Value], pa: &[Node], path: &mut String, ac: &mut AnchorM
     }
 }
 
-/// Whether matching `pm` first expands wildcard keys under `metadata.labels` or
-/// `metadata.annotations` (see [`expand_metadata`]).
+/// Whether matching `pm` first rewrites `metadata.labels` or `metadata.annotations` (see
+/// [`expand_metadata`]): when one has a wildcard key or a value that is not a string.
 fn expands_metadata(pm: &serde_json::Map<String, Value>) -> bool {
     if !(pm.contains_key("metadata") || pm.keys().any(|k| k.ends_with("(metadata)"))) {
         return false;
@@ -452,15 +452,20 @@ fn expands_metadata(pm: &serde_json::Map<String, Value>) -> bool {
         return false;
     };
     ["labels", "annotations"].iter().any(|tag| {
-        pmeta
-            .iter()
-            .find(|(k, _)| strip_anchor(k) == *tag)
-            .and_then(|(_, v)| v.as_object())
-            .is_some_and(|d| d.keys().any(|k| wildcard::has_wildcard(k)))
+        pmeta.iter().find(|(k, _)| strip_anchor(k) == *tag).and_then(|(_, v)| v.as_object()).is_some_and(needs_rewrite)
     })
 }
 
-/// Expands wildcard keys under `metadata.labels` / `metadata.annotations` to the resource's keys.
+/// A labels/annotations pattern Kyverno rewrites before matching: a wildcard key, or a value
+/// that is not a string.
+fn needs_rewrite(d: &serde_json::Map<String, Value>) -> bool {
+    d.iter().any(|(k, v)| wildcard::has_wildcard(k) || !v.is_string())
+}
+
+/// Kyverno's rewrite of `metadata.labels` / `metadata.annotations` (its `ExpandInMetadata`, on
+/// every map of the pattern that has `metadata` beside a resource `metadata`): when the resource
+/// has that map, the pattern's keeps only its string values (a `false`, a number or a null is
+/// dropped, so it checks nothing) and its wildcard keys become the resource's keys they match.
 fn expand_metadata(
     pm: &serde_json::Map<String, Value>,
     rm: &serde_json::Map<String, Value>,
@@ -475,11 +480,14 @@ fn expand_metadata(
         let Some(rdata) = get(rmeta, tag).and_then(Value::as_object) else { continue };
         let Some((tkey, pdata)) = pmeta.iter().find(|(k, _)| strip_anchor(k) == tag) else { continue };
         let Some(pdata) = pdata.as_object() else { continue };
-        if !pdata.keys().any(|k| wildcard::has_wildcard(k)) {
+        if !needs_rewrite(pdata) {
             continue;
         }
         let mut out = serde_json::Map::new();
         for (k, v) in pdata {
+            if !v.is_string() {
+                continue;
+            }
             if wildcard::has_wildcard(k) {
                 let (prefix, bare) = split_anchor(k);
                 match rdata.keys().find(|rk| wildcard::matches(bare, rk)) {
@@ -941,6 +949,23 @@ mod tests {
 
     fn ok(p: Value, r: Value) -> bool {
         validate_scalar(&r, &p)
+    }
+
+    /// Found by the Kyverno oracle (issue 50), each vector checked against Kyverno's CLI: a
+    /// Pod labelled `env: web-1` was refused by `=(labels): {=(env): false}`, which Kyverno
+    /// admits (it drops label and annotation pattern values that are not strings).
+    #[test]
+    fn label_and_annotation_patterns_keep_only_string_values() {
+        let pod = json!({"metadata": {"name": "r", "labels": {"env": "web-1"}, "annotations": {"env": "web-1"}}, "spec": {"x": "web"}});
+        for (p, want) in [
+            (json!({"metadata": {"=(labels)": {"=(env)": false}}}), true),
+            (json!({"metadata": {"=(labels)": {"env": 0}}}), true),
+            (json!({"metadata": {"=(annotations)": {"=(env)": null}}}), true),
+            (json!({"metadata": {"=(labels)": {"env": false, "app": "?*"}}}), false),
+            (json!({"spec": {"=(x)": false}}), false),
+        ] {
+            assert_eq!(match_pattern(&pod, &p).is_ok(), want, "{p}");
+        }
     }
 
     #[test]

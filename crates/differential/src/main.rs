@@ -1,0 +1,207 @@
+//! `differential [--cases N] [--seed S] [--kyverno PATH] [--verno PATH] [--out DIR] [--shrink K]`
+//!
+//! Generates ClusterPolicies and resources from the seed, runs every policy on every resource
+//! of a batch through Kyverno's CLI and through Verno's, compares the policy reports, prints
+//! each disagreeing (policy, resource) pair, shrinks the first K distinct ones into reproducers
+//! under DIR (default `target/differential`), and ends with
+//! `differential: cases=N agree=A disagree=D intended=I` (a case is one policy on one resource).
+//! Exit status 1 when anything disagrees (intended differences aside).
+
+// Generated values are read by key (`p["metadata"]["name"]`), which never panics (a missing
+// key or a non-object reads as Null); nothing is written through `[]`.
+#![allow(clippy::indexing_slicing)]
+
+use anyhow::{Context as _, Result, bail};
+use std::collections::BTreeSet;
+use std::path::PathBuf;
+use verno_differential::{Kind, Said, Tools, apply, compare, generate::Gen, shrink, write_yaml};
+
+/// Policies and resources per batch: each batch is one run of each program, every policy on
+/// every resource.
+const POLICIES: usize = 20;
+const RESOURCES: usize = 25;
+
+/// Differences recorded in docs/compat.md as intended: (a substring of the detail, the reason).
+const INTENDED: &[(&str, &str)] = &[(
+    "Error while getting new resource: json: cannot unmarshal",
+    "a field of the wrong type for Kubernetes (a string where a boolean belongs): Kyverno's typed decoding errors, Verno evaluates the object as written; the API server refuses such an object before any webhook sees it",
+)];
+
+struct Args {
+    cases: usize,
+    seed: u64,
+    kyverno: PathBuf,
+    verno: PathBuf,
+    out: PathBuf,
+    shrink: usize,
+}
+
+fn args() -> Result<Args> {
+    let repo = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../..");
+    let mut a = Args {
+        cases: 1000,
+        seed: 1,
+        kyverno: verno_differential::find_oracle(&repo).unwrap_or_else(|| repo.join(".tools/bin/kubectl-kyverno")),
+        verno: repo.join("target/release/verno"),
+        out: repo.join("target/differential"),
+        shrink: 10,
+    };
+    let mut it = std::env::args().skip(1);
+    while let Some(flag) = it.next() {
+        let mut value = || it.next().with_context(|| format!("{flag} needs a value"));
+        match flag.as_str() {
+            "--cases" => a.cases = value()?.parse().context("--cases")?,
+            "--seed" => a.seed = value()?.parse().context("--seed")?,
+            "--kyverno" => a.kyverno = value()?.into(),
+            "--verno" => a.verno = value()?.into(),
+            "--out" => a.out = value()?.into(),
+            "--shrink" => a.shrink = value()?.parse().context("--shrink")?,
+            other => {
+                bail!("unknown argument {other:?} (see the comment at the top of crates/differential/src/main.rs)")
+            }
+        }
+    }
+    for (what, p) in [("Kyverno's CLI (scripts/install-kyverno-oracle.sh)", &a.kyverno), ("verno", &a.verno)] {
+        if !p.is_file() {
+            bail!("{what} not found at {}", p.display());
+        }
+    }
+    Ok(a)
+}
+
+fn main() {
+    match run() {
+        Ok(code) => std::process::exit(code),
+        Err(e) => {
+            eprintln!("differential: {e:#}");
+            std::process::exit(2);
+        }
+    }
+}
+
+fn run() -> Result<i32> {
+    let a = args()?;
+    let tools = Tools { kyverno: a.kyverno.clone(), verno: a.verno.clone() };
+    std::fs::create_dir_all(&a.out)?;
+    let mut g = Gen::new(a.seed);
+    let (mut cases, mut agree, mut disagree, mut intended) = (0usize, 0usize, 0usize, 0usize);
+    let mut shrunk = 0usize;
+    let mut seen: BTreeSet<(Kind, String)> = BTreeSet::new();
+    let mut intended_seen: BTreeSet<&str> = BTreeSet::new();
+    let mut by_kind: std::collections::BTreeMap<Kind, usize> = Default::default();
+    let mut batch = 0usize;
+    while cases < a.cases {
+        batch += 1;
+        let left = a.cases - cases;
+        let np = POLICIES.min(left.div_ceil(RESOURCES)).max(1);
+        let policies: Vec<serde_json::Value> = (0..np).map(|i| g.policy(&format!("b{batch}-p{i}"))).collect();
+        let resources: Vec<serde_json::Value> = (0..RESOURCES).map(|i| g.resource(&format!("r-{i}"))).collect();
+        // Kept beside the reproducers: the batch as both programs read it.
+        let dir = a.out.join(format!("batch-{batch}"));
+        std::fs::create_dir_all(&dir)?;
+        let mut files = Vec::new();
+        for p in &policies {
+            let f = dir.join(format!("{}.yaml", p["metadata"]["name"].as_str().unwrap_or("p")));
+            write_yaml(&f, std::slice::from_ref(p))?;
+            files.push(f);
+        }
+        let rfile = dir.join("resources.yaml");
+        write_yaml(&rfile, &resources)?;
+        // One run each for the batch; a batch one program refuses is judged a policy at a time.
+        let pairs = np * RESOURCES;
+        let mut found = Vec::new();
+        match (apply(&tools.kyverno, &files, &rfile)?, apply(&tools.verno, &files, &rfile)?) {
+            (Said::Results(k), Said::Results(v)) => found.extend(compare(&k, &v)),
+            _ => {
+                for (p, f) in policies.iter().zip(&files) {
+                    let name = p["metadata"]["name"].as_str().unwrap_or("").to_string();
+                    match (
+                        apply(&tools.kyverno, std::slice::from_ref(f), &rfile)?,
+                        apply(&tools.verno, std::slice::from_ref(f), &rfile)?,
+                    ) {
+                        (Said::Results(k), Said::Results(v)) => found.extend(compare(&k, &v)),
+                        (Said::Refused(_), Said::Refused(_)) => {}
+                        (k, v) => {
+                            let detail = match (k, v) {
+                                (Said::Refused(why), _) => format!("only kyverno refused the policy: {why}"),
+                                (_, Said::Refused(why)) => format!("only verno refused the policy: {why}"),
+                                _ => String::new(),
+                            };
+                            // Every pair of the policy counts as disagreeing.
+                            for r in &resources {
+                                let id = |k: &str| r["metadata"][k].as_str().unwrap_or("").to_string();
+                                found.push(verno_differential::Disagreement {
+                                    policy: name.clone(),
+                                    resource: (
+                                        r["kind"].as_str().unwrap_or("").to_string(),
+                                        id("namespace"),
+                                        id("name"),
+                                    ),
+                                    kind: Kind::Refusal,
+                                    detail: detail.clone(),
+                                });
+                            }
+                        }
+                    }
+                }
+            }
+        }
+        cases += pairs;
+        let mut bad = 0;
+        for d in &found {
+            if let Some((_, why)) = INTENDED.iter().find(|(s, _)| d.detail.contains(s)) {
+                intended += 1;
+                if intended_seen.insert(*why) {
+                    println!("intended {:?} {}: {} ({why})", d.kind, d.policy, d.detail);
+                }
+                continue;
+            }
+            bad += 1;
+            *by_kind.entry(d.kind.clone()).or_default() += 1;
+            println!(
+                "disagree {:?} {} on {}/{}/{}: {}",
+                d.kind, d.policy, d.resource.0, d.resource.1, d.resource.2, d.detail
+            );
+            // A signature without names, to shrink each kind of disagreement once.
+            let sig = d.detail.replace(&d.resource.2, "R").chars().take(160).collect::<String>();
+            if shrunk < a.shrink && seen.insert((d.kind.clone(), sig)) {
+                let policy = policies.iter().find(|p| p["metadata"]["name"] == d.policy.as_str());
+                let resource = resources.iter().find(|r| {
+                    r["kind"] == d.resource.0.as_str()
+                        && r["metadata"]["name"] == d.resource.2.as_str()
+                        && r["metadata"]["namespace"] == d.resource.1.as_str()
+                });
+                if let (Some(p), Some(r)) = (policy, resource) {
+                    shrunk += 1;
+                    let case_dir = a.out.join(format!("{:03}-{:?}", shrunk, d.kind).to_lowercase());
+                    std::fs::create_dir_all(&case_dir)?;
+                    match shrink(&tools, &case_dir, p, r, &d.kind, 300) {
+                        Ok((p, r, detail)) => {
+                            write_yaml(&case_dir.join("policy.yaml"), &[p])?;
+                            write_yaml(&case_dir.join("resource.yaml"), &[r])?;
+                            std::fs::write(case_dir.join("disagreement.txt"), format!("{detail}\n"))?;
+                            println!("  shrunk into {}", case_dir.display());
+                        }
+                        Err(e) => {
+                            write_yaml(&case_dir.join("policy.yaml"), std::slice::from_ref(p))?;
+                            write_yaml(&case_dir.join("resource.yaml"), std::slice::from_ref(r))?;
+                            std::fs::write(
+                                case_dir.join("disagreement.txt"),
+                                format!("{}\nnot shrunk: {e:#}\n", d.detail),
+                            )?;
+                            println!("  not shrunk ({e:#}); written to {}", case_dir.display());
+                        }
+                    }
+                }
+            }
+        }
+        disagree += bad;
+        agree += pairs.saturating_sub(found.len());
+        eprintln!("batch {batch}: {pairs} cases, {bad} disagree");
+    }
+    if !by_kind.is_empty() {
+        println!("disagreements by kind: {by_kind:?}");
+    }
+    println!("differential: cases={cases} agree={agree} disagree={disagree} intended={intended}");
+    Ok(i32::from(disagree > 0))
+}
