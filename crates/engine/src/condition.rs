@@ -170,8 +170,13 @@ impl CompiledCondition {
     }
 }
 
-/// Applies an operator to substituted key and value.
+/// Applies an operator to substituted key and value. A null key (a filter or function that
+/// found nothing) makes every operator false, `NotEquals` and the `…NotIn` ones included, as
+/// each of Kyverno's handlers refuses a key of no type.
 pub fn evaluate(op: Operator, key: &Value, value: &Value) -> bool {
+    if key.is_null() {
+        return false;
+    }
     match op {
         Operator::Equals => equals(key, value),
         Operator::NotEquals => !equals(key, value),
@@ -464,6 +469,32 @@ mod tests {
 
     fn t(k: Value, op: &str, v: Value) -> bool {
         evaluate(Operator::parse(op).unwrap_or(Operator::Equals), &k, &v)
+    }
+
+    /// Found by the Kyverno oracle (issue 50), checked against Kyverno's CLI: a key that is null
+    /// (`containers[?x].name` on a ConfigMap) denied through `NotEquals`, `AnyNotIn`, `AllNotIn`
+    /// and `AnyIn` where Kyverno admits: every operator is false on a null key.
+    #[test]
+    fn a_null_key_makes_every_operator_false() {
+        for op in [
+            "Equals",
+            "NotEquals",
+            "AnyIn",
+            "AllIn",
+            "AnyNotIn",
+            "AllNotIn",
+            "In",
+            "NotIn",
+            "LessThan",
+            "GreaterThan",
+            "DurationLessThan",
+        ] {
+            for v in [json!(1), json!(""), json!(["a"]), json!(["*"]), Value::Null, json!("1h")] {
+                assert!(!t(Value::Null, op, v.clone()), "null {op} {v}");
+            }
+        }
+        // A null value is another matter: the key's handler decides.
+        assert!(t(json!("a"), "NotEquals", Value::Null));
     }
 
     /// Found by the Kyverno oracle (issue 50), each vector checked against Kyverno's CLI: `0
