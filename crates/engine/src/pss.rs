@@ -763,32 +763,37 @@ fn checks(meta: &Value, spec: &Value, restricted: bool, minor: u32, out: &mut Ve
         }
         push(out, "seLinuxOptions", "seLinuxOptions", errs);
     }
-    // seccompProfile_baseline
-    let pod_seccomp = str_at(psc, "/seccompProfile/type");
+    // seccompProfile_baseline. Kyverno's Pod Security library (its fork of
+    // k8s.io/pod-security-admission) forbids at baseline every type a profile that is set
+    // names other than RuntimeDefault and Localhost — an empty or missing type included, not
+    // only Unconfined (checked against Kyverno's CLI).
+    let valid = |t: &str| t == "RuntimeDefault" || t == "Localhost";
+    // The pod's profile type when a profile is set (`""` when it names none).
+    let pod_seccomp = psc
+        .and_then(|s| s.get("seccompProfile"))
+        .filter(|p| !p.is_null())
+        .map(|p| p.get("type").and_then(Value::as_str).unwrap_or(""));
     {
         let mut errs = Vec::new();
-        if pod_seccomp == Some("Unconfined") {
-            errs.push(forbidden(format!("{sc_path}.seccompProfile.type"), "Unconfined"));
+        if let Some(t) = pod_seccomp.filter(|t| !valid(t)) {
+            errs.push(forbidden(format!("{sc_path}.seccompProfile.type"), t));
         }
         for (path, c) in containers(spec) {
-            if str_at(Some(c), "/securityContext/seccompProfile/type") == Some("Unconfined") {
-                errs.push(forbidden(format!("{path}.securityContext.seccompProfile.type"), "Unconfined"));
+            let set = c.pointer("/securityContext/seccompProfile").filter(|p| !p.is_null());
+            if let Some(t) = set.map(|p| p.get("type").and_then(Value::as_str).unwrap_or("")).filter(|t| !valid(t)) {
+                errs.push(forbidden(format!("{path}.securityContext.seccompProfile.type"), t));
             }
         }
         push(out, "seccompProfile_baseline", "seccompProfile", errs);
     }
     // seccompProfile_restricted (1.19+)
     if restricted && minor >= 19 && !windows {
-        let valid = |t: &str| t == "RuntimeDefault" || t == "Localhost";
         let mut errs = Vec::new();
-        let pod_set = match pod_seccomp {
-            Some(t) if !valid(t) => {
-                errs.push(forbidden(format!("{sc_path}.seccompProfile.type"), t));
-                false
-            }
-            Some(_) => true,
-            None => false,
-        };
+        // A valid pod profile stands for the containers without one.
+        let pod_set = pod_seccomp.is_some_and(valid);
+        if let Some(t) = pod_seccomp.filter(|t| !valid(t)) {
+            errs.push(forbidden(format!("{sc_path}.seccompProfile.type"), t));
+        }
         let mut implicit = Vec::new();
         for (path, c) in containers(spec) {
             let field = format!("{path}.securityContext.seccompProfile.type");
@@ -803,7 +808,11 @@ fn checks(meta: &Value, spec: &Value, restricted: bool, minor: u32, out: &mut Ve
                 None => {}
             }
         }
-        errs.extend(implicit);
+        // As the library: profiles set to a bad type are the whole finding when there are any;
+        // the containers that set none are reported only otherwise.
+        if errs.is_empty() {
+            errs = implicit;
+        }
         push(out, "seccompProfile_restricted", "seccompProfile", errs);
     }
     // sysctls
@@ -884,6 +893,51 @@ mod tests {
             ]
         );
         assert!(r.violations(&pod(json!({"securityContext": {"runAsNonRoot": true}, "containers": [{"name": "a", "image": "x", "securityContext": {"allowPrivilegeEscalation": false, "capabilities": {"drop": ["ALL"]}, "seccompProfile": {"type": "RuntimeDefault"}}}]}))).is_empty());
+    }
+
+    /// Found by the Kyverno oracle (issue 50), each checked against Kyverno's CLI: a profile
+    /// that is set with an empty or unknown type fails baseline (Verno admitted it), and at
+    /// restricted the containers that set none are reported only when nothing set a bad one.
+    #[test]
+    fn seccomp_profiles_are_judged_as_kyvernos_library_does() {
+        let baseline = versioned("baseline", "latest");
+        let empty =
+            pod(json!({"containers": [{"name": "c", "image": "x", "securityContext": {"seccompProfile": {}}}]}));
+        assert_eq!(
+            baseline.violations(&empty),
+            [
+                "(Forbidden reason: seccompProfile, field error list: [spec.containers[0].securityContext.seccompProfile.type: Forbidden])"
+            ]
+        );
+        let bogus = pod(
+            json!({"securityContext": {"seccompProfile": {"type": "Bogus"}}, "containers": [{"name": "c", "image": "x"}]}),
+        );
+        assert_eq!(
+            baseline.violations(&bogus),
+            [
+                "(Forbidden reason: seccompProfile, field error list: [spec.securityContext.seccompProfile.type is forbidden, forbidden values found: Bogus])"
+            ]
+        );
+        assert!(
+            baseline
+                .violations(&pod(
+                    json!({"containers": [{"name": "c", "image": "x", "securityContext": {"seccompProfile": null}}]})
+                ))
+                .is_empty()
+        );
+        let restricted = versioned("restricted", "latest");
+        let mixed = pod(json!({"containers": [
+            {"name": "c", "image": "x", "securityContext": {"seccompProfile": {"type": "Unconfined"}}},
+            {"name": "d", "image": "x"}]}));
+        let seccomp: Vec<String> =
+            restricted.violations(&mixed).into_iter().filter(|v| v.contains("seccompProfile,")).collect();
+        assert_eq!(
+            seccomp,
+            [
+                "(Forbidden reason: seccompProfile, field error list: [spec.containers[0].securityContext.seccompProfile.type is forbidden, forbidden values found: Unconfined])",
+                "(Forbidden reason: seccompProfile, field error list: [spec.containers[0].securityContext.seccompProfile.type is forbidden, forbidden values found: Unconfined])",
+            ]
+        );
     }
 
     /// Found by the Kyverno oracle (issue 50): a controller's fields are named in it, the
