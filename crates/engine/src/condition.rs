@@ -354,7 +354,11 @@ fn set_op(key: &Value, value: &Value, op: SetOp) -> bool {
             }
             None => (vec![Cow::Borrowed(s.as_str())], false),
         },
-        Value::Number(_) | Value::Bool(_) if key_is_array => (vec![sprint(value)], false),
+        // A scalar value stands for a one-element list for AnyIn/AnyNotIn; AllIn/AllNotIn take
+        // it as the wrong type (false), as Kyverno's handlers do.
+        Value::Number(_) | Value::Bool(_) if key_is_array && matches!(op, SetOp::AnyIn | SetOp::AnyNotIn) => {
+            (vec![sprint(value)], false)
+        }
         _ => return false,
     };
     let matches = |k: &str, v: &str| if exact { k == v } else { wildcard::matches(v, k) || wildcard::matches(k, v) };
@@ -469,6 +473,17 @@ mod tests {
 
     fn t(k: Value, op: &str, v: Value) -> bool {
         evaluate(Operator::parse(op).unwrap_or(Operator::Equals), &k, &v)
+    }
+
+    /// Found by the Kyverno oracle (issue 50), checked against Kyverno's CLI: an empty list of
+    /// images `AllNotIn` the number 1 denied a Pod Kyverno admits.
+    #[test]
+    fn all_in_and_all_not_in_refuse_a_scalar_value_for_a_list_key() {
+        assert!(!t(json!([]), "AllNotIn", json!(1)));
+        assert!(!t(json!(["a"]), "AllNotIn", json!(1)));
+        assert!(!t(json!(["1"]), "AllIn", json!(1)));
+        assert!(t(json!(["1"]), "AnyIn", json!(1)));
+        assert!(t(json!(["a"]), "AnyNotIn", json!(1)));
     }
 
     /// Found by the Kyverno oracle (issue 50), checked against Kyverno's CLI: a key that is null
