@@ -1,0 +1,339 @@
+//! Kyverno as the oracle: generated ClusterPolicies and resources run through Kyverno's own CLI
+//! (`kubectl-kyverno apply`, built by `scripts/install-kyverno-oracle.sh`) and through
+//! `verno apply`, and their policy reports compared result by result (policy, rule, resource:
+//! verdict and message). A disagreement is shrunk to a minimal policy and resource and written
+//! as a reproducer. Kyverno is a separate program: nothing of it is linked.
+
+// Reports are read by key (`r["resources"][0]`), which never panics (a missing key, index or
+// a non-object reads as Null); `merge` indexes only an array it checked has one element.
+#![allow(clippy::indexing_slicing)]
+
+pub mod generate;
+
+use anyhow::{Context as _, Result, bail};
+use serde_json::Value;
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+
+/// The two programs compared.
+#[derive(Debug, Clone)]
+pub struct Tools {
+    pub kyverno: PathBuf,
+    pub verno: PathBuf,
+}
+
+/// One result of a report: (policy, rule, kind, namespace, name).
+pub type Key = (String, String, String, String, String);
+
+/// A resource: (kind, namespace, name).
+pub type Resource = (String, String, String);
+
+/// A result's verdict and message.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Outcome {
+    pub result: String,
+    pub message: String,
+}
+
+/// What one program said about a set of policies and resources.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Said {
+    Results(BTreeMap<Key, Outcome>),
+    /// It refused the input (exit status, its words).
+    Refused(String),
+}
+
+/// The Kyverno oracle in `.tools/bin` (or `$VERNO_KYVERNO_CLI`), if built.
+pub fn find_oracle(repo: &Path) -> Option<PathBuf> {
+    let p = std::env::var_os("VERNO_KYVERNO_CLI")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| repo.join(".tools/bin/kubectl-kyverno"));
+    p.is_file().then_some(p)
+}
+
+/// Runs `apply` of one program on the policy files and the resource file, as a policy report
+/// in JSON.
+pub fn apply(program: &Path, policies: &[PathBuf], resources: &Path) -> Result<Said> {
+    let mut cmd = Command::new(program);
+    cmd.arg("apply").args(policies).arg("--resource").arg(resources);
+    cmd.args(["--policy-report", "--output-format", "json"]);
+    // Kyverno's CLI looks for a kubeconfig and a home for its caches; neither is needed.
+    let home = tempfile::tempdir()?;
+    cmd.env("HOME", home.path()).env("KUBECONFIG", "/dev/null").env("NO_COLOR", "1");
+    let out = cmd.stdin(Stdio::null()).output().with_context(|| format!("running {}", program.display()))?;
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    match parse_reports(&stdout) {
+        Some(results) => Ok(Said::Results(results)),
+        None => Ok(Said::Refused(format!(
+            "{}: {}{}",
+            out.status,
+            stdout.chars().take(600).collect::<String>(),
+            String::from_utf8_lossy(&out.stderr).chars().take(600).collect::<String>()
+        ))),
+    }
+}
+
+/// The results of the JSON reports in a CLI's output (text before the first report skipped);
+/// `None` when there is no report.
+pub fn parse_reports(stdout: &str) -> Option<BTreeMap<Key, Outcome>> {
+    let start = stdout.lines().position(|l| l.starts_with('{'))?;
+    let text: Vec<&str> = stdout.lines().skip(start).collect();
+    let mut results = BTreeMap::new();
+    for doc in text.join("\n").split("\n---\n") {
+        let v: Value = serde_json::from_str(doc.trim()).ok()?;
+        for r in v["results"].as_array().into_iter().flatten() {
+            let s = |v: &Value| v.as_str().unwrap_or("").to_string();
+            let res = &r["resources"][0];
+            let key = (s(&r["policy"]), s(&r["rule"]), s(&res["kind"]), s(&res["namespace"]), s(&res["name"]));
+            results.insert(key, Outcome { result: s(&r["result"]), message: s(&r["message"]) });
+        }
+    }
+    Some(results)
+}
+
+/// Differences recorded in docs/compat.md as intended: (a substring of the detail, the reason).
+pub const INTENDED: &[(&str, &str)] = &[(
+    "Error while getting new resource: json: cannot unmarshal",
+    "a field of the wrong type for Kubernetes (a string where a boolean belongs): Kyverno's typed decoding errors, Verno evaluates the object as written; the API server refuses such an object before any webhook sees it",
+)];
+
+/// Why a disagreement is intended, if it is.
+pub fn intended(d: &Disagreement) -> Option<&'static str> {
+    INTENDED.iter().find(|(s, _)| d.detail.contains(s)).map(|(_, why)| *why)
+}
+
+/// How the two programs differ on one (policy, resource) pair.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
+pub enum Kind {
+    /// Pass vs fail, or any other verdict apart.
+    Verdict,
+    /// The same verdict, other words.
+    Message,
+    /// A result one printed and the other did not.
+    Presence,
+    /// One refused the policy, the other evaluated it.
+    Refusal,
+}
+
+/// One disagreement, on a pair.
+#[derive(Debug, Clone)]
+pub struct Disagreement {
+    pub policy: String,
+    pub resource: Resource,
+    pub kind: Kind,
+    pub detail: String,
+}
+
+/// The (policy, resource) pairs of two programs' results that differ, each with its worst kind.
+pub fn compare(kyverno: &BTreeMap<Key, Outcome>, verno: &BTreeMap<Key, Outcome>) -> Vec<Disagreement> {
+    let mut worst: BTreeMap<(String, Resource), (Kind, String)> = BTreeMap::new();
+    let keys: BTreeSet<&Key> = kyverno.keys().chain(verno.keys()).collect();
+    for key in keys {
+        let (k, v) = (kyverno.get(key), verno.get(key));
+        let found = match (k, v) {
+            (Some(k), Some(v)) if k.result != v.result => Some((
+                Kind::Verdict,
+                format!("rule {}: kyverno {} {:?}, verno {} {:?}", key.1, k.result, k.message, v.result, v.message),
+            )),
+            (Some(k), Some(v)) if normalized(&k.message) != normalized(&v.message) => Some((
+                Kind::Message,
+                format!("rule {} ({}): kyverno {:?}, verno {:?}", key.1, k.result, k.message, v.message),
+            )),
+            (Some(k), None) => {
+                Some((Kind::Presence, format!("rule {}: only kyverno: {} {:?}", key.1, k.result, k.message)))
+            }
+            (None, Some(v)) => {
+                Some((Kind::Presence, format!("rule {}: only verno: {} {:?}", key.1, v.result, v.message)))
+            }
+            _ => None,
+        };
+        if let Some((kind, detail)) = found {
+            let pair = (key.0.clone(), (key.2.clone(), key.3.clone(), key.4.clone()));
+            let slot = worst.entry(pair).or_insert((kind.clone(), detail.clone()));
+            if kind < slot.0 {
+                *slot = (kind, detail);
+            }
+        }
+    }
+    worst
+        .into_iter()
+        .map(|((policy, resource), (kind, detail))| Disagreement { policy, resource, kind, detail })
+        .collect()
+}
+
+/// A message as compared: a podSecurity failure's checks, `(Forbidden reason: …)` groups, are
+/// sorted, since Kyverno prints them in an order that changes from run to run (Go map
+/// iteration; seen with the same input run three times).
+fn normalized(message: &str) -> std::borrow::Cow<'_, str> {
+    let Some(at) = message.find("\": (Forbidden reason: ") else { return message.into() };
+    let (head, tail) = message.split_at(at + 3);
+    let mut groups: Vec<&str> = tail.split_inclusive("])").collect();
+    groups.sort_unstable();
+    format!("{head}{}", groups.concat()).into()
+}
+
+/// Writes values as a YAML stream.
+pub fn write_yaml(path: &Path, docs: &[Value]) -> Result<()> {
+    let mut text = String::new();
+    for d in docs {
+        text.push_str("---\n");
+        text.push_str(&serde_saphyr::to_string(d)?);
+    }
+    std::fs::write(path, text).with_context(|| format!("writing {}", path.display()))
+}
+
+/// Both programs on one policy and one resource, in `dir`: the disagreement's kind on that pair
+/// (`None`: they agree).
+pub fn judge_pair(tools: &Tools, dir: &Path, policy: &Value, resource: &Value) -> Result<Option<(Kind, String)>> {
+    let pfile = dir.join("policy.yaml");
+    let rfile = dir.join("resource.yaml");
+    write_yaml(&pfile, std::slice::from_ref(policy))?;
+    write_yaml(&rfile, std::slice::from_ref(resource))?;
+    let k = apply(&tools.kyverno, std::slice::from_ref(&pfile), &rfile)?;
+    let v = apply(&tools.verno, std::slice::from_ref(&pfile), &rfile)?;
+    Ok(match (k, v) {
+        (Said::Results(k), Said::Results(v)) => {
+            compare(&k, &v).into_iter().min_by(|a, b| a.kind.cmp(&b.kind)).map(|d| (d.kind, d.detail))
+        }
+        (Said::Refused(_), Said::Refused(_)) => None,
+        (Said::Refused(why), Said::Results(_)) => Some((Kind::Refusal, format!("only kyverno refused: {why}"))),
+        (Said::Results(_), Said::Refused(why)) => Some((Kind::Refusal, format!("only verno refused: {why}"))),
+    })
+}
+
+/// Every place in `v` that can be removed: object members and array elements (paths of keys
+/// and indexes), deepest first.
+fn removable(v: &Value, at: &mut Vec<PathStep>, out: &mut Vec<Vec<PathStep>>) {
+    match v {
+        Value::Object(m) => {
+            for (k, x) in m {
+                at.push(PathStep::Key(k.clone()));
+                removable(x, at, out);
+                out.push(at.clone());
+                at.pop();
+            }
+        }
+        Value::Array(a) => {
+            for (i, x) in a.iter().enumerate() {
+                at.push(PathStep::Index(i));
+                removable(x, at, out);
+                out.push(at.clone());
+                at.pop();
+            }
+        }
+        _ => {}
+    }
+}
+
+/// Which paths a shrink must keep.
+type Keep = dyn Fn(&[PathStep]) -> bool;
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn pod_security_checks_compare_in_any_order() {
+        let a = "Validation rule 'r' failed. It violates PodSecurity \"restricted:latest\": (Forbidden reason: a, field error list: [x])(Forbidden reason: b, field error list: [y])";
+        let b = "Validation rule 'r' failed. It violates PodSecurity \"restricted:latest\": (Forbidden reason: b, field error list: [y])(Forbidden reason: a, field error list: [x])";
+        assert_eq!(super::normalized(a), super::normalized(b));
+        assert_ne!(super::normalized(a), super::normalized(&a.replace("[x]", "[z]")));
+    }
+}
+
+#[derive(Debug, Clone)]
+enum PathStep {
+    Key(String),
+    Index(usize),
+}
+
+fn remove_at(v: &Value, path: &[PathStep]) -> Option<Value> {
+    let mut out = v.clone();
+    let (last, parents) = path.split_last()?;
+    let mut at = &mut out;
+    for step in parents {
+        at = match step {
+            PathStep::Key(k) => at.get_mut(k.as_str())?,
+            PathStep::Index(i) => at.get_mut(*i)?,
+        };
+    }
+    match (last, at) {
+        (PathStep::Key(k), Value::Object(m)) => m.remove(k).map(|_| ()),
+        (PathStep::Index(i), Value::Array(a)) if *i < a.len() => {
+            a.remove(*i);
+            Some(())
+        }
+        _ => None,
+    }?;
+    Some(out)
+}
+
+/// Shrinks a disagreeing pair: removes members of the resource, then of the policy's rules
+/// (never its name, kind or rules list), one at a time, keeping each removal after which the
+/// two programs still disagree in the same way. At most `budget` trials.
+pub fn shrink(
+    tools: &Tools,
+    dir: &Path,
+    policy: &Value,
+    resource: &Value,
+    kind: &Kind,
+    budget: usize,
+) -> Result<(Value, Value, String)> {
+    let (mut p, mut r) = (policy.clone(), resource.clone());
+    let mut detail = match judge_pair(tools, dir, &p, &r)? {
+        Some((k, d)) if &k == kind => d,
+        Some((k, d)) => bail!("the pair alone disagrees otherwise ({k:?}: {d})"),
+        None => bail!("the pair alone agrees (the disagreement needs other policies or resources)"),
+    };
+    let mut trials = 0;
+    let keep_resource = |path: &[PathStep]| {
+        matches!(path, [PathStep::Key(k)] if k == "apiVersion" || k == "kind" || k == "metadata")
+            || matches!(path, [PathStep::Key(m), PathStep::Key(k)] if m == "metadata" && (k == "name" || k == "namespace"))
+    };
+    let keep_policy = |path: &[PathStep]| {
+        path.len() < 3
+            || matches!(path, [PathStep::Key(s), PathStep::Key(r), PathStep::Index(_)] if s == "spec" && r == "rules")
+            || matches!(path, [_, _, _, PathStep::Key(k)] if k == "name" || k == "match")
+    };
+    loop {
+        let mut progressed = false;
+        for target in [0, 1] {
+            let keep: &Keep = if target == 0 { &keep_resource } else { &keep_policy };
+            let subject = if target == 0 { &r } else { &p };
+            let mut paths = Vec::new();
+            removable(subject, &mut Vec::new(), &mut paths);
+            // Whole subtrees first (shorter paths), so that a big removal is tried before its parts.
+            paths.sort_by_key(Vec::len);
+            for path in paths.into_iter().filter(|p| !keep(p)) {
+                if trials >= budget {
+                    return Ok((p, r, detail));
+                }
+                let current = if target == 0 { &r } else { &p };
+                let Some(smaller) = remove_at(current, &path) else { continue };
+                trials += 1;
+                let verdict = if target == 0 {
+                    judge_pair(tools, dir, &p, &smaller)?
+                } else {
+                    judge_pair(tools, dir, &smaller, &r)?
+                };
+                if let Some((k, d)) = verdict
+                    && &k == kind
+                {
+                    if target == 0 {
+                        r = smaller
+                    } else {
+                        p = smaller
+                    }
+                    detail = d;
+                    progressed = true;
+                    break;
+                }
+            }
+            if progressed {
+                break;
+            }
+        }
+        if !progressed {
+            return Ok((p, r, detail));
+        }
+    }
+}
