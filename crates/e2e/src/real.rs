@@ -69,7 +69,10 @@ pub fn host_address() -> Option<std::net::Ipv4Addr> {
     };
     // `ip -4 -o addr show scope global`: "2: eth0    inet 192.0.2.2/24 brd …".
     let from_ip = words(Command::new("ip").args(["-4", "-o", "addr", "show", "scope", "global"]));
-    let ip_addrs = from_ip.windows(2).filter(|w| w[0] == "inet").filter_map(|w| w[1].split('/').next()?.parse().ok());
+    let ip_addrs = from_ip.windows(2).filter_map(|w| match w {
+        [inet, addr] if inet == "inet" => addr.split('/').next()?.parse().ok(),
+        _ => None,
+    });
     let hostname = words(Command::new("hostname").arg("-I"));
     let host_addrs = hostname.iter().filter_map(|w| w.parse().ok());
     ip_addrs.chain(host_addrs).find(usable)
@@ -85,12 +88,13 @@ fn without_deployment(manifests: &str) -> Result<(String, (String, String))> {
             continue;
         }
         let v: Value = serde_saphyr::from_str(doc).with_context(|| format!("reading a rendered manifest:\n{doc}"))?;
-        if v["kind"] == "Deployment" {
+        if v.get("kind").and_then(Value::as_str) == Some("Deployment") {
             continue;
         }
         if service.is_none()
-            && let Some(svc) = v["webhooks"].as_array().and_then(|w| w.first()).map(|w| &w["clientConfig"]["service"])
-            && let (Some(ns), Some(name)) = (svc["namespace"].as_str(), svc["name"].as_str())
+            && let Some(svc) = v.pointer("/webhooks/0/clientConfig/service")
+            && let (Some(ns), Some(name)) =
+                (svc.get("namespace").and_then(Value::as_str), svc.get("name").and_then(Value::as_str))
         {
             service = Some((ns.to_string(), name.to_string()));
         }
