@@ -381,7 +381,9 @@ impl ValidateCtx<'_> {
             Ok((true, cond_msg)) => {
                 let base = match self.message(ctx) {
                     Ok(m) => m.map(std::borrow::Cow::into_owned).unwrap_or_default(),
-                    Err(_) => self.v.message.as_ref().map(|t| t.source().to_string()).unwrap_or_default(),
+                    // As Kyverno: a message whose variables cannot be substituted is dropped,
+                    // and only the conditions' own messages are left (maybe none).
+                    Err(_) => return self.resp(Status::Fail, cond_msg),
                 };
                 let msg = if base.is_empty() && cond_msg.is_empty() {
                     crate::cat(&["validation error: rule ", self.rule, " failed"])
@@ -422,11 +424,22 @@ impl ValidateCtx<'_> {
         let all_skip = failures.iter().all(|(_, pe)| pe.skip);
         // `rule <name>[<i>] failed at path <path>` (or `failed: <why>`, `skipped: <why>`)
         // for each alternative, space-separated, after the rule's message.
-        let rule_message = if all_skip { None } else { self.message(ctx).ok().flatten().filter(|m| !m.is_empty()) };
+        // A message whose variables cannot be substituted gives way to Kyverno's words for that.
+        let (rule_message, unsubstituted) = match all_skip {
+            true => (None, false),
+            false => match self.message(ctx) {
+                Ok(m) => (m.filter(|m| !m.is_empty()), false),
+                Err(_) => (None, true),
+            },
+        };
         // Sized up front: growing it piece by piece was a reallocation per alternative.
         let parts: usize = failures.iter().map(|(_, pe)| self.rule.len() + 32 + pe.message.len() + pe.path.len()).sum();
-        let mut msg = String::with_capacity(parts + 24 + rule_message.as_ref().map_or(0, |m| m.len()));
-        if !all_skip {
+        let mut msg = String::with_capacity(parts + 64 + rule_message.as_ref().map_or(0, |m| m.len()));
+        if unsubstituted {
+            msg.push_str("validation error: variables substitution error in rule ");
+            msg.push_str(self.rule);
+            msg.push_str(" execution error: ");
+        } else if !all_skip {
             msg.push_str("validation error: ");
             if let Some(m) = &rule_message {
                 msg.push_str(m);

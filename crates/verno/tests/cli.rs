@@ -494,3 +494,43 @@ fn apply_stops_quietly_when_its_reader_goes_away() {
     assert!(!stderr.contains("panicked"), "{stderr}");
     assert_eq!(out.status.code(), Some(141), "{stderr}");
 }
+
+/// Found by the Kyverno oracle (issue 50), the messages checked against Kyverno's CLI: a rule
+/// message whose variable cannot be substituted is dropped from a deny rule's failure (only the
+/// conditions' own messages are left) and replaced by Kyverno's words for an anyPattern's.
+#[test]
+fn an_unsubstitutable_message_is_worded_as_kyverno() {
+    let tmp = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
+    write(
+        tmp.path(),
+        "policy.yaml",
+        "apiVersion: kyverno.io/v1\nkind: ClusterPolicy\nmetadata: {name: c}\nspec:\n  rules:\n  - name: d\n    match: {any: [{resources: {kinds: [Pod]}}]}\n    validate:\n      message: 'bad {{ request.object.metadata.labels.x }}'\n      deny: {conditions: {any: [{key: a, operator: Equals, value: a, message: cm}]}}\n  - name: p\n    match: {any: [{resources: {kinds: [Pod]}}]}\n    validate:\n      message: 'bad {{ request.object.metadata.labels.x }}'\n      anyPattern: [{metadata: {labels: {app: zzz}}}, {spec: {nope: x}}]\n",
+    );
+    write(
+        tmp.path(),
+        "pod.yaml",
+        "apiVersion: v1\nkind: Pod\nmetadata: {name: p, namespace: a, labels: {env: web}}\nspec: {containers: [{name: c, image: nginx}]}\n",
+    );
+    let out = verno(&[
+        "apply",
+        tmp.path().join("policy.yaml").to_str().unwrap_or(""),
+        "-r",
+        tmp.path().join("pod.yaml").to_str().unwrap_or(""),
+        "-p",
+        "--output-format",
+        "json",
+    ]);
+    let report: serde_json::Value =
+        serde_json::from_slice(&out.stdout).unwrap_or_else(|e| panic!("{e}: {}", String::from_utf8_lossy(&out.stdout)));
+    let message = |rule: &str| {
+        report["results"].as_array().into_iter().flatten().find(|r| r["rule"] == rule).map(|r| r["message"].clone())
+    };
+    assert_eq!(message("d"), Some(serde_json::json!("cm")), "{report}");
+    assert_eq!(
+        message("p"),
+        Some(serde_json::json!(
+            "validation error: variables substitution error in rule p execution error: rule p[0] failed at path /metadata/labels/app/ rule p[1] failed at path /spec/nope/"
+        )),
+        "{report}"
+    );
+}
