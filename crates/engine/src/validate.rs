@@ -446,7 +446,10 @@ impl ValidateCtx<'_> {
                 msg.push_str(if m.ends_with('.') { " " } else { ". " });
             }
         }
-        for (n, (i, pe)) in failures.iter().enumerate() {
+        // A failing rule lists only the alternatives that failed (skipped ones are left out, as
+        // Kyverno's message does); a skipping one lists them all.
+        let listed = failures.iter().filter(|(_, pe)| all_skip || !pe.skip);
+        for (n, (i, pe)) in listed.enumerate() {
             if n > 0 {
                 msg.push(' ');
             }

@@ -504,7 +504,7 @@ fn an_unsubstitutable_message_is_worded_as_kyverno() {
     write(
         tmp.path(),
         "policy.yaml",
-        "apiVersion: kyverno.io/v1\nkind: ClusterPolicy\nmetadata: {name: c}\nspec:\n  rules:\n  - name: d\n    match: {any: [{resources: {kinds: [Pod]}}]}\n    validate:\n      message: 'bad {{ request.object.metadata.labels.x }}'\n      deny: {conditions: {any: [{key: a, operator: Equals, value: a, message: cm}]}}\n  - name: p\n    match: {any: [{resources: {kinds: [Pod]}}]}\n    validate:\n      message: 'bad {{ request.object.metadata.labels.x }}'\n      anyPattern: [{metadata: {labels: {app: zzz}}}, {spec: {nope: x}}]\n",
+        "apiVersion: kyverno.io/v1\nkind: ClusterPolicy\nmetadata: {name: c}\nspec:\n  rules:\n  - name: d\n    match: {any: [{resources: {kinds: [Pod]}}]}\n    validate:\n      message: 'bad {{ request.object.metadata.labels.x }}'\n      deny: {conditions: {any: [{key: a, operator: Equals, value: a, message: cm}]}}\n  - name: p\n    match: {any: [{resources: {kinds: [Pod]}}]}\n    validate:\n      message: 'bad {{ request.object.metadata.labels.x }}'\n      anyPattern: [{metadata: {labels: {app: zzz}}}, {spec: {nope: x}}]\n  - name: s\n    match: {any: [{resources: {kinds: [Pod]}}]}\n    validate:\n      message: not allowed\n      anyPattern: [{spec: {containers: [{(name): x, image: y}]}}, {metadata: {labels: {app: zzz}}}]\n",
     );
     write(
         tmp.path(),
@@ -526,6 +526,12 @@ fn an_unsubstitutable_message_is_worded_as_kyverno() {
         report["results"].as_array().into_iter().flatten().find(|r| r["rule"] == rule).map(|r| r["message"].clone())
     };
     assert_eq!(message("d"), Some(serde_json::json!("cm")), "{report}");
+    // A skipped alternative is left out of a failing anyPattern's message.
+    assert_eq!(
+        message("s"),
+        Some(serde_json::json!("validation error: not allowed. rule s[1] failed at path /metadata/labels/app/")),
+        "{report}"
+    );
     assert_eq!(
         message("p"),
         Some(serde_json::json!(
