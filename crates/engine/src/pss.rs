@@ -508,18 +508,21 @@ fn str_at<'a>(v: Option<&'a Value>, pointer: &str) -> Option<&'a str> {
     v.and_then(|v| v.pointer(pointer)).and_then(Value::as_str)
 }
 
-/// The Pod Security checks of Kubernetes 1.`minor` (Kyverno's fork of pod-security-admission:
-/// each check from the version it appeared in, with the variants later versions brought), in
-/// the order Kubernetes registers them (the order of Kyverno's message); `restricted` adds the
-/// restricted-level ones.
+/// The Pod Security checks (Kyverno's fork of pod-security-admission), in the order Kubernetes
+/// registers them (the order of Kyverno's message); `restricted` adds the restricted-level ones.
+/// The checks of the standard at version `minor`, as Kyverno's evaluation picks them: every
+/// check applies at every version in its first form (Kyverno starts from a check's first version
+/// whatever the version asked, so a check added in 1.23 or 1.34 applies at v1.22 too, as its
+/// CLI shows); a later form replaces it from the version that introduced it (Windows
+/// exemptions from 1.25, SELinux types from 1.31, sysctls from 1.27/1.29/1.32).
 fn checks(meta: &Value, spec: &Value, restricted: bool, minor: u32, out: &mut Vec<CheckResult>) {
     let psc = spec.get("securityContext");
     let sc_path = "spec.securityContext";
     // From 1.25 a Windows pod (`spec.os.name: windows`) is exempt from the Linux-only checks
     // (privilege escalation, capabilities, seccomp): the API server refuses those fields on it.
     let windows = minor >= 25 && spec.pointer("/os/name").and_then(Value::as_str) == Some("windows");
-    // allowPrivilegeEscalation (restricted, 1.8+)
-    if restricted && minor >= 8 && !windows {
+    // allowPrivilegeEscalation (restricted)
+    if restricted && !windows {
         let errs = containers(spec)
             .filter_map(|(path, c)| {
                 let field = format!("{path}.securityContext.allowPrivilegeEscalation");
@@ -584,8 +587,8 @@ fn checks(meta: &Value, spec: &Value, restricted: bool, minor: u32, out: &mut Ve
             .collect();
         push(out, "capabilities_baseline", "non-default capabilities", errs);
     }
-    // capabilities_restricted (1.22+)
-    if restricted && minor >= 22 && !windows {
+    // capabilities_restricted
+    if restricted && !windows {
         let (mut missing_drop, mut adding) = (Vec::new(), Vec::new());
         for (path, c) in containers(spec) {
             let drop_field = format!("{path}.securityContext.capabilities.drop");
@@ -654,8 +657,9 @@ fn checks(meta: &Value, spec: &Value, restricted: bool, minor: u32, out: &mut Ve
         }
         push(out, "hostPorts", "hostPort", errs);
     }
-    // hostProbesAndHostLifecycle (1.34+): no field errors, the hosts in the reason's detail
-    if minor >= 34 {
+    // hostProbesAndHostLifecycle (added in 1.34, applied at every version as Kyverno does): no
+    // field errors, the hosts in the reason's detail
+    {
         let mut bad_containers = std::collections::BTreeSet::new();
         for (_, c) in containers(spec) {
             let probes = ["livenessProbe", "readinessProbe", "startupProbe"]
@@ -737,9 +741,7 @@ fn checks(meta: &Value, spec: &Value, restricted: bool, minor: u32, out: &mut Ve
                 errs.push(forbidden(format!("{path}.securityContext.runAsUser"), "0"));
             }
         }
-        if minor >= 23 {
-            push(out, "runAsUser", "runAsUser=0", errs);
-        }
+        push(out, "runAsUser", "runAsUser=0", errs);
     }
     // seLinuxOptions
     {
@@ -786,8 +788,8 @@ fn checks(meta: &Value, spec: &Value, restricted: bool, minor: u32, out: &mut Ve
         }
         push(out, "seccompProfile_baseline", "seccompProfile", errs);
     }
-    // seccompProfile_restricted (1.19+)
-    if restricted && minor >= 19 && !windows {
+    // seccompProfile_restricted
+    if restricted && !windows {
         let mut errs = Vec::new();
         // A valid pod profile stands for the containers without one.
         let pod_set = pod_seccomp.is_some_and(valid);
@@ -1021,22 +1023,19 @@ mod tests {
             "containers": [{"name": "a", "image": "x", "securityContext": {"allowPrivilegeEscalation": false}}]}))
     }
 
-    /// No false denials: a policy pinned to an older Pod Security version is judged by that
-    /// version's checks (before, every version was judged as `latest`).
+    /// Checked against Kyverno's CLI (issue 50): every check applies at every version in its
+    /// first form (runAsUser, added in 1.23, at v1.19 too); later forms from their version.
     #[test]
-    fn a_pinned_version_applies_only_the_checks_it_had() {
+    fn a_pinned_version_applies_every_check_and_later_forms_from_their_version() {
         let ids = |c: &PodSecurityCheck, p: &Value| c.failed(p).iter().map(|r| r.id).collect::<Vec<_>>();
         let p = nearly_restricted();
-        assert_eq!(ids(&versioned("restricted", "v1.18"), &p), Vec::<&str>::new());
-        assert_eq!(ids(&versioned("restricted", "v1.21"), &p), ["seccompProfile_restricted"]);
-        assert_eq!(
-            ids(&versioned("restricted", "v1.22"), &p),
-            ["capabilities_restricted", "seccompProfile_restricted"]
-        );
-        assert_eq!(
-            ids(&versioned("restricted", "latest"), &p),
-            ["capabilities_restricted", "runAsUser", "seccompProfile_restricted"]
-        );
+        for v in ["v1.19", "v1.22", "latest"] {
+            assert_eq!(
+                ids(&versioned("restricted", v), &p),
+                ["capabilities_restricted", "runAsUser", "seccompProfile_restricted"],
+                "{v}"
+            );
+        }
         // Sysctls and SELinux types allowed from a version on.
         let sysctl =
             pod(json!({"securityContext": {"sysctls": [{"name": "net.ipv4.tcp_rmem", "value": "4096 87380 6291456"}]},
@@ -1065,14 +1064,15 @@ mod tests {
 
     /// Kubernetes 1.34's check: a probe or lifecycle handler may not name a host (baseline).
     #[test]
-    fn probe_and_lifecycle_hosts_are_refused_from_1_34() {
+    fn probe_and_lifecycle_hosts_are_refused_at_every_version() {
         let p = pod(json!({"containers": [{"name": "a", "image": "x",
             "livenessProbe": {"httpGet": {"host": "10.0.0.1", "port": 80}}}]}));
         assert_eq!(
             versioned("baseline", "latest").violations(&p),
             ["(Forbidden reason: probe or lifecycle host, field error list: [])"]
         );
-        assert!(versioned("baseline", "v1.33").violations(&p).is_empty());
+        // Added in 1.34, applied at v1.25 too, as Kyverno's CLI shows.
+        assert_eq!(versioned("baseline", "v1.25").violations(&p).len(), 1);
         let fine =
             pod(json!({"containers": [{"name": "a", "image": "x", "readinessProbe": {"tcpSocket": {"port": 80}}}]}));
         assert!(versioned("baseline", "latest").violations(&fine).is_empty());
