@@ -209,8 +209,10 @@ impl PodSecurityCheck {
                         None => d_pattern == pattern,
                     }
                 });
+                // Kyverno removes a waived error by moving the last one into its place, which
+                // reorders what is left (its message shows that order).
                 if let Some(i) = at {
-                    result.errs.remove(i);
+                    result.errs.swap_remove(i);
                 }
             }
         }
@@ -895,6 +897,25 @@ mod tests {
             ]
         );
         assert!(r.violations(&pod(json!({"securityContext": {"runAsNonRoot": true}, "containers": [{"name": "a", "image": "x", "securityContext": {"allowPrivilegeEscalation": false, "capabilities": {"drop": ["ALL"]}, "seccompProfile": {"type": "RuntimeDefault"}}}]}))).is_empty());
+    }
+
+    /// Checked against Kyverno's CLI (issue 50): a waived field error is replaced by the last
+    /// one, so the errors left come in Kyverno's order.
+    #[test]
+    fn a_waived_error_leaves_the_others_in_kyvernos_order() {
+        let c = check("restricted", json!([{"controlName": "Capabilities", "images": ["nginx*"]}]));
+        let p = pod(json!({"containers": [
+            {"name": "c0", "image": "nginx:latest"},
+            {"name": "c1", "image": "x"},
+            {"name": "c2", "image": "y", "securityContext": {"capabilities": {"add": []}}}]}));
+        let caps: Vec<String> =
+            c.violations(&p).into_iter().filter(|v| v.contains("unrestricted capabilities")).collect();
+        assert_eq!(
+            caps,
+            [
+                "(Forbidden reason: unrestricted capabilities, field error list: [spec.containers[2].securityContext.capabilities.drop: Required value, spec.containers[1].securityContext.capabilities.drop: Required value])"
+            ]
+        );
     }
 
     /// Found by the Kyverno oracle (issue 50), each checked against Kyverno's CLI: a profile
