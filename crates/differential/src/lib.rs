@@ -192,14 +192,31 @@ pub fn judge_pair(tools: &Tools, dir: &Path, policy: &Value, resource: &Value) -
     write_yaml(&rfile, std::slice::from_ref(resource))?;
     let k = apply(&tools.kyverno, std::slice::from_ref(&pfile), &rfile)?;
     let v = apply(&tools.verno, std::slice::from_ref(&pfile), &rfile)?;
-    Ok(match (k, v) {
-        (Said::Results(k), Said::Results(v)) => {
-            compare(&k, &v).into_iter().min_by(|a, b| a.kind.cmp(&b.kind)).map(|d| (d.kind, d.detail))
-        }
-        (Said::Refused(_), Said::Refused(_)) => None,
-        (Said::Refused(why), Said::Results(_)) => Some((Kind::Refusal, format!("only kyverno refused: {why}"))),
-        (Said::Results(_), Said::Refused(why)) => Some((Kind::Refusal, format!("only verno refused: {why}"))),
+    Ok(match judge(k, v) {
+        Judged::Compared(found) => found.into_iter().min_by(|a, b| a.kind.cmp(&b.kind)).map(|d| (d.kind, d.detail)),
+        Judged::BothRefused => None,
+        Judged::OneRefused { by, why } => Some((Kind::Refusal, format!("only {by} refused: {why}"))),
     })
+}
+
+/// What the two programs' answers to the same input come to.
+pub enum Judged {
+    /// Both evaluated: their disagreements.
+    Compared(Vec<Disagreement>),
+    /// Both refused the input (an agreement).
+    BothRefused,
+    /// Only `by` (`kyverno` or `verno`) refused it, in these words.
+    OneRefused { by: &'static str, why: String },
+}
+
+/// Judges Kyverno's answer `k` against Verno's `v`.
+pub fn judge(k: Said, v: Said) -> Judged {
+    match (k, v) {
+        (Said::Results(k), Said::Results(v)) => Judged::Compared(compare(&k, &v)),
+        (Said::Refused(_), Said::Refused(_)) => Judged::BothRefused,
+        (Said::Refused(why), Said::Results(_)) => Judged::OneRefused { by: "kyverno", why },
+        (Said::Results(_), Said::Refused(why)) => Judged::OneRefused { by: "verno", why },
+    }
 }
 
 /// Every place in `v` that can be removed: object members and array elements (paths of keys

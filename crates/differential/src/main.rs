@@ -14,7 +14,7 @@
 use anyhow::{Context as _, Result, bail};
 use std::collections::BTreeSet;
 use std::path::PathBuf;
-use verno_differential::{Kind, Said, Tools, apply, compare, generate::Gen, shrink, write_yaml};
+use verno_differential::{Judged, Kind, Tools, apply, generate::Gen, judge, shrink, write_yaml};
 
 /// Policies and resources per batch: each batch is one run of each program, every policy on
 /// every resource.
@@ -104,35 +104,31 @@ fn run() -> Result<i32> {
         // One run each for the batch; a batch one program refuses is judged a policy at a time.
         let pairs = np * RESOURCES;
         let mut found = Vec::new();
-        match (apply(&tools.kyverno, &files, &rfile)?, apply(&tools.verno, &files, &rfile)?) {
-            (Said::Results(k), Said::Results(v)) => found.extend(compare(&k, &v)),
+        match judge(apply(&tools.kyverno, &files, &rfile)?, apply(&tools.verno, &files, &rfile)?) {
+            Judged::Compared(d) => found.extend(d),
             _ => {
                 for (p, f) in policies.iter().zip(&files) {
-                    let name = p["metadata"]["name"].as_str().unwrap_or("").to_string();
-                    match (
+                    let (k, v) = (
                         apply(&tools.kyverno, std::slice::from_ref(f), &rfile)?,
                         apply(&tools.verno, std::slice::from_ref(f), &rfile)?,
-                    ) {
-                        (Said::Results(k), Said::Results(v)) => found.extend(compare(&k, &v)),
-                        (Said::Refused(_), Said::Refused(_)) => {}
-                        (k, v) => {
-                            let detail = match (k, v) {
-                                (Said::Refused(why), _) => format!("only kyverno refused the policy: {why}"),
-                                (_, Said::Refused(why)) => format!("only verno refused the policy: {why}"),
-                                _ => String::new(),
-                            };
-                            // Every pair of the policy counts as disagreeing.
+                    );
+                    match judge(k, v) {
+                        Judged::Compared(d) => found.extend(d),
+                        Judged::BothRefused => {}
+                        // Every pair of the policy counts as disagreeing.
+                        Judged::OneRefused { by, why } => {
+                            let name = p["metadata"]["name"].as_str().unwrap_or("");
                             for r in &resources {
                                 let id = |k: &str| r["metadata"][k].as_str().unwrap_or("").to_string();
                                 found.push(verno_differential::Disagreement {
-                                    policy: name.clone(),
+                                    policy: name.to_string(),
                                     resource: (
                                         r["kind"].as_str().unwrap_or("").to_string(),
                                         id("namespace"),
                                         id("name"),
                                     ),
                                     kind: Kind::Refusal,
-                                    detail: detail.clone(),
+                                    detail: format!("only {by} refused the policy: {why}"),
                                 });
                             }
                         }

@@ -445,6 +445,11 @@ fn push(out: &mut Vec<CheckResult>, id: &'static str, reason: impl Into<String>,
     }
 }
 
+/// A seccomp profile's type when one is set (`""` when it names none).
+fn profile_type(p: Option<&Value>) -> Option<&str> {
+    p.filter(|p| !p.is_null()).map(|p| p.get("type").and_then(Value::as_str).unwrap_or(""))
+}
+
 /// The minor version of Kubernetes 1.x whose Pod Security checks apply (`v1.23` → 23); `latest`
 /// (or anything else) is the newest, as Kyverno's `api.ParseVersion` reads it.
 fn minor(version: &str) -> u32 {
@@ -772,51 +777,30 @@ fn checks(meta: &Value, spec: &Value, restricted: bool, minor: u32, out: &mut Ve
     // names other than RuntimeDefault and Localhost — an empty or missing type included, not
     // only Unconfined (checked against Kyverno's CLI).
     let valid = |t: &str| t == "RuntimeDefault" || t == "Localhost";
-    // The pod's profile type when a profile is set (`""` when it names none).
-    let pod_seccomp = psc
-        .and_then(|s| s.get("seccompProfile"))
-        .filter(|p| !p.is_null())
-        .map(|p| p.get("type").and_then(Value::as_str).unwrap_or(""));
-    {
-        let mut errs = Vec::new();
-        if let Some(t) = pod_seccomp.filter(|t| !valid(t)) {
-            errs.push(forbidden(format!("{sc_path}.seccompProfile.type"), t));
-        }
-        for (path, c) in containers(spec) {
-            let set = c.pointer("/securityContext/seccompProfile").filter(|p| !p.is_null());
-            if let Some(t) = set.map(|p| p.get("type").and_then(Value::as_str).unwrap_or("")).filter(|t| !valid(t)) {
-                errs.push(forbidden(format!("{path}.securityContext.seccompProfile.type"), t));
-            }
-        }
-        push(out, "seccompProfile_baseline", "seccompProfile", errs);
+    let pod_seccomp = profile_type(psc.and_then(|s| s.get("seccompProfile")));
+    // The profiles set to a bad type (pod, then containers): baseline's whole finding, and
+    // restricted's when there are any.
+    let mut bad_setters = Vec::new();
+    if let Some(t) = pod_seccomp.filter(|t| !valid(t)) {
+        bad_setters.push(forbidden(format!("{sc_path}.seccompProfile.type"), t));
     }
+    for (path, c) in containers(spec) {
+        if let Some(t) = profile_type(c.pointer("/securityContext/seccompProfile")).filter(|t| !valid(t)) {
+            bad_setters.push(forbidden(format!("{path}.securityContext.seccompProfile.type"), t));
+        }
+    }
+    push(out, "seccompProfile_baseline", "seccompProfile", bad_setters.clone());
     // seccompProfile_restricted
     if restricted && !windows {
-        let mut errs = Vec::new();
-        // A valid pod profile stands for the containers without one.
-        let pod_set = pod_seccomp.is_some_and(valid);
-        if let Some(t) = pod_seccomp.filter(|t| !valid(t)) {
-            errs.push(forbidden(format!("{sc_path}.seccompProfile.type"), t));
-        }
-        let mut implicit = Vec::new();
-        for (path, c) in containers(spec) {
-            let field = format!("{path}.securityContext.seccompProfile.type");
-            match c.pointer("/securityContext/seccompProfile").filter(|v| !v.is_null()) {
-                Some(p) => {
-                    let t = p.get("type").and_then(Value::as_str).unwrap_or("");
-                    if !valid(t) {
-                        errs.push(forbidden(field, t));
-                    }
-                }
-                None if !pod_set => implicit.push(required(field)),
-                None => {}
-            }
-        }
-        // As the library: profiles set to a bad type are the whole finding when there are any;
-        // the containers that set none are reported only otherwise.
-        if errs.is_empty() {
-            errs = implicit;
-        }
+        // Otherwise the containers that set none, unless a valid pod profile stands for them.
+        let errs = if !bad_setters.is_empty() || pod_seccomp.is_some_and(valid) {
+            bad_setters
+        } else {
+            containers(spec)
+                .filter(|(_, c)| profile_type(c.pointer("/securityContext/seccompProfile")).is_none())
+                .map(|(path, _)| required(format!("{path}.securityContext.seccompProfile.type")))
+                .collect()
+        };
         push(out, "seccompProfile_restricted", "seccompProfile", errs);
     }
     // sysctls

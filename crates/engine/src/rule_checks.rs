@@ -111,16 +111,13 @@ fn go_kind(v: &Value) -> &'static str {
     }
 }
 
-/// The Go type `%T` prints for a list element.
+/// The Go type `%T` prints for a list element (scalars as [`go_kind`] names them).
 fn go_type(v: &Value) -> &'static str {
     match v {
-        Value::Bool(_) => "bool",
-        Value::Number(n) if n.is_i64() || n.is_u64() => "int64",
-        Value::Number(_) => "float64",
         Value::Object(_) => "map[string]interface {}",
         Value::Array(_) => "[]interface {}",
-        Value::String(_) => "string",
         Value::Null => "<nil>",
+        scalar => go_kind(scalar),
     }
 }
 
