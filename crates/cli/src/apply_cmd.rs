@@ -90,7 +90,15 @@ fn run_inner(args: &ApplyArgs) -> Result<i32> {
         let ns = r.pointer("/metadata/namespace").and_then(Value::as_str).unwrap_or("default");
         let key =
             format!("{ns}/{}/{}", load::kind(r), r.pointer("/metadata/name").and_then(Value::as_str).unwrap_or(""));
+        // As Kyverno's CLI, every ClusterPolicy or Policy with a mutate rule hands on the
+        // resource as mutated so far, matched or not: `-o` gets one copy per such policy.
+        let mut mutated_so_far = r;
         for (i, (p, resp)) in policies.compiled.iter().zip(&responses).enumerate() {
+            let hands_on = matches!(p.kind, verno_api::Kind::ClusterPolicy | verno_api::Kind::Policy)
+                && p.rules.iter().any(|rule| rule.rule_type() == verno_engine::RuleType::Mutation);
+            if hands_on && let Some(patched) = &resp.patched {
+                mutated_so_far = patched;
+            }
             if args.policy_report {
                 tally.report_results.extend(
                     verno_engine::report::results_with(p, resp, args.audit_warn)
@@ -102,7 +110,7 @@ fn run_inner(args: &ApplyArgs) -> Result<i32> {
                         .map(|x| (i, x)),
                 );
             }
-            tally.policy(&out, p, resp, &key);
+            tally.policy(&out, p, resp, &key, hands_on.then_some(mutated_so_far));
         }
     }
     print_results(args, format, &policies.compiled, &mut tally)?;
@@ -229,7 +237,15 @@ struct Tally {
 impl Tally {
     /// One policy's response to one resource (`key`: `namespace/kind/name`): its rule results
     /// counted, its produced resources kept, its failures printed.
-    fn policy(&mut self, out: &Printing, p: &CompiledPolicy, resp: &PolicyResponse, key: &str) {
+    /// `handed_on`: the resource as mutated so far, for a policy with mutate rules.
+    fn policy(
+        &mut self,
+        out: &Printing,
+        p: &CompiledPolicy,
+        resp: &PolicyResponse,
+        key: &str,
+        handed_on: Option<&Value>,
+    ) {
         let audit_warn = out.args.audit_warn;
         let mut failures = Vec::new();
         let mut as_warning = false;
@@ -253,7 +269,7 @@ impl Tally {
                 "scored": p.scored,
             }));
         }
-        for o in self.outputs(resp) {
+        for o in self.outputs(resp, handed_on) {
             if !out.machine && !out.to_file {
                 println!("\npolicy {} applied to {key}:", resp.policy);
                 print!("{}", serde_saphyr::to_string(&o).unwrap_or_default());
@@ -281,22 +297,28 @@ impl Tally {
         }
     }
 
-    /// The resources a response produced: the mutated resource and patched targets, then the
-    /// generated ones.
-    fn outputs(&mut self, resp: &PolicyResponse) -> Vec<Value> {
-        // verifyImages rules that pinned a digest (or recorded their outcome in the
-        // annotations) changed the resource too: print it as a mutation.
-        let mutated = resp.rules.iter().any(|rr| {
-            rr.status == Status::Pass
-                && (rr.rule_type == verno_engine::RuleType::Mutation
-                    || (rr.rule_type == verno_engine::RuleType::ImageVerify && resp.patched.is_some()))
-        });
+    /// The resources a response produced: the resource as mutated so far (for a policy with
+    /// mutate rules, whether they changed it or not, as Kyverno's CLI writes it) and patched
+    /// targets, then the generated ones.
+    fn outputs(&mut self, resp: &PolicyResponse, handed_on: Option<&Value>) -> Vec<Value> {
         let mut outputs: Vec<Value> = Vec::new();
-        if mutated {
+        if let Some(v) = handed_on {
             self.mutated_any = true;
-            if let Some(v) = &resp.patched {
-                outputs.push(v.clone());
+            outputs.push(v.clone());
+            for rr in &resp.rules {
+                outputs.extend(rr.patched_targets().iter().cloned());
             }
+        } else if let Some(v) = &resp.patched
+            && resp.rules.iter().any(|rr| {
+                rr.status == Status::Pass
+                    && matches!(rr.rule_type, verno_engine::RuleType::Mutation | verno_engine::RuleType::ImageVerify)
+            })
+        {
+            // A CEL mutating policy that changed the resource, or verifyImages rules that
+            // pinned a digest (or recorded their outcome in the annotations): printed as a
+            // mutation.
+            self.mutated_any = true;
+            outputs.push(v.clone());
             for rr in &resp.rules {
                 outputs.extend(rr.patched_targets().iter().cloned());
             }

@@ -440,13 +440,154 @@ impl Gen {
         json!({"any": [{"resources": res}]})
     }
 
-    /// A ClusterPolicy named `name` with one to three validate rules.
+    /// A label or annotation value for a patch: plain, a variable, or (rarely) not a string.
+    fn patch_value(&mut self) -> Value {
+        match self.upto(9) {
+            0 => json!("{{request.object.metadata.name}}"),
+            1 => json!("{{request.object.metadata.labels.app || 'none'}}"),
+            2 => json!("{{request.namespace}}"),
+            3 if self.chance(0.3) => json!(7),
+            _ => json!(self.pick(LABEL_VALUES)),
+        }
+    }
+
+    /// A key of a strategic merge patch, plain or with an anchor.
+    fn patch_key(&mut self, key: &str) -> String {
+        match self.upto(5) {
+            0 | 1 => format!("+({key})"),
+            _ => key.to_string(),
+        }
+    }
+
+    /// A strategic merge patch for a Pod (autogen moves it under the controllers' templates).
+    fn merge_patch(&mut self) -> Value {
+        let mut patch = json!({});
+        let parts = 1 + self.upto(2);
+        for _ in 0..parts {
+            let part = match self.upto(9) {
+                0 | 1 => {
+                    let label = self.pick(&["team", "app", "env", "tier"]);
+                    let key = self.patch_key(label);
+                    let value = if self.chance(0.1) { Value::Null } else { self.patch_value() };
+                    json!({"metadata": {"labels": {key: value}}})
+                }
+                2 => {
+                    let key = self.patch_key("owner");
+                    json!({"metadata": {"annotations": {key: self.patch_value()}}})
+                }
+                3 | 4 => {
+                    let mut c = Map::new();
+                    let select = self.pick(&["*", "c0", "c*", "c1"]);
+                    c.insert("(name)".into(), json!(select));
+                    if self.chance(0.3) {
+                        c.insert("(image)".into(), json!(self.pick(&["*:latest", "nginx*", "!*:latest", "*"])));
+                    }
+                    let pull = self.patch_key("imagePullPolicy");
+                    c.insert(pull, json!(self.pick(&["IfNotPresent", "Always"])));
+                    json!({"spec": {"containers": [Value::Object(c)]}})
+                }
+                5 => {
+                    let key = self.patch_key("securityContext");
+                    let inner = self.patch_key("runAsNonRoot");
+                    json!({"spec": {key: {inner: true}}})
+                }
+                6 => {
+                    let key = self.patch_key("resources");
+                    let mem = self.pick(MEMORY);
+                    json!({"spec": {"containers": [{"(name)": "*", key: {"limits": {"memory": mem}}}]}})
+                }
+                7 => {
+                    // A global anchor: the whole patch only where some container's image fits.
+                    let img = self.pick(&["*nginx*", "*:latest", "busybox*"]);
+                    let sa = self.patch_key("serviceAccountName");
+                    json!({"spec": {"containers": [{"<(image)": img}], sa: "restricted"}})
+                }
+                8 => {
+                    let sc = self.patch_key("allowPrivilegeEscalation");
+                    json!({"spec": {"containers": [{"(name)": "*", "securityContext": {sc: false}}]}})
+                }
+                _ => {
+                    let name = self.pick(&["cache", "data"]);
+                    json!({"spec": {"volumes": [{"name": name, "emptyDir": {}}]}})
+                }
+            };
+            merge(&mut patch, part);
+        }
+        patch
+    }
+
+    /// An RFC 6902 patch, as the YAML text Kyverno reads.
+    fn json_patch(&mut self) -> Value {
+        let n = 1 + self.upto(2);
+        let mut ops = Vec::new();
+        for _ in 0..n {
+            let op = match self.upto(11) {
+                0 => json!({"op": "add", "path": "/metadata/labels/patched", "value": "yes"}),
+                1 => json!({"op": "add", "path": "/metadata/labels", "value": {"a": "b"}}),
+                2 => json!({"op": "replace", "path": "/spec/containers/0/image", "value": "nginx:1.27"}),
+                3 => json!({"op": "remove", "path": "/metadata/annotations"}),
+                4 => json!({"op": "add", "path": "/spec/containers/-", "value": {"name": "sidecar", "image": "envoy"}}),
+                5 => json!({"op": "add", "path": "/metadata/annotations/example.com~1team", "value": "core"}),
+                6 => json!({"op": "remove", "path": "/spec/containers/1"}),
+                7 => {
+                    json!({"op": "replace", "path": "/metadata/labels/app", "value": "{{request.object.metadata.name}}"})
+                }
+                8 => json!({"op": "add", "path": "/spec/containers/0/env", "value": [{"name": "A", "value": "1"}]}),
+                9 => json!({"op": "copy", "from": "/metadata/name", "path": "/metadata/labels/name"}),
+                10 => json!({"op": "test", "path": "/spec/containers/0/name", "value": "c0"}),
+                _ => json!({"op": "move", "from": "/metadata/labels/app", "path": "/metadata/labels/application"}),
+            };
+            ops.push(op);
+        }
+        let text = serde_saphyr::to_string(&Value::Array(ops)).unwrap_or_default();
+        Value::String(text)
+    }
+
+    /// A mutate rule's body: a strategic merge patch, an RFC 6902 patch, or a foreach over the
+    /// containers with either.
+    fn mutate(&mut self) -> Value {
+        match self.upto(9) {
+            0..=4 => json!({"patchStrategicMerge": self.merge_patch()}),
+            5 | 6 => json!({"patchesJson6902": self.json_patch()}),
+            7 | 8 => {
+                let mut fe = json!({"list": "request.object.spec.containers", "patchStrategicMerge": {"spec": {"containers": [{
+                    "name": "{{ element.name }}",
+                    "securityContext": {"privileged": false}
+                }]}}});
+                if self.chance(0.5) {
+                    fe["patchStrategicMerge"] = json!({"spec": {"containers": [{
+                        "(name)": "{{ element.name }}",
+                        "+(imagePullPolicy)": "{{ element.image | contains(@, ':latest') && 'Always' || 'IfNotPresent' }}"
+                    }]}});
+                }
+                if self.chance(0.3) {
+                    fe["preconditions"] =
+                        json!({"all": [{"key": "{{ element.image }}", "operator": "Equals", "value": "*nginx*"}]});
+                }
+                json!({"foreach": [fe]})
+            }
+            _ => {
+                let fe = json!({"list": "request.object.spec.containers",
+                    "patchesJson6902": "- op: add\n  path: /spec/containers/{{elementIndex}}/imagePullPolicy\n  value: IfNotPresent\n"});
+                json!({"foreach": [fe]})
+            }
+        }
+    }
+
+    /// A ClusterPolicy named `name`: mostly one to three validate rules, sometimes mutate rules
+    /// (and then perhaps a validate rule after them).
     pub fn policy(&mut self, name: &str) -> Value {
+        let mutates = self.chance(0.3);
         let n = 1 + self.upto(2);
         let rules: Vec<Value> = (0..n)
             .map(|i| {
-                let mut r =
-                    json!({"name": format!("rule-{i}"), "match": self.match_block(), "validate": self.validate()});
+                let body = if mutates && (i == 0 || self.chance(0.6)) {
+                    ("mutate", self.mutate())
+                } else {
+                    ("validate", self.validate())
+                };
+                let mut r = json!({"name": format!("rule-{i}"), "match": self.match_block()});
+                r[body.0] = body.1;
                 if self.chance(0.15) {
                     r["exclude"] = json!({"any": [{"resources": {"namespaces": ["kube-system"]}}]});
                 }

@@ -36,10 +36,19 @@ pub struct Outcome {
     pub message: String,
 }
 
+/// What one program answered: its report's results, and the resources it wrote with `-o`
+/// (the resource as mutated so far, once per policy with mutate rules, as Kyverno's CLI writes
+/// them; generated resources).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Answer {
+    pub results: BTreeMap<Key, Outcome>,
+    pub outputs: Vec<Value>,
+}
+
 /// What one program said about a set of policies and resources.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Said {
-    Results(BTreeMap<Key, Outcome>),
+    Results(Answer),
     /// It refused the input (exit status, its words).
     Refused(String),
 }
@@ -53,30 +62,47 @@ pub fn find_oracle(repo: &Path) -> Option<PathBuf> {
 }
 
 /// Runs `apply` of one program on the policy files and the resource file, as a policy report
-/// in JSON.
+/// in JSON, the resources it produced written to a file (`-o`).
 pub fn apply(program: &Path, policies: &[PathBuf], resources: &Path) -> Result<Said> {
     let mut cmd = Command::new(program);
     cmd.arg("apply").args(policies).arg("--resource").arg(resources);
     cmd.args(["--policy-report", "--output-format", "json"]);
     // Kyverno's CLI looks for a kubeconfig and a home for its caches; neither is needed.
     let home = tempfile::tempdir()?;
+    let written = home.path().join("out.yaml");
+    cmd.arg("-o").arg(&written);
     cmd.env("HOME", home.path()).env("KUBECONFIG", "/dev/null").env("NO_COLOR", "1");
     let out = cmd.stdin(Stdio::null()).output().with_context(|| format!("running {}", program.display()))?;
     let stdout = String::from_utf8_lossy(&out.stdout);
-    match parse_reports(&stdout) {
-        Some(results) => Ok(Said::Results(results)),
-        None => Ok(Said::Refused(format!(
+    let refused = || {
+        format!(
             "{}: {}{}",
             out.status,
             stdout.chars().take(600).collect::<String>(),
             String::from_utf8_lossy(&out.stderr).chars().take(600).collect::<String>()
-        ))),
-    }
+        )
+    };
+    let Some(results) = parse_reports(&stdout) else { return Ok(Said::Refused(refused())) };
+    let text = match std::fs::read_to_string(&written) {
+        Ok(t) => t,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => String::new(),
+        Err(e) => return Err(e).with_context(|| format!("reading {}", written.display())),
+    };
+    let outputs = serde_saphyr::from_multiple::<Value>(&text)
+        .with_context(|| format!("{} wrote YAML that does not parse:\n{text}", program.display()))?
+        .into_iter()
+        .filter(|v| !v.is_null())
+        .collect();
+    Ok(Said::Results(Answer { results, outputs }))
 }
 
 /// The results of the JSON reports in a CLI's output (text before the first report skipped);
 /// `None` when there is no report.
 pub fn parse_reports(stdout: &str) -> Option<BTreeMap<Key, Outcome>> {
+    // Kyverno's CLI ends its notes on what it produced without a newline, the report after.
+    let stdout = stdout
+        .replace("Mutation has been applied successfully.", "\n")
+        .replace("Generation completed successfully.", "\n");
     let start = stdout.lines().position(|l| l.starts_with('{'))?;
     let text: Vec<&str> = stdout.lines().skip(start).collect();
     let mut results = BTreeMap::new();
@@ -100,7 +126,40 @@ pub const INTENDED: &[(&str, &str)] = &[(
 
 /// Why a disagreement is intended, if it is.
 pub fn intended(d: &Disagreement) -> Option<&'static str> {
-    INTENDED.iter().find(|(s, _)| d.detail.contains(s)).map(|(_, why)| *why)
+    d.intended.or_else(|| INTENDED.iter().find(|(s, _)| d.detail.contains(s)).map(|(_, why)| *why))
+}
+
+/// After a mutate rule's error Kyverno hands an empty object on as the resource (its error
+/// response carries an empty patched resource): later rules and policies see nothing, its CLI
+/// reports nothing more for that resource and writes `{}`, and its webhook drops every later
+/// policy's patches. Verno goes on with the resource as it was before the failing rule.
+pub const BLANKED: &str = "Kyverno goes on with an empty resource after a mutate rule's error (its CLI then reports nothing more for the resource and writes `{}`); Verno goes on with the resource as it was before the failing rule";
+
+/// Why any answer about `policy` is intended, if Kyverno's own answer is not decided by the
+/// input: its check that labels and annotations in a pattern are strings stops at whichever of
+/// the pattern's `metadata` and `spec` Go's map iteration meets first, so a pattern whose two
+/// halves disagree is refused on some runs and applied on others. Verno checks both, always.
+pub fn intended_for_policy(policy: &Value) -> Option<&'static str> {
+    let strings = |meta: Option<&Value>| {
+        ["labels", "annotations"].iter().all(|k| match meta.and_then(|m| m.get(*k)) {
+            Some(Value::Object(m)) => m.values().all(Value::is_string),
+            _ => true,
+        })
+    };
+    let undecided = |p: &Value| {
+        p.get("metadata").is_some_and(Value::is_object)
+            && p.get("spec").is_some()
+            && strings(p.get("metadata")) != strings(p.pointer("/spec/template/metadata"))
+    };
+    let rules = policy.pointer("/spec/rules").and_then(Value::as_array).into_iter().flatten();
+    let patterns = rules.flat_map(|r| {
+        let v = &r["validate"];
+        let foreach = v["foreach"].as_array().into_iter().flatten().map(|f| &f["pattern"]);
+        std::iter::once(&v["pattern"]).chain(v["anyPattern"].as_array().into_iter().flatten()).chain(foreach)
+    });
+    patterns.into_iter().any(undecided).then_some(
+        "Kyverno's check that pattern labels are strings depends on Go's map order when a pattern has both `metadata` and `spec` (refused on some runs, applied on others); Verno always checks both",
+    )
 }
 
 /// How the two programs differ on one (policy, resource) pair.
@@ -114,6 +173,8 @@ pub enum Kind {
     Presence,
     /// One refused the policy, the other evaluated it.
     Refusal,
+    /// The resources written (mutated or generated) differ.
+    Output,
 }
 
 /// One disagreement, on a pair.
@@ -123,6 +184,8 @@ pub struct Disagreement {
     pub resource: Resource,
     pub kind: Kind,
     pub detail: String,
+    /// Why it is intended, when the judge knows from the whole answer (see [`judge`]).
+    pub intended: Option<&'static str>,
 }
 
 /// The (policy, resource) pairs of two programs' results that differ, each with its worst kind.
@@ -158,7 +221,7 @@ pub fn compare(kyverno: &BTreeMap<Key, Outcome>, verno: &BTreeMap<Key, Outcome>)
     }
     worst
         .into_iter()
-        .map(|((policy, resource), (kind, detail))| Disagreement { policy, resource, kind, detail })
+        .map(|((policy, resource), (kind, detail))| Disagreement { policy, resource, kind, detail, intended: None })
         .collect()
 }
 
@@ -192,8 +255,12 @@ pub fn judge_pair(tools: &Tools, dir: &Path, policy: &Value, resource: &Value) -
     write_yaml(&rfile, std::slice::from_ref(resource))?;
     let k = apply(&tools.kyverno, std::slice::from_ref(&pfile), &rfile)?;
     let v = apply(&tools.verno, std::slice::from_ref(&pfile), &rfile)?;
-    Ok(match judge(k, v) {
-        Judged::Compared(found) => found.into_iter().min_by(|a, b| a.kind.cmp(&b.kind)).map(|d| (d.kind, d.detail)),
+    Ok(match judge(k, v, std::slice::from_ref(policy)) {
+        Judged::Compared(found) => found
+            .into_iter()
+            .filter(|d| intended(d).is_none())
+            .min_by(|a, b| a.kind.cmp(&b.kind))
+            .map(|d| (d.kind, d.detail)),
         Judged::BothRefused => None,
         Judged::OneRefused { by, why } => Some((Kind::Refusal, format!("only {by} refused: {why}"))),
     })
@@ -209,13 +276,184 @@ pub enum Judged {
     OneRefused { by: &'static str, why: String },
 }
 
-/// Judges Kyverno's answer `k` against Verno's `v`.
-pub fn judge(k: Said, v: Said) -> Judged {
+/// Judges Kyverno's answer `k` against Verno's `v` on `policies` (in the order both read
+/// them).
+pub fn judge(k: Said, v: Said, policies: &[Value]) -> Judged {
     match (k, v) {
-        (Said::Results(k), Said::Results(v)) => Judged::Compared(compare(&k, &v)),
+        (Said::Results(k), Said::Results(v)) => {
+            let mutating = mutating(policies);
+            let mut found = compare(&k.results, &v.results);
+            // What Kyverno left out of a resource it blanked is intended; what both said is
+            // still compared.
+            let gone = blanked(&k.outputs, &v.outputs);
+            for d in &mut found {
+                if d.kind == Kind::Presence && d.detail.contains(": only verno: ") && gone.contains(&d.resource) {
+                    d.intended = Some(BLANKED);
+                }
+            }
+            let outputs = compare_outputs(&k.outputs, &v.outputs, &mutating);
+            // A resource mutated otherwise on purpose is validated (and mutated further) on
+            // other input: what follows from the first differing copy is intended with it.
+            for (o, at) in &outputs {
+                let (Some(why), Some(at)) = (intended_output(o, *at, policies, &mutating), at) else { continue };
+                let before = mutating.get(..*at).unwrap_or_default();
+                for d in &mut found {
+                    if d.intended.is_none() && d.resource == o.resource && !before.contains(&d.policy) {
+                        d.intended = Some(why);
+                    }
+                }
+            }
+            found.extend(outputs.into_iter().map(|(mut o, at)| {
+                o.intended = o.intended.or_else(|| intended_output(&o, at, policies, &mutating));
+                o
+            }));
+            Judged::Compared(found)
+        }
         (Said::Refused(_), Said::Refused(_)) => Judged::BothRefused,
         (Said::Refused(why), Said::Results(_)) => Judged::OneRefused { by: "kyverno", why },
         (Said::Results(_), Said::Refused(why)) => Judged::OneRefused { by: "verno", why },
+    }
+}
+
+/// Kyverno resolves a `+(key)` inside a strategic-merge list element once, against the first
+/// element of the resource's list it meets (matching the element's conditions or not), and
+/// uses that answer for every other element: a field is added to none of the elements, or set
+/// over an element's own value (kyverno#6686, kyverno#6750). Verno decides element by element.
+pub const ADD_ANCHOR_IN_LISTS: &str = "Kyverno resolves `+(key)` in a strategic-merge list element against the first element it meets and reuses that for all (kyverno#6686, #6750): it adds to none, or overwrites a value; Verno decides per element";
+
+/// Why an output disagreement (first differing at copy `at`) is intended, if it is.
+fn intended_output(
+    o: &Disagreement,
+    at: Option<usize>,
+    policies: &[Value],
+    mutating: &[String],
+) -> Option<&'static str> {
+    if o.intended.is_some() {
+        return o.intended;
+    }
+    let name = mutating.get(at?)?;
+    let policy = policies.iter().find(|p| p["metadata"]["name"] == name.as_str())?;
+    add_anchor_in_list(policy).then_some(ADD_ANCHOR_IN_LISTS)
+}
+
+/// Whether a policy's strategic merge patches have a `+(key)` inside a list element.
+pub fn add_anchor_in_list(policy: &Value) -> bool {
+    fn inside_list(v: &Value, in_list: bool) -> bool {
+        match v {
+            Value::Object(m) => m.iter().any(|(k, x)| (in_list && k.starts_with("+(")) || inside_list(x, in_list)),
+            Value::Array(a) => a.iter().any(|x| inside_list(x, true)),
+            _ => false,
+        }
+    }
+    let rules = policy.pointer("/spec/rules").and_then(Value::as_array).into_iter().flatten();
+    rules.into_iter().any(|r| inside_list(&r["mutate"], false))
+}
+
+/// The names of the policies with a mutate rule, in order.
+pub fn mutating(policies: &[Value]) -> Vec<String> {
+    policies
+        .iter()
+        .filter(|p| {
+            p.pointer("/spec/rules").and_then(Value::as_array).into_iter().flatten().any(|r| r.get("mutate").is_some())
+        })
+        .map(|p| p["metadata"]["name"].as_str().unwrap_or("").to_string())
+        .collect()
+}
+
+/// The written resources of two programs that differ, per resource: one copy per policy with
+/// mutate rules (the `i`th copy of a resource comes from `mutating[i]`), generated ones once;
+/// each with the index of its first differing copy (`None`: only their numbers differ).
+pub fn compare_outputs(kyverno: &[Value], verno: &[Value], mutating: &[String]) -> Vec<(Disagreement, Option<usize>)> {
+    let id = |v: &Value| -> Resource {
+        let s = |p: &str| v.pointer(p).and_then(Value::as_str).unwrap_or("").to_string();
+        (s("/kind"), s("/metadata/namespace"), s("/metadata/name"))
+    };
+    let blank = |v: &Value| v.as_object().is_some_and(serde_json::Map::is_empty);
+    // Both write the same copies in the same order (resource by resource, a copy per policy
+    // with mutate rules), so a copy Kyverno blanked is the resource of Verno's copy there.
+    let same_shape = kyverno.len() == verno.len();
+    let mut by: BTreeMap<Resource, (Vec<&Value>, Vec<&Value>)> = BTreeMap::new();
+    for (i, v) in kyverno.iter().enumerate() {
+        let at = match verno.get(i) {
+            Some(w) if blank(v) && same_shape => id(w),
+            _ => id(v),
+        };
+        by.entry(at).or_default().0.push(v);
+    }
+    for v in verno {
+        by.entry(id(v)).or_default().1.push(v);
+    }
+    let mut found = Vec::new();
+    for (resource, (k, v)) in by {
+        let first = k.iter().zip(&v).position(|(a, b)| a != b);
+        let (policy, detail) = match first {
+            Some(i) => (
+                mutating.get(i).cloned().unwrap_or_default(),
+                format!("written copy {}: {}", i + 1, first_difference(k[i], v[i], &mut String::new())),
+            ),
+            None if k.len() != v.len() => (
+                mutating.get(k.len().min(v.len())).cloned().unwrap_or_default(),
+                format!("kyverno wrote {} copies, verno {}", k.len(), v.len()),
+            ),
+            None => continue,
+        };
+        let blanked = first.and_then(|i| k.get(i)).is_some_and(|x| blank(x));
+        let intended = blanked.then_some(BLANKED);
+        found.push((Disagreement { policy, resource, kind: Kind::Output, detail, intended }, first));
+    }
+    found
+}
+
+/// The resources Kyverno blanked after a mutate error (see [`BLANKED`]): those of the copies
+/// it wrote as `{}`, placed by Verno's copies.
+fn blanked(kyverno: &[Value], verno: &[Value]) -> BTreeSet<Resource> {
+    if kyverno.len() != verno.len() {
+        return BTreeSet::new();
+    }
+    let s = |v: &Value, p: &str| v.pointer(p).and_then(Value::as_str).unwrap_or("").to_string();
+    kyverno
+        .iter()
+        .zip(verno)
+        .filter(|(k, _)| k.as_object().is_some_and(serde_json::Map::is_empty))
+        .map(|(_, v)| (s(v, "/kind"), s(v, "/metadata/namespace"), s(v, "/metadata/name")))
+        .collect()
+}
+
+/// Where two values first differ, with both sides there.
+fn first_difference(a: &Value, b: &Value, at: &mut String) -> String {
+    match (a, b) {
+        (Value::Object(x), Value::Object(y)) => {
+            let keys: BTreeSet<&String> = x.keys().chain(y.keys()).collect();
+            for k in keys {
+                match (x.get(k), y.get(k)) {
+                    (Some(p), Some(q)) if p == q => {}
+                    (Some(p), Some(q)) => {
+                        at.push('/');
+                        at.push_str(k);
+                        return first_difference(p, q, at);
+                    }
+                    (p, q) => return format!("at {at}/{k}: kyverno {}, verno {}", shown(p), shown(q)),
+                }
+            }
+            format!("at {at}: equal")
+        }
+        (Value::Array(x), Value::Array(y)) if x.len() == y.len() => {
+            for (i, (p, q)) in x.iter().zip(y).enumerate() {
+                if p != q {
+                    at.push_str(&format!("/{i}"));
+                    return first_difference(p, q, at);
+                }
+            }
+            format!("at {at}: equal")
+        }
+        _ => format!("at {at}: kyverno {}, verno {}", shown(Some(a)), shown(Some(b))),
+    }
+}
+
+fn shown(v: Option<&Value>) -> String {
+    match v {
+        Some(v) => v.to_string().chars().take(300).collect(),
+        None => "nothing".into(),
     }
 }
 
@@ -305,6 +543,8 @@ pub fn shrink(
     let keep_resource = |path: &[PathStep]| {
         matches!(path, [PathStep::Key(k)] if k == "apiVersion" || k == "kind" || k == "metadata")
             || matches!(path, [PathStep::Key(m), PathStep::Key(k)] if m == "metadata" && (k == "name" || k == "namespace"))
+            // A list element's merge key (a container without a name is not a Kubernetes object).
+            || matches!(path, [.., PathStep::Index(_), PathStep::Key(k)] if k == "name")
     };
     let keep_policy = |path: &[PathStep]| {
         path.len() < 3

@@ -81,7 +81,7 @@ fn run() -> Result<i32> {
     let (mut cases, mut agree, mut disagree, mut intended) = (0usize, 0usize, 0usize, 0usize);
     let mut shrunk = 0usize;
     let mut seen: BTreeSet<(Kind, String)> = BTreeSet::new();
-    let mut intended_seen: BTreeSet<&str> = BTreeSet::new();
+    let mut intended_seen: std::collections::BTreeMap<&str, usize> = Default::default();
     let mut by_kind: std::collections::BTreeMap<Kind, usize> = Default::default();
     let mut batch = 0usize;
     while cases < a.cases {
@@ -104,7 +104,7 @@ fn run() -> Result<i32> {
         // One run each for the batch; a batch one program refuses is judged a policy at a time.
         let pairs = np * RESOURCES;
         let mut found = Vec::new();
-        match judge(apply(&tools.kyverno, &files, &rfile)?, apply(&tools.verno, &files, &rfile)?) {
+        match judge(apply(&tools.kyverno, &files, &rfile)?, apply(&tools.verno, &files, &rfile)?, &policies) {
             Judged::Compared(d) => found.extend(d),
             _ => {
                 for (p, f) in policies.iter().zip(&files) {
@@ -112,7 +112,7 @@ fn run() -> Result<i32> {
                         apply(&tools.kyverno, std::slice::from_ref(f), &rfile)?,
                         apply(&tools.verno, std::slice::from_ref(f), &rfile)?,
                     );
-                    match judge(k, v) {
+                    match judge(k, v, std::slice::from_ref(p)) {
                         Judged::Compared(d) => found.extend(d),
                         Judged::BothRefused => {}
                         // Every pair of the policy counts as disagreeing.
@@ -129,6 +129,7 @@ fn run() -> Result<i32> {
                                     ),
                                     kind: Kind::Refusal,
                                     detail: format!("only {by} refused the policy: {why}"),
+                                    intended: None,
                                 });
                             }
                         }
@@ -138,10 +139,27 @@ fn run() -> Result<i32> {
         }
         cases += pairs;
         let mut bad = 0;
-        for d in &found {
-            if let Some(why) = verno_differential::intended(d) {
+        // A pair counts once: disagreeing if any of its differences is not intended.
+        let mut pairs_seen: BTreeSet<(String, verno_differential::Resource)> = BTreeSet::new();
+        let mut judged: Vec<(&verno_differential::Disagreement, Option<&'static str>)> = found
+            .iter()
+            .map(|d| {
+                let policy = policies.iter().find(|p| p["metadata"]["name"] == d.policy.as_str());
+                let why = verno_differential::intended(d)
+                    .or_else(|| policy.and_then(verno_differential::intended_for_policy));
+                (d, why)
+            })
+            .collect();
+        judged.sort_by_key(|(_, why)| why.is_some());
+        for (d, why) in judged {
+            if !pairs_seen.insert((d.policy.clone(), d.resource.clone())) {
+                continue;
+            }
+            if let Some(why) = why {
                 intended += 1;
-                if intended_seen.insert(why) {
+                let seen = intended_seen.entry(why).or_default();
+                *seen += 1;
+                if *seen == 1 {
                     println!("intended {:?} {}: {} ({why})", d.kind, d.policy, d.detail);
                 }
                 continue;
@@ -186,8 +204,12 @@ fn run() -> Result<i32> {
             }
         }
         disagree += bad;
-        agree += pairs.saturating_sub(found.len());
+        agree += pairs.saturating_sub(pairs_seen.len());
         eprintln!("batch {batch}: {pairs} cases, {bad} disagree");
+    }
+    for (why, n) in &intended_seen {
+        let short: String = why.chars().take(90).collect();
+        println!("intended {n}: {short}…");
     }
     if !by_kind.is_empty() {
         println!("disagreements by kind: {by_kind:?}");

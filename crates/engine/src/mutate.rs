@@ -24,14 +24,6 @@ pub enum PreError {
     Global(String),
 }
 
-impl PreError {
-    pub fn message(&self) -> &str {
-        match self {
-            PreError::Condition(m) | PreError::Global(m) => m,
-        }
-    }
-}
-
 fn has_anchor(v: &Value, pred: &dyn Fn(Anchor) -> bool) -> bool {
     match v {
         Value::Object(m) => {
@@ -242,7 +234,9 @@ pub fn apply_patches(patches: &Patches, resource: &Value, ctx: &Context) -> Patc
         };
         let patch = match preprocess(&rendered, Some(&cur)) {
             Ok(p) => p,
-            Err(e) => return Patched::Unchanged(format!("no patches applied: {}", e.message())),
+            // As Kyverno: a failed condition empties the patch, and the rule says only that
+            // nothing was patched.
+            Err(_) => return Patched::Unchanged("no patches applied".into()),
         };
         cur = match crate::smp::apply(&cur, &patch, kind) {
             Ok(v) => v,
@@ -312,8 +306,8 @@ impl Mutator<'_> {
     ) -> (RuleResponse, Option<Value>) {
         if !foreach.is_empty() {
             return match self.foreach(foreach, resource, ctx, 0) {
-                Err(r) => (r, None),
-                Ok(None) => (self.resp(Status::Skip, "no patches applied"), None),
+                Err(e) => (self.resp(Status::Error, e), None),
+                Ok(None) => (self.resp(Status::Skip, "0 elements processed"), None),
                 Ok(Some(v)) => (self.resp(Status::Pass, mutated(&v)), Some(v)),
             };
         }
@@ -402,19 +396,23 @@ impl Mutator<'_> {
         r
     }
 
-    /// Runs foreach entries in order; `Ok(None)` when nothing changed.
+    /// Runs foreach entries in order; `Ok(None)` when nothing changed. Errors are worded as
+    /// Kyverno's: a list that does not evaluate names the query's error twice (its error
+    /// response appends the error to a message that already holds it), and an element's error
+    /// is wrapped in "failed to mutate elements: " once per level of foreach around it.
     fn foreach(
         &self,
         fs: &[CompiledMutateForeach],
         resource: &Value,
         ctx: &mut Context,
         nesting: usize,
-    ) -> Result<Option<Value>, RuleResponse> {
+    ) -> Result<Option<Value>, String> {
         let mut cur: Option<Value> = None;
         for f in fs {
-            let list = ctx
-                .query(f.list.pick(ctx.is_delete()))
-                .map_err(|e| self.resp(Status::Error, format!("failed to evaluate list {}: {e}", f.list_source)))?;
+            let list = ctx.query(f.list.pick(ctx.is_delete())).map_err(|e| {
+                let e = format!("JMESPath query failed: {e}");
+                format!("failed to evaluate list {}: {e}: {e}", f.list_source)
+            })?;
             let elements: Vec<Value> = match list {
                 Value::Array(a) => a,
                 Value::Null => Vec::new(),
@@ -425,7 +423,7 @@ impl Mutator<'_> {
             for index in order {
                 let Some(element) = elements.get(index).filter(|e| !e.is_null()) else { continue };
                 if ctx.env().cancelled() {
-                    return Err(self.resp(Status::Error, crate::validate::CANCELLED));
+                    return Err(crate::validate::CANCELLED.to_string());
                 }
                 let mut saved = ctx.set_element(element, index, nesting, true);
                 let base = cur.as_ref().unwrap_or(resource);
@@ -433,8 +431,7 @@ impl Mutator<'_> {
                     match self.enter_scope(&f.context, f.preconditions.as_ref(), ctx, &mut saved) {
                         Ok(()) => {}
                         Err(Stop::Preconditions(e)) => {
-                            let msg = format!("failed to evaluate mutate.foreach[{index}].preconditions: {e}");
-                            return Err(self.resp(Status::Error, msg));
+                            return Err(format!("failed to evaluate mutate.foreach[{index}].preconditions: {e}"));
                         }
                         Err(Stop::NotMet) => return Ok(None),
                     }
@@ -444,12 +441,15 @@ impl Mutator<'_> {
                     match apply_patches(&f.patches, base, ctx) {
                         Patched::Changed(v) => Ok(Some(v)),
                         Patched::Unchanged(_) => Ok(None),
-                        Patched::Error(e) => Err(self.resp(Status::Error, e)),
+                        Patched::Error(e) => Err(e),
                     }
                 })();
                 ctx.restore(saved);
-                if let Some(v) = step? {
-                    cur = Some(v);
+                match step {
+                    Ok(Some(v)) => cur = Some(v),
+                    Ok(None) => {}
+                    Err(e) if e == crate::validate::CANCELLED => return Err(e),
+                    Err(e) => return Err(format!("failed to mutate elements: {e}")),
                 }
             }
         }
@@ -725,14 +725,56 @@ mod rule_tests {
     }
 
     #[test]
-    fn a_missing_foreach_list_is_an_error() {
+    fn a_missing_foreach_list_is_an_error_worded_as_kyvernos() {
         let (rules, _) =
             run(json!({"foreach": [{"list": "request.object.spec.initContainers", "patchesJson6902": "[]"}]}), &pod());
         assert_eq!(rules[0].status, Status::Error);
+        // Kyverno's error response appends the error to a message that already holds it.
+        let e = "JMESPath query failed: Unknown key \"initContainers\" in path";
+        assert_eq!(rules[0].message, format!("failed to evaluate list request.object.spec.initContainers: {e}: {e}"));
+        // Inside another foreach, the outer level says it could not mutate the elements.
+        let nested = json!({"foreach": [{"list": "request.object.spec.containers",
+            "foreach": [{"list": "element.ports", "patchesJson6902": "[]"}]}]});
+        let (rules, _) = run(nested, &pod());
+        assert_eq!(
+            rules[0].message,
+            "failed to mutate elements: failed to evaluate list element.ports: JMESPath query failed: Unknown key \"ports\" in path: JMESPath query failed: Unknown key \"ports\" in path"
+        );
+    }
+
+    #[test]
+    fn a_foreach_that_changes_nothing_processed_no_elements() {
+        let unchanged = json!({"foreach": [{"list": "request.object.spec.containers",
+            "patchStrategicMerge": {"spec": {"containers": [{"name": "{{element.name}}", "image": "{{element.image}}"}]}}}]});
+        let (rules, patched) = run(unchanged, &pod());
+        assert_eq!((rules[0].status, rules[0].message.as_str()), (Status::Skip, "0 elements processed"));
+        assert!(patched.is_none());
+    }
+
+    #[test]
+    fn an_elements_error_is_wrapped_as_kyverno_wraps_it() {
+        let bad = json!({"foreach": [{"list": "request.object.spec.containers",
+            "preconditions": {"all": [{"key": "{{ element.nope.deeper }}", "operator": "Equals", "value": "x"}]},
+            "patchStrategicMerge": {"metadata": {"labels": {"a": "b"}}}}]});
+        let (rules, _) = run(bad, &pod());
+        assert_eq!(rules[0].status, Status::Error);
         assert!(
-            rules[0].message.starts_with("failed to evaluate list request.object.spec.initContainers"),
+            rules[0]
+                .message
+                .starts_with("failed to mutate elements: failed to evaluate mutate.foreach[1].preconditions: "),
             "{}",
             rules[0].message
         );
+    }
+
+    #[test]
+    fn a_failed_condition_patches_nothing_and_says_only_that() {
+        let global = json!({"patchStrategicMerge": {"spec": {"containers": [{"<(image)": "*:latest"}], "serviceAccountName": "x"}}});
+        let (rules, patched) = run(global, &pod());
+        assert_eq!((rules[0].status, rules[0].message.as_str()), (Status::Skip, "no patches applied"));
+        assert!(patched.is_none());
+        let condition = json!({"patchStrategicMerge": {"metadata": {"(name)": "other", "labels": {"a": "b"}}}});
+        let (rules, _) = run(condition, &pod());
+        assert_eq!((rules[0].status, rules[0].message.as_str()), (Status::Skip, "no patches applied"));
     }
 }

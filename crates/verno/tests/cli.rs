@@ -540,3 +540,50 @@ fn an_unsubstitutable_message_is_worded_as_kyverno() {
         "{report}"
     );
 }
+
+/// `apply -o FILE` writes what Kyverno's CLI writes: for every resource, once per policy with
+/// mutate rules, the resource as mutated so far — changed or not, matched or not — so a
+/// pipeline that applies the file gets every resource.
+#[test]
+fn apply_output_file_holds_every_resource_once_per_mutating_policy() {
+    let tmp = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
+    let rule = |name: &str, label: &str| {
+        format!(
+            "apiVersion: kyverno.io/v1\nkind: ClusterPolicy\nmetadata: {{name: {name}}}\nspec:\n  rules:\n  - name: r\n    match: {{any: [{{resources: {{kinds: [Pod]}}}}]}}\n    mutate:\n      patchStrategicMerge:\n        metadata:\n          labels:\n            {label}\n"
+        )
+    };
+    write(tmp.path(), "a.yaml", &rule("add-team", "+(team): core"));
+    write(tmp.path(), "b.yaml", &rule("add-tier", "tier: web"));
+    write(
+        tmp.path(),
+        "validate.yaml",
+        "apiVersion: kyverno.io/v1\nkind: ClusterPolicy\nmetadata: {name: v}\nspec:\n  rules:\n  - name: r\n    match: {any: [{resources: {kinds: [Pod]}}]}\n    validate: {message: m, pattern: {metadata: {name: '?*'}}}\n",
+    );
+    write(
+        tmp.path(),
+        "r.yaml",
+        "apiVersion: v1\nkind: Pod\nmetadata: {name: one, namespace: default, labels: {team: x}}\nspec: {containers: [{name: c, image: nginx}]}\n---\napiVersion: v1\nkind: ConfigMap\nmetadata: {name: two, namespace: default}\n",
+    );
+    let p = |f: &str| tmp.path().join(f).to_string_lossy().into_owned();
+    let out =
+        verno(&["apply", &p("a.yaml"), &p("validate.yaml"), &p("b.yaml"), "-r", &p("r.yaml"), "-o", &p("out.yaml")]);
+    assert_eq!(out.status.code(), Some(0), "{}", String::from_utf8_lossy(&out.stderr));
+    let text = std::fs::read_to_string(tmp.path().join("out.yaml")).unwrap_or_default();
+    let docs: Vec<Value> = serde_saphyr::from_multiple(&text).unwrap_or_default();
+    let seen: Vec<(String, Value)> = docs
+        .iter()
+        .map(|d| (d["metadata"]["name"].as_str().unwrap_or("").to_string(), d["metadata"]["labels"].clone()))
+        .collect();
+    assert_eq!(
+        seen,
+        [
+            // The Pod after each mutating policy: its own team kept, then tier added.
+            ("one".to_string(), serde_json::json!({"team": "x"})),
+            ("one".to_string(), serde_json::json!({"team": "x", "tier": "web"})),
+            // The ConfigMap, matched by neither, written as it was.
+            ("two".to_string(), Value::Null),
+            ("two".to_string(), Value::Null),
+        ],
+        "{text}"
+    );
+}
