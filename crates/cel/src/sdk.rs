@@ -20,6 +20,7 @@ use cel::{DeclarationError, Env, ExecutionError, Value};
 use std::collections::HashMap;
 use std::io::{Read as _, Write as _};
 use std::sync::Arc;
+use verno_jmespath::value::{go_json_float, go_json_string};
 
 use crate::kube::{Args, Ret, ret, values};
 
@@ -143,30 +144,6 @@ pub(crate) fn key_text(k: &Key) -> String {
         Key::Uint(u) => u.to_string(),
         Key::Bool(b) => b.to_string(),
     }
-}
-
-/// Go's `encoding/json` float: shortest form, exponent only below 1e-6 or from 1e21 on.
-fn go_json_float(f: f64) -> String {
-    let a = f.abs();
-    if a != 0.0 && !(1e-6..1e21).contains(&a) { format!("{f:e}") } else { format!("{f}") }
-}
-
-/// A JSON string as Go writes it: HTML-safe (`<`, `>`, `&` and the line separators escaped).
-fn go_json_string(s: &str, out: &mut String) {
-    out.push('"');
-    for c in s.chars() {
-        match c {
-            '"' => out.push_str("\\\""),
-            '\\' => out.push_str("\\\\"),
-            '\n' => out.push_str("\\n"),
-            '\r' => out.push_str("\\r"),
-            '\t' => out.push_str("\\t"),
-            '<' | '>' | '&' | '\u{2028}' | '\u{2029}' => out.push_str(&format!("\\u{:04x}", c as u32)),
-            c if (c as u32) < 0x20 => out.push_str(&format!("\\u{:04x}", c as u32)),
-            c => out.push(c),
-        }
-    }
-    out.push('"');
 }
 
 /// `yaml.parse(s)`: the YAML document as a value.

@@ -7,8 +7,11 @@
 // Reports are read by key (`r["resources"][0]`), which never panics (a missing key, index or
 // a non-object reads as Null); `merge` indexes only an array it checked has one element.
 #![allow(clippy::indexing_slicing)]
+// `jp::input` is one large `json!` literal.
+#![recursion_limit = "256"]
 
 pub mod generate;
+pub mod jp;
 
 use anyhow::{Context as _, Result, bail};
 use serde_json::Value;

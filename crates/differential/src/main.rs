@@ -1,5 +1,7 @@
-//! `differential [--cases N] [--seed S] [--kyverno PATH] [--verno PATH] [--out DIR] [--shrink K]`
+//! `differential [--cases N] [--jp M] [--seed S] [--kyverno PATH] [--verno PATH] [--out DIR] [--shrink K]`
 //!
+//! With `--jp M`, also M generated JMESPath expressions through both programs' `jp query`
+//! (crates/differential/src/jp.rs), each a case of its own.
 //! Generates ClusterPolicies and resources from the seed, runs every policy on every resource
 //! of a batch through Kyverno's CLI and through Verno's, compares the policy reports, prints
 //! each disagreeing (policy, resource) pair, shrinks the first K distinct ones into reproducers
@@ -28,6 +30,7 @@ struct Args {
     verno: PathBuf,
     out: PathBuf,
     shrink: usize,
+    jp: usize,
 }
 
 fn args() -> Result<Args> {
@@ -39,6 +42,7 @@ fn args() -> Result<Args> {
         verno: repo.join("target/release/verno"),
         out: repo.join("target/differential"),
         shrink: 10,
+        jp: 0,
     };
     let mut it = std::env::args().skip(1);
     while let Some(flag) = it.next() {
@@ -50,6 +54,7 @@ fn args() -> Result<Args> {
             "--verno" => a.verno = value()?.into(),
             "--out" => a.out = value()?.into(),
             "--shrink" => a.shrink = value()?.parse().context("--shrink")?,
+            "--jp" => a.jp = value()?.parse().context("--jp")?,
             other => {
                 bail!("unknown argument {other:?} (see the comment at the top of crates/differential/src/main.rs)")
             }
@@ -207,6 +212,14 @@ fn run() -> Result<i32> {
         agree += pairs.saturating_sub(pairs_seen.len());
         eprintln!("batch {batch}: {pairs} cases, {bad} disagree");
     }
+    if a.jp > 0 {
+        let (n, bad, jp_intended) = jp_cases(&tools, &a)?;
+        cases += n;
+        agree += n - bad - jp_intended;
+        disagree += bad;
+        intended += jp_intended;
+        println!("jp: cases={n} agree={} disagree={bad} intended={jp_intended}", n - bad - jp_intended);
+    }
     for (why, n) in &intended_seen {
         let short: String = why.chars().take(90).collect();
         println!("intended {n}: {short}…");
@@ -216,4 +229,48 @@ fn run() -> Result<i32> {
     }
     println!("differential: cases={cases} agree={agree} disagree={disagree} intended={intended}");
     Ok(i32::from(disagree > 0))
+}
+
+/// The JMESPath differential: `a.jp` expressions on one input, in batches of 200 per run.
+/// Kyverno's `jp query` shares state between the expressions of one run (a function that
+/// reorders a list can reorder the input for the next), so a disagreement in a batch is
+/// judged again with the expression alone.
+fn jp_cases(tools: &Tools, a: &Args) -> Result<(usize, usize, usize)> {
+    use verno_differential::jp;
+    let dir = a.out.join("jp");
+    std::fs::create_dir_all(&dir)?;
+    let input = dir.join("input.json");
+    std::fs::write(&input, serde_json::to_string_pretty(&jp::input())?)?;
+    let mut g = jp::JpGen::new(a.seed);
+    let exprs: Vec<String> = (0..a.jp).map(|_| g.expression()).collect();
+    let (mut bad, mut intended) = (0, 0);
+    let mut failing = Vec::new();
+    let mut reasons: BTreeSet<&str> = BTreeSet::new();
+    for chunk in exprs.chunks(200) {
+        let k = jp::query(&tools.kyverno, &input, chunk)?;
+        let v = jp::query(&tools.verno, &input, chunk)?;
+        for ((e, k), v) in chunk.iter().zip(&k).zip(&v) {
+            if jp::same(k, v) {
+                continue;
+            }
+            let one = std::slice::from_ref(e);
+            let (k, v) = (jp::query(&tools.kyverno, &input, one)?, jp::query(&tools.verno, &input, one)?);
+            let (Some(k), Some(v)) = (k.first(), v.first()) else { continue };
+            if jp::same(k, v) {
+                continue;
+            }
+            if let Some(why) = jp::intended(e, k, v) {
+                intended += 1;
+                if reasons.insert(why) {
+                    println!("intended jp {e}: kyverno {k:?}, verno {v:?} ({why})");
+                }
+                continue;
+            }
+            bad += 1;
+            println!("disagree jp {e}: kyverno {k:?}, verno {v:?}");
+            failing.push(e.clone());
+        }
+    }
+    std::fs::write(dir.join("disagreeing.txt"), failing.join("\n"))?;
+    Ok((exprs.len(), bad, intended))
 }

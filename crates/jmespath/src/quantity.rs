@@ -39,20 +39,16 @@ impl Quantity {
         }
         let num_start = i;
         let mut seen_dot = false;
-        let mut digits = 0;
         while let Some(&c) = bytes.get(i) {
-            if c.is_ascii_digit() {
-                digits += 1;
-            } else if c == b'.' && !seen_dot {
+            if c == b'.' && !seen_dot {
                 seen_dot = true;
-            } else {
+            } else if !c.is_ascii_digit() {
                 break;
             }
             i += 1;
         }
-        if digits == 0 {
-            return None;
-        }
+        // As Kubernetes' parser, no digit is needed: a sign, a dot or a suffix alone is zero
+        // ("-", ".", "Mi" are quantities).
         let number = &s[num_start..i];
         let suffix = &s[i..];
         let (mut mantissa, mut exp) = decimal_parts(number)?;
@@ -269,9 +265,6 @@ fn decimal_parts(number: &str) -> Option<(i128, i32)> {
         Some((a, b)) => (a, b),
         None => (number, ""),
     };
-    if int.is_empty() && frac.is_empty() {
-        return None;
-    }
     let frac = frac.trim_end_matches('0');
     let digits = format!("{int}{frac}");
     let digits = digits.trim_start_matches('0');
@@ -285,6 +278,16 @@ mod tests {
 
     fn q(s: &str) -> Quantity {
         Quantity::parse(s).unwrap_or(Quantity { mantissa: i128::MIN, exp: 0, format: Format::DecimalSI })
+    }
+
+    #[test]
+    fn a_sign_a_dot_or_a_suffix_alone_is_zero_as_in_kubernetes() {
+        for zero in ["-", "+", ".", "+.", "m", "Mi", "E", "-Ki", ".Gi"] {
+            assert_eq!(Quantity::parse(zero), Some(q("0")), "{zero}");
+        }
+        for bad in ["", "e", "i", "KI", "1e", "ns", "0.0.1", " 1"] {
+            assert_eq!(Quantity::parse(bad), None, "{bad}");
+        }
     }
 
     #[test]

@@ -100,7 +100,79 @@ pub fn go_format_g(f: f64) -> String {
 
 /// Serializes a value as compact JSON (Go's `json.Marshal` with sorted keys).
 pub fn to_json(v: &Value) -> String {
-    serde_json::to_string(v).unwrap_or_default()
+    let mut out = String::new();
+    write_go_json(v, &mut out);
+    out
+}
+
+fn write_go_json(v: &Value, out: &mut String) {
+    match v {
+        Value::Null => out.push_str("null"),
+        Value::Bool(b) => out.push_str(if *b { "true" } else { "false" }),
+        Value::Number(n) => match (n.as_i64(), n.as_u64()) {
+            (Some(i), _) => out.push_str(&i.to_string()),
+            (_, Some(u)) => out.push_str(&u.to_string()),
+            _ => out.push_str(&go_json_float(n.as_f64().unwrap_or(0.0))),
+        },
+        Value::String(s) => go_json_string(s, out),
+        Value::Array(a) => {
+            out.push('[');
+            for (i, x) in a.iter().enumerate() {
+                if i > 0 {
+                    out.push(',');
+                }
+                write_go_json(x, out);
+            }
+            out.push(']');
+        }
+        // serde_json's map keeps keys in byte order, which is Go's sorted order.
+        Value::Object(o) => {
+            out.push('{');
+            for (i, (k, x)) in o.iter().enumerate() {
+                if i > 0 {
+                    out.push(',');
+                }
+                go_json_string(k, out);
+                out.push(':');
+                write_go_json(x, out);
+            }
+            out.push('}');
+        }
+    }
+}
+
+/// A float as Go's `encoding/json` writes it: the shortest decimal, with an exponent only
+/// below 1e-6 or from 1e21 on (`1e-7`, `1e+21`); `1000.0` is `1000`.
+pub fn go_json_float(f: f64) -> String {
+    let a = f.abs();
+    if a != 0.0 && !(1e-6..1e21).contains(&a) {
+        let s = format!("{f:e}");
+        match s.split_once('e') {
+            Some((m, e)) if e.starts_with('-') => format!("{m}e{e}"),
+            Some((m, e)) => format!("{m}e+{}", if e.len() < 2 { format!("0{e}") } else { e.to_string() }),
+            None => s,
+        }
+    } else {
+        go_format_float(f)
+    }
+}
+
+/// A JSON string as Go writes it: HTML-safe (`<`, `>`, `&` and the line separators escaped).
+pub fn go_json_string(s: &str, out: &mut String) {
+    out.push('"');
+    for c in s.chars() {
+        match c {
+            '"' => out.push_str("\\\""),
+            '\\' => out.push_str("\\\\"),
+            '\n' => out.push_str("\\n"),
+            '\r' => out.push_str("\\r"),
+            '\t' => out.push_str("\\t"),
+            '<' | '>' | '&' | '\u{2028}' | '\u{2029}' => out.push_str(&format!("\\u{:04x}", c as u32)),
+            c if (c as u32) < 0x20 => out.push_str(&format!("\\u{:04x}", c as u32)),
+            c => out.push(c),
+        }
+    }
+    out.push('"');
 }
 
 /// A map key looked up with the comparison in line. serde_json's `Map` is a `BTreeMap`:
@@ -216,5 +288,13 @@ mod tests {
                 assert_eq!(get(&m, k), m.get(*k), "{k:?} in a map of {n}");
             }
         }
+    }
+
+    #[test]
+    fn go_json_writes_numbers_and_strings_as_go_does() {
+        let v = serde_json::json!({"b": [1000.0, 2.5, 1e-7, 1.5e21, -3], "a": "<a&b>", "n": null});
+        assert_eq!(to_json(&v), r#"{"a":"\u003ca\u0026b\u003e","b":[1000,2.5,1e-7,1.5e+21,-3],"n":null}"#);
+        assert_eq!(go_json_float(0.0), "0");
+        assert_eq!(go_json_float(1e-6), "0.000001");
     }
 }

@@ -84,7 +84,29 @@ fn kyverno_string_functions() {
     assert_eq!(ok("truncate('abcdef', `3`)"), json!("abc"));
     assert_eq!(ok("base64_decode(base64_encode('hi'))"), json!("hi"));
     assert_eq!(ok("semver_compare('1.26.3', '>1.25.0')"), json!(true));
-    assert_eq!(ok("image_normalize('nginx')"), json!("docker.io/library/nginx:latest"));
+    // As Kyverno: the default registry is added, but not Docker's `library/`.
+    assert_eq!(ok("image_normalize('nginx')"), json!("docker.io/nginx:latest"));
+    assert_eq!(ok("image_normalize('library/nginx:1.2')"), json!("docker.io/library/nginx:1.2"));
+    assert_eq!(ok("image_normalize('index.docker.io/a/b')"), json!("index.docker.io/a/b:latest"));
+    assert_eq!(ok("image_normalize('localhost:5000/x')"), json!("localhost:5000/x:latest"));
+    // A tag beside a digest is dropped, as Kyverno prints its image infos.
+    let with_tag = format!("image_normalize('ghcr.io/a/b:v1@sha256:{}')", "ab".repeat(32));
+    assert_eq!(ok(&with_tag), json!(format!("ghcr.io/a/b@sha256:{}", "ab".repeat(32))));
+    // Kyverno's words for what the grammar refuses.
+    assert_eq!(
+        ok("image_normalize('Nginx')"),
+        json!(
+            "ERROR: JMESPath function 'image_normalize': bad image: docker.io/Nginx, defaultRegistry: docker.io, enableDefaultRegistryMutation: true: repository name must be lowercase"
+        )
+    );
+    for (bad, why) in [
+        ("''", "invalid reference format"),
+        ("'>=1.20.0'", "invalid reference format"),
+        ("'naïve'", "invalid reference format"),
+    ] {
+        let got = ok(&format!("image_normalize({bad})"));
+        assert!(got.as_str().is_some_and(|s| s.ends_with(why)), "{bad}: {got}");
+    }
     let digest = "sha256:".to_string() + &"ab".repeat(32);
     assert_eq!(ok(&format!("image_normalize('ghcr.io/a/b@{digest}')")), json!(format!("ghcr.io/a/b@{digest}")));
     // A reference the grammar refuses is an error, not a value.

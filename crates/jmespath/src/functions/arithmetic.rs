@@ -58,7 +58,9 @@ enum Operand {
     Duration(i64),
 }
 
-fn operand(name: &str, pos: usize, v: &Value) -> Result<Operand, RuntimeError> {
+/// An arithmetic operand, as Kyverno reads one: a number, else a string that is a quantity,
+/// else a duration; anything else is Kyverno's "invalid operand".
+fn operand(name: &str, v: &Value) -> Result<Operand, RuntimeError> {
     match v {
         Value::Number(n) => Ok(Operand::Scalar(n.as_f64().unwrap_or(0.0))),
         Value::String(s) => {
@@ -67,10 +69,10 @@ fn operand(name: &str, pos: usize, v: &Value) -> Result<Operand, RuntimeError> {
             } else if let Some(d) = duration::parse(s) {
                 Ok(Operand::Duration(d))
             } else {
-                Err(RuntimeError::arg(name, pos, "Number, Quantity or Duration"))
+                Err(RuntimeError::func(name, "invalid operand"))
             }
         }
-        _ => Err(RuntimeError::arg(name, pos, "Number, Quantity or Duration")),
+        _ => Err(RuntimeError::func(name, "invalid operand")),
     }
 }
 
@@ -91,7 +93,7 @@ fn dv(d: i64) -> Value {
 }
 
 pub(crate) fn add(name: &str, x: &Value, y: &Value) -> Result<Value, RuntimeError> {
-    match (operand(name, 1, x)?, operand(name, 2, y)?) {
+    match (operand(name, x)?, operand(name, y)?) {
         (Operand::Scalar(a), Operand::Scalar(b)) => Ok(num(a + b)),
         (Operand::Quantity(a), Operand::Quantity(b)) => a.add(&b).map(qv).ok_or_else(|| overflow(name)),
         (Operand::Duration(a), Operand::Duration(b)) => a.checked_add(b).map(dv).ok_or_else(|| overflow(name)),
@@ -100,7 +102,7 @@ pub(crate) fn add(name: &str, x: &Value, y: &Value) -> Result<Value, RuntimeErro
 }
 
 fn subtract(c: &Call<'_>, a: &[Arg<'_, '_>]) -> Result<Value, RuntimeError> {
-    match (operand(c.name, 1, val(a, 0))?, operand(c.name, 2, val(a, 1))?) {
+    match (operand(c.name, val(a, 0))?, operand(c.name, val(a, 1))?) {
         (Operand::Scalar(x), Operand::Scalar(y)) => Ok(num(x - y)),
         (Operand::Quantity(x), Operand::Quantity(y)) => x.sub(&y).map(qv).ok_or_else(|| overflow(c.name)),
         (Operand::Duration(x), Operand::Duration(y)) => x.checked_sub(y).map(dv).ok_or_else(|| overflow(c.name)),
@@ -114,7 +116,7 @@ fn scale_quantity(name: &str, q: &Quantity, s: f64) -> Result<Value, RuntimeErro
 }
 
 fn multiply(c: &Call<'_>, a: &[Arg<'_, '_>]) -> Result<Value, RuntimeError> {
-    match (operand(c.name, 1, val(a, 0))?, operand(c.name, 2, val(a, 1))?) {
+    match (operand(c.name, val(a, 0))?, operand(c.name, val(a, 1))?) {
         (Operand::Scalar(x), Operand::Scalar(y)) => Ok(num(x * y)),
         (Operand::Quantity(q), Operand::Scalar(s)) | (Operand::Scalar(s), Operand::Quantity(q)) => {
             scale_quantity(c.name, &q, s)
@@ -131,7 +133,7 @@ fn zero(name: &str) -> RuntimeError {
 }
 
 fn divide(c: &Call<'_>, a: &[Arg<'_, '_>]) -> Result<Value, RuntimeError> {
-    match (operand(c.name, 1, val(a, 0))?, operand(c.name, 2, val(a, 1))?) {
+    match (operand(c.name, val(a, 0))?, operand(c.name, val(a, 1))?) {
         (Operand::Scalar(x), Operand::Scalar(y)) => {
             if y == 0.0 {
                 return Err(zero(c.name));
@@ -169,7 +171,7 @@ fn divide(c: &Call<'_>, a: &[Arg<'_, '_>]) -> Result<Value, RuntimeError> {
 
 fn modulo(c: &Call<'_>, a: &[Arg<'_, '_>]) -> Result<Value, RuntimeError> {
     let non_int = || RuntimeError::func(c.name, "Non-integer argument(s) passed for modulo");
-    match (operand(c.name, 1, val(a, 0))?, operand(c.name, 2, val(a, 1))?) {
+    match (operand(c.name, val(a, 0))?, operand(c.name, val(a, 1))?) {
         (Operand::Scalar(x), Operand::Scalar(y)) => {
             if x.fract() != 0.0 || y.fract() != 0.0 {
                 return Err(non_int());
@@ -212,7 +214,7 @@ fn sum(c: &Call<'_>, a: &[Arg<'_, '_>]) -> Result<Value, RuntimeError> {
     };
     let mut acc = first.clone();
     // Validate the first operand even when it is alone.
-    operand(c.name, 1, &acc)?;
+    operand(c.name, &acc)?;
     for el in arr.iter().skip(1) {
         acc = add(c.name, &acc, el)?;
     }

@@ -84,9 +84,12 @@ pub(crate) static FUNCTIONS: &[Function] = &[
             Ok(Value::Object(m))
         }
     ),
-    f!("path_canonicalize", [S], "string", "normalizes a filesystem path", |c, a| Ok(Value::String(clean_path(
-        str_arg(c, a, 0)?
-    )))),
+    // Kyverno's is Go's `filepath.Join` of the one path: the empty path stays empty (Clean
+    // alone would make it ".").
+    f!("path_canonicalize", [S], "string", "normalizes a filesystem path", |c, a| {
+        let p = str_arg(c, a, 0)?;
+        Ok(Value::String(if p.is_empty() { String::new() } else { clean_path(p) }))
+    }),
     f!(
         "semver_compare",
         [S, S],
@@ -195,115 +198,149 @@ pub(crate) fn clean_path(p: &str) -> String {
 
 /// Why an image reference does not normalize, in the words of distribution's `reference`
 /// package (which Kyverno parses images with); each quotes the reference.
-#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+#[derive(Debug, thiserror::Error, PartialEq, Eq)]
 pub enum ImageRefError {
-    #[error("invalid reference format: {0:?}")]
-    InvalidFormat(String),
-    #[error("invalid reference format: repository name must be lowercase")]
-    UppercaseRepository,
-    #[error("unsupported digest algorithm: {0:?}")]
-    UnsupportedDigestAlgorithm(String),
-    #[error("invalid checksum digest length or format: {0:?}")]
-    InvalidDigest(String),
+    /// Kyverno's words: the reference it parsed (the default registry added), its settings,
+    /// and the reference grammar's error (distribution's `reference` and `go-digest`).
+    #[error("bad image: {full}, defaultRegistry: {DEFAULT_REGISTRY}, enableDefaultRegistryMutation: true: {reason}")]
+    Bad { full: String, reason: &'static str },
 }
 
-/// Docker reference normalization: default registry `docker.io`, `library/` for official images,
-/// tag `latest` when neither tag nor digest is given.
+/// The registry Kyverno adds to a reference without one (its default configuration).
+const DEFAULT_REGISTRY: &str = "docker.io";
+
+/// The reference grammar of distribution's `reference` package (which Kyverno parses images
+/// with): `name[:tag][@digest]`, the name an optional `domain[:port]/` and `/`-separated
+/// lowercase path components. Kept as that grammar's regular expression so the two accept the
+/// same strings.
+fn reference_grammar() -> &'static (regex::Regex, regex::Regex) {
+    static GRAMMAR: std::sync::OnceLock<(regex::Regex, regex::Regex)> = std::sync::OnceLock::new();
+    GRAMMAR.get_or_init(|| {
+        let alphanumeric = "[a-z0-9]+";
+        let separator = "(?:[._]|__|[-]+)";
+        let component = format!("{alphanumeric}(?:{separator}{alphanumeric})*");
+        let domain_component = "(?:[a-zA-Z0-9]|[a-zA-Z0-9][a-zA-Z0-9-]*[a-zA-Z0-9])";
+        let host = format!(r"(?:{domain_component}(?:\.{domain_component})*|\[(?:[a-fA-F0-9:]+)\])");
+        let domain = format!("{host}(?::[0-9]+)?");
+        let remote = format!("{component}(?:/{component})*");
+        let name = format!("(?:{domain}/)?{remote}");
+        let tag = r"[\w][\w.-]{0,127}";
+        let digest = "[A-Za-z][A-Za-z0-9]*(?:[-_+.][A-Za-z][A-Za-z0-9]*)*[:][[:xdigit:]]{32,}";
+        let reference = format!("^({name})(?::({tag}))?(?:@({digest}))?$");
+        let split = format!("^(?:({domain})/)?({remote})$");
+        let compile =
+            |p: &str| regex::Regex::new(p).unwrap_or_else(|e| unreachable!("the reference grammar compiles: {e}"));
+        (compile(&reference), compile(&split))
+    })
+}
+
+/// Kyverno's `image_normalize` (and its image infos): the default registry added when the
+/// first part of the reference is not a registry, parsed by the reference grammar, printed as
+/// `registry/path@digest` or `registry/path:tag` (`latest` when neither is given). No
+/// `library/` is added: Kyverno parses without Docker's normalization.
 pub fn normalize_image(image: &str) -> Result<String, ImageRefError> {
-    let invalid = || ImageRefError::InvalidFormat(image.to_string());
-    if image.is_empty() || image.chars().any(char::is_whitespace) {
-        return Err(invalid());
-    }
-    let (name_tag, digest) = match image.split_once('@') {
-        Some((n, d)) => (n, Some(d)),
-        None => (image, None),
+    let first = image.split_once('/').map(|(f, _)| f);
+    let full = match first {
+        Some(f) if f.contains(['.', ':']) || f == "localhost" || f.to_lowercase() != f => image.to_string(),
+        _ => format!("{DEFAULT_REGISTRY}/{image}"),
     };
-    let (name, tag) = match name_tag.rfind(':') {
-        Some(i) if !name_tag[i + 1..].contains('/') => (&name_tag[..i], Some(&name_tag[i + 1..])),
-        _ => (name_tag, None),
+    let bad = |reason| ImageRefError::Bad { full: full.clone(), reason };
+    let (reference, split) = reference_grammar();
+    let Some(m) = reference.captures(&full) else {
+        if full.is_empty() {
+            return Err(bad("repository name must have at least one component"));
+        }
+        if reference.is_match(&full.to_lowercase()) {
+            return Err(bad("repository name must be lowercase"));
+        }
+        return Err(bad("invalid reference format"));
     };
-    let (domain, path) = match name.split_once('/') {
-        Some((d, rest)) if d.contains(['.', ':']) || d == "localhost" || d.chars().any(|c| c.is_ascii_uppercase()) => {
-            (d.to_string(), rest.to_string())
-        }
-        Some(_) => ("docker.io".to_string(), name.to_string()),
-        None => ("docker.io".to_string(), format!("library/{name}")),
+    let name = m.get(1).map_or("", |x| x.as_str());
+    let (domain, path) = match split.captures(name) {
+        Some(n) => (n.get(1).map_or("", |x| x.as_str()), n.get(2).map_or("", |x| x.as_str())),
+        None => ("", name),
     };
-    let domain = if domain == "index.docker.io" { "docker.io".to_string() } else { domain };
-    if path.chars().any(|c| c.is_ascii_uppercase()) {
-        return Err(ImageRefError::UppercaseRepository);
+    if path.len() > 255 {
+        return Err(bad("repository name must not be more than 255 characters"));
     }
-    // The reference grammar's tag and digest (distribution's `reference` package, which
-    // Kyverno parses images with): a digest is `algorithm:hex`, of the algorithm's length.
-    if let Some(t) = tag {
-        let word = |c: char| c.is_ascii_alphanumeric() || c == '_';
-        let ok =
-            t.len() <= 128 && t.chars().next().is_some_and(word) && t.chars().all(|c| word(c) || c == '.' || c == '-');
-        if !ok {
-            return Err(invalid());
-        }
+    if let Some(d) = m.get(3).map(|x| x.as_str()) {
+        check_digest(d).map_err(bad)?;
     }
-    if let Some(d) = digest {
-        let Some((algorithm, hex)) = d.split_once(':') else {
-            return Err(invalid());
-        };
-        let length = match algorithm {
-            "sha256" => 64,
-            "sha384" => 96,
-            "sha512" => 128,
-            _ => return Err(ImageRefError::UnsupportedDigestAlgorithm(image.to_string())),
-        };
-        if !hex.chars().all(|c| c.is_ascii_hexdigit()) || hex.len() < 32 {
-            return Err(invalid());
-        }
-        if hex.len() != length || hex.chars().any(|c| c.is_ascii_uppercase()) {
-            return Err(ImageRefError::InvalidDigest(image.to_string()));
-        }
-    }
-    let mut out = format!("{domain}/{path}");
-    match (tag, digest) {
-        (Some(t), _) => {
-            out.push(':');
-            out.push_str(t);
-        }
-        (None, None) => out.push_str(":latest"),
-        _ => {}
-    }
-    if let Some(d) = digest {
-        out.push('@');
-        out.push_str(d);
-    }
-    Ok(out)
+    let image = if domain.is_empty() { path.to_string() } else { format!("{domain}/{path}") };
+    Ok(match (m.get(3), m.get(2)) {
+        (Some(d), _) => format!("{image}@{}", d.as_str()),
+        (None, Some(t)) => format!("{image}:{}", t.as_str()),
+        (None, None) => format!("{image}:latest"),
+    })
 }
 
+/// go-digest's checks of `algorithm:hex` (the grammar has already matched its shape).
+fn check_digest(d: &str) -> Result<(), &'static str> {
+    let (algorithm, hex) = d.split_once(':').unwrap_or((d, ""));
+    let size = match algorithm {
+        "sha256" => 32,
+        "sha384" => 48,
+        "sha512" => 64,
+        _ => return Err("unsupported digest algorithm"),
+    };
+    if hex.len() != size * 2 {
+        return Err("invalid checksum digest length");
+    }
+    if !hex.chars().all(|c| c.is_ascii_digit() || ('a'..='f').contains(&c)) {
+        return Err("invalid checksum digest format");
+    }
+    Ok(())
+}
+
+/// The host of a URL as Go's `url.Parse` finds it: only in an authority (`scheme://host…` or
+/// `//host…`); "example.com/x" or "1.2.3" has none. `Err` for what Go refuses to parse.
+fn url_host(s: &str) -> Result<&str, String> {
+    let s = s.split('#').next().unwrap_or("");
+    let mut rest = s;
+    for (i, c) in s.char_indices() {
+        match c {
+            'a'..='z' | 'A'..='Z' => {}
+            '0'..='9' | '+' | '-' | '.' if i > 0 => {}
+            ':' if i == 0 => return Err(format!("parse {s:?}: missing protocol scheme")),
+            ':' => {
+                rest = s.get(i + 1..).unwrap_or("");
+                break;
+            }
+            _ => break,
+        }
+    }
+    let rest = rest.split('?').next().unwrap_or("");
+    let Some(authority) = rest.strip_prefix("//") else { return Ok("") };
+    let authority = authority.split('/').next().unwrap_or("");
+    let hostport = authority.rsplit_once('@').map_or(authority, |x| x.1);
+    Ok(match hostport.strip_prefix('[') {
+        Some(h) => h.split(']').next().unwrap_or(""),
+        None => hostport.split(':').next().unwrap_or(""),
+    })
+}
+
+/// Kyverno's `is_external_url`: false when the URL's host (an address, or every address the
+/// name resolves to) is a loopback or private one (Go's `IsLoopback`/`IsPrivate`: link-local
+/// and unspecified addresses count as external, as there).
 fn is_external_url(c: &Call<'_>, a: &[Arg<'_, '_>]) -> Result<Value, RuntimeError> {
     let s = str_arg(c, a, 0)?;
-    let rest = s.split_once("://").map(|x| x.1).unwrap_or(s);
-    let hostport = rest.split(['/', '?', '#']).next().unwrap_or("");
-    let hostport = hostport.rsplit_once('@').map(|x| x.1).unwrap_or(hostport);
-    let host = if let Some(h) = hostport.strip_prefix('[') {
-        h.split(']').next().unwrap_or("")
-    } else {
-        hostport.split(':').next().unwrap_or("")
-    };
-    if host.is_empty() {
-        return Err(RuntimeError::func(c.name, format!("invalid URL {s:?}")));
-    }
+    let host = url_host(s).map_err(RuntimeError::Other)?;
     let ips: Vec<std::net::IpAddr> = match host.parse::<std::net::IpAddr>() {
         Ok(ip) => vec![ip],
+        // Go's resolver, asked for no name at all.
+        Err(_) if host.is_empty() => return Err(RuntimeError::Other("lookup : no such host".into())),
         Err(_) => c
             .env()
             .resolve_host(host)
             .ok_or_else(|| RuntimeError::func(c.name, format!("cannot resolve host {host:?} here")))?,
     };
+    let v4 = |v: &std::net::Ipv4Addr| v.is_private() || v.is_loopback();
     let internal = |ip: &std::net::IpAddr| match ip {
-        std::net::IpAddr::V4(v) => v.is_private() || v.is_loopback() || v.is_link_local() || v.is_unspecified(),
-        std::net::IpAddr::V6(v) => {
-            v.is_loopback()
-                || v.is_unspecified()
-                || (v.segments()[0] & 0xfe00) == 0xfc00
-                || (v.segments()[0] & 0xffc0) == 0xfe80
-        }
+        std::net::IpAddr::V4(v) => v4(v),
+        std::net::IpAddr::V6(v) => match v.to_ipv4_mapped() {
+            Some(m) => v4(&m),
+            None => v.is_loopback() || (v.segments()[0] & 0xfe00) == 0xfc00,
+        },
     };
     Ok(Value::Bool(!ips.iter().any(internal)))
 }
@@ -313,15 +350,36 @@ mod tests {
     use super::*;
 
     #[test]
+    fn a_url_has_a_host_only_in_an_authority_as_go_parses_it() {
+        assert_eq!(url_host("https://user@example.com:8443/x?q#f"), Ok("example.com"));
+        assert_eq!(url_host("//10.0.0.1/x"), Ok("10.0.0.1"));
+        assert_eq!(url_host("http://[::1]:80/"), Ok("::1"));
+        assert_eq!(url_host("example.com/x"), Ok(""));
+        assert_eq!(url_host("1.25.3"), Ok(""));
+        assert_eq!(url_host("mailto:a@b.c"), Ok(""));
+        assert!(url_host(":x").is_err());
+    }
+
+    #[test]
     fn image_normalization() {
-        assert_eq!(normalize_image("nginx").as_deref(), Ok("docker.io/library/nginx:latest"));
-        assert_eq!(normalize_image("nginx:1.2").as_deref(), Ok("docker.io/library/nginx:1.2"));
+        // Kyverno adds the registry but not Docker's `library/` (found by the oracle).
+        assert_eq!(normalize_image("nginx").as_deref(), Ok("docker.io/nginx:latest"));
+        assert_eq!(normalize_image("nginx:1.2").as_deref(), Ok("docker.io/nginx:1.2"));
         assert_eq!(normalize_image("ghcr.io/a/b:v1").as_deref(), Ok("ghcr.io/a/b:v1"));
         assert_eq!(normalize_image("localhost:5000/x").as_deref(), Ok("localhost:5000/x:latest"));
         let digest = format!("sha256:{}", "0a".repeat(32));
         assert_eq!(normalize_image(&format!("org/app@{digest}")), Ok(format!("docker.io/org/app@{digest}")));
         // The reference grammar refuses a digest that is not one (Kyverno's parser does).
         assert!(normalize_image("org/app@sha256:abc").is_err());
+        let reason = |i: &str| match normalize_image(i) {
+            Err(ImageRefError::Bad { reason, .. }) => reason,
+            Ok(v) => panic!("{i} gave {v}"),
+        };
+        assert_eq!(reason(&format!("a@sha256:{}", "0A".repeat(32))), "invalid checksum digest format");
+        assert_eq!(reason(&format!("a@sha256:{}", "0a".repeat(20))), "invalid checksum digest length");
+        assert_eq!(reason(&format!("a@md5:{}", "0a".repeat(16))), "unsupported digest algorithm");
+        assert_eq!(reason(&format!("a/{}", "b".repeat(260))), "repository name must not be more than 255 characters");
+        assert_eq!(reason("a b"), "invalid reference format");
     }
 
     #[test]
