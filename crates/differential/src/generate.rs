@@ -574,9 +574,105 @@ impl Gen {
         }
     }
 
-    /// A ClusterPolicy named `name`: mostly one to three validate rules, sometimes mutate rules
-    /// (and then perhaps a validate rule after them).
+    /// A CEL predicate on one container `c`.
+    fn cel_container(&mut self) -> String {
+        self.pick(&[
+            "c.image.startsWith('nginx')",
+            "c.image.endsWith(':latest')",
+            "!c.image.contains(':')",
+            "c.image.matches('^[a-z0-9./:-]+$')",
+            "c.name.size() < 3",
+            "c.name in ['c0', 'c1']",
+            "!has(c.securityContext) || c.securityContext.?privileged.orValue(false) == false",
+            "c.?securityContext.?allowPrivilegeEscalation.orValue(true) == false",
+            "c.?securityContext.?runAsNonRoot.orValue(false)",
+            "c.?resources.?limits.?memory.hasValue()",
+            "!c.?resources.?limits.?memory.hasValue() || quantity(c.resources.limits.memory).isLessThan(quantity('1Gi'))",
+            "c.?ports.orValue([]).all(p, p.containerPort > 1024)",
+            "c.?ports.orValue([]).all(p, !has(p.hostPort))",
+            "c.?env.orValue([]).exists(e, e.name == 'MODE')",
+            "c.?securityContext.?capabilities.?add.orValue([]).all(x, x in ['NET_BIND_SERVICE'])",
+            "c.?imagePullPolicy.orValue('IfNotPresent') != 'Never'",
+            "c.image.split(':').size() == 2",
+            "c.image.lowerAscii() == c.image",
+            "c.securityContext.privileged == false",
+            "c.resources.limits.cpu != '0'",
+            "int(c.?ports.orValue([]).size()) <= 1",
+        ])
+        .to_string()
+    }
+
+    /// A CEL validation over the object.
+    fn cel_validation(&mut self) -> Value {
+        let quant = self.pick(&["all", "exists", "exists_one"]);
+        let pred = self.cel_container();
+        let expression = match self.upto(9) {
+            0..=4 => format!("object.spec.containers.{quant}(c, {pred})"),
+            5 => format!("object.spec.?initContainers.orValue([]).all(c, {pred})"),
+            6 => self.pick(&[
+                "object.metadata.?labels.?app.orValue('') == 'web'",
+                "'app' in object.metadata.?labels.orValue({})",
+                "object.metadata.name.startsWith('r-1')",
+                "object.spec.?hostNetwork.orValue(false) == false",
+                "object.spec.?volumes.orValue([]).all(v, !has(v.hostPath))",
+                "object.metadata.labels.app != 'db'",
+                "size(object.spec.containers) <= 2",
+            ])
+            .to_string(),
+            7 => format!("variables.names.all(n, n.startsWith('c')) && object.spec.containers.{quant}(c, {pred})"),
+            _ => self.pick(&[
+                "object.spec.containers.filter(c, c.image.endsWith(':latest')).size() == 0",
+                "object.spec.containers.map(c, c.name).exists(n, n == 'c1')",
+                "object.spec.containers[2].name != ''",
+                "object.spec.?securityContext.?seccompProfile.?type.orValue('RuntimeDefault') in ['RuntimeDefault', 'Localhost']",
+            ])
+            .to_string(),
+        };
+        let mut v = json!({"expression": expression});
+        match self.upto(3) {
+            0 => {}
+            1 => {
+                v["messageExpression"] = json!(self.pick(&[
+                    "'bad ' + object.metadata.name",
+                    "'containers: ' + string(size(object.spec.containers))",
+                    "object.metadata.name + ' in ' + object.metadata.namespace",
+                ]))
+            }
+            _ => v["message"] = json!(self.pick(&["not allowed", "bad pod", ""])),
+        }
+        v
+    }
+
+    /// A ValidatingPolicy (policies.kyverno.io/v1) on Pods, sometimes with variables and match
+    /// conditions.
+    pub fn vpol(&mut self, name: &str) -> Value {
+        let n = 1 + self.upto(1);
+        let validations: Vec<Value> = (0..n).map(|_| self.cel_validation()).collect();
+        let mut spec = json!({
+            "validationActions": [self.pick(&["Deny", "Audit"])],
+            "matchConstraints": {"resourceRules": [{"apiGroups": [""], "apiVersions": ["v1"],
+                "operations": ["CREATE", "UPDATE"], "resources": ["pods"]}]},
+            "variables": [{"name": "names", "expression": "object.spec.containers.map(c, c.name)"}],
+            "validations": validations,
+        });
+        if self.chance(0.3) {
+            let cond = self.pick(&[
+                "object.metadata.namespace != 'kube-system'",
+                "has(object.metadata.labels)",
+                "object.metadata.?labels.?env.orValue('') != 'dev'",
+            ]);
+            spec["matchConditions"] = json!([{"name": "only-some", "expression": cond}]);
+        }
+        json!({"apiVersion": "policies.kyverno.io/v1", "kind": "ValidatingPolicy", "metadata": {"name": name}, "spec": spec})
+    }
+
+    /// A policy named `name`: mostly a ClusterPolicy with one to three validate rules,
+    /// sometimes with mutate rules (and then perhaps a validate rule after them), sometimes a
+    /// ValidatingPolicy.
     pub fn policy(&mut self, name: &str) -> Value {
+        if self.chance(0.15) {
+            return self.vpol(name);
+        }
         let mutates = self.chance(0.3);
         let n = 1 + self.upto(2);
         let rules: Vec<Value> = (0..n)

@@ -155,10 +155,17 @@ pub fn intended_for_policy(policy: &Value) -> Option<&'static str> {
             && strings(p.get("metadata")) != strings(p.pointer("/spec/template/metadata"))
     };
     let rules = policy.pointer("/spec/rules").and_then(Value::as_array).into_iter().flatten();
+    // Kyverno checks a validate rule's patterns and a mutate rule's strategic merge patch so.
     let patterns = rules.flat_map(|r| {
         let v = &r["validate"];
+        let m = &r["mutate"];
         let foreach = v["foreach"].as_array().into_iter().flatten().map(|f| &f["pattern"]);
-        std::iter::once(&v["pattern"]).chain(v["anyPattern"].as_array().into_iter().flatten()).chain(foreach)
+        let mutate_foreach = m["foreach"].as_array().into_iter().flatten().map(|f| &f["patchStrategicMerge"]);
+        std::iter::once(&v["pattern"])
+            .chain(v["anyPattern"].as_array().into_iter().flatten())
+            .chain(foreach)
+            .chain(std::iter::once(&m["patchStrategicMerge"]))
+            .chain(mutate_foreach)
     });
     patterns.into_iter().any(undecided).then_some(
         "Kyverno's check that pattern labels are strings depends on Go's map order when a pattern has both `metadata` and `spec` (refused on some runs, applied on others); Verno always checks both",
@@ -324,6 +331,9 @@ pub fn judge(k: Said, v: Said, policies: &[Value]) -> Judged {
 /// over an element's own value (kyverno#6686, kyverno#6750). Verno decides element by element.
 pub const ADD_ANCHOR_IN_LISTS: &str = "Kyverno resolves `+(key)` in a strategic-merge list element against the first element it meets and reuses that for all (kyverno#6686, #6750): it adds to none, or overwrites a value; Verno decides per element";
 
+/// See [`intended_output`].
+pub const WRONG_TYPE_KEPT: &str = "a field of the wrong type in the resource (a string where a boolean belongs): Kyverno's merge writes the patch's value with the field's old type (\"false\"); Verno writes the patch's value; the API server refuses such an object before any webhook sees it";
+
 /// Why an output disagreement (first differing at copy `at`) is intended, if it is.
 fn intended_output(
     o: &Disagreement,
@@ -333,6 +343,14 @@ fn intended_output(
 ) -> Option<&'static str> {
     if o.intended.is_some() {
         return o.intended;
+    }
+    // Kyverno's merge keeps a scalar's YAML tag when it sets it: over a string `"true"` (a
+    // field of the wrong type in the resource) `false` is written as the string `"false"`.
+    if let Some((_, sides)) = o.detail.rsplit_once(": kyverno ")
+        && let Some((k, v)) = sides.split_once(", verno ")
+        && k == format!("\"{v}\"")
+    {
+        return Some(WRONG_TYPE_KEPT);
     }
     let name = mutating.get(at?)?;
     let policy = policies.iter().find(|p| p["metadata"]["name"] == name.as_str())?;

@@ -176,7 +176,12 @@ fn merge_value(dest: Option<Value>, patch: &Value, f: Field, path: &str) -> Resu
                 None => {}
             }
             match dest {
-                None | Some(Value::Null) => merge_map(Map::new(), p, f.ty, path).map(|m| Some(Value::Object(m))),
+                // As kustomize's merge (Kyverno's): a map the destination lacks is added only
+                // when something is left in it (`emptyDir: {}` or `securityContext:
+                // {seLinuxOptions: {}}` adds nothing).
+                None | Some(Value::Null) => {
+                    merge_map(Map::new(), p, f.ty, path).map(|m| (!m.is_empty()).then_some(Value::Object(m)))
+                }
                 Some(Value::Object(d)) => merge_map(d, p, f.ty, path).map(|m| Some(Value::Object(m))),
                 Some(other) => {
                     Err(MergeError::Mismatch { patch: "map", found: type_name(&other), at: at(path).to_string() })
@@ -378,6 +383,19 @@ mod tests {
     }
 
     #[test]
+    fn a_new_map_with_nothing_in_it_is_not_added() {
+        let d = pod(json!({"containers": [{"name": "c0"}], "volumes": [{"name": "other", "emptyDir": {}}]}));
+        let p = json!({"metadata": {"labels": {}}, "spec": {"securityContext": {"seLinuxOptions": {}},
+            "volumes": [{"name": "cache", "emptyDir": {}}],
+            "containers": [{"name": "c0", "resources": {}, "env": [], "securityContext": {"capabilities": {}, "runAsUser": 5}}]}});
+        let out = apply(&d, &p, "Pod").unwrap_or_default();
+        assert_eq!(out["metadata"], json!({"name": "p"}));
+        assert_eq!(out["spec"].get("securityContext"), None);
+        assert_eq!(out["spec"]["volumes"], json!([{"name": "cache"}, {"name": "other", "emptyDir": {}}]));
+        assert_eq!(out["spec"]["containers"], json!([{"name": "c0", "env": [], "securityContext": {"runAsUser": 5}}]));
+    }
+
+    #[test]
     fn maps_merge_and_null_deletes() {
         let d = json!({"kind": "ConfigMap", "data": {"a": "1", "b": "2"}});
         let out = apply(&d, &json!({"data": {"b": null, "c": "3"}}), "ConfigMap").unwrap_or_default();
@@ -431,7 +449,8 @@ mod tests {
             "Deployment",
         )
         .unwrap_or_default();
-        assert_eq!(out["spec"]["template"]["spec"]["volumes"], json!([{"name": "b", "emptyDir": {}}, {"name": "a"}]));
+        // The new volume's empty `emptyDir` is not added (Kyverno's CLI writes `- name: b`).
+        assert_eq!(out["spec"]["template"]["spec"]["volumes"], json!([{"name": "b"}, {"name": "a"}]));
     }
 
     #[test]

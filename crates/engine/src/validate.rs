@@ -537,6 +537,17 @@ impl ValidateCtx<'_> {
                         None => format!("failed expression: {}", x.expr.source()),
                     };
                     let msg = match (&x.message_expression, &x.message) {
+                        // Kyverno's engine says why a message expression gave no message; an
+                        // empty one falls back to the index.
+                        (Some(me), _) if c.kyverno.is_some() => match me.eval(&vars) {
+                            Ok(Value::String(s)) if !s.is_empty() => s,
+                            Ok(Value::String(_)) => fallback(),
+                            Ok(other) => format!(
+                                "failed to convert message expression to string: type conversion error from '{}' to 'string'",
+                                cel_type_name(&other)
+                            ),
+                            Err(e) => format!("failed to evaluate message expression: {e}"),
+                        },
                         (Some(me), _) => match me.eval(&vars) {
                             Ok(Value::String(s)) if !s.is_empty() => s,
                             _ => x.message.clone().filter(|m| !m.is_empty()).unwrap_or_else(fallback),
@@ -681,6 +692,20 @@ impl ValidateCtx<'_> {
         }
         let target: &Value = if scoped { element } else { self.subject };
         self.validate(&f.check, target, ctx, nesting + 1, delete)
+    }
+}
+
+/// A value's CEL type name, as cel-go's conversion errors print it.
+fn cel_type_name(v: &Value) -> &'static str {
+    match v {
+        Value::Null => "null_type",
+        Value::Bool(_) => "bool",
+        Value::Number(n) if n.is_f64() => "double",
+        Value::Number(n) if n.is_u64() && !n.is_i64() => "uint",
+        Value::Number(_) => "int",
+        Value::String(_) => "string",
+        Value::Array(_) => "list",
+        Value::Object(_) => "map",
     }
 }
 

@@ -79,6 +79,12 @@ fn kyverno_string_functions() {
     assert_eq!(ok("split('a,b', ',')"), json!(["a", "b"]));
     assert_eq!(ok("to_upper('ab')"), json!("AB"));
     assert_eq!(ok("regex_match('^nginx', 'nginx:1')"), json!(true));
+    // Go reads a brace that starts no repetition as a literal; numbers are float64 printed at
+    // float32 precision (found by the oracle).
+    assert_eq!(ok("regex_match('{\"a\"', '{\"a\": [1, 2]}')"), json!(true));
+    assert_eq!(ok("regex_match('^a{2}$', 'aa')"), json!(true));
+    assert_eq!(ok("regex_match('[{]x{', '{x{')"), json!(true));
+    assert_eq!(ok("regex_replace_all_literal('x', `123456789`, 'y')"), json!("123456790"));
     assert_eq!(ok("regex_replace_all('([a-z]+)-(\\d+)', 'web-01', '$2')"), json!("01"));
     assert_eq!(ok("pattern_match('ngi*', 'nginx')"), json!(true));
     assert_eq!(ok("truncate('abcdef', `3`)"), json!("abc"));
@@ -124,6 +130,8 @@ fn kyverno_string_functions() {
     assert_eq!(ok("time_diff('2024-01-01T00:00:00Z', '2024-01-01T01:00:30Z')"), json!("1h0m30s"));
     assert_eq!(ok("time_add('2024-01-01T00:00:00Z', '90m')"), json!("2024-01-01T01:30:00Z"));
     assert_eq!(ok("time_to_cron('2024-01-02T03:04:00Z')"), json!("4 3 2 1 2"));
+    // In the time's own offset, not UTC.
+    assert_eq!(ok("time_to_cron('2026-01-01T00:00:00+02:00')"), json!("0 0 1 1 4"));
     // Go truncates from its zero time (a Monday), not the Unix epoch (a Thursday): weeks start
     // on Mondays; the offset is kept, the instant is what is truncated.
     assert_eq!(ok("time_truncate('2024-01-03T12:00:00Z', '168h')"), json!("2024-01-01T00:00:00Z"));

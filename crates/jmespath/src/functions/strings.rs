@@ -173,20 +173,69 @@ fn split(c: &Call<'_>, a: &[crate::functions::Arg<'_, '_>]) -> Result<Value, Run
 }
 
 fn compile(c: &Call<'_>, re: &str) -> Result<regex::Regex, RuntimeError> {
-    regex::Regex::new(re).map_err(|e| RuntimeError::func(c.name, format!("invalid regular expression {re:?}: {e}")))
+    regex::Regex::new(&go_braces(re))
+        .map_err(|e| RuntimeError::func(c.name, format!("invalid regular expression {re:?}: {e}")))
+}
+
+/// Go's regular expressions read a `{` that does not start a repetition (`{n}`, `{n,}`,
+/// `{n,m}`) as a literal brace; Rust's refuse it. Such a brace is escaped (outside character
+/// classes, where both read it literally).
+fn go_braces(re: &str) -> std::borrow::Cow<'_, str> {
+    if !re.contains('{') {
+        return std::borrow::Cow::Borrowed(re);
+    }
+    let is_repeat = |rest: &str| {
+        let Some(body) = rest.strip_prefix('{').and_then(|r| r.split_once('}')).map(|x| x.0) else { return false };
+        let (lo, hi) = body.split_once(',').map_or((body, None), |(l, h)| (l, Some(h)));
+        !lo.is_empty()
+            && lo.bytes().all(|b| b.is_ascii_digit())
+            && hi.is_none_or(|h| h.bytes().all(|b| b.is_ascii_digit()))
+    };
+    let mut out = String::with_capacity(re.len() + 4);
+    let mut in_class = false;
+    let mut chars = re.char_indices().peekable();
+    while let Some((i, ch)) = chars.next() {
+        match ch {
+            '\\' => {
+                out.push(ch);
+                if let Some((_, next)) = chars.next() {
+                    out.push(next);
+                }
+            }
+            '[' if !in_class => {
+                in_class = true;
+                out.push(ch);
+                // A `]` right after `[` or `[^` is a member of the class.
+                if let Some(&(_, '^')) = chars.peek() {
+                    out.push('^');
+                    chars.next();
+                }
+                if let Some(&(_, ']')) = chars.peek() {
+                    out.push(']');
+                    chars.next();
+                }
+            }
+            ']' if in_class => {
+                in_class = false;
+                out.push(ch);
+            }
+            '{' if !in_class && !is_repeat(re.get(i..).unwrap_or("")) => out.push_str("\\{"),
+            _ => out.push(ch),
+        }
+    }
+    std::borrow::Cow::Owned(out)
 }
 
 /// Numbers become strings the way Kyverno's regex functions print them (`FormatFloat(f, 'f', -1, 32)`).
 pub(crate) fn stringify_num(v: &Value) -> String {
     match v {
         Value::String(s) => s.clone(),
-        Value::Number(n) => match n.as_i64() {
-            Some(i) => i.to_string(),
-            None => {
-                let f = n.as_f64().unwrap_or(0.0) as f32;
-                format!("{f}")
-            }
-        },
+        // Every JSON number is a float64 to Kyverno, integers too: `123456789` prints as
+        // `123456790`. (Rust's `f32` display is the shortest that reads back, without exponent.)
+        Value::Number(n) => {
+            let f = n.as_f64().unwrap_or(0.0) as f32;
+            format!("{f}")
+        }
         other => other.to_string(),
     }
 }

@@ -39,7 +39,8 @@ pub(crate) static FUNCTIONS: &[Function] = &[
         Ok(Value::String(rfc3339(&t)))
     }),
     f!("time_to_cron", [S], "string", "converts a time (string) to cron format (string)", |c, a| {
-        let t = parse_time(c, str_arg(c, a, 0)?)?.with_timezone(&utc());
+        // In the time's own offset, as Kyverno reads the fields of the parsed time.
+        let t = parse_time(c, str_arg(c, a, 0)?)?;
         Ok(Value::String(cron_of(&t)))
     }),
     f!("time_utc", [S], "string", "calcutes time in UTC from a given time in RFC 3339 format", |c, a| {
