@@ -558,7 +558,13 @@ impl ValidateCtx<'_> {
                     return Some(with_props(self.resp(Status::Fail, msg), Some(i)));
                 }
                 Err(err) => {
-                    let r = self.resp(c.on_error, format!("expression '{}' resulted in error: {err}", x.expr.source()));
+                    // Kyverno's engine words it as any rule error ("error: …"); the API
+                    // server's admission policies name the expression.
+                    let msg = match c.kyverno {
+                        Some(_) => format!("error: {err}"),
+                        None => format!("expression '{}' resulted in error: {err}", x.expr.source()),
+                    };
+                    let r = self.resp(c.on_error, msg);
                     return Some(match c.kyverno {
                         Some(_) => {
                             let mut r = r;
