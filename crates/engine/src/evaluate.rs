@@ -430,7 +430,14 @@ impl RuleRun<'_> {
         for (name, e) in &rule.cel_preconditions {
             match e.eval_bool(&vars) {
                 Ok(true) => {}
-                Ok(false) => return Err(Some(self.answer(Status::Skip, format!("cel preconditions not met: {name}")))),
+                Ok(false) => {
+                    // Kyverno's ValidatingPolicy engine reports a skip whose message is "skip".
+                    let msg = match self.policy.kind {
+                        crate::Kind::ValidatingPolicy | crate::Kind::NamespacedValidatingPolicy => "skip".to_string(),
+                        _ => format!("cel preconditions not met: {name}"),
+                    };
+                    return Err(Some(self.answer(Status::Skip, msg)));
+                }
                 Err(err) => {
                     failed.get_or_insert((name, err));
                 }
