@@ -713,6 +713,10 @@ fn checks(meta: &Value, spec: &Value, restricted: bool, minor: u32, out: &mut Ve
             .enumerate()
             .filter_map(|(i, v)| {
                 let o = v.as_object()?;
+                // A volume with no source at all is of an unknown type to the check.
+                if o.keys().all(|k| k == "name") {
+                    return Some(forbidden(format!("spec.volumes[{i}].unknown"), ""));
+                }
                 let t = o.keys().find(|k| *k != "name" && !RESTRICTED_VOLUMES.contains(&k.as_str()))?;
                 Some(forbidden(format!("spec.volumes[{i}].{t}"), ""))
             })
@@ -881,6 +885,19 @@ mod tests {
             ]
         );
         assert!(r.violations(&pod(json!({"securityContext": {"runAsNonRoot": true}, "containers": [{"name": "a", "image": "x", "securityContext": {"allowPrivilegeEscalation": false, "capabilities": {"drop": ["ALL"]}, "seccompProfile": {"type": "RuntimeDefault"}}}]}))).is_empty());
+    }
+
+    /// Checked against Kyverno's CLI (issue 50): a volume with no source is of an unknown type.
+    #[test]
+    fn a_volume_without_a_source_is_an_unknown_restricted_type() {
+        let r = check("restricted", json!([]));
+        let v = r.violations(&pod(json!({"securityContext": {"runAsNonRoot": true},
+            "containers": [{"name": "a", "image": "x", "securityContext": {"allowPrivilegeEscalation": false, "capabilities": {"drop": ["ALL"]}, "seccompProfile": {"type": "RuntimeDefault"}}}],
+            "volumes": [{"name": "cache"}, {"name": "e", "emptyDir": {}}]})));
+        assert_eq!(
+            v,
+            ["(Forbidden reason: restricted volume types, field error list: [spec.volumes[0].unknown: Forbidden])"]
+        );
     }
 
     /// Checked against Kyverno's CLI (issue 50): a waived field error is replaced by the last
