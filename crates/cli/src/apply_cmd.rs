@@ -81,6 +81,15 @@ fn run_inner(args: &ApplyArgs) -> Result<i32> {
     let mut tally = Tally { error: policies.invalid.len(), ..Tally::default() };
     let now = chrono::Utc::now().timestamp();
     let total = resources.len();
+    // The ClusterPolicies and Policies with a mutate rule (see the loop below), once.
+    let hands_on: Vec<bool> = policies
+        .compiled
+        .iter()
+        .map(|p| {
+            matches!(p.kind, verno_api::Kind::ClusterPolicy | verno_api::Kind::Policy)
+                && p.rules.iter().any(|rule| rule.rule_type() == verno_engine::RuleType::Mutation)
+        })
+        .collect();
     for (n, r) in resources.iter().enumerate() {
         if total >= 200 && n % 100 == 0 {
             eprintln!("Processed {n}/{total} resources");
@@ -93,9 +102,7 @@ fn run_inner(args: &ApplyArgs) -> Result<i32> {
         // As Kyverno's CLI, every ClusterPolicy or Policy with a mutate rule hands on the
         // resource as mutated so far, matched or not: `-o` gets one copy per such policy.
         let mut mutated_so_far = r;
-        for (i, (p, resp)) in policies.compiled.iter().zip(&responses).enumerate() {
-            let hands_on = matches!(p.kind, verno_api::Kind::ClusterPolicy | verno_api::Kind::Policy)
-                && p.rules.iter().any(|rule| rule.rule_type() == verno_engine::RuleType::Mutation);
+        for (i, ((p, resp), &hands_on)) in policies.compiled.iter().zip(&responses).zip(&hands_on).enumerate() {
             if hands_on && let Some(patched) = &resp.patched {
                 mutated_so_far = patched;
             }

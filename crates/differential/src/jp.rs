@@ -348,7 +348,7 @@ pub fn intended(expr: &str, k: &JpSaid, v: &JpSaid) -> Option<&'static str> {
         (JpSaid::Value(_), JpSaid::Error(e)) if e.contains("invalid arity") || e.contains("unknown function") => Some(
             "Verno checks every call's function and arity when it compiles an expression; Kyverno only when the call is reached (a policy with such a call is refused when loaded)",
         ),
-        (JpSaid::Value(kv), JpSaid::Value(vv)) if same_value(kv, &rounded(vv)) => Some(
+        (JpSaid::Value(kv), JpSaid::Value(vv)) if verno_jmespath::value::values_equal(kv, &rounded(vv)) => Some(
             "integers beyond 2^53: Kyverno decodes JSON numbers as float64 and rounds them; Verno keeps them exact",
         ),
         _ => None,
@@ -369,20 +369,9 @@ fn rounded(v: &Value) -> Value {
 /// Whether two answers are the same: numbers by value (`1` and `1.0` alike).
 pub fn same(a: &JpSaid, b: &JpSaid) -> bool {
     match (a, b) {
-        (JpSaid::Value(x), JpSaid::Value(y)) => same_value(x, y),
+        (JpSaid::Value(x), JpSaid::Value(y)) => verno_jmespath::value::values_equal(x, y),
         (JpSaid::Error(_), JpSaid::Error(_)) => true,
         _ => false,
-    }
-}
-
-fn same_value(a: &Value, b: &Value) -> bool {
-    match (a, b) {
-        (Value::Number(x), Value::Number(y)) => x.as_f64() == y.as_f64(),
-        (Value::Array(x), Value::Array(y)) => x.len() == y.len() && x.iter().zip(y).all(|(p, q)| same_value(p, q)),
-        (Value::Object(x), Value::Object(y)) => {
-            x.len() == y.len() && x.iter().all(|(k, p)| y.get(k).is_some_and(|q| same_value(p, q)))
-        }
-        _ => a == b,
     }
 }
 

@@ -385,24 +385,19 @@ pub fn mutating(policies: &[Value]) -> Vec<String> {
 /// mutate rules (the `i`th copy of a resource comes from `mutating[i]`), generated ones once;
 /// each with the index of its first differing copy (`None`: only their numbers differ).
 pub fn compare_outputs(kyverno: &[Value], verno: &[Value], mutating: &[String]) -> Vec<(Disagreement, Option<usize>)> {
-    let id = |v: &Value| -> Resource {
-        let s = |p: &str| v.pointer(p).and_then(Value::as_str).unwrap_or("").to_string();
-        (s("/kind"), s("/metadata/namespace"), s("/metadata/name"))
-    };
-    let blank = |v: &Value| v.as_object().is_some_and(serde_json::Map::is_empty);
     // Both write the same copies in the same order (resource by resource, a copy per policy
     // with mutate rules), so a copy Kyverno blanked is the resource of Verno's copy there.
     let same_shape = kyverno.len() == verno.len();
     let mut by: BTreeMap<Resource, (Vec<&Value>, Vec<&Value>)> = BTreeMap::new();
     for (i, v) in kyverno.iter().enumerate() {
         let at = match verno.get(i) {
-            Some(w) if blank(v) && same_shape => id(w),
-            _ => id(v),
+            Some(w) if is_blank(v) && same_shape => resource_of(w),
+            _ => resource_of(v),
         };
         by.entry(at).or_default().0.push(v);
     }
     for v in verno {
-        by.entry(id(v)).or_default().1.push(v);
+        by.entry(resource_of(v)).or_default().1.push(v);
     }
     let mut found = Vec::new();
     for (resource, (k, v)) in by {
@@ -418,7 +413,7 @@ pub fn compare_outputs(kyverno: &[Value], verno: &[Value], mutating: &[String]) 
             ),
             None => continue,
         };
-        let blanked = first.and_then(|i| k.get(i)).is_some_and(|x| blank(x));
+        let blanked = first.and_then(|i| k.get(i)).is_some_and(|x| is_blank(x));
         let intended = blanked.then_some(BLANKED);
         found.push((Disagreement { policy, resource, kind: Kind::Output, detail, intended }, first));
     }
@@ -431,13 +426,18 @@ fn blanked(kyverno: &[Value], verno: &[Value]) -> BTreeSet<Resource> {
     if kyverno.len() != verno.len() {
         return BTreeSet::new();
     }
-    let s = |v: &Value, p: &str| v.pointer(p).and_then(Value::as_str).unwrap_or("").to_string();
-    kyverno
-        .iter()
-        .zip(verno)
-        .filter(|(k, _)| k.as_object().is_some_and(serde_json::Map::is_empty))
-        .map(|(_, v)| (s(v, "/kind"), s(v, "/metadata/namespace"), s(v, "/metadata/name")))
-        .collect()
+    kyverno.iter().zip(verno).filter(|(k, _)| is_blank(k)).map(|(_, v)| resource_of(v)).collect()
+}
+
+/// A written resource's (kind, namespace, name).
+fn resource_of(v: &Value) -> Resource {
+    let s = |p: &str| v.pointer(p).and_then(Value::as_str).unwrap_or("").to_string();
+    (s("/kind"), s("/metadata/namespace"), s("/metadata/name"))
+}
+
+/// Kyverno's `{}` for a resource it blanked (see [`BLANKED`]).
+fn is_blank(v: &Value) -> bool {
+    v.as_object().is_some_and(serde_json::Map::is_empty)
 }
 
 /// Where two values first differ, with both sides there.
